@@ -1,0 +1,92 @@
+"""Command line entry point: argparse, event rendering and exit codes live here only.
+
+Each subcommand lives in ``envbuild/commands/<name>.py`` and exposes
+``register(subparsers)``; its handler returns an exit code or raises an
+``EnvbuildError``, which ``main`` turns into one paragraph on stderr and the
+documented exit status. Tracebacks are shown only for bugs (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from types import FrameType
+
+from envbuild import __version__
+from envbuild.commands import ui
+from envbuild.errors import EXIT_CODE_DOCS, EnvbuildError, ExitCode
+
+# Module names under envbuild.commands, in the order `envbuild --help` lists them.
+COMMAND_MODULES = (
+    "plan",
+    "provision",
+    "verify",
+    "lock",
+    "check_lock",
+    "wheelhouse",
+    "preflight",
+    "smoke",
+    "dist_step",
+    "receipt",
+    "docker",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    epilog = "exit codes:\n" + "\n".join(
+        f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_DOCS.items()
+    )
+    parser = argparse.ArgumentParser(
+        prog="envbuild",
+        description="Build reproducible, verified training environments on fresh GPU hosts.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"envbuild {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show debug events")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"envbuild.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"envbuild.commands.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    ui.configure(verbose=args.verbose, json_mode=bool(getattr(args, "json", False)))
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = args.func(args)
+        return int(code or 0)
+    except EnvbuildError as exc:
+        ui.error(exc)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        ui.error_text("interrupted; state is saved, run the same command again to resume")
+        return int(ExitCode.INTERRUPTED)
+    except Exception:  # a bug: show everything
+        traceback.print_exc()
+        ui.error_text("internal error in envbuild (this is a bug; the traceback is above)")
+        return int(ExitCode.INTERNAL)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        ui.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The data root and its ``$HOME`` links.
+
+Everything that grows lives under the data root (default ``/mnt/data``): the venv, the
+repo checkout, data, caches (pip, uv, triton, inductor, HF), checkpoints, receipts, logs
+and envbuild's own state. ``$HOME`` gets friendly links (``~/venv -> /mnt/data/venv``).
+
+Idempotent, and it never deletes or replaces a real file or folder of the user's: a
+conflict is a ``LayoutError`` unless ``force_links`` moves the thing aside (to
+``<name>.envbuild-moved-<timestamp>``) and says where.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild import events
+from envbuild._io import atomic_write_text
+from envbuild.errors import LayoutError
+from envbuild.spec import StackSpec
+
+# The NCCL / allocator baseline from the operator playbook (seed 003). CUDA_DEVICE_MAX_CONNECTIONS
+# stays unset on purpose (it serialises FSDP2's all-gather / reduce-scatter overlap), and
+# NCCL_MNNVL_ENABLE is left to NCCL's own detection.
+RUNTIME_BASELINE: Mapping[str, str] = {
+    "TORCH_NCCL_HIGH_PRIORITY": "1",
+    "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "7200",
+}
+UNSET_IN_BASELINE: tuple[str, ...] = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+
+CACHE_DIRS: Mapping[str, str] = {
+    # variable -> folder under <root>/cache
+    "PIP_CACHE_DIR": "pip",
+    "UV_CACHE_DIR": "uv",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "HF_HOME": "huggingface",
+    "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": "cute-dsl",
+    "QUACK_CACHE_DIR": "quack",
+    "CUDA_CACHE_PATH": "nv-compute",
+}
+
+OVERLAY_NAME = "envbuild-env.sh"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every path envbuild uses under one data root."""
+
+    root: Path
+    venv_name: str = "venv"
+
+    @property
+    def venv(self) -> Path:
+        return self.root / self.venv_name
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def receipts(self) -> Path:
+        return self.root / "receipts"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def state(self) -> Path:
+        """envbuild's own state: manifest, constraints, requirement files."""
+        return self.root / ".envbuild"
+
+    @property
+    def manifest(self) -> Path:
+        return self.state / "manifest.json"
+
+    @property
+    def overlay(self) -> Path:
+        return self.state / OVERLAY_NAME
+
+    @property
+    def constraints(self) -> Path:
+        """The file that pins the protected set; every later install reads it (PIP_CONSTRAINT too)."""
+        return self.state / "constraints.txt"
+
+    def cache_env(self) -> dict[str, str]:
+        return {var: str(self.cache / sub) for var, sub in CACHE_DIRS.items()}
+
+    def folders(self) -> list[Path]:
+        return [self.root, self.data, self.checkpoints, self.receipts, self.logs, self.state,
+                *(self.cache / sub for sub in CACHE_DIRS.values())]
+
+
+def paths_for(spec: StackSpec, root: Path | None = None) -> Paths:
+    return Paths(root=(root or Path(spec.layout.root)).expanduser().absolute(), venv_name=spec.layout.venv)
+
+
+def overlay_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
+    """The environment overlay: cache dirs on the data root, the runtime baseline, the spec's env."""
+    env = dict(paths.cache_env())
+    env.update(RUNTIME_BASELINE)
+    env.update(spec.env)
+    return env
+
+
+def create_folders(paths: Paths) -> None:
+    for folder in paths.folders():
+        if folder.is_symlink() and not folder.exists():
+            raise LayoutError(f"{folder} is a dangling symlink; remove it or point it at a folder")
+        if folder.exists() and not folder.is_dir():
+            raise LayoutError(
+                f"{folder} exists and is not a folder; envbuild needs a folder there and will not "
+                "replace your file. Move it away, or choose another data root with --root."
+            )
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LayoutError(f"cannot create {folder}: {exc.strerror}") from None
+
+
+def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False) -> list[str]:
+    """Create ``$HOME/<name> -> <root>/<target>`` links; returns what was done, one line each.
+
+    An existing correct link is left alone. A link elsewhere, a file or a folder is a
+    conflict: an error, or with ``force`` it is renamed aside (never deleted).
+    """
+    done: list[str] = []
+    home.mkdir(parents=True, exist_ok=True)
+    conflicts: list[str] = []
+    plans: list[tuple[Path, Path]] = []
+    for name, rel in spec.layout.links.items():
+        target = paths.root / rel
+        link = home / name
+        if link.is_symlink() and os.readlink(link) == str(target):
+            continue
+        if link.is_symlink() or link.exists():
+            conflicts.append(f"{link} ({_describe(link)})")
+        plans.append((link, target))
+    if conflicts and not force:
+        raise LayoutError(
+            "cannot create the $HOME links: "
+            + "; ".join(conflicts)
+            + " already exist and are not links into the data root. envbuild never deletes or replaces them.",
+            hint="Move them away yourself, or re-run with --force-links to have envbuild rename them to "
+            "<name>.envbuild-moved-<time> and link in their place.",
+        )
+    for link, target in plans:
+        target.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            aside = link.with_name(f"{link.name}.envbuild-moved-{time.strftime('%Y%m%d-%H%M%S')}")
+            link.rename(aside)
+            done.append(f"moved {link} aside to {aside}")
+            events.emit("warn", f"moved {link} aside to {aside}")
+        link.symlink_to(target)
+        done.append(f"linked {link} -> {target}")
+    return done
+
+
+def _describe(p: Path) -> str:
+    if p.is_symlink():
+        return f"a link to {os.readlink(p)}"
+    if p.is_dir():
+        return "a folder"
+    return "a file"
+
+
+def write_overlay(spec: StackSpec, paths: Paths) -> Path:
+    """Write the env overlay file (sourced by the venv's activate script)."""
+    env = overlay_env(spec, paths)
+    lines = ["# Written by envbuild: cache folders on the data root and the NCCL/allocator baseline.",
+             "# Sourced by the venv's bin/activate. Edit the stack spec's [env] instead of this file."]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines += [f"unset {k}" for k in UNSET_IN_BASELINE]
+    lines.append(f"export PIP_CONSTRAINT={shlex.quote(str(paths.constraints))}")
+    atomic_write_text(paths.overlay, "\n".join(lines) + "\n")
+    return paths.overlay
+
+
+def hook_activate(paths: Paths) -> bool:
+    """Make the venv's ``bin/activate`` source the overlay (idempotent). False if no venv yet."""
+    activate = paths.venv / "bin" / "activate"
+    if not activate.is_file():
+        return False
+    marker = "# envbuild overlay"
+    text = activate.read_text()
+    if marker in text:
+        return True
+    line = f'\n{marker}\n[ -f {shlex.quote(str(paths.overlay))} ] && . {shlex.quote(str(paths.overlay))}\n'
+    atomic_write_text(activate, text + line)
+    return True

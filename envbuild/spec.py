@@ -1,0 +1,521 @@
+"""The stack spec (``lockfiles/<profile>/stack.toml``): load, validate, freeze.
+
+One frozen object, validated once (after cibuildwheel's ``options.py`` and packaging's
+``pylock``): unknown keys get a ``difflib`` suggestion, every error names the file, the
+key path (``step[3].no_deps``) and what is allowed. ``${VAR}``, ``${VAR:-default}``
+(default when unset or empty) and ``${VAR-default}`` (default only when unset) expand
+from the environment in every string value; an unset variable without a default is an
+error naming it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envbuild.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SCHEMA_VERSION = 1
+UpgradeStrategy = Literal["only-if-needed", "eager"]
+UPGRADE_STRATEGIES: tuple[str, ...] = get_args(UpgradeStrategy)
+
+_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-)(?P<default>[^}]*))?\}")
+_PY = re.compile(r"^3\.\d{1,2}$")
+_STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One ordered install step and its installer policy."""
+
+    name: str
+    packages: tuple[str, ...]
+    index_url: str | None = None  # None: the installer's configured sources (pip.conf, PIP_*)
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    pre: bool = False
+    no_deps: bool = False
+    no_build_isolation: bool = False
+    upgrade: bool = False
+    upgrade_strategy: UpgradeStrategy = "only-if-needed"
+    reinstall: bool = False
+    no_index: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def requirements(self) -> tuple[Requirement, ...]:
+        return tuple(Requirement(p) for p in self.packages)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(canonicalize_name(r.name) for r in self.requirements)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overlap:
+    """Files owned by two distributions that the stack knowingly accepts; ``winner`` must own them."""
+
+    packages: tuple[str, ...]
+    winner: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ABI:
+    package: str = "torch"
+    version: str
+    local: str | None = None
+    cuda: str | None = None
+    protect: tuple[str, ...] = ()  # canonical names or fnmatch patterns ("nvidia-*")
+    triton_provider: str | None = None  # the distribution allowed to own the `triton` module
+    adopt: bool = False  # torch comes from the base environment; never installed by a step
+    overlaps: tuple[Overlap, ...] = ()
+
+    def is_protected(self, name: str) -> bool:
+        n = canonicalize_name(name)
+        if n == canonicalize_name(self.package):
+            return True
+        return any(fnmatch.fnmatchcase(n, canonicalize_name(p) if "*" not in p else p) for p in self.protect)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    root: str = "/mnt/data"
+    links: Mapping[str, str] = field(default_factory=dict)  # $HOME/<key> -> <root>/<value>
+    venv: str = "venv"  # venv folder, relative to root
+    separate_root_fs: bool = False  # warn when the data root is on the / filesystem
+    min_free_gb: float = 1.0  # free space the data root must have before provisioning
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    """What preflight expects of the machine (all optional)."""
+
+    driver_min: str | None = None
+    gpu_count: int | None = None
+    gpu_name: str | None = None
+    cuda_toolkit: str | None = None
+    gcc: str | None = None
+    root_min_free_gb: float | None = None
+    data_min_free_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackSpec:
+    path: Path
+    name: str
+    python: str
+    abi: ABI
+    layout: Layout
+    host: Host
+    env: Mapping[str, str]
+    steps: tuple[Step, ...]
+    digest: str  # sha256 of the canonical *unexpanded* spec data: what a lock is checked against
+    description: str = ""
+
+    @property
+    def baseline_index(self) -> int | None:
+        """Index of the step that installs the ABI package (None when adopted from the base)."""
+        target = canonicalize_name(self.abi.package)
+        for i, step in enumerate(self.steps):
+            if target in step.names:
+                return i
+        return None
+
+    def step(self, name: str) -> Step:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise ConfigError(
+            f"{self.path}: no step named {name!r}; steps are: {', '.join(s.name for s in self.steps)}"
+            + _did_you_mean(name, [s.name for s in self.steps])
+        )
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Reader:
+    """Typed getters over nested TOML data that report a dotted key path."""
+
+    def __init__(self, path: Path, environ: Mapping[str, str]) -> None:
+        self.path = path
+        self.environ = environ
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        where = f"{self.path}: {key}: " if key else f"{self.path}: "
+        return ConfigError(where + message)
+
+    def check_keys(self, data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+        for key in data:
+            if key not in allowed:
+                path = f"{where}.{key}" if where else key
+                raise self.fail(
+                    path,
+                    f"unknown key{_did_you_mean(key, list(allowed))}; allowed here: {', '.join(allowed)}",
+                )
+
+    def expand(self, value: str, key: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            name, op, default = m.group("name"), m.group("op"), m.group("default")
+            current = self.environ.get(name)
+            if op == ":-" and not current:
+                return default or ""
+            if op == "-" and current is None:
+                return default or ""
+            if current is None:
+                raise self.fail(
+                    key,
+                    f"environment variable {name} is not set (used as ${{{name}}}); "
+                    f"set it, or write ${{{name}:-default}} to give a default",
+                )
+            return current
+
+        return _VAR.sub(sub, value)
+
+    def str_(self, data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+        value = data.get(key, default)
+        path = f"{where}.{key}" if where else key
+        if value is None:
+            raise self.fail(path, "is required (a string)")
+        if not isinstance(value, str):
+            raise self.fail(path, f"must be a string, got {type(value).__name__} {value!r}")
+        return self.expand(value, path)
+
+    def opt_str(self, data: Mapping[str, Any], key: str, where: str) -> str | None:
+        if key not in data:
+            return None
+        return self.str_(data, key, where)
+
+    def bool_(self, data: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
+        value = data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r}")
+        return value
+
+    def num(self, data: Mapping[str, Any], key: str, where: str, default: float | None) -> float | None:
+        value = data.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise self.fail(f"{where}.{key}", f"must be a non-negative number, got {value!r}")
+        return float(value)
+
+    def str_list(self, data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+        value = data.get(key, [])
+        path = f"{where}.{key}"
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(path, f"must be a list of strings, got {value!r}")
+        return tuple(self.expand(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+    def str_map(self, data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+        value = data.get(key, {})
+        path = f"{where}.{key}" if where else key
+        if not isinstance(value, dict):
+            raise self.fail(path, f"must be a table of strings, got {value!r}")
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if not isinstance(v, str):
+                raise self.fail(f"{path}.{k}", f"must be a string, got {v!r}")
+            out[k] = self.expand(v, f"{path}.{k}")
+        return out
+
+    def table(self, data: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(f"{where}.{key}" if where else key, f"must be a table, got {value!r}")
+        return value
+
+
+_TOP_KEYS = ("schema", "name", "description", "python", "layout", "abi", "host", "env", "step")
+_LAYOUT_KEYS = ("root", "links", "venv", "separate_root_fs", "min_free_gb")
+_ABI_KEYS = ("package", "version", "local", "cuda", "protect", "triton_provider", "adopt", "overlap")
+_OVERLAP_KEYS = ("packages", "winner")
+_HOST_KEYS = ("driver_min", "gpu_count", "gpu_name", "cuda_toolkit", "gcc", "root_min_free_gb", "data_min_free_gb")
+_STEP_KEYS = (
+    "name", "packages", "index_url", "extra_index_urls", "find_links", "pre", "no_deps",
+    "no_build_isolation", "upgrade", "upgrade_strategy", "reinstall", "no_index", "env",
+)
+
+
+def spec_digest(data: Mapping[str, Any]) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def load_spec(path: Path, environ: Mapping[str, str] | None = None) -> StackSpec:
+    """Read and validate ``path``; raises ``ConfigError`` with the file and key path."""
+    env = os.environ if environ is None else environ
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: stack spec not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the stack spec: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_spec(data, path, env)
+
+
+def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) -> StackSpec:
+    r = _Reader(path, environ)
+    r.check_keys(data, _TOP_KEYS, "")
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise r.fail("schema", f"must be {SCHEMA_VERSION} (this envbuild reads schema {SCHEMA_VERSION}), got {schema!r}")
+    name = r.str_(data, "name", "")
+    python = r.str_(data, "python", "")
+    if not _PY.match(python):
+        raise r.fail("python", f"must be a major.minor version such as \"3.13\", got {python!r}")
+
+    lay = r.table(data, "layout")
+    r.check_keys(lay, _LAYOUT_KEYS, "layout")
+    links = r.str_map(lay, "links", "layout")
+    for key, target in links.items():
+        if not key or "/" in key or key in (".", ".."):
+            raise r.fail(f"layout.links.{key}", "link names are single names under $HOME (no '/')")
+        if Path(target).is_absolute() or ".." in Path(target).parts:
+            raise r.fail(f"layout.links.{key}", f"must be a path relative to the data root, got {target!r}")
+    layout = Layout(
+        root=r.str_(lay, "root", "layout", "/mnt/data"),
+        links=links,
+        venv=r.str_(lay, "venv", "layout", "venv"),
+        separate_root_fs=r.bool_(lay, "separate_root_fs", "layout"),
+        min_free_gb=r.num(lay, "min_free_gb", "layout", 1.0) or 0.0,
+    )
+
+    abi = _parse_abi(r, r.table(data, "abi"))
+    host_data = r.table(data, "host")
+    r.check_keys(host_data, _HOST_KEYS, "host")
+    gpu_count = host_data.get("gpu_count")
+    if gpu_count is not None and (isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0):
+        raise r.fail("host.gpu_count", f"must be a non-negative integer, got {gpu_count!r}")
+    host = Host(
+        driver_min=r.opt_str(host_data, "driver_min", "host"),
+        gpu_count=gpu_count,
+        gpu_name=r.opt_str(host_data, "gpu_name", "host"),
+        cuda_toolkit=r.opt_str(host_data, "cuda_toolkit", "host"),
+        gcc=r.opt_str(host_data, "gcc", "host"),
+        root_min_free_gb=r.num(host_data, "root_min_free_gb", "host", None),
+        data_min_free_gb=r.num(host_data, "data_min_free_gb", "host", None),
+    )
+
+    raw_steps = data.get("step")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise r.fail("step", "at least one [[step]] table is required")
+    steps = tuple(_parse_step(r, s, i) for i, s in enumerate(raw_steps))
+    seen: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        if s.name in seen:
+            raise r.fail(f"step[{i}].name", f"duplicate step name {s.name!r} (also step[{seen[s.name]}])")
+        seen[s.name] = i
+
+    spec = StackSpec(
+        path=path,
+        name=name,
+        description=r.str_(data, "description", "", ""),
+        python=python,
+        abi=abi,
+        layout=layout,
+        host=host,
+        env=r.str_map(data, "env", ""),
+        steps=steps,
+        digest=spec_digest(data),
+    )
+    _check_baseline(r, spec)
+    return spec
+
+
+def _parse_abi(r: _Reader, a: Mapping[str, Any]) -> ABI:
+    if not a:
+        raise r.fail("abi", "the [abi] table is required (package, version, ...)")
+    r.check_keys(a, _ABI_KEYS, "abi")
+    version = r.str_(a, "version", "abi")
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise r.fail("abi.version", f"not a valid version: {version!r}") from None
+    local = r.opt_str(a, "local", "abi")
+    if local and local not in version:
+        raise r.fail("abi.local", f"{local!r} does not appear in abi.version {version!r}")
+    overlaps = []
+    raw_overlaps = a.get("overlap", [])
+    if not isinstance(raw_overlaps, list):
+        raise r.fail("abi.overlap", "must be a list of tables ([[abi.overlap]])")
+    for i, o in enumerate(raw_overlaps):
+        where = f"abi.overlap[{i}]"
+        if not isinstance(o, dict):
+            raise r.fail(where, "must be a table with packages and winner")
+        r.check_keys(o, _OVERLAP_KEYS, where)
+        pkgs = tuple(canonicalize_name(p) for p in r.str_list(o, "packages", where))
+        winner = canonicalize_name(r.str_(o, "winner", where))
+        if len(pkgs) < 2 or winner not in pkgs:
+            raise r.fail(where, "needs at least two packages, and winner must be one of them")
+        overlaps.append(Overlap(packages=pkgs, winner=winner))
+    triton = r.opt_str(a, "triton_provider", "abi")
+    return ABI(
+        package=canonicalize_name(r.str_(a, "package", "abi", "torch")),
+        version=version,
+        local=local,
+        cuda=r.opt_str(a, "cuda", "abi"),
+        protect=tuple(canonicalize_name(p) if "*" not in p else p for p in r.str_list(a, "protect", "abi")),
+        triton_provider=canonicalize_name(triton) if triton else None,
+        adopt=r.bool_(a, "adopt", "abi"),
+        overlaps=tuple(overlaps),
+    )
+
+
+def _parse_step(r: _Reader, s: Any, i: int) -> Step:
+    where = f"step[{i}]"
+    if not isinstance(s, dict):
+        raise r.fail(where, "must be a table ([[step]])")
+    r.check_keys(s, _STEP_KEYS, where)
+    name = r.str_(s, "name", where)
+    if not _STEP_NAME.match(name):
+        raise r.fail(f"{where}.name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
+    packages = r.str_list(s, "packages", where)
+    if not packages:
+        raise r.fail(f"{where}.packages", "a step must install at least one package")
+    for j, p in enumerate(packages):
+        try:
+            Requirement(p)
+        except InvalidRequirement as exc:
+            raise r.fail(f"{where}.packages[{j}]", f"not a valid requirement {p!r}: {exc}") from None
+    strategy = r.str_(s, "upgrade_strategy", where, "only-if-needed")
+    if strategy not in UPGRADE_STRATEGIES:
+        raise r.fail(
+            f"{where}.upgrade_strategy",
+            f"must be one of {', '.join(UPGRADE_STRATEGIES)}, got {strategy!r}{_did_you_mean(strategy, list(UPGRADE_STRATEGIES))}",
+        )
+    index_url = r.opt_str(s, "index_url", where) or None
+    return Step(
+        name=name,
+        packages=packages,
+        index_url=index_url,
+        extra_index_urls=tuple(u for u in r.str_list(s, "extra_index_urls", where) if u),
+        find_links=tuple(u for u in r.str_list(s, "find_links", where) if u),
+        pre=r.bool_(s, "pre", where),
+        no_deps=r.bool_(s, "no_deps", where),
+        no_build_isolation=r.bool_(s, "no_build_isolation", where),
+        upgrade=r.bool_(s, "upgrade", where),
+        upgrade_strategy=strategy,  # type: ignore[arg-type]
+        reinstall=r.bool_(s, "reinstall", where),
+        no_index=r.bool_(s, "no_index", where),
+        env=r.str_map(s, "env", where),
+    )
+
+
+def _check_baseline(r: _Reader, spec: StackSpec) -> None:
+    abi = spec.abi
+    installers = [i for i, s in enumerate(spec.steps) if abi.package in s.names]
+    if abi.adopt:
+        if installers:
+            raise r.fail(
+                f"step[{installers[0]}].packages",
+                f"abi.adopt = true takes {abi.package} from the base environment, so no step may install it",
+            )
+        baseline = -1
+    elif not installers:
+        raise r.fail(
+            "step",
+            f"no step installs the ABI package {abi.package!r}: the baseline step is missing "
+            f"(add it to a step, or set abi.adopt = true to use the base environment's {abi.package})",
+        )
+    elif len(installers) > 1:
+        a, b = installers[:2]
+        raise r.fail(
+            f"step[{b}].packages",
+            f"{abi.package} is installed by two steps, {spec.steps[a].name!r} (step[{a}]) and "
+            f"{spec.steps[b].name!r} (step[{b}]); only the baseline step may install it",
+        )
+    else:
+        baseline = installers[0]
+        step = spec.steps[baseline]
+        req = next(q for q in step.requirements if canonicalize_name(q.name) == abi.package)
+        if req.specifier and not req.specifier.contains(abi.version, prereleases=True):
+            raise r.fail(
+                f"step[{baseline}].packages",
+                f"{req} does not admit abi.version {abi.version!r}; pin the baseline to it",
+            )
+    for i, s in enumerate(spec.steps):
+        if i <= baseline:
+            continue
+        for j, n in enumerate(s.names):
+            if n != abi.package and abi.is_protected(n):
+                raise r.fail(
+                    f"step[{i}].packages[{j}]",
+                    f"{n} is in the protected set (abi.protect) and is frozen once the baseline "
+                    f"step ran; remove it from step {s.name!r}",
+                )
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+def lockfiles_dirs() -> list[Path]:
+    """Where ``--profile NAME`` looks, in order: $ENVBUILD_LOCKFILES, ./lockfiles, the repo's, the wheel's."""
+    dirs: list[Path] = []
+    if env := os.environ.get("ENVBUILD_LOCKFILES"):
+        dirs.append(Path(env))
+    dirs.append(Path.cwd() / "lockfiles")
+    here = Path(__file__).resolve().parent
+    dirs.append(here.parent / "lockfiles")  # a checkout or an editable install
+    dirs.append(here / "_lockfiles")  # the copy inside an installed wheel
+    seen: list[Path] = []
+    for d in dirs:
+        if d not in seen:
+            seen.append(d)
+    return seen
+
+
+def available_profiles() -> list[str]:
+    names: set[str] = set()
+    for d in lockfiles_dirs():
+        if d.is_dir():
+            names.update(p.parent.name for p in d.glob("*/stack.toml"))
+    return sorted(names)
+
+
+def profile_path(name: str) -> Path:
+    for d in lockfiles_dirs():
+        candidate = d / name / "stack.toml"
+        if candidate.is_file():
+            return candidate
+    known = available_profiles()
+    raise ConfigError(
+        f"unknown profile {name!r}{_did_you_mean(name, known)}; "
+        f"known profiles: {', '.join(known) or 'none'} (looked in {', '.join(str(d) for d in lockfiles_dirs())})",
+        hint="Use --stack FILE for a spec file outside lockfiles/.",
+    )
+
+
+def resolve_spec(profile: str | None, stack: Path | None, environ: Mapping[str, str] | None = None) -> StackSpec:
+    """The spec named on the command line; the embedded default is the ``cpu`` profile."""
+    if profile and stack:
+        raise ConfigError("give either --profile or --stack, not both")
+    path = stack if stack is not None else profile_path(profile or "cpu")
+    return load_spec(path, environ)
