@@ -1,0 +1,396 @@
+"""The ABI guard: after every step, prove torch and the protected set were not touched.
+
+The per-step check reads installed metadata only (dist-info folders and RECORD files; no
+``import torch``), in milliseconds. One full ``import torch`` check runs at the end.
+
+Rules:
+- the ABI package (torch) has the baseline version, local tag and CUDA version;
+- its RECORD is byte-identical *and* the same file on disk (a reinstall of the same version
+  is a violation: the files were rewritten under a running stack's feet);
+- every protected distribution (torch's triton and nvidia-* runtime wheels, ``abi.protect``)
+  keeps its version and RECORD;
+- no second distribution provides the ``triton`` module;
+- no file is owned by two distributions unless the spec acknowledges the overlap, and then the
+  acknowledged winner's copy is the one on disk;
+- a wheel built by ``envbuild wheelhouse`` was built against the installed torch.
+A ``--no-deps`` step's unmet requirements are reported (warning; error with ``--strict``).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from email.parser import HeaderParser
+from pathlib import Path
+from typing import Any
+
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envbuild.spec import ABI, StackSpec
+
+_CUDA_RE = re.compile(r"""^cuda\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
+
+
+@dataclass(frozen=True)
+class Dist:
+    name: str  # canonical
+    version: str
+    dist_info: Path
+    record_sha256: str
+    record_id: tuple[int, int]  # (inode, mtime_ns) of RECORD: changes on any reinstall
+
+    def metadata(self) -> Mapping[str, Any]:
+        text = (self.dist_info / "METADATA").read_text(encoding="utf-8", errors="replace")
+        return HeaderParser().parsestr(text)
+
+    def requires(self) -> list[str]:
+        return self.metadata().get_all("Requires-Dist") or []  # type: ignore[no-any-return]
+
+    def files(self) -> dict[str, str]:
+        """RECORD as {relative path: "sha256=..." or ""}."""
+        return _read_record(self.dist_info / "RECORD")
+
+
+def site_packages(venv: Path) -> Path:
+    candidates = sorted((venv / "lib").glob("python3*/site-packages"))
+    if not candidates:
+        raise FileNotFoundError(f"no site-packages under {venv}/lib")
+    return candidates[-1]
+
+
+def scan(site: Path) -> dict[str, Dist]:
+    """All distributions installed in ``site`` (metadata only)."""
+    dists: dict[str, Dist] = {}
+    for info in site.glob("*.dist-info"):
+        meta = info / "METADATA"
+        record = info / "RECORD"
+        if not meta.is_file():
+            continue
+        name = version = None
+        with meta.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("Name:"):
+                    name = line[5:].strip()
+                elif line.startswith("Version:"):
+                    version = line[8:].strip()
+                if (name and version) or not line.strip():
+                    break
+        if not name or not version:
+            continue
+        if record.is_file():
+            st = record.stat()
+            sha = hashlib.sha256(record.read_bytes()).hexdigest()
+            rid = (st.st_ino, st.st_mtime_ns)
+        else:
+            sha, rid = "", (0, 0)
+        dists[canonicalize_name(name)] = Dist(canonicalize_name(name), version, info, sha, rid)
+    return dists
+
+
+def _read_record(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(path.read_text(encoding="utf-8", errors="replace"))):
+        if row:
+            out[row[0]] = row[1] if len(row) > 1 else ""
+    return out
+
+
+def read_cuda(site: Path, package: str = "torch") -> str | None:
+    """``torch.version.cuda`` read from ``torch/version.py`` without importing torch."""
+    vfile = site / package / "version.py"
+    if not vfile.is_file():
+        return None
+    m = _CUDA_RE.search(vfile.read_text(encoding="utf-8", errors="replace"))
+    return m.group(1) if m else None
+
+
+@dataclass
+class Baseline:
+    """The environment's ABI identity, frozen after the baseline step (stored in the manifest)."""
+
+    package: str
+    version: str
+    cuda: str | None
+    record_sha256: str
+    record_id: tuple[int, int]
+    protected: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {version, record_sha256, record_id}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Baseline:
+        return cls(
+            package=data["package"], version=data["version"], cuda=data.get("cuda"),
+            record_sha256=data["record_sha256"], record_id=tuple(data["record_id"]),  # type: ignore[arg-type]
+            protected={k: dict(v) for k, v in data.get("protected", {}).items()},
+        )
+
+    def pins(self) -> list[str]:
+        """Constraint lines: the ABI package and the protected set at their exact versions."""
+        lines = [f"{self.package}=={self.version}"]
+        lines += [f"{n}=={p['version']}" for n, p in sorted(self.protected.items())]
+        return lines
+
+
+def protected_names(abi: ABI, dists: Mapping[str, Dist], env: Mapping[str, str]) -> set[str]:
+    """The frozen set: abi.protect matches plus torch's own triton and nvidia-* requirements."""
+    names = {n for n in dists if n != abi.package and abi.is_protected(n)}
+    torch = dists.get(abi.package)
+    if torch is not None:
+        for raw in torch.requires():
+            try:
+                req = Requirement(raw)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not _marker_true(req.marker, env):
+                continue
+            n = canonicalize_name(req.name)
+            if (n.startswith("nvidia-") or "triton" in n) and n in dists:
+                names.add(n)
+    return names
+
+
+def _marker_true(marker: Marker, env: Mapping[str, str]) -> bool:
+    try:
+        return marker.evaluate({**env, "extra": ""})  # type: ignore[arg-type]
+    except Exception:  # an unknown variable: be conservative, count it
+        return True
+
+
+def take_baseline(abi: ABI, site: Path, env: Mapping[str, str]) -> Baseline:
+    dists = scan(site)
+    torch = dists.get(abi.package)
+    if torch is None:
+        raise LookupError(abi.package)
+    return Baseline(
+        package=abi.package,
+        version=torch.version,
+        cuda=read_cuda(site, abi.package.replace("-", "_")),
+        record_sha256=torch.record_sha256,
+        record_id=torch.record_id,
+        protected={
+            n: {"version": dists[n].version, "record_sha256": dists[n].record_sha256, "record_id": list(dists[n].record_id)}
+            for n in sorted(protected_names(abi, dists, env))
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # "version", "local", "cuda", "reinstalled", "protected", "triton", "overlap", "provenance", "unmet"
+    package: str
+    message: str
+
+
+@dataclass
+class GuardReport:
+    violations: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def check(
+    spec: StackSpec,
+    baseline: Baseline,
+    site: Path,
+    *,
+    before: Mapping[str, Dist] | None = None,
+    no_deps_names: Iterable[str] = (),
+    marker_env: Mapping[str, str] | None = None,
+) -> GuardReport:
+    """Compare the environment in ``site`` with ``baseline``. ``before``: the scan before the step."""
+    import time
+
+    t0 = time.perf_counter()
+    abi = spec.abi
+    report = GuardReport()
+    dists = scan(site)
+    v, w = report.violations, report.warnings
+    torch = dists.get(abi.package)
+    if torch is None:
+        v.append(Finding("version", abi.package, f"{abi.package} {baseline.version} was uninstalled"))
+    else:
+        if torch.version != baseline.version:
+            v.append(Finding("version", abi.package, f"{abi.package} changed: {baseline.version} -> {torch.version}"))
+        elif torch.record_sha256 != baseline.record_sha256:
+            v.append(Finding("reinstalled", abi.package,
+                             f"{abi.package} {torch.version} was replaced by a different build of the same version (RECORD changed)"))
+        elif tuple(torch.record_id) != tuple(baseline.record_id):
+            v.append(Finding("reinstalled", abi.package,
+                             f"{abi.package} {torch.version} was reinstalled (same version, files rewritten)"))
+        if abi.local and abi.local not in torch.version:
+            v.append(Finding("local", abi.package, f"{abi.package} {torch.version} lacks the local tag {abi.local!r}"))
+        cuda = read_cuda(site, abi.package.replace("-", "_"))
+        if abi.cuda and cuda != abi.cuda:
+            v.append(Finding("cuda", abi.package, f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}"))
+    for name, pin in baseline.protected.items():
+        d = dists.get(name)
+        if d is None:
+            v.append(Finding("protected", name, f"protected {name} {pin['version']} was uninstalled"))
+        elif d.version != pin["version"]:
+            v.append(Finding("protected", name, f"protected {name} changed: {pin['version']} -> {d.version}"))
+        elif d.record_sha256 != pin["record_sha256"] or list(d.record_id) != list(pin["record_id"]):
+            v.append(Finding("protected", name, f"protected {name} {d.version} was reinstalled"))
+    _check_files(spec, dists, site, v)
+    _check_provenance(dists, torch.version if torch else None, v)
+    if no_deps_names:
+        for f in unmet_requirements(dists, no_deps_names, marker_env or {}):
+            w.append(f)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list[Finding]) -> None:
+    abi = spec.abi
+    owners: dict[str, list[str]] = {}
+    hashes: dict[tuple[str, str], str] = {}
+    triton_owners: set[str] = set()
+    for name, d in dists.items():
+        for path, digest in d.files().items():
+            if path.startswith("triton/"):
+                triton_owners.add(name)
+            if ".dist-info/" in path or "__pycache__" in path or path.startswith(".."):
+                continue
+            owners.setdefault(path, []).append(name)
+            hashes[(path, name)] = digest
+    if abi.triton_provider:
+        extra = sorted(triton_owners - {abi.triton_provider})
+        if extra:
+            v.append(Finding("triton", extra[0],
+                             f"{', '.join(extra)} installed a second `triton` module next to {abi.triton_provider} "
+                             f"(same import name: its files overwrite {abi.triton_provider}'s)"))
+    elif len(triton_owners) > 1:
+        names = sorted(triton_owners)
+        v.append(Finding("triton", names[-1], f"{', '.join(names)} all provide the `triton` module"))
+    acknowledged = {frozenset(o.packages): o.winner for o in abi.overlaps}
+    reported: set[frozenset[str]] = set()
+    for path, names in owners.items():
+        if len(names) < 2:
+            continue
+        group = frozenset(names)
+        if group & triton_owners and path.startswith("triton/"):
+            continue  # reported by the triton rule
+        winner = next((w for g, w in acknowledged.items() if group <= g), None)
+        if winner is None:
+            if group not in reported:
+                reported.add(group)
+                v.append(Finding("overlap", sorted(names)[-1],
+                                 f"{' and '.join(sorted(names))} both own {path} (and maybe more files); "
+                                 "acknowledge it with [[abi.overlap]] packages/winner, or drop one"))
+            continue
+        expected = hashes.get((path, winner), "")
+        if expected.startswith("sha256=") and (site / path).is_file():
+            actual = "sha256=" + base64.urlsafe_b64encode(
+                hashlib.sha256((site / path).read_bytes()).digest()).rstrip(b"=").decode()
+            if actual != expected and group not in reported:
+                reported.add(group)
+                loser = next(n for n in names if n != winner)
+                v.append(Finding("overlap", loser,
+                                 f"{path} on disk is not {winner}'s copy (acknowledged overlap of {', '.join(sorted(names))}): "
+                                 f"{loser} was installed after {winner}; install {winner} last"))
+
+
+def _check_provenance(dists: Mapping[str, Dist], torch_version: str | None, v: list[Finding]) -> None:
+    try:
+        from envbuild.wheelhouse import provenance_mismatch, read_provenance
+    except ImportError:
+        return
+    for name, d in dists.items():
+        prov = read_provenance(d.dist_info)
+        if prov is None:
+            continue
+        problem = provenance_mismatch(prov, torch_version)
+        if problem:
+            v.append(Finding("provenance", name, f"{name} {d.version}: {problem}"))
+
+
+def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Mapping[str, str]) -> list[Finding]:
+    out: list[Finding] = []
+    for name in names:
+        d = dists.get(canonicalize_name(name))
+        if d is None:
+            continue
+        for raw in d.requires():
+            try:
+                req = Requirement(raw)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not _marker_true(req.marker, env):
+                continue
+            dep = dists.get(canonicalize_name(req.name))
+            if dep is None:
+                out.append(Finding("unmet", d.name, f"{d.name} {d.version} requires {req}, which is not installed"))
+                continue
+            try:
+                ok = req.specifier.contains(Version(dep.version), prereleases=True)
+            except InvalidVersion:
+                ok = True
+            if not ok:
+                out.append(Finding("unmet", d.name,
+                                   f"{d.name} {d.version} requires {req}, but {dep.name} {dep.version} is installed"))
+    return out
+
+
+FULL_CHECK = (
+    "import json, torch\n"
+    "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+    "'file': torch.__file__}))\n"
+)
+
+
+def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Finding]:
+    """Interpret the output of FULL_CHECK run by the venv's python."""
+    abi = spec.abi
+    out: list[Finding] = []
+    if data.get("version") != abi.version and not abi.adopt:
+        out.append(Finding("version", abi.package, f"import {abi.package} gives {data.get('version')}, expected {abi.version}"))
+    if abi.local and abi.local not in str(data.get("version")):
+        out.append(Finding("local", abi.package, f"import {abi.package} gives {data.get('version')}, without {abi.local!r}"))
+    if abi.cuda and data.get("cuda") != abi.cuda:
+        out.append(Finding("cuda", abi.package, f"torch.version.cuda is {data.get('cuda')!r}, expected {abi.cuda!r}"))
+    return out
+
+
+# PEP 508 marker variables of the *target* interpreter (packaging's default_environment,
+# without needing packaging inside the venv).
+MARKER_ENV_SCRIPT = """
+import json, os, platform, sys
+def fmt(info):
+    v = "{0.major}.{0.minor}.{0.micro}".format(info)
+    if info.releaselevel != "final":
+        v += info.releaselevel[0] + str(info.serial)
+    return v
+print(json.dumps({
+    "implementation_name": sys.implementation.name,
+    "implementation_version": fmt(sys.implementation.version),
+    "os_name": os.name,
+    "platform_machine": platform.machine(),
+    "platform_release": platform.release(),
+    "platform_system": platform.system(),
+    "platform_version": platform.version(),
+    "python_full_version": platform.python_version(),
+    "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]),
+    "sys_platform": sys.platform,
+}))
+"""
+
+
+def dumps(findings: Iterable[Finding]) -> str:
+    return json.dumps([asdict(f) for f in findings])

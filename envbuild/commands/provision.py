@@ -1,0 +1,73 @@
+"""``envbuild provision``: build (or resume, or verify) the environment a stack describes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from envbuild import events
+from envbuild.commands import ui
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.errors import ConfigError
+from envbuild.plan import BACKENDS
+from envbuild.provision import ProvisionOptions, provision
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("provision", help="create the venv on the data root and install every step, guarded")
+    add_stack_args(p)
+    add_json_arg(p)
+    p.add_argument("--root", type=Path, help="data root (default: the spec's layout.root)")
+    p.add_argument("--home", type=Path, help="where the links go (default: $HOME)")
+    p.add_argument("--python", metavar="PATH", help="interpreter for the venv (default: python<spec.python>)")
+    p.add_argument("--venv", type=Path, help="install into this existing environment instead of <root>/venv")
+    p.add_argument("--backend", choices=BACKENDS, help="installer (default: uv when available, else pip)")
+    p.add_argument("--step", metavar="NAME", help="run only this step (earlier steps must be done)")
+    p.add_argument("--force-links", action="store_true",
+                   help="rename files or folders in the way of the $HOME links aside instead of stopping")
+    p.add_argument("--strict", action="store_true", help="requirements left unmet by --no-deps steps are errors")
+    p.add_argument("--offline", action="store_true", help="install only from --wheelhouse; touch no index")
+    p.add_argument("--wheelhouse", metavar="DIR|URL", help="mirrored wheelhouse (with --offline)")
+    p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock and resolve from the spec")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_stack(args)
+    if args.offline and not args.wheelhouse:
+        raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")
+    if args.wheelhouse and not args.offline:
+        raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
+    locked = {} if args.no_lock else _locked(spec)
+    opts = ProvisionOptions(
+        root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
+        force_links=args.force_links, strict=args.strict, only_step=args.step,
+        wheelhouse=args.wheelhouse, locked=locked,
+    )
+    result = provision(spec, opts)
+    if args.json:
+        ui.print_json({
+            "root": str(result.paths.root), "venv": str(result.paths.venv), "ran": result.ran,
+            "skipped": result.skipped, "warnings": result.warnings, "seconds": round(result.seconds, 3),
+            "guard_seconds": [round(s, 4) for s in result.guard_seconds],
+            "full_check": result.full_check, "receipt": str(result.receipt) if result.receipt else None,
+        })
+        return 0
+    if not result.ran:
+        events.emit("ok", f"{spec.name}: already provisioned and verified at {result.paths.venv}; nothing to do")
+    else:
+        events.emit("ok", f"{spec.name}: provisioned {result.paths.venv} in {result.seconds:.1f} s "
+                    f"({len(result.ran)} steps run, {len(result.skipped)} already done)")
+    ui.print_text(f"activate: . {result.paths.venv}/bin/activate")
+    if result.receipt:
+        ui.print_text(f"receipt: {result.receipt}")
+    return 0
+
+
+def _locked(spec: Any) -> dict[str, Path]:
+    try:
+        from envbuild.lock import locked_requirements
+    except ImportError:
+        return {}
+    return locked_requirements(spec)

@@ -1,0 +1,234 @@
+"""The installer: interpreters, venvs, and one step run through pip or uv as a subprocess.
+
+pip is driven as ``<venv>/bin/python -m pip`` and uv as ``uv pip install --python <venv>``;
+requirements and constraints are passed as files. A failed step is classified (resolver
+conflict on a protected package, hash mismatch, disk full, network) into one clear paragraph.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild import events
+from envbuild.errors import ABIViolation, InstallError, PreflightError
+from envbuild.net import redact
+from envbuild.plan import Backend, InstallerSources, PlannedStep, installer_argv
+from envbuild.runner import RunResult, format_argv, run
+from envbuild.spec import StackSpec
+
+# ----------------------------------------------------------------------------- interpreters
+
+
+def python_version_of(python: str | Path) -> str | None:
+    """``major.minor`` of an interpreter, or None if it does not run (e.g. a pyenv shim)."""
+    try:
+        out = subprocess.run(
+            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def find_python(version: str, override: str | None = None) -> Path:
+    """The interpreter a venv is made with: ``--python`` or the first python<version> that runs."""
+    if override:
+        found = shutil.which(override) or (override if Path(override).exists() else None)
+        if found is None:
+            raise PreflightError(f"--python {override}: no such interpreter")
+        actual = python_version_of(found)
+        if actual is None:
+            raise PreflightError(f"--python {override}: the interpreter does not run")
+        if actual != version:
+            events.emit("warn", f"--python {override} is Python {actual}; the stack asks for {version}")
+        return Path(found)
+    candidates: list[str] = []
+    if w := shutil.which(f"python{version}"):
+        candidates.append(w)
+    candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True)
+    candidates += sorted(glob.glob(f"/opt/python/cp{version.replace('.', '')}*/bin/python{version}"))
+    if (w := shutil.which("python3")) and python_version_of(w) == version:
+        candidates.append(w)
+    for c in candidates:
+        if Path(c).exists() and python_version_of(c) == version:
+            return Path(c)
+    uv = find_uv()
+    if uv:
+        out = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            return Path(out.stdout.strip())
+    raise PreflightError(
+        f"Python {version}, which the stack asks for, was not found (looked for python{version} on PATH, "
+        "in /usr/bin, /usr/local/bin and ~/.pyenv, and asked uv)",
+        hint=f"Install it (Ubuntu: the deadsnakes PPA, `apt install python{version} python{version}-venv`; "
+        f"or `uv python install {version}`), or pass --python PATH.",
+    )
+
+
+def find_uv() -> str | None:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def pick_backend(requested: str | None) -> Backend:
+    if requested == "pip":
+        return "pip"
+    if requested == "uv":
+        if find_uv() is None:
+            raise PreflightError("--backend uv: no uv executable found (pip install uv, or use --backend pip)")
+        return "uv"
+    return "uv" if find_uv() else "pip"
+
+
+def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources:
+    """The index, extra indexes and find-links pip is configured with (pip.conf and PIP_*)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                         timeout=30, env=dict(env) if env is not None else None)
+    values: dict[str, list[str]] = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"^[^.]*\.(index-url|extra-index-url|find-links)='(.*)'$", line.strip())
+        if m:
+            key, raw = m.groups()
+            # later sources (env) win over files for the same key, as pip does
+            values[key] = raw.split()
+    index = values.get("index-url", [None])[0]
+    return InstallerSources(
+        index_url=index,
+        extra_index_urls=tuple(values.get("extra-index-url", [])),
+        find_links=tuple(values.get("find-links", [])),
+    )
+
+
+def create_venv(python: Path, venv: Path, backend: Backend, log_file: Path) -> None:
+    if backend == "uv":
+        uv = find_uv()
+        assert uv is not None
+        argv = [uv, "venv", "--seed", "--python", str(python), str(venv)]
+    else:
+        argv = [str(python), "-m", "venv", str(venv)]
+    events.emit("info", f"creating the venv: {format_argv(argv)}")
+    result = run(argv, log_file=log_file)
+    if not result.ok:
+        raise InstallError(f"creating the venv at {venv} failed (exit {result.returncode}):\n{result.tail}",
+                           hint=f"Full log: {log_file}")
+
+
+# ----------------------------------------------------------------------------- one step
+
+
+@dataclass(frozen=True)
+class StepRun:
+    result: RunResult
+    argv: list[str]
+
+
+def write_requirements(planned: PlannedStep, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    if planned.locked_file is not None:
+        return planned.locked_file
+    path = folder / f"{planned.number:02d}-{planned.name}.in"
+    text = "# envbuild: requirements of step %r\n%s\n" % (planned.name, "\n".join(planned.requirements))
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def run_step(
+    planned: PlannedStep,
+    *,
+    spec: StackSpec,
+    backend: Backend,
+    python: Path,
+    state_dir: Path,
+    constraints: Path | None,
+    log_file: Path,
+    base_env: Mapping[str, str],
+) -> StepRun:
+    req = write_requirements(planned, state_dir / "steps")
+    argv = installer_argv(planned, backend=backend, python=python, uv=find_uv() if backend == "uv" else None,
+                          requirements_file=req, constraints_file=constraints)
+    env = dict(base_env)
+    env.update(planned.env)
+    env["VIRTUAL_ENV"] = str(python.parent.parent)
+    events.emit("debug", redact(format_argv(argv)))
+    result = run(argv, log_file=log_file, env=env,
+                 on_line=lambda line: events.emit("debug", redact(line)))
+    if not result.ok:
+        raise classify_failure(planned, spec, result)
+    return StepRun(result, argv)
+
+
+_CONFLICT_PIP = re.compile(r"^\s*(?P<who>[A-Za-z0-9._-]+) (?P<ver>\S+) depends on (?P<req>.+)$", re.M)
+_CONFLICT_UV = re.compile(r"(?P<who>[A-Za-z0-9._-]+)(?:==| )(?P<ver>[0-9][^\s,]*) depends on (?P<req>[^,\n]+)")
+
+
+def classify_failure(planned: PlannedStep, spec: StackSpec, result: RunResult) -> Exception:
+    """Turn an installer failure into one paragraph: what broke, what to change, where the log is."""
+    tail = redact(result.tail)
+    where = f"Full log: {result.log_file}"
+    step = f"step {planned.number} ({planned.name!r})"
+    abi = spec.abi
+    text = _log_text(result)
+    culprits = []
+    for rx in (_CONFLICT_PIP, _CONFLICT_UV):
+        for m in rx.finditer(text):
+            req = m.group("req").strip().rstrip(".")
+            name = re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]
+            if abi.is_protected(name) and not abi.is_protected(m.group("who")):
+                culprits.append(f"{m.group('who')} {m.group('ver')} requires {req}")
+    if culprits:
+        return ABIViolation(
+            f"{step} would replace {abi.package}: {'; '.join(dict.fromkeys(culprits))}, which the installed "
+            f"baseline {abi.package} {abi.version} does not satisfy. The constraint pinning the baseline stopped "
+            "the installer; nothing was changed.",
+            hint=f"Fix the spec: install that package with no_deps = true in its own step, or pin a version "
+            f"whose {abi.package} requirement the baseline satisfies. {where}",
+        )
+    if "do not match the hashes" in text.lower() or "hash mismatch" in text.lower():
+        return InstallError(f"{step}: an artifact's hash does not match the lock (tampered or re-uploaded file)."
+                            f"\n{tail}", hint=f"Re-lock with `envbuild lock` if the change is expected. {where}")
+    if "No space left on device" in text or "Errno 28" in text:
+        return InstallError(f"{step}: the disk is full while installing.\n{tail}",
+                            hint=f"Free space on the data root or choose a larger one with --root. {where}")
+    if re.search(r"(No matching distribution|not found in the package registry|No solution found|"
+                 r"ResolutionImpossible|Could not find a version)", text):
+        return InstallError(f"{step}: the installer could not find or resolve a package.\n{tail}",
+                            hint=f"Check the package names and versions and the step's index_url/find_links. {where}")
+    if re.search(r"(Failed to establish a new connection|NewConnectionError|Temporary failure in name resolution|"
+                 r"Connection refused|timed out|dns error|error sending request)", text, re.I):
+        return InstallError(f"{step}: a package index could not be reached.\n{tail}",
+                            hint=f"Check the network or use --offline --wheelhouse DIR. {where}")
+    return InstallError(f"{step} failed (exit {result.returncode}):\n{tail}",
+                        hint=f"The venv is kept as it is for inspection. {where}")
+
+
+def _log_text(result: RunResult) -> str:
+    if result.log_file and result.log_file.exists():
+        data = result.log_file.read_text(errors="replace")
+        # only this attempt: the log is appended across attempts
+        return data[data.rfind("\n$ ") + 1:] if "\n$ " in data else data
+    return result.tail
+
+
+def run_python_json(python: Path, code: str, timeout: float = 120) -> dict[str, object]:
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}")
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert isinstance(data, dict)
+    return data

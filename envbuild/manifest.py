@@ -1,0 +1,102 @@
+"""Provisioning state under the data root: each step's status, so a killed run resumes.
+
+``<root>/.envbuild/manifest.json`` is rewritten atomically after every transition
+(pending -> running -> ok | failed). A step left ``running`` by a crash or SIGKILL is
+simply run again: pip and uv installs are idempotent, and the ABI guard re-checks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from envbuild._io import atomic_write_json
+from envbuild.errors import ConfigError
+
+SCHEMA = 1
+Status = Literal["pending", "running", "ok", "failed"]
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@dataclass
+class StepState:
+    name: str
+    digest: str = ""
+    status: Status = "pending"
+    started: str | None = None
+    ended: str | None = None
+    seconds: float | None = None
+    guard_seconds: float | None = None
+    log: str | None = None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Manifest:
+    path: Path
+    stack: str = ""
+    spec_digest: str = ""
+    python: str = ""
+    venv: str = ""
+    backend: str = ""
+    baseline: dict[str, Any] | None = None
+    marker_env: dict[str, str] | None = None
+    violation: str | None = None  # set when the last run stopped on an ABI violation
+    steps: list[StepState] = field(default_factory=list)
+    finished: str | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        if not path.exists():
+            return cls(path=path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(
+                f"{path}: the provisioning manifest is unreadable ({exc}); "
+                "move it away to start over (the venv will be re-verified)"
+            ) from None
+        if data.get("schema") != SCHEMA:
+            raise ConfigError(f"{path}: manifest schema {data.get('schema')!r} is not {SCHEMA}; move it away to start over")
+        steps = [StepState(**s) for s in data.pop("steps", [])]
+        data.pop("schema", None)
+        return cls(path=path, steps=steps, **data)
+
+    def save(self) -> None:
+        data = asdict(self)
+        data.pop("path")
+        atomic_write_json(self.path, {"schema": SCHEMA, **data})
+
+    def state(self, name: str) -> StepState:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        s = StepState(name=name)
+        self.steps.append(s)
+        return s
+
+    def sync_steps(self, planned: list[tuple[str, str]]) -> list[str]:
+        """Align with the plan's (name, digest) list. A changed or moved step and every step after
+        it go back to pending. Returns the names reset."""
+        old = {s.name: s for s in self.steps}
+        new: list[StepState] = []
+        reset: list[str] = []
+        dirty = False
+        for i, (name, digest) in enumerate(planned):
+            s = old.get(name)
+            moved = i >= len(self.steps) or self.steps[i].name != name
+            if s is None or s.digest != digest or moved or dirty:
+                if s is not None and s.status == "ok":
+                    reset.append(name)
+                dirty = dirty or (s is not None and (s.digest != digest or moved))
+                s = StepState(name=name, digest=digest)
+            new.append(s)
+        self.steps = new
+        return reset

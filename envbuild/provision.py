@@ -1,0 +1,340 @@
+"""``envbuild provision``: checks, layout, venv, each step in order with the ABI guard, full check.
+
+Resumable: state lives in the manifest under the data root. A run killed anywhere (Ctrl-C,
+SIGKILL) converges when run again; a run on a finished environment verifies and changes
+nothing. A run that stopped on an ABI violation left a venv that cannot be trusted: the next
+run moves it aside (never deletes it) and starts the venv over.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envbuild import abi, events, layout
+from envbuild._io import atomic_write_text
+from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
+from envbuild.install import (
+    create_venv,
+    find_python,
+    pick_backend,
+    pip_config_sources,
+    python_version_of,
+    run_python_json,
+    run_step,
+)
+from envbuild.manifest import Manifest, now
+from envbuild.net import is_url, probe
+from envbuild.plan import Plan, PlanOptions, PlannedStep, make_plan
+from envbuild.spec import StackSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProvisionOptions:
+    root: Path | None = None
+    home: Path | None = None
+    python: str | None = None
+    venv: Path | None = None  # install into this existing environment instead of <root>/venv
+    backend: str | None = None  # "pip", "uv", None: uv when available
+    force_links: bool = False
+    strict: bool = False
+    only_step: str | None = None
+    wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
+    locked: Mapping[str, Path] = field(default_factory=dict)
+
+
+@dataclass
+class ProvisionResult:
+    paths: layout.Paths
+    plan: Plan
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    guard_seconds: list[float] = field(default_factory=list)
+    full_check: dict[str, object] | None = None
+    receipt: Path | None = None
+    seconds: float = 0.0
+
+
+def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
+    backend = pick_backend(opts.backend)
+    sources = pip_config_sources() if backend == "uv" and not opts.wheelhouse else None
+    return make_plan(spec, PlanOptions(backend=backend, wheelhouse=opts.wheelhouse,
+                                       default_sources=sources or PlanOptions().default_sources,
+                                       locked=opts.locked))
+
+
+def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
+    t0 = time.monotonic()
+    paths = layout.paths_for(spec, opts.root)
+    if opts.venv is not None:
+        paths = layout.Paths(root=paths.root, venv_name=str(opts.venv.expanduser().absolute()))
+    _check_data_root(spec, paths)
+    plan = build_plan(spec, opts)
+    result = ProvisionResult(paths=paths, plan=plan)
+    backend = plan.options.backend
+    if opts.only_step:
+        plan.step(opts.only_step)  # unknown step: config error before anything changes
+
+    manifest = Manifest.load(paths.manifest)
+    if manifest.violation and opts.venv is None and paths.venv.exists():
+        aside = paths.venv.with_name(f"{paths.venv.name}.untrusted-{time.strftime('%Y%m%d-%H%M%S')}")
+        paths.venv.rename(aside)
+        events.emit("warn", f"the last run stopped on an ABI violation ({manifest.violation}); "
+                    f"the venv was moved aside to {aside} and is made again")
+        manifest = Manifest(path=paths.manifest)
+    reset = manifest.sync_steps([(s.name, s.digest) for s in plan.steps])
+    if reset:
+        events.emit("info", f"the spec changed: re-running {', '.join(reset)}")
+    manifest.stack, manifest.spec_digest, manifest.backend = spec.name, spec.digest, backend
+
+    todo = [s for s in plan.steps if manifest.state(s.name).status != "ok"
+            and (opts.only_step is None or s.name == opts.only_step)]
+    _check_sources(plan, todo)
+
+    # layout first: the venv, caches and logs all live on the data root
+    layout.create_folders(paths)
+    home = (opts.home or Path.home()).expanduser()
+    for line in layout.link_home(spec, paths, home, force=opts.force_links):
+        events.emit("info", line)
+    layout.write_overlay(spec, paths)
+    python = _ensure_venv(spec, opts, paths, backend, manifest)
+    layout.hook_activate(paths)
+    if manifest.marker_env is None:
+        manifest.marker_env = {k: str(v) for k, v in run_python_json(python, abi.MARKER_ENV_SCRIPT).items()}
+    site = abi.site_packages(paths.venv)
+    env = _install_env(paths)
+    if spec.abi.adopt and manifest.baseline is None:
+        manifest.baseline = _take_baseline(spec, site, manifest, paths, adopted=True)
+    manifest.save()
+
+    for planned in plan.steps:
+        state = manifest.state(planned.name)
+        if opts.only_step and planned.name != opts.only_step:
+            if planned.number < plan.step(opts.only_step).number and state.status != "ok":
+                raise PreflightError(
+                    f"--step {opts.only_step}: the earlier step {planned.name!r} has not run ({state.status}); "
+                    "run the steps in order (or provision without --step)")
+            continue
+        if state.status == "ok":
+            result.skipped.append(planned.name)
+            continue
+        _run_one(spec, opts, planned, manifest, paths, python, site, env, result)
+
+    last = plan.steps[-1].name
+    if opts.only_step is None or opts.only_step == last:
+        _final_check(spec, manifest, site, python, result)
+        manifest.finished = now()
+        manifest.save()
+    result.seconds = time.monotonic() - t0
+    result.receipt = _write_receipt(spec, paths, python, result)
+    return result
+
+
+def _check_data_root(spec: StackSpec, paths: layout.Paths) -> None:
+    root = paths.root
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PreflightError(f"cannot create the data root {root}: {exc.strerror}",
+                             hint="Choose another with --root, or create it and make it writable.") from None
+    if not os.access(root, os.W_OK):
+        raise PreflightError(f"the data root {root} is not writable by this user",
+                             hint="Fix its permissions, or choose another with --root.")
+    free_gb = shutil.disk_usage(root).free / 1e9
+    if free_gb < spec.layout.min_free_gb:
+        raise PreflightError(
+            f"the data root {root} has {free_gb:.1f} GB free; the stack needs at least {spec.layout.min_free_gb:g} GB "
+            "(layout.min_free_gb)", hint="Free space, or choose a larger disk with --root.")
+    if spec.layout.separate_root_fs and os.stat(root).st_dev == os.stat("/").st_dev:
+        events.emit("warn", f"the data root {root} is on the root filesystem; pip caches and torch wheels "
+                    "can fill a small root disk (mount the data disk there, or use --root)")
+
+
+def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
+    if not todo:
+        return
+    locations = make_plan(plan.spec, PlanOptions(backend=plan.options.backend, wheelhouse=plan.options.wheelhouse,
+                                                 default_sources=plan.options.default_sources)).sources()
+    wanted = {a for s in todo for a in s.args}
+    bad = []
+    for loc in locations:
+        if loc not in wanted:
+            continue
+        p = probe(loc)
+        if not p.ok and (is_url(loc) or not loc.startswith("file:")):
+            bad.append(f"{p.location} ({p.detail})")
+    if bad:
+        raise PreflightError(
+            "package sources the plan needs do not answer: " + "; ".join(bad),
+            hint="Check the network and the URLs in the stack spec (or the variables they expand from), "
+            "or install from a mirrored wheelhouse with --offline --wheelhouse DIR.")
+
+
+def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, backend: str,
+                 manifest: Manifest) -> Path:
+    python = paths.python
+    if opts.venv is not None:
+        if not python.exists():
+            raise PreflightError(f"--venv {opts.venv}: no environment there (no {python})")
+        return python
+    if python.exists():
+        actual = python_version_of(python)
+        if actual is None:
+            raise PreflightError(f"the venv at {paths.venv} is broken (its python does not run)",
+                                 hint="Move it away; the next run makes a new one.")
+        if actual != spec.python and opts.python is None:
+            raise PreflightError(f"the venv at {paths.venv} is Python {actual}, the stack asks for {spec.python}",
+                                 hint="Move it away to have it made again with the right interpreter.")
+        return python
+    base = find_python(spec.python, opts.python)
+    for state in manifest.steps:  # a new venv: nothing in it has run
+        state.status = "pending"
+    manifest.baseline = None
+    create_venv(base, paths.venv, backend, paths.logs / "venv.log")  # type: ignore[arg-type]
+    manifest.python, manifest.venv = str(base), str(paths.venv)
+    return python
+
+
+def _install_env(paths: layout.Paths) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    cache = paths.cache_env()
+    env["PIP_CACHE_DIR"] = cache["PIP_CACHE_DIR"]
+    env["UV_CACHE_DIR"] = cache["UV_CACHE_DIR"]  # same filesystem as the venv: uv hard-links from it
+    env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    return env
+
+
+def _take_baseline(spec: StackSpec, site: Path, manifest: Manifest, paths: layout.Paths,
+                   adopted: bool = False) -> dict[str, object]:
+    try:
+        base = abi.take_baseline(spec.abi, site, manifest.marker_env or {})
+    except LookupError:
+        where = "the environment" if adopted else "the venv after the baseline step"
+        raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from None
+    if not adopted and base.version != spec.abi.version:
+        raise ABIViolation(
+            f"the baseline step installed {spec.abi.package} {base.version}, but the spec says abi.version = "
+            f"{spec.abi.version}", hint="Fix abi.version or the baseline step's pin so they agree.")
+    pins = "\n".join(base.pins())
+    atomic_write_text(paths.constraints, f"# envbuild: the ABI baseline, frozen after the baseline step\n{pins}\n")
+    events.emit("info", f"baseline frozen: {', '.join(base.pins())}")
+    return base.to_json()
+
+
+def _run_one(spec: StackSpec, opts: ProvisionOptions, planned: PlannedStep, manifest: Manifest,
+             paths: layout.Paths, python: Path, site: Path, env: dict[str, str], result: ProvisionResult) -> None:
+    state = manifest.state(planned.name)
+    total = len(result.plan.steps)
+    events.emit("step", f"step {planned.number}/{total} {planned.name}: {' '.join(planned.requirements)}")
+    log_file = paths.logs / f"{planned.number:02d}-{planned.name}.log"
+    state.status, state.started, state.ended, state.log, state.error = "running", now(), None, str(log_file), None
+    manifest.save()
+    constraints = None
+    step_env = dict(env)
+    if planned.constrained:
+        if manifest.baseline is None:
+            manifest.baseline = _take_baseline(spec, site, manifest, paths)
+        constraints = paths.constraints
+        step_env["PIP_CONSTRAINT"] = str(constraints)  # reaches pip's isolated build envs too
+        step_env["UV_BUILD_CONSTRAINT"] = str(constraints)
+    t = time.monotonic()
+    try:
+        run_step(planned, spec=spec, backend=result.plan.options.backend, python=python,  # type: ignore[arg-type]
+                 state_dir=paths.state, constraints=constraints, log_file=log_file, base_env=step_env)
+        if planned.role == "baseline":
+            manifest.baseline = _take_baseline(spec, site, manifest, paths)
+    except EnvbuildError as exc:
+        state.status, state.ended, state.error = "failed", now(), exc.message
+        manifest.save()
+        raise
+    state.seconds = round(time.monotonic() - t, 3)
+    if manifest.baseline is not None:
+        report = abi.check(spec, abi.Baseline.from_json(manifest.baseline), site,
+                           no_deps_names=planned.step.names if planned.step.no_deps else (),
+                           marker_env=manifest.marker_env)
+        state.guard_seconds = round(report.seconds, 4)
+        result.guard_seconds.append(report.seconds)
+        state.warnings = [f.message for f in report.warnings]
+        for f in report.warnings:
+            events.emit("warn", f"step {planned.name}: {f.message} (left unmet by --no-deps)")
+            result.warnings.append(f.message)
+        if not report.ok or (opts.strict and report.warnings):
+            findings = report.violations or report.warnings
+            message = _violation_message(planned, findings)
+            state.status, state.ended, state.error = "failed", now(), message
+            if report.violations:
+                manifest.violation = f"step {planned.name}: {findings[0].message}"
+            manifest.save()
+            raise ABIViolation(message, hint=_violation_hint(findings, paths))
+    state.status, state.ended = "ok", now()
+    manifest.save()
+    result.ran.append(planned.name)
+    events.emit("ok", f"step {planned.name} ({state.seconds:.1f} s, guard {1000 * (state.guard_seconds or 0):.0f} ms)")
+
+
+def _violation_message(planned: PlannedStep, findings: list[abi.Finding]) -> str:
+    lines = [f"ABI guard after step {planned.number} ({planned.name!r}): " + findings[0].message]
+    lines += [f"  also: {f.message}" for f in findings[1:4]]
+    culprits = [n for n in planned.step.names if n not in {f.package for f in findings}]
+    if culprits and findings[0].rule in ("version", "reinstalled", "protected", "cuda", "local"):
+        lines.append(f"  installed by this step: {', '.join(planned.step.names)}")
+    return "\n".join(lines)
+
+
+def _violation_hint(findings: list[abi.Finding], paths: layout.Paths) -> str:
+    rule = findings[0].rule
+    fixes = {
+        "version": "Install the packages that pulled it in with no_deps = true, or pin versions whose torch requirement the baseline satisfies.",
+        "reinstalled": "Remove reinstall/upgrade from that step, or install its packages with no_deps = true.",
+        "protected": "Install the package that pulled it in with no_deps = true.",
+        "triton": "Install that package with no_deps = true: the baseline's triton provider already supplies the module.",
+        "overlap": "Acknowledge the overlap with [[abi.overlap]] (packages, winner) and order the steps so the winner installs last, or drop one package.",
+        "provenance": "Rebuild the wheel against the installed torch with `envbuild wheelhouse build`.",
+        "unmet": "Pin the missing versions in a later step, or use matching versions (--strict makes this an error).",
+    }
+    return f"{fixes.get(rule, 'Fix the stack spec.')} The next provision moves this venv aside and starts over. Logs: {paths.logs}"
+
+
+def _final_check(spec: StackSpec, manifest: Manifest, site: Path, python: Path, result: ProvisionResult) -> None:
+    if manifest.baseline is None:
+        raise ABIViolation(f"no baseline was recorded for {spec.abi.package}; the environment cannot be verified")
+    report = abi.check(spec, abi.Baseline.from_json(manifest.baseline), site, marker_env=manifest.marker_env)
+    if not report.ok:
+        manifest.violation = report.violations[0].message
+        manifest.save()
+        raise ABIViolation("the environment no longer matches its baseline: "
+                           + "; ".join(f.message for f in report.violations),
+                           hint="Something outside envbuild changed the venv. Run provision again to rebuild it.")
+    try:
+        data = run_python_json(python, abi.FULL_CHECK)
+    except Exception as exc:
+        raise ABIViolation(f"`import {spec.abi.package}` fails in the finished venv: {exc}") from None
+    problems = abi.full_check_result(spec, data)
+    if problems:
+        raise ABIViolation("full import check: " + "; ".join(f.message for f in problems))
+    result.full_check = data
+    events.emit("ok", f"import {spec.abi.package}: {data.get('version')} (cuda {data.get('cuda')})")
+
+
+def _write_receipt(spec: StackSpec, paths: layout.Paths, python: Path, result: ProvisionResult) -> Path | None:
+    try:
+        from envbuild.receipt import write_receipt
+    except ImportError:
+        return None
+    manifest = Manifest.load(paths.manifest)
+    payload = {
+        "ran": result.ran,
+        "skipped": result.skipped,
+        "warnings": result.warnings,
+        "seconds": round(result.seconds, 3),
+        "backend": result.plan.options.backend,
+        "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "guard_seconds": s.guard_seconds,
+                   "started": s.started, "ended": s.ended} for s in manifest.steps],
+        "full_check": result.full_check,
+    }
+    return write_receipt(paths, "provision", payload, spec=spec, python=python)
