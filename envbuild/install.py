@@ -40,6 +40,13 @@ def python_version_of(python: str | Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def real_executable(python: str | Path) -> Path:
+    """The interpreter behind a launcher (a pyenv shim, a symlink): what a venv should point at."""
+    out = subprocess.run([str(python), "-c", "import sys; print(sys.executable)"],
+                         capture_output=True, text=True, timeout=20)
+    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else Path(python)
+
+
 def find_python(version: str, override: str | None = None) -> Path:
     """The interpreter a venv is made with: ``--python`` or the first python<version> that runs."""
     if override:
@@ -51,7 +58,7 @@ def find_python(version: str, override: str | None = None) -> Path:
             raise PreflightError(f"--python {override}: the interpreter does not run")
         if actual != version:
             events.emit("warn", f"--python {override} is Python {actual}; the stack asks for {version}")
-        return Path(found)
+        return real_executable(found)
     candidates: list[str] = []
     if w := shutil.which(f"python{version}"):
         candidates.append(w)
@@ -62,7 +69,7 @@ def find_python(version: str, override: str | None = None) -> Path:
         candidates.append(w)
     for c in candidates:
         if Path(c).exists() and python_version_of(c) == version:
-            return Path(c)
+            return real_executable(c)
     uv = find_uv()
     if uv:
         out = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, timeout=30)

@@ -36,7 +36,9 @@ _PREFIX = {"warn": "warning: ", "error": "error: ", "fail": "FAIL ", "ok": "ok "
 def configure(*, verbose: bool = False, json_mode: bool = False) -> None:
     global _out, _err, _verbose, _json_mode
     no_color = bool(os.environ.get("NO_COLOR"))
-    _out = Console(highlight=False, soft_wrap=True, no_color=no_color)
+    # Not a terminal (CI logs, pipes, golden tests): a fixed, wide layout instead of 80 columns.
+    width = None if sys.stdout.isatty() else 160
+    _out = Console(highlight=False, soft_wrap=True, no_color=no_color, width=width)
     _err = Console(stderr=True, highlight=False, soft_wrap=True, no_color=no_color)
     _verbose = verbose
     _json_mode = json_mode
