@@ -1,0 +1,524 @@
+"""envbuild's distributed step: one torchrun worker (standalone: no envbuild import).
+
+A small transformer (block 0 dense FFN, block 1 MoE) trained for a few AdamW steps, composed
+the way the production lane is (after torchtitan v0.2.2, see shared/research/dist-step.md):
+
+* a 2-D mesh ``(dp, tp)`` and a second mesh ``(efsdp, ep)`` over the same ranks;
+* tensor parallel + sequence parallel on attention and MLP projections, loss parallel;
+* expert parallel: an all-to-all token dispatch and combine around the local experts;
+* FSDP2 (``fully_shard``) over dp (experts over efsdp, with the dp divide factor).
+
+Every rank also trains an unsharded copy on the global batch; the run checks that the loss is
+finite and falls, matches that reference, that a DCP save / perturb / load restores the model
+bit for bit, and it measures an all-reduce bus bandwidth, step times and peak memory.
+The local-rank-0 process of every node writes one JSON result to ``--out``; exit 0 = pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import math
+import os
+import resource
+import shutil
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed._functional_collectives import all_to_all_single_autograd
+from torch.distributed.device_mesh import init_device_mesh
+
+try:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+except ImportError:  # torch 2.4 / 2.5
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
+    parallelize_module,
+)
+
+BASELINE_KEYS = ("TORCH_NCCL_HIGH_PRIORITY", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
+                 "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_MNNVL_ENABLE",
+                 "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_ALGO", "NCCL_PROTO",
+                 "NCCL_DEBUG", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+
+
+# ----------------------------------------------------------------------------- model
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.head_dim = dim // heads
+        self.wq, self.wk, self.wv = (nn.Linear(dim, dim, bias=False) for _ in range(3))
+        self.wo = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        # -1: the local head count under tensor parallel
+        q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Experts(nn.Module):
+    """Stacked expert weights; input is tokens sorted by expert, with a count per expert."""
+
+    def __init__(self, n: int, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(n, dim, hidden) / math.sqrt(dim))
+        self.w2 = nn.Parameter(torch.randn(n, hidden, dim) / math.sqrt(hidden))
+
+    def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        w1 = self.w1.to_local() if isinstance(self.w1, DTensor) else self.w1
+        w2 = self.w2.to_local() if isinstance(self.w2, DTensor) else self.w2
+        outs = [F.gelu(chunk @ w1[e]) @ w2[e] for e, chunk in enumerate(torch.split(x, counts.tolist()))]
+        return torch.cat(outs) if outs else x
+
+
+class MoE(nn.Module):
+    def __init__(self, dim: int, hidden: int, n_experts: int, top_k: int = 2) -> None:
+        super().__init__()
+        self.n_experts, self.top_k = n_experts, top_k
+        self.router = nn.Linear(dim, n_experts, bias=False)
+        self.experts = Experts(n_experts, dim, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        probs = torch.softmax(self.router(x).float(), dim=-1)
+        weight, expert = torch.topk(probs, self.top_k, dim=-1)
+        weight = (weight / weight.sum(-1, keepdim=True)).to(x.dtype)
+        flat = expert.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        token = torch.arange(x.shape[0], device=x.device).repeat_interleave(self.top_k)[order]
+        counts = torch.bincount(flat, minlength=self.n_experts)
+        y = self.experts(x[token], counts) * weight.reshape(-1)[order, None]
+        out = torch.zeros_like(x).index_add(0, token, y)
+        return out.view(shape)
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, hidden: int, n_experts: int, moe: bool) -> None:
+        super().__init__()
+        self.is_moe = moe
+        self.attention_norm, self.ffn_norm = RMSNorm(dim), RMSNorm(dim)
+        self.attention = Attention(dim, heads)
+        self.feed_forward = MoE(dim, hidden, n_experts) if moe else FeedForward(dim, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x))
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, vocab: int, dim: int, heads: int, hidden: int, n_experts: int, n_layers: int) -> None:
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(Block(dim, heads, hidden, n_experts, moe=i % 2 == 1) for i in range(n_layers))
+        self.norm = RMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.output(self.norm(h))
+
+
+# ----------------------------------------------------------------------------- parallelism
+
+
+class ExpertParallel(ParallelStyle):
+    """Experts' weights Shard(0) on the ep mesh; all-to-all token dispatch in, combine out."""
+
+    def _partition_fn(self, name: str, module: nn.Module, mesh) -> None:  # type: ignore[no-untyped-def]
+        for pname, p in list(module.named_parameters(recurse=False)):
+            module.register_parameter(pname, nn.Parameter(distribute_tensor(p, mesh, [Shard(0)])))
+
+    def _dispatch(self, mod, inputs, mesh):  # type: ignore[no-untyped-def]
+        x, counts = inputs
+        ep, group = mesh.size(), mesh.get_group()
+        recv = torch.empty_like(counts)
+        dist.all_to_all_single(recv, counts, group=group)
+        n = counts.numel() // ep
+        self.in_splits = counts.view(ep, n).sum(1).tolist()
+        self.out_splits = recv.view(ep, n).sum(1).tolist()
+        x = all_to_all_single_autograd(x, self.out_splits, self.in_splits, group)
+        c = recv.view(ep, n)
+        labels = torch.repeat_interleave(torch.arange(ep * n, device=x.device) % n, c.reshape(-1))
+        self.perm = torch.argsort(labels, stable=True)  # rank-major -> expert-major
+        return x[self.perm], c.sum(0)
+
+    def _combine(self, mod, out, mesh):  # type: ignore[no-untyped-def]
+        inv = torch.empty_like(self.perm)
+        inv[self.perm] = torch.arange(len(self.perm), device=self.perm.device)
+        return all_to_all_single_autograd(out[inv], self.in_splits, self.out_splits, mesh.get_group())
+
+    def _apply(self, module: nn.Module, mesh) -> nn.Module:  # type: ignore[no-untyped-def]
+        return distribute_module(module, mesh, self._partition_fn,
+                                 input_fn=self._dispatch, output_fn=self._combine)
+
+
+def apply_tp_sp(model: Transformer, tp_mesh) -> None:  # type: ignore[no-untyped-def]
+    parallelize_module(model, tp_mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+    })
+    for block in model.layers:
+        plan = {
+            "attention_norm": SequenceParallel(),
+            "ffn_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+        }
+        if block.is_moe:  # the MoE runs on this rank's sequence shard: every rank owns distinct tokens
+            plan["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),),
+                                                      use_local_output=True)
+            plan["feed_forward.router"] = SequenceParallel(sequence_dim=0, use_local_output=True)
+        else:
+            plan["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+            plan["feed_forward.w1"] = ColwiseParallel()
+            plan["feed_forward.w3"] = ColwiseParallel()
+            plan["feed_forward.w2"] = RowwiseParallel(output_layouts=Shard(1))
+        parallelize_module(block, tp_mesh, plan)
+
+
+def set_divide_factor(module, factor: int, shard_size: int, gloo: bool) -> None:  # type: ignore[no-untyped-def]
+    """Expert grads sum over all dp ranks' tokens: divide by dp, not by the efsdp size (research §1.6, §7)."""
+    if factor == shard_size:
+        return  # FSDP's default average is right
+    if gloo and shard_size > 1:  # gloo has no PREMUL_SUM; forcing SUM on a 1-rank group divides twice (2.13)
+        module.set_force_sum_reduction_for_comms(True)
+    fn = getattr(module, "set_gradient_divide_factor", None) or module.set_reduce_scatter_divide_factor
+    fn(float(factor))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
+    total = None
+    for p in params:
+        if p.grad is None:
+            continue
+        n = torch.linalg.vector_norm(p.grad.float())
+        if isinstance(n, DTensor):
+            n = n.full_tensor()
+        total = n.pow(2) if total is None else total + n.pow(2)
+    assert total is not None
+    return total.sqrt()
+
+
+def clip_(params: list[nn.Parameter], norm: torch.Tensor, max_norm: float) -> None:
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(coef.to(p.grad.dtype) if not isinstance(p.grad, DTensor) else coef.item())
+
+
+def ce_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+
+
+def peak_memory_mb(dev: torch.device) -> dict[str, float]:
+    if dev.type == "cuda":
+        return {"allocated_mb": torch.cuda.max_memory_allocated(dev) / 2**20,
+                "reserved_mb": torch.cuda.max_memory_reserved(dev) / 2**20}
+    return {"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bus_bandwidth(dev: torch.device, world: int, mbytes: float, iters: int) -> dict[str, float] | None:
+    if world == 1 or mbytes <= 0:
+        return None
+    n = int(mbytes * 2**20) // 4
+    buf = torch.randn(n, device=dev)
+    for _ in range(2):
+        dist.all_reduce(buf)
+    sync(dev)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf)
+    sync(dev)
+    seconds = (time.perf_counter() - t0) / iters
+    t = torch.tensor([seconds], device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank defines the collective's time
+    seconds = float(t.item())
+    algbw = n * 4 / seconds / 1e9
+    return {"bytes": n * 4, "seconds": seconds, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world}
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="JSON result file (written by each node's local rank 0)")
+    p.add_argument("--ckpt-dir", required=True, help="DCP checkpoint folder, shared by all ranks")
+    p.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
+    p.add_argument("--dp", type=int, default=0)
+    p.add_argument("--tp", type=int, default=0)
+    p.add_argument("--ep", type=int, default=0)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--bf16", action="store_true", help="bf16 params (MixedPrecisionPolicy), looser parity")
+    p.add_argument("--bw-mb", type=float, default=-1, help="all-reduce probe size in MiB (default 1024 GPU, 8 CPU)")
+    p.add_argument("--bw-iters", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--batch", type=int, default=2, help="sequences per dp rank")
+    return p.parse_args(argv)
+
+
+def choose_layout(world: int, dp: int, tp: int, ep: int) -> tuple[int, int, int]:
+    if not tp:
+        tp = world // dp if dp else (2 if world % 2 == 0 else 1)
+    if not dp:
+        dp = world // tp
+    if not ep:
+        ep = world
+    if dp * tp != world:
+        raise SystemExit(f"dp x tp = {dp} x {tp} does not equal the world size {world}")
+    if world % ep:
+        raise SystemExit(f"ep = {ep} does not divide the world size {world}")
+    return dp, tp, ep
+
+
+def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
+    args = parse_args(argv)
+    # DTensor logs a warning per multi-dim redistribute (grad norms over two meshes): harmless here
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    t_start = time.perf_counter()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = torch.cuda.is_available() and not args.cpu
+    if use_cuda:
+        torch.cuda.set_device(local_rank)  # before init_process_group (research §7.5)
+        dev = torch.device("cuda", local_rank)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    else:
+        dev = torch.device("cpu")
+    backend = "nccl" if use_cuda else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(minutes=5),
+                            **({"device_id": dev} if use_cuda else {}))
+    t_init = time.perf_counter() - t_start
+    dp, tp, ep = choose_layout(world, args.dp, args.tp, args.ep)
+    n_experts = 8 if 8 % ep == 0 else 2 * ep
+    heads = 8 if 8 % tp == 0 else tp
+    dim = max(args.dim, heads * 8)
+    if args.seq % tp:
+        raise SystemExit(f"--seq {args.seq} must divide by tp = {tp}")
+    gloo = backend == "gloo"
+    dtype_tol = {"loss": 5e-2, "grad_norm": 5e-2, "weights": 5e-2} if args.bf16 else \
+        {"loss": 1e-4, "grad_norm": 1e-4, "weights": 2e-3}
+
+    torch.manual_seed(args.seed)
+    base = Transformer(256, dim, heads, 4 * dim, n_experts, 2).to(dev)
+    ref = copy.deepcopy(base)
+    model = base
+    g = torch.Generator().manual_seed(args.seed + 1)
+    data = torch.randint(0, 256, (dp * args.batch, args.seq + 1), generator=g).to(dev)
+    x_all, y_all = data[:, :-1], data[:, 1:]
+
+    # -- the unsharded reference on the global batch
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    ref_losses, ref_norms = [], []
+    for _ in range(args.steps):
+        ref_opt.zero_grad(set_to_none=True)
+        loss = ce_loss(ref(x_all), y_all)
+        loss.backward()
+        norm = grad_norm(list(ref.parameters()))
+        clip_(list(ref.parameters()), norm, 1.0)
+        ref_opt.step()
+        ref_losses.append(float(loss.detach()))
+        ref_norms.append(float(norm))
+
+    # -- the sharded model: TP/SP -> EP -> FSDP2 bottom-up
+    mdev = dev.type
+    dense = init_device_mesh(mdev, (dp, tp), mesh_dim_names=("dp", "tp"))
+    sparse = init_device_mesh(mdev, (world // ep, ep), mesh_dim_names=("efsdp", "ep"))
+    apply_tp_sp(model, dense["tp"])
+    moe_blocks = [b for b in model.layers if b.is_moe]
+    for blk in moe_blocks:
+        parallelize_module(blk.feed_forward.experts, sparse["ep"], ExpertParallel())
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else torch.float32,
+                              reduce_dtype=torch.float32)
+    for blk in model.layers:
+        if blk.is_moe:
+            fully_shard(blk.feed_forward.experts, mesh=sparse["efsdp"], mp_policy=mp)
+            set_divide_factor(blk.feed_forward.experts, dp, sparse["efsdp"].size(), gloo)
+        fully_shard(blk, mesh=dense["dp"], mp_policy=mp)
+    fully_shard(model, mesh=dense["dp"], mp_policy=mp)
+    expert_ids = {id(p) for b in moe_blocks for p in b.feed_forward.experts.parameters()}
+    params = list(model.parameters())
+    dense_params = [p for p in params if id(p) not in expert_ids]
+    expert_params = [p for p in params if id(p) in expert_ids]
+    groups = [{"params": dense_params}] + ([{"params": expert_params}] if expert_params else [])
+    opt = torch.optim.AdamW(groups, lr=1e-2)
+
+    dp_rank = dense["dp"].get_local_rank()
+    x = x_all[dp_rank * args.batch:(dp_rank + 1) * args.batch]
+    y = y_all[dp_rank * args.batch:(dp_rank + 1) * args.batch]
+    dp_group = dense["dp"].get_group()
+
+    def global_loss(loss: torch.Tensor) -> float:
+        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        value = value.detach().float().reshape(1).clone()
+        dist.all_reduce(value, group=dp_group)
+        return float(value.item()) / dp
+
+    def eval_loss() -> float:
+        with torch.no_grad(), loss_parallel():
+            return global_loss(ce_loss(model(x), y))
+
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    losses, norms, step_times = [], [], []
+    for _ in range(args.steps):
+        sync(dev)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with loss_parallel():
+            loss = ce_loss(model(x), y)
+            loss.backward()
+        norm = grad_norm(params)
+        clip_(params, norm, 1.0)
+        opt.step()
+        sync(dev)
+        step_times.append(time.perf_counter() - t0)
+        losses.append(global_loss(loss))
+        norms.append(float(norm))
+    peak = peak_memory_mb(dev)
+
+    # -- parity with the reference: losses, grad norms, final weights
+    full = {}
+    for name, p in model.named_parameters():
+        full[name] = p.full_tensor() if isinstance(p, DTensor) else p.detach()
+    ref_params = dict(ref.named_parameters())
+    weight_diff = max(float((full[n].float() - ref_params[n].detach().float()).abs().max()) for n in full)
+    loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses))
+    norm_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(norms, ref_norms))
+
+    # -- DCP round trip: save, perturb (one more step), load, compare eval loss bit for bit
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
+    before = eval_loss()
+    t0 = time.perf_counter()
+    dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
+             checkpoint_id=args.ckpt_dir)
+    t_save = time.perf_counter() - t0
+    opt.zero_grad(set_to_none=True)
+    with loss_parallel():
+        ce_loss(model(x), y).backward()
+    opt.step()
+    perturbed = eval_loss()
+    t0 = time.perf_counter()
+    sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
+    dcp.load(sd, checkpoint_id=args.ckpt_dir)
+    set_model_state_dict(model, sd["model"])
+    set_optimizer_state_dict(model, opt, sd["optim"])
+    t_load = time.perf_counter() - t0
+    after = eval_loss()
+
+    bw_mb = args.bw_mb if args.bw_mb >= 0 else (1024.0 if use_cuda else 8.0)
+    bw = bus_bandwidth(dev, world, bw_mb, args.bw_iters)
+
+    me = {"rank": rank, "local_rank": local_rank, "host": os.uname().nodename,
+          "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
+          "step_seconds": step_times, "peak_memory": peak}
+    everyone: list[dict] = [None] * world  # type: ignore[list-item]
+    dist.all_gather_object(everyone, me)
+
+    checks = {
+        "loss_finite": all(math.isfinite(v) for v in losses),
+        "loss_decreasing": losses[-1] < losses[0] if len(losses) > 1 else True,
+        "matches_reference": loss_diff <= dtype_tol["loss"] and norm_rel <= dtype_tol["grad_norm"]
+        and weight_diff <= dtype_tol["weights"],
+        "checkpoint_roundtrip_exact": after == before and perturbed != before,
+    }
+    steady = step_times[1:] or step_times
+    result = {
+        "ok": all(checks.values()),
+        "checks": checks,
+        "backend": backend, "world_size": world, "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
+        "mesh": {"dp": dp, "tp": tp, "ep": ep, "efsdp": world // ep, "experts": n_experts},
+        "model": {"vocab": 256, "dim": dim, "heads": heads, "layers": 2, "seq": args.seq,
+                  "batch_per_dp_rank": args.batch, "dtype": "bf16" if args.bf16 else "fp32"},
+        "losses": losses, "reference_losses": ref_losses,
+        "grad_norms": norms, "reference_grad_norms": ref_norms,
+        "parity": {"max_loss_diff": loss_diff, "max_grad_norm_rel_diff": norm_rel,
+                   "max_weight_abs_diff": weight_diff, "tolerance": dtype_tol},
+        "checkpoint": {"eval_loss_saved": before, "eval_loss_perturbed": perturbed, "eval_loss_loaded": after,
+                       "save_seconds": t_save, "load_seconds": t_load},
+        "allreduce": bw,
+        "timing": {"init_seconds": t_init, "first_step_seconds": step_times[0],
+                   "steady_step_seconds": sum(steady) / len(steady),
+                   "steady_step_max_seconds": max(steady)},
+        "ranks": everyone,
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
+                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
+                     "python": sys.version.split()[0]},
+        "env": {k: os.environ.get(k) for k in BASELINE_KEYS},
+        "wall_seconds": time.perf_counter() - t_start,
+    }
+    if local_rank == 0:
+        tmp = f"{args.out}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        os.replace(tmp, args.out)
+    if rank == 0:
+        print("ENVBUILD_DIST_RESULT " + json.dumps({"ok": result["ok"], "checks": checks, "losses": losses}),
+              flush=True)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(args.ckpt_dir, ignore_errors=True)
+    dist.destroy_process_group()
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
