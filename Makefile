@@ -1,0 +1,46 @@
+# The commands the README tells people to run. `make demo` and `make test` set up everything
+# they need on a fresh machine (a venv in .venv with envbuild and its test tools).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEMO   := .demo
+
+# The cpu profile's torch: the PyTorch CPU index when it answers, else the sources pip is
+# configured with (machines that keep the CPU wheel in a local find-links folder).
+TORCH_INDEX ?= $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=3); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
+export ENVBUILD_TORCH_INDEX := $(TORCH_INDEX)
+
+.PHONY: demo test test-all lint check-lock bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+## demo: provision the embedded default (cpu) profile into ./.demo, then smoke + distributed step
+demo: $(BIN)/.installed
+	$(BIN)/envbuild provision --profile cpu --root $(DEMO)/data --home $(DEMO)/home
+	$(BIN)/envbuild smoke --profile cpu --root $(DEMO)/data
+	$(BIN)/envbuild dist-step --profile cpu --root $(DEMO)/data --nproc 2
+
+## test: the test suite CI runs (no network beyond PyPI, no GPU) and the lock gate
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -m "not network and not gpu" -p no:cacheprovider
+	$(BIN)/envbuild check-lock --profile cpu --profile h200-cu132 --offline
+
+## test-all: also the tests that read real PyPI metadata
+test-all: $(BIN)/.installed
+	$(BIN)/python -m pytest -m "not gpu"
+
+lint: $(BIN)/.installed
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/ruff check envbuild tests bench
+	$(BIN)/mypy
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/bench_provision.py
+
+clean:
+	rm -rf $(DEMO) .cache/tests build dist *.egg-info
