@@ -1,0 +1,201 @@
+"""``envbuild wheelhouse {build,mirror,index}``: build CUDA wheels against the installed torch,
+mirror every locked artifact, write a PEP 503 index over the folder."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from envbuild import events
+from envbuild.commands import ui
+from envbuild.errors import ConfigError
+
+DEFAULT_OUT = Path("wheelhouse")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("wheelhouse", help="build, mirror and index the offline wheelhouse")
+    wsub = p.add_subparsers(dest="wheelhouse_command", metavar="ACTION")
+    wsub.required = True
+
+    b = wsub.add_parser("build", help="build wheels from wheelhouse_specs/*.toml against the target venv's torch")
+    b.add_argument("specs", nargs="+", metavar="SPEC", help="a spec file, or a name under wheelhouse_specs/")
+    target = b.add_mutually_exclusive_group()
+    target.add_argument("--venv", type=Path, metavar="DIR", help="target venv (default: $VIRTUAL_ENV)")
+    target.add_argument("--python", type=Path, metavar="PATH", help="target interpreter (instead of --venv)")
+    b.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
+    b.add_argument("--cache", type=Path, metavar="DIR", help="build cache (default: ~/.cache/envbuild/wheelhouse)")
+    b.add_argument("--sources", type=Path, action="append", default=[], metavar="DIR",
+                   help="folder holding sdists by file name (offline hosts); repeatable")
+    b.add_argument("--source", action="append", default=[], metavar="NAME=LOCATION",
+                   help="override a spec's source: folder, sdist path/URL#sha256=HEX, or git+URL@COMMIT")
+    b.add_argument("--no-cache", action="store_true", help="rebuild even when the cache has the wheel")
+    b.add_argument("--keep-work", action="store_true", help="keep the unpacked, patched source tree")
+    b.add_argument("--json", action="store_true", help="print JSON on stdout")
+    b.set_defaults(func=run_build)
+
+    m = wsub.add_parser("mirror", help="download every artifact of a lock into the wheelhouse (hash-checked)")
+    src = m.add_mutually_exclusive_group()
+    src.add_argument("--profile", metavar="NAME", help="the lock of lockfiles/NAME/ (default: cpu)")
+    src.add_argument("--lock", type=Path, metavar="DIR", help="a lock folder of hash-pinned *.txt files")
+    src.add_argument("--requirements", "-r", type=Path, action="append", metavar="FILE",
+                     help="a hash-pinned requirements file; repeatable")
+    m.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
+    m.add_argument("--index-url", action="append", default=[], metavar="URL",
+                   help="also look for the pinned files here (credentials in the URL are never shown)")
+    m.add_argument("--python-tag", metavar="TAG", help="only wheels for this interpreter, e.g. cp313")
+    m.add_argument("--platform", metavar="GLOB", help="only wheels for this platform, e.g. 'manylinux*_x86_64'")
+    m.add_argument("--jobs", "-j", type=int, default=4, help="parallel downloads (default: 4)")
+    m.add_argument("--retries", type=int, default=4, help="retries per file (default: 4)")
+    m.add_argument("--json", action="store_true", help="print JSON on stdout")
+    m.set_defaults(func=run_mirror)
+
+    i = wsub.add_parser("index", help="write PEP 503 pages over a wheelhouse folder")
+    i.add_argument("dir", type=Path, metavar="DIR")
+    i.add_argument("--json", action="store_true", help="print JSON on stdout")
+    i.set_defaults(func=run_index)
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[None]:
+    """Draw build and download progress events as rich bars; pass everything else through."""
+    if not enabled:
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")))
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                    console=console, transient=True)
+    tasks: dict[str, Any] = {}
+    previous = events.set_sink(None)
+
+    def sink(event: events.Event) -> None:
+        d = event.data
+        key = d.get("download") or (f"build:{d['spec']}" if "progress" in d else None)
+        if key is not None and ("completed" in d or "progress" in d):
+            done, total = (d["completed"], d.get("total")) if "completed" in d else d["progress"]
+            if key not in tasks:
+                tasks[key] = bars.add_task(str(key).removeprefix("build:"), total=total)
+            bars.update(tasks[key], completed=done, total=total)
+            return
+        if key is not None and key in tasks and event.level != "debug":
+            bars.remove_task(tasks.pop(key))
+        if event.level == "debug":
+            previous(event)  # shown only with -v
+            return
+        prefix = {"warn": "warning: ", "error": "error: ", "fail": "FAIL ", "ok": "ok ", "step": "==> "}
+        bars.console.print(prefix.get(event.level, "") + event.message, markup=False, highlight=False)
+
+    events.set_sink(sink)
+    try:
+        with bars:
+            yield
+    finally:
+        events.set_sink(previous)
+
+
+def _tty() -> bool:
+    return sys.stderr.isatty()
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def _target_python(args: argparse.Namespace) -> Path:
+    if args.python:
+        return Path(args.python)
+    venv = args.venv or (Path(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None)
+    if venv is None:
+        raise ConfigError("no target environment: give --venv DIR (the venv with the stack's torch) or --python PATH")
+    python = Path(venv) / "bin" / "python"
+    if not python.exists():
+        raise ConfigError(f"{venv}: not a venv (no bin/python)")
+    return python
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from envbuild.wheelhouse_build import BuildOptions, build, default_cache
+    from envbuild.wheelhouse_spec import find_spec_file, load_wheel_spec
+
+    specs = [load_wheel_spec(find_spec_file(s)) for s in args.specs]
+    overrides: dict[str, str] = {}
+    for item in args.source:
+        name, sep, loc = item.partition("=")
+        if not sep or not name or not loc:
+            raise ConfigError(f"--source {item.split('=')[0]}=...: write NAME=LOCATION")
+        from packaging.utils import canonicalize_name
+
+        overrides[canonicalize_name(name)] = loc
+    opts = BuildOptions(python=_target_python(args), out=args.out.resolve(),
+                        cache=(args.cache or default_cache()).resolve(),
+                        sources=tuple(p.resolve() for p in args.sources), overrides=overrides,
+                        use_cache=not args.no_cache, keep_work=args.keep_work)
+    results = []
+    with _progress(_tty() and not args.json):
+        for spec in specs:
+            results.append(build(spec, opts))
+    if args.json:
+        ui.print_json([{"name": r.name, "version": r.version, "wheel": str(r.wheel), "cached": r.cached,
+                        "seconds": round(r.seconds, 3), "cache_key": r.key,
+                        "log": str(r.log_file) if r.log_file else None,
+                        "removed_requires": list(r.removed_requires)} for r in results])
+    else:
+        ui.print_table(None, ["package", "wheel", "status", "time"],
+                       [[r.name, r.wheel.name, "cached" if r.cached else "built", f"{r.seconds:.1f} s"]
+                        for r in results])
+    return 0
+
+
+# ----------------------------------------------------------------------------- mirror / index
+
+
+def run_mirror(args: argparse.Namespace) -> int:
+    from envbuild import mirror as m
+    from envbuild.net import redact
+    from envbuild.spec import profile_path
+    from envbuild.wheelhouse_index import write_index
+
+    if args.requirements:
+        sources = m.LockSources()
+        for f in args.requirements:
+            m.read_requirements(f, sources)
+    else:
+        lock_dir = args.lock or profile_path(args.profile or "cpu").parent
+        sources = m.lock_sources(lock_dir)
+    events.emit("step", f"resolving {len(sources.packages)} locked packages on "
+                f"{', '.join(redact(u) for u in [*args.index_url, *sources.indexes, *sources.find_links]) or 'no index'}")
+    artifacts = m.select(m.resolve(sources, extra_indexes=args.index_url), args.python_tag, args.platform)
+    events.emit("step", f"mirroring {len(artifacts)} artifacts into {args.out}")
+    with _progress(_tty() and not args.json):
+        result = m.mirror(artifacts, args.out, jobs=args.jobs, retries=args.retries)
+    index = write_index(args.out)
+    if args.json:
+        ui.print_json({"out": str(args.out), "downloaded": [p.name for p in result.downloaded],
+                       "present": [p.name for p in result.present], "manifest": str(result.manifest),
+                       "index": str(index.root / "simple")})
+    else:
+        ui.print_text(f"{len(result.downloaded)} downloaded, {len(result.present)} already present; "
+                      f"index: {index.root / 'simple'}")
+    return 0
+
+
+def run_index(args: argparse.Namespace) -> int:
+    from envbuild.wheelhouse_index import write_index
+
+    result = write_index(args.dir)
+    if args.json:
+        ui.print_json({"root": str(result.root), "projects": result.projects})
+    else:
+        ui.print_text(f"indexed {result.files} files of {len(result.projects)} projects: "
+                      f"{result.root / 'simple'}/ (PEP 503), {result.root / 'index.html'} (find-links)")
+    return 0

@@ -1,0 +1,399 @@
+"""Mirror every locked artifact into a wheelhouse folder.
+
+Input is a list of ``Artifact`` (name, version, url, sha256). Hash-pinned requirement files
+(pip-compile ``--generate-hashes``) carry hashes but no URLs, so ``resolve`` fetches each
+project's page from the lock's indexes (PEP 691 JSON when offered, PEP 503 HTML otherwise) and
+find-links, and keeps the files whose sha256 is pinned.
+
+Downloads use ``requests``: the sha256 is checked against the lock (a mismatching file is
+deleted, and the error names the URL and both hashes), transient failures are retried with
+exponential backoff, an interrupted download resumes from its ``.partial`` file with an HTTP
+Range request, and several files download in parallel. URLs may carry credentials
+(``https://user:token@host/simple``): they are used, and only ``redact``-ed forms are shown or
+written.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import html
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+
+from envbuild import events
+from envbuild._io import atomic_write_json, sha256_file
+from envbuild.errors import WheelhouseError
+from envbuild.net import redact
+
+CHUNK = 1 << 16
+_ANCHOR = re.compile(r"<a\s[^>]*?href\s*=\s*[\"']([^\"']+)[\"'][^>]*>(.*?)</a>", re.IGNORECASE | re.DOTALL)
+_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+_RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    version: str
+    sha256: str
+    url: str | None = None  # None until resolved
+    filename: str | None = None
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str
+    version: str
+    hashes: tuple[str, ...]
+    url: str | None = None  # a direct reference (name @ URL)
+    source: str = ""  # the lock file it came from
+
+
+@dataclass
+class LockSources:
+    packages: list[LockedPackage] = field(default_factory=list)
+    indexes: list[str] = field(default_factory=list)
+    find_links: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MirrorResult:
+    downloaded: tuple[Path, ...]
+    present: tuple[Path, ...]
+    manifest: Path
+
+
+class _Retry(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------- lock input
+
+
+def read_requirements(path: Path, into: LockSources | None = None) -> LockSources:
+    """Parse a hash-pinned requirements file (pip-compile output) into packages and sources."""
+    out = into or LockSources()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WheelhouseError(f"{path}: cannot read the lock file: {exc.strerror}") from None
+    logical = re.sub(r"\\\r?\n", " ", text)
+    for lineno, raw in enumerate(logical.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        if not line:
+            continue
+        tokens = line.split()
+        if tokens[0].startswith("-"):
+            opt, _, val = tokens[0].partition("=")
+            val = val or (tokens[1] if len(tokens) > 1 else "")
+            if opt in ("-i", "--index-url", "--extra-index-url"):
+                _add(out.indexes, val.rstrip("/"))
+            elif opt in ("-f", "--find-links"):
+                _add(out.find_links, val)
+            continue
+        hashes = tuple(t.split("=", 1)[1].removeprefix("sha256:") for t in tokens if t.startswith("--hash="))
+        req = " ".join(t for t in tokens if not t.startswith("--"))
+        req = req.split(";", 1)[0].strip()
+        url = None
+        if " @ " in req:
+            req, url = (s.strip() for s in req.split(" @ ", 1))
+            frag = unquote(urlsplit(url).fragment)
+            if frag.startswith("sha256=") and not hashes:
+                hashes = (frag[7:],)
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(?:===?\s*([^\s,;]+))?$", req)
+        if not m or (url is None and not m.group(3)):
+            raise WheelhouseError(f"{path}:{lineno}: not an exact pin (name==version): {redact(raw.strip())}")
+        if not hashes:
+            raise WheelhouseError(f"{path}:{lineno}: {m.group(1)} has no --hash; the mirror needs a hash-pinned lock")
+        out.packages.append(LockedPackage(canonicalize_name(m.group(1)), m.group(3) or "", hashes, url, path.name))
+    return out
+
+
+def lock_sources(lock_dir: Path) -> LockSources:
+    """Every ``*.txt`` requirement file of a lock folder (``lockfiles/<profile>/``)."""
+    files = sorted(lock_dir.glob("*.txt"))
+    if not files:
+        raise WheelhouseError(f"{lock_dir}: no hash-pinned requirement files (*.txt) in the lock",
+                              hint="Run `envbuild lock --profile NAME` first.")
+    sources = LockSources()
+    for f in files:
+        read_requirements(f, sources)
+    return sources
+
+
+def _add(items: list[str], value: str) -> None:
+    if value and value not in items:
+        items.append(value)
+
+
+# ----------------------------------------------------------------------------- resolution
+
+
+def _session() -> Any:
+    import requests
+
+    s = requests.Session()
+    s.headers["User-Agent"] = "envbuild-mirror"
+    return s
+
+
+def project_links(session: Any, page_url: str, timeout: float = 30.0) -> list[tuple[str, str, str | None]]:
+    """(filename, absolute url, sha256 or None) of every file on a simple/find-links page."""
+    import requests
+
+    try:
+        resp = session.get(page_url, headers={"Accept": _ACCEPT}, timeout=(10, timeout))
+    except requests.RequestException as exc:
+        raise WheelhouseError(f"{redact(page_url)}: cannot fetch the index page: {redact(str(exc))}") from None
+    if resp.status_code == 404:
+        return []
+    if resp.status_code >= 400:
+        raise WheelhouseError(f"{redact(page_url)}: HTTP {resp.status_code} from the index")
+    base = resp.url if resp.url else page_url
+    if urlsplit(base).hostname == urlsplit(page_url).hostname and "@" in urlsplit(page_url).netloc:
+        base = urljoin(page_url, urlsplit(base).path)  # keep credentials for same-host links
+    out: list[tuple[str, str, str | None]] = []
+    if "json" in resp.headers.get("Content-Type", ""):
+        for f in resp.json().get("files", []):
+            out.append((f["filename"], urljoin(base, f["url"]), (f.get("hashes") or {}).get("sha256")))
+        return out
+    for href, label in _ANCHOR.findall(resp.text):
+        url = urljoin(base, html.unescape(href))
+        parts = urlsplit(url)
+        filename = unquote(parts.path.rsplit("/", 1)[-1]) or html.unescape(label).strip()
+        frag = parts.fragment
+        sha = frag[7:] if frag.startswith("sha256=") else None
+        out.append((filename, url.split("#", 1)[0], sha))
+    return out
+
+
+def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), session: Any = None) -> list[Artifact]:
+    """An ``Artifact`` per pinned hash found on the lock's indexes and find-links."""
+    session = session or _session()
+    indexes = list(dict.fromkeys([*extra_indexes, *sources.indexes]))
+    artifacts: list[Artifact] = []
+    unresolved: list[str] = []
+    pages: dict[str, list[tuple[str, str, str | None]]] = {}
+    for fl in sources.find_links:
+        if urlsplit(fl).scheme in ("http", "https"):
+            pages[fl] = project_links(session, fl)
+    for pkg in sources.packages:
+        wanted = set(pkg.hashes)
+        if pkg.url:
+            artifacts.append(Artifact(pkg.name, pkg.version, pkg.hashes[0], pkg.url.split("#")[0],
+                                      unquote(urlsplit(pkg.url).path.rsplit("/", 1)[-1])))
+            continue
+        found: dict[str, Artifact] = {}
+        for fl in sources.find_links:
+            if urlsplit(fl).scheme in ("", "file"):
+                folder = Path(unquote(urlsplit(fl).path) if fl.startswith("file:") else fl)
+                for f in sorted(folder.glob("*")) if folder.is_dir() else []:
+                    if _project(f.name) == pkg.name and (sha := sha256_file(f)) in wanted:
+                        found.setdefault(sha, Artifact(pkg.name, pkg.version, sha, f.as_uri(), f.name))
+            else:
+                for filename, url, page_sha in pages[fl]:
+                    if page_sha in wanted and page_sha and _project(filename) == pkg.name:
+                        found.setdefault(page_sha, Artifact(pkg.name, pkg.version, page_sha, url, filename))
+        for index in indexes:
+            if wanted <= found.keys():
+                break
+            for filename, url, page_sha in project_links(session, f"{index.rstrip('/')}/{pkg.name}/"):
+                if page_sha and page_sha in wanted:
+                    found.setdefault(page_sha, Artifact(pkg.name, pkg.version, page_sha, url, filename))
+        if not found:
+            where = ", ".join(redact(u) for u in [*indexes, *sources.find_links]) or "no index configured"
+            unresolved.append(f"{pkg.name}=={pkg.version} ({pkg.source}): none of its {len(wanted)} "
+                              f"pinned files is on {where}")
+        for sha in sorted(wanted - found.keys()):
+            events.emit("debug", f"{pkg.name}=={pkg.version}: pinned sha256 {sha[:16]}... not found on any index")
+        artifacts.extend(found.values())
+    if unresolved:
+        raise WheelhouseError("cannot locate locked artifacts:\n" + "\n".join(f"  {u}" for u in unresolved),
+                              hint="A nightly may have left its index: mirror while it is there, or add a --index-url that still has it.")
+    return artifacts
+
+
+def _project(filename: str) -> str | None:
+    try:
+        if filename.endswith(".whl"):
+            return str(parse_wheel_filename(filename)[0])
+        return str(parse_sdist_filename(filename)[0])
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+
+
+def select(artifacts: Iterable[Artifact], python: str | None = None, platform: str | None = None) -> list[Artifact]:
+    """Keep wheels for one interpreter tag (``cp313``) and platform glob (``manylinux*_x86_64``)."""
+    kept = []
+    for a in artifacts:
+        name = a.filename or ""
+        if name.endswith(".whl"):
+            tags = parse_wheel_filename(name)[3]
+            if python and not any(t.interpreter in (python, "py3", "py2.py3") or t.interpreter == f"py{python[2:3]}"
+                                  or (t.abi == "abi3" and t.interpreter <= python) for t in tags):
+                continue
+            if platform and not any(t.platform == "any" or fnmatch.fnmatch(t.platform, platform) for t in tags):
+                continue
+        kept.append(a)
+    return kept
+
+
+# ----------------------------------------------------------------------------- download
+
+
+def download_one(url: str, dest: Path, sha256: str, *, session: Any = None, retries: int = 4,
+                 backoff: float = 0.5, on_bytes: Callable[[int, int | None], None] | None = None) -> Path:
+    """Download ``url`` to ``dest`` (resuming ``dest``'s partial file), check its sha256."""
+    import requests
+
+    session = session or _session()
+    shown = redact(url)
+    if url.startswith("file:"):
+        import shutil
+
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(unquote(urlsplit(url).path), dest.with_name(dest.name + ".partial"))
+        return _finish(dest, sha256, shown)
+    part = dest.with_name(dest.name + ".partial")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fresh_retry = True
+    attempt = 0
+    while True:
+        have = part.stat().st_size if part.exists() else 0
+        try:
+            headers = {"Range": f"bytes={have}-"} if have else {}
+            with session.get(url, headers=headers, stream=True, timeout=(10, 60)) as resp:
+                if resp.status_code == 416:
+                    part.unlink(missing_ok=True)
+                    raise _Retry("range not satisfiable")
+                if resp.status_code in _RETRY_STATUS:
+                    raise _Retry(f"HTTP {resp.status_code}")
+                if resp.status_code >= 400:
+                    raise WheelhouseError(f"{shown}: HTTP {resp.status_code} (expected sha256 {sha256})")
+                resumed = have > 0 and resp.status_code == 206
+                length = resp.headers.get("Content-Length")
+                total = (int(length) + (have if resumed else 0)) if length and length.isdigit() else None
+                done = have if resumed else 0
+                with part.open("ab" if resumed else "wb") as f:
+                    for chunk in resp.iter_content(CHUNK):
+                        f.write(chunk)
+                        done += len(chunk)
+                        if on_bytes is not None:
+                            on_bytes(done, total)
+                if total is not None and done < total:
+                    raise _Retry(f"connection closed after {done} of {total} bytes")
+        except (_Retry, requests.ConnectionError, requests.Timeout,
+                requests.exceptions.ChunkedEncodingError) as exc:
+            if attempt >= retries:
+                raise WheelhouseError(f"{shown}: download failed after {attempt + 1} attempts: {redact(str(exc))[:300]}",
+                                      hint=f"The partial file is kept ({part}); run the mirror again to resume.") from None
+            delay = backoff * (2 ** attempt)
+            attempt += 1
+            events.emit("warn", f"{dest.name}: {redact(str(exc))[:200]}; retry {attempt}/{retries} in {delay:.1f} s")
+            time.sleep(delay)
+            continue
+        try:
+            return _finish(dest, sha256, shown)
+        except WheelhouseError:
+            if resumed and fresh_retry:  # a stale partial may be the culprit: once more from zero
+                fresh_retry = False
+                continue
+            raise
+
+
+def _finish(dest: Path, sha256: str, shown: str) -> Path:
+    part = dest.with_name(dest.name + ".partial")
+    actual = sha256_file(part)
+    if actual != sha256:
+        part.unlink(missing_ok=True)
+        raise WheelhouseError(f"sha256 mismatch for {shown}: expected {sha256}, got {actual}; "
+                              "the file was not kept")
+    os.replace(part, dest)
+    return dest
+
+
+def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: int = 4,
+           backoff: float = 0.5) -> MirrorResult:
+    """Download every artifact into ``out``; errors are collected and raised together at the end."""
+    out.mkdir(parents=True, exist_ok=True)
+    session = _session()
+    todo: list[Artifact] = []
+    present: list[Path] = []
+    for a in artifacts:
+        if not a.url or not a.filename:
+            raise WheelhouseError(f"{a.name}=={a.version}: no URL for sha256 {a.sha256} (resolve it first)")
+        dest = out / a.filename
+        if dest.is_file() and sha256_file(dest) == a.sha256:
+            present.append(dest)
+        else:
+            todo.append(a)
+    lock = threading.Lock()
+    errors: list[str] = []
+    downloaded: list[Path] = []
+
+    def one(a: Artifact) -> Path:
+        assert a.url and a.filename
+        last = [0.0]
+
+        def on_bytes(done: int, total: int | None) -> None:
+            now = time.monotonic()
+            if now - last[0] > 0.1 or (total is not None and done >= total):
+                last[0] = now
+                events.emit("debug", f"{a.filename} {done}/{total}", download=a.filename, completed=done, total=total)
+
+        return download_one(a.url, out / a.filename, a.sha256, session=session, retries=retries,
+                            backoff=backoff, on_bytes=on_bytes)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(one, a): a for a in todo}
+        for fut in as_completed(futures):
+            a = futures[fut]
+            try:
+                path = fut.result()
+            except WheelhouseError as exc:
+                with lock:
+                    errors.append(str(exc).replace("\n", " "))
+                events.emit("fail", f"{a.filename}: {exc.message}", download=a.filename, failed=True)
+                continue
+            with lock:
+                downloaded.append(path)
+            events.emit("ok", f"{a.filename}", download=a.filename, done=True)
+    manifest = out / "wheelhouse.json"
+    _write_manifest(manifest, artifacts, out)
+    if errors:
+        raise WheelhouseError(f"{len(errors)} of {len(artifacts)} artifacts failed to mirror:\n"
+                              + "\n".join(f"  {e}" for e in errors),
+                              hint="Good files are kept; run the mirror again to retry the rest.")
+    return MirrorResult(tuple(downloaded), tuple(present), manifest)
+
+
+def _write_manifest(path: Path, artifacts: Sequence[Artifact], out: Path) -> None:
+    existing: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            existing = {a["filename"]: a for a in json.loads(path.read_text()).get("artifacts", [])}
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            existing = {}
+    for a in artifacts:
+        if a.filename and (out / a.filename).is_file():
+            existing[a.filename] = {"name": a.name, "version": a.version, "filename": a.filename,
+                                    "sha256": a.sha256, "size": (out / a.filename).stat().st_size,
+                                    "url": redact(a.url or "")}
+    atomic_write_json(path, {"schema": 1, "artifacts": sorted(existing.values(), key=lambda x: x["filename"])})

@@ -1,0 +1,185 @@
+"""Repack a freshly built wheel into a wheelhouse wheel.
+
+- ``Requires-Dist`` (and ``Provides-Extra``) removed from METADATA: installing it can never pull
+  torch or PyPI ``triton`` back in.
+- The version gets the local label of the torch it was built against
+  (``1.6.1+cu132torch2.12.0.dev20260405``); dist-info and ``.data`` folders are renamed to match.
+- ``envbuild_provenance.json`` is added to the dist-info.
+- RECORD is rewritten (sha256 + size of every file, RECORD itself without a hash).
+- The input's RECORD is verified first, and an archive with absolute paths, ``..`` components,
+  symlinks or duplicate names is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import stat
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from envbuild.errors import WheelhouseError
+from envbuild.wheelhouse import PROVENANCE_FILE
+
+_NEW_ENTRY_DATE = (1980, 1, 2, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Repacked:
+    path: Path
+    name: str
+    version: str
+    removed_requires: tuple[str, ...]
+
+
+def check_archive(zf: zipfile.ZipFile, shown: str) -> None:
+    """Refuse entries that could write outside the install folder or smuggle links."""
+    seen: set[str] = set()
+    for info in zf.infolist():
+        name = info.filename
+        if name.startswith("/") or name.startswith("\\") or (len(name) > 1 and name[1] == ":"):
+            raise WheelhouseError(f"{shown}: refusing a wheel with an absolute path in its archive: {name!r}")
+        parts = PurePosixPath(name.replace("\\", "/")).parts
+        if ".." in parts:
+            raise WheelhouseError(f"{shown}: refusing a wheel with a '..' path component: {name!r}")
+        mode = info.external_attr >> 16
+        if stat.S_ISLNK(mode):
+            raise WheelhouseError(f"{shown}: refusing a wheel that contains a symbolic link: {name!r}")
+        if name in seen:
+            raise WheelhouseError(f"{shown}: refusing a wheel with a duplicate archive entry: {name!r}")
+        seen.add(name)
+
+
+def _record_hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _verify_record(zf: zipfile.ZipFile, record_name: str, shown: str) -> None:
+    text = zf.read(record_name).decode("utf-8")
+    for row in csv.reader(io.StringIO(text)):
+        if not row or not row[0] or len(row) < 2 or not row[1]:
+            continue
+        path, hash_ = row[0], row[1]
+        try:
+            data = zf.read(path)
+        except KeyError:
+            raise WheelhouseError(f"{shown}: RECORD lists {path!r}, which is not in the archive") from None
+        algo, _, _ = hash_.partition("=")
+        if algo == "sha256" and _record_hash(data) != hash_:
+            raise WheelhouseError(f"{shown}: {path!r} does not match its RECORD hash (corrupt wheel)")
+
+
+def _edit_metadata(text: str, new_version: str) -> tuple[str, list[str]]:
+    """Drop Requires-Dist/Provides-Extra headers, set Version; the description body is kept."""
+    head, sep, body = text.partition("\n\n")
+    out: list[str] = []
+    removed: list[str] = []
+    skipping = False
+    for line in head.split("\n"):
+        if line[:1] in (" ", "\t"):
+            if skipping:
+                continue  # continuation of a removed header
+            out.append(line)
+            continue
+        key, _, value = line.partition(":")
+        skipping = key.lower() in ("requires-dist", "provides-extra")
+        if skipping:
+            if key.lower() == "requires-dist":
+                removed.append(value.strip())
+            continue
+        if key.lower() == "version":
+            line = f"Version: {new_version}"
+        out.append(line)
+    return "\n".join(out) + sep + body, removed
+
+
+def repack_wheel(src: Path, dest_dir: Path, local: str, provenance: dict[str, Any]) -> Repacked:
+    """Write the wheelhouse version of ``src`` into ``dest_dir`` and return it."""
+    shown = src.name
+    try:
+        name, version, build_tag, _tags = parse_wheel_filename(src.name)
+    except InvalidWheelFilename as exc:
+        raise WheelhouseError(f"{shown}: not a wheel file name: {exc}") from None
+    new_version = Version(f"{version.public}+{local}")
+    try:
+        zf = zipfile.ZipFile(src)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise WheelhouseError(f"{shown}: not a readable wheel: {exc}") from None
+    with zf:
+        check_archive(zf, shown)
+        infos = zf.infolist()
+        dist_infos = {i.filename.split("/", 1)[0] for i in infos
+                      if i.filename.split("/", 1)[0].endswith(".dist-info")}
+        old_di = next((d for d in dist_infos if canonicalize_name(d.rsplit("-", 1)[0]) == name), None)
+        if old_di is None or len(dist_infos) != 1:
+            raise WheelhouseError(f"{shown}: expected exactly one {name}-*.dist-info folder, found {sorted(dist_infos) or 'none'}")
+        _verify_record(zf, f"{old_di}/RECORD", shown)
+        old_data = old_di[: -len(".dist-info")] + ".data"
+        stem = f"{name.replace('-', '_')}-{new_version}"
+        new_di, new_data = f"{stem}.dist-info", f"{stem}.data"
+
+        def rename(path: str) -> str:
+            top, sep, rest = path.partition("/")
+            if top == old_di:
+                return new_di + sep + rest
+            if top == old_data:
+                return new_data + sep + rest
+            return path
+
+        entries: list[tuple[zipfile.ZipInfo, bytes]] = []
+        removed: list[str] = []
+        for info in infos:
+            if info.is_dir() or info.filename in (f"{old_di}/RECORD", f"{old_di}/{PROVENANCE_FILE}"):
+                continue
+            data = zf.read(info)
+            if info.filename == f"{old_di}/METADATA":
+                text, removed = _edit_metadata(data.decode("utf-8"), str(new_version))
+                data = text.encode("utf-8")
+            new_info = zipfile.ZipInfo(rename(info.filename), date_time=info.date_time)
+            new_info.external_attr = info.external_attr
+            new_info.compress_type = zipfile.ZIP_DEFLATED
+            entries.append((new_info, data))
+
+    prov = dict(provenance, name=str(name), version=str(new_version), upstream_version=str(version),
+                removed_requires=removed)
+    prov_info = zipfile.ZipInfo(f"{new_di}/{PROVENANCE_FILE}", date_time=_NEW_ENTRY_DATE)
+    prov_info.external_attr = (stat.S_IFREG | 0o644) << 16
+    prov_info.compress_type = zipfile.ZIP_DEFLATED
+    entries.append((prov_info, (json.dumps(prov, indent=2, sort_keys=True) + "\n").encode()))
+    # dist-info last, RECORD at the very end (the order tools expect)
+    entries.sort(key=lambda e: e[0].filename.startswith(new_di))
+
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for info, data in entries:
+        writer.writerow([info.filename, _record_hash(data), str(len(data))])
+    writer.writerow([f"{new_di}/RECORD", "", ""])
+    rec_info = zipfile.ZipInfo(f"{new_di}/RECORD", date_time=_NEW_ENTRY_DATE)
+    rec_info.external_attr = (stat.S_IFREG | 0o644) << 16
+    rec_info.compress_type = zipfile.ZIP_DEFLATED
+    entries.append((rec_info, record.getvalue().encode()))
+
+    tag_str = wheel_tag_string(src.name)
+    build = f"-{build_tag[0]}{build_tag[1]}" if build_tag else ""
+    out = dest_dir / f"{stem}{build}-{tag_str}.whl"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for info, data in entries:
+            zout.writestr(info, data)
+    tmp.replace(out)
+    return Repacked(path=out, name=str(name), version=str(new_version), removed_requires=tuple(removed))
+
+
+def wheel_tag_string(filename: str) -> str:
+    """``cp311-cp311-linux_x86_64`` of a wheel file name (for messages and tests)."""
+    return "-".join(filename[: -len(".whl")].split("-")[-3:])

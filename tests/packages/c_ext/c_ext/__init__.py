@@ -1,0 +1,3 @@
+from c_ext._fast import dot
+
+__all__ = ["dot"]
