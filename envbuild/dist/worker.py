@@ -516,8 +516,15 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     dist.barrier()
     if rank == 0:
         shutil.rmtree(args.ckpt_dir, ignore_errors=True)
+    code = 0 if result["ok"] else 1
+    if gloo:
+        # gloo's teardown with several sub-groups can abort ("terminate called without an active
+        # exception") after all the work is done: leave without it, the result is written.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     dist.destroy_process_group()
-    return 0 if result["ok"] else 1
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""Kernel smoke tests: ``checks.py`` runs inside the target venv; this side launches it.
+
+The checks import torch and the CUDA extensions, so they run as a subprocess of the venv's
+interpreter (``<venv>/bin/python checks.py``); envbuild itself never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuild import events, runner
+from envbuild.errors import PreflightError, VerifyError
+
+CHECKS_SCRIPT = Path(__file__).resolve().parent / "checks.py"
+INVENTORY_SCRIPT = Path(__file__).resolve().parent / "inventory.py"
+RESULT_MARK = "ENVBUILD_SMOKE "
+CHECK_NAMES = ("matmul", "sdpa", "triton", "torch.compile", "flash_attn", "causal_conv1d",
+               "mamba_ssm.selective_scan", "fla", "flash_attn_4")
+
+__all__ = ["CHECK_NAMES", "SmokeResult", "run_smoke"]
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    ok: bool
+    checks: list[dict[str, Any]]  # name, verdict, rel_err, tol, seconds, reason, ...
+    environment: dict[str, Any]  # torch / CUDA / cuDNN / NCCL versions and the device, as torch saw them
+    seconds: float
+    returncode: int
+    log_file: Path | None
+
+
+def run_smoke(
+    python: Path,
+    *,
+    only: tuple[str, ...] = (),
+    quick: bool = False,
+    log_file: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 900.0,
+) -> SmokeResult:
+    """Run the checks with ``python``; raises ``PreflightError`` when it or torch is missing,
+    ``VerifyError`` when the checks crashed without a result. Failed checks are returned."""
+    if not python.exists():
+        raise PreflightError(
+            f"no Python interpreter at {python}: the venv is missing or incomplete",
+            hint="Provision it first (envbuild provision), or point --venv at an existing venv.",
+        )
+    with tempfile.TemporaryDirectory(prefix="envbuild-smoke-") as tmp:
+        out = Path(tmp) / "smoke.json"
+        argv: list[str] = [str(python), str(CHECKS_SCRIPT), "--out", str(out)]
+        for name in only:
+            argv += ["--only", name]
+        if quick:
+            argv.append("--quick")
+
+        def on_line(line: str) -> None:
+            if line.startswith(RESULT_MARK):
+                try:
+                    res = json.loads(line[len(RESULT_MARK):])
+                except ValueError:
+                    return
+                level = {"pass": "ok", "fail": "fail"}.get(res.get("verdict"), "info")
+                events.emit(level, f"smoke {res.get('name')}: {res.get('verdict')}", result=res)
+            else:
+                events.emit("debug", line)
+
+        start = time.monotonic()
+        try:
+            res = runner.run(argv, log_file=log_file, env=env, timeout=timeout, on_line=on_line)
+        except FileNotFoundError:
+            raise PreflightError(f"cannot run {python}") from None
+        if not out.is_file():
+            if "No module named 'torch'" in res.tail:
+                raise PreflightError(f"torch is not installed in {python}; smoke needs the venv's torch")
+            where = f"; full log: {log_file}" if log_file else ""
+            raise VerifyError(
+                f"the smoke checks crashed (exit {res.returncode}) before writing a result{where}. "
+                f"Last lines:\n{res.tail}"
+            )
+        doc = json.loads(out.read_text(encoding="utf-8"))
+    return SmokeResult(ok=bool(doc.get("ok")) and res.returncode == 0, checks=doc.get("checks", []),
+                       environment=doc.get("environment", {}), seconds=time.monotonic() - start,
+                       returncode=res.returncode, log_file=log_file)

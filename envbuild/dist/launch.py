@@ -1,0 +1,173 @@
+"""Launch the distributed step: ``torchrun`` from the target venv, one process per GPU.
+
+The worker (``envbuild/dist/worker.py``) runs inside the venv's interpreter and never imports
+envbuild; this side builds the torchrun command line and the environment (the NCCL/allocator
+baseline of ``layout.RUNTIME_BASELINE`` over the caller's environment), streams the output into
+a log, and reads back the worker's JSON result.
+
+Single node: ``torchrun --standalone``. Several nodes: torchrun's c10d rendezvous
+(``--nnodes N --rdzv-endpoint HOST:PORT --rdzv-id ID``), run once per node; every node's local
+rank 0 writes the same gathered result, so each agent can report the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envbuild import events, runner
+from envbuild.errors import ConfigError, PreflightError, VerifyError
+from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE
+
+WORKER = Path(__file__).resolve().parent / "worker.py"
+RESULT_MARK = "ENVBUILD_DIST_RESULT "
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistOptions:
+    nproc: int | None = None  # processes on this node; None: one per GPU, or 2 on CPU
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None  # HOST:PORT of the c10d rendezvous (multi-node)
+    rdzv_id: str = "envbuild-dist-step"
+    dp: int = 0  # 0: chosen from the world size (tp = 2 when even, dp = world / tp, ep = world)
+    tp: int = 0
+    ep: int = 0
+    steps: int = 5
+    cpu: bool = False  # gloo on CPU even where GPUs exist
+    bf16: bool = False
+    bw_mb: float = -1.0  # all-reduce probe size; -1: 1024 MiB on GPU, 8 MiB on CPU
+    timeout: float = 600.0
+    ckpt_dir: Path | None = None  # must be shared by all nodes for multi-node runs
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.nproc is not None and not 1 <= self.nproc <= 64:
+            raise ConfigError(f"--nproc {self.nproc}: give a process count between 1 and 64")
+        if self.nnodes < 1:
+            raise ConfigError(f"--nnodes {self.nnodes}: give at least 1")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError(
+                f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (the c10d rendezvous every node joins)",
+                hint="Run the same command on each node with the same endpoint and --rdzv-id.",
+            )
+        if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
+            raise ConfigError(f"--rdzv-endpoint {self.rdzv_endpoint!r}: write it as HOST:PORT")
+        if self.steps < 2:
+            raise ConfigError(f"--steps {self.steps}: at least 2 are needed to see the loss fall")
+        for name in ("dp", "tp", "ep"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name} must be positive")
+
+
+@dataclass(frozen=True)
+class DistResult:
+    ok: bool
+    returncode: int
+    seconds: float
+    argv: tuple[str, ...]
+    log_file: Path | None
+    result: dict[str, Any]  # the worker's JSON (empty when it never got that far)
+    tail: str
+
+
+def launch_env(base: Mapping[str, str], *, cpu: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the workers get: caller's env, the runtime baseline, then ``extra``."""
+    env = dict(base)
+    env.update(RUNTIME_BASELINE)
+    for key in UNSET_IN_BASELINE:
+        env.pop(key, None)
+    if extra:
+        env.update(extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    if cpu:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: Path) -> list[str]:
+    argv = [str(python), "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--max-restarts", "0"]
+    if opts.nnodes == 1 and not opts.rdzv_endpoint:
+        argv.append("--standalone")
+    else:
+        argv += ["--nnodes", str(opts.nnodes), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", str(opts.rdzv_endpoint), "--rdzv-id", opts.rdzv_id]
+    argv += [str(WORKER), "--out", str(out), "--ckpt-dir", str(ckpt), "--steps", str(opts.steps),
+             "--dp", str(opts.dp), "--tp", str(opts.tp), "--ep", str(opts.ep), "--bw-mb", str(opts.bw_mb)]
+    if opts.cpu:
+        argv.append("--cpu")
+    if opts.bf16:
+        argv.append("--bf16")
+    return argv
+
+
+def run_dist_step(
+    python: Path,
+    opts: DistOptions,
+    *,
+    gpu_count: int,
+    workdir: Path | None = None,
+    log_file: Path | None = None,
+    base_env: Mapping[str, str] | None = None,
+) -> DistResult:
+    """Run the step; raises ``PreflightError`` when the interpreter or torch is missing and
+    ``VerifyError`` when the workers died without a result. A result with failed checks is
+    returned (``ok`` False) so the caller can show and record what failed."""
+    opts.validate()
+    if not python.exists():
+        raise PreflightError(
+            f"no Python interpreter at {python}: the venv is missing or incomplete",
+            hint="Provision it first (envbuild provision), or point --venv at an existing venv.",
+        )
+    cpu = opts.cpu or gpu_count == 0
+    nproc = opts.nproc or (gpu_count if not cpu else 2)
+    if not cpu and nproc > gpu_count:
+        raise ConfigError(f"--nproc {nproc} is more than the {gpu_count} GPU(s) on this host",
+                          hint="Use at most one process per GPU, or --cpu for gloo processes.")
+    opts = DistOptions(**{**opts.__dict__, "cpu": cpu})
+    tmp = Path(tempfile.mkdtemp(prefix="envbuild-dist-", dir=workdir))
+    out = tmp / "result.json"
+    ckpt = opts.ckpt_dir or tmp / "ckpt"
+    argv = torchrun_argv(python, opts, nproc, out, ckpt)
+    env = launch_env(base_env if base_env is not None else os.environ, cpu=cpu, extra=opts.extra_env)
+    events.emit("step", f"dist-step: torchrun {nproc} process(es) x {opts.nnodes} node(s), "
+                        f"{'gloo on CPU' if cpu else 'NCCL on GPU'}")
+
+    def on_line(line: str) -> None:
+        if line.startswith(RESULT_MARK):
+            events.emit("info", "dist-step: " + line[len(RESULT_MARK):])
+        else:
+            events.emit("debug", line)
+
+    start = time.monotonic()
+    try:
+        res = runner.run(argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line)
+    except FileNotFoundError:
+        raise PreflightError(f"cannot run {python}") from None
+    result: dict[str, Any] = {}
+    if out.is_file():
+        result = json.loads(out.read_text(encoding="utf-8"))
+    for leftover in (out, *tmp.glob("*")):
+        if leftover.is_file():
+            leftover.unlink()
+    if not any(tmp.iterdir()):
+        tmp.rmdir()
+    if not result:
+        if "No module named torch" in res.tail:
+            raise PreflightError(f"torch is not installed in {python}; dist-step needs the venv's torch")
+        where = f"; full log: {log_file}" if log_file else ""
+        timed_out = res.seconds >= opts.timeout - 1
+        raise VerifyError(
+            f"the distributed step {'timed out after %.0f s' % res.seconds if timed_out else 'failed'} "
+            f"(torchrun exit {res.returncode}) before writing a result{where}. Last lines:\n{res.tail}",
+            hint="A hang at start-up is usually the rendezvous (check --rdzv-endpoint and that every node "
+                 "runs the command) or NCCL (re-run with NCCL_DEBUG=INFO).",
+        )
+    return DistResult(ok=bool(result.get("ok")) and res.returncode == 0, returncode=res.returncode,
+                      seconds=time.monotonic() - start, argv=res.argv, log_file=log_file,
+                      result=result, tail=res.tail)
