@@ -1,0 +1,268 @@
+"""Receipts: one versioned JSON record per run (provision, smoke, dist-step, verify), and diffs.
+
+A receipt holds provenance (``envbuild.provenance``), the three names, the hardware (driver,
+GPUs, topology), the software (every distribution with version and RECORD sha256, torch /
+CUDA / cuDNN / NCCL versions; collected by the venv's own interpreter with a small script that
+imports neither envbuild nor torch), the environment overlay and the baseline values in force,
+and the command's payload (step timings, check results, peak memory). Secrets are redacted
+(credentials in URLs, values of variables named like tokens/passwords/keys). Written
+atomically under ``<root>/receipts``.
+
+``diff_receipts`` compares what must not drift between hosts or runs: packages (added, removed,
+version, RECORD hash), torch versions, Python, environment, hardware. Provenance and payload
+differences are shown as information, never as drift.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuild import events, net, runner
+from envbuild._io import atomic_write_json, sha256_bytes
+from envbuild.errors import ConfigError
+from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
+from envbuild.provenance import Provenance, capture
+from envbuild.spec import StackSpec
+
+SCHEMA = "envbuild.receipt/1"
+KINDS = ("provision", "smoke", "dist-step", "verify", "preflight")
+_SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY|AUTH)", re.I)
+_ENV_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVIDIA_", "OMP_", "TRITON_", "HF_", "PIP_", "UV_")
+INVENTORY_SCRIPT = Path(__file__).resolve().parent / "smoke" / "inventory.py"
+
+
+# ----------------------------------------------------------------------------- redaction
+
+
+def redact_env(env: Mapping[str, str | None]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for key, value in env.items():
+        if value is None:
+            out[key] = None
+        elif _SECRET_KEY.search(key):
+            out[key] = "***"
+        else:
+            out[key] = net.redact(value)
+    return out
+
+
+def redact_any(value: Any, key: str = "") -> Any:
+    if isinstance(value, str):
+        return "***" if key and _SECRET_KEY.search(key) else net.redact(value)
+    if isinstance(value, Mapping):
+        return {k: redact_any(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_any(v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------------------- collection
+
+
+def inventory(python: Path) -> dict[str, Any]:
+    """Installed distributions and torch versions of ``python``'s environment (no torch import)."""
+    try:
+        res = runner.run([str(python), str(INVENTORY_SCRIPT)], capture=True, timeout=120)
+    except FileNotFoundError:
+        return {"error": f"no interpreter at {python}"}
+    if not res.ok:
+        return {"error": f"inventory failed (exit {res.returncode}): {res.tail[-500:]}"}
+    try:
+        doc: dict[str, Any] = json.loads((res.output or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": "inventory printed no JSON"}
+    return doc
+
+
+def hardware(gpu_facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    from envbuild.preflight import gpu_inventory
+
+    hw = dict(gpu_facts) if gpu_facts is not None else gpu_inventory()
+    hw["cpu_count"] = os.cpu_count()
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                hw["memory_gb"] = round(int(line.split()[1]) / 1e6, 1)
+    except OSError:
+        pass
+    return hw
+
+
+def env_section(spec: StackSpec | None, paths: Paths, environ: Mapping[str, str]) -> dict[str, Any]:
+    overlay = overlay_env(spec, paths) if spec is not None else dict(RUNTIME_BASELINE)
+    keys = sorted({*RUNTIME_BASELINE, *UNSET_IN_BASELINE, "NCCL_MNNVL_ENABLE", "PYTORCH_CUDA_ALLOC_CONF",
+                   *(k for k in environ if k.startswith(_ENV_PREFIXES))})
+    return {"overlay": redact_env(overlay), "unset_by_overlay": list(UNSET_IN_BASELINE),
+            "in_force": redact_env({k: environ.get(k) for k in keys})}
+
+
+def write_receipt(
+    paths: Paths,
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    spec: StackSpec | None = None,
+    python: Path | None = None,
+    provenance: Provenance | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Path:
+    """Write one receipt under ``paths.receipts``; returns its path.
+
+    ``provenance`` should be captured at the start of the command (``provenance.capture``);
+    it is captured here when not given. ``python`` is the target environment's interpreter
+    (default: ``paths.python`` when it exists).
+    """
+    env = os.environ if environ is None else environ
+    from envbuild.preflight import gpu_inventory
+
+    gpus = gpu_inventory()
+    prov = provenance or capture(gpu_names=[g["name"] for g in gpus["gpus"]],
+                                 profile=spec.name if spec else None, environ=env)
+    names = dict(prov.names)
+    if payload.get("launch_regime") and not env.get("ENVBUILD_LAUNCH_REGIME"):
+        names["launch_regime"] = str(payload["launch_regime"])
+    if spec is not None and not env.get("ENVBUILD_PROFILE"):
+        names["profile"] = spec.name
+    interp = python or (paths.python if paths.python.exists() else None)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "names": names,
+        "provenance": prov.to_dict(),
+        "hardware": hardware(gpus),
+        "software": inventory(interp) if interp is not None else {"error": "no target interpreter"},
+        "spec": {"name": spec.name, "path": str(spec.path), "digest": spec.digest} if spec else None,
+        "env": env_section(spec, paths, env),
+        "payload": payload,
+    }
+    doc = redact_any(doc)
+    doc["digest"] = sha256_bytes(json.dumps(doc, sort_keys=True, default=str).encode())
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    host = re.sub(r"[^A-Za-z0-9.-]+", "-", prov.hostname)[:40]
+    path = paths.receipts / f"{kind}-{stamp}-{host}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = paths.receipts / f"{kind}-{stamp}-{host}-{n}.json"
+    atomic_write_json(path, doc)
+    events.emit("info", f"receipt written: {path}")
+    return path
+
+
+# ----------------------------------------------------------------------------- reading and diffing
+
+
+def load_receipt(path: Path) -> dict[str, Any]:
+    """Load a receipt file, or the newest receipt in a folder; ``ConfigError`` when it is not one."""
+    if path.is_dir():
+        found = sorted(path.glob("*.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise ConfigError(f"{path} holds no receipts (*.json)")
+        path = found[-1]
+    if not path.is_file():
+        raise ConfigError(f"no receipt at {path}", hint="Receipts live under <data root>/receipts.")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc}); it is not an envbuild receipt") from None
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("envbuild.receipt/"):
+        raise ConfigError(f"{path} is not an envbuild receipt (no 'schema': '{SCHEMA}')")
+    if doc["schema"] != SCHEMA:
+        raise ConfigError(f"{path} has schema {doc['schema']}; this envbuild reads {SCHEMA}",
+                          hint="Use the envbuild version that wrote it.")
+    doc["_path"] = str(path)
+    return doc
+
+
+@dataclass(frozen=True)
+class Difference:
+    section: str  # packages, torch, python, env, hardware, provenance
+    key: str
+    a: Any
+    b: Any
+    drift: bool = True  # False: informational (host name, revision, time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _packages(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for d in doc.get("software", {}).get("distributions", []) or []}
+
+
+def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
+    out: list[Difference] = []
+    pa, pb = _packages(a), _packages(b)
+    for name in sorted(set(pa) | set(pb)):
+        x, y = pa.get(name), pb.get(name)
+        if x is None or y is None:
+            out.append(Difference("packages", name, x and x["version"], y and y["version"]))
+        elif x["version"] != y["version"]:
+            out.append(Difference("packages", name, x["version"], y["version"]))
+        elif x.get("record_sha256") != y.get("record_sha256"):
+            out.append(Difference("packages", f"{name} (RECORD sha256)", (x.get("record_sha256") or "")[:12],
+                                  (y.get("record_sha256") or "")[:12]))
+    sa, sb = a.get("software", {}), b.get("software", {})
+    for key, x, y in _flat_diff(sa.get("torch") or {}, sb.get("torch") or {}):
+        out.append(Difference("torch", key, x, y))
+    if sa.get("python") != sb.get("python"):
+        out.append(Difference("python", "version", sa.get("python"), sb.get("python")))
+    ea, eb = a.get("env", {}), b.get("env", {})
+    for sub in ("overlay", "in_force"):
+        for key, x, y in _flat_diff(ea.get(sub) or {}, eb.get(sub) or {}):
+            if sub == "overlay" and key.endswith(("_CACHE_DIR", "_CACHE_PATH", "HF_HOME")):
+                continue  # cache folders follow the data root
+            out.append(Difference("env", f"{sub}.{key}", x, y))
+    ha, hb = a.get("hardware", {}), b.get("hardware", {})
+    for key in ("driver", "topology", "nvcc", "gcc", "numa_balancing"):
+        if ha.get(key) != hb.get(key):
+            out.append(Difference("hardware", key, ha.get(key), hb.get(key)))
+    ga, gb = [g.get("name") for g in ha.get("gpus", [])], [g.get("name") for g in hb.get("gpus", [])]
+    if ga != gb:
+        out.append(Difference("hardware", "gpus", f"{len(ga)} x {', '.join(sorted(set(ga))) or '-'}",
+                              f"{len(gb)} x {', '.join(sorted(set(gb))) or '-'}"))
+    va, vb = a.get("provenance", {}), b.get("provenance", {})
+    if va.get("machine_class") != vb.get("machine_class"):
+        out.append(Difference("hardware", "machine_class", va.get("machine_class"), vb.get("machine_class")))
+    for key in ("hostname", "envbuild_version"):
+        if va.get(key) != vb.get(key):
+            out.append(Difference("provenance", key, va.get(key), vb.get(key), drift=False))
+    ra, rb = (va.get("repo") or {}).get("revision"), (vb.get("repo") or {}).get("revision")
+    if ra != rb:
+        out.append(Difference("provenance", "repo revision", ra, rb, drift=False))
+    return out
+
+
+def _flat_diff(x: Mapping[str, Any], y: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    return [(k, x.get(k), y.get(k)) for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The few lines ``receipt show`` prints first."""
+    sw, hw, prov = doc.get("software", {}), doc.get("hardware", {}), doc.get("provenance", {})
+    repo = prov.get("repo") or {}
+    torch = sw.get("torch") or {}
+    gpus = hw.get("gpus") or []
+    return {
+        "file": doc.get("_path"),
+        "kind": doc.get("kind"),
+        "created": doc.get("created"),
+        "host lineage / profile / regime": " / ".join(str(doc.get("names", {}).get(k)) for k in
+                                                      ("host_lineage", "profile", "launch_regime")),
+        "host": f"{prov.get('hostname')} ({prov.get('machine_class')})",
+        "source": f"{(repo.get('revision') or 'no git')[:12]}{' dirty' if repo.get('dirty') else ''}",
+        "envbuild": prov.get("envbuild_version"),
+        "python": sw.get("python"),
+        "torch": " ".join(f"{k}={v}" for k, v in torch.items()) or "not installed",
+        "packages": len(sw.get("distributions") or []),
+        "driver / GPUs": f"{hw.get('driver') or '-'} / {len(gpus)} x "
+                         f"{', '.join(sorted({g.get('name') for g in gpus})) or '-'}",
+    }
