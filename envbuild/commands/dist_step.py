@@ -1,0 +1,98 @@
+"""``envbuild dist-step``: a short TP+SP+EP+FSDP2 training step under torchrun. Exit 7 on a failure."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from envbuild.commands import ui
+from envbuild.commands.smoke import add_target_args, resolve_target, save_receipt, start_provenance, target_env
+from envbuild.dist.launch import DistOptions, run_dist_step
+from envbuild.errors import ExitCode
+from envbuild.preflight import HostFacts, parse_gpus
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "dist-step", help="a short TP+SP+EP+FSDP2 training step under torchrun",
+        description="torchrun one process per GPU (gloo processes on CPU): a small transformer with a MoE "
+                    "layer on a dp x tp mesh with expert parallel, checked against a single-process "
+                    "reference, a DCP round trip and an all-reduce bandwidth probe. Exit 7 on a failure.")
+    add_target_args(p)
+    p.add_argument("--nproc", type=int, help="processes on this node (default: one per GPU; 2 on CPU)")
+    p.add_argument("--nnodes", type=int, default=1, help="nodes (default 1); >1 needs --rdzv-endpoint")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for multi-node runs")
+    p.add_argument("--rdzv-id", default="envbuild-dist-step", help="rendezvous id, the same on every node")
+    p.add_argument("--dp", type=int, default=0, help="data-parallel size (default: world / tp)")
+    p.add_argument("--tp", type=int, default=0, help="tensor-parallel size (default: 2 if the world is even, else 1)")
+    p.add_argument("--ep", type=int, default=0, help="expert-parallel size (default: the world size)")
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    p.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
+    p.add_argument("--bf16", action="store_true", help="bf16 parameters (looser parity tolerance)")
+    p.add_argument("--bw-mb", type=float, default=-1.0, metavar="MIB",
+                   help="all-reduce probe size in MiB (default 1024 on GPU, 8 on CPU; 0 skips)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default 600)")
+    p.set_defaults(func=run)
+
+
+def visible_gpus() -> int:
+    facts = HostFacts.gather()
+    n = len(parse_gpus(facts.gpu_query)) if facts.gpu_query else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and n:
+        n = min(n, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
+    return n
+
+
+def run(args: argparse.Namespace) -> int:
+    spec, paths, python = resolve_target(args)
+    gpus = 0 if args.cpu else visible_gpus()
+    opts = DistOptions(nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
+                       dp=args.dp, tp=args.tp, ep=args.ep, steps=args.steps, cpu=args.cpu or gpus == 0,
+                       bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout)
+    nproc = args.nproc or (gpus or 2)
+    regime = f"torchrun-{'standalone' if args.nnodes == 1 and not args.rdzv_endpoint else 'c10d'} " \
+             f"{args.nnodes}x{nproc} {'gloo' if opts.cpu else 'nccl'}"
+    prov = start_provenance(spec, regime)
+    log = paths.logs / "dist-step.log" if paths.root.is_dir() and os.access(paths.root, os.W_OK) else None
+    res = run_dist_step(python, opts, gpu_count=gpus, log_file=log, base_env=target_env(spec, paths))
+    r = res.result
+    mesh = r.get("mesh", {})
+    regime += f" dp{mesh.get('dp')}xtp{mesh.get('tp')} ep{mesh.get('ep')}"
+    payload = {**r, "ok": res.ok, "returncode": res.returncode, "torchrun_seconds": res.seconds,
+               "launch_regime": regime}
+    receipt = save_receipt(args, paths, "dist-step", payload, spec=spec, python=python, provenance=prov)
+    if args.json:
+        ui.print_json({**payload, "receipt": receipt})
+    else:
+        _render(r, res.seconds, regime)
+        ui.print_text(f"{'dist-step passed' if res.ok else 'dist-step FAILED'} in {res.seconds:.1f} s"
+                      + (f" (torchrun exit {res.returncode})" if res.returncode else "")
+                      + (f"; receipt {receipt}" if receipt else "") + (f"; log {log}" if log else ""))
+    return 0 if res.ok else int(ExitCode.VERIFY)
+
+
+def _render(r: dict[str, Any], seconds: float, regime: str) -> None:
+    par, ck, t, bw = r.get("parity", {}), r.get("checkpoint", {}), r.get("timing", {}), r.get("allreduce")
+    tol = par.get("tolerance", {})
+    rows = [[name, "pass" if ok else "FAIL"] for name, ok in r.get("checks", {}).items()]
+    ui.print_text(f"dist-step: {regime}, world {r.get('world_size')}, {r.get('backend')}, "
+                  f"torch {r.get('versions', {}).get('torch')}")
+    ui.print_table(None, ["check", "verdict"], rows)
+    losses = " ".join(f"{v:.4f}" for v in r.get("losses", []))
+    info = [
+        ["losses", losses],
+        ["vs reference", f"loss {par.get('max_loss_diff', 0):.1e} (tol {tol.get('loss')}), grad norm rel "
+                         f"{par.get('max_grad_norm_rel_diff', 0):.1e}, weights {par.get('max_weight_abs_diff', 0):.1e}"],
+        ["checkpoint", f"eval loss saved {ck.get('eval_loss_saved')}, perturbed {ck.get('eval_loss_perturbed')}, "
+                       f"loaded {ck.get('eval_loss_loaded')}"],
+        ["first step", f"{1e3 * t.get('first_step_seconds', 0):.1f} ms"],
+        ["steady step", f"{1e3 * t.get('steady_step_seconds', 0):.1f} ms (max {1e3 * t.get('steady_step_max_seconds', 0):.1f})"],
+        ["all-reduce", f"busbw {bw['busbw_gbps']:.1f} GB/s ({bw['bytes'] / 2**20:.0f} MiB)" if bw else "n/a (one rank)"],
+    ]
+    for rk in r.get("ranks", []):
+        mem = rk.get("peak_memory", {})
+        shown = ", ".join(f"{k} {v:.0f}" for k, v in mem.items())
+        info.append([f"rank {rk.get('rank')} peak", f"{shown} ({rk.get('host')}, {rk.get('device')})"])
+    ui.print_table(None, ["", "value"], info)

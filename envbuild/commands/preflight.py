@@ -1,0 +1,52 @@
+"""``envbuild preflight``: can this host run the stack? One line per check, a verdict, exit 3 on fail."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from envbuild.commands import ui
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.errors import ConfigError, ExitCode
+from envbuild.layout import paths_for
+from envbuild.preflight import CHECK_GROUPS, run_preflight
+
+_MARK = {"pass": "pass", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("preflight", help="check driver, GPUs, NVLink topology, NUMA, compilers, disks, env, indexes",
+                       description="Check that this host can run the stack. Exit 3 when a check fails.")
+    add_stack_args(p)
+    add_json_arg(p)
+    p.add_argument("--root", type=ui_path, help="data root (default: the spec's layout.root)")
+    p.add_argument("--only", action="append", default=[], metavar="CHECK",
+                   help=f"run only these checks (repeatable): {', '.join(CHECK_GROUPS)}")
+    p.add_argument("--skip", action="append", default=[], metavar="CHECK", help="leave these checks out (repeatable)")
+    p.add_argument("--index-timeout", type=float, default=3.0, metavar="S", help="seconds per index probe (default 3)")
+    p.set_defaults(func=run)
+
+
+def ui_path(text: str) -> Any:
+    from pathlib import Path
+
+    return Path(text).expanduser()
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_stack(args)
+    paths = paths_for(spec, args.root)
+    for name in (*args.only, *args.skip):
+        if name not in CHECK_GROUPS:
+            raise ConfigError(f"unknown check {name!r}; checks are: {', '.join(CHECK_GROUPS)}")
+    groups = [g for g in (args.only or CHECK_GROUPS) if g not in args.skip]
+    report = run_preflight(spec, paths, checks=groups, index_timeout=args.index_timeout)
+    if args.json:
+        ui.print_json({"profile": spec.name, "root": str(paths.root), **report.to_dict()})
+    else:
+        rows = [[c.name, _MARK[c.verdict], c.measured, c.expected, c.detail] for c in report.checks]
+        ui.print_table(f"preflight: {spec.name} (data root {paths.root})",
+                       ["check", "verdict", "measured", "expected", "note"], rows)
+        ui.print_text(f"verdict: {report.verdict}" + (
+            f" ({len(report.failed)} failed: {', '.join(c.name for c in report.failed)})" if report.failed else ""))
+    return int(ExitCode.PREFLIGHT) if report.verdict == "fail" else 0

@@ -1,0 +1,95 @@
+"""``envbuild receipt show|diff``: read receipts and show what drifted (exit 10 when something did)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from envbuild.commands import ui
+from envbuild.errors import ConfigError, ExitCode
+from envbuild.receipt import diff_receipts, load_receipt, summary
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("receipt", help="show a receipt, or diff receipts (exit 10 on drift)")
+    rsub = p.add_subparsers(dest="receipt_command", metavar="ACTION")
+    rsub.required = True
+    show = rsub.add_parser("show", help="show one receipt (a file, or the newest in a folder)")
+    show.add_argument("file", type=Path, metavar="FILE|DIR")
+    show.add_argument("--json", action="store_true", help="print the whole receipt as JSON")
+    show.set_defaults(func=run_show)
+    diff = rsub.add_parser("diff", help="what changed between receipts: packages, versions, hashes, env, hardware",
+                           description="diff A B, or diff --against REF R1 R2 ... for a fleet. "
+                                       "Exit 10 when any receipt differs, 0 when all match.")
+    diff.add_argument("receipts", type=Path, nargs="+", metavar="RECEIPT")
+    diff.add_argument("--against", type=Path, metavar="REF", help="compare every RECEIPT with this one")
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+    diff.set_defaults(func=run_diff)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    doc = load_receipt(args.file)
+    if args.json:
+        ui.print_json(doc)
+        return 0
+    ui.print_table(None, ["", ""], [[k, str(v)] for k, v in summary(doc).items()])
+    payload = doc.get("payload") or {}
+    if doc.get("kind") == "smoke":
+        rows = [[c.get("name", ""), c.get("verdict", ""),
+                 f"{c['rel_err']:.2e}" if isinstance(c.get("rel_err"), (int, float)) else "-",
+                 f"{c.get('seconds', 0):.2f} s", c.get("reason") or ""] for c in payload.get("checks", [])]
+        ui.print_table("smoke", ["check", "verdict", "rel err", "time", "note"], rows)
+    elif doc.get("kind") == "dist-step":
+        t, bw = payload.get("timing", {}), payload.get("allreduce")
+        rows = [[k, "pass" if v else "FAIL"] for k, v in payload.get("checks", {}).items()]
+        rows.append(["steady step", f"{1e3 * t.get('steady_step_seconds', 0):.1f} ms"])
+        rows.append(["bus bandwidth", f"{bw['busbw_gbps']:.1f} GB/s" if bw else "n/a"])
+        ui.print_table(f"dist-step ({payload.get('launch_regime')})", ["", ""], rows)
+    ok = payload.get("ok")
+    if ok is not None:
+        ui.print_text(f"result: {'ok' if ok else 'FAILED'}")
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    if args.against is None and len(args.receipts) != 2:
+        raise ConfigError(f"receipt diff takes two receipts (got {len(args.receipts)})",
+                          hint="Use --against REF R1 R2 ... to compare many receipts with one reference.")
+    ref = load_receipt(args.against or args.receipts[0])
+    others = args.receipts if args.against is not None else args.receipts[1:]
+    results = []
+    for path in others:
+        doc = load_receipt(path)
+        diffs = diff_receipts(ref, doc)
+        results.append((doc, diffs))
+    drifted = [doc for doc, diffs in results if any(d.drift for d in diffs)]
+    if args.json:
+        ui.print_json({"reference": ref["_path"], "drift": bool(drifted), "receipts": [
+            {"file": doc["_path"], "host": doc.get("provenance", {}).get("hostname"),
+             "drift": any(d.drift for d in diffs), "differences": [d.to_dict() for d in diffs]}
+            for doc, diffs in results]})
+    else:
+        for doc, diffs in results:
+            host = doc.get("provenance", {}).get("hostname")
+            title = f"{ref['_path']} -> {doc['_path']} ({host})"
+            if not diffs:
+                ui.print_text(f"{title}: identical")
+                continue
+            rows = [[d.section, d.key, _show(d.a), _show(d.b), "" if d.drift else "info"] for d in diffs]
+            ui.print_table(title, ["section", "what", "reference" if args.against else "A",
+                                   "receipt" if args.against else "B", ""], rows)
+        if len(results) > 1:
+            ui.print_table("fleet", ["receipt", "host", "drifted items"],
+                           [[doc["_path"], str(doc.get("provenance", {}).get("hostname")),
+                             str(sum(d.drift for d in diffs))] for doc, diffs in results])
+        ui.print_text(f"{len(drifted)} of {len(results)} receipt(s) drifted" if drifted else "no drift")
+    return int(ExitCode.DRIFT) if drifted else 0
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    return str(value)
