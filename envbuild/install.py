@@ -121,11 +121,14 @@ def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources
     )
 
 
-def create_venv(python: Path, venv: Path, backend: Backend, log_file: Path) -> None:
+def create_venv(python: Path, venv: Path, backend: Backend, log_file: Path,
+                seed_sources: tuple[str, ...] = ()) -> None:
+    """``seed_sources``: where ``uv venv --seed`` gets pip (e.g. ``--no-index --find-links WH`` offline;
+    without them uv asks its default index, which an offline host cannot reach)."""
     if backend == "uv":
         uv = find_uv()
         assert uv is not None
-        argv = [uv, "venv", "--seed", "--python", str(python), str(venv)]
+        argv = [uv, "venv", "--seed", *seed_sources, "--python", str(python), str(venv)]
     else:
         argv = [str(python), "-m", "venv", str(venv)]
     events.emit("info", f"creating the venv: {format_argv(argv)}")
@@ -165,6 +168,7 @@ def run_step(
     constraints: Path | None,
     log_file: Path,
     base_env: Mapping[str, str],
+    pass_fds: tuple[int, ...] = (),
 ) -> StepRun:
     req = write_requirements(planned, state_dir / "steps")
     argv = installer_argv(planned, backend=backend, python=python, uv=find_uv() if backend == "uv" else None,
@@ -173,7 +177,7 @@ def run_step(
     env.update(planned.env)
     env["VIRTUAL_ENV"] = str(python.parent.parent)
     events.emit("debug", redact(format_argv(argv)))
-    result = run(argv, log_file=log_file, env=env,
+    result = run(argv, log_file=log_file, env=env, pass_fds=pass_fds,
                  on_line=lambda line: events.emit("debug", redact(line)))
     if not result.ok:
         raise classify_failure(planned, spec, result)

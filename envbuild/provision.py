@@ -8,10 +8,12 @@ run moves it aside (never deletes it) and starts the venv over.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,12 +70,35 @@ def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
                                        locked=opts.locked))
 
 
+@contextlib.contextmanager
+def state_lock(paths: layout.Paths) -> Iterator[int]:
+    """One provision per data root. The lock's fd is inherited by installer subprocesses, so an
+    installer orphaned by a SIGKILL of envbuild keeps the root locked until it has finished."""
+    paths.state.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            events.emit("warn", f"another provision (or an installer it left running) holds {paths.state / 'lock'}; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.set_inheritable(fd, True)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
     t0 = time.monotonic()
     paths = layout.paths_for(spec, opts.root)
     if opts.venv is not None:
         paths = layout.Paths(root=paths.root, venv_name=str(opts.venv.expanduser().absolute()))
     _check_data_root(spec, paths)
+    with state_lock(paths) as lock_fd:
+        return _provision(spec, opts, paths, lock_fd, t0)
+
+
+def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, lock_fd: int, t0: float) -> ProvisionResult:
     plan = build_plan(spec, opts)
     result = ProvisionResult(paths=paths, plan=plan)
     backend = plan.options.backend
@@ -123,7 +148,7 @@ def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
         if state.status == "ok":
             result.skipped.append(planned.name)
             continue
-        _run_one(spec, opts, planned, manifest, paths, python, site, env, result)
+        _run_one(spec, opts, planned, manifest, paths, python, site, env, result, lock_fd)
 
     last = plan.steps[-1].name
     if opts.only_step is None or opts.only_step == last:
@@ -195,7 +220,8 @@ def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, b
     for state in manifest.steps:  # a new venv: nothing in it has run
         state.status = "pending"
     manifest.baseline = None
-    create_venv(base, paths.venv, backend, paths.logs / "venv.log")  # type: ignore[arg-type]
+    seed = ("--no-index", "--find-links", opts.wheelhouse) if opts.wheelhouse else ()
+    create_venv(base, paths.venv, backend, paths.logs / "venv.log", seed_sources=seed)  # type: ignore[arg-type]
     manifest.python, manifest.venv = str(base), str(paths.venv)
     return python
 
@@ -227,7 +253,8 @@ def _take_baseline(spec: StackSpec, site: Path, manifest: Manifest, paths: layou
 
 
 def _run_one(spec: StackSpec, opts: ProvisionOptions, planned: PlannedStep, manifest: Manifest,
-             paths: layout.Paths, python: Path, site: Path, env: dict[str, str], result: ProvisionResult) -> None:
+             paths: layout.Paths, python: Path, site: Path, env: dict[str, str], result: ProvisionResult,
+             lock_fd: int) -> None:
     state = manifest.state(planned.name)
     total = len(result.plan.steps)
     events.emit("step", f"step {planned.number}/{total} {planned.name}: {' '.join(planned.requirements)}")
@@ -245,7 +272,8 @@ def _run_one(spec: StackSpec, opts: ProvisionOptions, planned: PlannedStep, mani
     t = time.monotonic()
     try:
         run_step(planned, spec=spec, backend=result.plan.options.backend, python=python,  # type: ignore[arg-type]
-                 state_dir=paths.state, constraints=constraints, log_file=log_file, base_env=step_env)
+                 state_dir=paths.state, constraints=constraints, log_file=log_file, base_env=step_env,
+                 pass_fds=(lock_fd,))
         if planned.role == "baseline":
             manifest.baseline = _take_baseline(spec, site, manifest, paths)
     except EnvbuildError as exc:

@@ -49,10 +49,13 @@ def run(
     timeout: float | None = None,
     capture: bool = False,
     on_line: Callable[[str], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> RunResult:
     """Run ``argv`` to completion; never raises on a non-zero exit (the caller decides).
 
-    ``log_file`` is appended to (a resumed step keeps its earlier attempts).
+    ``log_file`` is appended to (a resumed step keeps its earlier attempts). ``pass_fds`` are
+    inherited by the child (provision passes its state lock, so an installer orphaned by a
+    SIGKILL keeps the data root locked until it exits).
     Raises ``Interrupted`` on KeyboardInterrupt after stopping the child, and
     ``FileNotFoundError`` if the program does not exist.
     """
@@ -78,6 +81,7 @@ def run(
         errors="replace",
         bufsize=1,
         start_new_session=True,  # Ctrl-C reaches us, and we stop the whole child group
+        pass_fds=tuple(pass_fds),
     )
     try:
         assert proc.stdout is not None

@@ -62,3 +62,15 @@ def torch_venv() -> Path:
                    check=True, env=env)
     subprocess.run(check, check=True)
     return venv
+
+
+@pytest.fixture(scope="session")
+def cpu_torch_index() -> str:
+    """ENVBUILD_TORCH_INDEX for the cpu profile: the PyTorch CPU index when it answers, else ""
+    (pip's configured sources, which hold the CPU wheel on machines without that index)."""
+    if "ENVBUILD_TORCH_INDEX" in os.environ:
+        return os.environ["ENVBUILD_TORCH_INDEX"]
+    from envbuild.net import probe
+
+    url = "https://download.pytorch.org/whl/cpu"
+    return url if probe(url + "/", timeout=3).ok else ""

@@ -1,0 +1,128 @@
+"""End to end: the real `cpu` profile provisioned into a temp root with a temp $HOME.
+
+Real interpreter, real venv, real pip/uv, the real torch CPU wheel. Also: killed mid-step
+(SIGKILL) and run again, it converges; run again when finished, it verifies and does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envbuild.errors import ExitCode
+
+pytestmark = pytest.mark.slow
+
+
+def envbuild(*args: str, env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
+                          env=env, timeout=900, **kw)  # type: ignore[call-overload,no-any-return]
+
+
+@pytest.fixture
+def env(cpu_torch_index: str) -> dict[str, str]:
+    return {**os.environ, "ENVBUILD_TORCH_INDEX": cpu_torch_index}
+
+
+def manifest(root: Path) -> dict[str, object]:
+    return json.loads((root / ".envbuild" / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str]) -> None:
+    root, home = tmp_path / "data", tmp_path / "home"
+    out = envbuild("provision", "--profile", "cpu", "--root", str(root), "--home", str(home), "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["ran"] == ["bootstrap", "torch", "fla", "torch-users", "rest"]
+    assert result["full_check"]["version"] == "2.13.0+cpu"
+    # layout and links
+    assert os.readlink(home / "venv") == str(root / "venv")
+    assert os.readlink(home / "data") == str(root / "data")
+    assert (root / "cache" / "uv").is_dir() and (root / "logs" / "02-torch.log").is_file()
+    activate = (root / "venv" / "bin" / "activate").read_text()
+    assert str(root / ".envbuild" / "envbuild-env.sh") in activate
+    assert (root / ".envbuild" / "constraints.txt").read_text().splitlines()[-1] == "torch==2.13.0+cpu"
+    # the manifest
+    m = manifest(root)
+    assert [s["status"] for s in m["steps"]] == ["ok"] * 5  # type: ignore[index]
+    assert m["baseline"]["version"] == "2.13.0+cpu"  # type: ignore[index]
+    assert all(s["guard_seconds"] < 1.0 for s in m["steps"][1:])  # type: ignore[index]
+    # the packages are really there, and the overlay is what activate gives a shell
+    py = root / "venv" / "bin" / "python"
+    check = subprocess.run([str(py), "-c", "import torch, torchmetrics, fla; print(torch.__version__)"],
+                           capture_output=True, text=True)
+    assert check.stdout.strip() == "2.13.0+cpu", check.stderr
+    shell = subprocess.run(["bash", "-c", f". {root}/venv/bin/activate && echo $PIP_CONSTRAINT $PYTORCH_ALLOC_CONF"],
+                           capture_output=True, text=True)
+    assert shell.stdout.split() == [str(root / ".envbuild" / "constraints.txt"), "expandable_segments:True"]
+    # the guard's verdict, as its own command
+    out = envbuild("verify", "--profile", "cpu", "--root", str(root), env=env)
+    assert out.returncode == 0, out.stderr
+    # a re-run verifies and changes nothing
+    record = (root / "venv" / "lib").glob("python3*/site-packages/torch-*.dist-info/RECORD")
+    stat_before = next(record).stat()
+    out = envbuild("provision", "--profile", "cpu", "--root", str(root), "--home", str(home), "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    again = json.loads(out.stdout)
+    assert again["ran"] == [] and len(again["skipped"]) == 5
+    stat_after = next((root / "venv" / "lib").glob("python3*/site-packages/torch-*.dist-info/RECORD")).stat()
+    assert (stat_before.st_ino, stat_before.st_mtime_ns) == (stat_after.st_ino, stat_after.st_mtime_ns)
+    # something outside envbuild reinstalls torch: verify says so, with the ABI exit code
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", "torch==2.13.0"],
+                   check=True, capture_output=True)
+    out = envbuild("verify", "--profile", "cpu", "--root", str(root), env=env)
+    assert out.returncode == ExitCode.ABI
+    # uv wrote the original RECORD, pip the new one: "a different build"; same installer: "reinstalled"
+    assert ("torch 2.13.0+cpu was replaced by a different build" in out.stderr
+            or "torch 2.13.0+cpu was reinstalled" in out.stderr), out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_killed_mid_step_resumes_and_converges(tmp_path: Path, env: dict[str, str]) -> None:
+    root, home = tmp_path / "data", tmp_path / "home"
+    argv = [sys.executable, "-m", "envbuild", "provision", "--profile", "cpu", "--root", str(root),
+            "--home", str(home), "--backend", "pip"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    killed_in = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            steps = {s["name"]: s["status"] for s in manifest(root)["steps"]}  # type: ignore[union-attr]
+        except (FileNotFoundError, json.JSONDecodeError):
+            steps = {}
+        if steps.get("torch") == "running":
+            time.sleep(1.0)  # let pip get going
+            os.kill(proc.pid, signal.SIGKILL)  # no cleanup at all: the worst case
+            killed_in = "torch"
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert killed_in == "torch", "provision finished before it could be killed"
+    assert {s["name"]: s["status"] for s in manifest(root)["steps"]}["torch"] == "running"  # type: ignore[union-attr]
+    # the orphaned pip may still be running: the resumed run waits for the data-root lock
+    out = envbuild(*argv[3:], "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["skipped"] == ["bootstrap"]
+    assert result["ran"] == ["torch", "fla", "torch-users", "rest"]
+    assert [s["status"] for s in manifest(root)["steps"]] == ["ok"] * 5  # type: ignore[index]
+    out = envbuild("verify", "--profile", "cpu", "--root", str(root), env=env)
+    assert out.returncode == 0, out.stderr
+
+
+def test_unreachable_index_fails_fast(tmp_path: Path, env: dict[str, str]) -> None:
+    env = {**env, "ENVBUILD_TORCH_INDEX": "http://127.0.0.1:9/simple"}  # discard port: refused
+    start = time.monotonic()
+    out = envbuild("provision", "--profile", "cpu", "--root", str(tmp_path / "d"), "--home", str(tmp_path / "h"), env=env)
+    assert out.returncode == ExitCode.PREFLIGHT
+    assert time.monotonic() - start < 20
+    assert "http://127.0.0.1:9/simple (connection refused)" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "d" / "venv").exists()  # nothing was built
