@@ -1,0 +1,397 @@
+"""Render a Dockerfile from a stack's plan: one image layer per step, the same code path as a host.
+
+The image runs exactly what an operator runs on a host, one ``envbuild provision --step NAME``
+per layer, so every layer goes through the same installer and the same ABI guard, and a change
+to a late step rebuilds only that step and the ones after it:
+
+- each step layer is preceded by a ``COPY`` of the stack spec *cut after that step* (written
+  beside the Dockerfile as ``<name>.steps/NN-<step>.toml``), so editing step 5 leaves the spec
+  files of steps 1-4, and therefore their layers, byte-identical and cached; the last slice is
+  the whole spec, so the finished image verifies against the profile's own digest;
+- envbuild itself lives in its own venv (``/opt/envbuild-tool``), never in the training venv;
+- the pip and uv caches are BuildKit cache mounts on the folders provision points them at;
+- steps that read a find-links folder (the prebuilt CUDA wheels) mount the ``wheelhouse``
+  named build context (``docker build --build-context wheelhouse=DIR``);
+- after the baseline step the constraints file that pins torch is in the image and
+  ``PIP_CONSTRAINT`` / ``UV_CONSTRAINT`` point at it through ``ENV``, so later layers and any
+  later ``pip install`` by a user of the image keep torch pinned;
+- the last layer runs ``envbuild smoke`` (its CPU-capable checks; the GPU ones need
+  ``docker run --gpus all``).
+
+``render`` is pure: it returns the text of every file; the CLI writes them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from envbuild import layout
+from envbuild.errors import ConfigError
+from envbuild.plan import make_plan
+from envbuild.spec import StackSpec, parse_spec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+DEFAULT_ROOT = "/opt/envbuild"
+TOOL_VENV = "/opt/envbuild-tool"
+IMAGE_SPEC = "/etc/envbuild/stack.toml"
+IMAGE_WHEELHOUSE = "/wheelhouse"
+WHEELHOUSE_CONTEXT = "wheelhouse"
+SYNTAX = "docker/dockerfile:1.7"
+
+# CUDA major.minor -> the newest nvidia/cuda patch release with a cudnn devel image.
+CUDA_BASE_TAGS: Mapping[str, str] = {
+    "12.4": "12.4.1",
+    "12.6": "12.6.3",
+    "12.8": "12.8.1",
+    "12.9": "12.9.1",
+    "13.0": "13.0.2",
+    "13.1": "13.1.1",
+    "13.2": "13.2.0",
+}
+DEFAULT_UBUNTU = "22.04"  # the seed's OS (gcc 11.4)
+CPU_BASE = f"ubuntu:{DEFAULT_UBUNTU}"
+
+# Interpreters apt can give each Ubuntu release: its own python3, and the deadsnakes PPA's.
+SYSTEM_PYTHON: Mapping[str, str] = {"22.04": "3.10", "24.04": "3.12"}
+DEADSNAKES: Mapping[str, tuple[str, ...]] = {
+    "22.04": ("3.7", "3.8", "3.9", "3.11", "3.12", "3.13", "3.14"),
+    "24.04": ("3.7", "3.8", "3.9", "3.10", "3.11", "3.13", "3.14"),
+}
+
+# A docker image reference: [registry[:port]/]path[:tag][@sha256:digest]
+_REF = re.compile(
+    r"^(?:(?P<registry>[a-zA-Z0-9.-]+(?::\d+)?)/)?"
+    r"(?P<path>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@sha256:[0-9a-f]{64})?$"
+)
+_CUDA_TAG = re.compile(r"^(?P<cuda>\d+\.\d+)(?:\.\d+)?-(?:cudnn\d*-)?(?P<flavor>devel|runtime|base)-ubuntu(?P<ubuntu>\d\d\.\d\d)$")
+_UBUNTU_TAG = re.compile(r"^(?P<ubuntu>\d\d\.\d\d)$")
+_STEP_HEADER = re.compile(r"^\s*\[\[\s*step\s*\]\]\s*(?:#.*)?$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerOptions:
+    base: str | None = None  # --base IMAGE; None: the nvidia/cuda devel image of the stack's CUDA
+    venv: str | None = None  # adopt: the environment inside the base image that holds torch
+    root: str = DEFAULT_ROOT  # the image's data root (venv, caches, state, receipts)
+    offline: bool = False  # every step from the wheelhouse build context (--offline --wheelhouse)
+    steps_dir: str = "docker/steps"  # where the spec slices go, relative to the build context
+    command: str = "envbuild docker"  # the command line that renders this file, for its header
+
+
+@dataclass(frozen=True)
+class Base:
+    image: str
+    ubuntu: str | None  # None: not an Ubuntu image envbuild knows how to add Python to
+    cuda: str | None
+
+
+@dataclass(frozen=True)
+class Rendered:
+    dockerfile: str
+    files: Mapping[str, str] = field(default_factory=dict)  # spec slices: context-relative path -> text
+
+
+# ----------------------------------------------------------------------------- base image
+
+
+def parse_base(image: str) -> Base:
+    """Validate an image reference; read the CUDA and Ubuntu versions from its tag."""
+    m = _REF.match(image)
+    if not m:
+        raise ConfigError(f"--base {image!r} is not a valid image reference (expected [registry/]name[:tag][@sha256:...])")
+    tag = m.group("tag") or "latest"
+    name = m.group("path").rsplit("/", 1)[-1]
+    if (c := _CUDA_TAG.match(tag)) is not None:
+        return Base(image, c.group("ubuntu"), c.group("cuda"))
+    if name == "ubuntu" and (u := _UBUNTU_TAG.match(tag)) is not None:
+        return Base(image, u.group("ubuntu"), None)
+    return Base(image, None, None)
+
+
+def _default_base(spec: StackSpec) -> str:
+    cuda = spec.abi.cuda
+    if cuda is None:
+        return CPU_BASE
+    full = CUDA_BASE_TAGS.get(cuda)
+    if full is None:
+        raise ConfigError(
+            f"{spec.path}: abi.cuda = {cuda!r} has no matching nvidia/cuda base image "
+            f"(known: {', '.join(CUDA_BASE_TAGS)})",
+            hint="Pass one with --base IMAGE (an nvidia/cuda:<version>-cudnn-devel-ubuntu22.04 style tag).")
+    return f"nvidia/cuda:{full}-cudnn-devel-ubuntu{DEFAULT_UBUNTU}"
+
+
+def choose_base(spec: StackSpec, opts: DockerOptions) -> Base:
+    """The base image for ``spec``, checked against its CUDA and Python; ``ConfigError`` if unusable."""
+    if spec.abi.adopt:
+        if not opts.base:
+            raise ConfigError(
+                f"{spec.name}: abi.adopt = true takes {spec.abi.package} from the base environment, "
+                "so the image needs a base that holds it",
+                hint="Pass --base IMAGE (e.g. an NVIDIA PyTorch container) and --venv PATH (its environment).")
+        if not opts.venv:
+            raise ConfigError(
+                f"{spec.name}: abi.adopt = true: say which environment inside {opts.base} holds "
+                f"{spec.abi.package} with --venv PATH (a venv or conda prefix with bin/python)")
+        if not PurePosixPath(opts.venv).is_absolute():
+            raise ConfigError(f"--venv {opts.venv!r} must be an absolute path inside the image")
+        return parse_base(opts.base)
+    if opts.venv:
+        raise ConfigError("--venv is for stacks that adopt torch from the base image (abi.adopt = true); "
+                          f"{spec.name} installs its own {spec.abi.package} into a new venv")
+    base = parse_base(opts.base or _default_base(spec))
+    if base.ubuntu is None:
+        raise ConfigError(
+            f"--base {base.image!r}: unknown base image tag format; envbuild renders onto "
+            "nvidia/cuda:<cuda>-[cudnn-]devel-ubuntu<YY.MM> or ubuntu:<YY.MM> images",
+            hint="For an image that already holds torch, set abi.adopt = true in the stack and pass --venv.")
+    if spec.abi.cuda is not None:
+        if base.cuda is None:
+            raise ConfigError(f"--base {base.image!r} has no CUDA toolkit, but {spec.name} is built for CUDA {spec.abi.cuda}")
+        if base.cuda != spec.abi.cuda:
+            raise ConfigError(f"--base {base.image!r} is CUDA {base.cuda}, but {spec.name} needs abi.cuda = {spec.abi.cuda}")
+        if "devel" not in base.image.rsplit(":", 1)[-1]:
+            raise ConfigError(f"--base {base.image!r} is not a devel image; CUDA extensions need nvcc and headers",
+                              hint="Use the -devel- variant of the tag.")
+    if base.ubuntu not in DEADSNAKES:
+        raise ConfigError(f"--base {base.image!r}: Ubuntu {base.ubuntu} is not supported "
+                          f"(supported: {', '.join(DEADSNAKES)})")
+    if spec.python != SYSTEM_PYTHON[base.ubuntu] and spec.python not in DEADSNAKES[base.ubuntu]:
+        raise ConfigError(
+            f"{spec.name}: Python {spec.python} is not available on Ubuntu {base.ubuntu} "
+            f"(its own python{SYSTEM_PYTHON[base.ubuntu]}, deadsnakes: {', '.join(DEADSNAKES[base.ubuntu])}); "
+            "this profile cannot run in that container",
+            hint="Choose another Ubuntu release with --base, or change the stack's python.")
+    return base
+
+
+# ----------------------------------------------------------------------------- spec slices
+
+
+def slice_spec(spec: StackSpec) -> list[str]:
+    """The spec file's text cut after each step (``[[step]]`` tables must come last).
+
+    A slice keeps the file's own text (comments, ``${VAR}`` references) so its bytes change
+    only when something up to that step changes. Each slice is checked to parse to the same
+    data as the full spec with the later steps dropped.
+    """
+    text = spec.path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    headers = [i for i, line in enumerate(lines) if _STEP_HEADER.match(line)]
+    full = tomllib.loads(text)
+    cuts = []
+    for h in headers[1:]:
+        start = h
+        while start > 0 and (lines[start - 1].lstrip().startswith("#") or not lines[start - 1].strip()):
+            start -= 1
+        cuts.append(start)
+    cuts.append(len(lines))
+    # a spec without its baseline step does not load: steps before it carry the spec up to it
+    first = (spec.baseline_index or 0) + 1
+    slices = []
+    for n in range(1, len(cuts) + 1):
+        n_cut = max(n, first)
+        piece = "".join(lines[:cuts[n_cut - 1]]).rstrip("\n") + "\n"
+        expected = dict(full, step=full["step"][:n_cut])
+        if len(headers) != len(spec.steps) or tomllib.loads(piece) != expected:
+            raise ConfigError(
+                f"{spec.path}: cannot cut the spec after step {n_cut}; put every [[step]] table last, "
+                "after the other tables, so each image layer can carry the spec up to its step")
+        parse_spec(expected, spec.path, os.environ)  # each slice is a valid spec on its own
+        slices.append(piece)
+    return slices
+
+
+def spec_vars(spec: StackSpec) -> list[str]:
+    """``${VAR}`` names the spec reads from the environment: build arguments of the image."""
+    text = spec.path.read_text(encoding="utf-8")
+    names = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", "".join(
+        line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#")))
+    return sorted(set(names))
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
+    base = choose_base(spec, opts)
+    plan = make_plan(spec)
+    slices = slice_spec(spec)
+    root = opts.root
+    paths = layout.Paths(root=Path(root), venv_name=opts.venv or spec.layout.venv)
+    venv = opts.venv or f"{root}/{spec.layout.venv}"
+    constraints = str(paths.constraints)
+    cache = paths.cache_env()
+    py = spec.python
+    files: dict[str, str] = {}
+    wheelhouse_vars = {"ENVBUILD_WHEELHOUSE"}
+    out: list[str] = [
+        f"# syntax={SYNTAX}",
+        f"# Generated by `{opts.command}`; do not edit (CI re-renders it and fails when it is stale).",
+        f"# Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
+        + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "") + f", Python {py}"
+        + (" (adopted from the base image)" if spec.abi.adopt else "") + ".",
+        "#",
+        "# Build (BuildKit):",
+        f"#   docker build -f <this file> --build-context {WHEELHOUSE_CONTEXT}=/mnt/data/wheelhouse -t envbuild/{spec.name} .",
+        f"#   (the `{WHEELHOUSE_CONTEXT}` context holds the prebuilt wheels: `envbuild wheelhouse build` / `mirror`)",
+        "# The last layer runs the CPU-capable smoke checks; run the GPU ones on a GPU host:",
+        f"#   docker run --rm --gpus all --ipc=host envbuild/{spec.name} envbuild smoke --venv {venv}",
+        "",
+        f"ARG BASE_IMAGE={base.image}",
+        "FROM ${BASE_IMAGE}",
+        "",
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
+        "ENV DEBIAN_FRONTEND=noninteractive \\",
+        "    PYTHONDONTWRITEBYTECODE=1 \\",
+        "    PIP_DISABLE_PIP_VERSION_CHECK=1 \\",
+        "    UV_LINK_MODE=copy",
+        "",
+    ]
+    apt_cache = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
+                 "--mount=type=cache,target=/var/lib/apt,sharing=locked")
+    if spec.abi.adopt:
+        tool_python = f"{venv}/bin/python"
+        out += [
+            f"# {spec.abi.package} comes from the base image's environment {venv}; no step installs it.",
+            f"# hadolint ignore=DL3008",
+            f"RUN {apt_cache} \\",
+            "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
+            "    && apt-get update && apt-get install -y --no-install-recommends ca-certificates git",
+            "",
+        ]
+    else:
+        tool_python = f"python{py}"
+        assert base.ubuntu is not None
+        packages = f"python{py} python{py}-venv python{py}-dev"
+        if py == SYSTEM_PYTHON[base.ubuntu]:
+            out += [f"# Python {py}: Ubuntu {base.ubuntu}'s own."]
+            ppa = ""
+        else:
+            out += [f"# Python {py} from the deadsnakes PPA (seed 000)."]
+            ppa = (" \\\n    && apt-get install -y --no-install-recommends software-properties-common gpg-agent"
+                   " \\\n    && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update")
+        out += [
+            "# hadolint ignore=DL3008",
+            f"RUN {apt_cache} \\",
+            "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
+            f"    && apt-get update && apt-get install -y --no-install-recommends ca-certificates git{ppa} \\",
+            f"    && apt-get install -y --no-install-recommends {packages}",
+            "",
+        ]
+    out += [
+        "# envbuild first, in its own venv (never in the training venv). Only the package code is",
+        "# copied: the stack specs come per layer below, so a spec edit does not reinstall envbuild.",
+        "COPY pyproject.toml /src/envbuild/",
+        "COPY envbuild/ /src/envbuild/envbuild/",
+        "RUN --mount=type=cache,target=/root/.cache/pip \\",
+        "    mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md \\",
+        f"    && {tool_python} -m venv {TOOL_VENV} \\",
+        f"    && {TOOL_VENV}/bin/python -m pip install /src/envbuild \\",
+        f"    && ln -s {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild \\",
+        "    && envbuild --version",
+        "",
+    ]
+    build_args = [v for v in spec_vars(spec) if v not in wheelhouse_vars]
+    if build_args:
+        out += ["# The spec's ${VAR} references, settable with --build-arg.", *[f"ARG {v}" for v in build_args], ""]
+    cache_mounts = (f"--mount=type=cache,target={cache['PIP_CACHE_DIR']} "
+                    f"--mount=type=cache,target={cache['UV_CACHE_DIR']}")
+    wheelhouse_mount = f"--mount=type=bind,from={WHEELHOUSE_CONTEXT},target={IMAGE_WHEELHOUSE}"
+    provision = ["envbuild", "provision", "--stack", IMAGE_SPEC, "--root", root, "--home", "/root"]
+    if spec.abi.adopt:
+        provision += ["--venv", venv]
+    if opts.offline:
+        provision += ["--offline", "--wheelhouse", IMAGE_WHEELHOUSE]
+    pinned_after = 0 if spec.abi.adopt else next(s.number for s in plan.steps if s.role == "baseline")
+    total = len(plan.steps)
+    for planned, text in zip(plan.steps, slices):
+        rel = f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.toml"
+        files[rel] = text
+        mounts = [cache_mounts]
+        env_prefix = ""
+        if opts.offline or planned.step.find_links:
+            mounts.append(wheelhouse_mount)
+            if planned.step.find_links and not opts.offline:
+                env_prefix = f"ENVBUILD_WHEELHOUSE={IMAGE_WHEELHOUSE} "
+        out += [
+            f"# step {planned.number}/{total} {planned.name} ({planned.role}): {', '.join(planned.step.names)}",
+            f"COPY {rel} {IMAGE_SPEC}",
+            f"RUN {' '.join(mounts)} \\",
+            f"    {env_prefix}{' '.join(provision)} --step {planned.name}",
+            "",
+        ]
+        if planned.number == max(pinned_after, 1):
+            out += [
+                f"# {spec.abi.package} is frozen from here on: every later layer, and every `pip install` /",
+                "# `uv pip install` a user of this image runs, reads the constraints file.",
+                f"ENV PIP_CONSTRAINT={constraints} \\",
+                f"    UV_CONSTRAINT={constraints}",
+                "",
+            ]
+    overlay = layout.overlay_env(spec, paths)
+    overlay.pop("PIP_CACHE_DIR", None)
+    overlay.pop("UV_CACHE_DIR", None)  # cache mounts at build time; the image itself stays small
+    env_lines = [f"VIRTUAL_ENV={venv}", f"PATH={venv}/bin:$PATH"]
+    env_lines += [f"{k}={_env_quote(v)}" for k, v in overlay.items()]
+    out += [
+        "# The environment overlay (what the venv's activate sources on a host), for every shell.",
+        "ENV " + " \\\n    ".join(env_lines),
+        "",
+        "# Smoke: the checks that run without a GPU; the rest with `docker run --gpus all` (see the top).",
+        f"RUN envbuild smoke --venv {venv}",
+        "",
+        "WORKDIR /root",
+        'CMD ["/bin/bash"]',
+        "",
+    ]
+    return Rendered(dockerfile="\n".join(out), files=files)
+
+
+def _env_quote(value: str) -> str:
+    if re.fullmatch(r"[A-Za-z0-9_./:,+=@%-]*", value) and value:
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+DOCKERIGNORE = """\
+# Generated by envbuild docker: the image needs envbuild's code and the rendered spec slices only.
+*
+!pyproject.toml
+!envbuild/
+!docker/
+**/__pycache__
+**/*.pyc
+"""
+
+
+def stale_files(rendered: Rendered, dockerfile: Path, context: Path, steps_dir: str) -> list[str]:
+    """Files that differ from what ``rendered`` would write (missing, changed or left over)."""
+    stale: list[str] = []
+    if not dockerfile.is_file() or dockerfile.read_text(encoding="utf-8") != rendered.dockerfile:
+        stale.append(str(dockerfile))
+    for rel, text in rendered.files.items():
+        p = context / rel
+        if not p.is_file() or p.read_text(encoding="utf-8") != text:
+            stale.append(str(p))
+    folder = context / steps_dir
+    if folder.is_dir():
+        wanted = {context / rel for rel in rendered.files}
+        stale += [str(p) for p in sorted(folder.glob("*.toml")) if p not in wanted]
+    return stale
+
+
+def describe(rendered: Rendered) -> dict[str, Any]:
+    return {"dockerfile_lines": rendered.dockerfile.count("\n"), "files": sorted(rendered.files)}
