@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.smoke import add_target_args, resolve_target, save_receipt, start_provenance, target_env
+from envbuild.commands.smoke import add_target_args, log_path, resolve_target, save_receipt, start_provenance, target_env
 from envbuild.dist.launch import DistOptions, run_dist_step
 from envbuild.errors import ExitCode
 from envbuild.preflight import HostFacts, parse_gpus
@@ -32,6 +33,9 @@ def register(sub: Any) -> None:
     p.add_argument("--bf16", action="store_true", help="bf16 parameters (looser parity tolerance)")
     p.add_argument("--bw-mb", type=float, default=-1.0, metavar="MIB",
                    help="all-reduce probe size in MiB (default 1024 on GPU, 8 on CPU; 0 skips)")
+    p.add_argument("--ckpt-dir", type=Path, metavar="DIR",
+                   help="DCP checkpoint folder for the round trip; must be shared by all nodes (default: a temporary "
+                        "folder on one node, <root>/checkpoints/envbuild-dist-step-<rdzv-id> across nodes)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default 600)")
     p.set_defaults(func=run)
 
@@ -50,12 +54,14 @@ def run(args: argparse.Namespace) -> int:
     gpus = 0 if args.cpu else visible_gpus()
     opts = DistOptions(nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                        dp=args.dp, tp=args.tp, ep=args.ep, steps=args.steps, cpu=args.cpu or gpus == 0,
-                       bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout)
+                       bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout,
+                       ckpt_dir=args.ckpt_dir or (paths.checkpoints / f"envbuild-dist-step-{args.rdzv_id}"
+                                                  if args.nnodes > 1 else None))
     nproc = args.nproc or (gpus or 2)
     regime = f"torchrun-{'standalone' if args.nnodes == 1 and not args.rdzv_endpoint else 'c10d'} " \
              f"{args.nnodes}x{nproc} {'gloo' if opts.cpu else 'nccl'}"
     prov = start_provenance(spec, regime)
-    log = paths.logs / "dist-step.log" if paths.root.is_dir() and os.access(paths.root, os.W_OK) else None
+    log = log_path(paths, "dist-step.log")
     res = run_dist_step(python, opts, gpu_count=gpus, log_file=log, base_env=target_env(spec, paths))
     r = res.result
     mesh = r.get("mesh", {})

@@ -62,6 +62,15 @@ def save_receipt(args: argparse.Namespace, paths: Paths, kind: str, payload: dic
         return None
 
 
+def log_path(paths: Paths, name: str) -> Path | None:
+    """``<root>/logs/<name>`` when the data root can take it (the run goes on without a log otherwise)."""
+    try:
+        paths.logs.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return paths.logs / name if os.access(paths.logs, os.W_OK) else None
+
+
 def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
     """The caller's environment with the venv's overlay (caches on the data root, the baseline)."""
     env = dict(os.environ)
@@ -87,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec, paths, python = resolve_target(args)
     prov = start_provenance(spec, "single-process")
-    log = paths.logs / "smoke.log" if paths.root.is_dir() and os.access(paths.root, os.W_OK) else None
+    log = log_path(paths, "smoke.log")
     res = run_smoke(python, only=tuple(args.only), quick=args.quick, log_file=log,
                     env=target_env(spec, paths), timeout=args.timeout)
     payload = {"ok": res.ok, "seconds": res.seconds, "environment": res.environment,
