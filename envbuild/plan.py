@@ -162,7 +162,9 @@ def _installer_args(step: Step, opts: PlanOptions, locked: bool) -> list[str]:
     if step.reinstall:
         args.append("--force-reinstall" if pip else "--reinstall")
     if locked:
-        args.append("--require-hashes")
+        # uv's --require-hashes also wants hashes for dependencies that are already installed
+        # (torch under a guarded step); --verify-hashes checks every hash the lock file carries.
+        args.append("--require-hashes" if pip else "--verify-hashes")
     if pip:
         args += ["--disable-pip-version-check", "--no-input", *PIP_NETWORK_ARGS]
     return args

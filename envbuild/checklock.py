@@ -1,0 +1,362 @@
+"""``check-lock``: prove that a lock cannot replace, downgrade or shadow the baseline torch.
+
+Static rules (offline, milliseconds; metadata from lock.json or the metadata cache):
+
+- ``stale-lock``        the lock was made from another spec (digest, step list), or a step file
+                        changed after ``envbuild lock`` wrote it;
+- ``missing-file`` / ``broken-lock`` / ``missing-hash`` / ``not-pinned``  file-level problems;
+- ``protected-pin-mismatch``   torch or a protected package pinned to different versions in
+                        different steps (or not to ``abi.version``);
+- ``protected-after-baseline`` torch or a protected package in a step after the baseline;
+- ``torch-requirement`` a locked package of a step with dependencies declares a requirement on
+                        torch (or a protected package) that the pinned version does not satisfy;
+- ``pypi-triton``       a locked package depends on PyPI ``triton`` (or the step locks it) while
+                        the baseline's triton comes from another distribution (``pytorch-triton``);
+- ``torch-downgrade`` / ``torch-swap``  with ``--base REF``: the lock at REF pins a newer torch
+                        (or protected package), or the same version with another local tag.
+
+Dynamic rule (needs the step's index or wheelhouse; skipped with a notice under ``offline``):
+
+- ``dry-run-protected`` ``pip install --dry-run --report`` of a step, into a venv that holds
+                        stand-in dist-info for the locked baseline, would install a protected
+                        package (or PyPI triton); ``dry-run-failed`` when it cannot resolve.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envbuild._io import sha256_file
+from envbuild.errors import ConfigError, LockError
+from envbuild.lock import (
+    MANIFEST,
+    LockedReq,
+    LockManifest,
+    lock_dir,
+    manifest_from_text,
+    parse_requirements_text,
+    read_manifest,
+    stale_reason,
+)
+from envbuild.lock_meta import cached_requires
+from envbuild.spec import StackSpec
+
+TRITON = "triton"
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    package: str
+    rule: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.file}: {self.package}: {self.reason} [{self.rule}]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckOptions:
+    base: str | None = None  # a git ref whose lock the working tree is compared with
+    offline: bool = False  # static rules only
+    fetch_metadata: bool = True  # read missing metadata from the index (not under offline)
+
+
+@dataclass
+class CheckReport:
+    stack: str
+    folder: Path
+    findings: list[Finding] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stack": self.stack, "folder": str(self.folder), "ok": self.ok,
+                "findings": [asdict(f) for f in self.findings], "notices": self.notices,
+                "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class _StepView:
+    index: int
+    name: str
+    file: str  # shown path
+    no_deps: bool
+    reqs: list[LockedReq]
+    packages: dict[str, dict[str, Any]]  # manifest entries by name
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def marker_env(spec: StackSpec) -> dict[str, str]:
+    """The target environment the lock is for: the stack's CPython on Linux x86_64."""
+    return {"python_version": spec.python, "python_full_version": spec.python + ".0", "os_name": "posix",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "platform_python_implementation": "CPython", "implementation_name": "cpython",
+            "implementation_version": spec.python + ".0", "platform_release": "", "platform_version": "",
+            "extra": ""}
+
+
+def _applies(req: Requirement, env: dict[str, str], extras: set[str]) -> bool:
+    if req.marker is None:
+        return True
+    try:
+        return any(req.marker.evaluate({**env, "extra": e}) for e in ({""} | extras))
+    except Exception:  # an unknown marker variable: count it (conservative)
+        return True
+
+
+def check_lock(spec: StackSpec, opts: CheckOptions | None = None) -> CheckReport:
+    opts = opts or CheckOptions()
+    t0 = time.monotonic()
+    folder = lock_dir(spec)
+    report = CheckReport(spec.name, folder)
+    lock_json = _rel(folder / MANIFEST)
+    try:
+        manifest = read_manifest(folder)
+    except LockError as exc:
+        report.findings.append(Finding(lock_json, "-", "broken-lock", exc.message))
+        return _done(report, t0)
+    if manifest is None:
+        report.findings.append(Finding(lock_json, "-", "missing-file",
+                                       f"no lock beside {_rel(spec.path)}; run `envbuild lock --stack {_rel(spec.path)}`"))
+        return _done(report, t0)
+    if reason := stale_reason(spec, manifest):
+        report.findings.append(Finding(lock_json, "-", "stale-lock",
+                                       f"{reason}; run `envbuild lock --stack {_rel(spec.path)}`"))
+    views = _read_steps(spec, manifest, report)
+    static_rules(spec, manifest, views, report, fetch=opts.fetch_metadata and not opts.offline)
+    if opts.base:
+        base_rules(spec, manifest, opts.base, report)
+    if opts.offline:
+        report.notices.append("dry-run resolution skipped (--offline): only the static rules ran")
+    else:
+        from envbuild.checklock_dryrun import dry_run_rules
+
+        dry_run_rules(spec, manifest, views, report)
+    return _done(report, t0)
+
+
+def _done(report: CheckReport, t0: float) -> CheckReport:
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _read_steps(spec: StackSpec, manifest: LockManifest, report: CheckReport) -> list[_StepView]:
+    views = []
+    spec_index = {s.name: i for i, s in enumerate(spec.steps)}
+    for ls in manifest.steps:
+        if not ls.locked:
+            report.notices.append(f"step {ls.name!r} is not locked ({ls.data.get('reason', 'partial lock')}); "
+                                  "it resolves from the spec")
+            continue
+        path = manifest.folder / (ls.file or "")
+        shown = _rel(path)
+        if not ls.file or not path.is_file():
+            report.findings.append(Finding(shown, "-", "missing-file",
+                                           f"the lock file of step {ls.name!r} is missing; run `envbuild lock`"))
+            continue
+        text = path.read_text(encoding="utf-8")
+        try:
+            reqs = parse_requirements_text(text, shown)
+        except LockError as exc:
+            report.findings.append(Finding(shown, "-", "broken-lock", exc.message))
+            continue
+        if ls.data.get("file_sha256") and sha256_file(path) != ls.data["file_sha256"]:
+            report.findings.append(Finding(shown, "-", "stale-lock",
+                                           f"changed after `envbuild lock` wrote it (sha256 differs from {MANIFEST})"))
+        for r in reqs:
+            if r.bad_hashes:
+                report.findings.append(Finding(shown, r.name, "broken-lock",
+                                               f"line {r.line}: malformed hash {r.bad_hashes[0]!r} (want sha256:<64 hex>)"))
+            if r.is_vcs:
+                if r.vcs_commit is None:
+                    report.findings.append(Finding(shown, r.name, "not-pinned",
+                                                   "git requirement not pinned to a commit SHA"))
+                continue
+            if r.version is None:
+                report.findings.append(Finding(shown, r.name, "not-pinned",
+                                               f"line {r.line}: {r.raw!r} is not pinned with =="))
+            if not r.hashes and not r.bad_hashes:
+                report.findings.append(Finding(shown, r.name, "missing-hash",
+                                               f"line {r.line}: no --hash (pip --require-hashes refuses it)"))
+        idx = spec_index.get(ls.name, len(spec.steps))
+        no_deps = spec.steps[idx].no_deps if idx < len(spec.steps) else bool(ls.flags.get("no_deps"))
+        views.append(_StepView(idx, ls.name, shown, no_deps, reqs, {p["name"]: p for p in ls.packages}))
+    return views
+
+
+def _protected(spec: StackSpec, manifest: LockManifest) -> set[str]:
+    names = {canonicalize_name(n) for n in manifest.data.get("abi", {}).get("protected", [])}
+    return names | {spec.abi.package}
+
+
+def static_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView], report: CheckReport,
+                 *, fetch: bool) -> None:
+    abi = spec.abi
+    protected = _protected(spec, manifest)
+    baseline = spec.baseline_index if spec.baseline_index is not None else -1
+    is_prot = lambda n: n in protected or abi.is_protected(n)  # noqa: E731
+    pins: dict[str, tuple[str, str]] = {}  # name -> (version, file) first seen
+    if abi.adopt:
+        pins[abi.package] = (abi.version, "abi.version")
+    for v in views:
+        for r in v.reqs:
+            if not is_prot(r.name) or r.version is None:
+                continue
+            if r.name == abi.package and r.version != abi.version:
+                report.findings.append(Finding(v.file, r.name, "protected-pin-mismatch",
+                                               f"pinned to {r.version}, but abi.version is {abi.version}"))
+            first = pins.setdefault(r.name, (r.version, v.file))
+            if first[0] != r.version:
+                report.findings.append(Finding(v.file, r.name, "protected-pin-mismatch",
+                                               f"pinned to {r.version} here but to {first[0]} in {first[1]}"))
+            if v.index > baseline:
+                report.findings.append(Finding(
+                    v.file, r.name, "protected-after-baseline",
+                    f"{r.name} {r.version} is in step {v.name!r}, after the baseline; it is frozen once the "
+                    "baseline step ran (leave it to the baseline, or make this step no_deps)"))
+    torch_version = pins.get(abi.package, (abi.version, ""))[0]
+    env = marker_env(spec)
+    triton_foreign = bool(abi.triton_provider and abi.triton_provider != TRITON)
+    missing_meta: list[str] = []
+    for v in views:
+        if v.index <= baseline:
+            continue
+        extras = {canonicalize_name(q.name): set(q.extras) for q in spec.steps[v.index].requirements} \
+            if v.index < len(spec.steps) else {}
+        for r in v.reqs:
+            if r.name == TRITON and triton_foreign:
+                report.findings.append(Finding(v.file, r.name, "pypi-triton",
+                                               f"PyPI triton is locked while the baseline's triton comes from "
+                                               f"{abi.triton_provider} (both own the `triton` module)"))
+            if v.no_deps or r.is_vcs or r.version is None:
+                continue
+            requires = _requires_for(r, v.packages.get(r.name), fetch, spec, v)
+            if requires is None:
+                missing_meta.append(f"{r.name} {r.version}")
+                continue
+            for raw in requires:
+                try:
+                    dep = Requirement(raw)
+                except InvalidRequirement:
+                    continue
+                if not _applies(dep, env, extras.get(r.name, set())):
+                    continue
+                dn = canonicalize_name(dep.name)
+                if dn == TRITON and triton_foreign:
+                    report.findings.append(Finding(
+                        v.file, r.name, "pypi-triton",
+                        f"{r.name} {r.version} requires {_req_text(dep)} (PyPI triton), which installs next to "
+                        f"{abi.triton_provider} from the baseline (both own the `triton` module)"))
+                    continue
+                pinned = torch_version if dn == abi.package else (pins[dn][0] if dn in pins else None)
+                if pinned is None or not is_prot(dn) or not dep.specifier:
+                    continue
+                if not dep.specifier.contains(pinned, prereleases=True):
+                    report.findings.append(Finding(
+                        v.file, r.name, "torch-requirement",
+                        f"{r.name} {r.version} requires {_req_text(dep)}, which the pinned {dn} {pinned} "
+                        "does not satisfy (it would replace it; make the step no_deps or pin another version)"))
+    if missing_meta:
+        report.notices.append("metadata not available offline for: " + ", ".join(missing_meta)
+                              + " (their torch/triton requirements were not checked; run without --offline)")
+
+
+def _req_text(dep: Requirement) -> str:
+    return f"{dep.name}{dep.specifier}" if dep.specifier else dep.name
+
+
+def _requires_for(r: LockedReq, entry: dict[str, Any] | None, fetch: bool, spec: StackSpec,
+                  view: _StepView) -> list[str] | None:
+    if entry is not None and entry.get("version") == r.version and entry.get("requires_dist") is not None \
+            and set(r.hashes) & set(entry.get("hashes", [])):
+        return [str(x) for x in entry["requires_dist"]]
+    got = cached_requires(r.hashes)
+    if got is not None or not fetch:
+        return got
+    from envbuild.lock_compile import step_sources
+    from envbuild.lock_meta import ArtifactFinder, requires_of
+
+    if view.index >= len(spec.steps):
+        return None
+    sources, _ = step_sources(spec.steps[view.index], None)
+    arts = ArtifactFinder(sources).matching(r.name, r.version or "", r.hashes)
+    if not arts:
+        return None
+    return requires_of(next((a for a in arts if a.is_wheel), arts[0]))
+
+
+# ----------------------------------------------------------------------------- --base REF
+
+
+def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+
+
+def base_rules(spec: StackSpec, manifest: LockManifest, ref: str, report: CheckReport) -> None:
+    folder = manifest.folder.resolve()
+    top = _git(["rev-parse", "--show-toplevel"], folder)
+    if top.returncode != 0:
+        raise ConfigError(f"--base {ref}: {folder} is not inside a git repository")
+    if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], folder).returncode != 0:
+        raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
+                          "or name a branch, tag or commit that exists.")
+    rel = (folder / MANIFEST).relative_to(Path(top.stdout.strip()).resolve())
+    shown = _git(["show", f"{ref}:{rel.as_posix()}"], folder)
+    if shown.returncode != 0:
+        report.notices.append(f"--base {ref}: no lock at {rel} there; nothing to compare")
+        return
+    base = manifest_from_text(Path(f"{ref}:{rel}"), shown.stdout)
+    old, new = _protected_versions(base, spec), _protected_versions(manifest, spec)
+    lock_json = _rel(manifest.path)
+    for name, before in sorted(old.items()):
+        after = new.get(name)
+        if after is None or after == before:
+            continue
+        try:
+            b, a = Version(before), Version(after)
+        except InvalidVersion:
+            continue
+        if Version(b.public) > Version(a.public):
+            report.findings.append(Finding(lock_json, name, "torch-downgrade",
+                                           f"{name} {before} at {ref} -> {after} here: a downgrade"))
+        elif b.public == a.public and b.local != a.local:
+            report.findings.append(Finding(
+                lock_json, name, "torch-swap",
+                f"{name} {before} at {ref} -> {after} here: the same version with another local tag "
+                f"({'+' + b.local if b.local else 'none'} -> {'+' + a.local if a.local else 'none'}), a swapped build"))
+
+
+def _protected_versions(manifest: LockManifest, spec: StackSpec) -> dict[str, str]:
+    protected = _protected(spec, manifest)
+    out: dict[str, str] = {}
+    abi = manifest.data.get("abi", {})
+    if abi.get("package") and abi.get("version"):
+        out[canonicalize_name(abi["package"])] = str(abi["version"])
+    for s in manifest.steps:
+        for p in s.packages:
+            n = canonicalize_name(p.get("name", ""))
+            if (n in protected or spec.abi.is_protected(n)) and p.get("version"):
+                out.setdefault(n, str(p["version"])) if n != spec.abi.package else out.__setitem__(n, str(p["version"]))
+    return out
+
+
+__all__ = ["CheckOptions", "CheckReport", "Finding", "check_lock", "marker_env"]

@@ -1,0 +1,131 @@
+"""check-lock's dynamic rule: a ``pip install --dry-run --report`` of each step on the baseline.
+
+The environment is a venv without pip that holds *stand-in* dist-info records (METADATA with
+the locked Requires-Dist, an empty RECORD) for everything the lock installs up to and including
+the baseline; each step's records are added after its dry run, so a later step sees the earlier
+ones. pip runs from envbuild's own environment with ``--python`` pointing into that venv. The
+step's requirements are its locked pins without hashes, with the plan's installer arguments
+(index, find-links, ``--pre``, ``--no-deps``, ``--upgrade`` and its strategy), and no
+constraints: the question is what the resolver *would* install, not whether it may.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from envbuild.checklock import TRITON, CheckReport, Finding, _protected, _StepView
+from envbuild.errors import PreflightError
+from envbuild.install import find_python
+from envbuild.lock import LockManifest
+from envbuild.net import is_url, probe, redact
+from envbuild.plan import make_plan
+from envbuild.spec import StackSpec
+
+_DROP = {"--require-hashes", "--disable-pip-version-check", "--no-input"}
+
+
+def _stand_in(site: Path, name: str, version: str, requires: list[str]) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("\n".join(meta) + "\n")
+    (info / "INSTALLER").write_text("envbuild-check-lock\n")
+    (info / "RECORD").write_text("")
+
+
+def _interpreter(spec: StackSpec, report: CheckReport) -> Path:
+    try:
+        return find_python(spec.python)
+    except PreflightError:
+        report.notices.append(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
+                              f"no Python {spec.python} (the stack's) was found")
+        return Path(sys.executable)
+
+
+def dry_run_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView], report: CheckReport) -> None:
+    abi = spec.abi
+    protected = _protected(spec, manifest)
+    baseline = spec.baseline_index if spec.baseline_index is not None else -1
+    plan = make_plan(spec)
+    todo = [v for v in views if v.index > baseline and v.index < len(spec.steps)]
+    if not todo:
+        return
+    bad = []
+    for step in {plan.steps[v.index].name: plan.steps[v.index] for v in todo}.values():
+        args = list(step.args)
+        for i, a in enumerate(args[:-1]):
+            if a in ("--index-url", "--extra-index-url", "--find-links") and is_url(args[i + 1]):
+                p = probe(args[i + 1])
+                if not p.ok:
+                    bad.append(f"{p.location} ({p.detail})")
+    if bad:
+        raise PreflightError("check-lock's dry runs need the steps' package sources, which do not answer: "
+                             + "; ".join(sorted(set(bad))), hint="Run with --offline for the static rules only.")
+    python = _interpreter(spec, report)
+    with tempfile.TemporaryDirectory(prefix="envbuild-checklock-") as tmp:
+        venv = Path(tmp) / "venv"
+        out = subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise PreflightError(f"cannot make the dry-run venv with {python}: {out.stderr.strip()}")
+        site = next(venv.glob("lib/python3*/site-packages"))
+        if abi.adopt:
+            _stand_in(site, abi.package, abi.version, [])
+        by_index = {v.index: v for v in views}
+        for i in range(baseline + 1):
+            for p in (by_index[i].packages.values() if i in by_index else []):
+                if p.get("version"):
+                    _stand_in(site, p["name"], p["version"], list(p.get("requires_dist") or []))
+        for v in sorted(todo, key=lambda v: v.index):
+            _dry_run(spec, plan.steps[v.index].args, v, venv, Path(tmp), protected, report)
+            for p in v.packages.values():
+                if p.get("version"):
+                    _stand_in(site, p["name"], p["version"], list(p.get("requires_dist") or []))
+
+
+def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: _StepView, venv: Path, tmp: Path,
+             protected: set[str], report: CheckReport) -> None:
+    abi = spec.abi
+    req = tmp / f"{v.name}.txt"
+    req.write_text("".join((f"{r.name} @ {r.url}" if r.url else f"{r.name}=={r.version}") + "\n"
+                           for r in v.reqs if r.url or r.version))
+    out_json = tmp / f"{v.name}.report.json"
+    args = [a for a in plan_args if a not in _DROP]
+    argv = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--dry-run",
+            "--quiet", "--report", str(out_json), "--disable-pip-version-check", "--no-input", *args, "-r", str(req)]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=_env(spec, v))
+    if res.returncode != 0:
+        lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+        why = redact(lines[-1] if lines else f"exit {res.returncode}")
+        report.findings.append(Finding(v.file, "-", "dry-run-failed",
+                                       f"a dry run of step {v.name!r} on the pinned baseline did not resolve: {why}"))
+        return
+    data: dict[str, Any] = json.loads(out_json.read_text())
+    for item in data.get("install", []):
+        meta = item.get("metadata", {})
+        name, version = canonicalize_name(meta.get("name", "")), meta.get("version", "")
+        if name in protected or abi.is_protected(name):
+            report.findings.append(Finding(
+                v.file, name, "dry-run-protected",
+                f"a dry run of step {v.name!r} on the pinned baseline would install {name} {version} "
+                f"(the baseline pins {abi.version if name == abi.package else 'another build'})"))
+        elif name == TRITON and abi.triton_provider and abi.triton_provider != TRITON:
+            report.findings.append(Finding(
+                v.file, name, "dry-run-protected",
+                f"a dry run of step {v.name!r} would install PyPI triton {version} next to {abi.triton_provider}"))
+
+
+def _env(spec: StackSpec, v: _StepView) -> dict[str, str] | None:
+    import os
+
+    env = dict(os.environ)
+    if v.index < len(spec.steps):
+        env.update(spec.steps[v.index].env)
+    return env
