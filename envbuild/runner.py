@@ -111,6 +111,8 @@ def run(
         if log is not None and not log.closed:
             log.write(f"[envbuild] exit status {proc.returncode}\n")
             log.close()
+        if proc.stdout is not None:
+            proc.stdout.close()  # else a ResourceWarning when the Popen object is collected
     return RunResult(
         argv=args,
         returncode=returncode,
