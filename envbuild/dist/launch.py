@@ -158,7 +158,7 @@ def run_dist_step(
     if not any(tmp.iterdir()):
         tmp.rmdir()
     if not result:
-        if "No module named torch" in res.tail:
+        if "No module named 'torch'" in res.tail or "No module named torch" in res.tail:
             raise PreflightError(f"torch is not installed in {python}; dist-step needs the venv's torch")
         where = f"; full log: {log_file}" if log_file else ""
         timed_out = res.seconds >= opts.timeout - 1
