@@ -237,17 +237,22 @@ def static_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView]
     env = marker_env(spec)
     triton_foreign = bool(abi.triton_provider and abi.triton_provider != TRITON)
     missing_meta: list[str] = []
+    seen: dict[str, tuple[str, str]] = {}  # name -> (version, file) locked by earlier steps
     for v in views:
         if v.index <= baseline:
+            seen.update({r.name: (r.version, v.file) for r in v.reqs if r.version})
             continue
         extras = {canonicalize_name(q.name): set(q.extras) for q in spec.steps[v.index].requirements} \
             if v.index < len(spec.steps) else {}
+        visible = dict(seen)
+        visible.update({r.name: (r.version, v.file) for r in v.reqs if r.version})
+        seen.update({r.name: (r.version, v.file) for r in v.reqs if r.version})
         for r in v.reqs:
             if r.name == TRITON and triton_foreign:
                 report.findings.append(Finding(v.file, r.name, "pypi-triton",
                                                f"PyPI triton is locked while the baseline's triton comes from "
                                                f"{abi.triton_provider} (both own the `triton` module)"))
-            if v.no_deps or r.is_vcs or r.version is None:
+            if r.is_vcs or r.version is None:
                 continue
             requires = _requires_for(r, v.packages.get(r.name), fetch, spec, v)
             if requires is None:
@@ -261,6 +266,17 @@ def static_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView]
                 if not _applies(dep, env, extras.get(r.name, set())):
                     continue
                 dn = canonicalize_name(dep.name)
+                have = visible.get(dn)
+                if have is not None and not is_prot(dn) and dep.specifier \
+                        and not dep.specifier.contains(have[0], prereleases=True):
+                    text = (f"{r.name} {r.version} requires {_req_text(dep)}, but {dn} {have[0]} is locked "
+                            f"in {have[1]}")
+                    if v.no_deps:
+                        report.notices.append(f"{v.file}: {text} (no_deps step: left unmet)")
+                    else:
+                        report.findings.append(Finding(v.file, r.name, "unmet-requirement", text))
+                if v.no_deps:
+                    continue
                 if dn == TRITON and triton_foreign:
                     report.findings.append(Finding(
                         v.file, r.name, "pypi-triton",

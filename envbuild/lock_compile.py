@@ -277,6 +277,7 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         baseline_pins[spec.abi.package] = spec.abi.version
     entries: list[dict[str, Any]] = []
     files: list[Path] = []
+    baseline_sources = Sources()
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         work = Path(tmp)
         for i, (step, planned) in enumerate(zip(spec.steps, plan.steps)):
@@ -289,6 +290,11 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
                 continue
             sources, source_args = step_sources(step, opts.wheelhouse)
             check_reachable(sources, step)
+            if i == baseline_idx:
+                baseline_sources = sources
+            elif i > baseline_idx and baseline_idx >= 0 and not opts.wheelhouse:
+                # the resolver must see the pinned torch: the baseline's sources as extras
+                source_args = source_args + _extra_args(baseline_sources, step)
             finder = ArtifactFinder(sources)
             events.emit("step", f"locking step {planned.number} ({step.name})", step=step.name)
             if step.no_deps:
@@ -297,7 +303,7 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
                 # the baseline resolves under the earlier steps' pins; later steps under the baseline's
                 cons = [] if i < baseline_idx else [f"{n}=={v}" for n, v in sorted(baseline_pins.items())]
                 reqs = compile_step(step, python=python, source_args=source_args, constraints=cons,
-                                    work=work, log_file=folder / ".lock-logs" / f"{step.name}.log")
+                                    work=work, log_file=cache_dir() / "lock-logs" / spec.name / f"{step.name}.log")
             requested = set(step.names)
             if i > baseline_idx:
                 reqs = [r for r in reqs if r.name in requested or not (r.name in protected or baseline_pins.get(r.name) == r.version)]
@@ -345,6 +351,18 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         files.append(write_pylock(folder, manifest))
     files.append(folder / MANIFEST)
     return LockResult(folder, files, [e["name"] for e in entries if not e.get("locked")], time.monotonic() - t0)
+
+
+def _extra_args(base: Sources, step: Step) -> list[str]:
+    args: list[str] = []
+    if not step.no_index:
+        for u in base.index_urls:
+            if u not in (step.index_url, *step.extra_index_urls):
+                args += ["--extra-index-url", u]
+    for f in base.find_links:
+        if f not in step.find_links:
+            args += ["--find-links", f]
+    return args
 
 
 def _flags(step: Step) -> dict[str, Any]:
