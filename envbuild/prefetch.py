@@ -1,0 +1,226 @@
+"""Prefetch: warm the installer's cache for step k+1 while step k installs.
+
+Steps run strictly in order (each one is guarded before the next starts), but the *downloads*
+of a later step do not depend on an earlier one when the later step names exact artifacts: a
+locked step (hash-pinned, every dependency listed) or the ``name==version`` pins of any step.
+Those can be fetched while the current step installs, into the same cache the real install
+reads, so the real install finds them there:
+
+- uv: ``uv pip install --no-deps --target <scratch> <pins>`` with the step's own sources. uv has
+  no download-only mode (``--dry-run`` resolves but fetches no wheels; ``uv pip download`` does
+  not exist, astral-sh/uv#3163), and its cache is keyed by the artifact's URL: installing the
+  pins into a throw-away target downloads *and unpacks* each wheel into the cache, which is the
+  expensive part of the real install; the real step then only hard-links from the cache. The
+  scratch target is on the data root (same filesystem), so it costs links, not copies.
+- pip: ``pip download --no-deps -d <scratch> <pins>`` through the same ``PIP_CACHE_DIR``: the
+  wheel responses land in pip's HTTP cache, where the real ``pip install`` of the same URL finds
+  them (for indexes that send cacheable responses, as PyPI and the PyTorch index do).
+
+Nothing changes what a step installs: the step's arguments (and so its digest in the
+manifest) are untouched, the scratch target is deleted, and a failed or cancelled prefetch only
+means the real step downloads the file itself (and reports any error). Because the caches live
+on the data root, nothing is downloaded twice across steps or across re-runs either way.
+
+Whether prefetching pays depends on where the time goes: with a slow network it hides a later
+step's download behind the current install; from a local wheelhouse it mostly moves unpacking
+earlier. ``bench/bench_provision.py`` measures it; ``provision`` turns it on only for backends
+where it measured faster (see ``ENABLED_BY_DEFAULT``), and ``ENVBUILD_PREFETCH=0|1`` overrides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from envbuild.plan import Backend, PlannedStep
+
+__all__ = ["ENABLED_BY_DEFAULT", "PrefetchJob", "Prefetcher", "enabled", "exact_pins", "prefetch_argv"]
+
+# Set from bench/bench_provision.py's measurements (see bench/README.md).
+ENABLED_BY_DEFAULT: Mapping[str, bool] = {"uv": False, "pip": False}
+
+# Options that say where packages come from; copied from the step so the prefetch fetches the
+# very URLs the real install will (the caches are keyed by URL).
+_SOURCE_FLAGS_WITH_VALUE = ("--index-url", "--extra-index-url", "--find-links", "--index-strategy", "--prerelease")
+_SOURCE_FLAGS = ("--no-index", "--pre")
+_EXACT = re.compile(r"^===?[^*,<>!~=]+$")
+
+
+def enabled(backend: Backend, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether provision prefetches: ``ENVBUILD_PREFETCH=1|0`` or the measured default."""
+    value = (environ if environ is not None else os.environ).get("ENVBUILD_PREFETCH", "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return ENABLED_BY_DEFAULT.get(backend, False)
+
+
+def exact_pins(planned: PlannedStep) -> list[str]:
+    """The requirements of ``planned`` that name one exact artifact version (``name==1.2.3``).
+
+    A locked step contributes its whole file (every line is an exact, hash-pinned pin); an
+    unlocked one only its top-level ``==`` pins (its dependencies are resolved by the real step).
+    """
+    if planned.locked_file is not None:
+        return []  # passed whole as ``-r`` (see prefetch_argv); hashes and all
+    out: list[str] = []
+    for raw in planned.requirements:
+        try:
+            req = Requirement(raw)
+        except InvalidRequirement:
+            continue
+        if req.url or req.extras:
+            continue  # direct URLs and extras: leave to the real step
+        specs = list(req.specifier)
+        if len(specs) == 1 and _EXACT.match(str(specs[0])):
+            out.append(str(req))
+    return out
+
+
+def _source_args(args: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in _SOURCE_FLAGS_WITH_VALUE and i + 1 < len(args):
+            out += [a, args[i + 1]]
+            i += 2
+            continue
+        if a in _SOURCE_FLAGS:
+            out.append(a)
+        i += 1
+    return out
+
+
+def prefetch_argv(planned: PlannedStep, *, backend: Backend, python: Path, uv: str | None,
+                  scratch: Path) -> list[str] | None:
+    """The command that warms the cache for ``planned``, or None when it names nothing exact."""
+    sources = _source_args(planned.args)
+    if planned.locked_file is not None:
+        reqs = ["-r", str(planned.locked_file)]
+    else:
+        pins = exact_pins(planned)
+        if not pins:
+            return None
+        reqs = pins
+    if backend == "uv":
+        if uv is None:
+            return None
+        return [uv, "pip", "install", "--no-deps", "--quiet", "--python", str(python),
+                "--target", str(scratch), *sources, *reqs]
+    return [str(python), "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+            "--no-input", "-d", str(scratch), *sources, *reqs]
+
+
+@dataclass
+class PrefetchJob:
+    step: str
+    argv: list[str]
+    scratch: Path
+    log_file: Path
+    started: float = field(default_factory=time.monotonic)
+    seconds: float | None = None
+    returncode: int | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Prefetcher:
+    """Runs at most one background prefetch per step; ``wait(step)`` before that step installs.
+
+    A background job, not ``runner.run``: it must be cancellable from the main thread
+    (``close``) without waiting for it, and its output only goes to its log file.
+    """
+
+    def __init__(self, *, backend: Backend, python: Path, uv: str | None, scratch_root: Path,
+                 logs: Path, env: Mapping[str, str]) -> None:
+        self.backend = backend
+        self.python = python
+        self.uv = uv
+        self.scratch_root = scratch_root
+        self.logs = logs
+        self.env = dict(env)
+        self.jobs: dict[str, PrefetchJob] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self, planned: PlannedStep) -> PrefetchJob | None:
+        """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact)."""
+        if planned.name in self.jobs or self._closed:
+            return self.jobs.get(planned.name)
+        scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
+        argv = prefetch_argv(planned, backend=self.backend, python=self.python, uv=self.uv, scratch=scratch)
+        if argv is None:
+            return None
+        job = PrefetchJob(step=planned.name, argv=argv, scratch=scratch,
+                          log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log")
+        env = dict(self.env)
+        env.update(planned.env)
+        self.jobs[planned.name] = job
+        threading.Thread(target=self._run, args=(job, env), name=f"prefetch-{planned.name}", daemon=True).start()
+        return job
+
+    def _run(self, job: PrefetchJob, env: dict[str, str]) -> None:
+        try:
+            shutil.rmtree(job.scratch, ignore_errors=True)
+            job.scratch.parent.mkdir(parents=True, exist_ok=True)
+            job.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with job.log_file.open("ab") as log:
+                log.write(("$ " + " ".join(job.argv) + "\n").encode())
+                log.flush()
+                with self._lock:
+                    if self._closed:
+                        return
+                    job.proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                job.returncode = job.proc.wait()
+                log.write(f"[envbuild] prefetch exit status {job.returncode}\n".encode())
+        except OSError:
+            job.returncode = -1
+        finally:
+            job.seconds = time.monotonic() - job.started
+            shutil.rmtree(job.scratch, ignore_errors=True)
+            job.done.set()
+
+    def wait(self, step: str, timeout: float | None = None) -> PrefetchJob | None:
+        """Block until the prefetch of ``step`` has finished (so the real install never races it)."""
+        job = self.jobs.get(step)
+        if job is not None:
+            job.done.wait(timeout)
+        return job
+
+    def close(self) -> None:
+        """Stop every running prefetch (its process group) and forget the scratch folders."""
+        with self._lock:
+            self._closed = True
+            jobs = list(self.jobs.values())
+        for job in jobs:
+            proc = job.proc
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+        for job in jobs:
+            job.done.wait(10)
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,100 @@
+"""Prefetch: which requirements are exact, the commands, and a real background pip download."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from envbuild.plan import PlanOptions, make_plan
+from envbuild.prefetch import Prefetcher, enabled, exact_pins, prefetch_argv
+from envbuild.spec import parse_spec
+
+
+def _spec(tmp_path: Path, packages: list[str], **step: object) -> object:
+    data = {
+        "schema": 1, "name": "t", "python": "3.11",
+        "layout": {"root": str(tmp_path / "root"), "min_free_gb": 0},
+        "abi": {"package": "torch", "version": "2.13.0+cpu", "local": "cpu"},
+        "step": [{"name": "torch", "packages": ["torch==2.13.0+cpu"]},
+                 {"name": "next", "packages": packages, **step}],
+    }
+    return parse_spec(data, tmp_path / "stack.toml", {})
+
+
+def _planned(tmp_path: Path, packages: list[str], backend: str = "pip", **step: object):  # type: ignore[no-untyped-def]
+    spec = _spec(tmp_path, packages, **step)
+    return make_plan(spec, PlanOptions(backend=backend, wheelhouse="http://127.0.0.1:1/flat/")).steps[1]  # type: ignore[arg-type]
+
+
+def test_exact_pins_keep_only_single_equality(tmp_path: Path) -> None:
+    s = _planned(tmp_path, ["a==1.0", "b>=2", "c==1.*", "d==1.0,<2", "e===3", "f[x]==1.0", "g"])
+    assert exact_pins(s) == ["a==1.0", "e===3"]
+
+
+def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
+    s = _planned(tmp_path, ["a==1.0", "b>=2"], no_deps=True)
+    pip = prefetch_argv(s, backend="pip", python=Path("/v/bin/python"), uv=None, scratch=tmp_path / "s")
+    assert pip is not None
+    assert pip[:4] == ["/v/bin/python", "-m", "pip", "download"]
+    assert "--no-deps" in pip and pip[-1] == "a==1.0"
+    assert ["--no-index", "--find-links", "http://127.0.0.1:1/flat/"] == pip[pip.index("--no-index"):pip.index("--no-index") + 3]
+    su = _planned(tmp_path, ["a==1.0"], backend="uv")
+    uv = prefetch_argv(su, backend="uv", python=Path("/v/bin/python"), uv="/bin/uv", scratch=tmp_path / "s")
+    assert uv is not None and uv[:3] == ["/bin/uv", "pip", "install"]
+    assert "--target" in uv and "--no-deps" in uv
+    # nothing exact: nothing to prefetch; no uv: nothing either
+    assert prefetch_argv(_planned(tmp_path, ["b>=2"]), backend="pip", python=Path("p"), uv=None, scratch=tmp_path) is None
+    assert prefetch_argv(su, backend="uv", python=Path("p"), uv=None, scratch=tmp_path) is None
+
+
+def test_enabled_env_override() -> None:
+    assert enabled("uv", {"ENVBUILD_PREFETCH": "1"}) is True
+    assert enabled("uv", {"ENVBUILD_PREFETCH": "off"}) is False
+
+
+def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Path) -> None:
+    wheel = pytest.importorskip("wheel.wheelfile")
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    with wheel.WheelFile(wh / "tiny-1.0-py3-none-any.whl", "w") as wf:
+        wf.writestr("tiny/__init__.py", b"")
+        wf.writestr("tiny-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n\n")
+        wf.writestr("tiny-1.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    spec = _spec(tmp_path, ["tiny==1.0"])
+    step = make_plan(spec, PlanOptions(backend="pip", wheelhouse=str(wh))).steps[1]  # type: ignore[arg-type]
+    env = {"PIP_CONFIG_FILE": "/dev/null", "PIP_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    pre = Prefetcher(backend="pip", python=Path(sys.executable), uv=None, scratch_root=tmp_path / "scratch",
+                     logs=tmp_path / "logs", env=env)
+    with pre:
+        job = pre.start(step)
+        assert job is not None
+        assert pre.start(step) is job  # once per step
+        pre.wait(step.name, timeout=120)
+    assert job.returncode == 0, job.log_file.read_text()
+    assert not job.scratch.exists()  # the scratch copy is gone; the cache is what stays
+    assert "tiny" in job.log_file.read_text()
+
+
+def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import envbuild.prefetch as prefetch
+
+    spec = _spec(tmp_path, ["tiny==1.0"])
+    step = make_plan(spec, PlanOptions(backend="pip")).steps[1]  # type: ignore[arg-type]
+    monkeypatch.setattr(prefetch, "prefetch_argv",
+                        lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)"])
+    pre = Prefetcher(backend="pip", python=Path(sys.executable), uv=None, scratch_root=tmp_path / "s",
+                     logs=tmp_path / "logs", env={"PATH": "/usr/bin:/bin"})
+    job = pre.start(step)
+    assert job is not None
+    for _ in range(100):
+        if job.proc is not None:
+            break
+        time.sleep(0.05)
+    t = time.monotonic()
+    pre.close()
+    assert job.done.is_set() and time.monotonic() - t < 10
+    assert job.returncode is not None and job.returncode != 0
