@@ -56,8 +56,12 @@ class Dist:
         return self.metadata().get_all("Requires-Dist") or []  # type: ignore[no-any-return]
 
     def files(self) -> dict[str, str]:
-        """RECORD as {relative path: "sha256=..." or ""}."""
-        return _read_record(self.dist_info / "RECORD")
+        """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see ``_cached``)."""
+        path = self.dist_info / "RECORD"
+        hit = _cached(path, "files", self.record_id)
+        if hit is None:
+            hit = _remember(path, "files", self.record_id, _read_record(path))
+        return hit  # type: ignore[no-any-return]
 
 
 def site_packages(venv: Path) -> Path:
@@ -88,12 +92,51 @@ def scan(site: Path) -> dict[str, Dist]:
             continue
         if record.is_file():
             st = record.stat()
-            sha = hashlib.sha256(record.read_bytes()).hexdigest()
             rid = (st.st_ino, st.st_mtime_ns)
+            sha = _cached(record, "sha256", rid, st.st_size)
+            if sha is None:
+                sha = _remember(record, "sha256", rid, hashlib.sha256(record.read_bytes()).hexdigest(), st.st_size)
         else:
             sha, rid = "", (0, 0)
         dists[canonicalize_name(name)] = Dist(canonicalize_name(name), version, info, sha, rid)
     return dists
+
+
+# The guard runs after every step and reads every RECORD in the environment; with hundreds of
+# packages (and torch's RECORD of ~12k lines) parsing them again each step is most of its time.
+# Parsed RECORDs and their sha256 are kept per process, keyed by (path, inode, mtime_ns, size):
+# an installer that touches a distribution writes a new RECORD (a new file, a new mtime), so a
+# changed RECORD never hits the cache. Results are identical to reading the file again.
+_RECORD_CACHE: dict[tuple[str, str], tuple[tuple[int, int, int], object]] = {}
+
+
+def _cached(path: Path, kind: str, rid: tuple[int, int], size: int | None = None) -> Any:
+    hit = _RECORD_CACHE.get((str(path), kind))
+    if hit is None:
+        return None
+    if size is None:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+    return hit[1] if hit[0] == (rid[0], rid[1], size) else None
+
+
+def _remember(path: Path, kind: str, rid: tuple[int, int], value: Any, size: int | None = None) -> Any:
+    if rid == (0, 0):
+        return value
+    try:
+        st = path.stat()
+    except OSError:
+        return value
+    if (st.st_ino, st.st_mtime_ns) == tuple(rid) and (size is None or size == st.st_size):
+        _RECORD_CACHE[(str(path), kind)] = ((st.st_ino, st.st_mtime_ns, st.st_size), value)
+    return value
+
+
+def clear_cache() -> None:
+    """Forget every parsed RECORD (benchmarks time the uncached guard with it)."""
+    _RECORD_CACHE.clear()
 
 
 def _read_record(path: Path) -> dict[str, str]:
@@ -345,6 +388,31 @@ def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Map
                 out.append(Finding("unmet", d.name,
                                    f"{d.name} {d.version} requires {req}, but {dep.name} {dep.version} is installed"))
     return out
+
+
+def requirers(dists: Mapping[str, Dist], target: str, among: Iterable[str]) -> list[str]:
+    """Which of ``among`` (e.g. what a step installed or changed) declare a requirement on ``target``."""
+    target = canonicalize_name(target)
+    out = []
+    for name in among:
+        d = dists.get(canonicalize_name(name))
+        if d is None or d.name == target:
+            continue
+        for raw in d.requires():
+            try:
+                req = Requirement(raw)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) == target:
+                out.append(f"{d.name} {d.version} (requires {req})")
+                break
+    return out
+
+
+def changed(before: Mapping[str, Dist], after: Mapping[str, Dist]) -> list[str]:
+    """Distributions new or rewritten between two scans."""
+    return [n for n, d in after.items()
+            if n not in before or before[n].record_id != d.record_id or before[n].version != d.version]
 
 
 FULL_CHECK = (

@@ -269,6 +269,7 @@ def _run_one(spec: StackSpec, opts: ProvisionOptions, planned: PlannedStep, mani
         constraints = paths.constraints
         step_env["PIP_CONSTRAINT"] = str(constraints)  # reaches pip's isolated build envs too
         step_env["UV_BUILD_CONSTRAINT"] = str(constraints)
+    before = abi.scan(site)
     t = time.monotonic()
     try:
         run_step(planned, spec=spec, backend=result.plan.options.backend, python=python,  # type: ignore[arg-type]
@@ -293,7 +294,7 @@ def _run_one(spec: StackSpec, opts: ProvisionOptions, planned: PlannedStep, mani
             result.warnings.append(f.message)
         if not report.ok or (opts.strict and report.warnings):
             findings = report.violations or report.warnings
-            message = _violation_message(planned, findings)
+            message = _violation_message(planned, findings, before, abi.scan(site))
             state.status, state.ended, state.error = "failed", now(), message
             if report.violations:
                 manifest.violation = f"step {planned.name}: {findings[0].message}"
@@ -305,12 +306,17 @@ def _run_one(spec: StackSpec, opts: ProvisionOptions, planned: PlannedStep, mani
     events.emit("ok", f"step {planned.name} ({state.seconds:.1f} s, guard {1000 * (state.guard_seconds or 0):.0f} ms)")
 
 
-def _violation_message(planned: PlannedStep, findings: list[abi.Finding]) -> str:
+def _violation_message(planned: PlannedStep, findings: list[abi.Finding],
+                       before: Mapping[str, abi.Dist], after: Mapping[str, abi.Dist]) -> str:
     lines = [f"ABI guard after step {planned.number} ({planned.name!r}): " + findings[0].message]
     lines += [f"  also: {f.message}" for f in findings[1:4]]
-    culprits = [n for n in planned.step.names if n not in {f.package for f in findings}]
-    if culprits and findings[0].rule in ("version", "reinstalled", "protected", "cuda", "local"):
-        lines.append(f"  installed by this step: {', '.join(planned.step.names)}")
+    touched = abi.changed(before, after)
+    if findings[0].rule != "overlap":
+        culprits = abi.requirers(after, findings[0].package, [*planned.step.names, *touched])
+        if culprits:
+            lines.append(f"  pulled in by: {'; '.join(dict.fromkeys(culprits))}")
+        elif findings[0].rule != "unmet":
+            lines.append(f"  installed or changed by this step: {', '.join(touched or planned.step.names)}")
     return "\n".join(lines)
 
 
