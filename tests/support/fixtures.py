@@ -330,9 +330,20 @@ def _make_bare_venv(path: Path) -> Path:
     return path
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def copy_venv(template: Path, dest: Path) -> Path:
-    """Copy a venv: fine for ``python -m pip`` and imports (console-script shebangs keep the old path)."""
-    shutil.copytree(template, dest, symlinks=True)
+    """Clone a venv by hard-linking its files (fast, no disk): safe because pip unlinks a file
+    before writing it, uninstalls by renaming, and .pyc files are written by atomic replace,
+    so nothing writes into a shared inode. Fine for ``python -m pip`` and imports; console-script
+    shebangs keep the template's path.
+    """
+    shutil.copytree(template, dest, symlinks=True, copy_function=_link_or_copy)
     return dest
 
 
