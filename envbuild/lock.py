@@ -273,7 +273,14 @@ def locked_requirements(spec: StackSpec) -> dict[str, Path]:
         if not path.is_file():
             raise LockError(f"{path}: the lock file of step {step.name!r} is missing",
                             hint=f"Run `envbuild lock --stack {spec.path}` to regenerate the lock.")
-        parse_requirements_text(path.read_text(encoding="utf-8"), str(path))
+        for r in parse_requirements_text(path.read_text(encoding="utf-8"), str(path)):
+            if r.bad_hashes:
+                raise LockError(f"{path}:{r.line}: {r.name}: malformed hash {r.bad_hashes[0]!r} "
+                                "(want --hash=sha256:<64 hex digits>)",
+                                hint=f"Run `envbuild lock --stack {spec.path}` to regenerate the lock.")
+            if not r.hashes and not r.is_vcs:
+                raise LockError(f"{path}:{r.line}: {r.name} has no --hash; every locked artifact needs one",
+                                hint=f"Run `envbuild lock --stack {spec.path}` to regenerate the lock.")
         if step.data.get("file_sha256") and sha256_file(path) != step.data["file_sha256"]:
             raise LockError(f"{path}: the file was changed after `envbuild lock` wrote it (its sha256 is not "
                             f"the one in {MANIFEST})",
