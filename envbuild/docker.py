@@ -267,7 +267,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         tool_python = f"{venv}/bin/python"
         out += [
             f"# {spec.abi.package} comes from the base image's environment {venv}; no step installs it.",
-            f"# hadolint ignore=DL3008",
+            "# hadolint ignore=DL3008",
             f"RUN {apt_cache} \\",
             "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
             "    && apt-get update && apt-get install -y --no-install-recommends ca-certificates git",
@@ -318,7 +318,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         provision += ["--offline", "--wheelhouse", IMAGE_WHEELHOUSE]
     pinned_after = 0 if spec.abi.adopt else next(s.number for s in plan.steps if s.role == "baseline")
     total = len(plan.steps)
-    for planned, text in zip(plan.steps, slices):
+    for planned, text in zip(plan.steps, slices, strict=True):
         rel = f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.toml"
         files[rel] = text
         mounts = [cache_mounts]

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support.fixtures import copy_venv
 
 pytestmark = pytest.mark.slow

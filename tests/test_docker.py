@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.fixtures import run_cli
 
 from envbuild.docker import DockerOptions, render
 from envbuild.spec import profile_path, resolve_spec
-from support.fixtures import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docker" / "Dockerfile"
