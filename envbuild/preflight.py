@@ -14,6 +14,7 @@ is a warning: activating the venv fixes it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -54,7 +55,8 @@ class PreflightReport:
     @property
     def verdict(self) -> Verdict:
         worst = max((_ORDER[c.verdict] for c in self.checks), default=0)
-        return ("pass", "warn", "fail")[worst]  # type: ignore[return-value]
+        verdicts: tuple[Verdict, ...] = ("pass", "warn", "fail")
+        return verdicts[worst]
 
     @property
     def failed(self) -> list[Check]:
@@ -100,10 +102,8 @@ class HostFacts:
             else:
                 error = "nvidia-smi failed: " + (res[1].strip().splitlines()[0] if res and res[1].strip() else "no output")
         numa = None
-        try:
+        with contextlib.suppress(OSError):
             numa = Path("/proc/sys/kernel/numa_balancing").read_text().strip()
-        except OSError:
-            pass
         gcc = _capture(["gcc", "-dumpfullversion", "-dumpversion"])
         nvcc = _capture(["nvcc", "--version"])
         return cls(gpu_query=query, gpu_error=error, topo=topo, numa_balancing=numa,
@@ -168,7 +168,7 @@ def parse_topo(text: str) -> Topology:
         if re.fullmatch(r"GPU\d+", parts[0]):
             row = parts[0]
             gpus.append(row)
-            for col, value in zip(header, parts[1:]):
+            for col, value in zip(header, parts[1:], strict=False):
                 if re.fullmatch(r"GPU\d+", col):
                     cells[(row, col)] = value
     return Topology(tuple(gpus), cells)

@@ -60,7 +60,7 @@ def test_two_agents_c10d_rendezvous(torch_venv: Path, tmp_path: Path) -> None:
     agents = [subprocess.Popen([*argv, "--root", str(tmp_path / f"node{i}")], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, cwd=REPO) for i in range(2)]
     outs = [a.communicate(timeout=300) for a in agents]
-    for agent, (out, err) in zip(agents, outs):
+    for agent, (out, err) in zip(agents, outs, strict=True):
         assert agent.returncode == 0, err[-3000:]
         doc = json.loads(out)
         assert doc["ok"] and doc["world_size"] == 2 and doc["nnodes"] == 2

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.smoke import add_target_args, log_path, resolve_target, save_receipt, start_provenance, target_env
+from envbuild.commands.smoke import (
+    add_target_args,
+    log_path,
+    resolve_target,
+    save_receipt,
+    start_provenance,
+    target_env,
+)
 from envbuild.dist.launch import DistOptions, run_dist_step
 from envbuild.errors import ExitCode
 from envbuild.preflight import HostFacts, parse_gpus

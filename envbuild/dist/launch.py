@@ -163,7 +163,7 @@ def run_dist_step(
         where = f"; full log: {log_file}" if log_file else ""
         timed_out = res.seconds >= opts.timeout - 1
         raise VerifyError(
-            f"the distributed step {'timed out after %.0f s' % res.seconds if timed_out else 'failed'} "
+            f"the distributed step {f'timed out after {res.seconds:.0f} s' if timed_out else 'failed'} "
             f"(torchrun exit {res.returncode}) before writing a result{where}. Last lines:\n{res.tail}",
             hint="A hang at start-up is usually the rendezvous (check --rdzv-endpoint and that every node "
                  "runs the command) or NCCL (re-run with NCCL_DEBUG=INFO).",

@@ -439,13 +439,17 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         full[name] = p.full_tensor() if isinstance(p, DTensor) else p.detach()
     ref_params = dict(ref.named_parameters())
     weight_diff = max(float((full[n].float() - ref_params[n].detach().float()).abs().max()) for n in full)
-    loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses))
-    norm_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(norms, ref_norms))
+    loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses, strict=True))
+    norm_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(norms, ref_norms, strict=True))
 
     # -- DCP round trip: save, perturb (one more step), load, compare eval loss bit for bit
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
     before = eval_loss()
     t0 = time.perf_counter()
     dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},

@@ -65,7 +65,8 @@ def run_smoke(
                     res = json.loads(line[len(RESULT_MARK):])
                 except ValueError:
                     return
-                level = {"pass": "ok", "fail": "fail"}.get(res.get("verdict"), "info")
+                level: events.Level = "ok" if res.get("verdict") == "pass" else \
+                    "fail" if res.get("verdict") == "fail" else "info"
                 events.emit(level, f"smoke {res.get('name')}: {res.get('verdict')}", result=res)
             else:
                 events.emit("debug", line)

@@ -288,7 +288,7 @@ def environment() -> dict[str, Any]:
     if torch.cuda.is_available():
         info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
         info["device"] = torch.cuda.get_device_name()
-        info["capability"] = "%d.%d" % torch.cuda.get_device_capability()
+        info["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
         info["device_count"] = torch.cuda.device_count()
         info["memory_gb"] = torch.cuda.get_device_properties(0).total_memory / 1e9
     return info
