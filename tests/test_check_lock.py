@@ -1,0 +1,207 @@
+"""check-lock: locks that must pass and locks that must fail, one per rule, with the exact finding."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from lockhelpers import lock_env, manifest, resync, save_manifest, step_file
+from support.fixtures import NIGHTLY_TORCH, installer_env
+
+GOOD = [
+    {"name": "helpers", "packages": ["fla-core-like==0.4.2"]},
+    {"name": "fla", "packages": ["needs-fla-core==1.0"], "no_deps": True},
+]
+
+
+def _lock(run_envbuild, stack: Path, tmp_path: Path) -> Path:
+    r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
+    assert r.rc == 0, r.output
+    return stack.parent
+
+
+@pytest.fixture
+def good(write_stack, run_envbuild, tmp_path) -> tuple[Path, Path]:
+    stack = write_stack(GOOD)
+    return stack, _lock(run_envbuild, stack, tmp_path)
+
+
+def check(run_envbuild, tmp_path, stack, *extra):
+    r = run_envbuild("check-lock", "--stack", stack, "--json", *extra, env=lock_env(tmp_path))
+    assert "Traceback" not in r.output, r.output
+    data = json.loads(r.stdout)
+    findings = [f for rep in data["reports"] for f in rep["findings"]]
+    notices = [n for rep in data["reports"] for n in rep["notices"]]
+    return r.rc, findings, notices
+
+
+def test_a_good_lock_passes_static_and_dry_run(good, run_envbuild, tmp_path):
+    stack, _ = good
+    rc, findings, notices = check(run_envbuild, tmp_path, stack)
+    assert (rc, findings) == (0, [])
+    rc, findings, notices = check(run_envbuild, tmp_path, stack, "--offline")
+    assert (rc, findings) == (0, [])
+    assert any("dry-run resolution skipped" in n for n in notices)
+
+
+def _culprit(write_stack, run_envbuild, tmp_path, package: str) -> tuple[Path, Path]:
+    """A step with dependencies whose lock was made by hand: locked as no_deps, then flipped."""
+    stack = write_stack([{"name": "culprit", "packages": [package], "no_deps": True}])
+    folder = _lock(run_envbuild, stack, tmp_path)
+    stack.write_text(stack.read_text().replace("no_deps = true\n", ""))
+
+    def flip(data):
+        data["steps"][1]["flags"]["no_deps"] = False
+
+    resync(folder, stack, flip)
+    return stack, folder
+
+
+@pytest.mark.parametrize("package, rule, reason", [
+    ("needs-torch-212==1.0", "torch-requirement",
+     f"needs-torch-212 1.0 requires torch>=2.12, which the pinned torch {NIGHTLY_TORCH} does not satisfy"),
+    ("vision-pin==1.0", "torch-requirement",
+     f"vision-pin 1.0 requires torch==2.12.0, which the pinned torch {NIGHTLY_TORCH} does not satisfy"),
+    ("mamba-like==1.0", "pypi-triton",
+     "mamba-like 1.0 requires triton (PyPI triton), which installs next to pytorch-triton from the baseline"),
+])
+def test_static_rules_on_torch_requirements(write_stack, run_envbuild, tmp_path, package, rule, reason):
+    stack, _ = _culprit(write_stack, run_envbuild, tmp_path, package)
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
+    assert rc == 8
+    assert [f["rule"] for f in findings] == [rule]
+    assert findings[0]["package"] == package.split("==")[0]
+    assert findings[0]["file"].endswith("02-culprit.txt")
+    assert findings[0]["reason"].startswith(reason)
+
+
+@pytest.mark.parametrize("package, installs", [("needs-torch-212==1.0", "torch 2.13.0"),
+                                               ("mamba-like==1.0", "PyPI triton 3.8.0")])
+def test_dry_run_finds_what_the_resolver_would_install(write_stack, run_envbuild, tmp_path, package, installs):
+    stack, _ = _culprit(write_stack, run_envbuild, tmp_path, package)
+    rc, findings, _ = check(run_envbuild, tmp_path, stack)
+    assert rc == 8
+    dry = [f["reason"] for f in findings if f["rule"] == "dry-run-protected"]
+    assert any(f"would install {installs}" in r for r in dry), findings
+
+
+def _add_line(folder: Path, step: str, line: str) -> None:
+    path = step_file(folder, step)
+    path.write_text(path.read_text() + line + "\n")
+    resync(folder)
+
+
+def test_torch_in_a_later_step(good, run_envbuild, tmp_path):
+    stack, folder = good
+    torch = step_file(folder, "torch").read_text()
+    block = re.search(r"^torch==.*?(?=^\S|\Z)", torch, re.M | re.S)
+    assert block
+    _add_line(folder, "helpers", block.group(0).rstrip())
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
+    assert rc == 8
+    assert [(f["rule"], f["package"]) for f in findings] == [("protected-after-baseline", "torch")]
+    assert findings[0]["reason"].startswith(f"torch {NIGHTLY_TORCH} is in step 'helpers', after the baseline")
+
+
+def test_torch_pinned_twice_differently(good, run_envbuild, tmp_path):
+    stack, folder = good
+    _add_line(folder, "helpers", "torch==2.13.0 --hash=sha256:" + "0" * 64)
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
+    assert rc == 8
+    reasons = {(f["rule"], f["reason"]) for f in findings}
+    assert ("protected-pin-mismatch", f"pinned to 2.13.0, but abi.version is {NIGHTLY_TORCH}") in reasons
+    assert any(r == "protected-pin-mismatch" and t.startswith(f"pinned to 2.13.0 here but to {NIGHTLY_TORCH} in ")
+               for r, t in reasons)
+    assert "protected-after-baseline" in {f["rule"] for f in findings}
+
+
+def test_stale_lock_missing_hash_and_missing_file(good, run_envbuild, tmp_path):
+    stack, folder = good
+    helpers = step_file(folder, "helpers")
+    text = re.sub(r"(einops-like==0\.8\.1) \\\n(\s+--hash=\S+ \\\n)*\s+--hash=\S+\n", r"\1\n", helpers.read_text())
+    helpers.write_text(text)
+    resync(folder)
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
+    assert rc == 8 and [(f["rule"], f["package"]) for f in findings] == [("missing-hash", "einops-like")]
+
+    helpers.unlink()
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
+    assert [(f["rule"], f["file"].endswith("02-helpers.txt")) for f in findings] == [("missing-file", True)]
+
+    stack.write_text(stack.read_text().replace('"needs-fla-core==1.0"', '"needs-fla-core==1.0", "einops-like==0.8.1"'))
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
+    assert "stale-lock" in {f["rule"] for f in findings}
+    assert any("run `envbuild lock" in f["reason"] for f in findings if f["rule"] == "stale-lock")
+
+
+def test_hand_edited_file_is_stale(good, run_envbuild, tmp_path):
+    stack, folder = good
+    path = step_file(folder, "fla")
+    path.write_text(path.read_text() + "\n")
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
+    assert rc == 8 and [f["rule"] for f in findings] == ["stale-lock"]
+    assert "changed after `envbuild lock` wrote it" in findings[0]["reason"]
+
+
+def _git(folder: Path, *args: str) -> str:
+    env = {**installer_env(folder / ".home"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, text=True, env=env).stdout
+
+
+@pytest.mark.parametrize("base_version, rule, words", [
+    ("2.12.0", "torch-downgrade", "a downgrade"),
+    ("2.12.0.dev20260405+cu130", "torch-swap", "another local tag (+cu130 -> +cu132)"),
+    ("2.11.0", None, None),
+])
+def test_base_ref_downgrade_or_swap(good, run_envbuild, tmp_path, base_version, rule, words):
+    stack, folder = good
+    real = (folder / "lock.json").read_text()
+    data = manifest(folder)
+    data["abi"]["version"] = base_version
+    for p in data["steps"][0]["packages"]:
+        if p["name"] == "torch":
+            p["version"] = base_version
+    save_manifest(folder, data)
+    _git(folder, "init", "-q", "-b", "main")
+    _git(folder, "add", "lock.json")
+    _git(folder, "commit", "-q", "-m", "base")
+    (folder / "lock.json").write_text(real)
+    rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline", "--base", "HEAD")
+    if rule is None:
+        assert (rc, findings) == (0, [])
+        return
+    assert rc == 8 and [f["rule"] for f in findings] == [rule]
+    assert findings[0]["reason"] == (f"torch {base_version} at HEAD -> {NIGHTLY_TORCH} here: "
+                                     + (words if rule == "torch-downgrade" else f"the same version with {words}, a swapped build"))
+
+
+def test_base_ref_that_does_not_exist(good, run_envbuild, tmp_path):
+    stack, folder = good
+    _git(folder, "init", "-q", "-b", "main")
+    r = run_envbuild("check-lock", "--stack", stack, "--offline", "--base", "nope", env=lock_env(tmp_path))
+    assert r.rc == 2 and "no such git revision" in r.stderr and "Traceback" not in r.output
+
+
+def test_text_output_is_one_line_per_finding(write_stack, run_envbuild, tmp_path):
+    stack, _ = _culprit(write_stack, run_envbuild, tmp_path, "vision-pin==1.0")
+    r = run_envbuild("check-lock", "--stack", stack, "--offline", env=lock_env(tmp_path))
+    assert r.rc == 8
+    lines = [ln for ln in r.stdout.splitlines() if "[torch-requirement]" in ln]
+    assert lines == [f"02-culprit.txt: vision-pin: vision-pin 1.0 requires torch==2.12.0, "
+                     f"which the pinned torch {NIGHTLY_TORCH} does not satisfy (it would replace it; make the "
+                     "step no_deps or pin another version) [torch-requirement]"]
+
+
+def test_shipped_profiles_pass_offline_fast(run_envbuild, tmp_path):
+    from support.fixtures import REPO_ROOT
+
+    t0 = time.monotonic()
+    r = run_envbuild("check-lock", "--offline", cwd=REPO_ROOT, env=lock_env(tmp_path))
+    assert r.rc == 0, r.output
+    assert "cpu: lock ok" in r.output
+    assert time.monotonic() - t0 < 10  # the process; the check itself is benchmarked in bench/
