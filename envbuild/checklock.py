@@ -213,7 +213,10 @@ def static_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView]
     abi = spec.abi
     protected = _protected(spec, manifest)
     baseline = spec.baseline_index if spec.baseline_index is not None else -1
-    is_prot = lambda n: n in protected or abi.is_protected(n)  # noqa: E731
+
+    def is_prot(n: str) -> bool:
+        return n in protected or abi.is_protected(n)
+
     pins: dict[str, tuple[str, str]] = {}  # name -> (version, file) first seen
     if abi.adopt:
         pins[abi.package] = (abi.version, "abi.version")
@@ -242,8 +245,9 @@ def static_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView]
         if v.index <= baseline:
             seen.update({r.name: (r.version, v.file) for r in v.reqs if r.version})
             continue
-        extras = {canonicalize_name(q.name): set(q.extras) for q in spec.steps[v.index].requirements} \
-            if v.index < len(spec.steps) else {}
+        extras: dict[str, set[str]] = {}
+        if v.index < len(spec.steps):
+            extras = {canonicalize_name(q.name): set(q.extras) for q in spec.steps[v.index].requirements}
         visible = dict(seen)
         visible.update({r.name: (r.version, v.file) for r in v.reqs if r.version})
         seen.update({r.name: (r.version, v.file) for r in v.reqs if r.version})

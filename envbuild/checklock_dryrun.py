@@ -34,7 +34,7 @@ _DROP = {"--require-hashes", "--disable-pip-version-check", "--no-input"}
 def _stand_in(site: Path, name: str, version: str, requires: list[str]) -> None:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(meta) + "\n")
     (info / "INSTALLER").write_text("envbuild-check-lock\n")
@@ -63,9 +63,9 @@ def dry_run_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView
         args = list(step.args)
         for i, a in enumerate(args[:-1]):
             if a in ("--index-url", "--extra-index-url", "--find-links") and is_url(args[i + 1]):
-                p = probe(args[i + 1])
-                if not p.ok:
-                    bad.append(f"{p.location} ({p.detail})")
+                answer = probe(args[i + 1])
+                if not answer.ok:
+                    bad.append(f"{answer.location} ({answer.detail})")
     if bad:
         raise PreflightError("check-lock's dry runs need the steps' package sources, which do not answer: "
                              + "; ".join(sorted(set(bad))), hint="Run with --offline for the static rules only.")

@@ -128,7 +128,8 @@ def parse_requirements_text(text: str, where: str) -> list[LockedReq]:
     for lineno, line in _logical_lines(text):
         tokens = line.split()
         # the requirement is everything before the first option token
-        req_tokens, opts = [], []
+        req_tokens: list[str] = []
+        opts: list[str] = []
         for t in tokens:
             (opts if t.startswith("--") or opts else req_tokens).append(t)
         if not req_tokens:

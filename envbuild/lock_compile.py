@@ -46,7 +46,14 @@ from envbuild.lock import (
     read_manifest,
     step_filename,
 )
-from envbuild.lock_meta import ArtifactFinder, Sources, cache_dir, project_and_version, requires_of, same_version
+from envbuild.lock_meta import (
+    ArtifactFinder,
+    Sources,
+    cache_dir,
+    project_and_version,
+    requires_of,
+    same_version,
+)
 from envbuild.net import is_url, probe, redact
 from envbuild.plan import make_plan
 from envbuild.runner import format_argv, run

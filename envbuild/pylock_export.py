@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from packaging.pylock import Package, PackageSdist, PackageVcs, PackageWheel, Pylock
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from envbuild import __version__, events
@@ -25,7 +25,7 @@ from envbuild.lock import PYLOCK
 
 
 def build_pylock(manifest: Mapping[str, Any]) -> Pylock:
-    final: dict[str, dict[str, Any]] = {}
+    final: dict[NormalizedName, dict[str, Any]] = {}
     for step in manifest.get("steps", []):
         if not step.get("locked", True):
             continue
@@ -53,23 +53,23 @@ def _specifier(text: str) -> Any:
     return SpecifierSet(text)
 
 
-def _package(name: str, p: Mapping[str, Any]) -> Package | None:
+def _package(name: NormalizedName, p: Mapping[str, Any]) -> Package | None:
     vcs = p.get("vcs")
     if vcs:
         url = str(vcs["url"])
-        repo = url[4:] if url.startswith("git+") else url
+        repo: str = url[4:] if url.startswith("git+") else url
         repo = repo.split("#", 1)[0].rsplit("@", 1)[0] if vcs.get("commit") else repo
         if not vcs.get("commit"):
             return None
         return Package(name=name, vcs=PackageVcs(type="git", url=repo, commit_id=str(vcs["commit"])))
     wheels, sdist = [], None
     for a in p.get("artifacts", []):
-        url, path = _location(str(a["url"]))
+        aurl, path = _location(str(a["url"]))
         hashes = {"sha256": str(a["sha256"])}
         if a["filename"].endswith(".whl"):
-            wheels.append(PackageWheel(name=a["filename"], url=url, path=path, hashes=hashes))
+            wheels.append(PackageWheel(name=a["filename"], url=aurl, path=path, hashes=hashes))
         elif sdist is None:
-            sdist = PackageSdist(name=a["filename"], url=url, path=path, hashes=hashes)
+            sdist = PackageSdist(name=a["filename"], url=aurl, path=path, hashes=hashes)
     if not wheels and sdist is None:
         return None
     return Package(name=name, version=Version(p["version"]), wheels=wheels or None, sdist=sdist)
