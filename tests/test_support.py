@@ -159,6 +159,15 @@ def test_sdist_without_isolation_sees_the_installed_torch(tmp_path: Path, nightl
     assert json.loads(nightly_venv.read("ext_like/_build_env.json")) == {"torch": NIGHTLY_TORCH}
 
 
+def test_private_index_can_lose_the_nightly(private_scenario_index: ScenarioIndex,
+                                            scenario_index: ScenarioIndex) -> None:
+    """A nightly leaving its index: deleting it from a private copy leaves the shared one alone."""
+    private_scenario_index.wheels.wheel("torch", NIGHTLY_TORCH, repo="nightly").unlink()
+    assert _get(private_scenario_index.nightly_url + "/torch/")[0] == 404
+    assert _get(scenario_index.nightly_url + "/torch/")[0] == 200
+    assert private_scenario_index.server.port != scenario_index.server.port
+
+
 # ----------------------------------------------------------------------------- faults
 
 

@@ -16,6 +16,8 @@ Function scope:
 - ``nightly_venv -> Venv``: a fresh copy of the venv holding the nightly torch.
 - ``index_server(repos) -> IndexServer``: a private server (for fault injection); stopped after
   the test.
+- ``private_scenario_index -> ScenarioIndex``: the scenario wheels hard-linked into this test's
+  folders and served by its own server: faults, deletions and additions stay private.
 - ``wheel_factory(name, version, repo="pypi", **kw) -> Path``: a wheel in this test's own
   folders (``tmp_path/wheels/<repo>``), e.g. to serve with ``index_server``.
 - ``write_stack(steps, ...) -> Path``: a stack.toml for a scenario (the baseline torch step is
@@ -204,6 +206,20 @@ def index_server() -> Iterator[Callable[[Mapping[str, Path]], IndexServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def private_scenario_index(tmp_path: Path, scenario_wheels: ScenarioWheels,
+                           index_server: Callable[[Mapping[str, Path]], IndexServer]) -> ScenarioIndex:
+    """The scenario wheels in this test's own folders, on this test's own server: add faults,
+    delete the nightly torch (a nightly leaving its index), add wheels, without touching others."""
+    root = tmp_path / "private-index"
+    for repo in ("nightly", "pypi"):
+        shutil.copytree(scenario_wheels.root / repo, root / repo, copy_function=_link_or_copy)
+    files = {(repo, name, version): root / repo / path.name
+             for (repo, name, version), path in scenario_wheels.files.items()}
+    wheels = ScenarioWheels(root=root, nightly=root / "nightly", pypi=root / "pypi", files=files)
+    return ScenarioIndex(server=index_server({"nightly": wheels.nightly, "pypi": wheels.pypi}), wheels=wheels)
 
 
 @pytest.fixture

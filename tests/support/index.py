@@ -278,12 +278,12 @@ class IndexServer:
         path = unquote(urlsplit(h.path).path)
         fault = self._match_fault(path)
         if fault is not None and fault.kind == "reset":
-            self._log(h.command, path, 0)
+            self._log(h.command, path, 0)  # logged before answering: the log keeps request order
             _abort(h)
             return
         if fault is not None and fault.kind == "stall":
-            self._stopping.wait(fault.seconds)
             self._log(h.command, path, 0)
+            self._stopping.wait(fault.seconds)
             _abort(h)
             return
         if fault is not None and isinstance(fault.kind, int):
@@ -291,15 +291,17 @@ class IndexServer:
             return
         status, body, ctype, location = self._route(path)
         if location is not None:
-            h.send_response(status)
-            h.send_header("Location", location)
-            h.send_header("Content-Length", "0")
-            h.end_headers()
             self._log(h.command, path, status)
+            with contextlib.suppress(OSError):
+                h.send_response(status)
+                h.send_header("Location", location)
+                h.send_header("Content-Length", "0")
+                h.end_headers()
             return
         if fault is not None and fault.kind == "corrupt" and status == 200:
             body = _corrupt(body)
         if fault is not None and fault.kind == "drop" and status == 200:
+            self._log(h.command, path, 0)
             h.send_response(200)
             h.send_header("Content-Type", ctype)
             h.send_header("Content-Length", str(len(body)))
@@ -310,12 +312,12 @@ class IndexServer:
                     h.wfile.flush()
                 except OSError:
                     pass
-            self._log(h.command, path, 0)
             _abort(h)
             return
         self._send(h, path, status, body, ctype, head)
 
     def _send(self, h: _Handler, path: str, status: int, body: bytes, ctype: str, head: bool) -> None:
+        self._log(h.command, path, status)
         try:
             h.send_response(status)
             h.send_header("Content-Type", ctype)
@@ -326,7 +328,6 @@ class IndexServer:
                 h.wfile.write(body)
         except OSError:  # the client went away
             pass
-        self._log(h.command, path, status)
 
     def _route(self, path: str) -> tuple[int, bytes, str, str | None]:
         """(status, body, content type, redirect location or None)."""
