@@ -91,6 +91,7 @@ def test_adopt_installs_around_torch(adopted_env: Path, tmp_path: Path, backend:
     assert any(site.glob("torchmetrics-1.9.0.dist-info")) and any(site.glob("fla_core-0.4.2.dist-info"))
     v = _envbuild("verify", "--stack", stack, "--root", root, "--venv", adopted_env, home=tmp_path / "home")
     assert v.returncode == 0, v.stdout + v.stderr
+    assert "baseline from manifest" in v.stdout + v.stderr  # the baseline recorded before step 1
     # run again: nothing to do, torch still untouched
     again = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--backend", backend,
                       home=tmp_path / "home")
