@@ -206,6 +206,7 @@ def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, b
     if opts.venv is not None:
         if not python.exists():
             raise PreflightError(f"--venv {opts.venv}: no environment there (no {python})")
+        manifest.venv = str(paths.venv)  # so `verify --venv` finds this manifest's baseline
         return python
     if python.exists():
         actual = python_version_of(python)
