@@ -37,9 +37,8 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +236,8 @@ def download_cpu_wheelhouse(spec: StackSpec, locked: Mapping[str, Path], dest: P
         sources = [a for a in s.args if a not in ("--upgrade", "--upgrade-strategy", "only-if-needed", "eager",
                                                    "--no-build-isolation", "--force-reinstall", "--no-input")]
         argv += [a for a in sources if not a.startswith("--disable")]
+        if s.locked_file is not None and "--no-deps" not in argv:
+            argv.append("--no-deps")  # a lock lists every dependency itself
         if s.constrained:
             argv += ["-c", str(cons)]
         sh(argv, log_file=dest.parent / "download.log")
@@ -368,11 +369,11 @@ class Runner:
     # -- bare: the same steps, requirement files, flags and constraints, as plain commands
     def bare(self, variant: str, backend: Backend, prefetch: bool = False) -> dict[str, Any]:
         root = self.root(variant)
-        venv, cache = root / "venv", root / "cache"
+        venv, cache = root / "data" / "venv", root / "data" / "cache"  # envbuild's layout: reset() keeps the cache
         env = clean_env({"PIP_CACHE_DIR": str(cache / "pip"), "UV_CACHE_DIR": str(cache / "uv"),
                          "VIRTUAL_ENV": str(venv)})
         plan = make_plan(self.spec, PlanOptions(backend=backend, wheelhouse=self.url, locked=self.locked))
-        reqdir = root / "req"
+        reqdir = root / "data" / "req"
         reqdir.mkdir(parents=True, exist_ok=True)
         cons = reqdir / "constraints.txt"
         cons.write_text(f"{self.spec.abi.package}=={self.spec.abi.version}\n")
@@ -406,7 +407,10 @@ class Runner:
         finally:
             if pre is not None:
                 pre.close()
-        return {"wall": time.monotonic() - t, "venv": str(venv)}
+        wall = time.monotonic() - t
+        # not part of the bare figure: what envbuild's one full check costs in this same fresh venv
+        first_import, _ = sh([py, "-c", abi.FULL_CHECK], env=env, log_file=lf)
+        return {"wall": wall, "venv": str(venv), "first_import": first_import}
 
     def run(self, variant: str, **kw: Any) -> dict[str, Any]:
         if variant == "envbuild-uv":
@@ -429,24 +433,26 @@ class Runner:
 def compare(runner: Runner, variants: Sequence[str], *, warm_rounds: int, rerun_rounds: int,
             cold_rounds: int = 1) -> dict[str, Any]:
     """Cold round, warm rounds (fresh venv, caches kept), re-runs: variants interleaved each round."""
-    res: dict[str, Any] = {v: {"cold": [], "warm": [], "rerun": [], "guard": []} for v in variants}
+    res: dict[str, Any] = {v: {"cold": [], "warm": [], "rerun": [], "guard": [], "first_import": []} for v in variants}
     for _ in range(cold_rounds):
         for v in variants:
             runner.reset(v, keep_cache=False)
             r = runner.run(v)
             res[v]["cold"].append(r["wall"])
             res[v]["guard"] += r.get("guard_seconds", [])
+            res[v]["first_import"] += [r["first_import"]] if "first_import" in r else []
             res[v]["venv"] = r["venv"]
             log(f"  {v:22s} cold  {r['wall']:7.2f} s")
-    for k in range(warm_rounds):
+    for _ in range(warm_rounds):
         for v in variants:
             runner.reset(v, keep_cache=True)
             r = runner.run(v)
             res[v]["warm"].append(r["wall"])
             res[v]["guard"] += r.get("guard_seconds", [])
+            res[v]["first_import"] += [r["first_import"]] if "first_import" in r else []
             res[v]["venv"] = r["venv"]
             log(f"  {v:22s} warm  {r['wall']:7.2f} s")
-    for k in range(rerun_rounds):
+    for _ in range(rerun_rounds):
         for v in variants:
             if v.startswith("envbuild"):
                 r = runner.run(v)
@@ -487,6 +493,7 @@ def summarize(res: Mapping[str, Any]) -> dict[str, Any]:
     for v, r in res.items():
         out[v] = {k: best(r[k]) for k in ("cold", "warm", "rerun")}
         out[v]["guard_median"] = median(r["guard"])
+        out[v]["first_import"] = best(r.get("first_import", []))
     return out
 
 
@@ -496,11 +503,11 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def print_table(title: str, summary: Mapping[str, Any]) -> None:
     print(f"\n{title}")
-    print(f"  {'variant':24s} {'cold':>10s} {'warm':>10s} {'re-run':>10s} {'guard/step':>11s}")
+    print(f"  {'variant':24s} {'cold':>10s} {'warm':>10s} {'re-run':>10s} {'guard/step':>11s} {'1st import':>11s}")
     for v, s in summary.items():
         g = s.get("guard_median")
         print(f"  {v:24s} {fmt(s['cold']):>10s} {fmt(s['warm']):>10s} {fmt(s['rerun']):>10s} "
-              f"{('-' if g is None else f'{1000 * g:.0f} ms'):>11s}")
+              f"{('-' if g is None else f'{1000 * g:.0f} ms'):>11s} {fmt(s.get('first_import')):>11s}")
 
 
 def targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -514,8 +521,16 @@ def targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     for mode in ("cold", "warm"):
         if "envbuild-uv" in s and "bare-uv" in s:
             add(f"envbuild-uv / bare-uv ({mode})", ratio(s["envbuild-uv"][mode], s["bare-uv"][mode]), 1.15)
+            imp = s["bare-uv"].get("first_import")
+            if imp is not None and s["envbuild-uv"][mode] is not None:
+                add(f"  same, less the one full import check ({mode})",
+                    ratio(s["envbuild-uv"][mode] - imp, s["bare-uv"][mode]), 1.15)
         if "envbuild-pip" in s and "bare-pip" in s:
             add(f"envbuild-pip / bare-pip ({mode})", ratio(s["envbuild-pip"][mode], s["bare-pip"][mode]), 1.15)
+            imp = s["bare-pip"].get("first_import")
+            if imp is not None and s["envbuild-pip"][mode] is not None:
+                add(f"  same, less the one full import check ({mode})",
+                    ratio(s["envbuild-pip"][mode] - imp, s["bare-pip"][mode]), 1.15)
     if "envbuild-uv" in s and "envbuild-pip" in s:
         add("envbuild-uv / envbuild-pip (warm)", ratio(s["envbuild-uv"]["warm"], s["envbuild-pip"]["warm"]), 0.5)
     for v in ("envbuild-uv", "envbuild-pip"):
@@ -528,7 +543,7 @@ def targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
 def print_targets(rows: Sequence[Mapping[str, Any]]) -> None:
     for r in rows:
         mark = "?" if r["ok"] is None else ("ok" if r["ok"] else "MISSED")
-        print(f"  {r['target']:46s} {fmt(r['value'], ''):>8s}  (target <= {r['limit']:g})  {mark}")
+        print(f"  {r['target']:52s} {fmt(r['value'], ''):>8s}  (target <= {r['limit']:g})  {mark}")
 
 
 # ----------------------------------------------------------------------------- main
@@ -550,7 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also time the guard and `import torch` against this interpreter's environment "
                     "(read-only; e.g. the GPU machine's python3)")
     ap.add_argument("--prefetch", choices=("auto", "yes", "no"), default="auto",
-                    help="measure prefetch variants (auto: yes unless --quick)")
+                    help="measure prefetch: auto = the uv pair unless --quick; yes = the uv and pip pairs")
+    ap.add_argument("--seeds", type=Path, default=None,
+                    help="folder with pip/setuptools/wheel wheels for `uv venv --seed` (offline hosts)")
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: .cache/bench/work)")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -596,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                capture_output=True, text=True).stdout.strip()
     synth_specs: dict[int, Path] = {}
     if "synth" in stacks:
-        seeds = seed_wheels(CACHE / "wheelhouse", CACHE / f"seeds-{synth_ver}", synth_ver)
+        seeds = seed_wheels(args.seeds or CACHE / "wheelhouse", CACHE / f"seeds-{synth_ver}", synth_ver)
         for n in sizes:
             t = time.monotonic()
             synth_specs[n] = synth_stack(n, big_mb, synth_ver, CACHE / f"synth-{n}-{big_mb}mb-py{synth_ver}", seeds)
@@ -614,9 +631,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             gi = guard_vs_import(Path(raw["envbuild-uv"]["venv"]), cpu_spec, 3)
             results["cpu"] = {"raw": raw, "summary": summary, "targets": targets(summary), "guard_vs_import": gi}
             if do_prefetch:
-                pre_variants = ("bare-uv", "bare-uv+prefetch", "bare-pip", "bare-pip+prefetch")
+                pre_variants: tuple[str, ...] = ("bare-uv", "bare-uv+prefetch")
+                if args.prefetch == "yes":
+                    pre_variants += ("bare-pip", "bare-pip+prefetch")
                 log("prefetch: bare sequences with and without prefetch, cold")
-                pr = compare(runner, pre_variants, warm_rounds=0, rerun_rounds=0)
+                pr = compare(runner, pre_variants, warm_rounds=0, rerun_rounds=0, cold_rounds=2)
                 results["cpu"]["prefetch"] = summarize(pr)
         for n, stack in synth_specs.items():
             spec = load_spec(stack, clean_env())
@@ -634,8 +653,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             tp = subprocess.run([args.torch_python, "-c", "import sys; print(sys.prefix)"], capture_output=True,
                                 text=True).stdout.strip()
             spec = cpu_spec or load_spec(next(iter(synth_specs.values())), clean_env())
-            from envbuild.spec import ABI
             from dataclasses import replace
+
+            from envbuild.spec import ABI
 
             adopted = replace(spec, abi=replace(spec.abi, local=None, version="", adopt=True, cuda=None))
             assert isinstance(adopted.abi, ABI)
@@ -658,7 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  ABI guard on the finished venv ({g['dists']} dists): first {1000 * g['guard_first_s']:.0f} ms, "
               f"repeat {1000 * g['guard_repeat_s']:.0f} ms; full `import torch`: {g['import_s']:.2f} s")
         if "prefetch" in c:
-            print_table("prefetch (bare sequences, cold, one round)", c["prefetch"])
+            print_table("prefetch (bare sequences, cold, best of 2)", c["prefetch"])
     if "synth" in results:
         print(f"\nsynthetic stacks (stand-in torch + N tiny wheels in 4 steps + one {big_mb} MB wheel)")
         print(f"  {'N':>5s} {'variant':14s} {'cold':>9s} {'warm':>9s} {'re-run':>9s} {'guard/step':>10s} "

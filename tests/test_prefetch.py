@@ -39,7 +39,7 @@ def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
     assert pip is not None
     assert pip[:4] == ["/v/bin/python", "-m", "pip", "download"]
     assert "--no-deps" in pip and pip[-1] == "a==1.0"
-    assert ["--no-index", "--find-links", "http://127.0.0.1:1/flat/"] == pip[pip.index("--no-index"):pip.index("--no-index") + 3]
+    assert pip[pip.index("--no-index"):pip.index("--no-index") + 3] == ["--no-index", "--find-links", "http://127.0.0.1:1/flat/"]
     su = _planned(tmp_path, ["a==1.0"], backend="uv")
     uv = prefetch_argv(su, backend="uv", python=Path("/v/bin/python"), uv="/bin/uv", scratch=tmp_path / "s")
     assert uv is not None and uv[:3] == ["/bin/uv", "pip", "install"]
