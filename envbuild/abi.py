@@ -426,7 +426,7 @@ def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Finding]
     """Interpret the output of FULL_CHECK run by the venv's python."""
     abi = spec.abi
     out: list[Finding] = []
-    if data.get("version") != abi.version and not abi.adopt:
+    if data.get("version") != abi.version:
         out.append(Finding("version", abi.package, f"import {abi.package} gives {data.get('version')}, expected {abi.version}"))
     if abi.local and abi.local not in str(data.get("version")):
         out.append(Finding("local", abi.package, f"import {abi.package} gives {data.get('version')}, without {abi.local!r}"))

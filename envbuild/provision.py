@@ -243,10 +243,11 @@ def _take_baseline(spec: StackSpec, site: Path, manifest: Manifest, paths: layou
     except LookupError:
         where = "the environment" if adopted else "the venv after the baseline step"
         raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from None
-    if not adopted and base.version != spec.abi.version:
+    if base.version != spec.abi.version:
+        source = "the base environment has" if adopted else "the baseline step installed"
         raise ABIViolation(
-            f"the baseline step installed {spec.abi.package} {base.version}, but the spec says abi.version = "
-            f"{spec.abi.version}", hint="Fix abi.version or the baseline step's pin so they agree.")
+            f"{source} {spec.abi.package} {base.version}, but the spec says abi.version = {spec.abi.version}",
+            hint="Fix abi.version, or the baseline step's pin / the base image, so they agree.")
     pins = "\n".join(base.pins())
     atomic_write_text(paths.constraints, f"# envbuild: the ABI baseline, frozen after the baseline step\n{pins}\n")
     events.emit("info", f"baseline frozen: {', '.join(base.pins())}")

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         except LookupError:
             raise ABIViolation(f"{spec.abi.package} is not installed in {venv}") from None
         source = "the environment itself (no manifest)"
-        if baseline.version != spec.abi.version and not spec.abi.adopt:
+        if baseline.version != spec.abi.version:
             raise ABIViolation(f"{spec.abi.package} {baseline.version} is installed; the spec says {spec.abi.version}")
     report = abi.check(spec, baseline, site, marker_env=manifest.marker_env)
     findings = list(report.violations)
