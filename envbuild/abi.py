@@ -65,10 +65,20 @@ class Dist:
 
 
 def site_packages(venv: Path) -> Path:
+    """The environment's purelib: a venv's ``lib/python3.X/site-packages``, or what its
+    interpreter reports (a system or container Python, e.g. NGC's ``dist-packages``)."""
     candidates = sorted((venv / "lib").glob("python3*/site-packages"))
-    if not candidates:
-        raise FileNotFoundError(f"no site-packages under {venv}/lib")
-    return candidates[-1]
+    if candidates:
+        return candidates[-1]
+    python = venv / "bin" / "python3"
+    if python.exists():
+        import subprocess
+
+        out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and Path(out.stdout.strip()).is_dir():
+            return Path(out.stdout.strip())
+    raise FileNotFoundError(f"no site-packages under {venv}/lib")
 
 
 def scan(site: Path) -> dict[str, Dist]:
