@@ -357,6 +357,12 @@ def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> 
     if len(built) != 1:
         raise WheelhouseError(f"{spec.label}: the build made {len(built)} wheels in {dist}, expected 1",
                               hint=f"full log: {log}")
+    from packaging.utils import parse_wheel_filename
+
+    built_name, built_version = parse_wheel_filename(built[0].name)[:2]
+    if built_name != spec.name or built_version.public != spec.version:
+        raise WheelhouseError(f"{spec.label}: the source built {built[0].name}, not {spec.name} {spec.version}",
+                              hint=f"Check the spec's source ({source.shown}) and version. full log: {log}")
     provenance = _provenance(spec, source, target, key)
     repacked = repack_wheel(built[0], slot, local_tag(target.torch_version, target.info.get("torch_cuda")), provenance)
     atomic_write_json(meta_file, {"wheel": repacked.path.name, "version": repacked.version,

@@ -119,7 +119,7 @@ def repack_wheel(src: Path, dest_dir: Path, local: str, provenance: dict[str, An
         infos = zf.infolist()
         dist_infos = {i.filename.split("/", 1)[0] for i in infos
                       if i.filename.split("/", 1)[0].endswith(".dist-info")}
-        old_di = next((d for d in dist_infos if canonicalize_name(d.rsplit("-", 1)[0]) == name), None)
+        old_di = next((d for d in dist_infos if canonicalize_name(d[: -len(".dist-info")].rsplit("-", 1)[0]) == name), None)
         if old_di is None or len(dist_infos) != 1:
             raise WheelhouseError(f"{shown}: expected exactly one {name}-*.dist-info folder, found {sorted(dist_infos) or 'none'}")
         _verify_record(zf, f"{old_di}/RECORD", shown)
