@@ -345,6 +345,14 @@ def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> 
             "(the build runs without isolation, so they must be installed there)",
             hint=f"{target.python} -m pip install {' '.join(missing)}",
         )
+    if spec.arch_list and not target.info.get("torch_cuda"):
+        raise WheelhouseError(
+            f"{spec.label} builds CUDA code (arch_list {', '.join(spec.arch_list)}), but torch "
+            f"{target.torch_version} in {target.python} is not a CUDA build",
+            hint="Build in the environment that holds the stack's CUDA torch (--venv).")
+    if spec.arch_list and target.nvcc is None:
+        raise WheelhouseError(f"{spec.label} builds CUDA code, but nvcc was not found",
+                              hint="Install the CUDA toolkit matching torch's CUDA, or set CUDA_HOME.")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     log = opts.out / "logs" / f"{spec.name}-{spec.version}-{stamp}.log"
     work = opts.cache / "work" / f"{spec.name}-{key[:12]}"

@@ -263,3 +263,9 @@ def test_repack_rejects_a_corrupt_record(tmp_path: Path) -> None:
     ])
     with pytest.raises(WheelhouseError, match="does not match its RECORD hash"):
         repack_wheel(wheel, tmp_path / "out", "cputorch2.13.0", {})
+
+
+def test_cuda_spec_against_cpu_torch_is_refused_before_building(tmp_path: Path, build_python: Path) -> None:
+    spec = load_wheel_spec(PACKAGES / "cuda_ext" / "wheelhouse.toml")
+    with pytest.raises(WheelhouseError, match=r"builds CUDA code \(arch_list 9.0\), but torch 2.13.0\+cpu .* is not a CUDA build"):
+        build(spec, _opts(tmp_path, build_python))
