@@ -138,6 +138,41 @@ def lock_sources(lock_dir: Path) -> LockSources:
     return sources
 
 
+def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
+    """Artifacts with URLs from ``lock.json`` (``envbuild lock``), and what is left to resolve.
+
+    A package whose recorded URLs are missing or redacted (credentials were in the index URL)
+    goes to ``resolve`` with its step's sources; pass the credentialed ``--index-url`` then.
+    """
+    path = lock_dir / "lock.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise WheelhouseError(f"{path}: cannot read the lock manifest: {exc}") from None
+    artifacts: list[Artifact] = []
+    rest = LockSources()
+    for step in data.get("steps", []):
+        if not step.get("locked"):
+            events.emit("warn", f"{path}: step {step.get('name')!r} is not locked; nothing to mirror for it")
+            continue
+        src = step.get("sources") or {}
+        for pkg in step.get("packages", []):
+            usable = [a for a in pkg.get("artifacts") or [] if a.get("url") and "***@" not in a["url"]]
+            for a in usable:
+                artifacts.append(Artifact(canonicalize_name(pkg["name"]), pkg.get("version") or "", a["sha256"],
+                                          a["url"], a.get("filename")))
+            if not usable:
+                rest.packages.append(LockedPackage(canonicalize_name(pkg["name"]), pkg.get("version") or "",
+                                                   tuple(pkg.get("hashes") or ()), None, step.get("file", "")))
+                for u in [src.get("index_url"), *(src.get("extra_index_urls") or [])]:
+                    if u and "***@" not in u:
+                        _add(rest.indexes, u.rstrip("/"))
+                for u in src.get("find_links") or []:
+                    if "***@" not in u:
+                        _add(rest.find_links, u)
+    return artifacts, rest
+
+
 def _add(items: list[str], value: str) -> None:
     if value and value not in items:
         items.append(value)
@@ -158,6 +193,18 @@ def project_links(session: Any, page_url: str, timeout: float = 30.0) -> list[tu
     """(filename, absolute url, sha256 or None) of every file on a simple/find-links page."""
     import requests
 
+    if page_url.startswith("file:"):
+        page = Path(unquote(urlsplit(page_url).path)) / "index.html"
+        if not page.is_file():
+            return []
+        base_uri = page.as_uri()
+        found = []
+        for href, _label in _ANCHOR.findall(page.read_text(encoding="utf-8", errors="replace")):
+            url = urljoin(base_uri, html.unescape(href))
+            frag = urlsplit(url).fragment
+            found.append((unquote(urlsplit(url).path.rsplit("/", 1)[-1]), url.split("#", 1)[0],
+                          frag[7:] if frag.startswith("sha256=") else None))
+        return found
     try:
         resp = session.get(page_url, headers={"Accept": _ACCEPT}, timeout=(10, timeout))
     except requests.RequestException as exc:

@@ -165,16 +165,23 @@ def run_mirror(args: argparse.Namespace) -> int:
     from envbuild.spec import profile_path
     from envbuild.wheelhouse_index import write_index
 
+    known: list[m.Artifact] = []
     if args.requirements:
         sources = m.LockSources()
         for f in args.requirements:
             m.read_requirements(f, sources)
     else:
         lock_dir = args.lock or profile_path(args.profile or "cpu").parent
-        sources = m.lock_sources(lock_dir)
-    events.emit("step", f"resolving {len(sources.packages)} locked packages on "
-                f"{', '.join(redact(u) for u in [*args.index_url, *sources.indexes, *sources.find_links]) or 'no index'}")
-    artifacts = m.select(m.resolve(sources, extra_indexes=args.index_url), args.python_tag, args.platform)
+        if (lock_dir / "lock.json").is_file():
+            known, sources = m.manifest_artifacts(lock_dir)  # URLs recorded by `envbuild lock`
+        else:
+            sources = m.lock_sources(lock_dir)
+    resolved: list[m.Artifact] = []
+    if sources.packages:
+        events.emit("step", f"resolving {len(sources.packages)} locked packages on "
+                    f"{', '.join(redact(u) for u in [*args.index_url, *sources.indexes, *sources.find_links]) or 'no index'}")
+        resolved = m.resolve(sources, extra_indexes=args.index_url)
+    artifacts = m.select([*known, *resolved], args.python_tag, args.platform)
     events.emit("step", f"mirroring {len(artifacts)} artifacts into {args.out}")
     with _progress(_tty() and not args.json):
         result = m.mirror(artifacts, args.out, jobs=args.jobs, retries=args.retries)
