@@ -106,7 +106,8 @@ def run(
         if log is not None:
             log.write("\n[envbuild] interrupted by the user\n")
             log.close()
-        raise Interrupted(f"interrupted while running: {format_argv(args)}") from None
+        raise Interrupted(f"interrupted while running: {format_argv(args)}",
+                          hint="The state is saved: run the same command again to resume.") from None
     finally:
         if log is not None and not log.closed:
             log.write(f"[envbuild] exit status {proc.returncode}\n")
