@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 PLATFORM=(--only-binary=:all: --implementation cp --python-version 3.12
           --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-rm -rf .gpu && mkdir -p .gpu/tool .gpu/wheelhouse
+rm -rf .gpu/tool .gpu/wheelhouse && mkdir -p .gpu/tool .gpu/wheelhouse
 "$PY" -m build --wheel --outdir .gpu/tool . >/dev/null
 "$PY" -m pip download -q "${PLATFORM[@]}" -d .gpu/tool .gpu/tool/envbuild-*.whl
 "$PY" -m pip download -q --no-deps "${PLATFORM[@]}" -d .gpu/wheelhouse \
