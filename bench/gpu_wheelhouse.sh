@@ -29,8 +29,13 @@ echo "== host"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 nvcc --version | tail -2; echo "cpus $(nproc)"
 
 rm -rf "$WORK/venv" "$WORK/wheelhouse"; mkdir -p "$WORK" "$OUTDIR"
-"$PY" -m venv --system-site-packages "$WORK/venv"
+"$PY" -m venv "$WORK/venv"
 V=$WORK/venv/bin/python
+# The image's python3 is itself a venv, so --system-site-packages would not see its torch:
+# a .pth file puts the base environment's site-packages (and its torch) on the new venv's path.
+BASE_SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+VSITE=$("$V" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "$BASE_SITE" > "$VSITE/_envbuild_base_env.pth"
 "$V" -m pip install -q --no-index --find-links "$PROOF/wheels" requests rich packaging setuptools "wheel<0.46" ninja
 export PYTHONPATH=$REPO PATH="$WORK/venv/bin:$PATH" MAX_JOBS=${MAX_JOBS:-16} NVCC_THREADS=${NVCC_THREADS:-4}
 export ENVBUILD_CACHE_DIR=$WORK/cache

@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 from envbuild.spec import ABI, StackSpec
 
 _CUDA_RE = re.compile(r"""^cuda\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
+_VERSION_RE = re.compile(r"""^__version__\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,17 @@ def _read_record(path: Path) -> dict[str, str]:
     return out
 
 
+def read_runtime_version(site: Path, package: str = "torch") -> str | None:
+    """``torch.__version__`` from ``torch/version.py`` without importing torch. It can differ from
+    the dist-info version: some builds (NGC, this workplace's image) record ``2.11.0`` in their
+    metadata and ``2.11.0+cu130`` at run time."""
+    vfile = site / package / "version.py"
+    if not vfile.is_file():
+        return None
+    m = _VERSION_RE.search(vfile.read_text(encoding="utf-8", errors="replace"))
+    return m.group(1) if m else None
+
+
 def read_cuda(site: Path, package: str = "torch") -> str | None:
     """``torch.version.cuda`` read from ``torch/version.py`` without importing torch."""
     vfile = site / package / "version.py"
@@ -173,11 +185,12 @@ class Baseline:
     """The environment's ABI identity, frozen after the baseline step (stored in the manifest)."""
 
     package: str
-    version: str
+    version: str  # what `import torch; torch.__version__` says
     cuda: str | None
     record_sha256: str
     record_id: tuple[int, int]
     protected: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {version, record_sha256, record_id}
+    dist_version: str = ""  # the dist-info version, what an installer's constraint must name
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,11 +201,12 @@ class Baseline:
             package=data["package"], version=data["version"], cuda=data.get("cuda"),
             record_sha256=data["record_sha256"], record_id=tuple(data["record_id"]),  # type: ignore[arg-type]
             protected={k: dict(v) for k, v in data.get("protected", {}).items()},
+            dist_version=data.get("dist_version") or data["version"],
         )
 
     def pins(self) -> list[str]:
         """Constraint lines: the ABI package and the protected set at their exact versions."""
-        lines = [f"{self.package}=={self.version}"]
+        lines = [f"{self.package}=={self.dist_version or self.version}"]
         lines += [f"{n}=={p['version']}" for n, p in sorted(self.protected.items())]
         return lines
 
@@ -227,10 +241,12 @@ def take_baseline(abi: ABI, site: Path, env: Mapping[str, str]) -> Baseline:
     torch = dists.get(abi.package)
     if torch is None:
         raise LookupError(abi.package)
+    module = abi.package.replace("-", "_")
     return Baseline(
         package=abi.package,
-        version=torch.version,
-        cuda=read_cuda(site, abi.package.replace("-", "_")),
+        version=read_runtime_version(site, module) or torch.version,
+        dist_version=torch.version,
+        cuda=read_cuda(site, module),
         record_sha256=torch.record_sha256,
         record_id=torch.record_id,
         protected={
@@ -279,17 +295,19 @@ def check(
     if torch is None:
         v.append(Finding("version", abi.package, f"{abi.package} {baseline.version} was uninstalled"))
     else:
-        if torch.version != baseline.version:
-            v.append(Finding("version", abi.package, f"{abi.package} changed: {baseline.version} -> {torch.version}"))
+        module = abi.package.replace("-", "_")
+        runtime = read_runtime_version(site, module) or torch.version
+        if torch.version != (baseline.dist_version or baseline.version) or runtime != baseline.version:
+            v.append(Finding("version", abi.package, f"{abi.package} changed: {baseline.version} -> {runtime}"))
         elif torch.record_sha256 != baseline.record_sha256:
             v.append(Finding("reinstalled", abi.package,
                              f"{abi.package} {torch.version} was replaced by a different build of the same version (RECORD changed)"))
         elif tuple(torch.record_id) != tuple(baseline.record_id):
             v.append(Finding("reinstalled", abi.package,
                              f"{abi.package} {torch.version} was reinstalled (same version, files rewritten)"))
-        if abi.local and abi.local not in torch.version:
-            v.append(Finding("local", abi.package, f"{abi.package} {torch.version} lacks the local tag {abi.local!r}"))
-        cuda = read_cuda(site, abi.package.replace("-", "_"))
+        if abi.local and abi.local not in runtime:
+            v.append(Finding("local", abi.package, f"{abi.package} {runtime} lacks the local tag {abi.local!r}"))
+        cuda = read_cuda(site, module)
         if abi.cuda and cuda != abi.cuda:
             v.append(Finding("cuda", abi.package, f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}"))
     for name, pin in baseline.protected.items():
@@ -301,7 +319,8 @@ def check(
         elif d.record_sha256 != pin["record_sha256"] or list(d.record_id) != list(pin["record_id"]):
             v.append(Finding("protected", name, f"protected {name} {d.version} was reinstalled"))
     _check_files(spec, dists, site, v)
-    _check_provenance(dists, torch.version if torch else None, v)
+    runtime_version = (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version) if torch else None
+    _check_provenance(dists, runtime_version, v)
     if no_deps_names:
         for f in unmet_requirements(dists, no_deps_names, marker_env or {}):
             w.append(f)

@@ -1,0 +1,63 @@
+"""The guard's metadata reading, on real wheels installed by real pip (fast: no resolver, no index)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from support.wheels import build_wheel
+
+from envbuild import abi
+from envbuild.spec import load_spec
+
+SPEC = """schema = 1
+name = "t"
+python = "3.11"
+[abi]
+version = "2.11.0+cu130"
+local = "cu130"
+cuda = "13.0"
+adopt = true
+[[step]]
+name = "x"
+packages = ["x"]
+"""
+
+
+def install(target: Path, *wheels: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--upgrade", "--no-deps", "--no-index", "--target",
+                    str(target), *map(str, wheels)], check=True, env={"PIP_CONFIG_FILE": "/dev/null", "PATH": "/usr/bin:/bin"})
+
+
+def test_runtime_version_differs_from_metadata(tmp_path: Path) -> None:
+    """Some torch builds say 2.11.0 in their dist-info and 2.11.0+cu130 at run time (this
+    workplace's GPU image does): the baseline keeps both, the constraint names the dist version."""
+    wheel = build_wheel(tmp_path / "w", "torch", "2.11.0", files={
+        "torch/__init__.py": "from .version import __version__\n",
+        "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n",
+    })
+    site = tmp_path / "site"
+    install(site, wheel)
+    (tmp_path / "s.toml").write_text(SPEC)
+    spec = load_spec(tmp_path / "s.toml", {})
+    base = abi.take_baseline(spec.abi, site, {})
+    assert (base.version, base.dist_version, base.cuda) == ("2.11.0+cu130", "2.11.0", "13.0")
+    assert base.pins() == ["torch==2.11.0"]
+    assert abi.check(spec, base, site).ok
+    # the same version reinstalled: a violation, though nothing in the metadata changed
+    install(site, wheel)
+    report = abi.check(spec, base, site)
+    assert [f.rule for f in report.violations] == ["reinstalled"]
+
+
+def test_unmet_requirements_of_a_no_deps_step(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site,
+            build_wheel(tmp_path / "w", "fla", "0.5.0", requires=["fla-core==0.5.0", "transformers"]),
+            build_wheel(tmp_path / "w", "fla-core", "0.4.2"))
+    found = abi.unmet_requirements(abi.scan(site), ["fla"], {})
+    assert sorted(f.message for f in found) == [
+        "fla 0.5.0 requires fla-core==0.5.0, but fla-core 0.4.2 is installed",
+        "fla 0.5.0 requires transformers, which is not installed",
+    ]
