@@ -60,6 +60,9 @@ if spec is not None and spec.submodule_search_locations:
     except Exception:
         pass
     out.update(torch_git_version=ns.get("git_version"), torch_cuda=ns.get("cuda"), torch_hip=ns.get("hip"))
+    if ns.get("__version__"):  # torch.__version__: some builds' dist-info lacks the local tag
+        out["torch_dist_version"] = out["torch_version"]
+        out["torch_version"] = ns["__version__"]
 for mod in sys.argv[1:]:
     try:
         if importlib.util.find_spec(mod) is None:
