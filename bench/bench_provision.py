@@ -160,6 +160,19 @@ def write_index(wheels: Path, www: Path, repo: str) -> None:
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    rate: float = 0.0  # bytes per second per connection; 0: as fast as the disk
+
+    def copyfile(self, source: Any, outputfile: Any) -> None:
+        if not self.rate:
+            return super().copyfile(source, outputfile)
+        chunk = 1 << 16
+        t0, sent = time.monotonic(), 0
+        while data := source.read(chunk):
+            outputfile.write(data)
+            sent += len(data)
+            ahead = sent / self.rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
@@ -173,12 +186,23 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         super().end_headers()
 
 
-def serve(www: Path) -> tuple[subprocess.Popen[bytes], str]:
+def prime(www: Path) -> None:
+    """Read every served file once, so the first variant of a cold round does not pay for the disk
+    (every later one would find the wheelhouse in the page cache)."""
+    for path in www.rglob("*"):
+        if path.is_file():
+            with path.open("rb") as f:
+                while f.read(1 << 22):
+                    pass
+
+
+def serve(www: Path, rate_mb: float = 0.0) -> tuple[subprocess.Popen[bytes], str]:
     """Serve ``www`` from a separate process (so the bench's own threads cannot slow it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(www), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(www), "--port", str(port),
+                             "--throttle-mb", str(rate_mb)],
                             stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -198,7 +222,8 @@ class _Server(http.server.ThreadingHTTPServer):
         pass  # clients that hang up early (uv does) are not news
 
 
-def serve_forever(www: Path, port: int) -> None:
+def serve_forever(www: Path, port: int, rate_mb: float = 0.0) -> None:
+    _Handler.rate = rate_mb * 1e6
     handler = lambda *a, **k: _Handler(*a, directory=str(www), **k)  # noqa: E731
     _Server(("127.0.0.1", port), handler).serve_forever()
 
@@ -568,12 +593,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="measure prefetch: auto = the uv pair unless --quick; yes = the uv and pip pairs")
     ap.add_argument("--seeds", type=Path, default=None,
                     help="folder with pip/setuptools/wheel wheels for `uv venv --seed` (offline hosts)")
+    ap.add_argument("--variants", default=None, help=f"comma list from {','.join(VARIANTS)} (default: all)")
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: .cache/bench/work)")
+    ap.add_argument("--throttle-mb", type=float, default=0.0,
+                    help="serve at most this many MB/s per connection (emulate a remote index; default: unthrottled)")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
-        serve_forever(args.serve, args.port)
+        serve_forever(args.serve, args.port, args.throttle_mb)
         return 0
 
     quick = args.quick
@@ -581,6 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(x) for x in (args.sizes or ("30" if quick else "50,200,500")).split(",")]
     big_mb = args.big_mb if args.big_mb is not None else (20 if quick else 200)
     warm_rounds = args.warm_rounds if args.warm_rounds is not None else (1 if quick else 2)
+    variants = tuple(args.variants.split(",")) if args.variants else VARIANTS
     rounds = args.rounds if args.rounds is not None else 1
     do_prefetch = args.prefetch == "yes" or (args.prefetch == "auto" and not quick)
     work = (args.work or CACHE / "work").resolve()
@@ -619,34 +648,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             synth_specs[n] = synth_stack(n, big_mb, synth_ver, CACHE / f"synth-{n}-{big_mb}mb-py{synth_ver}", seeds)
             write_index(synth_specs[n].parent / "wheels", www, f"synth-{n}")
             log(f"synthetic stack {n} wheels + {big_mb} MB: {time.monotonic() - t:.1f} s")
-    server, base_url = serve(www)
+    prime(www)
+    server, base_url = serve(www, args.throttle_mb)
+    results["throttle_mb_per_s"] = args.throttle_mb
     try:
         if cpu_spec is not None:
             log(f"cpu profile from {base_url}/cpu/flat/ (wheelhouse {CACHE / 'wheelhouse'})")
             py = args.python or f"python{cpu_spec.python}"
             runner = Runner(cpu_spec.path, cpu_spec, f"{base_url}/cpu/flat/", shutil.which(py) or py,
                             work / "cpu", lock_flag, locked)
-            raw = compare(runner, VARIANTS, warm_rounds=warm_rounds, rerun_rounds=warm_rounds, cold_rounds=rounds)
+            raw = compare(runner, variants, warm_rounds=warm_rounds, rerun_rounds=warm_rounds, cold_rounds=rounds)
             summary = summarize(raw)
-            gi = guard_vs_import(Path(raw["envbuild-uv"]["venv"]), cpu_spec, 3)
+            gi = guard_vs_import(Path(next(r["venv"] for r in raw.values() if "venv" in r)), cpu_spec, 3)
             results["cpu"] = {"raw": raw, "summary": summary, "targets": targets(summary), "guard_vs_import": gi}
             if do_prefetch:
                 pre_variants: tuple[str, ...] = ("bare-uv", "bare-uv+prefetch")
                 if args.prefetch == "yes":
                     pre_variants += ("bare-pip", "bare-pip+prefetch")
                 log("prefetch: bare sequences with and without prefetch, cold")
-                pr = compare(runner, pre_variants, warm_rounds=0, rerun_rounds=0, cold_rounds=2)
+                pr = compare(runner, pre_variants, warm_rounds=0, rerun_rounds=0, cold_rounds=max(2, rounds))
                 results["cpu"]["prefetch"] = summarize(pr)
         for n, stack in synth_specs.items():
             spec = load_spec(stack, clean_env())
             log(f"synthetic stack: {n} tiny wheels + one {big_mb} MB wheel")
             runner = Runner(stack, spec, f"{base_url}/synth-{n}/flat/", shutil.which(synth_py) or synth_py,
                             work / f"synth-{n}", ["--no-lock"], {})
-            variants = VARIANTS if (quick or n == min(sizes)) else ("envbuild-uv", "bare-uv")
-            raw = compare(runner, variants, warm_rounds=warm_rounds if quick or n == min(sizes) else 1,
+            vs = variants if (quick or n == min(sizes)) else tuple(v for v in variants if v.endswith("-uv"))
+            raw = compare(runner, vs, warm_rounds=warm_rounds if quick or n == min(sizes) else 1,
                           rerun_rounds=1)
             summary = summarize(raw)
-            gi = guard_vs_import(Path(raw["envbuild-uv"]["venv"]), spec, 3)
+            gi = guard_vs_import(Path(next(r["venv"] for r in raw.values() if "venv" in r)), spec, 3)
             results.setdefault("synth", {})[str(n)] = {"raw": raw, "summary": summary, "targets": targets(summary),
                                                        "guard_vs_import": gi, "big_mb": big_mb}
         if args.torch_python:
@@ -659,7 +690,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             adopted = replace(spec, abi=replace(spec.abi, local=None, version="", adopt=True, cuda=None))
             assert isinstance(adopted.abi, ABI)
-            results["torch_python"] = {"prefix": tp, **guard_vs_import(Path(tp), adopted, 3)}
+            try:
+                results["torch_python"] = {"prefix": tp, **guard_vs_import(Path(tp), adopted, 3)}
+            except (LookupError, SystemExit, FileNotFoundError, RuntimeError) as exc:
+                log(f"--torch-python {args.torch_python}: no torch to measure there ({exc!s:.200})")
     finally:
         server.terminate()
         server.wait()
@@ -678,7 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  ABI guard on the finished venv ({g['dists']} dists): first {1000 * g['guard_first_s']:.0f} ms, "
               f"repeat {1000 * g['guard_repeat_s']:.0f} ms; full `import torch`: {g['import_s']:.2f} s")
         if "prefetch" in c:
-            print_table("prefetch (bare sequences, cold, best of 2)", c["prefetch"])
+            print_table(f"prefetch (bare sequences, cold, best of {max(2, rounds)})", c["prefetch"])
     if "synth" in results:
         print(f"\nsynthetic stacks (stand-in torch + N tiny wheels in 4 steps + one {big_mb} MB wheel)")
         print(f"  {'N':>5s} {'variant':14s} {'cold':>9s} {'warm':>9s} {'re-run':>9s} {'guard/step':>10s} "

@@ -22,9 +22,13 @@ means the real step downloads the file itself (and reports any error). Because t
 on the data root, nothing is downloaded twice across steps or across re-runs either way.
 
 Whether prefetching pays depends on where the time goes: with a slow network it hides a later
-step's download behind the current install; from a local wheelhouse it mostly moves unpacking
-earlier. ``bench/bench_provision.py`` measures it; ``provision`` turns it on only for backends
-where it measured faster (see ``ENABLED_BY_DEFAULT``), and ``ENVBUILD_PREFETCH=0|1`` overrides.
+step's download behind the current install; from a local wheelhouse it only moves unpacking
+earlier, onto the same cores. ``bench/bench_provision.py`` measures it (bench/README.md): on the
+cpu profile it made no difference beyond noise, from a local wheelhouse or one throttled to
+40 MB/s (the big artifact, torch, is step 2, and step 1 is too short to hide it), so
+``provision`` does not call it: ``ENABLED_BY_DEFAULT`` is off for both backends. ``enabled()``
+(with ``ENVBUILD_PREFETCH=0|1``) is the switch a provision hook would read; the hook is a
+``Prefetcher`` around the step loop: ``wait(step)`` then ``start(next step)`` before each step.
 """
 
 from __future__ import annotations
