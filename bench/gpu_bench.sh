@@ -16,7 +16,7 @@
 #        into that environment). Results land in $OUT (or /tmp/envbuild-gpu-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WH=.gpu/bench-wheelhouse
+WH=${BENCH_WHEELHOUSE:-.gpu/bench-wheelhouse}
 PY=${PYTHON:-python3}
 
 case "${1:-run}" in
