@@ -571,6 +571,47 @@ def print_targets(rows: Sequence[Mapping[str, Any]]) -> None:
         print(f"  {r['target']:52s} {fmt(r['value'], ''):>8s}  (target <= {r['limit']:g})  {mark}")
 
 
+def report(results: Mapping[str, Any]) -> None:
+    """Print the tables (also from a saved JSON: --report FILE)."""
+    cfg = results.get("config", {})
+    rounds = cfg.get("rounds", 1)
+    print("\n" + "=" * 78)
+    h = results["host"]
+    print(f"envbuild provision benchmark  ({h['cpus']} CPUs, Python {h['python']}, {h['uv']}; "
+          f"total {results['total_s']} s)")
+    if results.get("throttle_mb_per_s"):
+        print(f"  wheelhouse throttled to {results['throttle_mb_per_s']:g} MB/s per connection")
+    if "cpu" in results:
+        c = results["cpu"]
+        print_table(f"cpu profile ({cfg.get('wheels', '?')} wheels, from a local HTTP wheelhouse); "
+                    "best of N, wall time incl. CLI start", c["summary"])
+        print_targets(c["targets"])
+        g = c["guard_vs_import"]
+        print(f"  ABI guard on the finished venv ({g['dists']} dists): first {1000 * g['guard_first_s']:.0f} ms, "
+              f"repeat (RECORDs cached) {1000 * g['guard_repeat_s']:.0f} ms; full `import torch`: "
+              f"{g['import_s']:.2f} s")
+        if "prefetch" in c:
+            print_table(f"prefetch (bare sequences, cold, best of {max(2, rounds)})", c["prefetch"])
+    if "synth" in results:
+        big = cfg.get("big_mb", "?")
+        print(f"\nsynthetic stacks (stand-in torch + N tiny wheels in 4 steps + one {big} MB wheel)")
+        print(f"  {'N':>5s} {'variant':14s} {'cold':>9s} {'warm':>9s} {'re-run':>9s} {'guard/step':>10s} "
+              f"{'guard 1st':>10s} {'cached':>8s} {'import':>8s}")
+        for n, r in results["synth"].items():
+            g = r["guard_vs_import"]
+            for v, s in r["summary"].items():
+                gm = s["guard_median"]
+                print(f"  {n:>5s} {v:14s} {fmt(s['cold']):>9s} {fmt(s['warm']):>9s} {fmt(s['rerun']):>9s} "
+                      f"{('-' if gm is None else f'{1000 * gm:.0f} ms'):>10s} "
+                      f"{1000 * g['guard_first_s']:>7.0f} ms {1000 * g['guard_repeat_s']:>5.0f} ms "
+                      f"{g['import_s']:>6.2f} s")
+            print_targets([t for t in r["targets"] if "/" in t["target"]])
+    if "torch_python" in results:
+        g = results["torch_python"]
+        print(f"\n{g['prefix']}: ABI guard ({g['dists']} dists) first {1000 * g['guard_first_s']:.0f} ms, repeat "
+              f"{1000 * g['guard_repeat_s']:.0f} ms; full `import torch` {g['import_s']:.2f} s")
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -597,6 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: .cache/bench/work)")
     ap.add_argument("--throttle-mb", type=float, default=0.0,
                     help="serve at most this many MB/s per connection (emulate a remote index; default: unthrottled)")
+    ap.add_argument("--report", type=Path, help="print the tables of a saved results JSON and exit")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -604,6 +646,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve_forever(args.serve, args.port, args.throttle_mb)
         return 0
 
+    if args.report:
+        report(json.loads(args.report.read_text()))
+        return 0
     quick = args.quick
     stacks = (args.stacks or ("synth" if quick else "cpu,synth")).split(",")
     sizes = [int(x) for x in (args.sizes or ("30" if quick else "50,200,500")).split(",")]
@@ -699,36 +744,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.wait()
     results["total_s"] = round(time.monotonic() - t_all, 1)
 
-    # ---- the report
-    print("\n" + "=" * 78)
-    print(f"envbuild provision benchmark  ({results['host']['cpus']} CPUs, Python {results['host']['python']}, "
-          f"{uv_ver}; total {results['total_s']} s)")
-    if "cpu" in results:
-        c = results["cpu"]
-        print_table(f"cpu profile ({len(list((CACHE / 'wheelhouse').glob('*.whl')))} wheels, from a local HTTP "
-                    "wheelhouse); medians, wall time incl. CLI start", c["summary"])
-        print_targets(c["targets"])
-        g = c["guard_vs_import"]
-        print(f"  ABI guard on the finished venv ({g['dists']} dists): first {1000 * g['guard_first_s']:.0f} ms, "
-              f"repeat {1000 * g['guard_repeat_s']:.0f} ms; full `import torch`: {g['import_s']:.2f} s")
-        if "prefetch" in c:
-            print_table(f"prefetch (bare sequences, cold, best of {max(2, rounds)})", c["prefetch"])
-    if "synth" in results:
-        print(f"\nsynthetic stacks (stand-in torch + N tiny wheels in 4 steps + one {big_mb} MB wheel)")
-        print(f"  {'N':>5s} {'variant':14s} {'cold':>9s} {'warm':>9s} {'re-run':>9s} {'guard/step':>10s} "
-              f"{'guard(all)':>10s} {'import':>8s}")
-        for n, r in results["synth"].items():
-            g = r["guard_vs_import"]
-            for v, s in r["summary"].items():
-                gm = s["guard_median"]
-                print(f"  {n:>5s} {v:14s} {fmt(s['cold']):>9s} {fmt(s['warm']):>9s} {fmt(s['rerun']):>9s} "
-                      f"{('-' if gm is None else f'{1000 * gm:.0f} ms'):>10s} "
-                      f"{1000 * g['guard_first_s']:>7.0f} ms {g['import_s']:>6.2f} s")
-            print_targets([t for t in r["targets"] if "/" in t["target"]])
-    if "torch_python" in results:
-        g = results["torch_python"]
-        print(f"\n{g['prefix']}: ABI guard ({g['dists']} dists) first {1000 * g['guard_first_s']:.0f} ms, repeat "
-              f"{1000 * g['guard_repeat_s']:.0f} ms; full `import torch` {g['import_s']:.2f} s")
+    results["config"] = {"rounds": rounds, "warm_rounds": warm_rounds, "big_mb": big_mb, "sizes": sizes,
+                         "wheels": len(list((CACHE / "wheelhouse").glob("*.whl"))) if cpu_spec else None}
+    report(results)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2, default=str))
