@@ -6,7 +6,9 @@
 #        envbuild's dependencies (uv included), setuptools for its editable install, and
 #        pip/setuptools/wheel for `uv venv --seed`. No torch: a cp312 CPU torch is not available
 #        offline here, and the GPU run does not need one (see below).
-#   2. on the GPU machine:     bench/gpu_bench.sh run        (carry: .gpu/bench-wheelhouse)
+#      (BENCH_WHEELHOUSE=DIR picks another folder: .gpu/tool, which bench/gpu_carry.sh fills, holds
+#      the same set and works as is.)
+#   2. on the GPU machine:     bench/gpu_bench.sh run        (carry: the wheelhouse folder)
 #        makes a throw-away venv for envbuild under /tmp, installs envbuild offline from the
 #        carried wheelhouse, and runs `bench_provision.py --quick` on the machine's local disk:
 #        the synthetic stack (a stand-in torch baseline + 30 tiny wheels + one 20 MB wheel; its
@@ -17,6 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WH=${BENCH_WHEELHOUSE:-.gpu/bench-wheelhouse}
+case $WH in /*) ;; *) WH="$PWD/$WH" ;; esac  # absolute: pip reads find-links in its build subprocess too
 PY=${PYTHON:-python3}
 
 case "${1:-run}" in
