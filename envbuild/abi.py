@@ -26,6 +26,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
@@ -49,12 +50,12 @@ class Dist:
     record_sha256: str
     record_id: tuple[int, int]  # (inode, mtime_ns) of RECORD: changes on any reinstall
 
-    def metadata(self) -> Mapping[str, Any]:
+    def metadata(self) -> Message:
         text = (self.dist_info / "METADATA").read_text(encoding="utf-8", errors="replace")
         return HeaderParser().parsestr(text)
 
     def requires(self) -> list[str]:
-        return self.metadata().get_all("Requires-Dist") or []  # type: ignore[no-any-return]
+        return [str(r) for r in self.metadata().get_all("Requires-Dist") or []]
 
     def files(self) -> dict[str, str]:
         """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see ``_cached``)."""
@@ -199,7 +200,7 @@ class Baseline:
     def from_json(cls, data: Mapping[str, Any]) -> Baseline:
         return cls(
             package=data["package"], version=data["version"], cuda=data.get("cuda"),
-            record_sha256=data["record_sha256"], record_id=tuple(data["record_id"]),  # type: ignore[arg-type]
+            record_sha256=data["record_sha256"], record_id=(int(data["record_id"][0]), int(data["record_id"][1])),
             protected={k: dict(v) for k, v in data.get("protected", {}).items()},
             dist_version=data.get("dist_version") or data["version"],
         )
@@ -231,7 +232,7 @@ def protected_names(abi: ABI, dists: Mapping[str, Dist], env: Mapping[str, str])
 
 def _marker_true(marker: Marker, env: Mapping[str, str]) -> bool:
     try:
-        return marker.evaluate({**env, "extra": ""})  # type: ignore[arg-type]
+        return marker.evaluate({**env, "extra": ""})
     except Exception:  # an unknown variable: be conservative, count it
         return True
 

@@ -152,7 +152,7 @@ def write_requirements(planned: PlannedStep, folder: Path) -> Path:
     if planned.locked_file is not None:
         return planned.locked_file
     path = folder / f"{planned.number:02d}-{planned.name}.in"
-    text = "# envbuild: requirements of step %r\n%s\n" % (planned.name, "\n".join(planned.requirements))
+    text = f"# envbuild: requirements of step {planned.name!r}\n" + "\n".join(planned.requirements) + "\n"
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
     return path

@@ -287,7 +287,7 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     baseline_sources = Sources()
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         work = Path(tmp)
-        for i, (step, planned) in enumerate(zip(spec.steps, plan.steps)):
+        for i, (step, planned) in enumerate(zip(spec.steps, plan.steps, strict=True)):
             fname = step_filename(planned.number, step.name)
             entry: dict[str, Any] = {"name": step.name, "role": planned.role, "flags": _flags(step)}
             if step.name in opts.skip:

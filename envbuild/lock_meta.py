@@ -15,6 +15,7 @@ offline and fast. Every network request has a short timeout: an unreachable sour
 
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import hashlib
 import html.parser
@@ -338,10 +339,8 @@ def _cache_get(sha: str | None) -> list[str] | None:
 def _cache_put(sha: str | None, reqs: Sequence[str]) -> None:
     if not sha:
         return
-    try:
+    with contextlib.suppress(OSError):  # a read-only cache only costs speed
         atomic_write_json(cache_dir() / "metadata" / f"{sha}.json", {"requires_dist": list(reqs)})
-    except OSError:
-        pass  # a read-only cache only costs speed
 
 
 def cached_requires(hashes: Iterable[str]) -> list[str] | None:

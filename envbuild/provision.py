@@ -31,7 +31,7 @@ from envbuild.install import (
 )
 from envbuild.manifest import Manifest, now
 from envbuild.net import is_url, probe
-from envbuild.plan import Plan, PlanOptions, PlannedStep, make_plan
+from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan
 from envbuild.spec import StackSpec
 
 
@@ -274,7 +274,7 @@ def _run_one(spec: StackSpec, opts: ProvisionOptions, planned: PlannedStep, mani
     before = abi.scan(site)
     t = time.monotonic()
     try:
-        run_step(planned, spec=spec, backend=result.plan.options.backend, python=python,  # type: ignore[arg-type]
+        run_step(planned, spec=spec, backend=result.plan.options.backend, python=python,
                  state_dir=paths.state, constraints=constraints, log_file=log_file, base_env=step_env,
                  pass_fds=(lock_fd,))
         if planned.role == "baseline":

@@ -7,6 +7,7 @@ terminated, then killed, and ``Interrupted`` is raised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -135,8 +136,6 @@ def _stop(proc: subprocess.Popen[str]) -> None:
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
