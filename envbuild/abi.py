@@ -24,7 +24,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from email.message import Message
 from email.parser import HeaderParser
@@ -212,18 +212,23 @@ class Baseline:
         return lines
 
 
+def active_requirements(dist: Dist, env: Mapping[str, str]) -> Iterator[Requirement]:
+    """The distribution's Requires-Dist whose markers hold (extras off) for the target interpreter."""
+    for raw in dist.requires():
+        try:
+            req = Requirement(raw)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or _marker_true(req.marker, env):
+            yield req
+
+
 def protected_names(abi: ABI, dists: Mapping[str, Dist], env: Mapping[str, str]) -> set[str]:
     """The frozen set: abi.protect matches plus torch's own triton and nvidia-* requirements."""
     names = {n for n in dists if n != abi.package and abi.is_protected(n)}
     torch = dists.get(abi.package)
     if torch is not None:
-        for raw in torch.requires():
-            try:
-                req = Requirement(raw)
-            except InvalidRequirement:
-                continue
-            if req.marker is not None and not _marker_true(req.marker, env):
-                continue
+        for req in active_requirements(torch, env):
             n = canonicalize_name(req.name)
             if (n.startswith("nvidia-") or "triton" in n) and n in dists:
                 names.add(n)
@@ -399,13 +404,7 @@ def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Map
         d = dists.get(canonicalize_name(name))
         if d is None:
             continue
-        for raw in d.requires():
-            try:
-                req = Requirement(raw)
-            except InvalidRequirement:
-                continue
-            if req.marker is not None and not _marker_true(req.marker, env):
-                continue
+        for req in active_requirements(d, env):
             dep = dists.get(canonicalize_name(req.name))
             if dep is None:
                 out.append(Finding("unmet", d.name, f"{d.name} {d.version} requires {req}, which is not installed"))

@@ -265,20 +265,25 @@ def spec_digest(data: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def load_spec(path: Path, environ: Mapping[str, str] | None = None) -> StackSpec:
-    """Read and validate ``path``; raises ``ConfigError`` with the file and key path."""
-    env = os.environ if environ is None else environ
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """Parse a TOML file; a missing, unreadable or invalid file is a ``ConfigError`` naming it."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: stack spec not found") from None
+        raise ConfigError(f"{path}: {what} not found") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the stack spec: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_spec(data, path, env)
+    return data
+
+
+def load_spec(path: Path, environ: Mapping[str, str] | None = None) -> StackSpec:
+    """Read and validate ``path``; raises ``ConfigError`` with the file and key path."""
+    env = os.environ if environ is None else environ
+    return parse_spec(read_toml(path, "stack spec"), path, env)
 
 
 def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) -> StackSpec:

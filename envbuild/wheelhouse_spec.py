@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,12 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuild.errors import ConfigError
 from envbuild.net import redact
-from envbuild.spec import _did_you_mean, _Reader, spec_digest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from envbuild.spec import _did_you_mean, _Reader, read_toml, spec_digest
 
 SCHEMA_VERSION = 1
 SourceKind = Literal["sdist", "git", "path"]
@@ -99,17 +93,7 @@ class WheelSpec:
 
 def load_wheel_spec(path: Path, environ: Mapping[str, str] | None = None) -> WheelSpec:
     env = os.environ if environ is None else environ
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: wheelhouse spec not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the wheelhouse spec: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_wheel_spec(data, path.resolve(), env)
+    return parse_wheel_spec(read_toml(path, "wheelhouse spec"), path.resolve(), env)
 
 
 def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) -> WheelSpec:
