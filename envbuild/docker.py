@@ -15,6 +15,14 @@ to a late step rebuilds only that step and the ones after it:
 - after the baseline step the constraints file that pins torch is in the image and
   ``PIP_CONSTRAINT`` / ``UV_CONSTRAINT`` point at it through ``ENV``, so later layers and any
   later ``pip install`` by a user of the image keep torch pinned;
+- when the stack has a lock (``lock.json`` beside the spec), each layer also copies a *prefix
+  manifest* (``NN-<step>.lock.json``: the lock cut to the slice's steps, ``lock.prefix_manifest``)
+  to ``/etc/envbuild/lock.json`` and the hash-pinned step files the slice adds, so
+  ``provision --step`` installs from the lock with ``--require-hashes`` (the prefix rule of
+  ``lock.locked_requirements`` checks the slice against the lock's per-step digests). The
+  prefix manifest changes only when a step up to its own is locked anew, so relocking after an
+  edit of a late step keeps the earlier layers cached. Without a lock (or with ``--no-lock``)
+  the layers resolve from the spec, as on a host;
 - the last layer runs ``envbuild smoke`` (its CPU-capable checks; the GPU ones need
   ``docker run --gpus all``).
 
@@ -23,6 +31,7 @@ to a late step rebuilds only that step and the ones after it:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -33,6 +42,13 @@ from typing import Any
 
 from envbuild import layout
 from envbuild.errors import ConfigError
+from envbuild.lock import (
+    LockManifest,
+    lock_dir,
+    locked_requirements,
+    prefix_manifest,
+    read_manifest,
+)
 from envbuild.plan import make_plan
 from envbuild.spec import StackSpec, parse_spec
 
@@ -44,6 +60,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 DEFAULT_ROOT = "/opt/envbuild"
 TOOL_VENV = "/opt/envbuild-tool"
 IMAGE_SPEC = "/etc/envbuild/stack.toml"
+IMAGE_LOCK_DIR = "/etc/envbuild"  # lock_dir of IMAGE_SPEC: lock.json and the step files go beside it
+STEP_FILE_GLOBS = ("*.toml", "*.lock.json", "*.txt")  # what a rendered steps folder holds
 IMAGE_WHEELHOUSE = "/wheelhouse"
 WHEELHOUSE_CONTEXT = "wheelhouse"
 SYNTAX = "docker/dockerfile:1.7"
@@ -87,6 +105,7 @@ class DockerOptions:
     root: str = DEFAULT_ROOT  # the image's data root (venv, caches, state, receipts)
     offline: bool = False  # every step from the wheelhouse build context (--offline --wheelhouse)
     steps_dir: str = "docker/steps"  # where the spec slices go, relative to the build context
+    lock: bool = True  # install from the stack's lock when it has one (False: resolve from the spec)
     command: str = "envbuild docker"  # the command line that renders this file, for its header
 
 
@@ -100,7 +119,7 @@ class Base:
 @dataclass(frozen=True)
 class Rendered:
     dockerfile: str
-    files: Mapping[str, str] = field(default_factory=dict)  # spec slices: context-relative path -> text
+    files: Mapping[str, str] = field(default_factory=dict)  # slices (+ lock): context-relative path -> text
 
 
 # ----------------------------------------------------------------------------- base image
@@ -222,6 +241,15 @@ def spec_vars(spec: StackSpec) -> list[str]:
     return sorted(set(names))
 
 
+def stack_lock(spec: StackSpec) -> LockManifest | None:
+    """The stack's lock, checked against the spec (``LockError`` when stale or broken); None without."""
+    manifest = read_manifest(lock_dir(spec))
+    if manifest is None:
+        return None
+    locked_requirements(spec)  # stale, missing or edited files fail here, not in a layer
+    return manifest
+
+
 # ----------------------------------------------------------------------------- rendering
 
 
@@ -229,6 +257,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     base = choose_base(spec, opts)
     plan = make_plan(spec)
     slices = slice_spec(spec)
+    lock = stack_lock(spec) if opts.lock else None
     root = opts.root
     paths = layout.Paths(root=Path(root), venv_name=opts.venv or spec.layout.venv)
     venv = opts.venv or f"{root}/{spec.layout.venv}"
@@ -250,6 +279,8 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         "# The last layer runs the CPU-capable smoke checks; run the GPU ones on a GPU host:",
         f"#   docker run --rm --gpus all --ipc=host envbuild/{spec.name} \\",
         f"#       envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv}",
+        *(["# Every step installs from the stack's lock (hash-pinned): each layer copies the part it needs."]
+          if lock else []),
         "",
         f"ARG BASE_IMAGE={base.image}",
         "FROM ${BASE_IMAGE}",
@@ -318,9 +349,23 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         provision += ["--offline", "--wheelhouse", IMAGE_WHEELHOUSE]
     pinned_after = 0 if spec.abi.adopt else next(s.number for s in plan.steps if s.role == "baseline")
     total = len(plan.steps)
+    copied: set[str] = set()  # step files already in the image
     for planned, text in zip(plan.steps, slices, strict=True):
         rel = f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.toml"
         files[rel] = text
+        lock_copies: list[str] = []
+        if lock is not None:
+            count = len(tomllib.loads(text)["step"])
+            rel_lock = f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.lock.json"
+            files[rel_lock] = json.dumps(prefix_manifest(lock, count), indent=2) + "\n"
+            lock_copies.append(f"COPY {rel_lock} {IMAGE_LOCK_DIR}/lock.json")
+            new = [s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied]
+            for name in new:
+                assert name is not None
+                files[f"{opts.steps_dir}/{name}"] = (lock.folder / name).read_text(encoding="utf-8")
+                copied.add(name)
+            if new:
+                lock_copies.append(f"COPY {' '.join(f'{opts.steps_dir}/{n}' for n in new)} {IMAGE_LOCK_DIR}/")
         mounts = [cache_mounts]
         env_prefix = ""
         if opts.offline or planned.step.find_links:
@@ -330,6 +375,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         out += [
             f"# step {planned.number}/{total} {planned.name} ({planned.role}): {', '.join(planned.step.names)}",
             f"COPY {rel} {IMAGE_SPEC}",
+            *lock_copies,
             f"RUN {' '.join(mounts)} \\",
             f"    {env_prefix}{' '.join(provision)} --step {planned.name}",
             "",
@@ -390,7 +436,7 @@ def stale_files(rendered: Rendered, dockerfile: Path, context: Path, steps_dir: 
     folder = context / steps_dir
     if folder.is_dir():
         wanted = {context / rel for rel in rendered.files}
-        stale += [str(p) for p in sorted(folder.glob("*.toml")) if p not in wanted]
+        stale += [str(p) for p in sorted({p for g in STEP_FILE_GLOBS for p in folder.glob(g)}) if p not in wanted]
     return stale
 
 

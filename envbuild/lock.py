@@ -20,6 +20,9 @@ Layout (``lockfiles/<profile>/`` beside ``stack.toml``; written by ``envbuild lo
       "abi": {"package": "torch", "version": ..., "local": ..., "protected": [names]},
       "steps": [                          # spec order
         {"name": "torch", "role": "baseline", "locked": true,
+         "step_digest": "sha256:...",     # python + [abi] + the [[step]] tables up to this one
+                                          # (unexpanded, as in spec_digest): all that decides
+                                          # this step's resolution; see ``step_digests``
          "file": "02-torch.txt", "file_sha256": "<hex of the file>",
          "flags": {"no_deps": false, "pre": false, "no_build_isolation": false,
                    "upgrade": false, "reinstall": false, "no_index": false},
@@ -31,9 +34,23 @@ Layout (``lockfiles/<profile>/`` beside ``stack.toml``; written by ``envbuild lo
             "requires_dist": ["filelock", ...],           # core metadata; null when not read
             "vcs": null}                                  # or {"url": ..., "commit": <40 hex>}
          ]},
-        {"name": "prebuilt-cuda", "locked": false, "reason": "..."}  # a partial lock
+        {"name": "prebuilt-cuda", "locked": false, "reason": "...",  # a partial lock
+         "step_digest": "sha256:..."}
       ]
     }
+
+Which specs a lock serves (``locked_requirements``):
+
+- the spec it was made from (``spec_digest`` equal, same steps): every step file. This is the
+  rule ``check-lock`` applies, and the only one for locks written before ``step_digest``;
+- a *prefix* of that spec, such as a Docker layer's slice (the spec cut after a step): its
+  steps must be the lock's first steps, in order, each with an equal ``step_digest``; it gets
+  the files of those steps. A step whose digest differs is named in a ``LockError``.
+
+A *prefix manifest* (``prefix_manifest``; ``envbuild docker`` puts one beside each layer's
+slice) is ``lock.json`` cut to the first N steps, marked ``"prefix": true``, without
+``spec_digest`` and ``created``, so its bytes change only when a step up to N is locked anew;
+it is checked by the prefix rule alone.
 
 Consumers: ``provision`` (through ``locked_requirements``), ``check-lock``, and the wheelhouse
 mirror, which reads name, version, sha256 and URL of every artifact from ``lock.json``.
@@ -46,6 +63,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +74,12 @@ from packaging.utils import canonicalize_name
 
 from envbuild._io import sha256_file
 from envbuild.errors import LockError
-from envbuild.spec import StackSpec
+from envbuild.spec import StackSpec, spec_digest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
 
 LOCK_VERSION = 1
 MANIFEST = "lock.json"
@@ -66,7 +89,8 @@ _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 
 __all__ = [
     "LOCK_VERSION", "MANIFEST", "LockManifest", "LockedReq", "LockedStep", "lock_dir",
-    "locked_requirements", "parse_requirements_text", "read_manifest", "step_filename",
+    "locked_requirements", "parse_requirements_text", "prefix_manifest", "read_manifest",
+    "stale_reason", "step_digests", "step_filename",
 ]
 
 
@@ -197,6 +221,12 @@ class LockedStep:
     def role(self) -> str:
         return str(self.data.get("role", ""))
 
+    @property
+    def digest(self) -> str | None:
+        """The step digest recorded when the lock was made; None in locks written before it existed."""
+        d = self.data.get("step_digest")
+        return str(d) if d else None
+
 
 @dataclass(frozen=True)
 class LockManifest:
@@ -211,6 +241,15 @@ class LockManifest:
     @property
     def spec_digest(self) -> str:
         return str(self.data.get("spec_digest", ""))
+
+    @property
+    def is_prefix(self) -> bool:
+        """A manifest cut to the first steps of a lock (``prefix_manifest``), as in a Docker layer."""
+        return self.data.get("prefix") is True
+
+    @property
+    def has_step_digests(self) -> bool:
+        return bool(self.steps) and all(s.digest for s in self.steps)
 
     def step(self, name: str) -> LockedStep | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -240,11 +279,64 @@ def manifest_from_text(path: Path, text: str) -> LockManifest:
     return LockManifest(path, data, tuple(steps))
 
 
+def step_digests(spec: StackSpec) -> list[str] | None:
+    """One digest per step of ``spec``: what decides that step's resolution.
+
+    Step *i*'s digest covers ``python``, the ``[abi]`` table and the ``[[step]]`` tables 1..i,
+    unexpanded (``${VAR}`` as written, like ``StackSpec.digest``): a step is resolved against
+    the baseline and the earlier steps' pins, so it changes when any of those change, and
+    never when a later step, ``[layout]``, ``[host]`` or a comment does. Read from the spec's
+    file; None when that file no longer holds the spec ``spec`` was loaded from.
+    """
+    try:
+        data = tomllib.loads(spec.path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    steps = data.get("step")
+    if spec_digest(data) != spec.digest or not isinstance(steps, list) or len(steps) != len(spec.steps):
+        return None
+    base = {"python": data.get("python"), "abi": data.get("abi", {})}
+    return [spec_digest({**base, "step": steps[:i + 1]}) for i in range(len(steps))]
+
+
+def _changed_step(spec: StackSpec, manifest: LockManifest) -> str | None:
+    """Why ``spec``'s steps are not the lock's first steps with equal step digests, or None."""
+    names = [s.name for s in spec.steps]
+    locked = [s.name for s in manifest.steps]
+    if locked[:len(names)] != names:
+        return f"the spec's steps {names} are not the first steps of the lock ({locked})"
+    digests = step_digests(spec)
+    if digests is None:
+        return f"{spec.path} changed while envbuild was reading it"
+    for step, got in zip(manifest.steps[:len(digests)], digests, strict=True):
+        if step.digest != got:
+            return (f"step {step.name!r} changed since the lock was made (step digest "
+                    f"{(step.digest or 'none')[:19]}... in the lock, {got[:19]}... now)")
+    return None
+
+
+def _serves_prefix(spec: StackSpec, manifest: LockManifest) -> bool:
+    """Whether ``spec`` is checked by the prefix rule: a prefix manifest, or fewer steps than the lock."""
+    return manifest.is_prefix or (manifest.has_step_digests and len(spec.steps) < len(manifest.steps)
+                                  and manifest.spec_digest != spec.digest)
+
+
 def stale_reason(spec: StackSpec, manifest: LockManifest) -> str | None:
-    """Why the lock no longer matches the spec, or None."""
+    """Why the lock no longer matches the spec, or None.
+
+    A lock made from ``spec`` matches by its whole-spec digest and step names. A prefix
+    manifest (``prefix_manifest``) matches by step digests; see the module docstring.
+    """
+    if manifest.is_prefix:
+        if not manifest.has_step_digests:
+            return "the prefix manifest records no step digests"
+        return _changed_step(spec, manifest)
     if manifest.spec_digest != spec.digest:
-        return (f"the lock was made from a different spec (lock {manifest.spec_digest[:19]}..., "
-                f"spec now {spec.digest[:19]}...)")
+        reason = (f"the lock was made from a different spec (lock {manifest.spec_digest[:19]}..., "
+                  f"spec now {spec.digest[:19]}...)")
+        if manifest.has_step_digests and (changed := _changed_step(spec, manifest)):
+            reason += f"; {changed}"
+        return reason
     names = [s.name for s in spec.steps]
     locked = [s.name for s in manifest.steps]
     if names != locked:
@@ -252,22 +344,55 @@ def stale_reason(spec: StackSpec, manifest: LockManifest) -> str | None:
     return None
 
 
+def prefix_manifest(manifest: LockManifest, count: int) -> dict[str, Any]:
+    """``manifest`` cut to its first ``count`` steps, for a spec cut after step ``count``.
+
+    Without ``spec_digest`` (it changes with every later step) and ``created``: the result
+    changes only when one of those steps is locked anew, which keeps a Docker layer that
+    copies it cached. Raises ``LockError`` for a lock written before step digests.
+    """
+    if not manifest.has_step_digests:
+        raise LockError(f"{manifest.path}: the lock records no per-step digests (it was written by an older "
+                        "envbuild), so a spec cut after a step cannot be checked against it",
+                        hint="Run `envbuild lock` again for this stack and commit the result.")
+    if not 0 < count <= len(manifest.steps):
+        raise ValueError(f"count {count} out of range 1..{len(manifest.steps)}")
+    data: dict[str, Any] = {"lock_version": manifest.data["lock_version"], "prefix": True}
+    data.update((k, v) for k, v in manifest.data.items()
+                if k not in ("lock_version", "prefix", "spec_digest", "created", "steps"))
+    data["steps"] = [s.data for s in manifest.steps[:count]]
+    return data
+
+
 def locked_requirements(spec: StackSpec) -> dict[str, Path]:
     """{step name: hash-pinned requirement file} from the lock beside the spec; {} without a lock.
 
-    Raises ``LockError`` when the lock was made from another spec (run ``envbuild lock``), or a
-    step file is missing, broken, or differs from what the manifest recorded.
+    ``spec`` is the spec the lock was made from, or a prefix of it (a Docker layer's slice: the
+    same first steps, each with the step digest the lock recorded); a prefix gets the files of
+    its own steps. Raises ``LockError`` when the lock was made from another spec or a step
+    changed since (run ``envbuild lock``), or a step file is missing, broken, or differs from
+    what the manifest recorded.
     """
     manifest = read_manifest(lock_dir(spec))
     if manifest is None:
         return {}
     where = manifest.path
-    if reason := stale_reason(spec, manifest):
-        raise LockError(f"{where}: the lock is stale: {reason}",
-                        hint=f"Run `envbuild lock --stack {spec.path}` and commit the result "
-                        "(or provision with --no-lock to resolve from the spec).")
+    hint = (f"Run `envbuild lock --stack {spec.path}` and commit the result "
+            "(or provision with --no-lock to resolve from the spec).")
+    if _serves_prefix(spec, manifest):
+        if not manifest.has_step_digests:
+            raise LockError(f"{where}: the prefix manifest records no step digests", hint=hint)
+        if changed := _changed_step(spec, manifest):
+            raise LockError(f"{where}: the lock is stale for {spec.path}: {changed}",
+                            hint="Run `envbuild lock` for the full stack and commit the result; for an image, "
+                            "render it again with `envbuild docker` (or use --no-lock to resolve from the spec).")
+        steps = manifest.steps[:len(spec.steps)]
+    else:
+        if reason := stale_reason(spec, manifest):
+            raise LockError(f"{where}: the lock is stale: {reason}", hint=hint)
+        steps = manifest.steps
     out: dict[str, Path] = {}
-    for step in manifest.steps:
+    for step in steps:
         if not step.locked or not step.file:
             continue
         path = manifest.folder / step.file

@@ -13,6 +13,9 @@ Sources are the step's own (index URL, extra indexes, find-links, ``no_index``);
 an index uses what pip is configured with. ``wheelhouse`` replaces every source with one
 find-links folder (offline). Every HTTP source is probed first with a short timeout, so an
 unreachable index fails in seconds. git requirements resolve to a commit with ``git ls-remote``.
+
+Every step entry of ``lock.json`` records its ``step_digest`` (``lock.step_digests``), so a spec
+cut after a step (a Docker layer's slice) can be checked against the lock step by step.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from envbuild.lock import (
     lock_dir,
     parse_requirements_text,
     read_manifest,
+    step_digests,
     step_filename,
 )
 from envbuild.lock_meta import (
@@ -275,6 +279,10 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     unknown = [s for s in opts.skip if s not in [st.name for st in spec.steps]]
     if unknown:
         spec.step(unknown[0])  # raises with a did-you-mean
+    digests = step_digests(spec)
+    if digests is None:
+        raise LockError(f"{spec.path} no longer holds the spec envbuild loaded (was it edited just now?)",
+                        hint="Run `envbuild lock` again.")
     python = resolver_python(spec, opts.python)
     plan = make_plan(spec)
     baseline_idx = spec.baseline_index if spec.baseline_index is not None else -1
@@ -289,7 +297,8 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         work = Path(tmp)
         for i, (step, planned) in enumerate(zip(spec.steps, plan.steps, strict=True)):
             fname = step_filename(planned.number, step.name)
-            entry: dict[str, Any] = {"name": step.name, "role": planned.role, "flags": _flags(step)}
+            entry: dict[str, Any] = {"name": step.name, "role": planned.role, "step_digest": digests[i],
+                                     "flags": _flags(step)}
             if step.name in opts.skip:
                 entry.update(locked=False, reason="left out with --skip-step when this lock was made")
                 entries.append(entry)

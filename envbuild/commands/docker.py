@@ -1,4 +1,4 @@
-"""``envbuild docker``: render the Dockerfile (and its per-layer spec slices) from a stack."""
+"""``envbuild docker``: render the Dockerfile (and its per-layer spec slices and lock files) from a stack."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
-from envbuild.docker import DEFAULT_ROOT, DOCKERIGNORE, DockerOptions, render, stale_files
+from envbuild.docker import (
+    DEFAULT_ROOT,
+    DOCKERIGNORE,
+    STEP_FILE_GLOBS,
+    DockerOptions,
+    render,
+    stale_files,
+)
 from envbuild.errors import ConfigError, LockError
 
 
@@ -34,6 +41,9 @@ def register(sub: Any) -> None:
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 8 if the files on disk differ from a fresh render (CI)")
     p.add_argument("--dockerignore", action="store_true", help="also write <context>/.dockerignore")
+    p.add_argument("--no-lock", action="store_true",
+                   help="ignore the stack's lock: the layers resolve from the spec (default: install from "
+                   "the lock when the stack has one; its files are copied beside the slices)")
     p.set_defaults(func=run)
 
 
@@ -48,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"-o {args.output}: the Dockerfile's folder must be inside the build context {context} "
                           "(its COPY lines read the spec slices from there)") from None
     opts = DockerOptions(base=args.base, venv=args.venv, root=args.root, offline=args.offline,
-                         steps_dir=steps_dir, command=_command_line(args, spec.name))
+                         steps_dir=steps_dir, lock=not args.no_lock, command=_command_line(args, spec.name))
     rendered = render(spec, opts)
     if args.check:
         stale = stale_files(rendered, output, context, steps_dir)
@@ -62,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     steps_folder.mkdir(parents=True, exist_ok=True)
     wanted = {context / rel for rel in rendered.files}
-    for old in steps_folder.glob("*.toml"):
+    for old in {p for g in STEP_FILE_GLOBS for p in steps_folder.glob(g)}:
         if old not in wanted:
             old.unlink()
     for rel, text in rendered.files.items():
@@ -74,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         ui.print_json({"stack": spec.name, "dockerfile": str(output), "files": sorted(rendered.files)})
     else:
-        events.emit("ok", f"wrote {output} and {len(rendered.files)} spec slices in {steps_folder}")
+        slices = sum(rel.endswith(".toml") for rel in rendered.files)
+        extra = len(rendered.files) - slices
+        events.emit("ok", f"wrote {output} and {slices} spec slices" + (f" (+ {extra} lock files)" if extra else "")
+                    + f" in {steps_folder}")
         ui.print_text(f"build: docker build -f {os.path.relpath(output, context)} "
                       f"--build-context wheelhouse=/mnt/data/wheelhouse -t envbuild/{spec.name} {context}")
     return 0
@@ -91,5 +104,7 @@ def _command_line(args: argparse.Namespace, name: str) -> str:
         words += ["--root", args.root]
     if args.offline:
         words.append("--offline")
+    if args.no_lock:
+        words.append("--no-lock")
     words += ["-o", str(args.output)]
     return " ".join(words)
