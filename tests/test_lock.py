@@ -12,7 +12,8 @@ from lockhelpers import lock_env, manifest, resync, step_file
 from support.fixtures import NIGHTLY_TORCH, PYTORCH_TRITON, installer_env
 from support.index import UnreachablePort
 
-from envbuild.lock import parse_requirements_text
+from envbuild.lock import parse_requirements_text, step_digests
+from envbuild.spec import load_spec
 
 STEPS = [
     {"name": "helpers", "packages": ["fla-core-like==0.4.2"]},
@@ -33,6 +34,8 @@ def test_lock_writes_hash_pinned_files_and_manifest(locked, scenario_index):
     data = manifest(folder)
     assert [s["name"] for s in data["steps"]] == ["torch", "helpers", "fla"]
     assert data["spec_digest"].startswith("sha256:") and data["tools"]["pip-tools"]
+    # one digest per step (python + [abi] + the steps up to it): a prefix of the spec is checked by them
+    assert [s["step_digest"] for s in data["steps"]] == step_digests(load_spec(locked, {}))
     torch_reqs = parse_requirements_text(step_file(folder, "torch").read_text(), "torch")
     assert {r.name: r.version for r in torch_reqs} == {
         "torch": NIGHTLY_TORCH, "pytorch-triton": PYTORCH_TRITON, "nvidia-nccl-cu13": "2.29.7"}
@@ -79,6 +82,7 @@ def test_provision_refuses_a_stale_lock(locked, provision):
     r = provision(locked)
     assert r.rc == 8, r.output
     assert "the lock is stale" in r.stderr and "envbuild lock" in r.stderr
+    assert "step 'fla' changed" in r.stderr  # the step is named
     assert "Traceback" not in r.output
 
 
