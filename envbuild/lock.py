@@ -52,7 +52,8 @@ slice) is ``lock.json`` cut to the first N steps, marked ``"prefix": true``, wit
 ``spec_digest`` and ``created``, so its bytes change only when a step up to N is locked anew;
 it is checked by the prefix rule alone.
 
-Consumers: ``provision`` (through ``locked_requirements``), ``check-lock``, and the wheelhouse
+Consumers: ``provision`` (through ``locked_requirements``), ``check-lock``, ``envbuild docker``
+(prefix manifests and step files per layer), and the wheelhouse
 mirror, which reads name, version, sha256 and URL of every artifact from ``lock.json``.
 
 A git requirement is locked to a commit (``name @ git+URL@<sha>``); pip cannot hash a VCS
