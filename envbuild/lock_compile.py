@@ -95,11 +95,13 @@ def step_sources(step: Step, wheelhouse: str | None) -> tuple[Sources, list[str]
     if step.no_index:
         args.append("--no-index")
         return Sources((), step.find_links), args + [a for f in step.find_links for a in ("--find-links", f)]
+    n_index = n_links = 0
     if step.index_url is None:
         conf = pip_config_sources()
         index = conf.index_url or PYPI
         extras = (*conf.extra_index_urls, *step.extra_index_urls)
         links = (*conf.find_links, *step.find_links)
+        n_index, n_links = 1 + len(conf.extra_index_urls), len(conf.find_links)
     else:
         index, extras, links = step.index_url, step.extra_index_urls, step.find_links
         args += ["--index-url", index]
@@ -107,7 +109,7 @@ def step_sources(step: Step, wheelhouse: str | None) -> tuple[Sources, list[str]
         args += ["--extra-index-url", u]
     for f in step.find_links:
         args += ["--find-links", f]
-    return Sources((index, *extras), tuple(links)), args
+    return Sources((index, *extras), tuple(links), n_index, n_links), args
 
 
 def check_reachable(sources: Sources, step: Step) -> None:
@@ -337,9 +339,7 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
             atomic_write_text(path, text)
             files.append(path)
             entry.update(locked=True, file=fname, file_sha256=sha256_file(path),
-                         sources={"index_url": redact(sources.index_urls[0]) if sources.index_urls and "--no-index" not in source_args else None,
-                                  "extra_index_urls": [redact(u) for u in sources.index_urls[1:]],
-                                  "find_links": [redact(u) for u in sources.find_links]},
+                         sources=_recorded_sources(sources, source_args),
                          packages=packages)
             entries.append(entry)
     old = read_manifest(folder) if (folder / MANIFEST).exists() else None
@@ -370,15 +370,33 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
 
 
 def _extra_args(base: Sources, step: Step) -> list[str]:
+    """The baseline's own sources for a later step's resolver. Sources that come from the
+    installer's configuration need no flag: pip-compile reads that configuration itself."""
     args: list[str] = []
     if not step.no_index:
-        for u in base.index_urls:
+        for u in base.index_urls[base.configured_indexes:]:
             if u not in (step.index_url, *step.extra_index_urls):
                 args += ["--extra-index-url", u]
-    for f in base.find_links:
+    for f in base.find_links[base.configured_links:]:
         if f not in step.find_links:
             args += ["--find-links", f]
     return args
+
+
+def _recorded_sources(sources: Sources, source_args: list[str]) -> dict[str, Any]:
+    """What the lock says a step resolved from: the spec's sources, redacted. The installer's
+    configured sources (this machine's pip.conf) are named only as such: they are not the lock's."""
+    configured = sources.configured_indexes > 0
+    own_indexes = sources.index_urls[sources.configured_indexes:]
+    if configured:
+        index, extras = None, own_indexes
+    else:
+        index = own_indexes[0] if own_indexes and "--no-index" not in source_args else None
+        extras = own_indexes[1:]
+    return {"index_url": redact(index) if index else None,
+            "extra_index_urls": [redact(u) for u in extras],
+            "find_links": [redact(u) for u in sources.find_links[sources.configured_links:]],
+            "installer_configured": configured}
 
 
 def _flags(step: Step) -> dict[str, Any]:

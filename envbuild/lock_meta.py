@@ -190,6 +190,10 @@ def find_links_files(location: str) -> list[Artifact]:
 class Sources:
     index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
+    # how many leading index_urls / find_links come from the installer's own configuration (pip.conf,
+    # PIP_*) rather than the spec: used to resolve here, never recorded in a lock
+    configured_indexes: int = 0
+    configured_links: int = 0
 
 
 class ArtifactFinder:
