@@ -140,7 +140,7 @@ def run_dist_step(
 
     def on_line(line: str) -> None:
         if line.startswith(RESULT_MARK):
-            events.emit("info", "dist-step: " + line[len(RESULT_MARK):])
+            events.emit("debug", "dist-step: " + line[len(RESULT_MARK):])
         else:
             events.emit("debug", line)
 
