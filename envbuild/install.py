@@ -122,7 +122,7 @@ def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources
 
 
 def create_venv(python: Path, venv: Path, backend: Backend, log_file: Path,
-                seed_sources: tuple[str, ...] = ()) -> None:
+                seed_sources: tuple[str, ...] = (), pass_fds: tuple[int, ...] = ()) -> None:
     """``seed_sources``: where ``uv venv --seed`` gets pip (e.g. ``--no-index --find-links WH`` offline;
     without them uv asks its default index, which an offline host cannot reach)."""
     if backend == "uv":
@@ -132,7 +132,7 @@ def create_venv(python: Path, venv: Path, backend: Backend, log_file: Path,
     else:
         argv = [str(python), "-m", "venv", str(venv)]
     events.emit("info", f"creating the venv: {format_argv(argv)}")
-    result = run(argv, log_file=log_file)
+    result = run(argv, log_file=log_file, pass_fds=pass_fds)
     if not result.ok:
         raise InstallError(f"creating the venv at {venv} failed (exit {result.returncode}):\n{result.tail}",
                            hint=f"Full log: {log_file}")

@@ -127,7 +127,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     for line in layout.link_home(spec, paths, home, force=opts.force_links):
         events.emit("info", line)
     layout.write_overlay(spec, paths)
-    python = _ensure_venv(spec, opts, paths, backend, manifest)
+    python = _ensure_venv(spec, opts, paths, backend, manifest, lock_fd)
     layout.hook_activate(paths)
     if manifest.marker_env is None:
         manifest.marker_env = {k: str(v) for k, v in run_python_json(python, abi.MARKER_ENV_SCRIPT).items()}
@@ -201,13 +201,20 @@ def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
 
 
 def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, backend: str,
-                 manifest: Manifest) -> Path:
+                 manifest: Manifest, lock_fd: int) -> Path:
     python = paths.python
     if opts.venv is not None:
         if not python.exists():
             raise PreflightError(f"--venv {opts.venv}: no environment there (no {python})")
         manifest.venv = str(paths.venv)  # so `verify --venv` finds this manifest's baseline
         return python
+    if paths.venv.is_dir() and any(paths.venv.iterdir()) and manifest.venv != str(paths.venv):
+        # Not recorded as made by envbuild: a creation cut short (Ctrl-C, SIGKILL), or not ours.
+        # Either way it is not trusted, and nothing of the user's is deleted.
+        aside = paths.venv.with_name(f"{paths.venv.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}")
+        paths.venv.rename(aside)
+        events.emit("warn", f"{paths.venv} was never recorded as complete (a run stopped while creating it?); "
+                    f"moved aside to {aside}, making it again")
     if python.exists():
         actual = python_version_of(python)
         if actual is None:
@@ -222,8 +229,10 @@ def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, b
         state.status = "pending"
     manifest.baseline = None
     seed = ("--no-index", "--find-links", opts.wheelhouse) if opts.wheelhouse else ()
-    create_venv(base, paths.venv, backend, paths.logs / "venv.log", seed_sources=seed)  # type: ignore[arg-type]
+    create_venv(base, paths.venv, backend, paths.logs / "venv.log", seed_sources=seed,  # type: ignore[arg-type]
+                pass_fds=(lock_fd,))
     manifest.python, manifest.venv = str(base), str(paths.venv)
+    manifest.save()  # the venv is complete: from now on it is ours
     return python
 
 

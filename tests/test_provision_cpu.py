@@ -126,3 +126,30 @@ def test_unreachable_index_fails_fast(tmp_path: Path, env: dict[str, str]) -> No
     assert "http://127.0.0.1:9/simple (connection refused)" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "d" / "venv").exists()  # nothing was built
+
+
+def test_killed_while_creating_the_venv(tmp_path: Path, env: dict[str, str]) -> None:
+    """A venv cut short is never trusted: the next run moves it aside (nothing is deleted) and converges."""
+    root, home = tmp_path / "data", tmp_path / "home"
+    argv = [sys.executable, "-m", "envbuild", "provision", "--profile", "cpu", "--root", str(root),
+            "--home", str(home), "--backend", "pip"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (root / "venv" / "bin").is_dir():
+        time.sleep(0.02)
+    time.sleep(0.2)  # `python -m venv` is still populating it
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    try:
+        recorded = manifest(root).get("venv")
+    except FileNotFoundError:
+        recorded = None
+    cut_short = not recorded and any((root / "venv").iterdir())
+    out = envbuild(*argv[3:-2], "--backend", "uv", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["full_check"]["version"] == "2.13.0+cpu"
+    assert manifest(root)["venv"] == str(root / "venv")
+    if cut_short:  # the usual case: killed inside `python -m venv`
+        (aside,) = root.glob("venv.incomplete-*")
+        assert (aside / "bin").is_dir()
+        assert "was never recorded as complete" in out.stderr
