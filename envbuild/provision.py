@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator, Mapping
@@ -194,9 +195,14 @@ def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
         if not p.ok and (is_url(loc) or not loc.startswith("file:")):
             bad.append(f"{p.location} ({p.detail})")
     if bad:
+        try:
+            names = sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", plan.spec.path.read_text())))
+        except OSError:
+            names = []
+        via = f" ({plan.spec.path} reads {', '.join(names)})" if names else ""
         raise PreflightError(
             "package sources the plan needs do not answer: " + "; ".join(bad),
-            hint="Check the network and the URLs in the stack spec (or the variables they expand from), "
+            hint=f"Check the network and the URLs in the stack spec or the variables they expand from{via}, "
             "or install from a mirrored wheelhouse with --offline --wheelhouse DIR.")
 
 
