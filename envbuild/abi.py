@@ -22,7 +22,6 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -488,6 +487,3 @@ print(json.dumps({
 }))
 """
 
-
-def dumps(findings: Iterable[Finding]) -> str:
-    return json.dumps([asdict(f) for f in findings])

@@ -38,7 +38,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from envbuild import layout
 from envbuild.errors import ConfigError
@@ -439,6 +438,3 @@ def stale_files(rendered: Rendered, dockerfile: Path, context: Path, steps_dir: 
         stale += [str(p) for p in sorted({p for g in STEP_FILE_GLOBS for p in folder.glob(g)}) if p not in wanted]
     return stale
 
-
-def describe(rendered: Rendered) -> dict[str, Any]:
-    return {"dockerfile_lines": rendered.dockerfile.count("\n"), "files": sorted(rendered.files)}

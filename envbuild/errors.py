@@ -72,10 +72,6 @@ class WheelhouseError(EnvbuildError):
     exit_code = ExitCode.WHEELHOUSE
 
 
-class DriftError(EnvbuildError):
-    exit_code = ExitCode.DRIFT
-
-
 class Interrupted(EnvbuildError):
     exit_code = ExitCode.INTERRUPTED
 

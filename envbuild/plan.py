@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -191,10 +191,6 @@ def installer_argv(
     if constraints_file is not None:
         argv += ["-c", str(constraints_file)]
     return argv
-
-
-def with_backend(plan: Plan, backend: Backend) -> Plan:
-    return make_plan(plan.spec, replace(plan.options, backend=backend))
 
 
 def plan_to_json(plan: Plan) -> dict[str, object]:
