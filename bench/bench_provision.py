@@ -17,7 +17,7 @@ round so a noisy neighbour hits them all alike):
 - ``synth``: a generated stack (a stand-in ``torch`` wheel as the baseline, N tiny wheels in four
   steps, one large wheel of incompressible bytes) at several N, so the growth of provision
   and guard time with package count and size shows.
-- prefetch: the bare uv/pip sequences again, with ``envbuild.prefetch`` warming step k+1's
+- prefetch: the bare uv/pip sequences again, with ``bench/prefetch.py`` warming step k+1's
   cache while step k installs, cold.
 
 Nothing here is a test; figures vary with the machine. See bench/README.md.
@@ -48,8 +48,10 @@ sys.path.insert(0, str(REPO))
 from envbuild import abi  # noqa: E402
 from envbuild.install import find_uv, run_python_json  # noqa: E402
 from envbuild.plan import Backend, PlanOptions, installer_argv, make_plan  # noqa: E402
-from envbuild.prefetch import Prefetcher  # noqa: E402
 from envbuild.spec import StackSpec, load_spec, resolve_spec  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from prefetch import Prefetcher  # noqa: E402  (bench/prefetch.py: an experiment, not used by provision)
 
 CACHE = REPO / ".cache" / "bench"
 VARIANTS = ("envbuild-uv", "envbuild-pip", "bare-uv", "bare-pip")
