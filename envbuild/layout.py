@@ -143,7 +143,13 @@ def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False)
     conflict: an error, or with ``force`` it is renamed aside (never deleted).
     """
     done: list[str] = []
-    home.mkdir(parents=True, exist_ok=True)
+    if home.exists() and not home.is_dir():
+        raise LayoutError(f"the home folder for the links, {home}, is not a folder", hint="Pass --home DIR.")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LayoutError(f"cannot create the home folder for the links, {home}: {exc.strerror}",
+                          hint="Pass --home DIR.") from None
     conflicts: list[str] = []
     plans: list[tuple[Path, Path]] = []
     for name, rel in spec.layout.links.items():

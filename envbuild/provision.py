@@ -121,6 +121,10 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     todo = [s for s in plan.steps if manifest.state(s.name).status != "ok"
             and (opts.only_step is None or s.name == opts.only_step)]
     _check_sources(plan, todo)
+    # the interpreter is a check too: find it before anything is created
+    base_python = None
+    if opts.venv is None and not paths.python.exists():
+        base_python = find_python(spec.python, opts.python)
 
     # layout first: the venv, caches and logs all live on the data root
     layout.create_folders(paths)
@@ -128,7 +132,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     for line in layout.link_home(spec, paths, home, force=opts.force_links):
         events.emit("info", line)
     layout.write_overlay(spec, paths)
-    python = _ensure_venv(spec, opts, paths, backend, manifest, lock_fd)
+    python = _ensure_venv(spec, opts, paths, backend, manifest, lock_fd, base_python)
     layout.hook_activate(paths)
     if manifest.marker_env is None:
         manifest.marker_env = {k: str(v) for k, v in run_python_json(python, abi.MARKER_ENV_SCRIPT).items()}
@@ -207,7 +211,7 @@ def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
 
 
 def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, backend: str,
-                 manifest: Manifest, lock_fd: int) -> Path:
+                 manifest: Manifest, lock_fd: int, base_python: Path | None = None) -> Path:
     python = paths.python
     if opts.venv is not None:
         if not python.exists():
@@ -230,7 +234,7 @@ def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, b
             raise PreflightError(f"the venv at {paths.venv} is Python {actual}, the stack asks for {spec.python}",
                                  hint="Move it away to have it made again with the right interpreter.")
         return python
-    base = find_python(spec.python, opts.python)
+    base = base_python or find_python(spec.python, opts.python)
     for state in manifest.steps:  # a new venv: nothing in it has run
         state.status = "pending"
     manifest.baseline = None

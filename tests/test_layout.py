@@ -91,3 +91,11 @@ def test_file_where_a_data_folder_goes(setup: tuple[object, layout.Paths, Path])
     with pytest.raises(LayoutError, match="exists and is not a folder"):
         layout.create_folders(paths)
     assert (paths.root / "receipts").read_text() == "not a folder"
+
+
+def test_home_that_is_a_file(setup: tuple[object, layout.Paths, Path]) -> None:
+    spec, paths, home = setup
+    home.write_text("not a folder")
+    with pytest.raises(LayoutError, match="is not a folder"):
+        layout.link_home(spec, paths, home)  # type: ignore[arg-type]
+    assert home.read_text() == "not a folder"

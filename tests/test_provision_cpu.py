@@ -153,3 +153,12 @@ def test_killed_while_creating_the_venv(tmp_path: Path, env: dict[str, str]) -> 
         (aside,) = root.glob("venv.incomplete-*")
         assert (aside / "bin").is_dir()
         assert "was never recorded as complete" in out.stderr
+
+
+def test_missing_interpreter_fails_before_anything_is_made(tmp_path: Path, env: dict[str, str]) -> None:
+    out = envbuild("provision", "--profile", "cpu", "--root", str(tmp_path / "d"), "--home", str(tmp_path / "h"),
+                   "--python", str(tmp_path / "no-such-python"), env=env)
+    assert out.returncode == ExitCode.PREFLIGHT
+    assert f"--python {tmp_path / 'no-such-python'}: no such interpreter" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "h").exists()  # no $HOME links for an environment that cannot be made
