@@ -278,6 +278,13 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     opts = opts or LockOptions()
     t0 = time.monotonic()
     folder = opts.output or lock_dir(spec)
+    try:  # before minutes of resolving: the lock must be writable where it goes
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the lock to {folder}: {exc.strerror}",
+                          hint="Choose a writable folder with --output.") from None
     unknown = [s for s in opts.skip if s not in [st.name for st in spec.steps]]
     if unknown:
         spec.step(unknown[0])  # raises with a did-you-mean

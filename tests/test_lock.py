@@ -146,6 +146,15 @@ def test_lock_fails_fast_on_an_unreachable_index(write_stack, run_envbuild, tmp_
     assert "do not answer" in r.stderr and "Traceback" not in r.output
 
 
+def test_lock_to_an_unwritable_folder_fails_before_resolving(write_stack, run_envbuild, tmp_path):
+    stack = write_stack([{"name": "x", "packages": ["einops-like==0.8.1"]}])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = run_envbuild("lock", "--stack", stack, "--output", blocker / "lock", env=lock_env(tmp_path))
+    assert r.rc == 2, r.output
+    assert f"cannot write the lock to {blocker / 'lock'}" in r.stderr and "Traceback" not in r.output
+
+
 def _git_repo(tmp_path: Path, wheel_factory) -> Path:
     repo = tmp_path / "gitpkg"
     (repo / "gitpkg").mkdir(parents=True)
