@@ -9,6 +9,7 @@ documented exit status. Tracebacks are shown only for bugs (exit 1).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import signal
 import sys
@@ -79,6 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         ui.error_text("interrupted; state is saved, run the same command again to resume")
         return int(ExitCode.INTERRUPTED)
+    except OSError as exc:
+        # The file system said no (full disk, read-only, permissions, a missing folder): the host's
+        # problem, not a bug. Everything envbuild writes is written atomically, so nothing is half-done.
+        where = f": {exc.filename}" if exc.filename else ""
+        reason = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or type(exc).__name__)
+        ui.error_text(f"{reason}{where}")
+        ui.error_text_plain("Check the path and its permissions and free space, or choose other folders "
+                            "(--root, --out, --output); then run the same command again.")
+        return int(ExitCode.PREFLIGHT)
     except Exception:  # a bug: show everything
         traceback.print_exc()
         ui.error_text("internal error in envbuild (this is a bug; the traceback is above)")

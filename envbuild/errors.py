@@ -13,7 +13,7 @@ class ExitCode(IntEnum):
     OK = 0
     INTERNAL = 1  # a bug in envbuild: please report it with the traceback
     CONFIG = 2  # bad command line, stack spec, profile, lock or wheelhouse spec
-    PREFLIGHT = 3  # the host cannot run this: python missing, disk, unreachable index, GPUs
+    PREFLIGHT = 3  # the host cannot run this: python missing, disk, unreachable index, GPUs, unwritable paths
     LAYOUT = 4  # data root / $HOME links conflict with something of the user's
     INSTALL = 5  # an installer step failed (pip/uv error, hash mismatch, disk full)
     ABI = 6  # the ABI guard found torch or the protected set changed
@@ -80,7 +80,7 @@ EXIT_CODE_DOCS: dict[ExitCode, str] = {
     ExitCode.OK: "success",
     ExitCode.INTERNAL: "internal error (a bug in envbuild; the traceback is printed)",
     ExitCode.CONFIG: "usage or configuration error: command line, stack spec, profile, lock file, wheelhouse spec",
-    ExitCode.PREFLIGHT: "host preflight failed: interpreter missing, data root not writable or full, index unreachable, GPU/driver/topology checks",
+    ExitCode.PREFLIGHT: "host preflight failed: interpreter missing, data root or output folder not writable or full, index unreachable, GPU/driver/topology checks",
     ExitCode.LAYOUT: "data layout conflict: a real file or folder of the user's is where a link or folder must go",
     ExitCode.INSTALL: "an install step failed (installer error, resolution conflict, hash mismatch, disk full); its log is kept",
     ExitCode.ABI: "ABI violation: torch or a protected package was replaced, reinstalled or shadowed",

@@ -69,6 +69,10 @@ def error_text(message: str) -> None:
     _err.print(f"error: {message}", style="red", markup=False)
 
 
+def error_text_plain(message: str) -> None:
+    _err.print(message, markup=False)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 

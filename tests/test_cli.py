@@ -1,0 +1,30 @@
+"""The CLI's last line of defence: a file system that says no is a host error, not a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from envbuild.errors import ExitCode
+
+
+def test_unwritable_output_folder_is_exit_3_without_traceback(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = subprocess.run([sys.executable, "-m", "envbuild", "wheelhouse", "mirror", "--profile", "cpu",
+                          "--out", str(blocker / "wheelhouse")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == ExitCode.PREFLIGHT, out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"error: Not a directory: {blocker / 'wheelhouse'}" in out.stderr
+    assert blocker.read_text() == ""
+
+
+def test_help_lists_every_command_and_the_exit_codes() -> None:
+    out = subprocess.run([sys.executable, "-m", "envbuild", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for command in ("plan", "provision", "verify", "lock", "check-lock", "wheelhouse", "preflight",
+                    "smoke", "dist-step", "receipt", "docker"):
+        assert command in out.stdout
+    for code in ExitCode:
+        assert f"  {int(code):>3}  " in out.stdout
