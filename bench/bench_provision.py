@@ -452,6 +452,8 @@ class Runner:
             return self.bare(variant, "uv", prefetch=True)
         if variant == "bare-pip+prefetch":
             return self.bare(variant, "pip", prefetch=True)
+        if variant == "envbuild-uv-nowarmup":
+            return self.envbuild(variant, "uv", extra_env={"ENVBUILD_IMPORT_WARMUP": "0"})
         if variant == "envbuild-uv+prefetch":
             return self.envbuild(variant, "uv", extra_env={"ENVBUILD_PREFETCH": "1"})
         raise ValueError(variant)
@@ -552,6 +554,8 @@ def targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
             if imp is not None and s["envbuild-uv"][mode] is not None:
                 add(f"  same, less the one full import check ({mode})",
                     ratio(s["envbuild-uv"][mode] - imp, s["bare-uv"][mode]), 1.15)
+                add(f"  envbuild-uv / (bare-uv + its first import) ({mode})",
+                    ratio(s["envbuild-uv"][mode], s["bare-uv"][mode] + imp), 1.15)
         if "envbuild-pip" in s and "bare-pip" in s:
             add(f"envbuild-pip / bare-pip ({mode})", ratio(s["envbuild-pip"][mode], s["bare-pip"][mode]), 1.15)
             imp = s["bare-pip"].get("first_import")
@@ -585,8 +589,9 @@ def report(results: Mapping[str, Any]) -> None:
         print(f"  wheelhouse throttled to {results['throttle_mb_per_s']:g} MB/s per connection")
     if "cpu" in results:
         c = results["cpu"]
-        print_table(f"cpu profile ({cfg.get('wheels', '?')} wheels, from a local HTTP wheelhouse); "
-                    "best of N, wall time incl. CLI start", c["summary"])
+        size = f", {cfg['wheelhouse_gb']} GB" if cfg.get("wheelhouse_gb") else ""
+        print_table(f"{c.get('stack', 'cpu')} stack ({cfg.get('wheels', '?')} wheels{size}, from a local HTTP "
+                    "wheelhouse); best of N, wall time incl. CLI start", c["summary"])
         print_targets(c["targets"])
         g = c["guard_vs_import"]
         print(f"  ABI guard on the finished venv ({g['dists']} dists): first {1000 * g['guard_first_s']:.0f} ms, "
@@ -624,6 +629,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--stacks", default=None, help="comma list of cpu,synth (default: both; --quick: synth)")
     ap.add_argument("--profile", default="cpu", help="the real stack to bench (default: cpu)")
+    ap.add_argument("--stack", type=Path, default=None,
+                    help="bench this stack spec instead of --profile, from --wheelhouse (resolved from the spec)")
+    ap.add_argument("--wheelhouse", type=Path, default=None,
+                    help="with --stack: a folder holding every wheel the stack needs (nothing is downloaded)")
     ap.add_argument("--python", default=None, help="interpreter for the venvs (default: python<spec.python>, "
                     "for synth: this interpreter)")
     ap.add_argument("--sizes", default=None, help="synthetic stack sizes (default 50,200,500; --quick 30)")
@@ -677,12 +686,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu_spec = None
     locked: dict[str, Path] = {}
     lock_flag: list[str] = []
-    if "cpu" in stacks:
+    wheelhouse = CACHE / "wheelhouse"
+    if "cpu" in stacks and args.stack is not None:
+        if args.wheelhouse is None:
+            ap.error("--stack needs --wheelhouse DIR")
+        cpu_spec = load_spec(args.stack, clean_env())
+        lock_flag = ["--no-lock"]
+        wheelhouse = args.wheelhouse.resolve()
+        write_index(wheelhouse, www, "cpu")
+    elif "cpu" in stacks:
         cpu_spec = resolve_spec(args.profile, None, clean_env())
         locked, lock_flag = locked_for(cpu_spec)
         t = time.monotonic()
-        download_cpu_wheelhouse(cpu_spec, locked, CACHE / "wheelhouse")
-        write_index(CACHE / "wheelhouse", www, "cpu")
+        download_cpu_wheelhouse(cpu_spec, locked, wheelhouse)
+        write_index(wheelhouse, www, "cpu")
         results["wheelhouse_prep_s"] = round(time.monotonic() - t, 2)
     synth_py = args.python or sys.executable
     synth_ver = subprocess.run([synth_py, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -700,14 +717,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["throttle_mb_per_s"] = args.throttle_mb
     try:
         if cpu_spec is not None:
-            log(f"cpu profile from {base_url}/cpu/flat/ (wheelhouse {CACHE / 'wheelhouse'})")
+            log(f"{cpu_spec.name} stack from {base_url}/cpu/flat/ (wheelhouse {wheelhouse})")
             py = args.python or f"python{cpu_spec.python}"
             runner = Runner(cpu_spec.path, cpu_spec, f"{base_url}/cpu/flat/", shutil.which(py) or py,
                             work / "cpu", lock_flag, locked)
             raw = compare(runner, variants, warm_rounds=warm_rounds, rerun_rounds=warm_rounds, cold_rounds=rounds)
             summary = summarize(raw)
             gi = guard_vs_import(Path(next(r["venv"] for r in raw.values() if "venv" in r)), cpu_spec, 3)
-            results["cpu"] = {"raw": raw, "summary": summary, "targets": targets(summary), "guard_vs_import": gi}
+            results["cpu"] = {"raw": raw, "summary": summary, "targets": targets(summary), "guard_vs_import": gi,
+                              "stack": cpu_spec.name}
             if do_prefetch:
                 pre_variants: tuple[str, ...] = ("bare-uv", "bare-uv+prefetch")
                 if args.prefetch == "yes":
@@ -747,7 +765,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["total_s"] = round(time.monotonic() - t_all, 1)
 
     results["config"] = {"rounds": rounds, "warm_rounds": warm_rounds, "big_mb": big_mb, "sizes": sizes,
-                         "wheels": len(list((CACHE / "wheelhouse").glob("*.whl"))) if cpu_spec else None}
+                         "wheels": len(list(wheelhouse.glob("*.whl"))) if cpu_spec else None,
+                         "wheelhouse_gb": round(sum(f.stat().st_size for f in wheelhouse.glob("*.whl")) / 1e9, 2)
+                         if cpu_spec else None}
     report(results)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

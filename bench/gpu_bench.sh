@@ -44,8 +44,35 @@ run)
     "$V/bin/python" bench/bench_provision.py --quick --seeds "$WH" --torch-python "$(command -v "$PY")" \
         --work /tmp/envbuild-bench-work --out "$OUTDIR/gpu-bench.json" 2>&1 | tee "$OUTDIR/gpu-bench.txt"
     ;;
+torch)
+    # The real-size comparison: the image's torch 2.11.0+cu130 and its CUDA runtime wheels,
+    # repacked into wheels (bench/repack_installed.py), served over HTTP from the local disk;
+    # stack bench/stacks/torch-cu130-repacked.toml. Carry .gpu (tool/ and wheelhouse/, from
+    # bench/gpu_carry.sh). BENCH_VARIANTS / BENCH_ROUNDS / BENCH_WARM pick what runs.
+    OUTDIR=${OUT:-/tmp/envbuild-gpu-bench}
+    mkdir -p "$OUTDIR"
+    V=/tmp/envbuild-bench-venv
+    TW=/tmp/envbuild-torch-wheelhouse
+    rm -rf "$V"
+    "$PY" -m venv "$V"
+    "$V/bin/pip" install -q --no-index --find-links "$WH" -e .
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUTDIR/gpu.txt" 2>&1 || true
+    if [ ! -f "$TW/.done" ]; then
+        rm -rf "$TW"
+        "$PY" bench/repack_installed.py --out "$TW" --set-version torch=2.11.0+cu130 torch 2>&1 | tee "$OUTDIR/repack.txt"
+        cp "$PWD/.gpu/wheelhouse/"*.whl "$TW/"
+        cp "$WH"/pip-*.whl "$WH"/setuptools-*.whl "$WH"/wheel-*.whl "$TW/"
+        touch "$TW/.done"
+    fi
+    df -h /tmp > "$OUTDIR/disk.txt" 2>&1 || true
+    "$V/bin/python" bench/bench_provision.py --stacks cpu --stack bench/stacks/torch-cu130-repacked.toml \
+        --wheelhouse "$TW" --python "$(command -v "$PY")" --prefetch no \
+        --variants "${BENCH_VARIANTS:-envbuild-uv,envbuild-uv-nowarmup,bare-uv}" \
+        --rounds "${BENCH_ROUNDS:-2}" --warm-rounds "${BENCH_WARM:-2}" \
+        --work /tmp/envbuild-bench-work --out "$OUTDIR/gpu-torch-bench.json" 2>&1 | tee "$OUTDIR/gpu-torch-bench.txt"
+    ;;
 *)
-    echo "usage: $0 prepare|run" >&2
+    echo "usage: $0 prepare|run|torch" >&2
     exit 2
     ;;
 esac

@@ -464,26 +464,28 @@ def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Finding]
 
 
 # PEP 508 marker variables of the *target* interpreter (packaging's default_environment,
-# without needing packaging inside the venv).
-MARKER_ENV_SCRIPT = """
+# without needing packaging inside the venv). MARKER_ENV_CODE defines `marker_env()`; the
+# interpreter probe in install.py reuses it so that one subprocess answers everything.
+MARKER_ENV_CODE = """
 import json, os, platform, sys
 def fmt(info):
     v = "{0.major}.{0.minor}.{0.micro}".format(info)
     if info.releaselevel != "final":
         v += info.releaselevel[0] + str(info.serial)
     return v
-print(json.dumps({
-    "implementation_name": sys.implementation.name,
-    "implementation_version": fmt(sys.implementation.version),
-    "os_name": os.name,
-    "platform_machine": platform.machine(),
-    "platform_release": platform.release(),
-    "platform_system": platform.system(),
-    "platform_version": platform.version(),
-    "python_full_version": platform.python_version(),
-    "platform_python_implementation": platform.python_implementation(),
-    "python_version": ".".join(platform.python_version_tuple()[:2]),
-    "sys_platform": sys.platform,
-}))
+def marker_env():
+    return {
+        "implementation_name": sys.implementation.name,
+        "implementation_version": fmt(sys.implementation.version),
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    }
 """
-
+MARKER_ENV_SCRIPT = MARKER_ENV_CODE + "print(json.dumps(marker_env()))\n"

@@ -37,7 +37,18 @@ COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The module of the subcommand ``argv`` names, if it names one (flags before it allowed)."""
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        module = arg.replace("-", "_")
+        return module if module in COMMAND_MODULES else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only``, just that subcommand (the others' imports cost every start)."""
     epilog = "exit codes:\n" + "\n".join(
         f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_DOCS.items()
     )
@@ -51,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug events")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
+    for name in (only,) if only else COMMAND_MODULES:
         try:
             module = importlib.import_module(f"envbuild.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -67,8 +78,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_in(args_in))
+    args = parser.parse_args(args_in)
     ui.configure(verbose=args.verbose, json_mode=bool(getattr(args, "json", False)))
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:

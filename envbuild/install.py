@@ -7,6 +7,7 @@ conflict on a protected package, hash mismatch, disk full, network) into one cle
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -14,11 +15,11 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild import events
+from envbuild import abi, events
 from envbuild.errors import ABIViolation, InstallError, PreflightError
 from envbuild.net import redact
 from envbuild.plan import Backend, InstallerSources, PlannedStep, installer_argv
@@ -28,53 +29,88 @@ from envbuild.spec import StackSpec
 # ----------------------------------------------------------------------------- interpreters
 
 
-def python_version_of(python: str | Path) -> str | None:
-    """``major.minor`` of an interpreter, or None if it does not run (e.g. a pyenv shim)."""
+@dataclass(frozen=True)
+class Interpreter:
+    """What one run of an interpreter says about itself."""
+
+    executable: Path  # sys.executable: the interpreter behind a launcher (pyenv shim, symlink)
+    version: str  # major.minor
+    marker_env: dict[str, str]  # PEP 508 marker variables: a venv made from it has the same
+
+
+_PROBE_SCRIPT = abi.MARKER_ENV_CODE + (
+    "print(json.dumps({'executable': sys.executable, 'version': '%d.%d' % sys.version_info[:2], "
+    "'marker_env': marker_env()}))\n"
+)
+
+
+def probe_python(python: str | Path) -> Interpreter | None:
+    """One subprocess: version, real executable and marker environment; None if it does not run.
+
+    ``-I -S``: no user site, no ``PYTHON*`` variables, no site import (a third of the start-up);
+    none of what is asked depends on them.
+    """
     try:
-        out = subprocess.run(
-            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        out = subprocess.run([str(python), "-I", "-S", "-c", _PROBE_SCRIPT],
+                             capture_output=True, text=True, timeout=20)
+        data = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    if not isinstance(data, dict) or not data.get("executable"):
+        return None
+    return Interpreter(executable=Path(data["executable"]), version=str(data["version"]),
+                       marker_env={k: str(v) for k, v in data["marker_env"].items()})
 
 
-def real_executable(python: str | Path) -> Path:
-    """The interpreter behind a launcher (a pyenv shim, a symlink): what a venv should point at."""
-    out = subprocess.run([str(python), "-c", "import sys; print(sys.executable)"],
-                         capture_output=True, text=True, timeout=20)
-    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else Path(python)
+def python_version_of(python: str | Path) -> str | None:
+    """``major.minor`` of an interpreter, or None if it does not run (e.g. a broken pyenv shim)."""
+    info = probe_python(python)
+    return info.version if info else None
 
 
 def find_python(version: str, override: str | None = None) -> Path:
     """The interpreter a venv is made with: ``--python`` or the first python<version> that runs."""
+    return find_interpreter(version, override).executable
+
+
+def _candidates(version: str) -> Iterator[str]:
+    if w := shutil.which(f"python{version}"):
+        yield w
+    yield from (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}")
+    yield from sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True)
+    yield from sorted(glob.glob(f"/opt/python/cp{version.replace('.', '')}*/bin/python{version}"))
+    if w := shutil.which("python3"):
+        yield w
+
+
+def find_interpreter(version: str, override: str | None = None) -> Interpreter:
+    """Like ``find_python``, with what the probe learnt (one subprocess per candidate tried)."""
     if override:
         found = shutil.which(override) or (override if Path(override).exists() else None)
         if found is None:
             raise PreflightError(f"--python {override}: no such interpreter")
-        actual = python_version_of(found)
-        if actual is None:
+        info = probe_python(found)
+        if info is None:
             raise PreflightError(f"--python {override}: the interpreter does not run")
-        if actual != version:
-            events.emit("warn", f"--python {override} is Python {actual}; the stack asks for {version}")
-        return real_executable(found)
-    candidates: list[str] = []
-    if w := shutil.which(f"python{version}"):
-        candidates.append(w)
-    candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
-    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True)
-    candidates += sorted(glob.glob(f"/opt/python/cp{version.replace('.', '')}*/bin/python{version}"))
-    if (w := shutil.which("python3")) and python_version_of(w) == version:
-        candidates.append(w)
-    for c in candidates:
-        if Path(c).exists() and python_version_of(c) == version:
-            return real_executable(c)
+        if info.version != version:
+            events.emit("warn", f"--python {override} is Python {info.version}; the stack asks for {version}")
+        return info
+    seen: set[str] = set()
+    for c in _candidates(version):
+        real = os.path.realpath(c)
+        if real in seen or not os.path.exists(real):
+            continue
+        seen.add(real)
+        info = probe_python(c)
+        if info is not None and info.version == version:
+            return info
     uv = find_uv()
     if uv:
         out = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, timeout=30)
         if out.returncode == 0 and out.stdout.strip():
-            return Path(out.stdout.strip())
+            info = probe_python(out.stdout.strip())
+            if info is not None and info.version == version:
+                return info
     raise PreflightError(
         f"Python {version}, which the stack asks for, was not found (looked for python{version} on PATH, "
         "in /usr/bin, /usr/local/bin and ~/.pyenv, and asked uv)",
@@ -243,3 +279,50 @@ def run_python_json(python: Path, code: str, timeout: float = 120) -> dict[str, 
     data = json.loads(out.stdout.strip().splitlines()[-1])
     assert isinstance(data, dict)
     return data
+
+
+class ImportWarmup:
+    """The full import check's bytecode, compiled while the later steps install.
+
+    A venv made by uv has no ``.pyc`` files, so the first ``import torch`` compiles every module
+    it loads (2-3 s for torch on a small host). Right after the baseline step, this runs the same
+    import in the background with its output discarded: it writes the ``.pyc`` files of exactly
+    the modules the import needs (``compileall`` would compile all of torch, three times more)
+    while the installer of the next steps works. It verifies nothing: the final check still
+    imports in a fresh process after the last step and finds the bytecode already there. Skipped
+    when ``PYTHONDONTWRITEBYTECODE`` is set (nothing would be kept) or ``ENVBUILD_IMPORT_WARMUP=0``.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, python: Path, code: str) -> None:
+        if (self._proc is not None or os.environ.get("PYTHONDONTWRITEBYTECODE")
+                or os.environ.get("ENVBUILD_IMPORT_WARMUP", "1") == "0"):
+            return
+        try:
+            self._proc = subprocess.Popen([str(python), "-c", code], stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True)
+        except OSError:
+            self._proc = None  # only an optimisation
+
+    def wait(self, timeout: float = 60) -> None:
+        """Let it finish (by the end of the final check it has done the same work), then forget it."""
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=timeout)
+        self.stop()
+
+    def stop(self) -> None:
+        """Cancel it (a failed or interrupted provision); a killed import leaves at most a stray temp file."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()

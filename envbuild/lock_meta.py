@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
-import requests
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -114,6 +113,8 @@ def _fetch(url: str, accept: str | None = None) -> tuple[bytes, str] | None:
             return p.read_bytes(), p.as_uri()
         except OSError:
             return None
+    import requests  # here, not at module level: it costs a tenth of every CLI start
+
     try:
         resp = requests.get(url, timeout=(TIMEOUT / 2, TIMEOUT), headers={"Accept": accept} if accept else {})
     except requests.exceptions.RequestException as exc:

@@ -22,11 +22,13 @@ from envbuild import abi, events, layout
 from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
 from envbuild.install import (
+    ImportWarmup,
+    Interpreter,
     create_venv,
-    find_python,
+    find_interpreter,
     pick_backend,
     pip_config_sources,
-    python_version_of,
+    probe_python,
     run_python_json,
     run_step,
 )
@@ -124,7 +126,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     # the interpreter is a check too: find it before anything is created
     base_python = None
     if opts.venv is None and not paths.python.exists():
-        base_python = find_python(spec.python, opts.python)
+        base_python = find_interpreter(spec.python, opts.python)
 
     # layout first: the venv, caches and logs all live on the data root
     layout.create_folders(paths)
@@ -135,13 +137,36 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     python = _ensure_venv(spec, opts, paths, backend, manifest, lock_fd, base_python)
     layout.hook_activate(paths)
     if manifest.marker_env is None:
-        manifest.marker_env = {k: str(v) for k, v in run_python_json(python, abi.MARKER_ENV_SCRIPT).items()}
+        probed = probe_python(python)
+        if probed is None:
+            raise PreflightError(f"the venv's python {python} does not run",
+                                 hint="Move the venv away; the next run makes a new one.")
+        manifest.marker_env = probed.marker_env
     site = abi.site_packages(paths.venv)
     env = _install_env(paths)
     if spec.abi.adopt and manifest.baseline is None:
         manifest.baseline = _take_baseline(spec, site, manifest, paths, adopted=True)
     manifest.save()
 
+    warmup = ImportWarmup()
+    try:
+        _run_steps(spec, opts, plan, manifest, paths, python, site, env, result, lock_fd, warmup)
+        last = plan.steps[-1].name
+        if opts.only_step is None or opts.only_step == last:
+            _final_check(spec, manifest, site, python, result)
+            manifest.finished = now()
+            manifest.save()
+        warmup.wait()
+    finally:
+        warmup.stop()
+    result.seconds = time.monotonic() - t0
+    result.receipt = _write_receipt(spec, paths, python, result)
+    return result
+
+
+def _run_steps(spec: StackSpec, opts: ProvisionOptions, plan: Plan, manifest: Manifest, paths: layout.Paths,
+               python: Path, site: Path, env: dict[str, str], result: ProvisionResult, lock_fd: int,
+               warmup: ImportWarmup) -> None:
     for planned in plan.steps:
         state = manifest.state(planned.name)
         if opts.only_step and planned.name != opts.only_step:
@@ -154,15 +179,8 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
             result.skipped.append(planned.name)
             continue
         _run_one(spec, opts, planned, manifest, paths, python, site, env, result, lock_fd)
-
-    last = plan.steps[-1].name
-    if opts.only_step is None or opts.only_step == last:
-        _final_check(spec, manifest, site, python, result)
-        manifest.finished = now()
-        manifest.save()
-    result.seconds = time.monotonic() - t0
-    result.receipt = _write_receipt(spec, paths, python, result)
-    return result
+        if planned.role == "baseline" and opts.only_step is None and planned is not plan.steps[-1]:
+            warmup.start(python, abi.FULL_CHECK)
 
 
 def _check_data_root(spec: StackSpec, paths: layout.Paths) -> None:
@@ -211,7 +229,7 @@ def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
 
 
 def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, backend: str,
-                 manifest: Manifest, lock_fd: int, base_python: Path | None = None) -> Path:
+                 manifest: Manifest, lock_fd: int, base_python: Interpreter | None = None) -> Path:
     python = paths.python
     if opts.venv is not None:
         if not python.exists():
@@ -226,22 +244,25 @@ def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, b
         events.emit("warn", f"{paths.venv} was never recorded as complete (a run stopped while creating it?); "
                     f"moved aside to {aside}, making it again")
     if python.exists():
-        actual = python_version_of(python)
-        if actual is None:
+        probed = probe_python(python)
+        if probed is None:
             raise PreflightError(f"the venv at {paths.venv} is broken (its python does not run)",
                                  hint="Move it away; the next run makes a new one.")
-        if actual != spec.python and opts.python is None:
-            raise PreflightError(f"the venv at {paths.venv} is Python {actual}, the stack asks for {spec.python}",
+        if probed.version != spec.python and opts.python is None:
+            raise PreflightError(f"the venv at {paths.venv} is Python {probed.version}, the stack asks for {spec.python}",
                                  hint="Move it away to have it made again with the right interpreter.")
+        if manifest.marker_env is None:
+            manifest.marker_env = probed.marker_env
         return python
-    base = base_python or find_python(spec.python, opts.python)
+    base = base_python or find_interpreter(spec.python, opts.python)
     for state in manifest.steps:  # a new venv: nothing in it has run
         state.status = "pending"
     manifest.baseline = None
     seed = ("--no-index", "--find-links", opts.wheelhouse) if opts.wheelhouse else ()
-    create_venv(base, paths.venv, backend, paths.logs / "venv.log", seed_sources=seed,  # type: ignore[arg-type]
+    create_venv(base.executable, paths.venv, backend, paths.logs / "venv.log", seed_sources=seed,  # type: ignore[arg-type]
                 pass_fds=(lock_fd,))
-    manifest.python, manifest.venv = str(base), str(paths.venv)
+    manifest.python, manifest.venv = str(base.executable), str(paths.venv)
+    manifest.marker_env = base.marker_env  # a venv's marker variables are its interpreter's
     manifest.save()  # the venv is complete: from now on it is ours
     return python
 
@@ -358,7 +379,11 @@ def _violation_hint(findings: list[abi.Finding], paths: layout.Paths) -> str:
 def _final_check(spec: StackSpec, manifest: Manifest, site: Path, python: Path, result: ProvisionResult) -> None:
     if manifest.baseline is None:
         raise ABIViolation(f"no baseline was recorded for {spec.abi.package}; the environment cannot be verified")
-    report = abi.check(spec, abi.Baseline.from_json(manifest.baseline), site, marker_env=manifest.marker_env)
+    # The last step's guard has just checked this very state; a run that installed nothing
+    # (a re-run, --step of the last step only after a stop) checks it here.
+    guarded_now = bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name
+    report = abi.GuardReport() if guarded_now else abi.check(spec, abi.Baseline.from_json(manifest.baseline), site,
+                                                         marker_env=manifest.marker_env)
     if not report.ok:
         manifest.violation = report.violations[0].message
         manifest.save()
