@@ -375,11 +375,13 @@ class Runner:
                 rm(p)
 
     # -- envbuild
-    def envbuild(self, variant: str, backend: Backend, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    def envbuild(self, variant: str, backend: Backend, extra_env: Mapping[str, str] | None = None,
+                 extra_args: Sequence[str] = ()) -> dict[str, Any]:
         root = self.root(variant)
         argv = [sys.executable, "-m", "envbuild", "provision", "--stack", str(self.spec_path),
                 "--root", str(root / "data"), "--home", str(root / "home"), "--backend", backend,
-                "--python", self.python, "--offline", "--wheelhouse", self.url, "--json", *self.lock_flag]
+                "--python", self.python, "--offline", "--wheelhouse", self.url, "--json", *self.lock_flag,
+                *extra_args]
         t = time.monotonic()
         out = subprocess.run(argv, env=clean_env(extra_env), capture_output=True, text=True, stdin=subprocess.DEVNULL)
         wall = time.monotonic() - t
@@ -391,14 +393,15 @@ class Runner:
                              f"{out.stderr[-3000:]}")
         data = json.loads(out.stdout[out.stdout.index("{"):])
         return {"wall": wall, "seconds": data["seconds"], "guard_seconds": data["guard_seconds"],
-                "ran": data["ran"], "venv": data["venv"]}
+                "ran": data["ran"], "venv": data["venv"], "timings": data.get("timings", {})}
 
     # -- bare: the same steps, requirement files, flags and constraints, as plain commands
-    def bare(self, variant: str, backend: Backend, prefetch: bool = False) -> dict[str, Any]:
+    def bare(self, variant: str, backend: Backend, prefetch: bool = False,
+             extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
         root = self.root(variant)
         venv, cache = root / "data" / "venv", root / "data" / "cache"  # envbuild's layout: reset() keeps the cache
         env = clean_env({"PIP_CACHE_DIR": str(cache / "pip"), "UV_CACHE_DIR": str(cache / "uv"),
-                         "VIRTUAL_ENV": str(venv)})
+                         "VIRTUAL_ENV": str(venv), **(extra_env or {})})
         plan = make_plan(self.spec, PlanOptions(backend=backend, wheelhouse=self.url, locked=self.locked))
         reqdir = root / "data" / "req"
         reqdir.mkdir(parents=True, exist_ok=True)
@@ -452,8 +455,12 @@ class Runner:
             return self.bare(variant, "uv", prefetch=True)
         if variant == "bare-pip+prefetch":
             return self.bare(variant, "pip", prefetch=True)
-        if variant == "envbuild-uv-nowarmup":
-            return self.envbuild(variant, "uv", extra_env={"ENVBUILD_IMPORT_WARMUP": "0"})
+        if variant == "envbuild-uv+compile":
+            return self.envbuild(variant, "uv", extra_args=("--compile-bytecode", "yes"))
+        if variant == "envbuild-uv-nocompile":
+            return self.envbuild(variant, "uv", extra_args=("--compile-bytecode", "no"))
+        if variant == "bare-uv+compile":
+            return self.bare(variant, "uv", extra_env={"UV_COMPILE_BYTECODE": "1"})
         if variant == "envbuild-uv+prefetch":
             return self.envbuild(variant, "uv", extra_env={"ENVBUILD_PREFETCH": "1"})
         raise ValueError(variant)
@@ -468,6 +475,7 @@ def compare(runner: Runner, variants: Sequence[str], *, warm_rounds: int, rerun_
             runner.reset(v, keep_cache=False)
             r = runner.run(v)
             res[v]["cold"].append(r["wall"])
+            res[v].setdefault("timings_cold", []).append(r.get("timings"))
             res[v]["guard"] += r.get("guard_seconds", [])
             res[v]["first_import"] += [r["first_import"]] if "first_import" in r else []
             res[v]["venv"] = r["venv"]
@@ -477,6 +485,7 @@ def compare(runner: Runner, variants: Sequence[str], *, warm_rounds: int, rerun_
             runner.reset(v, keep_cache=True)
             r = runner.run(v)
             res[v]["warm"].append(r["wall"])
+            res[v].setdefault("timings_warm", []).append(r.get("timings"))
             res[v]["guard"] += r.get("guard_seconds", [])
             res[v]["first_import"] += [r["first_import"]] if "first_import" in r else []
             res[v]["venv"] = r["venv"]
@@ -577,6 +586,17 @@ def print_targets(rows: Sequence[Mapping[str, Any]]) -> None:
         print(f"  {r['target']:52s} {fmt(r['value'], ''):>8s}  (target <= {r['limit']:g})  {mark}")
 
 
+def print_phases(raw: Mapping[str, Any]) -> None:
+    """Where envbuild's time went, in its best cold and best warm run (provision's own `timings`)."""
+    for v, r in raw.items():
+        for mode in ("cold", "warm"):
+            walls, phases = r.get(mode) or [], r.get(f"timings_{mode}") or []
+            if not walls or len(phases) != len(walls) or not phases[walls.index(min(walls))]:
+                continue
+            t = phases[walls.index(min(walls))]
+            print(f"  {v} {mode} phases: " + ", ".join(f"{k} {t[k]:.2f} s" for k in t))
+
+
 def report(results: Mapping[str, Any]) -> None:
     """Print the tables (also from a saved JSON: --report FILE)."""
     cfg = results.get("config", {})
@@ -593,6 +613,7 @@ def report(results: Mapping[str, Any]) -> None:
         print_table(f"{c.get('stack', 'cpu')} stack ({cfg.get('wheels', '?')} wheels{size}, from a local HTTP "
                     "wheelhouse); best of N, wall time incl. CLI start", c["summary"])
         print_targets(c["targets"])
+        print_phases(c["raw"])
         g = c["guard_vs_import"]
         print(f"  ABI guard on the finished venv ({g['dists']} dists): first {1000 * g['guard_first_s']:.0f} ms, "
               f"repeat (RECORDs cached) {1000 * g['guard_repeat_s']:.0f} ms; full `import torch`: "

@@ -67,7 +67,7 @@ torch)
     df -h /tmp > "$OUTDIR/disk.txt" 2>&1 || true
     "$V/bin/python" bench/bench_provision.py --stacks cpu --stack bench/stacks/torch-cu130-repacked.toml \
         --wheelhouse "$TW" --python "$(command -v "$PY")" --prefetch no \
-        --variants "${BENCH_VARIANTS:-envbuild-uv,envbuild-uv-nowarmup,bare-uv}" \
+        --variants "${BENCH_VARIANTS:-envbuild-uv,bare-uv}" \
         --rounds "${BENCH_ROUNDS:-2}" --warm-rounds "${BENCH_WARM:-2}" \
         --work /tmp/envbuild-bench-work --out "$OUTDIR/gpu-torch-bench.json" 2>&1 | tee "$OUTDIR/gpu-torch-bench.txt"
     ;;

@@ -39,25 +39,33 @@ def canonical(name: str) -> str:
 
 
 def closure(roots: list[str]) -> list[metadata.Distribution]:
+    """The installed part of the roots' Requires-Dist closure, extras followed where they are asked for
+    (torch 2.11 asks for ``cuda-toolkit[cudart,cublas,...]``; the runtime wheels hang off those extras)."""
     installed = {canonical(d.metadata["Name"]): d for d in metadata.distributions()}
     out: dict[str, metadata.Distribution] = {}
-    todo = [canonical(r) for r in roots]
+    extras_done: dict[str, set[str]] = {}
+    todo: list[tuple[str, set[str]]] = [(canonical(r), set()) for r in roots]
     while todo:
-        name = todo.pop()
-        if name in out:
-            continue
+        name, extras = todo.pop()
         dist = installed.get(name)
         if dist is None:
             if name in map(canonical, roots):
                 raise SystemExit(f"{name} is not installed in {sys.prefix}")
             continue
+        seen = extras_done.setdefault(name, set())
+        if name in out and extras <= seen:
+            continue
         out[name] = dist
+        seen |= extras
         for req in dist.requires or []:
-            if "extra" in req.partition(";")[2]:
+            spec, _, marker = req.partition(";")
+            wanted = re.findall(r"extra\s*==\s*[\"']([^\"']+)[\"']", marker)
+            if wanted and not any(canonical(w) in seen for w in wanted):
                 continue
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?", spec)
             if m:
-                todo.append(canonical(m.group(1)))
+                asked = {canonical(e.strip()) for e in (m.group(2) or "").split(",") if e.strip()}
+                todo.append((canonical(m.group(1)), asked))
     return list(out.values())
 
 

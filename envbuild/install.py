@@ -7,7 +7,6 @@ conflict on a protected package, hash mismatch, disk full, network) into one cle
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
@@ -280,49 +279,3 @@ def run_python_json(python: Path, code: str, timeout: float = 120) -> dict[str, 
     assert isinstance(data, dict)
     return data
 
-
-class ImportWarmup:
-    """The full import check's bytecode, compiled while the later steps install.
-
-    A venv made by uv has no ``.pyc`` files, so the first ``import torch`` compiles every module
-    it loads (2-3 s for torch on a small host). Right after the baseline step, this runs the same
-    import in the background with its output discarded: it writes the ``.pyc`` files of exactly
-    the modules the import needs (``compileall`` would compile all of torch, three times more)
-    while the installer of the next steps works. It verifies nothing: the final check still
-    imports in a fresh process after the last step and finds the bytecode already there. Skipped
-    when ``PYTHONDONTWRITEBYTECODE`` is set (nothing would be kept) or ``ENVBUILD_IMPORT_WARMUP=0``.
-    """
-
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, python: Path, code: str) -> None:
-        if (self._proc is not None or os.environ.get("PYTHONDONTWRITEBYTECODE")
-                or os.environ.get("ENVBUILD_IMPORT_WARMUP", "1") == "0"):
-            return
-        try:
-            self._proc = subprocess.Popen([str(python), "-c", code], stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          start_new_session=True)
-        except OSError:
-            self._proc = None  # only an optimisation
-
-    def wait(self, timeout: float = 60) -> None:
-        """Let it finish (by the end of the final check it has done the same work), then forget it."""
-        if self._proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=timeout)
-        self.stop()
-
-    def stop(self) -> None:
-        """Cancel it (a failed or interrupted provision); a killed import leaves at most a stray temp file."""
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()

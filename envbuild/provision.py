@@ -15,14 +15,15 @@ import re
 import shutil
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from envbuild import abi, events, layout
 from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
 from envbuild.install import (
-    ImportWarmup,
     Interpreter,
     create_venv,
     find_interpreter,
@@ -37,6 +38,11 @@ from envbuild.net import is_url, probe
 from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan
 from envbuild.spec import StackSpec
 
+if TYPE_CHECKING:
+    from envbuild.receipt import HostSnapshot
+
+T = TypeVar("T")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProvisionOptions:
@@ -50,6 +56,22 @@ class ProvisionOptions:
     only_step: str | None = None
     wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
     locked: Mapping[str, Path] = field(default_factory=dict)
+    compile_bytecode: str = "auto"  # uv backend: "yes", "no", "auto" (yes on hosts with COMPILE_MIN_CPUS cores)
+
+
+# uv writes no .pyc files unless asked; then the first `import torch` of every process compiles
+# what it loads (2-4 s for torch, on every rank of a job until one of them has written them).
+# `uv pip install --compile-bytecode` compiles in parallel on every core: a loss on a 2-core
+# machine, where the one import check compiles only what it loads, and measured in bench/ on
+# the 16-core GPU machine.
+COMPILE_MIN_CPUS = 8
+
+
+def compiles_bytecode(option: str, backend: str, cpus: int | None = None) -> bool:
+    """Whether the uv steps pass ``--compile-bytecode`` (pip always compiles, unless told not to)."""
+    if backend != "uv" or option == "no":
+        return False
+    return option == "yes" or (cpus if cpus is not None else os.cpu_count() or 1) >= COMPILE_MIN_CPUS
 
 
 @dataclass
@@ -63,6 +85,7 @@ class ProvisionResult:
     full_check: dict[str, object] | None = None
     receipt: Path | None = None
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
 
 
 def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
@@ -97,13 +120,35 @@ def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
     if opts.venv is not None:
         paths = layout.Paths(root=paths.root, venv_name=str(opts.venv.expanduser().absolute()))
     _check_data_root(spec, paths)
-    with state_lock(paths) as lock_fd:
-        return _provision(spec, opts, paths, lock_fd, t0)
+    with state_lock(paths) as lock_fd, ThreadPoolExecutor(max_workers=2, thread_name_prefix="envbuild") as pool:
+        try:
+            return _provision(spec, opts, paths, lock_fd, t0, pool)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, lock_fd: int, t0: float) -> ProvisionResult:
+class _Laps:
+    """Wall time per phase, for the result and the receipt: where a provision's time went."""
+
+    def __init__(self, t0: float) -> None:
+        self.mark, self.seconds = t0, {}  # type: float, dict[str, float]
+
+    def lap(self, phase: str) -> None:
+        t = time.monotonic()
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + t - self.mark, 3)
+        self.mark = t
+
+
+def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, lock_fd: int, t0: float,
+               pool: ThreadPoolExecutor) -> ProvisionResult:
+    from envbuild import receipt as receipts
+
+    # The receipt's host facts (nvidia-smi, compilers, git: up to a second on a GPU host) do not
+    # depend on the install: they are gathered on a thread while the work goes on.
+    host_facts = pool.submit(receipts.snapshot_host, spec)
+    laps = _Laps(t0)
     plan = build_plan(spec, opts)
-    result = ProvisionResult(paths=paths, plan=plan)
+    result = ProvisionResult(paths=paths, plan=plan, timings=laps.seconds)
     backend = plan.options.backend
     if opts.only_step:
         plan.step(opts.only_step)  # unknown step: config error before anything changes
@@ -128,6 +173,8 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     if opts.venv is None and not paths.python.exists():
         base_python = find_interpreter(spec.python, opts.python)
 
+    laps.lap("prepare")
+
     # layout first: the venv, caches and logs all live on the data root
     layout.create_folders(paths)
     home = (opts.home or Path.home()).expanduser()
@@ -144,29 +191,42 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
         manifest.marker_env = probed.marker_env
     site = abi.site_packages(paths.venv)
     env = _install_env(paths)
+    if compiles_bytecode(opts.compile_bytecode, backend):
+        env["UV_COMPILE_BYTECODE"] = "1"
+    elif backend == "uv" and opts.compile_bytecode == "no":
+        env.pop("UV_COMPILE_BYTECODE", None)
     if spec.abi.adopt and manifest.baseline is None:
         manifest.baseline = _take_baseline(spec, site, manifest, paths, adopted=True)
     manifest.save()
+    laps.lap("venv")
 
-    warmup = ImportWarmup()
-    try:
-        _run_steps(spec, opts, plan, manifest, paths, python, site, env, result, lock_fd, warmup)
-        last = plan.steps[-1].name
-        if opts.only_step is None or opts.only_step == last:
-            _final_check(spec, manifest, site, python, result)
-            manifest.finished = now()
-            manifest.save()
-        warmup.wait()
-    finally:
-        warmup.stop()
+    _run_steps(spec, opts, plan, manifest, paths, python, site, env, result, lock_fd)
+    laps.lap("steps")
+    # the environment is final: its inventory for the receipt runs beside the import check
+    software = pool.submit(receipts.inventory, python)
+    last = plan.steps[-1].name
+    if opts.only_step is None or opts.only_step == last:
+        _final_check(spec, manifest, site, python, result)
+        manifest.finished = now()
+        manifest.save()
+        laps.lap("import_check")
     result.seconds = time.monotonic() - t0
-    result.receipt = _write_receipt(spec, paths, python, result)
+    result.receipt = _write_receipt(spec, paths, python, result, host=_or_none(host_facts),
+                                    software=_or_none(software))
+    laps.lap("receipt")
     return result
 
 
+def _or_none(future: Future[T]) -> T | None:
+    """A helper thread's answer, or None where it failed (the receipt then gathers it itself)."""
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - the receipt's fallback is to gather it again, in line
+        return None
+
+
 def _run_steps(spec: StackSpec, opts: ProvisionOptions, plan: Plan, manifest: Manifest, paths: layout.Paths,
-               python: Path, site: Path, env: dict[str, str], result: ProvisionResult, lock_fd: int,
-               warmup: ImportWarmup) -> None:
+               python: Path, site: Path, env: dict[str, str], result: ProvisionResult, lock_fd: int) -> None:
     for planned in plan.steps:
         state = manifest.state(planned.name)
         if opts.only_step and planned.name != opts.only_step:
@@ -179,8 +239,6 @@ def _run_steps(spec: StackSpec, opts: ProvisionOptions, plan: Plan, manifest: Ma
             result.skipped.append(planned.name)
             continue
         _run_one(spec, opts, planned, manifest, paths, python, site, env, result, lock_fd)
-        if planned.role == "baseline" and opts.only_step is None and planned is not plan.steps[-1]:
-            warmup.start(python, abi.FULL_CHECK)
 
 
 def _check_data_root(spec: StackSpec, paths: layout.Paths) -> None:
@@ -401,11 +459,10 @@ def _final_check(spec: StackSpec, manifest: Manifest, site: Path, python: Path, 
     events.emit("ok", f"import {spec.abi.package}: {data.get('version')} (cuda {data.get('cuda')})")
 
 
-def _write_receipt(spec: StackSpec, paths: layout.Paths, python: Path, result: ProvisionResult) -> Path | None:
-    try:
-        from envbuild.receipt import write_receipt
-    except ImportError:
-        return None
+def _write_receipt(spec: StackSpec, paths: layout.Paths, python: Path, result: ProvisionResult,
+                   host: HostSnapshot | None = None, software: dict[str, Any] | None = None) -> Path:
+    from envbuild.receipt import write_receipt
+
     manifest = Manifest.load(paths.manifest)
     payload = {
         "ran": result.ran,
@@ -416,5 +473,6 @@ def _write_receipt(spec: StackSpec, paths: layout.Paths, python: Path, result: P
         "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "guard_seconds": s.guard_seconds,
                    "started": s.started, "ended": s.ended} for s in manifest.steps],
         "full_check": result.full_check,
+        "timings": result.timings,
     }
-    return write_receipt(paths, "provision", payload, spec=spec, python=python)
+    return write_receipt(paths, "provision", payload, spec=spec, python=python, host=host, software=software)

@@ -103,6 +103,25 @@ def env_section(spec: StackSpec | None, paths: Paths, environ: Mapping[str, str]
             "in_force": redact_env({k: environ.get(k) for k in keys})}
 
 
+@dataclass(frozen=True)
+class HostSnapshot:
+    """What a receipt says about the host, apart from the environment: GPUs and driver, provenance."""
+
+    gpus: dict[str, Any]
+    provenance: Provenance
+
+
+def snapshot_host(spec: StackSpec | None = None, environ: Mapping[str, str] | None = None) -> HostSnapshot:
+    """``nvidia-smi`` (twice: query and topology), compilers, git: up to a second on a GPU host, and
+    independent of what is installed, so a command can take it on a thread while it works."""
+    from envbuild.preflight import gpu_inventory
+
+    env = os.environ if environ is None else environ
+    gpus = gpu_inventory()
+    prov = capture(gpu_names=[g["name"] for g in gpus["gpus"]], profile=spec.name if spec else None, environ=env)
+    return HostSnapshot(gpus=gpus, provenance=prov)
+
+
 def write_receipt(
     paths: Paths,
     kind: str,
@@ -112,19 +131,25 @@ def write_receipt(
     python: Path | None = None,
     provenance: Provenance | None = None,
     environ: Mapping[str, str] | None = None,
+    host: HostSnapshot | None = None,
+    software: dict[str, Any] | None = None,
 ) -> Path:
     """Write one receipt under ``paths.receipts``; returns its path.
 
-    ``provenance`` should be captured at the start of the command (``provenance.capture``);
-    it is captured here when not given. ``python`` is the target environment's interpreter
-    (default: ``paths.python`` when it exists).
+    ``provenance`` should be captured at the start of the command (``provenance.capture``), or
+    ``host`` taken (``snapshot_host``); either is captured here when not given. ``python`` is the
+    target environment's interpreter (default: ``paths.python`` when it exists); ``software`` its
+    ``inventory``, when the caller already has it.
     """
     env = os.environ if environ is None else environ
-    from envbuild.preflight import gpu_inventory
+    if host is None:
+        from envbuild.preflight import gpu_inventory
 
-    gpus = gpu_inventory()
-    prov = provenance or capture(gpu_names=[g["name"] for g in gpus["gpus"]],
-                                 profile=spec.name if spec else None, environ=env)
+        gpus = gpu_inventory()
+        prov = provenance or capture(gpu_names=[g["name"] for g in gpus["gpus"]],
+                                     profile=spec.name if spec else None, environ=env)
+    else:
+        gpus, prov = host.gpus, provenance or host.provenance
     names = dict(prov.names)
     if payload.get("launch_regime") and not env.get("ENVBUILD_LAUNCH_REGIME"):
         names["launch_regime"] = str(payload["launch_regime"])
@@ -138,7 +163,8 @@ def write_receipt(
         "names": names,
         "provenance": prov.to_dict(),
         "hardware": hardware(gpus),
-        "software": inventory(interp) if interp is not None else {"error": "no target interpreter"},
+        "software": software if software is not None else (
+            inventory(interp) if interp is not None else {"error": "no target interpreter"}),
         "spec": {"name": spec.name, "path": str(spec.path), "digest": spec.digest} if spec else None,
         "env": env_section(spec, paths, env),
         "payload": payload,
@@ -146,12 +172,12 @@ def write_receipt(
     doc = redact_any(doc)
     doc["digest"] = sha256_bytes(json.dumps(doc, sort_keys=True, default=str).encode())
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    host = re.sub(r"[^A-Za-z0-9.-]+", "-", prov.hostname)[:40]
-    path = paths.receipts / f"{kind}-{stamp}-{host}.json"
+    hostname = re.sub(r"[^A-Za-z0-9.-]+", "-", prov.hostname)[:40]
+    path = paths.receipts / f"{kind}-{stamp}-{hostname}.json"
     n = 1
     while path.exists():
         n += 1
-        path = paths.receipts / f"{kind}-{stamp}-{host}-{n}.json"
+        path = paths.receipts / f"{kind}-{stamp}-{hostname}-{n}.json"
     atomic_write_json(path, doc)
     events.emit("info", f"receipt written: {path}")
     return path

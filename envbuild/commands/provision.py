@@ -30,6 +30,8 @@ def register(sub: Any) -> None:
     p.add_argument("--offline", action="store_true", help="install only from --wheelhouse; touch no index")
     p.add_argument("--wheelhouse", metavar="DIR|URL", help="mirrored wheelhouse (with --offline)")
     p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock and resolve from the spec")
+    p.add_argument("--compile-bytecode", choices=("auto", "yes", "no"), default="auto",
+                   help="uv backend: write .pyc files at install (auto: on hosts with 8 or more cores)")
     p.set_defaults(func=run)
 
 
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     opts = ProvisionOptions(
         root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
         force_links=args.force_links, strict=args.strict, only_step=args.step,
-        wheelhouse=args.wheelhouse, locked=locked,
+        wheelhouse=args.wheelhouse, locked=locked, compile_bytecode=args.compile_bytecode,
     )
     result = provision(spec, opts)
     if args.json:
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             "skipped": result.skipped, "warnings": result.warnings, "seconds": round(result.seconds, 3),
             "guard_seconds": [round(s, 4) for s in result.guard_seconds],
             "full_check": result.full_check, "receipt": str(result.receipt) if result.receipt else None,
+            "timings": result.timings,
         })
         return 0
     if not result.ran:
