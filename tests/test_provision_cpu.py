@@ -42,6 +42,14 @@ def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str]) -
     result = json.loads(out.stdout)
     assert result["ran"] == ["bootstrap", "torch", "fla", "torch-users", "rest"]
     assert result["full_check"]["version"] == "2.13.0+cpu"
+    # where the time went, and the receipt (its host facts and inventory gathered on threads)
+    assert set(result["timings"]) == {"prepare", "venv", "steps", "import_check", "receipt"}
+    assert abs(sum(result["timings"].values()) - result["seconds"]) < 1.0
+    receipt = json.loads(Path(result["receipt"]).read_text())
+    assert receipt["payload"]["timings"]["steps"] == result["timings"]["steps"]
+    inventory = {d["name"]: d["version"] for d in receipt["software"]["distributions"]}
+    assert inventory["torch"] == "2.13.0+cpu" and "torchmetrics" in inventory
+    assert receipt["hardware"]["cpu_count"] == os.cpu_count()
     # layout and links
     assert os.readlink(home / "venv") == str(root / "venv")
     assert os.readlink(home / "data") == str(root / "data")
