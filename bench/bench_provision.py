@@ -17,7 +17,7 @@ round so a noisy neighbour hits them all alike):
 - ``synth``: a generated stack (a stand-in ``torch`` wheel as the baseline, N tiny wheels in four
   steps, one large wheel of incompressible bytes) at several N, so the growth of provision
   and guard time with package count and size shows.
-- prefetch: the bare uv/pip sequences again, with ``bench/prefetch.py`` warming step k+1's
+- prefetch: the bare uv/pip sequences again, with ``envbuild/prefetch.py`` warming step k+1's
   cache while step k installs, cold.
 
 Nothing here is a test; figures vary with the machine. See bench/README.md.
@@ -51,7 +51,7 @@ from envbuild.plan import Backend, PlanOptions, installer_argv, make_plan  # noq
 from envbuild.spec import StackSpec, load_spec, resolve_spec  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from prefetch import Prefetcher  # noqa: E402  (bench/prefetch.py: an experiment, not used by provision)
+from envbuild.prefetch import Prefetcher  # noqa: E402
 
 CACHE = REPO / ".cache" / "bench"
 VARIANTS = ("envbuild-uv", "envbuild-pip", "bare-uv", "bare-pip")
@@ -462,7 +462,9 @@ class Runner:
         if variant == "bare-uv+compile":
             return self.bare(variant, "uv", extra_env={"UV_COMPILE_BYTECODE": "1"})
         if variant == "envbuild-uv+prefetch":
-            return self.envbuild(variant, "uv", extra_env={"ENVBUILD_PREFETCH": "1"})
+            return self.envbuild(variant, "uv", extra_args=("--prefetch", "yes"))
+        if variant == "envbuild-uv-noprefetch":
+            return self.envbuild(variant, "uv", extra_args=("--prefetch", "no"))
         raise ValueError(variant)
 
 

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from envbuild import abi, events, layout
+from envbuild import abi, events, layout, prefetch
 from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
 from envbuild.install import (
     Interpreter,
     create_venv,
     find_interpreter,
+    find_uv,
     pick_backend,
     pip_config_sources,
     probe_python,
@@ -57,6 +58,7 @@ class ProvisionOptions:
     wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
     locked: Mapping[str, Path] = field(default_factory=dict)
     compile_bytecode: str = "auto"  # uv backend: "yes", "no", "auto" (yes on hosts with COMPILE_MIN_CPUS cores)
+    prefetch: str = "auto"  # "yes", "no", "auto" (yes when a later step reads a remote index)
 
 
 # uv writes no .pyc files unless asked; then the first `import torch` of every process compiles
@@ -227,18 +229,33 @@ def _or_none(future: Future[T]) -> T | None:
 
 def _run_steps(spec: StackSpec, opts: ProvisionOptions, plan: Plan, manifest: Manifest, paths: layout.Paths,
                python: Path, site: Path, env: dict[str, str], result: ProvisionResult, lock_fd: int) -> None:
-    for planned in plan.steps:
-        state = manifest.state(planned.name)
-        if opts.only_step and planned.name != opts.only_step:
-            if planned.number < plan.step(opts.only_step).number and state.status != "ok":
-                raise PreflightError(
-                    f"--step {opts.only_step}: the earlier step {planned.name!r} has not run ({state.status}); "
-                    "run the steps in order (or provision without --step)")
-            continue
-        if state.status == "ok":
-            result.skipped.append(planned.name)
-            continue
-        _run_one(spec, opts, planned, manifest, paths, python, site, env, result, lock_fd)
+    todo = [s for s in plan.steps if manifest.state(s.name).status != "ok"]
+    prefetcher = None
+    if opts.only_step is None and prefetch.wanted(opts.prefetch, todo):
+        # the next step's exact pins download into the same cache while this step installs
+        prefetcher = prefetch.Prefetcher(backend=plan.options.backend, python=python, uv=find_uv(),
+                                         scratch_root=paths.cache / "prefetch", logs=paths.logs, env=env)
+    try:
+        for planned in plan.steps:
+            state = manifest.state(planned.name)
+            if opts.only_step and planned.name != opts.only_step:
+                if planned.number < plan.step(opts.only_step).number and state.status != "ok":
+                    raise PreflightError(
+                        f"--step {opts.only_step}: the earlier step {planned.name!r} has not run ({state.status}); "
+                        "run the steps in order (or provision without --step)")
+                continue
+            if state.status == "ok":
+                result.skipped.append(planned.name)
+                continue
+            if prefetcher is not None:
+                prefetcher.wait(planned.name)  # never race the real install of the same step
+                later = todo[todo.index(planned) + 1:] if planned in todo else []
+                if later and prefetcher.start(later[0]) is not None:
+                    events.emit("debug", f"prefetching step {later[0].name} while {planned.name} installs")
+            _run_one(spec, opts, planned, manifest, paths, python, site, env, result, lock_fd)
+    finally:
+        if prefetcher is not None:
+            prefetcher.close()
 
 
 def _check_data_root(spec: StackSpec, paths: layout.Paths) -> None:

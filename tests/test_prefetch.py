@@ -1,18 +1,19 @@
-"""Prefetch: which requirements are exact, the commands, and a real background pip download."""
+"""Prefetch: which requirements are exact, the commands, the policy, a real background download,
+and provision with it on, against the test index (real pip and uv)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.fixtures import EnvbuildResult, Venv
 
+from envbuild import prefetch
 from envbuild.plan import PlanOptions, make_plan
+from envbuild.prefetch import Prefetcher, exact_pins, prefetch_argv, remote_sources, wanted
 from envbuild.spec import parse_spec
-
-# The prefetcher is a benchmark experiment (it showed no gain, so provision does not use it).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from prefetch import Prefetcher, enabled, exact_pins, prefetch_argv  # noqa: E402
 
 
 def _spec(tmp_path: Path, packages: list[str], **step: object) -> object:
@@ -52,9 +53,16 @@ def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
     assert prefetch_argv(su, backend="uv", python=Path("p"), uv=None, scratch=tmp_path) is None
 
 
-def test_enabled_env_override() -> None:
-    assert enabled("uv", {"ENVBUILD_PREFETCH": "1"}) is True
-    assert enabled("uv", {"ENVBUILD_PREFETCH": "off"}) is False
+def test_auto_prefetches_only_for_remote_sources(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, ["a==1.0"])
+    local = make_plan(spec, PlanOptions(backend="uv", wheelhouse=str(tmp_path / "wh"))).steps  # type: ignore[arg-type]
+    loopback = make_plan(spec, PlanOptions(backend="uv", wheelhouse="http://127.0.0.1:8080/flat/")).steps  # type: ignore[arg-type]
+    remote = make_plan(spec, PlanOptions(backend="uv", wheelhouse="https://mirror.example.org/flat/")).steps  # type: ignore[arg-type]
+    assert remote_sources(remote[1]) == ["https://mirror.example.org/flat/"]
+    assert remote_sources(loopback[1]) == [] and remote_sources(local[1]) == []
+    assert wanted("auto", remote) and not wanted("auto", loopback) and not wanted("auto", local)
+    assert not wanted("auto", remote[:1])  # nothing after the first step to run: nothing to overlap
+    assert wanted("yes", local) and not wanted("no", remote)
 
 
 def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Path) -> None:
@@ -83,8 +91,6 @@ def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Pa
 def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    import prefetch
-
     spec = _spec(tmp_path, ["tiny==1.0"])
     step = make_plan(spec, PlanOptions(backend="pip")).steps[1]  # type: ignore[arg-type]
     monkeypatch.setattr(prefetch, "prefetch_argv",
@@ -101,3 +107,23 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     pre.close()
     assert job.done.is_set() and time.monotonic() - t < 10
     assert job.returncode is not None and job.returncode != 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["uv", "pip"])
+def test_provision_with_prefetch(write_stack: Callable[..., Path], provision: Callable[..., EnvbuildResult],
+                                 provisioned_venv: Venv, tmp_path: Path, backend: str) -> None:
+    stack = write_stack([
+        {"name": "helpers", "packages": ["einops-like==0.8.1"]},
+        {"name": "more", "packages": ["fla-core-like==0.4.2"], "no_deps": True},
+    ])
+    result = provision(stack, "--backend", backend, "--prefetch", "yes")
+    assert result.rc == 0, result.stderr
+    dists = provisioned_venv.dists()
+    assert dists["einops-like"].version == "0.8.1" and dists["fla-core-like"].version == "0.4.2"
+    logs = tmp_path / "data" / "logs"
+    # each later step was fetched in the background while the one before it installed
+    for name in ("02-helpers", "03-more"):
+        text = (logs / f"{name}.prefetch.log").read_text()
+        assert "prefetch exit status 0" in text, text
+    assert not any((tmp_path / "data" / "cache" / "prefetch").glob("*/*"))  # scratch copies removed

@@ -32,6 +32,9 @@ def register(sub: Any) -> None:
     p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock and resolve from the spec")
     p.add_argument("--compile-bytecode", choices=("auto", "yes", "no"), default="auto",
                    help="uv backend: write .pyc files at install (auto: on hosts with 8 or more cores)")
+    p.add_argument("--prefetch", choices=("auto", "yes", "no"), default="auto",
+                   help="download the next step's exact pins while a step installs "
+                   "(auto: when a later step reads a remote index)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
         force_links=args.force_links, strict=args.strict, only_step=args.step,
         wheelhouse=args.wheelhouse, locked=locked, compile_bytecode=args.compile_bytecode,
+        prefetch=args.prefetch,
     )
     result = provision(spec, opts)
     if args.json:

@@ -21,14 +21,11 @@ manifest) are untouched, the scratch target is deleted, and a failed or cancelle
 means the real step downloads the file itself (and reports any error). Because the caches live
 on the data root, nothing is downloaded twice across steps or across re-runs either way.
 
-Whether prefetching pays depends on where the time goes: with a slow network it hides a later
+Whether prefetching pays depends on where the time goes: with a remote index it hides a later
 step's download behind the current install; from a local wheelhouse it only moves unpacking
-earlier, onto the same cores. ``bench/bench_provision.py`` measures it (bench/README.md): on the
-cpu profile it made no difference beyond noise, from a local wheelhouse or one throttled to
-40 MB/s (the big artifact, torch, is step 2, and step 1 is too short to hide it), so
-``provision`` does not call it: ``ENABLED_BY_DEFAULT`` is off for both backends. ``enabled()``
-(with ``ENVBUILD_PREFETCH=0|1``) is the switch a provision hook would read; the hook is a
-``Prefetcher`` around the step loop: ``wait(step)`` then ``start(next step)`` before each step.
+earlier, onto the same cores (measured in bench/README.md: no gain there). So ``provision
+--prefetch auto`` (the default) prefetches only when a step that still has to run fetches from a
+remote index (an http(s) source that is not this host); ``yes`` and ``no`` force it.
 """
 
 from __future__ import annotations
@@ -44,15 +41,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.plan import Backend, PlannedStep
 
-__all__ = ["ENABLED_BY_DEFAULT", "PrefetchJob", "Prefetcher", "enabled", "exact_pins", "prefetch_argv"]
+__all__ = ["PrefetchJob", "Prefetcher", "exact_pins", "prefetch_argv", "remote_sources", "wanted"]
 
-# Set from bench/bench_provision.py's measurements (see bench/README.md).
-ENABLED_BY_DEFAULT: Mapping[str, bool] = {"uv": False, "pip": False}
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 # Options that say where packages come from; copied from the step so the prefetch fetches the
 # very URLs the real install will (the caches are keyed by URL).
@@ -61,14 +58,22 @@ _SOURCE_FLAGS = ("--no-index", "--pre")
 _EXACT = re.compile(r"^===?[^*,<>!~=]+$")
 
 
-def enabled(backend: Backend, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether provision prefetches: ``ENVBUILD_PREFETCH=1|0`` or the measured default."""
-    value = (environ if environ is not None else os.environ).get("ENVBUILD_PREFETCH", "").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    return ENABLED_BY_DEFAULT.get(backend, False)
+def remote_sources(planned: PlannedStep) -> list[str]:
+    """The step's package sources that are on another host (http(s), not localhost)."""
+    out = []
+    for flag_value in _source_args(planned.args):
+        if flag_value.startswith(("http://", "https://")):
+            host = urlsplit(flag_value).hostname or ""
+            if host not in _LOCAL_HOSTS:
+                out.append(flag_value)
+    return out
+
+
+def wanted(option: str, steps: Sequence[PlannedStep]) -> bool:
+    """``--prefetch``: ``yes``/``no``; ``auto``: when a step still to run (not the first) reads a remote index."""
+    if option in ("yes", "no"):
+        return option == "yes"
+    return any(remote_sources(s) for s in steps[1:])
 
 
 def exact_pins(planned: PlannedStep) -> list[str]:
@@ -155,7 +160,7 @@ class Prefetcher:
         self.uv = uv
         self.scratch_root = scratch_root
         self.logs = logs
-        self.env = dict(env)
+        self.env = {k: v for k, v in env.items() if k != "UV_COMPILE_BYTECODE"}  # the scratch copy is thrown away
         self.jobs: dict[str, PrefetchJob] = {}
         self._lock = threading.Lock()
         self._closed = False
