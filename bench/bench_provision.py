@@ -332,6 +332,40 @@ def synth_stack(n: int, big_mb: int, python: str, folder: Path, seeds: Path) -> 
     return stack
 
 
+def prefetch_stack(cpu: StackSpec, cpu_wheels: Path, big_mb: int, folder: Path) -> Path:
+    """The cpu profile with a ``big_mb`` MB exact-pinned wheel in a step right after torch: the shape
+    of the real stacks, whose prebuilt CUDA wheels (flash-attn, mamba-ssm, ...) follow the torch step."""
+    from wheel.wheelfile import WheelFile
+
+    wheels, stack, stamp = folder / "wheels", folder / "stack.toml", folder / ".complete"
+    key = f"{cpu.digest}/{big_mb}/v1"
+    if stamp.exists() and stamp.read_text() == key:
+        return stack
+    rm(folder)
+    wheels.mkdir(parents=True)
+    for whl in cpu_wheels.glob("*.whl"):
+        os.link(whl, wheels / whl.name)
+    import zipfile
+
+    info = {"date_time": (1980, 1, 2, 0, 0, 0)}
+    with WheelFile(wheels / "prebuilt_kernels-1.0-py3-none-any.whl", "w") as wf:
+        for rel, data in {"prebuilt_kernels/__init__.py": b"", "prebuilt_kernels/kernels.bin": os.urandom(big_mb << 20),
+                          "prebuilt_kernels-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: prebuilt-kernels\nVersion: 1.0\n\n",
+                          "prebuilt_kernels-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuild-bench\n"
+                                                                  b"Root-Is-Purelib: true\nTag: py3-none-any\n"}.items():
+            zi = zipfile.ZipInfo(rel, **info)  # type: ignore[arg-type]
+            zi.compress_type = zipfile.ZIP_STORED
+            wf.writestr(zi, data)
+    text = cpu.path.read_text()
+    marker = '[[step]]\nname = "fla"'
+    assert marker in text, "the cpu profile's fla step moved"
+    text = text.replace(marker, '[[step]]\nname = "prebuilt"\npackages = ["prebuilt-kernels==1.0"]\nno_deps = true\n\n' + marker)
+    text = text.replace('name = "cpu"', 'name = "cpu-prebuilt"', 1)
+    stack.write_text(text)
+    stamp.write_text(key)
+    return stack
+
+
 def seed_wheels(src: Path, dest: Path, python: str) -> Path:
     """pip, setuptools and wheel wheels (for ``uv venv --seed``), from the cpu wheelhouse or downloaded."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -622,6 +656,11 @@ def report(results: Mapping[str, Any]) -> None:
               f"{g['import_s']:.2f} s")
         if "prefetch" in c:
             print_table(f"prefetch (bare sequences, cold, best of {max(2, rounds)})", c["prefetch"])
+    if "prefetch_stack" in results:
+        ps = results["prefetch_stack"]
+        print_table(f"cpu profile + one {ps['big_mb']} MB prebuilt wheel after torch (cold, best of {rounds})",
+                    ps["summary"])
+        print_phases(ps["raw"])
     if "synth" in results:
         big = cfg.get("big_mb", "?")
         print(f"\nsynthetic stacks (stand-in torch + N tiny wheels in 4 steps + one {big} MB wheel)")
@@ -650,7 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run: small synthetic stack only, one round (< 2 min)")
     ap.add_argument("--rounds", type=int, default=None, help="cold rounds (default 1)")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
-    ap.add_argument("--stacks", default=None, help="comma list of cpu,synth (default: both; --quick: synth)")
+    ap.add_argument("--stacks", default=None, help="comma list of cpu,synth,prefetch (default: cpu,synth; --quick: synth)")
     ap.add_argument("--profile", default="cpu", help="the real stack to bench (default: cpu)")
     ap.add_argument("--stack", type=Path, default=None,
                     help="bench this stack spec instead of --profile, from --wheelhouse (resolved from the spec)")
@@ -728,6 +767,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     synth_ver = subprocess.run([synth_py, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                                capture_output=True, text=True).stdout.strip()
     synth_specs: dict[int, Path] = {}
+    prefetch_spec = None
+    if "prefetch" in stacks:
+        base = resolve_spec(args.profile, None, clean_env())
+        if "cpu" not in stacks:
+            download_cpu_wheelhouse(base, locked_for(base)[0], CACHE / "wheelhouse")
+        pstack = prefetch_stack(base, CACHE / "wheelhouse", big_mb, CACHE / f"prefetch-{big_mb}mb")
+        prefetch_spec = load_spec(pstack, clean_env())
+        write_index(pstack.parent / "wheels", www, "prefetch")
     if "synth" in stacks:
         seeds = seed_wheels(args.seeds or CACHE / "wheelhouse", CACHE / f"seeds-{synth_ver}", synth_ver)
         for n in sizes:
@@ -756,6 +803,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log("prefetch: bare sequences with and without prefetch, cold")
                 pr = compare(runner, pre_variants, warm_rounds=0, rerun_rounds=0, cold_rounds=max(2, rounds))
                 results["cpu"]["prefetch"] = summarize(pr)
+        if prefetch_spec is not None:
+            log(f"prefetch stack: the cpu profile + one {big_mb} MB prebuilt wheel after torch")
+            py = args.python or f"python{prefetch_spec.python}"
+            runner = Runner(prefetch_spec.path, prefetch_spec, f"{base_url}/prefetch/flat/", shutil.which(py) or py,
+                            work / "prefetch", ["--no-lock"], {})
+            pv = tuple(args.variants.split(",")) if args.variants else ("envbuild-uv+prefetch", "envbuild-uv-noprefetch")
+            raw = compare(runner, pv, warm_rounds=0, rerun_rounds=0, cold_rounds=rounds)
+            results["prefetch_stack"] = {"raw": raw, "summary": summarize(raw), "big_mb": big_mb}
         for n, stack in synth_specs.items():
             spec = load_spec(stack, clean_env())
             log(f"synthetic stack: {n} tiny wheels + one {big_mb} MB wheel")
