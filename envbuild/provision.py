@@ -193,7 +193,8 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
         manifest.marker_env = probed.marker_env
     site = abi.site_packages(paths.venv)
     env = _install_env(paths)
-    if compiles_bytecode(opts.compile_bytecode, backend):
+    adopted_env = opts.venv is not None  # `auto` compiles nothing in an environment that is not ours
+    if compiles_bytecode(opts.compile_bytecode, backend) and not (adopted_env and opts.compile_bytecode == "auto"):
         env["UV_COMPILE_BYTECODE"] = "1"
     elif backend == "uv" and opts.compile_bytecode == "no":
         env.pop("UV_COMPILE_BYTECODE", None)
