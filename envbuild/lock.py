@@ -57,7 +57,10 @@ Consumers: ``provision`` (through ``locked_requirements``), ``check-lock``, ``en
 mirror, which reads name, version, sha256 and URL of every artifact from ``lock.json``.
 
 A git requirement is locked to a commit (``name @ git+URL@<sha>``); pip cannot hash a VCS
-checkout, so that line carries no ``--hash`` and the step installs without ``--require-hashes``.
+checkout, so that line carries no ``--hash``. pip's hash-checking mode refuses a file that mixes
+the two, so the pip backend installs such a file in runs of one kind, in the step's package order
+(``install.pip_runs``): the hashed runs under ``--require-hashes``, the commit-pinned ones without,
+``--no-deps``. uv's ``--verify-hashes`` checks the hashes present and takes the file whole.
 """
 
 from __future__ import annotations
