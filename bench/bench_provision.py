@@ -26,7 +26,6 @@ Nothing here is a test; figures vary with the machine. See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import html
 import http.server
 import json
@@ -46,7 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from envbuild import abi  # noqa: E402
-from envbuild.install import find_uv, run_python_json  # noqa: E402
+from envbuild._io import sha256_file  # noqa: E402
+from envbuild.install import find_uv, probe_python  # noqa: E402
 from envbuild.plan import Backend, PlanOptions, installer_argv, make_plan  # noqa: E402
 from envbuild.spec import StackSpec, load_spec, resolve_spec  # noqa: E402
 
@@ -109,14 +109,6 @@ def best(xs: Iterable[float]) -> float | None:
     """Best of N: on a shared machine noise only ever adds time, so the minimum is the estimate."""
     xs = list(xs)
     return min(xs) if xs else None
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- HTTP wheelhouse
@@ -539,7 +531,9 @@ def compare(runner: Runner, variants: Sequence[str], *, warm_rounds: int, rerun_
 def guard_vs_import(venv: Path, spec: StackSpec, repeats: int) -> dict[str, Any]:
     """The metadata guard (uncached and cached scans) and a full ``import torch``, on one venv."""
     site = abi.site_packages(venv)
-    mk = {k: str(v) for k, v in run_python_json(venv / "bin" / "python", abi.MARKER_ENV_SCRIPT).items()}
+    probed = probe_python(venv / "bin" / "python")
+    assert probed is not None, f"{venv}/bin/python does not run"
+    mk = probed.marker_env
     base = abi.take_baseline(spec.abi, site, mk)
     cold, warm = [], []
     for _ in range(repeats):

@@ -465,7 +465,7 @@ def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Finding]
 
 # PEP 508 marker variables of the *target* interpreter (packaging's default_environment,
 # without needing packaging inside the venv). MARKER_ENV_CODE defines `marker_env()`; the
-# interpreter probe in install.py reuses it so that one subprocess answers everything.
+# interpreter probe in install.py runs it, so that one subprocess answers everything.
 MARKER_ENV_CODE = """
 import json, os, platform, sys
 def fmt(info):
@@ -488,4 +488,3 @@ def marker_env():
         "sys_platform": sys.platform,
     }
 """
-MARKER_ENV_SCRIPT = MARKER_ENV_CODE + "print(json.dumps(marker_env()))\n"

@@ -40,6 +40,8 @@ COMMAND_MODULES = (
 def _command_in(argv: Sequence[str]) -> str | None:
     """The module of the subcommand ``argv`` names, if it names one (flags before it allowed)."""
     for arg in argv:
+        if arg in ("-h", "--help"):
+            return None  # top-level help lists every command
         if arg.startswith("-"):
             continue
         module = arg.replace("-", "_")

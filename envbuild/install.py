@@ -7,6 +7,7 @@ conflict on a protected package, hash mismatch, disk full, network) into one cle
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -17,6 +18,9 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from envbuild import abi, events
 from envbuild.errors import ABIViolation, InstallError, PreflightError
@@ -212,8 +216,8 @@ def pip_runs(planned: PlannedStep, folder: Path) -> list[tuple[Path, bool]] | No
         return None
     position: dict[str, int] = {}
     for i, raw in enumerate(planned.requirements):
-        name = re.split(r"[\s\[<>=!~;@(]", raw.strip(), maxsplit=1)[0]
-        position.setdefault(re.sub(r"[-_.]+", "-", name).lower(), i)
+        with contextlib.suppress(InvalidRequirement):
+            position.setdefault(canonicalize_name(Requirement(raw).name), i)
     reqs.sort(key=lambda r: position.get(r.name, len(position)))  # stable: dependencies keep the lock's order
     runs: list[list[LockedReq]] = []
     for r in reqs:

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from envbuild import abi, events, layout, prefetch
 from envbuild._io import atomic_write_text
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from envbuild.receipt import HostSnapshot
 
 T = TypeVar("T")
+Choice = Literal["auto", "yes", "no"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,8 +58,8 @@ class ProvisionOptions:
     only_step: str | None = None
     wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
     locked: Mapping[str, Path] = field(default_factory=dict)
-    compile_bytecode: str = "auto"  # uv backend: "yes", "no", "auto" (yes on hosts with COMPILE_MIN_CPUS cores)
-    prefetch: str = "auto"  # "yes", "no", "auto" (yes when a later step reads a remote index)
+    compile_bytecode: Choice = "auto"  # uv backend; auto: yes on hosts with COMPILE_MIN_CPUS cores
+    prefetch: Choice = "auto"  # auto: yes when a later step reads a remote index
 
 
 # uv writes no .pyc files unless asked; then the first `import torch` of every process compiles
@@ -69,11 +70,16 @@ class ProvisionOptions:
 COMPILE_MIN_CPUS = 8
 
 
-def compiles_bytecode(option: str, backend: str, cpus: int | None = None) -> bool:
-    """Whether the uv steps pass ``--compile-bytecode`` (pip always compiles, unless told not to)."""
+def compiles_bytecode(option: Choice, backend: str, *, adopted: bool = False, cpus: int | None = None) -> bool:
+    """Whether the uv steps pass ``--compile-bytecode`` (pip always compiles, unless told not to).
+
+    ``auto`` never compiles in an environment adopted with ``--venv``: it is not ours to change.
+    """
     if backend != "uv" or option == "no":
         return False
-    return option == "yes" or (cpus if cpus is not None else os.cpu_count() or 1) >= COMPILE_MIN_CPUS
+    if option == "yes":
+        return True
+    return not adopted and (cpus if cpus is not None else os.cpu_count() or 1) >= COMPILE_MIN_CPUS
 
 
 @dataclass
@@ -133,7 +139,8 @@ class _Laps:
     """Wall time per phase, for the result and the receipt: where a provision's time went."""
 
     def __init__(self, t0: float) -> None:
-        self.mark, self.seconds = t0, {}  # type: float, dict[str, float]
+        self.mark = t0
+        self.seconds: dict[str, float] = {}
 
     def lap(self, phase: str) -> None:
         t = time.monotonic()
@@ -193,8 +200,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
         manifest.marker_env = probed.marker_env
     site = abi.site_packages(paths.venv)
     env = _install_env(paths)
-    adopted_env = opts.venv is not None  # `auto` compiles nothing in an environment that is not ours
-    if compiles_bytecode(opts.compile_bytecode, backend) and not (adopted_env and opts.compile_bytecode == "auto"):
+    if compiles_bytecode(opts.compile_bytecode, backend, adopted=opts.venv is not None):
         env["UV_COMPILE_BYTECODE"] = "1"
     elif backend == "uv" and opts.compile_bytecode == "no":
         env.pop("UV_COMPILE_BYTECODE", None)

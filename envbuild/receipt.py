@@ -111,14 +111,17 @@ class HostSnapshot:
     provenance: Provenance
 
 
-def snapshot_host(spec: StackSpec | None = None, environ: Mapping[str, str] | None = None) -> HostSnapshot:
+def snapshot_host(spec: StackSpec | None = None, environ: Mapping[str, str] | None = None,
+                  provenance: Provenance | None = None) -> HostSnapshot:
     """``nvidia-smi`` (twice: query and topology), compilers, git: up to a second on a GPU host, and
-    independent of what is installed, so a command can take it on a thread while it works."""
+    independent of what is installed, so a command can take it on a thread while it works.
+    ``provenance``, when the caller captured it already, is kept."""
     from envbuild.preflight import gpu_inventory
 
     env = os.environ if environ is None else environ
     gpus = gpu_inventory()
-    prov = capture(gpu_names=[g["name"] for g in gpus["gpus"]], profile=spec.name if spec else None, environ=env)
+    prov = provenance or capture(gpu_names=[g["name"] for g in gpus["gpus"]],
+                                 profile=spec.name if spec else None, environ=env)
     return HostSnapshot(gpus=gpus, provenance=prov)
 
 
@@ -142,14 +145,8 @@ def write_receipt(
     ``inventory``, when the caller already has it.
     """
     env = os.environ if environ is None else environ
-    if host is None:
-        from envbuild.preflight import gpu_inventory
-
-        gpus = gpu_inventory()
-        prov = provenance or capture(gpu_names=[g["name"] for g in gpus["gpus"]],
-                                     profile=spec.name if spec else None, environ=env)
-    else:
-        gpus, prov = host.gpus, provenance or host.provenance
+    snap = host or snapshot_host(spec, env, provenance)
+    gpus, prov = snap.gpus, provenance or snap.provenance
     names = dict(prov.names)
     if payload.get("launch_regime") and not env.get("ENVBUILD_LAUNCH_REGIME"):
         names["launch_regime"] = str(payload["launch_regime"])

@@ -23,6 +23,8 @@ def test_auto_compiles_on_many_cores_only_and_never_for_pip() -> None:
     assert compiles_bytecode("yes", "uv", cpus=2)
     assert not compiles_bytecode("no", "uv", cpus=128)
     assert not compiles_bytecode("yes", "pip", cpus=128)  # pip compiles by itself
+    assert not compiles_bytecode("auto", "uv", adopted=True, cpus=128)  # not our environment
+    assert compiles_bytecode("yes", "uv", adopted=True, cpus=2)  # unless asked
 
 
 @pytest.mark.parametrize(("choice", "compiled"), [("yes", True), ("no", False)])

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from envbuild.errors import ExitCode
 
 
@@ -20,11 +22,20 @@ def test_unwritable_output_folder_is_exit_3_without_traceback(tmp_path: Path) ->
     assert blocker.read_text() == ""
 
 
-def test_help_lists_every_command_and_the_exit_codes() -> None:
-    out = subprocess.run([sys.executable, "-m", "envbuild", "--help"], capture_output=True, text=True)
+@pytest.mark.parametrize("argv", [["--help"], ["-v", "--help", "provision"]])
+def test_help_lists_every_command_and_the_exit_codes(argv: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-m", "envbuild", *argv], capture_output=True, text=True)
     assert out.returncode == 0
     for command in ("plan", "provision", "verify", "lock", "check-lock", "wheelhouse", "preflight",
                     "smoke", "dist-step", "receipt", "docker"):
         assert command in out.stdout
     for code in ExitCode:
         assert f"  {int(code):>3}  " in out.stdout
+
+
+def test_a_subcommand_parses_alone_and_an_unknown_one_is_a_usage_error() -> None:
+    # only the named command's module is imported; its own options and help still work
+    out = subprocess.run([sys.executable, "-m", "envbuild", "-v", "provision", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--compile-bytecode" in out.stdout and "--prefetch" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "envbuild", "provison"], capture_output=True, text=True)
+    assert out.returncode == 2 and "invalid choice: 'provison'" in out.stderr and "Traceback" not in out.stderr
