@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from envbuild.checklock import CheckOptions, check_lock
-from envbuild.lock import MANIFEST
+from envbuild.lock.check import CheckOptions, check_lock
+from envbuild.lock.model import MANIFEST
 from envbuild.spec import available_profiles, load_spec, profile_path
 
 

@@ -17,7 +17,7 @@ round so a noisy neighbour hits them all alike):
 - ``synth``: a generated stack (a stand-in ``torch`` wheel as the baseline, N tiny wheels in four
   steps, one large wheel of incompressible bytes) at several N, so the growth of provision
   and guard time with package count and size shows.
-- prefetch: the bare uv/pip sequences again, with ``envbuild/prefetch.py`` warming step k+1's
+- prefetch: the bare uv/pip sequences again, with ``envbuild/provision/prefetch.py`` warming step k+1's
   cache while step k installs, cold.
 
 Nothing here is a test; figures vary with the machine. See bench/README.md.
@@ -46,12 +46,12 @@ sys.path.insert(0, str(REPO))
 
 from envbuild import abi  # noqa: E402
 from envbuild._io import sha256_file  # noqa: E402
-from envbuild.install import find_uv, probe_python  # noqa: E402
+from envbuild.installer.core import find_uv, probe_python  # noqa: E402
 from envbuild.plan import Backend, PlanOptions, installer_argv, make_plan  # noqa: E402
 from envbuild.spec import StackSpec, load_spec, resolve_spec  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from envbuild.prefetch import Prefetcher  # noqa: E402
+from envbuild.provision.prefetch import Prefetcher  # noqa: E402
 
 CACHE = REPO / ".cache" / "bench"
 VARIANTS = ("envbuild-uv", "envbuild-pip", "bare-uv", "bare-pip")
@@ -228,7 +228,7 @@ def serve_forever(www: Path, port: int, rate_mb: float = 0.0) -> None:
 def locked_for(spec: StackSpec) -> tuple[dict[str, Path], list[str]]:
     """The lock provision would use, and the CLI flag that makes it use exactly that."""
     try:
-        from envbuild.lock import locked_requirements
+        from envbuild.lock.model import locked_requirements
     except ImportError:
         return {}, []
     try:

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from envbuild.wheelhouse_build import BuildOptions, build, probe_target
-from envbuild.wheelhouse_spec import load_wheel_spec
+from envbuild.wheelhouse.build import BuildOptions, build, probe_target
+from envbuild.wheelhouse.spec import load_wheel_spec
 
 REPO = Path(__file__).resolve().parents[1]
 

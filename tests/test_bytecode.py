@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.fixtures import EnvbuildResult, Venv
 
-from envbuild.provision import COMPILE_MIN_CPUS, compiles_bytecode
+from envbuild.provision.core import COMPILE_MIN_CPUS, compiles_bytecode
 
 pytestmark = pytest.mark.slow
 

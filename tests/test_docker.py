@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from support.fixtures import run_cli
 
-from envbuild.docker import DockerOptions, render
+from envbuild.images.docker import DockerOptions, render
 from envbuild.spec import profile_path, resolve_spec
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from support.fixtures import run_cli
 
-from envbuild.docker import DockerOptions, render, slice_spec
 from envbuild.errors import LockError
-from envbuild.lock import (
+from envbuild.images.docker import DockerOptions, render, slice_spec
+from envbuild.lock.model import (
     locked_requirements,
     prefix_manifest,
     read_manifest,

@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 from support.fixtures import EnvbuildResult, Venv
 
-from envbuild import prefetch
 from envbuild.plan import PlanOptions, make_plan
-from envbuild.prefetch import Prefetcher, exact_pins, prefetch_argv, remote_sources, wanted
+from envbuild.provision import prefetch
+from envbuild.provision.prefetch import (
+    Prefetcher,
+    exact_pins,
+    prefetch_argv,
+    remote_sources,
+    wanted,
+)
 from envbuild.spec import parse_spec
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.cli import main
-from envbuild.layout import paths_for, write_overlay
-from envbuild.preflight import (
+from envbuild.host.preflight import (
     HostFacts,
     check_env,
     check_topology,
@@ -23,6 +22,7 @@ from envbuild.preflight import (
     parse_topo,
     run_preflight,
 )
+from envbuild.layout import paths_for, write_overlay
 from envbuild.spec import Host, resolve_spec
 
 DATA = Path(__file__).parent / "data"

@@ -11,8 +11,8 @@ import pytest
 
 from envbuild.cli import main
 from envbuild.layout import Paths
-from envbuild.provenance import capture, machine_class
-from envbuild.receipt import diff_receipts, load_receipt, write_receipt
+from envbuild.proof.provenance import capture, machine_class
+from envbuild.proof.receipt import diff_receipts, load_receipt, write_receipt
 from envbuild.spec import resolve_spec
 
 

@@ -61,6 +61,6 @@ def test_smoke_missing_venv_and_torchless_python(tmp_path: Path, capsys: pytest.
 
 def test_checks_script_is_standalone() -> None:
     """The script runs inside the target venv: it must not import envbuild."""
-    text = (Path(__file__).parents[1] / "envbuild" / "smoke" / "checks.py").read_text()
+    text = (Path(__file__).parents[1] / "envbuild" / "proof" / "smoke" / "checks.py").read_text()
     assert "import envbuild" not in text and "from envbuild" not in text
     assert os.path.basename(__file__)

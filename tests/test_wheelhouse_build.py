@@ -22,9 +22,9 @@ import pytest
 from envbuild.cli import main
 from envbuild.errors import ConfigError, WheelhouseError
 from envbuild.wheelhouse import local_tag, provenance_mismatch, read_provenance
-from envbuild.wheelhouse_build import BuildOptions, build
-from envbuild.wheelhouse_repack import repack_wheel
-from envbuild.wheelhouse_spec import load_wheel_spec
+from envbuild.wheelhouse.build import BuildOptions, build
+from envbuild.wheelhouse.repack import repack_wheel
+from envbuild.wheelhouse.spec import load_wheel_spec
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = REPO / "tests" / "packages"

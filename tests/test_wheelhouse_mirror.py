@@ -11,10 +11,10 @@ import pytest
 from support.index import IndexServer
 from support.wheels import build_wheel, sha256_of
 
-from envbuild import mirror as m
 from envbuild.cli import main
 from envbuild.errors import WheelhouseError
-from envbuild.wheelhouse_index import write_index
+from envbuild.wheelhouse import mirror as m
+from envbuild.wheelhouse.pages import write_index
 
 
 @pytest.fixture

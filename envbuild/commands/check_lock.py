@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import events
-from envbuild.checklock import CheckOptions, check_lock
 from envbuild.commands import ui
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.lock import MANIFEST
+from envbuild.lock.check import CheckOptions, check_lock
+from envbuild.lock.model import MANIFEST
 from envbuild.spec import StackSpec, available_profiles, load_spec, profile_path, resolve_spec
 
 

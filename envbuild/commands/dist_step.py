@@ -16,9 +16,9 @@ from envbuild.commands.smoke import (
     start_provenance,
     target_env,
 )
-from envbuild.dist.launch import DistOptions, run_dist_step
 from envbuild.errors import ExitCode
-from envbuild.preflight import HostFacts, parse_gpus
+from envbuild.host.preflight import HostFacts, parse_gpus
+from envbuild.proof.diststep.launch import DistOptions, run_dist_step
 
 
 def register(sub: Any) -> None:

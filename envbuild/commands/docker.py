@@ -11,7 +11,8 @@ from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
-from envbuild.docker import (
+from envbuild.errors import ConfigError, LockError
+from envbuild.images.docker import (
     DEFAULT_ROOT,
     DOCKERIGNORE,
     STEP_FILE_GLOBS,
@@ -19,7 +20,6 @@ from envbuild.docker import (
     render,
     stale_files,
 )
-from envbuild.errors import ConfigError, LockError
 
 
 def register(sub: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
-from envbuild.lock_compile import LockOptions, lock_stack
+from envbuild.lock.compile import LockOptions, lock_stack
 
 
 def register(sub: Any) -> None:

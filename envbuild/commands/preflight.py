@@ -8,8 +8,8 @@ from typing import Any
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
 from envbuild.errors import ConfigError, ExitCode
+from envbuild.host.preflight import CHECK_GROUPS, run_preflight
 from envbuild.layout import paths_for
-from envbuild.preflight import CHECK_GROUPS, run_preflight
 
 _MARK = {"pass": "pass", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 

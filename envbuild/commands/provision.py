@@ -11,7 +11,7 @@ from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
 from envbuild.errors import ConfigError
 from envbuild.plan import BACKENDS
-from envbuild.provision import ProvisionOptions, provision
+from envbuild.provision.core import ProvisionOptions, provision
 
 
 def register(sub: Any) -> None:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _locked(spec: Any) -> dict[str, Path]:
     try:
-        from envbuild.lock import locked_requirements
+        from envbuild.lock.model import locked_requirements
     except ImportError:
         return {}
     return locked_requirements(spec)

@@ -8,7 +8,7 @@ from typing import Any
 
 from envbuild.commands import ui
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.receipt import diff_receipts, load_receipt, summary
+from envbuild.proof.receipt import diff_receipts, load_receipt, summary
 
 
 def register(sub: Any) -> None:

@@ -16,7 +16,7 @@ from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
 from envbuild.errors import ExitCode
 from envbuild.layout import Paths, overlay_env, paths_for
-from envbuild.provenance import Provenance, capture
+from envbuild.proof.provenance import Provenance, capture
 from envbuild.spec import StackSpec
 
 _MARK = {"pass": "pass", "fail": "FAIL", "skip": "skip"}
@@ -52,7 +52,7 @@ def save_receipt(args: argparse.Namespace, paths: Paths, kind: str, payload: dic
                  spec: StackSpec, python: Path, provenance: Provenance) -> str | None:
     if args.no_receipt:
         return None
-    from envbuild.receipt import write_receipt
+    from envbuild.proof.receipt import write_receipt
 
     try:
         return str(write_receipt(paths, kind, payload, spec=spec, python=python, provenance=provenance))
@@ -79,7 +79,7 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
 
 
 def register(sub: Any) -> None:
-    from envbuild.smoke import CHECK_NAMES
+    from envbuild.proof.smoke import CHECK_NAMES
 
     p = sub.add_parser("smoke", help="kernel smoke tests in the venv, each against a reference",
                        description="Run kernel smoke tests with the venv's python. Exit 7 when a check fails.")
@@ -92,7 +92,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuild.smoke import run_smoke
+    from envbuild.proof.smoke import run_smoke
 
     spec, paths, python = resolve_target(args)
     prov = start_provenance(spec, "single-process")

@@ -10,8 +10,8 @@ from envbuild import abi, events, layout
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
 from envbuild.errors import ABIViolation, ConfigError
-from envbuild.install import run_python_json
-from envbuild.manifest import Manifest
+from envbuild.installer.core import run_python_json
+from envbuild.provision.state import Manifest
 
 
 def register(sub: Any) -> None:

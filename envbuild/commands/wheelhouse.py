@@ -124,8 +124,8 @@ def _target_python(args: argparse.Namespace) -> Path:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from envbuild.wheelhouse_build import BuildOptions, build, default_cache
-    from envbuild.wheelhouse_spec import find_spec_file, load_wheel_spec
+    from envbuild.wheelhouse.build import BuildOptions, build, default_cache
+    from envbuild.wheelhouse.spec import find_spec_file, load_wheel_spec
 
     specs = [load_wheel_spec(find_spec_file(s)) for s in args.specs]
     overrides: dict[str, str] = {}
@@ -160,10 +160,10 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_mirror(args: argparse.Namespace) -> int:
-    from envbuild import mirror as m
     from envbuild.net import redact
     from envbuild.spec import profile_path
-    from envbuild.wheelhouse_index import write_index
+    from envbuild.wheelhouse import mirror as m
+    from envbuild.wheelhouse.pages import write_index
 
     known: list[m.Artifact] = []
     if args.requirements:
@@ -197,7 +197,7 @@ def run_mirror(args: argparse.Namespace) -> int:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from envbuild.wheelhouse_index import write_index
+    from envbuild.wheelhouse.pages import write_index
 
     result = write_index(args.dir)
     if args.json:

@@ -227,7 +227,7 @@ def find_spec_file(name_or_path: str, specs_dir: Path | None = None) -> Path:
     if p.suffix == ".toml" or p.exists():
         return p
     dirs = [specs_dir] if specs_dir else [Path.cwd() / "wheelhouse_specs",
-                                          Path(__file__).resolve().parent.parent / "wheelhouse_specs"]
+                                          Path(__file__).resolve().parents[2] / "wheelhouse_specs"]
     for d in dirs:
         candidate = d / f"{name_or_path}.toml"
         if candidate.is_file():

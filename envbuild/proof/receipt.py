@@ -24,18 +24,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuild import events, net, runner
+from envbuild import events, net
+from envbuild import run as runner
 from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import ConfigError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
-from envbuild.provenance import Provenance, capture
+from envbuild.proof.provenance import Provenance, capture
 from envbuild.spec import StackSpec
 
 SCHEMA = "envbuild.receipt/1"
 KINDS = ("provision", "smoke", "dist-step", "verify", "preflight")
 _SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY|AUTH)", re.I)
 _ENV_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVIDIA_", "OMP_", "TRITON_", "HF_", "PIP_", "UV_")
-INVENTORY_SCRIPT = Path(__file__).resolve().parent / "smoke" / "inventory.py"
+INVENTORY_SCRIPT = Path(__file__).resolve().parent / "inventory.py"
 
 
 # ----------------------------------------------------------------------------- redaction
@@ -82,7 +83,7 @@ def inventory(python: Path) -> dict[str, Any]:
 
 
 def hardware(gpu_facts: dict[str, Any] | None = None) -> dict[str, Any]:
-    from envbuild.preflight import gpu_inventory
+    from envbuild.host.preflight import gpu_inventory
 
     hw = dict(gpu_facts) if gpu_facts is not None else gpu_inventory()
     hw["cpu_count"] = os.cpu_count()
@@ -116,7 +117,7 @@ def snapshot_host(spec: StackSpec | None = None, environ: Mapping[str, str] | No
     """``nvidia-smi`` (twice: query and topology), compilers, git: up to a second on a GPU host, and
     independent of what is installed, so a command can take it on a thread while it works.
     ``provenance``, when the caller captured it already, is kept."""
-    from envbuild.preflight import gpu_inventory
+    from envbuild.host.preflight import gpu_inventory
 
     env = os.environ if environ is None else environ
     gpus = gpu_inventory()

@@ -36,7 +36,8 @@ from packaging.version import InvalidVersion, Version
 
 from envbuild._io import sha256_file
 from envbuild.errors import ConfigError, LockError
-from envbuild.lock import (
+from envbuild.index import cached_requires
+from envbuild.lock.model import (
     MANIFEST,
     LockedReq,
     LockManifest,
@@ -46,7 +47,6 @@ from envbuild.lock import (
     read_manifest,
     stale_reason,
 )
-from envbuild.lock_meta import cached_requires
 from envbuild.spec import StackSpec
 
 TRITON = "triton"
@@ -148,7 +148,7 @@ def check_lock(spec: StackSpec, opts: CheckOptions | None = None) -> CheckReport
     if opts.offline:
         report.notices.append("dry-run resolution skipped (--offline): only the static rules ran")
     else:
-        from envbuild.checklock_dryrun import dry_run_rules
+        from envbuild.lock.dryrun import dry_run_rules
 
         dry_run_rules(spec, manifest, views, report)
     return _done(report, t0)
@@ -312,8 +312,8 @@ def _requires_for(r: LockedReq, entry: dict[str, Any] | None, fetch: bool, spec:
     got = cached_requires(r.hashes)
     if got is not None or not fetch:
         return got
-    from envbuild.lock_compile import step_sources
-    from envbuild.lock_meta import ArtifactFinder, requires_of
+    from envbuild.index import ArtifactFinder, requires_of
+    from envbuild.lock.compile import step_sources
 
     if view.index >= len(spec.steps):
         return None

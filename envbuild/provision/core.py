@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from envbuild import abi, events, layout, prefetch
+from envbuild import abi, events, layout
 from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
-from envbuild.install import (
+from envbuild.installer.core import (
     Interpreter,
     create_venv,
     find_interpreter,
@@ -34,13 +34,14 @@ from envbuild.install import (
     run_python_json,
     run_step,
 )
-from envbuild.manifest import Manifest, now
 from envbuild.net import is_url, probe
 from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan
+from envbuild.provision import prefetch
+from envbuild.provision.state import Manifest, now
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
-    from envbuild.receipt import HostSnapshot
+    from envbuild.proof.receipt import HostSnapshot
 
 T = TypeVar("T")
 Choice = Literal["auto", "yes", "no"]
@@ -150,7 +151,7 @@ class _Laps:
 
 def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, lock_fd: int, t0: float,
                pool: ThreadPoolExecutor) -> ProvisionResult:
-    from envbuild import receipt as receipts
+    from envbuild.proof import receipt as receipts
 
     # The receipt's host facts (nvidia-smi, compilers, git: up to a second on a GPU host) do not
     # depend on the install: they are gathered on a thread while the work goes on.
@@ -485,7 +486,7 @@ def _final_check(spec: StackSpec, manifest: Manifest, site: Path, python: Path, 
 
 def _write_receipt(spec: StackSpec, paths: layout.Paths, python: Path, result: ProvisionResult,
                    host: HostSnapshot | None = None, software: dict[str, Any] | None = None) -> Path:
-    from envbuild.receipt import write_receipt
+    from envbuild.proof.receipt import write_receipt
 
     manifest = Manifest.load(paths.manifest)
     payload = {

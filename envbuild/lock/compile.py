@@ -38,8 +38,16 @@ from packaging.version import Version
 from envbuild import __version__, events
 from envbuild._io import atomic_write_json, atomic_write_text, sha256_file
 from envbuild.errors import ConfigError, LockError, PreflightError
-from envbuild.install import find_python, pip_config_sources, python_version_of
-from envbuild.lock import (
+from envbuild.index import (
+    ArtifactFinder,
+    Sources,
+    cache_dir,
+    project_and_version,
+    requires_of,
+    same_version,
+)
+from envbuild.installer.core import find_python, pip_config_sources, python_version_of
+from envbuild.lock.model import (
     LOCK_VERSION,
     MANIFEST,
     LockedReq,
@@ -50,17 +58,9 @@ from envbuild.lock import (
     step_digests,
     step_filename,
 )
-from envbuild.lock_meta import (
-    ArtifactFinder,
-    Sources,
-    cache_dir,
-    project_and_version,
-    requires_of,
-    same_version,
-)
 from envbuild.net import is_url, probe, redact
 from envbuild.plan import make_plan
-from envbuild.runner import format_argv, run
+from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
 
 PYPI = "https://pypi.org/simple"
@@ -369,7 +369,7 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
             if s.file and s.file not in keep and (folder / s.file).is_file():
                 (folder / s.file).unlink()
     if opts.export_pylock:
-        from envbuild.pylock_export import write_pylock
+        from envbuild.lock.pylock import write_pylock
 
         files.append(write_pylock(folder, manifest))
     files.append(folder / MANIFEST)

@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from envbuild import events, net, runner
+from envbuild import events, net
+from envbuild import run as runner
 from envbuild.errors import ConfigError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
 from envbuild.spec import StackSpec

@@ -21,7 +21,7 @@ from packaging.version import Version
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_text
-from envbuild.lock import PYLOCK
+from envbuild.lock.model import PYLOCK
 
 
 def build_pylock(manifest: Mapping[str, Any]) -> Pylock:

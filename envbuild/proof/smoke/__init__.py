@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuild import events, runner
+from envbuild import events
+from envbuild import run as runner
 from envbuild.errors import PreflightError, VerifyError
 
 CHECKS_SCRIPT = Path(__file__).resolve().parent / "checks.py"
-INVENTORY_SCRIPT = Path(__file__).resolve().parent / "inventory.py"
+INVENTORY_SCRIPT = Path(__file__).resolve().parents[1] / "inventory.py"
 RESULT_MARK = "ENVBUILD_SMOKE "
 CHECK_NAMES = ("matmul", "sdpa", "triton", "torch.compile", "flash_attn", "causal_conv1d",
                "mamba_ssm.selective_scan", "fla", "flash_attn_4")

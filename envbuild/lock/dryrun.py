@@ -20,10 +20,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envbuild.checklock import TRITON, CheckReport, Finding, _protected, _StepView
 from envbuild.errors import PreflightError
-from envbuild.install import find_python
-from envbuild.lock import LockManifest
+from envbuild.installer.core import find_python
+from envbuild.lock.check import TRITON, CheckReport, Finding, _protected, _StepView
+from envbuild.lock.model import LockManifest
 from envbuild.net import is_url, probe, redact
 from envbuild.plan import make_plan
 from envbuild.spec import StackSpec

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import events, runner
+from envbuild import events
+from envbuild import run as runner
 from envbuild.errors import ConfigError, PreflightError, VerifyError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE
 

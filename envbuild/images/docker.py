@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 
 from envbuild import layout
 from envbuild.errors import ConfigError
-from envbuild.lock import (
+from envbuild.lock.model import (
     LockManifest,
     lock_dir,
     locked_requirements,

@@ -29,10 +29,10 @@ from envbuild import __version__, events
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import ConfigError, WheelhouseError
 from envbuild.net import redact
-from envbuild.runner import RunResult, run
+from envbuild.run import RunResult, run
 from envbuild.wheelhouse import PROVENANCE_SCHEMA, local_tag
-from envbuild.wheelhouse_repack import repack_wheel
-from envbuild.wheelhouse_spec import Source, WheelSpec, parse_location
+from envbuild.wheelhouse.repack import repack_wheel
+from envbuild.wheelhouse.spec import Source, WheelSpec, parse_location
 
 REPACK_FORMAT = 1  # bump when the repacked output changes for the same inputs
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -232,7 +232,9 @@ def fetch_sdist(source: Source, opts: BuildOptions) -> Path:
             shutil.copyfile(cand, cached)
             return cached
     if source.location.startswith(("http://", "https://")):
-        from envbuild.mirror import download_one  # requests is imported only when downloading
+        from envbuild.wheelhouse.mirror import (
+            download_one,  # requests is imported only when downloading
+        )
 
         download_one(source.location, cached, source.sha256)
         return cached

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import __version__, runner
+from envbuild import __version__
+from envbuild import run as runner
 
 _GPU_FAMILY = re.compile(r"\b(GH200|GB200|B200|B100|H200|H100|H20|A100|A10G?|L40S|L40|L4|V100|T4|RTX \w+)\b")
 
@@ -98,12 +99,12 @@ def capture(
 
     env = os.environ if environ is None else environ
     if gpu_names is None:
-        from envbuild.preflight import HostFacts, parse_gpus
+        from envbuild.host.preflight import HostFacts, parse_gpus
 
         facts = HostFacts.gather(env)
         gpu_names = [g.name for g in parse_gpus(facts.gpu_query)] if facts.gpu_query else []
     host = socket.gethostname()
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]
     repo = git_state(cwd or Path.cwd())
     own = git_state(here)
     if own is not None and repo is not None and own.path == repo.path:

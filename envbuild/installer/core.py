@@ -26,7 +26,7 @@ from envbuild import abi, events
 from envbuild.errors import ABIViolation, InstallError, PreflightError
 from envbuild.net import redact
 from envbuild.plan import Backend, InstallerSources, PlannedStep, installer_argv
-from envbuild.runner import RunResult, format_argv, run
+from envbuild.run import RunResult, format_argv, run
 from envbuild.spec import StackSpec
 
 # ----------------------------------------------------------------------------- interpreters
@@ -205,7 +205,7 @@ def pip_runs(planned: PlannedStep, folder: Path) -> list[tuple[Path, bool]] | No
     step names its packages (an ``[[abi.overlap]]`` winner listed last stays last), into files of
     one kind each: ``(file, is_vcs)``. None when the file has no VCS line (it installs whole).
     """
-    from envbuild.lock import (  # the lock reader, only where a lock is used
+    from envbuild.lock.model import (  # the lock reader, only where a lock is used
         LockedReq,
         parse_requirements_text,
     )

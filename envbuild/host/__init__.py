@@ -1,0 +1,1 @@
+"""The host: facts about the machine (GPUs, topology, compilers) and the preflight checks."""

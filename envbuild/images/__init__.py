@@ -1,0 +1,1 @@
+"""Images: render container definitions (Dockerfile) from a stack's plan."""

@@ -1,0 +1,1 @@
+"""Provision: the orchestrator (``core``), its on-disk state (``state``) and the download prefetcher."""
