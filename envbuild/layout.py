@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.errors import LayoutError
 from envbuild.spec import StackSpec
@@ -173,8 +172,7 @@ def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False)
         if link.is_symlink() or link.exists():
             aside = link.with_name(f"{link.name}.envbuild-moved-{time.strftime('%Y%m%d-%H%M%S')}")
             link.rename(aside)
-            done.append(f"moved {link} aside to {aside}")
-            events.emit("warn", f"moved {link} aside to {aside}")
+            done.append(f"moved {link} aside to {aside}")  # the caller reports it, once
         link.symlink_to(target)
         done.append(f"linked {link} -> {target}")
     return done

@@ -170,6 +170,111 @@ def _installer_args(step: Step, opts: PlanOptions, locked: bool) -> list[str]:
     return args
 
 
+def locked_steps(spec: StackSpec) -> dict[str, Path]:
+    """The lock ``provision`` and ``plan`` install from: {step name: hash-pinned file}; {} without one.
+
+    Raises ``LockError`` for a stale or broken lock (both commands refuse it the same way).
+    """
+    from envbuild.lock.model import locked_requirements
+
+    return locked_requirements(spec)
+
+
+def resolve_plan(spec: StackSpec, *, backend: str | None = None, wheelhouse: str | None = None,
+                 locked: Mapping[str, Path] | None = None) -> Plan:
+    """The plan ``provision`` runs, with its defaults: the one place both commands get it from.
+
+    ``backend`` None: uv when it is available, else pip; for uv, the sources pip is configured
+    with are passed explicitly; ``locked`` None: the lock beside the spec (``locked_steps``).
+    """
+    from envbuild.installer.core import pick_backend, pip_config_sources
+
+    chosen = pick_backend(backend)
+    sources = pip_config_sources() if chosen == "uv" and not wheelhouse else InstallerSources()
+    return make_plan(spec, PlanOptions(backend=chosen, wheelhouse=wheelhouse, default_sources=sources,
+                                       locked=locked_steps(spec) if locked is None else locked))
+
+
+@dataclass(frozen=True)
+class StepCommand:
+    """One installer run of a step: its argv and the requirements file it reads."""
+
+    argv: tuple[str, ...]
+    requirements_file: Path
+    text: str | None  # what provision writes into requirements_file; None: a lock file, used as is
+
+    def write(self) -> None:
+        if self.text is None:
+            return
+        self.requirements_file.parent.mkdir(parents=True, exist_ok=True)
+        if not self.requirements_file.exists() or self.requirements_file.read_text(encoding="utf-8") != self.text:
+            self.requirements_file.write_text(self.text, encoding="utf-8")
+
+
+def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: str | None, steps_dir: Path,
+                  constraints: Path | None) -> list[StepCommand]:
+    """The exact commands one step runs (``provision`` runs these; ``plan --json`` shows them).
+
+    Unlocked: the step's packages, written to ``NN-name.in``. Locked: the lock file; with pip, a
+    file mixing VCS and hashed lines is cut into runs of one kind (``pip_run_parts``).
+    """
+    files: list[tuple[Path, str | None, bool]]
+    if planned.locked_file is None:
+        text = f"# envbuild: requirements of step {planned.name!r}\n" + "\n".join(planned.requirements) + "\n"
+        files = [(steps_dir / f"{planned.number:02d}-{planned.name}.in", text, False)]
+    else:
+        parts = pip_run_parts(planned, steps_dir) if backend == "pip" else None
+        files = list(parts) if parts else [(planned.locked_file, None, False)]
+    out = []
+    for path, content, vcs in files:
+        argv = installer_argv(planned, backend=backend, python=python, uv=uv, requirements_file=path,
+                              constraints_file=constraints)
+        if vcs:  # pinned to a commit, not hashable: no hash mode; its dependencies are the lock's other lines
+            argv = [a for a in argv if a != "--require-hashes"] + ([] if "--no-deps" in argv else ["--no-deps"])
+        out.append(StepCommand(tuple(argv), path, content))
+    return out
+
+
+def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str | None, bool]] | None:
+    """A locked step file that mixes VCS and hash-pinned lines, cut into runs of one kind for pip.
+
+    pip's hash-checking mode is all-or-nothing: one ``--hash`` (or ``--require-hashes``) and a VCS
+    line (``name @ git+URL@<commit>``, which has no hash) is refused. The lines go, in the order the
+    step names its packages (an ``[[abi.overlap]]`` winner listed last stays last), into files of
+    one kind each: ``(file, text, is_vcs)``. None when the file has no VCS line (it installs whole).
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from envbuild.lock.model import LockedReq, parse_requirements_text
+
+    assert planned.locked_file is not None
+    reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))
+    if not any(r.is_vcs for r in reqs):
+        return None
+    position: dict[str, int] = {}
+    for i, raw in enumerate(planned.requirements):
+        try:
+            position.setdefault(canonicalize_name(Requirement(raw).name), i)
+        except InvalidRequirement:
+            continue
+    reqs.sort(key=lambda r: position.get(r.name, len(position)))  # stable: dependencies keep the lock's order
+    runs: list[list[LockedReq]] = []
+    for r in reqs:
+        if runs and runs[-1][0].is_vcs == r.is_vcs:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    out: list[tuple[Path, str | None, bool]] = []
+    for k, group in enumerate(runs, 1):
+        path = steps_dir / f"{planned.number:02d}-{planned.name}.part{k}.txt"
+        lines = [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in group]
+        text = (f"# envbuild: part {k} of {planned.locked_file.name} (pip cannot mix VCS and hashed lines)\n"
+                + "\n".join(lines) + "\n")
+        out.append((path, text, group[0].is_vcs))
+    return out
+
+
 def installer_argv(
     planned: PlannedStep,
     *,

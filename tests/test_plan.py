@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+from lockhelpers import lock_env
+from support.fixtures import EnvbuildResult
 
 from envbuild.plan import InstallerSources, PlanOptions, make_plan
 from envbuild.spec import resolve_spec
@@ -30,13 +36,14 @@ def check_golden(name: str, text: str) -> None:
 
 
 def test_plan_table_golden() -> None:
-    out = cli("plan", "--profile", "cpu")
+    # --backend pip: uv's arguments carry the host's pip configuration (its sources)
+    out = cli("plan", "--profile", "cpu", "--backend", "pip")
     assert out.returncode == 0, out.stderr
     check_golden("plan_cpu.txt", out.stdout)
 
 
 def test_plan_h200_json_has_the_seed_order() -> None:
-    out = cli("plan", "--profile", "h200-cu132", "--json")
+    out = cli("plan", "--profile", "h200-cu132", "--backend", "pip", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     steps = {s["name"]: s for s in data["steps"]}
@@ -94,3 +101,42 @@ pre = true
     assert make_plan(spec, PlanOptions(backend="pip")).step("x").args[:5] == (
         "--pre", "--upgrade", "--upgrade-strategy", "eager", "--force-reinstall")
     assert make_plan(spec, PlanOptions(backend="uv")).step("x").args == ("--prerelease", "allow", "--upgrade", "--reinstall")
+
+
+# ----------------------------------------------------------------------------- plan == provision
+
+
+def _ran(log: Path) -> list[list[str]]:
+    """The commands a step's log recorded (``$ argv`` lines, written by envbuild.run)."""
+    return [shlex.split(line[2:]) for line in log.read_text().splitlines() if line.startswith("$ ")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [None, "pip"], ids=["default", "pip"])
+def test_plan_json_argv_is_what_provision_runs(write_stack: Callable[..., Path],
+                                               run_envbuild: Callable[..., EnvbuildResult],
+                                               tmp_path: Path, backend: str | None) -> None:
+    """`plan --json`, then a real lock and provision of a small stack: the argv in each step's log
+    is the plan's, word for word (default backend, lock, paths, constraints)."""
+    stack = write_stack([
+        {"name": "helpers", "packages": ["fla-core-like==0.4.2"]},
+        {"name": "fla", "packages": ["needs-fla-core==1.0"], "no_deps": True},
+    ])
+    locked = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
+    assert locked.rc == 0, locked.output
+    where = ["--stack", str(stack), "--root", str(tmp_path / "data")]
+    chosen = ["--backend", backend] if backend else []
+    planned = run_envbuild("plan", *where, *chosen, "--json")
+    assert planned.rc == 0, planned.output
+    data = json.loads(planned.stdout)
+    assert data["backend"] == (backend or "uv")  # provision's default: uv, a dependency of envbuild
+    assert all(s["locked_file"] for s in data["steps"])  # the same lock provision installs from
+    provisioned = run_envbuild("provision", *where, *chosen, "--home", str(tmp_path / "home"),
+                               "--python", sys.executable)
+    assert provisioned.rc == 0, provisioned.output
+    for step in data["steps"]:
+        log = tmp_path / "data" / "logs" / f"{step['number']:02d}-{step['name']}.log"
+        assert _ran(log) == step["argv"], f"step {step['name']}: provision ran something else than planned"
+    guarded = data["steps"][-1]["argv"][0]
+    assert guarded[-2:] == ["-c", str(tmp_path / "data" / ".envbuild" / "constraints.txt")]
+    assert ("--verify-hashes" if backend is None else "--require-hashes") in guarded

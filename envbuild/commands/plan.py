@@ -1,47 +1,89 @@
-"""``envbuild plan``: the ordered steps with their exact installer arguments. Executes nothing."""
+"""``envbuild plan``: the exact commands ``provision`` would run, step by step. Executes nothing.
+
+The plan comes from ``envbuild.plan.resolve_plan`` and the commands from ``step_commands``, the
+functions ``provision`` itself calls: the same default backend (uv when available), the same
+lock, the same argv (paths included: the venv's python under ``--root`` or ``--venv``, the
+step's requirements or lock file, the constraints file of the guarded steps).
+"""
 
 from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 from typing import Any
 
+from envbuild import layout
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.errors import ConfigError
+from envbuild.installer.core import find_uv
 from envbuild.net import redact
-from envbuild.plan import BACKENDS, Backend, PlanOptions, make_plan, plan_to_json
+from envbuild.plan import BACKENDS, Plan, locked_steps, plan_to_json, resolve_plan, step_commands
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("plan", help="show the ordered install steps and installer arguments")
+    p = sub.add_parser("plan", help="show the ordered install steps and the exact commands provision runs")
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--backend", choices=BACKENDS, default="pip", help="installer to show arguments for (default: pip)")
+    p.add_argument("--backend", choices=BACKENDS, help="installer (default: as provision: uv when available, else pip)")
+    p.add_argument("--root", type=Path, help="data root the commands are shown for (default: the spec's layout.root)")
+    p.add_argument("--venv", type=Path, help="an existing environment provision --venv would install into")
+    p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock (as provision --no-lock)")
+    p.add_argument("--offline", action="store_true", help="install only from --wheelhouse (as provision --offline)")
     p.add_argument("--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse")
     p.set_defaults(func=run)
 
 
+def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
+    """{step name: [argv, ...]} exactly as provision runs them into ``paths``."""
+    backend = plan.options.backend
+    uv = find_uv() if backend == "uv" else None
+    return {
+        s.name: [list(c.argv) for c in step_commands(
+            s, backend=backend, python=paths.python, uv=uv, steps_dir=paths.state / "steps",
+            constraints=paths.constraints if s.constrained else None)]
+        for s in plan.steps
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     spec = load_stack(args)
-    backend: Backend = args.backend
-    plan = make_plan(spec, PlanOptions(backend=backend, wheelhouse=args.wheelhouse))
+    if args.wheelhouse and not args.offline:
+        raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
+    if args.offline and not args.wheelhouse:
+        raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")
+    plan = resolve_plan(spec, backend=args.backend, wheelhouse=args.wheelhouse,
+                        locked={} if args.no_lock else locked_steps(spec))
+    paths = layout.paths_for(spec, args.root)
+    if args.venv is not None:
+        paths = layout.Paths(root=paths.root, venv_name=str(args.venv.expanduser().absolute()))
+    commands = commands_of(plan, paths)
     if args.json:
-        ui.print_json(plan_to_json(plan))
+        data = plan_to_json(plan)
+        data["root"], data["venv"] = str(paths.root), str(paths.venv)
+        for step in data["steps"]:  # type: ignore[attr-defined]
+            step["argv"] = commands[step["name"]]
+        ui.print_json(data)
         return 0
     abi = spec.abi
-    ui.print_text(f"stack {spec.name} ({spec.path}), Python {spec.python}, backend {backend}")
+    ui.print_text(f"stack {spec.name} ({spec.path}), Python {spec.python}, backend {plan.options.backend}, "
+                  f"venv {paths.venv}")
     ui.print_text(f"ABI baseline: {abi.package} {abi.version}"
                   + (f", cuda {abi.cuda}" if abi.cuda else "")
                   + (f", protected: {', '.join(abi.protect)}" if abi.protect else "")
                   + (" (adopted from the base environment)" if abi.adopt else ""))
+    locked = sum(1 for s in plan.steps if s.locked_file)
+    if locked:
+        ui.print_text(f"lock: {locked} of {len(plan.steps)} steps install from hash-pinned files")
     rows = []
     for s in plan.steps:
         rows.append([
             str(s.number),
             s.name,
-            s.role,
+            s.role + (", locked" if s.locked_file else ""),
             "\n".join(s.requirements),
-            redact(shlex.join(s.args)) + (" -c constraints.txt" if s.constrained else ""),
+            "\n".join(redact(shlex.join(argv)) for argv in commands[s.name]),
         ])
-    ui.print_table(None, ["#", "step", "role", "packages", "installer arguments"], rows)
+    ui.print_table(None, ["#", "step", "role", "packages", "command"], rows)
     return 0

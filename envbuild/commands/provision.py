@@ -10,7 +10,7 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
 from envbuild.errors import ConfigError
-from envbuild.plan import BACKENDS
+from envbuild.plan import BACKENDS, locked_steps
 from envbuild.provision.core import ProvisionOptions, provision
 
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")
     if args.wheelhouse and not args.offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
-    locked = {} if args.no_lock else _locked(spec)
+    locked = {} if args.no_lock else locked_steps(spec)
     opts = ProvisionOptions(
         root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
         force_links=args.force_links, strict=args.strict, only_step=args.step,
@@ -72,9 +72,3 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _locked(spec: Any) -> dict[str, Path]:
-    try:
-        from envbuild.lock.model import locked_requirements
-    except ImportError:
-        return {}
-    return locked_requirements(spec)

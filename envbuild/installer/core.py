@@ -7,7 +7,6 @@ conflict on a protected package, hash mismatch, disk full, network) into one cle
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
@@ -19,13 +18,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from envbuild import abi, events
 from envbuild.errors import ABIViolation, InstallError, PreflightError
 from envbuild.net import redact
-from envbuild.plan import Backend, InstallerSources, PlannedStep, installer_argv
+from envbuild.plan import Backend, InstallerSources, PlannedStep, step_commands
 from envbuild.run import RunResult, format_argv, run
 from envbuild.spec import StackSpec
 
@@ -186,56 +182,6 @@ class StepRun:
     argv: list[str]
 
 
-def write_requirements(planned: PlannedStep, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    if planned.locked_file is not None:
-        return planned.locked_file
-    path = folder / f"{planned.number:02d}-{planned.name}.in"
-    text = f"# envbuild: requirements of step {planned.name!r}\n" + "\n".join(planned.requirements) + "\n"
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
-
-
-def pip_runs(planned: PlannedStep, folder: Path) -> list[tuple[Path, bool]] | None:
-    """A locked step file that mixes VCS and hash-pinned lines, cut into runs of one kind for pip.
-
-    pip's hash-checking mode is all-or-nothing: one ``--hash`` (or ``--require-hashes``) and a VCS
-    line (``name @ git+URL@<commit>``, which has no hash) is refused. The lines go, in the order the
-    step names its packages (an ``[[abi.overlap]]`` winner listed last stays last), into files of
-    one kind each: ``(file, is_vcs)``. None when the file has no VCS line (it installs whole).
-    """
-    from envbuild.lock.model import (  # the lock reader, only where a lock is used
-        LockedReq,
-        parse_requirements_text,
-    )
-
-    assert planned.locked_file is not None
-    reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))
-    if not any(r.is_vcs for r in reqs):
-        return None
-    position: dict[str, int] = {}
-    for i, raw in enumerate(planned.requirements):
-        with contextlib.suppress(InvalidRequirement):
-            position.setdefault(canonicalize_name(Requirement(raw).name), i)
-    reqs.sort(key=lambda r: position.get(r.name, len(position)))  # stable: dependencies keep the lock's order
-    runs: list[list[LockedReq]] = []
-    for r in reqs:
-        if runs and runs[-1][0].is_vcs == r.is_vcs:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for k, group in enumerate(runs, 1):
-        path = folder / f"{planned.number:02d}-{planned.name}.part{k}.txt"
-        lines = [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in group]
-        path.write_text(f"# envbuild: part {k} of {planned.locked_file.name} (pip cannot mix VCS and hashed lines)\n"
-                        + "\n".join(lines) + "\n", encoding="utf-8")
-        out.append((path, group[0].is_vcs))
-    return out
-
-
 def run_step(
     planned: PlannedStep,
     *,
@@ -248,17 +194,15 @@ def run_step(
     base_env: Mapping[str, str],
     pass_fds: tuple[int, ...] = (),
 ) -> StepRun:
-    req = write_requirements(planned, state_dir / "steps")
-    runs = pip_runs(planned, state_dir / "steps") if backend == "pip" and planned.locked_file else None
     env = dict(base_env)
     env.update(planned.env)
     env["VIRTUAL_ENV"] = str(python.parent.parent)
     step_run = None
-    for part, vcs in runs or [(req, False)]:
-        argv = installer_argv(planned, backend=backend, python=python, uv=find_uv() if backend == "uv" else None,
-                              requirements_file=part, constraints_file=constraints)
-        if vcs:  # pinned to a commit, not hashable: no hash mode; its dependencies are the lock's other lines
-            argv = [a for a in argv if a != "--require-hashes"] + ([] if "--no-deps" in argv else ["--no-deps"])
+    # the same commands `envbuild plan --json` shows (plan.step_commands is the one code path)
+    for command in step_commands(planned, backend=backend, python=python, uv=find_uv() if backend == "uv" else None,
+                                 steps_dir=state_dir / "steps", constraints=constraints):
+        command.write()
+        argv = list(command.argv)
         events.emit("debug", redact(format_argv(argv)))
         result = run(argv, log_file=log_file, env=env, pass_fds=pass_fds,
                      on_line=lambda line: events.emit("debug", redact(line)))

@@ -28,14 +28,12 @@ from envbuild.installer.core import (
     create_venv,
     find_interpreter,
     find_uv,
-    pick_backend,
-    pip_config_sources,
     probe_python,
     run_python_json,
     run_step,
 )
 from envbuild.net import is_url, probe
-from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan
+from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan, resolve_plan
 from envbuild.provision import prefetch
 from envbuild.provision.state import Manifest, now
 from envbuild.spec import StackSpec
@@ -98,11 +96,7 @@ class ProvisionResult:
 
 
 def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
-    backend = pick_backend(opts.backend)
-    sources = pip_config_sources() if backend == "uv" and not opts.wheelhouse else None
-    return make_plan(spec, PlanOptions(backend=backend, wheelhouse=opts.wheelhouse,
-                                       default_sources=sources or PlanOptions().default_sources,
-                                       locked=opts.locked))
+    return resolve_plan(spec, backend=opts.backend, wheelhouse=opts.wheelhouse, locked=opts.locked)
 
 
 @contextlib.contextmanager
@@ -189,7 +183,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     layout.create_folders(paths)
     home = (opts.home or Path.home()).expanduser()
     for line in layout.link_home(spec, paths, home, force=opts.force_links):
-        events.emit("info", line)
+        events.emit("warn" if line.startswith("moved ") else "info", line)
     layout.write_overlay(spec, paths)
     python = _ensure_venv(spec, opts, paths, backend, manifest, lock_fd, base_python)
     layout.hook_activate(paths)
@@ -308,7 +302,26 @@ def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
         raise PreflightError(
             "package sources the plan needs do not answer: " + "; ".join(bad),
             hint=f"Check the network and the URLs in the stack spec or the variables they expand from{via}, "
-            "or install from a mirrored wheelhouse with --offline --wheelhouse DIR.")
+            "or install from a mirrored wheelhouse with --offline --wheelhouse DIR." + _empty_var_fix(plan.spec))
+
+
+def _empty_var_fix(spec: StackSpec) -> str:
+    """The exact command that takes pip's configured sources instead of a ``${VAR-default}`` URL."""
+    import shlex
+    import sys
+
+    try:
+        names = sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)-", spec.path.read_text())))
+    except OSError:
+        return ""
+    unset = [n for n in names if n not in os.environ]
+    if not unset:
+        return ""
+    args = sys.argv[1:] if "provision" in sys.argv[1:] else ["provision", "--stack", str(spec.path)]
+    command = " ".join(f"{n}=" for n in unset) + " envbuild " + shlex.join(args)
+    return (f" To use the sources pip is configured with (pip.conf, PIP_*) instead of the default "
+            f"{'URLs' if len(unset) > 1 else 'URL'} of {', '.join(unset)}, set {'them' if len(unset) > 1 else 'it'} "
+            f"empty: `{command}`")
 
 
 def _ensure_venv(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, backend: str,

@@ -1,0 +1,48 @@
+"""Installing envbuild: no setuptools warnings, and the profiles ship inside the package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_profile_folder_that_looks_like_a_package_is_listed() -> None:
+    """setuptools treats lockfiles/<name>/ as the package envbuild._lockfiles.<name> when <name>
+    is an identifier, and warns at every install unless it is in `packages`."""
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    folders = [p.name for p in (REPO / "lockfiles").iterdir() if p.is_dir() and p.name.isidentifier()]
+    assert folders, "the cpu profile is expected under lockfiles/"
+    missing = [f"envbuild._lockfiles.{name}" for name in folders if f"envbuild._lockfiles.{name}" not in packages]
+    assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
+
+
+@pytest.mark.slow
+def test_pip_install_prints_no_package_data_warning(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-v", "--no-deps",
+                          "--no-cache-dir", str(REPO)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    assert "Successfully installed envbuild" in text
+    assert "is absent from the `packages` configuration" not in text, text[-3000:]
+    # the profiles are data of the installed package: `--profile cpu` works without the checkout
+    listing = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import importlib.resources as r; print(' '.join(sorted(p.name for p in "
+         "r.files('envbuild._lockfiles').joinpath('cpu').iterdir())))"],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    assert "stack.toml" in listing.stdout.split() and "lock.json" in listing.stdout.split()
