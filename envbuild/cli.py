@@ -62,6 +62,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"envbuild {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug events")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no live progress display and no informational lines (warnings and results still print)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in (only,) if only else COMMAND_MODULES:
@@ -83,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command_in(args_in))
     args = parser.parse_args(args_in)
-    ui.configure(verbose=args.verbose, json_mode=bool(getattr(args, "json", False)))
+    ui.configure(verbose=args.verbose, json_mode=bool(getattr(args, "json", False)), quiet=args.quiet)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = args.func(args)

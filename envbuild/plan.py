@@ -195,6 +195,31 @@ def resolve_plan(spec: StackSpec, *, backend: str | None = None, wheelhouse: str
                                        locked=locked_steps(spec) if locked is None else locked))
 
 
+PIP_RAW_PROGRESS = (24, 1)  # the first pip with --progress-bar raw ("Progress N of M" lines)
+
+
+def progress_env(backend: Backend, python: Path) -> dict[str, str]:
+    """Environment that makes an installer report byte progress while a live display is on.
+
+    pip prints its download bar only to a terminal; ``PIP_PROGRESS_BAR=raw`` makes it print
+    ``Progress N of M`` lines (at most 4 a second) that the display reads. Not an argument, so
+    the argv stays what ``plan`` shows; only when the venv's pip knows ``raw`` (an older one
+    refuses the value). uv reports its downloads without being asked.
+    """
+    from envbuild import events
+
+    if backend != "pip" or not events.live():
+        return {}
+    for info in python.parent.parent.glob("lib/python3*/site-packages/pip-*.dist-info"):
+        try:
+            version = tuple(int(x) for x in info.name[4:-len(".dist-info")].split(".")[:2])
+        except ValueError:
+            continue
+        if version >= PIP_RAW_PROGRESS:
+            return {"PIP_PROGRESS_BAR": "raw"}
+    return {}
+
+
 @dataclass(frozen=True)
 class StepCommand:
     """One installer run of a step: its argv and the requirements file it reads."""

@@ -1,6 +1,12 @@
 """Rendering for the CLI: rich on a terminal, plain text otherwise, JSON with --json.
 
 Honours NO_COLOR and non-TTY output. Library events (envbuild.events) are drawn here.
+
+On a terminal (stdout a TTY, no ``--quiet``/``--json``, no ``NO_COLOR``, ``TERM`` not ``dumb``) a
+live display (``LiveDisplay``) keeps one line per running task under the permanent lines: an install
+step's phase read from pip's or uv's output (``progress.InstallProgress``), a wheel build's or
+torchrun's last log line, a transfer bar per mirrored file; each with its elapsed time. Everywhere
+else the output is the plain, line-based one CI logs keep.
 """
 
 from __future__ import annotations
@@ -8,18 +14,124 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from envbuild import events
+from envbuild.commands.progress import InstallProgress
 from envbuild.errors import EnvbuildError
 
 _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 _verbose = False
 _json_mode = False
+_quiet = False
+
+
+def live_wanted(*, quiet: bool, json_mode: bool, environ: dict[str, str] | None = None,
+                isatty: bool | None = None) -> bool:
+    """A live display only for a person at a terminal that can redraw lines."""
+    env = os.environ if environ is None else environ
+    tty = sys.stdout.isatty() if isatty is None else isatty
+    return tty and not quiet and not json_mode and not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
+
+
+class LiveDisplay:
+    """Live lines for running tasks, fed by events; permanent lines print above them."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.tasks = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                              TextColumn("{task.fields[detail]}", style="cyan"),
+                              TimeElapsedColumn(), console=console)
+        self.transfers = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                  TransferSpeedColumn(), TimeElapsedColumn(), console=console)
+        self.live = Live(Group(self.tasks, self.transfers), console=console, refresh_per_second=8,
+                         transient=True, redirect_stdout=True, redirect_stderr=True)
+        self.lock = threading.RLock()
+        self.current: TaskID | None = None
+        self.install: InstallProgress | None = None
+        self.files: dict[str, TaskID] = {}
+        self.started = False
+
+    def _start(self) -> None:
+        if not self.started:
+            self.live.start()
+            self.started = True
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.started:
+                self.live.stop()
+                self.started = False
+
+    def _finish_current(self) -> None:
+        if self.current is not None:
+            self.tasks.remove_task(self.current)
+            self.current, self.install = None, None
+
+    def handle(self, event: events.Event) -> bool:
+        """Update the live lines; True when the event is fully shown by them (not printed)."""
+        with self.lock:
+            data = event.data
+            if "download" in data:
+                return self._transfer(event)
+            if event.level == "step":
+                self._finish_current()
+                self._start()
+                self.current = self.tasks.add_task(event.message.split(": ", 1)[0], detail="starting")
+                self.install = InstallProgress() if event.message.startswith("step ") else None
+                self.live.refresh()
+                return False
+            if event.level in ("ok", "fail") and self.current is not None:
+                self._finish_current()
+                return False
+            if event.level == "debug" and self.current is not None:
+                line = event.message.strip()
+                if "progress" in data:
+                    done, total = data["progress"]
+                    self.tasks.update(self.current, detail=f"[{done}/{total}] {line[-80:]}")
+                elif self.install is not None and self.install.feed(event.message):
+                    self.tasks.update(self.current, detail=self.install.describe())
+                    self.live.refresh()  # every phase is drawn at least once, however short
+                elif line and (self.install is None or self.install.phase == "starting"):
+                    self.tasks.update(self.current, detail=line[-100:])  # a build's or torchrun's last line
+                return not _verbose
+            return False
+
+    def _transfer(self, event: events.Event) -> bool:
+        name = str(event.data["download"])
+        if event.level == "debug":
+            self._start()
+            total = event.data.get("total")
+            new = name not in self.files
+            if new:
+                self.files[name] = self.transfers.add_task(name, total=total)
+            completed = event.data.get("completed", 0)
+            self.transfers.update(self.files[name], completed=completed, total=total)
+            if new or (total is not None and completed >= total):
+                self.live.refresh()  # a file's bar is drawn at least once, however fast it came
+            return not _verbose
+        if name in self.files:
+            self.transfers.remove_task(self.files.pop(name))
+        return False
+
+
+_live: LiveDisplay | None = None
 
 _STYLE = {
     "debug": "dim",
@@ -33,8 +145,8 @@ _STYLE = {
 _PREFIX = {"warn": "warning: ", "error": "error: ", "fail": "FAIL ", "ok": "ok ", "step": "==> "}
 
 
-def configure(*, verbose: bool = False, json_mode: bool = False) -> None:
-    global _out, _err, _verbose, _json_mode
+def configure(*, verbose: bool = False, json_mode: bool = False, quiet: bool = False) -> None:
+    global _out, _err, _verbose, _json_mode, _quiet, _live
     no_color = bool(os.environ.get("NO_COLOR"))
     # Not a terminal (CI logs, pipes, golden tests): a fixed, wide layout instead of 80 columns.
     width = None if sys.stdout.isatty() else 160
@@ -42,15 +154,31 @@ def configure(*, verbose: bool = False, json_mode: bool = False) -> None:
     _err = Console(stderr=True, highlight=False, soft_wrap=True, no_color=no_color)
     _verbose = verbose
     _json_mode = json_mode
+    _quiet = quiet
+    _live = LiveDisplay(_out) if live_wanted(quiet=quiet, json_mode=json_mode) else None
+    events.set_live(_live is not None)
     events.set_sink(_render_event)
 
 
+def _stop_live() -> None:
+    if _live is not None:
+        _live.stop()
+
+
 def close() -> None:
+    global _live
+    _stop_live()
+    _live = None
+    events.set_live(False)
     events.set_sink(None)
 
 
 def _render_event(event: events.Event) -> None:
+    if _live is not None and _live.handle(event):
+        return
     if event.level == "debug" and not _verbose:
+        return
+    if event.level == "info" and _quiet:
         return
     # With --json, stdout carries only the JSON document: progress goes to stderr.
     console = _err if (_json_mode or event.level in ("warn", "error", "fail")) else _out
@@ -60,12 +188,14 @@ def _render_event(event: events.Event) -> None:
 
 
 def error(exc: EnvbuildError) -> None:
+    _stop_live()
     _err.print(f"error: {exc.message}", style="red", markup=False)
     if exc.hint:
         _err.print(exc.hint, markup=False)
 
 
 def error_text(message: str) -> None:
+    _stop_live()
     _err.print(f"error: {message}", style="red", markup=False)
 
 
@@ -74,6 +204,7 @@ def error_text_plain(message: str) -> None:
 
 
 def print_json(data: Any) -> None:
+    _stop_live()
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,53 +58,6 @@ def register(sub: Any) -> None:
     i.set_defaults(func=run_index)
 
 
-# ----------------------------------------------------------------------------- progress
-
-
-@contextmanager
-def _progress(enabled: bool) -> Iterator[None]:
-    """Draw build and download progress events as rich bars; pass everything else through."""
-    if not enabled:
-        yield
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")))
-    bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                    console=console, transient=True)
-    tasks: dict[str, Any] = {}
-    previous = events.set_sink(None)
-
-    def sink(event: events.Event) -> None:
-        d = event.data
-        key = d.get("download") or (f"build:{d['spec']}" if "progress" in d else None)
-        if key is not None and ("completed" in d or "progress" in d):
-            done, total = (d["completed"], d.get("total")) if "completed" in d else d["progress"]
-            if key not in tasks:
-                tasks[key] = bars.add_task(str(key).removeprefix("build:"), total=total)
-            bars.update(tasks[key], completed=done, total=total)
-            return
-        if key is not None and key in tasks and event.level != "debug":
-            bars.remove_task(tasks.pop(key))
-        if event.level == "debug":
-            previous(event)  # shown only with -v
-            return
-        prefix = {"warn": "warning: ", "error": "error: ", "fail": "FAIL ", "ok": "ok ", "step": "==> "}
-        bars.console.print(prefix.get(event.level, "") + event.message, markup=False, highlight=False)
-
-    events.set_sink(sink)
-    try:
-        with bars:
-            yield
-    finally:
-        events.set_sink(previous)
-
-
-def _tty() -> bool:
-    return sys.stderr.isatty()
-
-
 # ----------------------------------------------------------------------------- build
 
 
@@ -141,9 +91,9 @@ def run_build(args: argparse.Namespace) -> int:
                         sources=tuple(p.resolve() for p in args.sources), overrides=overrides,
                         use_cache=not args.no_cache, keep_work=args.keep_work)
     results = []
-    with _progress(_tty() and not args.json):
-        for spec in specs:
-            results.append(build(spec, opts))
+    # progress (ninja's counter, the last log line) is drawn by ui's live display from the events
+    for spec in specs:
+        results.append(build(spec, opts))
     if args.json:
         ui.print_json([{"name": r.name, "version": r.version, "wheel": str(r.wheel), "cached": r.cached,
                         "seconds": round(r.seconds, 3), "cache_key": r.key,
@@ -183,8 +133,7 @@ def run_mirror(args: argparse.Namespace) -> int:
         resolved = m.resolve(sources, extra_indexes=args.index_url)
     artifacts = m.select([*known, *resolved], args.python_tag, args.platform)
     events.emit("step", f"mirroring {len(artifacts)} artifacts into {args.out}")
-    with _progress(_tty() and not args.json):
-        result = m.mirror(artifacts, args.out, jobs=args.jobs, retries=args.retries)
+    result = m.mirror(artifacts, args.out, jobs=args.jobs, retries=args.retries)  # bars: ui's live display
     index = write_index(args.out)
     if args.json:
         ui.print_json({"out": str(args.out), "downloaded": [p.name for p in result.downloaded],

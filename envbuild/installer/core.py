@@ -21,7 +21,7 @@ from pathlib import Path
 from envbuild import abi, events
 from envbuild.errors import ABIViolation, InstallError, PreflightError
 from envbuild.net import redact
-from envbuild.plan import Backend, InstallerSources, PlannedStep, step_commands
+from envbuild.plan import Backend, InstallerSources, PlannedStep, progress_env, step_commands
 from envbuild.run import RunResult, format_argv, run
 from envbuild.spec import StackSpec
 
@@ -197,6 +197,7 @@ def run_step(
     env = dict(base_env)
     env.update(planned.env)
     env["VIRTUAL_ENV"] = str(python.parent.parent)
+    env.update(progress_env(backend, python))  # byte progress for a live display, never in argv
     step_run = None
     # the same commands `envbuild plan --json` shows (plan.step_commands is the one code path)
     for command in step_commands(planned, backend=backend, python=python, uv=find_uv() if backend == "uv" else None,

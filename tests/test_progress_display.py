@@ -1,0 +1,142 @@
+"""The live progress display, seen on a real pseudo-terminal (screen emulated by pyte).
+
+A person at a terminal sees one live line per running step (the phase read from pip's or uv's
+output, with counts, bytes and rate) and, when it ends, the permanent ``ok`` line; CI logs (not a
+terminal), ``--quiet``, ``--json`` and ``NO_COLOR``/``TERM=dumb`` keep the plain line-based output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from lockhelpers import lock_env
+from support.fixtures import EnvbuildResult, installer_env
+
+from envbuild.commands.progress import InstallProgress
+from envbuild.commands.ui import live_wanted
+
+pytest.importorskip("pyte")
+from ptyscreen import Screen, run_on_terminal  # noqa: E402 - needs pyte
+
+BIG = 3 * 1024 * 1024  # uv announces downloads above 1 MiB
+
+
+def _terminal_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = installer_env(tmp_path / "home", extra)
+    if "NO_COLOR" not in extra:
+        env.pop("NO_COLOR", None)
+    env.setdefault("TERM", "xterm-256color")
+    return env
+
+
+def _provision_args(stack: Path, tmp_path: Path, backend: str) -> list[str]:
+    return [sys.executable, "-m", "envbuild", "provision", "--stack", str(stack), "--root", str(tmp_path / "data"),
+            "--home", str(tmp_path / "home"), "--python", sys.executable, "--backend", backend]
+
+
+def _stack(write_stack: Callable[..., Path], wheel_factory: Callable[..., Path],
+           index_server: Callable[..., object]) -> Path:
+    """The nightly baseline, then a step downloading a 3 MB wheel (big enough for uv to announce)."""
+    folder = wheel_factory("bulky-data", "1.0", files={"bulky_data/blob.bin": os.urandom(BIG)}).parent
+    server = index_server({"bulk": folder})
+    return write_stack([{"name": "bulky", "packages": ["bulky-data==1.0"], "index_url": server.simple_url("bulk")}])  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pip", "uv"])
+def test_a_person_sees_each_step_download_and_end_ok(write_stack: Callable[..., Path],
+                                                     wheel_factory: Callable[..., Path],
+                                                     index_server: Callable[..., object],
+                                                     tmp_path: Path, backend: str) -> None:
+    stack = _stack(write_stack, wheel_factory, index_server)
+    screen = run_on_terminal(_provision_args(stack, tmp_path, backend), env=_terminal_env(tmp_path))
+    assert screen.rc == 0, screen.text
+    # while it ran: the step's live line, its phase read from the installer, with sizes and elapsed time
+    live = screen.saw(r"step 2/2 bulky .*downloading \d/\d · [\d.]+ [kMG]?B of [\d.]+ MB.* \d:\d\d:\d\d")
+    assert live, "\n".join(sorted(screen.seen))
+    assert screen.saw(r"step 1/2 torch .*(resolv|download|install)"), "\n".join(sorted(screen.seen))
+    # at the end: permanent lines only; the live lines are gone
+    assert any(line.startswith("ok step bulky (") for line in screen.final), screen.text
+    assert any(line.startswith("ok step torch (") for line in screen.final), screen.text
+    assert not [line for line in screen.final if "downloading" in line], screen.text
+    assert screen.final[-2].startswith("activate: ") or screen.final[-1].startswith("receipt: "), screen.text
+
+
+def test_plain_where_no_person_watches(tmp_path: Path) -> None:
+    """Not a terminal, --quiet, --json, NO_COLOR, TERM=dumb: no live display."""
+    assert live_wanted(quiet=False, json_mode=False, environ={"TERM": "xterm"}, isatty=True)
+    assert not live_wanted(quiet=False, json_mode=False, environ={"TERM": "xterm"}, isatty=False)
+    assert not live_wanted(quiet=True, json_mode=False, environ={"TERM": "xterm"}, isatty=True)
+    assert not live_wanted(quiet=False, json_mode=True, environ={"TERM": "xterm"}, isatty=True)
+    assert not live_wanted(quiet=False, json_mode=False, environ={"TERM": "xterm", "NO_COLOR": "1"}, isatty=True)
+    assert not live_wanted(quiet=False, json_mode=False, environ={"TERM": "dumb"}, isatty=True)
+
+
+def _check_lock_on_terminal(tmp_path: Path, *extra: str, **env: str) -> Screen:
+    return run_on_terminal([sys.executable, "-m", "envbuild", *extra, "check-lock", "--profile", "cpu", "--offline"],
+                           env=_terminal_env(tmp_path, **env))
+
+
+def test_live_line_on_a_terminal_plain_lines_under_no_color_dumb_quiet(tmp_path: Path) -> None:
+    live = _check_lock_on_terminal(tmp_path)
+    assert live.rc == 0 and live.saw(r"checking the lock of cpu .*\d:\d\d:\d\d$"), sorted(live.seen)
+    assert b"\x1b[?25l" in live.raw  # the live display hides the cursor while it redraws
+    for screen in (_check_lock_on_terminal(tmp_path, NO_COLOR="1"), _check_lock_on_terminal(tmp_path, TERM="dumb"),
+                   _check_lock_on_terminal(tmp_path, "--quiet")):
+        assert screen.rc == 0, screen.text
+        assert not screen.saw(r"\d:\d\d:\d\d$") and b"\x1b[?25l" not in screen.raw, screen.text
+        assert "ok cpu: lock ok" in screen.text
+    quiet = _check_lock_on_terminal(tmp_path, "--quiet")
+    assert "note: dry-run resolution skipped" not in quiet.text  # informational lines are left out
+
+
+def test_json_on_a_terminal_is_only_the_document(tmp_path: Path) -> None:
+    screen = run_on_terminal([sys.executable, "-m", "envbuild", "check-lock", "--profile", "cpu", "--offline", "--json"],
+                             env=_terminal_env(tmp_path))
+    assert screen.rc == 0 and b"\x1b[?25l" not in screen.raw
+    piped = subprocess.run([sys.executable, "-m", "envbuild", "check-lock", "--profile", "cpu", "--offline", "--json"],
+                           capture_output=True, text=True, env=_terminal_env(tmp_path))
+    assert json.loads(piped.stdout)["ok"] is True
+
+
+def test_install_phases_read_from_pip_and_uv_output() -> None:
+    pip = InstallProgress(clock=100.0)
+    for line in ["Collecting torch==2.13.0+cpu (from -r req.txt (line 1))",
+                 "  Downloading torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl (180.2 MB)"]:
+        pip.feed(line)
+    pip.clock = 110.0
+    pip.feed("Progress 90100000 of 180200000")
+    assert pip.describe().startswith("downloading 0/1 · 90.1 MB of 180.2 MB · 9.0 MB/s · torch-2.13.0")
+    pip.feed("Installing collected packages: torch")
+    assert pip.describe() == "installing torch" and pip.finished == 1
+    uv = InstallProgress(clock=1.0)
+    for line in ["Resolved 3 packages in 12ms", "Downloading numpy (16.0MiB)", "Downloading torch (176.3MiB)"]:
+        uv.feed(line)
+    uv.clock = 3.0
+    uv.feed(" Downloaded numpy")
+    assert uv.describe().startswith("downloading 1/2 · 16.8 MB of 201.6 MB · 8.4 MB/s")
+    uv.feed("Prepared 3 packages in 2.1s")
+    assert uv.describe() == "installing 3 packages"
+    uv.feed("Installed 3 packages in 40ms")
+    assert uv.phase == "installed"
+
+
+@pytest.mark.slow
+def test_mirror_draws_a_transfer_bar(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+                                     wheel_factory: Callable[..., Path], index_server: Callable[..., object],
+                                     tmp_path: Path) -> None:
+    stack = _stack(write_stack, wheel_factory, index_server)
+    locked = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
+    assert locked.rc == 0, locked.output
+    screen = run_on_terminal([sys.executable, "-m", "envbuild", "wheelhouse", "mirror", "--lock", str(stack.parent),
+                              "--out", str(tmp_path / "wh")], env=_terminal_env(tmp_path, **lock_env(tmp_path)))
+    assert screen.rc == 0, screen.text
+    bars = screen.saw(r"bulky_data-1\.0-py3-none-any\.whl .*[\d.]+/[\d.]+ MB")
+    assert bars, "\n".join(sorted(screen.seen))
+    assert (tmp_path / "wh" / "bulky_data-1.0-py3-none-any.whl").is_file()
