@@ -73,12 +73,12 @@ def site_packages(venv: Path) -> Path:
         return candidates[-1]
     python = venv / "bin" / "python3"
     if python.exists():
-        import subprocess
+        from envbuild.run import run
 
-        out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, timeout=30)
-        if out.returncode == 0 and Path(out.stdout.strip()).is_dir():
-            return Path(out.stdout.strip())
+        out = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                  capture=True, separate_stderr=True, timeout=30)
+        if out.ok and Path((out.output or "").strip()).is_dir():
+            return Path((out.output or "").strip())
     raise FileNotFoundError(f"no site-packages under {venv}/lib")
 
 

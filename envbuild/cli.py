@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ui.error(exc)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        ui.error_text("interrupted; state is saved, run the same command again to resume")
+        ui.error_text("interrupted")
         return int(ExitCode.INTERRUPTED)
     except OSError as exc:
         # The file system said no (full disk, read-only, permissions, a missing folder): the host's

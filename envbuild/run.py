@@ -1,26 +1,44 @@
 """The one way envbuild runs a subprocess (after nox's ``command.run``).
 
-argv lists only, never a shell; the exact command is logged; output goes to a log file
-(and, line by line, to an optional callback for progress); on Ctrl-C the child is
-terminated, then killed, and ``Interrupted`` is raised.
+argv lists only, never a shell; the exact command is logged (credentials in URLs redacted);
+output goes to a log file (and, line by line, to an optional callback for progress).
+
+Timeouts that work on a silent child: the output is read on a thread, and the calling thread
+waits on that reader with the deadline, so a child that prints nothing (an NCCL collective
+that never returns, ``import torch`` blocked on a dead driver, an installer stuck on a
+socket) is stopped all the same. Stopping means the child's whole process group (it runs in
+its own session): SIGTERM, then SIGKILL after ``grace`` seconds. A timed-out run is a result
+of its own (``RunResult.timed_out``) that callers turn into their own error with
+``RunResult.hung_message``; it is never reported as a crash with a signal number.
+
+On Ctrl-C the group is stopped the same way and ``Interrupted`` is raised. A ``cancel`` event
+stops a run from another thread (the prefetcher's background downloads).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from envbuild.errors import Interrupted
+from envbuild.net import redact
+
+__all__ = ["GRACE_SECONDS", "RunResult", "format_argv", "open_private", "run"]
 
 TAIL_LINES = 30
+GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL of a timed-out or interrupted child's group
+DRAIN_SECONDS = 2.0  # after the child exits, how long a grandchild may keep its output pipe open
 
 
 @dataclass(frozen=True)
@@ -30,15 +48,55 @@ class RunResult:
     seconds: float
     tail: str
     log_file: Path | None
-    output: str | None = None  # the whole output, only when capture=True
+    output: str | None = None  # the whole output (stdout, and stderr unless separate), when capture=True
+    stderr: str | None = None  # only with separate_stderr=True
+    timed_out: bool = False  # stopped at its deadline: ``returncode`` is then the signal's, not the child's
+    timeout: float | None = None
+    cancelled: bool = False  # stopped through ``cancel``
+    grace: float = GRACE_SECONDS
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0
+        return self.returncode == 0 and not self.timed_out and not self.cancelled
+
+    def hung_message(self, what: str) -> str:
+        """One sentence for a timed-out run: what hung, for how long, how it was stopped."""
+        last = self.tail.strip().splitlines()[-1:] if self.tail.strip() else []
+        said = f" Its last output: {redact(last[0])[:300]!r}." if last else " It printed nothing."
+        where = f" Full log: {self.log_file}." if self.log_file else ""
+        return (f"{what} did not finish within {self.timeout:g} s and was stopped (its process group was sent "
+                f"SIGTERM, then SIGKILL after {self.grace:g} s).{said}{where}")
+
+    def describe(self, what: str) -> str:
+        """``what`` hung / was cancelled / exited N: the words for any unsuccessful run."""
+        if self.timed_out:
+            return self.hung_message(what)
+        if self.cancelled:
+            return f"{what} was cancelled"
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"{what} was killed by {name}"
+        return f"{what} failed (exit {self.returncode})"
 
 
 def format_argv(argv: Sequence[str]) -> str:
     return shlex.join(str(a) for a in argv)
+
+
+def open_private(path: Path, mode: str = "a") -> IO[str]:
+    """Open a text file that may hold secrets (logs: an installer's argv and output): mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o600)  # an older file made before this rule
+    return os.fdopen(fd, mode, encoding="utf-8", errors="replace")
+
+
+_EOF = None
 
 
 def run(
@@ -49,93 +107,210 @@ def run(
     cwd: Path | None = None,
     timeout: float | None = None,
     capture: bool = False,
+    separate_stderr: bool = False,
     on_line: Callable[[str], None] | None = None,
     pass_fds: Sequence[int] = (),
+    cancel: threading.Event | None = None,
+    grace: float = GRACE_SECONDS,
+    interrupt_hint: str | None = None,
 ) -> RunResult:
-    """Run ``argv`` to completion; never raises on a non-zero exit (the caller decides).
+    """Run ``argv`` to completion or to its deadline; never raises on a non-zero exit or a
+    timeout (the caller decides: ``result.ok``, ``result.timed_out``, ``result.describe``).
 
-    ``log_file`` is appended to (a resumed step keeps its earlier attempts). ``pass_fds`` are
-    inherited by the child (provision passes its state lock, so an installer orphaned by a
-    SIGKILL keeps the data root locked until it exits).
+    ``log_file`` is appended to (a resumed step keeps its earlier attempts), mode 0600, with
+    URL credentials redacted from the command line and every output line. ``on_line`` is
+    called on the calling thread. ``pass_fds`` are inherited by the child (provision passes
+    its state lock, so an installer orphaned by a SIGKILL keeps the data root locked until it
+    exits). ``separate_stderr`` keeps stderr out of ``output``/``tail`` (for a child whose
+    stdout is data, e.g. JSON); it still goes to the log.
     Raises ``Interrupted`` on KeyboardInterrupt after stopping the child, and
-    ``FileNotFoundError`` if the program does not exist.
+    ``FileNotFoundError``/``PermissionError`` if the program cannot be started.
     """
     args = tuple(str(a) for a in argv)
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     captured: list[str] | None = [] if capture else None
-    log = None
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        log = log_file.open("a", encoding="utf-8", errors="replace")
-        log.write(f"$ {format_argv(args)}\n")
+    errors: list[str] = []
+    log = open_private(log_file) if log_file is not None else None
+    if log is not None:
+        log.write(f"$ {redact(format_argv(args))}\n")
         log.flush()
     start = time.monotonic()
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=dict(env) if env is not None else None,
-        cwd=cwd,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        bufsize=1,
-        start_new_session=True,  # Ctrl-C reaches us, and we stop the whole child group
-        pass_fds=tuple(pass_fds),
-    )
     try:
-        assert proc.stdout is not None
-        deadline = None if timeout is None else start + timeout
-        for line in proc.stdout:
-            tail.append(line.rstrip("\n"))
-            if log is not None:
-                log.write(line)
-            if captured is not None:
-                captured.append(line)
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
-            if deadline is not None and time.monotonic() > deadline:
-                _stop(proc)
+        proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # Ctrl-C reaches us, and we stop the whole child group
+            pass_fds=tuple(pass_fds),
+        )
+    except OSError:
+        if log is not None:
+            log.write("[envbuild] could not start the command\n")
+            log.close()
+        raise
+    lines: queue.Queue[tuple[bool, str] | None] = queue.Queue()
+    readers = [threading.Thread(target=_pump, args=(proc.stdout, False, lines), daemon=True,
+                                name="envbuild-run-stdout")]
+    if separate_stderr:
+        readers.append(threading.Thread(target=_pump, args=(proc.stderr, True, lines), daemon=True,
+                                        name="envbuild-run-stderr"))
+    for t in readers:
+        t.start()
+    deadline = None if timeout is None else start + timeout
+    open_streams = len(readers)
+    exited_at: float | None = None
+    timed_out = cancelled = False
+
+    def handle(is_err: bool, line: str) -> None:
+        text = line.rstrip("\n")
+        if log is not None:
+            log.write(redact(line) if line.endswith("\n") else redact(line) + "\n")
+        if is_err:
+            errors.append(line)
+            return
+        tail.append(text)
+        if captured is not None:
+            captured.append(line)
+        if on_line is not None:
+            on_line(text)
+
+    try:
+        while open_streams:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                timed_out = True
                 break
-        returncode = proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        returncode = -signal.SIGKILL
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > DRAIN_SECONDS:
+                break  # a grandchild holds the pipe open; the command itself is done
+            wait = 0.2 if cancel is not None or exited_at is not None else 1.0
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - now))
+            try:
+                item = lines.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if item is _EOF:
+                open_streams -= 1
+                continue
+            handle(*item)
+        if timed_out or cancelled:
+            _stop(proc, grace)
+        else:
+            while proc.poll() is None:  # output closed; the child has yet to exit
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    timed_out = True
+                    _stop(proc, grace)
+                    break
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                    _stop(proc, grace)
+                    break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=0.2 if remaining is None else min(0.2, remaining))
+        with contextlib.suppress(queue.Empty):  # what the readers had queued before the stop
+            while True:
+                item = lines.get_nowait()
+                if item is not _EOF:
+                    handle(*item)
     except KeyboardInterrupt:
-        _stop(proc)
+        _stop(proc, grace)
         if log is not None:
             log.write("\n[envbuild] interrupted by the user\n")
-            log.close()
-        raise Interrupted(f"interrupted while running: {format_argv(args)}",
-                          hint="The state is saved: run the same command again to resume.") from None
+        raise Interrupted(f"interrupted while running: {redact(format_argv(args))}", hint=interrupt_hint) from None
     finally:
+        returncode = proc.returncode if proc.returncode is not None else proc.poll()
         if log is not None and not log.closed:
-            log.write(f"[envbuild] exit status {proc.returncode}\n")
+            if timed_out:
+                log.write(f"\n[envbuild] no result within {timeout:g} s: stopped (exit status {returncode})\n")
+            elif cancelled:
+                log.write(f"\n[envbuild] cancelled (exit status {returncode})\n")
+            else:
+                log.write(f"[envbuild] exit status {returncode}\n")
             log.close()
-        if proc.stdout is not None:
-            proc.stdout.close()  # else a ResourceWarning when the Popen object is collected
+        for t in readers:
+            t.join(timeout=0.5)  # a reader still blocked (a grandchild holds the pipe) closes it at EOF
     return RunResult(
         argv=args,
-        returncode=returncode,
+        returncode=returncode if returncode is not None else -int(signal.SIGKILL),
         seconds=time.monotonic() - start,
         tail="\n".join(tail),
         log_file=log_file,
         output="".join(captured) if captured is not None else None,
+        stderr="".join(errors) if separate_stderr else None,
+        timed_out=timed_out,
+        timeout=timeout,
+        cancelled=cancelled,
+        grace=grace,
     )
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """Terminate the child's process group, then kill it if it does not go."""
-    if proc.poll() is not None:
-        return
+def _pump(stream: IO[str] | None, is_err: bool, out: queue.Queue[tuple[bool, str] | None]) -> None:
+    """The reader thread: every line of ``stream`` into ``out``, then ``_EOF``."""
+    try:
+        if stream is not None:
+            for line in stream:
+                out.put((is_err, line))
+    except (OSError, ValueError):
+        pass  # the stream was closed under us after a stop
+    finally:
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()  # else a ResourceWarning when the Popen object is collected
+        out.put(_EOF)
+
+
+def _stop(proc: subprocess.Popen[str], grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM the child's process group, then SIGKILL what is left of it after ``grace`` seconds."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
+        proc.poll()
         return
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            return
+        time.sleep(0.05)
+    # the leader or a grandchild ignored SIGTERM: the group goes either way
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphan's zombie
+    waits for PID 1 to reap it, which in a container can take seconds."""
     try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # no /proc (macOS): the group exists, zombie or not
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

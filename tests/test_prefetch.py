@@ -105,8 +105,8 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                      logs=tmp_path / "logs", env={"PATH": "/usr/bin:/bin"})
     job = pre.start(step)
     assert job is not None
-    for _ in range(100):
-        if job.proc is not None:
+    for _ in range(100):  # the runner has started the child once the command line is in the log
+        if job.log_file.exists() and job.log_file.read_text().startswith("$ "):
             break
         time.sleep(0.05)
     t = time.monotonic()
@@ -131,5 +131,5 @@ def test_provision_with_prefetch(write_stack: Callable[..., Path], provision: Ca
     # each later step was fetched in the background while the one before it installed
     for name in ("02-helpers", "03-more"):
         text = (logs / f"{name}.prefetch.log").read_text()
-        assert "prefetch exit status 0" in text, text
+        assert "[envbuild] exit status 0" in text, text
     assert not any((tmp_path / "data" / "cache" / "prefetch").glob("*/*"))  # scratch copies removed

@@ -9,7 +9,7 @@ from typing import Any
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
-from envbuild.errors import ConfigError
+from envbuild.errors import ConfigError, Interrupted
 from envbuild.plan import BACKENDS, locked_steps
 from envbuild.provision.core import ProvisionOptions, provision
 
@@ -51,7 +51,11 @@ def run(args: argparse.Namespace) -> int:
         wheelhouse=args.wheelhouse, locked=locked, compile_bytecode=args.compile_bytecode,
         prefetch=args.prefetch,
     )
-    result = provision(spec, opts)
+    try:
+        result = provision(spec, opts)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        message = exc.message if isinstance(exc, Interrupted) else "interrupted"
+        raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from None
     if args.json:
         ui.print_json({
             "root": str(result.paths.root), "venv": str(result.paths.venv), "ran": result.ran,

@@ -14,7 +14,7 @@ from typing import Any
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
-from envbuild.errors import ExitCode
+from envbuild.errors import ExitCode, PreflightError
 from envbuild.layout import Paths, overlay_env, paths_for
 from envbuild.proof.provenance import Provenance, capture
 from envbuild.spec import StackSpec
@@ -40,6 +40,10 @@ def resolve_target(args: argparse.Namespace) -> tuple[StackSpec, Paths, Path]:
         python = args.venv.expanduser().absolute() / "bin" / "python"
     else:
         python = paths.python
+    if not python.exists():  # refused before anything is made under the data root
+        raise PreflightError(
+            f"no Python interpreter at {python}: the venv is missing or incomplete",
+            hint="Provision it first (envbuild provision), or point --venv at an existing venv.")
     return spec, paths, python
 
 

@@ -28,9 +28,9 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 
 from envbuild import events, net
-from envbuild import run as runner
 from envbuild.errors import ConfigError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
+from envbuild.run import run
 from envbuild.spec import StackSpec
 
 Verdict = Literal["pass", "warn", "fail", "skip"]
@@ -114,7 +114,7 @@ class HostFacts:
 
 def _capture(argv: list[str]) -> tuple[int, str] | None:
     try:
-        res = runner.run(argv, capture=True, timeout=30)
+        res = run(argv, capture=True, timeout=30)
     except (FileNotFoundError, PermissionError):
         return None
     return res.returncode, res.output or ""

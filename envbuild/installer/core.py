@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -50,10 +49,9 @@ def probe_python(python: str | Path) -> Interpreter | None:
     none of what is asked depends on them.
     """
     try:
-        out = subprocess.run([str(python), "-I", "-S", "-c", _PROBE_SCRIPT],
-                             capture_output=True, text=True, timeout=20)
-        data = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        out = run([str(python), "-I", "-S", "-c", _PROBE_SCRIPT], capture=True, separate_stderr=True, timeout=20)
+        data = json.loads((out.output or "").strip().splitlines()[-1]) if out.ok else None
+    except (OSError, ValueError, IndexError):
         return None
     if not isinstance(data, dict) or not data.get("executable"):
         return None
@@ -105,9 +103,10 @@ def find_interpreter(version: str, override: str | None = None) -> Interpreter:
             return info
     uv = find_uv()
     if uv:
-        out = subprocess.run([uv, "python", "find", version], capture_output=True, text=True, timeout=30)
-        if out.returncode == 0 and out.stdout.strip():
-            info = probe_python(out.stdout.strip())
+        out = run([uv, "python", "find", version], capture=True, separate_stderr=True, timeout=30)
+        found = (out.output or "").strip()
+        if out.ok and found:
+            info = probe_python(found)
             if info is not None and info.version == version:
                 return info
     raise PreflightError(
@@ -139,10 +138,9 @@ def pick_backend(requested: str | None) -> Backend:
 
 def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources:
     """The index, extra indexes and find-links pip is configured with (pip.conf and PIP_*)."""
-    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                         timeout=30, env=dict(env) if env is not None else None)
+    out = run([sys.executable, "-m", "pip", "config", "list"], capture=True, separate_stderr=True, timeout=30, env=env)
     values: dict[str, list[str]] = {}
-    for line in out.stdout.splitlines():
+    for line in (out.output or "").splitlines():
         m = re.match(r"^[^.]*\.(index-url|extra-index-url|find-links)='(.*)'$", line.strip())
         if m:
             key, raw = m.groups()
@@ -267,10 +265,11 @@ def _log_text(result: RunResult) -> str:
 
 
 def run_python_json(python: Path, code: str, timeout: float = 120) -> dict[str, object]:
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}")
-    data = json.loads(out.stdout.strip().splitlines()[-1])
+    out = run([str(python), "-c", code], capture=True, separate_stderr=True, timeout=timeout)
+    if not out.ok:
+        err = (out.stderr or "").strip()
+        raise RuntimeError(out.describe(f"{python} -c ...") if out.timed_out or not err else err.splitlines()[-1])
+    data = json.loads((out.output or "").strip().splitlines()[-1])
     assert isinstance(data, dict)
     return data
 

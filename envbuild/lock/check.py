@@ -24,7 +24,6 @@ Dynamic rule (needs the step's index or wheelhouse; skipped with a notice under 
 
 from __future__ import annotations
 
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from envbuild.lock.model import (
     read_manifest,
     stale_reason,
 )
+from envbuild.run import RunResult, run
 from envbuild.spec import StackSpec
 
 TRITON = "triton"
@@ -327,8 +327,8 @@ def _requires_for(r: LockedReq, entry: dict[str, Any] | None, fetch: bool, spec:
 # ----------------------------------------------------------------------------- --base REF
 
 
-def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+def _git(args: list[str], cwd: Path) -> RunResult:
+    return run(["git", *args], cwd=cwd, capture=True, separate_stderr=True, timeout=30)
 
 
 def base_rules(spec: StackSpec, manifest: LockManifest, ref: str, report: CheckReport) -> None:
@@ -339,12 +339,12 @@ def base_rules(spec: StackSpec, manifest: LockManifest, ref: str, report: CheckR
     if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], folder).returncode != 0:
         raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
                           "or name a branch, tag or commit that exists.")
-    rel = (folder / MANIFEST).relative_to(Path(top.stdout.strip()).resolve())
+    rel = (folder / MANIFEST).relative_to(Path((top.output or "").strip()).resolve())
     shown = _git(["show", f"{ref}:{rel.as_posix()}"], folder)
     if shown.returncode != 0:
         report.notices.append(f"--base {ref}: no lock at {rel} there; nothing to compare")
         return
-    base = manifest_from_text(Path(f"{ref}:{rel}"), shown.stdout)
+    base = manifest_from_text(Path(f"{ref}:{rel}"), shown.output or "")
     old, new = _protected_versions(base, spec), _protected_versions(manifest, spec)
     lock_json = _rel(manifest.path)
     for name, before in sorted(old.items()):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -147,17 +146,18 @@ def resolve_git(requirement: str, timeout: float = 20.0) -> str:
         return requirement
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o ConnectTimeout=10"}
     try:
-        out = subprocess.run(["git", "ls-remote", repo, ref], capture_output=True, text=True, timeout=timeout, env=env)
+        out = run(["git", "ls-remote", repo, ref], capture=True, separate_stderr=True, timeout=timeout, env=env)
     except FileNotFoundError:
         raise PreflightError("git is needed to resolve git requirements to a commit, and it is not installed") from None
-    except subprocess.TimeoutExpired:
+    if out.timed_out:
         raise PreflightError(f"{req.name}: git ls-remote {redact(repo)} gave no answer within {timeout:g} s",
                              hint="Check the network, or pin the requirement to a commit SHA.") from None
     if out.returncode != 0:
-        why = redact(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}")
+        err = (out.stderr or "").strip()
+        why = redact(err.splitlines()[-1] if err else f"exit {out.returncode}")
         raise PreflightError(f"{req.name}: cannot read the git repository {redact(repo)}: {why}",
                              hint="Check the URL and the network, or pin the requirement to a commit SHA.")
-    rows = [line.split("\t") for line in out.stdout.splitlines() if "\t" in line]
+    rows = [line.split("\t") for line in (out.output or "").splitlines() if "\t" in line]
     wanted = {ref, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"}
     shas = [sha for sha, name in rows if name in wanted]
     peeled = [sha for sha, name in rows if name.endswith("^{}")]
@@ -177,12 +177,12 @@ def _tool_versions(python: Path) -> dict[str, str]:
     code = ("import json,sys,importlib.metadata as m\n"
             "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'pip': m.version('pip'),"
             " 'pip-tools': m.version('pip-tools')}))")
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
+    out = run([str(python), "-c", code], capture=True, separate_stderr=True, timeout=60)
+    if not out.ok:
         return {}
     import json
 
-    data: dict[str, str] = json.loads(out.stdout)
+    data: dict[str, str] = json.loads(out.output or "")
     data["envbuild"] = __version__
     data["packaging"] = importlib_metadata.version("packaging")
     return data
@@ -212,8 +212,10 @@ def resolver_python(spec: StackSpec, override: str | None) -> Path:
 
 
 def _has_piptools(python: Path) -> bool:
-    out = subprocess.run([str(python), "-c", "import piptools"], capture_output=True, timeout=60)
-    return out.returncode == 0
+    try:
+        return run([str(python), "-c", "import piptools"], capture=True, timeout=60).ok
+    except OSError:
+        return False
 
 
 def compile_step(step: Step, *, python: Path, source_args: list[str], constraints: list[str], work: Path,

@@ -12,7 +12,6 @@ constraints: the question is what the resolver *would* install, not whether it m
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from envbuild.lock.check import TRITON, CheckReport, Finding, _protected, _StepV
 from envbuild.lock.model import LockManifest
 from envbuild.net import is_url, probe, redact
 from envbuild.plan import make_plan
+from envbuild.run import run
 from envbuild.spec import StackSpec
 
 _DROP = {"--require-hashes", "--disable-pip-version-check", "--no-input"}
@@ -72,9 +72,9 @@ def dry_run_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView
     python = _interpreter(spec, report)
     with tempfile.TemporaryDirectory(prefix="envbuild-checklock-") as tmp:
         venv = Path(tmp) / "venv"
-        out = subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
-        if out.returncode != 0:
-            raise PreflightError(f"cannot make the dry-run venv with {python}: {out.stderr.strip()}")
+        out = run([str(python), "-m", "venv", "--without-pip", str(venv)], capture=True, timeout=300)
+        if not out.ok:
+            raise PreflightError(f"cannot make the dry-run venv with {python}: {out.describe('venv')}: {out.tail.strip()}")
         site = next(venv.glob("lib/python3*/site-packages"))
         if abi.adopt:
             _stand_in(site, abi.package, abi.version, [])
@@ -100,10 +100,10 @@ def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: _StepView, venv: Pa
     args = [a for a in plan_args if a not in _DROP]
     argv = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--dry-run",
             "--quiet", "--report", str(out_json), "--disable-pip-version-check", "--no-input", *args, "-r", str(req)]
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=_env(spec, v))
-    if res.returncode != 0:
-        lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
-        why = redact(lines[-1] if lines else f"exit {res.returncode}")
+    res = run(argv, capture=True, timeout=900, env=_env(spec, v))
+    if not res.ok:
+        lines = [ln for ln in res.tail.strip().splitlines() if ln.strip()]
+        why = redact(res.hung_message("pip's dry run") if res.timed_out else lines[-1] if lines else f"exit {res.returncode}")
         report.findings.append(Finding(v.file, "-", "dry-run-failed",
                                        f"a dry run of step {v.name!r} on the pinned baseline did not resolve: {why}"))
         return

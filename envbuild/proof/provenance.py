@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import __version__
-from envbuild import run as runner
+from envbuild.run import run
 
 _GPU_FAMILY = re.compile(r"\b(GH200|GB200|B200|B100|H200|H100|H20|A100|A10G?|L40S|L40|L4|V100|T4|RTX \w+)\b")
 
@@ -59,14 +59,14 @@ class Provenance:
 def git_state(path: Path) -> GitState | None:
     """Revision and dirty state of the git work tree containing ``path`` (None outside one)."""
     try:
-        top = runner.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture=True, timeout=10)
+        top = run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture=True, timeout=10)
     except FileNotFoundError:
         return None
     if not top.ok or not top.output:
         return None
     root = top.output.strip()
-    rev = runner.run(["git", "-C", root, "rev-parse", "HEAD"], capture=True, timeout=10)
-    status = runner.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"], capture=True, timeout=30)
+    rev = run(["git", "-C", root, "rev-parse", "HEAD"], capture=True, timeout=10)
+    status = run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"], capture=True, timeout=30)
     lines = tuple((status.output or "").splitlines()) if status.ok else ()
     return GitState(path=root, revision=(rev.output or "").strip() if rev.ok else None,
                     dirty=bool(lines) if status.ok else None, status=lines[:20])

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import events, net
-from envbuild import run as runner
 from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import ConfigError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
 from envbuild.proof.provenance import Provenance, capture
+from envbuild.run import run
 from envbuild.spec import StackSpec
 
 SCHEMA = "envbuild.receipt/1"
@@ -70,7 +70,7 @@ def redact_any(value: Any, key: str = "") -> Any:
 def inventory(python: Path) -> dict[str, Any]:
     """Installed distributions and torch versions of ``python``'s environment (no torch import)."""
     try:
-        res = runner.run([str(python), str(INVENTORY_SCRIPT)], capture=True, timeout=120)
+        res = run([str(python), str(INVENTORY_SCRIPT)], capture=True, timeout=120)
     except FileNotFoundError:
         return {"error": f"no interpreter at {python}"}
     if not res.ok:

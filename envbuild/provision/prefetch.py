@@ -30,12 +30,8 @@ remote index (an http(s) source that is not this host); ``yes`` and ``no`` force
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -46,6 +42,7 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.plan import Backend, PlannedStep
+from envbuild.run import run
 
 __all__ = ["PrefetchJob", "Prefetcher", "exact_pins", "prefetch_argv", "remote_sources", "wanted"]
 
@@ -142,15 +139,14 @@ class PrefetchJob:
     started: float = field(default_factory=time.monotonic)
     seconds: float | None = None
     returncode: int | None = None
-    proc: subprocess.Popen[bytes] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
 class Prefetcher:
     """Runs at most one background prefetch per step; ``wait(step)`` before that step installs.
 
-    A background job, not ``runner.run``: it must be cancellable from the main thread
-    (``close``) without waiting for it, and its output only goes to its log file.
+    Each job is ``run.run`` on a thread of its own, with a ``cancel`` event that ``close`` sets:
+    the runner stops the job's process group, as it does on a timeout.
     """
 
     def __init__(self, *, backend: Backend, python: Path, uv: str | None, scratch_root: Path,
@@ -162,12 +158,11 @@ class Prefetcher:
         self.logs = logs
         self.env = {k: v for k, v in env.items() if k != "UV_COMPILE_BYTECODE"}  # the scratch copy is thrown away
         self.jobs: dict[str, PrefetchJob] = {}
-        self._lock = threading.Lock()
-        self._closed = False
+        self._cancel = threading.Event()
 
     def start(self, planned: PlannedStep) -> PrefetchJob | None:
         """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact)."""
-        if planned.name in self.jobs or self._closed:
+        if planned.name in self.jobs or self._cancel.is_set():
             return self.jobs.get(planned.name)
         scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
         argv = prefetch_argv(planned, backend=self.backend, python=self.python, uv=self.uv, scratch=scratch)
@@ -185,17 +180,8 @@ class Prefetcher:
         try:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.mkdir(parents=True, exist_ok=True)
-            job.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with job.log_file.open("ab") as log:
-                log.write(("$ " + " ".join(job.argv) + "\n").encode())
-                log.flush()
-                with self._lock:
-                    if self._closed:
-                        return
-                    job.proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-                job.returncode = job.proc.wait()
-                log.write(f"[envbuild] prefetch exit status {job.returncode}\n".encode())
+            if not self._cancel.is_set():
+                job.returncode = run(job.argv, log_file=job.log_file, env=env, cancel=self._cancel).returncode
         except OSError:
             job.returncode = -1
         finally:
@@ -212,20 +198,8 @@ class Prefetcher:
 
     def close(self) -> None:
         """Stop every running prefetch (its process group) and forget the scratch folders."""
-        with self._lock:
-            self._closed = True
-            jobs = list(self.jobs.values())
-        for job in jobs:
-            proc = job.proc
-            if proc is not None and proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-        for job in jobs:
+        self._cancel.set()
+        for job in list(self.jobs.values()):
             job.done.wait(10)
 
     def __enter__(self) -> Prefetcher:

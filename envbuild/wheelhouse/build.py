@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import time
 import zipfile
@@ -121,12 +120,13 @@ def default_cache() -> Path:
 
 def probe_target(python: Path, requires: Sequence[str] = ()) -> Target:
     try:
-        proc = subprocess.run([str(python), "-c", _PROBE, *requires], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
+        proc = run([str(python), "-c", _PROBE, *requires], capture=True, separate_stderr=True, timeout=60)
+    except (FileNotFoundError, PermissionError):
         raise ConfigError(f"{python}: no such interpreter (give --venv DIR or --python PATH)") from None
-    if proc.returncode != 0:
-        raise WheelhouseError(f"{python}: cannot inspect the target interpreter:\n{proc.stderr.strip()[-2000:]}")
-    info = json.loads(proc.stdout)
+    if not proc.ok:
+        why = proc.hung_message(f"{python} (inspecting the target)") if proc.timed_out else (proc.stderr or "").strip()[-2000:]
+        raise WheelhouseError(f"{python}: cannot inspect the target interpreter:\n{why}")
+    info = json.loads(proc.output or "")
     if not info.get("torch_version"):
         raise WheelhouseError(
             f"torch is not installed for {python}: wheelhouse wheels are built against the torch "
@@ -152,8 +152,8 @@ def _nvcc_version() -> str | None:
     if nvcc is None or not nvcc.exists():
         return None
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        out = run([str(nvcc), "--version"], capture=True, separate_stderr=True, timeout=30).output or ""
+    except OSError:
         return None
     m = re.search(r"V(\d+\.\d+\.\d+)", out) or re.search(r"release (\d+\.\d+)", out)
     return m.group(1) if m else None
@@ -162,10 +162,10 @@ def _nvcc_version() -> str | None:
 def _cc_version() -> str | None:
     cc = os.environ.get("CC", "gcc")
     try:
-        out = subprocess.run([cc, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        out = run([cc, "-dumpfullversion", "-dumpversion"], capture=True, separate_stderr=True, timeout=30)
+    except OSError:
         return None
-    return f"{Path(cc).name} {out.stdout.strip()}" if out.returncode == 0 else None
+    return f"{Path(cc).name} {(out.output or '').strip()}" if out.ok else None
 
 
 # ----------------------------------------------------------------------------- source

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import events
-from envbuild import run as runner
 from envbuild.errors import ConfigError, PreflightError, VerifyError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE
+from envbuild.run import run
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 RESULT_MARK = "ENVBUILD_DIST_RESULT "
@@ -147,7 +147,7 @@ def run_dist_step(
 
     start = time.monotonic()
     try:
-        res = runner.run(argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line)
+        res = run(argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line)
     except FileNotFoundError:
         raise PreflightError(f"cannot run {python}") from None
     result: dict[str, Any] = {}

@@ -7,6 +7,7 @@ interpreter (``<venv>/bin/python checks.py``); envbuild itself never imports tor
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import events
-from envbuild import run as runner
 from envbuild.errors import PreflightError, VerifyError
+from envbuild.run import run
 
 CHECKS_SCRIPT = Path(__file__).resolve().parent / "checks.py"
 INVENTORY_SCRIPT = Path(__file__).resolve().parents[1] / "inventory.py"
@@ -72,11 +73,18 @@ def run_smoke(
             else:
                 events.emit("debug", line)
 
+        run_env = dict(os.environ if env is None else env)
+        # inductor's cache in this run's temporary folder when the overlay names none (no /tmp leftovers)
+        run_env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor"))
         start = time.monotonic()
         try:
-            res = runner.run(argv, log_file=log_file, env=env, timeout=timeout, on_line=on_line)
+            res = run(argv, log_file=log_file, env=run_env, timeout=timeout, on_line=on_line)
         except FileNotFoundError:
             raise PreflightError(f"cannot run {python}") from None
+        if res.timed_out:
+            raise VerifyError(res.hung_message(f"the smoke checks ({python} checks.py)"),
+                              hint="A hang in `import torch` or a first CUDA call is usually the driver or a GPU "
+                                   "held by another process (see nvidia-smi); raise --timeout for a slow first compile.")
         if not out.is_file():
             if "No module named 'torch'" in res.tail:
                 raise PreflightError(f"torch is not installed in {python}; smoke needs the venv's torch")
