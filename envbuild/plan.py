@@ -175,7 +175,7 @@ def locked_steps(spec: StackSpec) -> dict[str, Path]:
 
     Raises ``LockError`` for a stale or broken lock (both commands refuse it the same way).
     """
-    from envbuild.lock.model import locked_requirements
+    from envbuild.lock.serve import locked_requirements
 
     return locked_requirements(spec)
 

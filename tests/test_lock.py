@@ -12,7 +12,8 @@ from lockhelpers import lock_env, manifest, resync, step_file
 from support.fixtures import NIGHTLY_TORCH, PYTORCH_TRITON, installer_env
 from support.index import UnreachablePort
 
-from envbuild.lock.model import parse_requirements_text, step_digests
+from envbuild.lock.model import parse_requirements_text
+from envbuild.lock.serve import step_digests
 from envbuild.spec import load_spec
 
 STEPS = [
@@ -189,7 +190,7 @@ def test_git_ref_that_does_not_resolve(write_stack, run_envbuild, tmp_path, whee
 
 
 def test_committed_cpu_lock_matches_its_spec():
-    from envbuild.lock.model import locked_requirements
+    from envbuild.lock.serve import locked_requirements
     from envbuild.spec import resolve_spec
 
     files = locked_requirements(resolve_spec("cpu", None, {}))

@@ -23,13 +23,8 @@ from support.fixtures import run_cli
 
 from envbuild.errors import LockError
 from envbuild.images.docker import DockerOptions, render, slice_spec
-from envbuild.lock.model import (
-    locked_requirements,
-    prefix_manifest,
-    read_manifest,
-    stale_reason,
-    step_digests,
-)
+from envbuild.lock.model import read_lock
+from envbuild.lock.serve import locked_requirements, prefix_manifest, stale_reason, step_digests
 from envbuild.spec import load_spec, profile_path
 
 CPU_STEPS = ["bootstrap", "torch", "fla", "torch-users", "rest"]
@@ -77,7 +72,7 @@ def test_step_digests_cover_python_abi_and_earlier_steps(tmp_path: Path) -> None
 
 def test_committed_cpu_lock_records_the_step_digests() -> None:
     spec = load_spec(profile_path("cpu"), {})
-    manifest = read_manifest(profile_path("cpu").parent)
+    manifest = read_lock(profile_path("cpu").parent)
     assert manifest is not None and manifest.has_step_digests and not manifest.is_prefix
     assert [s.digest for s in manifest.steps] == step_digests(spec)
 
@@ -171,9 +166,9 @@ def test_docker_layers_copy_their_part_of_the_lock(tmp_path: Path) -> None:
         for j, other in enumerate(CPU_STEPS[:max(i, 2)], 1):
             shutil.copy(steps / f"{j:02d}-{other}.txt", etc)
         spec = load_spec(etc / "stack.toml", {})
-        manifest = read_manifest(etc)
+        manifest = read_lock(etc)
         assert manifest is not None and manifest.is_prefix and stale_reason(spec, manifest) is None
-        assert "created" not in manifest.data and "spec_digest" not in manifest.data
+        assert manifest.created is None and manifest.spec_digest is None
         assert list(locked_requirements(spec)) == CPU_STEPS[:max(i, 2)]
     # --check sees a lock file gone astray; --no-lock renders the layers without the lock
     (steps / "03-fla.txt").write_text("tampered\n")
@@ -195,7 +190,7 @@ def test_prefix_manifest_bytes_depend_only_on_its_steps(cpu_lock: Path) -> None:
     data["steps"][4]["step_digest"] = "sha256:" + "0" * 64  # ...and its digest (the spec "changed")
     data["spec_digest"] = "sha256:" + "1" * 64
     (cpu_lock / "lock.json").write_text(json.dumps(data, indent=2) + "\n")
-    manifest = read_manifest(cpu_lock)
+    manifest = read_lock(cpu_lock)
     assert manifest is not None
     for i, name in enumerate(CPU_STEPS[:4], 1):
         assert json.dumps(prefix_manifest(manifest, max(i, 2)), indent=2) + "\n" == before[f"s/{i:02d}-{name}.lock.json"]

@@ -45,11 +45,14 @@ def run(args: argparse.Namespace) -> int:
     if args.wheelhouse and not args.offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
     locked = {} if args.no_lock else locked_steps(spec)
+    if args.no_lock and (spec.path.parent / "lock.json").is_file():
+        events.emit("warn", f"--no-lock: the lock at {spec.path.parent / 'lock.json'} is bypassed; every step "
+                    "resolves from the spec, without its pins and hashes (the receipt records this)")
     opts = ProvisionOptions(
         root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
         force_links=args.force_links, strict=args.strict, only_step=args.step,
         wheelhouse=args.wheelhouse, locked=locked, compile_bytecode=args.compile_bytecode,
-        prefetch=args.prefetch,
+        prefetch=args.prefetch, no_lock=args.no_lock,
     )
     try:
         result = provision(spec, opts)

@@ -16,10 +16,10 @@ to a late step rebuilds only that step and the ones after it:
   ``PIP_CONSTRAINT`` / ``UV_CONSTRAINT`` point at it through ``ENV``, so later layers and any
   later ``pip install`` by a user of the image keep torch pinned;
 - when the stack has a lock (``lock.json`` beside the spec), each layer also copies a *prefix
-  manifest* (``NN-<step>.lock.json``: the lock cut to the slice's steps, ``lock.prefix_manifest``)
+  manifest* (``NN-<step>.lock.json``: the lock cut to the slice's steps, ``lock.serve.prefix_manifest``)
   to ``/etc/envbuild/lock.json`` and the hash-pinned step files the slice adds, so
   ``provision --step`` installs from the lock with ``--require-hashes`` (the prefix rule of
-  ``lock.locked_requirements`` checks the slice against the lock's per-step digests). The
+  ``lock.serve.locked_requirements`` checks the slice against the lock's per-step digests). The
   prefix manifest changes only when a step up to its own is locked anew, so relocking after an
   edit of a late step keeps the earlier layers cached. Without a lock (or with ``--no-lock``)
   the layers resolve from the spec, as on a host;
@@ -41,13 +41,8 @@ from pathlib import Path, PurePosixPath
 
 from envbuild import layout
 from envbuild.errors import ConfigError
-from envbuild.lock.model import (
-    LockManifest,
-    lock_dir,
-    locked_requirements,
-    prefix_manifest,
-    read_manifest,
-)
+from envbuild.lock.model import Lock, lock_dir, read_lock
+from envbuild.lock.serve import locked_requirements, prefix_manifest
 from envbuild.plan import make_plan
 from envbuild.spec import StackSpec, parse_spec
 
@@ -240,9 +235,9 @@ def spec_vars(spec: StackSpec) -> list[str]:
     return sorted(set(names))
 
 
-def stack_lock(spec: StackSpec) -> LockManifest | None:
+def stack_lock(spec: StackSpec) -> Lock | None:
     """The stack's lock, checked against the spec (``LockError`` when stale or broken); None without."""
-    manifest = read_manifest(lock_dir(spec))
+    manifest = read_lock(lock_dir(spec))
     if manifest is None:
         return None
     locked_requirements(spec)  # stale, missing or edited files fail here, not in a layer

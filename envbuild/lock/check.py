@@ -25,9 +25,8 @@ Dynamic rule (needs the step's index or wheelhouse; skipped with a notice under 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -38,29 +37,18 @@ from envbuild.errors import ConfigError, LockError
 from envbuild.index import cached_requires
 from envbuild.lock.model import (
     MANIFEST,
+    Lock,
+    LockedPackage,
     LockedReq,
-    LockManifest,
     lock_dir,
-    manifest_from_text,
-    parse_requirements_text,
-    read_manifest,
-    stale_reason,
+    lock_from_text,
+    read_lock,
+    read_step_file,
 )
+from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, marker_env, protected_names
+from envbuild.lock.serve import stale_reason
 from envbuild.run import RunResult, run
 from envbuild.spec import StackSpec
-
-TRITON = "triton"
-
-
-@dataclass(frozen=True)
-class Finding:
-    file: str
-    package: str
-    rule: str
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.file}: {self.package}: {self.reason} [{self.rule}]"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,48 +58,11 @@ class CheckOptions:
     fetch_metadata: bool = True  # read missing metadata from the index (not under offline)
 
 
-@dataclass
-class CheckReport:
-    stack: str
-    folder: Path
-    findings: list[Finding] = field(default_factory=list)
-    notices: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def to_json(self) -> dict[str, Any]:
-        return {"stack": self.stack, "folder": str(self.folder), "ok": self.ok,
-                "findings": [asdict(f) for f in self.findings], "notices": self.notices,
-                "seconds": round(self.seconds, 4)}
-
-
-@dataclass
-class _StepView:
-    index: int
-    name: str
-    file: str  # shown path
-    no_deps: bool
-    reqs: list[LockedReq]
-    packages: dict[str, dict[str, Any]]  # manifest entries by name
-
-
 def _rel(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def marker_env(spec: StackSpec) -> dict[str, str]:
-    """The target environment the lock is for: the stack's CPython on Linux x86_64."""
-    return {"python_version": spec.python, "python_full_version": spec.python + ".0", "os_name": "posix",
-            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-            "platform_python_implementation": "CPython", "implementation_name": "cpython",
-            "implementation_version": spec.python + ".0", "platform_release": "", "platform_version": "",
-            "extra": ""}
 
 
 def _applies(req: Requirement, env: dict[str, str], extras: set[str]) -> bool:
@@ -130,7 +81,7 @@ def check_lock(spec: StackSpec, opts: CheckOptions | None = None) -> CheckReport
     report = CheckReport(spec.name, folder)
     lock_json = _rel(folder / MANIFEST)
     try:
-        manifest = read_manifest(folder)
+        manifest = read_lock(folder)
     except LockError as exc:
         report.findings.append(Finding(lock_json, "-", "broken-lock", exc.message))
         return _done(report, t0)
@@ -159,12 +110,12 @@ def _done(report: CheckReport, t0: float) -> CheckReport:
     return report
 
 
-def _read_steps(spec: StackSpec, manifest: LockManifest, report: CheckReport) -> list[_StepView]:
+def _read_steps(spec: StackSpec, manifest: Lock, report: CheckReport) -> list[StepView]:
     views = []
     spec_index = {s.name: i for i, s in enumerate(spec.steps)}
     for ls in manifest.steps:
         if not ls.locked:
-            report.notices.append(f"step {ls.name!r} is not locked ({ls.data.get('reason', 'partial lock')}); "
+            report.notices.append(f"step {ls.name!r} is not locked ({ls.reason}); "
                                   "it resolves from the spec")
             continue
         path = manifest.folder / (ls.file or "")
@@ -173,13 +124,12 @@ def _read_steps(spec: StackSpec, manifest: LockManifest, report: CheckReport) ->
             report.findings.append(Finding(shown, "-", "missing-file",
                                            f"the lock file of step {ls.name!r} is missing; run `envbuild lock`"))
             continue
-        text = path.read_text(encoding="utf-8")
         try:
-            reqs = parse_requirements_text(text, shown)
+            reqs = read_step_file(path, shown)
         except LockError as exc:
             report.findings.append(Finding(shown, "-", "broken-lock", exc.message))
             continue
-        if ls.data.get("file_sha256") and sha256_file(path) != ls.data["file_sha256"]:
+        if sha256_file(path) != ls.file_sha256:
             report.findings.append(Finding(shown, "-", "stale-lock",
                                            f"changed after `envbuild lock` wrote it (sha256 differs from {MANIFEST})"))
         for r in reqs:
@@ -198,20 +148,15 @@ def _read_steps(spec: StackSpec, manifest: LockManifest, report: CheckReport) ->
                 report.findings.append(Finding(shown, r.name, "missing-hash",
                                                f"line {r.line}: no --hash (pip --require-hashes refuses it)"))
         idx = spec_index.get(ls.name, len(spec.steps))
-        no_deps = spec.steps[idx].no_deps if idx < len(spec.steps) else bool(ls.flags.get("no_deps"))
-        views.append(_StepView(idx, ls.name, shown, no_deps, reqs, {p["name"]: p for p in ls.packages}))
+        no_deps = spec.steps[idx].no_deps if idx < len(spec.steps) else ls.flags.no_deps
+        views.append(StepView(idx, ls.name, shown, no_deps, reqs, {p.name: p for p in ls.packages}))
     return views
 
 
-def _protected(spec: StackSpec, manifest: LockManifest) -> set[str]:
-    names = {canonicalize_name(n) for n in manifest.data.get("abi", {}).get("protected", [])}
-    return names | {spec.abi.package}
-
-
-def static_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView], report: CheckReport,
+def static_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report: CheckReport,
                  *, fetch: bool) -> None:
     abi = spec.abi
-    protected = _protected(spec, manifest)
+    protected = protected_names(spec, manifest)
     baseline = spec.baseline_index if spec.baseline_index is not None else -1
 
     def is_prot(n: str) -> bool:
@@ -304,11 +249,11 @@ def _req_text(dep: Requirement) -> str:
     return f"{dep.name}{dep.specifier}" if dep.specifier else dep.name
 
 
-def _requires_for(r: LockedReq, entry: dict[str, Any] | None, fetch: bool, spec: StackSpec,
-                  view: _StepView) -> list[str] | None:
-    if entry is not None and entry.get("version") == r.version and entry.get("requires_dist") is not None \
-            and set(r.hashes) & set(entry.get("hashes", [])):
-        return [str(x) for x in entry["requires_dist"]]
+def _requires_for(r: LockedReq, entry: LockedPackage | None, fetch: bool, spec: StackSpec,
+                  view: StepView) -> list[str] | None:
+    if entry is not None and entry.version == r.version and entry.requires_dist is not None \
+            and set(r.hashes) & set(entry.hashes):
+        return list(entry.requires_dist)
     got = cached_requires(r.hashes)
     if got is not None or not fetch:
         return got
@@ -331,7 +276,7 @@ def _git(args: list[str], cwd: Path) -> RunResult:
     return run(["git", *args], cwd=cwd, capture=True, separate_stderr=True, timeout=30)
 
 
-def base_rules(spec: StackSpec, manifest: LockManifest, ref: str, report: CheckReport) -> None:
+def base_rules(spec: StackSpec, manifest: Lock, ref: str, report: CheckReport) -> None:
     folder = manifest.folder.resolve()
     top = _git(["rev-parse", "--show-toplevel"], folder)
     if top.returncode != 0:
@@ -344,7 +289,11 @@ def base_rules(spec: StackSpec, manifest: LockManifest, ref: str, report: CheckR
     if shown.returncode != 0:
         report.notices.append(f"--base {ref}: no lock at {rel} there; nothing to compare")
         return
-    base = manifest_from_text(Path(f"{ref}:{rel}"), shown.output or "")
+    try:
+        base = lock_from_text(Path(f"{ref}:{rel}"), shown.output or "")
+    except LockError as exc:
+        report.findings.append(Finding(f"{ref}:{rel}", "-", "broken-lock", exc.message))
+        return
     old, new = _protected_versions(base, spec), _protected_versions(manifest, spec)
     lock_json = _rel(manifest.path)
     for name, before in sorted(old.items()):
@@ -365,17 +314,19 @@ def base_rules(spec: StackSpec, manifest: LockManifest, ref: str, report: CheckR
                 f"({'+' + b.local if b.local else 'none'} -> {'+' + a.local if a.local else 'none'}), a swapped build"))
 
 
-def _protected_versions(manifest: LockManifest, spec: StackSpec) -> dict[str, str]:
-    protected = _protected(spec, manifest)
+def _protected_versions(manifest: Lock, spec: StackSpec) -> dict[str, str]:
+    protected = protected_names(spec, manifest)
     out: dict[str, str] = {}
-    abi = manifest.data.get("abi", {})
-    if abi.get("package") and abi.get("version"):
-        out[canonicalize_name(abi["package"])] = str(abi["version"])
+    if manifest.abi is not None and manifest.abi.version:
+        out[canonicalize_name(manifest.abi.package)] = manifest.abi.version
     for s in manifest.steps:
         for p in s.packages:
-            n = canonicalize_name(p.get("name", ""))
-            if (n in protected or spec.abi.is_protected(n)) and p.get("version"):
-                out.setdefault(n, str(p["version"])) if n != spec.abi.package else out.__setitem__(n, str(p["version"]))
+            n = canonicalize_name(p.name)
+            if (n in protected or spec.abi.is_protected(n)) and p.version:
+                if n == spec.abi.package:
+                    out[n] = p.version
+                else:
+                    out.setdefault(n, p.version)
     return out
 
 

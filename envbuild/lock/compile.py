@@ -7,7 +7,7 @@ the envbuild cache with the same pip-tools. Each step after the baseline is comp
 baseline's locked pins as constraints (torch, its runtime wheels, everything the baseline step
 installed), and those pins are left out of its file: it installs on top of the baseline and
 can never carry another torch. ``no_deps`` steps pin exactly the named packages: their
-artifacts and hashes come straight from the step's sources (``lock_meta``), nothing transitive.
+artifacts and hashes come straight from the step's sources (``envbuild.index``), nothing transitive.
 
 Sources are the step's own (index URL, extra indexes, find-links, ``no_index``); a step without
 an index uses what pip is configured with. ``wheelhouse`` replaces every source with one
@@ -35,7 +35,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from envbuild import __version__, events
-from envbuild._io import atomic_write_json, atomic_write_text, sha256_file
+from envbuild._io import atomic_write_text, sha256_file
 from envbuild.errors import ConfigError, LockError, PreflightError
 from envbuild.index import (
     ArtifactFinder,
@@ -49,14 +49,16 @@ from envbuild.installer.core import find_python, pip_config_sources, python_vers
 from envbuild.lock.model import (
     LOCK_VERSION,
     MANIFEST,
+    Lock,
     LockedReq,
     format_requirement,
     lock_dir,
     parse_requirements_text,
-    read_manifest,
-    step_digests,
+    read_lock,
     step_filename,
+    write_lock,
 )
+from envbuild.lock.serve import step_digests
 from envbuild.net import is_url, probe, redact
 from envbuild.plan import make_plan
 from envbuild.run import format_argv, run
@@ -351,7 +353,10 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
                          sources=_recorded_sources(sources, source_args),
                          packages=packages)
             entries.append(entry)
-    old = read_manifest(folder) if (folder / MANIFEST).exists() else None
+    try:
+        old = read_lock(folder)
+    except LockError:  # a broken lock is replaced; its step files are left alone
+        old = None
     manifest = {
         "lock_version": LOCK_VERSION,
         "stack": spec.name,
@@ -364,16 +369,17 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
                 "protected": sorted(protected)},
         "steps": entries,
     }
-    atomic_write_json(folder / MANIFEST, manifest)
+    lock = Lock.from_dict(manifest, folder / MANIFEST)  # what is written reads back: the model's rules
+    write_lock(lock)
     if old is not None:  # files of steps that no longer exist
-        keep = {e.get("file") for e in entries}
+        keep = {s.file for s in lock.steps}
         for s in old.steps:
             if s.file and s.file not in keep and (folder / s.file).is_file():
                 (folder / s.file).unlink()
     if opts.export_pylock:
         from envbuild.lock.pylock import write_pylock
 
-        files.append(write_pylock(folder, manifest))
+        files.append(write_pylock(lock))
     files.append(folder / MANIFEST)
     return LockResult(folder, files, [e["name"] for e in entries if not e.get("locked")], time.monotonic() - t0)
 

@@ -21,8 +21,8 @@ from packaging.utils import canonicalize_name
 
 from envbuild.errors import PreflightError
 from envbuild.installer.core import find_python
-from envbuild.lock.check import TRITON, CheckReport, Finding, _protected, _StepView
-from envbuild.lock.model import LockManifest
+from envbuild.lock.model import Lock
+from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, protected_names
 from envbuild.net import is_url, probe, redact
 from envbuild.plan import make_plan
 from envbuild.run import run
@@ -50,9 +50,9 @@ def _interpreter(spec: StackSpec, report: CheckReport) -> Path:
         return Path(sys.executable)
 
 
-def dry_run_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView], report: CheckReport) -> None:
+def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report: CheckReport) -> None:
     abi = spec.abi
-    protected = _protected(spec, manifest)
+    protected = protected_names(spec, manifest)
     baseline = spec.baseline_index if spec.baseline_index is not None else -1
     plan = make_plan(spec)
     todo = [v for v in views if v.index > baseline and v.index < len(spec.steps)]
@@ -81,16 +81,16 @@ def dry_run_rules(spec: StackSpec, manifest: LockManifest, views: list[_StepView
         by_index = {v.index: v for v in views}
         for i in range(baseline + 1):
             for p in (by_index[i].packages.values() if i in by_index else []):
-                if p.get("version"):
-                    _stand_in(site, p["name"], p["version"], list(p.get("requires_dist") or []))
+                if p.version:
+                    _stand_in(site, p.name, p.version, list(p.requires_dist or []))
         for v in sorted(todo, key=lambda v: v.index):
             _dry_run(spec, plan.steps[v.index].args, v, venv, Path(tmp), protected, report)
             for p in v.packages.values():
-                if p.get("version"):
-                    _stand_in(site, p["name"], p["version"], list(p.get("requires_dist") or []))
+                if p.version:
+                    _stand_in(site, p.name, p.version, list(p.requires_dist or []))
 
 
-def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: _StepView, venv: Path, tmp: Path,
+def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: StepView, venv: Path, tmp: Path,
              protected: set[str], report: CheckReport) -> None:
     abi = spec.abi
     req = tmp / f"{v.name}.txt"
@@ -122,7 +122,7 @@ def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: _StepView, venv: Pa
                 f"a dry run of step {v.name!r} would install PyPI triton {version} next to {abi.triton_provider}"))
 
 
-def _env(spec: StackSpec, v: _StepView) -> dict[str, str] | None:
+def _env(spec: StackSpec, v: StepView) -> dict[str, str] | None:
     import os
 
     env = dict(os.environ)

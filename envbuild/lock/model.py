@@ -1,14 +1,17 @@
-"""The lock: per-step hash-pinned requirement files plus a manifest, next to the spec.
+"""The lock: per-step hash-pinned requirement files plus ``lock.json``, next to the spec.
 
 Layout (``lockfiles/<profile>/`` beside ``stack.toml``; written by ``envbuild lock``)::
 
     01-bootstrap.txt      one file per step, in step order: ``name==version --hash=sha256:...``
     02-torch.txt          lines (pip-compile's format, no index options), installable by hand
-    ...                   with ``pip install --require-hashes [--no-deps] -r FILE``
-    lock.json             the manifest (below)
-    pylock.toml           PEP 751 export of the whole environment (``pylock_export``)
+    ...                   with ``pip install --require-hashes [--no-deps] -r FILE`` (``stepfile``)
+    lock.json             the lock's index of steps (below): ``Lock``
+    pylock.toml           PEP 751 export of the whole environment (``lock.pylock``)
 
-``lock.json`` (``lock_version`` 1)::
+``lock.json`` (``lock_version`` 1), read and written only through the frozen dataclasses below,
+in the manner of ``packaging.pylock``: ``Lock.from_dict`` checks every type and names the bad
+key by its dotted path (``lock.json: steps[2].file: missing``) in a ``LockError`` (exit 8);
+``Lock.to_dict`` writes the same keys in the same order::
 
     {
       "lock_version": 1,
@@ -19,14 +22,16 @@ Layout (``lockfiles/<profile>/`` beside ``stack.toml``; written by ``envbuild lo
       "tools": {"envbuild": ..., "pip-tools": ..., "pip": ..., "python": "3.11.7"},
       "abi": {"package": "torch", "version": ..., "local": ..., "protected": [names]},
       "steps": [                          # spec order
-        {"name": "torch", "role": "baseline", "locked": true,
+        {"name": "torch", "role": "baseline",
          "step_digest": "sha256:...",     # python + [abi] + the [[step]] tables up to this one
                                           # (unexpanded, as in spec_digest): all that decides
                                           # this step's resolution; see ``step_digests``
+         "flags": {"no_deps": false, "pre": false, "no_build_isolation": false, "upgrade": false,
+                   "upgrade_strategy": "only-if-needed", "reinstall": false, "no_index": false},
+         "locked": true,
          "file": "02-torch.txt", "file_sha256": "<hex of the file>",
-         "flags": {"no_deps": false, "pre": false, "no_build_isolation": false,
-                   "upgrade": false, "reinstall": false, "no_index": false},
-         "sources": {"index_url": ..., "extra_index_urls": [...], "find_links": [...]},  # used, redacted
+         "sources": {"index_url": ..., "extra_index_urls": [...], "find_links": [...],
+                     "installer_configured": false},               # used, redacted
          "packages": [
            {"name": "torch", "version": "2.13.0+cpu", "requested": true,
             "hashes": ["<sha256 hex>", ...],              # every hash the file accepts
@@ -34,67 +39,55 @@ Layout (``lockfiles/<profile>/`` beside ``stack.toml``; written by ``envbuild lo
             "requires_dist": ["filelock", ...],           # core metadata; null when not read
             "vcs": null}                                  # or {"url": ..., "commit": <40 hex>}
          ]},
-        {"name": "prebuilt-cuda", "locked": false, "reason": "...",  # a partial lock
-         "step_digest": "sha256:..."}
+        {"name": "prebuilt-cuda", ..., "locked": false, "reason": "..."}   # a partial lock
       ]
     }
 
-Which specs a lock serves (``locked_requirements``):
-
-- the spec it was made from (``spec_digest`` equal, same steps): every step file. This is the
-  rule ``check-lock`` applies, and the only one for locks written before ``step_digest``;
-- a *prefix* of that spec, such as a Docker layer's slice (the spec cut after a step): its
-  steps must be the lock's first steps, in order, each with an equal ``step_digest``; it gets
-  the files of those steps. A step whose digest differs is named in a ``LockError``.
-
-A *prefix manifest* (``prefix_manifest``; ``envbuild docker`` puts one beside each layer's
-slice) is ``lock.json`` cut to the first N steps, marked ``"prefix": true``, without
-``spec_digest`` and ``created``, so its bytes change only when a step up to N is locked anew;
-it is checked by the prefix rule alone.
-
-Consumers: ``provision`` (through ``locked_requirements``), ``check-lock``, ``envbuild docker``
-(prefix manifests and step files per layer), and the wheelhouse
-mirror, which reads name, version, sha256 and URL of every artifact from ``lock.json``.
+A locked step must name its file (a plain name in the lock's folder) and that file's sha256:
+a step entry without them is a broken lock, never a step that quietly resolves from the spec.
+Which specs a lock serves, and the prefix manifests of Docker layers, are in ``lock.serve``.
 
 A git requirement is locked to a commit (``name @ git+URL@<sha>``); pip cannot hash a VCS
 checkout, so that line carries no ``--hash``. pip's hash-checking mode refuses a file that mixes
 the two, so the pip backend installs such a file in runs of one kind, in the step's package order
-(``install.pip_runs``): the hashed runs under ``--require-hashes``, the commit-pinned ones without,
-``--no-deps``. uv's ``--verify-hashes`` checks the hashes present and takes the file whole.
+(``installer.pip_runs``): the hashed runs under ``--require-hashes``, the commit-pinned ones
+without, ``--no-deps``. uv's ``--verify-hashes`` checks the hashes present and takes the file whole.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
-from envbuild._io import sha256_file
+from envbuild._io import atomic_write_json
 from envbuild.errors import LockError
-from envbuild.spec import StackSpec, spec_digest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from envbuild.index import Artifact
+from envbuild.lock.stepfile import (  # re-exported: the step-file API lives beside the lock model
+    LockedReq,
+    format_requirement,
+    parse_requirements_text,
+    read_step_file,
+    read_text,
+)
+from envbuild.spec import StackSpec
 
 LOCK_VERSION = 1
 MANIFEST = "lock.json"
 PYLOCK = "pylock.toml"
-_HASH = re.compile(r"^--hash[= ](?P<algo>[a-z0-9]+):(?P<value>\S*)$")
-_SHA40 = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.txt$")
+_REGENERATE = ("Re-run `envbuild lock` to regenerate it (a lock is written by envbuild, not by hand), "
+               "or provision with --no-lock to resolve from the spec.")
+T = TypeVar("T")
 
 __all__ = [
-    "LOCK_VERSION", "MANIFEST", "LockManifest", "LockedReq", "LockedStep", "lock_dir",
-    "locked_requirements", "parse_requirements_text", "prefix_manifest", "read_manifest",
-    "stale_reason", "step_digests", "step_filename",
+    "LOCK_VERSION", "MANIFEST", "PYLOCK", "Lock", "LockAbi", "LockedPackage", "LockedReq", "LockedStep",
+    "StepFlags", "StepSources", "VcsPin", "format_requirement", "lock_dir", "parse_requirements_text",
+    "read_lock", "read_step_file", "step_filename", "write_lock",
 ]
 
 
@@ -106,314 +99,330 @@ def step_filename(number: int, name: str) -> str:
     return f"{number:02d}-{name}.txt"
 
 
-# ----------------------------------------------------------------------------- requirement files
+# ----------------------------------------------------------------------------- typed reading
 
 
-@dataclass(frozen=True)
-class LockedReq:
-    """One requirement line of a step file."""
-
-    name: str  # canonical
-    raw: str  # the requirement as written (without options)
-    line: int  # 1-based line where it starts
-    version: str | None  # from an exact ``==`` pin, else None
-    hashes: tuple[str, ...]  # sha256 hex values
-    url: str | None = None  # direct reference (``name @ URL``)
-    bad_hashes: tuple[str, ...] = ()  # --hash values that are not valid sha256
-
-    @property
-    def vcs_commit(self) -> str | None:
-        if self.url and self.url.startswith("git+") and "@" in self.url.rsplit("/", 1)[-1]:
-            ref = self.url.rsplit("@", 1)[1].split("#", 1)[0]
-            return ref if _SHA40.match(ref) else None
-        return None
-
-    @property
-    def is_vcs(self) -> bool:
-        return bool(self.url and self.url.split("+", 1)[0] in ("git", "hg", "svn", "bzr"))
+_TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", list: "a list", dict: "a table (object)"}
 
 
-def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
-    buf, start = "", 0
-    for i, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
-        if not buf:
-            start = i
-        if line.endswith("\\"):
-            buf += line[:-1] + " "
-            continue
-        buf += line
-        if buf.strip():
-            yield start, buf.strip()
-        buf = ""
-    if buf.strip():
-        yield start, buf.strip()
+class _Fields:
+    """Typed getters over one JSON object, each error naming the dotted path of the bad key."""
+
+    def __init__(self, data: object, where: str, path: str) -> None:
+        self.where, self.path = where, path
+        if not isinstance(data, dict):
+            raise self.fail(None, f"must be {_TYPE_NAMES[dict]}, not {_kind(data)}")
+        self.data: dict[str, Any] = data
+
+    def fail(self, key: str | None, what: str) -> LockError:
+        at = ".".join(p for p in (self.path, key) if p) or "the top level"
+        return LockError(f"{self.where}: {at}: {what}", hint=_REGENERATE)
+
+    def get(self, key: str, kind: type[T], default: T | None = None, *, required: bool = False) -> T | None:
+        if key not in self.data or (self.data[key] is None and not required):
+            if required:
+                raise self.fail(key, "missing")
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.fail(key, f"must be {_TYPE_NAMES.get(kind, kind.__name__)}, not {_kind(value)}")
+        return value
+
+    def req(self, key: str, kind: type[T]) -> T:
+        value = self.get(key, kind, required=True)
+        assert value is not None
+        return value
+
+    def strings(self, key: str, *, required: bool = False) -> tuple[str, ...]:
+        items = self.get(key, list, required=required) or []
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise self.fail(f"{key}[{i}]", f"must be a string, not {_kind(item)}")
+        return tuple(items)
+
+    def sha256(self, key: str, value: str) -> str:
+        if not _SHA256.match(value):
+            raise self.fail(key, f"not a sha256 hex digest ({value[:80]!r})")
+        return value
+
+    def table(self, key: str, *, required: bool = False) -> _Fields | None:
+        value = self.get(key, dict, required=required)
+        return None if value is None else _Fields(value, self.where, f"{self.path}.{key}" if self.path else key)
+
+    def tables(self, key: str, *, required: bool = False) -> list[_Fields]:
+        items = self.get(key, list, required=required) or []
+        prefix = f"{self.path}.{key}" if self.path else key
+        return [_Fields(item, self.where, f"{prefix}[{i}]") for i, item in enumerate(items)]
 
 
-def parse_requirements_text(text: str, where: str) -> list[LockedReq]:
-    """Parse a step file; raises ``LockError`` naming ``where`` and the line for anything broken."""
-    out: list[LockedReq] = []
-    for lineno, line in _logical_lines(text):
-        tokens = line.split()
-        # the requirement is everything before the first option token
-        req_tokens: list[str] = []
-        opts: list[str] = []
-        for t in tokens:
-            (opts if t.startswith("--") or opts else req_tokens).append(t)
-        if not req_tokens:
-            raise LockError(f"{where}:{lineno}: an option line without a requirement ({line!r}); "
-                            "a lock file holds only `name==version --hash=sha256:...` lines",
-                            hint="Re-run `envbuild lock` to regenerate it.")
-        raw = " ".join(req_tokens)
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement as exc:
-            raise LockError(f"{where}:{lineno}: not a valid requirement {raw!r}: {exc}",
-                            hint="Re-run `envbuild lock` to regenerate the file.") from None
-        hashes, bad = [], []
-        for opt in opts:
-            m = _HASH.match(opt)
-            if m is None:
-                raise LockError(f"{where}:{lineno}: unexpected option {opt!r} for {req.name} "
-                                "(only --hash=sha256:<64 hex> belongs in a lock file)",
-                                hint="Re-run `envbuild lock` to regenerate the file.")
-            value = m.group("value")
-            if m.group("algo") != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", value):
-                bad.append(f"{m.group('algo')}:{value}")
-            else:
-                hashes.append(value)
-        version = None
-        specs = list(req.specifier)
-        if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
-            version = specs[0].version
-        out.append(LockedReq(canonicalize_name(req.name), raw, lineno, version, tuple(hashes),
-                             req.url, tuple(bad)))
-    return out
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "a table (object)"}.get(type(value), type(value).__name__)
 
 
-def format_requirement(name: str, version: str | None, hashes: Iterable[str], url: str | None = None) -> str:
-    head = f"{name} @ {url}" if url else f"{name}=={version}"
-    hs = sorted(set(hashes))
-    if not hs:
-        return head + "\n"
-    return head + " \\\n" + " \\\n".join(f"    --hash=sha256:{h}" for h in hs) + "\n"
+# ----------------------------------------------------------------------------- the model
 
 
-# ----------------------------------------------------------------------------- the manifest
+@dataclass(frozen=True, kw_only=True)
+class VcsPin:
+    url: str
+    commit: str | None  # 40 hex; None when the lock could not pin it (check-lock flags it)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "commit": self.commit}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class LockedPackage:
+    """One pinned distribution of a step: ``steps[i].packages[j]``."""
+
+    name: str
+    version: str | None  # None for a VCS pin
+    requested: bool = False  # named by the step (not a dependency)
+    hashes: tuple[str, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()  # where each hash was found (filename, url, sha256)
+    requires_dist: tuple[str, ...] | None = None  # None when the metadata was not read
+    vcs: VcsPin | None = None
+
+    @classmethod
+    def from_dict(cls, f: _Fields) -> LockedPackage:
+        arts = []
+        for a in f.tables("artifacts"):
+            arts.append(Artifact(a.req("filename", str), a.req("url", str), a.sha256("sha256", a.req("sha256", str))))
+        vcs = f.table("vcs")
+        hashes = f.strings("hashes")
+        for i, h in enumerate(hashes):
+            f.sha256(f"hashes[{i}]", h)
+        requires = f.get("requires_dist", list)
+        return cls(name=f.req("name", str), version=f.get("version", str), requested=bool(f.get("requested", bool)),
+                   hashes=hashes, artifacts=tuple(arts),
+                   requires_dist=None if requires is None else f.strings("requires_dist"),
+                   vcs=None if vcs is None else VcsPin(url=vcs.req("url", str), commit=vcs.get("commit", str)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "requested": self.requested,
+                "hashes": list(self.hashes),
+                "artifacts": [{"filename": a.filename, "url": a.url, "sha256": a.sha256} for a in self.artifacts],
+                "requires_dist": None if self.requires_dist is None else list(self.requires_dist),
+                "vcs": None if self.vcs is None else self.vcs.to_dict()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepFlags:
+    no_deps: bool = False
+    pre: bool = False
+    no_build_isolation: bool = False
+    upgrade: bool = False
+    upgrade_strategy: str = "only-if-needed"
+    reinstall: bool = False
+    no_index: bool = False
+
+    @classmethod
+    def from_dict(cls, f: _Fields | None) -> StepFlags:
+        if f is None:
+            return cls()
+        d = cls()
+        values: dict[str, Any] = {k: f.get(k, type(getattr(d, k)), getattr(d, k)) for k in _FLAG_KEYS}
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _FLAG_KEYS}
+
+
+_FLAG_KEYS = ("no_deps", "pre", "no_build_isolation", "upgrade", "upgrade_strategy", "reinstall", "no_index")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSources:
+    """What a step resolved from, redacted; the installer's own configuration is only named as such."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    installer_configured: bool = False
+
+    @classmethod
+    def from_dict(cls, f: _Fields | None) -> StepSources:
+        if f is None:
+            return cls()
+        return cls(index_url=f.get("index_url", str), extra_index_urls=f.strings("extra_index_urls"),
+                   find_links=f.strings("find_links"), installer_configured=bool(f.get("installer_configured", bool)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index_url": self.index_url, "extra_index_urls": list(self.extra_index_urls),
+                "find_links": list(self.find_links), "installer_configured": self.installer_configured}
+
+
+@dataclass(frozen=True, kw_only=True)
 class LockedStep:
+    """``steps[i]``: a locked step (its file, that file's sha256, its packages) or a left-out one."""
+
     name: str
     locked: bool
-    data: dict[str, Any]  # the raw manifest entry
-
-    @property
-    def file(self) -> str | None:
-        f = self.data.get("file")
-        return str(f) if f else None
-
-    @property
-    def flags(self) -> dict[str, Any]:
-        return dict(self.data.get("flags", {}))
-
-    @property
-    def packages(self) -> list[dict[str, Any]]:
-        return list(self.data.get("packages", []))
-
-    @property
-    def role(self) -> str:
-        return str(self.data.get("role", ""))
+    role: str = ""
+    step_digest: str | None = None  # None in locks written before step digests
+    flags: StepFlags = field(default_factory=StepFlags)
+    file: str | None = None  # a plain file name in the lock's folder; set exactly when locked
+    file_sha256: str | None = None
+    sources: StepSources = field(default_factory=StepSources)
+    packages: tuple[LockedPackage, ...] = ()
+    reason: str | None = None  # why a step is not locked (``--skip-step``)
 
     @property
     def digest(self) -> str | None:
-        """The step digest recorded when the lock was made; None in locks written before it existed."""
-        d = self.data.get("step_digest")
-        return str(d) if d else None
+        return self.step_digest
+
+    def package(self, name: str) -> LockedPackage | None:
+        return next((p for p in self.packages if p.name == name), None)
+
+    @classmethod
+    def from_dict(cls, f: _Fields) -> LockedStep:
+        locked = f.get("locked", bool, True)
+        assert locked is not None
+        name = f.req("name", str)
+        file = f.get("file", str)
+        file_sha256 = f.get("file_sha256", str)
+        if locked:
+            if not file:
+                raise f.fail("file", f"missing: step {name!r} is marked locked but names no step file")
+            if not _FILE.match(file):
+                raise f.fail("file", f"{file[:80]!r} is not a step file name of the lock's folder (NN-name.txt)")
+            if not file_sha256:
+                raise f.fail("file_sha256", f"missing: the sha256 of step {name!r}'s file is what proves it unedited")
+            f.sha256("file_sha256", file_sha256)
+        elif not f.get("reason", str):
+            raise f.fail("reason", f"missing: step {name!r} is marked not locked without the reason "
+                         "`envbuild lock --skip-step` records")
+        packages = tuple(LockedPackage.from_dict(p) for p in f.tables("packages", required=locked))
+        return cls(name=name, locked=locked, role=f.get("role", str, "") or "", step_digest=f.get("step_digest", str),
+                   flags=StepFlags.from_dict(f.table("flags")), file=file if locked else None,
+                   file_sha256=file_sha256 if locked else None, sources=StepSources.from_dict(f.table("sources")),
+                   packages=packages if locked else (), reason=f.get("reason", str))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "role": self.role}
+        if self.step_digest is not None:
+            out["step_digest"] = self.step_digest
+        out["flags"] = self.flags.to_dict()
+        out["locked"] = self.locked
+        if not self.locked:
+            out["reason"] = self.reason
+            return out
+        out.update(file=self.file, file_sha256=self.file_sha256, sources=self.sources.to_dict(),
+                   packages=[p.to_dict() for p in self.packages])
+        return out
 
 
-@dataclass(frozen=True)
-class LockManifest:
-    path: Path
-    data: dict[str, Any]
-    steps: tuple[LockedStep, ...] = field(default=())
+@dataclass(frozen=True, kw_only=True)
+class LockAbi:
+    package: str = "torch"
+    version: str | None = None
+    local: str | None = None
+    protected: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"package": self.package, "version": self.version, "local": self.local,
+                "protected": list(self.protected)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lock:
+    """``lock.json``: the lock's steps in spec order, with what they were resolved from and under."""
+
+    path: Path  # where it was read from (or will be written)
+    stack: str = ""
+    spec: str = ""
+    spec_digest: str | None = None  # absent in a prefix manifest
+    python: str | None = None
+    created: str | None = None  # absent in a prefix manifest
+    tools: Mapping[str, str] = field(default_factory=dict)
+    abi: LockAbi | None = None
+    steps: tuple[LockedStep, ...] = ()
+    prefix: bool = False  # a lock cut to its first steps (``serve.prefix_manifest``)
+    lock_version: int = LOCK_VERSION
 
     @property
     def folder(self) -> Path:
         return self.path.parent
 
     @property
-    def spec_digest(self) -> str:
-        return str(self.data.get("spec_digest", ""))
-
-    @property
     def is_prefix(self) -> bool:
-        """A manifest cut to the first steps of a lock (``prefix_manifest``), as in a Docker layer."""
-        return self.data.get("prefix") is True
+        return self.prefix
 
     @property
     def has_step_digests(self) -> bool:
-        return bool(self.steps) and all(s.digest for s in self.steps)
+        return bool(self.steps) and all(s.step_digest for s in self.steps)
 
     def step(self, name: str) -> LockedStep | None:
         return next((s for s in self.steps if s.name == name), None)
 
+    @classmethod
+    def from_dict(cls, data: object, path: Path) -> Lock:
+        f = _Fields(data, str(path), "")
+        version = f.get("lock_version", int, required=True)
+        if version != LOCK_VERSION:
+            raise LockError(f"{path}: lock_version {version} is not one this envbuild reads (it reads {LOCK_VERSION})",
+                            hint="Use the envbuild that wrote the lock, or " + _REGENERATE[0].lower() + _REGENERATE[1:])
+        tools = f.table("tools")
+        abi = f.table("abi")
+        steps = tuple(LockedStep.from_dict(s) for s in f.tables("steps", required=True))
+        seen: set[str] = set()
+        for i, s in enumerate(steps):
+            if s.name in seen:
+                raise f.fail(f"steps[{i}].name", f"step {s.name!r} appears twice")
+            seen.add(s.name)
+        return cls(
+            path=path, stack=f.get("stack", str, "") or "", spec=f.get("spec", str, "") or "",
+            spec_digest=f.get("spec_digest", str), python=f.get("python", str), created=f.get("created", str),
+            tools={k: str(v) for k, v in (tools.data.items() if tools else ())},
+            abi=None if abi is None else LockAbi(package=abi.get("package", str, "torch") or "torch",
+                                                 version=abi.get("version", str), local=abi.get("local", str),
+                                                 protected=abi.strings("protected")),
+            steps=steps, prefix=f.get("prefix", bool, False) is True, lock_version=LOCK_VERSION)
 
-def read_manifest(folder: Path) -> LockManifest | None:
-    """The lock in ``folder``, or None when there is none. A broken manifest raises ``LockError``."""
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"lock_version": self.lock_version}
+        if self.prefix:
+            out["prefix"] = True
+        out.update(stack=self.stack, spec=self.spec)
+        if self.spec_digest is not None:
+            out["spec_digest"] = self.spec_digest
+        if self.python is not None:
+            out["python"] = self.python
+        if self.created is not None:
+            out["created"] = self.created
+        out["tools"] = dict(self.tools)
+        if self.abi is not None:
+            out["abi"] = self.abi.to_dict()
+        out["steps"] = [s.to_dict() for s in self.steps]
+        return out
+
+
+def lock_from_text(path: Path, text: str) -> Lock:
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise LockError(f"{path}: not valid JSON ({str(exc)[:200]})", hint=_REGENERATE) from None
+    return Lock.from_dict(data, path)
+
+
+def read_lock(folder: Path) -> Lock | None:
+    """The lock in ``folder``, or None when there is none. A broken ``lock.json`` raises ``LockError``."""
     path = folder / MANIFEST
     if not path.is_file():
         return None
-    return manifest_from_text(path, path.read_text(encoding="utf-8"))
+    return lock_from_text(path, read_text(path, MANIFEST))
 
 
-def manifest_from_text(path: Path, text: str) -> LockManifest:
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise LockError(f"{path}: not valid JSON ({exc})", hint="Re-run `envbuild lock` to regenerate it.") from None
-    if not isinstance(data, dict) or data.get("lock_version") != LOCK_VERSION or not isinstance(data.get("steps"), list):
-        raise LockError(f"{path}: not an envbuild lock manifest of lock_version {LOCK_VERSION}",
-                        hint="Re-run `envbuild lock` to regenerate it.")
-    steps = []
-    for i, s in enumerate(data["steps"]):
-        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
-            raise LockError(f"{path}: steps[{i}] is not a step entry", hint="Re-run `envbuild lock`.")
-        steps.append(LockedStep(s["name"], bool(s.get("locked", True)), s))
-    return LockManifest(path, data, tuple(steps))
+def write_lock(lock: Lock) -> Path:
+    """Write ``lock.json`` atomically; what is written reads back as the same ``Lock``."""
+    data = lock.to_dict()
+    Lock.from_dict(data, lock.path)  # the writer keeps the reader's rules
+    atomic_write_json(lock.path, data)
+    return lock.path
 
 
-def step_digests(spec: StackSpec) -> list[str] | None:
-    """One digest per step of ``spec``: what decides that step's resolution.
-
-    Step *i*'s digest covers ``python``, the ``[abi]`` table and the ``[[step]]`` tables 1..i,
-    unexpanded (``${VAR}`` as written, like ``StackSpec.digest``): a step is resolved against
-    the baseline and the earlier steps' pins, so it changes when any of those change, and
-    never when a later step, ``[layout]``, ``[host]`` or a comment does. Read from the spec's
-    file; None when that file no longer holds the spec ``spec`` was loaded from.
-    """
-    try:
-        data = tomllib.loads(spec.path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
-    steps = data.get("step")
-    if spec_digest(data) != spec.digest or not isinstance(steps, list) or len(steps) != len(spec.steps):
-        return None
-    base = {"python": data.get("python"), "abi": data.get("abi", {})}
-    return [spec_digest({**base, "step": steps[:i + 1]}) for i in range(len(steps))]
-
-
-def _changed_step(spec: StackSpec, manifest: LockManifest) -> str | None:
-    """Why ``spec``'s steps are not the lock's first steps with equal step digests, or None."""
-    names = [s.name for s in spec.steps]
-    locked = [s.name for s in manifest.steps]
-    if locked[:len(names)] != names:
-        return f"the spec's steps {names} are not the first steps of the lock ({locked})"
-    digests = step_digests(spec)
-    if digests is None:
-        return f"{spec.path} changed while envbuild was reading it"
-    for step, got in zip(manifest.steps[:len(digests)], digests, strict=True):
-        if step.digest != got:
-            return (f"step {step.name!r} changed since the lock was made (step digest "
-                    f"{(step.digest or 'none')[:19]}... in the lock, {got[:19]}... now)")
-    return None
-
-
-def _serves_prefix(spec: StackSpec, manifest: LockManifest) -> bool:
-    """Whether ``spec`` is checked by the prefix rule: a prefix manifest, or fewer steps than the lock."""
-    return manifest.is_prefix or (manifest.has_step_digests and len(spec.steps) < len(manifest.steps)
-                                  and manifest.spec_digest != spec.digest)
-
-
-def stale_reason(spec: StackSpec, manifest: LockManifest) -> str | None:
-    """Why the lock no longer matches the spec, or None.
-
-    A lock made from ``spec`` matches by its whole-spec digest and step names. A prefix
-    manifest (``prefix_manifest``) matches by step digests; see the module docstring.
-    """
-    if manifest.is_prefix:
-        if not manifest.has_step_digests:
-            return "the prefix manifest records no step digests"
-        return _changed_step(spec, manifest)
-    if manifest.spec_digest != spec.digest:
-        reason = (f"the lock was made from a different spec (lock {manifest.spec_digest[:19]}..., "
-                  f"spec now {spec.digest[:19]}...)")
-        if manifest.has_step_digests and (changed := _changed_step(spec, manifest)):
-            reason += f"; {changed}"
-        return reason
-    names = [s.name for s in spec.steps]
-    locked = [s.name for s in manifest.steps]
-    if names != locked:
-        return f"the lock's steps {locked} are not the spec's steps {names}"
-    return None
-
-
-def prefix_manifest(manifest: LockManifest, count: int) -> dict[str, Any]:
-    """``manifest`` cut to its first ``count`` steps, for a spec cut after step ``count``.
-
-    Without ``spec_digest`` (it changes with every later step) and ``created``: the result
-    changes only when one of those steps is locked anew, which keeps a Docker layer that
-    copies it cached. Raises ``LockError`` for a lock written before step digests.
-    """
-    if not manifest.has_step_digests:
-        raise LockError(f"{manifest.path}: the lock records no per-step digests (it was written by an older "
-                        "envbuild), so a spec cut after a step cannot be checked against it",
-                        hint="Run `envbuild lock` again for this stack and commit the result.")
-    if not 0 < count <= len(manifest.steps):
-        raise ValueError(f"count {count} out of range 1..{len(manifest.steps)}")
-    data: dict[str, Any] = {"lock_version": manifest.data["lock_version"], "prefix": True}
-    data.update((k, v) for k, v in manifest.data.items()
-                if k not in ("lock_version", "prefix", "spec_digest", "created", "steps"))
-    data["steps"] = [s.data for s in manifest.steps[:count]]
-    return data
-
-
-def locked_requirements(spec: StackSpec) -> dict[str, Path]:
-    """{step name: hash-pinned requirement file} from the lock beside the spec; {} without a lock.
-
-    ``spec`` is the spec the lock was made from, or a prefix of it (a Docker layer's slice: the
-    same first steps, each with the step digest the lock recorded); a prefix gets the files of
-    its own steps. Raises ``LockError`` when the lock was made from another spec or a step
-    changed since (run ``envbuild lock``), or a step file is missing, broken, or differs from
-    what the manifest recorded.
-    """
-    manifest = read_manifest(lock_dir(spec))
-    if manifest is None:
-        return {}
-    where = manifest.path
-    hint = (f"Run `envbuild lock --stack {spec.path}` and commit the result "
-            "(or provision with --no-lock to resolve from the spec).")
-    if _serves_prefix(spec, manifest):
-        if not manifest.has_step_digests:
-            raise LockError(f"{where}: the prefix manifest records no step digests", hint=hint)
-        if changed := _changed_step(spec, manifest):
-            raise LockError(f"{where}: the lock is stale for {spec.path}: {changed}",
-                            hint="Run `envbuild lock` for the full stack and commit the result; for an image, "
-                            "render it again with `envbuild docker` (or use --no-lock to resolve from the spec).")
-        steps = manifest.steps[:len(spec.steps)]
-    else:
-        if reason := stale_reason(spec, manifest):
-            raise LockError(f"{where}: the lock is stale: {reason}", hint=hint)
-        steps = manifest.steps
-    out: dict[str, Path] = {}
-    for step in steps:
-        if not step.locked or not step.file:
-            continue
-        path = manifest.folder / step.file
-        if not path.is_file():
-            raise LockError(f"{path}: the lock file of step {step.name!r} is missing",
-                            hint=f"Run `envbuild lock --stack {spec.path}` to regenerate the lock.")
-        for r in parse_requirements_text(path.read_text(encoding="utf-8"), str(path)):
-            if r.bad_hashes:
-                raise LockError(f"{path}:{r.line}: {r.name}: malformed hash {r.bad_hashes[0]!r} "
-                                "(want --hash=sha256:<64 hex digits>)",
-                                hint=f"Run `envbuild lock --stack {spec.path}` to regenerate the lock.")
-            if not r.hashes and not r.is_vcs:
-                raise LockError(f"{path}:{r.line}: {r.name} has no --hash; every locked artifact needs one",
-                                hint=f"Run `envbuild lock --stack {spec.path}` to regenerate the lock.")
-        if step.data.get("file_sha256") and sha256_file(path) != step.data["file_sha256"]:
-            raise LockError(f"{path}: the file was changed after `envbuild lock` wrote it (its sha256 is not "
-                            f"the one in {MANIFEST})",
-                            hint=f"Run `envbuild lock --stack {spec.path}` instead of editing lock files by hand.")
-        out[step.name] = path
-    return out
+def steps_with_files(steps: Sequence[LockedStep]) -> list[LockedStep]:
+    return [s for s in steps if s.locked and s.file]

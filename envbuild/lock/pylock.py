@@ -21,16 +21,14 @@ from packaging.version import Version
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_text
-from envbuild.lock.model import PYLOCK
+from envbuild.lock.model import PYLOCK, Lock, LockedPackage
 
 
-def build_pylock(manifest: Mapping[str, Any]) -> Pylock:
-    final: dict[NormalizedName, dict[str, Any]] = {}
-    for step in manifest.get("steps", []):
-        if not step.get("locked", True):
-            continue
-        for p in step.get("packages", []):
-            final[canonicalize_name(p["name"])] = p
+def build_pylock(lock: Lock) -> Pylock:
+    final: dict[NormalizedName, LockedPackage] = {}
+    for step in lock.steps:
+        for p in step.packages:
+            final[canonicalize_name(p.name)] = p
     packages = []
     for name, p in sorted(final.items()):
         pkg = _package(name, p)
@@ -38,7 +36,7 @@ def build_pylock(manifest: Mapping[str, Any]) -> Pylock:
             events.emit("warn", f"pylock.toml: {name} left out (no artifact location recorded in the lock)")
             continue
         packages.append(pkg)
-    py = manifest.get("python")
+    py = lock.python
     return Pylock(
         lock_version=Version("1.0"),
         created_by=f"envbuild {__version__}",
@@ -53,26 +51,25 @@ def _specifier(text: str) -> Any:
     return SpecifierSet(text)
 
 
-def _package(name: NormalizedName, p: Mapping[str, Any]) -> Package | None:
-    vcs = p.get("vcs")
-    if vcs:
-        url = str(vcs["url"])
-        repo: str = url[4:] if url.startswith("git+") else url
-        repo = repo.split("#", 1)[0].rsplit("@", 1)[0] if vcs.get("commit") else repo
-        if not vcs.get("commit"):
+def _package(name: NormalizedName, p: LockedPackage) -> Package | None:
+    if p.vcs is not None:
+        if not p.vcs.commit:
             return None
-        return Package(name=name, vcs=PackageVcs(type="git", url=repo, commit_id=str(vcs["commit"])))
+        url = p.vcs.url
+        repo = url[4:] if url.startswith("git+") else url
+        repo = repo.split("#", 1)[0].rsplit("@", 1)[0]
+        return Package(name=name, vcs=PackageVcs(type="git", url=repo, commit_id=p.vcs.commit))
     wheels, sdist = [], None
-    for a in p.get("artifacts", []):
-        aurl, path = _location(str(a["url"]))
-        hashes = {"sha256": str(a["sha256"])}
-        if a["filename"].endswith(".whl"):
-            wheels.append(PackageWheel(name=a["filename"], url=aurl, path=path, hashes=hashes))
+    for a in p.artifacts:
+        aurl, path = _location(a.url)
+        hashes = {"sha256": a.sha256 or ""}
+        if a.is_wheel:
+            wheels.append(PackageWheel(name=a.filename, url=aurl, path=path, hashes=hashes))
         elif sdist is None:
-            sdist = PackageSdist(name=a["filename"], url=aurl, path=path, hashes=hashes)
-    if not wheels and sdist is None:
+            sdist = PackageSdist(name=a.filename, url=aurl, path=path, hashes=hashes)
+    if (not wheels and sdist is None) or p.version is None:
         return None
-    return Package(name=name, version=Version(p["version"]), wheels=wheels or None, sdist=sdist)
+    return Package(name=name, version=Version(p.version), wheels=wheels or None, sdist=sdist)
 
 
 def _location(url: str) -> tuple[str | None, str | None]:
@@ -123,10 +120,10 @@ def dumps_toml(data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_pylock(folder: Path, manifest: Mapping[str, Any]) -> Path:
-    lock = build_pylock(manifest)
-    lock.validate()
-    path = folder / PYLOCK
+def write_pylock(lock: Lock) -> Path:
+    pylock = build_pylock(lock)
+    pylock.validate()
+    path = lock.folder / PYLOCK
     atomic_write_text(path, "# PEP 751 export of lock.json, written by `envbuild lock`; do not edit.\n"
-                      + dumps_toml(lock.to_dict()))
+                      + dumps_toml(pylock.to_dict()))
     return path

@@ -57,6 +57,7 @@ class ProvisionOptions:
     only_step: str | None = None
     wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
     locked: Mapping[str, Path] = field(default_factory=dict)
+    no_lock: bool = False  # --no-lock: a lock beside the spec was bypassed (named in the receipt)
     compile_bytecode: Choice = "auto"  # uv backend; auto: yes on hosts with COMPILE_MIN_CPUS cores
     prefetch: Choice = "auto"  # auto: yes when a later step reads a remote index
 
@@ -93,6 +94,7 @@ class ProvisionResult:
     receipt: Path | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
+    lock: dict[str, object] = field(default_factory=dict)  # how the lock was used: the receipt's "lock"
 
 
 def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
@@ -152,7 +154,8 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, loc
     host_facts = pool.submit(receipts.snapshot_host, spec)
     laps = _Laps(t0)
     plan = build_plan(spec, opts)
-    result = ProvisionResult(paths=paths, plan=plan, timings=laps.seconds)
+    result = ProvisionResult(paths=paths, plan=plan, timings=laps.seconds,
+                             lock={"bypassed": opts.no_lock, "locked_steps": sorted(opts.locked)})
     backend = plan.options.backend
     if opts.only_step:
         plan.step(opts.only_step)  # unknown step: config error before anything changes
@@ -512,5 +515,6 @@ def _write_receipt(spec: StackSpec, paths: layout.Paths, python: Path, result: P
                    "started": s.started, "ended": s.ended} for s in manifest.steps],
         "full_check": result.full_check,
         "timings": result.timings,
+        "lock": result.lock,
     }
     return write_receipt(paths, "provision", payload, spec=spec, python=python, host=host, software=software)

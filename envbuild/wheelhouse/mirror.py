@@ -39,7 +39,9 @@ from packaging.utils import (
 
 from envbuild import events
 from envbuild._io import atomic_write_json, sha256_file
-from envbuild.errors import WheelhouseError
+from envbuild.errors import LockError, WheelhouseError
+from envbuild.lock.model import MANIFEST, read_lock
+from envbuild.lock.stepfile import parse_requirements, read_text
 from envbuild.net import redact
 
 CHUNK = 1 << 16
@@ -88,41 +90,26 @@ class _Retry(Exception):
 
 
 def read_requirements(path: Path, into: LockSources | None = None) -> LockSources:
-    """Parse a hash-pinned requirements file (pip-compile output) into packages and sources."""
+    """Parse a hash-pinned requirements file (pip-compile output) into packages and sources.
+
+    The lock's own parser (``lock.stepfile``) reads it, here also accepting the index and
+    find-links option lines a hand-made pip-compile file carries.
+    """
     out = into or LockSources()
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WheelhouseError(f"{path}: cannot read the lock file: {exc.strerror}") from None
-    logical = re.sub(r"\\\r?\n", " ", text)
-    for lineno, raw in enumerate(logical.splitlines(), 1):
-        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
-        if not line:
-            continue
-        tokens = line.split()
-        if tokens[0].startswith("-"):
-            opt, _, val = tokens[0].partition("=")
-            val = val or (tokens[1] if len(tokens) > 1 else "")
-            if opt in ("-i", "--index-url", "--extra-index-url"):
-                _add(out.indexes, val.rstrip("/"))
-            elif opt in ("-f", "--find-links"):
-                _add(out.find_links, val)
-            continue
-        hashes = tuple(t.split("=", 1)[1].removeprefix("sha256:") for t in tokens if t.startswith("--hash="))
-        req = " ".join(t for t in tokens if not t.startswith("--"))
-        req = req.split(";", 1)[0].strip()
-        url = None
-        if " @ " in req:
-            req, url = (s.strip() for s in req.split(" @ ", 1))
-            frag = unquote(urlsplit(url).fragment)
-            if frag.startswith("sha256=") and not hashes:
-                hashes = (frag[7:],)
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(?:===?\s*([^\s,;]+))?$", req)
-        if not m or (url is None and not m.group(3)):
-            raise WheelhouseError(f"{path}:{lineno}: not an exact pin (name==version): {redact(raw.strip())}")
-        if not hashes:
-            raise WheelhouseError(f"{path}:{lineno}: {m.group(1)} has no --hash; the mirror needs a hash-pinned lock")
-        out.packages.append(LockedPackage(canonicalize_name(m.group(1)), m.group(3) or "", hashes, url, path.name))
+        parsed = parse_requirements(read_text(path, "requirements file"), str(path), options=True)
+    except LockError as exc:
+        raise WheelhouseError(exc.message, hint=exc.hint) from None
+    for u in parsed.index_urls:
+        _add(out.indexes, u)
+    for u in parsed.find_links:
+        _add(out.find_links, u)
+    for r in parsed.reqs:
+        if r.url is None and r.version is None:
+            raise WheelhouseError(f"{path}:{r.line}: not an exact pin (name==version): {redact(r.raw)}")
+        if not r.hashes:
+            raise WheelhouseError(f"{path}:{r.line}: {r.name} has no --hash; the mirror needs a hash-pinned lock")
+        out.packages.append(LockedPackage(r.name, r.version or "", r.hashes, r.url, path.name))
     return out
 
 
@@ -143,31 +130,30 @@ def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
 
     A package whose recorded URLs are missing or redacted (credentials were in the index URL)
     goes to ``resolve`` with its step's sources; pass the credentialed ``--index-url`` then.
+    A broken ``lock.json`` is a ``LockError`` (exit 8) naming the bad key.
     """
-    path = lock_dir / "lock.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise WheelhouseError(f"{path}: cannot read the lock manifest: {exc}") from None
+    lock = read_lock(lock_dir)
+    if lock is None:
+        raise WheelhouseError(f"{lock_dir / MANIFEST}: no lock manifest there", hint="Run `envbuild lock` first.")
     artifacts: list[Artifact] = []
     rest = LockSources()
-    for step in data.get("steps", []):
-        if not step.get("locked"):
-            events.emit("warn", f"{path}: step {step.get('name')!r} is not locked; nothing to mirror for it")
+    for step in lock.steps:
+        if not step.locked:
+            events.emit("warn", f"{lock.path}: step {step.name!r} is not locked; nothing to mirror for it")
             continue
-        src = step.get("sources") or {}
-        for pkg in step.get("packages", []):
-            usable = [a for a in pkg.get("artifacts") or [] if a.get("url") and "***@" not in a["url"]]
+        src = step.sources
+        for pkg in step.packages:
+            usable = [a for a in pkg.artifacts if a.url and "***@" not in a.url and a.sha256]
             for a in usable:
-                artifacts.append(Artifact(canonicalize_name(pkg["name"]), pkg.get("version") or "", a["sha256"],
-                                          a["url"], a.get("filename")))
+                assert a.sha256 is not None
+                artifacts.append(Artifact(canonicalize_name(pkg.name), pkg.version or "", a.sha256, a.url, a.filename))
             if not usable:
-                rest.packages.append(LockedPackage(canonicalize_name(pkg["name"]), pkg.get("version") or "",
-                                                   tuple(pkg.get("hashes") or ()), None, step.get("file", "")))
-                for u in [src.get("index_url"), *(src.get("extra_index_urls") or [])]:
+                rest.packages.append(LockedPackage(canonicalize_name(pkg.name), pkg.version or "",
+                                                   pkg.hashes, None, step.file or ""))
+                for u in [src.index_url, *src.extra_index_urls]:
                     if u and "***@" not in u:
                         _add(rest.indexes, u.rstrip("/"))
-                for u in src.get("find_links") or []:
+                for u in src.find_links:
                     if "***@" not in u:
                         _add(rest.find_links, u)
     return artifacts, rest

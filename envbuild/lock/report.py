@@ -1,0 +1,74 @@
+"""What ``check-lock``'s static rules (``lock.check``) and its dry runs (``lock.dryrun``) share:
+the finding and report types, one step's parsed view, the protected set and the target markers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from envbuild.lock.model import Lock, LockedPackage, LockedReq
+from envbuild.spec import StackSpec
+
+TRITON = "triton"
+
+__all__ = ["TRITON", "CheckReport", "Finding", "StepView", "marker_env", "protected_names"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    package: str
+    rule: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.file}: {self.package}: {self.reason} [{self.rule}]"
+
+
+@dataclass
+class CheckReport:
+    stack: str
+    folder: Path
+    findings: list[Finding] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stack": self.stack, "folder": str(self.folder), "ok": self.ok,
+                "findings": [asdict(f) for f in self.findings], "notices": self.notices,
+                "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class StepView:
+    """One locked step as check-lock sees it: its spec position, its file's pins, its lock.json entries."""
+
+    index: int  # position in the spec (len(spec.steps) for a step the spec no longer has)
+    name: str
+    file: str  # shown path
+    no_deps: bool
+    reqs: list[LockedReq]
+    packages: dict[str, LockedPackage]  # lock.json entries by name
+
+
+def protected_names(spec: StackSpec, lock: Lock) -> set[str]:
+    """The lock's recorded protected set plus the spec's ABI package."""
+    recorded = lock.abi.protected if lock.abi else ()
+    return {canonicalize_name(n) for n in recorded} | {spec.abi.package}
+
+
+def marker_env(spec: StackSpec) -> dict[str, str]:
+    """The target environment the lock is for: the stack's CPython on Linux x86_64."""
+    return {"python_version": spec.python, "python_full_version": spec.python + ".0", "os_name": "posix",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "platform_python_implementation": "CPython", "implementation_name": "cpython",
+            "implementation_version": spec.python + ".0", "platform_release": "", "platform_version": "",
+            "extra": ""}
