@@ -5,8 +5,10 @@ The per-step check reads installed metadata only (dist-info folders and RECORD f
 
 Rules:
 - the ABI package (torch) has the baseline version, local tag and CUDA version;
-- its RECORD is byte-identical *and* the same file on disk (a reinstall of the same version
-  is a violation: the files were rewritten under a running stack's feet);
+- its RECORD is byte-identical and still lists the baseline stamp (a reinstall of the same
+  version is a violation: the files were rewritten under a running stack's feet); when RECORD
+  is no longer the very file the baseline saw (a layer commit, ``cp -a``, a restore), the files
+  it lists are checked against it once (see "Identity" below);
 - every protected distribution (torch's triton and nvidia-* runtime wheels, ``abi.protect``)
   keeps its version and RECORD;
 - no second distribution provides the ``triton`` module;
@@ -14,6 +16,25 @@ Rules:
   acknowledged winner's copy is the one on disk;
 - a wheel built by ``envbuild wheelhouse`` was built against the installed torch.
 A ``--no-deps`` step's unmet requirements are reported (warning; error with ``--strict``).
+
+Identity. What says "this is still the torch the baseline saw" must survive what happens to an
+environment that nobody reinstalled: an image layer commit (new inodes, whole-second mtimes), a
+``cp -a``, a restore from backup, a container export, a ``touch``. So it is content only:
+- ``record_sha256``: the sha256 of RECORD's bytes;
+- the baseline stamp: when the baseline is frozen, envbuild writes ``ENVBUILD_BASELINE`` into the
+  dist-info and lists it in RECORD, as an installer lists INSTALLER. Every installer (pip, uv)
+  uninstalls by RECORD and writes a fresh RECORD from the wheel, so a reinstall, even of the
+  byte-identical wheel by uv (whose RECORD is otherwise identical), loses the line and the file.
+  The stamp's content is deterministic (the pre-stamp RECORD's sha256), so two provisions of the
+  same stack still have equal RECORDs and receipts compare equal;
+- ``payload_sha256``: the sha256 of the RECORD rows outside the dist-info and ``__pycache__``
+  (the wheel's own files), which tells "the same build reinstalled" from "a different build";
+- ``record_key`` (inode, mtime_ns, size of RECORD) is a cache key only: while it is unchanged the
+  files are the ones the baseline saw; when it changed, every file RECORD lists is checked
+  (size, and sha256 for files up to ``LAZY_HASH_LIMIT``) once per process.
+An adopted environment (``abi.adopt``: someone else's, left byte-for-byte alone) and one whose
+dist-info cannot be written are unstamped: a pip reinstall is still caught (pip lists the ``.pyc`` it compiles, whose headers carry the new
+source mtimes), a uv reinstall of the byte-identical wheel is not.
 """
 
 from __future__ import annotations
@@ -22,6 +43,8 @@ import base64
 import csv
 import hashlib
 import io
+import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -41,13 +64,25 @@ _CUDA_RE = re.compile(r"""^cuda\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
 _VERSION_RE = re.compile(r"""^__version__\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
 
 
+STAMP = "ENVBUILD_BASELINE"  # the baseline stamp's file name inside a dist-info folder
+LAZY_HASH_LIMIT = 1 << 20  # files above this size are checked by size only after a copy
+
+
 @dataclass(frozen=True)
 class Dist:
     name: str  # canonical
     version: str
     dist_info: Path
-    record_sha256: str
-    record_id: tuple[int, int]  # (inode, mtime_ns) of RECORD: changes on any reinstall
+    record_sha256: str  # sha256 of RECORD's bytes: the identity (content, survives copies)
+    record_key: tuple[int, int, int]  # (inode, mtime_ns, size) of RECORD: a cache key, never identity
+    stamped: bool = False  # the dist-info holds envbuild's baseline stamp
+
+    def installer(self) -> str:
+        """What the INSTALLER file says (pip, uv, ...), or "" when there is none."""
+        try:
+            return (self.dist_info / "INSTALLER").read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return ""
 
     def metadata(self) -> Message:
         text = (self.dist_info / "METADATA").read_text(encoding="utf-8", errors="replace")
@@ -59,9 +94,20 @@ class Dist:
     def files(self) -> dict[str, str]:
         """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see ``_cached``)."""
         path = self.dist_info / "RECORD"
-        hit = _cached(path, "files", self.record_id)
+        hit = _cached(path, "files", self.record_key)
         if hit is None:
-            hit = _remember(path, "files", self.record_id, _read_record(path))
+            hit = _remember(path, "files", self.record_key, _read_record(path))
+        return hit  # type: ignore[no-any-return]
+
+    def payload_sha256(self) -> str:
+        """sha256 of the RECORD rows for the wheel's own files (not the dist-info, not ``.pyc``):
+        equal for two installs of the same build, whatever installer and whenever."""
+        hit = _cached(self.dist_info / "RECORD", "payload", self.record_key)
+        if hit is None:
+            rows = sorted(f"{p},{h}" for p, h in self.files().items()
+                          if ".dist-info/" not in p and "__pycache__" not in p)
+            hit = _remember(self.dist_info / "RECORD", "payload", self.record_key,
+                            hashlib.sha256("\n".join(rows).encode()).hexdigest())
         return hit  # type: ignore[no-any-return]
 
 
@@ -84,8 +130,11 @@ def site_packages(venv: Path) -> Path:
 
 def scan(site: Path) -> dict[str, Dist]:
     """All distributions installed in ``site`` (metadata only)."""
-    dists: dict[str, Dist] = {}
-    for info in site.glob("*.dist-info"):
+    return {d.name: d for d in _scan(site, site.glob("*.dist-info"))}
+
+
+def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
+    for info in infos:
         meta = info / "METADATA"
         record = info / "RECORD"
         if not meta.is_file():
@@ -103,14 +152,13 @@ def scan(site: Path) -> dict[str, Dist]:
             continue
         if record.is_file():
             st = record.stat()
-            rid = (st.st_ino, st.st_mtime_ns)
-            sha = _cached(record, "sha256", rid, st.st_size)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            sha = _cached(record, "sha256", key)
             if sha is None:
-                sha = _remember(record, "sha256", rid, hashlib.sha256(record.read_bytes()).hexdigest(), st.st_size)
+                sha = _remember(record, "sha256", key, hashlib.sha256(record.read_bytes()).hexdigest())
         else:
-            sha, rid = "", (0, 0)
-        dists[canonicalize_name(name)] = Dist(canonicalize_name(name), version, info, sha, rid)
-    return dists
+            sha, key = "", (0, 0, 0)
+        yield Dist(canonicalize_name(name), version, info, sha, key, (info / STAMP).is_file())
 
 
 # The guard runs after every step and reads every RECORD in the environment; with hundreds of
@@ -121,27 +169,20 @@ def scan(site: Path) -> dict[str, Dist]:
 _RECORD_CACHE: dict[tuple[str, str], tuple[tuple[int, int, int], object]] = {}
 
 
-def _cached(path: Path, kind: str, rid: tuple[int, int], size: int | None = None) -> Any:
+def _cached(path: Path, kind: str, key: tuple[int, int, int]) -> Any:
     hit = _RECORD_CACHE.get((str(path), kind))
-    if hit is None:
-        return None
-    if size is None:
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return None
-    return hit[1] if hit[0] == (rid[0], rid[1], size) else None
+    return hit[1] if hit is not None and hit[0] == tuple(key) else None
 
 
-def _remember(path: Path, kind: str, rid: tuple[int, int], value: Any, size: int | None = None) -> Any:
-    if rid == (0, 0):
+def _remember(path: Path, kind: str, key: tuple[int, int, int], value: Any) -> Any:
+    if tuple(key) == (0, 0, 0):
         return value
     try:
         st = path.stat()
     except OSError:
         return value
-    if (st.st_ino, st.st_mtime_ns) == tuple(rid) and (size is None or size == st.st_size):
-        _RECORD_CACHE[(str(path), kind)] = ((st.st_ino, st.st_mtime_ns, st.st_size), value)
+    if (st.st_ino, st.st_mtime_ns, st.st_size) == tuple(key):
+        _RECORD_CACHE[(str(path), kind)] = (tuple(key), value)  # type: ignore[assignment]
     return value
 
 
@@ -182,15 +223,21 @@ def read_cuda(site: Path, package: str = "torch") -> str | None:
 
 @dataclass
 class Baseline:
-    """The environment's ABI identity, frozen after the baseline step (stored in the manifest)."""
+    """The environment's ABI identity, frozen after the baseline step (stored in the manifest).
+
+    Content only (see "Identity" above): ``record_key`` is kept so that an unchanged RECORD needs
+    no file check, never to decide that something was reinstalled."""
 
     package: str
     version: str  # what `import torch; torch.__version__` says
     cuda: str | None
     record_sha256: str
-    record_id: tuple[int, int]
-    protected: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {version, record_sha256, record_id}
+    record_key: tuple[int, int, int] = (0, 0, 0)
+    # name -> {version, record_sha256, payload_sha256, stamped, record_key}
+    protected: dict[str, dict[str, Any]] = field(default_factory=dict)
     dist_version: str = ""  # the dist-info version, what an installer's constraint must name
+    payload_sha256: str = ""
+    stamped: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,9 +246,10 @@ class Baseline:
     def from_json(cls, data: Mapping[str, Any]) -> Baseline:
         return cls(
             package=data["package"], version=data["version"], cuda=data.get("cuda"),
-            record_sha256=data["record_sha256"], record_id=(int(data["record_id"][0]), int(data["record_id"][1])),
+            record_sha256=data["record_sha256"], record_key=_key(data),
             protected={k: dict(v) for k, v in data.get("protected", {}).items()},
             dist_version=data.get("dist_version") or data["version"],
+            payload_sha256=data.get("payload_sha256", ""), stamped=bool(data.get("stamped", False)),
         )
 
     def pins(self) -> list[str]:
@@ -209,6 +257,17 @@ class Baseline:
         lines = [f"{self.package}=={self.dist_version or self.version}"]
         lines += [f"{n}=={p['version']}" for n, p in sorted(self.protected.items())]
         return lines
+
+
+def _key(data: Mapping[str, Any]) -> tuple[int, int, int]:
+    """``record_key``; a manifest written before it has ``record_id`` (inode, mtime_ns)."""
+    raw = data.get("record_key") or [*data.get("record_id", (0, 0))[:2], -1]
+    return int(raw[0]), int(raw[1]), int(raw[2])
+
+
+def _identity(d: Dist) -> dict[str, Any]:
+    return {"version": d.version, "record_sha256": d.record_sha256, "payload_sha256": d.payload_sha256(),
+            "stamped": d.stamped, "record_key": list(d.record_key)}
 
 
 def active_requirements(dist: Dist, env: Mapping[str, str]) -> Iterator[Requirement]:
@@ -241,11 +300,19 @@ def _marker_true(marker: Marker, env: Mapping[str, str]) -> bool:
         return True
 
 
-def take_baseline(abi: ABI, site: Path, env: Mapping[str, str]) -> Baseline:
+def take_baseline(abi: ABI, site: Path, env: Mapping[str, str], *, stamp: bool = False) -> Baseline:
+    """The environment's identity now. ``stamp``: first write the baseline stamp into the ABI
+    package's and the protected set's dist-info (provision does, when it freezes the baseline;
+    a check of an environment without a manifest reads only)."""
     dists = scan(site)
     torch = dists.get(abi.package)
     if torch is None:
         raise LookupError(abi.package)
+    names = sorted(protected_names(abi, dists, env))
+    if stamp:
+        for n in [abi.package, *names]:
+            dists[n] = stamp_dist(dists[n])
+    torch = dists[abi.package]
     module = abi.package.replace("-", "_")
     return Baseline(
         package=abi.package,
@@ -253,12 +320,48 @@ def take_baseline(abi: ABI, site: Path, env: Mapping[str, str]) -> Baseline:
         dist_version=torch.version,
         cuda=read_cuda(site, module),
         record_sha256=torch.record_sha256,
-        record_id=torch.record_id,
-        protected={
-            n: {"version": dists[n].version, "record_sha256": dists[n].record_sha256, "record_id": list(dists[n].record_id)}
-            for n in sorted(protected_names(abi, dists, env))
-        },
+        record_key=torch.record_key,
+        payload_sha256=torch.payload_sha256(),
+        stamped=torch.stamped,
+        protected={n: _identity(dists[n]) for n in names},
     )
+
+
+def stamp_dist(dist: Dist) -> Dist:
+    """Write ``STAMP`` into ``dist``'s dist-info and list it in RECORD (both replaced atomically),
+    and return the distribution as it is now. Its content is the RECORD's sha256 before the stamp,
+    so it is the same for two installs of the same wheel by the same installer. A dist-info that
+    cannot be written (a read-only base image) is left alone, unstamped."""
+    info = dist.dist_info
+    record = info / "RECORD"
+    rel = f"{info.name}/{STAMP}"
+    try:
+        text = record.read_text(encoding="utf-8")
+        newline = "\r\n" if "\r\n" in text else "\n"
+        rows = [line for line in text.splitlines() if line and not line.startswith(rel + ",")]
+        body = json.dumps({"envbuild_baseline": 1, "package": dist.name, "version": dist.version,
+                           "record_sha256": hashlib.sha256((newline.join(rows) + newline).encode()).hexdigest()},
+                          sort_keys=True).encode() + b"\n"
+        digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+        at = next((i for i, line in enumerate(rows) if line.startswith(f"{info.name}/RECORD,")), len(rows))
+        rows.insert(at, f"{rel},sha256={digest},{len(body)}")
+        _replace(info / STAMP, body, 0o644)
+        _replace(record, (newline.join(rows) + newline).encode(), record.stat().st_mode & 0o7777)
+    except OSError:
+        return dist
+    return scan_one(info) or dist
+
+
+def _replace(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.envbuild-tmp")
+    tmp.write_bytes(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def scan_one(info: Path) -> Dist | None:
+    """One dist-info folder, as ``scan`` reads it."""
+    return next((d for d in _scan(info.parent, [info])), None)
 
 
 @dataclass(frozen=True)
@@ -304,12 +407,12 @@ def check(
         runtime = read_runtime_version(site, module) or torch.version
         if torch.version != (baseline.dist_version or baseline.version) or runtime != baseline.version:
             v.append(Finding("version", abi.package, f"{abi.package} changed: {baseline.version} -> {runtime}"))
-        elif torch.record_sha256 != baseline.record_sha256:
-            v.append(Finding("reinstalled", abi.package,
-                             f"{abi.package} {torch.version} was replaced by a different build of the same version (RECORD changed)"))
-        elif tuple(torch.record_id) != tuple(baseline.record_id):
-            v.append(Finding("reinstalled", abi.package,
-                             f"{abi.package} {torch.version} was reinstalled (same version, files rewritten)"))
+        else:
+            pin = {"record_sha256": baseline.record_sha256, "payload_sha256": baseline.payload_sha256,
+                   "stamped": baseline.stamped, "record_key": list(baseline.record_key)}
+            problem = _identity_problem(torch, pin, site)
+            if problem:
+                v.append(Finding(problem[0], abi.package, f"{abi.package} {torch.version} {problem[1]}"))
         if abi.local and abi.local not in runtime:
             v.append(Finding("local", abi.package, f"{abi.package} {runtime} lacks the local tag {abi.local!r}"))
         cuda = read_cuda(site, module)
@@ -321,8 +424,10 @@ def check(
             v.append(Finding("protected", name, f"protected {name} {pin['version']} was uninstalled"))
         elif d.version != pin["version"]:
             v.append(Finding("protected", name, f"protected {name} changed: {pin['version']} -> {d.version}"))
-        elif d.record_sha256 != pin["record_sha256"] or list(d.record_id) != list(pin["record_id"]):
-            v.append(Finding("protected", name, f"protected {name} {d.version} was reinstalled"))
+        else:
+            problem = _identity_problem(d, pin, site)
+            if problem:
+                v.append(Finding("protected", name, f"protected {name} {d.version} {problem[1]}"))
     _check_files(spec, dists, site, v)
     runtime_version = (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version) if torch else None
     _check_provenance(dists, runtime_version, v)
@@ -331,6 +436,53 @@ def check(
             w.append(f)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _identity_problem(d: Dist, pin: Mapping[str, Any], site: Path) -> tuple[str, str] | None:
+    """How ``d`` (at the pinned version) differs from its frozen identity ``pin``, as (rule, text)."""
+    if d.record_sha256 != pin.get("record_sha256") or (pin.get("stamped") and not d.stamped):
+        by = f" by {d.installer()}" if d.installer() else ""
+        why = "the baseline stamp envbuild listed in its RECORD is gone" if pin.get("stamped") else "its RECORD changed"
+        if pin.get("payload_sha256") and d.payload_sha256() == pin["payload_sha256"]:
+            return "reinstalled", f"was reinstalled{by} (same version, same files, rewritten: {why})"
+        if pin.get("payload_sha256") or not pin.get("stamped"):
+            return "reinstalled", f"was replaced{by} by a different build of the same version (RECORD changed)"
+        return "reinstalled", f"was reinstalled{by} (same version; {why})"
+    if tuple(pin.get("record_key") or ()) == tuple(d.record_key):
+        return None  # the very RECORD file the baseline read: nothing was copied, nothing to check
+    bad = files_differ(d, site)
+    if bad:
+        return "modified", (f"has {len(bad)} file(s) that differ from its RECORD ({', '.join(bad[:3])}"
+                            f"{', ...' if len(bad) > 3 else ''}): changed after it was installed")
+    return None
+
+
+def files_differ(d: Dist, site: Path) -> list[str]:
+    """The files ``d``'s RECORD lists that are missing or differ from it: size for every file,
+    sha256 too up to ``LAZY_HASH_LIMIT``. Run when RECORD is a copy (a layer commit, ``cp -a``,
+    a restore), once per process per RECORD file: the answer is kept under its ``record_key``."""
+    record = d.dist_info / "RECORD"
+    hit = _cached(record, "differ", d.record_key)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    bad: list[str] = []
+    for row in csv.reader(io.StringIO(record.read_text(encoding="utf-8", errors="replace"))):
+        if len(row) < 3 or not row[1].startswith("sha256=") or "__pycache__" in row[0]:
+            continue  # RECORD itself, and .pyc (rewritten by any interpreter that finds them stale)
+        path = site / row[0]
+        try:
+            size = path.stat().st_size
+        except OSError:
+            bad.append(row[0])
+            continue
+        wrong_size = row[2].isdigit() and int(row[2]) != size
+        if wrong_size or (size <= LAZY_HASH_LIMIT and row[1] != _record_hash(path)):
+            bad.append(row[0])
+    return _remember(record, "differ", d.record_key, bad)  # type: ignore[no-any-return]
+
+
+def _record_hash(path: Path) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
 
 
 def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list[Finding]) -> None:
@@ -373,8 +525,7 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
             continue
         expected = hashes.get((path, winner), "")
         if expected.startswith("sha256=") and (site / path).is_file():
-            actual = "sha256=" + base64.urlsafe_b64encode(
-                hashlib.sha256((site / path).read_bytes()).digest()).rstrip(b"=").decode()
+            actual = _record_hash(site / path)
             if actual != expected and group not in reported:
                 reported.add(group)
                 loser = next(n for n in names if n != winner)
@@ -438,9 +589,32 @@ def requirers(dists: Mapping[str, Dist], target: str, among: Iterable[str]) -> l
 
 
 def changed(before: Mapping[str, Dist], after: Mapping[str, Dist]) -> list[str]:
-    """Distributions new or rewritten between two scans."""
-    return [n for n, d in after.items()
-            if n not in before or before[n].record_id != d.record_id or before[n].version != d.version]
+    """Distributions new, removed or rewritten between two scans (by content: a copy is no change)."""
+    out = [n for n, d in after.items()
+           if n not in before or before[n].record_sha256 != d.record_sha256 or before[n].version != d.version]
+    return out + [n for n in before if n not in after]
+
+
+def culprits(finding: Finding, before: Mapping[str, Dist], after: Mapping[str, Dist],
+             step_names: Iterable[str]) -> list[str]:
+    """Report lines saying who, in the step between ``before`` and ``after``, caused ``finding``.
+
+    A package that changed the ABI package or a protected one during the step is named with the
+    requirement that pulled it in. If the package did not change during the step at all, nothing
+    in the step is blamed: it already differed from the baseline when the step began."""
+    if finding.rule == "overlap":
+        return []
+    touched = changed(before, after)
+    target = canonicalize_name(finding.package)
+    if finding.rule in ("version", "reinstalled", "protected") and target not in touched:
+        return [f"  not this step: {target} was already like this when the step began "
+                "(changed outside envbuild, by hand or between steps)"]
+    found = requirers(after, target, [*step_names, *touched])
+    if found:
+        return [f"  pulled in by: {'; '.join(dict.fromkeys(found))}"]
+    if finding.rule == "unmet":
+        return []
+    return [f"  installed or changed by this step: {', '.join(touched or list(step_names))}"]
 
 
 FULL_CHECK = (

@@ -378,7 +378,7 @@ def _install_env(paths: layout.Paths) -> dict[str, str]:
 def _take_baseline(spec: StackSpec, site: Path, manifest: Manifest, paths: layout.Paths,
                    adopted: bool = False) -> dict[str, object]:
     try:
-        base = abi.take_baseline(spec.abi, site, manifest.marker_env or {})
+        base = abi.take_baseline(spec.abi, site, manifest.marker_env or {}, stamp=not adopted)
     except LookupError:
         where = "the environment" if adopted else "the venv after the baseline step"
         raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from None
@@ -451,13 +451,7 @@ def _violation_message(planned: PlannedStep, findings: list[abi.Finding],
                        before: Mapping[str, abi.Dist], after: Mapping[str, abi.Dist]) -> str:
     lines = [f"ABI guard after step {planned.number} ({planned.name!r}): " + findings[0].message]
     lines += [f"  also: {f.message}" for f in findings[1:4]]
-    touched = abi.changed(before, after)
-    if findings[0].rule != "overlap":
-        culprits = abi.requirers(after, findings[0].package, [*planned.step.names, *touched])
-        if culprits:
-            lines.append(f"  pulled in by: {'; '.join(dict.fromkeys(culprits))}")
-        elif findings[0].rule != "unmet":
-            lines.append(f"  installed or changed by this step: {', '.join(touched or planned.step.names)}")
+    lines += abi.culprits(findings[0], before, after, planned.step.names)
     return "\n".join(lines)
 
 
@@ -467,6 +461,7 @@ def _violation_hint(findings: list[abi.Finding], paths: layout.Paths) -> str:
         "version": "Install the packages that pulled it in with no_deps = true, or pin versions whose torch requirement the baseline satisfies.",
         "reinstalled": "Remove reinstall/upgrade from that step, or install its packages with no_deps = true.",
         "protected": "Install the package that pulled it in with no_deps = true.",
+        "modified": "Something edited installed files in place; provision again to start from clean files.",
         "triton": "Install that package with no_deps = true: the baseline's triton provider already supplies the module.",
         "overlap": "Acknowledge the overlap with [[abi.overlap]] (packages, winner) and order the steps so the winner installs last, or drop one package.",
         "provenance": "Rebuild the wheel against the installed torch with `envbuild wheelhouse build`.",
