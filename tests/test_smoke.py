@@ -64,3 +64,88 @@ def test_checks_script_is_standalone() -> None:
     text = (Path(__file__).parents[1] / "envbuild" / "proof" / "smoke" / "checks.py").read_text()
     assert "import envbuild" not in text and "from envbuild" not in text
     assert os.path.basename(__file__)
+
+
+def test_planted_wrong_answer_fails(torch_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """ENVBUILD_SMOKE_PERTURB plants an error of 3x the tolerance in one kernel's output: that
+    check fails (exit 7), the others still pass."""
+    monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB", "sdpa")
+    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "sdpa",
+                 "--only", "matmul", "--no-receipt", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 7
+    by = {c["name"]: c for c in doc["checks"]}
+    assert by["sdpa"]["verdict"] == "fail" and by["sdpa"]["perturbed"] is True
+    assert by["sdpa"]["rel_err"] > 2 * by["sdpa"]["tol"]
+    assert "planted error" in by["sdpa"]["reason"]
+    assert by["matmul"]["verdict"] == "pass" and "perturbed" not in by["matmul"]
+    monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB", "all")
+    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "matmul", "--no-receipt"])
+    out = capsys.readouterr().out
+    assert code == 7 and "planted error" in out
+
+
+REFERENCES_SCRIPT = r'''
+import sys, math, torch, torch.nn.functional as F
+sys.path.insert(0, sys.argv[1])
+import checks
+torch.manual_seed(0)
+err = lambda a, b: float((a - b).norm() / b.norm())
+out = {}
+
+# attention: the float64 reference against torch's own SDPA math in float64
+q, k, v = (torch.randn(2, 3, 40, 16, dtype=torch.float64) for _ in range(3))
+out["attention"] = err(checks.attention_ref(q, k, v, True), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+# causal depthwise conv: against the definition, term by term
+x, w, b = torch.randn(2, 5, 30, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+ref = torch.zeros_like(x) + b[None, :, None]
+for t in range(30):
+    for j in range(4):
+        s = t - 3 + j
+        if s >= 0:
+            ref[:, :, t] += w[:, j] * x[:, :, s]
+out["causal_conv1d"] = err(checks.causal_conv1d_ref(x, w, b, silu=True), F.silu(ref))
+
+# selective scan: the recurrence against its closed (quadratic) form
+bsz, d, L, n = 2, 3, 24, 4
+u, dl = torch.randn(bsz, d, L, dtype=torch.float64), torch.randn(bsz, d, L, dtype=torch.float64)
+A = -torch.rand(d, n, dtype=torch.float64) - 0.5
+B, C = torch.randn(bsz, n, L, dtype=torch.float64), torch.randn(bsz, n, L, dtype=torch.float64)
+D, z = torch.randn(d, dtype=torch.float64), torch.randn(bsz, d, L, dtype=torch.float64)
+dt = F.softplus(dl)
+cum = torch.cumsum(dt[..., None] * A[None, :, None, :], dim=2)          # (b, d, L, n): sum_{r<=t} dt_r A
+y = torch.zeros(bsz, d, L, dtype=torch.float64)
+for t in range(L):
+    for s in range(t + 1):
+        decay = torch.exp(cum[:, :, t] - cum[:, :, s])                   # prod_{r=s+1..t} exp(dt_r A)
+        y[:, :, t] += (decay * (dt[:, :, s, None] * B[:, None, :, s] * u[:, :, s, None]) * C[:, None, :, t]).sum(-1)
+y = (y + D[:, None] * u) * F.silu(z)
+out["selective_scan"] = err(checks.selective_scan_ref64(u, dl, A, B, C, D, z, True), y)
+
+# simple GLA: the recurrence against the parallel form ((q k^T) * decay mask) v
+bsz, T, H, K = 2, 20, 2, 8
+q, k, v = (torch.randn(bsz, T, H, K, dtype=torch.float64) for _ in range(3))
+g = F.logsigmoid(torch.randn(bsz, T, H, dtype=torch.float64))
+G = torch.cumsum(g, 1).transpose(1, 2)                                    # (b, h, T)
+mask = torch.tril(torch.exp(G[..., :, None] - G[..., None, :]))
+att = (q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2)) * mask * K ** -0.5
+out["simple_gla"] = err(checks.simple_gla_ref(q, k, v, g, K ** -0.5), (att @ v.transpose(1, 2)).transpose(1, 2))
+print(__import__("json").dumps(out))
+'''
+
+
+def test_float64_references_match_a_second_formula(torch_venv: Path) -> None:
+    """Each float64 reference the GPU checks compare with agrees with an independent formula
+    (definition term by term, closed form, parallel form) to float64 rounding."""
+    import subprocess
+
+    checks_dir = Path(__file__).parents[1] / "envbuild" / "proof" / "smoke"
+    proc = subprocess.run([str(torch_venv / "bin" / "python"), "-c", REFERENCES_SCRIPT, str(checks_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(errs) == {"attention", "causal_conv1d", "selective_scan", "simple_gla"}
+    for name, e in errs.items():
+        assert e < 1e-12, (name, e)

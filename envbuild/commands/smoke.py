@@ -122,13 +122,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _row(c: dict[str, Any]) -> list[str]:
     err = c.get("rel_err")
-    note = c.get("reason") or ""
-    if c.get("tflops") is not None and c.get("verdict") != "fail":
+    notes = []
+    if c.get("verdict") == "fail" or c.get("verdict") == "skip":
+        notes.append(str(c.get("reason") or ""))
+    if c.get("kernel_ms") is not None and c.get("verdict") != "skip":
+        notes.append(f"{c['kernel_ms']:.3f} ms/call")
+    if c.get("tflops") is not None and c.get("verdict") != "skip":
         sheet = c.get("datasheet_tflops")
-        note = f"{c['tflops']:.1f} TFLOP/s" + (f" ({100 * c['tflops'] / sheet:.0f}% of {sheet:g})" if sheet else "")
-    elif c.get("version") and c.get("verdict") == "pass":
-        note = f"version {c['version']}"
+        notes.append(f"{c['tflops']:.1f} TFLOP/s" + (f" ({100 * c['tflops'] / sheet:.0f}% of {sheet:g})" if sheet else ""))
+    if c.get("version") and c.get("verdict") == "pass":
+        notes.append(f"version {c['version']}")
     return [str(c.get("name")), _MARK.get(str(c.get("verdict")), str(c.get("verdict"))),
             f"{err:.2e}" if isinstance(err, (int, float)) else "-",
-            f"{c['tol']:g}" if c.get("tol") is not None else "-",
-            f"{c.get('seconds', 0):.2f} s", note]
+            f"{c['tol']:.2g}" if c.get("tol") is not None else "-",
+            f"{c.get('seconds', 0):.2f} s", "; ".join(n for n in notes if n)]
