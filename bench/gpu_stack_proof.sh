@@ -20,7 +20,8 @@
 #   stages into /tmp/sp, starts the three builds under setsid (they outlive the call), waits.
 # There, call 2:    run(command="bash .gpu/stack/src/bench/gpu_stack_proof.sh finish", carry=[".gpu/stack", ".gpu/p2"])
 #   (within 30 s of call 1, same warm machine) joins the wheel, waits for the builds, then 1-5.
-# Each phase prints its part of the table; raw output goes to $OUT/results-gpu-stack.json.
+# Each phase prints its part of the table; raw output goes to $OUT/results-gpu-stack.json, logs
+# to $OUT/logs.tgz. Measured on 2x H200 (2026-11-22): bench/results-gpu-stack-h200.json, README.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NO_COLOR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 unset PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CONSTRAINT
@@ -70,6 +71,7 @@ envbuild() { PYTHONPATH="$SRC" ENVBUILD_LOCKFILES="$SRC/lockfiles" python3 -m en
 stage() {
   SRC=$SP/src
   rm -rf "$SRC" && cp -r "$HERE" "$SRC"   # the latest carried source, for this call
+  cd "$SP"  # not the checkout: `python3 -m envbuild` puts the working directory first on sys.path
   ENV_PREFIX=$(python3 -c 'import sys; print(sys.prefix)')
   export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 }
@@ -143,8 +145,9 @@ finish() {
   done
   section "1. (cont.) second build of each (must be a cache hit), cuobjdump --list-elf"
   for s in "${ok_specs[@]}"; do
-    local t0 t1; t0=$(date +%s.%N)
-    PYTHONPATH="$SRC" python3 -m envbuild wheelhouse build "$SRC/wheelhouse_specs/$s.toml" --python "$(command -v python3)" \
+    local t0 t1 jobs; t0=$(date +%s.%N)
+    case $s in causal-conv1d) jobs=6 ;; mamba-ssm) jobs=10 ;; *) jobs=16 ;; esac
+    MAX_JOBS=$jobs NVCC_THREADS=1 FLASH_ATTN_HDIM=128 PYTHONPATH="$SRC" python3 -m envbuild wheelhouse build "$SRC/wheelhouse_specs/$s.toml" --python "$(command -v python3)" \
       --out "$SP/wh-$s" --cache "$SP/cache-$s" --sources "$SP/sdists" --json > "$SP/build2-$s.json" 2> "$SP/build2-$s.err"
     t1=$(date +%s.%N)
     python3 -c "print(round($t1-$t0, 2))" > "$SP/build2-$s.wall"
@@ -195,6 +198,8 @@ finish() {
 table() {
   SRC=${SRC:-$HERE}
   python3 "$SRC/bench/gpu_stack_table.py" "$SP" "$OUT/results-gpu-stack.json"
+  # at most 8 files come back from $OUT: the logs in one archive
+  (cd "$SP" && tar czf "$OUT/logs.tgz" ./*.err verify.txt root/logs results 2>/dev/null)
 }
 
 case "${1:-}" in

@@ -34,11 +34,11 @@ def fmt(v: Any, spec: str = ".3g") -> str:
 
 
 def row(cells: list[str], widths: list[int]) -> str:
-    return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
 
 def print_table(title: str, head: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)] if rows else [len(h) for h in head]
     print(f"\n{title}")
     print(row(head, widths))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -83,11 +83,12 @@ def main() -> int:
     prov = load(sp / "results" / "provision.json")
     doc["provision"] = prov
     if isinstance(prov, dict):
-        steps = prov.get("steps") or []
-        print_table(f"provision {prov.get('stack', '')}: {'ok' if prov.get('ok', True) else 'FAILED'}",
-                    ["step", "status", "seconds", "abi"],
-                    [[str(s.get("name")), str(s.get("status")), fmt(s.get("seconds"), ".1f"),
-                      str(s.get("abi", s.get("guard", "")))[:60]] for s in steps if isinstance(s, dict)])
+        guards = prov.get("guard_seconds") or []
+        rows = [[name, "ok", f"{1e3 * guards[i]:.0f} ms" if i < len(guards) else "-"]
+                for i, name in enumerate(prov.get("ran") or [])]
+        print_table(f"provision (offline, ABI guard after every step): {prov.get('seconds', 0):.1f} s; "
+                    f"import check torch {(prov.get('full_check') or {}).get('version')}; warnings: "
+                    f"{'; '.join(prov.get('warnings') or []) or 'none'}", ["step", "status", "guard"], rows)
 
     smoke, planted = load(sp / "results" / "smoke.json"), load(sp / "results" / "smoke-planted.json")
     doc["smoke"], doc["smoke_planted"] = smoke, planted
