@@ -1,8 +1,13 @@
 """``envbuild check-lock``: the CI gate: fail (exit 8) on any way a lock could replace torch.
 
 One line per finding, ``FILE: PACKAGE: REASON [rule]``, on stdout; ``--json`` prints a document
-with every finding and notice. Several ``--profile`` (or ``--stack``) may be given; with none,
-every profile under ``lockfiles/`` that has a lock is checked.
+with every finding and notice, ``--markdown`` a pull-request comment.
+
+- ``check-lock [--profile P ...]``: envbuild's own locks (``lockfiles/<profile>/``); several
+  ``--profile`` (or ``--stack``) may be given; with none, every profile that has a lock.
+- ``check-lock FILE...``: any lockfile (uv.lock, pylock.toml, pip-compile requirements,
+  poetry.lock; ``envbuild.lock.anyfile``) against the torch policy of one ``--profile``/``--stack``
+  or of the flags ``--torch-min``, ``--torch-local``, ``--protect``.
 """
 
 from __future__ import annotations
@@ -14,13 +19,27 @@ from typing import Any
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.lock.check import CheckOptions, check_lock
+from envbuild.lock.anyfile import FORMATS, Policy, check_file, markdown, policy_from_spec
+from envbuild.lock.check import CheckOptions, CheckReport, check_lock
 from envbuild.lock.model import MANIFEST
 from envbuild.spec import StackSpec, available_profiles, load_spec, profile_path, resolve_spec
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("check-lock", help="CI gate: prove the lock cannot replace, downgrade or shadow torch")
+    p = sub.add_parser("check-lock", help="CI gate: prove a lock (envbuild's or any lockfile) cannot replace, "
+                       "downgrade or shadow torch")
+    p.add_argument("files", nargs="*", type=Path, metavar="FILE",
+                   help="lockfiles to check (uv.lock, pylock.toml, requirements*.txt, poetry.lock); "
+                   "without: envbuild's own locks")
+    p.add_argument("--format", choices=FORMATS, help="the lockfiles' format (default: detected per file)")
+    p.add_argument("--torch-min", metavar="VERSION", help="FILE mode: the lowest torch allowed (e.g. 2.12.0)")
+    p.add_argument("--torch-local", metavar="TAG", help="FILE mode: the local tag torch must carry (e.g. cu132)")
+    p.add_argument("--protect", metavar="NAME", action="append", default=[],
+                   help="FILE mode: a package treated like torch (pinned once, never downgraded); repeatable")
+    p.add_argument("--index-url", metavar="URL", action="append", default=[],
+                   help="FILE mode: where to read package metadata the lock does not carry (repeatable; "
+                   "default: the indexes the lock names, else PyPI)")
+    p.add_argument("--markdown", action="store_true", help="print the findings as a markdown report (a PR comment)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[],
                    help="a profile to check (repeatable; default: every profile that has a lock)")
     p.add_argument("--stack", metavar="FILE", type=Path, action="append", default=[],
@@ -43,7 +62,53 @@ def _specs(args: argparse.Namespace) -> list[StackSpec]:
     return found
 
 
+def _policy(args: argparse.Namespace) -> Policy:
+    if len(args.profile) + len(args.stack) > 1:
+        raise ConfigError("check-lock FILE...: give at most one --profile or --stack as the policy")
+    spec = None
+    if args.profile:
+        spec = resolve_spec(args.profile[0], None)
+    elif args.stack:
+        spec = load_spec(args.stack[0])
+    base = policy_from_spec(spec) if spec is not None else Policy()
+    return Policy(package=base.package, minimum=args.torch_min or base.minimum,
+                  local=args.torch_local.lstrip("+") if args.torch_local else base.local,
+                  protect=tuple(dict.fromkeys([*base.protect, *args.protect])), python=base.python)
+
+
+def run_files(args: argparse.Namespace) -> int:
+    policy = _policy(args)
+    reports = []
+    for path in args.files:
+        events.emit("step", f"checking {path}")
+        report = check_file(path, policy, fmt=args.format, base=args.base, offline=args.offline,
+                            index_urls=args.index_url, shown=str(path))
+        reports.append(report)
+        if not args.json and not args.markdown:
+            for n in report.notices:
+                events.emit("info", f"note: {report.file}: {n}")
+            for f in report.findings:
+                ui.print_text(f.line())
+            if report.ok:
+                events.emit("ok", f"{report.file} ({report.format}): torch {report.torch or '-'}, ok")
+            else:
+                events.emit("fail", f"{report.file} ({report.format}): {len(report.findings)} finding(s)")
+    failed = [r for r in reports if not r.ok]
+    if args.json:
+        ui.print_json({"ok": not failed, "policy": {"package": policy.package, "torch_min": policy.minimum,
+                                                    "torch_local": policy.local, "protect": list(policy.protect)},
+                       "files": [r.to_json() for r in reports]})
+    elif args.markdown:
+        ui.print_raw(markdown(reports))
+    return int(ExitCode.LOCK) if failed else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.files:
+        return run_files(args)
+    if args.format or args.torch_min or args.torch_local or args.protect or args.index_url:
+        raise ConfigError("--format, --torch-min, --torch-local, --protect and --index-url apply to "
+                          "`check-lock FILE...`; name the lockfiles to check")
     opts = CheckOptions(base=args.base, offline=args.offline)
     reports = []
     for spec in _specs(args):
@@ -52,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     failed = [r for r in reports if not r.ok]
     if args.json:
         ui.print_json({"ok": not failed, "reports": [r.to_json() for r in reports]})
+    elif args.markdown:
+        ui.print_raw(_markdown(reports))
     else:
         for r in reports:
             for n in r.notices:
@@ -63,3 +130,12 @@ def run(args: argparse.Namespace) -> int:
             else:
                 events.emit("fail", f"{r.stack}: {len(r.findings)} finding(s)")
     return int(ExitCode.LOCK) if failed else 0
+
+
+def _markdown(reports: list[CheckReport]) -> str:
+    failed = [r for r in reports if not r.ok]
+    lines = [f"### envbuild check-lock: {'❌ ' + str(sum(len(r.findings) for r in failed)) + ' finding(s)' if failed else '✅ ok'}", ""]
+    for r in reports:
+        lines.append(f"- `{r.stack}` ({r.folder}): {'ok' if r.ok else str(len(r.findings)) + ' finding(s)'}")
+        lines += [f"  - **{f.rule}** `{f.file}`: {f.package}: {f.reason}" for f in r.findings]
+    return "\n".join(lines) + "\n"

@@ -87,8 +87,8 @@ class InstallProgress:
             self._end_current()
             self.phase, self.subject = "resolving", m.group(1)
             return True
-        if m := _UV_RESOLVED.match(line):
-            self.phase, self.subject = "resolved", f"{m.group(1)} packages"
+        if m := _UV_RESOLVED.match(line):  # uv then downloads, unpacks or builds what is not in its cache
+            self.phase, self.subject = "preparing", f"{m.group(1)} packages"
             return True
         if m := (_PIP_BUILD.match(line) or _UV_BUILD.match(line)):
             self._end_current()

@@ -29,7 +29,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TransferSpeedColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
 
 from envbuild import events
 from envbuild.commands.progress import InstallProgress
@@ -55,9 +55,10 @@ class LiveDisplay:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.tasks = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                              TextColumn("{task.fields[detail]}", style="cyan"),
-                              TimeElapsedColumn(), console=console)
+        self.tasks = Progress(SpinnerColumn(), TextColumn("{task.description}", table_column=Column(no_wrap=True)),
+                              TextColumn("{task.fields[detail]}", style="cyan",
+                                         table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+                              TimeElapsedColumn(), console=console, expand=True)
         self.transfers = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                                   TransferSpeedColumn(), TimeElapsedColumn(), console=console)
         self.live = Live(Group(self.tasks, self.transfers), console=console, refresh_per_second=8,
@@ -206,6 +207,12 @@ def error_text_plain(message: str) -> None:
 def print_json(data: Any) -> None:
     _stop_live()
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def print_raw(text: str) -> None:
+    """Text as it is (markdown for a PR comment): no wrapping, no markup."""
+    _stop_live()
+    sys.stdout.write(text)
 
 
 def print_text(text: str = "", style: str | None = None) -> None:
