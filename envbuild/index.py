@@ -1,16 +1,29 @@
-"""Artifacts and their core metadata, read from an index, a find-links folder or page, and cached.
-
-``lock`` uses this to record, for every locked package, the files (name, URL, sha256) behind its
-hashes and its ``Requires-Dist``; ``check-lock`` uses it to read the metadata of a locked
-artifact that the lock manifest does not carry (a hand-edited file). Nothing is installed and
-nothing is built: a wheel's METADATA comes from its PEP 658 ``.metadata`` file when the index
-offers one, else from the wheel itself; an sdist's from its ``PKG-INFO`` (``requires.txt`` of
-its egg-info when PKG-INFO lists no requirements).
+"""The one package-index client: PEP 503/691 pages, artifacts, file names, metadata, one timeout.
 
 Sources are what pip reads: an index (PEP 691 JSON or PEP 503 HTML, ``http(s)://`` or
-``file://``), and find-links (a local folder or an HTML page). Metadata is cached by artifact
-sha256 under ``$ENVBUILD_CACHE_DIR`` (default ``$XDG_CACHE_HOME/envbuild``), so a re-check is
-offline and fast. Every network request has a short timeout: an unreachable source fails fast.
+``file://``), and find-links (a local folder or an HTML page). Every reader of a package source
+goes through here: ``lock`` records, for every locked package, the files (name, URL, sha256)
+behind its hashes and its ``Requires-Dist``; ``check-lock`` reads the metadata of a locked
+artifact that ``lock.json`` does not carry; the wheelhouse mirror finds the files of the pinned
+hashes (``ArtifactFinder``) and downloads them with ``session()``; the wheelhouse pages name
+their projects with ``project_of``. Nothing is installed and nothing is built: a wheel's
+METADATA comes from its PEP 658 ``.metadata`` file when the index offers one, else from the
+wheel itself; an sdist's from its ``PKG-INFO`` (``requires.txt`` of its egg-info when PKG-INFO
+lists no requirements). Metadata is cached by artifact sha256 under ``$ENVBUILD_CACHE_DIR``
+(default ``$XDG_CACHE_HOME/envbuild``), so a re-check is offline and fast.
+
+One timeout policy (``TIMEOUT``: seconds to connect, seconds of silence while reading) for
+every request, pages and downloads alike, and one error type (``SourceError``, exit 3) for a
+source that does not answer or answers an error. URLs may carry credentials
+(``https://user:token@host/simple``): they are used for the request, kept for links on the same
+host, and only ``redact``-ed forms appear in messages.
+
+Why not ``pypi-simple``: it parses the same pages, but brings pydantic 2, beautifulsoup4 and
+mailbits into every environment envbuild installs into, and it reads neither ``file://``
+indexes nor find-links folders, which the offline wheelhouse path depends on. PEP 503 anchors
+(``href``, ``#sha256=``, ``data-core-metadata``) are read with the standard library's
+``html.parser`` (what pip itself uses), PEP 691 with ``json``, file names with
+``packaging.utils``, requests with ``requests``.
 """
 
 from __future__ import annotations
@@ -27,35 +40,61 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
+    NormalizedName,
     canonicalize_name,
     canonicalize_version,
     parse_sdist_filename,
     parse_wheel_filename,
 )
 
+from envbuild import __version__
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import PreflightError
 from envbuild.net import redact
 
-TIMEOUT = 10.0
-_JSON = "application/vnd.pypi.simple.v1+json"
+TIMEOUT = (10.0, 30.0)  # seconds to connect, seconds without a byte while reading: every request
+_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+_SDIST_SUFFIXES = (".tar.gz", ".zip")
+
+__all__ = [
+    "TIMEOUT", "Artifact", "ArtifactFinder", "SourceError", "Sources", "cache_dir", "cached_requires",
+    "find_links_files", "index_files", "page_files", "parse_filename", "project_of", "read_bytes",
+    "requires_of", "same_version", "session",
+]
+
+
+class SourceError(PreflightError):
+    """A package source (index, find-links page, artifact URL) did not answer, or answered an error."""
 
 
 @dataclass(frozen=True)
 class Artifact:
+    """One distribution file on a source: its name, where it is, and its sha256 where known."""
+
     filename: str
     url: str  # http(s):// or file:// (redacted only when shown)
-    sha256: str | None  # from the index's hash, or computed for a local file on demand
+    sha256: str | None = None  # from the index's hash, or computed for a local file on demand
     metadata_url: str | None = None  # PEP 658
 
     @property
     def is_wheel(self) -> bool:
         return self.filename.endswith(".whl")
+
+    @property
+    def project(self) -> NormalizedName | None:
+        parsed = parse_filename(self.filename)
+        return parsed[0] if parsed else None
+
+    @property
+    def version(self) -> str | None:
+        parsed = parse_filename(self.filename)
+        return parsed[1] if parsed else None
 
     @property
     def local_path(self) -> Path | None:
@@ -70,21 +109,93 @@ def cache_dir() -> Path:
     return Path(base) / "envbuild"
 
 
-def project_and_version(filename: str) -> tuple[str, str] | None:
+def parse_filename(filename: str) -> tuple[NormalizedName, str] | None:
+    """(canonical project name, version) of a wheel or sdist file name; None for anything else."""
     try:
         if filename.endswith(".whl"):
             name, ver, _, _ = parse_wheel_filename(filename)
-            return str(name), str(ver)
-        if filename.endswith((".tar.gz", ".zip")):
+            return name, str(ver)
+        if filename.endswith(_SDIST_SUFFIXES):
             name, ver = parse_sdist_filename(filename)
-            return str(name), str(ver)
+            return name, str(ver)
     except (InvalidWheelFilename, InvalidSdistFilename):
         return None
     return None
 
 
+def project_of(filename: str) -> NormalizedName | None:
+    parsed = parse_filename(filename)
+    return parsed[0] if parsed else None
+
+
 def same_version(a: str, b: str) -> bool:
     return canonicalize_version(a, strip_trailing_zero=False) == canonicalize_version(b, strip_trailing_zero=False)
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def session() -> Any:
+    """A ``requests.Session`` for one run: connections kept alive across pages and downloads."""
+    import requests  # here, not at module level: it costs a tenth of every CLI start
+
+    s = requests.Session()
+    s.headers["User-Agent"] = f"envbuild/{__version__}"
+    return s
+
+
+_SESSION: list[Any] = []
+
+
+def _default_session() -> Any:
+    if not _SESSION:
+        _SESSION.append(session())
+    return _SESSION[0]
+
+
+def _fetch(url: str, *, accept: str | None = None, http: Any = None) -> tuple[bytes, str, bool] | None:
+    """Body, final URL and whether it is PEP 691 JSON; None on 404 (or a missing local file)."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        p = Path(unquote(parts.path))
+        if p.is_dir():
+            p = p / "index.html"
+        try:
+            return p.read_bytes(), p.as_uri(), False
+        except OSError:
+            return None
+    import requests
+
+    try:
+        resp = (http or _default_session()).get(url, timeout=TIMEOUT, headers={"Accept": accept} if accept else {})
+    except requests.exceptions.RequestException as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SourceError(f"cannot reach {redact(url)}: {redact(why)[:300]}",
+                          hint="Check the network and the step's index_url/find_links, or work offline "
+                          "against a wheelhouse folder (find_links) with no_index = true.") from None
+    if resp.status_code == 404:
+        return None
+    if resp.status_code >= 400:
+        raise SourceError(f"{redact(url)} answered HTTP {resp.status_code}",
+                          hint="Check the URL and its credentials.")
+    final = resp.url or url
+    src, dst = urlsplit(url), urlsplit(final)
+    if dst.hostname == src.hostname and "@" in src.netloc and "@" not in dst.netloc:
+        final = urljoin(url, dst.path)  # keep the credentials for links on the same host
+    return resp.content, final, "json" in resp.headers.get("Content-Type", "")
+
+
+def read_bytes(url: str, *, http: Any = None) -> bytes:
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        try:
+            return Path(unquote(parts.path)).read_bytes()
+        except OSError as exc:
+            raise SourceError(f"{redact(url)}: cannot read it: {exc.strerror}") from None
+    got = _fetch(url, http=http)
+    if got is None:
+        raise SourceError(f"{redact(url)}: not found (HTTP 404)")
+    return got[0]
 
 
 # ----------------------------------------------------------------------------- listing files
@@ -102,89 +213,61 @@ class _Links(html.parser.HTMLParser):
                 self.links.append((d["href"] or "", d))
 
 
-def _fetch(url: str, accept: str | None = None) -> tuple[bytes, str] | None:
-    """Body and final URL; None on 404. Raises PreflightError when the host does not answer."""
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        p = Path(unquote(parts.path))
-        if p.is_dir():
-            p = p / "index.html"
-        try:
-            return p.read_bytes(), p.as_uri()
-        except OSError:
-            return None
-    import requests  # here, not at module level: it costs a tenth of every CLI start
-
-    try:
-        resp = requests.get(url, timeout=(TIMEOUT / 2, TIMEOUT), headers={"Accept": accept} if accept else {})
-    except requests.exceptions.RequestException as exc:
-        raise PreflightError(f"cannot reach {redact(url)}: {redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}",
-                             hint="Check the network and the step's index_url/find_links, or lock offline "
-                             "against a wheelhouse folder (find_links) with no_index = true.") from None
-    if resp.status_code == 404:
+def _artifact(filename: str, url: str, sha: str | None, metadata: object) -> Artifact | None:
+    if parse_filename(filename) is None:
         return None
-    if resp.status_code >= 400:
-        raise PreflightError(f"{redact(url)} answered HTTP {resp.status_code}")
-    ctype = resp.headers.get("Content-Type", "")
-    return resp.content, resp.url + ("#json" if "json" in ctype else "")
-
-
-def _artifact_from_link(href: str, base: str, attrs: dict[str, str | None]) -> Artifact | None:
-    url = urljoin(base, href)
-    parts = urlsplit(url)
-    filename = unquote(parts.path.rsplit("/", 1)[-1])
-    if project_and_version(filename) is None:
-        return None
-    sha = None
-    if parts.fragment.startswith("sha256="):
-        sha = parts.fragment.split("=", 1)[1]
     clean = url.split("#", 1)[0]
-    meta = attrs.get("data-core-metadata") or attrs.get("data-dist-info-metadata")
-    return Artifact(filename, clean, sha, clean + ".metadata" if meta and meta != "false" else None)
+    return Artifact(filename, clean, sha, clean + ".metadata" if metadata and metadata != "false" else None)
 
 
-def index_files(index_url: str, project: str) -> list[Artifact]:
-    """Files of ``project`` on a PEP 503/691 index."""
-    url = index_url.rstrip("/") + f"/{canonicalize_name(project)}/"
-    got = _fetch(url, accept=f"{_JSON}, text/html;q=0.5")
-    if got is None:
-        return []
-    body, final = got
-    if final.endswith("#json"):
-        data = json.loads(body)
-        out = []
-        for f in data.get("files", []):
+def page_files(body: bytes, base: str, is_json: bool = False) -> list[Artifact]:
+    """The distribution files listed on one PEP 503 (HTML) or PEP 691 (JSON) page at ``base``."""
+    out: list[Artifact] = []
+    if is_json:
+        try:
+            files = json.loads(body).get("files", [])
+        except (ValueError, AttributeError):
+            raise SourceError(f"{redact(base)}: not a PEP 691 project page (invalid JSON)") from None
+        for f in files if isinstance(files, list) else []:
+            if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
+                continue
+            hashes = f["hashes"] if isinstance(f.get("hashes"), dict) else {}
             meta = f.get("core-metadata") or f.get("dist-info-metadata")
-            furl = urljoin(final[:-5], f["url"]).split("#", 1)[0]
-            if project_and_version(f["filename"]) is not None:
-                out.append(Artifact(f["filename"], furl, (f.get("hashes") or {}).get("sha256"),
-                                    furl + ".metadata" if meta else None))
+            sha = hashes.get("sha256")
+            a = _artifact(f["filename"], urljoin(base, f["url"]), sha if isinstance(sha, str) else None, meta)
+            if a is not None:
+                out.append(a)
         return out
-    return _parse_links(body, final)
-
-
-def _parse_links(body: bytes, base: str) -> list[Artifact]:
     parser = _Links()
     parser.feed(body.decode("utf-8", "replace"))
-    out = []
     for href, attrs in parser.links:
-        a = _artifact_from_link(href, base, attrs)
+        url = urljoin(base, href)
+        parts = urlsplit(url)
+        sha = parts.fragment.split("=", 1)[1] if parts.fragment.startswith("sha256=") else None
+        meta = attrs.get("data-core-metadata") or attrs.get("data-dist-info-metadata")
+        a = _artifact(unquote(parts.path.rsplit("/", 1)[-1]), url, sha, meta)
         if a is not None:
             out.append(a)
     return out
 
 
-def find_links_files(location: str) -> list[Artifact]:
+def index_files(index_url: str, project: str, *, http: Any = None) -> list[Artifact]:
+    """Files of ``project`` on a PEP 503/691 index."""
+    got = _fetch(index_url.rstrip("/") + f"/{canonicalize_name(project)}/", accept=_ACCEPT, http=http)
+    return page_files(*got) if got else []
+
+
+def find_links_files(location: str, *, http: Any = None) -> list[Artifact]:
     """Files in a find-links folder (or ``file://`` folder) or on a find-links HTML page."""
     parts = urlsplit(location)
     if parts.scheme in ("", "file"):
         folder = Path(unquote(parts.path) if parts.scheme == "file" else location)
         if not folder.is_dir():
             return []
-        return [Artifact(p.name, p.resolve().as_uri(), None) for p in sorted(folder.iterdir())
-                if p.is_file() and project_and_version(p.name) is not None]
-    got = _fetch(location)
-    return _parse_links(got[0], got[1]) if got else []
+        return [Artifact(p.name, p.resolve().as_uri()) for p in sorted(folder.iterdir())
+                if p.is_file() and parse_filename(p.name) is not None]
+    got = _fetch(location, http=http)
+    return page_files(*got) if got else []
 
 
 @dataclass(frozen=True)
@@ -200,8 +283,9 @@ class Sources:
 class ArtifactFinder:
     """Lists a project's files across sources once per run (pages are cached in memory)."""
 
-    def __init__(self, sources: Sources) -> None:
+    def __init__(self, sources: Sources, *, http: Any = None) -> None:
         self.sources = sources
+        self.http = http
         self._flat: list[Artifact] | None = None
         self._projects: dict[str, list[Artifact]] = {}
 
@@ -210,33 +294,49 @@ class ArtifactFinder:
         if key not in self._projects:
             found: list[Artifact] = []
             for index in self.sources.index_urls:
-                found += index_files(index, key)
+                found += index_files(index, key, http=self.http)
             if self._flat is None:
-                self._flat = [a for loc in self.sources.find_links for a in find_links_files(loc)]
-            found += [a for a in self._flat if canonicalize_name((project_and_version(a.filename) or ("",))[0]) == key]
+                self._flat = [a for loc in self.sources.find_links for a in find_links_files(loc, http=self.http)]
+            found += [a for a in self._flat if a.project == key]
             self._projects[key] = found
         return self._projects[key]
+
+    def with_sha256(self, a: Artifact) -> Artifact:
+        """``a`` with its sha256: from the index, else by hashing the local file or the download."""
+        if a.sha256 is not None:
+            return a
+        if a.local_path is not None:
+            return Artifact(a.filename, a.url, sha256_file(a.local_path), a.metadata_url)
+        return Artifact(a.filename, a.url, hashlib.sha256(read_bytes(a.url, http=self.http)).hexdigest(),
+                        a.metadata_url)
 
     def matching_all(self, project: str, version: str) -> list[Artifact]:
         """Every file of ``project==version``, with its sha256 (local files are hashed)."""
         out: dict[str, Artifact] = {}
         for a in self.files(project):
-            pv = project_and_version(a.filename)
-            if pv is None or not same_version(pv[1], version):
+            if a.version is None or not same_version(a.version, version):
                 continue
-            sha = a.sha256
-            if sha is None and a.local_path is not None:
-                sha = sha256_file(a.local_path)
-            elif sha is None:
-                sha = hashlib.sha256(_read_bytes(a.url)).hexdigest()
-            if sha not in out:
-                out[sha] = Artifact(a.filename, a.url, sha, a.metadata_url)
+            a = self.with_sha256(a)
+            assert a.sha256 is not None
+            out.setdefault(a.sha256, a)
         return sorted(out.values(), key=lambda a: a.filename)
 
-    def matching(self, project: str, version: str, hashes: Iterable[str]) -> list[Artifact]:
-        """The files of ``project==version`` whose sha256 is among ``hashes``."""
+    def matching(self, project: str, version: str | None, hashes: Iterable[str]) -> list[Artifact]:
+        """The files of ``project`` (at ``version``, where given) whose sha256 is among ``hashes``.
+
+        Without a version only the files whose sha256 the source states are considered (nothing
+        is downloaded to find out).
+        """
         wanted = set(hashes)
-        return [a for a in self.matching_all(project, version) if a.sha256 in wanted]
+        if version is not None:
+            return [a for a in self.matching_all(project, version) if a.sha256 in wanted]
+        out: dict[str, Artifact] = {}
+        for a in self.files(project):
+            if a.local_path is not None:
+                a = self.with_sha256(a)
+            if a.sha256 in wanted:
+                out.setdefault(a.sha256, a)
+        return sorted(out.values(), key=lambda a: a.filename)
 
 
 # ----------------------------------------------------------------------------- metadata
@@ -245,16 +345,6 @@ class ArtifactFinder:
 def parse_requires(metadata_text: str) -> list[str]:
     msg = email.parser.HeaderParser().parsestr(metadata_text)
     return [str(v) for v in (msg.get_all("Requires-Dist") or [])]
-
-
-def _read_bytes(url: str) -> bytes:
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return Path(unquote(parts.path)).read_bytes()
-    got = _fetch(url)
-    if got is None:
-        raise PreflightError(f"{redact(url)}: not found (HTTP 404)")
-    return got[0]
 
 
 def _wheel_metadata(data: bytes | Path) -> str:
@@ -317,13 +407,13 @@ def requires_of(artifact: Artifact) -> list[str]:
     if cached is not None:
         return cached
     if artifact.is_wheel and artifact.metadata_url and artifact.local_path is None:
-        reqs = parse_requires(_read_bytes(artifact.metadata_url).decode("utf-8", "replace"))
+        reqs = parse_requires(read_bytes(artifact.metadata_url).decode("utf-8", "replace"))
     elif artifact.local_path is not None and artifact.is_wheel:
         reqs = parse_requires(_wheel_metadata(artifact.local_path))
     else:
-        data = _read_bytes(artifact.url)
+        data = read_bytes(artifact.url)
         if artifact.sha256 and hashlib.sha256(data).hexdigest() != artifact.sha256:
-            raise PreflightError(f"{redact(artifact.url)}: the download does not match its sha256 "
+            raise SourceError(f"{redact(artifact.url)}: the download does not match its sha256 "
                                  f"{artifact.sha256} (tampered or re-uploaded file)")
         reqs = parse_requires(_wheel_metadata(data)) if artifact.is_wheel else _sdist_requires(data, artifact.filename)
     _cache_put(artifact.sha256, reqs)

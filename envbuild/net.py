@@ -7,6 +7,8 @@ request and never printed: ``redact`` is what goes into messages, logs and recei
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -64,6 +66,21 @@ def probe(location: str, timeout: float = DEFAULT_TIMEOUT) -> Probe:
     if resp.status_code >= 400:
         return Probe(shown, False, f"HTTP {resp.status_code}")
     return Probe(shown, True, f"HTTP {resp.status_code} in {resp.elapsed.total_seconds():.2f} s")
+
+
+def unreachable(locations: Iterable[str], timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """The package sources among ``locations`` that do not answer, as ``"<redacted> (<why>)"``.
+
+    The one reachability rule of ``provision``, ``lock`` and ``check-lock``: every distinct
+    http(s) URL and local path is probed, in parallel, each within ``timeout``; ``file://`` URIs
+    are left to the installer (pip names a missing one itself).
+    """
+    todo = list(dict.fromkeys(loc for loc in locations if is_url(loc) or not loc.startswith("file:")))
+    if not todo:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
+        probes = list(pool.map(lambda loc: probe(loc, timeout), todo))
+    return [f"{p.location} ({p.detail})" for p in probes if not p.ok]
 
 
 def _connection_reason(exc: Exception) -> str:

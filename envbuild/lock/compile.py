@@ -41,7 +41,7 @@ from envbuild.index import (
     ArtifactFinder,
     Sources,
     cache_dir,
-    project_and_version,
+    parse_filename,
     requires_of,
     same_version,
 )
@@ -59,7 +59,7 @@ from envbuild.lock.model import (
     write_lock,
 )
 from envbuild.lock.serve import step_digests
-from envbuild.net import is_url, probe, redact
+from envbuild.net import redact, unreachable
 from envbuild.plan import make_plan
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
@@ -114,12 +114,7 @@ def step_sources(step: Step, wheelhouse: str | None) -> tuple[Sources, list[str]
 
 
 def check_reachable(sources: Sources, step: Step) -> None:
-    bad = []
-    for loc in (*sources.index_urls, *sources.find_links):
-        if is_url(loc) or not loc.startswith("file:"):
-            p = probe(loc)
-            if not p.ok:
-                bad.append(f"{p.location} ({p.detail})")
+    bad = unreachable((*sources.index_urls, *sources.find_links))
     if bad:
         raise PreflightError(
             f"step {step.name!r}: package sources do not answer: {'; '.join(bad)}",
@@ -258,7 +253,7 @@ def pin_no_deps(step: Step, finder: ArtifactFinder) -> list[LockedReq]:
         if req.url:
             out.append(LockedReq(name, f"{name} @ {req.url}", 0, None, (), req.url))
             continue
-        files = [(a, pv[1]) for a in finder.files(name) if (pv := project_and_version(a.filename))]
+        files = [(a, pv[1]) for a in finder.files(name) if (pv := parse_filename(a.filename))]
         versions = sorted({Version(v) for _, v in files
                            if req.specifier.contains(v, prereleases=step.pre or None) or _exact(req, v)}, reverse=True)
         if not versions:

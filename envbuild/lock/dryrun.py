@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from envbuild.errors import PreflightError
 from envbuild.installer.core import find_python
 from envbuild.lock.model import Lock
 from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, protected_names
-from envbuild.net import is_url, probe, redact
+from envbuild.net import redact, unreachable
 from envbuild.plan import make_plan
 from envbuild.run import run
 from envbuild.spec import StackSpec
@@ -58,14 +59,10 @@ def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report
     todo = [v for v in views if v.index > baseline and v.index < len(spec.steps)]
     if not todo:
         return
-    bad = []
-    for step in {plan.steps[v.index].name: plan.steps[v.index] for v in todo}.values():
-        args = list(step.args)
-        for i, a in enumerate(args[:-1]):
-            if a in ("--index-url", "--extra-index-url", "--find-links") and is_url(args[i + 1]):
-                answer = probe(args[i + 1])
-                if not answer.ok:
-                    bad.append(f"{answer.location} ({answer.detail})")
+    sources = []
+    for step in (plan.steps[v.index] for v in todo):
+        sources += [b for a, b in pairwise(step.args) if a in ("--index-url", "--extra-index-url", "--find-links")]
+    bad = unreachable(sources)
     if bad:
         raise PreflightError("check-lock's dry runs need the steps' package sources, which do not answer: "
                              + "; ".join(sorted(set(bad))), hint="Run with --offline for the static rules only.")

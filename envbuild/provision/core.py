@@ -32,7 +32,7 @@ from envbuild.installer.core import (
     run_python_json,
     run_step,
 )
-from envbuild.net import is_url, probe
+from envbuild.net import unreachable
 from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan, resolve_plan
 from envbuild.provision import prefetch
 from envbuild.provision.state import Manifest, now
@@ -289,13 +289,7 @@ def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
     locations = make_plan(plan.spec, PlanOptions(backend=plan.options.backend, wheelhouse=plan.options.wheelhouse,
                                                  default_sources=plan.options.default_sources)).sources()
     wanted = {a for s in todo for a in s.args}
-    bad = []
-    for loc in locations:
-        if loc not in wanted:
-            continue
-        p = probe(loc)
-        if not p.ok and (is_url(loc) or not loc.startswith("file:")):
-            bad.append(f"{p.location} ({p.detail})")
+    bad = unreachable(loc for loc in locations if loc in wanted)
     if bad:
         try:
             names = sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", plan.spec.path.read_text())))

@@ -16,10 +16,8 @@ written.
 from __future__ import annotations
 
 import fnmatch
-import html
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,36 +25,23 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envbuild import events
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import LockError, WheelhouseError
+from envbuild.index import TIMEOUT, Artifact, ArtifactFinder, Sources, session
 from envbuild.lock.model import MANIFEST, read_lock
 from envbuild.lock.stepfile import parse_requirements, read_text
 from envbuild.net import redact
 
 CHUNK = 1 << 16
-_ANCHOR = re.compile(r"<a\s[^>]*?href\s*=\s*[\"']([^\"']+)[\"'][^>]*>(.*?)</a>", re.IGNORECASE | re.DOTALL)
-_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 _RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
-
-@dataclass(frozen=True)
-class Artifact:
-    name: str
-    version: str
-    sha256: str
-    url: str | None = None  # None until resolved
-    filename: str | None = None
+__all__ = ["Artifact", "LockSources", "LockedPackage", "MirrorResult", "download_one", "lock_sources",
+           "manifest_artifacts", "mirror", "read_requirements", "resolve", "select"]
 
 
 @dataclass(frozen=True)
@@ -144,9 +129,7 @@ def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
         src = step.sources
         for pkg in step.packages:
             usable = [a for a in pkg.artifacts if a.url and "***@" not in a.url and a.sha256]
-            for a in usable:
-                assert a.sha256 is not None
-                artifacts.append(Artifact(canonicalize_name(pkg.name), pkg.version or "", a.sha256, a.url, a.filename))
+            artifacts.extend(usable)
             if not usable:
                 rest.packages.append(LockedPackage(canonicalize_name(pkg.name), pkg.version or "",
                                                    pkg.hashes, None, step.file or ""))
@@ -167,89 +150,26 @@ def _add(items: list[str], value: str) -> None:
 # ----------------------------------------------------------------------------- resolution
 
 
-def _session() -> Any:
-    import requests
-
-    s = requests.Session()
-    s.headers["User-Agent"] = "envbuild-mirror"
-    return s
-
-
-def project_links(session: Any, page_url: str, timeout: float = 30.0) -> list[tuple[str, str, str | None]]:
-    """(filename, absolute url, sha256 or None) of every file on a simple/find-links page."""
-    import requests
-
-    if page_url.startswith("file:"):
-        page = Path(unquote(urlsplit(page_url).path)) / "index.html"
-        if not page.is_file():
-            return []
-        base_uri = page.as_uri()
-        found = []
-        for href, _label in _ANCHOR.findall(page.read_text(encoding="utf-8", errors="replace")):
-            url = urljoin(base_uri, html.unescape(href))
-            frag = urlsplit(url).fragment
-            found.append((unquote(urlsplit(url).path.rsplit("/", 1)[-1]), url.split("#", 1)[0],
-                          frag[7:] if frag.startswith("sha256=") else None))
-        return found
-    try:
-        resp = session.get(page_url, headers={"Accept": _ACCEPT}, timeout=(10, timeout))
-    except requests.RequestException as exc:
-        raise WheelhouseError(f"{redact(page_url)}: cannot fetch the index page: {redact(str(exc))}") from None
-    if resp.status_code == 404:
-        return []
-    if resp.status_code >= 400:
-        raise WheelhouseError(f"{redact(page_url)}: HTTP {resp.status_code} from the index")
-    base = resp.url if resp.url else page_url
-    if urlsplit(base).hostname == urlsplit(page_url).hostname and "@" in urlsplit(page_url).netloc:
-        base = urljoin(page_url, urlsplit(base).path)  # keep credentials for same-host links
-    out: list[tuple[str, str, str | None]] = []
-    if "json" in resp.headers.get("Content-Type", ""):
-        for f in resp.json().get("files", []):
-            out.append((f["filename"], urljoin(base, f["url"]), (f.get("hashes") or {}).get("sha256")))
-        return out
-    for href, label in _ANCHOR.findall(resp.text):
-        url = urljoin(base, html.unescape(href))
-        parts = urlsplit(url)
-        filename = unquote(parts.path.rsplit("/", 1)[-1]) or html.unescape(label).strip()
-        frag = parts.fragment
-        sha = frag[7:] if frag.startswith("sha256=") else None
-        out.append((filename, url.split("#", 1)[0], sha))
-    return out
-
-
-def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), session: Any = None) -> list[Artifact]:
-    """An ``Artifact`` per pinned hash found on the lock's indexes and find-links."""
-    session = session or _session()
-    indexes = list(dict.fromkeys([*extra_indexes, *sources.indexes]))
+def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), http: Any = None) -> list[Artifact]:
+    """An ``Artifact`` per pinned hash found on the lock's indexes and find-links (``index.ArtifactFinder``)."""
+    http = http or session()
+    indexes = tuple(dict.fromkeys([*extra_indexes, *sources.indexes]))
+    links = ArtifactFinder(Sources((), tuple(sources.find_links)), http=http)
     artifacts: list[Artifact] = []
     unresolved: list[str] = []
-    pages: dict[str, list[tuple[str, str, str | None]]] = {}
-    for fl in sources.find_links:
-        if urlsplit(fl).scheme in ("http", "https"):
-            pages[fl] = project_links(session, fl)
     for pkg in sources.packages:
         wanted = set(pkg.hashes)
         if pkg.url:
-            artifacts.append(Artifact(pkg.name, pkg.version, pkg.hashes[0], pkg.url.split("#")[0],
-                                      unquote(urlsplit(pkg.url).path.rsplit("/", 1)[-1])))
+            artifacts.append(Artifact(unquote(urlsplit(pkg.url).path.rsplit("/", 1)[-1]), pkg.url.split("#")[0],
+                                      pkg.hashes[0]))
             continue
-        found: dict[str, Artifact] = {}
-        for fl in sources.find_links:
-            if urlsplit(fl).scheme in ("", "file"):
-                folder = Path(unquote(urlsplit(fl).path) if fl.startswith("file:") else fl)
-                for f in sorted(folder.glob("*")) if folder.is_dir() else []:
-                    if _project(f.name) == pkg.name and (sha := sha256_file(f)) in wanted:
-                        found.setdefault(sha, Artifact(pkg.name, pkg.version, sha, f.as_uri(), f.name))
-            else:
-                for filename, url, page_sha in pages[fl]:
-                    if page_sha in wanted and page_sha and _project(filename) == pkg.name:
-                        found.setdefault(page_sha, Artifact(pkg.name, pkg.version, page_sha, url, filename))
+        found = {a.sha256: a for a in links.matching(pkg.name, None, wanted)}
         for index in indexes:
             if wanted <= found.keys():
                 break
-            for filename, url, page_sha in project_links(session, f"{index.rstrip('/')}/{pkg.name}/"):
-                if page_sha and page_sha in wanted:
-                    found.setdefault(page_sha, Artifact(pkg.name, pkg.version, page_sha, url, filename))
+            on_index = ArtifactFinder(Sources((index,)), http=http).matching(pkg.name, None, wanted)
+            for a in on_index:
+                found.setdefault(a.sha256, a)
         if not found:
             where = ", ".join(redact(u) for u in [*indexes, *sources.find_links]) or "no index configured"
             unresolved.append(f"{pkg.name}=={pkg.version} ({pkg.source}): none of its {len(wanted)} "
@@ -261,15 +181,6 @@ def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), session:
         raise WheelhouseError("cannot locate locked artifacts:\n" + "\n".join(f"  {u}" for u in unresolved),
                               hint="A nightly may have left its index: mirror while it is there, or add a --index-url that still has it.")
     return artifacts
-
-
-def _project(filename: str) -> str | None:
-    try:
-        if filename.endswith(".whl"):
-            return str(parse_wheel_filename(filename)[0])
-        return str(parse_sdist_filename(filename)[0])
-    except (InvalidWheelFilename, InvalidSdistFilename):
-        return None
 
 
 def select(artifacts: Iterable[Artifact], python: str | None = None, platform: str | None = None) -> list[Artifact]:
@@ -291,12 +202,12 @@ def select(artifacts: Iterable[Artifact], python: str | None = None, platform: s
 # ----------------------------------------------------------------------------- download
 
 
-def download_one(url: str, dest: Path, sha256: str, *, session: Any = None, retries: int = 4,
+def download_one(url: str, dest: Path, sha256: str, *, http: Any = None, retries: int = 4,
                  backoff: float = 0.5, on_bytes: Callable[[int, int | None], None] | None = None) -> Path:
     """Download ``url`` to ``dest`` (resuming ``dest``'s partial file), check its sha256."""
     import requests
 
-    session = session or _session()
+    http = http or session()
     shown = redact(url)
     if url.startswith("file:"):
         import shutil
@@ -312,7 +223,7 @@ def download_one(url: str, dest: Path, sha256: str, *, session: Any = None, retr
         have = part.stat().st_size if part.exists() else 0
         try:
             headers = {"Range": f"bytes={have}-"} if have else {}
-            with session.get(url, headers=headers, stream=True, timeout=(10, 60)) as resp:
+            with http.get(url, headers=headers, stream=True, timeout=TIMEOUT) as resp:
                 if resp.status_code == 416:
                     part.unlink(missing_ok=True)
                     raise _Retry("range not satisfiable")
@@ -366,12 +277,12 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: 
            backoff: float = 0.5) -> MirrorResult:
     """Download every artifact into ``out``; errors are collected and raised together at the end."""
     out.mkdir(parents=True, exist_ok=True)
-    session = _session()
+    http = session()
     todo: list[Artifact] = []
     present: list[Path] = []
     for a in artifacts:
-        if not a.url or not a.filename:
-            raise WheelhouseError(f"{a.name}=={a.version}: no URL for sha256 {a.sha256} (resolve it first)")
+        if not a.url or not a.sha256:
+            raise WheelhouseError(f"{a.filename}: no URL or sha256 (resolve it first)")
         dest = out / a.filename
         if dest.is_file() and sha256_file(dest) == a.sha256:
             present.append(dest)
@@ -382,7 +293,7 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: 
     downloaded: list[Path] = []
 
     def one(a: Artifact) -> Path:
-        assert a.url and a.filename
+        assert a.sha256 is not None
         last = [0.0]
 
         def on_bytes(done: int, total: int | None) -> None:
@@ -391,7 +302,7 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: 
                 last[0] = now
                 events.emit("debug", f"{a.filename} {done}/{total}", download=a.filename, completed=done, total=total)
 
-        return download_one(a.url, out / a.filename, a.sha256, session=session, retries=retries,
+        return download_one(a.url, out / a.filename, a.sha256, http=http, retries=retries,
                             backoff=backoff, on_bytes=on_bytes)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -425,8 +336,8 @@ def _write_manifest(path: Path, artifacts: Sequence[Artifact], out: Path) -> Non
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
             existing = {}
     for a in artifacts:
-        if a.filename and (out / a.filename).is_file():
-            existing[a.filename] = {"name": a.name, "version": a.version, "filename": a.filename,
+        if (out / a.filename).is_file():
+            existing[a.filename] = {"name": a.project or "", "version": a.version or "", "filename": a.filename,
                                     "sha256": a.sha256, "size": (out / a.filename).stat().st_size,
                                     "url": redact(a.url or "")}
     atomic_write_json(path, {"schema": 1, "artifacts": sorted(existing.values(), key=lambda x: x["filename"])})

@@ -17,16 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
+from packaging.utils import canonicalize_name
 
 from envbuild._io import atomic_write_text, sha256_file
 from envbuild.errors import WheelhouseError
+from envbuild.index import project_of
 
 _HASH_CACHE = ".envbuild-hashes.json"
 
@@ -39,17 +34,6 @@ class IndexResult:
     @property
     def files(self) -> int:
         return sum(len(v) for v in self.projects.values())
-
-
-def project_of(filename: str) -> str | None:
-    try:
-        if filename.endswith(".whl"):
-            return str(parse_wheel_filename(filename)[0])
-        if filename.endswith((".tar.gz", ".zip")):
-            return str(parse_sdist_filename(filename)[0])
-    except (InvalidWheelFilename, InvalidSdistFilename):
-        return None
-    return None
 
 
 def _page(title: str, rows: list[str]) -> str:
@@ -102,9 +86,9 @@ def write_index(root: Path) -> IndexResult:
         for d in simple.iterdir():
             if d.is_dir() and d.name not in projects:
                 shutil.rmtree(d)
-    for project, files in projects.items():
+    for name, files in projects.items():
         rows = [_link(f"../../{quote(n)}#sha256={hashes[n]}", n) for n in files]
-        atomic_write_text(simple / project / "index.html", _page(f"Links for {project}", rows))
+        atomic_write_text(simple / name / "index.html", _page(f"Links for {name}", rows))
     atomic_write_text(simple / "index.html",
                       _page("Simple index", [_link(f"{p}/", p) for p in sorted(projects)]))
     flat = [_link(f"{quote(n)}#sha256={hashes[n]}", n) for p in sorted(projects) for n in projects[p]]
