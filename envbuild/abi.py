@@ -46,7 +46,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from email.message import Message
 from email.parser import HeaderParser
@@ -272,7 +272,12 @@ def _identity(d: Dist) -> dict[str, Any]:
 
 def active_requirements(dist: Dist, env: Mapping[str, str]) -> Iterator[Requirement]:
     """The distribution's Requires-Dist whose markers hold (extras off) for the target interpreter."""
-    for raw in dist.requires():
+    return active(dist.requires(), env)
+
+
+def active(requires: Iterable[str], env: Mapping[str, str]) -> Iterator[Requirement]:
+    """The Requires-Dist lines whose markers hold (extras off) in ``env``; unparsable lines are skipped."""
+    for raw in requires:
         try:
             req = Requirement(raw)
         except InvalidRequirement:
@@ -281,16 +286,22 @@ def active_requirements(dist: Dist, env: Mapping[str, str]) -> Iterator[Requirem
             yield req
 
 
-def protected_names(abi: ABI, dists: Mapping[str, Dist], env: Mapping[str, str]) -> set[str]:
-    """The frozen set: abi.protect matches plus torch's own triton and nvidia-* requirements."""
-    names = {n for n in dists if n != abi.package and abi.is_protected(n)}
-    torch = dists.get(abi.package)
-    if torch is not None:
-        for req in active_requirements(torch, env):
-            n = canonicalize_name(req.name)
-            if (n.startswith("nvidia-") or "triton" in n) and n in dists:
-                names.add(n)
+def protected_set(abi: ABI, installed: Collection[str], torch_requires: Iterable[Requirement]) -> set[str]:
+    """The frozen set, the one rule for the ABI guard and the lock: the ``abi.protect`` matches
+    among ``installed`` (canonical names) plus torch's own triton and nvidia-* requirements that
+    are installed. The ABI package itself is checked on its own and is not in it."""
+    names = {n for n in installed if n != abi.package and abi.is_protected(n)}
+    for req in torch_requires:
+        n = canonicalize_name(req.name)
+        if (n.startswith("nvidia-") or "triton" in n) and n in installed:
+            names.add(n)
     return names
+
+
+def protected_names(abi: ABI, dists: Mapping[str, Dist], env: Mapping[str, str]) -> set[str]:
+    """The frozen set of an environment (``protected_set`` over its distributions)."""
+    torch = dists.get(abi.package)
+    return protected_set(abi, dists.keys(), active_requirements(torch, env) if torch is not None else ())
 
 
 def _marker_true(marker: Marker, env: Mapping[str, str]) -> bool:

@@ -34,7 +34,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from envbuild import __version__, events
+from envbuild import __version__, abi, events
 from envbuild._io import atomic_write_text, sha256_file
 from envbuild.errors import ConfigError, LockError, PreflightError
 from envbuild.index import (
@@ -58,6 +58,7 @@ from envbuild.lock.model import (
     step_filename,
     write_lock,
 )
+from envbuild.lock.report import marker_env
 from envbuild.lock.serve import step_digests
 from envbuild.net import redact, unreachable
 from envbuild.plan import make_plan
@@ -437,15 +438,11 @@ def _package_entry(r: LockedReq, finder: ArtifactFinder, requested: set[str]) ->
 
 
 def _baseline_protected(spec: StackSpec, packages: list[dict[str, Any]]) -> set[str]:
-    """abi.protect matches plus torch's own triton and nvidia-* requirements (as the ABI guard does)."""
-    names = {p["name"] for p in packages if spec.abi.is_protected(p["name"])}
+    """The ABI guard's frozen set (``abi.protected_set``) over the baseline's pins, torch's markers
+    evaluated for the stack's target (``lock.report.marker_env``)."""
     torch = next((p for p in packages if p["name"] == spec.abi.package), None)
-    locked = {p["name"] for p in packages}
-    for raw in (torch or {}).get("requires_dist") or []:
-        n = canonicalize_name(Requirement(raw).name)
-        if (n.startswith("nvidia-") or "triton" in n) and n in locked:
-            names.add(n)
-    return names
+    requires = abi.active((torch or {}).get("requires_dist") or [], marker_env(spec))
+    return abi.protected_set(spec.abi, {p["name"] for p in packages}, requires)
 
 
 def _file_header(spec: StackSpec, step: Step, role: str, fname: str, source_args: list[str]) -> str:
