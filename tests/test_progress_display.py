@@ -23,6 +23,7 @@ from envbuild.commands.ui import live_wanted
 
 pytest.importorskip("pyte")
 from ptyscreen import Screen, run_on_terminal  # noqa: E402 - needs pyte
+from test_wheelhouse_build import PACKAGES, build_python  # noqa: E402, F401, F811 - the fixture (real torch venv)
 
 BIG = 3 * 1024 * 1024  # uv announces downloads above 1 MiB
 
@@ -140,3 +141,21 @@ def test_mirror_draws_a_transfer_bar(write_stack: Callable[..., Path], run_envbu
     bars = screen.saw(r"bulky_data-1\.0-py3-none-any\.whl .*[\d.]+/[\d.]+ MB")
     assert bars, "\n".join(sorted(screen.seen))
     assert (tmp_path / "wh" / "bulky_data-1.0-py3-none-any.whl").is_file()
+
+
+@pytest.mark.slow
+def test_a_wheel_build_shows_its_last_log_line_and_elapsed_time(tmp_path: Path, build_python: Path) -> None:  # noqa: F811
+    """`wheelhouse build` of a real C extension (tests/packages/c_ext) against the real CPU torch."""
+    spec = tmp_path / "c-ext.toml"
+    spec.write_text(f'schema = 1\nname = "c-ext"\nversion = "1.2.0"\n\n[source]\npath = "{PACKAGES / "c_ext"}"\n\n'
+                    '[build]\nrequires = ["setuptools", "wheel"]\n')
+    screen = run_on_terminal([sys.executable, "-m", "envbuild", "wheelhouse", "build", str(spec), "--python",
+                              str(build_python), "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")],
+                             env=_terminal_env(tmp_path))
+    assert screen.rc == 0, screen.text
+    log = next((tmp_path / "out" / "logs").glob("*.log")).read_text()
+    live = [line for line in screen.saw(r"^\S c-ext .* \d:\d\d:\d\d$")
+            if (shown := line.split(" ", 3)[3].rsplit(" ", 1)[0].strip()[-40:]) and shown != "starting"
+            and shown in log]  # the line shown is one the build printed
+    assert live, "\n".join(sorted(screen.seen))
+    assert any("built c_ext-1.2.0+cputorch2.13.0" in line for line in screen.final), screen.text

@@ -49,6 +49,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuild import events
 from envbuild.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -575,6 +576,7 @@ def _index_requires(pkg: Pkg, lock: LockFile, index_urls: tuple[str, ...]) -> tu
     got = cached_requires(pkg.hashes)
     if got is not None:
         return tuple(got)
+    events.emit("debug", f"reading the metadata of {pkg.name} {pkg.version} from its index")
     try:
         named = [(u, h) for u, h in pkg.wheels if u.startswith(("http://", "https://", "file:"))]
         if named:
