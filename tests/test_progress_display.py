@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from lockhelpers import lock_env
+from packaging.version import Version
 from support.fixtures import EnvbuildResult, installer_env
 
 from envbuild.commands.progress import InstallProgress
@@ -159,3 +160,39 @@ def test_a_wheel_build_shows_its_last_log_line_and_elapsed_time(tmp_path: Path, 
             and shown in log]  # the line shown is one the build printed
     assert live, "\n".join(sorted(screen.seen))
     assert any("built c_ext-1.2.0+cputorch2.13.0" in line for line in screen.final), screen.text
+
+
+@pytest.mark.slow
+def test_real_pip_reports_bytes_when_asked_and_the_line_follows_them(
+        wheel_factory: Callable[..., Path], index_server: Callable[..., object], tmp_path: Path,
+        base_venv_template: Path) -> None:
+    """pip >= 24.1 prints `Progress N of M` with PIP_PROGRESS_BAR=raw (only asked for while a display is
+    live, and only of a venv whose pip knows it); its real output moves the step's line."""
+    from envbuild import events
+    from envbuild.plan import progress_env
+
+    wheel = wheel_factory("bulky-data", "1.0", files={"bulky_data/blob.bin": os.urandom(BIG)})
+    server = index_server({"bulk": wheel.parent})
+    here = Path(sys.executable)  # this venv's pip is new enough
+    old = base_venv_template / "bin" / "python"  # a bare venv's bundled pip
+    events.set_live(True)
+    try:
+        asked = progress_env("pip", here)
+        bundled = subprocess.run([str(old), "-m", "pip", "--version"], capture_output=True, text=True).stdout
+        knows_raw = Version(bundled.split()[1]) >= Version("24.1")
+        assert progress_env("pip", old) == ({"PIP_PROGRESS_BAR": "raw"} if knows_raw else {})
+        assert progress_env("uv", here) == {}
+    finally:
+        events.set_live(False)
+    assert asked == {"PIP_PROGRESS_BAR": "raw"} and progress_env("pip", here) == {}  # not without a display
+    out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d",
+                          str(tmp_path / "dl"), "--index-url", server.simple_url("bulk"), "bulky-data==1.0"],  # type: ignore[attr-defined]
+                         capture_output=True, text=True, env=installer_env(tmp_path / "home", asked))
+    assert out.returncode == 0, out.stderr
+    state = InstallProgress()
+    seen = []
+    for line in out.stdout.splitlines():
+        if state.feed(line) and state.phase == "downloading":
+            seen.append(state.bytes_done)
+    assert len(seen) >= 3 and seen == sorted(seen), out.stdout[-2000:]  # several steps, never backwards
+    assert seen[-1] == wheel.stat().st_size
