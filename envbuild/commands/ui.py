@@ -175,8 +175,15 @@ def close() -> None:
 
 
 def _render_event(event: events.Event) -> None:
-    if _live is not None and _live.handle(event):
-        return
+    global _live
+    if _live is not None:
+        try:
+            if _live.handle(event):
+                return
+        except Exception:  # noqa: BLE001 - a display problem must never stop the work: go plain
+            _stop_live()
+            _live = None
+            events.set_live(False)
     if event.level == "debug" and not _verbose:
         return
     if event.level == "info" and _quiet:
