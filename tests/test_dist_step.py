@@ -43,11 +43,121 @@ def test_two_process_gloo(torch_venv: Path, tmp_path: Path, capsys: pytest.Captu
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc,dp,tp,ep", [(1, 0, 0, 0), (2, 2, 1, 1), (3, 0, 0, 0), (4, 2, 2, 2)])
+@pytest.mark.parametrize("nproc", range(1, 9))
+def test_every_default_mesh_1_to_8(torch_venv: Path, tmp_path: Path, nproc: int,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The default mesh of 1-8 gloo processes matches the single-process reference. Before the
+    routing fix, 3 processes (dp3 x tp1, ep3) failed: one top-k choice flipped on a near tie
+    (router preference 7e-7) and sent a different gradient to two experts."""
+    code = main(["dist-step", "--venv", str(torch_venv), "--root", str(tmp_path), "--steps", "5", "--bw-mb", "0",
+                 "--no-receipt", "--nproc", str(nproc), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, (doc.get("checks"), doc.get("parity"), doc.get("routing"))
+    dp, tp, ep = doc["mesh"]["dp"], doc["mesh"]["tp"], doc["mesh"]["ep"]
+    assert dp * tp == nproc and ep == nproc and tp == (2 if nproc % 2 == 0 else 1)
+    assert doc["routing"]["max_flip_gap"] <= doc["routing"]["tolerance"]
+    assert doc["routing"]["tokens_routed"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,dp,tp,ep", [(2, 2, 1, 1), (4, 2, 2, 2)])
 def test_layouts(torch_venv: Path, tmp_path: Path, nproc: int, dp: int, tp: int, ep: int) -> None:
     code = main(["dist-step", "--venv", str(torch_venv), "--root", str(tmp_path), "--steps", "2", "--no-receipt",
-                 "--nproc", str(nproc), "--dp", str(dp), "--tp", str(tp), "--ep", str(ep)])
+                 "--nproc", str(nproc), "--dp", str(dp), "--tp", str(tp), "--ep", str(ep), "--bw-mb", "0"])
     assert code == 0
+
+
+MESH_SCRIPT = r"""
+import itertools, json, sys
+sys.path.insert(0, sys.argv[1])
+import worker
+out = {}
+for world, dp, tp, ep in itertools.product(range(1, 9), range(0, 5), range(0, 5), range(0, 5)):
+    try:
+        out[f"{world},{dp},{tp},{ep}"] = list(worker.choose_layout(world, dp, tp, ep))
+    except SystemExit:
+        out[f"{world},{dp},{tp},{ep}"] = None
+print(json.dumps(out))
+"""
+
+
+def test_mesh_checked_before_launch_agrees_with_the_worker(torch_venv: Path) -> None:
+    """plan_mesh (the launcher's check) and the worker's choose_layout give the same mesh, and
+    refuse the same layouts (tp must also divide the sequence length, which the worker checks later)."""
+    from envbuild.errors import ConfigError
+    from envbuild.proof.diststep.launch import SEQ_LEN, plan_mesh
+
+    proc = subprocess.run([str(torch_venv / "bin" / "python"), "-c", MESH_SCRIPT,
+                           str(REPO / "envbuild" / "proof" / "diststep")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    worker = json.loads(proc.stdout)
+    assert len(worker) == 8 * 125
+    for key, want in worker.items():
+        world, dp, tp, ep = map(int, key.split(","))
+        try:
+            got: list[int] | None = list(plan_mesh(world, dp, tp, ep))
+        except ConfigError as exc:
+            got = None
+            assert "\n" not in str(exc)
+        if want is not None and SEQ_LEN % want[1]:
+            want = None  # the worker refuses it once launched (--seq must divide by tp)
+        assert got == want, key
+
+
+def test_invalid_mesh_refused_before_launch(torch_venv: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "root"
+    code = main(["dist-step", "--venv", str(torch_venv), "--root", str(root), "--nproc", "2", "--tp", "3"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "tp 3 does not divide the world size 2" in err and "[1, 2]" in err
+    assert "Traceback" not in err and "torchrun" not in err and "ChildFailedError" not in err
+    assert not root.exists()  # refused before a log, a receipt or a process
+
+
+def test_hung_rank_is_named(torch_venv: Path, tmp_path: Path) -> None:
+    """SIGSTOP one real torchrun worker in the middle of training: the run stops within the
+    stall timeout (+10 s), exit 7, naming the rank that stopped answering, its last phase and
+    collective, and what the others wait in; no worker is left behind."""
+    import os
+    import signal
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    argv = [sys.executable, "-m", "envbuild", "dist-step", "--venv", str(torch_venv), "--root", str(tmp_path / "r"),
+            "--nproc", "3", "--steps", "40", "--bw-mb", "0", "--no-receipt", "--timeout", "600",
+            "--stall-timeout", "8"]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    victim = None
+    try:
+        for _ in range(3000):  # until rank 1 is training
+            beats = list(scratch.glob("envbuild-dist-*/heartbeats/rank-1.json"))
+            if beats:
+                try:
+                    beat = json.loads(beats[0].read_text())
+                except ValueError:
+                    beat = {}
+                if str(beat.get("phase", "")).startswith("step 2/"):
+                    victim = int(beat["pid"])
+                    break
+            assert agent.poll() is None, agent.communicate()
+            time.sleep(0.1)
+        assert victim is not None, "rank 1 never reached step 2"
+        os.kill(victim, signal.SIGSTOP)
+        out, err = agent.communicate(timeout=8 + 10 + 30)  # stall timeout + 10 s, + slack for a busy CI host
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+    assert agent.returncode == 7, err[-3000:]
+    assert "a rank sent no heartbeat for --stall-timeout 8 s" in err
+    assert f"Stopped answering: rank 1 (pid {victim}" in err
+    assert "last collective" in err and "Waiting: rank 0 in 'step" in err and "rank 2 in 'step" in err
+    assert "Traceback" not in err
+    assert not Path(f"/proc/{victim}").exists() or "zombie" in Path(f"/proc/{victim}/status").read_text().lower()
+    assert not list(scratch.glob("envbuild-dist-*"))  # the run's temporary folder is gone
 
 
 @pytest.mark.slow

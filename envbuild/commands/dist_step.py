@@ -18,7 +18,7 @@ from envbuild.commands.smoke import (
 )
 from envbuild.errors import ExitCode
 from envbuild.host.preflight import HostFacts, parse_gpus
-from envbuild.proof.diststep.launch import DistOptions, run_dist_step
+from envbuild.proof.diststep.launch import DistOptions, plan_mesh, run_dist_step
 
 
 def register(sub: Any) -> None:
@@ -44,6 +44,8 @@ def register(sub: Any) -> None:
                    help="DCP checkpoint folder for the round trip; must be shared by all nodes (default: a temporary "
                         "folder on one node, <root>/checkpoints/envbuild-dist-step-<rdzv-id> across nodes)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default 600)")
+    p.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
+                   help="stop when a rank sends no heartbeat for S seconds (stopped, killed or wedged; default 60)")
     p.set_defaults(func=run)
 
 
@@ -61,10 +63,12 @@ def run(args: argparse.Namespace) -> int:
     gpus = 0 if args.cpu else visible_gpus()
     opts = DistOptions(nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                        dp=args.dp, tp=args.tp, ep=args.ep, steps=args.steps, cpu=args.cpu or gpus == 0,
-                       bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout,
+                       bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout, stall_timeout=args.stall_timeout,
                        ckpt_dir=args.ckpt_dir or (paths.checkpoints / f"envbuild-dist-step-{args.rdzv_id}"
                                                   if args.nnodes > 1 else None))
     nproc = args.nproc or (gpus or 2)
+    opts.validate()
+    plan_mesh(nproc * args.nnodes, args.dp, args.tp, args.ep)  # before anything is launched or written
     regime = f"torchrun-{'standalone' if args.nnodes == 1 and not args.rdzv_endpoint else 'c10d'} " \
              f"{args.nnodes}x{nproc} {'gloo' if opts.cpu else 'nccl'}"
     prov = start_provenance(spec, regime)
@@ -88,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _render(r: dict[str, Any], seconds: float, regime: str) -> None:
     par, ck, t, bw = r.get("parity", {}), r.get("checkpoint", {}), r.get("timing", {}), r.get("allreduce")
+    rt = r.get("routing", {})
     tol = par.get("tolerance", {})
     rows = [[name, "pass" if ok else "FAIL"] for name, ok in r.get("checks", {}).items()]
     ui.print_text(f"dist-step: {regime}, world {r.get('world_size')}, {r.get('backend')}, "
@@ -98,6 +103,9 @@ def _render(r: dict[str, Any], seconds: float, regime: str) -> None:
         ["losses", losses],
         ["vs reference", f"loss {par.get('max_loss_diff', 0):.1e} (tol {tol.get('loss')}), grad norm rel "
                          f"{par.get('max_grad_norm_rel_diff', 0):.1e}, weights {par.get('max_weight_abs_diff', 0):.1e}"],
+        ["routing", f"{rt.get('flips', 0)} of {rt.get('tokens_routed', 0)} top-k choices differ from the "
+                    f"reference's (largest router preference {rt.get('max_flip_gap', 0):.1e}, near-tie tol "
+                    f"{rt.get('tolerance')}); the reference's choices were used"],
         ["checkpoint", f"eval loss saved {ck.get('eval_loss_saved')}, perturbed {ck.get('eval_loss_perturbed')}, "
                        f"loaded {ck.get('eval_loss_loaded')}"],
         ["first step", f"{1e3 * t.get('first_step_seconds', 0):.1f} ms"],

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,10 +26,12 @@ from typing import Any
 from envbuild import events
 from envbuild.errors import ConfigError, PreflightError, VerifyError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE
+from envbuild.proof.diststep.watch import Watchdog, describe_hang, end_workers, read_beats
 from envbuild.run import run
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 RESULT_MARK = "ENVBUILD_DIST_RESULT "
+SEQ_LEN = 32  # the worker's default --seq: tensor parallel shards it, so tp must divide it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +48,7 @@ class DistOptions:
     bf16: bool = False
     bw_mb: float = -1.0  # all-reduce probe size; -1: 1024 MiB on GPU, 8 MiB on CPU
     timeout: float = 600.0
+    stall_timeout: float = 60.0  # a rank silent this long (no heartbeat) stops the run
     ckpt_dir: Path | None = None  # must be shared by all nodes for multi-node runs
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
@@ -64,6 +69,40 @@ class DistOptions:
         for name in ("dp", "tp", "ep"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name} must be positive")
+        if self.timeout <= 0 or self.stall_timeout <= 0:
+            raise ConfigError("--timeout and --stall-timeout take a number of seconds above 0")
+
+
+def plan_mesh(world: int, dp: int = 0, tp: int = 0, ep: int = 0) -> tuple[int, int, int]:
+    """The worker's mesh for ``world`` ranks (0 = its default: tp 2 when the world is even, else 1;
+    dp = world / tp; ep = world), checked before anything launches. Mirrors the worker's
+    ``choose_layout`` (tests/test_dist_step.py holds the two to the same answers)."""
+    given = " ".join(f"--{k} {v}" for k, v in (("dp", dp), ("tp", tp), ("ep", ep)) if v)
+    where = f"{world} process(es) in all" + (f" with {given}" if given else "")
+    if tp and world % tp:
+        raise ConfigError(f"{where}: tp {tp} does not divide the world size {world}, so no dp x tp mesh "
+                          f"covers it. Give --tp one of {_divisors(world)} (dp is then world / tp).")
+    if dp and world % dp:
+        raise ConfigError(f"{where}: dp {dp} does not divide the world size {world}. "
+                          f"Give --dp one of {_divisors(world)}.")
+    tp = tp or (world // dp if dp else (2 if world % 2 == 0 else 1))
+    dp = dp or world // tp
+    if dp * tp != world:
+        raise ConfigError(f"{where}: dp x tp = {dp} x {tp} = {dp * tp}, not the world size {world}. "
+                          f"Give dp and tp whose product is {world}, or one of them (the other follows).")
+    if SEQ_LEN % tp:
+        raise ConfigError(f"{where}: tp {tp} must divide the model's sequence length {SEQ_LEN} "
+                          f"(sequence parallel shards it). Give --tp one of "
+                          f"{[d for d in _divisors(world) if SEQ_LEN % d == 0]}.")
+    ep = ep or world
+    if world % ep:
+        raise ConfigError(f"{where}: ep {ep} does not divide the world size {world}. "
+                          f"Give --ep one of {_divisors(world)}.")
+    return dp, tp, ep
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 @dataclass(frozen=True)
@@ -91,7 +130,8 @@ def launch_env(base: Mapping[str, str], *, cpu: bool, extra: Mapping[str, str] |
     return env
 
 
-def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: Path) -> list[str]:
+def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: Path,
+                  heartbeats: Path | None = None) -> list[str]:
     argv = [str(python), "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--max-restarts", "0"]
     if opts.nnodes == 1 and not opts.rdzv_endpoint:
         argv.append("--standalone")
@@ -104,6 +144,8 @@ def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: 
         argv.append("--cpu")
     if opts.bf16:
         argv.append("--bf16")
+    if heartbeats is not None:
+        argv += ["--heartbeat-dir", str(heartbeats)]
     return argv
 
 
@@ -130,11 +172,13 @@ def run_dist_step(
     if not cpu and nproc > gpu_count:
         raise ConfigError(f"--nproc {nproc} is more than the {gpu_count} GPU(s) on this host",
                           hint="Use at most one process per GPU, or --cpu for gloo processes.")
+    plan_mesh(nproc * opts.nnodes, opts.dp, opts.tp, opts.ep)  # refuse a bad mesh before launching
     opts = DistOptions(**{**opts.__dict__, "cpu": cpu})
     tmp = Path(tempfile.mkdtemp(prefix="envbuild-dist-", dir=workdir))
     out = tmp / "result.json"
     ckpt = opts.ckpt_dir or tmp / "ckpt"
-    argv = torchrun_argv(python, opts, nproc, out, ckpt)
+    beats = tmp / "heartbeats"
+    argv = torchrun_argv(python, opts, nproc, out, ckpt, beats)
     env = launch_env(base_env if base_env is not None else os.environ, cpu=cpu, extra=opts.extra_env)
     events.emit("step", f"dist-step: torchrun {nproc} process(es) x {opts.nnodes} node(s), "
                         f"{'gloo on CPU' if cpu else 'NCCL on GPU'}")
@@ -146,29 +190,48 @@ def run_dist_step(
             events.emit("debug", line)
 
     start = time.monotonic()
+    cancel = threading.Event()
+    stall = min(opts.stall_timeout, opts.timeout)
+    watchdog = Watchdog(beats, marker=str(out), stall_after=stall, deadline=start + opts.timeout, cancel=cancel)
+    watchdog.start()
     try:
-        res = run(argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line)
+        res = run(argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line, cancel=cancel)
     except FileNotFoundError:
         raise PreflightError(f"cannot run {python}") from None
+    finally:
+        watchdog.stop()
+        end_workers(read_beats(beats), str(out))  # torchrun, stopped, may leave its children behind
     result: dict[str, Any] = {}
     if out.is_file():
         result = json.loads(out.read_text(encoding="utf-8"))
-    for leftover in (out, *tmp.glob("*")):
-        if leftover.is_file():
-            leftover.unlink()
-    if not any(tmp.iterdir()):
-        tmp.rmdir()
+    _clean(tmp)
+    where = f" Full log: {log_file}." if log_file else ""
+    if res.timed_out or res.cancelled:
+        why = f"did not finish within --timeout {opts.timeout:g} s and was stopped" if res.timed_out else \
+            f"was stopped: a rank sent no heartbeat for --stall-timeout {stall:g} s"
+        raise VerifyError(
+            describe_hang(watchdog.picture, seconds=res.seconds, why=why,
+                          expected_ranks=nproc if opts.nnodes == 1 else None) + where,
+            hint="A rank that stops answering is a dead or wedged process (killed, stopped, a GPU fault); the "
+                 "others wait for it in the named collective. Re-run with NCCL_DEBUG=INFO, or "
+                 "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 for NCCL's flight recorder, to see more.",
+        )
     if not result:
         if "No module named 'torch'" in res.tail or "No module named torch" in res.tail:
             raise PreflightError(f"torch is not installed in {python}; dist-step needs the venv's torch")
-        where = f"; full log: {log_file}" if log_file else ""
-        timed_out = res.seconds >= opts.timeout - 1
         raise VerifyError(
-            f"the distributed step {f'timed out after {res.seconds:.0f} s' if timed_out else 'failed'} "
-            f"(torchrun exit {res.returncode}) before writing a result{where}. Last lines:\n{res.tail}",
-            hint="A hang at start-up is usually the rendezvous (check --rdzv-endpoint and that every node "
+            f"the distributed step failed (torchrun exit {res.returncode}) before writing a result.{where} "
+            f"Last lines:\n{res.tail}",
+            hint="A failure at start-up is usually the rendezvous (check --rdzv-endpoint and that every node "
                  "runs the command) or NCCL (re-run with NCCL_DEBUG=INFO).",
         )
     return DistResult(ok=bool(result.get("ok")) and res.returncode == 0, returncode=res.returncode,
                       seconds=time.monotonic() - start, argv=res.argv, log_file=log_file,
                       result=result, tail=res.tail)
+
+
+
+def _clean(tmp: Path) -> None:
+    """Remove the run's temporary folder (result, heartbeats, the default checkpoint folder);
+    a --ckpt-dir of the user's lies outside it."""
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -11,6 +11,18 @@ the way the production lane is (after torchtitan v0.2.2, see shared/research/dis
 Every rank also trains an unsharded copy on the global batch; the run checks that the loss is
 finite and falls, matches that reference, that a DCP save / perturb / load restores the model
 bit for bit, and it measures an all-reduce bus bandwidth, step times and peak memory.
+
+Routing: the sharded model routes each token to the experts the reference chose for it at the
+same step (the router's probabilities still weight them, so the gradients are the same formula).
+A top-k choice on a near tie can flip under a reduction order that differs in the last bit, and
+one flipped token sends a different gradient to two experts: the run would then diverge from
+the reference for a reason that is not a fault. Each rank still counts where its own top-k
+differs from the reference's and by how much its router preferred its own choice; the
+``routing_matches_reference`` check passes only when every such flip is a near tie.
+
+Heartbeats (``--heartbeat-dir``): every rank's thread rewrites ``rank-<R>.json`` each second with
+its pid, the phase it is in and the last collective it entered, so the launcher can name a rank
+that stopped answering (a stopped or wedged process writes nothing) and what the others wait on.
 The local-rank-0 process of every node writes one JSON result to ``--out``; exit 0 = pass.
 """
 
@@ -25,6 +37,7 @@ import os
 import resource
 import shutil
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -115,12 +128,26 @@ class MoE(nn.Module):
         self.n_experts, self.top_k = n_experts, top_k
         self.router = nn.Linear(dim, n_experts, bias=False)
         self.experts = Experts(n_experts, dim, hidden)
+        self.route: torch.Tensor | None = None  # (tokens, top_k) experts to use instead of this top-k
+        self.last_expert: torch.Tensor | None = None
+        self.flips = 0  # tokens whose own top-k set differs from ``route``
+        self.flip_gap = 0.0  # the largest router preference for its own choice over ``route``
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         probs = torch.softmax(self.router(x).float(), dim=-1)
         weight, expert = torch.topk(probs, self.top_k, dim=-1)
+        if self.route is not None:
+            with torch.no_grad():
+                differ = (expert.sort(-1).values != self.route.sort(-1).values).any(-1)
+                if bool(differ.any()):
+                    gap = weight.sum(-1) - probs.gather(-1, self.route).sum(-1)
+                    self.flips += int(differ.sum())
+                    self.flip_gap = max(self.flip_gap, float(gap[differ].max()))
+            expert = self.route
+            weight = probs.gather(-1, expert)
+        self.last_expert = expert.detach()
         weight = (weight / weight.sum(-1, keepdim=True)).to(x.dtype)
         flat = expert.reshape(-1)
         order = torch.argsort(flat, stable=True)
@@ -230,6 +257,69 @@ def set_divide_factor(module, factor: int, shard_size: int, gloo: bool) -> None:
     fn(float(factor))
 
 
+# ----------------------------------------------------------------------------- heartbeats
+
+
+class Heartbeat:
+    """Rewrites ``<folder>/rank-<R>.json`` every ``interval`` s from a daemon thread: pid, phase,
+    the last collective entered (and whether it returned). torch.distributed's collectives are
+    wrapped to record their names; the thread runs while the main thread waits inside one (the
+    bindings release the GIL), so only a stopped or wedged process goes quiet."""
+
+    OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter_tensor",
+           "all_to_all_single", "broadcast", "barrier", "send", "recv", "gather", "scatter")
+    FUNCOL_OPS = ("all_reduce", "all_gather_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+
+    def __init__(self, folder: str | None, rank: int, interval: float = 1.0) -> None:
+        self.path = os.path.join(folder, f"rank-{rank}.json") if folder else None
+        self.state = {"rank": rank, "pid": os.getpid(), "host": os.uname().nodename, "phase": "start",
+                      "op": None, "op_seq": 0, "in_op": False}
+        self.interval = interval
+        if self.path:
+            os.makedirs(folder, exist_ok=True)  # type: ignore[arg-type]
+            self.write()
+            threading.Thread(target=self._loop, daemon=True, name="envbuild-heartbeat").start()
+            for name in self.OPS:
+                if hasattr(dist, name):
+                    setattr(dist, name, self._wrap(name, getattr(dist, name)))
+            # DTensor and the expert all-to-all issue functional collectives (async: "issued")
+            import torch.distributed._functional_collectives as funcol
+            for name in self.FUNCOL_OPS:
+                if hasattr(funcol, name):
+                    setattr(funcol, name, self._wrap(f"funcol.{name}", getattr(funcol, name)))
+            global all_to_all_single_autograd
+            all_to_all_single_autograd = self._wrap("funcol.all_to_all_single_autograd", all_to_all_single_autograd)
+
+    def phase(self, text: str) -> None:
+        self.state["phase"] = text
+        self.write()
+
+    def _wrap(self, name: str, fn):  # type: ignore[no-untyped-def]
+        def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.state.update(op=name, op_seq=int(self.state["op_seq"]) + 1, in_op=True)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.state["in_op"] = False
+        return wrapped
+
+    def write(self) -> None:
+        if not self.path:
+            return
+        tmp = f"{self.path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({**self.state, "time": time.time()}, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            self.write()
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -309,6 +399,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--batch", type=int, default=2, help="sequences per dp rank")
+    p.add_argument("--heartbeat-dir", help="write rank-<R>.json heartbeats here (the launcher reads them)")
     return p.parse_args(argv)
 
 
@@ -333,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     t_start = time.perf_counter()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    beat = Heartbeat(args.heartbeat_dir, rank)
+    beat.phase("init_process_group")
     use_cuda = torch.cuda.is_available() and not args.cpu
     if use_cuda:
         torch.cuda.set_device(local_rank)  # before init_process_group (research §7.5)
@@ -345,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     dist.init_process_group(backend, timeout=timedelta(minutes=5),
                             **({"device_id": dev} if use_cuda else {}))
     t_init = time.perf_counter() - t_start
+    beat.phase("reference (single process)")
     dp, tp, ep = choose_layout(world, args.dp, args.tp, args.ep)
     n_experts = 8 if 8 % ep == 0 else 2 * ep
     heads = 8 if 8 % tp == 0 else tp
@@ -356,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     # order over TP/EP ranks); after 5 Adam steps weights drift by ~0.07 on 2x H200 (measured).
     dtype_tol = {"loss": 5e-2, "grad_norm": 1e-1, "weights": 2e-1} if args.bf16 else \
         {"loss": 1e-4, "grad_norm": 1e-4, "weights": 2e-3}
+    # A flipped top-k choice is a near tie when the router preferred its own experts by less than
+    # this (summed probabilities): the rounding noise of the router's logits, ~1e-6 in fp32 here.
+    route_tol = 1e-2 if args.bf16 else 1e-4
 
     torch.manual_seed(args.seed)
     base = Transformer(256, dim, heads, 4 * dim, n_experts, 2).to(dev)
@@ -368,9 +465,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     # -- the unsharded reference on the global batch
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     ref_losses, ref_norms = [], []
+    ref_moes = [b.feed_forward for b in ref.layers if b.is_moe]
+    ref_routes: list[list[torch.Tensor]] = []  # [step][moe layer] -> (global batch, seq, top_k)
     for _ in range(args.steps):
         ref_opt.zero_grad(set_to_none=True)
         loss = ce_loss(ref(x_all), y_all)
+        ref_routes.append([m.last_expert.view(x_all.shape[0], x_all.shape[1], -1) for m in ref_moes])
         loss.backward()
         norm = grad_norm(list(ref.parameters()))
         clip_(list(ref.parameters()), norm, 1.0)
@@ -379,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         ref_norms.append(float(norm))
 
     # -- the sharded model: TP/SP -> EP -> FSDP2 bottom-up
+    beat.phase("device mesh and sharding")
     mdev = dev.type
     dense = init_device_mesh(mdev, (dp, tp), mesh_dim_names=("dp", "tp"))
     sparse = init_device_mesh(mdev, (world // ep, ep), mesh_dim_names=("efsdp", "ep"))
@@ -405,6 +506,15 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     x = x_all[dp_rank * args.batch:(dp_rank + 1) * args.batch]
     y = y_all[dp_rank * args.batch:(dp_rank + 1) * args.batch]
     dp_group = dense["dp"].get_group()
+    tp_rank, s_local = dense["tp"].get_local_rank(), args.seq // tp
+    moes = [b.feed_forward for b in moe_blocks]
+
+    def use_reference_routing(step: int | None) -> None:
+        """This rank's tokens (its dp batch, its sequence shard) routed as the reference did."""
+        for m, route in zip(moes, ref_routes[step] if step is not None else [None] * len(moes), strict=True):
+            m.route = None if route is None else \
+                route[dp_rank * args.batch:(dp_rank + 1) * args.batch,
+                      tp_rank * s_local:(tp_rank + 1) * s_local].reshape(-1, route.shape[-1])
 
     def global_loss(loss: torch.Tensor) -> float:
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
@@ -419,7 +529,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     losses, norms, step_times = [], [], []
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        beat.phase(f"step {step + 1}/{args.steps}")
+        use_reference_routing(step)
         sync(dev)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -434,6 +546,16 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         losses.append(global_loss(loss))
         norms.append(float(norm))
     peak = peak_memory_mb(dev)
+    use_reference_routing(None)  # from here on the model routes by itself
+    beat.phase("parity and routing")
+    flips = torch.tensor([float(sum(m.flips for m in moes)), 0.0], device=dev)
+    dist.all_reduce(flips)
+    flip_gap = torch.tensor([max([m.flip_gap for m in moes] or [0.0])], device=dev)
+    dist.all_reduce(flip_gap, op=dist.ReduceOp.MAX)
+    routing = {"tokens_routed": args.steps * len(moes) * dp * args.batch * args.seq,
+               "flips": int(flips[0].item()), "max_flip_gap": float(flip_gap.item()), "tolerance": route_tol,
+               "note": "the sharded run used the reference's expert choices; flips are where its own top-k "
+                       "differed, and by how much its router preferred its own choice"}
 
     # -- parity with the reference: losses, grad norms, final weights
     full = {}
@@ -452,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         set_model_state_dict,
         set_optimizer_state_dict,
     )
+    beat.phase("checkpoint (DCP save, perturb, load)")
     before = eval_loss()
     t0 = time.perf_counter()
     dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
@@ -471,7 +594,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     after = eval_loss()
 
     bw_mb = args.bw_mb if args.bw_mb >= 0 else (1024.0 if use_cuda else 8.0)
+    beat.phase("all-reduce bandwidth probe")
     bw = bus_bandwidth(dev, world, bw_mb, args.bw_iters)
+    beat.phase("gather results")
 
     me = {"rank": rank, "local_rank": local_rank, "host": os.uname().nodename,
           "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
@@ -484,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         "loss_decreasing": losses[-1] < losses[0] if len(losses) > 1 else True,
         "matches_reference": loss_diff <= dtype_tol["loss"] and norm_rel <= dtype_tol["grad_norm"]
         and weight_diff <= dtype_tol["weights"],
+        "routing_matches_reference": routing["max_flip_gap"] <= route_tol,
         "checkpoint_roundtrip_exact": after == before and perturbed != before,
     }
     steady = step_times[1:] or step_times
@@ -498,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         "grad_norms": norms, "reference_grad_norms": ref_norms,
         "parity": {"max_loss_diff": loss_diff, "max_grad_norm_rel_diff": norm_rel,
                    "max_weight_abs_diff": weight_diff, "tolerance": dtype_tol},
+        "routing": routing,
         "checkpoint": {"eval_loss_saved": before, "eval_loss_perturbed": perturbed, "eval_loss_loaded": after,
                        "save_seconds": t_save, "load_seconds": t_load},
         "allreduce": bw,
@@ -519,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     if rank == 0:
         print("ENVBUILD_DIST_RESULT " + json.dumps({"ok": result["ok"], "checks": checks, "losses": losses}),
               flush=True)
+    beat.phase("final barrier")
     dist.barrier()
+    beat.phase("done")
     if rank == 0:
         shutil.rmtree(args.ckpt_dir, ignore_errors=True)
     code = 0 if result["ok"] else 1
