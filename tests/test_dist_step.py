@@ -187,3 +187,31 @@ def test_usage_errors(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFi
     code = main(["dist-step", "--python", sys.executable, "--root", str(tmp_path), "--no-receipt"])
     err = capsys.readouterr().err
     assert code == 3 and "torch is not installed" in err and "Traceback" not in err
+
+
+def test_hang_paragraph_from_heartbeat_files(tmp_path: Path) -> None:
+    """The words for a hang, from heartbeat files as the workers write them."""
+    import time
+
+    from envbuild.proof.diststep.watch import describe_hang, read_beats
+
+    now = time.time()
+    for rank, age, phase, op, seq, inside in [(0, 0.5, "step 3/5", "all_reduce", 40, True),
+                                              (1, 30.0, "step 2/5", "all_to_all_single", 31, False)]:
+        (tmp_path / f"rank-{rank}.json").write_text(json.dumps(
+            {"rank": rank, "pid": 100 + rank, "host": "h", "phase": phase, "op": op, "op_seq": seq,
+             "in_op": inside, "time": now - age}))
+    (tmp_path / "rank-2.json").write_text("{half a write")  # skipped, and reported as never seen
+    beats = read_beats(tmp_path, now=now)
+    assert [b.rank for b in beats] == [0, 1]
+    text = describe_hang(beats, seconds=42.0, why="did not finish within --timeout 40 s and was stopped",
+                         expected_ranks=3)
+    assert text.startswith("The distributed step did not finish within --timeout 40 s and was stopped after 42 s.")
+    assert "Stopped answering: rank 1 (pid 101 on h: no heartbeat for 30 s, in 'step 2/5', " \
+           "last collective all_to_all_single #31 (returned))" in text
+    assert "Never reported: rank(s) 2." in text
+    assert "Waiting: rank 0 in 'step 3/5', last collective all_reduce #40 (still inside it)." in text
+    assert "\n" not in text
+    empty = describe_hang([], seconds=5.0, why="did not finish within --timeout 5 s and was stopped",
+                          expected_ranks=2)
+    assert "no rank ever sent a heartbeat" in empty and "rendezvous" in empty
