@@ -19,7 +19,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -195,15 +195,81 @@ def load_receipt(path: Path) -> dict[str, Any]:
         raise ConfigError(f"no receipt at {path}", hint="Receipts live under <data root>/receipts.")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc}); it is not an envbuild receipt") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("envbuild.receipt/"):
         raise ConfigError(f"{path} is not an envbuild receipt (no 'schema': '{SCHEMA}')")
     if doc["schema"] != SCHEMA:
         raise ConfigError(f"{path} has schema {doc['schema']}; this envbuild reads {SCHEMA}",
                           hint="Use the envbuild version that wrote it.")
+    _check_shape(doc, path)
     doc["_path"] = str(path)
     return doc
+
+
+# What ``receipt show`` and ``receipt diff`` read, and the type each must have where present
+# (``!``: required). A receipt edited or damaged into another shape is a ConfigError naming the key.
+_NUM = (int, float)
+_SHAPE: dict[str, tuple[tuple[type, ...], bool]] = {
+    "names": ((dict,), False), "provenance": ((dict,), False), "provenance.repo": ((dict,), False),
+    "provenance.repo.revision": ((str,), False), "hardware": ((dict,), False), "hardware.gpus": ((list,), False),
+    "hardware.gpus[]": ((dict,), True), "hardware.gpus[].name": ((str,), True),
+    "software": ((dict,), False), "software.torch": ((dict,), False), "software.distributions": ((list,), False),
+    "software.distributions[]": ((dict,), True), "software.distributions[].name": ((str,), True),
+    "software.distributions[].version": ((str,), True), "software.distributions[].record_sha256": ((str,), False),
+    "env": ((dict,), False), "env.overlay": ((dict,), False), "env.in_force": ((dict,), False),
+    "payload": ((dict,), False),
+}
+_PAYLOAD_SHAPE: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "smoke": {"payload.checks": ((list,), False), "payload.checks[]": ((dict,), True),
+              "payload.checks[].seconds": (_NUM, False)},
+    "dist-step": {"payload.checks": ((dict,), False), "payload.timing": ((dict,), False),
+                  "payload.timing.steady_step_seconds": (_NUM, False), "payload.allreduce": ((dict,), False),
+                  "payload.allreduce.busbw_gbps": (_NUM, True)},
+}
+
+
+def _check_shape(doc: dict[str, Any], path: Path) -> None:
+    shape = {**_SHAPE, **_PAYLOAD_SHAPE.get(str(doc.get("kind")), {})}
+    for key, (types, required) in shape.items():
+        parent_key, _, leaf = key.rpartition(".")
+        for where, parent in _walk(doc, parent_key):
+            if leaf.endswith("[]"):
+                continue  # list items are checked through their list below
+            value = parent.get(leaf) if isinstance(parent, dict) else None
+            _check_value(path, f"{where}.{leaf}" if where else leaf, value, types, required)
+            if isinstance(value, list) and f"{key}[]" in shape:
+                item_types, _ = shape[f"{key}[]"]
+                for i, item in enumerate(value):
+                    _check_value(path, f"{where + '.' if where else ''}{leaf}[{i}]", item, item_types, True)
+
+
+def _walk(doc: Any, key: str) -> Iterator[tuple[str, Any]]:
+    """(shown path, value) of every object at the dotted ``key``, ``[]`` standing for each list item."""
+    if not key:
+        yield "", doc
+        return
+    for where, parent in _walk(doc, key.rpartition(".")[0]):
+        leaf = key.rpartition(".")[2]
+        name = leaf.removesuffix("[]")
+        value = parent.get(name) if isinstance(parent, dict) else None
+        shown = f"{where}.{name}" if where else name
+        if leaf.endswith("[]"):
+            for i, item in enumerate(value if isinstance(value, list) else []):
+                yield f"{shown}[{i}]", item
+        elif isinstance(value, dict):
+            yield shown, value
+
+
+def _check_value(path: Path, key: str, value: Any, types: tuple[type, ...], required: bool) -> None:
+    if value is None and not required:
+        return
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        names = {dict: "a table", list: "a list", str: "a string", int: "a number", float: "a number"}
+        want = " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+        got = "missing" if value is None else f"{type(value).__name__} {json.dumps(value, default=str)[:60]}"
+        raise ConfigError(f"{path}: {key}: must be {want}, not {got}; the receipt was edited or damaged",
+                          hint="Use the receipt as envbuild wrote it (receipts are not edited by hand).")
 
 
 @dataclass(frozen=True)
