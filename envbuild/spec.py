@@ -10,7 +10,6 @@ error naming it.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import hashlib
 import json
@@ -26,18 +25,18 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuild._toml import TomlReader, did_you_mean, read_toml
 from envbuild.errors import ConfigError
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    pass
 
 SCHEMA_VERSION = 1
 UpgradeStrategy = Literal["only-if-needed", "eager"]
 UPGRADE_STRATEGIES: tuple[str, ...] = get_args(UpgradeStrategy)
 
-_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-)(?P<default>[^}]*))?\}")
 _PY = re.compile(r"^3\.\d{1,2}$")
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -145,108 +144,11 @@ class StackSpec:
                 return s
         raise ConfigError(
             f"{self.path}: no step named {name!r}; steps are: {', '.join(s.name for s in self.steps)}"
-            + _did_you_mean(name, [s.name for s in self.steps])
+            + did_you_mean(name, [s.name for s in self.steps])
         )
 
 
 # ----------------------------------------------------------------------------- loading
-
-
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-class _Reader:
-    """Typed getters over nested TOML data that report a dotted key path."""
-
-    def __init__(self, path: Path, environ: Mapping[str, str]) -> None:
-        self.path = path
-        self.environ = environ
-
-    def fail(self, key: str, message: str) -> ConfigError:
-        where = f"{self.path}: {key}: " if key else f"{self.path}: "
-        return ConfigError(where + message)
-
-    def check_keys(self, data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-        for key in data:
-            if key not in allowed:
-                path = f"{where}.{key}" if where else key
-                raise self.fail(
-                    path,
-                    f"unknown key{_did_you_mean(key, list(allowed))}; allowed here: {', '.join(allowed)}",
-                )
-
-    def expand(self, value: str, key: str) -> str:
-        def sub(m: re.Match[str]) -> str:
-            name, op, default = m.group("name"), m.group("op"), m.group("default")
-            current = self.environ.get(name)
-            if op == ":-" and not current:
-                return default or ""
-            if op == "-" and current is None:
-                return default or ""
-            if current is None:
-                raise self.fail(
-                    key,
-                    f"environment variable {name} is not set (used as ${{{name}}}); "
-                    f"set it, or write ${{{name}:-default}} to give a default",
-                )
-            return current
-
-        return _VAR.sub(sub, value)
-
-    def str_(self, data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
-        value = data.get(key, default)
-        path = f"{where}.{key}" if where else key
-        if value is None:
-            raise self.fail(path, "is required (a string)")
-        if not isinstance(value, str):
-            raise self.fail(path, f"must be a string, got {type(value).__name__} {value!r}")
-        return self.expand(value, path)
-
-    def opt_str(self, data: Mapping[str, Any], key: str, where: str) -> str | None:
-        if key not in data:
-            return None
-        return self.str_(data, key, where)
-
-    def bool_(self, data: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
-        value = data.get(key, default)
-        if not isinstance(value, bool):
-            raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r}")
-        return value
-
-    def num(self, data: Mapping[str, Any], key: str, where: str, default: float | None) -> float | None:
-        value = data.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise self.fail(f"{where}.{key}", f"must be a non-negative number, got {value!r}")
-        return float(value)
-
-    def str_list(self, data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-        value = data.get(key, [])
-        path = f"{where}.{key}"
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(path, f"must be a list of strings, got {value!r}")
-        return tuple(self.expand(v, f"{path}[{i}]") for i, v in enumerate(value))
-
-    def str_map(self, data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
-        value = data.get(key, {})
-        path = f"{where}.{key}" if where else key
-        if not isinstance(value, dict):
-            raise self.fail(path, f"must be a table of strings, got {value!r}")
-        out: dict[str, str] = {}
-        for k, v in value.items():
-            if not isinstance(v, str):
-                raise self.fail(f"{path}.{k}", f"must be a string, got {v!r}")
-            out[k] = self.expand(v, f"{path}.{k}")
-        return out
-
-    def table(self, data: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
-        value = data.get(key, {})
-        if not isinstance(value, dict):
-            raise self.fail(f"{where}.{key}" if where else key, f"must be a table, got {value!r}")
-        return value
 
 
 _TOP_KEYS = ("schema", "name", "description", "python", "layout", "abi", "host", "env", "step")
@@ -265,21 +167,6 @@ def spec_digest(data: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def read_toml(path: Path, what: str) -> dict[str, Any]:
-    """Parse a TOML file; a missing, unreadable or invalid file is a ``ConfigError`` naming it."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
-    try:
-        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return data
-
-
 def load_spec(path: Path, environ: Mapping[str, str] | None = None) -> StackSpec:
     """Read and validate ``path``; raises ``ConfigError`` with the file and key path."""
     env = os.environ if environ is None else environ
@@ -287,7 +174,7 @@ def load_spec(path: Path, environ: Mapping[str, str] | None = None) -> StackSpec
 
 
 def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) -> StackSpec:
-    r = _Reader(path, environ)
+    r = TomlReader(path, environ)
     r.check_keys(data, _TOP_KEYS, "")
     schema = data.get("schema")
     if schema != SCHEMA_VERSION:
@@ -355,7 +242,7 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
     return spec
 
 
-def _parse_abi(r: _Reader, a: Mapping[str, Any]) -> ABI:
+def _parse_abi(r: TomlReader, a: Mapping[str, Any]) -> ABI:
     if not a:
         raise r.fail("abi", "the [abi] table is required (package, version, ...)")
     r.check_keys(a, _ABI_KEYS, "abi")
@@ -394,7 +281,7 @@ def _parse_abi(r: _Reader, a: Mapping[str, Any]) -> ABI:
     )
 
 
-def _parse_step(r: _Reader, s: Any, i: int) -> Step:
+def _parse_step(r: TomlReader, s: Any, i: int) -> Step:
     where = f"step[{i}]"
     if not isinstance(s, dict):
         raise r.fail(where, "must be a table ([[step]])")
@@ -414,7 +301,7 @@ def _parse_step(r: _Reader, s: Any, i: int) -> Step:
     if strategy not in UPGRADE_STRATEGIES:
         raise r.fail(
             f"{where}.upgrade_strategy",
-            f"must be one of {', '.join(UPGRADE_STRATEGIES)}, got {strategy!r}{_did_you_mean(strategy, list(UPGRADE_STRATEGIES))}",
+            f"must be one of {', '.join(UPGRADE_STRATEGIES)}, got {strategy!r}{did_you_mean(strategy, list(UPGRADE_STRATEGIES))}",
         )
     index_url = r.opt_str(s, "index_url", where) or None
     return Step(
@@ -434,7 +321,7 @@ def _parse_step(r: _Reader, s: Any, i: int) -> Step:
     )
 
 
-def _check_baseline(r: _Reader, spec: StackSpec) -> None:
+def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
     abi = spec.abi
     installers = [i for i, s in enumerate(spec.steps) if abi.package in s.names]
     if abi.adopt:
@@ -512,7 +399,7 @@ def profile_path(name: str) -> Path:
             return candidate
     known = available_profiles()
     raise ConfigError(
-        f"unknown profile {name!r}{_did_you_mean(name, known)}; "
+        f"unknown profile {name!r}{did_you_mean(name, known)}; "
         f"known profiles: {', '.join(known) or 'none'} (looked in {', '.join(str(d) for d in lockfiles_dirs())})",
         hint="Use --stack FILE for a spec file outside lockfiles/.",
     )

@@ -35,9 +35,10 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuild._toml import TomlReader, did_you_mean, read_toml
 from envbuild.errors import ConfigError
 from envbuild.net import redact
-from envbuild.spec import _did_you_mean, _Reader, read_toml, spec_digest
+from envbuild.spec import spec_digest
 
 SCHEMA_VERSION = 1
 SourceKind = Literal["sdist", "git", "path"]
@@ -97,7 +98,7 @@ def load_wheel_spec(path: Path, environ: Mapping[str, str] | None = None) -> Whe
 
 
 def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) -> WheelSpec:
-    r = _Reader(path, environ)
+    r = TomlReader(path, environ)
     r.check_keys(data, _TOP_KEYS, "")
     if data.get("schema") != SCHEMA_VERSION:
         raise r.fail("schema", f"must be {SCHEMA_VERSION}, got {data.get('schema')!r}")
@@ -137,7 +138,7 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
     backend = r.str_(b, "backend", "build", "pip")
     if backend not in BACKENDS:
         raise r.fail("build.backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}"
-                     + _did_you_mean(backend, list(BACKENDS)))
+                     + did_you_mean(backend, list(BACKENDS)))
     archs = r.str_list(b, "arch_list", "build")
     for i, a in enumerate(archs):
         if not _ARCH.match(a):
@@ -234,6 +235,6 @@ def find_spec_file(name_or_path: str, specs_dir: Path | None = None) -> Path:
             return candidate
     known = sorted({f.stem for d in dirs if d.is_dir() for f in d.glob("*.toml")})
     raise ConfigError(
-        f"no wheelhouse spec {name_or_path!r}{_did_you_mean(name_or_path, known)}; "
+        f"no wheelhouse spec {name_or_path!r}{did_you_mean(name_or_path, known)}; "
         f"known: {', '.join(known) or 'none'} (looked in {', '.join(str(d) for d in dirs)})"
     )

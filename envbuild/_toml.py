@@ -1,0 +1,139 @@
+"""TOML input shared by the stack spec (``spec.py``) and the wheelhouse specs (``wheelhouse/spec.py``).
+
+``read_toml`` turns a missing, unreadable, non-UTF-8 or invalid file into a ``ConfigError``
+naming it; ``TomlReader`` gives typed getters that name the dotted key path of a bad value
+(``step[3].no_deps``), reject unknown keys with a ``difflib`` suggestion (``did_you_mean``),
+and expand ``${VAR}``, ``${VAR:-default}`` and ``${VAR-default}`` from the environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envbuild.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["TomlReader", "did_you_mean", "read_toml"]
+
+_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-)(?P<default>[^}]*))?\}")
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class TomlReader:
+    """Typed getters over nested TOML data that report a dotted key path."""
+
+    def __init__(self, path: Path, environ: Mapping[str, str]) -> None:
+        self.path = path
+        self.environ = environ
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        where = f"{self.path}: {key}: " if key else f"{self.path}: "
+        return ConfigError(where + message)
+
+    def check_keys(self, data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+        for key in data:
+            if key not in allowed:
+                path = f"{where}.{key}" if where else key
+                raise self.fail(
+                    path,
+                    f"unknown key{did_you_mean(key, list(allowed))}; allowed here: {', '.join(allowed)}",
+                )
+
+    def expand(self, value: str, key: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            name, op, default = m.group("name"), m.group("op"), m.group("default")
+            current = self.environ.get(name)
+            if op == ":-" and not current:
+                return default or ""
+            if op == "-" and current is None:
+                return default or ""
+            if current is None:
+                raise self.fail(
+                    key,
+                    f"environment variable {name} is not set (used as ${{{name}}}); "
+                    f"set it, or write ${{{name}:-default}} to give a default",
+                )
+            return current
+
+        return _VAR.sub(sub, value)
+
+    def str_(self, data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+        value = data.get(key, default)
+        path = f"{where}.{key}" if where else key
+        if value is None:
+            raise self.fail(path, "is required (a string)")
+        if not isinstance(value, str):
+            raise self.fail(path, f"must be a string, got {type(value).__name__} {value!r}")
+        return self.expand(value, path)
+
+    def opt_str(self, data: Mapping[str, Any], key: str, where: str) -> str | None:
+        if key not in data:
+            return None
+        return self.str_(data, key, where)
+
+    def bool_(self, data: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
+        value = data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r}")
+        return value
+
+    def num(self, data: Mapping[str, Any], key: str, where: str, default: float | None) -> float | None:
+        value = data.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise self.fail(f"{where}.{key}", f"must be a non-negative number, got {value!r}")
+        return float(value)
+
+    def str_list(self, data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+        value = data.get(key, [])
+        path = f"{where}.{key}"
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(path, f"must be a list of strings, got {value!r}")
+        return tuple(self.expand(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+    def str_map(self, data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+        value = data.get(key, {})
+        path = f"{where}.{key}" if where else key
+        if not isinstance(value, dict):
+            raise self.fail(path, f"must be a table of strings, got {value!r}")
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if not isinstance(v, str):
+                raise self.fail(f"{path}.{k}", f"must be a string, got {v!r}")
+            out[k] = self.expand(v, f"{path}.{k}")
+        return out
+
+    def table(self, data: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(f"{where}.{key}" if where else key, f"must be a table, got {value!r}")
+        return value
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """Parse a TOML file; a missing, unreadable or invalid file is a ``ConfigError`` naming it."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    try:
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return data
