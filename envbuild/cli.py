@@ -85,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command_in(args_in))
     args = parser.parse_args(args_in)
-    ui.configure(verbose=args.verbose, json_mode=bool(getattr(args, "json", False)), quiet=args.quiet)
+    # --json / --markdown: stdout holds only the document; progress and notes go to stderr
+    document = bool(getattr(args, "json", False) or getattr(args, "markdown", False))
+    ui.configure(verbose=args.verbose, json_mode=document, quiet=args.quiet)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = args.func(args)

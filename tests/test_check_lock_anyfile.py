@@ -286,6 +286,8 @@ def test_policy_from_a_profile_and_clear_errors(run_envbuild: Run, tmp_path: Pat
     broken.write_text("version = [\n")
     r = _check(run_envbuild, broken, "--markdown")
     assert r.rc == ExitCode.LOCK and "**broken-lock**" in r.stdout and "not valid TOML" in r.stdout
+    assert r.stdout.startswith("### envbuild check-lock: ❌ 1 finding(s)\n"), r.stdout  # only the comment on stdout
+    assert "==> checking" in r.stderr
 
 
 def test_twice_pinned_and_loose_torch_in_a_requirements_file(tmp_path: Path) -> None:
