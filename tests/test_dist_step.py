@@ -206,7 +206,8 @@ def test_hang_paragraph_from_heartbeat_files(tmp_path: Path) -> None:
     assert [b.rank for b in beats] == [0, 1]
     text = describe_hang(beats, seconds=42.0, why="did not finish within --timeout 40 s and was stopped",
                          expected_ranks=3)
-    assert text.startswith("The distributed step did not finish within --timeout 40 s and was stopped after 42 s.")
+    assert text.startswith("The distributed step did not finish within --timeout 40 s and was stopped "
+                           "(42 s into the run).")
     assert "Stopped answering: rank 1 (pid 101 on h: no heartbeat for 30 s, in 'step 2/5', " \
            "last collective all_to_all_single #31 (returned))" in text
     assert "Never reported: rank(s) 2." in text

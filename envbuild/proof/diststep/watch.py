@@ -119,12 +119,12 @@ def describe_hang(picture: list[Beat], *, seconds: float, why: str, expected_ran
     """One paragraph: which ranks stopped answering, their last phase and collective, what the
     others were waiting in."""
     if not picture:
-        return (f"The distributed step {why} after {seconds:.0f} s and no rank ever sent a heartbeat: it hung "
+        return (f"The distributed step {why} ({seconds:.0f} s into the run) and no rank ever sent a heartbeat: it hung "
                 "before the workers started their work (the rendezvous, or process-group initialisation).")
     silent = [b for b in picture if b.age > SILENT_AFTER]
     alive = [b for b in picture if b.age <= SILENT_AFTER]
     seen = {b.rank for b in picture}
-    parts = [f"The distributed step {why} after {seconds:.0f} s."]
+    parts = [f"The distributed step {why} ({seconds:.0f} s into the run)."]
     if silent:
         parts.append("Stopped answering: " + "; ".join(
             f"rank {b.rank} (pid {b.pid} on {b.host}: no heartbeat for {b.age:.0f} s, in '{b.phase}', "
