@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 
 from envbuild import abi  # noqa: E402
 from envbuild._io import sha256_file  # noqa: E402
-from envbuild.installer.core import find_uv, probe_python  # noqa: E402
+from envbuild.installer import find_uv, installer_for, probe_python  # noqa: E402
 from envbuild.plan import Backend, PlanOptions, installer_argv, make_plan  # noqa: E402
 from envbuild.spec import StackSpec, load_spec, resolve_spec  # noqa: E402
 
@@ -442,7 +442,7 @@ class Runner:
         else:
             sh([self.python, "-m", "venv", str(venv)], env=env, log_file=lf)
         py = venv / "bin" / "python"
-        pre = Prefetcher(backend=backend, python=py, uv=self.uv, scratch_root=cache / "prefetch",
+        pre = Prefetcher(installer=installer_for(backend), python=py, scratch_root=cache / "prefetch",
                          logs=self.logs / f"{variant}-prefetch", env=env) if prefetch else None
         try:
             for i, s in enumerate(plan.steps):

@@ -9,19 +9,26 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, then ``os.replace``)."""
+def atomic_write_text(path: Path, text: str, *, private: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, then ``os.replace``).
+
+    ``private``: mode 0600 from the start (a file that may hold secrets: credentials in URLs,
+    ``[env]`` values), never readable by others even for a moment.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+    if private:
+        os.fchmod(fd, 0o600)  # an old temp file of the same name keeps its mode otherwise
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+def atomic_write_json(path: Path, data: Any, *, private: bool = False) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", private=private)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -103,7 +103,7 @@ class TomlReader:
         path = f"{where}.{key}"
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(path, f"must be a list of strings, got {value!r}")
-        return tuple(self.expand(v, f"{path}[{i}]") for i, v in enumerate(value))
+        return tuple(self.expand(v, f"{path}[{i}]") for i, v in enumerate(value, 1))  # list indexes count from 1, as step numbers do
 
     def str_map(self, data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
         value = data.get(key, {})

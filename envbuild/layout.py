@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild._io import atomic_write_text
-from envbuild.errors import LayoutError
+from envbuild.errors import ConfigError, LayoutError
 from envbuild.spec import StackSpec
 
 # The NCCL / allocator baseline from the operator playbook (seed 003). CUDA_DEVICE_MAX_CONNECTIONS
@@ -96,6 +96,11 @@ class Paths:
         return self.state / OVERLAY_NAME
 
     @property
+    def import_verdict(self) -> Path:
+        """The last passing import check and the fingerprint it holds for (``provision.verify``)."""
+        return self.state / "import-verdict.json"
+
+    @property
     def constraints(self) -> Path:
         """The file that pins the protected set; every later install reads it (PIP_CONSTRAINT too)."""
         return self.state / "constraints.txt"
@@ -109,7 +114,17 @@ class Paths:
 
 
 def paths_for(spec: StackSpec, root: Path | None = None) -> Paths:
-    return Paths(root=(root or Path(spec.layout.root)).expanduser().absolute(), venv_name=spec.layout.venv)
+    chosen = checked_path(root, "--root") if root is not None else checked_path(spec.layout.root, "layout.root")
+    return Paths(root=chosen, venv_name=spec.layout.venv)
+
+
+def checked_path(path: Path | str, what: str) -> Path:
+    """``path`` made absolute; an empty one is refused (``Path("")`` is the current folder, and an
+    unset shell variable in ``--root "$DATA"`` must not provision into it)."""
+    if not str(path).strip():
+        raise ConfigError(f"{what} is empty (an unset shell variable?)",
+                          hint=f"Give {what} a path; envbuild does not take an empty one to mean the current folder.")
+    return Path(path).expanduser().absolute()
 
 
 def overlay_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
@@ -194,7 +209,7 @@ def write_overlay(spec: StackSpec, paths: Paths) -> Path:
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     lines += [f"unset {k}" for k in UNSET_IN_BASELINE]
     lines.append(f"export PIP_CONSTRAINT={shlex.quote(str(paths.constraints))}")
-    atomic_write_text(paths.overlay, "\n".join(lines) + "\n")
+    atomic_write_text(paths.overlay, "\n".join(lines) + "\n", private=True)  # [env] values may be secrets
     return paths.overlay
 
 

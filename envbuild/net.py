@@ -59,6 +59,8 @@ def probe(location: str, timeout: float = DEFAULT_TIMEOUT) -> Probe:
         resp.close()
     except requests.exceptions.ConnectTimeout:
         return Probe(shown, False, f"no answer within {timeout:g} s")
+    except requests.exceptions.ReadTimeout:
+        return Probe(shown, False, f"accepted the connection but sent no answer within {timeout:g} s")
     except requests.exceptions.ConnectionError as exc:
         return Probe(shown, False, _connection_reason(exc))
     except requests.exceptions.RequestException as exc:

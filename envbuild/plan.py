@@ -187,11 +187,11 @@ def resolve_plan(spec: StackSpec, *, backend: str | None = None, wheelhouse: str
     ``backend`` None: uv when it is available, else pip; for uv, the sources pip is configured
     with are passed explicitly; ``locked`` None: the lock beside the spec (``locked_steps``).
     """
-    from envbuild.installer.core import pick_backend, pip_config_sources
+    from envbuild.installer import installer_for
 
-    chosen = pick_backend(backend)
-    sources = pip_config_sources() if chosen == "uv" and not wheelhouse else InstallerSources()
-    return make_plan(spec, PlanOptions(backend=chosen, wheelhouse=wheelhouse, default_sources=sources,
+    installer = installer_for(backend)
+    return make_plan(spec, PlanOptions(backend=installer.name, wheelhouse=wheelhouse,
+                                       default_sources=installer.default_sources(wheelhouse),
                                        locked=locked_steps(spec) if locked is None else locked))
 
 

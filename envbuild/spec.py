@@ -2,7 +2,8 @@
 
 One frozen object, validated once (after cibuildwheel's ``options.py`` and packaging's
 ``pylock``): unknown keys get a ``difflib`` suggestion, every error names the file, the
-key path (``step[3].no_deps``) and what is allowed. ``${VAR}``, ``${VAR:-default}``
+key path (``step[3].no_deps``) and what is allowed. Indexes in key paths count from 1, as the
+step numbers do everywhere else (``step[2]`` is the second ``[[step]]``, shown as step 2/N). ``${VAR}``, ``${VAR:-default}``
 (default when unset or empty) and ``${VAR-default}`` (default only when unset) expand
 from the environment in every string value; an unset variable without a default is an
 error naming it.
@@ -219,9 +220,9 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
     raw_steps = data.get("step")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise r.fail("step", "at least one [[step]] table is required")
-    steps = tuple(_parse_step(r, s, i) for i, s in enumerate(raw_steps))
+    steps = tuple(_parse_step(r, s, i) for i, s in enumerate(raw_steps, 1))
     seen: dict[str, int] = {}
-    for i, s in enumerate(steps):
+    for i, s in enumerate(steps, 1):
         if s.name in seen:
             raise r.fail(f"step[{i}].name", f"duplicate step name {s.name!r} (also step[{seen[s.name]}])")
         seen[s.name] = i
@@ -258,7 +259,7 @@ def _parse_abi(r: TomlReader, a: Mapping[str, Any]) -> ABI:
     raw_overlaps = a.get("overlap", [])
     if not isinstance(raw_overlaps, list):
         raise r.fail("abi.overlap", "must be a list of tables ([[abi.overlap]])")
-    for i, o in enumerate(raw_overlaps):
+    for i, o in enumerate(raw_overlaps, 1):
         where = f"abi.overlap[{i}]"
         if not isinstance(o, dict):
             raise r.fail(where, "must be a table with packages and winner")
@@ -292,7 +293,7 @@ def _parse_step(r: TomlReader, s: Any, i: int) -> Step:
     packages = r.str_list(s, "packages", where)
     if not packages:
         raise r.fail(f"{where}.packages", "a step must install at least one package")
-    for j, p in enumerate(packages):
+    for j, p in enumerate(packages, 1):
         try:
             Requirement(p)
         except InvalidRequirement as exc:
@@ -327,7 +328,7 @@ def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
     if abi.adopt:
         if installers:
             raise r.fail(
-                f"step[{installers[0]}].packages",
+                f"step[{installers[0] + 1}].packages",
                 f"abi.adopt = true takes {abi.package} from the base environment, so no step may install it",
             )
         baseline = -1
@@ -340,9 +341,9 @@ def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
     elif len(installers) > 1:
         a, b = installers[:2]
         raise r.fail(
-            f"step[{b}].packages",
-            f"{abi.package} is installed by two steps, {spec.steps[a].name!r} (step[{a}]) and "
-            f"{spec.steps[b].name!r} (step[{b}]); only the baseline step may install it",
+            f"step[{b + 1}].packages",
+            f"{abi.package} is installed by two steps, {spec.steps[a].name!r} (step[{a + 1}]) and "
+            f"{spec.steps[b].name!r} (step[{b + 1}]); only the baseline step may install it",
         )
     else:
         baseline = installers[0]
@@ -350,16 +351,16 @@ def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
         req = next(q for q in step.requirements if canonicalize_name(q.name) == abi.package)
         if req.specifier and not req.specifier.contains(abi.version, prereleases=True):
             raise r.fail(
-                f"step[{baseline}].packages",
+                f"step[{baseline + 1}].packages",
                 f"{req} does not admit abi.version {abi.version!r}; pin the baseline to it",
             )
     for i, s in enumerate(spec.steps):
         if i <= baseline:
             continue
-        for j, n in enumerate(s.names):
+        for j, n in enumerate(s.names, 1):
             if n != abi.package and abi.is_protected(n):
                 raise r.fail(
-                    f"step[{i}].packages[{j}]",
+                    f"step[{i + 1}].packages[{j}]",
                     f"{n} is in the protected set (abi.protect) and is frozen once the baseline "
                     f"step ran; remove it from step {s.name!r}",
                 )

@@ -12,19 +12,20 @@ from pathlib import Path
 import pytest
 from support.fixtures import EnvbuildResult, Venv
 
-from envbuild.provision.core import COMPILE_MIN_CPUS, compiles_bytecode
+from envbuild.installer import COMPILE_MIN_CPUS, PipInstaller, UvInstaller
 
 pytestmark = pytest.mark.slow
 
 
 def test_auto_compiles_on_many_cores_only_and_never_for_pip() -> None:
-    assert compiles_bytecode("auto", "uv", cpus=COMPILE_MIN_CPUS)
-    assert not compiles_bytecode("auto", "uv", cpus=2)
-    assert compiles_bytecode("yes", "uv", cpus=2)
-    assert not compiles_bytecode("no", "uv", cpus=128)
-    assert not compiles_bytecode("yes", "pip", cpus=128)  # pip compiles by itself
-    assert not compiles_bytecode("auto", "uv", adopted=True, cpus=128)  # not our environment
-    assert compiles_bytecode("yes", "uv", adopted=True, cpus=2)  # unless asked
+    uv, pip = UvInstaller("uv"), PipInstaller()
+    assert uv.compiles_bytecode("auto", cpus=COMPILE_MIN_CPUS)
+    assert not uv.compiles_bytecode("auto", cpus=2)
+    assert uv.compiles_bytecode("yes", cpus=2)
+    assert not uv.compiles_bytecode("no", cpus=128)
+    assert not pip.compiles_bytecode("yes", cpus=128)  # pip compiles by itself
+    assert not uv.compiles_bytecode("auto", adopted=True, cpus=128)  # not our environment
+    assert uv.compiles_bytecode("yes", adopted=True, cpus=2)  # unless asked
 
 
 @pytest.mark.parametrize(("choice", "compiled"), [("yes", True), ("no", False)])

@@ -9,7 +9,7 @@ import pytest
 from packaging.markers import default_environment
 
 from envbuild.errors import PreflightError
-from envbuild.installer.core import find_interpreter, probe_python
+from envbuild.installer import find_interpreter, probe_python
 
 
 def test_probe_answers_version_executable_and_markers_in_one_run() -> None:

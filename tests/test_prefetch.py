@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.fixtures import EnvbuildResult, Venv
 
+from envbuild.installer import PipInstaller, UvInstaller
 from envbuild.plan import PlanOptions, make_plan
 from envbuild.provision import prefetch
 from envbuild.provision.prefetch import (
@@ -45,18 +46,17 @@ def test_exact_pins_keep_only_single_equality(tmp_path: Path) -> None:
 
 def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
     s = _planned(tmp_path, ["a==1.0", "b>=2"], no_deps=True)
-    pip = prefetch_argv(s, backend="pip", python=Path("/v/bin/python"), uv=None, scratch=tmp_path / "s")
+    pip = prefetch_argv(s, installer=PipInstaller(), python=Path("/v/bin/python"), scratch=tmp_path / "s")
     assert pip is not None
     assert pip[:4] == ["/v/bin/python", "-m", "pip", "download"]
     assert "--no-deps" in pip and pip[-1] == "a==1.0"
     assert pip[pip.index("--no-index"):pip.index("--no-index") + 3] == ["--no-index", "--find-links", "http://127.0.0.1:1/flat/"]
     su = _planned(tmp_path, ["a==1.0"], backend="uv")
-    uv = prefetch_argv(su, backend="uv", python=Path("/v/bin/python"), uv="/bin/uv", scratch=tmp_path / "s")
+    uv = prefetch_argv(su, installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"), scratch=tmp_path / "s")
     assert uv is not None and uv[:3] == ["/bin/uv", "pip", "install"]
     assert "--target" in uv and "--no-deps" in uv
-    # nothing exact: nothing to prefetch; no uv: nothing either
-    assert prefetch_argv(_planned(tmp_path, ["b>=2"]), backend="pip", python=Path("p"), uv=None, scratch=tmp_path) is None
-    assert prefetch_argv(su, backend="uv", python=Path("p"), uv=None, scratch=tmp_path) is None
+    # nothing exact: nothing to prefetch
+    assert prefetch_argv(_planned(tmp_path, ["b>=2"]), installer=PipInstaller(), python=Path("p"), scratch=tmp_path) is None
 
 
 def test_auto_prefetches_only_for_remote_sources(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Pa
     spec = _spec(tmp_path, ["tiny==1.0"])
     step = make_plan(spec, PlanOptions(backend="pip", wheelhouse=str(wh))).steps[1]  # type: ignore[arg-type]
     env = {"PIP_CONFIG_FILE": "/dev/null", "PIP_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    pre = Prefetcher(backend="pip", python=Path(sys.executable), uv=None, scratch_root=tmp_path / "scratch",
+    pre = Prefetcher(installer=PipInstaller(), python=Path(sys.executable), scratch_root=tmp_path / "scratch",
                      logs=tmp_path / "logs", env=env)
     with pre:
         job = pre.start(step)
@@ -101,7 +101,7 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     step = make_plan(spec, PlanOptions(backend="pip")).steps[1]  # type: ignore[arg-type]
     monkeypatch.setattr(prefetch, "prefetch_argv",
                         lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)"])
-    pre = Prefetcher(backend="pip", python=Path(sys.executable), uv=None, scratch_root=tmp_path / "s",
+    pre = Prefetcher(installer=PipInstaller(), python=Path(sys.executable), scratch_root=tmp_path / "s",
                      logs=tmp_path / "logs", env={"PATH": "/usr/bin:/bin"})
     job = pre.start(step)
     assert job is not None

@@ -60,6 +60,7 @@ def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixt
         pkgs = d["software"]["distributions"]
         torch = next(p for p in pkgs if p["name"] == "torch")
         torch["record_sha256"] = "0" * 64
+        torch["files_sha256"] = "0" * 64  # its files changed, wherever the venv lives
         numpy = next(p for p in pkgs if p["name"] == "numpy")
         numpy["version"] = "1.0.0"
         pkgs.append({"name": "triton", "version": "3.5.0", "record_sha256": "f" * 64})

@@ -65,12 +65,12 @@ def test_shipped_profiles_load() -> None:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (lambda t: t.replace("no_deps = true", "no_deps = \"yes\""), "step[1].no_deps: must be true or false, got 'yes'"),
-        (lambda t: t.replace("no_deps = true", "no_dep = true"), "step[1].no_dep: unknown key (did you mean 'no_deps'?)"),
-        (lambda t: t.replace('packages = ["tqdm==4.70.1"]', "packages = []"), "step[1].packages: a step must install at least one package"),
-        (lambda t: t.replace("tqdm==4.70.1", "tqdm>>=1"), "step[1].packages[0]: not a valid requirement"),
+        (lambda t: t.replace("no_deps = true", "no_deps = \"yes\""), "step[2].no_deps: must be true or false, got 'yes'"),
+        (lambda t: t.replace("no_deps = true", "no_dep = true"), "step[2].no_dep: unknown key (did you mean 'no_deps'?)"),
+        (lambda t: t.replace('packages = ["tqdm==4.70.1"]', "packages = []"), "step[2].packages: a step must install at least one package"),
+        (lambda t: t.replace("tqdm==4.70.1", "tqdm>>=1"), "step[2].packages[1]: not a valid requirement"),
         (lambda t: t.replace('packages = ["tqdm==4.70.1"]', 'packages = ["torch==2.13.0+cpu"]'),
-         "step[1].packages: torch is installed by two steps, 'torch' (step[0]) and 'rest' (step[1])"),
+         "step[2].packages: torch is installed by two steps, 'torch' (step[1]) and 'rest' (step[2])"),
         (lambda t: t.replace('packages = ["torch==2.13.0+cpu"]', 'packages = ["numpy"]'),
          "no step installs the ABI package 'torch': the baseline step is missing"),
         (lambda t: t.replace('python = "3.11"', 'python = 3.11'), "python: must be a string"),
@@ -80,12 +80,12 @@ def test_shipped_profiles_load() -> None:
         (lambda t: t.replace('version = "2.13.0+cpu"', 'version = "not a version"'), "abi.version: not a valid version"),
         (lambda t: t.replace('packages = ["torch==2.13.0+cpu"]', 'packages = ["torch==2.12.0"]'),
          "does not admit abi.version '2.13.0+cpu'"),
-        (lambda t: t.replace("[[step]]\nname = \"rest\"", "[[step]]\nname = \"torch\""), "step[1].name: duplicate step name 'torch'"),
+        (lambda t: t.replace("[[step]]\nname = \"rest\"", "[[step]]\nname = \"torch\""), "step[2].name: duplicate step name 'torch'"),
         (lambda t: t.replace('packages = ["tqdm==4.70.1"]', 'packages = ["tqdm"]\nupgrade_strategy = "eagr"'),
-         "step[1].upgrade_strategy: must be one of only-if-needed, eager, got 'eagr' (did you mean 'eager'?)"),
+         "step[2].upgrade_strategy: must be one of only-if-needed, eager, got 'eagr' (did you mean 'eager'?)"),
         (lambda t: t.replace("schema = 1", "schema = 1\nname2 = 3"), "name2: unknown key (did you mean 'name'?)"),
         (lambda t: t + "[[step]]\nname=\"x\"\npackages=[\"a\"]\nfind_links=[\"${WHEELS}\"]\n",
-         "step[2].find_links[0]: environment variable WHEELS is not set"),
+         "step[3].find_links[1]: environment variable WHEELS is not set"),
     ],
 )
 def test_bad_specs_name_the_key_path(tmp_path: Path, edit: object, expected: str) -> None:
@@ -120,7 +120,7 @@ def test_digest_ignores_environment(tmp_path: Path) -> None:
 def test_protected_package_in_a_later_step(tmp_path: Path) -> None:
     text = GOOD.replace('local = "cpu"', 'local = "cpu"\nprotect = ["pytorch-triton"]').replace(
         "tqdm==4.70.1", "pytorch-triton==3.7.0")
-    assert "step[1].packages[0]: pytorch-triton is in the protected set" in error_of(tmp_path, text)
+    assert "step[2].packages[1]: pytorch-triton is in the protected set" in error_of(tmp_path, text)
 
 
 def test_cli_config_errors_have_no_traceback(tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_cli_config_errors_have_no_traceback(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "envbuild", "plan", "--stack", str(bad)], capture_output=True, text=True)
     assert out.returncode == ExitCode.CONFIG
     assert "Traceback" not in out.stderr
-    assert out.stderr.strip() == f"error: {bad}: step[1].no_deps: must be true or false, got 1"
+    assert out.stderr.strip() == f"error: {bad}: step[2].no_deps: must be true or false, got 1"
 
     out = subprocess.run([sys.executable, "-m", "envbuild", "plan", "--profile", "cpuu"], capture_output=True, text=True)
     assert out.returncode == ExitCode.CONFIG

@@ -18,6 +18,7 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
+from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.lock.anyfile import FORMATS, Policy, check_file, markdown, policy_from_spec
 from envbuild.lock.check import CheckOptions, CheckReport, check_lock
@@ -42,7 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--markdown", action="store_true", help="print the findings as a markdown report (a PR comment)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[],
                    help="a profile to check (repeatable; default: every profile that has a lock)")
-    p.add_argument("--stack", metavar="FILE", type=Path, action="append", default=[],
+    p.add_argument("--stack", metavar="FILE", type=path_arg, action="append", default=[],
                    help="a stack spec whose lock (beside it) to check (repeatable)")
     p.add_argument("--base", metavar="GIT_REF", help="fail on a torch downgrade or re-tag against the lock at this ref")
     p.add_argument("--offline", action="store_true", help="static rules only (no dry-run resolution, no index)")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
+from envbuild.commands.common import path_arg
 from envbuild.commands.smoke import (
     add_target_args,
     log_path,
@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
     p.add_argument("--bf16", action="store_true", help="bf16 parameters (looser parity tolerance)")
     p.add_argument("--bw-mb", type=float, default=-1.0, metavar="MIB",
                    help="all-reduce probe size in MiB (default 1024 on GPU, 8 on CPU; 0 skips)")
-    p.add_argument("--ckpt-dir", type=Path, metavar="DIR",
+    p.add_argument("--ckpt-dir", type=path_arg, metavar="DIR",
                    help="DCP checkpoint folder for the round trip; must be shared by all nodes (default: a temporary "
                         "folder on one node, <root>/checkpoints/envbuild-dist-step-<rdzv-id> across nodes)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default 600)")

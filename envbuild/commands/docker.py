@@ -10,7 +10,7 @@ from typing import Any
 from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError, LockError
 from envbuild.images.docker import (
     DEFAULT_ROOT,
@@ -34,9 +34,9 @@ def register(sub: Any) -> None:
                    help=f"the image's data root: venv, caches, state, receipts (default: {DEFAULT_ROOT})")
     p.add_argument("--offline", action="store_true",
                    help="install every step from the `wheelhouse` build context (provision --offline)")
-    p.add_argument("-o", "--output", type=Path, default=Path("docker/Dockerfile"),
+    p.add_argument("-o", "--output", type=path_arg, default=Path("docker/Dockerfile"),
                    help="the Dockerfile to write (default: docker/Dockerfile); its spec slices go to <dir>/<stack>.steps/")
-    p.add_argument("--context", type=Path, default=Path("."),
+    p.add_argument("--context", type=path_arg, default=Path("."),
                    help="the docker build context the COPY paths are relative to (default: .)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 8 if the files on disk differ from a fresh render (CI)")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.lock.compile import LockOptions, lock_stack
 
 
@@ -21,7 +20,7 @@ def register(sub: Any) -> None:
                    help="resolve every step only from this find-links folder or page (offline)")
     p.add_argument("--skip-step", metavar="NAME", action="append", default=[],
                    help="leave this step out of the lock (it resolves from the spec); repeatable")
-    p.add_argument("--output", type=Path, metavar="DIR", help="write the lock here (default: beside the spec)")
+    p.add_argument("--output", type=path_arg, metavar="DIR", help="write the lock here (default: beside the spec)")
     p.add_argument("--no-pylock", action="store_true", help="do not write the PEP 751 pylock.toml export")
     p.set_defaults(func=run)
 

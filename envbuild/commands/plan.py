@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 from typing import Any
 
 from envbuild import layout
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError
-from envbuild.installer.core import find_uv
+from envbuild.installer import find_uv
 from envbuild.net import redact
 from envbuild.plan import BACKENDS, Plan, locked_steps, plan_to_json, resolve_plan, step_commands
 
@@ -27,8 +26,8 @@ def register(sub: Any) -> None:
     add_stack_args(p)
     add_json_arg(p)
     p.add_argument("--backend", choices=BACKENDS, help="installer (default: as provision: uv when available, else pip)")
-    p.add_argument("--root", type=Path, help="data root the commands are shown for (default: the spec's layout.root)")
-    p.add_argument("--venv", type=Path, help="an existing environment provision --venv would install into")
+    p.add_argument("--root", type=path_arg, help="data root the commands are shown for (default: the spec's layout.root)")
+    p.add_argument("--venv", type=path_arg, help="an existing environment provision --venv would install into")
     p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock (as provision --no-lock)")
     p.add_argument("--offline", action="store_true", help="install only from --wheelhouse (as provision --offline)")
     p.add_argument("--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse")

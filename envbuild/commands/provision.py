@@ -3,38 +3,48 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.commands.common import (
+    add_json_arg,
+    add_stack_args,
+    load_stack,
+    nonempty_arg,
+    path_arg,
+)
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.plan import BACKENDS, locked_steps
 from envbuild.provision.core import ProvisionOptions, provision
+from envbuild.provision.verify import IMPORT_TIMEOUT
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("provision", help="create the venv on the data root and install every step, guarded")
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--root", type=Path, help="data root (default: the spec's layout.root)")
-    p.add_argument("--home", type=Path, help="where the links go (default: $HOME)")
-    p.add_argument("--python", metavar="PATH", help="interpreter for the venv (default: python<spec.python>)")
-    p.add_argument("--venv", type=Path, help="install into this existing environment instead of <root>/venv")
+    p.add_argument("--root", type=path_arg, help="data root (default: the spec's layout.root)")
+    p.add_argument("--home", type=path_arg, help="where the links go (default: $HOME)")
+    p.add_argument("--python", metavar="PATH", type=nonempty_arg, help="interpreter for the venv (default: python<spec.python>)")
+    p.add_argument("--venv", type=path_arg, help="install into this existing environment instead of <root>/venv")
     p.add_argument("--backend", choices=BACKENDS, help="installer (default: uv when available, else pip)")
     p.add_argument("--step", metavar="NAME", help="run only this step (earlier steps must be done)")
     p.add_argument("--force-links", action="store_true",
                    help="rename files or folders in the way of the $HOME links aside instead of stopping")
     p.add_argument("--strict", action="store_true", help="requirements left unmet by --no-deps steps are errors")
     p.add_argument("--offline", action="store_true", help="install only from --wheelhouse; touch no index")
-    p.add_argument("--wheelhouse", metavar="DIR|URL", help="mirrored wheelhouse (with --offline)")
+    p.add_argument("--wheelhouse", metavar="DIR|URL", type=nonempty_arg, help="mirrored wheelhouse (with --offline)")
     p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock and resolve from the spec")
     p.add_argument("--compile-bytecode", choices=("auto", "yes", "no"), default="auto",
                    help="uv backend: write .pyc files at install (auto: on hosts with 8 or more cores)")
     p.add_argument("--prefetch", choices=("auto", "yes", "no"), default="auto",
                    help="download the next step's exact pins while a step installs "
                    "(auto: when a later step reads a remote index)")
+    p.add_argument("--step-timeout", type=float, metavar="S",
+                   help="stop an installer run that takes more than S seconds (default: no limit; exit 5)")
+    p.add_argument("--import-timeout", type=float, default=IMPORT_TIMEOUT, metavar="S",
+                   help=f"stop the final `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 5)")
     p.set_defaults(func=run)
 
 
@@ -52,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
         force_links=args.force_links, strict=args.strict, only_step=args.step,
         wheelhouse=args.wheelhouse, locked=locked, compile_bytecode=args.compile_bytecode,
-        prefetch=args.prefetch, no_lock=args.no_lock,
+        prefetch=args.prefetch, no_lock=args.no_lock, step_timeout=args.step_timeout,
+        import_timeout=args.import_timeout,
     )
     try:
         result = provision(spec, opts)
@@ -64,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             "root": str(result.paths.root), "venv": str(result.paths.venv), "ran": result.ran,
             "skipped": result.skipped, "warnings": result.warnings, "seconds": round(result.seconds, 3),
             "guard_seconds": [round(s, 4) for s in result.guard_seconds],
-            "full_check": result.full_check, "receipt": str(result.receipt) if result.receipt else None,
+            "full_check": result.full_check, "import_cached": result.import_cached, "receipt": str(result.receipt) if result.receipt else None,
             "timings": result.timings,
         })
         return 0

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
+from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.proof.receipt import diff_receipts, load_receipt, summary
 
@@ -16,14 +16,14 @@ def register(sub: Any) -> None:
     rsub = p.add_subparsers(dest="receipt_command", metavar="ACTION")
     rsub.required = True
     show = rsub.add_parser("show", help="show one receipt (a file, or the newest in a folder)")
-    show.add_argument("file", type=Path, metavar="FILE|DIR")
+    show.add_argument("file", type=path_arg, metavar="FILE|DIR")
     show.add_argument("--json", action="store_true", help="print the whole receipt as JSON")
     show.set_defaults(func=run_show)
     diff = rsub.add_parser("diff", help="what changed between receipts: packages, versions, hashes, env, hardware",
                            description="diff A B, or diff --against REF R1 R2 ... for a fleet. "
                                        "Exit 10 when any receipt differs, 0 when all match.")
-    diff.add_argument("receipts", type=Path, nargs="+", metavar="RECEIPT")
-    diff.add_argument("--against", type=Path, metavar="REF", help="compare every RECEIPT with this one")
+    diff.add_argument("receipts", type=path_arg, nargs="+", metavar="RECEIPT")
+    diff.add_argument("--against", type=path_arg, metavar="REF", help="compare every RECEIPT with this one")
     diff.add_argument("--json", action="store_true", help="print the differences as JSON")
     diff.set_defaults(func=run_diff)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ExitCode, PreflightError
 from envbuild.layout import Paths, overlay_env, paths_for
 from envbuild.proof.provenance import Provenance, capture
@@ -25,9 +25,9 @@ _MARK = {"pass": "pass", "fail": "FAIL", "skip": "skip"}
 def add_target_args(p: argparse.ArgumentParser) -> None:
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--root", type=Path, help="data root: receipts and logs go under it (default: the spec's layout.root)")
-    p.add_argument("--venv", type=Path, help="the venv to test (default: <root>/<layout.venv>)")
-    p.add_argument("--python", type=Path, help="an interpreter to test instead of a venv's bin/python")
+    p.add_argument("--root", type=path_arg, help="data root: receipts and logs go under it (default: the spec's layout.root)")
+    p.add_argument("--venv", type=path_arg, help="the venv to test (default: <root>/<layout.venv>)")
+    p.add_argument("--python", type=path_arg, help="an interpreter to test instead of a venv's bin/python")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt")
 
 

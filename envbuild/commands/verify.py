@@ -8,18 +8,20 @@ from typing import Any
 
 from envbuild import abi, events, layout
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
-from envbuild.errors import ABIViolation, ConfigError
-from envbuild.installer.core import run_python_json
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.errors import ABIViolation, ConfigError, VerifyError
 from envbuild.provision.state import Manifest
+from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("verify", help="check an environment against its ABI baseline")
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--root", type=Path, help="data root holding the venv and its manifest")
-    p.add_argument("--venv", type=Path, help="check this environment (baseline from --root's manifest if any)")
+    p.add_argument("--root", type=path_arg, help="data root holding the venv and its manifest")
+    p.add_argument("--venv", type=path_arg, help="check this environment (baseline from --root's manifest if any)")
+    p.add_argument("--timeout", type=float, default=IMPORT_TIMEOUT, metavar="S",
+                   help=f"give up on `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 7)")
     p.set_defaults(func=run)
 
 
@@ -43,21 +45,22 @@ def run(args: argparse.Namespace) -> int:
         source = "the environment itself (no manifest)"
         if baseline.version != spec.abi.version:
             raise ABIViolation(f"{spec.abi.package} {baseline.version} is installed; the spec says {spec.abi.version}")
-    report = abi.check(spec, baseline, site, marker_env=manifest.marker_env)
-    findings = list(report.violations)
-    full: dict[str, object] | None = None
+    # the same check provision ends with; verify always imports (no cached verdict)
     try:
-        full = run_python_json(python, abi.FULL_CHECK)
-        findings += abi.full_check_result(spec, full)
-    except Exception as exc:
-        findings.append(abi.Finding("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
+        check = final_check(spec, baseline=baseline, site=site, python=python, marker_env=manifest.marker_env,
+                            overlay=layout.overlay_env(spec, paths), timeout=args.timeout,
+                            import_after_violation=True)
+    except ImportHang as exc:
+        raise VerifyError(f"{venv}: {exc}", hint="A hang in `import torch` is usually a driver or a network file "
+                          "system: check `nvidia-smi` and the mounts, or raise --timeout.") from None
+    findings = check.findings
     if args.json:
         ui.print_json({"venv": str(venv), "baseline_from": source, "ok": not findings,
-                       "violations": [f.__dict__ for f in findings], "torch": full,
-                       "guard_seconds": round(report.seconds, 4)})
+                       "violations": [f.__dict__ for f in findings], "torch": check.data,
+                       "guard_seconds": round(check.report.seconds, 4)})
     if findings:
         raise ABIViolation(f"{venv}: " + "; ".join(f.message for f in findings))
     if not args.json:
         events.emit("ok", f"{venv}: {spec.abi.package} {baseline.version} intact "
-                    f"(guard {1000 * report.seconds:.0f} ms; baseline from {source})")
+                    f"(guard {1000 * check.report.seconds:.0f} ms; baseline from {source})")
     return 0

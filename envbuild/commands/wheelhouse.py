@@ -10,6 +10,7 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
+from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError
 
 DEFAULT_OUT = Path("wheelhouse")
@@ -23,11 +24,11 @@ def register(sub: Any) -> None:
     b = wsub.add_parser("build", help="build wheels from wheelhouse_specs/*.toml against the target venv's torch")
     b.add_argument("specs", nargs="+", metavar="SPEC", help="a spec file, or a name under wheelhouse_specs/")
     target = b.add_mutually_exclusive_group()
-    target.add_argument("--venv", type=Path, metavar="DIR", help="target venv (default: $VIRTUAL_ENV)")
-    target.add_argument("--python", type=Path, metavar="PATH", help="target interpreter (instead of --venv)")
-    b.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
-    b.add_argument("--cache", type=Path, metavar="DIR", help="build cache (default: ~/.cache/envbuild/wheelhouse)")
-    b.add_argument("--sources", type=Path, action="append", default=[], metavar="DIR",
+    target.add_argument("--venv", type=path_arg, metavar="DIR", help="target venv (default: $VIRTUAL_ENV)")
+    target.add_argument("--python", type=path_arg, metavar="PATH", help="target interpreter (instead of --venv)")
+    b.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
+    b.add_argument("--cache", type=path_arg, metavar="DIR", help="build cache (default: ~/.cache/envbuild/wheelhouse)")
+    b.add_argument("--sources", type=path_arg, action="append", default=[], metavar="DIR",
                    help="folder holding sdists by file name (offline hosts); repeatable")
     b.add_argument("--source", action="append", default=[], metavar="NAME=LOCATION",
                    help="override a spec's source: folder, sdist path/URL#sha256=HEX, or git+URL@COMMIT")
@@ -39,10 +40,10 @@ def register(sub: Any) -> None:
     m = wsub.add_parser("mirror", help="download every artifact of a lock into the wheelhouse (hash-checked)")
     src = m.add_mutually_exclusive_group()
     src.add_argument("--profile", metavar="NAME", help="the lock of lockfiles/NAME/ (default: cpu)")
-    src.add_argument("--lock", type=Path, metavar="DIR", help="a lock folder of hash-pinned *.txt files")
-    src.add_argument("--requirements", "-r", type=Path, action="append", metavar="FILE",
+    src.add_argument("--lock", type=path_arg, metavar="DIR", help="a lock folder of hash-pinned *.txt files")
+    src.add_argument("--requirements", "-r", type=path_arg, action="append", metavar="FILE",
                      help="a hash-pinned requirements file; repeatable")
-    m.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
+    m.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
     m.add_argument("--index-url", action="append", default=[], metavar="URL",
                    help="also look for the pinned files here (credentials in the URL are never shown)")
     m.add_argument("--python-tag", metavar="TAG", help="only wheels for this interpreter, e.g. cp313")
@@ -53,7 +54,7 @@ def register(sub: Any) -> None:
     m.set_defaults(func=run_mirror)
 
     i = wsub.add_parser("index", help="write PEP 503 pages over a wheelhouse folder")
-    i.add_argument("dir", type=Path, metavar="DIR")
+    i.add_argument("dir", type=path_arg, metavar="DIR")
     i.add_argument("--json", action="store_true", help="print JSON on stdout")
     i.set_defaults(func=run_index)
 

@@ -1,1 +1,46 @@
-"""The installer: interpreters, venvs, and one step run through pip or uv as a subprocess."""
+"""The installer: interpreters, venvs, and one step run through pip or uv as a subprocess.
+
+pip is driven as ``<venv>/bin/python -m pip`` and uv as ``uv pip install --python <venv>``;
+requirements and constraints are passed as files. Both sit behind one ``Installer`` protocol
+(``base.py``): venv creation, a step's run, the bytecode switch, the prefetch download and the
+dry run are methods of the backend, so no caller branches on its name.
+
+- ``python.py``: finding and probing interpreters;
+- ``base.py``: the protocol, running a step's commands, classifying a failure;
+- ``pip.py`` / ``uv.py``: the two backends.
+"""
+
+from __future__ import annotations
+
+from envbuild.errors import PreflightError
+from envbuild.installer.base import Installer, StepRun, classify_failure
+from envbuild.installer.pip import PipInstaller, pip_config_sources
+from envbuild.installer.python import (
+    Interpreter,
+    find_interpreter,
+    find_python,
+    find_uv,
+    probe_python,
+    python_version_of,
+    run_python_json,
+)
+from envbuild.installer.uv import COMPILE_MIN_CPUS, UvInstaller
+from envbuild.plan import Backend
+
+__all__ = ["COMPILE_MIN_CPUS", "Installer", "Interpreter", "PipInstaller", "StepRun", "UvInstaller",
+           "classify_failure", "find_interpreter", "find_python", "find_uv", "installer_for", "pick_backend",
+           "pip_config_sources", "probe_python", "python_version_of", "run_python_json"]
+
+
+def installer_for(requested: str | None) -> Installer:
+    """The backend asked for (``pip``, ``uv``) or, with None, uv when it is available, else pip."""
+    if requested == "pip":
+        return PipInstaller()
+    uv = find_uv()
+    if requested == "uv" and uv is None:
+        raise PreflightError("--backend uv: no uv executable found (pip install uv, or use --backend pip)")
+    return UvInstaller(uv) if uv else PipInstaller()
+
+
+def pick_backend(requested: str | None) -> Backend:
+    return installer_for(requested).name

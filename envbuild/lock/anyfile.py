@@ -22,7 +22,6 @@ Rules (one finding per problem; any finding fails the gate with exit 8):
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -46,6 +45,7 @@ from envbuild.lock.anyformat import (
     detect_format,
     parse,
 )
+from envbuild.run import RunResult, run
 
 PYPI = "https://pypi.org/simple"
 TRITON, PYTORCH_TRITON = "triton", "pytorch-triton"
@@ -209,8 +209,8 @@ def _torch_rules(lock: LockFile, policy: Policy, report: FileReport) -> str | No
     return torch
 
 
-def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+def _git(args: list[str], cwd: Path) -> RunResult:
+    return run(["git", *args], cwd=cwd, capture=True, separate_stderr=True, timeout=30)
 
 
 def _base_rules(path: Path, kind: Format, ref: str, lock: LockFile, policy: Policy, report: FileReport) -> None:
@@ -221,13 +221,13 @@ def _base_rules(path: Path, kind: Format, ref: str, lock: LockFile, policy: Poli
     if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], folder).returncode != 0:
         raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
                           "or name a branch, tag or commit that exists.")
-    rel = path.resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
+    rel = path.resolve().relative_to(Path((top.output or "").strip()).resolve()).as_posix()
     shown = _git(["show", f"{ref}:{rel}"], folder)
     if shown.returncode != 0:
         report.notices.append(f"--base {ref}: {rel} does not exist there; nothing to compare")
         return
     try:
-        old = parse(Path(f"{ref}:{rel}"), shown.stdout, kind)
+        old = parse(Path(f"{ref}:{rel}"), shown.output or "", kind)
     except LockParseError as exc:
         report.notices.append(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return

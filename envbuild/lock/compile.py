@@ -45,7 +45,7 @@ from envbuild.index import (
     requires_of,
     same_version,
 )
-from envbuild.installer.core import find_python, pip_config_sources, python_version_of
+from envbuild.installer import find_python, pip_config_sources, python_version_of
 from envbuild.lock.model import (
     LOCK_VERSION,
     MANIFEST,

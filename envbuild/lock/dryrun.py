@@ -21,7 +21,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import PreflightError
-from envbuild.installer.core import find_python
+from envbuild.installer import PipInstaller, find_python
 from envbuild.lock.model import Lock
 from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, protected_names
 from envbuild.net import redact, unreachable
@@ -95,8 +95,7 @@ def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: StepView, venv: Pat
                            for r in v.reqs if r.url or r.version))
     out_json = tmp / f"{v.name}.report.json"
     args = [a for a in plan_args if a not in _DROP]
-    argv = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--dry-run",
-            "--quiet", "--report", str(out_json), "--disable-pip-version-check", "--no-input", *args, "-r", str(req)]
+    argv = PipInstaller().dry_run_argv(venv / "bin" / "python", args=args, requirements_file=req, report=out_json)
     res = run(argv, capture=True, timeout=900, env=_env(spec, v))
     if not res.ok:
         lines = [ln for ln in res.tail.strip().splitlines() if ln.strip()]

@@ -1,7 +1,8 @@
 """What is installed in this interpreter, for a receipt (standalone: no envbuild, no torch import).
 
-Prints one JSON document: the Python version, every distribution with its version, installer
-and the sha256 of its dist-info RECORD (catches a reinstall of the same version), and torch's
+Prints one JSON document: the Python version, every distribution with its version, installer,
+the sha256 of its dist-info RECORD (catches a reinstall of the same version) and of its files
+wherever the environment lives (``files_sha256``: what ``receipt diff`` compares), and torch's
 version / CUDA / git revision read from ``torch/version.py`` as text, plus the versions of the
 cuDNN and NCCL runtime wheels where torch uses them. Importing torch would cost seconds and
 initialise CUDA; the receipt must be cheap.
@@ -27,6 +28,22 @@ def record_sha256(dist: md.Distribution) -> str | None:
     if text is None:
         return None
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def files_sha256(dist: md.Distribution) -> str | None:
+    """A digest of the distribution's own files as RECORD lists them, independent of where the
+    environment lives: rows outside the install folder (``../../../bin/torchrun``: console scripts,
+    whose shebang names the interpreter's absolute path) and ``direct_url.json`` (the absolute path
+    of a local wheel) are left out, and the rows are sorted (pip and uv order them differently)."""
+    try:
+        text = dist.read_text("RECORD")
+    except OSError:
+        return None
+    if text is None:
+        return None
+    rows = sorted(line for line in text.splitlines()
+                  if line and not line.startswith(("../", "/")) and ".dist-info/direct_url.json," not in line)
+    return hashlib.sha256("\n".join(rows).encode("utf-8")).hexdigest()
 
 
 def torch_versions(dists: dict[str, md.Distribution]) -> dict[str, Any] | None:
@@ -63,7 +80,7 @@ def main() -> int:
         dists[canon] = dist
         installer = (dist.read_text("INSTALLER") or "").strip() or None
         rows.append({"name": canon, "version": dist.version, "record_sha256": record_sha256(dist),
-                     "installer": installer})
+                     "files_sha256": files_sha256(dist), "installer": installer})
     rows.sort(key=lambda r: r["name"])
     doc = {"python": platform.python_version(), "implementation": sys.implementation.name,
            "executable": sys.executable, "prefix": sys.prefix,

@@ -176,7 +176,7 @@ def write_receipt(
     while path.exists():
         n += 1
         path = paths.receipts / f"{kind}-{stamp}-{hostname}-{n}.json"
-    atomic_write_json(path, doc)
+    atomic_write_json(path, doc, private=True)  # a record of a run: sources, env, errors
     events.emit("info", f"receipt written: {path}")
     return path
 
@@ -288,6 +288,15 @@ def _packages(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for d in doc.get("software", {}).get("distributions", []) or []}
 
 
+def _files_differ(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    """Same version, different files? Compared where the environment lives does not matter
+    (``files_sha256``: console scripts' shebangs name the venv's path); receipts written before
+    it fall back to the whole RECORD."""
+    if x.get("files_sha256") and y.get("files_sha256"):
+        return bool(x["files_sha256"] != y["files_sha256"])
+    return bool(x.get("record_sha256") != y.get("record_sha256"))
+
+
 def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     out: list[Difference] = []
     pa, pb = _packages(a), _packages(b)
@@ -297,9 +306,10 @@ def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
             out.append(Difference("packages", name, x and x["version"], y and y["version"]))
         elif x["version"] != y["version"]:
             out.append(Difference("packages", name, x["version"], y["version"]))
-        elif x.get("record_sha256") != y.get("record_sha256"):
-            out.append(Difference("packages", f"{name} (RECORD sha256)", (x.get("record_sha256") or "")[:12],
-                                  (y.get("record_sha256") or "")[:12]))
+        elif _files_differ(x, y):
+            key = "files_sha256" if x.get("files_sha256") and y.get("files_sha256") else "record_sha256"
+            out.append(Difference("packages", f"{name} (RECORD sha256)", (x.get(key) or "")[:12],
+                                  (y.get(key) or "")[:12]))
     sa, sb = a.get("software", {}), b.get("software", {})
     for key, x, y in _flat_diff(sa.get("torch") or {}, sb.get("torch") or {}):
         out.append(Difference("torch", key, x, y))

@@ -41,7 +41,8 @@ from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from envbuild.plan import Backend, PlannedStep
+from envbuild.installer import Installer
+from envbuild.plan import PlannedStep
 from envbuild.run import run
 
 __all__ = ["PrefetchJob", "Prefetcher", "exact_pins", "prefetch_argv", "remote_sources", "wanted"]
@@ -110,8 +111,7 @@ def _source_args(args: Sequence[str]) -> list[str]:
     return out
 
 
-def prefetch_argv(planned: PlannedStep, *, backend: Backend, python: Path, uv: str | None,
-                  scratch: Path) -> list[str] | None:
+def prefetch_argv(planned: PlannedStep, *, installer: Installer, python: Path, scratch: Path) -> list[str] | None:
     """The command that warms the cache for ``planned``, or None when it names nothing exact."""
     sources = _source_args(planned.args)
     if planned.locked_file is not None:
@@ -121,13 +121,7 @@ def prefetch_argv(planned: PlannedStep, *, backend: Backend, python: Path, uv: s
         if not pins:
             return None
         reqs = pins
-    if backend == "uv":
-        if uv is None:
-            return None
-        return [uv, "pip", "install", "--no-deps", "--quiet", "--python", str(python),
-                "--target", str(scratch), *sources, *reqs]
-    return [str(python), "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-            "--no-input", "-d", str(scratch), *sources, *reqs]
+    return installer.download_argv(planned, python=python, scratch=scratch, sources=sources, requirements=reqs)
 
 
 @dataclass
@@ -149,11 +143,10 @@ class Prefetcher:
     the runner stops the job's process group, as it does on a timeout.
     """
 
-    def __init__(self, *, backend: Backend, python: Path, uv: str | None, scratch_root: Path,
-                 logs: Path, env: Mapping[str, str]) -> None:
-        self.backend = backend
+    def __init__(self, *, installer: Installer, python: Path, scratch_root: Path, logs: Path,
+                 env: Mapping[str, str]) -> None:
+        self.installer = installer
         self.python = python
-        self.uv = uv
         self.scratch_root = scratch_root
         self.logs = logs
         self.env = {k: v for k, v in env.items() if k != "UV_COMPILE_BYTECODE"}  # the scratch copy is thrown away
@@ -165,7 +158,7 @@ class Prefetcher:
         if planned.name in self.jobs or self._cancel.is_set():
             return self.jobs.get(planned.name)
         scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
-        argv = prefetch_argv(planned, backend=self.backend, python=self.python, uv=self.uv, scratch=scratch)
+        argv = prefetch_argv(planned, installer=self.installer, python=self.python, scratch=scratch)
         if argv is None:
             return None
         job = PrefetchJob(step=planned.name, argv=argv, scratch=scratch,

@@ -72,7 +72,7 @@ class Manifest:
     def save(self) -> None:
         data = asdict(self)
         data.pop("path")
-        atomic_write_json(self.path, {"schema": SCHEMA, **data})
+        atomic_write_json(self.path, {"schema": SCHEMA, **data}, private=True)  # step errors quote installer output
 
     def state(self, name: str) -> StepState:
         for s in self.steps:

@@ -1,0 +1,75 @@
+"""The pip backend: ``<venv>/bin/python -m pip``, configured by pip.conf and ``PIP_*``."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from envbuild.installer.base import StepRun, create_venv_with, run_step_commands
+from envbuild.plan import Backend, InstallerSources, PlannedStep
+from envbuild.run import run
+from envbuild.spec import StackSpec
+
+__all__ = ["PipInstaller", "pip_config_sources"]
+
+
+def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources:
+    """The index, extra indexes and find-links pip is configured with (pip.conf and PIP_*)."""
+    out = run([sys.executable, "-m", "pip", "config", "list"], capture=True, separate_stderr=True, timeout=30, env=env)
+    values: dict[str, list[str]] = {}
+    for line in (out.output or "").splitlines():
+        m = re.match(r"^[^.]*\.(index-url|extra-index-url|find-links)='(.*)'$", line.strip())
+        if m:
+            key, raw = m.groups()
+            # later sources (env) win over files for the same key, as pip does
+            values[key] = raw.split()
+    index = values.get("index-url", [None])[0]
+    return InstallerSources(
+        index_url=index,
+        extra_index_urls=tuple(values.get("extra-index-url", [])),
+        find_links=tuple(values.get("find-links", [])),
+    )
+
+
+class PipInstaller:
+    name: Backend = "pip"
+
+    def default_sources(self, wheelhouse: str | None) -> InstallerSources:
+        return InstallerSources()  # pip reads its own configuration
+
+    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None) -> list[str]:
+        return [str(python), "-m", "venv", str(venv)]  # ensurepip: no index needed, offline or not
+
+    def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
+                    pass_fds: Sequence[int] = ()) -> None:
+        create_venv_with(self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse), venv, log_file, pass_fds)
+
+    def compiles_bytecode(self, option: str, *, adopted: bool = False, cpus: int | None = None) -> bool:
+        return False  # pip writes .pyc files at install by itself: nothing to ask
+
+    def install_env(self, env: Mapping[str, str], python: Path, *, compile_option: str,
+                    adopted: bool = False) -> dict[str, str]:
+        return dict(env)
+
+    def run_step(self, planned: PlannedStep, *, spec: StackSpec, python: Path, steps_dir: Path,
+                 constraints: Path | None, log_file: Path, env: Mapping[str, str], pass_fds: Sequence[int] = (),
+                 timeout: float | None = None) -> StepRun:
+        return run_step_commands(self, planned, spec=spec, python=python, uv=None, steps_dir=steps_dir,
+                                 constraints=constraints, log_file=log_file, env=env, pass_fds=pass_fds,
+                                 timeout=timeout)
+
+    def download_argv(self, planned: PlannedStep, *, python: Path, scratch: Path,
+                      sources: Sequence[str], requirements: Sequence[str]) -> list[str] | None:
+        # the wheel responses land in pip's HTTP cache, where the real install of the same URL finds them
+        return [str(python), "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+                "--no-input", "-d", str(scratch), *sources, *requirements]
+
+    def dry_run_argv(self, python: Path, *, args: Sequence[str], requirements_file: Path,
+                     report: Path | None) -> list[str]:
+        argv = [sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "--quiet",
+                "--disable-pip-version-check", "--no-input"]
+        if report is not None:
+            argv += ["--report", str(report)]
+        return [*argv, *args, "-r", str(requirements_file)]

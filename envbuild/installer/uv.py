@@ -1,0 +1,80 @@
+"""The uv backend: ``uv pip install --python <venv>``; uv does not read pip.conf, so the sources
+pip is configured with are handed to it explicitly (``default_sources``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from envbuild.errors import PreflightError
+from envbuild.installer.base import StepRun, create_venv_with, run_step_commands
+from envbuild.installer.pip import pip_config_sources
+from envbuild.plan import Backend, InstallerSources, PlannedStep
+from envbuild.spec import StackSpec
+
+__all__ = ["COMPILE_MIN_CPUS", "UvInstaller"]
+
+# uv writes no .pyc files unless asked; then the first `import torch` of every process compiles
+# what it loads (2-4 s for torch, on every rank of a job until one of them has written them).
+# `uv pip install --compile-bytecode` compiles in parallel on every core: a loss on a 2-core
+# machine, where the one import check compiles only what it loads, and measured in bench/ on
+# the 16-core GPU machine.
+COMPILE_MIN_CPUS = 8
+
+
+class UvInstaller:
+    name: Backend = "uv"
+
+    def __init__(self, uv: str) -> None:
+        self.uv = uv
+
+    def default_sources(self, wheelhouse: str | None) -> InstallerSources:
+        return InstallerSources() if wheelhouse else pip_config_sources()
+
+    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None) -> list[str]:
+        # --seed puts pip in the venv; offline, uv must get it from the wheelhouse, not its default index
+        seed = ["--no-index", "--find-links", offline_wheelhouse] if offline_wheelhouse else []
+        return [self.uv, "venv", "--seed", *seed, "--python", str(python), str(venv)]
+
+    def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
+                    pass_fds: Sequence[int] = ()) -> None:
+        create_venv_with(self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse), venv, log_file, pass_fds)
+
+    def compiles_bytecode(self, option: str, *, adopted: bool = False, cpus: int | None = None) -> bool:
+        """``auto``: on hosts with ``COMPILE_MIN_CPUS`` cores, and never in an environment adopted
+        with ``--venv`` (not ours to change)."""
+        if option == "no":
+            return False
+        if option == "yes":
+            return True
+        return not adopted and (cpus if cpus is not None else os.cpu_count() or 1) >= COMPILE_MIN_CPUS
+
+    def install_env(self, env: Mapping[str, str], python: Path, *, compile_option: str,
+                    adopted: bool = False) -> dict[str, str]:
+        out = dict(env)
+        if self.compiles_bytecode(compile_option, adopted=adopted):
+            out["UV_COMPILE_BYTECODE"] = "1"
+        elif compile_option == "no":
+            out.pop("UV_COMPILE_BYTECODE", None)
+        return out
+
+    def run_step(self, planned: PlannedStep, *, spec: StackSpec, python: Path, steps_dir: Path,
+                 constraints: Path | None, log_file: Path, env: Mapping[str, str], pass_fds: Sequence[int] = (),
+                 timeout: float | None = None) -> StepRun:
+        return run_step_commands(self, planned, spec=spec, python=python, uv=self.uv, steps_dir=steps_dir,
+                                 constraints=constraints, log_file=log_file, env=env, pass_fds=pass_fds,
+                                 timeout=timeout)
+
+    def download_argv(self, planned: PlannedStep, *, python: Path, scratch: Path,
+                      sources: Sequence[str], requirements: Sequence[str]) -> list[str] | None:
+        # uv has no download-only mode (astral-sh/uv#3163): installing into a throw-away target
+        # downloads and unpacks each wheel into uv's cache, which the real step then links from
+        return [self.uv, "pip", "install", "--no-deps", "--quiet", "--python", str(python),
+                "--target", str(scratch), *sources, *requirements]
+
+    def dry_run_argv(self, python: Path, *, args: Sequence[str], requirements_file: Path,
+                     report: Path | None) -> list[str]:
+        if report is not None:
+            raise PreflightError("uv's dry run writes no JSON report; use the pip backend for a report")
+        return [self.uv, "pip", "install", "--dry-run", "--python", str(python), *args, "-r", str(requirements_file)]

@@ -1,0 +1,183 @@
+"""One provision's steps, in order, each guarded: the run context and what one step does.
+
+``ProvisionRun`` carries what every step needs (the spec, options, plan, paths, the installer,
+the manifest, the venv's python and site-packages, the install environment, the result being
+built, the state lock's fd) so the functions below take one argument instead of ten.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envbuild import abi, events, layout
+from envbuild._io import atomic_write_text
+from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
+from envbuild.installer import Installer
+from envbuild.plan import Plan, PlannedStep
+from envbuild.provision import prefetch
+from envbuild.provision.state import Manifest, now
+from envbuild.spec import StackSpec
+
+if TYPE_CHECKING:
+    from envbuild.provision.core import ProvisionOptions, ProvisionResult
+
+
+@dataclass
+class ProvisionRun:
+    """The context of one provision, shared by its phases."""
+
+    spec: StackSpec
+    opts: ProvisionOptions
+    plan: Plan
+    paths: layout.Paths
+    installer: Installer
+    manifest: Manifest
+    result: ProvisionResult
+    lock_fd: int
+    python: Path = Path()
+    site: Path = Path()
+    env: dict[str, str] | None = None  # the installers' environment (caches on the data root)
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self.lock_fd,)
+
+
+def refuse_out_of_order(plan: Plan, manifest: Manifest, only_step: str | None) -> None:
+    """``--step NAME`` needs every earlier step done: refused before anything is made."""
+    if only_step is None:
+        return
+    number = plan.step(only_step).number
+    for planned in plan.steps:
+        state = manifest.state(planned.name) if any(s.name == planned.name for s in manifest.steps) else None
+        status = state.status if state is not None else "pending"
+        if planned.number < number and status != "ok":
+            raise PreflightError(
+                f"--step {only_step}: the earlier step {planned.name!r} has not run ({status}); "
+                "run the steps in order (or provision without --step)")
+
+
+def run_steps(run: ProvisionRun) -> None:
+    plan, manifest, opts, result = run.plan, run.manifest, run.opts, run.result
+    refuse_out_of_order(plan, manifest, opts.only_step)
+    todo = [s for s in plan.steps if manifest.state(s.name).status != "ok"]
+    prefetcher = None
+    if opts.only_step is None and prefetch.wanted(opts.prefetch, todo):
+        # the next step's exact pins download into the same cache while this step installs
+        prefetcher = prefetch.Prefetcher(installer=run.installer, python=run.python,
+                                         scratch_root=run.paths.cache / "prefetch", logs=run.paths.logs,
+                                         env=run.env or {})
+    try:
+        for planned in plan.steps:
+            if opts.only_step and planned.name != opts.only_step:
+                continue
+            if manifest.state(planned.name).status == "ok":
+                result.skipped.append(planned.name)
+                continue
+            if prefetcher is not None:
+                prefetcher.wait(planned.name)  # never race the real install of the same step
+                later = todo[todo.index(planned) + 1:] if planned in todo else []
+                if later and prefetcher.start(later[0]) is not None:
+                    events.emit("debug", f"prefetching step {later[0].name} while {planned.name} installs")
+            run_one(run, planned)
+    finally:
+        if prefetcher is not None:
+            prefetcher.close()
+
+
+def take_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, object]:
+    spec, site = run.spec, run.site
+    try:
+        base = abi.take_baseline(spec.abi, site, run.manifest.marker_env or {}, stamp=not adopted)
+    except LookupError:
+        where = "the environment" if adopted else "the venv after the baseline step"
+        raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from None
+    if base.version != spec.abi.version:
+        source = "the base environment has" if adopted else "the baseline step installed"
+        raise ABIViolation(
+            f"{source} {spec.abi.package} {base.version}, but the spec says abi.version = {spec.abi.version}",
+            hint="Fix abi.version, or the baseline step's pin / the base image, so they agree.")
+    pins = "\n".join(base.pins())
+    atomic_write_text(run.paths.constraints, f"# envbuild: the ABI baseline, frozen after the baseline step\n{pins}\n")
+    events.emit("info", f"baseline frozen: {', '.join(base.pins())}")
+    return base.to_json()
+
+
+def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
+    spec, manifest, paths, result, site = run.spec, run.manifest, run.paths, run.result, run.site
+    state = manifest.state(planned.name)
+    total = len(run.plan.steps)
+    events.emit("step", f"step {planned.number}/{total} {planned.name}: {' '.join(planned.requirements)}")
+    log_file = paths.logs / f"{planned.number:02d}-{planned.name}.log"
+    state.status, state.started, state.ended, state.log, state.error = "running", now(), None, str(log_file), None
+    manifest.save()
+    constraints = None
+    step_env = dict(run.env or {})
+    if planned.constrained:
+        if manifest.baseline is None:
+            manifest.baseline = take_baseline(run)
+        constraints = paths.constraints
+        step_env["PIP_CONSTRAINT"] = str(constraints)  # reaches pip's isolated build envs too
+        step_env["UV_BUILD_CONSTRAINT"] = str(constraints)
+    before = abi.scan(site)
+    t = time.monotonic()
+    try:
+        run.installer.run_step(planned, spec=spec, python=run.python, steps_dir=paths.state / "steps",
+                               constraints=constraints, log_file=log_file, env=step_env, pass_fds=run.pass_fds,
+                               timeout=run.opts.step_timeout)
+        if planned.role == "baseline":
+            manifest.baseline = take_baseline(run)
+    except EnvbuildError as exc:
+        state.status, state.ended, state.error = "failed", now(), exc.message
+        manifest.save()
+        raise
+    state.seconds = round(time.monotonic() - t, 3)
+    if manifest.baseline is not None:
+        report = abi.check(spec, abi.Baseline.from_json(manifest.baseline), site,
+                           no_deps_names=planned.step.names if planned.step.no_deps else (),
+                           marker_env=manifest.marker_env)
+        state.guard_seconds = round(report.seconds, 4)
+        result.guard_seconds.append(report.seconds)
+        state.warnings = [f.message for f in report.warnings]
+        for f in report.warnings:
+            events.emit("warn", f"step {planned.name}: {f.message} (left unmet by --no-deps)")
+            result.warnings.append(f.message)
+        if not report.ok or (run.opts.strict and report.warnings):
+            findings = report.violations or report.warnings
+            message = _violation_message(planned, findings, before, abi.scan(site))
+            state.status, state.ended, state.error = "failed", now(), message
+            if report.violations:
+                manifest.violation = f"step {planned.name}: {findings[0].message}"
+            manifest.save()
+            raise ABIViolation(message, hint=_violation_hint(findings, paths))
+    state.status, state.ended = "ok", now()
+    manifest.save()
+    result.ran.append(planned.name)
+    events.emit("ok", f"step {planned.name} ({state.seconds:.1f} s, guard {1000 * (state.guard_seconds or 0):.0f} ms)")
+
+
+def _violation_message(planned: PlannedStep, findings: list[abi.Finding],
+                       before: Mapping[str, abi.Dist], after: Mapping[str, abi.Dist]) -> str:
+    lines = [f"ABI guard after step {planned.number} ({planned.name!r}): " + findings[0].message]
+    lines += [f"  also: {f.message}" for f in findings[1:4]]
+    lines += abi.culprits(findings[0], before, after, planned.step.names)
+    return "\n".join(lines)
+
+
+def _violation_hint(findings: list[abi.Finding], paths: layout.Paths) -> str:
+    rule = findings[0].rule
+    fixes = {
+        "version": "Install the packages that pulled it in with no_deps = true, or pin versions whose torch requirement the baseline satisfies.",
+        "reinstalled": "Remove reinstall/upgrade from that step, or install its packages with no_deps = true.",
+        "protected": "Install the package that pulled it in with no_deps = true.",
+        "modified": "Something edited installed files in place; provision again to start from clean files.",
+        "triton": "Install that package with no_deps = true: the baseline's triton provider already supplies the module.",
+        "overlap": "Acknowledge the overlap with [[abi.overlap]] (packages, winner) and order the steps so the winner installs last, or drop one package.",
+        "provenance": "Rebuild the wheel against the installed torch with `envbuild wheelhouse build`.",
+        "unmet": "Pin the missing versions in a later step, or use matching versions (--strict makes this an error).",
+    }
+    return f"{fixes.get(rule, 'Fix the stack spec.')} The next provision moves this venv aside and starts over. Logs: {paths.logs}"

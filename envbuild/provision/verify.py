@@ -1,0 +1,128 @@
+"""The final check of an environment: the ABI guard, then ``import torch`` in the venv's python.
+
+``provision`` runs it last and ``verify`` runs it on demand; both call ``final_check``.
+
+The import is the slow part (2-3 s for torch on a warm disk, and every re-run of a finished
+provision paid it). Its verdict is cached in ``<root>/.envbuild/import-verdict.json`` under a
+fingerprint of everything the import can depend on that envbuild can see: the RECORD of every
+distribution in the environment, its hash and its file's inode, mtime and size ( a reinstall, upgrade,
+removal or new package changes it), the
+interpreter (its real path, size and mtime) and the environment overlay's variables. A re-run
+whose fingerprint matches reuses the verdict and says so (``cached``, in the output and the
+receipt); anything else imports again. ``verify`` always imports (that is what it is asked).
+
+A hung import (a dead driver, a stuck network file system) is stopped at ``timeout``: the
+caller gets ``ImportHang`` and turns it into its own exit code (5 for provision, 7 for verify).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envbuild import abi
+from envbuild._io import atomic_write_json
+from envbuild.installer import run_python_json
+from envbuild.spec import StackSpec
+
+__all__ = ["IMPORT_TIMEOUT", "FinalCheck", "ImportHang", "final_check", "fingerprint"]
+
+IMPORT_TIMEOUT = 300.0  # seconds for `import torch`: minutes on a cold network file system, never forever
+VERDICT_SCHEMA = 1
+
+
+class ImportHang(Exception):
+    """The import check did not finish within its timeout (the message says what and how long)."""
+
+
+@dataclass
+class FinalCheck:
+    report: abi.GuardReport
+    data: dict[str, Any] | None = None  # FULL_CHECK's answer: version, cuda, file
+    findings: list[abi.Finding] = field(default_factory=list)  # guard violations, then import findings
+    cached: bool = False  # the import verdict was reused (the fingerprint matched)
+    fingerprint: str | None = None
+    import_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def fingerprint(site: Path, python: Path, overlay: Mapping[str, str]) -> str:
+    """A digest of every distribution's RECORD, the interpreter and the overlay's variables."""
+    h = hashlib.sha256()
+    for name, dist in sorted(abi.scan(site).items()):
+        # the RECORD's hash, and where it sits (inode, mtime, size): a reinstall of the same files counts
+        h.update(f"{name}\0{dist.version}\0{dist.record_sha256}\0{dist.record_key}\n".encode())
+    real = Path(os.path.realpath(python))
+    try:
+        st = real.stat()
+        h.update(f"python\0{real}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    except OSError:
+        h.update(f"python\0{real}\0missing\n".encode())
+    h.update(json.dumps(sorted(overlay.items())).encode())
+    return h.hexdigest()
+
+
+def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: Path,
+                marker_env: Mapping[str, str] | None, overlay: Mapping[str, str], guard: bool = True,
+                verdict_file: Path | None = None, timeout: float = IMPORT_TIMEOUT,
+                import_after_violation: bool = False) -> FinalCheck:
+    """The guard (unless ``guard`` is False: it has just run on this very state), then the import.
+
+    With ``verdict_file``, a verdict recorded under the same fingerprint is reused, and a fresh
+    passing one is recorded. Guard violations stop the check unless ``import_after_violation``
+    (``verify`` reports everything). Raises ``ImportHang`` when the import hangs.
+    """
+    report = abi.check(spec, baseline, site, marker_env=marker_env) if guard else abi.GuardReport()
+    out = FinalCheck(report=report, findings=list(report.violations))
+    if report.violations and not import_after_violation:
+        return out  # the environment changed under us: provision stops here
+    if report.violations:
+        verdict_file = None  # never cache a verdict on an environment the guard rejects
+    key = fingerprint(site, python, overlay) if verdict_file is not None else None
+    out.fingerprint = key
+    if verdict_file is not None and key is not None:
+        cached = _load_verdict(verdict_file, key)
+        if cached is not None:
+            out.data, out.cached = cached, True
+            out.findings += abi.full_check_result(spec, cached)
+            return out
+    env = dict(os.environ)
+    env.update(overlay)
+    t = time.monotonic()
+    try:
+        out.data = run_python_json(python, abi.FULL_CHECK, timeout=timeout, env=env,
+                                   what=f"`import {spec.abi.package}` in {python}")
+    except TimeoutError as exc:
+        raise ImportHang(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - any failure to import is the verdict
+        out.findings.append(abi.Finding("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
+        return out
+    finally:
+        out.import_seconds = round(time.monotonic() - t, 3)
+    out.findings += abi.full_check_result(spec, out.data)
+    if verdict_file is not None and key is not None and out.ok:
+        atomic_write_json(verdict_file, {"schema": VERDICT_SCHEMA, "fingerprint": key, "data": out.data,
+                                         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    elif verdict_file is not None:
+        verdict_file.unlink(missing_ok=True)
+    return out
+
+
+def _load_verdict(path: Path, key: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != VERDICT_SCHEMA or doc.get("fingerprint") != key:
+        return None
+    data = doc.get("data")
+    return data if isinstance(data, dict) else None
