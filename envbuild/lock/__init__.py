@@ -1,3 +1,4 @@
-"""The lock stage: the model of ``lock.json`` and its step files (``model``), compiling a lock
-(``compile``), the CI gate (``check`` with its dry-run rule in ``dryrun``) and the PEP 751 export
-(``pylock``)."""
+"""The lock stage: the typed ``lock.json`` (``model``), its step files (``stepfile``), which specs a
+lock serves (``serve``), compiling a lock (``compile``), the CI gate (``check``, its dry-run rule in
+``dryrun``, their shared types in ``report``; ``anyfile`` and ``anyformat`` for any lockfile format) and the PEP 751
+export (``pylock``)."""
