@@ -156,7 +156,11 @@ def test_the_import_verdict_is_reused_only_while_nothing_changed(
     again = provision(stack)
     assert again.rc == 0 and "cached verdict" in again.output, again.output
     receipts = sorted((tmp_path / "data" / "receipts").rglob("*.json"), key=lambda p: p.stat().st_mtime)
-    assert json.loads(receipts[-1].read_text())["payload"]["import_check"] == {"cached": True}
+    cached_receipt = json.loads(receipts[-1].read_text())
+    assert cached_receipt["payload"]["import_check"] == {"cached": True}
+    # the inventory recorded with the verdict stands in for a new one: the same distributions
+    names = {d["name"] for d in cached_receipt["software"]["distributions"]}
+    assert {"torch", "einops-like"} <= names
     # any distribution changed (here: one more installed behind envbuild's back): import again
     provisioned_venv.pip("install", "--no-deps", "--index-url", scenario_index.pypi_url, "fla-core-like", check=True)
     changed = provision(stack, "--json")

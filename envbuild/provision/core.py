@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,13 @@ from envbuild.net import unreachable
 from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan, resolve_plan
 from envbuild.provision.state import Manifest, now
 from envbuild.provision.steps import ProvisionRun, refuse_out_of_order, run_steps, take_baseline
-from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
+from envbuild.provision.verify import (
+    IMPORT_TIMEOUT,
+    FinalCheck,
+    ImportHang,
+    final_check,
+    remember_software,
+)
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
@@ -204,16 +210,30 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
 
     run_steps(run)
     laps.lap("steps")
-    # the environment is final: its inventory for the receipt runs beside the import check
-    software = pool.submit(receipts.inventory, run.python)
+    # the environment is final: its inventory for the receipt runs beside the import check, or is
+    # the one recorded with a cached verdict (same fingerprint: the same distributions)
+    futures: list[Future[dict[str, Any]]] = []
+
+    def start_inventory() -> None:
+        futures.append(pool.submit(receipts.inventory, run.python))
+
+    check = None
     last = plan.steps[-1].name
     if opts.only_step is None or opts.only_step == last:
-        _final_check(run)
+        check = _final_check(run, on_fresh_import=start_inventory)
         manifest.finished = now()
         manifest.save()
         laps.lap("import_check")
+    if check is not None and check.cached and check.software is not None:
+        software: dict[str, Any] | None = check.software
+    else:
+        if not futures:
+            start_inventory()
+        software = _or_none(futures[0])
+        if check is not None and software is not None:
+            remember_software(run.paths.import_verdict, check, software)
     result.seconds = time.monotonic() - laps.t0
-    result.receipt = _write_receipt(run, host=_or_none(host_facts), software=_or_none(software))
+    result.receipt = _write_receipt(run, host=_or_none(host_facts), software=software)
     laps.lap("receipt")
     return result
 
@@ -355,7 +375,7 @@ def _install_env(paths: layout.Paths) -> dict[str, str]:
     return env
 
 
-def _final_check(run: ProvisionRun) -> None:
+def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None = None) -> FinalCheck:
     spec, manifest, result = run.spec, run.manifest, run.result
     if manifest.baseline is None:
         raise ABIViolation(f"no baseline was recorded for {spec.abi.package}; the environment cannot be verified")
@@ -366,7 +386,8 @@ def _final_check(run: ProvisionRun) -> None:
         check = final_check(spec, baseline=abi.Baseline.from_json(manifest.baseline), site=run.site,
                             python=run.python, marker_env=manifest.marker_env,
                             overlay=layout.overlay_env(spec, run.paths), guard=not guarded_now,
-                            verdict_file=run.paths.import_verdict, timeout=run.opts.import_timeout)
+                            verdict_file=run.paths.import_verdict, timeout=run.opts.import_timeout,
+                            on_fresh_import=on_fresh_import)
     except ImportHang as exc:
         raise InstallError(f"the import check hung: {exc}",
                            hint="The environment is installed; the import did not answer. A hang in `import "
@@ -388,6 +409,7 @@ def _final_check(run: ProvisionRun) -> None:
     result.full_check, result.import_cached = data, check.cached
     how = " (cached verdict: no distribution, interpreter or overlay changed since the last import)" if check.cached else ""
     events.emit("ok", f"import {spec.abi.package}: {data.get('version')} (cuda {data.get('cuda')}){how}")
+    return check
 
 
 def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None, software: dict[str, Any] | None = None) -> Path:

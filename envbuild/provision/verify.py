@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ class FinalCheck:
     cached: bool = False  # the import verdict was reused (the fingerprint matched)
     fingerprint: str | None = None
     import_seconds: float = 0.0
+    software: dict[str, Any] | None = None  # with a cached verdict: the receipt's inventory recorded with it
 
     @property
     def ok(self) -> bool:
@@ -74,12 +75,14 @@ def fingerprint(site: Path, python: Path, overlay: Mapping[str, str]) -> str:
 def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: Path,
                 marker_env: Mapping[str, str] | None, overlay: Mapping[str, str], guard: bool = True,
                 verdict_file: Path | None = None, timeout: float = IMPORT_TIMEOUT,
-                import_after_violation: bool = False) -> FinalCheck:
+                import_after_violation: bool = False,
+                on_fresh_import: Callable[[], None] | None = None) -> FinalCheck:
     """The guard (unless ``guard`` is False: it has just run on this very state), then the import.
 
     With ``verdict_file``, a verdict recorded under the same fingerprint is reused, and a fresh
     passing one is recorded. Guard violations stop the check unless ``import_after_violation``
-    (``verify`` reports everything). Raises ``ImportHang`` when the import hangs.
+    (``verify`` reports everything). ``on_fresh_import`` is called just before a real import
+    (provision starts the receipt's inventory beside it). Raises ``ImportHang`` when it hangs.
     """
     report = abi.check(spec, baseline, site, marker_env=marker_env) if guard else abi.GuardReport()
     out = FinalCheck(report=report, findings=list(report.violations))
@@ -90,11 +93,14 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
     key = fingerprint(site, python, overlay) if verdict_file is not None else None
     out.fingerprint = key
     if verdict_file is not None and key is not None:
-        cached = _load_verdict(verdict_file, key)
-        if cached is not None:
-            out.data, out.cached = cached, True
-            out.findings += abi.full_check_result(spec, cached)
+        doc = _load_verdict(verdict_file, key)
+        if doc is not None:
+            out.data, out.cached = doc["data"], True
+            out.software = doc.get("software") if isinstance(doc.get("software"), dict) else None
+            out.findings += abi.full_check_result(spec, out.data)
             return out
+    if on_fresh_import is not None:
+        on_fresh_import()
     env = dict(os.environ)
     env.update(overlay)
     t = time.monotonic()
@@ -111,10 +117,20 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
     out.findings += abi.full_check_result(spec, out.data)
     if verdict_file is not None and key is not None and out.ok:
         atomic_write_json(verdict_file, {"schema": VERDICT_SCHEMA, "fingerprint": key, "data": out.data,
-                                         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                                         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, private=True)
     elif verdict_file is not None:
         verdict_file.unlink(missing_ok=True)
     return out
+
+
+def remember_software(path: Path, check: FinalCheck, software: dict[str, Any]) -> None:
+    """Keep the receipt's inventory beside a fresh passing verdict: a run that reuses the
+    verdict (the same distributions) reuses it too, instead of a subprocess listing them again."""
+    if check.cached or not check.ok or check.fingerprint is None:
+        return
+    doc = _load_verdict(path, check.fingerprint)
+    if doc is not None:
+        atomic_write_json(path, {**doc, "software": software}, private=True)
 
 
 def _load_verdict(path: Path, key: str) -> dict[str, Any] | None:
@@ -124,5 +140,4 @@ def _load_verdict(path: Path, key: str) -> dict[str, Any] | None:
         return None
     if not isinstance(doc, dict) or doc.get("schema") != VERDICT_SCHEMA or doc.get("fingerprint") != key:
         return None
-    data = doc.get("data")
-    return data if isinstance(data, dict) else None
+    return doc if isinstance(doc.get("data"), dict) else None
