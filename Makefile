@@ -11,7 +11,7 @@ DEMO   := .demo
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=3); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
 export ENVBUILD_TORCH_INDEX := $(TORCH_INDEX)
 
-.PHONY: demo test test-all lint check-lock bench clean
+.PHONY: demo test test-all lint check-lock bench clean image bootstrap
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ test: $(BIN)/.installed
 ## test-all: also the tests that read real PyPI metadata
 test-all: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not gpu"
+
+## image: build the cpu profile's image with buildah from a local Debian base (root; see docker/build-image.sh)
+image: $(BIN)/.installed
+	ENVBUILD_TORCH_INDEX="$(TORCH_INDEX)" docker/build-image.sh cpu
+
+## bootstrap: the one-archive installer for a fresh host with only python3 (dist/envbuild-bootstrap-*.tar.gz)
+bootstrap: $(BIN)/.installed
+	$(BIN)/python bootstrap/build.py -o dist
 
 lint: $(BIN)/.installed
 	$(BIN)/python -m pip install -q -e '.[dev]'

@@ -93,7 +93,7 @@ def test_every_install_goes_through_envbuild() -> None:
     steps = [r for r in runs if "envbuild provision" in r]
     names = [re.search(r"--step (\S+)", s).group(1) for s in steps]  # type: ignore[union-attr]
     assert names == [s.name for s in resolve_spec("h200-cu132", None, {}).steps]
-    assert runs[-1] == "envbuild smoke --stack /etc/envbuild/stack.toml --root /opt/envbuild --venv /opt/envbuild/venv"
+    assert runs[-1].startswith("envbuild smoke --stack /etc/envbuild/stack.toml --root /opt/envbuild --venv /opt/envbuild/venv")
     # caches are BuildKit cache mounts; the prebuilt step mounts the wheelhouse context
     for w, a in ins:
         if w == "RUN" and "envbuild provision" in a:
@@ -129,7 +129,8 @@ def test_hadolint_is_clean() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--profile", "h200-cu132", "--base", "nvidia/cuda:latest"], "unknown base image tag format"),
+    (["--profile", "h200-cu132", "--base", "ubuntu:22.04"], "has no CUDA toolkit"),
+    (["--profile", "h200-cu132", "--base", "nvidia/cuda:13.2.0-cudnn-runtime-ubuntu22.04"], "not a devel image"),
     (["--profile", "h200-cu132", "--base", "Bad Image"], "not a valid image reference"),
     (["--profile", "h200-cu132", "--base", "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"], "is CUDA 12.8"),
     (["--profile", "gpu-base-cu130"], "abi.adopt = true"),

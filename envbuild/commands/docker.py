@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,12 @@ def register(sub: Any) -> None:
                    help=f"the image's data root: venv, caches, state, receipts (default: {DEFAULT_ROOT})")
     p.add_argument("--offline", action="store_true",
                    help="install every step from the `wheelhouse` build context (provision --offline)")
-    p.add_argument("-o", "--output", type=path_arg, default=Path("docker/Dockerfile"),
-                   help="the Dockerfile to write (default: docker/Dockerfile); its spec slices go to <dir>/<stack>.steps/")
-    p.add_argument("--context", type=path_arg, default=Path("."),
-                   help="the docker build context the COPY paths are relative to (default: .)")
+    p.add_argument("-o", "--output", type=path_arg, default=None,
+                   help="the Dockerfile to write (default: docker/Dockerfile, or docker/<stack>.Dockerfile when "
+                   "docker/Dockerfile is another stack's); its spec slices go to <dir>/<stack>.steps/")
+    p.add_argument("--context", type=path_arg, default=None,
+                   help="the docker build context the COPY paths are relative to (default: ., or the "
+                   "Dockerfile's folder when -o is outside .; a context without envbuild's source gets a copy)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 8 if the files on disk differ from a fresh render (CI)")
     p.add_argument("--dockerignore", action="store_true", help="also write <context>/.dockerignore")
@@ -49,16 +52,26 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_stack(args)
-    context = args.context.absolute()
+    if args.output is None:
+        args.output = default_output(Path("docker"), spec.name)
+        if args.output.name != "Dockerfile":
+            events.emit("info", f"docker/Dockerfile renders another stack; writing {args.output} instead")
     output = args.output if args.output.is_absolute() else Path.cwd() / args.output
+    if args.context is None:
+        inside = output.parent.is_relative_to(Path.cwd())
+        context = Path.cwd() if inside else output.parent
+    else:
+        context = args.context.absolute()
     steps_folder = output.parent / f"{spec.name}.steps"
     try:
         steps_dir = steps_folder.relative_to(context).as_posix()
     except ValueError:
         raise ConfigError(f"-o {args.output}: the Dockerfile's folder must be inside the build context {context} "
                           "(its COPY lines read the spec slices from there)") from None
+    tool_src = tool_source(context, output.parent)
     opts = DockerOptions(base=args.base, venv=args.venv, root=args.root, offline=args.offline,
-                         steps_dir=steps_dir, lock=not args.no_lock, command=_command_line(args, spec.name))
+                         steps_dir=steps_dir, lock=not args.no_lock, command=_command_line(args, spec.name),
+                         tool_src=tool_src.relative_to(context).as_posix() + "/" if tool_src != context else "")
     rendered = render(spec, opts)
     if args.check:
         stale = stale_files(rendered, output, context, steps_dir)
@@ -77,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
             old.unlink()
     for rel, text in rendered.files.items():
         atomic_write_text(context / rel, text)
+    if tool_src != context:
+        copy_tool_source(tool_src)
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output, rendered.dockerfile)
     if args.dockerignore:
@@ -89,8 +104,59 @@ def run(args: argparse.Namespace) -> int:
         events.emit("ok", f"wrote {output} and {slices} spec slices" + (f" (+ {extra} lock files)" if extra else "")
                     + f" in {steps_folder}")
         ui.print_text(f"build: docker build -f {os.path.relpath(output, context)} "
-                      f"--build-context wheelhouse=/mnt/data/wheelhouse -t envbuild/{spec.name} {context}")
+                      f"--build-context wheelhouse=/mnt/data/wheelhouse -t envbuild/{spec.name} {context}"
+                      "\n  (index settings and credentials: --secret id=pip.conf,src=... / id=uv.toml,src=...)")
     return 0
+
+
+def default_output(folder: Path, stack: str) -> Path:
+    """``docker/Dockerfile``, unless it holds another stack's rendering (the committed one is the
+    h200 stack's): then ``docker/<stack>.Dockerfile``, so no profile overwrites another's file."""
+    main = folder / "Dockerfile"
+    try:
+        header = main.read_text(encoding="utf-8")[:2000]
+    except OSError:
+        return main
+    m = STACK_HEADER.search(header)
+    return main if m is None or m.group(1) == stack else folder / f"{stack}.Dockerfile"
+
+
+STACK_HEADER = re.compile(r"^# Stack (\S+) \(sha256:", re.M)
+TOOL_SRC = "envbuild-src"
+
+
+def tool_source(context: Path, beside: Path) -> Path:
+    """Where the image's ``COPY`` of envbuild's own source reads from: the context itself when it
+    is an envbuild checkout, else ``<Dockerfile folder>/envbuild-src`` (a copy made on write)."""
+    if (context / "pyproject.toml").is_file() and (context / "envbuild" / "__init__.py").is_file():
+        return context
+    if _checkout() is None:
+        raise ConfigError(
+            f"the build context {context} holds no envbuild source (pyproject.toml and envbuild/) for the image's "
+            "envbuild, and this envbuild is not running from a checkout to copy it from",
+            hint="Render from an envbuild checkout (cd into it, or pass --context CHECKOUT).")
+    return beside / TOOL_SRC
+
+
+def _checkout() -> Path | None:
+    import envbuild
+
+    root = Path(envbuild.__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def copy_tool_source(dest: Path) -> None:
+    """Copy the running envbuild's package and pyproject.toml to ``dest`` (replacing an old copy)."""
+    import shutil
+
+    root = _checkout()
+    assert root is not None
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(root / "envbuild", tmp / "envbuild", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(root / "pyproject.toml", tmp / "pyproject.toml")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
 
 
 def _command_line(args: argparse.Namespace, name: str) -> str:
@@ -106,5 +172,6 @@ def _command_line(args: argparse.Namespace, name: str) -> str:
         words.append("--offline")
     if args.no_lock:
         words.append("--no-lock")
-    words += ["-o", str(args.output)]
+    if args.output is not None:
+        words += ["-o", str(args.output)]
     return " ".join(words)

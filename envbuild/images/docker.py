@@ -59,6 +59,13 @@ STEP_FILE_GLOBS = ("*.toml", "*.lock.json", "*.txt")  # what a rendered steps fo
 IMAGE_WHEELHOUSE = "/wheelhouse"
 WHEELHOUSE_CONTEXT = "wheelhouse"
 SYNTAX = "docker/dockerfile:1.7"
+# Build-time package sources and credentials reach a RUN as secrets, never as ARG/ENV or COPY, so
+# no layer keeps them: `docker build --secret id=pip.conf,src=...` (buildah: the same flag).
+SECRETS = ("--mount=type=secret,id=pip.conf,target=/etc/pip.conf "
+           "--mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml")
+# What the image needs at run time besides Python: a C++ compiler (torch.compile's Inductor
+# compiles its CPU kernels with it) and git (git-pinned steps).
+RUNTIME_APT = "ca-certificates git g++ make"
 
 # CUDA major.minor -> the newest nvidia/cuda patch release with a cudnn devel image.
 CUDA_BASE_TAGS: Mapping[str, str] = {
@@ -101,13 +108,14 @@ class DockerOptions:
     steps_dir: str = "docker/steps"  # where the spec slices go, relative to the build context
     lock: bool = True  # install from the stack's lock when it has one (False: resolve from the spec)
     command: str = "envbuild docker"  # the command line that renders this file, for its header
+    tool_src: str = ""  # context-relative folder holding envbuild's pyproject.toml and envbuild/ ("": the root)
 
 
 @dataclass(frozen=True)
 class Base:
     image: str
-    ubuntu: str | None  # None: not an Ubuntu image envbuild knows how to add Python to
-    cuda: str | None
+    ubuntu: str | None  # None: not an Ubuntu image envbuild knows: Python comes from its own apt
+    cuda: str | None  # what the tag says (nvidia/cuda style); the build also reads CUDA_VERSION
 
 
 @dataclass(frozen=True)
@@ -120,10 +128,12 @@ class Rendered:
 
 
 def parse_base(image: str) -> Base:
-    """Validate an image reference; read the CUDA and Ubuntu versions from its tag."""
+    """Validate an image reference (any: ``registry[:port]/name:tag``, ``name@sha256:...``,
+    ``localhost/name:tag``); read the CUDA and Ubuntu versions from its tag where it tells."""
     m = _REF.match(image)
     if not m:
-        raise ConfigError(f"--base {image!r} is not a valid image reference (expected [registry/]name[:tag][@sha256:...])")
+        raise ConfigError(f"--base {image!r} is not a valid image reference "
+                          "(expected [registry[:port]/]name[:tag][@sha256:<64 hex>])")
     tag = m.group("tag") or "latest"
     name = m.group("path").rsplit("/", 1)[-1]
     if (c := _CUDA_TAG.match(tag)) is not None:
@@ -165,19 +175,16 @@ def choose_base(spec: StackSpec, opts: DockerOptions) -> Base:
         raise ConfigError("--venv is for stacks that adopt torch from the base image (abi.adopt = true); "
                           f"{spec.name} installs its own {spec.abi.package} into a new venv")
     base = parse_base(opts.base or _default_base(spec))
-    if base.ubuntu is None:
-        raise ConfigError(
-            f"--base {base.image!r}: unknown base image tag format; envbuild renders onto "
-            "nvidia/cuda:<cuda>-[cudnn-]devel-ubuntu<YY.MM> or ubuntu:<YY.MM> images",
-            hint="For an image that already holds torch, set abi.adopt = true in the stack and pass --venv.")
-    if spec.abi.cuda is not None:
-        if base.cuda is None:
-            raise ConfigError(f"--base {base.image!r} has no CUDA toolkit, but {spec.name} is built for CUDA {spec.abi.cuda}")
+    if spec.abi.cuda is not None and base.cuda is not None:
         if base.cuda != spec.abi.cuda:
             raise ConfigError(f"--base {base.image!r} is CUDA {base.cuda}, but {spec.name} needs abi.cuda = {spec.abi.cuda}")
         if "devel" not in base.image.rsplit(":", 1)[-1]:
             raise ConfigError(f"--base {base.image!r} is not a devel image; CUDA extensions need nvcc and headers",
                               hint="Use the -devel- variant of the tag.")
+    if spec.abi.cuda is not None and base.cuda is None and base.ubuntu is not None:
+        raise ConfigError(f"--base {base.image!r} has no CUDA toolkit, but {spec.name} is built for CUDA {spec.abi.cuda}")
+    if base.ubuntu is None:
+        return base  # a base envbuild does not know: its CUDA and Python are checked by the build itself
     if base.ubuntu not in DEADSNAKES:
         raise ConfigError(f"--base {base.image!r}: Ubuntu {base.ubuntu} is not supported "
                           f"(supported: {', '.join(DEADSNAKES)})")
@@ -188,6 +195,26 @@ def choose_base(spec: StackSpec, opts: DockerOptions) -> Base:
             "this profile cannot run in that container",
             hint="Choose another Ubuntu release with --base, or change the stack's python.")
     return base
+
+
+def cuda_check(spec: StackSpec) -> list[str]:
+    """A build step that stops the build when the base declares another CUDA than the stack's:
+    ``CUDA_VERSION`` (what nvidia/cuda and NGC images set), else ``nvcc --version``."""
+    want = spec.abi.cuda
+    if want is None:
+        return []
+    return [
+        f"# CUDA: {spec.name} needs {want}. The base declares its CUDA with CUDA_VERSION (nvidia/cuda, NGC)",
+        "# or has nvcc; a base that declares another CUDA, or none, stops the build here.",
+        'RUN have="${CUDA_VERSION:-}"; have="${have%.*}"; \\',
+        '    if [ -z "$have" ] && command -v nvcc >/dev/null 2>&1; then \\',
+        "        have=$(nvcc --version | sed -n 's/.*release \\([0-9]*\\.[0-9]*\\).*/\\1/p'); fi; \\",
+        f'    if [ "$have" != "{want}" ]; then \\',
+        f'        echo "envbuild: the base image declares CUDA ${{have:-none}} (CUDA_VERSION or nvcc); '
+        f'stack {spec.name} needs CUDA {want}: use a CUDA {want} devel base" >&2; \\',
+        "        exit 1; fi",
+        "",
+    ]
 
 
 # ----------------------------------------------------------------------------- spec slices
@@ -288,6 +315,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     ]
     apt_cache = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
                  "--mount=type=cache,target=/var/lib/apt,sharing=locked")
+    out += cuda_check(spec)
     if spec.abi.adopt:
         tool_python = f"{venv}/bin/python"
         out += [
@@ -295,12 +323,27 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
             "# hadolint ignore=DL3008",
             f"RUN {apt_cache} \\",
             "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
-            "    && apt-get update && apt-get install -y --no-install-recommends ca-certificates git",
+            f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT}",
+            "",
+        ]
+    elif base.ubuntu is None:
+        tool_python = f"python{py}"
+        out += [
+            f"# Python {py} with its headers (Inductor's C++ wrappers include Python.h), from the base",
+            "# image's apt (Debian and Ubuntu name them alike); a base whose apt has none must already",
+            f"# hold python{py} with venv on PATH.",
+            "# hadolint ignore=DL3008",
+            f"RUN {apt_cache} \\",
+            "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
+            f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT} \\",
+            f"    && if apt-cache show python{py}-dev >/dev/null 2>&1; then \\",
+            f"        apt-get install -y --no-install-recommends python{py} python{py}-venv python{py}-dev; \\",
+            f"    elif ! python{py} -c 'import venv, ensurepip' >/dev/null 2>&1; then \\",
+            f'        echo "envbuild: the base image has no python{py} (with venv) and its apt offers none" >&2; exit 1; fi',
             "",
         ]
     else:
         tool_python = f"python{py}"
-        assert base.ubuntu is not None
         packages = f"python{py} python{py}-venv python{py}-dev"
         if py == SYSTEM_PYTHON[base.ubuntu]:
             out += [f"# Python {py}: Ubuntu {base.ubuntu}'s own."]
@@ -313,21 +356,35 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
             "# hadolint ignore=DL3008",
             f"RUN {apt_cache} \\",
             "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
-            f"    && apt-get update && apt-get install -y --no-install-recommends ca-certificates git{ppa} \\",
+            f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT}{ppa} \\",
             f"    && apt-get install -y --no-install-recommends {packages}",
             "",
         ]
     out += [
         "# envbuild first, in its own venv (never in the training venv). Only the package code is",
-        "# copied: the stack specs come per layer below, so a spec edit does not reinstall envbuild.",
-        "COPY pyproject.toml /src/envbuild/",
-        "COPY envbuild/ /src/envbuild/envbuild/",
-        "RUN --mount=type=cache,target=/root/.cache/pip \\",
+        "# copied: the stack specs come per layer below, so a spec edit does not reinstall envbuild",
+        "# (the profile folders pyproject.toml lists are made empty; the image uses --stack).",
+        f"COPY {opts.tool_src}pyproject.toml /src/envbuild/",
+        f"COPY {opts.tool_src}envbuild/ /src/envbuild/envbuild/",
+        f"RUN --mount=type=cache,target=/root/.cache/pip {SECRETS} \\",
         "    mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md \\",
+        "    && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"' \\",
+        "       | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p \\",
         f"    && {tool_python} -m venv {TOOL_VENV} \\",
         f"    && {TOOL_VENV}/bin/python -m pip install /src/envbuild \\",
         f"    && ln -s {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild \\",
         "    && envbuild --version",
+        "",
+    ]
+    overlay = layout.overlay_env(spec, paths)
+    overlay.pop("PIP_CACHE_DIR", None)
+    overlay.pop("UV_CACHE_DIR", None)  # cache mounts at build time; the image itself stays small
+    env_lines = [f"VIRTUAL_ENV={venv}", f"PATH={venv}/bin:$PATH"]
+    env_lines += [f"{k}={_env_quote(v)}" for k, v in overlay.items()]
+    out += [
+        "# The environment overlay (what the venv's activate sources on a host): set before the first",
+        "# step, so every RUN below and every `docker run` has it.",
+        "ENV " + " \\\n    ".join(env_lines),
         "",
     ]
     build_args = [v for v in spec_vars(spec) if v not in wheelhouse_vars]
@@ -360,7 +417,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
                 copied.add(name)
             if new:
                 lock_copies.append(f"COPY {' '.join(f'{opts.steps_dir}/{n}' for n in new)} {IMAGE_LOCK_DIR}/")
-        mounts = [cache_mounts]
+        mounts = [cache_mounts, SECRETS]
         env_prefix = ""
         if opts.offline or planned.step.find_links:
             mounts.append(wheelhouse_mount)
@@ -382,17 +439,14 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
                 f"    UV_CONSTRAINT={constraints}",
                 "",
             ]
-    overlay = layout.overlay_env(spec, paths)
-    overlay.pop("PIP_CACHE_DIR", None)
-    overlay.pop("UV_CACHE_DIR", None)  # cache mounts at build time; the image itself stays small
-    env_lines = [f"VIRTUAL_ENV={venv}", f"PATH={venv}/bin:$PATH"]
-    env_lines += [f"{k}={_env_quote(v)}" for k, v in overlay.items()]
+    runtime_caches = " ".join(str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
+                              if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR"))
     out += [
-        "# The environment overlay (what the venv's activate sources on a host), for every shell.",
-        "ENV " + " \\\n    ".join(env_lines),
-        "",
         "# Smoke: the checks that run without a GPU; the rest with `docker run --gpus all` (see the top).",
-        f"RUN envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv}",
+        "# Then the run-time caches (Triton, Inductor, HF) are opened to any user: the image runs as",
+        "# root by default and also as `docker run --user UID:GID` (the venv stays read-only to it).",
+        f"RUN envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv} \\",
+        f"    && chmod 1777 {runtime_caches}",
         "",
         "WORKDIR /root",
         'CMD ["/bin/bash"]',

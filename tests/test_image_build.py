@@ -1,0 +1,238 @@
+"""A real image: the cpu profile built with buildah (daemonless, chroot isolation, one committed
+layer per instruction as Docker's classic builder does) FROM a Debian base made locally with
+mmdebstrap, by docker/build-image.sh (what `make image` runs).
+
+Inside the image: `envbuild verify` passes (the ABI guard's identity survives the layer commits),
+`envbuild smoke` passes (a C++ compiler is there for Inductor), receipts are there, no build
+secret is in any layer, and a reinstall of torch inside a container is still caught. A rebuild
+after a change to the last step reuses every layer up to it, and no layer after torch's touches
+torch's files, which are byte-identical to what its RECORD lists.
+
+The fast tests at the bottom check the rendering rules the build relies on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.fixtures import run_cli
+
+from envbuild import abi
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "docker" / "build-image.sh"
+STORE = os.environ.get("ENVBUILD_IMAGE_STORE", "/var/lib/envbuild-image")
+RUNROOT = "/run/envbuild-image"
+TAG = "localhost/envbuild-test/cpu:latest"
+VENV = "/opt/envbuild/venv"
+
+
+def _cannot_build() -> str | None:
+    if os.geteuid() != 0:
+        return "buildah's chroot isolation needs root (mount, chroot) here; run as root or `sudo make image`"
+    if shutil.which("buildah") is None and shutil.which("apt-get") is None:
+        return "no buildah and no apt-get to install it"
+    if not Path("/usr/local/share/ca-certificates").is_dir() and shutil.which("mmdebstrap") is None \
+            and shutil.which("apt-get") is None:
+        return "no mmdebstrap to make the base image"
+    return None
+
+
+def buildah(*args: str, check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
+    cmd = ["buildah", "--root", STORE, "--runroot", RUNROOT, "--storage-driver", os.environ.get("DRIVER", "overlay"),
+           *args]
+    return subprocess.run(cmd, check=check, capture_output=True, text=True,
+                          env={**os.environ, "BUILDAH_ISOLATION": "chroot"}, **kw)  # type: ignore[call-overload]
+
+
+class Container:
+    def __init__(self, image: str) -> None:
+        self.id = buildah("from", "-q", "--pull=never", image).stdout.strip()
+
+    def run(self, *cmd: str, volumes: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        vols = [a for v in volumes for a in ("-v", v)]
+        return buildah("run", "--isolation", "chroot", "--network", "host", *vols, self.id, "--", *cmd, check=False)
+
+    def remove(self) -> None:
+        buildah("rm", self.id, check=False)
+
+
+def build(stack: Path, out: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    env = {**os.environ, "OUT": str(out), "STORE": STORE, "RUNROOT": RUNROOT, "ENVBUILD_TORCH_INDEX": "",
+           "ENVBUILD": str(REPO / ".venv" / "bin" / "envbuild")}
+    env = {k: v for k, v in env.items() if not k.startswith("UV_")}
+    t = time.monotonic()
+    r = subprocess.run(["bash", str(SCRIPT), str(stack), TAG], env=env, capture_output=True, text=True, timeout=1800)
+    return time.monotonic() - t, r
+
+
+def layers(image: str) -> list[tuple[str, str]]:
+    """(diff id, the instruction that made it) for each layer of ``image``, oldest first."""
+    data = json.loads(buildah("inspect", "--type", "image", image).stdout)
+    diff_ids = data["Docker"]["rootfs"]["diff_ids"]
+    made = [h.get("created_by", "") for h in data["Docker"]["history"] if not h.get("empty_layer")]
+    assert len(made) == len(diff_ids), (len(made), len(diff_ids))
+    return list(zip(diff_ids, made, strict=True))
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    reason = _cannot_build()
+    if reason:
+        pytest.skip(reason)
+    stack_dir = tmp_path_factory.mktemp("stack") / "cpu"
+    shutil.copytree(REPO / "lockfiles" / "cpu", stack_dir)
+    out = REPO / "build" / "image" / "cpu-test"
+    seconds, r = build(stack_dir / "stack.toml", out)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    yield {"stack": stack_dir / "stack.toml", "out": out, "seconds": seconds, "layers": layers(TAG)}
+    buildah("rmi", TAG, check=False)
+
+
+@pytest.mark.slow
+def test_verify_smoke_and_receipts_inside_the_image(image: dict[str, object]) -> None:
+    c = Container(TAG)
+    try:
+        args = ("--stack", "/etc/envbuild/stack.toml", "--root", "/opt/envbuild")
+        v = c.run("envbuild", "verify", *args)
+        assert v.returncode == 0, v.stdout + v.stderr  # exit 6 before the guard keyed on content
+        s = c.run("envbuild", "smoke", *args, "--venv", VENV)
+        assert s.returncode == 0, s.stdout + s.stderr
+        assert c.run("g++", "--version").returncode == 0
+        env = c.run("bash", "-c", "echo $VIRTUAL_ENV $TORCHINDUCTOR_CACHE_DIR $PIP_CONSTRAINT; command -v python").stdout
+        assert env.split() == [VENV, "/opt/envbuild/cache/inductor", "/opt/envbuild/.envbuild/constraints.txt",
+                               f"{VENV}/bin/python"]
+        receipts = c.run("bash", "-c", "ls /opt/envbuild/receipts")
+        assert receipts.returncode == 0 and receipts.stdout.split(), receipts.stdout + receipts.stderr
+        # the build's pip.conf and uv.toml were secrets: not in the image
+        left = c.run("bash", "-c", "ls /etc/pip.conf /etc/uv/uv.toml /run/secrets 2>/dev/null; true")
+        assert left.stdout.strip() == ""
+    finally:
+        c.remove()
+
+
+@pytest.mark.slow
+def test_a_reinstall_of_torch_inside_the_image_is_caught(image: dict[str, object]) -> None:
+    wheels = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
+    if not wheels:
+        pytest.skip("no local torch CPU wheel in /opt/wheels to reinstall from")
+    c = Container(TAG)
+    try:
+        r = c.run(f"{VENV}/bin/python", "-m", "pip", "install", "-q", "--no-index", "--force-reinstall", "--no-deps",
+                  str(wheels[0]), volumes=("/opt/wheels:/opt/wheels:ro",))
+        assert r.returncode == 0, r.stdout + r.stderr
+        v = c.run("envbuild", "verify", "--stack", "/etc/envbuild/stack.toml", "--root", "/opt/envbuild")
+        assert v.returncode == 6, v.stdout + v.stderr
+        assert "torch 2.13.0+cpu was reinstalled by pip (same version, same files" in v.stderr, v.stderr
+    finally:
+        c.remove()
+
+
+@pytest.mark.slow
+def test_torch_layer_is_kept_by_a_rebuild_and_untouched_by_later_layers(image: dict[str, object],
+                                                                          tmp_path: Path) -> None:
+    first: list[tuple[str, str]] = image["layers"]  # type: ignore[assignment]
+    torch_at = next(i for i, (_, made) in enumerate(first) if "--step torch" in made and "torch-users" not in made)
+    rest_at = next(i for i, (_, made) in enumerate(first) if "--step rest" in made)
+
+    # No layer after torch's has a file under torch/ or torch's dist-info: the final image's torch
+    # files are the torch layer's bytes (and they match its RECORD, checked in full below).
+    dest = tmp_path / "image"
+    buildah("push", TAG, f"dir:{dest}")
+    manifest = json.loads((dest / "manifest.json").read_text())
+    blobs = [dest / m["digest"].split(":", 1)[1] for m in manifest["layers"]]
+    assert len(blobs) == len(first)
+    pattern = re.compile(r"(^|/)site-packages/(torch/|torch-[^/]*\.dist-info/)")
+    for i, blob in enumerate(blobs[torch_at + 1:], torch_at + 1):
+        with tarfile.open(blob) as tar:
+            touched = [m.name for m in tar if pattern.search(m.name)]
+        assert touched == [], f"layer {i} ({first[i][1][:80]}) rewrote torch: {touched[:5]}"
+    c = Container(TAG)
+    mount = buildah("mount", c.id).stdout.strip()
+    try:
+        site = abi.site_packages(Path(mount + VENV))
+        torch = abi.scan(site)["torch"]
+        assert torch.stamped
+        old_limit, abi.LAZY_HASH_LIMIT = abi.LAZY_HASH_LIMIT, 1 << 40  # every file, the 400 MB libraries too
+        try:
+            assert abi.files_differ(torch, site) == []
+        finally:
+            abi.LAZY_HASH_LIMIT = old_limit
+    finally:
+        buildah("umount", c.id, check=False)
+        c.remove()
+
+    # a change to the last step: every layer before it comes from the cache
+    stack: Path = image["stack"]  # type: ignore[assignment]
+    text = stack.read_text()
+    stack.write_text(text.replace('name = "rest"\n', 'name = "rest"\n# rebuilt by test_image_build\n'))
+    seconds, r = build(stack, image["out"])  # type: ignore[arg-type]
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    second = layers(TAG)
+    assert [d for d, _ in second[:rest_at]] == [d for d, _ in first[:rest_at]]
+    assert second[rest_at][0] != first[rest_at][0]
+    used = r.stdout.count("Using cache")
+    assert used >= torch_at, r.stdout[-4000:]
+    (REPO / "build" / "image" / "cpu-test" / "rebuild.json").write_text(
+        json.dumps({"first_seconds": image["seconds"], "rebuild_seconds": round(seconds, 1), "cache_hits": used}))
+
+
+# ----------------------------------------------------------------------------- rendering (fast)
+
+
+@pytest.mark.parametrize("base", ["localhost/debian-python:base", "registry.example.com:5000/team/base:2026.1",
+                                  "debian@sha256:" + "a" * 64, "nvidia/cuda:latest"])
+def test_any_base_reference_renders(tmp_path: Path, base: str) -> None:
+    r = run_cli(["docker", "--profile", "cpu", "--base", base, "-o", str(tmp_path / "d" / "Dockerfile"),
+                 "--context", str(tmp_path)], home=tmp_path / "home")
+    assert r.rc == 0, r.output
+    text = (tmp_path / "d" / "Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE={base}" in text and "g++" in text
+
+
+def test_cuda_is_checked_in_the_build_when_the_base_tag_does_not_say(tmp_path: Path) -> None:
+    r = run_cli(["docker", "--profile", "h200-cu132", "--base", "registry.example.com/ml/cuda-base:7",
+                 "-o", str(tmp_path / "Dockerfile"), "--context", str(tmp_path)], home=tmp_path / "home")
+    assert r.rc == 0, r.output
+    text = (tmp_path / "Dockerfile").read_text()
+    check = text[text.index('RUN have="${CUDA_VERSION:-}"'):]
+    check = check[:check.index("\n\n")]
+    script = check.removeprefix("RUN ").replace("\\\n", "\n")
+    for cuda, rc in (("13.2.0", 0), ("12.8.1", 1), ("", 1)):
+        done = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", "CUDA_VERSION": cuda},
+                              capture_output=True, text=True)
+        assert done.returncode == rc, (cuda, done.stderr)
+    assert "needs CUDA 13.2" in done.stderr
+
+
+def test_default_output_does_not_overwrite_another_stacks_dockerfile(tmp_path: Path) -> None:
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO / "docker", work / "docker", ignore=shutil.ignore_patterns("*.sh"))
+    shutil.copy2(REPO / "pyproject.toml", work / "pyproject.toml")
+    shutil.copytree(REPO / "lockfiles", work / "lockfiles")
+    shutil.copytree(REPO / "envbuild", work / "envbuild", ignore=shutil.ignore_patterns("__pycache__"))
+    committed = (work / "docker" / "Dockerfile").read_bytes()
+    r = run_cli(["docker", "--profile", "cpu"], home=tmp_path / "home", cwd=work)
+    assert r.rc == 0, r.output
+    assert (work / "docker" / "Dockerfile").read_bytes() == committed
+    assert "# Stack cpu " in (work / "docker" / "cpu.Dockerfile").read_text()
+    assert "docker/cpu.Dockerfile" in r.output
+
+
+def test_output_outside_the_checkout_is_a_usable_context(tmp_path: Path) -> None:
+    out = tmp_path / "ctx" / "Dockerfile"
+    r = run_cli(["docker", "--profile", "cpu", "-o", str(out)], home=tmp_path / "home", cwd=REPO)
+    assert r.rc == 0, r.output
+    text = out.read_text()
+    for src in re.findall(r"^COPY (\S+) ", text, re.M):
+        assert (out.parent / src).exists(), src  # every COPY source is in the context
+    assert "COPY envbuild-src/pyproject.toml /src/envbuild/" in text
