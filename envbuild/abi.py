@@ -27,8 +27,8 @@ environment that nobody reinstalled: an image layer commit (new inodes, whole-se
   byte-identical wheel by uv (whose RECORD is otherwise identical), loses the line and the file.
   The stamp's content is deterministic (the pre-stamp RECORD's sha256), so two provisions of the
   same stack still have equal RECORDs and receipts compare equal;
-- ``payload_sha256``: the sha256 of the RECORD rows outside the dist-info and ``__pycache__``
-  (the wheel's own files), which tells "the same build reinstalled" from "a different build";
+- ``payload_sha256``: the sha256 of the RECORD rows for files in site-packages outside the
+  dist-info and ``__pycache__`` (the wheel's own files, not the scripts an installer writes), which tells "the same build reinstalled" from "a different build";
 - ``record_key`` (inode, mtime_ns, size of RECORD) is a cache key only: while it is unchanged the
   files are the ones the baseline saw; when it changed, every file RECORD lists is checked
   (size, and sha256 for files up to ``LAZY_HASH_LIMIT``) once per process.
@@ -100,12 +100,13 @@ class Dist:
         return hit  # type: ignore[no-any-return]
 
     def payload_sha256(self) -> str:
-        """sha256 of the RECORD rows for the wheel's own files (not the dist-info, not ``.pyc``):
-        equal for two installs of the same build, whatever installer and whenever."""
+        """sha256 of the RECORD rows for the wheel's own files (not the dist-info, not ``.pyc``, not
+        the console scripts each installer writes its own way under ``../bin``): equal for two
+        installs of the same build, whatever installer and whenever."""
         hit = _cached(self.dist_info / "RECORD", "payload", self.record_key)
         if hit is None:
             rows = sorted(f"{p},{h}" for p, h in self.files().items()
-                          if ".dist-info/" not in p and "__pycache__" not in p)
+                          if ".dist-info/" not in p and "__pycache__" not in p and not p.startswith("../"))
             hit = _remember(self.dist_info / "RECORD", "payload", self.record_key,
                             hashlib.sha256("\n".join(rows).encode()).hexdigest())
         return hit  # type: ignore[no-any-return]
@@ -478,8 +479,8 @@ def files_differ(d: Dist, site: Path) -> list[str]:
         return hit  # type: ignore[no-any-return]
     bad: list[str] = []
     for row in csv.reader(io.StringIO(record.read_text(encoding="utf-8", errors="replace"))):
-        if len(row) < 3 or not row[1].startswith("sha256=") or "__pycache__" in row[0]:
-            continue  # RECORD itself, and .pyc (rewritten by any interpreter that finds them stale)
+        if len(row) < 3 or not row[1].startswith("sha256=") or "__pycache__" in row[0] or row[0].startswith("../"):
+            continue  # RECORD itself, .pyc (rewritten by any interpreter that finds them stale), scripts in bin/
         path = site / row[0]
         try:
             size = path.stat().st_size

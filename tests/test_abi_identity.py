@@ -71,9 +71,11 @@ def env(tmp_path: Path) -> Env:
     w = tmp_path / "wheels"
     wheels = {
         "torch": build_wheel(w, "torch", "2.13.0+cpu", requires=["triton==3.5.0"], files={
-            "torch/__init__.py": "from .version import __version__\n",
+            "torch/__init__.py": "from .version import __version__\n\ndef main() -> None:\n    pass\n",
             "torch/version.py": "__version__ = '2.13.0+cpu'\ncuda = None\n",
             "torch/lib/libtorch_stand_in.so": "\0" * 4096,
+            # a console script: pip and uv write bin/torchrun each their own way
+            "torch-2.13.0+cpu.dist-info/entry_points.txt": "[console_scripts]\ntorchrun = torch:main\n",
         }),
         "triton": build_wheel(w, "triton", "3.5.0", files={"triton/__init__.py": "x = 1\n"}),
         "fla-core": build_wheel(w, "fla-core", "0.4.2", requires=["torch>=2.5"], files={"fla/__init__.py": ""}),
@@ -158,6 +160,15 @@ def test_uv_reinstall_of_the_same_wheel_is_caught_by_the_stamp(env: Env) -> None
     assert [(f.rule, f.package) for f in found] == [("reinstalled", "torch"), ("protected", "triton")]
     assert "the baseline stamp envbuild listed in its RECORD is gone" in found[0].message
     assert "uv" in found[0].message
+
+
+def test_uv_then_pip_of_the_same_wheel_is_a_reinstall_not_another_build(env: Env) -> None:
+    """The console scripts uv and pip write differ; the wheel's own files do not."""
+    env.uv("--reinstall", str(env.wheels["torch"]))
+    base = frozen(env)
+    env.pip("--force-reinstall", str(env.wheels["torch"]))
+    (found,) = env.check(base)
+    assert found.message.startswith("torch 2.13.0+cpu was reinstalled by pip (same version, same files"), found
 
 
 def test_the_stamp_is_deterministic(env: Env, tmp_path: Path) -> None:
