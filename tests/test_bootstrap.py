@@ -138,7 +138,10 @@ def test_fresh_ubuntu_2204_operator_path_on_python_310(tmp_path: Path) -> None:
                        "python3 -V; python3 -m pip --version 2>&1; command -v uv || echo no-uv", check=False).stdout
         assert "Python 3.10." in bare and "No module named pip" in bare and "no-uv" in bare, bare
         buildah("copy", ctr, archive, "/root/")
-        run = buildah("run", "--isolation", "chroot", "--network", "host", *_host_sources(tmp_path),
+        # --hostname localhost: a host resolves its own name (/etc/hosts); a buildah container gets
+        # a random one that resolves nowhere, and torchrun's c10d store waits on it forever
+        run = buildah("run", "--isolation", "chroot", "--network", "host", "--hostname", "localhost",
+                      *_host_sources(tmp_path),
                       "--env", "ENVBUILD_TORCH_INDEX=", ctr, "--", "sh", "-c", OPERATOR_PATH, check=False)
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-8000:]
