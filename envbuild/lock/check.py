@@ -47,6 +47,7 @@ from envbuild.lock.model import (
 )
 from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, marker_env, protected_names
 from envbuild.lock.serve import stale_reason
+from envbuild.lock.stepfile import line_problems
 from envbuild.run import RunResult, run
 from envbuild.spec import StackSpec
 
@@ -132,21 +133,9 @@ def _read_steps(spec: StackSpec, manifest: Lock, report: CheckReport) -> list[St
         if sha256_file(path) != ls.file_sha256:
             report.findings.append(Finding(shown, "-", "stale-lock",
                                            f"changed after `envbuild lock` wrote it (sha256 differs from {MANIFEST})"))
-        for r in reqs:
-            if r.bad_hashes:
-                report.findings.append(Finding(shown, r.name, "broken-lock",
-                                               f"line {r.line}: malformed hash {r.bad_hashes[0]!r} (want sha256:<64 hex>)"))
-            if r.is_vcs:
-                if r.vcs_commit is None:
-                    report.findings.append(Finding(shown, r.name, "not-pinned",
-                                                   "git requirement not pinned to a commit SHA"))
-                continue
-            if r.version is None:
-                report.findings.append(Finding(shown, r.name, "not-pinned",
-                                               f"line {r.line}: {r.raw!r} is not pinned with =="))
-            if not r.hashes and not r.bad_hashes:
-                report.findings.append(Finding(shown, r.name, "missing-hash",
-                                               f"line {r.line}: no --hash (pip --require-hashes refuses it)"))
+        for problem in line_problems(reqs):
+            report.findings.append(Finding(shown, problem.req.name, problem.rule,
+                                           f"line {problem.req.line}: {problem.reason}"))
         idx = spec_index.get(ls.name, len(spec.steps))
         no_deps = spec.steps[idx].no_deps if idx < len(spec.steps) else ls.flags.no_deps
         views.append(StepView(idx, ls.name, shown, no_deps, reqs, {p.name: p for p in ls.packages}))

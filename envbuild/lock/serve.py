@@ -28,6 +28,7 @@ from envbuild import events
 from envbuild._io import sha256_file
 from envbuild.errors import LockError
 from envbuild.lock.model import MANIFEST, Lock, LockedStep, lock_dir, read_lock, read_step_file
+from envbuild.lock.stepfile import line_problems
 from envbuild.spec import StackSpec, spec_digest
 
 if sys.version_info >= (3, 11):
@@ -165,12 +166,9 @@ def checked_step_file(spec: StackSpec, lock: Lock, step: LockedStep) -> Path:
     if not path.is_file():
         raise LockError(f"{path}: the lock file of step {step.name!r} is missing", hint=regen)
     reqs = read_step_file(path)
-    for r in reqs:
-        if r.bad_hashes:
-            raise LockError(f"{path}:{r.line}: {r.name}: malformed hash {r.bad_hashes[0]!r} "
-                            "(want --hash=sha256:<64 hex digits>)", hint=regen)
-        if not r.hashes and not r.is_vcs:
-            raise LockError(f"{path}:{r.line}: {r.name} has no --hash; every locked artifact needs one", hint=regen)
+    if problems := line_problems(reqs):
+        first = problems[0]
+        raise LockError(f"{path}:{first.req.line}: {first.req.name}: {first.reason}", hint=regen)
     if sha256_file(path) != step.file_sha256:
         raise LockError(f"{path}: the file was changed after `envbuild lock` wrote it (its sha256 is not "
                         f"the one in {MANIFEST})",

@@ -35,7 +35,8 @@ _INDEX_OPTS = {"-i": "index", "--index-url": "index", "--extra-index-url": "inde
                "-f": "links", "--find-links": "links"}
 REGENERATE = "Re-run `envbuild lock` to regenerate the file."
 
-__all__ = ["LockedReq", "RequirementsFile", "format_requirement", "parse_requirements_text", "read_step_file"]
+__all__ = ["LineProblem", "LockedReq", "RequirementsFile", "format_requirement", "line_problems",
+           "parse_requirements_text", "read_step_file"]
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,32 @@ def read_text(path: Path, what: str = "lock file") -> str:
 def read_step_file(path: Path, shown: str | None = None) -> list[LockedReq]:
     """Read and parse one step file (``shown`` names it in errors; default: its path)."""
     return parse_requirements_text(read_text(path, "step file"), shown or str(path))
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    req: LockedReq
+    rule: str  # check-lock's rule: broken-lock, not-pinned, missing-hash
+    reason: str
+
+
+def line_problems(reqs: Iterable[LockedReq]) -> list[LineProblem]:
+    """What makes lines of a step file unfit for ``pip install --require-hashes``: the one rule that
+    ``check-lock`` reports as findings and ``provision`` refuses (exit 8) before installing."""
+    out = []
+    for r in reqs:
+        if r.bad_hashes:
+            out.append(LineProblem(r, "broken-lock", f"malformed hash {r.bad_hashes[0]!r} (want --hash=sha256:<64 hex>)"))
+        if r.is_vcs:
+            if r.vcs_commit is None:
+                out.append(LineProblem(r, "not-pinned", "git requirement not pinned to a commit SHA"))
+            continue
+        if r.version is None:
+            out.append(LineProblem(r, "not-pinned", f"{r.raw!r} is not pinned with =="))
+        if not r.hashes and not r.bad_hashes:
+            out.append(LineProblem(r, "missing-hash", "no --hash (pip --require-hashes refuses it; every locked "
+                                   "artifact needs one)"))
+    return out
 
 
 def format_requirement(name: str, version: str | None, hashes: Iterable[str], url: str | None = None) -> str:
