@@ -5,7 +5,8 @@ wheelhouse spec, a receipt envbuild wrote), damages it the way a bad edit, a mer
 hostile file does (random bytes, truncation, non-UTF-8, deleted keys, wrong types, nulls,
 renamed keys, duplicated or dropped lines) and runs ``envbuild.cli.main`` on it. The verdict is
 always a documented exit code with one paragraph on stderr: never a traceback (exit 1), and no
-file written outside the data root the command was given.
+file written outside the data root the command was given (envbuild's own cache folder,
+``$ENVBUILD_CACHE_DIR``, aside).
 
 Example counts are modest so the suite stays fast on 2 cores; ``ENVBUILD_FUZZ_EXAMPLES`` raises
 them for a longer hunt (``ENVBUILD_FUZZ_EXAMPLES=500 pytest tests/test_fuzz.py``).
@@ -175,9 +176,10 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "home").mkdir()
     before = _repo_state()
-    watched = _snapshot(tmp_path / "home")
+    cache = tmp_path / "home" / "cache"  # envbuild's own cache (pip's configured sources, metadata) may fill
+    watched = _snapshot(tmp_path / "home", skip=(cache,))
     yield tmp_path
-    assert _snapshot(tmp_path / "home") == watched  # nothing in HOME or the caches
+    assert _snapshot(tmp_path / "home", skip=(cache,)) == watched  # nothing else in HOME
     assert _repo_state() == before  # nothing in the repository
 
 

@@ -43,7 +43,9 @@ def _config_key(env: Mapping[str, str]) -> str:
 
 
 def _cache_file() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild" / "pip-config-sources.json"
+    from envbuild.index import cache_dir  # the one cache folder ($ENVBUILD_CACHE_DIR, else XDG)
+
+    return cache_dir() / "pip-config-sources.json"
 
 
 def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources:

@@ -217,6 +217,7 @@ _SHAPE: dict[str, tuple[tuple[type, ...], bool]] = {
     "software": ((dict,), False), "software.torch": ((dict,), False), "software.distributions": ((list,), False),
     "software.distributions[]": ((dict,), True), "software.distributions[].name": ((str,), True),
     "software.distributions[].version": ((str,), True), "software.distributions[].record_sha256": ((str,), False),
+    "software.distributions[].files_sha256": ((str,), False),
     "env": ((dict,), False), "env.overlay": ((dict,), False), "env.in_force": ((dict,), False),
     "payload": ((dict,), False),
 }
