@@ -88,5 +88,5 @@ EXIT_CODE_DOCS: dict[ExitCode, str] = {
     ExitCode.LOCK: "check-lock findings, stale lock or missing/broken hash",
     ExitCode.WHEELHOUSE: "wheelhouse build, repack or mirror failed",
     ExitCode.DRIFT: "receipt diff found differences",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); re-run to resume",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); provision resumes where it stopped when run again",
 }
