@@ -117,6 +117,39 @@ class Host:
     data_min_free_gb: float | None = None
 
 
+_TARGET_PLATFORM = re.compile(r"^manylinux_2_(?P<glibc>\d{2})_(?P<arch>x86_64|aarch64)$")
+DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """What a lock resolves for: the stack's Python (``StackSpec.python``) on this platform.
+
+    ``platform`` is the wheel platform tag of the hosts the stack runs on (glibc and CPU),
+    whatever machine makes the lock; ``uv pip compile --python-platform`` takes it as
+    ``uv_platform`` and ``pip install --platform`` as written.
+    """
+
+    platform: str = DEFAULT_PLATFORM
+
+    @property
+    def arch(self) -> str:
+        m = _TARGET_PLATFORM.match(self.platform)
+        assert m, self.platform
+        return m.group("arch")
+
+    @property
+    def glibc(self) -> tuple[int, int]:
+        m = _TARGET_PLATFORM.match(self.platform)
+        assert m, self.platform
+        return (2, int(m.group("glibc")))
+
+    @property
+    def uv_platform(self) -> str:
+        """``manylinux_2_28_x86_64`` -> ``x86_64-manylinux_2_28`` (uv's ``--python-platform``)."""
+        return f"{self.arch}-manylinux_{self.glibc[0]}_{self.glibc[1]}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class StackSpec:
     path: Path
@@ -129,6 +162,7 @@ class StackSpec:
     steps: tuple[Step, ...]
     digest: str  # sha256 of the canonical *unexpanded* spec data: what a lock is checked against
     description: str = ""
+    target: Target = field(default_factory=Target)  # [target]: the platform locks resolve for
 
     @property
     def baseline_index(self) -> int | None:
@@ -152,7 +186,8 @@ class StackSpec:
 # ----------------------------------------------------------------------------- loading
 
 
-_TOP_KEYS = ("schema", "name", "description", "python", "layout", "abi", "host", "env", "step")
+_TOP_KEYS = ("schema", "name", "description", "python", "target", "layout", "abi", "host", "env", "step")
+_TARGET_KEYS = ("platform",)
 _LAYOUT_KEYS = ("root", "links", "venv", "separate_root_fs", "min_free_gb")
 _ABI_KEYS = ("package", "version", "local", "cuda", "protect", "triton_provider", "adopt", "overlap")
 _OVERLAP_KEYS = ("packages", "winner")
@@ -238,9 +273,20 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
         env=r.str_map(data, "env", ""),
         steps=steps,
         digest=spec_digest(data),
+        target=_parse_target(r, r.table(data, "target")),
     )
     _check_baseline(r, spec)
     return spec
+
+
+def _parse_target(r: TomlReader, t: Mapping[str, Any]) -> Target:
+    r.check_keys(t, _TARGET_KEYS, "target")
+    platform = r.str_(t, "platform", "target", DEFAULT_PLATFORM)
+    m = _TARGET_PLATFORM.match(platform)
+    if not m or not 17 <= int(m.group("glibc")) <= 40:
+        raise r.fail("target.platform", "must be a manylinux wheel platform tag, manylinux_2_<17..40>_<x86_64|aarch64> "
+                     f"(the glibc and CPU of the hosts the lock is for), such as {DEFAULT_PLATFORM!r}; got {platform!r}")
+    return Target(platform=platform)
 
 
 def _parse_abi(r: TomlReader, a: Mapping[str, Any]) -> ABI:

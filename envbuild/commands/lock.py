@@ -9,13 +9,17 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.lock.compile import LockOptions, lock_stack
+from envbuild.lock.resolver import RESOLVERS
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("lock", help="compile each step into a hash-pinned requirements file (pip-tools)")
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--python", metavar="PATH", help="interpreter to resolve under (default: python<spec.python>)")
+    p.add_argument("--python", metavar="PATH", help="pip-compile under this interpreter (default: this one when it "
+                   "is the stack's Python, else uv resolves for the stack's Python and [target] platform)")
+    p.add_argument("--resolver", choices=RESOLVERS, default="auto",
+                   help="auto (default): pip-compile when this interpreter is the target, else uv pip compile")
     p.add_argument("--wheelhouse", metavar="DIR|URL",
                    help="resolve every step only from this find-links folder or page (offline)")
     p.add_argument("--skip-step", metavar="NAME", action="append", default=[],
@@ -27,7 +31,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_stack(args)
-    result = lock_stack(spec, LockOptions(python=args.python, wheelhouse=args.wheelhouse,
+    result = lock_stack(spec, LockOptions(python=args.python, resolver=args.resolver, wheelhouse=args.wheelhouse,
                                           skip=tuple(args.skip_step), output=args.output,
                                           export_pylock=not args.no_pylock))
     if args.json:

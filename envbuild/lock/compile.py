@@ -1,9 +1,10 @@
 """``envbuild lock``: compile each step of a stack into a hash-pinned requirement file.
 
-Steps with dependencies are resolved by pip-tools (``pip-compile --generate-hashes``) running
-under the stack's Python (pip-compile resolves for the interpreter it runs under): the current
-interpreter when it is that version and has pip-tools, else a helper venv of that version under
-the envbuild cache with the same pip-tools. Each step after the baseline is compiled with the
+Steps with dependencies are resolved for the stack's Python and ``[target]`` platform, by
+pip-tools (``pip-compile --generate-hashes``) where this interpreter is the target, else by
+``uv pip compile --python-version X --python-platform P`` (``lock.resolver`` says which and
+why). pip-compile runs under the current interpreter, or ``--python PATH`` (a helper venv of
+that version under the envbuild cache gets the same pip-tools when it has none). Each step after the baseline is compiled with the
 baseline's locked pins as constraints (torch, its runtime wheels, everything the baseline step
 installed), and those pins are left out of its file: it installs on top of the baseline and
 can never carry another torch. ``no_deps`` steps pin exactly the named packages: their
@@ -59,6 +60,13 @@ from envbuild.lock.model import (
     write_lock,
 )
 from envbuild.lock.report import marker_env
+from envbuild.lock.resolver import (
+    ResolverChoice,
+    choose_resolver,
+    uv_compile_step,
+    uv_source_args,
+    uv_version,
+)
 from envbuild.lock.serve import step_digests
 from envbuild.net import redact, unreachable
 from envbuild.plan import make_plan
@@ -71,7 +79,8 @@ _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 
 @dataclass(frozen=True, kw_only=True)
 class LockOptions:
-    python: str | None = None  # interpreter to resolve under (default: python<spec.python>)
+    python: str | None = None  # pip-compile under this interpreter (default: see lock.resolver)
+    resolver: ResolverChoice = "auto"  # auto: pip-compile when this interpreter is the target, else uv
     wheelhouse: str | None = None  # resolve only from this find-links folder/page (offline)
     skip: tuple[str, ...] = ()  # steps recorded as not locked (a partial lock), e.g. an unreachable index
     output: Path | None = None  # default: the folder of the spec
@@ -292,7 +301,9 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     if digests is None:
         raise LockError(f"{spec.path} no longer holds the spec envbuild loaded (was it edited just now?)",
                         hint="Run `envbuild lock` again.")
-    python = resolver_python(spec, opts.python)
+    resolver = choose_resolver(spec, opts.resolver, opts.python)
+    events.emit("info", f"resolving with {resolver.kind} ({resolver.why})")
+    python = resolver_python(spec, opts.python) if resolver.kind == "pip-compile" else None
     plan = make_plan(spec)
     baseline_idx = spec.baseline_index if spec.baseline_index is not None else -1
     protected: set[str] = {spec.abi.package}
@@ -315,11 +326,14 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
                 continue
             sources, source_args = step_sources(step, opts.wheelhouse)
             check_reachable(sources, step)
+            resolve_from = sources
             if i == baseline_idx:
                 baseline_sources = sources
             elif i > baseline_idx and baseline_idx >= 0 and not opts.wheelhouse:
                 # the resolver must see the pinned torch: the baseline's sources as extras
                 source_args = source_args + _extra_args(baseline_sources, step)
+                resolve_from = Sources((*sources.index_urls, *baseline_sources.index_urls),
+                                       (*sources.find_links, *baseline_sources.find_links))
             finder = ArtifactFinder(sources)
             events.emit("step", f"locking step {planned.number} ({step.name})", step=step.name)
             if step.no_deps:
@@ -327,8 +341,14 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
             else:
                 # the baseline resolves under the earlier steps' pins; later steps under the baseline's
                 cons = [] if i < baseline_idx else [f"{n}=={v}" for n, v in sorted(baseline_pins.items())]
-                reqs = compile_step(step, python=python, source_args=source_args, constraints=cons,
-                                    work=work, log_file=cache_dir() / "lock-logs" / spec.name / f"{step.name}.log")
+                log = cache_dir() / "lock-logs" / spec.name / f"{step.name}.log"
+                if python is None:
+                    reqs = uv_compile_step(step, spec, requirements=[resolve_git(p) for p in step.packages],
+                                           source_args=uv_source_args(resolve_from, step, opts.wheelhouse),
+                                           constraints=cons, work=work, log_file=log)
+                else:
+                    reqs = compile_step(step, python=python, source_args=source_args, constraints=cons,
+                                        work=work, log_file=log)
             requested = set(step.names)
             if i > baseline_idx:
                 reqs = [r for r in reqs if r.name in requested or not (r.name in protected or baseline_pins.get(r.name) == r.version)]
@@ -359,8 +379,9 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         "spec": spec.path.name if spec.path.parent.resolve() == folder.resolve() else str(spec.path),
         "spec_digest": spec.digest,
         "python": spec.python,
+        "target": {"python": spec.python, "platform": spec.target.platform, "resolver": resolver.kind},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tools": _tool_versions(python),
+        "tools": _tool_versions(python) if python is not None else _uv_tools(spec),
         "abi": {"package": spec.abi.package, "version": spec.abi.version, "local": spec.abi.local,
                 "protected": sorted(protected)},
         "steps": entries,
@@ -378,6 +399,12 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         files.append(write_pylock(lock))
     files.append(folder / MANIFEST)
     return LockResult(folder, files, [e["name"] for e in entries if not e.get("locked")], time.monotonic() - t0)
+
+
+def _uv_tools(spec: StackSpec) -> dict[str, str]:
+    return {"resolver": "uv", "uv": uv_version(), "python": spec.python, "platform": spec.target.platform,
+            "host_python": ".".join(map(str, sys.version_info[:3])), "envbuild": __version__,
+            "packaging": importlib_metadata.version("packaging")}
 
 
 def _extra_args(base: Sources, step: Step) -> list[str]:

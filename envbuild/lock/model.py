@@ -338,6 +338,7 @@ class Lock:
     python: str | None = None
     created: str | None = None  # absent in a prefix manifest
     tools: Mapping[str, str] = field(default_factory=dict)
+    target: Mapping[str, str] = field(default_factory=dict)  # python, platform, resolver (spec.Target)
     abi: LockAbi | None = None
     steps: tuple[LockedStep, ...] = ()
     prefix: bool = False  # a lock cut to its first steps (``serve.prefix_manifest``)
@@ -366,6 +367,7 @@ class Lock:
             raise LockError(f"{path}: lock_version {version} is not one this envbuild reads (it reads {LOCK_VERSION})",
                             hint="Use the envbuild that wrote the lock, or " + _REGENERATE[0].lower() + _REGENERATE[1:])
         tools = f.table("tools")
+        target = f.table("target")
         abi = f.table("abi")
         steps = tuple(LockedStep.from_dict(s) for s in f.tables("steps", required=True))
         seen: set[str] = set()
@@ -377,6 +379,7 @@ class Lock:
             path=path, stack=f.get("stack", str, "") or "", spec=f.get("spec", str, "") or "",
             spec_digest=f.get("spec_digest", str), python=f.get("python", str), created=f.get("created", str),
             tools={k: str(v) for k, v in (tools.data.items() if tools else ())},
+            target={k: str(v) for k, v in (target.data.items() if target else ())},
             abi=None if abi is None else LockAbi(package=abi.get("package", str, "torch") or "torch",
                                                  version=abi.get("version", str), local=abi.get("local", str),
                                                  protected=abi.strings("protected")),
@@ -391,6 +394,8 @@ class Lock:
             out["spec_digest"] = self.spec_digest
         if self.python is not None:
             out["python"] = self.python
+        if self.target:
+            out["target"] = dict(self.target)
         if self.created is not None:
             out["created"] = self.created
         out["tools"] = dict(self.tools)
