@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from lockhelpers import lock_env, manifest, step_file
@@ -83,33 +84,51 @@ def test_lock_for_another_python_uses_uv_and_installs_on_the_target(target_index
     assert chosen["binpkg"] == f"binpkg-1.0-{OTHER_TAG}-{OTHER_TAG}-manylinux_2_28_x86_64.whl"
 
 
-def dry_run_on_target(path: Path, python: str, platform: str, indexes: list[str], tmp_path: Path) -> dict[str, str]:
+def host_platforms(platform: str) -> list[str]:
+    """``--platform`` flags for everything a manylinux_2_N host takes: pip expands only the legacy
+    manylinux2014 alias, so the perennial tags down to 2_17 and ``linux_<cpu>`` are spelled out."""
+    _, _, glibc, arch = platform.split("_", 3)
+    tags = [f"manylinux_2_{n}_{arch}" for n in range(int(glibc), 16, -1)] + [f"manylinux2014_{arch}", f"linux_{arch}"]
+    return [a for t in tags for a in ("--platform", t)]
+
+
+def dry_run_on_target(path: Path, python: str, platform: str, indexes: list[str], tmp_path: Path, *,
+                      find_links: tuple[str, ...] | list[str] = (), sdist_ok: tuple[str, ...] = (),
+                      no_deps_only: bool = False, on_top_of: tuple[Path, ...] = ()) -> dict[str, str]:
     """What the target host's installers do with a lock file, as a dry run from this machine.
 
     pip: ``--no-deps`` (pip evaluates markers for the interpreter it runs under, not for
     ``--python-version``), so it proves that every pin has a file for the target whose hash the
-    lock accepts. uv: with dependencies, for the target's markers, so it proves the file is
-    complete there. Returns pip's choice of file per package.
+    lock accepts on a host of that glibc (``host_platforms``); ``--only-binary=:all:`` except for ``sdist_ok`` (projects PyPI has no wheel
+    of). uv (unless ``no_deps_only``): with dependencies, for the target's markers, so it proves
+    the file is complete there, on top of the files ``on_top_of`` (the baseline's: a later step's
+    file leaves out what the baseline step installs) given as hash-pinned constraints. Returns
+    pip's choice of file per package.
     """
     env = installer_env(tmp_path / "home")
-    sources = ["--index-url", indexes[0], *(a for u in indexes[1:] for a in ("--extra-index-url", u))]
+    sources = (["--index-url", indexes[0]] if indexes else ["--no-index"]) + [
+        a for u in indexes[1:] for a in ("--extra-index-url", u)] + [a for f in find_links for a in ("--find-links", f)]
+    binary = ["--only-binary=:all:", *(a for n in sdist_ok for a in ("--no-binary", n))]
     out = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-", "--require-hashes",
-         "--no-deps", "--ignore-installed", "--python-version", python, "--platform", platform,
-         "--only-binary=:all:", *sources, "-r", str(path)],
-        capture_output=True, text=True, env=env, timeout=600)
+         "--no-deps", "--ignore-installed", "--python-version", python, *host_platforms(platform), *binary,
+         *sources, "-r", str(path)],
+        capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
-    chosen = {i["metadata"]["name"]: i["download_info"]["url"].rsplit("/", 1)[-1] for i in report["install"]}
+    chosen = {i["metadata"]["name"]: unquote(i["download_info"]["url"].rsplit("/", 1)[-1]) for i in report["install"]}
+    if no_deps_only:
+        return chosen
     from uv import find_uv_bin
 
-    uv_platform = f"{platform.split('_', 3)[3]}-manylinux_2_{platform.split('_')[2]}"
+    glibc, arch = platform.split("_", 3)[2], platform.split("_", 3)[3]
     target = tmp_path / "uv-dry-run-target"
     out = subprocess.run(
-        [find_uv_bin(), "pip", "install", "--dry-run", "--no-config", "--target", str(target), "--python-version",
-         python, "--python-platform", uv_platform, "--require-hashes", "--index-strategy", "unsafe-best-match",
-         *sources, "-r", str(path)],
-        capture_output=True, text=True, env=env, timeout=600)
+        [find_uv_bin(), "pip", "install", "--dry-run", "--no-config", "--no-python-downloads", "--target",
+         str(target), "--python-version", python, "--python-platform", f"{arch}-manylinux_2_{glibc}",
+         "--require-hashes", "--index-strategy", "unsafe-best-match", *sources,
+         *(a for c in on_top_of for a in ("--constraint", str(c))), "-r", str(path)],
+        capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Would install" in out.stderr, out.stderr
     return chosen

@@ -7,11 +7,18 @@ ones. pip runs from envbuild's own environment with ``--python`` pointing into t
 step's requirements are its locked pins without hashes, with the plan's installer arguments
 (index, find-links, ``--pre``, ``--no-deps``, ``--upgrade`` and its strategy), and no
 constraints: the question is what the resolver *would* install, not whether it may.
+
+Where no interpreter of the stack's Python exists (a CI runner with 3.11 checking a 3.13
+stack), the dry runs are ``uv pip install --dry-run --python-version X --python-platform P``
+on a venv of this Python: uv resolves for the target's markers and ``Requires-Python`` while
+it reads the stand-in records as installed (pip cannot: its ``--python-version`` leaves
+markers to the running interpreter and refuses dependencies without ``--only-binary``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from itertools import pairwise
@@ -21,15 +28,16 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import PreflightError
-from envbuild.installer import PipInstaller, find_python
+from envbuild.installer import PipInstaller, find_python, find_uv, pip_config_sources
 from envbuild.lock.model import Lock
 from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, protected_names
 from envbuild.net import redact, unreachable
-from envbuild.plan import make_plan
+from envbuild.plan import PlanOptions, make_plan
 from envbuild.run import run
 from envbuild.spec import StackSpec
 
-_DROP = {"--require-hashes", "--disable-pip-version-check", "--no-input"}
+_DROP = {"--require-hashes", "--verify-hashes", "--disable-pip-version-check", "--no-input"}
+_UV_PLUS = re.compile(r"^\s*\+\s+([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
 
 
 def _stand_in(site: Path, name: str, version: str, requires: list[str]) -> None:
@@ -42,13 +50,18 @@ def _stand_in(site: Path, name: str, version: str, requires: list[str]) -> None:
     (info / "RECORD").write_text("")
 
 
-def _interpreter(spec: StackSpec, report: CheckReport) -> Path:
+def _interpreter(spec: StackSpec, report: CheckReport) -> tuple[Path, bool]:
+    """The venv's interpreter, and whether it is the stack's Python (else uv resolves for it)."""
     try:
-        return find_python(spec.python)
+        return find_python(spec.python), True
     except PreflightError:
-        report.notices.append(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
-                              f"no Python {spec.python} (the stack's) was found")
-        return Path(sys.executable)
+        if find_uv() is None:
+            report.notices.append(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
+                                  f"no Python {spec.python} (the stack's) and no uv were found")
+            return Path(sys.executable), True
+        report.notices.append(f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
+                              f"(no Python {spec.python} here)")
+        return Path(sys.executable), False
 
 
 def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report: CheckReport) -> None:
@@ -66,7 +79,9 @@ def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report
     if bad:
         raise PreflightError("check-lock's dry runs need the steps' package sources, which do not answer: "
                              + "; ".join(sorted(set(bad))), hint="Run with --offline for the static rules only.")
-    python = _interpreter(spec, report)
+    python, native = _interpreter(spec, report)
+    if not native:
+        plan = make_plan(spec, PlanOptions(backend="uv", default_sources=pip_config_sources()))
     with tempfile.TemporaryDirectory(prefix="envbuild-checklock-") as tmp:
         venv = Path(tmp) / "venv"
         out = run([str(python), "-m", "venv", "--without-pip", str(venv)], capture=True, timeout=300)
@@ -81,32 +96,40 @@ def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report
                 if p.version:
                     _stand_in(site, p.name, p.version, list(p.requires_dist or []))
         for v in sorted(todo, key=lambda v: v.index):
-            _dry_run(spec, plan.steps[v.index].args, v, venv, Path(tmp), protected, report)
+            _dry_run(spec, plan.steps[v.index].args, v, venv, Path(tmp), protected, report, native)
             for p in v.packages.values():
                 if p.version:
                     _stand_in(site, p.name, p.version, list(p.requires_dist or []))
 
 
 def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: StepView, venv: Path, tmp: Path,
-             protected: set[str], report: CheckReport) -> None:
+             protected: set[str], report: CheckReport, native: bool = True) -> None:
     abi = spec.abi
     req = tmp / f"{v.name}.txt"
     req.write_text("".join((f"{r.name} @ {r.url}" if r.url else f"{r.name}=={r.version}") + "\n"
                            for r in v.reqs if r.url or r.version))
     out_json = tmp / f"{v.name}.report.json"
     args = [a for a in plan_args if a not in _DROP]
-    argv = PipInstaller().dry_run_argv(venv / "bin" / "python", args=args, requirements_file=req, report=out_json)
+    if native:
+        argv = PipInstaller().dry_run_argv(venv / "bin" / "python", args=args, requirements_file=req, report=out_json)
+    else:
+        argv = [find_uv() or "uv", "pip", "install", "--dry-run", "--no-config", "--no-python-downloads",
+                "--python", str(venv / "bin" / "python"), "--python-version", spec.python,
+                "--python-platform", spec.target.uv_platform, *args, "-r", str(req)]
     res = run(argv, capture=True, timeout=900, env=_env(spec, v))
     if not res.ok:
         lines = [ln for ln in res.tail.strip().splitlines() if ln.strip()]
-        why = redact(res.hung_message("pip's dry run") if res.timed_out else lines[-1] if lines else f"exit {res.returncode}")
+        why = redact(res.hung_message("the dry run") if res.timed_out else lines[-1] if lines else f"exit {res.returncode}")
         report.findings.append(Finding(v.file, "-", "dry-run-failed",
                                        f"a dry run of step {v.name!r} on the pinned baseline did not resolve: {why}"))
         return
-    data: dict[str, Any] = json.loads(out_json.read_text())
-    for item in data.get("install", []):
-        meta = item.get("metadata", {})
-        name, version = canonicalize_name(meta.get("name", "")), meta.get("version", "")
+    if native:
+        data: dict[str, Any] = json.loads(out_json.read_text())
+        installs = [(canonicalize_name(i.get("metadata", {}).get("name", "")), i.get("metadata", {}).get("version", ""))
+                    for i in data.get("install", [])]
+    else:  # uv's plan: " + name==version" per package it would install
+        installs = [(canonicalize_name(m.group(1)), m.group(2)) for m in _UV_PLUS.finditer(res.output or "")]
+    for name, version in installs:
         if name in protected or abi.is_protected(name):
             report.findings.append(Finding(
                 v.file, name, "dry-run-protected",

@@ -128,6 +128,11 @@ def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
             continue
         src = step.sources
         for pkg in step.packages:
+            if pkg.vcs is not None:  # a commit-pinned git requirement: no file to mirror, pip clones it
+                events.emit("warn", f"{pkg.name}: a git requirement ({redact(pkg.vcs.url)}); the wheelhouse does "
+                            "not hold it, so an offline install still clones that repository (point git at "
+                            "a mirror of it with url.<mirror>.insteadOf)")
+                continue
             usable = [a for a in pkg.artifacts if a.url and "***@" not in a.url and a.sha256]
             artifacts.extend(usable)
             if not usable:
@@ -280,7 +285,11 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: 
     http = session()
     todo: list[Artifact] = []
     present: list[Path] = []
+    seen: set[tuple[str, str]] = set()
     for a in artifacts:
+        if (a.filename, a.sha256 or "") in seen:  # one file locked by two steps: one download
+            continue
+        seen.add((a.filename, a.sha256 or ""))
         if not a.url or not a.sha256:
             raise WheelhouseError(f"{a.filename}: no URL or sha256 (resolve it first)")
         dest = out / a.filename
