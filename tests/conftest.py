@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "tests"
 TORCH_VERSION = "2.13.0"
 
-pytest_plugins = ["support.fixtures"]
+pytest_plugins = ["support.fixtures", "support.twin"]
 
 
 @pytest.fixture(autouse=True)

@@ -27,8 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fixtures import NIGHTLY_TORCH, PY_MAJOR_MINOR, PYTORCH_TRITON, EnvbuildResult, Venv, run_cli
-from support.twin import CACHE, FLA_URL, LOCAL, SeedTwin, seed_twin  # noqa: F401 - the fixture
+from support.fixtures import (
+    NIGHTLY_TORCH,
+    PY_MAJOR_MINOR,
+    PYTORCH_TRITON,
+    EnvbuildResult,
+    Venv,
+    run_cli,
+)
+from support.twin import CACHE, FLA_URL, LOCAL, SeedTwin
 from test_lock_target import dry_run_on_target
 
 from envbuild.lock.model import parse_requirements_text

@@ -54,7 +54,14 @@ import pytest
 from envbuild.wheelhouse import local_tag
 from envbuild.wheelhouse.repack import repack_wheel
 
-from .fixtures import NIGHTLY_CUDA, NIGHTLY_TORCH, PY_MAJOR_MINOR, PYTORCH_TRITON, REPO_ROOT, installer_env
+from .fixtures import (
+    NIGHTLY_CUDA,
+    NIGHTLY_TORCH,
+    PY_MAJOR_MINOR,
+    PYTORCH_TRITON,
+    REPO_ROOT,
+    installer_env,
+)
 from .index import IndexServer
 from .wheels import WheelSpec
 
