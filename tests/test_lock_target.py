@@ -216,3 +216,19 @@ def test_check_lock_fails_a_pull_request_that_changes_the_spec_without_its_lock(
     _git(repo, "commit", "-q", "-am", "lock")
     r = run_envbuild("check-lock", "--stack", stack, "--base", "main", "--offline", env=lock_env(tmp_path), cwd=repo)
     assert r.rc == 0, r.output
+
+
+@pytest.mark.parametrize("filename, python, kept", [
+    ("hf_xet-1.8.0-cp37-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "cp311", True),
+    ("multiprocess-0.70.19-py311-none-any.whl", "cp311", True),
+    ("multiprocess-0.70.19-py312-none-any.whl", "cp311", False),
+    ("numpy-2.4.6-cp313-cp313-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", "cp311", False),
+    ("torchao-0.17.0-cp310-abi3-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl", "cp313", True),
+    ("tqdm-4.70.1-py3-none-any.whl", "cp313", True),
+])
+def test_mirror_keeps_every_wheel_the_target_python_takes(filename, python, kept):
+    """A lock for one Python mirrors the abi3 and pyXY wheels it installs (cp37 is older than cp311)."""
+    from envbuild.wheelhouse.mirror import Artifact, select
+
+    got = select([Artifact("x", "1", "0" * 64, "http://h/" + filename, filename)], python, "manylinux*_x86_64")
+    assert bool(got) is kept

@@ -188,6 +188,20 @@ def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), http: An
     return artifacts
 
 
+def _fits_python(interpreter: str, abi: str, python: str) -> bool:
+    """Whether a wheel's interpreter/abi tag installs on ``python`` (``cp311``): its own tag,
+    ``py3``/``py311``, or a stable-ABI ``cp37-abi3`` wheel of an older 3.x (numbers, not strings:
+    ``cp37`` is older than ``cp311``)."""
+    if interpreter in (python, "py3", f"py{python[2:]}", f"py{python[2:3]}"):
+        return True
+    if abi == "abi3" and interpreter.startswith("cp3") and python.startswith("cp3"):
+        try:
+            return int(interpreter[3:] or 0) <= int(python[3:])
+        except ValueError:
+            return False
+    return False
+
+
 def select(artifacts: Iterable[Artifact], python: str | None = None, platform: str | None = None) -> list[Artifact]:
     """Keep wheels for one interpreter tag (``cp313``) and platform glob (``manylinux*_x86_64``)."""
     kept = []
@@ -195,8 +209,7 @@ def select(artifacts: Iterable[Artifact], python: str | None = None, platform: s
         name = a.filename or ""
         if name.endswith(".whl"):
             tags = parse_wheel_filename(name)[3]
-            if python and not any(t.interpreter in (python, "py3", "py2.py3") or t.interpreter == f"py{python[2:3]}"
-                                  or (t.abi == "abi3" and t.interpreter <= python) for t in tags):
+            if python and not any(_fits_python(t.interpreter, t.abi, python) for t in tags):
                 continue
             if platform and not any(t.platform == "any" or fnmatch.fnmatch(t.platform, platform) for t in tags):
                 continue
