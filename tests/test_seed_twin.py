@@ -217,8 +217,13 @@ def provisioned(world: dict[str, Any], mirrored: Path) -> dict[str, Any]:
                      phase=f"mirror ({PY_MAJOR_MINOR} lock)")
         assert r.rc == 0, r.output
     root = world["tmp"] / "data"
+    # pip, as the seed does: it installs the fla step's git line and then fla-core (the runs of the
+    # file, in order), so fla-core's copies win as [[abi.overlap]] says. uv installs a step's
+    # wheels concurrently, so which copy of fla/__init__.py lands last is not fixed there: the
+    # guard stops such a run (exit 6), as it should.
     r = envbuild(world, "provision", "--profile", name, "--offline", "--wheelhouse", mirrored, "--root", root,
-                 "--home", world["home"], "--python", sys.executable, "--json", phase="provision (offline)")
+                 "--home", world["home"], "--python", sys.executable, "--backend", "pip", "--json",
+                 phase="provision (offline, pip)")
     assert r.rc == 0, r.output
     return {"root": root, "result": json.loads(r.stdout), "name": name, "output": r.output,
             "venv": Venv(root / "venv", home=world["home"])}
