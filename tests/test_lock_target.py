@@ -230,5 +230,5 @@ def test_mirror_keeps_every_wheel_the_target_python_takes(filename, python, kept
     """A lock for one Python mirrors the abi3 and pyXY wheels it installs (cp37 is older than cp311)."""
     from envbuild.wheelhouse.mirror import Artifact, select
 
-    got = select([Artifact("x", "1", "0" * 64, "http://h/" + filename, filename)], python, "manylinux*_x86_64")
+    got = select([Artifact(filename, "http://h/" + filename, "0" * 64)], python, "manylinux*_x86_64")
     assert bool(got) is kept
