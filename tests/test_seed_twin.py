@@ -260,7 +260,7 @@ def test_the_seed_traps_show_up_as_on_the_host(provisioned: dict[str, Any], worl
     assert venv.version("torch") == NIGHTLY_TORCH and venv.version("pytorch-triton") == PYTORCH_TRITON
     tag = "cp" + PY_MAJOR_MINOR.replace(".", "")
     wheel = next(world["twin"].nightly.glob(f"torch-*-{tag}-*.whl"))
-    shipped = {row.split(",", 1)[0] for row in world["twin"].record_of(wheel, "torch").decode().splitlines()}
+    shipped = {row.split(",", 1)[0] for row in world["twin"].record_of(wheel).decode().splitlines()}
     assert shipped <= venv.dists()["torch"].files | {p for p in shipped if p.endswith("RECORD")}
     assert json.dumps(state["baseline"]).count(_record_sha(venv, "torch")) >= 1
     # no PyPI triton beside pytorch-triton: one owner of triton/

@@ -270,15 +270,11 @@ class SeedTwin:
         return {"ENVBUILD_TORCH_INDEX": self.nightly_url, "ENVBUILD_WHEELHOUSE": str(self.prebuilt),
                 **self.git_env(), **(extra or {})}
 
-    def record_of(self, wheel: Path, name: str) -> bytes:
+    def record_of(self, wheel: Path) -> bytes:
         """The RECORD a wheel installs (what the ABI guard fingerprints)."""
         with zipfile.ZipFile(wheel) as zf:
             rec = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
             return zf.read(rec)
-
-    def wheel_file(self, wheel: Path, path: str) -> bytes:
-        with zipfile.ZipFile(wheel) as zf:
-            return zf.read(path)
 
 
 @pytest.fixture(scope="session")
