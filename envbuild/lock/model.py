@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -86,8 +86,8 @@ T = TypeVar("T")
 
 __all__ = [
     "LOCK_VERSION", "MANIFEST", "PYLOCK", "Lock", "LockAbi", "LockedPackage", "LockedReq", "LockedStep",
-    "StepFlags", "StepSources", "VcsPin", "format_requirement", "lock_dir", "parse_requirements_text",
-    "read_lock", "read_step_file", "step_filename", "write_lock",
+    "StepFlags", "StepSources", "VcsPin", "format_requirement", "lock_dir", "lock_from_text",
+    "parse_requirements_text", "read_lock", "read_step_file", "step_filename", "write_lock",
 ]
 
 
@@ -427,7 +427,3 @@ def write_lock(lock: Lock) -> Path:
     Lock.from_dict(data, lock.path)  # the writer keeps the reader's rules
     atomic_write_json(lock.path, data)
     return lock.path
-
-
-def steps_with_files(steps: Sequence[LockedStep]) -> list[LockedStep]:
-    return [s for s in steps if s.locked and s.file]
