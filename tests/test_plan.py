@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -35,9 +36,16 @@ def check_golden(name: str, text: str) -> None:
     assert text == path.read_text(), f"output differs from {path} (ENVBUILD_UPDATE_GOLDEN=1 rewrites it)"
 
 
+GOLDEN_STACK = Path("/tmp/envbuild-golden/cpu")
+
+
 def test_plan_table_golden() -> None:
+    # The table's column widths follow the lock files' paths, so the profile is copied to one
+    # fixed path: the golden text must not depend on where the checkout lives.
+    shutil.rmtree(GOLDEN_STACK, ignore_errors=True)
+    shutil.copytree(REPO / "lockfiles" / "cpu", GOLDEN_STACK)
     # --backend pip: uv's arguments carry the host's pip configuration (its sources)
-    out = cli("plan", "--profile", "cpu", "--backend", "pip")
+    out = cli("plan", "--stack", str(GOLDEN_STACK / "stack.toml"), "--backend", "pip")
     assert out.returncode == 0, out.stderr
     check_golden("plan_cpu.txt", out.stdout)
 
