@@ -11,7 +11,7 @@ DEMO   := .demo
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=3); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
 export ENVBUILD_TORCH_INDEX := $(TORCH_INDEX)
 
-.PHONY: demo test test-all lint check-lock bench clean image bootstrap
+.PHONY: demo test test-all lint check-lock bench clean image bootstrap test-images
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,12 @@ demo: $(BIN)/.installed
 ## test: the test suite CI runs (no GPU) and the lock gate. Of the tests that need PyPI, only the
 ## h200-cu132 stack on its twin (seed_twin, a few minutes) runs; it skips itself when PyPI does not answer.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not gpu and (not network or seed_twin)" -p no:cacheprovider
+	$(BIN)/python -m pytest -m "not gpu and not image and (not network or seed_twin)" -p no:cacheprovider
 	$(BIN)/envbuild check-lock --offline
+
+## test-images: the real image build and the fresh-host (Ubuntu 22.04, Python 3.10) operator path
+test-images: $(BIN)/.installed
+	$(BIN)/python -m pytest -m image -p no:cacheprovider
 
 ## test-all: also the tests that read real PyPI metadata
 test-all: $(BIN)/.installed

@@ -126,6 +126,7 @@ def _host_sources(work: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.image
 def test_fresh_ubuntu_2204_operator_path_on_python_310(tmp_path: Path) -> None:
     reason = _cannot_run()
     if reason:

@@ -99,6 +99,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
 
 
 @pytest.mark.slow
+@pytest.mark.image
 def test_verify_smoke_and_receipts_inside_the_image(image: dict[str, object]) -> None:
     c = Container(TAG)
     try:
@@ -121,6 +122,7 @@ def test_verify_smoke_and_receipts_inside_the_image(image: dict[str, object]) ->
 
 
 @pytest.mark.slow
+@pytest.mark.image
 def test_a_reinstall_of_torch_inside_the_image_is_caught(image: dict[str, object]) -> None:
     wheels = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
     if not wheels:
@@ -138,6 +140,7 @@ def test_a_reinstall_of_torch_inside_the_image_is_caught(image: dict[str, object
 
 
 @pytest.mark.slow
+@pytest.mark.image
 def test_torch_layer_is_kept_by_a_rebuild_and_untouched_by_later_layers(image: dict[str, object],
                                                                           tmp_path: Path) -> None:
     first: list[tuple[str, str]] = image["layers"]  # type: ignore[assignment]
