@@ -54,6 +54,10 @@ class PlannedStep:
     locked_file: Path | None
     args: tuple[str, ...]  # installer options, without the program, requirements and constraints
     env: Mapping[str, str]
+    # Winners of an ``[[abi.overlap]]`` whose packages this step installs together: they go in a
+    # run of their own after the rest, so their files are the ones on disk (uv installs a step's
+    # wheels in parallel, and pip orders them by its resolver, not by the step).
+    install_last: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -116,9 +120,29 @@ def make_plan(spec: StackSpec, options: PlanOptions | None = None) -> Plan:
                 locked_file=locked,
                 args=tuple(_installer_args(step, opts, locked is not None)),
                 env=dict(step.env),
+                install_last=_overlap_winners(spec, step),
             )
         )
     return Plan(spec=spec, options=opts, steps=tuple(steps))
+
+
+def _overlap_winners(spec: StackSpec, step: Step) -> tuple[str, ...]:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    names = set()
+    for raw in step.packages:
+        try:
+            names.add(canonicalize_name(Requirement(raw).name))
+        except InvalidRequirement:
+            continue
+    winners = []
+    for overlap in spec.abi.overlaps:
+        members = {canonicalize_name(p) for p in overlap.packages}
+        winner = canonicalize_name(overlap.winner)
+        if winner in names and len(members & names) >= 2 and winner not in winners:
+            winners.append(winner)
+    return tuple(winners)
 
 
 def _installer_args(step: Step, opts: PlanOptions, locked: bool) -> list[str]:
@@ -245,19 +269,69 @@ def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: s
     """
     files: list[tuple[Path, str | None, bool]]
     if planned.locked_file is None:
-        text = f"# envbuild: requirements of step {planned.name!r}\n" + "\n".join(planned.requirements) + "\n"
-        files = [(steps_dir / f"{planned.number:02d}-{planned.name}.in", text, False)]
+        files = _unlocked_runs(planned, steps_dir)
     else:
         parts = pip_run_parts(planned, steps_dir) if backend == "pip" else None
         files = list(parts) if parts else [(planned.locked_file, None, False)]
+        if planned.install_last:
+            files = _winners_last(planned, files, steps_dir)
     out = []
     for path, content, vcs in files:
         argv = installer_argv(planned, backend=backend, python=python, uv=uv, requirements_file=path,
                               constraints_file=constraints)
         if vcs:  # pinned to a commit, not hashable: no hash mode; its dependencies are the lock's other lines
             argv = [a for a in argv if a != "--require-hashes"] + ([] if "--no-deps" in argv else ["--no-deps"])
+        elif planned.locked_file is not None and path.name.endswith(".last.txt") and "--no-deps" not in argv:
+            argv = [*argv, "--no-deps"]  # the winners' dependencies are the lock's other lines, installed before
         out.append(StepCommand(tuple(argv), path, content))
     return out
+
+
+def _name_of(line: str) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        return canonicalize_name(Requirement(line.split(" \\")[0].strip()).name)
+    except InvalidRequirement:
+        return None
+
+
+def _unlocked_runs(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str | None, bool]]:
+    head = f"# envbuild: requirements of step {planned.name!r}"
+    first = [r for r in planned.requirements if _name_of(r) not in planned.install_last]
+    last = [r for r in planned.requirements if _name_of(r) in planned.install_last]
+    if not first or not last:
+        text = head + "\n" + "\n".join(planned.requirements) + "\n"
+        return [(steps_dir / f"{planned.number:02d}-{planned.name}.in", text, False)]
+    stem = f"{planned.number:02d}-{planned.name}"
+    return [(steps_dir / f"{stem}.in", head + " (overlap winners follow)\n" + "\n".join(first) + "\n", False),
+            (steps_dir / f"{stem}.last.in", head + ": overlap winners, installed last\n" + "\n".join(last) + "\n", False)]
+
+
+def _winners_last(planned: PlannedStep, files: list[tuple[Path, str | None, bool]],
+                  steps_dir: Path) -> list[tuple[Path, str | None, bool]]:
+    """Locked runs with the overlap winners' lines moved into one run of their own, installed last."""
+    from envbuild.lock.model import parse_requirements_text
+
+    first: list[tuple[Path, str | None, bool]] = []
+    last_lines: list[str] = []
+    for k, (path, content, vcs) in enumerate(files, 1):
+        text = content if content is not None else path.read_text(encoding="utf-8")
+        reqs = parse_requirements_text(text, str(path))
+        keep = [r for r in reqs if r.name not in planned.install_last]
+        moved = [r for r in reqs if r.name in planned.install_last]
+        render = [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in keep]
+        last_lines += [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in moved]
+        if not moved:
+            first.append((path, content, vcs))
+        elif keep:
+            part = steps_dir / f"{planned.number:02d}-{planned.name}.first{k}.txt"
+            first.append((part, f"# envbuild: {path.name} without its overlap winners\n" + "\n".join(render) + "\n", vcs))
+    if not last_lines:
+        return files
+    last = steps_dir / f"{planned.number:02d}-{planned.name}.last.txt"
+    return [*first, (last, "# envbuild: overlap winners, installed last\n" + "\n".join(last_lines) + "\n", False)]
 
 
 def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str | None, bool]] | None:

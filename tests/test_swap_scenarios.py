@@ -276,3 +276,21 @@ def test_envbuild_warns_on_unmet_requirement(fla_stack: Path, provision: Provisi
 def test_envbuild_strict_stops_on_unmet_requirement(fla_stack: Path, provision: Provision) -> None:
     result = provision(fla_stack, "--strict")
     assert_stopped(result, "fla-layers", "needs-fla-core", "fla-core-like")
+
+
+@pytest.mark.parametrize("backend", ["pip", "uv"])
+def test_envbuild_installs_the_overlap_winner_last_within_one_step(
+    write_stack: WriteStack, provision: Provision, provisioned_venv: Venv, backend: str
+) -> None:
+    """The seed's fla step installs fla and fla-core together: uv installs a step's wheels in
+    parallel, so without an order either copy could end on disk. The winner goes in a run of its
+    own, after the rest, whichever order the step lists them in."""
+    stack = write_stack(
+        [{"name": "both", "packages": ["overlap-b==1.0", "overlap-a==1.0"], "no_deps": True}],
+        overlaps=[{"packages": ["overlap-a", "overlap-b"], "winner": "overlap-b"}],
+    )
+    result = provision(stack, "--backend", backend)
+    assert result.rc == ExitCode.OK, _show(result)
+    assert "overlap-b" in provisioned_venv.read("shared_pkg/cute/x.py")
+    assert provisioned_venv.owners("shared_pkg/cute/x.py") == ["overlap-a", "overlap-b"]
+    assert_torch_intact(provisioned_venv)
