@@ -45,7 +45,7 @@ from envbuild.lock.anyformat import (
     detect_format,
     parse,
 )
-from envbuild.run import RunResult, run
+from envbuild.lock.report import Finding, file_at_ref
 
 PYPI = "https://pypi.org/simple"
 TRITON, PYTORCH_TRITON = "triton", "pytorch-triton"
@@ -62,17 +62,6 @@ class Policy:
     @property
     def protected(self) -> set[str]:
         return {canonicalize_name(self.package), *(canonicalize_name(n) for n in self.protect)}
-
-
-@dataclass(frozen=True)
-class Finding:
-    file: str
-    package: str
-    rule: str
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.file}: {self.package}: {self.reason} [{self.rule}]"
 
 
 @dataclass
@@ -209,25 +198,13 @@ def _torch_rules(lock: LockFile, policy: Policy, report: FileReport) -> str | No
     return torch
 
 
-def _git(args: list[str], cwd: Path) -> RunResult:
-    return run(["git", *args], cwd=cwd, capture=True, separate_stderr=True, timeout=30)
-
-
 def _base_rules(path: Path, kind: Format, ref: str, lock: LockFile, policy: Policy, report: FileReport) -> None:
-    folder = path.resolve().parent
-    top = _git(["rev-parse", "--show-toplevel"], folder)
-    if top.returncode != 0:
-        raise ConfigError(f"--base {ref}: {path} is not inside a git repository")
-    if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], folder).returncode != 0:
-        raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
-                          "or name a branch, tag or commit that exists.")
-    rel = path.resolve().relative_to(Path((top.output or "").strip()).resolve()).as_posix()
-    shown = _git(["show", f"{ref}:{rel}"], folder)
-    if shown.returncode != 0:
+    rel, text = file_at_ref(path, ref)
+    if text is None:
         report.notices.append(f"--base {ref}: {rel} does not exist there; nothing to compare")
         return
     try:
-        old = parse(Path(f"{ref}:{rel}"), shown.output or "", kind)
+        old = parse(Path(f"{ref}:{rel}"), text, kind)
     except LockParseError as exc:
         report.notices.append(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return

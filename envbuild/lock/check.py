@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuild._io import sha256_file
-from envbuild.errors import ConfigError, LockError
+from envbuild.errors import LockError
 from envbuild.index import cached_requires
 from envbuild.lock.model import (
     MANIFEST,
@@ -45,10 +45,17 @@ from envbuild.lock.model import (
     read_lock,
     read_step_file,
 )
-from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, marker_env, protected_names
+from envbuild.lock.report import (
+    TRITON,
+    CheckReport,
+    Finding,
+    StepView,
+    file_at_ref,
+    marker_env,
+    protected_names,
+)
 from envbuild.lock.serve import stale_reason
 from envbuild.lock.stepfile import line_problems
-from envbuild.run import RunResult, run
 from envbuild.spec import StackSpec
 
 
@@ -261,25 +268,13 @@ def _requires_for(r: LockedReq, entry: LockedPackage | None, fetch: bool, spec: 
 # ----------------------------------------------------------------------------- --base REF
 
 
-def _git(args: list[str], cwd: Path) -> RunResult:
-    return run(["git", *args], cwd=cwd, capture=True, separate_stderr=True, timeout=30)
-
-
 def base_rules(spec: StackSpec, manifest: Lock, ref: str, report: CheckReport) -> None:
-    folder = manifest.folder.resolve()
-    top = _git(["rev-parse", "--show-toplevel"], folder)
-    if top.returncode != 0:
-        raise ConfigError(f"--base {ref}: {folder} is not inside a git repository")
-    if _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], folder).returncode != 0:
-        raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
-                          "or name a branch, tag or commit that exists.")
-    rel = (folder / MANIFEST).relative_to(Path((top.output or "").strip()).resolve())
-    shown = _git(["show", f"{ref}:{rel.as_posix()}"], folder)
-    if shown.returncode != 0:
+    rel, text = file_at_ref(manifest.folder / MANIFEST, ref)
+    if text is None:
         report.notices.append(f"--base {ref}: no lock at {rel} there; nothing to compare")
         return
     try:
-        base = lock_from_text(Path(f"{ref}:{rel}"), shown.output or "")
+        base = lock_from_text(Path(f"{ref}:{rel}"), text)
     except LockError as exc:
         report.findings.append(Finding(f"{ref}:{rel}", "-", "broken-lock", exc.message))
         return

@@ -15,7 +15,7 @@ from envbuild.spec import StackSpec
 
 TRITON = "triton"
 
-__all__ = ["TRITON", "CheckReport", "Finding", "StepView", "marker_env", "protected_names"]
+__all__ = ["TRITON", "CheckReport", "Finding", "StepView", "file_at_ref", "marker_env", "protected_names"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,27 @@ def marker_env(spec: StackSpec) -> dict[str, str]:
             "platform_python_implementation": "CPython", "implementation_name": "cpython",
             "implementation_version": spec.python + ".0", "platform_release": "", "platform_version": "",
             "extra": ""}
+
+
+def file_at_ref(path: Path, ref: str) -> tuple[str, str | None]:
+    """``--base REF``: the file at ``path`` as it is at git revision ``ref``.
+
+    Returns (its path relative to the repository's top, its text or None when it does not exist
+    there). Raises ConfigError when ``path`` is not in a git repository or ``ref`` does not exist.
+    """
+    from envbuild.errors import ConfigError
+    from envbuild.run import run
+
+    def git(*args: str) -> tuple[int, str]:
+        res = run(["git", *args], cwd=path.resolve().parent, capture=True, separate_stderr=True, timeout=30)
+        return res.returncode, res.output or ""
+
+    rc, top = git("rev-parse", "--show-toplevel")
+    if rc != 0:
+        raise ConfigError(f"--base {ref}: {path.resolve().parent} is not inside a git repository")
+    if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
+        raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
+                          "or name a branch, tag or commit that exists.")
+    rel = path.resolve().relative_to(Path(top.strip()).resolve()).as_posix()
+    rc, text = git("show", f"{ref}:{rel}")
+    return rel, (text if rc == 0 else None)
