@@ -204,21 +204,6 @@ def locked_steps(spec: StackSpec) -> dict[str, Path]:
     return locked_requirements(spec)
 
 
-def resolve_plan(spec: StackSpec, *, backend: str | None = None, wheelhouse: str | None = None,
-                 locked: Mapping[str, Path] | None = None) -> Plan:
-    """The plan ``provision`` runs, with its defaults: the one place both commands get it from.
-
-    ``backend`` None: uv when it is available, else pip; for uv, the sources pip is configured
-    with are passed explicitly; ``locked`` None: the lock beside the spec (``locked_steps``).
-    """
-    from envbuild.installer import installer_for
-
-    installer = installer_for(backend)
-    return make_plan(spec, PlanOptions(backend=installer.name, wheelhouse=wheelhouse,
-                                       default_sources=installer.default_sources(wheelhouse),
-                                       locked=locked_steps(spec) if locked is None else locked))
-
-
 PIP_RAW_PROGRESS = (24, 1)  # the first pip with --progress-bar raw ("Progress N of M" lines)
 
 

@@ -1,6 +1,6 @@
 """``envbuild plan``: the exact commands ``provision`` would run, step by step. Executes nothing.
 
-The plan comes from ``envbuild.plan.resolve_plan`` and the commands from ``step_commands``, the
+The plan comes from ``envbuild.installer.resolve_plan`` and the commands from ``step_commands``, the
 functions ``provision`` itself calls: the same default backend (uv when available), the same
 lock, the same argv (paths included: the venv's python under ``--root`` or ``--venv``, the
 step's requirements or lock file, the constraints file of the guarded steps).
@@ -16,9 +16,9 @@ from envbuild import layout
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError
-from envbuild.installer import find_uv
+from envbuild.installer import find_uv, resolve_plan
 from envbuild.net import redact
-from envbuild.plan import BACKENDS, Plan, locked_steps, plan_to_json, resolve_plan, step_commands
+from envbuild.plan import BACKENDS, Plan, locked_steps, plan_to_json, step_commands
 
 
 def register(sub: Any) -> None:

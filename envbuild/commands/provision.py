@@ -16,7 +16,8 @@ from envbuild.commands.common import (
 )
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.plan import BACKENDS, locked_steps
-from envbuild.provision.core import ProvisionOptions, provision
+from envbuild.provision.core import provision
+from envbuild.provision.options import ProvisionOptions
 from envbuild.provision.verify import IMPORT_TIMEOUT
 
 

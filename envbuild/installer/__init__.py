@@ -12,6 +12,9 @@ dry run are methods of the backend, so no caller branches on its name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 from envbuild.errors import PreflightError
 from envbuild.installer.base import Installer, StepRun, classify_failure
 from envbuild.installer.pip import PipInstaller, pip_config_sources
@@ -25,11 +28,12 @@ from envbuild.installer.python import (
     run_python_json,
 )
 from envbuild.installer.uv import COMPILE_MIN_CPUS, UvInstaller
-from envbuild.plan import Backend
+from envbuild.plan import Backend, Plan, PlanOptions, locked_steps, make_plan
+from envbuild.spec import StackSpec
 
 __all__ = ["COMPILE_MIN_CPUS", "Installer", "Interpreter", "PipInstaller", "StepRun", "UvInstaller",
            "classify_failure", "find_interpreter", "find_python", "find_uv", "installer_for", "pick_backend",
-           "pip_config_sources", "probe_python", "python_version_of", "run_python_json"]
+           "pip_config_sources", "probe_python", "python_version_of", "resolve_plan", "run_python_json"]
 
 
 def installer_for(requested: str | None) -> Installer:
@@ -44,3 +48,16 @@ def installer_for(requested: str | None) -> Installer:
 
 def pick_backend(requested: str | None) -> Backend:
     return installer_for(requested).name
+
+
+def resolve_plan(spec: StackSpec, *, backend: str | None = None, wheelhouse: str | None = None,
+                 locked: Mapping[str, Path] | None = None) -> Plan:
+    """The plan ``provision`` runs, with its defaults: the one place both commands get it from.
+
+    ``backend`` None: uv when it is available, else pip; for uv, the sources pip is configured
+    with are passed explicitly; ``locked`` None: the lock beside the spec (``locked_steps``).
+    """
+    installer = installer_for(backend)
+    return make_plan(spec, PlanOptions(backend=installer.name, wheelhouse=wheelhouse,
+                                       default_sources=installer.default_sources(wheelhouse),
+                                       locked=locked_steps(spec) if locked is None else locked))

@@ -23,21 +23,26 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from envbuild import abi, events, layout
 from envbuild.errors import ABIViolation, InstallError, PreflightError
-from envbuild.installer import Interpreter, find_interpreter, installer_for, probe_python
+from envbuild.installer import (
+    Interpreter,
+    find_interpreter,
+    installer_for,
+    probe_python,
+    resolve_plan,
+)
 from envbuild.net import unreachable
-from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan, resolve_plan
+from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan
+from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.provision.state import Manifest, now
 from envbuild.provision.steps import ProvisionRun, refuse_out_of_order, run_steps, take_baseline
 from envbuild.provision.verify import (
-    IMPORT_TIMEOUT,
     FinalCheck,
     ImportHang,
     final_check,
@@ -49,42 +54,6 @@ if TYPE_CHECKING:
     from envbuild.proof.receipt import HostSnapshot
 
 T = TypeVar("T")
-Choice = Literal["auto", "yes", "no"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProvisionOptions:
-    root: Path | None = None
-    home: Path | None = None
-    python: str | None = None
-    venv: Path | None = None  # install into this existing environment instead of <root>/venv
-    backend: str | None = None  # "pip", "uv", None: uv when available
-    force_links: bool = False
-    strict: bool = False
-    only_step: str | None = None
-    wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
-    locked: Mapping[str, Path] = field(default_factory=dict)
-    no_lock: bool = False  # --no-lock: a lock beside the spec was bypassed (named in the receipt)
-    compile_bytecode: Choice = "auto"  # uv backend; auto: yes on hosts with COMPILE_MIN_CPUS cores
-    prefetch: Choice = "auto"  # auto: yes when a later step reads a remote index
-    step_timeout: float | None = None  # seconds one installer run may take; None: no limit
-    import_timeout: float = IMPORT_TIMEOUT  # seconds the final `import torch` may take
-
-
-@dataclass
-class ProvisionResult:
-    paths: layout.Paths
-    plan: Plan
-    ran: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    guard_seconds: list[float] = field(default_factory=list)
-    full_check: dict[str, object] | None = None
-    import_cached: bool = False  # the import verdict was reused: no distribution changed since
-    receipt: Path | None = None
-    seconds: float = 0.0
-    timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
-    lock: dict[str, object] = field(default_factory=dict)  # how the lock was used: the receipt's "lock"
 
 
 def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:

@@ -23,7 +23,7 @@ from envbuild.provision.state import Manifest, now
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
-    from envbuild.provision.core import ProvisionOptions, ProvisionResult
+    from envbuild.provision.options import ProvisionOptions, ProvisionResult
 
 
 @dataclass

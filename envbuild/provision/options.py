@@ -1,0 +1,56 @@
+"""What a provision run is asked to do (``ProvisionOptions``) and what it reports (``ProvisionResult``).
+
+Kept apart from ``core.py`` so the step runner (``steps.py``) and the final check read them
+without importing the orchestrator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from envbuild import layout
+from envbuild.plan import Plan
+from envbuild.provision.verify import IMPORT_TIMEOUT
+
+Choice = Literal["auto", "yes", "no"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProvisionOptions:
+    root: Path | None = None
+    home: Path | None = None
+    python: str | None = None
+    venv: Path | None = None  # install into this existing environment instead of <root>/venv
+    backend: str | None = None  # "pip", "uv", None: uv when available
+    force_links: bool = False
+    strict: bool = False
+    only_step: str | None = None
+    wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
+    locked: Mapping[str, Path] = field(default_factory=dict)
+    no_lock: bool = False  # --no-lock: a lock beside the spec was bypassed (named in the receipt)
+    compile_bytecode: Choice = "auto"  # uv backend; auto: yes on hosts with COMPILE_MIN_CPUS cores
+    prefetch: Choice = "auto"  # auto: yes when a later step reads a remote index
+    step_timeout: float | None = None  # seconds one installer run may take; None: no limit
+    import_timeout: float = IMPORT_TIMEOUT  # seconds the final `import torch` may take
+
+
+@dataclass
+class ProvisionResult:
+    paths: layout.Paths
+    plan: Plan
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    guard_seconds: list[float] = field(default_factory=list)
+    full_check: dict[str, object] | None = None
+    import_cached: bool = False  # the import verdict was reused: no distribution changed since
+    receipt: Path | None = None
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
+    lock: dict[str, object] = field(default_factory=dict)  # how the lock was used: the receipt's "lock"
+
+
+__all__ = ["Choice", "ProvisionOptions", "ProvisionResult"]
