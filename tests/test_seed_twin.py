@@ -220,13 +220,12 @@ def provisioned(world: dict[str, Any], mirrored: Path) -> dict[str, Any]:
                      phase=f"mirror ({PY_MAJOR_MINOR} lock)")
         assert r.rc == 0, r.output
     root = world["tmp"] / "data"
-    # pip, as the seed does: it installs the fla step's git line and then fla-core (the runs of the
-    # file, in order), so fla-core's copies win as [[abi.overlap]] says. uv installs a step's
-    # wheels concurrently, so which copy of fla/__init__.py lands last is not fixed there: the
-    # guard stops such a run (exit 6), as it should.
+    # The default backend (uv), as an operator runs it. uv installs a step's wheels concurrently;
+    # the fla step still ends with fla-core's copies on disk, as [[abi.overlap]] says, because the
+    # overlap's winner goes in a run of its own after the rest (plan.step_commands).
     r = envbuild(world, "provision", "--profile", name, "--offline", "--wheelhouse", mirrored, "--root", root,
-                 "--home", world["home"], "--python", sys.executable, "--backend", "pip", "--json",
-                 phase="provision (offline, pip)")
+                 "--home", world["home"], "--python", sys.executable, "--json",
+                 phase="provision (offline, uv)")
     assert r.rc == 0, r.output
     return {"root": root, "result": json.loads(r.stdout), "name": name, "output": r.output,
             "venv": Venv(root / "venv", home=world["home"])}
