@@ -157,13 +157,30 @@ def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False)
     conflict: an error, or with ``force`` it is renamed aside (never deleted).
     """
     done: list[str] = []
-    if home.exists() and not home.is_dir():
-        raise LayoutError(f"the home folder for the links, {home}, is not a folder", hint="Pass --home DIR.")
+    plans = check_links(spec, paths, home, force=force)
     try:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LayoutError(f"cannot create the home folder for the links, {home}: {exc.strerror}",
                           hint="Pass --home DIR.") from None
+    for link, target in plans:
+        target.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            aside = link.with_name(f"{link.name}.envbuild-moved-{time.strftime('%Y%m%d-%H%M%S')}")
+            link.rename(aside)
+            done.append(f"moved {link} aside to {aside}")  # the caller reports it, once
+        link.symlink_to(target)
+        done.append(f"linked {link} -> {target}")
+    return done
+
+
+def check_links(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False) -> list[tuple[Path, Path]]:
+    """The links still to make, ``(link, target)``; a LayoutError for a conflict (unless ``force``).
+
+    Reads only: provision calls it before it makes anything, so a refused run leaves nothing.
+    """
+    if home.exists() and not home.is_dir():
+        raise LayoutError(f"the home folder for the links, {home}, is not a folder", hint="Pass --home DIR.")
     conflicts: list[str] = []
     plans: list[tuple[Path, Path]] = []
     for name, rel in spec.layout.links.items():
@@ -182,15 +199,7 @@ def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False)
             hint="Move them away yourself, or re-run with --force-links to have envbuild rename them to "
             "<name>.envbuild-moved-<time> and link in their place.",
         )
-    for link, target in plans:
-        target.mkdir(parents=True, exist_ok=True)
-        if link.is_symlink() or link.exists():
-            aside = link.with_name(f"{link.name}.envbuild-moved-{time.strftime('%Y%m%d-%H%M%S')}")
-            link.rename(aside)
-            done.append(f"moved {link} aside to {aside}")  # the caller reports it, once
-        link.symlink_to(target)
-        done.append(f"linked {link} -> {target}")
-    return done
+    return plans
 
 
 def _describe(p: Path) -> str:

@@ -106,6 +106,21 @@ def test_a_refused_run_leaves_nothing(tmp_path: Path, scenario_index: ScenarioIn
     assert not home.exists() or [p for p in home.iterdir() if p.is_symlink()] == []  # no links
 
 
+def test_a_file_where_a_link_goes_is_refused_before_the_data_root_is_made(
+        tmp_path: Path, scenario_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    stack = _write(tmp_path, scenario_index, [{"name": "rest", "packages": ["einops-like==0.8.1"]}])
+    root, home = tmp_path / "data", tmp_path / "home"
+    home.mkdir()
+    (home / "venv").write_text("the user's own file\n")
+    out = run_envbuild("provision", "--stack", str(stack), "--root", str(root), "--home", str(home),
+                       "--python", sys.executable)
+    assert out.rc == ExitCode.LAYOUT, out.output
+    assert "Traceback" not in out.output and "--force-links" in out.output
+    assert (home / "venv").read_text() == "the user's own file\n"  # untouched
+    assert not root.exists()  # refused before anything was made
+    assert [p for p in home.iterdir() if p.is_symlink()] == []
+
+
 @pytest.mark.parametrize("command", ["smoke", "dist-step"])
 def test_smoke_and_dist_step_on_a_missing_root_make_nothing(tmp_path: Path, scenario_index: ScenarioIndex,
                                                              run_envbuild: Callable[..., EnvbuildResult],

@@ -112,6 +112,7 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
     """Every check that can refuse the run, before anything is made. Returns the interpreter a
     new venv is made with (None when the venv exists)."""
     _check_data_root(spec, paths)
+    layout.check_links(spec, paths, (opts.home or Path.home()).expanduser(), force=opts.force_links)
     snapshot = Manifest.load(paths.manifest)  # read only: the real one is loaded under the lock
     if snapshot.violation:
         snapshot = Manifest(path=paths.manifest)
