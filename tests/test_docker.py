@@ -202,6 +202,8 @@ def test_dockerfile_step_sequence_runs_outside_docker(tmp_path: Path) -> None:
             argv = shlex.split(local(run_command(args)))
             if argv[0] != "envbuild":
                 continue  # apt and envbuild's own install: the image's business
+            if "&&" in argv:  # what follows (chmod of the runtime caches for non-root users) is the image's
+                argv = argv[:argv.index("&&")]
             proc = subprocess.run([sys.executable, "-m", "envbuild", *argv[1:]],
                                   capture_output=True, text=True, env=env, timeout=600)
             assert proc.returncode == 0, proc.stdout + proc.stderr
