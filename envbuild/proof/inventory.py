@@ -20,14 +20,16 @@ from pathlib import Path
 from typing import Any
 
 
-def record_sha256(dist: md.Distribution) -> str | None:
+def _record(dist: md.Distribution) -> str | None:
     try:
-        text = dist.read_text("RECORD")
+        return dist.read_text("RECORD")
     except OSError:
         return None
-    if text is None:
-        return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record_sha256(dist: md.Distribution) -> str | None:
+    text = _record(dist)
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def files_sha256(dist: md.Distribution) -> str | None:
@@ -35,10 +37,7 @@ def files_sha256(dist: md.Distribution) -> str | None:
     environment lives: rows outside the install folder (``../../../bin/torchrun``: console scripts,
     whose shebang names the interpreter's absolute path) and ``direct_url.json`` (the absolute path
     of a local wheel) are left out, and the rows are sorted (pip and uv order them differently)."""
-    try:
-        text = dist.read_text("RECORD")
-    except OSError:
-        return None
+    text = _record(dist)
     if text is None:
         return None
     rows = sorted(line for line in text.splitlines()
