@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             "root": str(result.paths.root), "venv": str(result.paths.venv), "ran": result.ran,
             "skipped": result.skipped, "warnings": result.warnings, "seconds": round(result.seconds, 3),
             "guard_seconds": [round(s, 4) for s in result.guard_seconds],
-            "full_check": result.full_check, "import_cached": result.import_cached, "receipt": str(result.receipt) if result.receipt else None,
+            "full_check": result.full_check, "import_cached": result.import_cached, "import_warmup": result.warmup, "receipt": str(result.receipt) if result.receipt else None,
             "timings": result.timings,
         })
         return 0

@@ -15,28 +15,65 @@ import json
 import os
 import sys
 import threading
-from typing import Any
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Column, Table
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from envbuild import events
 from envbuild.commands.progress import InstallProgress
 from envbuild.errors import EnvbuildError
 
-_out = Console(highlight=False, soft_wrap=True)
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+
+
+class _Writer(Protocol):
+    def print(self, text: Any = "", *, style: str | None = None, markup: bool = False) -> None: ...
+
+
+class PlainConsole:
+    """Lines as they are, for logs, pipes and NO_COLOR: what rich would print there, without
+    importing rich (a tenth of a second of every command's start on a small machine)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self.stderr = stderr
+
+    @property
+    def file(self) -> TextIO:
+        return sys.stderr if self.stderr else sys.stdout  # looked up each time: pytest swaps them
+
+    def print(self, text: Any = "", *, style: str | None = None, markup: bool = False) -> None:
+        if not isinstance(text, str):  # a rich renderable (a table): let rich lay it out, uncoloured
+            from rich.console import Console
+
+            Console(file=self.file, width=160, no_color=True, highlight=False, soft_wrap=True).print(text)
+            return
+        self.file.write(text + "\n")
+        self.file.flush()
+
+
+def rich_wanted(stream: TextIO, environ: dict[str, str] | None = None) -> bool:
+    """Colour (rich) only on a terminal that can show it; FORCE_COLOR asks for it anywhere."""
+    env = os.environ if environ is None else environ
+    if env.get("FORCE_COLOR"):
+        return True
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return tty and not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
+
+
+def _console(stderr: bool) -> _Writer:
+    stream = sys.stderr if stderr else sys.stdout
+    if not rich_wanted(stream):
+        return PlainConsole(stderr)
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+_out: _Writer = PlainConsole()
+_err: _Writer = PlainConsole(stderr=True)
 _verbose = False
 _json_mode = False
 _quiet = False
@@ -54,6 +91,19 @@ class LiveDisplay:
     """Live lines for running tasks, fed by events; permanent lines print above them."""
 
     def __init__(self, console: Console) -> None:
+        from rich.console import Group
+        from rich.live import Live
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TransferSpeedColumn,
+        )
+        from rich.table import Column
+
         self.console = console
         self.tasks = Progress(SpinnerColumn(), TextColumn("{task.description}", table_column=Column(no_wrap=True)),
                               TextColumn("{task.fields[detail]}", style="cyan",
@@ -148,15 +198,18 @@ _PREFIX = {"warn": "warning: ", "error": "error: ", "fail": "FAIL ", "ok": "ok "
 
 def configure(*, verbose: bool = False, json_mode: bool = False, quiet: bool = False) -> None:
     global _out, _err, _verbose, _json_mode, _quiet, _live
-    no_color = bool(os.environ.get("NO_COLOR"))
-    # Not a terminal (CI logs, pipes, golden tests): a fixed, wide layout instead of 80 columns.
-    width = None if sys.stdout.isatty() else 160
-    _out = Console(highlight=False, soft_wrap=True, no_color=no_color, width=width)
-    _err = Console(stderr=True, highlight=False, soft_wrap=True, no_color=no_color)
+    # Not a terminal (CI logs, pipes, golden tests) or NO_COLOR: plain lines, rich never imported.
+    _out, _err = _console(stderr=False), _console(stderr=True)
     _verbose = verbose
     _json_mode = json_mode
     _quiet = quiet
-    _live = LiveDisplay(_out) if live_wanted(quiet=quiet, json_mode=json_mode) else None
+    _live = None
+    if live_wanted(quiet=quiet, json_mode=json_mode):
+        from rich.console import Console
+
+        live_console = _out if isinstance(_out, Console) else Console(highlight=False, soft_wrap=True)
+        _out = live_console
+        _live = LiveDisplay(live_console)
     events.set_live(_live is not None)
     events.set_sink(_render_event)
 
@@ -227,6 +280,8 @@ def print_text(text: str = "", style: str | None = None) -> None:
 
 
 def print_table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+    from rich.table import Table
+
     table = Table(title=title, show_lines=False, title_justify="left")
     for col in columns:
         table.add_column(col, overflow="fold")

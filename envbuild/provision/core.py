@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from envbuild import abi, events, layout
+from envbuild._io import atomic_write_json
 from envbuild.errors import ABIViolation, InstallError, PreflightError
 from envbuild.installer import (
     Interpreter,
@@ -178,27 +180,18 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
     manifest.save()
     laps.lap("venv")
 
-    run_steps(run)
-    laps.lap("steps")
-    # the environment is final: its inventory for the receipt runs beside the import check, or is
-    # the one recorded with a cached verdict (same fingerprint: the same distributions)
-    futures: list[Future[dict[str, Any]]] = []
-
-    def start_inventory() -> None:
-        futures.append(pool.submit(receipts.inventory, run.python))
-
-    check = None
-    last = plan.steps[-1].name
-    if opts.only_step is None or opts.only_step == last:
-        check = _final_check(run, on_fresh_import=start_inventory)
-        manifest.finished = now()
-        manifest.save()
-        laps.lap("import_check")
+    try:
+        check = _steps_and_check(run, laps, pool)
+    finally:
+        if run.warmup is not None:
+            run.warmup.stop()
+            result.warmup = run.warmup.to_json()
     if check is not None and check.cached and check.software is not None:
         software: dict[str, Any] | None = check.software
     else:
+        futures = [f for f in run.inventory if f is not None]
         if not futures:
-            start_inventory()
+            futures.append(pool.submit(receipts.inventory, run.python))
         software = _or_none(futures[0])
         if check is not None and software is not None:
             remember_software(run.paths.import_verdict, check, software)
@@ -206,6 +199,27 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
     result.receipt = _write_receipt(run, host=_or_none(host_facts), software=software)
     laps.lap("receipt")
     return result
+
+
+def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -> FinalCheck | None:
+    from envbuild.proof import receipt as receipts
+
+    run_steps(run)
+    laps.lap("steps")
+    # the environment is final: its inventory for the receipt runs beside the import check, or is
+    # the one recorded with a cached verdict (same fingerprint: the same distributions)
+    def start_inventory() -> None:
+        run.inventory.append(pool.submit(receipts.inventory, run.python))
+
+    check = None
+    if run.opts.only_step is None or run.opts.only_step == run.plan.steps[-1].name:
+        if run.warmup is not None:
+            run.warmup.at_check()
+        check = _final_check(run, on_fresh_import=start_inventory)
+        run.manifest.finished = now()
+        run.manifest.save()
+        laps.lap("import_check")
+    return check
 
 
 def _why_reset(manifest: Manifest, spec: StackSpec, backend: str) -> str:
@@ -314,7 +328,7 @@ def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> P
         events.emit("warn", f"{paths.venv} was never recorded as complete (a run stopped while creating it?); "
                     f"moved aside to {aside}, making it again")
     if python.exists():
-        probed = probe_python(python)
+        probed = _probe_venv_python(python, paths.state / "python-probe.json")
         if probed is None:
             raise PreflightError(f"the venv at {paths.venv} is broken (its python does not run)",
                                  hint="Move it away; the next run makes a new one.")
@@ -334,6 +348,39 @@ def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> P
     manifest.marker_env = base.marker_env  # a venv's marker variables are its interpreter's
     manifest.save()  # the venv is complete: from now on it is ours
     return python
+
+
+def _interpreter_key(python: Path) -> list[Any]:
+    """What identifies a venv's interpreter without running it: the real executable (size, mtime,
+    inode) and the venv's pyvenv.cfg. An upgrade, a rebuild or a re-pointed venv changes it."""
+    real = Path(os.path.realpath(python))
+    key: list[Any] = [str(real)]
+    for f in (real, python.parent.parent / "pyvenv.cfg"):
+        try:
+            st = f.stat()
+            key += [st.st_size, st.st_mtime_ns, st.st_ino]
+        except OSError:
+            key.append(None)
+    return key
+
+
+def _probe_venv_python(python: Path, cache: Path) -> Interpreter | None:
+    """``probe_python`` of the venv's interpreter, remembered under ``_interpreter_key``: a re-run
+    on a finished environment does not start one more interpreter to learn what it already knows."""
+    key = _interpreter_key(python)
+    try:
+        doc = json.loads(cache.read_text(encoding="utf-8"))
+        if doc.get("key") == key:
+            return Interpreter(executable=Path(doc["executable"]), version=str(doc["version"]),
+                               marker_env={str(k): str(v) for k, v in doc["marker_env"].items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    probed = probe_python(python)
+    if probed is not None:
+        with contextlib.suppress(OSError):
+            atomic_write_json(cache, {"key": key, "executable": str(probed.executable), "version": probed.version,
+                                      "marker_env": probed.marker_env})
+    return probed
 
 
 def _install_env(paths: layout.Paths) -> dict[str, str]:
@@ -397,6 +444,7 @@ def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None, software
                    "started": s.started, "ended": s.ended} for s in manifest.steps],
         "full_check": result.full_check,
         "import_check": {"cached": result.import_cached} if result.full_check is not None else None,
+        "import_warmup": result.warmup,
         "timings": result.timings,
         "lock": result.lock,
     }

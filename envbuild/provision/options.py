@@ -47,6 +47,7 @@ class ProvisionResult:
     guard_seconds: list[float] = field(default_factory=list)
     full_check: dict[str, object] | None = None
     import_cached: bool = False  # the import verdict was reused: no distribution changed since
+    warmup: dict[str, object] | None = None  # the background import after the baseline (provision/warmup.py)
     receipt: Path | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from envbuild import abi, events, layout
 from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
 from envbuild.installer import Installer
 from envbuild.plan import Plan, PlannedStep
-from envbuild.provision import prefetch
+from envbuild.provision import prefetch, warmup
 from envbuild.provision.state import Manifest, now
 from envbuild.spec import StackSpec
 
@@ -41,6 +42,8 @@ class ProvisionRun:
     python: Path = Path()
     site: Path = Path()
     env: dict[str, str] | None = None  # the installers' environment (caches on the data root)
+    warmup: warmup.Warmup | None = None  # the background `import torch` once the baseline is in
+    inventory: list[Future[dict[str, Any]]] = field(default_factory=list)  # the receipt's, beside the import check
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -71,19 +74,30 @@ def run_steps(run: ProvisionRun) -> None:
         prefetcher = prefetch.Prefetcher(installer=run.installer, python=run.python,
                                          scratch_root=run.paths.cache / "prefetch", logs=run.paths.logs,
                                          env=run.env or {})
+    import_env = warmup.env_for_import(layout.overlay_env(run.spec, run.paths))
+    warm = warmup.wanted(install_env=run.env or {}, import_env=import_env,
+                         compiles_at_install=run.installer.name == "pip", single_step=opts.only_step is not None)
     try:
+        done = None
         for planned in plan.steps:
             if opts.only_step and planned.name != opts.only_step:
                 continue
             if manifest.state(planned.name).status == "ok":
                 result.skipped.append(planned.name)
+                done = planned.name
                 continue
+            if warm and run.warmup is None and manifest.baseline is not None and done is not None:
+                log = run.paths.logs / "import-warmup.log"
+                log.unlink(missing_ok=True)
+                run.warmup = warmup.Warmup(run.python, run.spec.abi.package.replace("-", "_"), import_env, log)
+                run.warmup.start(after_step=done)
             if prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
                 later = todo[todo.index(planned) + 1:] if planned in todo else []
                 if later and prefetcher.start(later[0]) is not None:
                     events.emit("debug", f"prefetching step {later[0].name} while {planned.name} installs")
             run_one(run, planned)
+            done = planned.name
     finally:
         if prefetcher is not None:
             prefetcher.close()

@@ -1,0 +1,126 @@
+"""The import warm-up (envbuild/provision/warmup.py), with real uv installs into real venvs.
+
+After the baseline step, a uv provision starts ``import torch`` in the background so the final
+import check finds torch's bytecode in place. These tests show that it runs where it can help,
+stays off where it cannot, and is never a verdict: a warm-up that fails does not fail the run,
+and one that passes does not hide a final state in which torch no longer imports.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.fixtures import PY_MAJOR_MINOR, EnvbuildResult
+from support.wheels import build_wheel
+
+from envbuild.errors import ExitCode
+from envbuild.provision import warmup
+
+# The sandbox sets PYTHONDONTWRITEBYTECODE=1; with it nothing would be written. "" unsets it for Python.
+BYTECODE_ON = {"PYTHONDONTWRITEBYTECODE": ""}
+TORCH = "2.12.0+cpu"
+
+
+def _stack(tmp_path: Path, torch_init: str, later: list[tuple[str, str, dict[str, str]]]) -> Path:
+    """A stack whose baseline is a stand-in torch with ``torch_init`` as its __init__, then one
+    step per ``later`` wheel (name, version, files), all from a local find-links folder."""
+    wheels = tmp_path / "wheels"
+    build_wheel(wheels, "torch", TORCH, files={"torch/__init__.py": torch_init,
+                                               "torch/version.py": f"__version__ = {TORCH!r}\ncuda = None\n"})
+    for name, version, files in later:
+        build_wheel(wheels, name, version, files=files)
+    src = f'find_links = ["{wheels}"]\nno_index = true\n'
+    text = (f'schema = 1\nname = "warmup"\npython = "{PY_MAJOR_MINOR}"\n'
+            '[layout]\nroot = "/mnt/data"\nlinks = { venv = "venv" }\nmin_free_gb = 0\n'
+            f'[abi]\npackage = "torch"\nversion = "{TORCH}"\nlocal = "cpu"\n'
+            f'[[step]]\nname = "torch"\npackages = ["torch=={TORCH}"]\n{src}')
+    for i, (name, version, _) in enumerate(later):
+        text += f'[[step]]\nname = "later-{i}"\npackages = ["{name}=={version}"]\n{src}'
+    path = tmp_path / "stack.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _provision(run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path, stack: Path, *extra: str,
+               env: dict[str, str] | None = None) -> EnvbuildResult:
+    return run_envbuild("provision", "--stack", stack, "--root", tmp_path / "data", "--home", tmp_path / "home",
+                        "--backend", "uv", "--compile-bytecode", "no", "--json", *extra, env={**BYTECODE_ON, **(env or {})})
+
+
+def _site(tmp_path: Path) -> Path:
+    return next((tmp_path / "data" / "venv" / "lib").glob("python3*/site-packages"))
+
+
+PLAIN_TORCH = "from .version import __version__\n"
+
+
+def test_warmup_writes_torch_bytecode_while_later_steps_install(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    stack = _stack(tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})])
+    result = _provision(run_envbuild, tmp_path, stack)
+    assert result.rc == ExitCode.OK, result.output
+    doc = json.loads(result.stdout)
+    assert doc["import_warmup"]["module"] == "torch"
+    assert doc["import_warmup"]["seconds"] is not None
+    assert isinstance(doc["import_warmup"]["finished_before_check"], bool)
+    # the bytecode a first import writes is there, and uv was not asked to compile anything:
+    # helper_a (never imported) has none
+    assert list((_site(tmp_path) / "torch" / "__pycache__").glob("__init__.cpython-*.pyc"))
+    assert not (_site(tmp_path) / "helper_a" / "__pycache__").exists()
+    receipt = json.loads(Path(doc["receipt"]).read_text())
+    assert receipt["payload"]["import_warmup"]["module"] == "torch"
+
+
+@pytest.mark.parametrize("how", ["variable", "pip", "compile", "no-bytecode"])
+def test_warmup_stays_off_where_it_cannot_help(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult],
+                                               how: str) -> None:
+    stack = _stack(tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})])
+    extra: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    if how == "variable":
+        env["ENVBUILD_IMPORT_WARMUP"] = "0"
+    elif how == "pip":
+        extra = ("--backend", "pip")  # pip compiles at install
+    elif how == "compile":
+        extra = ("--compile-bytecode", "yes")
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    result = _provision(run_envbuild, tmp_path, stack, *extra, env=env)
+    assert result.rc == ExitCode.OK, result.output
+    assert json.loads(result.stdout)["import_warmup"] is None
+    assert not (tmp_path / "data" / "logs" / "import-warmup.log").exists()
+
+
+def test_a_failing_warmup_is_not_a_verdict(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """torch needs a module that only a later step installs: the warm-up fails, the run does not."""
+    stack = _stack(tmp_path, "import late_dep\n" + PLAIN_TORCH,
+                   [("late-dep", "1.0", {"late_dep/__init__.py": "OK = True\n"})])
+    result = _provision(run_envbuild, tmp_path, stack)
+    assert result.rc == ExitCode.OK, result.output
+    assert "ModuleNotFoundError" in (tmp_path / "data" / "logs" / "import-warmup.log").read_text()
+    assert json.loads(result.stdout)["full_check"]["version"] == TORCH
+
+
+def test_a_passing_warmup_does_not_hide_a_later_break(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """torch imports an optional module when present (as torch does numpy); a later step installs a
+    version that breaks the import. The warm-up ran before it and passed; the final check fails."""
+    torch_init = "try:\n    import optional_dep\nexcept ImportError:\n    pass\n" + PLAIN_TORCH
+    stack = _stack(tmp_path, torch_init,
+                   [("optional-dep", "2.0", {"optional_dep/__init__.py": "raise RuntimeError('built against API 1')\n"})])
+    result = _provision(run_envbuild, tmp_path, stack)
+    assert result.rc == ExitCode.ABI, result.output
+    assert "built against API 1" in result.stderr
+    assert "Traceback" not in result.stderr.split("error:", 1)[0]
+
+
+def test_wanted_reads_the_switches() -> None:
+    on = {"install_env": {}, "import_env": {}, "compiles_at_install": False, "single_step": False}
+    assert warmup.wanted(**on)  # type: ignore[arg-type]
+    assert not warmup.wanted(**{**on, "import_env": {"ENVBUILD_IMPORT_WARMUP": "0"}})  # type: ignore[arg-type]
+    assert not warmup.wanted(**{**on, "import_env": {"PYTHONDONTWRITEBYTECODE": "1"}})  # type: ignore[arg-type]
+    assert warmup.wanted(**{**on, "import_env": {"PYTHONDONTWRITEBYTECODE": ""}})  # type: ignore[arg-type]
+    assert not warmup.wanted(**{**on, "install_env": {"UV_COMPILE_BYTECODE": "1"}})  # type: ignore[arg-type]
+    assert not warmup.wanted(**{**on, "compiles_at_install": True})  # type: ignore[arg-type]
+    assert not warmup.wanted(**{**on, "single_step": True})  # type: ignore[arg-type]
