@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "dist_step",
     "receipt",
     "docker",
+    "modal",
 )
 
 

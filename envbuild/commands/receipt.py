@@ -1,4 +1,11 @@
-"""``envbuild receipt show|diff``: read receipts and show what drifted (exit 10 when something did)."""
+"""``envbuild receipt show|diff``: read receipts and show what drifted (exit 10 when something did).
+
+``diff`` shows three groups per receipt: what drifted in the environment (packages, torch, Python,
+env, hardware), whether the *image* changed (another image digest / id, Modal image id, OS
+release, or container vs not: drift) and whether the *run* changed (another task, job, pod,
+container, host, boot or scheduler, same image: information). Exit 10 when any receipt drifted (an image change
+is drift), 0 otherwise; a run change alone is 0.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,16 @@ from typing import Any
 from envbuild.commands import ui
 from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.proof.receipt import diff_receipts, load_receipt, summary
+from envbuild.proof.receipt import (
+    Difference,
+    diff_receipts,
+    image_changed,
+    load_receipt,
+    run_changed,
+    summary,
+)
+
+GROUPS = ("environment", "image", "run")
 
 
 def register(sub: Any) -> None:
@@ -65,9 +81,13 @@ def run_diff(args: argparse.Namespace) -> int:
         results.append((doc, diffs))
     drifted = [doc for doc, diffs in results if any(d.drift for d in diffs)]
     if args.json:
-        ui.print_json({"reference": ref["_path"], "drift": bool(drifted), "receipts": [
+        ui.print_json({"reference": ref["_path"], "drift": bool(drifted),
+                       "image_changed": any(image_changed(diffs) for _, diffs in results),
+                       "run_changed": any(run_changed(diffs) for _, diffs in results), "receipts": [
             {"file": doc["_path"], "host": doc.get("provenance", {}).get("hostname"),
-             "drift": any(d.drift for d in diffs), "differences": [d.to_dict() for d in diffs]}
+             "drift": any(d.drift for d in diffs), "image_changed": image_changed(diffs),
+             "run_changed": run_changed(diffs), "differences": [d.to_dict() for d in diffs],
+             "groups": {g: [d.to_dict() for d in diffs if _group(d) == g] for g in GROUPS}}
             for doc, diffs in results]})
     else:
         for doc, diffs in results:
@@ -76,15 +96,35 @@ def run_diff(args: argparse.Namespace) -> int:
             if not diffs:
                 ui.print_text(f"{title}: identical")
                 continue
-            rows = [[d.section, d.key, _show(d.a), _show(d.b), "" if d.drift else "info"] for d in diffs]
-            ui.print_table(title, ["section", "what", "reference" if args.against else "A",
-                                   "receipt" if args.against else "B", ""], rows)
+            ui.print_text(f"{title}: {_verdict(diffs)}")
+            for group in GROUPS:
+                rows = [[d.section, d.key, _show(d.a), _show(d.b), "" if d.drift else "info"]
+                        for d in diffs if _group(d) == group]
+                if rows:
+                    ui.print_table(_GROUP_TITLES[group], ["section", "what", "reference" if args.against else "A",
+                                                          "receipt" if args.against else "B", ""], rows)
         if len(results) > 1:
             ui.print_table("fleet", ["receipt", "host", "drifted items"],
                            [[doc["_path"], str(doc.get("provenance", {}).get("hostname")),
                              str(sum(d.drift for d in diffs))] for doc, diffs in results])
         ui.print_text(f"{len(drifted)} of {len(results)} receipt(s) drifted" if drifted else "no drift")
     return int(ExitCode.DRIFT) if drifted else 0
+
+
+_GROUP_TITLES = {"environment": "environment (packages, torch, python, env, hardware, provenance)",
+                 "image": "image: what the software came from", "run": "run: where the same image ran"}
+
+
+def _group(d: Difference) -> str:
+    return d.section if d.section in ("image", "run") else "environment"
+
+
+def _verdict(diffs: list[Difference]) -> str:
+    env = any(d.drift and _group(d) == "environment" for d in diffs)
+    parts = ["the image changed" if image_changed(diffs) else None,
+             ("the run changed" + ("" if image_changed(diffs) else " (same image)")) if run_changed(diffs) else None,
+             "the environment drifted" if env else None]
+    return "; ".join(p for p in parts if p) or "information only"
 
 
 def _show(value: Any) -> str:

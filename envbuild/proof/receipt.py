@@ -9,8 +9,12 @@ and the command's payload (step timings, check results, peak memory). Secrets ar
 atomically under ``<root>/receipts``.
 
 ``diff_receipts`` compares what must not drift between hosts or runs: packages (added, removed,
-version, RECORD hash), torch versions, Python, environment, hardware. Provenance and payload
-differences are shown as information, never as drift.
+version, RECORD hash), torch versions, Python, environment, hardware, and the image the run came
+from (section ``image``: ``backend.image``, see ``envbuild.proof.backend``). Where it ran (section
+``run``: task, job, pod, host, boot), provenance and payload differences are shown as
+information, never as drift. Receipts written before the ``backend`` section still load and
+diff (schema ``envbuild.receipt/1``: the section is an addition readers ignore, so the schema
+name stays and older envbuilds keep reading newer receipts).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from envbuild import events, net
 from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import ConfigError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
+from envbuild.proof.backend import Backend, detect
 from envbuild.proof.provenance import Provenance, capture
 from envbuild.run import run
 from envbuild.spec import StackSpec
@@ -137,13 +142,14 @@ def write_receipt(
     environ: Mapping[str, str] | None = None,
     host: HostSnapshot | None = None,
     software: dict[str, Any] | None = None,
+    backend: Backend | None = None,
 ) -> Path:
     """Write one receipt under ``paths.receipts``; returns its path.
 
     ``provenance`` should be captured at the start of the command (``provenance.capture``), or
     ``host`` taken (``snapshot_host``); either is captured here when not given. ``python`` is the
     target environment's interpreter (default: ``paths.python`` when it exists); ``software`` its
-    ``inventory``, when the caller already has it.
+    ``inventory``, when the caller already has it; ``backend`` where it runs (default: detected).
     """
     env = os.environ if environ is None else environ
     snap = host or snapshot_host(spec, env, provenance)
@@ -160,6 +166,7 @@ def write_receipt(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "names": names,
         "provenance": prov.to_dict(),
+        "backend": (backend or detect(environ)).to_dict(),
         "hardware": hardware(gpus),
         "software": software if software is not None else (
             inventory(interp) if interp is not None else {"error": "no target interpreter"}),
@@ -220,6 +227,8 @@ _SHAPE: dict[str, tuple[tuple[type, ...], bool]] = {
     "software.distributions[].files_sha256": ((str,), False),
     "env": ((dict,), False), "env.overlay": ((dict,), False), "env.in_force": ((dict,), False),
     "payload": ((dict,), False),
+    "backend": ((dict,), False), "backend.kind": ((str,), True), "backend.image": ((dict,), True),
+    "backend.run": ((dict,), True),
 }
 _PAYLOAD_SHAPE: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "smoke": {"payload.checks": ((list,), False), "payload.checks[]": ((dict,), True),
@@ -275,7 +284,7 @@ def _check_value(path: Path, key: str, value: Any, types: tuple[type, ...], requ
 
 @dataclass(frozen=True)
 class Difference:
-    section: str  # packages, torch, python, env, hardware, provenance
+    section: str  # packages, torch, python, env, hardware, image, run, provenance
     key: str
     a: Any
     b: Any
@@ -333,13 +342,46 @@ def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     va, vb = a.get("provenance", {}), b.get("provenance", {})
     if va.get("machine_class") != vb.get("machine_class"):
         out.append(Difference("hardware", "machine_class", va.get("machine_class"), vb.get("machine_class")))
-    for key in ("hostname", "envbuild_version"):
+    out += backend_diff(a.get("backend"), b.get("backend"))
+    both = bool(a.get("backend") and b.get("backend"))  # then the host name is in the run group
+    for key in ("envbuild_version",) if both else ("hostname", "envbuild_version"):
         if va.get(key) != vb.get(key):
             out.append(Difference("provenance", key, va.get(key), vb.get(key), drift=False))
     ra, rb = (va.get("repo") or {}).get("revision"), (vb.get("repo") or {}).get("revision")
     if ra != rb:
         out.append(Difference("provenance", "repo revision", ra, rb, drift=False))
     return out
+
+
+def backend_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[Difference]:
+    """``image`` differences (drift: the software came from another image, or one side ran in a
+    container and the other not) and ``run`` differences (information: the same image ran as
+    another task, job, pod, container, host or boot, or under another scheduler: a Slurm job on
+    a host is the host's image). A receipt without the section (written before it) says nothing
+    about either: one informational line."""
+    if not a or not b:
+        if a or b:
+            return [Difference("image", "backend", (a or {}).get("kind") or "not recorded",
+                               (b or {}).get("kind") or "not recorded", drift=False)]
+        return []
+    out: list[Difference] = []
+    if bool(a.get("container")) != bool(b.get("container")):
+        out.append(Difference("image", "container", bool(a.get("container")), bool(b.get("container"))))
+    for key, x, y in _flat_diff(a.get("image") or {}, b.get("image") or {}):
+        out.append(Difference("image", key, x, y))
+    if a.get("kind") != b.get("kind"):
+        out.append(Difference("run", "backend kind", a.get("kind"), b.get("kind"), drift=False))
+    for key, x, y in _flat_diff(a.get("run") or {}, b.get("run") or {}):
+        out.append(Difference("run", key, x, y, drift=False))
+    return out
+
+
+def image_changed(diffs: list[Difference]) -> bool:
+    return any(d.section == "image" and d.drift for d in diffs)
+
+
+def run_changed(diffs: list[Difference]) -> bool:
+    return any(d.section == "run" for d in diffs)
 
 
 def _flat_diff(x: Mapping[str, Any], y: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -366,4 +408,16 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
         "packages": len(sw.get("distributions") or []),
         "driver / GPUs": f"{hw.get('driver') or '-'} / {len(gpus)} x "
                          f"{', '.join(sorted({g.get('name') for g in gpus})) or '-'}",
+        "backend": _backend_line(doc.get("backend")),
     }
+
+
+def _backend_line(backend: Mapping[str, Any] | None) -> str:
+    if not backend:
+        return "not recorded"
+    image = backend.get("image") or {}
+    shown = next((f"{k}={image[k]}" for k in ("modal_image_id", "digest", "id", "ref") if image.get(k)), None)
+    run = backend.get("run") or {}
+    where = next((f"{k}={run[k]}" for k in ("modal_task_id", "slurm_job_id", "k8s_pod", "container_id")
+                  if run.get(k)), f"hostname={run.get('hostname')}")
+    return f"{backend.get('kind')}: image {shown or image.get('os') or 'unknown'}, run {where}"
