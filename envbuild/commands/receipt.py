@@ -112,7 +112,7 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 _GROUP_TITLES = {"environment": "environment (packages, torch, python, env, hardware, provenance)",
-                 "image": "image: what the software came from", "run": "run: where the same image ran"}
+                 "image": "image: what the software came from", "run": "run: where it ran (task, job, pod, container, host, boot)"}
 
 
 def _group(d: Difference) -> str:
