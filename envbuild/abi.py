@@ -634,6 +634,14 @@ FULL_CHECK = (
     "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
     "'file': torch.__file__}))\n"
 )
+# The same, plus the source files the import loaded (what the import warm-up compiles next time).
+FULL_CHECK_MODULES = (
+    "import json, sys, torch\n"
+    "mods = sorted({f for m in list(sys.modules.values()) for f in [getattr(m, '__file__', None)] "
+    "if isinstance(f, str) and f.endswith('.py')})\n"
+    "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+    "'file': torch.__file__, 'modules': mods}))\n"
+)
 
 
 def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Finding]:

@@ -12,20 +12,18 @@ from pathlib import Path
 import pytest
 from support.fixtures import EnvbuildResult, Venv
 
-from envbuild.installer import COMPILE_MIN_CPUS, PipInstaller, UvInstaller
+from envbuild.installer import PipInstaller, UvInstaller
 
 pytestmark = pytest.mark.slow
 
 
-def test_auto_compiles_on_many_cores_only_and_never_for_pip() -> None:
+def test_only_yes_compiles_and_never_for_pip() -> None:
     uv, pip = UvInstaller("uv"), PipInstaller()
-    assert uv.compiles_bytecode("auto", cpus=COMPILE_MIN_CPUS)
-    assert not uv.compiles_bytecode("auto", cpus=2)
-    assert uv.compiles_bytecode("yes", cpus=2)
-    assert not uv.compiles_bytecode("no", cpus=128)
-    assert not pip.compiles_bytecode("yes", cpus=128)  # pip compiles by itself
-    assert not uv.compiles_bytecode("auto", adopted=True, cpus=128)  # not our environment
-    assert uv.compiles_bytecode("yes", adopted=True, cpus=2)  # unless asked
+    assert not uv.compiles_bytecode("auto")  # the import warm-up writes what `import torch` needs
+    assert uv.compiles_bytecode("yes")
+    assert not uv.compiles_bytecode("no")
+    assert not pip.compiles_bytecode("yes")  # pip compiles by itself
+    assert uv.compiles_bytecode("yes", adopted=True)  # asked for, even in an adopted environment
 
 
 @pytest.mark.parametrize(("choice", "compiled"), [("yes", True), ("no", False)])

@@ -9,6 +9,9 @@ and one that passes does not hide a final state in which torch no longer imports
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,12 +27,17 @@ BYTECODE_ON = {"PYTHONDONTWRITEBYTECODE": ""}
 TORCH = "2.12.0+cpu"
 
 
-def _stack(tmp_path: Path, torch_init: str, later: list[tuple[str, str, dict[str, str]]]) -> Path:
-    """A stack whose baseline is a stand-in torch with ``torch_init`` as its __init__, then one
-    step per ``later`` wheel (name, version, files), all from a local find-links folder."""
+def _stack(tmp_path: Path, torch_init: str, later: list[tuple[str, str, dict[str, str]]],
+           submodules: int = 0) -> Path:
+    """A stack whose baseline is a stand-in torch with ``torch_init`` as its __init__ (importing
+    ``submodules`` more modules of its own), then one step per ``later`` wheel (name, version,
+    files), all from a local find-links folder."""
     wheels = tmp_path / "wheels"
-    build_wheel(wheels, "torch", TORCH, files={"torch/__init__.py": torch_init,
-                                               "torch/version.py": f"__version__ = {TORCH!r}\ncuda = None\n"})
+    files = {f"torch/_m{i}.py": f"X = {i}\n" for i in range(submodules)}
+    files["torch/__init__.py"] = "".join(f"from . import _m{i}\n" for i in range(submodules)) + torch_init
+    files["torch/version.py"] = f"__version__ = {TORCH!r}\ncuda = None\n"
+    files["torch/_never_imported.py"] = "Y = 1\n"
+    build_wheel(wheels, "torch", TORCH, files=files)
     for name, version, files in later:
         build_wheel(wheels, name, version, files=files)
     src = f'find_links = ["{wheels}"]\nno_index = true\n'
@@ -71,6 +79,38 @@ def test_warmup_writes_torch_bytecode_while_later_steps_install(tmp_path: Path, 
     assert not (_site(tmp_path) / "helper_a" / "__pycache__").exists()
     receipt = json.loads(Path(doc["receipt"]).read_text())
     assert receipt["payload"]["import_warmup"]["module"] == "torch"
+
+
+def test_a_later_provision_compiles_what_the_import_loaded_on_every_core(
+        tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """The first provision imports and records the files import torch loaded (in the data root's
+    cache); the next one of the same torch compiles exactly those, in parallel, while it installs."""
+    stack = _stack(tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})],
+                   submodules=80)
+    first = _provision(run_envbuild, tmp_path, stack)
+    assert first.rc == ExitCode.OK, first.output
+    assert json.loads(first.stdout)["import_warmup"]["mode"] == "import"
+    listing = next((tmp_path / "data" / "cache" / "envbuild").glob("import-torch-*.json"))
+    files = json.loads(listing.read_text())["files"]
+    assert {"torch/__init__.py", "torch/version.py", "torch/_m79.py"} <= set(files)
+    assert "torch/_never_imported.py" not in files and not any(f.startswith("helper_a/") for f in files)
+
+    # a new venv on the same data root (caches kept), as a warm re-provision makes
+    shutil.rmtree(tmp_path / "data" / "venv")
+    shutil.rmtree(tmp_path / "data" / ".envbuild")
+    second = _provision(run_envbuild, tmp_path, stack)
+    assert second.rc == ExitCode.OK, second.output
+    warm = json.loads(second.stdout)["import_warmup"]
+    assert warm["mode"] == "compile" and warm["files"] == len(files), warm
+    cache = _site(tmp_path) / "torch" / "__pycache__"
+    assert len(list(cache.glob("_m*.cpython-*.pyc"))) == 80
+    assert not list(cache.glob("_never_imported.*.pyc"))
+    # what it wrote is what an import writes: the next import loads it as is (no rewrite)
+    pyc = next(cache.glob("_m0.cpython-*.pyc"))
+    before = pyc.stat().st_mtime_ns
+    venv_python = tmp_path / "data" / "venv" / "bin" / "python"
+    subprocess.run([str(venv_python), "-c", "import torch"], check=True, env={**os.environ, **BYTECODE_ON})
+    assert pyc.stat().st_mtime_ns == before
 
 
 @pytest.mark.parametrize("how", ["variable", "pip", "compile", "no-bytecode"])

@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
     p.add_argument("--wheelhouse", metavar="DIR|URL", type=nonempty_arg, help="mirrored wheelhouse (with --offline)")
     p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock and resolve from the spec")
     p.add_argument("--compile-bytecode", choices=("auto", "yes", "no"), default="auto",
-                   help="uv backend: write .pyc files at install (auto: on hosts with 8 or more cores)")
+                   help="uv backend: write every package's .pyc files at install (auto: no; torch's are written by the "
+                   "import warm-up and check)")
     p.add_argument("--prefetch", choices=("auto", "yes", "no"), default="auto",
                    help="download the next step's exact pins while a step installs "
                    "(auto: when a later step reads a remote index)")

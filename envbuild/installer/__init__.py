@@ -27,11 +27,11 @@ from envbuild.installer.python import (
     python_version_of,
     run_python_json,
 )
-from envbuild.installer.uv import COMPILE_MIN_CPUS, UvInstaller
+from envbuild.installer.uv import UvInstaller
 from envbuild.plan import Backend, Plan, PlanOptions, locked_steps, make_plan
 from envbuild.spec import StackSpec
 
-__all__ = ["COMPILE_MIN_CPUS", "Installer", "Interpreter", "PipInstaller", "StepRun", "UvInstaller",
+__all__ = ["Installer", "Interpreter", "PipInstaller", "StepRun", "UvInstaller",
            "classify_failure", "find_interpreter", "find_python", "find_uv", "installer_for", "pick_backend",
            "pip_config_sources", "probe_python", "python_version_of", "resolve_plan", "run_python_json"]
 

@@ -42,7 +42,7 @@ class Installer(Protocol):
     def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
                     pass_fds: Sequence[int] = ()) -> None: ...
 
-    def compiles_bytecode(self, option: str, *, adopted: bool = False, cpus: int | None = None) -> bool:
+    def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:
         """Whether ``--compile-bytecode``-style compilation is asked of this backend at install."""
         ...
 

@@ -103,7 +103,7 @@ class PipInstaller:
                     pass_fds: Sequence[int] = ()) -> None:
         create_venv_with(self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse), venv, log_file, pass_fds)
 
-    def compiles_bytecode(self, option: str, *, adopted: bool = False, cpus: int | None = None) -> bool:
+    def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:
         return False  # pip writes .pyc files at install by itself: nothing to ask
 
     def install_env(self, env: Mapping[str, str], python: Path, *, compile_option: str,

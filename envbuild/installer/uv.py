@@ -3,7 +3,6 @@ pip is configured with are handed to it explicitly (``default_sources``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -13,14 +12,14 @@ from envbuild.installer.pip import pip_config_sources
 from envbuild.plan import Backend, InstallerSources, PlannedStep
 from envbuild.spec import StackSpec
 
-__all__ = ["COMPILE_MIN_CPUS", "UvInstaller"]
+__all__ = ["UvInstaller"]
 
 # uv writes no .pyc files unless asked; then the first `import torch` of every process compiles
-# what it loads (2-4 s for torch, on every rank of a job until one of them has written them).
-# `uv pip install --compile-bytecode` compiles in parallel on every core: a loss on a 2-core
-# machine, where the one import check compiles only what it loads, and measured in bench/ on
-# the 16-core GPU machine.
-COMPILE_MIN_CPUS = 8
+# what it loads (2-4 s for torch). `uv pip install --compile-bytecode` compiles every file of every
+# package in parallel: measured in bench/ (results-gpu-h100-torch-cu130-warmup.json), it costs
+# 0.9 s on a warm 16-core provision and gains nothing cold against the import warm-up
+# (provision/warmup.py), which writes the bytecode `import torch` needs beside the later steps.
+# So `auto` leaves it off everywhere; `yes` asks for it (an image that should carry every .pyc).
 
 
 class UvInstaller:
@@ -41,14 +40,10 @@ class UvInstaller:
                     pass_fds: Sequence[int] = ()) -> None:
         create_venv_with(self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse), venv, log_file, pass_fds)
 
-    def compiles_bytecode(self, option: str, *, adopted: bool = False, cpus: int | None = None) -> bool:
-        """``auto``: on hosts with ``COMPILE_MIN_CPUS`` cores, and never in an environment adopted
-        with ``--venv`` (not ours to change)."""
-        if option == "no":
-            return False
-        if option == "yes":
-            return True
-        return not adopted and (cpus if cpus is not None else os.cpu_count() or 1) >= COMPILE_MIN_CPUS
+    def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:
+        """Only when asked (``yes``): ``auto`` and ``no`` leave bytecode to the import warm-up and
+        the import check (see above)."""
+        return option == "yes"
 
     def install_env(self, env: Mapping[str, str], python: Path, *, compile_option: str,
                     adopted: bool = False) -> dict[str, str]:

@@ -41,9 +41,16 @@ from envbuild.installer import (
 )
 from envbuild.net import unreachable
 from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan
+from envbuild.provision import warmup
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.provision.state import Manifest, now
-from envbuild.provision.steps import ProvisionRun, refuse_out_of_order, run_steps, take_baseline
+from envbuild.provision.steps import (
+    ProvisionRun,
+    import_listing,
+    refuse_out_of_order,
+    run_steps,
+    take_baseline,
+)
 from envbuild.provision.verify import (
     FinalCheck,
     ImportHang,
@@ -124,11 +131,14 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
         raise PreflightError(f"--venv {opts.venv}: no environment there (no {paths.python})")
     todo = [s for s in plan.steps if snapshot.state(s.name).status != "ok"
             and (opts.only_step is None or s.name == opts.only_step)]
-    # the interpreter is a check too: find it before anything is created
-    base_python = None
-    if opts.venv is None and not paths.python.exists():
-        base_python = find_interpreter(spec.python, opts.python)
-    _check_sources(plan, todo)
+    # the interpreter is a check too: find it before anything is created, while the package
+    # sources are probed (an HTTP round trip and a subprocess, side by side)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="envbuild-sources") as probes:
+        sources = probes.submit(_check_sources, plan, todo)
+        base_python = None
+        if opts.venv is None and not paths.python.exists():
+            base_python = find_interpreter(spec.python, opts.python)
+        sources.result()
     return base_python
 
 
@@ -216,6 +226,8 @@ def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -
         if run.warmup is not None:
             run.warmup.at_check()
         check = _final_check(run, on_fresh_import=start_inventory)
+        if check.modules:
+            warmup.remember(import_listing(run), check.modules)
         run.manifest.finished = now()
         run.manifest.save()
         laps.lap("import_check")

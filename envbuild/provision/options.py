@@ -31,7 +31,7 @@ class ProvisionOptions:
     wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
     locked: Mapping[str, Path] = field(default_factory=dict)
     no_lock: bool = False  # --no-lock: a lock beside the spec was bypassed (named in the receipt)
-    compile_bytecode: Choice = "auto"  # uv backend; auto: yes on hosts with COMPILE_MIN_CPUS cores
+    compile_bytecode: Choice = "auto"  # uv backend: yes compiles every package at install; auto/no leave it to the import
     prefetch: Choice = "auto"  # auto: yes when a later step reads a remote index
     step_timeout: float | None = None  # seconds one installer run may take; None: no limit
     import_timeout: float = IMPORT_TIMEOUT  # seconds the final `import torch` may take

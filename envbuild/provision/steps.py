@@ -89,7 +89,8 @@ def run_steps(run: ProvisionRun) -> None:
             if warm and run.warmup is None and manifest.baseline is not None and done is not None:
                 log = run.paths.logs / "import-warmup.log"
                 log.unlink(missing_ok=True)
-                run.warmup = warmup.Warmup(run.python, run.spec.abi.package.replace("-", "_"), import_env, log)
+                run.warmup = warmup.Warmup(run.python, run.spec.abi.package.replace("-", "_"), import_env, log,
+                                           site=run.site, listing=import_listing(run))
                 run.warmup.start(after_step=done)
             if prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
@@ -101,6 +102,12 @@ def run_steps(run: ProvisionRun) -> None:
     finally:
         if prefetcher is not None:
             prefetcher.close()
+
+
+def import_listing(run: ProvisionRun) -> Path:
+    """The files a fresh ``import torch`` of this torch and Python loaded (warmup.listing_path)."""
+    return warmup.listing_path(run.paths.cache, run.spec.abi.package.replace("-", "_"), run.spec.abi.version,
+                               (run.manifest.marker_env or {}).get("python_version", ""))
 
 
 def take_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, object]:

@@ -50,6 +50,7 @@ class FinalCheck:
     fingerprint: str | None = None
     import_seconds: float = 0.0
     software: dict[str, Any] | None = None  # with a cached verdict: the receipt's inventory recorded with it
+    modules: list[str] | None = None  # a fresh import's loaded source files, relative to site-packages
 
     @property
     def ok(self) -> bool:
@@ -105,8 +106,11 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
     env.update(overlay)
     t = time.monotonic()
     try:
-        out.data = run_python_json(python, abi.FULL_CHECK, timeout=timeout, env=env,
+        out.data = run_python_json(python, abi.FULL_CHECK_MODULES, timeout=timeout, env=env,
                                    what=f"`import {spec.abi.package}` in {python}")
+        loaded = out.data.pop("modules", None) if isinstance(out.data, dict) else None
+        if isinstance(loaded, list):
+            out.modules = _under(site, loaded)
     except TimeoutError as exc:
         raise ImportHang(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - any failure to import is the verdict
@@ -120,6 +124,18 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
                                          "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, private=True)
     elif verdict_file is not None:
         verdict_file.unlink(missing_ok=True)
+    return out
+
+
+def _under(site: Path, files: list[Any]) -> list[str]:
+    """The files inside ``site``, relative to it (the standard library's have their bytecode already)."""
+    root = os.path.realpath(site) + os.sep
+    out = []
+    for f in files:
+        if isinstance(f, str):
+            real = os.path.realpath(f)
+            if real.startswith(root):
+                out.append(real[len(root):])
     return out
 
 

@@ -1,34 +1,65 @@
-"""The import warm-up: ``import torch`` in the background while the later steps install.
+"""The import warm-up: torch's bytecode written in the background while the later steps install.
 
-A fresh venv made by uv has no bytecode: its first ``import torch`` compiles a few thousand
-modules (3-4 s on a GPU host; bare uv pays the same on the user's first import). That compile
-does not depend on the packages installed after the baseline, so once the baseline step is in,
-envbuild starts one ``python -c "import torch"`` beside the remaining steps. The
-``.pyc`` files it writes are what any first import would write; when the final import check
-runs, torch's bytecode is (mostly) in place and the check costs what a second import costs.
+A fresh venv made by uv has no bytecode: its first ``import torch`` compiles about a thousand
+modules, one after another (3-4 s on a GPU host; bare uv pays the same on the user's first
+import). That work does not depend on the packages installed after the baseline, so once the
+baseline step is in, envbuild starts one background process beside the remaining steps:
 
-The warm-up is never a verdict: its exit status is ignored, and the final check is a fresh
-``import torch`` in the finished environment as before. Files a later step replaces are
-recompiled by that check (Python checks each ``.pyc`` against its source's mtime and size), and
-the guard never looks at ``__pycache__``. It is skipped where it cannot help: the installer
-compiles bytecode itself (pip; uv with ``--compile-bytecode yes``), ``PYTHONDONTWRITEBYTECODE``
-is set, only one step runs (``--step``), or ``ENVBUILD_IMPORT_WARMUP=0``.
+- **compile**: when an earlier provision of the same torch version and Python on this data root
+  recorded which source files ``import torch`` loaded (``<root>/cache/envbuild/import-*.json``,
+  written after every fresh import check), those files are compiled on every core at once;
+- **import**: otherwise (a first or cold provision), ``python -c "import torch"``.
+
+Either way, the ``.pyc`` files it writes are what the import itself would write, and the final
+import check finds them in place. The warm-up is never a verdict: its exit status is ignored,
+and the final check is a fresh ``import torch`` in the finished environment as before. Files a
+later step replaces are recompiled by that check (Python checks each ``.pyc`` against its
+source's mtime and size), and the guard never looks at ``__pycache__``. It is skipped where it
+cannot help: the installer compiles bytecode itself (pip; uv with ``--compile-bytecode yes``),
+``PYTHONDONTWRITEBYTECODE`` is set, only one step runs (``--step``), or ``ENVBUILD_IMPORT_WARMUP=0``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from envbuild import events
+from envbuild._io import atomic_write_json
 
-__all__ = ["Warmup", "wanted"]
+__all__ = ["Warmup", "listing_path", "remember", "wanted"]
 
-_CODE = "import {module}\n"
+_IMPORT = "import {module}\n"
+# Compile the listed files (relative to site-packages) on every core, as an import would write
+# them (timestamp-checked .pyc, optimization 0). The fork context: `-c` code has no importable
+# __main__ for a spawn or forkserver child.
+_COMPILE = """
+import json, multiprocessing, os, py_compile, sys
+site, listing = sys.argv[1], sys.argv[2]
+with open(listing, encoding="utf-8") as f:
+    files = [os.path.join(site, rel) for rel in json.load(f)["files"]]
+files = [p for p in files if os.path.isfile(p)]
+def one(path):
+    try:
+        py_compile.compile(path, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    except Exception:
+        pass
+cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+workers = max(1, min(cpus, 32))
+if workers == 1 or len(files) < 64:
+    for p in files:
+        one(p)
+else:
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pool.map(one, files, chunksize=max(1, len(files) // (workers * 4)))
+print(len(files))
+"""
+LISTING_SCHEMA = 1
 
 
 def wanted(*, install_env: Mapping[str, str], import_env: Mapping[str, str], compiles_at_install: bool,
@@ -41,24 +72,66 @@ def wanted(*, install_env: Mapping[str, str], import_env: Mapping[str, str], com
     return not import_env.get("PYTHONDONTWRITEBYTECODE")  # nothing would be written
 
 
-class Warmup:
-    """One background import; ``stop`` ends it (it has usually finished by then)."""
+def listing_path(cache_dir: Path, module: str, version: str, python_version: str) -> Path:
+    """Where the files ``import <module>`` loaded are remembered: the data root's cache, per
+    package version and Python (a cold provision, caches emptied, has none)."""
+    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in f"{module}-{version}-py{python_version}")
+    return cache_dir / "envbuild" / f"import-{safe}.json"
 
-    def __init__(self, python: Path, module: str, env: Mapping[str, str], log_file: Path) -> None:
+
+def remember(listing: Path, files: Sequence[str]) -> None:
+    """Keep what a fresh import loaded, for the next provision's warm-up; never raises."""
+    if not files:
+        return
+    with contextlib.suppress(OSError):
+        atomic_write_json(listing, {"schema": LISTING_SCHEMA, "files": sorted(set(files))})
+
+
+def _usable(listing: Path | None) -> int:
+    """How many files ``listing`` names (0: absent or unreadable)."""
+    if listing is None:
+        return 0
+    try:
+        doc = json.loads(listing.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("schema") == LISTING_SCHEMA else None
+    return len(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else 0
+
+
+class Warmup:
+    """One background process; ``stop`` ends it (it has usually finished by then).
+
+    With a listing from an earlier provision of the same package version (``listing_path``), it
+    compiles exactly the files that import loaded, on every core; without one, it imports.
+    """
+
+    def __init__(self, python: Path, module: str, env: Mapping[str, str], log_file: Path, *,
+                 site: Path | None = None, listing: Path | None = None) -> None:
         self.python, self.module, self.env, self.log_file = python, module, dict(env), log_file
+        self.site, self.listing = site, listing
+        self.mode = "import"
+        self.files = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
         self.seconds: float | None = None  # how long it ran, once stopped
         self.finished: bool | None = None  # whether it ended by itself before the check needed it
 
     def start(self, after_step: str) -> None:
+        self.files = _usable(self.listing) if self.site is not None else 0
+        if self.files:
+            self.mode = "compile"
+            argv = [str(self.python), "-c", _COMPILE, str(self.site), str(self.listing)]
+            what = (f"compiling the {self.files} files `import {self.module}` loaded last time, on every core")
+        else:
+            argv = [str(self.python), "-c", _IMPORT.format(module=self.module)]
+            what = f"`import {self.module}`"
         try:
             log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child, closed below
         except OSError:
             return
         try:
-            self.proc = subprocess.Popen([str(self.python), "-c", _CODE.format(module=self.module)],
-                                         env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            self.proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          close_fds=True)
         except OSError:
             self.proc = None
@@ -66,8 +139,8 @@ class Warmup:
         finally:
             log.close()
         self.started = time.monotonic()
-        events.emit("debug", f"import warm-up: `import {self.module}` in the background after step "
-                    f"{after_step} (writes its bytecode while the later steps install)")
+        events.emit("debug", f"import warm-up after step {after_step}: {what} "
+                    "(its bytecode is written while the later steps install)")
 
     def at_check(self) -> None:
         """The final check starts now: note whether the warm-up is already done."""
@@ -86,7 +159,8 @@ class Warmup:
         self.seconds = round(time.monotonic() - self.started, 3)
 
     def to_json(self) -> dict[str, object]:
-        return {"module": self.module, "seconds": self.seconds, "finished_before_check": self.finished}
+        return {"module": self.module, "mode": self.mode, "files": self.files, "seconds": self.seconds,
+                "finished_before_check": self.finished}
 
 
 def env_for_import(overlay: Mapping[str, str]) -> dict[str, str]:
