@@ -15,8 +15,9 @@ from typing import Any
 from envbuild import layout
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
-from envbuild.errors import ConfigError
+from envbuild.errors import ConfigError, PreflightError
 from envbuild.installer import find_uv, resolve_plan
+from envbuild.installer.python import UnfitInterpreter, find_interpreter
 from envbuild.net import redact
 from envbuild.plan import BACKENDS, Plan, locked_steps, plan_to_json, step_commands
 
@@ -30,6 +31,7 @@ def register(sub: Any) -> None:
     p.add_argument("--venv", type=path_arg, help="an existing environment provision --venv would install into")
     p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock (as provision --no-lock)")
     p.add_argument("--offline", action="store_true", help="install only from --wheelhouse (as provision --offline)")
+    p.add_argument("--python", metavar="PATH", help="the interpreter provision --python would make the venv with")
     p.add_argument("--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse")
     p.set_defaults(func=run)
 
@@ -58,9 +60,18 @@ def run(args: argparse.Namespace) -> int:
     if args.venv is not None:
         paths = layout.Paths(root=paths.root, venv_name=str(args.venv.expanduser().absolute()))
     commands = commands_of(plan, paths)
+    refused = None  # the interpreter provision would refuse (exit 3) before making anything
+    if not paths.python.exists():
+        try:
+            find_interpreter(spec.python, args.python, spec.abi.package)
+        except UnfitInterpreter as exc:
+            refused = f"{exc.message} {exc.hint or ''}".strip()
+        except PreflightError:
+            pass  # none found: said by preflight and provision; the plan stays host-independent
     if args.json:
         data = plan_to_json(plan)
         data["root"], data["venv"] = str(paths.root), str(paths.venv)
+        data["python_refused"] = refused
         for step in data["steps"]:  # type: ignore[attr-defined]
             step["argv"] = commands[step["name"]]
         ui.print_json(data)
@@ -85,4 +96,6 @@ def run(args: argparse.Namespace) -> int:
             "\n".join(redact(shlex.join(argv)) for argv in commands[s.name]),
         ])
     ui.print_table(None, ["#", "step", "role", "packages", "command"], rows)
+    if refused:
+        ui.print_text(f"python: provision refuses it (exit 3): {refused}")
     return 0

@@ -23,6 +23,7 @@ def register(sub: Any) -> None:
     p.add_argument("--only", action="append", default=[], metavar="CHECK",
                    help=f"run only these checks (repeatable): {', '.join(CHECK_GROUPS)}")
     p.add_argument("--skip", action="append", default=[], metavar="CHECK", help="leave these checks out (repeatable)")
+    p.add_argument("--python", metavar="PATH", help="the interpreter provision --python would make the venv with")
     p.add_argument("--index-timeout", type=float, default=3.0, metavar="S", help="seconds per index probe (default 3)")
     p.set_defaults(func=run)
 
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         if name not in CHECK_GROUPS:
             raise ConfigError(f"unknown check {name!r}; checks are: {', '.join(CHECK_GROUPS)}")
     groups = [g for g in (args.only or CHECK_GROUPS) if g not in args.skip]
-    report = run_preflight(spec, paths, checks=groups, index_timeout=args.index_timeout)
+    report = run_preflight(spec, paths, checks=groups, index_timeout=args.index_timeout, python=args.python)
     if args.json:
         ui.print_json({"profile": spec.name, "root": str(paths.root), **report.to_dict()})
     else:

@@ -34,7 +34,8 @@ from envbuild.run import run
 from envbuild.spec import StackSpec
 
 Verdict = Literal["pass", "warn", "fail", "skip"]
-CHECK_GROUPS: tuple[str, ...] = ("driver", "gpus", "topology", "numa", "gcc", "cuda-toolkit", "disk", "env", "index")
+CHECK_GROUPS: tuple[str, ...] = ("driver", "gpus", "topology", "numa", "gcc", "cuda-toolkit", "python", "disk", "env",
+                                 "index")
 _ORDER = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _GPU_QUERY = "index,name,driver_version,memory.total,pci.bus_id"
@@ -289,6 +290,29 @@ def check_cuda_toolkit(spec: StackSpec, facts: HostFacts) -> list[Check]:
     return [Check("cuda-toolkit", "pass", have, expected)]
 
 
+def check_python(spec: StackSpec, paths: Paths, python: str | None = None) -> list[Check]:
+    """The interpreter the stack runs on: the venv's when it exists, else the one provision would
+    make it with (``--python`` or the search), refused as provision refuses it (``unfit_reason``)."""
+    from envbuild.errors import PreflightError
+    from envbuild.installer.python import find_interpreter, probe_python, unfit_reason
+
+    expected = f"a final CPython {spec.python} release"
+    if paths.python.exists():
+        info = probe_python(paths.python)
+        if info is None:
+            return [Check("python", "fail", f"{paths.python} does not run", expected,
+                          "the venv's interpreter is broken: move the venv away and provision again")]
+        reason = unfit_reason(info, spec.abi.package)
+        return [Check("python", "fail" if reason else "pass", f"{info.release} ({paths.python}, the venv's)", expected,
+                      f"Python {info.release}, {reason}" if reason else "")]
+    try:
+        info = find_interpreter(spec.python, python, spec.abi.package)
+    except PreflightError as exc:
+        return [Check("python", "fail", "no usable interpreter", expected,
+                      exc.message + (f" {exc.hint}" if exc.hint else ""))]
+    return [Check("python", "pass", f"{info.release} ({info.executable})", expected)]
+
+
 def _existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -405,6 +429,7 @@ def run_preflight(
     checks: Iterable[str] | None = None,
     facts: HostFacts | None = None,
     index_timeout: float = 3.0,
+    python: str | None = None,
 ) -> PreflightReport:
     """Run the named check groups (default: all of ``CHECK_GROUPS``) and return the report."""
     wanted = list(checks) if checks is not None else list(CHECK_GROUPS)
@@ -419,6 +444,7 @@ def run_preflight(
         "numa": lambda: check_numa(spec, facts),
         "gcc": lambda: check_gcc(spec, facts),
         "cuda-toolkit": lambda: check_cuda_toolkit(spec, facts),
+        "python": lambda: check_python(spec, paths, python),
         "disk": lambda: check_disk(spec, paths),
         "env": lambda: check_env(spec, paths, facts),
         "index": lambda: check_index(spec, index_timeout),

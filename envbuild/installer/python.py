@@ -20,7 +20,7 @@ from envbuild.errors import PreflightError
 from envbuild.run import run
 
 __all__ = ["Interpreter", "find_interpreter", "find_python", "find_uv", "probe_python", "python_version_of",
-           "run_python_json"]
+           "run_python_json", "unfit_reason", "UnfitInterpreter"]
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,55 @@ class Interpreter:
     executable: Path  # sys.executable: the interpreter behind a launcher (pyenv shim, symlink)
     version: str  # major.minor
     marker_env: dict[str, str]  # PEP 508 marker variables: a venv made from it has the same
+    releaselevel: str = "final"  # sys.version_info.releaselevel: alpha, beta, candidate, final
+    int_max_str_digits: bool = True  # has sys.get_int_max_str_digits (torch._dynamo calls it on 3.11+)
+
+    @property
+    def release(self) -> str:
+        """The exact version, pre-release suffix included (``3.11.0rc1``)."""
+        return self.marker_env.get("python_full_version") or self.version
 
 
 _PROBE_SCRIPT = abi.MARKER_ENV_CODE + (
     "print(json.dumps({'executable': sys.executable, 'version': '%d.%d' % sys.version_info[:2], "
+    "'releaselevel': sys.version_info.releaselevel, 'int_max_str_digits': hasattr(sys, 'get_int_max_str_digits'), "
     "'marker_env': marker_env()}))\n"
 )
+_LEVELS = {"alpha": "an alpha", "beta": "a beta", "candidate": "a release candidate"}
+_FIX = ("Pass --python PATH to a final release of Python {v}: deadsnakes' python{v} (Ubuntu: "
+        "`add-apt-repository ppa:deadsnakes/ppa && apt install python{v} python{v}-venv python{v}-dev`) or "
+        "`uv python install {v}` (then --python \"$(uv python find {v})\").")
+
+
+def unfit_reason(info: Interpreter, package: str = "torch") -> str | None:
+    """Why ``package`` (the stack's torch) cannot run on this interpreter, or None. The words
+    follow "X is Python 3.11.0rc1, ".
+
+    A pre-release is refused whatever it lacks: torch is built and tested against final CPython
+    releases only. The one known case, Ubuntu 22.04's own python3.11 (3.11.0rc1), also lacks
+    ``sys.get_int_max_str_digits`` (added in 3.11.0rc2), which ``torch._dynamo`` calls at import
+    on 3.11+: torch itself imports, so provision and verify would pass and only ``torch.compile``
+    and torchrun's ranks fail, long after the venv was made.
+    """
+    lacks = tuple(int(x) for x in info.version.split(".")[:2]) >= (3, 11) and not info.int_max_str_digits
+    dynamo = (f"{package}._dynamo calls sys.get_int_max_str_digits at import, which this interpreter lacks "
+              "(CPython added it in 3.11.0rc2), so torch.compile and every torchrun rank fail with AttributeError")
+    if info.releaselevel != "final":
+        kind = _LEVELS.get(info.releaselevel, f"a {info.releaselevel}")
+        why = f"{kind}, a pre-release: {package} supports final CPython releases only"
+        return f"{why}; and {dynamo}" if lacks else why
+    if lacks:
+        return f"on which {package} cannot run: {dynamo}"
+    return None
+
+
+class UnfitInterpreter(PreflightError):
+    """The interpreter found or given cannot run the stack's torch (``unfit_reason``); exit 3."""
+
+
+def _refuse(info: Interpreter, subject: str, reason: str, version: str) -> PreflightError:
+    return UnfitInterpreter(f"{subject} is Python {info.release}, {reason}. Nothing was made (no data root, no venv).",
+                          hint=_FIX.format(v=version))
 
 
 def probe_python(python: str | Path) -> Interpreter | None:
@@ -52,7 +95,9 @@ def probe_python(python: str | Path) -> Interpreter | None:
     if not isinstance(data, dict) or not data.get("executable"):
         return None
     return Interpreter(executable=Path(data["executable"]), version=str(data["version"]),
-                       marker_env={k: str(v) for k, v in data["marker_env"].items()})
+                       marker_env={k: str(v) for k, v in data["marker_env"].items()},
+                       releaselevel=str(data.get("releaselevel", "final")),
+                       int_max_str_digits=bool(data.get("int_max_str_digits", True)))
 
 
 def python_version_of(python: str | Path) -> str | None:
@@ -76,8 +121,13 @@ def _candidates(version: str) -> Iterator[str]:
         yield w
 
 
-def find_interpreter(version: str, override: str | None = None) -> Interpreter:
-    """Like ``find_python``, with what the probe learnt (one subprocess per candidate tried)."""
+def find_interpreter(version: str, override: str | None = None, package: str = "torch") -> Interpreter:
+    """Like ``find_python``, with what the probe learnt (one subprocess per candidate tried).
+
+    An interpreter ``package`` cannot run on (``unfit_reason``: a pre-release, or one that lacks
+    what torch calls) is refused with exit 3; among the candidates found by looking, a fit one
+    is taken over an unfit one wherever it comes in the search order.
+    """
     if override is not None:
         if not override.strip():
             raise PreflightError("--python is empty (an unset shell variable?); give the path of an interpreter")
@@ -89,15 +139,32 @@ def find_interpreter(version: str, override: str | None = None) -> Interpreter:
             raise PreflightError(f"--python {override}: the interpreter does not run")
         if info.version != version:
             events.emit("warn", f"--python {override} is Python {info.version}; the stack asks for {version}")
+        if (reason := unfit_reason(info, package)) is not None:
+            raise _refuse(info, f"--python {override}" + (f" ({info.executable})" if str(info.executable) != override else ""),
+                          reason, info.version)
         return info
     seen: set[str] = set()
+    unfit: tuple[Interpreter, str, str] | None = None  # the first one found that cannot run the stack
+
+    def fit(info: Interpreter | None, where: str) -> bool:
+        nonlocal unfit
+        if info is None or info.version != version:
+            return False
+        reason = unfit_reason(info, package)
+        if reason is not None:
+            events.emit("debug", f"skipping {info.executable} ({where}): {reason}")
+            unfit = unfit or (info, where, reason)
+            return False
+        return True
+
     for c in _candidates(version):
         real = os.path.realpath(c)
         if real in seen or not os.path.exists(real):
             continue
         seen.add(real)
         info = probe_python(c)
-        if info is not None and info.version == version:
+        if fit(info, f"found as {c}"):
+            assert info is not None
             return info
     uv = find_uv()
     if uv:
@@ -105,8 +172,12 @@ def find_interpreter(version: str, override: str | None = None) -> Interpreter:
         found = (out.output or "").strip()
         if out.ok and found:
             info = probe_python(found)
-            if info is not None and info.version == version:
+            if fit(info, "uv's"):
+                assert info is not None
                 return info
+    if unfit is not None:
+        info, where, reason = unfit
+        raise _refuse(info, f"{info.executable} ({where}), the only Python {version} here,", reason, version)
     raise PreflightError(
         f"Python {version}, which the stack asks for, was not found (looked for python{version} on PATH, "
         "in /usr/bin, /usr/local/bin and ~/.pyenv, and asked uv)",

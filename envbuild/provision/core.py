@@ -137,7 +137,7 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
         sources = probes.submit(_check_sources, plan, todo)
         base_python = None
         if opts.venv is None and not paths.python.exists():
-            base_python = find_interpreter(spec.python, opts.python)
+            base_python = find_interpreter(spec.python, opts.python, spec.abi.package)
         sources.result()
     return base_python
 
@@ -350,7 +350,7 @@ def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> P
         if manifest.marker_env is None:
             manifest.marker_env = probed.marker_env
         return python
-    base = base_python or find_interpreter(spec.python, opts.python)
+    base = base_python or find_interpreter(spec.python, opts.python, spec.abi.package)
     for state in manifest.steps:  # a new venv: nothing in it has run
         state.status = "pending"
     manifest.baseline = None
