@@ -216,3 +216,23 @@ def test_hang_paragraph_from_heartbeat_files(tmp_path: Path) -> None:
     empty = describe_hang([], seconds=5.0, why="did not finish within --timeout 5 s and was stopped",
                           expected_ranks=2)
     assert "no rank ever sent a heartbeat" in empty and "rendezvous" in empty
+
+
+@pytest.mark.slow
+def test_one_node_does_not_depend_on_the_hostname_resolving(torch_venv: Path, tmp_path: Path) -> None:
+    """A container's random hostname resolves nowhere; torchrun's default master address is the
+    host's name, so its workers used to wait on it until the rendezvous timeout. Run in a UTS
+    namespace of its own whose hostname does not resolve (``unshare --uts``, root only)."""
+    probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --uts does not run here: {probe.stderr.decode().strip()}")
+    name = "envbuild-unresolvable-7f3a"
+    with pytest.raises(OSError):
+        socket.getaddrinfo(name, None)
+    script = (f"hostname {name} && python -c 'import socket; print(\"hostname\", socket.gethostname())' && "
+              f"{sys.executable} -m envbuild dist-step --venv {torch_venv} --root {tmp_path} --steps 2 --json")
+    out = subprocess.run(["unshare", "--uts", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"hostname {name}" in out.stdout
+    doc = json.loads(out.stdout[out.stdout.index("{"):])
+    assert doc["world_size"] == 2 and all(doc["checks"].values()), doc["checks"]

@@ -134,7 +134,10 @@ def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: 
                   heartbeats: Path | None = None) -> list[str]:
     argv = [str(python), "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--max-restarts", "0"]
     if opts.nnodes == 1 and not opts.rdzv_endpoint:
-        argv.append("--standalone")
+        # one node: the workers reach the rendezvous store on the loopback address, not on the
+        # host's name (torchrun's default, its FQDN): a host whose name does not resolve (a
+        # container's random hostname) would leave them retrying until the rendezvous timeout
+        argv += ["--standalone", "--local-addr", "127.0.0.1"]
     else:
         argv += ["--nnodes", str(opts.nnodes), "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", str(opts.rdzv_endpoint), "--rdzv-id", opts.rdzv_id]
