@@ -3,9 +3,15 @@ with mmdebstrap from archive.ubuntu.com (apt, python3 3.10, ca-certificates; no 
 module, no uv), run as a buildah container (chroot isolation).
 
 Inside: the one-archive bootstrap (bootstrap/build.py) installs envbuild on the system Python
-3.10, then `provision --profile cpu` (its Python 3.11 from jammy's own apt), `verify`, `smoke`
-and `dist-step --nproc 2`. The host's pip sources reach the container as they reach an image
-build: a merged pip.conf and read-only mounts of the local folders it names.
+3.10 (3.10.12). jammy's own `python3.11` from apt is 3.11.0rc1, a release candidate torch cannot
+run on (no `sys.get_int_max_str_digits`): `provision --profile cpu` refuses it with exit 3 and
+one paragraph, having made nothing. The operator then installs a final CPython 3.11, as
+deadsnakes' python3.11 or `uv python install 3.11` would give it (both unreachable from here:
+this host's pyenv 3.11.7 stands in, mounted read-only; it needs only GLIBC <= 2.35, libssl3 and
+libffi8, which jammy has, checked with ldd inside), and runs `provision --profile cpu --python
+PATH`, `verify`, `smoke` and `dist-step --nproc 2`: all pass. The host's pip sources reach the
+container as they reach an image build: a merged pip.conf and read-only mounts of the local
+folders it names.
 """
 
 from __future__ import annotations
@@ -28,7 +34,12 @@ JAMMY = "localhost/envbuild-test/jammy:bare"
 KEYRING_DEB = "http://archive.ubuntu.com/ubuntu/pool/main/u/ubuntu-keyring/ubuntu-keyring_2021.03.26_all.deb"
 ARCHIVE_KEY = "F6ECB3762474EDA9D21B7022871920D1991BC93C"  # Ubuntu Archive Automatic Signing Key (2018)
 
-OPERATOR_PATH = """
+FINAL_311 = "/root/.pyenv/versions/3.11.7"  # this host's CPython 3.11.7 (pyenv), mounted read-only
+RC1_NOTHING_MADE = "RC1-REFUSED-NOTHING-MADE"
+
+# The operator on a fresh host, part 1: envbuild on the system Python 3.10, jammy's own
+# python3.11 (3.11.0rc1) from apt, and provision refusing it before it makes anything.
+OPERATOR_INSTALL = f"""
 set -eu
 cd /root
 tar xzf envbuild-bootstrap-*.tar.gz
@@ -37,12 +48,30 @@ tar xzf envbuild-bootstrap-*.tar.gz
 apt-get update -q >/dev/null
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \\
     python3.11 python3.11-venv python3.11-dev g++ >/dev/null
+python3.11 -c 'import sys; print("jammy python3.11 is", sys.version.split()[0])'
+set +e
 envbuild provision --profile cpu
+echo "PROVISION-RC=$?"
+set -e
+if [ ! -e /mnt/data ] && [ -z "$(find /root -maxdepth 3 -type l)" ]; then echo {RC1_NOTHING_MADE}; fi
+"""
+
+# Part 2: a final CPython 3.11 (what deadsnakes' python3.11 or `uv python install 3.11` give a
+# real host; both unreachable from here) and the whole operator path on it.
+OPERATOR_PATH = f"""
+set -eu
+PY={FINAL_311}/bin/python3.11
+for f in $PY {FINAL_311}/lib/libpython3.11.so.1.0 {FINAL_311}/lib/python3.11/lib-dynload/*.so; do
+    case $f in *_tkinter*) continue;; esac  # Tk: not the stack's (deadsnakes ships it apart, python3.11-tk)
+    if ldd "$f" | grep -q "not found"; then echo "MISSING-LIB in $f"; ldd "$f"; fi
+done
+getent hosts "$(hostname)" >/dev/null || echo "HOSTNAME-UNRESOLVED $(hostname)"
+$PY -c 'import ssl, ctypes, sqlite3, lzma, bz2, zlib, sys; print("final python", sys.version.split()[0])'
+envbuild provision --profile cpu --python $PY
 envbuild verify --profile cpu
 /mnt/data/venv/bin/python -c 'import sys; print("stack python", sys.version.split()[0])'
-if envbuild smoke --profile cpu; then echo SMOKE-OK; else echo "SMOKE-RC=$?"; fi
-if envbuild dist-step --profile cpu --nproc 2; then echo DIST-OK; else
-    echo "DIST-RC=$?"; grep -E "Error|error:|\\[rank" /mnt/data/logs/dist-step.log | grep -v "^ *File" | tail -12; fi
+envbuild smoke --profile cpu
+envbuild dist-step --profile cpu --nproc 2 || {{ grep -E "Error|error:|\\[rank" /mnt/data/logs/dist-step.log | tail -12; exit 7; }}
 echo OPERATOR-PATH-DONE
 """
 
@@ -131,6 +160,8 @@ def test_fresh_ubuntu_2204_operator_path_on_python_310(tmp_path: Path) -> None:
     reason = _cannot_run()
     if reason:
         pytest.skip(reason)
+    if not Path(FINAL_311, "bin", "python3.11").exists():
+        pytest.skip(f"no final CPython 3.11 at {FINAL_311} to stand in for deadsnakes' (pyenv install 3.11.7)")
     _make_jammy()
     archive = subprocess.run([sys.executable, str(REPO / "bootstrap" / "build.py"), "-o", str(tmp_path / "dist")],
                              check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -140,30 +171,34 @@ def test_fresh_ubuntu_2204_operator_path_on_python_310(tmp_path: Path) -> None:
                        "python3 -V; python3 -m pip --version 2>&1; command -v uv || echo no-uv", check=False).stdout
         assert "Python 3.10." in bare and "No module named pip" in bare and "no-uv" in bare, bare
         buildah("copy", ctr, archive, "/root/")
-        # --hostname localhost: a host resolves its own name (/etc/hosts); a buildah container gets
-        # a random one that resolves nowhere, and torchrun's c10d store waits on it forever
-        run = buildah("run", "--isolation", "chroot", "--network", "host", "--hostname", "localhost",
-                      *_host_sources(tmp_path),
-                      "--env", "ENVBUILD_TORCH_INDEX=", ctr, "--", "sh", "-c", OPERATOR_PATH, check=False)
-        out = run.stdout + run.stderr
-        assert run.returncode == 0, out[-8000:]
-        assert "envbuild runs on 3.10." in out
-        assert "torch 2.13.0+cpu intact" in out  # verify
+        # No --hostname: the container's hostname resolves nowhere, and dist-step's one-node
+        # rendezvous is on 127.0.0.1, not on the hostname (it used to hang here on it).
+        common = ["--isolation", "chroot", "--network", "host", *_host_sources(tmp_path),
+                  "--env", "ENVBUILD_TORCH_INDEX="]
+        first = buildah("run", *common, ctr, "--", "sh", "-c", OPERATOR_INSTALL, check=False)
+        out = first.stdout + first.stderr
+        assert first.returncode == 0, out[-8000:]
+        assert "envbuild runs on 3.10." in out and "jammy python3.11 is 3.11.0rc1" in out, out[-4000:]
+        # the check refuses jammy's rc1 in one paragraph, before the data root or the venv exist
+        assert "PROVISION-RC=3" in out, out[-4000:]
+        refusal = " ".join(out.split())
+        assert ("/usr/bin/python3.11 (found as /usr/bin/python3.11), the only Python 3.11 here, is Python "
+                "3.11.0rc1, a release candidate, a pre-release") in refusal, refusal[-3000:]
+        assert "sys.get_int_max_str_digits" in refusal and "Nothing was made" in refusal
+        assert "Pass --python PATH to a final release of Python 3.11" in refusal
+        assert "uv python install 3.11" in refusal and "Traceback" not in out
+        assert RC1_NOTHING_MADE in out, out[-3000:]
+        # the operator installs a final 3.11 and points provision at it
+        second = buildah("run", *common, "-v", f"{FINAL_311}:{FINAL_311}:ro", ctr, "--", "sh", "-c", OPERATOR_PATH,
+                         check=False)
+        out = second.stdout + second.stderr
         print(out[-6000:])  # the operator's view, for -s / a failure report
+        assert second.returncode == 0, out[-8000:]
+        assert "MISSING-LIB" not in out and "final python 3.11.7" in out
+        assert "HOSTNAME-UNRESOLVED" in out  # what used to hang dist-step's rendezvous
+        assert "torch 2.13.0+cpu intact" in out  # verify
+        assert "stack python 3.11.7" in out
+        assert re.search(r"│ torch\.compile\s+│ pass", out) and re.search(r"│ matmul\s+│ pass", out), out[-4000:]
         assert "OPERATOR-PATH-DONE" in out, out[-4000:]
-        rc1 = "stack python 3.11.0rc1" in out
-        # Ubuntu 22.04's own python3.11 is 3.11.0rc1, which lacks sys.get_int_max_str_digits
-        # (added in 3.11.0rc2); torch._dynamo needs it at import. So there, and only there,
-        # smoke's torch.compile and dist-step (whose rank 0 imports torch._dynamo) fail with that
-        # error; a 3.11 final (deadsnakes; not reachable from this machine) runs them.
-        if "DIST-OK" not in out:
-            assert rc1 and "DIST-RC=7" in out, out[-4000:]
-            dist = out[out.index("DIST-RC=7"):]
-            assert "AttributeError: module 'sys' has no attribute 'get_int_max_str_digits'" in dist, dist[:3000]
-        if "SMOKE-OK" not in out:
-            assert rc1 and "SMOKE-RC=7" in out, out[-4000:]
-            failed = re.findall(r"│ (\S+(?: \S+)?)\s+│ FAIL", out)
-            assert failed == ["torch.compile"] and "get_int_max_str_digits" in out, out[-4000:]
-            assert re.search(r"│ matmul\s+│ pass", out) and re.search(r"│ sdpa\s+│ pass", out)
     finally:
         buildah("rm", ctr, check=False)
