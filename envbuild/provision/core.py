@@ -29,6 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from packaging.utils import canonicalize_name
+
 from envbuild import abi, events, layout
 from envbuild._io import atomic_write_json
 from envbuild.errors import ABIViolation, InstallError, PreflightError
@@ -227,11 +229,26 @@ def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -
             run.warmup.at_check()
         check = _final_check(run, on_fresh_import=start_inventory)
         if check.modules:
-            warmup.remember(import_listing(run), check.modules)
+            warmup.remember(import_listing(run), _frozen_files(run, check.modules))
         run.manifest.finished = now()
         run.manifest.save()
         laps.lap("import_check")
     return check
+
+
+def _frozen_files(run: ProvisionRun, files: list[str]) -> list[str]:
+    """Of the files a fresh import loaded, those of torch and its protected set: the constraints
+    keep them from changing under a later step, so the warm-up never writes bytecode into a
+    package a later step is replacing."""
+    if run.manifest.baseline is None:
+        return []
+    dists = abi.scan(run.site)
+    owned: set[str] = set()
+    for name in (run.spec.abi.package, *abi.Baseline.from_json(run.manifest.baseline).protected):
+        dist = dists.get(canonicalize_name(name))
+        if dist is not None:
+            owned.update(dist.files())
+    return [f for f in files if f in owned]
 
 
 def _why_reset(manifest: Manifest, spec: StackSpec, backend: str) -> str:
