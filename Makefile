@@ -11,7 +11,7 @@ DEMO   := .demo
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=3); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
 export ENVBUILD_TORCH_INDEX := $(TORCH_INDEX)
 
-.PHONY: demo test test-all lint check-lock bench clean image bootstrap test-images
+.PHONY: demo test test-all lint check-lock bench clean image image-h200-twin bootstrap test-images
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test-all: $(BIN)/.installed
 ## image: build the cpu profile's image with buildah from a local Debian base (root; see docker/build-image.sh)
 image: $(BIN)/.installed
 	ENVBUILD_TORCH_INDEX="$(TORCH_INDEX)" docker/build-image.sh cpu
+
+## image-h200-twin: the h200-cu132 Dockerfile built with buildah against the stack twin, up to the torch
+## step, then its guard shown on the prebuilt-cuda layer (root; timings in build/image/h200-twin.json)
+image-h200-twin: $(BIN)/.installed
+	$(BIN)/python -m pytest tests/test_image_build.py -m image -k h200 -s -p no:cacheprovider
 
 ## bootstrap: the one-archive installer for a fresh host with only python3 (dist/envbuild-bootstrap-*.tar.gz)
 bootstrap: $(BIN)/.installed

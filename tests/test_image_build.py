@@ -19,12 +19,14 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.fixtures import run_cli
+from support.twin import SeedTwin
 
 from envbuild import abi
 
@@ -190,6 +192,158 @@ def test_torch_layer_is_kept_by_a_rebuild_and_untouched_by_later_layers(image: d
     assert used >= torch_at, r.stdout[-4000:]
     (REPO / "build" / "image" / "cpu-test" / "rebuild.json").write_text(
         json.dumps({"first_seconds": image["seconds"], "rebuild_seconds": round(seconds, 1), "cache_hits": used}))
+
+
+# ----------------------------------------------------------------------------- h200 on the stack twin
+
+H200_BASE = "localhost/envbuild-test/h200-twin-base:py3.13"
+H200_TAG = "localhost/envbuild-test/h200-twin:torch"
+PY313 = "/root/.pyenv/versions/3.13.0"  # this host's CPython 3.13.0 (pyenv): the stack's Python
+CUT = "# step 3/6 prebuilt-cuda"  # the first step that needs the GPU-built wheelhouse
+COLD = os.environ.get("ENVBUILD_TWIN_COLD") == "1"  # make the base and every layer again (the cold wall time)
+
+
+def _twin_base() -> None:
+    """jammy (test_bootstrap's bare Ubuntu 22.04 root) + a final CPython 3.13 + ``CUDA_VERSION``.
+
+    It stands in for ``nvidia/cuda:13.2.0-cudnn-devel-ubuntu22.04`` with deadsnakes' python3.13
+    (neither is reachable from here): the Dockerfile's CUDA check reads ``CUDA_VERSION`` as it
+    reads nvidia/cuda's, and its Python layer finds python3.13 with venv and ensurepip on PATH.
+    The interpreter is copied to the path its RUNPATH names; ldd inside checks that jammy has
+    every library it links (GLIBC <= 2.35, libssl3, libffi8, ...); Tk is left out.
+    """
+    if buildah("inspect", "--type", "image", H200_BASE, check=False).returncode == 0:
+        if not COLD:
+            return
+        buildah("rmi", H200_BASE, check=False)
+    from test_bootstrap import JAMMY, _make_jammy
+
+    _make_jammy()
+    ctr = buildah("from", "-q", "--pull=never", JAMMY).stdout.strip()
+    try:
+        with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+            tarball = Path(tmp) / "py313.tar"
+            with tarfile.open(tarball, "w") as tar:
+                tar.add(PY313, arcname=PY313.lstrip("/"), filter=lambda m: None if re.search(
+                    r"/(test|idlelib|tkinter|turtledemo)(/|$)|/_tkinter\.|\.a$|/site-packages/.+|__pycache__", m.name) else m)
+            buildah("add", ctr, str(tarball), "/")
+        check = (f"ln -s {PY313}/bin/python3.13 /usr/local/bin/python3.13 && "
+                 f"for f in {PY313}/bin/python3.13 {PY313}/lib/python3.13/lib-dynload/*.so; do "
+                 'if ldd "$f" | grep "not found"; then echo "MISSING in $f"; exit 1; fi; done && '
+                 "python3.13 -c 'import ssl, ctypes, venv, ensurepip, sys; print(sys.version)'")
+        r = buildah("run", "--isolation", "chroot", ctr, "--", "sh", "-c", check, check=False)
+        assert r.returncode == 0 and "3.13.0" in r.stdout, r.stdout + r.stderr
+        buildah("config", "--env", "CUDA_VERSION=13.2.0", ctr)
+        buildah("commit", "-q", ctr, H200_BASE)
+    finally:
+        buildah("rm", ctr, check=False)
+
+
+def _bud_sources(work: Path) -> list[str]:
+    """The host's pip configuration as the build secrets the Dockerfile mounts (pip.conf,
+    uv.toml) and read-only volumes for the local folders it names (as docker/build-image.sh)."""
+    from test_bootstrap import _host_sources
+
+    args = _host_sources(work)  # -v pip.conf, -v uv.toml, -v each local folder
+    out = ["--secret", f"id=pip.conf,src={work / 'pip.conf'}", "--secret", f"id=uv.toml,src={work / 'uv.toml'}"]
+    for flag, vol in zip(args[::2], args[1::2], strict=True):
+        if not vol.startswith(str(work)):
+            out += [flag, vol]
+    return out
+
+
+def _bud(dockerfile: Path, context: Path, tag: str, index: str, sources: list[str],
+         cold: bool = False) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t = time.monotonic()
+    r = buildah("bud", "--isolation", "chroot", "--network", "host", "--format", "docker", "--layers", "--force-rm",
+                *(["--no-cache"] if cold else []),
+                "--build-arg", f"ENVBUILD_TORCH_INDEX={index}", *sources, "-f", str(dockerfile), "-t", tag,
+                str(context), check=False, timeout=2400)
+    return time.monotonic() - t, r
+
+
+@pytest.mark.slow
+@pytest.mark.image
+def test_h200_dockerfile_on_the_stack_twin_keeps_the_guard_in_its_layers(seed_twin: SeedTwin, tmp_path: Path) -> None:
+    """The h200-cu132 Dockerfile, rendered by envbuild, built with buildah (one committed layer per
+    instruction) against the stack twin: up to the torch step (the last before the step that
+    needs the GPU-built wheelhouse), `envbuild verify` inside; then the prebuilt-cuda layer's
+    guard passes on plain layer commits, and fails the build (exit 6) after a planted layer that
+    reinstalls the same torch."""
+    reason = _cannot_build()
+    if reason:
+        pytest.skip(reason)
+    if not Path(PY313, "bin", "python3.13").exists():
+        pytest.skip(f"no CPython 3.13 at {PY313} for the base image (pyenv install 3.13.0)")
+    t0 = time.monotonic()
+    _twin_base()
+    base_seconds = time.monotonic() - t0
+    # the twin's stack spec: the profile as committed, but for this machine's data disk (it asks
+    # for 60 GB free; the image's /opt/envbuild is on this host's disk) and without the lock (it
+    # pins the real nightly's hashes, which the twin's stand-in torch does not have)
+    stack = tmp_path / "twin" / "h200-cu132" / "stack.toml"
+    stack.parent.mkdir(parents=True)
+    text = (REPO / "lockfiles" / "h200-cu132" / "stack.toml").read_text()
+    assert "min_free_gb = 60\n" in text
+    stack.write_text(text.replace("min_free_gb = 60\n", "min_free_gb = 1\n"))
+    context = tmp_path / "context"
+    r = run_cli(["docker", "--stack", str(stack), "--base", H200_BASE, "--no-lock", "-o", str(context / "Dockerfile"),
+                 "--context", str(context)],
+                home=tmp_path / "home", cwd=tmp_path)
+    assert r.rc == 0, r.output
+    full = (context / "Dockerfile").read_text()
+    head, tail = full[:full.index(CUT)], full[full.index(CUT):]
+    step3 = tail[:tail.index("\n\n") + 1]
+    assert "--step prebuilt-cuda" in step3 and "from=wheelhouse" in step3
+    assert "--step torch" in head and "PIP_CONSTRAINT=" in head and "from=wheelhouse" not in head
+    # the `wheelhouse` build context (BuildKit: --build-context wheelhouse=DIR) as a stage of that
+    # name, which buildah 1.28 reads the same way: the twin's stand-ins for the GPU-built wheels
+    shutil.copytree(seed_twin.prebuilt, context / "twin-wheelhouse")
+    stage = "\nFROM scratch AS wheelhouse\nCOPY twin-wheelhouse/ /\n\n"
+    at = head.index("\nFROM ${BASE_IMAGE}")
+    with_stage = head[:at] + stage + head[at:]
+    sources = _bud_sources(tmp_path)
+    index = seed_twin.nightly_url
+
+    (context / "Dockerfile.torch").write_text(head)
+    seconds, built = _bud(context / "Dockerfile.torch", context, H200_TAG, index, sources, cold=COLD)
+    out = built.stdout + built.stderr
+    assert built.returncode == 0, out[-8000:]
+    assert "baseline frozen: torch==2.12.0.dev20260405+cu132" in out, out[-4000:]
+    c = Container(H200_TAG)
+    try:
+        v = c.run("envbuild", "verify", "--stack", "/etc/envbuild/stack.toml", "--root", "/opt/envbuild")
+        assert v.returncode == 0, v.stdout + v.stderr
+        assert "torch 2.12.0.dev20260405+cu132 intact" in v.stdout + v.stderr, v.stdout + v.stderr
+    finally:
+        c.remove()
+
+    # plain layer commits: the next envbuild layer's guard passes (every layer before it cached)
+    (context / "Dockerfile.prebuilt").write_text(with_stage + step3)
+    again_seconds, ok = _bud(context / "Dockerfile.prebuilt", context, H200_TAG + "-prebuilt", index, sources)
+    out = ok.stdout + ok.stderr
+    assert ok.returncode == 0, out[-8000:]
+    assert "step prebuilt-cuda (" in out and out.count("Using cache") >= head.count("\nRUN "), out[-4000:]
+
+    # a planted layer reinstalls the twin's torch, same version: the same envbuild layer fails
+    plant = ("# planted: a reinstall of the same torch in a layer of its own\n"
+             "RUN /opt/envbuild/venv/bin/python -m pip install -q --force-reinstall --no-deps "
+             '--index-url "$ENVBUILD_TORCH_INDEX" torch==2.12.0.dev20260405+cu132\n\n')
+    (context / "Dockerfile.planted").write_text(with_stage + plant + step3)
+    bad_seconds, bad = _bud(context / "Dockerfile.planted", context, H200_TAG + "-planted", index, sources)
+    out = bad.stdout + bad.stderr
+    assert bad.returncode != 0, out[-6000:]
+    assert re.search(r"exit status 6\b", out), out[-6000:]
+    assert "ABI guard after step 3 ('prebuilt-cuda')" in out, out[-6000:]
+    assert "torch 2.12.0.dev20260405+cu132 was reinstalled" in out, out[-6000:]
+    print(out[out.index("ABI guard after step 3"):][:1500])  # what the build's log shows
+    timings = {"cold": COLD, "base_seconds": round(base_seconds, 1), "build_to_torch_seconds": round(seconds, 1),
+               "prebuilt_layer_seconds": round(again_seconds, 1), "planted_build_seconds": round(bad_seconds, 1)}
+    (REPO / "build" / "image").mkdir(parents=True, exist_ok=True)
+    (REPO / "build" / "image" / "h200-twin.json").write_text(json.dumps(timings) + "\n")
+    print(timings)
+    for tag in (H200_TAG + "-prebuilt",):
+        buildah("rmi", tag, check=False)
 
 
 # ----------------------------------------------------------------------------- rendering (fast)
