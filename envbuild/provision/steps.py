@@ -91,7 +91,8 @@ def run_steps(run: ProvisionRun) -> None:
                 log.unlink(missing_ok=True)
                 run.warmup = warmup.Warmup(run.python, run.spec.abi.package.replace("-", "_"), import_env, log,
                                            site=run.site, listing=import_listing(run))
-                run.warmup.start(after_step=done)
+                if not run.warmup.start(after_step=done):
+                    warm, run.warmup = False, None
             if prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
                 later = todo[todo.index(planned) + 1:] if planned in todo else []

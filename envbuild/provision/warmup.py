@@ -8,7 +8,8 @@ baseline step is in, envbuild starts one background process beside the remaining
 - **compile**: when an earlier provision of the same torch version and Python on this data root
   recorded which source files ``import torch`` loaded (``<root>/cache/envbuild/import-*.json``,
   written after every fresh import check), those files are compiled on every core at once;
-- **import**: otherwise (a first or cold provision), ``python -c "import torch"``.
+- **import**: otherwise (a first or cold provision), ``python -c "import torch"``, on hosts with
+  ``IMPORT_MODE_MIN_CPUS`` cores or more (``ENVBUILD_IMPORT_WARMUP=import`` forces it).
 
 Either way, the ``.pyc`` files it writes are what the import itself would write, and the final
 import check finds them in place. The warm-up is never a verdict: its exit status is ignored,
@@ -60,6 +61,15 @@ else:
 print(len(files))
 """
 LISTING_SCHEMA = 1
+# The import mode is one more single-threaded process beside the installer: on a 2-core host it
+# took the installer's core and then compiled the same modules as the check (cold cpu profile,
+# bench/results-cpu-warmup-2core.json: 17.3 s against 16.2 s without it). The compile mode is
+# parallel and only ever runs where a listing exists; it won on 2 and on 16 cores.
+IMPORT_MODE_MIN_CPUS = 4
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def wanted(*, install_env: Mapping[str, str], import_env: Mapping[str, str], compiles_at_install: bool,
@@ -117,30 +127,35 @@ class Warmup:
         self.seconds: float | None = None  # how long it ran, once stopped
         self.finished: bool | None = None  # whether it ended by itself before the check needed it
 
-    def start(self, after_step: str) -> None:
+    def start(self, after_step: str) -> bool:
+        """Start it; False where it would not help (see ``IMPORT_MODE_MIN_CPUS``)."""
         self.files = _usable(self.listing) if self.site is not None else 0
         if self.files:
             self.mode = "compile"
             argv = [str(self.python), "-c", _COMPILE, str(self.site), str(self.listing)]
             what = (f"compiling the {self.files} files `import {self.module}` loaded last time, on every core")
         else:
+            forced = self.env.get("ENVBUILD_IMPORT_WARMUP", "").strip() == "import"
+            if not forced and usable_cpus() < IMPORT_MODE_MIN_CPUS:
+                return False
             argv = [str(self.python), "-c", _IMPORT.format(module=self.module)]
             what = f"`import {self.module}`"
         try:
             log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child, closed below
         except OSError:
-            return
+            return False
         try:
             self.proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          close_fds=True)
         except OSError:
             self.proc = None
-            return
+            return False
         finally:
             log.close()
         self.started = time.monotonic()
         events.emit("debug", f"import warm-up after step {after_step}: {what} "
                     "(its bytecode is written while the later steps install)")
+        return True
 
     def at_check(self) -> None:
         """The final check starts now: note whether the warm-up is already done."""
