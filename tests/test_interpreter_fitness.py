@@ -21,7 +21,13 @@ import pytest
 from support.fixtures import EnvbuildResult
 
 from envbuild.errors import ExitCode
-from envbuild.installer.python import UnfitInterpreter, find_interpreter, probe_python, unfit_reason
+from envbuild.installer.python import (
+    UnfitInterpreter,
+    find_interpreter,
+    find_python,
+    probe_python,
+    unfit_reason,
+)
 
 HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -93,6 +99,22 @@ def test_the_search_refuses_when_only_a_prerelease_is_found(tmp_path: Path, monk
     with pytest.raises(UnfitInterpreter) as err:
         find_interpreter("3.97")
     assert f"{rc1} (found as {rc1}), the only Python 3.97 here, is Python 3.97.0rc1" in str(err.value)
+
+
+def test_lock_resolves_with_a_prerelease_when_it_is_the_only_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolving never runs torch: `lock` (find_python) takes the pre-release the search found,
+    and an explicit --python to one, where provision refuses both."""
+    rc1 = prerelease(tmp_path / "rc", "3.97")
+    monkeypatch.setenv("PATH", f"{rc1.parent}{os.pathsep}{os.environ['PATH']}")
+    assert find_python("3.97") == rc1
+    assert find_python("3.97", str(rc1)) == rc1
+    # where both are found, the final release still comes first (the rc1 of this Python is on PATH first)
+    rc_here = prerelease(tmp_path / "rc-here")
+    final_dir = tmp_path / "final"
+    final_dir.mkdir()
+    (final_dir / f"python{HERE}").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{rc_here.parent}{os.pathsep}{final_dir}{os.pathsep}{os.environ['PATH']}")
+    assert find_python(HERE) != rc_here
 
 
 def test_provision_refuses_a_prerelease_before_making_anything_and_plan_preflight_say_it(

@@ -107,8 +107,10 @@ def python_version_of(python: str | Path) -> str | None:
 
 
 def find_python(version: str, override: str | None = None) -> Path:
-    """The interpreter a venv is made with: ``--python`` or the first python<version> that runs."""
-    return find_interpreter(version, override).executable
+    """An interpreter of ``version`` to resolve with (``lock``): ``--python`` or the first
+    python<version> that runs. A final release is preferred; a pre-release is taken when it is
+    the only one, since resolving never runs torch."""
+    return find_interpreter(version, override, require_fit=False).executable
 
 
 def _candidates(version: str) -> Iterator[str]:
@@ -121,12 +123,14 @@ def _candidates(version: str) -> Iterator[str]:
         yield w
 
 
-def find_interpreter(version: str, override: str | None = None, package: str = "torch") -> Interpreter:
+def find_interpreter(version: str, override: str | None = None, package: str = "torch", *,
+                     require_fit: bool = True) -> Interpreter:
     """Like ``find_python``, with what the probe learnt (one subprocess per candidate tried).
 
     An interpreter ``package`` cannot run on (``unfit_reason``: a pre-release, or one that lacks
     what torch calls) is refused with exit 3; among the candidates found by looking, a fit one
-    is taken over an unfit one wherever it comes in the search order.
+    is taken over an unfit one wherever it comes in the search order. ``require_fit=False``
+    (resolving only, which never runs torch) takes an unfit one where no fit one is found.
     """
     if override is not None:
         if not override.strip():
@@ -139,7 +143,7 @@ def find_interpreter(version: str, override: str | None = None, package: str = "
             raise PreflightError(f"--python {override}: the interpreter does not run")
         if info.version != version:
             events.emit("warn", f"--python {override} is Python {info.version}; the stack asks for {version}")
-        if (reason := unfit_reason(info, package)) is not None:
+        if require_fit and (reason := unfit_reason(info, package)) is not None:
             raise _refuse(info, f"--python {override}" + (f" ({info.executable})" if str(info.executable) != override else ""),
                           reason, info.version)
         return info
@@ -175,6 +179,8 @@ def find_interpreter(version: str, override: str | None = None, package: str = "
             if fit(info, "uv's"):
                 assert info is not None
                 return info
+    if unfit is not None and not require_fit:
+        return unfit[0]
     if unfit is not None:
         info, where, reason = unfit
         raise _refuse(info, f"{info.executable} ({where}), the only Python {version} here,", reason, version)
