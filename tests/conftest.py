@@ -8,6 +8,7 @@ torch CPU wheel on machines without the PyTorch index.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,20 @@ CACHE = REPO / ".cache" / "tests"
 TORCH_VERSION = "2.13.0"
 
 pytest_plugins = ["support.fixtures", "support.twin"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_as_at_a_terminal() -> Iterator[None]:
+    """A shell starts a background job (`make test &`, some CI runners) with SIGINT ignored, and
+    every process it starts inherits that: Python then installs no KeyboardInterrupt handler, and
+    the tests of Ctrl-C would see a program that cannot be interrupted. Restore the terminal's
+    behaviour for the test process and (through exec) every process it starts."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture(autouse=True)

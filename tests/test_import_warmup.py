@@ -154,12 +154,18 @@ def test_warmup_stays_off_where_it_cannot_help(tmp_path: Path, run_envbuild: Cal
 
 def test_a_failing_warmup_is_not_a_verdict(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     """torch needs a module that only a later step installs: the warm-up fails, the run does not."""
+    # three later steps: the warm-up's failed import (a tenth of a second) is over long before the
+    # check; on a machine so loaded that it is not, it is killed at the end, which is no verdict either
     stack = _stack(tmp_path, "import late_dep\n" + PLAIN_TORCH,
-                   [("late-dep", "1.0", {"late_dep/__init__.py": "OK = True\n"})])
+                   [("filler-a", "1.0", {"filler_a/__init__.py": ""}), ("filler-b", "1.0", {"filler_b/__init__.py": ""}),
+                    ("late-dep", "1.0", {"late_dep/__init__.py": "OK = True\n"})])
     result = _provision(run_envbuild, tmp_path, stack)
     assert result.rc == ExitCode.OK, result.output
-    assert "ModuleNotFoundError" in (tmp_path / "data" / "logs" / "import-warmup.log").read_text()
-    assert json.loads(result.stdout)["full_check"]["version"] == TORCH
+    doc = json.loads(result.stdout)
+    assert doc["full_check"]["version"] == TORCH
+    assert doc["import_warmup"]["exit"] != 0, doc["import_warmup"]
+    if doc["import_warmup"]["exit"] == 1:
+        assert "ModuleNotFoundError: No module named 'late_dep'" in (tmp_path / "data" / "logs" / "import-warmup.log").read_text()
 
 
 def test_a_passing_warmup_does_not_hide_a_later_break(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:

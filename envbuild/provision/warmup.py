@@ -174,8 +174,10 @@ class Warmup:
         self.seconds = round(time.monotonic() - self.started, 3)
 
     def to_json(self) -> dict[str, object]:
+        code = self.proc.returncode if self.proc is not None else None
         return {"module": self.module, "mode": self.mode, "files": self.files, "seconds": self.seconds,
-                "finished_before_check": self.finished}
+                "finished_before_check": self.finished,
+                "exit": code}  # None: not stopped yet; negative: killed by that signal (still running at the end)
 
 
 def env_for_import(overlay: Mapping[str, str]) -> dict[str, str]:
