@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +84,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             events.emit("ok", f"{output} is current for {spec.name}")
         return 0
-    steps_folder.mkdir(parents=True, exist_ok=True)
-    wanted = {context / rel for rel in rendered.files}
-    for old in {p for g in STEP_FILE_GLOBS for p in steps_folder.glob(g)}:
-        if old not in wanted:
-            old.unlink()
-    for rel, text in rendered.files.items():
-        atomic_write_text(context / rel, text)
-    if tool_src != context:
-        copy_tool_source(tool_src)
+    write_build_files(rendered.files, context, steps_folder, tool_src)
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output, rendered.dockerfile)
     if args.dockerignore:
@@ -143,6 +136,21 @@ def _checkout() -> Path | None:
 
     root = Path(envbuild.__file__).resolve().parent.parent
     return root if (root / "pyproject.toml").is_file() else None
+
+
+def write_build_files(files: Mapping[str, str], context: Path, steps_folder: Path, tool_src: Path) -> None:
+    """The spec slices and lock files a rendered image reads (``files``, relative to ``context``),
+    in ``steps_folder`` with nothing stale left beside them; and envbuild's source at ``tool_src``
+    when the context is outside a checkout."""
+    steps_folder.mkdir(parents=True, exist_ok=True)
+    wanted = {context / rel for rel in files}
+    for old in {p for g in STEP_FILE_GLOBS for p in steps_folder.glob(g)}:
+        if old not in wanted:
+            old.unlink()
+    for rel, text in files.items():
+        atomic_write_text(context / rel, text)
+    if tool_src != context:
+        copy_tool_source(tool_src)
 
 
 def copy_tool_source(dest: Path) -> None:

@@ -16,9 +16,9 @@ from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
-from envbuild.commands.docker import copy_tool_source, tool_source
+from envbuild.commands.docker import tool_source, write_build_files
 from envbuild.errors import ConfigError
-from envbuild.images.docker import DEFAULT_ROOT, STEP_FILE_GLOBS, DockerOptions
+from envbuild.images.docker import DEFAULT_ROOT, DockerOptions
 from envbuild.images.modal import MODES, ModalOptions, module_name_ok, render_modal
 
 DEFAULT_FOLDER = Path("modal_images")
@@ -70,15 +70,7 @@ def run(args: argparse.Namespace) -> int:
     rendered = render_modal(spec, opts)
 
     output.parent.mkdir(exist_ok=True)  # only the default folder can be missing here
-    steps_folder.mkdir(exist_ok=True)
-    wanted = {context / rel for rel in rendered.files}
-    for old in {p for g in STEP_FILE_GLOBS for p in steps_folder.glob(g)}:
-        if old not in wanted:
-            old.unlink()
-    for rel, text in rendered.files.items():
-        atomic_write_text(context / rel, text)
-    if tool_src != context:
-        copy_tool_source(tool_src)
+    write_build_files(rendered.files, context, steps_folder, tool_src)
     if rendered.dockerfile is not None:
         atomic_write_text(dockerfile, rendered.dockerfile)
     atomic_write_text(output, rendered.source)

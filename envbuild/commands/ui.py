@@ -207,9 +207,8 @@ def configure(*, verbose: bool = False, json_mode: bool = False, quiet: bool = F
     if live_wanted(quiet=quiet, json_mode=json_mode):
         from rich.console import Console
 
-        live_console = _out if isinstance(_out, Console) else Console(highlight=False, soft_wrap=True)
-        _out = live_console
-        _live = LiveDisplay(live_console)
+        assert isinstance(_out, Console)  # a live display implies a terminal that rich_wanted takes
+        _live = LiveDisplay(_out)
     events.set_live(_live is not None)
     events.set_sink(_render_event)
 

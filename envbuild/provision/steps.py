@@ -19,7 +19,7 @@ from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
 from envbuild.installer import Installer
 from envbuild.plan import Plan, PlannedStep
-from envbuild.provision import prefetch, warmup
+from envbuild.provision import prefetch, verify, warmup
 from envbuild.provision.state import Manifest, now
 from envbuild.spec import StackSpec
 
@@ -74,7 +74,7 @@ def run_steps(run: ProvisionRun) -> None:
         prefetcher = prefetch.Prefetcher(installer=run.installer, python=run.python,
                                          scratch_root=run.paths.cache / "prefetch", logs=run.paths.logs,
                                          env=run.env or {})
-    import_env = warmup.env_for_import(layout.overlay_env(run.spec, run.paths))
+    import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
     warm = warmup.wanted(install_env=run.env or {}, import_env=import_env,
                          compiles_at_install=run.installer.name == "pip", single_step=opts.only_step is not None)
     try:

@@ -73,6 +73,11 @@ def fingerprint(site: Path, python: Path, overlay: Mapping[str, str]) -> str:
     return h.hexdigest()
 
 
+def import_env(overlay: Mapping[str, str]) -> dict[str, str]:
+    """The environment the import check (and the import warm-up) runs with: this process's, plus the overlay."""
+    return {**os.environ, **overlay}
+
+
 def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: Path,
                 marker_env: Mapping[str, str] | None, overlay: Mapping[str, str], guard: bool = True,
                 verdict_file: Path | None = None, timeout: float = IMPORT_TIMEOUT,
@@ -102,8 +107,7 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
             return out
     if on_fresh_import is not None:
         on_fresh_import()
-    env = dict(os.environ)
-    env.update(overlay)
+    env = import_env(overlay)
     t = time.monotonic()
     try:
         out.data = run_python_json(python, abi.FULL_CHECK_MODULES, timeout=timeout, env=env,

@@ -178,10 +178,3 @@ class Warmup:
         return {"module": self.module, "mode": self.mode, "files": self.files, "seconds": self.seconds,
                 "finished_before_check": self.finished,
                 "exit": code}  # None: not stopped yet; negative: killed by that signal (still running at the end)
-
-
-def env_for_import(overlay: Mapping[str, str]) -> dict[str, str]:
-    """The environment the final import check runs with (the process's, plus the overlay)."""
-    env = dict(os.environ)
-    env.update(overlay)
-    return env
