@@ -25,7 +25,9 @@ from support.fixtures import (
 )
 
 from envbuild.errors import ExitCode
-from envbuild.lock.anyfile import Policy, check_file, detect_format, parse
+from envbuild.gate import Policy, check_file
+from envbuild.gate.formats import detect as detect_format
+from envbuild.gate.formats import parse
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +84,7 @@ def test_uv_pip_compile_with_hashes(run_envbuild: Run, scenario_index: ScenarioI
                       "--generate-hashes", "--override", str(tmp_path / "override.txt"))
     failed = _check(run_envbuild, bad, "--torch-local", "cu132", "--index-url", scenario_index.pypi_url)
     assert failed.rc == ExitCode.LOCK, failed.output
-    assert f"needs-torch-212: needs-torch-212 1.0 requires torch>=2.12, which the pinned torch {NIGHTLY_TORCH} " \
+    assert f"needs-torch-212: needs-torch-212 1.0 requires torch>=2.12, which the locked torch {NIGHTLY_TORCH} " \
            "does not satisfy" in failed.stdout and "[torch-requirement]" in failed.stdout
     # offline, the metadata is out of reach: it passes, and says what it could not check
     # offline: the metadata read above is cached by sha256, so the finding stands without the index
@@ -112,7 +114,7 @@ def test_pip_compile_without_hashes(run_envbuild: Run, scenario_index: ScenarioI
     assert "--hash" not in healthy.read_text()
     ok = _check(run_envbuild, healthy, "--torch-local", "cu132")
     assert ok.rc == 0, ok.output
-    assert "torch 2.12.0.dev20260405+cu132, ok" in ok.stderr + ok.stdout
+    assert "torch 2.12.0.dev20260405+cu132, 1 environment(s), ok" in ok.stderr + ok.stdout
 
     # planted: a package that depends on PyPI triton; the resolver puts it beside pytorch-triton
     bad = _pip_compile(tmp_path, scenario_index, "triton", [f"torch=={NIGHTLY_TORCH}", "mamba-like==1.0"])
@@ -294,11 +296,12 @@ def test_twice_pinned_and_loose_torch_in_a_requirements_file(tmp_path: Path) -> 
     path = tmp_path / "requirements.txt"
     path.write_text("torch==2.12.0 ; python_version < '3.9'\ntorch==2.13.0\ntorch>=2.0 ; sys_platform == 'linux'\n")
     lock = parse(path, path.read_text(), "requirements")
-    assert [p.version for p in lock.packages] == ["2.12.0", "2.13.0", None]
+    assert [p.version for p in lock.entries] == ["2.12.0", "2.13.0", None]
     report = check_file(path, Policy(python="3.11"), offline=True)
     rules = sorted(f.rule for f in report.findings)
     assert rules == ["torch-pins"], report.findings  # the 3.8-only line does not count; the loose one does
-    assert "`torch>=2.0 ; sys_platform == 'linux'` (line 3) is not pinned" in report.findings[0].reason
+    assert "`torch>=2.0 ; sys_platform == 'linux'` is not pinned" in report.findings[0].reason
+    assert report.findings[0].line == 3 and report.findings[0].environments == ["linux x86_64", "linux aarch64"]
 
 
 def test_the_github_workflow_calls_options_that_exist() -> None:

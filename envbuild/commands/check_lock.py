@@ -6,13 +6,17 @@ with every finding and notice, ``--markdown`` a pull-request comment.
 - ``check-lock [--profile P ...]``: envbuild's own locks (``lockfiles/<profile>/``); several
   ``--profile`` (or ``--stack``) may be given; with none, every profile that has a lock.
 - ``check-lock FILE...``: any lockfile (uv.lock, pylock.toml, pip-compile requirements,
-  poetry.lock; ``envbuild.lock.anyfile``) against the torch policy of one ``--profile``/``--stack``
-  or of the flags ``--torch-min``, ``--torch-local``, ``--protect``.
+  poetry.lock; ``envbuild.gate``) against the torch policy of one ``--profile``/``--stack``
+  or of the flags ``--torch-min``, ``--torch-local``, ``--protect``, judged per environment the
+  lock installs (``--environment``, ``--python``, ``--group`` narrow them). Output: a table per
+  file and one line per finding; ``--markdown``; ``--json`` (schema in ``envbuild.gate.output``);
+  ``--annotations github``; ``--explain`` lists what could not be verified.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,8 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.lock.anyfile import FORMATS, Policy, check_file, markdown, policy_from_spec
+from envbuild.gate import FORMATS, Narrow, Policy, check_file
+from envbuild.gate.check import FileReport
 from envbuild.lock.check import CheckOptions, CheckReport, check_lock
 from envbuild.lock.model import MANIFEST
 from envbuild.spec import StackSpec, available_profiles, load_spec, profile_path, resolve_spec
@@ -40,6 +45,21 @@ def register(sub: Any) -> None:
     p.add_argument("--index-url", metavar="URL", action="append", default=[],
                    help="FILE mode: where to read package metadata the lock does not carry (repeatable; "
                    "default: the indexes the lock names, else PyPI)")
+    p.add_argument("--environment", metavar="MARKER", action="append", default=[],
+                   help="FILE mode: judge only the environments where this PEP 508 marker holds, or a platform "
+                   "(linux-x86_64, linux-aarch64, macos-arm64, macos-x86_64, windows-amd64, linux, macos, windows); "
+                   "repeatable")
+    p.add_argument("--python", metavar="X.Y", action="append", default=[],
+                   help="FILE mode: judge the lock for this Python only (repeatable)")
+    p.add_argument("--group", metavar="NAME", action="append", default=[],
+                   help="FILE mode: only the environments that choose this conflicting extra or group (repeatable)")
+    p.add_argument("--accept", metavar="FILE", type=Path,
+                   help="FILE mode: reviewed exceptions ([[accept]] tables; default: envbuild-check-lock.toml "
+                   "beside the lock, else [tool.envbuild.check-lock] in its pyproject.toml)")
+    p.add_argument("--explain", action="store_true",
+                   help="FILE mode: also list every extension or requirement that could not be verified, and why")
+    p.add_argument("--annotations", choices=["github"],
+                   help="FILE mode: also print GitHub Actions annotations (::error file=…,line=…::) per finding")
     p.add_argument("--markdown", action="store_true", help="print the findings as a markdown report (a PR comment)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[],
                    help="a profile to check (repeatable; default: every profile that has a lock)")
@@ -63,6 +83,13 @@ def _specs(args: argparse.Namespace) -> list[StackSpec]:
     return found
 
 
+def policy_from_spec(spec: StackSpec) -> Policy:
+    """The torch policy of a stack spec: its torch as the floor, its local tag, its protected set."""
+    abi = spec.abi
+    return Policy(package=abi.package, minimum=abi.version, local=abi.local,
+                  protect=tuple(abi.protect), python=spec.python)
+
+
 def _policy(args: argparse.Namespace) -> Policy:
     if len(args.profile) + len(args.stack) > 1:
         raise ConfigError("check-lock FILE...: give at most one --profile or --stack as the policy")
@@ -77,39 +104,69 @@ def _policy(args: argparse.Namespace) -> Policy:
                   protect=tuple(dict.fromkeys([*base.protect, *args.protect])), python=base.python)
 
 
+def _plain_table(report: FileReport) -> str:
+    rows = [("environment", "torch", "result")] + [
+        (r.name, r.torch or "-", "ok" if not r.findings else f"{r.findings} finding(s)") for r in report.environments]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{report.file} ({report.format})"]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
 def run_files(args: argparse.Namespace) -> int:
+    from envbuild.gate.output import document, finding_line, github_annotations, markdown, table
+
+    narrow = Narrow(environment=tuple(args.environment), python=tuple(args.python), group=tuple(args.group))
+    narrow.validate()
     policy = _policy(args)
+    narrow = Narrow(environment=narrow.environment, python=narrow.python, group=narrow.group,
+                    default_python=policy.python)
     reports = []
     for path in args.files:
         events.emit("step", f"checking {path}")
         report = check_file(path, policy, fmt=args.format, base=args.base, offline=args.offline,
-                            index_urls=args.index_url, shown=str(path))
+                            index_urls=args.index_url, shown=str(path), narrow=narrow, accept_file=args.accept)
         reports.append(report)
-        if not args.json and not args.markdown:
-            for n in report.notices:
-                events.emit("info", f"note: {report.file}: {n}")
-            for f in report.findings:
-                ui.print_text(f.line())
-            if report.ok:
-                events.emit("ok", f"{report.file} ({report.format}): torch {report.torch or '-'}, ok")
+        if args.json or args.markdown:
+            continue
+        if report.environments:
+            if ui.rich_wanted(sys.stdout):
+                ui.print_text()
+                ui._out.print(table(report))
             else:
-                events.emit("fail", f"{report.file} ({report.format}): {len(report.findings)} finding(s)")
+                ui.print_text(_plain_table(report))
+        for n in report.notices:
+            events.emit("info", f"note: {report.file}: {n}")
+        if args.explain:
+            for u in report.unverified:
+                ui.print_text(f"not verified: {report.file}: {u}")
+        for f in report.findings:
+            ui.print_text(finding_line(f))
+        accepted = f", {len(report.accepted)} accepted" if report.accepted else ""
+        if report.ok:
+            torches = ", ".join(report.torches) or "-"
+            events.emit("ok", f"{report.file} ({report.format}): torch {torches}, "
+                        f"{len(report.environments)} environment(s), ok{accepted}")
+        else:
+            events.emit("fail", f"{report.file} ({report.format}): {len(report.failing)} finding(s){accepted}")
     failed = [r for r in reports if not r.ok]
+    if args.annotations == "github":
+        ui.print_raw(github_annotations(reports))
     if args.json:
-        ui.print_json({"ok": not failed, "policy": {"package": policy.package, "torch_min": policy.minimum,
-                                                    "torch_local": policy.local, "protect": list(policy.protect)},
-                       "files": [r.to_json() for r in reports]})
+        ui.print_json(document(reports, policy))
     elif args.markdown:
-        ui.print_raw(markdown(reports))
+        ui.print_raw(markdown(reports, explain=args.explain))
     return int(ExitCode.LOCK) if failed else 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.files:
         return run_files(args)
-    if args.format or args.torch_min or args.torch_local or args.protect or args.index_url:
-        raise ConfigError("--format, --torch-min, --torch-local, --protect and --index-url apply to "
-                          "`check-lock FILE...`; name the lockfiles to check")
+    if args.format or args.torch_min or args.torch_local or args.protect or args.index_url or args.environment \
+            or args.python or args.group or args.accept or args.annotations or args.explain:
+        raise ConfigError("--format, --torch-min, --torch-local, --protect, --index-url, --environment, --python, "
+                          "--group, --accept, --explain and --annotations apply to `check-lock FILE...`; name the "
+                          "lockfiles to check")
     opts = CheckOptions(base=args.base, offline=args.offline)
     reports = []
     for spec in _specs(args):

@@ -1,0 +1,179 @@
+"""``check-lock FILE...``: read a lockfile, enumerate the environments it installs, run every rule
+family on each, apply the reviewed exceptions, and report (``envbuild.gate.output``)."""
+
+from __future__ import annotations
+
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envbuild.errors import ConfigError
+from envbuild.gate import accept as accepting
+from envbuild.gate.context import Context, View
+from envbuild.gate.environments import Narrow, enumerate_environments
+from envbuild.gate.findings import Finding, Policy
+from envbuild.gate.formats import detect, parse
+from envbuild.gate.model import Environment, Format, Lock, LockParseError
+from envbuild.gate.rules import FAMILIES, history
+
+__all__ = ["MAX_BYTES", "MAX_PACKAGES", "FileReport", "check_file", "read_lockfile"]
+
+MAX_BYTES = 64 << 20  # the largest real uv.lock files are a few MB
+MAX_PACKAGES = 20_000  # the largest real locks hold a few thousand
+
+
+@dataclass
+class EnvRow:
+    name: str
+    torch: str | None
+    findings: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "torch": self.torch, "findings": self.findings}
+
+
+@dataclass
+class FileReport:
+    file: str
+    format: str
+    environments: list[EnvRow] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # accepted ones included (``accepted`` set)
+    notices: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # --explain: what could not be verified, and why
+    unchecked: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failing(self) -> list[Finding]:
+        return [f for f in self.findings if f.accepted is None]
+
+    @property
+    def accepted(self) -> list[Finding]:
+        return [f for f in self.findings if f.accepted is not None]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failing
+
+    @property
+    def torches(self) -> list[str]:
+        return sorted({r.torch for r in self.environments if r.torch})
+
+    def to_json(self) -> dict[str, Any]:
+        torches = self.torches
+        return {"file": self.file, "format": self.format, "ok": self.ok,
+                "torch": torches[0] if len(torches) == 1 else None, "torches": torches,
+                "environments": [r.to_json() for r in self.environments],
+                "findings": [f.to_json() for f in self.failing],
+                "accepted": [f.to_json() for f in self.accepted],
+                "notices": self.notices, "unverified": self.unverified, "unchecked": self.unchecked,
+                "seconds": round(self.seconds, 4)}
+
+
+def read_lockfile(path: Path) -> str:
+    """The text of a lockfile: a regular file, at most ``MAX_BYTES``, UTF-8 (else ConfigError, exit 2)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such lockfile") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{path}: not a regular file; a lockfile is read from a file")
+    if st.st_size > MAX_BYTES:
+        raise ConfigError(f"{path}: {st.st_size / (1 << 20):.0f} MiB; a lockfile is read up to "
+                          f"{MAX_BYTES >> 20} MiB (the largest real locks are a few MB)")
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8") from None
+
+
+def _views(lock: Lock, envs: list[Environment], torch_name: str, several_pythons: bool) -> list[View]:
+    groups: dict[tuple[str, tuple[str, ...], tuple[int, ...]], list[tuple[Environment, Any]]] = {}
+    for env in envs:
+        members = lock.members(env)
+        sig = (env.platform, env.selection, tuple(e.key for e in members.entries))
+        groups.setdefault(sig, []).append((env, members))
+    by_label: dict[tuple[str, tuple[str, ...]], int] = {}
+    for (platform, selection, _) in groups:
+        by_label[(platform, selection)] = by_label.get((platform, selection), 0) + 1
+    views = []
+    for (platform, selection, _), items in groups.items():
+        env, members = items[0]
+        if several_pythons and by_label[(platform, selection)] > 1:
+            env = replace(env, pythons=tuple(e.python for e, _ in items), _cache=env._cache)
+        by_name: dict[str, list[Any]] = {}
+        for e in members.entries:
+            by_name.setdefault(e.name, []).append(e)
+        torches = by_name.get(torch_name, [])
+        torch = torches[0] if len({t.version for t in torches}) == 1 and torches[0].version else None
+        bare = Environment(env.platform, env.python, env.values)
+        views.append(View(env, members, torch, by_name, bare))
+    return views
+
+
+def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: str | None = None,
+               offline: bool = False, index_urls: Iterable[str] = (), shown: str | None = None,
+               narrow: Narrow | None = None, accept_file: Path | None = None) -> FileReport:
+    t0 = time.monotonic()
+    narrow = narrow or Narrow(default_python=policy.python)
+    text = read_lockfile(path)
+    kind = fmt or detect(path, text)
+    report = FileReport(shown or str(path), kind)
+    exceptions = accepting.load_for(path, accept_file)
+    try:
+        lock = parse(path, text, kind)
+    except LockParseError as exc:
+        report.findings.append(Finding(report.file, "-", "broken-lock", f"not a readable {kind} file: {exc}"))
+        report.seconds = time.monotonic() - t0
+        return report
+    if len(lock.entries) > MAX_PACKAGES:
+        report.findings.append(Finding(report.file, "-", "broken-lock", f"{len(lock.entries)} packages: more than "
+                                       f"any real lock holds (the gate reads up to {MAX_PACKAGES})"))
+        report.seconds = time.monotonic() - t0
+        return report
+    envs = enumerate_environments(lock, narrow)
+    several = len({e.python for e in envs}) > 1
+    views = _views(lock, envs, policy.torch, several)
+    ctx = Context(report.file, lock, policy, views, offline=offline, index_urls=tuple(index_urls))
+    for family in FAMILIES:
+        family.check(ctx)
+    if base:
+        _history(ctx, path, kind, base, narrow)
+    for view in views:
+        report.environments.append(EnvRow(view.env.name, view.torch.version if view.torch else None))
+    findings = accepting.apply(list(ctx.findings.values()), exceptions)
+    for row in report.environments:
+        row.findings = sum(1 for f in findings if f.accepted is None and row.name in f.environments)
+    report.findings = findings
+    report.notices = [*lock.notes, *ctx.notices]
+    if not envs:
+        report.notices.append("no environment of this lock matches --environment/--python/--group")
+    report.unverified = ctx.explain
+    report.unchecked = ctx.unchecked
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow) -> None:
+    from envbuild.lock.report import file_at_ref
+
+    rel, text = file_at_ref(path, ref)
+    if text is None:
+        ctx.note(f"--base {ref}: {rel} does not exist there; nothing to compare")
+        return
+    try:
+        old = parse(Path(f"{ref}:{rel}"), text, kind)
+    except LockParseError as exc:
+        ctx.note(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
+        return
+    history.check(ctx, old, ref, narrow)

@@ -1,0 +1,79 @@
+"""What every rule family reads: the lock, its environments and what each installs, the policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from envbuild.gate.findings import Finding, Policy
+from envbuild.gate.markers import InvalidMarker
+from envbuild.gate.model import Entry, Environment, Lock, Members
+
+__all__ = ["Context", "View"]
+
+
+@dataclass
+class View:
+    """One environment of the lock: what it installs, and its torch (None: none, or several)."""
+
+    env: Environment
+    members: Members
+    torch: Entry | None
+    by_name: dict[str, list[Entry]]
+    bare: Environment  # the same platform and Python with no extra requested (declared requirements)
+
+    def torch_for(self, entry: Entry, lock: Lock, torch_name: str) -> Entry | None:
+        """The torch ``entry`` is installed with: the lock's own edge where it records one."""
+        return self.members.target_of(entry, torch_name, lock.entries) or self.torch
+
+
+@dataclass
+class Context:
+    file: str
+    lock: Lock
+    policy: Policy
+    views: list[View]
+    offline: bool = False
+    index_urls: tuple[str, ...] = ()
+    findings: dict[tuple[str, str, str], Finding] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+    explain: list[str] = field(default_factory=list)  # what could not be verified, and why
+    unchecked: list[str] = field(default_factory=list)
+    _reqs: dict[str, Requirement | None] = field(default_factory=dict)
+
+    def add(self, package: str, rule: str, reason: str, env: Environment | None = None,
+            entry: Entry | None = None) -> None:
+        key = (rule, package, reason)
+        f = self.findings.get(key)
+        if f is None:
+            f = self.findings[key] = Finding(self.file, package, rule, reason,
+                                            line=entry.line if entry is not None else None)
+        if env is not None and env.name not in f.environments:
+            f.environments.append(env.name)
+
+    def note(self, text: str) -> None:
+        if text not in self.notices:
+            self.notices.append(text)
+
+    def explained(self, text: str) -> None:
+        if text not in self.explain:
+            self.explain.append(text)
+
+    def requirement(self, raw: str) -> Requirement | None:
+        if raw not in self._reqs:
+            try:
+                self._reqs[raw] = Requirement(raw)
+            except InvalidRequirement:
+                self._reqs[raw] = None
+        return self._reqs[raw]
+
+    def applies(self, req: Requirement, view: View) -> bool:
+        """A declared requirement's marker in the view's environment, no extra requested
+        (a marker that does not parse counts as holding)."""
+        if req.marker is None:
+            return True
+        try:
+            return view.bare.holds(str(req.marker), self.lock.markers)
+        except InvalidMarker:
+            return True

@@ -1,0 +1,44 @@
+"""What the format readers share: TOML reading that turns every failure into ``LockParseError``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from envbuild.gate.model import LockParseError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["exact", "sha", "toml_loads"]
+
+
+def toml_loads(text: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
+    except tomllib.TOMLDecodeError as exc:
+        raise LockParseError(f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise LockParseError("not valid TOML: nested too deeply") from None
+
+
+def sha(value: Any) -> str | None:
+    if isinstance(value, str) and value.startswith("sha256:"):
+        return value[len("sha256:"):].lower()
+    return None
+
+
+def exact(specifier: str) -> str | None:
+    """The version of a one-clause ``==`` specifier (no wildcard), else None."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        specs = list(SpecifierSet(specifier))
+    except InvalidSpecifier:
+        return None
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return specs[0].version
+    return None

@@ -1,0 +1,69 @@
+"""PEP 751 ``pylock.toml`` / ``pylock.*.toml``, read and validated by ``packaging.pylock``.
+
+Each package applies where its ``marker`` holds (markers may test ``'cu128' in extras`` and
+``'dev' in dependency_groups``); the lock's ``environments`` limit where it installs at all.
+PEP 751 does not record which extras conflict, so the lock's extras are taken as one choice (one
+of them, or none), the default groups are always on and every other group is one choice too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from envbuild.gate.formats._common import toml_loads
+from envbuild.gate.model import Entry, Lock, LockParseError
+
+__all__ = ["parse"]
+
+
+def parse(path: Path, text: str) -> Lock:
+    from packaging.pylock import Pylock, PylockValidationError
+
+    data = toml_loads(text)
+    try:
+        lock = Pylock.from_dict(data)
+    except PylockValidationError as exc:
+        raise LockParseError(f"not a valid PEP 751 lock: {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:  # a malformed field packaging did not anticipate
+        raise LockParseError(f"not a valid PEP 751 lock: {exc}") from None
+    lines = text.splitlines()
+    headers = [i + 1 for i, line in enumerate(lines) if re.match(r"\[\[packages\]\]\s*$", line)]
+    entries: list[Entry] = []
+    markers: list[str] = []
+    for i, p in enumerate(lock.packages):
+        files: list[tuple[str, str | None]] = [
+            (w.url or (str(w.path) if w.path else w.name or ""), w.hashes.get("sha256")) for w in p.wheels or ()]
+        if p.sdist is not None:
+            files.append((p.sdist.url or (str(p.sdist.path) if p.sdist.path else ""), p.sdist.hashes.get("sha256")))
+        deps = None
+        if p.dependencies is not None:
+            deps = tuple(canonicalize_name(str(d.get("name"))) for d in p.dependencies if d.get("name"))
+        marker = str(p.marker) if p.marker is not None else None
+        if marker:
+            markers.append(marker)
+        url = None
+        if p.archive is not None and p.archive.url:
+            url = p.archive.url
+        elif p.wheels and len(p.wheels) == 1 and p.wheels[0].url and p.index is None:
+            url = p.wheels[0].url
+        entries.append(Entry(
+            key=i, name=canonicalize_name(p.name), version=str(p.version) if p.version else None,
+            raw=f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else ""),
+            line=headers[i] + 1 if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
+            index=p.index, url=url, files=tuple((u, h) for u, h in files if u), dependencies=deps, marker=marker))
+    envs = [str(m) for m in lock.environments or ()]
+    out = Lock(path, "pylock", entries, sorted({e.index for e in entries if e.index}),
+               requires_python=str(lock.requires_python) if lock.requires_python else None,
+               environments=envs, marker_texts=markers + envs, text_lines=lines)
+    extras = [canonicalize_name(x) for x in lock.extras or ()]
+    default = frozenset(canonicalize_name(g) for g in lock.default_groups or ())
+    others = [canonicalize_name(g) for g in lock.dependency_groups or () if canonicalize_name(g) not in default]
+    out.always_groups = default
+    if extras:
+        out.choices.append([(f"extra {x}", frozenset({x}), frozenset()) for x in extras])
+    if others:
+        out.choices.append([(f"group {g}", frozenset(), frozenset({g})) for g in others])
+    return out

@@ -1,0 +1,209 @@
+"""uv.lock (version 1): entries per fork, and what each environment installs, from the lock's edges.
+
+A uv.lock may hold one name several times (a ``version`` + ``source`` per fork or per conflicting
+extra/group); an edge that must say which it means carries ``version`` and ``source`` too. So the
+installed set of an environment is found the way ``uv sync`` finds it: from the workspace members
+(``[manifest] members``, else the ``editable``/``virtual`` entries) along every edge whose marker
+holds there, with the members' extras and groups switched on per the environment's choice.
+Conflicting extras/groups are uv's pseudo-extras inside markers
+(``extra == 'extra-{len(project)}-{project}-{extra}'``, ``'group-…'``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from envbuild.gate.formats._common import sha, toml_loads
+from envbuild.gate.markers import InvalidMarker
+from envbuild.gate.model import Entry, Environment, Lock, LockParseError, Members
+
+__all__ = ["parse"]
+
+_ROOT_SOURCES = ("editable", "virtual", "directory")
+
+
+def pseudo(project: str, name: str, kind: str) -> str:
+    project = canonicalize_name(project)
+    return f"{kind}-{len(project)}-{project}-{canonicalize_name(name)}"
+
+
+def _source_key(source: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(source, dict):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in source.items()))
+
+
+def parse(path: Path, text: str) -> Lock:
+    data = toml_loads(text)
+    raw_packages = data.get("package", [])
+    if not isinstance(raw_packages, list):
+        raise LockParseError("`package` is not an array of tables")
+    lines = text.splitlines()
+    headers = [i + 1 for i, line in enumerate(lines) if line.startswith("[[package]]")]
+    marker_texts: list[str] = []
+    for key in ("resolution-markers", "supported-markers"):
+        marker_texts += [m for m in data.get(key, []) or [] if isinstance(m, str)]
+    entries: list[Entry] = []
+    by_name: dict[str, list[int]] = {}
+    by_exact: dict[tuple[str, str, tuple[tuple[str, str], ...]], int] = {}
+    fork_markers: dict[int, list[str]] = {}
+    for i, p in enumerate(raw_packages):
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+            raise LockParseError(f"package[{i}] has no name")
+        name = canonicalize_name(p["name"])
+        source: dict[str, Any] = p["source"] if isinstance(p.get("source"), dict) else {}
+        wheels: list[tuple[str, str | None]] = []
+        for w in p.get("wheels", []) or []:
+            if isinstance(w, dict):
+                wheels.append((str(w.get("url") or w.get("filename") or w.get("path") or ""), sha(w.get("hash"))))
+        if isinstance(p.get("sdist"), dict):
+            s = p["sdist"]
+            wheels.append((str(s.get("url") or s.get("path") or ""), sha(s.get("hash"))))
+        meta: dict[str, Any] = p["metadata"] if isinstance(p.get("metadata"), dict) else {}
+        requires = None
+        if isinstance(meta.get("requires-dist"), list):
+            requires = tuple(
+                f"{r['name']}{r.get('specifier', '')}" + (f"; {r['marker']}" if r.get("marker") else "")
+                for r in meta["requires-dist"] if isinstance(r, dict) and isinstance(r.get("name"), str))
+        dep_names = [canonicalize_name(d["name"]) for d in p.get("dependencies", []) or []
+                     if isinstance(d, dict) and isinstance(d.get("name"), str)]
+        version = p.get("version")
+        entry = Entry(
+            key=i, name=name, version=str(version) if version is not None else None,
+            raw=f"{p['name']}=={version}", line=headers[i] + 1 if i < len(headers) else None,
+            hashes=tuple(h for _, h in wheels if h), index=source.get("registry"),
+            url=source.get("url"), files=tuple((u, h) for u, h in wheels if u), requires=requires,
+            dependencies=tuple(dep_names))
+        entries.append(entry)
+        by_name.setdefault(name, []).append(i)
+        by_exact[(name, entry.version or "", _source_key(source))] = i
+        rm = [m for m in p.get("resolution-markers", []) or [] if isinstance(m, str)]
+        if rm:
+            fork_markers[i] = rm
+            marker_texts += rm
+
+    def edges(deps: Any) -> list[tuple[tuple[int, ...], str | None, frozenset[str]]]:
+        out: list[tuple[tuple[int, ...], str | None, frozenset[str]]] = []
+        for d in deps or []:
+            if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+                continue
+            name = canonicalize_name(d["name"])
+            if "version" in d or "source" in d:
+                hit = by_exact.get((name, str(d.get("version", "")), _source_key(d.get("source"))))
+                targets: tuple[int, ...] = (hit,) if hit is not None else tuple(
+                    k for k in by_name.get(name, []) if "version" not in d or entries[k].version == str(d["version"]))
+            else:
+                targets = tuple(by_name.get(name, []))
+            marker = d.get("marker") if isinstance(d.get("marker"), str) else None
+            if marker:
+                marker_texts.append(marker)
+            extras = frozenset(str(canonicalize_name(x)) for x in d.get("extra", []) or [] if isinstance(x, str))
+            out.append((targets, marker, extras))
+        return out
+
+    plain: list[list[tuple[tuple[int, ...], str | None, frozenset[str]]]] = []
+    optional: list[dict[str, list[tuple[tuple[int, ...], str | None, frozenset[str]]]]] = []
+    dev: list[dict[str, list[tuple[tuple[int, ...], str | None, frozenset[str]]]]] = []
+    for p in raw_packages:
+        plain.append(edges(p.get("dependencies")))
+        opt: dict[str, Any] = p["optional-dependencies"] if isinstance(p.get("optional-dependencies"), dict) else {}
+        optional.append({str(canonicalize_name(k)): edges(v) for k, v in opt.items()})
+        groups: dict[str, Any] = p["dev-dependencies"] if isinstance(p.get("dev-dependencies"), dict) else {}
+        dev.append({str(canonicalize_name(k)): edges(v) for k, v in groups.items()})
+
+    manifest: dict[str, Any] = data["manifest"] if isinstance(data.get("manifest"), dict) else {}
+    members = {canonicalize_name(m) for m in manifest.get("members", []) or [] if isinstance(m, str)}
+    roots = [e.key for e in entries
+             if (e.name in members or not members)
+             and any(k in (raw_packages[e.key].get("source") or {}) for k in _ROOT_SOURCES)]
+    if not roots:  # no workspace member recorded: everything nothing depends on
+        pointed = {k for per in plain for targets, _, _ in per for k in targets}
+        roots = [e.key for e in entries if e.key not in pointed]
+
+    lock = Lock(path, "uv.lock", entries, sorted({e.index for e in entries if e.index}),
+                requires_python=data.get("requires-python") if isinstance(data.get("requires-python"), str) else None,
+                environments=[m for m in data.get("supported-markers", []) or [] if isinstance(m, str)],
+                marker_texts=marker_texts, text_lines=lines)
+    _choices(lock, data, entries, roots, optional, dev)
+    root_set = frozenset(roots)
+
+    def resolve(env: Environment) -> Members:
+        seen: set[tuple[int, frozenset[str]]] = set()
+        installed: dict[int, None] = {}
+        taken: dict[int, dict[str, int]] = {}
+        stack: list[tuple[int, frozenset[str]]] = [(k, frozenset()) for k in roots]
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            key, extras = node
+            installed[key] = None
+            lists = [plain[key]] + [optional[key].get(x, []) for x in extras]
+            if key in root_set:
+                project = entries[key].name
+                lists += [v for x, v in optional[key].items() if pseudo(project, x, "extra") in env.extras]
+                lists += [v for g, v in dev[key].items() if pseudo(project, g, "group") in env.extras]
+            for edge_list in lists:
+                for targets, marker, dep_extras in edge_list:
+                    if marker and not _holds(env, marker, lock):
+                        continue
+                    if len(targets) > 1:
+                        fitting = [t for t in targets if _fork_holds(t, env, fork_markers, lock)]
+                        targets = tuple(fitting) or targets
+                    for t in targets:
+                        taken.setdefault(key, {})[entries[t].name] = t
+                        if (t, dep_extras) not in seen:
+                            stack.append((t, dep_extras))
+        return Members([entries[k] for k in sorted(installed)], taken, root_set)
+
+    lock.resolve = resolve
+    return lock
+
+
+def _holds(env: Environment, marker: str, lock: Lock) -> bool:
+    try:
+        return env.holds(marker, lock.markers)
+    except InvalidMarker:
+        return True  # followed everywhere; the marker itself is a finding (``broken-marker``)
+
+
+def _fork_holds(key: int, env: Environment, fork_markers: dict[int, list[str]], lock: Lock) -> bool:
+    markers = fork_markers.get(key)
+    return not markers or any(_holds(env, m, lock) for m in markers)
+
+
+def _choices(lock: Lock, data: dict[str, Any], entries: list[Entry], roots: list[int],
+             optional: list[dict[str, Any]], dev: list[dict[str, Any]]) -> None:
+    """uv's ``conflicts`` as the per-environment choices; every other extra/group of a member is on."""
+    conflicting: set[str] = set()
+    choices: list[list[tuple[str, frozenset[str], frozenset[str]]]] = []
+    root_names = {str(entries[k].name) for k in roots}
+    for group in data.get("conflicts", []) or []:
+        if not isinstance(group, list):
+            continue
+        options = []
+        for item in group:
+            if not isinstance(item, dict):
+                continue
+            project = str(canonicalize_name(str(item.get("package") or next(iter(root_names), ""))))
+            kind = "extra" if "extra" in item else "group" if "group" in item else None
+            if kind is None:
+                continue
+            name = str(item[kind])
+            tag = pseudo(project, name, kind)
+            conflicting.add(tag)
+            words = f"{kind} {name}" if len(root_names) <= 1 else f"{kind} {project}[{name}]"
+            options.append((words, frozenset({tag}), frozenset({str(canonicalize_name(name))} if kind == "group" else ())))
+        if options:
+            choices.append(options)
+    always: set[str] = set()
+    for k in roots:
+        project = str(entries[k].name)
+        always |= {t for x in optional[k] if (t := pseudo(project, x, "extra")) not in conflicting}
+        always |= {t for g in dev[k] if (t := pseudo(project, g, "group")) not in conflicting}
+    lock.choices = choices
+    lock.always_extras = frozenset(always)

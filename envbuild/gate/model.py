@@ -1,0 +1,143 @@
+"""The gate's view of any lockfile: entries, the environments a lock can install, and what each
+environment installs.
+
+A lock is not one environment. uv.lock forks per platform (``resolution-markers``) and per
+conflicting extra or group; poetry.lock, pylock.toml and ``uv pip compile --universal`` output
+carry markers. Each format module turns its file into a ``Lock``: a flat list of ``Entry`` and a
+``members(env)`` function that says which entries one concrete ``Environment`` installs (and,
+where the format records it, which entry of a name another entry's edge points at).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from envbuild.gate.markers import InvalidMarker, MarkerCache, evaluate_tree
+
+Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock"]
+FORMATS: tuple[str, ...] = get_args(Format)
+
+__all__ = ["FORMATS", "Entry", "Environment", "Format", "Lock", "LockParseError", "Members"]
+
+
+class LockParseError(Exception):
+    """The file is not a readable lock of its format (a finding, not a crash)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One locked distribution, whatever the format (one of several entries of a name in a fork)."""
+
+    key: int  # position in the lock's list
+    name: str  # canonical
+    version: str | None  # exact pin; None when not pinned exactly
+    raw: str = ""  # as written (requirements) or name==version
+    line: int | None = None  # 1-based line of the entry in the file
+    hashes: tuple[str, ...] = ()  # sha256 hex of its artifacts
+    index: str | None = None  # the registry it comes from
+    url: str | None = None  # a direct-URL source (a prebuilt wheel from a release page)
+    files: tuple[tuple[str, str | None], ...] = ()  # (url or file name, sha256) of its artifacts
+    requires: tuple[str, ...] | None = None  # declared requirements (PEP 508); None: not recorded
+    dependencies: tuple[str, ...] | None = None  # resolved dependency names; None: not recorded
+    via: tuple[str, ...] | None = None  # requirements files: who pulled it in
+    marker: str | None = None  # when it applies (requirements, pylock, poetry)
+
+    def label(self) -> str:
+        return f"{self.name} {self.version}" if self.version else (self.raw or self.name)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One concrete target: a platform, a Python, the extras/groups chosen."""
+
+    platform: str  # "linux x86_64"
+    python: str  # "3.12"
+    values: dict[str, str] = field(compare=False, hash=False)
+    extras: frozenset[str] = frozenset()  # canonical: real extras and uv pseudo-extras
+    groups: frozenset[str] = frozenset()  # dependency groups (PEP 735 / PEP 751)
+    selection: tuple[str, ...] = ()  # the conflicting extras/groups chosen, in words ("extra cu128")
+    pythons: tuple[str, ...] = ()  # when merged: every Python this label stands for
+    _cache: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        parts = [self.platform]
+        pys = self.pythons or (self.python,)
+        if len(pys) > 1 or self.pythons:
+            parts.append(_python_words(pys))
+        parts += list(self.selection)
+        return ", ".join(parts)
+
+    @property
+    def system(self) -> str:
+        return self.values.get("sys_platform", "")
+
+    def holds(self, marker: str | None, cache: MarkerCache) -> bool:
+        """Whether ``marker`` is true here (an empty marker always is); raises InvalidMarker."""
+        if not marker:
+            return True
+        got = self._cache.get(marker)
+        if got is None:
+            got = evaluate_tree(cache.tree(marker), self.values, self.extras, self.groups)
+            self._cache[marker] = got
+        return got
+
+
+def _python_words(pys: tuple[str, ...]) -> str:
+    if len(pys) == 1:
+        return f"python {pys[0]}"
+    return f"python {pys[0]}–{pys[-1]}"
+
+
+@dataclass
+class Members:
+    """What one environment installs: the entries, and (uv.lock) which entry each edge names."""
+
+    entries: list[Entry]
+    edges: dict[int, dict[str, int]] = field(default_factory=dict)  # entry key -> dep name -> entry key
+    roots: frozenset[int] = frozenset()  # the project's own entries (not installed from an index)
+
+    def named(self, name: str) -> list[Entry]:
+        return [e for e in self.entries if e.name == name]
+
+    def target_of(self, entry: Entry, name: str, all_entries: list[Entry]) -> Entry | None:
+        key = self.edges.get(entry.key, {}).get(name)
+        return all_entries[key] if key is not None else None
+
+
+@dataclass
+class Lock:
+    path: Path
+    format: Format
+    entries: list[Entry]
+    indexes: list[str] = field(default_factory=list)
+    resolve: Callable[[Environment], Members] | None = None
+    # what the environments are made of
+    requires_python: str | None = None
+    environments: list[str] = field(default_factory=list)  # markers the lock is limited to
+    choices: list[list[tuple[str, frozenset[str], frozenset[str]]]] = field(default_factory=list)
+    # per conflict set: (words, extras, groups) of each choice; the always-on extras/groups:
+    always_extras: frozenset[str] = frozenset()
+    always_groups: frozenset[str] = frozenset()
+    marker_texts: list[str] = field(default_factory=list)  # every marker in the file (platform/python hints)
+    notes: list[str] = field(default_factory=list)
+    markers: MarkerCache = field(default_factory=MarkerCache)
+    text_lines: list[str] = field(default_factory=list, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def named(self, name: str) -> list[Entry]:
+        return [e for e in self.entries if e.name == name]
+
+    def members(self, env: Environment) -> Members:
+        if self.resolve is not None:
+            return self.resolve(env)
+        return Members([e for e in self.entries if self._applies(e, env)])
+
+    def _applies(self, entry: Entry, env: Environment) -> bool:
+        try:
+            return env.holds(entry.marker, self.markers)
+        except InvalidMarker:
+            return True  # counted everywhere; the marker itself is a finding (``broken-marker``)

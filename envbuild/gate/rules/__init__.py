@@ -1,0 +1,20 @@
+"""One module per rule family; each has ``check(ctx: Context) -> None`` and adds its findings.
+
+- ``pins``          one exact torch per environment, its minimum and local tag, protected pins,
+                    PyPI triton beside pytorch-triton, markers that do not parse
+- ``requirements``  declared requirements on torch that the environment's torch does not satisfy
+- ``extensions``    prebuilt extensions against the torch they are installed with (``envbuild.abitag``)
+- ``runtime``       torch's own runtime requirements are locked
+- ``history``       ``--base REF``: downgrades, re-tags and lost torches, per environment
+
+A new rule is a function in the family it belongs to (or a new module listed in ``FAMILIES``)
+plus a line in ``envbuild.gate.findings.RULES``.
+"""
+
+from __future__ import annotations
+
+from envbuild.gate.rules import extensions, pins, requirements, runtime
+
+FAMILIES = (pins, requirements, extensions, runtime)  # history runs apart: it needs the base lock
+
+__all__ = ["FAMILIES"]

@@ -1,0 +1,57 @@
+"""``--base REF``: per environment, torch must not move down, be re-tagged or disappear.
+
+Both locks are evaluated in the same concrete environments (the base's), so a downgrade in one
+fork is a finding naming that fork even when every other environment is unchanged.
+"""
+
+from __future__ import annotations
+
+from envbuild.gate.context import Context
+from envbuild.gate.environments import Narrow, enumerate_environments
+from envbuild.gate.markers import InvalidMarker
+from envbuild.gate.model import Entry, Environment, Lock
+from envbuild.gate.rules.pins import local_of, public_of
+
+__all__ = ["check"]
+
+
+def _covered(lock: Lock, env: Environment) -> bool:
+    if not lock.environments:
+        return True
+    try:
+        return any(env.holds(m, lock.markers) for m in lock.environments)
+    except InvalidMarker:
+        return True
+
+
+def _one(lock: Lock, env: Environment, name: str) -> Entry | None:
+    got = [e for e in lock.members(env).entries if e.name == name]
+    versions = {e.version for e in got if e.version}
+    return got[0] if len(versions) == 1 else None
+
+
+def check(ctx: Context, old: Lock, ref: str, narrow: Narrow) -> None:
+    for env in enumerate_environments(old, narrow):
+        for name in sorted(ctx.policy.protected):
+            before = _one(old, env, name)
+            if before is None or before.version is None:
+                continue
+            if not _covered(ctx.lock, env):
+                ctx.add(name, "torch-gone", f"{name} {before.version} at {ref}; this lock no longer covers "
+                        "the environment", env)
+                continue
+            after = _one(ctx.lock, env, name)
+            if after is None or after.version is None:
+                if not any(e.name == name for e in ctx.lock.members(env).entries):
+                    ctx.add(name, "torch-gone", f"{name} {before.version} at {ref}; not installed here any more",
+                            env)
+                continue
+            b, a = before.version, after.version
+            pb, pa = public_of(b), public_of(a)
+            if pb is None or pa is None or b == a:
+                continue
+            if pb > pa:
+                ctx.add(name, "torch-downgrade", f"{name} {b} at {ref} -> {a} here: a downgrade", env, after)
+            elif pb == pa and local_of(b) != local_of(a):
+                ctx.add(name, "torch-swap", f"{name} {b} at {ref} -> {a} here: the same version with another "
+                        "local tag, a swapped build", env, after)

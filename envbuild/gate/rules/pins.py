@@ -1,0 +1,92 @@
+"""One torch per environment, pinned exactly; the policy's minimum and local tag; protected
+packages pinned once; PyPI ``triton`` never beside ``pytorch-triton``; markers that parse."""
+
+from __future__ import annotations
+
+from packaging.version import InvalidVersion, Version
+
+from envbuild.gate.context import Context
+from envbuild.gate.markers import InvalidMarker
+
+TRITON, PYTORCH_TRITON = "triton", "pytorch-triton"
+
+__all__ = ["check", "local_of", "public_of"]
+
+
+def public_of(v: str) -> Version | None:
+    try:
+        return Version(Version(v).public)
+    except InvalidVersion:
+        return None
+
+
+def local_of(v: str) -> str | None:
+    try:
+        return Version(v).local
+    except InvalidVersion:
+        return None
+
+
+def check(ctx: Context) -> None:
+    _markers(ctx)
+    torch_name = ctx.policy.torch
+    no_torch = []
+    for view in ctx.views:
+        env = view.env
+        pins = view.by_name.get(torch_name, [])
+        if not pins:
+            no_torch.append(env.name)
+            continue
+        for p in pins:
+            if p.version is None:
+                ctx.add(torch_name, "torch-pins", f"`{p.raw}` is not pinned to one exact version (==)", env, p)
+        versions = sorted({p.version for p in pins if p.version})
+        if len(versions) > 1:
+            ctx.add(torch_name, "torch-pins", f"{len(versions)} torch builds in one environment "
+                    f"({', '.join(versions)}): one torch per environment", env, pins[-1])
+        elif len(versions) == 1:
+            _torch_policy(ctx, versions[0], view)
+        for name in sorted(ctx.policy.protected - {torch_name}):
+            got = sorted({p.version or p.raw for p in view.by_name.get(name, [])})
+            if len(got) > 1:
+                ctx.add(name, "protected-pins", f"pinned {len(got)} times in one environment: {', '.join(got)}",
+                        env, view.by_name[name][-1])
+        if TRITON in view.by_name and PYTORCH_TRITON in view.by_name:
+            triton = view.by_name[TRITON][0]
+            ctx.add(TRITON, "pypi-triton", f"PyPI triton {triton.version or ''} is locked beside pytorch-triton "
+                    "(both own the `triton` module; the one installed last wins)".replace("  ", " "), env, triton)
+    if no_torch and len(no_torch) < len(ctx.views):
+        shown = "; ".join(no_torch[:6]) + (f" and {len(no_torch) - 6} more" if len(no_torch) > 6 else "")
+        ctx.note(f"no {torch_name} in {len(no_torch)} environment(s): {shown}")
+    elif no_torch:
+        ctx.note(f"{torch_name} is not in this lock; its rules did not apply")
+
+
+def _torch_policy(ctx: Context, torch: str, view: object) -> None:
+    from envbuild.gate.context import View
+
+    assert isinstance(view, View)
+    name, env, entry = ctx.policy.torch, view.env, view.torch
+    if ctx.policy.minimum:
+        have, floor = public_of(torch), public_of(ctx.policy.minimum)
+        if have is not None and floor is not None and have < floor:
+            ctx.add(name, "torch-min", f"{name} {torch} is below the minimum {ctx.policy.minimum}", env, entry)
+    tag = local_of(torch)
+    if ctx.policy.local and tag != ctx.policy.local:
+        ctx.add(name, "torch-local", f"{name} {torch} has local tag {'+' + tag if tag else 'none'}, "
+                f"the policy wants +{ctx.policy.local}", env, entry)
+
+
+def _markers(ctx: Context) -> None:
+    for entry in ctx.lock.entries:
+        if entry.marker:
+            try:
+                ctx.lock.markers.tree(entry.marker)
+            except InvalidMarker as exc:
+                ctx.add(entry.name, "broken-marker", f"marker `{entry.marker}` does not parse ({exc}); "
+                        "the entry is counted in every environment", None, entry)
+    for text in ctx.lock.marker_texts:
+        try:
+            ctx.lock.markers.tree(text)
+        except InvalidMarker as exc:
+            ctx.add("-", "broken-marker", f"marker `{text}` does not parse ({exc})")
