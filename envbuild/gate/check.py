@@ -13,7 +13,7 @@ from typing import Any
 from envbuild.errors import ConfigError
 from envbuild.gate import accept as accepting
 from envbuild.gate.context import Context, View
-from envbuild.gate.environments import Narrow, enumerate_environments
+from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.model import Environment, Format, Lock, LockParseError
@@ -144,6 +144,11 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     envs = enumerate_environments(lock, narrow)
     several = len({e.python for e in envs}) > 1
     views = _views(lock, envs, policy.torch, several)
+    bare = [v for v in views if v.env.selection == (NO_CHOICE,) and not v.by_name.get(policy.torch)]
+    if bare and len(bare) < len(views):  # the project without any of its conflicting extras: no torch, no verdict
+        views = [v for v in views if v not in bare]
+        lock.notes.append(f"without one of its conflicting extras/groups the lock installs no {policy.torch} "
+                          f"({len(bare)} environment(s) not shown)")
     ctx = Context(report.file, lock, policy, views, offline=offline, index_urls=tuple(index_urls))
     for family in FAMILIES:
         family.check(ctx)

@@ -26,7 +26,9 @@ from envbuild.errors import ConfigError
 from envbuild.gate.markers import InvalidMarker, MarkerCache, evaluate_tree
 from envbuild.gate.model import Environment, Lock
 
-__all__ = ["PLATFORMS", "Narrow", "enumerate_environments"]
+__all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "enumerate_environments"]
+
+NO_CHOICE = "no conflicting extra"
 
 PLATFORMS: dict[str, tuple[str, dict[str, str]]] = {
     "linux-x86_64": ("linux x86_64", {"sys_platform": "linux", "platform_system": "Linux",
@@ -150,7 +152,7 @@ def enumerate_environments(lock: Lock, narrow: Narrow = Narrow()) -> list[Enviro
             extras |= ex
             groups |= gr
         env = Environment(words, py, _values(plat, py), frozenset(extras), frozenset(groups),
-                          tuple(selection) if selection or not choice_sets else ("no conflicting extra",))
+                          tuple(selection) if selection or not choice_sets else (NO_CHOICE,))
         if lock.environments and not _covered(env, lock):
             continue
         if marker_filters and not all(_holds(env, m, narrow._markers) for m in marker_filters):

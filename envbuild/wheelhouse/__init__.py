@@ -18,7 +18,6 @@ No imports beyond the standard library and ``packaging``.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,18 @@ __all__ = [
 PROVENANCE_FILE = "envbuild_provenance.json"
 PROVENANCE_SCHEMA = 1
 
-_LOCAL_OK = re.compile(r"[^A-Za-z0-9.]")
-
 
 def local_tag(torch_version: str, torch_cuda: str | None) -> str:
     """The local version label of a wheel built against ``torch_version``.
 
     ``("2.12.0.dev20260405+cu132", "13.2")`` -> ``"cu132torch2.12.0.dev20260405"``;
     a CPU torch (``torch.version.cuda`` is None) gives ``"cputorch2.13.0"``.
+    Written by ``envbuild.abitag.format_label``, the one writer of the labels
+    ``envbuild.abitag.parse_claim`` reads back.
     """
-    public = torch_version.split("+", 1)[0]
-    cuda = f"cu{torch_cuda.replace('.', '')}" if torch_cuda else "cpu"
-    return _LOCAL_OK.sub(".", f"{cuda}torch{public}")
+    from envbuild.abitag import format_label
+
+    return format_label(torch_version, torch_cuda)
 
 
 def read_provenance(dist_info_dir: Path) -> dict[str, Any] | None:

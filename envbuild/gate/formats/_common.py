@@ -12,7 +12,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["exact", "sha", "toml_loads"]
+__all__ = ["entry_lines", "exact", "sha", "toml_loads"]
 
 
 def toml_loads(text: str) -> dict[str, Any]:
@@ -42,3 +42,25 @@ def exact(specifier: str) -> str | None:
     if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
         return specs[0].version
     return None
+
+
+def entry_lines(lines: list[str], header: str) -> list[int]:
+    """For each ``header`` table (``[[package]]``) in order, the 1-based line an annotation points
+    at: the table's ``version =`` line (what a bump changes), else its ``name =`` line, else the header."""
+    out = []
+    n = len(lines)
+    for i, line in enumerate(lines):
+        if line.rstrip() != header:
+            continue
+        at = i + 1
+        for j in range(i + 1, min(i + 6, n)):
+            text = lines[j]
+            if text.startswith("["):
+                break
+            if text.startswith("version ="):
+                at = j + 1
+                break
+            if text.startswith("name ="):
+                at = j + 1
+        out.append(at)
+    return out

@@ -14,7 +14,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envbuild.gate.formats._common import sha, toml_loads
+from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.model import Entry, Lock, LockParseError
 
 __all__ = ["parse", "poetry_requirement"]
@@ -23,7 +23,7 @@ __all__ = ["parse", "poetry_requirement"]
 def parse(path: Path, text: str) -> Lock:
     data = toml_loads(text)
     lines = text.splitlines()
-    headers = [i + 1 for i, line in enumerate(lines) if line.startswith("[[package]]")]
+    headers = entry_lines(lines, "[[package]]")
     entries: list[Entry] = []
     markers_seen: list[str] = []
     unmarked_twice = False
@@ -46,7 +46,7 @@ def parse(path: Path, text: str) -> Lock:
         version = str(p.get("version")) if p.get("version") is not None else None
         entries.append(Entry(
             key=i, name=canonicalize_name(p["name"]), version=version, raw=f"{p['name']}=={version}",
-            line=headers[i] + 1 if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
+            line=headers[i] if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
             index=source.get("url") if source.get("type") == "legacy" else None, url=url,
             files=tuple((url or f, h) for f, h in files if f) if url is None else ((url, files[0][1] if files else None),),
             requires=tuple(requires),

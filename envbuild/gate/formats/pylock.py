@@ -8,12 +8,11 @@ of them, or none), the default groups are always on and every other group is one
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from envbuild.gate.formats._common import toml_loads
+from envbuild.gate.formats._common import entry_lines, toml_loads
 from envbuild.gate.model import Entry, Lock, LockParseError
 
 __all__ = ["parse"]
@@ -30,7 +29,7 @@ def parse(path: Path, text: str) -> Lock:
     except (TypeError, ValueError, AttributeError) as exc:  # a malformed field packaging did not anticipate
         raise LockParseError(f"not a valid PEP 751 lock: {exc}") from None
     lines = text.splitlines()
-    headers = [i + 1 for i, line in enumerate(lines) if re.match(r"\[\[packages\]\]\s*$", line)]
+    headers = entry_lines(lines, "[[packages]]")
     entries: list[Entry] = []
     markers: list[str] = []
     for i, p in enumerate(lock.packages):
@@ -52,7 +51,7 @@ def parse(path: Path, text: str) -> Lock:
         entries.append(Entry(
             key=i, name=canonicalize_name(p.name), version=str(p.version) if p.version else None,
             raw=f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else ""),
-            line=headers[i] + 1 if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
+            line=headers[i] if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
             index=p.index, url=url, files=tuple((u, h) for u, h in files if u), dependencies=deps, marker=marker))
     envs = [str(m) for m in lock.environments or ()]
     out = Lock(path, "pylock", entries, sorted({e.index for e in entries if e.index}),

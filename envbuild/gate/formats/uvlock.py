@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envbuild.gate.formats._common import sha, toml_loads
+from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.markers import InvalidMarker
 from envbuild.gate.model import Entry, Environment, Lock, LockParseError, Members
 
@@ -42,7 +42,7 @@ def parse(path: Path, text: str) -> Lock:
     if not isinstance(raw_packages, list):
         raise LockParseError("`package` is not an array of tables")
     lines = text.splitlines()
-    headers = [i + 1 for i, line in enumerate(lines) if line.startswith("[[package]]")]
+    headers = entry_lines(lines, "[[package]]")
     marker_texts: list[str] = []
     for key in ("resolution-markers", "supported-markers"):
         marker_texts += [m for m in data.get(key, []) or [] if isinstance(m, str)]
@@ -73,7 +73,7 @@ def parse(path: Path, text: str) -> Lock:
         version = p.get("version")
         entry = Entry(
             key=i, name=name, version=str(version) if version is not None else None,
-            raw=f"{p['name']}=={version}", line=headers[i] + 1 if i < len(headers) else None,
+            raw=f"{p['name']}=={version}", line=headers[i] if i < len(headers) else None,
             hashes=tuple(h for _, h in wheels if h), index=source.get("registry"),
             url=source.get("url"), files=tuple((u, h) for u, h in wheels if u), requires=requires,
             dependencies=tuple(dep_names))

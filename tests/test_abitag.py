@@ -1,0 +1,406 @@
+"""envbuild.abitag: the one reader (and writer) of the ABI claims in extension wheels' local labels.
+
+Every label format that is really published (Dao-AILab flash-attention and state-spaces releases,
+community prebuilt repositories, FA3 builds, PyG's ``pt`` spelling, envbuild's wheelhouse), as a
+bare label, a full version, a lower-cased uv.lock version, a wheel file name and a URL; every
+mismatch kind with a real-looking pair; the wheelhouse round trip (Hypothesis); odd input.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envbuild.abitag import (
+    AbiClaim,
+    format_label,
+    mismatches,
+    parse_claim,
+    torch_build,
+    torch_cxx11abi,
+    unverifiable_reason,
+)
+from envbuild.wheelhouse import local_tag
+
+PROPERTY = settings(max_examples=300, deadline=None, database=None, derandomize=True)
+
+
+def _claim(text: str) -> AbiClaim:
+    claim = parse_claim(text)
+    assert claim is not None, text
+    return claim
+
+
+def _forms(version: str, name: str = "flash_attn") -> list[str]:
+    """The ways a lock or an index hands one version to the gate."""
+    label = version.split("+", 1)[1]
+    wheel = f"{name}-{version}-cp312-cp312-linux_x86_64.whl"
+    return [
+        label,
+        "+" + label,
+        version,
+        version.lower(),  # uv.lock lower-cases the local part
+        wheel,
+        f"https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3/{wheel}",
+        "https://files.example.org/whl/" + wheel.replace("+", "%2B") + "#sha256=" + "0" * 64,
+        f"/var/cache/wheels/{wheel.lower()}",
+    ]
+
+
+# ----------------------------------------------------------------------------- formats
+
+DAO = [
+    # (version, torch, cuda, cxx11abi)
+    ("2.8.3+cu12torch2.6cxx11abiFALSE", (2, 6), (12, None), False),
+    ("2.8.3+cu12torch2.6cxx11abiTRUE", (2, 6), (12, None), True),
+    ("2.8.3+cu13torch2.10cxx11abiTRUE", (2, 10), (13, None), True),
+    ("2.8.3+cu13torch2.10cxx11abiFALSE", (2, 10), (13, None), False),
+    ("2.5.9.post1+cu118torch2.3cxx11abiFALSE", (2, 3), (11, 8), False),  # older releases: cu118/cu122
+    ("2.5.9.post1+cu122torch2.3cxx11abiTRUE", (2, 3), (12, 2), True),
+]
+
+
+@pytest.mark.parametrize(("version", "torch", "cuda", "abi"), DAO)
+def test_dao_ailab(version: str, torch: tuple[int, int], cuda: tuple[int, int | None], abi: bool) -> None:
+    for text in _forms(version):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.cuda, claim.cxx11abi) == ("dao-ailab", torch, cuda, abi), text
+        assert claim.torch_version is None and not claim.cpu and claim.rocm is None
+        assert claim.text.lower() == version.split("+", 1)[1].lower()
+
+
+@pytest.mark.parametrize("name", ["mamba_ssm", "causal_conv1d"])
+def test_state_spaces(name: str) -> None:
+    for text in _forms("2.2.4+cu12torch2.6cxx11abiFALSE", name):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.cuda, claim.cxx11abi) == ("dao-ailab", (2, 6), (12, None), False)
+
+
+@pytest.mark.parametrize(
+    ("version", "torch", "cuda"),
+    [("2.8.3+cu128torch2.10", (2, 10), (12, 8)), ("2.7.4+cu124torch2.6", (2, 6), (12, 4)),
+     ("2.8.3+cu130torch2.9", (2, 9), (13, 0))],
+)
+def test_community(version: str, torch: tuple[int, int], cuda: tuple[int, int]) -> None:
+    for text in _forms(version):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.cuda, claim.cxx11abi) == ("community", torch, cuda, None), text
+        assert claim.torch_version is None
+
+
+@pytest.mark.parametrize(
+    ("version", "torch", "cuda", "abi"),
+    [
+        ("3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61", (2, 10), (12, 8), True),
+        ("3.0.0+20260318.cu128torch2100cxx11abiTRUE.8afc61", (2, 10), (12, 8), True),
+        ("3.0.0b1+20250611.cu126torch260cxx11abifalse.1a2b3c4", (2, 6), (12, 6), False),
+        ("3.0.0b1+20250611.cu128torch271cxx11abiFALSE.1a2b3c4", (2, 7), (12, 8), False),
+        ("3.0.0+cu129torch280cxx11abitrue", (2, 8), (12, 9), True),  # no date, no commit
+    ],
+)
+def test_fa3(version: str, torch: tuple[int, int], cuda: tuple[int, int], abi: bool) -> None:
+    for text in _forms(version, "flash_attn_3"):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.cuda, claim.cxx11abi) == ("fa3", torch, cuda, abi), text
+        assert claim.torch_version is None
+    assert _claim(f"flash_attn_3-{version}-cp39-abi3-linux_x86_64.whl").torch == torch
+
+
+@pytest.mark.parametrize(
+    ("version", "torch", "full", "cuda", "cpu"),
+    [
+        ("1.6.1+cu132torch2.12.0.dev20260405", (2, 12), "2.12.0.dev20260405", (13, 2), False),
+        ("1.2.0+cputorch2.13.0", (2, 13), "2.13.0", None, True),
+        ("0.3.1+cu128torch2.10.0rc3", (2, 10), "2.10.0rc3", (12, 8), False),
+        ("0.3.1+cu130torch2.11.1", (2, 11), "2.11.1", (13, 0), False),
+    ],
+)
+def test_envbuild(version: str, torch: tuple[int, int], full: str, cuda: tuple[int, int] | None, cpu: bool) -> None:
+    for text in _forms(version, "c_ext"):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.torch_version, claim.cuda, claim.cpu) == (
+            "envbuild", torch, full, cuda, cpu), text
+        assert claim.cxx11abi is None
+
+
+@pytest.mark.parametrize(
+    ("version", "torch", "cuda", "cpu"),
+    [
+        ("2.1.2+pt25cu124", (2, 5), (12, 4), False),  # PyG's wheels
+        ("2.1.2+pt113cu117", (1, 13), (11, 7), False),
+        ("2.1.2+pt25cpu", (2, 5), None, True),
+        ("1.0+pt210cu128", (2, 10), (12, 8), False),
+        ("1.0+cu128pt2.10", (2, 10), (12, 8), False),
+        ("1.0+cu128pt210", (2, 10), (12, 8), False),
+        ("1.0+pt2.10cu128", (2, 10), (12, 8), False),
+        ("1.0+pt2.10.1cu128", (2, 10), (12, 8), False),
+    ],
+)
+def test_pt(version: str, torch: tuple[int, int], cuda: tuple[int, int] | None, cpu: bool) -> None:
+    for text in _forms(version, "torch_scatter"):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.cuda, claim.cpu, claim.cxx11abi) == ("pt", torch, cuda, cpu, None), text
+
+
+@pytest.mark.parametrize("label", ["pt2100cu128", "pt2cu128", "pt210", "cu128pt", "pt210cu128x"])
+def test_pt_ambiguous_or_incomplete_is_none(label: str) -> None:
+    assert parse_claim(label) is None
+    assert parse_claim("1.0+" + label) is None
+
+
+def test_rocm() -> None:
+    claim = _claim("1.0+rocm6.2torch2.5")
+    assert (claim.rocm, claim.cuda, claim.cpu, claim.torch) == ("6.2", None, False, (2, 5))
+    assert _claim("1.0+pt25rocm6.2").rocm == "6.2"
+    assert _claim("1.0+rocm6.2.4torch2.5cxx11abiFALSE").rocm == "6.2.4"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "", "+", "torch", "pt", "2.8.3", "2.10.0+cu128", "+cu128", "cu128", "+cpu", "2.5.1+rocm6.2",
+        "torch-2.10.0+cu128-cp312-cp312-manylinux_2_28_x86_64.whl",  # torch's own local tag: no claim
+        "https://download.pytorch.org/whl/cu128/torch-2.10.0%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "torchvision-0.25.0+cu128-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "requests-2.32.3-py3-none-any.whl", "flash_attn-2.8.3.tar.gz", "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl",
+        "cu12torch", "cu12torchcxx11abitrue", "cu12torch2.6cxx11abimaybe", "cu12torch2.6.", "cu12torch2",
+        "cu12torch2.6cxx11abiFALSE.extra", "cu128torch21000cxx11abitrue", "xcu12torch2.6",
+        "2.8.3+cu12torch2.6cxx11abiFALSE-cp312.whl", "..whl", ".whl", "/", "#", "?",
+        "é", "cu12torch２.６", "torch\x00", "\udcff", "+cu12torch2.6cxx11abi\u0130", "\n\t ",
+        "cu1torch2.6", "cu12345torch2.6",
+        "a" * 10_000, "torch" * 2_000, "+" + "cu12torch2.6" * 1_000, "pt" * 5_000, "9" * 10_000 + "torch2.6",
+    ],
+)
+def test_no_claim_no_exception(text: str) -> None:
+    assert parse_claim(text) is None
+
+
+@given(st.text(max_size=200))
+@PROPERTY
+def test_parse_never_raises(text: str) -> None:
+    claim = parse_claim(text)
+    build = torch_build(text)
+    assert build.version == text
+    if claim is not None:
+        assert claim.torch is not None
+        for platform in ("linux", "darwin", "win32", "manylinux_2_28_aarch64"):
+            mismatches(claim, build, platform)
+            unverifiable_reason(claim, build, platform)
+    unverifiable_reason(claim, build)
+
+
+@given(st.from_regex(r"(\d{8}\.)?(cu\d{1,5}|cpu|rocm[\d.]{1,6})?(torch|pt)[\d.]{0,8}(cxx11abi(true|false))?(\.[0-9a-f]{0,8})?",
+                     fullmatch=True))
+@PROPERTY
+def test_parse_near_misses_never_raise(label: str) -> None:
+    for text in (label, "1.0+" + label, f"pkg-1.0+{label}-cp312-cp312-linux_x86_64.whl"):
+        claim = parse_claim(text)
+        if claim is not None:
+            assert claim.torch is not None and claim.style in {"dao-ailab", "community", "fa3", "envbuild", "pt"}
+            mismatches(claim, torch_build("2.10.0+cu128"))
+
+
+# ----------------------------------------------------------------------------- torch builds
+
+
+@pytest.mark.parametrize(
+    ("version", "minor", "cuda", "cpu", "rocm", "local"),
+    [
+        ("2.10.0+cu128", (2, 10), (12, 8), False, None, "cu128"),
+        ("2.11.0+cu130", (2, 11), (13, 0), False, None, "cu130"),
+        ("2.12.0.dev20260405+cu132", (2, 12), (13, 2), False, None, "cu132"),
+        ("2.13.0+cpu", (2, 13), None, True, None, "cpu"),
+        ("2.5.1+cpu.cxx11.abi", (2, 5), None, True, None, "cpu.cxx11.abi"),
+        ("2.5.1+rocm6.2", (2, 5), None, False, "6.2", "rocm6.2"),
+        ("2.10.0", (2, 10), None, False, None, None),
+        ("2.10.0+CU128", (2, 10), (12, 8), False, None, "cu128"),
+        ("not a version", None, None, False, None, None),
+        ("", None, None, False, None, None),
+    ],
+)
+def test_torch_build(version: str, minor: tuple[int, int] | None, cuda: tuple[int, int] | None, cpu: bool,
+                     rocm: str | None, local: str | None) -> None:
+    build = torch_build(version)
+    assert (build.version, build.minor, build.cuda, build.cpu, build.rocm, build.local) == (
+        version, minor, cuda, cpu, rocm, local)
+
+
+@pytest.mark.parametrize(
+    ("version", "platform", "abi"),
+    [
+        ("2.10.0+cu128", "linux", True),
+        ("2.7.0", "linux", True),
+        ("2.7.0+cu118", "manylinux_2_28_x86_64", True),
+        ("2.6.0+cu126", "linux", True),  # 2.6 moved only its CUDA 12.6 wheels
+        ("2.6.0+cu124", "linux", False),
+        ("2.6.0", "linux", False),  # PyPI's 2.6.0 is the CUDA 12.4 build
+        ("2.6.0+cpu", "linux", False),
+        ("2.6.0.dev20241201+cu126", "linux", None),
+        ("2.5.1+cu121", "linux", False),
+        ("2.5.1+cpu.cxx11.abi", "linux", True),
+        ("2.5.1+rocm6.2", "linux", None),
+        ("2.5.1", "linux_aarch64", None),
+        ("2.10.0+cu128", "darwin", None),
+        ("2.10.0+cu128", "win32", None),
+        ("bogus", "linux", None),
+    ],
+)
+def test_torch_cxx11abi(version: str, platform: str, abi: bool | None) -> None:
+    assert torch_cxx11abi(torch_build(version), platform) is abi
+
+
+# ----------------------------------------------------------------------------- mismatches
+
+
+def _kinds(label: str, torch: str, platform: str = "linux") -> list[str]:
+    return [m.kind for m in mismatches(_claim(label), torch_build(torch), platform)]
+
+
+def test_torch_minor() -> None:
+    (found,) = mismatches(_claim("2.8.1+cu13torch2.10cxx11abitrue"), torch_build("2.11.0+cu130"))
+    assert found.kind == "torch-minor"
+    assert found.message == "built for torch 2.10, locked with torch 2.11.0+cu130"
+    assert _kinds("2.8.3+cu128torch2.9", "2.10.0+cu128") == ["torch-minor"]
+    assert _kinds("3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61", "2.9.1+cu128") == ["torch-minor"]
+    assert _kinds("2.1.2+pt25cu124", "2.6.0+cu124") == ["torch-minor"]
+
+
+def test_cuda_major() -> None:
+    (found,) = mismatches(_claim("2.8.3+cu12torch2.10"), torch_build("2.10.0+cu130"))
+    assert found.kind == "cuda-major"
+    assert "CUDA 12" in found.message and "2.10.0+cu130" in found.message and "CUDA 13.0" in found.message
+    assert _kinds("2.5.9.post1+cu118torch2.3cxx11abiFALSE", "2.3.1+cu121") == ["cuda-major"]
+    # a minor within the major is compatible
+    assert _kinds("2.8.3+cu126torch2.10", "2.10.0+cu128") == []
+    assert _kinds("2.8.3+cu12torch2.10cxx11abiTRUE", "2.10.0+cu129") == []
+
+
+def test_matching_pairs() -> None:
+    assert _kinds("2.8.3+cu12torch2.6cxx11abiFALSE", "2.6.0+cu124") == []
+    assert unverifiable_reason(_claim("2.8.3+cu12torch2.6cxx11abiFALSE"), torch_build("2.6.0+cu124")) is None
+    assert _kinds("2.8.3+cu12torch2.6cxx11abiTRUE", "2.6.0+cu126") == []
+    assert _kinds("2.8.3+cu13torch2.10cxx11abiTRUE", "2.10.0+cu130") == []
+    assert _kinds("3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61", "2.10.0+cu128") == []
+    assert _kinds("1.6.1+cu132torch2.12.0.dev20260405", "2.12.0.dev20260405+cu132") == []
+    assert _kinds("1.2.0+cputorch2.13.0", "2.13.0+cpu") == []
+    assert _kinds("2.1.2+pt25cpu", "2.5.1+cpu") == []
+
+
+def test_cxx11abi() -> None:
+    (found,) = mismatches(_claim("2.8.3+cu12torch2.10cxx11abiFALSE"), torch_build("2.10.0+cu128"))
+    assert found.kind == "cxx11abi"
+    assert "cxx11abiFALSE" in found.message and "2.10.0+cu128" in found.message
+    assert _kinds("2.8.3+cu12torch2.6cxx11abiFALSE", "2.6.0+cu126") == ["cxx11abi"]
+    assert _kinds("2.8.3+cu12torch2.6cxx11abiTRUE", "2.6.0+cu124") == ["cxx11abi"]
+    assert _kinds("2.8.3+cu12torch2.6cxx11abiTRUE", "2.6.0") == ["cxx11abi"]
+    # not Linux: nothing to compare, and said so
+    assert _kinds("2.8.3+cu12torch2.10cxx11abiFALSE", "2.10.0+cu128", "win32") == []
+    reason = unverifiable_reason(_claim("2.8.3+cu12torch2.10cxx11abiFALSE"), torch_build("2.10.0+cu128"), "win32")
+    assert reason is not None and "cxx11abi was not compared" in reason
+
+
+def test_cuda_vs_cpu() -> None:
+    (found,) = mismatches(_claim("2.8.3+cu128torch2.10"), torch_build("2.10.0+cpu"))
+    assert found.kind == "cuda-vs-cpu" and "CUDA 12.8" in found.message and "2.10.0+cpu" in found.message
+    assert _kinds("1.2.0+cputorch2.13.0", "2.13.0+cu130") == ["cuda-vs-cpu"]
+    assert _kinds("2.1.2+pt25cpu", "2.5.1+cu124") == ["cuda-vs-cpu"]
+
+
+def test_torch_version() -> None:
+    (found,) = mismatches(_claim("1.6.1+cu132torch2.12.0.dev20260405"), torch_build("2.12.0.dev20260410+cu132"))
+    assert found.kind == "torch-version"
+    assert found.message == "built for torch 2.12.0.dev20260405, locked with torch 2.12.0.dev20260410+cu132"
+    assert _kinds("1.2.0+cputorch2.13.0", "2.13.1+cpu") == ["torch-version"]
+    # a different minor is reported once, as torch-minor
+    assert _kinds("1.2.0+cputorch2.13.0", "2.14.0+cpu") == ["torch-minor"]
+    # the local tag is not part of the compared version
+    assert _kinds("1.6.1+cu132torch2.12.0.dev20260405", "2.12.0.dev20260405+cu132") == []
+
+
+def test_rocm_mismatch() -> None:
+    assert _kinds("1.0+rocm6.2torch2.5", "2.5.1+cu124") == ["rocm"]
+    assert _kinds("1.0+cu124torch2.5", "2.5.1+rocm6.2") == ["rocm"]
+    assert _kinds("1.0+rocm6.2torch2.5", "2.5.1+rocm6.2") == []
+    assert _kinds("1.0+rocm6.2torch2.5", "2.5.1+rocm5.7") == ["rocm"]
+
+
+def test_several_at_once() -> None:
+    assert sorted(_kinds("2.8.3+cu12torch2.9cxx11abiFALSE", "2.10.0+cu130")) == ["cuda-major", "cxx11abi", "torch-minor"]
+
+
+def test_unverifiable() -> None:
+    assert unverifiable_reason(None, torch_build("2.10.0+cu128")) == "no ABI tag in its version or file name"
+    claim = _claim("2.8.3+cu12torch2.10cxx11abiTRUE")
+    # PyPI's default torch carries no local tag: no CUDA finding, and the reason says why
+    assert mismatches(_claim("2.8.3+cu13torch2.10cxx11abiTRUE"), torch_build("2.10.0")) == []
+    assert unverifiable_reason(claim, torch_build("2.10.0")) == (
+        "torch 2.10.0 carries no local CUDA tag, so the CUDA major was not compared")
+    assert unverifiable_reason(claim, torch_build("2.10.0+cu128")) is None
+    reason = unverifiable_reason(claim, torch_build("garbage"))
+    assert reason is not None and "garbage" in reason
+    reason = unverifiable_reason(_claim("1.0+cu124torch2.6"), torch_build("2.6.0+cu126"))
+    assert reason is not None and "C++ ABI" in reason
+    assert unverifiable_reason(_claim("1.0+cu128torch2.10"), torch_build("2.10.0+cu128")) is None
+
+
+# ----------------------------------------------------------------------------- the wheelhouse
+
+
+def test_format_label_is_local_tag() -> None:
+    assert format_label("2.12.0.dev20260405+cu132", "13.2") == "cu132torch2.12.0.dev20260405"
+    assert format_label("2.13.0+cpu", None) == "cputorch2.13.0"
+    assert local_tag("2.12.0.dev20260405+cu132", "13.2") == "cu132torch2.12.0.dev20260405"
+    assert local_tag("2.13.0+cpu", None) == "cputorch2.13.0"
+
+
+_releases = st.tuples(st.integers(1, 3), st.integers(0, 30), st.integers(0, 12))
+_pre = st.sampled_from(["", "a0", "a1", "b2", "rc1", "rc10"])
+_post = st.sampled_from(["", ".post1"])
+_dev = st.one_of(st.just(""), st.integers(0, 29_991_231).map(lambda n: f".dev{n}"))
+_torch_versions = st.builds(lambda r, pre, post, dev: f"{r[0]}.{r[1]}.{r[2]}{pre}{post}{dev}", _releases, _pre, _post, _dev)
+_locals = st.sampled_from(["", "+cu118", "+cu128", "+cu130", "+cu132", "+cpu", "+rocm6.2", "+git1a2b3c"])
+_cudas = st.one_of(
+    st.none(), st.tuples(st.integers(9, 13), st.integers(0, 9)), st.tuples(st.integers(10, 13), st.integers(10, 19))
+)
+
+
+@given(_torch_versions, _locals, _cudas)
+@PROPERTY
+def test_round_trip(public: str, local: str, cuda: tuple[int, int] | None) -> None:
+    version = public + local
+    cuda_text = None if cuda is None else f"{cuda[0]}.{cuda[1]}"
+    label = format_label(version, cuda_text)
+    assert label == local_tag(version, cuda_text)
+    for text in (label, f"1.6.1+{label}", f"c_ext-1.6.1+{label}-cp312-cp312-linux_x86_64.whl"):
+        claim = _claim(text)
+        assert claim.style == "envbuild"
+        assert claim.torch_version == public
+        assert claim.cuda == cuda
+        assert claim.cpu is (cuda is None)
+        assert claim.cxx11abi is None and claim.rocm is None
+        assert claim.torch == tuple(int(p) for p in public.split(".")[:2])
+    # and it fits the very torch it was written for
+    build = torch_build(version)
+    found = [m.kind for m in mismatches(_claim(label), build)]
+    assert "torch-minor" not in found and "torch-version" not in found
+
+
+# ----------------------------------------------------------------------------- speed
+
+
+def test_fast() -> None:
+    names = [
+        "requests-2.32.3-py3-none-any.whl", "numpy", "2.3.1", "2.10.0+cu128",
+        "https://download.pytorch.org/whl/cu128/torch-2.10.0%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "2.8.3+cu12torch2.10cxx11abitrue", "cu132torch2.12.0.dev20260405", "2.1.2+pt25cu124",
+    ]
+    parse_claim(names[0])
+    start = time.perf_counter()
+    for _ in range(1_000):
+        for name in names:
+            parse_claim(name)
+    per_call = (time.perf_counter() - start) / (1_000 * len(names))
+    assert per_call < 50e-6, f"{per_call * 1e6:.1f} µs per call"  # a few µs on a dev machine
