@@ -31,7 +31,8 @@ def parse(path: Path, text: str) -> Lock:
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             raise LockParseError(f"package[{i}] has no name")
         requires = []
-        for dep, spec in (p.get("dependencies") or {}).items():
+        declared = p.get("dependencies") if isinstance(p.get("dependencies"), dict) else {}
+        for dep, spec in declared.items():
             for one in spec if isinstance(spec, list) else [spec]:
                 if isinstance(one, str):
                     requires.append(poetry_requirement(dep, one, None))
@@ -50,7 +51,7 @@ def parse(path: Path, text: str) -> Lock:
             index=source.get("url") if source.get("type") == "legacy" else None, url=url,
             files=tuple((url or f, h) for f, h in files if f) if url is None else ((url, files[0][1] if files else None),),
             requires=tuple(requires),
-            dependencies=tuple(canonicalize_name(d) for d in (p.get("dependencies") or {})), marker=marker))
+            dependencies=tuple(canonicalize_name(d) for d in declared), marker=marker))
     names = [e.name for e in entries]
     unmarked_twice = any(names.count(e.name) > 1 and not e.marker for e in entries)
     meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}

@@ -85,7 +85,9 @@ def parse(path: Path, text: str) -> Lock:
             fork_markers[i] = rm
             marker_texts += rm
 
-    def edges(deps: Any) -> list[tuple[tuple[int, ...], str | None, frozenset[str]]]:
+    owners: dict[str, int] = {}
+
+    def edges(deps: Any, owner: int) -> list[tuple[tuple[int, ...], str | None, frozenset[str]]]:
         out: list[tuple[tuple[int, ...], str | None, frozenset[str]]] = []
         for d in deps or []:
             if not isinstance(d, dict) or not isinstance(d.get("name"), str):
@@ -100,6 +102,7 @@ def parse(path: Path, text: str) -> Lock:
             marker = d.get("marker") if isinstance(d.get("marker"), str) else None
             if marker:
                 marker_texts.append(marker)
+                owners.setdefault(marker, owner)
             extras = frozenset(str(canonicalize_name(x)) for x in d.get("extra", []) or [] if isinstance(x, str))
             out.append((targets, marker, extras))
         return out
@@ -107,12 +110,12 @@ def parse(path: Path, text: str) -> Lock:
     plain: list[list[tuple[tuple[int, ...], str | None, frozenset[str]]]] = []
     optional: list[dict[str, list[tuple[tuple[int, ...], str | None, frozenset[str]]]]] = []
     dev: list[dict[str, list[tuple[tuple[int, ...], str | None, frozenset[str]]]]] = []
-    for p in raw_packages:
-        plain.append(edges(p.get("dependencies")))
+    for owner, p in enumerate(raw_packages):
+        plain.append(edges(p.get("dependencies"), owner))
         opt: dict[str, Any] = p["optional-dependencies"] if isinstance(p.get("optional-dependencies"), dict) else {}
-        optional.append({str(canonicalize_name(k)): edges(v) for k, v in opt.items()})
+        optional.append({str(canonicalize_name(k)): edges(v, owner) for k, v in opt.items()})
         groups: dict[str, Any] = p["dev-dependencies"] if isinstance(p.get("dev-dependencies"), dict) else {}
-        dev.append({str(canonicalize_name(k)): edges(v) for k, v in groups.items()})
+        dev.append({str(canonicalize_name(k)): edges(v, owner) for k, v in groups.items()})
 
     manifest: dict[str, Any] = data["manifest"] if isinstance(data.get("manifest"), dict) else {}
     members = {canonicalize_name(m) for m in manifest.get("members", []) or [] if isinstance(m, str)}
@@ -127,6 +130,7 @@ def parse(path: Path, text: str) -> Lock:
                 requires_python=data.get("requires-python") if isinstance(data.get("requires-python"), str) else None,
                 environments=[m for m in data.get("supported-markers", []) or [] if isinstance(m, str)],
                 marker_texts=marker_texts, text_lines=lines)
+    lock.extra["marker_owner"] = owners
     _choices(lock, data, entries, roots, optional, dev)
     root_set = frozenset(roots)
 

@@ -83,10 +83,18 @@ def _markers(ctx: Context) -> None:
             try:
                 ctx.lock.markers.tree(entry.marker)
             except InvalidMarker as exc:
-                ctx.add(entry.name, "broken-marker", f"marker `{entry.marker}` does not parse ({exc}); "
+                ctx.add(entry.name, "broken-marker", f"marker `{entry.marker}` does not parse ({_first_line(exc)}); "
                         "the entry is counted in every environment", None, entry)
-    for text in ctx.lock.marker_texts:
+    owners = ctx.lock.extra.get("marker_owner", {})
+    for text in dict.fromkeys(ctx.lock.marker_texts):
         try:
             ctx.lock.markers.tree(text)
         except InvalidMarker as exc:
-            ctx.add("-", "broken-marker", f"marker `{text}` does not parse ({exc})")
+            owner = ctx.lock.entries[owners[text]] if text in owners else None
+            what = f"a dependency marker of {owner.label()}" if owner else "marker"
+            ctx.add(owner.name if owner else "-", "broken-marker", f"{what} `{text}` does not parse "
+                    f"({_first_line(exc)}); the edge is followed in every environment", None, owner)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
