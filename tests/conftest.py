@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "tests"
 TORCH_VERSION = "2.13.0"
 
-pytest_plugins = ["support.fixtures", "support.twin"]
+pytest_plugins = ["support.fixtures", "support.twin", "support.gatelocks"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -82,10 +82,13 @@ def torch_venv() -> Path:
 @pytest.fixture(scope="session")
 def cpu_torch_index() -> str:
     """ENVBUILD_TORCH_INDEX for the cpu profile: the PyTorch CPU index when it answers, else ""
-    (pip's configured sources, which hold the CPU wheel on machines without that index)."""
+    (pip's configured sources, which hold the CPU wheel on machines without that index).
+
+    "Answers" is provision's own rule (``net.probe`` of the torch page, retried within its
+    deadline), so a slow first answer picks the index rather than a source the tests did not mean."""
     if "ENVBUILD_TORCH_INDEX" in os.environ:
         return os.environ["ENVBUILD_TORCH_INDEX"]
     from envbuild.net import probe
 
     url = "https://download.pytorch.org/whl/cpu"
-    return url if probe(url + "/", timeout=3).ok else ""
+    return url if probe(url, project="torch").ok else ""

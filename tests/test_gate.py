@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 from support.fixtures import EnvbuildResult, installer_env
-from support.gatelocks import (  # noqa: F401
+from support.gatelocks import (
     GateIndex,
-    gate_index,
     pip_compile_requirements,
     pip_lock,
     poetry_lock,
@@ -76,7 +75,7 @@ def _line_of(path: Path, needle: str) -> int:
 
 
 def test_uv_platform_forks_pass_and_a_downgrade_in_one_fork_is_named(
-        run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+        run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     healthy = uv_platform_lock(tmp_path, gate_index)
     ok = run_envbuild("check-lock", str(healthy), "--json")
     assert ok.rc == 0, ok.output  # two torch entries, one per fork: no "pinned 2 times"
@@ -100,7 +99,7 @@ def test_uv_platform_forks_pass_and_a_downgrade_in_one_fork_is_named(
     assert "macos" not in bad.stdout.split("[torch-downgrade]")[1].splitlines()[0]
 
 
-def test_uv_platform_retag_is_a_swap(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_uv_platform_retag_is_a_swap(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     lock = _repo_with(tmp_path, uv_platform_lock(tmp_path, gate_index, linux_index="cu130"))
     shutil.copy(uv_platform_lock(tmp_path, gate_index, linux_index="cu128"), lock)
     r = run_envbuild("check-lock", str(lock), "--base", "main", "--offline", "--json")
@@ -115,7 +114,7 @@ def test_uv_platform_retag_is_a_swap(run_envbuild: Run, gate_index: GateIndex, t
     ("flash_attn-2.8.3+cu12torch2.10cxx11abiFALSE", "built with cxx11abiFALSE"),
 ])
 def test_uv_extension_built_for_another_torch_is_caught_on_its_line(
-        run_envbuild: Run, gate_index: GateIndex, tmp_path: Path, extension: str, kind: str) -> None:  # noqa: F811
+        run_envbuild: Run, gate_index: GateIndex, tmp_path: Path, extension: str, kind: str) -> None:
     lock = uv_platform_lock(tmp_path, gate_index, extension=extension)
     r = run_envbuild("check-lock", str(lock), "--offline", "--annotations", "github")
     assert r.rc == ExitCode.LOCK, r.output
@@ -126,7 +125,7 @@ def test_uv_extension_built_for_another_torch_is_caught_on_its_line(
 
 
 def test_uv_healthy_extensions_pass_and_explain_lists_what_it_could_not_verify(
-        run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+        run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     for ext in ("flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE", "flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61",
                 "mamba_ssm-2.2.4+cu12torch2.10cxx11abiTRUE"):
         lock = uv_platform_lock(tmp_path, gate_index, extension=ext)
@@ -143,7 +142,7 @@ def test_uv_healthy_extensions_pass_and_explain_lists_what_it_could_not_verify(
 # ----------------------------------------------------------------------------- uv.lock, conflicting extras
 
 
-def test_uv_conflicting_accelerator_extras(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_uv_conflicting_accelerator_extras(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     healthy = uv_groups_lock(tmp_path, gate_index, cu130_torch="2.11.0")
     ok = run_envbuild("check-lock", str(healthy), "--json")
     assert ok.rc == 0, ok.output
@@ -172,7 +171,7 @@ def test_uv_conflicting_accelerator_extras(run_envbuild: Run, gate_index: GateIn
 
 
 def test_uv_extension_in_one_extra_follows_the_lock_edge(run_envbuild: Run, gate_index: GateIndex,
-                                                         tmp_path: Path) -> None:  # noqa: F811
+                                                         tmp_path: Path) -> None:
     ok = uv_groups_lock(tmp_path, gate_index, extension_group="cu128", extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
     assert run_envbuild("check-lock", str(ok), "--offline").rc == 0
     # the cu12 build in the cu130 extra: judged against that extra's torch, and only there
@@ -188,7 +187,7 @@ def test_uv_extension_in_one_extra_follows_the_lock_edge(run_envbuild: Run, gate
 
 
 @pytest.mark.parametrize("how", ["override", "exclude", "metadata"])
-def test_torch_without_its_runtime(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path, how: str) -> None:  # noqa: F811
+def test_torch_without_its_runtime(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path, how: str) -> None:
     lock = uv_runtime_missing_lock(tmp_path, gate_index, how=how)
     r = run_envbuild("check-lock", str(lock), "--json")
     assert r.rc == ExitCode.LOCK, r.output
@@ -204,7 +203,7 @@ def test_torch_without_its_runtime(run_envbuild: Run, gate_index: GateIndex, tmp
 # ----------------------------------------------------------------------------- requirements, Poetry, pylock
 
 
-def test_uv_pip_compile_universal(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_uv_pip_compile_universal(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     healthy = uv_universal_requirements(tmp_path, gate_index)
     ok = run_envbuild("check-lock", str(healthy), "--offline", "--json")
     assert ok.rc == 0, ok.output
@@ -219,7 +218,7 @@ def test_uv_pip_compile_universal(run_envbuild: Run, gate_index: GateIndex, tmp_
            "in linux x86_64; linux aarch64" in bad.stdout
 
 
-def test_pip_compile_with_a_prebuilt_extension(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_pip_compile_with_a_prebuilt_extension(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     ok = pip_compile_requirements(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
     r = run_envbuild("check-lock", str(ok), "--offline")
     assert r.rc == 0, r.output
@@ -229,7 +228,7 @@ def test_pip_compile_with_a_prebuilt_extension(run_envbuild: Run, gate_index: Ga
     assert r.rc == ExitCode.LOCK and "[extension-abi] in linux x86_64" in r.stdout, r.output
 
 
-def test_poetry_torch_per_marker(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_poetry_torch_per_marker(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     healthy = poetry_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
     ok = run_envbuild("check-lock", str(healthy), "--offline", "--json")
     assert ok.rc == 0, ok.output
@@ -243,7 +242,7 @@ def test_poetry_torch_per_marker(run_envbuild: Run, gate_index: GateIndex, tmp_p
     assert [x[:2] for x in _rules(_json(r))] == [("extension-abi", "flash-attn")]
 
 
-def test_pip_lock_pylock(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_pip_lock_pylock(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     healthy = pip_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
     ok = run_envbuild("check-lock", str(healthy), "--json")
     assert ok.rc == 0, ok.output
@@ -261,7 +260,7 @@ def test_pip_lock_pylock(run_envbuild: Run, gate_index: GateIndex, tmp_path: Pat
 # ----------------------------------------------------------------------------- exceptions and output
 
 
-def test_reviewed_exception_in_pyproject(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_reviewed_exception_in_pyproject(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     lock = uv_platform_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE")
     pyproject = lock.parent / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + """
@@ -287,7 +286,7 @@ reason = "the image rebuilds flash-attn from source; this wheel is for the dev c
     assert typo.rc == ExitCode.CONFIG and "did you mean 'extension-abi'" in typo.stderr, typo.output
 
 
-def test_the_check_in_process_matches_the_cli(gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+def test_the_check_in_process_matches_the_cli(gate_index: GateIndex, tmp_path: Path) -> None:
     lock = uv_groups_lock(tmp_path, gate_index)
     report = check_file(lock, Policy(python="3.12"), offline=True)
     assert report.ok and len(report.environments) == 15

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fixtures import EnvbuildResult
-from support.gatelocks import GateIndex, gate_index, uv_groups_lock  # noqa: F401
+from support.gatelocks import GateIndex, uv_groups_lock
 
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.gate import Policy, check_file
@@ -80,7 +80,7 @@ def test_a_lock_of_100k_packages_answers_within_seconds(run_envbuild: Run, tmp_p
 
 
 @pytest.fixture(scope="module")
-def groups_lock_text(gate_index: GateIndex, tmp_path_factory: pytest.TempPathFactory) -> str:  # noqa: F811
+def groups_lock_text(gate_index: GateIndex, tmp_path_factory: pytest.TempPathFactory) -> str:
     return uv_groups_lock(tmp_path_factory.mktemp("groups"), gate_index).read_text()
 
 

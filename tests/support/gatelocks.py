@@ -42,13 +42,12 @@ with ``--no-cache``, pip/pip-tools/Poetry with caches under ``tmp``; HOME is ``t
   not install.
 - ``pip_lock`` -> pylock.toml from ``pip lock``.
 
-A test file gets the fixture by importing it under its own name (pytest finds fixtures in a test
-module's globals; conftest.py is not touched; an alias does not work), as test_progress_display.py
-does for ``build_python``::
+``tests/conftest.py`` registers this module as a plugin (``pytest_plugins``), so any test can
+request ``gate_index``::
 
-    from support.gatelocks import GateIndex, gate_index, uv_platform_lock  # noqa: F401
+    from support.gatelocks import GateIndex, uv_platform_lock
 
-    def test_x(gate_index: GateIndex, tmp_path: Path) -> None:  # noqa: F811
+    def test_x(gate_index: GateIndex, tmp_path: Path) -> None:
         lock = uv_platform_lock(tmp_path, gate_index, linux_index="cu130")
 
 Tool failures raise ``ToolFailed`` (an AssertionError carrying ``argv``, ``returncode``, ``output``).
