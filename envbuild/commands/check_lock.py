@@ -61,6 +61,8 @@ def register(sub: Any) -> None:
     p.add_argument("--annotations", choices=["github"],
                    help="FILE mode: also print GitHub Actions annotations (::error file=…,line=…::) per finding")
     p.add_argument("--markdown", action="store_true", help="print the findings as a markdown report (a PR comment)")
+    p.add_argument("--markdown-file", metavar="PATH", type=Path,
+                   help="FILE mode: also write the markdown report to PATH (the console output stays as it is)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[],
                    help="a profile to check (repeatable; default: every profile that has a lock)")
     p.add_argument("--stack", metavar="FILE", type=path_arg, action="append", default=[],
@@ -156,6 +158,11 @@ def run_files(args: argparse.Namespace) -> int:
         ui.print_json(document(reports, policy))
     elif args.markdown:
         ui.print_raw(markdown(reports, explain=args.explain))
+    if args.markdown_file is not None:
+        try:
+            args.markdown_file.write_text(markdown(reports, explain=args.explain), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--markdown-file {args.markdown_file}: cannot write it ({exc.strerror})") from None
     return int(ExitCode.LOCK) if failed else 0
 
 
@@ -163,9 +170,9 @@ def run(args: argparse.Namespace) -> int:
     if args.files:
         return run_files(args)
     if args.format or args.torch_min or args.torch_local or args.protect or args.index_url or args.environment \
-            or args.python or args.group or args.accept or args.annotations or args.explain:
+            or args.python or args.group or args.accept or args.annotations or args.explain or args.markdown_file:
         raise ConfigError("--format, --torch-min, --torch-local, --protect, --index-url, --environment, --python, "
-                          "--group, --accept, --explain and --annotations apply to `check-lock FILE...`; name the "
+                          "--group, --accept, --explain, --annotations and --markdown-file apply to `check-lock FILE...`; name the "
                           "lockfiles to check")
     opts = CheckOptions(base=args.base, offline=args.offline)
     reports = []
