@@ -13,8 +13,9 @@ lists no requirements). Metadata is cached by artifact sha256 under ``$ENVBUILD_
 (default ``$XDG_CACHE_HOME/envbuild``), so a re-check is offline and fast.
 
 One timeout policy (``TIMEOUT``: seconds to connect, seconds of silence while reading) for
-every request, pages and downloads alike, and one error type (``SourceError``, exit 3) for a
-source that does not answer or answers an error. URLs may carry credentials
+every request, pages and downloads alike; pages and files are retried the way ``net.retrying``
+retries (timeouts, resets, 5xx, within ``DEADLINE``, announced as they happen); and one error
+type (``SourceError``, exit 3) for a source that still does not answer or answers an error. URLs may carry credentials
 (``https://user:token@host/simple``): they are used for the request, kept for links on the same
 host, and only ``redact``-ed forms appear in messages.
 
@@ -56,9 +57,12 @@ from packaging.utils import (
 from envbuild import __version__
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import PreflightError
-from envbuild.net import redact
+from envbuild.net import deadline_seconds, redact, retrying
 
 TIMEOUT = (10.0, 30.0)  # seconds to connect, seconds without a byte while reading: every request
+# seconds a page or file request goes on retrying ($ENVBUILD_NET_DEADLINE): room for a few
+# attempts of TIMEOUT, since a lock reads hundreds of pages and one hiccup must not end it
+DEADLINE = 120.0
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
 
@@ -166,8 +170,11 @@ def _fetch(url: str, *, accept: str | None = None, http: Any = None) -> tuple[by
             return None
     import requests
 
-    try:
-        resp = (http or _default_session()).get(url, timeout=TIMEOUT, headers={"Accept": accept} if accept else {})
+    client = http or _default_session()
+    headers = {"Accept": accept} if accept else {}
+    try:  # the same timeout every attempt (grow=1): it is one of silence, the body may be a large wheel
+        resp = retrying(url, lambda t: client.get(url, timeout=t, headers=headers), timeout=TIMEOUT,
+                        deadline=deadline_seconds(DEADLINE), grow=1.0)
     except requests.exceptions.RequestException as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SourceError(f"cannot reach {redact(url)}: {redact(why)[:300]}",

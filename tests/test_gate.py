@@ -276,10 +276,14 @@ reason = "the image rebuilds flash-attn from source; this wheel is for the dev c
     assert [x["environments"] for x in f["findings"]] == [["linux aarch64"]]
     assert [x["environments"] for x in f["accepted"]] == [["linux x86_64"]]
     assert f["accepted"][0]["accepted"].startswith("the image rebuilds")
-    narrowed = run_envbuild("check-lock", str(lock), "--offline", "--environment", "linux-x86_64", "--markdown")
+    comment = tmp_path / "comment.md"
+    narrowed = run_envbuild("check-lock", str(lock), "--offline", "--environment", "linux-x86_64",
+                            "--markdown-file", str(comment))
     assert narrowed.rc == 0, narrowed.output
-    assert narrowed.stdout.startswith("### envbuild check-lock: ✅ ok, 1 accepted\n"), narrowed.stdout
-    assert "| linux x86_64 | 2.10.0+cu128 | ok |" in narrowed.stdout
+    md = comment.read_text()
+    assert md.startswith("### envbuild check-lock: ✅ ok, 1 accepted\n"), md
+    assert "| linux x86_64 | 2.10.0+cu128 | ok |" in md and "~~extension-abi~~ flash-attn: accepted: the image" in md
+    assert "linux x86_64" in narrowed.stdout  # the console table is still printed
     # a typo in the exceptions is a usage error with a did-you-mean, not a silent pass
     pyproject.write_text(pyproject.read_text().replace('rule = "extension-abi"', 'rule = "extension-ab"'))
     typo = run_envbuild("check-lock", str(lock), "--offline")

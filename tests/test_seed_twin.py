@@ -38,6 +38,7 @@ from support.fixtures import (
 from support.twin import CACHE, FLA_URL, LOCAL, SeedTwin
 from test_lock_target import dry_run_on_target
 
+from envbuild.errors import ExitCode
 from envbuild.lock.model import parse_requirements_text
 from envbuild.net import probe
 from envbuild.spec import load_spec, profile_path
@@ -52,8 +53,11 @@ TIMES: dict[str, float] = {}
 
 @pytest.fixture(scope="module", autouse=True)
 def _pypi_answers() -> None:
-    if not probe("https://pypi.org/simple/", timeout=5).ok:
-        pytest.skip("PyPI does not answer: the seed twin needs it for everything PyPI has")
+    """envbuild's own rule (``net.probe``: a project page, retried within the deadline), so a
+    network that does not answer skips the module instead of failing its set-up."""
+    answer = probe("https://pypi.org/simple", project="pip")  # the first package of the profile
+    if not answer.ok:
+        pytest.skip(f"PyPI does not answer ({answer.detail}): the seed twin needs it for everything PyPI has")
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +86,16 @@ def world(tmp_path_factory: pytest.TempPathFactory, seed_twin: SeedTwin) -> Iter
 
 
 def envbuild(world: dict[str, Any], *args: str | Path, phase: str | None = None) -> EnvbuildResult:
+    """Run the CLI; a package source that envbuild's probe finds silent is a skip (the network,
+    not the code under test: the same rule as ``_pypi_answers``, which only asked earlier)."""
     t0 = time.monotonic()
     r = run_cli(args, home=world["home"], cwd=world["tmp"], env=world["env"], timeout=1500)
     if phase:
         TIMES[phase] = TIMES.get(phase, 0.0) + time.monotonic() - t0
+    if r.rc == ExitCode.PREFLIGHT and "do not answer" in r.stderr:
+        command = next(str(a) for a in args if not str(a).startswith("-"))
+        why = next(line for line in r.stderr.splitlines() if "do not answer" in line)
+        pytest.skip(f"envbuild {command}: {why.removeprefix('error: ')}")
     return r
 
 

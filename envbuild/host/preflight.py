@@ -412,11 +412,19 @@ def index_locations(spec: StackSpec) -> list[str]:
 
 
 def check_index(spec: StackSpec, timeout: float = 3.0) -> list[Check]:
+    """Probe every source of the steps (``net.probe``: retried within its deadline; ``timeout`` is
+    the first attempt's, and a longer one stretches the deadline). An index is asked for the page
+    of the first project of a step that reads it, not for its root (PyPI's lists every project)."""
     locations = index_locations(spec)
     if not locations:
         return [Check("index", "skip", "n/a", "reachable", "the steps use pip's configured sources")]
+    pages: dict[str, str] = {}
+    for step in spec.steps:
+        for loc in (step.index_url, *step.extra_index_urls):
+            if loc and step.packages:
+                pages.setdefault(loc, step.names[0])
     with ThreadPoolExecutor(max_workers=min(8, len(locations))) as pool:
-        probes = list(pool.map(lambda loc: net.probe(loc, timeout), locations))
+        probes = list(pool.map(lambda loc: net.probe(loc, timeout, project=pages.get(loc)), locations))
     return [Check(f"index:{p.location}", "pass" if p.ok else "fail", p.detail, "reachable",
                   "" if p.ok else "unreachable: fix the network/proxy, point ENVBUILD_TORCH_INDEX at a mirror, "
                   "or provision --offline from a wheelhouse") for p in probes]

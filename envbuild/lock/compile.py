@@ -124,7 +124,9 @@ def step_sources(step: Step, wheelhouse: str | None) -> tuple[Sources, list[str]
 
 
 def check_reachable(sources: Sources, step: Step) -> None:
-    bad = unreachable((*sources.index_urls, *sources.find_links))
+    # each index is asked for the page of the step's first project: what the resolver reads first
+    pages = dict.fromkeys(sources.index_urls, step.names[0]) if step.packages else {}
+    bad = unreachable((*sources.index_urls, *sources.find_links), projects=pages)
     if bad:
         raise PreflightError(
             f"step {step.name!r}: package sources do not answer: {'; '.join(bad)}",

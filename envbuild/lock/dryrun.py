@@ -72,10 +72,14 @@ def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report
     todo = [v for v in views if v.index > baseline and v.index < len(spec.steps)]
     if not todo:
         return
-    sources = []
+    sources: list[str] = []
+    pages: dict[str, str] = {}  # index -> the first project of a step that reads it (its page is probed)
     for step in (plan.steps[v.index] for v in todo):
         sources += [b for a, b in pairwise(step.args) if a in ("--index-url", "--extra-index-url", "--find-links")]
-    bad = unreachable(sources)
+        for a, b in pairwise(step.args):
+            if a in ("--index-url", "--extra-index-url") and step.step.packages:
+                pages.setdefault(b, step.step.names[0])
+    bad = unreachable(sources, projects=pages)
     if bad:
         raise PreflightError("check-lock's dry runs need the steps' package sources, which do not answer: "
                              + "; ".join(sorted(set(bad))), hint="Run with --offline for the static rules only.")

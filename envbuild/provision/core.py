@@ -26,6 +26,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -309,7 +310,12 @@ def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
     locations = make_plan(plan.spec, PlanOptions(backend=plan.options.backend, wheelhouse=plan.options.wheelhouse,
                                                  default_sources=plan.options.default_sources)).sources()
     wanted = {a for s in todo for a in s.args}
-    bad = unreachable(loc for loc in locations if loc in wanted)
+    pages: dict[str, str] = {}  # index -> the first project of a step that reads it (its page is probed)
+    for s in todo:
+        for flag, value in pairwise(s.args):
+            if flag in ("--index-url", "--extra-index-url") and s.step.packages:
+                pages.setdefault(value, s.step.names[0])
+    bad = unreachable((loc for loc in locations if loc in wanted), projects=pages)
     if bad:
         try:
             names = sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", plan.spec.path.read_text())))
