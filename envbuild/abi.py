@@ -554,10 +554,27 @@ def _check_provenance(dists: Mapping[str, Dist], torch_version: str | None, v: l
     for name, d in dists.items():
         prov = read_provenance(d.dist_info)
         if prov is None:
+            _check_abi_tag(name, d, torch_version, v)
             continue
         problem = provenance_mismatch(prov, torch_version)
         if problem:
             v.append(Finding("provenance", name, f"{name} {d.version}: {problem}"))
+
+
+def _check_abi_tag(name: str, d: Dist, torch_version: str | None, v: list[Finding]) -> None:
+    """A prebuilt extension without envbuild's provenance record (a release wheel: flash-attn
+    ``+cu12torch2.10cxx11abiTRUE``) checked by the ABI claim in its local version, with the same
+    parser and rules as ``check-lock``'s ``extension-abi`` (``envbuild.abitag``)."""
+    if torch_version is None or "+" not in d.version:
+        return
+    from envbuild.abitag import mismatches, parse_claim, torch_build
+
+    claim = parse_claim(d.version)
+    if claim is None:
+        return
+    for m in mismatches(claim, torch_build(torch_version), "linux"):
+        v.append(Finding("provenance", name, f"{name} {d.version} is {m.message}: it will fail to import "
+                         "(undefined symbol); install the wheel built for the installed torch"))
 
 
 def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Mapping[str, str]) -> list[Finding]:

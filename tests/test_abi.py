@@ -62,3 +62,22 @@ def test_unmet_requirements_of_a_no_deps_step(tmp_path: Path) -> None:
         "fla 0.5.0 requires fla-core==0.5.0, but fla-core 0.4.2 is installed",
         "fla 0.5.0 requires transformers, which is not installed",
     ]
+
+
+def test_a_prebuilt_extension_for_another_torch_is_a_violation(tmp_path: Path) -> None:
+    """A release wheel carries no provenance record, only its ABI claim (``+cu13torch2.10…``): the
+    guard reads it with the gate's parser (``envbuild.abitag``) and compares it with the installed torch."""
+    site = tmp_path / "site"
+    install(site, build_wheel(tmp_path / "w", "torch", "2.11.0+cu130", files={
+        "torch/__init__.py": "from .version import __version__\n",
+        "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda = '13.0'\n"}))
+    (tmp_path / "s.toml").write_text(SPEC)
+    spec = load_spec(tmp_path / "s.toml", {})
+    base = abi.take_baseline(spec.abi, site, {}, stamp=True)
+    install(site, build_wheel(tmp_path / "w", "flash-attn", "2.8.3+cu13torch2.11cxx11abiTRUE", files={"flash_attn/__init__.py": ""}))
+    assert abi.check(spec, base, site).ok
+    install(site, build_wheel(tmp_path / "w", "flash-attn", "2.8.3+cu12torch2.10cxx11abiTRUE", files={"flash_attn/__init__.py": ""}))
+    report = abi.check(spec, base, site)
+    assert [(f.rule, f.package) for f in report.violations] == [("provenance", "flash-attn"), ("provenance", "flash-attn")]
+    assert "built for torch 2.10, locked with torch 2.11.0+cu130" in report.violations[0].message
+    assert "CUDA 12" in report.violations[1].message
