@@ -295,3 +295,14 @@ def test_the_check_in_process_matches_the_cli(gate_index: GateIndex, tmp_path: P
     report = check_file(lock, Policy(python="3.12"), offline=True)
     assert report.ok and len(report.environments) == 15
     assert {r.torch for r in report.environments} == {"2.10.0+cpu", "2.10.0+cu128", "2.10.0+cu130"}
+
+
+def test_an_environment_that_disappears_is_named(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
+    lock = _repo_with(tmp_path, uv_platform_lock(tmp_path, gate_index))
+    # the branch limits the project to Linux (`[tool.uv] environments`): macOS and Windows lose torch
+    shutil.copy(uv_platform_lock(tmp_path, gate_index, environments=["sys_platform == 'linux'"]), lock)
+    r = run_envbuild("check-lock", str(lock), "--base", "main", "--offline", "--json")
+    assert r.rc == ExitCode.LOCK, r.output
+    (finding,) = _json(r)["files"][0]["findings"]
+    assert finding["rule"] == "torch-gone" and "torch 2.10.0 at main; this lock no longer covers" in finding["reason"]
+    assert finding["environments"] == ["macos arm64", "macos x86_64", "windows amd64"]
