@@ -192,7 +192,8 @@ def test_index_that_never_answers_fails_fast_and_is_named(tmp_path: Path, scenar
     with BlackHole() as hole:
         stack = _stack(tmp_path, scenario_index, [{"name": "helpers", "packages": ["einops-like==0.8.1"],
                                                    "index_url": hole.url}])
-        out = run_envbuild(*_args(stack, tmp_path))
+        # a short overall deadline (default 30 s of retries): a black hole is named when it runs out
+        out = run_envbuild(*_args(stack, tmp_path), env={"ENVBUILD_NET_DEADLINE": "5"})
     assert out.rc == ExitCode.PREFLIGHT, out.output
     assert f"{hole.url} (accepted the connection but sent no answer within" in out.stderr
     assert "Traceback" not in out.output
