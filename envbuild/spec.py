@@ -40,6 +40,7 @@ UPGRADE_STRATEGIES: tuple[str, ...] = get_args(UpgradeStrategy)
 
 _PY = re.compile(r"^3\.\d{1,2}$")
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PROJECT = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")  # PEP 508 names
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +60,9 @@ class Step:
     reinstall: bool = False
     no_index: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    # packages an earlier step pinned that this step may pin at another version (canonical names);
+    # without it a step must agree with every earlier step's pins (the lock and the guard hold it)
+    replaces: tuple[str, ...] = ()
 
     @property
     def requirements(self) -> tuple[Requirement, ...]:
@@ -194,7 +198,7 @@ _OVERLAP_KEYS = ("packages", "winner")
 _HOST_KEYS = ("driver_min", "gpu_count", "gpu_name", "cuda_toolkit", "gcc", "root_min_free_gb", "data_min_free_gb")
 _STEP_KEYS = (
     "name", "packages", "index_url", "extra_index_urls", "find_links", "pre", "no_deps",
-    "no_build_isolation", "upgrade", "upgrade_strategy", "reinstall", "no_index", "env",
+    "no_build_isolation", "upgrade", "upgrade_strategy", "reinstall", "no_index", "env", "replaces",
 )
 
 
@@ -351,6 +355,11 @@ def _parse_step(r: TomlReader, s: Any, i: int) -> Step:
             f"must be one of {', '.join(UPGRADE_STRATEGIES)}, got {strategy!r}{did_you_mean(strategy, list(UPGRADE_STRATEGIES))}",
         )
     index_url = r.opt_str(s, "index_url", where) or None
+    replaces = []
+    for j, raw in enumerate(r.str_list(s, "replaces", where), 1):
+        if not _PROJECT.match(raw):
+            raise r.fail(f"{where}.replaces[{j}]", f"must be a project name (such as \"numpy\"), got {raw!r}")
+        replaces.append(canonicalize_name(raw))
     return Step(
         name=name,
         packages=packages,
@@ -365,6 +374,7 @@ def _parse_step(r: TomlReader, s: Any, i: int) -> Step:
         reinstall=r.bool_(s, "reinstall", where),
         no_index=r.bool_(s, "no_index", where),
         env=r.str_map(s, "env", where),
+        replaces=tuple(dict.fromkeys(replaces)),
     )
 
 
@@ -403,6 +413,13 @@ def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
     for i, s in enumerate(spec.steps):
         if i <= baseline:
             continue
+        for j, n in enumerate(s.replaces, 1):
+            if abi.is_protected(n):
+                raise r.fail(
+                    f"step[{i + 1}].replaces[{j}]",
+                    f"{n} is {'the ABI package' if n == abi.package else 'in the protected set'}: it is frozen once "
+                    "the baseline step ran, and no later step may replace it",
+                )
         for j, n in enumerate(s.names, 1):
             if n != abi.package and abi.is_protected(n):
                 raise r.fail(
