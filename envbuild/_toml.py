@@ -1,28 +1,37 @@
 """TOML input shared by the stack spec (``spec.py``) and the wheelhouse specs (``wheelhouse/spec.py``).
 
-``read_toml`` turns a missing, unreadable, non-UTF-8 or invalid file into a ``ConfigError``
-naming it; ``TomlReader`` gives typed getters that name the dotted key path of a bad value
-(``step[3].no_deps``), reject unknown keys with a ``difflib`` suggestion (``did_you_mean``),
-and expand ``${VAR}``, ``${VAR:-default}`` and ``${VAR-default}`` from the environment.
+``read_toml`` reads only a regular file of at most ``MAX_BYTES`` (a device such as ``/dev/zero``
+or a FIFO is refused before a byte is read) and turns a missing, unreadable, oversized,
+non-UTF-8 or invalid file into a ``ConfigError`` naming it; ``TomlReader`` gives typed getters
+that name the dotted key path of a bad value (``step[3].no_deps``), reject unknown keys with a
+``difflib`` suggestion (``did_you_mean``), expand ``${VAR}``, ``${VAR:-default}`` and
+``${VAR-default}`` from the environment, and refuse a string that holds a control character or
+line break after expansion (``quoting.unsafe_character``): every string of a spec can reach a
+rendered file or a command line.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from envbuild.errors import ConfigError
+from envbuild.quoting import shown, unsafe_character
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["TomlReader", "did_you_mean", "read_toml"]
+__all__ = ["MAX_BYTES", "TomlReader", "did_you_mean", "read_bounded", "read_toml"]
+
+MAX_BYTES = 1 << 20  # a stack spec is a page; 1 MiB leaves room and bounds what a bad path can cost
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-)(?P<default>[^}]*))?\}")
 
@@ -40,6 +49,7 @@ class TomlReader:
         self.environ = environ
 
     def fail(self, key: str, message: str) -> ConfigError:
+        key = shown(key)  # a key path may hold what the file holds: never raw control characters
         where = f"{self.path}: {key}: " if key else f"{self.path}: "
         return ConfigError(where + message)
 
@@ -68,7 +78,14 @@ class TomlReader:
                 )
             return current
 
-        return _VAR.sub(sub, value)
+        expanded = _VAR.sub(sub, value)
+        bad = unsafe_character(expanded)
+        if bad is not None:
+            came = " (after expanding ${...} from the environment)" if expanded != value and unsafe_character(value) is None else ""
+            raise self.fail(key, f"holds {bad}{came}; envbuild refuses these in every string of a spec: "
+                            "a line break in a value written into a Dockerfile or a shell file ends the line "
+                            "and can start a command")
+        return expanded
 
     def str_(self, data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
         value = data.get(key, default)
@@ -112,6 +129,8 @@ class TomlReader:
             raise self.fail(path, f"must be a table of strings, got {value!r}")
         out: dict[str, str] = {}
         for k, v in value.items():
+            if (bad := unsafe_character(k)) is not None:
+                raise self.fail(f"{path}.{k}", f"the key holds {bad}")
             if not isinstance(v, str):
                 raise self.fail(f"{path}.{k}", f"must be a string, got {v!r}")
             out[k] = self.expand(v, f"{path}.{k}")
@@ -124,16 +143,52 @@ class TomlReader:
         return value
 
 
-def read_toml(path: Path, what: str) -> dict[str, Any]:
-    """Parse a TOML file; a missing, unreadable or invalid file is a ``ConfigError`` naming it."""
+def read_bounded(path: Path, what: str, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes; else a ``ConfigError``.
+
+    The file is opened without blocking (a FIFO would wait for a writer) and checked with
+    ``fstat`` on the open descriptor, so what is read is what was checked.
+    """
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} not found") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            mode = info.st_mode
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a character device" if stat.S_ISCHR(mode)
+                    else "a block device" if stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise ConfigError(f"{path}: the {what} must be a regular file; this is {kind}")
+        raw = b"" if info.st_size > limit else _read(f, path, what, limit + 1)
+    if info.st_size > limit or len(raw) > limit:
+        raise ConfigError(f"{path}: the {what} is {_size(max(info.st_size, len(raw)))}; envbuild reads at most "
+                          f"{_size(limit)} of it (a spec is a page of TOML)")
+    return raw
+
+
+def _read(f: Any, path: Path, what: str, n: int) -> bytes:
+    try:
+        data: bytes = f.read(n)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    return data
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB ({n} bytes)" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """Parse a TOML file; a missing, unreadable, oversized or invalid file is a ``ConfigError`` naming it."""
+    raw = read_bounded(path, what)
     try:
         data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML for envbuild: arrays or tables nested too deeply") from None
     return data

@@ -7,6 +7,16 @@ step numbers do everywhere else (``step[2]`` is the second ``[[step]]``, shown a
 (default when unset or empty) and ``${VAR-default}`` (default only when unset) expand
 from the environment in every string value; an unset variable without a default is an
 error naming it.
+
+Every input is checked here, before anything touches disk or network (the README's "The stack
+spec" lists what is refused and why): a string holding a control character or line break (after
+``${VAR}`` expansion), an ``[env]`` name that is not a variable name, a requirement ``packaging``
+cannot parse, an index or find-links location with another scheme than http, https or file, a
+stack or package name outside its character set, a ``layout.venv`` outside the data root. An
+``[env]`` value may come from the environment of the process that provisions instead of the
+file (``HF_TOKEN = { from_env = "HF_TOKEN" }``): it is never written anywhere (``EnvFrom``).
+A literal value under a name that looks like a secret gets a warning (``StackSpec.warnings``,
+emitted by ``load_spec``).
 """
 
 from __future__ import annotations
@@ -21,13 +31,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuild import events
 from envbuild._toml import TomlReader, did_you_mean, read_toml
 from envbuild.errors import ConfigError
+from envbuild.quoting import ENV_NAME
 
 if sys.version_info >= (3, 11):
     pass
@@ -40,7 +53,27 @@ UPGRADE_STRATEGIES: tuple[str, ...] = get_args(UpgradeStrategy)
 
 _PY = re.compile(r"^3\.\d{1,2}$")
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_STACK_NAME = _STEP_NAME  # it names files (docker/<name>.Dockerfile), folders and image tags
+_PROTECT = re.compile(r"^[A-Za-z0-9._*?\[\]!-]+$")  # a project name or an fnmatch pattern of one
+_CUDA = re.compile(r"^\d{1,3}\.\d{1,3}$")
+_VENV_PART = re.compile(r"^[A-Za-z0-9_.+@-]+$")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+SOURCE_SCHEMES = ("https", "http", "file")
+# Names whose value is a credential: a literal one is written into the overlay, plans and images.
+# TOKEN followed by a letter is not one (TOKENIZERS_PARALLELISM).
+SECRET_NAME = re.compile(r"TOKEN(?![A-Z])|PASSWORD|PASSWD|SECRET|CREDENTIAL|_KEY$|^KEY$", re.I)
 _PROJECT = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")  # PEP 508 names
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvFrom:
+    """``NAME = { from_env = "NAME", required = true }``: the value of ``NAME`` is the one in the
+    environment of the process that runs envbuild, passed to what envbuild starts under the same
+    name and never written by envbuild (overlay, plan, lock, logs, receipts, Dockerfile, image:
+    there a build secret, ``RUN --mount=type=secret,id=NAME``)."""
+
+    name: str
+    required: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +93,7 @@ class Step:
     reinstall: bool = False
     no_index: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    env_from: Mapping[str, EnvFrom] = field(default_factory=dict)  # taken from the provisioning process
     # packages an earlier step pinned that this step may pin at another version (canonical names);
     # without it a step must agree with every earlier step's pins (the lock and the guard hold it)
     replaces: tuple[str, ...] = ()
@@ -167,6 +201,25 @@ class StackSpec:
     digest: str  # sha256 of the canonical *unexpanded* spec data: what a lock is checked against
     description: str = ""
     target: Target = field(default_factory=Target)  # [target]: the platform locks resolve for
+    env_from: Mapping[str, EnvFrom] = field(default_factory=dict)  # [env] values from the environment
+    warnings: tuple[str, ...] = ()  # said once by load_spec (a literal secret, a password in a URL)
+
+    def env_refs(self) -> list[tuple[str, EnvFrom]]:
+        """Every ``from_env`` value with its key path: ``[env]``'s, then each step's."""
+        out = [(f"env.{k}", ref) for k, ref in self.env_from.items()]
+        for i, s in enumerate(self.steps, 1):
+            out += [(f"step[{i}].env.{k}", ref) for k, ref in s.env_from.items()]
+        return out
+
+    def missing_env(self, environ: Mapping[str, str], steps: tuple[str, ...] | None = None) -> list[str]:
+        """Key paths of required ``from_env`` values of ``steps`` (all when None) that ``environ``
+        does not set (or sets empty): what provision refuses to start without."""
+        missing = []
+        for i, s in enumerate(self.steps, 1):
+            if steps is not None and s.name not in steps:
+                continue
+            missing += [f"step[{i}].env.{k}" for k, ref in s.env_from.items() if ref.required and not environ.get(k)]
+        return missing
 
     @property
     def baseline_index(self) -> int | None:
@@ -210,7 +263,10 @@ def spec_digest(data: Mapping[str, Any]) -> str:
 def load_spec(path: Path, environ: Mapping[str, str] | None = None) -> StackSpec:
     """Read and validate ``path``; raises ``ConfigError`` with the file and key path."""
     env = os.environ if environ is None else environ
-    return parse_spec(read_toml(path, "stack spec"), path, env)
+    spec = parse_spec(read_toml(path, "stack spec"), path, env)
+    for warning in spec.warnings:
+        events.emit("warn", warning)
+    return spec
 
 
 def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) -> StackSpec:
@@ -220,6 +276,9 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
     if schema != SCHEMA_VERSION:
         raise r.fail("schema", f"must be {SCHEMA_VERSION} (this envbuild reads schema {SCHEMA_VERSION}), got {schema!r}")
     name = r.str_(data, "name", "")
+    if not _STACK_NAME.match(name):
+        raise r.fail("name", f"must be letters, digits, '.', '_' or '-' (it names files, folders and image "
+                     f"tags), starting with a letter or digit; got {name!r}")
     python = r.str_(data, "python", "")
     if not _PY.match(python):
         raise r.fail("python", f"must be a major.minor version such as \"3.13\", got {python!r}")
@@ -232,10 +291,15 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
             raise r.fail(f"layout.links.{key}", "link names are single names under $HOME (no '/')")
         if Path(target).is_absolute() or ".." in Path(target).parts:
             raise r.fail(f"layout.links.{key}", f"must be a path relative to the data root, got {target!r}")
+    venv = r.str_(lay, "venv", "layout", "venv")
+    parts = venv.split("/")
+    if not all(_VENV_PART.match(p) and p not in (".", "..") for p in parts):
+        raise r.fail("layout.venv", "must be a folder under the data root: a relative path of letters, digits "
+                     f"and _ . + @ - (no '..', not absolute), such as \"venv\"; got {venv!r}")
     layout = Layout(
         root=r.str_(lay, "root", "layout", "/mnt/data"),
         links=links,
-        venv=r.str_(lay, "venv", "layout", "venv"),
+        venv=venv,
         separate_root_fs=r.bool_(lay, "separate_root_fs", "layout"),
         min_free_gb=r.num(lay, "min_free_gb", "layout", 1.0) or 0.0,
     )
@@ -256,10 +320,12 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
         data_min_free_gb=r.num(host_data, "data_min_free_gb", "host", None),
     )
 
+    warnings: list[str] = []
+    env, env_from = _parse_env(r, data, "", warnings)
     raw_steps = data.get("step")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise r.fail("step", "at least one [[step]] table is required")
-    steps = tuple(_parse_step(r, s, i) for i, s in enumerate(raw_steps, 1))
+    steps = tuple(_parse_step(r, s, i, warnings) for i, s in enumerate(raw_steps, 1))
     seen: dict[str, int] = {}
     for i, s in enumerate(steps, 1):
         if s.name in seen:
@@ -274,10 +340,12 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
         abi=abi,
         layout=layout,
         host=host,
-        env=r.str_map(data, "env", ""),
+        env=env,
+        env_from=env_from,
         steps=steps,
         digest=spec_digest(data),
         target=_parse_target(r, r.table(data, "target")),
+        warnings=tuple(warnings),
     )
     _check_baseline(r, spec)
     return spec
@@ -303,6 +371,15 @@ def _parse_abi(r: TomlReader, a: Mapping[str, Any]) -> ABI:
     except InvalidVersion:
         raise r.fail("abi.version", f"not a valid version: {version!r}") from None
     local = r.opt_str(a, "local", "abi")
+    package = r.str_(a, "package", "abi", "torch")
+    _check_project(r, "abi.package", package)
+    cuda = r.opt_str(a, "cuda", "abi")
+    if cuda is not None and not _CUDA.match(cuda):
+        raise r.fail("abi.cuda", f"must be a CUDA major.minor version such as \"13.2\" (torch.version.cuda), got {cuda!r}")
+    protect = r.str_list(a, "protect", "abi")
+    for j, p in enumerate(protect, 1):
+        if not _PROTECT.match(p):
+            raise r.fail(f"abi.protect[{j}]", f"must be a project name or an fnmatch pattern of one (\"nvidia-*\"), got {p!r}")
     if local and local not in version:
         raise r.fail("abi.local", f"{local!r} does not appear in abi.version {version!r}")
     overlaps = []
@@ -314,25 +391,106 @@ def _parse_abi(r: TomlReader, a: Mapping[str, Any]) -> ABI:
         if not isinstance(o, dict):
             raise r.fail(where, "must be a table with packages and winner")
         r.check_keys(o, _OVERLAP_KEYS, where)
-        pkgs = tuple(canonicalize_name(p) for p in r.str_list(o, "packages", where))
-        winner = canonicalize_name(r.str_(o, "winner", where))
+        raw_pkgs = r.str_list(o, "packages", where)
+        for j, p in enumerate(raw_pkgs, 1):
+            _check_project(r, f"{where}.packages[{j}]", p)
+        pkgs = tuple(canonicalize_name(p) for p in raw_pkgs)
+        raw_winner = r.str_(o, "winner", where)
+        _check_project(r, f"{where}.winner", raw_winner)
+        winner = canonicalize_name(raw_winner)
         if len(pkgs) < 2 or winner not in pkgs:
             raise r.fail(where, "needs at least two packages, and winner must be one of them")
         overlaps.append(Overlap(packages=pkgs, winner=winner))
     triton = r.opt_str(a, "triton_provider", "abi")
+    if triton:
+        _check_project(r, "abi.triton_provider", triton)
     return ABI(
-        package=canonicalize_name(r.str_(a, "package", "abi", "torch")),
+        package=canonicalize_name(package),
         version=version,
         local=local,
-        cuda=r.opt_str(a, "cuda", "abi"),
-        protect=tuple(canonicalize_name(p) if "*" not in p else p for p in r.str_list(a, "protect", "abi")),
+        cuda=cuda,
+        protect=tuple(canonicalize_name(p) if "*" not in p else p for p in protect),
         triton_provider=canonicalize_name(triton) if triton else None,
         adopt=r.bool_(a, "adopt", "abi"),
         overlaps=tuple(overlaps),
     )
 
 
-def _parse_step(r: TomlReader, s: Any, i: int) -> Step:
+def _check_project(r: TomlReader, key: str, name: str) -> None:
+    if not _PROJECT.match(name):
+        raise r.fail(key, f"must be a project name (letters, digits, '.', '_', '-'), got {name!r}")
+
+
+def _check_source(r: TomlReader, key: str, value: str) -> None:
+    """An index or find-links location: an http(s) or file URL, or a local path; "" means none."""
+    if not value:
+        return
+    if value.startswith("-"):
+        raise r.fail(key, f"{value!r} starts with '-' and would read as an installer option; give a URL or a path")
+    m = _SCHEME.match(value)
+    if m is None:
+        return  # a local path (pip and uv take a folder for --find-links and --index-url)
+    scheme = m.group(1).lower()
+    if scheme not in SOURCE_SCHEMES:
+        raise r.fail(key, f"the URL scheme {scheme!r} is not allowed here; use {', '.join(SOURCE_SCHEMES)} "
+                     f"(or a local path), got {value!r}")
+    if any(c.isspace() for c in value):
+        raise r.fail(key, f"a URL cannot hold whitespace (percent-encode it as %20), got {value!r}")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - parses the port: ValueError when it is not a number in range
+    except ValueError as exc:
+        raise r.fail(key, f"not a valid URL ({exc}): {value!r}") from None
+    if scheme != "file" and not parts.hostname:
+        raise r.fail(key, f"the URL names no host: {value!r}")
+
+
+def _literal_password(raw: Any) -> bool:
+    """Does the unexpanded ``raw`` URL hold a password written out (not a ${VAR})?"""
+    if not isinstance(raw, str) or not _SCHEME.match(raw):
+        return False
+    try:
+        password = urlsplit(raw).password
+    except ValueError:
+        return False
+    return password is not None and password != "" and "${" not in password
+
+
+def _parse_env(r: TomlReader, data: Mapping[str, Any], where: str,
+               warnings: list[str]) -> tuple[dict[str, str], dict[str, EnvFrom]]:
+    """``[env]`` / ``step[i].env``: names are variable names; a value is a string or ``{ from_env = NAME }``."""
+    value = data.get("env", {})
+    path = f"{where}.env" if where else "env"
+    if not isinstance(value, dict):
+        raise r.fail(path, f"must be a table of strings, got {value!r}")
+    literal: dict[str, str] = {}
+    refs: dict[str, EnvFrom] = {}
+    for name, v in value.items():
+        key = f"{path}.{name}"
+        if not ENV_NAME.match(name):
+            raise r.fail(key, "the name is not an environment variable name: letters, digits and '_', not "
+                         "starting with a digit ([A-Za-z_][A-Za-z0-9_]*)")
+        if isinstance(v, str):
+            literal[name] = r.expand(v, key)
+            if literal[name] and SECRET_NAME.search(name):
+                warnings.append(
+                    f"{r.path}: {key}: {name} looks like a secret, and a literal value is written into the env "
+                    f"overlay, `plan` output, a rendered Dockerfile and its image; take it from the environment "
+                    f"at provision time instead: {name} = {{ from_env = \"{name}\" }}")
+        elif isinstance(v, dict):
+            r.check_keys(v, ("from_env", "required"), key)
+            source = v.get("from_env")
+            if source != name:
+                raise r.fail(f"{key}.from_env", f"must be {name!r}, the variable's own name, got {source!r}: "
+                             f"envbuild passes the environment's {name} on as it is and never copies it "
+                             f"(to use another variable, set {name} from it where envbuild runs)")
+            refs[name] = EnvFrom(name=name, required=r.bool_(v, "required", key, True))
+        else:
+            raise r.fail(key, f"must be a string or {{ from_env = \"{name}\" }}, got {v!r}")
+    return literal, refs
+
+
+def _parse_step(r: TomlReader, s: Any, i: int, warnings: list[str] | None = None) -> Step:
     where = f"step[{i}]"
     if not isinstance(s, dict):
         raise r.fail(where, "must be a table ([[step]])")
@@ -360,12 +518,28 @@ def _parse_step(r: TomlReader, s: Any, i: int) -> Step:
         if not _PROJECT.match(raw):
             raise r.fail(f"{where}.replaces[{j}]", f"must be a project name (such as \"numpy\"), got {raw!r}")
         replaces.append(canonicalize_name(raw))
+    sources = {"extra_index_urls": r.str_list(s, "extra_index_urls", where),
+               "find_links": r.str_list(s, "find_links", where)}
+    if index_url:
+        _check_source(r, f"{where}.index_url", index_url)
+    for key, values in sources.items():
+        for j, u in enumerate(values, 1):
+            _check_source(r, f"{where}.{key}[{j}]", u)
+    notes = warnings if warnings is not None else []
+    raw_sources: list[tuple[str, Any]] = [("index_url", s.get("index_url"))] + [
+        (f"{key}[{j}]", u) for key in sources for j, u in enumerate(s.get(key) or [], 1)]
+    for source_key, u in raw_sources:
+        if _literal_password(u):
+            notes.append(f"{r.path}: {where}.{source_key}: the URL holds a password written into the spec; it is "
+                         "redacted in logs and receipts, but anyone who reads the spec or the lock has it: "
+                         "write it as ${VAR} or keep it in the installer's configuration (pip.conf, a build secret)")
+    env, env_from = _parse_env(r, s, where, notes)
     return Step(
         name=name,
         packages=packages,
         index_url=index_url,
-        extra_index_urls=tuple(u for u in r.str_list(s, "extra_index_urls", where) if u),
-        find_links=tuple(u for u in r.str_list(s, "find_links", where) if u),
+        extra_index_urls=tuple(u for u in sources["extra_index_urls"] if u),
+        find_links=tuple(u for u in sources["find_links"] if u),
         pre=r.bool_(s, "pre", where),
         no_deps=r.bool_(s, "no_deps", where),
         no_build_isolation=r.bool_(s, "no_build_isolation", where),
@@ -373,7 +547,8 @@ def _parse_step(r: TomlReader, s: Any, i: int) -> Step:
         upgrade_strategy=strategy,  # type: ignore[arg-type]
         reinstall=r.bool_(s, "reinstall", where),
         no_index=r.bool_(s, "no_index", where),
-        env=r.str_map(s, "env", where),
+        env=env,
+        env_from=env_from,
         replaces=tuple(dict.fromkeys(replaces)),
     )
 
