@@ -12,7 +12,6 @@ conflict is a ``LayoutError`` unless ``force_links`` moves the thing aside (to
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from envbuild._io import atomic_write_text
 from envbuild.errors import ConfigError, LayoutError
+from envbuild.quoting import check_env_name, sh_export, sh_word
 from envbuild.spec import StackSpec
 
 # The NCCL / allocator baseline from the operator playbook (seed 003). CUDA_DEVICE_MAX_CONNECTIONS
@@ -210,15 +210,26 @@ def _describe(p: Path) -> str:
     return "a file"
 
 
-def write_overlay(spec: StackSpec, paths: Paths) -> Path:
-    """Write the env overlay file (sourced by the venv's activate script)."""
+def overlay_text(spec: StackSpec, paths: Paths) -> str:
+    """The env overlay: one ``export NAME='value'`` line per variable (``quoting.sh_export``), so
+    sourcing it sets exactly these variables and runs nothing. ``from_env`` values are not in it:
+    they stay in the environment of whoever sources it."""
     env = overlay_env(spec, paths)
     lines = ["# Written by envbuild: cache folders on the data root and the NCCL/allocator baseline.",
              "# Sourced by the venv's bin/activate. Edit the stack spec's [env] instead of this file."]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    lines += [f"unset {k}" for k in UNSET_IN_BASELINE]
-    lines.append(f"export PIP_CONSTRAINT={shlex.quote(str(paths.constraints))}")
-    atomic_write_text(paths.overlay, "\n".join(lines) + "\n", private=True)  # [env] values may be secrets
+    lines += [sh_export(k, v, f"{spec.path}: env.{k}") for k, v in env.items()]
+    lines += [f"unset {check_env_name(k, 'the runtime baseline')}" for k in UNSET_IN_BASELINE]
+    lines.append(sh_export("PIP_CONSTRAINT", str(paths.constraints), "the constraints file's path"))
+    if spec.env_from:
+        lines.append("# From the environment of the shell that sources this, never stored here (from_env): "
+                     + " ".join(check_env_name(k, "env") for k in spec.env_from))
+    return "\n".join(lines) + "\n"
+
+
+def write_overlay(spec: StackSpec, paths: Paths) -> Path:
+    """Write the env overlay file (sourced by the venv's activate script)."""
+    text = overlay_text(spec, paths)
+    atomic_write_text(paths.overlay, text, private=True)  # [env] values may be secrets
     return paths.overlay
 
 
@@ -231,6 +242,7 @@ def hook_activate(paths: Paths) -> bool:
     text = activate.read_text()
     if marker in text:
         return True
-    line = f'\n{marker}\n[ -f {shlex.quote(str(paths.overlay))} ] && . {shlex.quote(str(paths.overlay))}\n'
+    overlay = sh_word(str(paths.overlay), "the overlay's path")
+    line = f'\n{marker}\n[ -f {overlay} ] && . {overlay}\n'
     atomic_write_text(activate, text + line)
     return True

@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
                          steps_dir=steps_dir, lock=not args.no_lock, command=_command_line(args, spec.name),
                          tool_src=tool_src.relative_to(context).as_posix() + "/" if tool_src != context else "")
     rendered = render(spec, opts)
+    for warning in rendered.warnings:
+        events.emit("warn", warning)
     if args.check:
         stale = stale_files(rendered, output, context, steps_dir)
         if args.json:

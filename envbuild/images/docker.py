@@ -24,7 +24,15 @@ to a late step rebuilds only that step and the ones after it:
   edit of a late step keeps the earlier layers cached. Without a lock (or with ``--no-lock``)
   the layers resolve from the spec, as on a host;
 - the last layer runs ``envbuild smoke`` (its CPU-capable checks; the GPU ones need
-  ``docker run --gpus all``).
+  ``docker run --gpus all``);
+- a step ``env`` value the spec takes from the environment (``{ from_env = "NAME" }``) reaches
+  its layer as a build secret (``RUN --mount=type=secret,id=NAME``, set for that command only;
+  ``docker build --secret id=NAME,env=NAME``), never as ``ARG``/``ENV``: no layer, history entry
+  or the Dockerfile holds it. An ``[env]`` one is not in the image's ``ENV``: ``docker run -e NAME``.
+
+Every value that is not envbuild's own goes through ``envbuild.quoting`` (``ENV`` values, ``RUN``
+words, ``COPY`` and mount paths, comments), so what the Dockerfile parser and the shell read back
+is exactly the value: a value they cannot carry is refused with exit 2.
 
 ``render`` is pure: it returns the text of every file; the CLI writes them.
 """
@@ -40,11 +48,20 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from envbuild import layout
+from envbuild._toml import read_bounded
 from envbuild.errors import ConfigError
 from envbuild.lock.model import Lock, lock_dir, read_lock
 from envbuild.lock.serve import locked_requirements, prefix_manifest
 from envbuild.plan import make_plan
-from envbuild.spec import StackSpec, parse_spec
+from envbuild.quoting import (
+    check_env_name,
+    docker_comment,
+    docker_env,
+    docker_path,
+    docker_run,
+    sh_word,
+)
+from envbuild.spec import SECRET_NAME, StackSpec, parse_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,6 +74,7 @@ IMAGE_SPEC = "/etc/envbuild/stack.toml"
 IMAGE_LOCK_DIR = "/etc/envbuild"  # lock_dir of IMAGE_SPEC: lock.json and the step files go beside it
 STEP_FILE_GLOBS = ("*.toml", "*.lock.json", "*.txt")  # what a rendered steps folder holds
 IMAGE_WHEELHOUSE = "/wheelhouse"
+SECRETS_DIR = "/run/secrets"  # where RUN --mount=type=secret,id=NAME puts a secret (BuildKit, buildah)
 WHEELHOUSE_CONTEXT = "wheelhouse"
 SYNTAX = "docker/dockerfile:1.7"
 # Build-time package sources and credentials reach a RUN as secrets, never as ARG/ENV or COPY, so
@@ -122,6 +140,7 @@ class Base:
 class Rendered:
     dockerfile: str
     files: Mapping[str, str] = field(default_factory=dict)  # slices (+ lock): context-relative path -> text
+    warnings: tuple[str, ...] = ()  # for the CLI to say (a secret-looking build argument)
 
 
 # ----------------------------------------------------------------------------- base image
@@ -203,15 +222,17 @@ def cuda_check(spec: StackSpec) -> list[str]:
     want = spec.abi.cuda
     if want is None:
         return []
+    need = f"stack {spec.name} needs CUDA {want}: use a CUDA {want} devel base"
     return [
-        f"# CUDA: {spec.name} needs {want}. The base declares its CUDA with CUDA_VERSION (nvidia/cuda, NGC)",
+        docker_comment(f"CUDA: {spec.name} needs {want}. The base declares its CUDA with CUDA_VERSION "
+                       "(nvidia/cuda, NGC)", "abi.cuda"),
         "# or has nvcc; a base that declares another CUDA, or none, stops the build here.",
         'RUN have="${CUDA_VERSION:-}"; have="${have%.*}"; \\',
         '    if [ -z "$have" ] && command -v nvcc >/dev/null 2>&1; then \\',
         "        have=$(nvcc --version | sed -n 's/.*release \\([0-9]*\\.[0-9]*\\).*/\\1/p'); fi; \\",
-        f'    if [ "$have" != "{want}" ]; then \\',
-        f'        echo "envbuild: the base image declares CUDA ${{have:-none}} (CUDA_VERSION or nvcc); '
-        f'stack {spec.name} needs CUDA {want}: use a CUDA {want} devel base" >&2; \\',
+        f'    if [ "$have" != {docker_run([want], "abi.cuda")} ]; then \\',
+        '        echo "envbuild: the base image declares CUDA ${have:-none} (CUDA_VERSION or nvcc);" '
+        f'{docker_run([need], "abi.cuda")} >&2; \\',
         "        exit 1; fi",
         "",
     ]
@@ -227,7 +248,7 @@ def slice_spec(spec: StackSpec) -> list[str]:
     only when something up to that step changes. Each slice is checked to parse to the same
     data as the full spec with the later steps dropped.
     """
-    text = spec.path.read_text(encoding="utf-8")
+    text = read_bounded(spec.path, "stack spec").decode("utf-8")
     lines = text.splitlines(keepends=True)
     headers = [i for i, line in enumerate(lines) if _STEP_HEADER.match(line)]
     full = tomllib.loads(text)
@@ -256,7 +277,7 @@ def slice_spec(spec: StackSpec) -> list[str]:
 
 def spec_vars(spec: StackSpec) -> list[str]:
     """``${VAR}`` names the spec reads from the environment: build arguments of the image."""
-    text = spec.path.read_text(encoding="utf-8")
+    text = read_bounded(spec.path, "stack spec").decode("utf-8")
     names = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", "".join(
         line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#")))
     return sorted(set(names))
@@ -277,29 +298,40 @@ def stack_lock(spec: StackSpec) -> Lock | None:
 def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     base = choose_base(spec, opts)
     plan = make_plan(spec)
+    root = image_path(opts.root, "--root")
+    if opts.venv:
+        image_path(opts.venv, "--venv")
+    docker_path(opts.steps_dir, "the spec slices' folder (from -o)")
+    if opts.tool_src:
+        docker_path(opts.tool_src, "envbuild's source folder in the build context")
     slices = slice_spec(spec)
     lock = stack_lock(spec) if opts.lock else None
-    root = opts.root
     paths = layout.Paths(root=Path(root), venv_name=opts.venv or spec.layout.venv)
     venv = opts.venv or f"{root}/{spec.layout.venv}"
     constraints = str(paths.constraints)
     cache = paths.cache_env()
-    py = spec.python
+    py = sh_word(spec.python, "python")
     files: dict[str, str] = {}
     wheelhouse_vars = {"ENVBUILD_WHEELHOUSE"}
+    secret_names = list(dict.fromkeys(k for s in spec.steps for k in s.env_from))
     out: list[str] = [
         f"# syntax={SYNTAX}",
-        f"# Generated by `{opts.command}`; do not edit (CI re-renders it and fails when it is stale).",
-        f"# Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
-        + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "") + f", Python {py}"
-        + (" (adopted from the base image)" if spec.abi.adopt else "") + ".",
+        docker_comment(f"Generated by `{opts.command}`; do not edit (CI re-renders it and fails when it is stale).",
+                       "the command line that renders this file"),
+        docker_comment(f"Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
+                       + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "") + f", Python {py}"
+                       + (" (adopted from the base image)" if spec.abi.adopt else "") + ".", "the stack"),
         "#",
         "# Build (BuildKit):",
-        f"#   docker build -f <this file> --build-context {WHEELHOUSE_CONTEXT}=/mnt/data/wheelhouse -t envbuild/{spec.name} .",
+        docker_comment(f"  docker build -f <this file> --build-context {WHEELHOUSE_CONTEXT}=/mnt/data/wheelhouse "
+                       f"-t envbuild/{spec.name} .", "the stack"),
         f"#   (the `{WHEELHOUSE_CONTEXT}` context holds the prebuilt wheels: `envbuild wheelhouse build` / `mirror`)",
+        *([docker_comment("  the spec takes these from the environment (from_env), given as build secrets: "
+                          + " ".join(f"--secret id={n},env={n}" for n in secret_names), "env")]
+          if secret_names else []),
         "# The last layer runs the CPU-capable smoke checks; run the GPU ones on a GPU host:",
-        f"#   docker run --rm --gpus all --ipc=host envbuild/{spec.name} \\",
-        f"#       envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv}",
+        docker_comment(f"  docker run --rm --gpus all --ipc=host envbuild/{spec.name} \\", "the stack"),
+        docker_comment(f"      envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv}", "--root"),
         *(["# Every step installs from the stack's lock (hash-pinned): each layer copies the part it needs."]
           if lock else []),
         "",
@@ -317,7 +349,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
                  "--mount=type=cache,target=/var/lib/apt,sharing=locked")
     out += cuda_check(spec)
     if spec.abi.adopt:
-        tool_python = f"{venv}/bin/python"
+        tool_python = sh_word(f"{venv}/bin/python")
         out += [
             f"# {spec.abi.package} comes from the base image's environment {venv}; no step installs it.",
             "# hadolint ignore=DL3008",
@@ -364,8 +396,8 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         "# envbuild first, in its own venv (never in the training venv). Only the package code is",
         "# copied: the stack specs come per layer below, so a spec edit does not reinstall envbuild",
         "# (the profile folders pyproject.toml lists are made empty; the image uses --stack).",
-        f"COPY {opts.tool_src}pyproject.toml /src/envbuild/",
-        f"COPY {opts.tool_src}envbuild/ /src/envbuild/envbuild/",
+        f"COPY {docker_path(opts.tool_src + 'pyproject.toml', 'envbuild source')} /src/envbuild/",
+        f"COPY {docker_path(opts.tool_src + 'envbuild/', 'envbuild source')} /src/envbuild/envbuild/",
         f"RUN --mount=type=cache,target=/root/.cache/pip {SECRETS} \\",
         "    mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md \\",
         "    && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"' \\",
@@ -379,17 +411,21 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     overlay = layout.overlay_env(spec, paths)
     overlay.pop("PIP_CACHE_DIR", None)
     overlay.pop("UV_CACHE_DIR", None)  # cache mounts at build time; the image itself stays small
-    env_lines = [f"VIRTUAL_ENV={venv}", f"PATH={venv}/bin:$PATH"]
-    env_lines += [f"{k}={_env_quote(v)}" for k, v in overlay.items()]
+    env_lines = [docker_env("VIRTUAL_ENV", venv, "--venv"), f"PATH={docker_path(venv, '--venv')}/bin:$PATH"]
+    env_lines += [docker_env(k, v, f"{spec.path}: env.{k}") for k, v in overlay.items()]
     out += [
         "# The environment overlay (what the venv's activate sources on a host): set before the first",
-        "# step, so every RUN below and every `docker run` has it.",
+        "# step, so every RUN below and every `docker run` has it."
+        + (" The spec's from_env values are not here: `docker run -e NAME`." if spec.env_from else ""),
         "ENV " + " \\\n    ".join(env_lines),
         "",
     ]
-    build_args = [v for v in spec_vars(spec) if v not in wheelhouse_vars]
+    build_args = [check_env_name(v, "a ${VAR} of the spec") for v in spec_vars(spec) if v not in wheelhouse_vars]
     if build_args:
         out += ["# The spec's ${VAR} references, settable with --build-arg.", *[f"ARG {v}" for v in build_args], ""]
+    warnings = [f"{spec.path}: ${{{v}}} becomes the build argument {v}, and build arguments are kept in the "
+                f"image's history; give a secret to the image as a build secret instead: {{ from_env = \"{v}\" }} "
+                "in the step's env" for v in build_args if SECRET_NAME.search(v)]
     cache_mounts = (f"--mount=type=cache,target={cache['PIP_CACHE_DIR']} "
                     f"--mount=type=cache,target={cache['UV_CACHE_DIR']}")
     wheelhouse_mount = f"--mount=type=bind,from={WHEELHOUSE_CONTEXT},target={IMAGE_WHEELHOUSE}"
@@ -402,12 +438,12 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     total = len(plan.steps)
     copied: set[str] = set()  # step files already in the image
     for planned, text in zip(plan.steps, slices, strict=True):
-        rel = f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.toml"
+        rel = docker_path(f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.toml", "a spec slice")
         files[rel] = text
         lock_copies: list[str] = []
         if lock is not None:
             count = len(tomllib.loads(text)["step"])
-            rel_lock = f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.lock.json"
+            rel_lock = docker_path(f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.lock.json", "a lock slice")
             files[rel_lock] = json.dumps(prefix_manifest(lock, count), indent=2) + "\n"
             lock_copies.append(f"COPY {rel_lock} {IMAGE_LOCK_DIR}/lock.json")
             new = [s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied]
@@ -416,49 +452,64 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
                 files[f"{opts.steps_dir}/{name}"] = (lock.folder / name).read_text(encoding="utf-8")
                 copied.add(name)
             if new:
-                lock_copies.append(f"COPY {' '.join(f'{opts.steps_dir}/{n}' for n in new)} {IMAGE_LOCK_DIR}/")
+                lock_copies.append(f"COPY {' '.join(docker_path(f'{opts.steps_dir}/{n}', 'a lock step file') for n in new)} "
+                                   f"{IMAGE_LOCK_DIR}/")
         mounts = [cache_mounts, SECRETS]
         env_prefix = ""
         if opts.offline or planned.step.find_links:
             mounts.append(wheelhouse_mount)
             if planned.step.find_links and not opts.offline:
                 env_prefix = f"ENVBUILD_WHEELHOUSE={IMAGE_WHEELHOUSE} "
+        secrets = [check_env_name(k, f"step[{planned.number}].env") for k in planned.step.env_from]
+        mounts += [f"--mount=type=secret,id={k}" for k in secrets]
         out += [
-            f"# step {planned.number}/{total} {planned.name} ({planned.role}): {', '.join(planned.step.names)}",
+            docker_comment(f"step {planned.number}/{total} {planned.name} ({planned.role}): "
+                           f"{', '.join(planned.step.names)}", f"step[{planned.number}]"),
             f"COPY {rel} {IMAGE_SPEC}",
             *lock_copies,
             f"RUN {' '.join(mounts)} \\",
-            f"    {env_prefix}{' '.join(provision)} --step {planned.name}",
+            *[f"    {secret_line(k)} \\" for k in secrets],
+            f"    {env_prefix}{docker_run([*provision, '--step', planned.name], 'the provision command')}",
             "",
         ]
         if planned.number == max(pinned_after, 1):
             out += [
-                f"# {spec.abi.package} is frozen from here on: every later layer, and every `pip install` /",
+                docker_comment(f"{spec.abi.package} is frozen from here on: every later layer, and every "
+                               "`pip install` /", "abi.package"),
                 "# `uv pip install` a user of this image runs, reads the constraints file.",
-                f"ENV PIP_CONSTRAINT={constraints} \\",
-                f"    UV_CONSTRAINT={constraints}",
+                f"ENV {docker_env('PIP_CONSTRAINT', constraints, '--root')} \\",
+                f"    {docker_env('UV_CONSTRAINT', constraints, '--root')}",
                 "",
             ]
-    runtime_caches = " ".join(str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
-                              if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR"))
+    runtime_caches = [str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
+                      if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")]
+    smoke = ["envbuild", "smoke", "--stack", IMAGE_SPEC, "--root", root, "--venv", venv]
     out += [
         "# Smoke: the checks that run without a GPU; the rest with `docker run --gpus all` (see the top).",
         "# Then the run-time caches (Triton, Inductor, HF) are opened to any user: the image runs as",
         "# root by default and also as `docker run --user UID:GID` (the venv stays read-only to it).",
-        f"RUN envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv} \\",
-        f"    && chmod 1777 {runtime_caches}",
+        f"RUN {docker_run(smoke, '--root')} \\",
+        f"    && {docker_run(['chmod', '1777', *runtime_caches], '--root')}",
         "",
         "WORKDIR /root",
         'CMD ["/bin/bash"]',
         "",
     ]
-    return Rendered(dockerfile="\n".join(out), files=files)
+    return Rendered(dockerfile="\n".join(out), files=files, warnings=tuple(warnings))
 
 
-def _env_quote(value: str) -> str:
-    if re.fullmatch(r"[A-Za-z0-9_./:,+=@%-]*", value) and value:
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def image_path(path: str, what: str) -> str:
+    """An absolute path inside the image, of the characters a Dockerfile takes bare."""
+    if not PurePosixPath(path).is_absolute():
+        raise ConfigError(f"{what} {path!r} must be an absolute path inside the image")
+    return docker_path(path, what)
+
+
+def secret_line(name: str) -> str:
+    """Shell that sets ``name`` from its build secret for this one ``RUN`` (a file under
+    /run/secrets: BuildKit and buildah alike); unset without the secret, as on a host without it."""
+    file = f"{SECRETS_DIR}/{check_env_name(name, 'env')}"
+    return f'if [ -f {file} ]; then {name}="$(cat {file})"; export {name}; fi;'
 
 
 DOCKERIGNORE = """\

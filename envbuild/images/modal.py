@@ -23,12 +23,17 @@ The file exposes ``image()`` (the ``modal.Image``), so a user writes
 ``from <module> import image`` and ``modal.App(image=image())``, plus the plan as data (``STEPS``).
 Modal's ``.env()`` quotes values (no ``$PATH`` expansion), so ``PATH`` is written out in full.
 
+Every value from the spec or the command line is a Python literal (``quoting.py_literal``) or
+escaped for the docstring (``quoting.py_docstring``); the shell commands the layers run quote
+their words (``quoting.sh_join``). A step ``env`` value the spec takes from the environment
+(``from_env``) reaches its layer as a Modal secret built from the environment of whoever imports
+the file (``modal.Secret.from_local_environ``), never as ``.env()`` or a literal.
+
 ``render_modal`` is pure: it returns the text of every file; the CLI writes them.
 """
 
 from __future__ import annotations
 
-import pprint
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +56,7 @@ from envbuild.images.docker import (
     stack_lock,
 )
 from envbuild.plan import make_plan
+from envbuild.quoting import check_env_name, py_docstring, py_literal, sh_join, sh_word
 from envbuild.spec import StackSpec
 
 if sys.version_info >= (3, 11):
@@ -80,6 +86,7 @@ class StepLayer:
     lock: str | None  # context-relative: the lock's prefix manifest for this slice
     files: tuple[str, ...]  # context-relative: hash-pinned step files this slice adds
     wheelhouse: bool  # a find-links step: the wheelhouse goes to /wheelhouse first
+    secrets: tuple[str, ...] = ()  # the step's from_env names: a Modal secret from the importer's environment
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,8 @@ def step_layers(spec: StackSpec, rendered: Rendered, opts: DockerOptions) -> tup
             new = [s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied]
             copied.update(n for n in new if n)
         out.append(StepLayer(planned.name, f"{stem}.toml", lock_rel,
-                             tuple(f"{opts.steps_dir}/{n}" for n in new if n), bool(planned.step.find_links)))
+                             tuple(f"{opts.steps_dir}/{n}" for n in new if n), bool(planned.step.find_links),
+                             tuple(planned.step.env_from)))
     return tuple(out)
 
 
@@ -133,12 +141,12 @@ def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
     env = {"VIRTUAL_ENV": venv, "PATH": path, **overlay}
     plan = make_plan(spec)
     pin_after = None if spec.abi.adopt else next(s.name for s in plan.steps if s.role == "baseline")
-    provision = f"envbuild provision --stack {IMAGE_SPEC} --root {docker.root} --home /root"
+    provision = ["envbuild", "provision", "--stack", IMAGE_SPEC, "--root", docker.root, "--home", "/root"]
     if spec.abi.adopt:
-        provision += f" --venv {venv}"
-    runtime_caches = " ".join(str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
-                              if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR"))
-    target = f"--stack {IMAGE_SPEC} --root {docker.root} --venv {venv}"
+        provision += ["--venv", venv]
+    runtime_caches = [str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
+                      if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")]
+    target = ["--stack", IMAGE_SPEC, "--root", docker.root, "--venv", venv]
     values = {
         "STACK": spec.name,
         "SPEC_DIGEST": spec.digest,
@@ -153,19 +161,21 @@ def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
         "CONSTRAINTS": str(paths.constraints),
         "PIN_AFTER": pin_after,
         "STEPS": [(s.name, s.spec, s.lock, list(s.files), s.wheelhouse) for s in layers],
-        "PROVISION": provision,
+        "SECRETS": {s.name: [check_env_name(k, f"step {s.name} env") for k in s.secrets] for s in layers if s.secrets},
+        "PROVISION": sh_join(provision, "--root"),
         "SPEC_VARS": [v for v in spec_vars(spec) if v != "ENVBUILD_WHEELHOUSE"],
         "TOOL_INSTALL": _tool_install(spec.python if not spec.abi.adopt else None, venv),
-        "VERIFY": [f"envbuild verify {target}",
-                   f"envbuild smoke {target} && chmod 1777 {runtime_caches}"],
+        "VERIFY": [sh_join(["envbuild", "verify", *target], "--root"),
+                   sh_join(["envbuild", "smoke", *target], "--root") + " && "
+                   + sh_join(["chmod", "1777", *runtime_caches], "--root")],
     }
     source = _SOURCE.format(
-        command=docker.command,
-        summary=f"Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
-        + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "") + f", Python {spec.python}.",
+        command=py_docstring(docker.command, "the command line that renders this file"),
+        summary=py_docstring(f"Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
+                             + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "") + f", Python {spec.python}.",
+                             "the stack"),
         mode=opts.mode,
-        values="\n".join(f"{k}{_ANNOTATIONS.get(k, '')} = {pprint.pformat(v, width=100, sort_dicts=False)}"
-                          for k, v in values.items()),
+        values="\n".join(f"{k}{_ANNOTATIONS.get(k, '')} = {py_literal(v)}" for k, v in values.items()),
         image_dir=IMAGE_LOCK_DIR, image_spec=IMAGE_SPEC, wheelhouse=IMAGE_WHEELHOUSE,
     )
     return RenderedModal(source=source, dockerfile=rendered.dockerfile if opts.mode == "dockerfile" else None,
@@ -173,12 +183,13 @@ def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
 
 
 _ANNOTATIONS = {"STEPS": ": list[tuple[str, str, str | None, list[str], bool]]", "SPEC_VARS": ": list[str]",
+                "SECRETS": ": dict[str, list[str]]",
                 "BASE": ": str | None", "DOCKERFILE_NAME": ": str | None", "PIN_AFTER": ": str | None"}
 
 
 def _tool_install(python: str | None, venv: str) -> str:
     """envbuild in its own venv, as in the Dockerfile (the profile folders pyproject lists made empty)."""
-    interpreter = f"python{python}" if python else f"{venv}/bin/python"
+    interpreter = sh_word(f"python{python}" if python else f"{venv}/bin/python", "--venv")
     return (
         "mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md"
         " && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"'"
@@ -229,7 +240,8 @@ def image(wheelhouse: str | os.PathLike[str] | None = None) -> modal.Image:
     if MODE == "dockerfile":
         assert DOCKERFILE_NAME is not None
         return modal.Image.from_dockerfile(HERE / DOCKERFILE_NAME, context_dir=CONTEXT,
-                                           build_args={{k: v for k, v in build_env.items() if v is not None}})
+                                           build_args={{k: v for k, v in build_env.items() if v is not None}},
+                                           secrets=_secrets(sorted({{n for names in SECRETS.values() for n in names}})))
     if BASE is None:
         img = modal.Image.debian_slim(python_version=PYTHON)
     else:
@@ -260,8 +272,17 @@ def image(wheelhouse: str | os.PathLike[str] | None = None) -> modal.Image:
                 img = img.add_local_dir(Path(house), "{wheelhouse}", copy=True)
                 copied = True
             prefix = "ENVBUILD_WHEELHOUSE={wheelhouse} "
-        img = img.run_commands(f"{{prefix}}{{PROVISION}} --step {{name}}", env=build_env or None)
+        img = img.run_commands(f"{{prefix}}{{PROVISION}} --step {{name}}", env=build_env or None,
+                               secrets=_secrets(SECRETS.get(name, [])))
         if name == PIN_AFTER:
             img = img.env({{"PIP_CONSTRAINT": CONSTRAINTS, "UV_CONSTRAINT": CONSTRAINTS}})
     return img.run_commands(*VERIFY).workdir("/root")
+
+
+def _secrets(names: list[str]) -> list[modal.Secret] | None:
+    """The stack's from_env values of a step, from this environment: a build secret of its layer
+    (never an .env() value, so no image layer holds them). Unset ones are left to envbuild
+    provision, which refuses to run a step without a required one."""
+    present = [n for n in names if os.environ.get(n)]
+    return [modal.Secret.from_local_environ(present)] if present else None
 '''
