@@ -99,8 +99,7 @@ def read_lockfile(path: Path) -> str:
 
 def _views(lock: Lock, envs: list[Environment], torch_name: str, several_pythons: bool) -> list[View]:
     groups: dict[tuple[str, tuple[str, ...], tuple[int, ...]], list[tuple[Environment, Any]]] = {}
-    for env in envs:
-        members = lock.members(env)
+    for env, members in zip(envs, lock.members_of(envs), strict=True):
         sig = (env.platform, env.selection, tuple(e.key for e in members.entries))
         groups.setdefault(sig, []).append((env, members))
     by_label: dict[tuple[str, tuple[str, ...]], int] = {}

@@ -93,7 +93,7 @@ def _pythons(lock: Lock, narrow: Narrow) -> list[str]:
         except InvalidSpecifier:
             allowed = None
     minors: set[int] = set()
-    for text in lock.marker_texts:
+    for text in dict.fromkeys(lock.marker_texts):
         if "python" not in text:
             continue
         for m in _PY_LITERAL.finditer(text):

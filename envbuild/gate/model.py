@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from envbuild.gate.markers import InvalidMarker, MarkerCache, evaluate_tree
+from envbuild.gate.markers import InvalidMarker, MarkerCache
 
 Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -61,6 +61,7 @@ class Environment:
     selection: tuple[str, ...] = ()  # the conflicting extras/groups chosen, in words ("extra cu128")
     pythons: tuple[str, ...] = ()  # when merged: every Python this label stands for
     _cache: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _answers: dict[int, list[bool]] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -81,8 +82,8 @@ class Environment:
             return True
         got = self._cache.get(marker)
         if got is None:
-            got = evaluate_tree(cache.tree(marker), self.values, self.extras, self.groups)
-            self._cache[marker] = got
+            answers = self._answers.setdefault(id(cache), [])
+            got = self._cache[marker] = cache.evaluate(marker, self.values, self.extras, self.groups, answers)
         return got
 
 
@@ -99,11 +100,19 @@ class Members:
     entries: list[Entry]
     edges: dict[int, dict[str, int]] = field(default_factory=dict)  # entry key -> dep name -> entry key
     roots: frozenset[int] = frozenset()  # the project's own entries (not installed from an index)
+    # resolved for many environments at once: entry key -> dep name -> [(target key, env mask)], this one's bit
+    edge_masks: dict[int, dict[str, list[tuple[int, int]]]] | None = None
+    bit: int = 0
 
     def named(self, name: str) -> list[Entry]:
         return [e for e in self.entries if e.name == name]
 
     def target_of(self, entry: Entry, name: str, all_entries: list[Entry]) -> Entry | None:
+        if self.edge_masks is not None:
+            for target, mask in self.edge_masks.get(entry.key, {}).get(name, ()):
+                if mask & self.bit:
+                    return all_entries[target]
+            return None
         key = self.edges.get(entry.key, {}).get(name)
         return all_entries[key] if key is not None else None
 
@@ -115,6 +124,7 @@ class Lock:
     entries: list[Entry]
     indexes: list[str] = field(default_factory=list)
     resolve: Callable[[Environment], Members] | None = None
+    resolve_all: Callable[[list[Environment]], list[Members]] | None = None
     # what the environments are made of
     requires_python: str | None = None
     environments: list[str] = field(default_factory=list)  # markers the lock is limited to
@@ -135,6 +145,12 @@ class Lock:
         if self.resolve is not None:
             return self.resolve(env)
         return Members([e for e in self.entries if self._applies(e, env)])
+
+    def members_of(self, envs: list[Environment]) -> list[Members]:
+        """What each of ``envs`` installs (a format may resolve them all in one pass)."""
+        if self.resolve_all is not None and envs:
+            return self.resolve_all(envs)
+        return [self.members(env) for env in envs]
 
     def _applies(self, entry: Entry, env: Environment) -> bool:
         try:

@@ -31,7 +31,7 @@ def parse(path: Path, text: str) -> Lock:
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             raise LockParseError(f"package[{i}] has no name")
         requires = []
-        declared = p.get("dependencies") if isinstance(p.get("dependencies"), dict) else {}
+        declared: dict[str, Any] = p["dependencies"] if isinstance(p.get("dependencies"), dict) else {}
         for dep, spec in declared.items():
             for one in spec if isinstance(spec, list) else [spec]:
                 if isinstance(one, str):

@@ -164,8 +164,100 @@ def parse(path: Path, text: str) -> Lock:
                             stack.append((t, dep_extras))
         return Members([entries[k] for k in sorted(installed)], taken, root_set)
 
+    def resolve_all(envs: list[Environment]) -> list[Members]:
+        """Every environment in one walk: each node carries the bit mask of the environments that
+        reach it, and an edge passes on the bits where its marker holds (``MarkerCache.masks``)."""
+        n = len(envs)
+        everywhere = (1 << n) - 1
+        atom_masks: list[int] = []
+        marker_mask: dict[str, int] = {}
+
+        def mask(marker: str | None) -> int:
+            if not marker:
+                return everywhere
+            got = marker_mask.get(marker)
+            if got is None:
+                try:
+                    got = lock.markers.masks(marker, envs, atom_masks) & everywhere
+                except InvalidMarker:
+                    got = everywhere  # followed everywhere; the marker is a finding (``broken-marker``)
+                marker_mask[marker] = got
+            return got
+
+        def where(tag: str) -> int:
+            bits = 0
+            for j, env in enumerate(envs):
+                if tag in env.extras:
+                    bits |= 1 << j
+            return bits
+
+        fork_mask = {k: _any(mask(m) for m in ms) for k, ms in fork_markers.items()}
+        reach: dict[tuple[int, frozenset[str]], int] = {}
+        edge_masks: dict[int, dict[str, list[tuple[int, int]]]] = {}
+        work: list[tuple[tuple[int, frozenset[str]], int]] = []
+        for k in roots:
+            reach[(k, frozenset())] = everywhere
+            work.append(((k, frozenset()), everywhere))
+        while work:
+            (key, extras), delta = work.pop()
+            lists: list[tuple[list[tuple[tuple[int, ...], str | None, frozenset[str]]], int]] = [(plain[key], delta)]
+            lists += [(optional[key].get(x, []), delta) for x in extras]
+            if key in root_set:
+                project = entries[key].name
+                lists += [(v, delta & where(pseudo(project, x, "extra"))) for x, v in optional[key].items()]
+                lists += [(v, delta & where(pseudo(project, g, "group"))) for g, v in dev[key].items()]
+            for edge_list, bits in lists:
+                if not bits:
+                    continue
+                for targets, marker, dep_extras in edge_list:
+                    m = bits & mask(marker)
+                    if not m:
+                        continue
+                    if len(targets) > 1:
+                        parts, assigned = [], 0
+                        for t in targets:
+                            mt = m & fork_mask.get(t, everywhere)
+                            assigned |= mt
+                            parts.append((t, mt))
+                        left = m & ~assigned
+                        pushes = [(t, mt | left) for t, mt in parts]
+                    else:
+                        pushes = [(t, m) for t in targets]
+                    for t, mt in pushes:
+                        if not mt:
+                            continue
+                        slots = edge_masks.setdefault(key, {}).setdefault(entries[t].name, [])
+                        for i, (tk, old) in enumerate(slots):
+                            if tk == t:
+                                slots[i] = (t, old | mt)
+                                break
+                        else:
+                            slots.append((t, mt))
+                        node = (t, dep_extras)
+                        new = mt & ~reach.get(node, 0)
+                        if new:
+                            reach[node] = reach.get(node, 0) | new
+                            work.append((node, new))
+        by_key: dict[int, int] = {}
+        for (k, _), bits in reach.items():
+            by_key[k] = by_key.get(k, 0) | bits
+        order = sorted(by_key)
+        out = []
+        for j in range(n):
+            bit = 1 << j
+            out.append(Members([entries[k] for k in order if by_key[k] & bit], {}, root_set, edge_masks, bit))
+        return out
+
     lock.resolve = resolve
+    lock.resolve_all = resolve_all
     return lock
+
+
+def _any(masks: Any) -> int:
+    bits = 0
+    for m in masks:
+        bits |= m
+    return bits
 
 
 def _holds(env: Environment, marker: str, lock: Lock) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from envbuild.gate.context import Context
 from envbuild.gate.environments import Narrow, enumerate_environments
 from envbuild.gate.markers import InvalidMarker
-from envbuild.gate.model import Entry, Environment, Lock
+from envbuild.gate.model import Entry, Environment, Lock, Members
 from envbuild.gate.rules.pins import local_of, public_of
 
 __all__ = ["check"]
@@ -24,25 +24,28 @@ def _covered(lock: Lock, env: Environment) -> bool:
         return True
 
 
-def _one(lock: Lock, env: Environment, name: str) -> Entry | None:
-    got = [e for e in lock.members(env).entries if e.name == name]
+def _one(members: Members, name: str) -> Entry | None:
+    got = [e for e in members.entries if e.name == name]
     versions = {e.version for e in got if e.version}
     return got[0] if len(versions) == 1 else None
 
 
 def check(ctx: Context, old: Lock, ref: str, narrow: Narrow) -> None:
-    for env in enumerate_environments(old, narrow):
+    envs = enumerate_environments(old, narrow)
+    before_all = old.members_of(envs)
+    after_all = ctx.lock.members_of(envs)
+    for env, was, now in zip(envs, before_all, after_all, strict=True):
         for name in sorted(ctx.policy.protected):
-            before = _one(old, env, name)
+            before = _one(was, name)
             if before is None or before.version is None:
                 continue
             if not _covered(ctx.lock, env):
                 ctx.add(name, "torch-gone", f"{name} {before.version} at {ref}; this lock no longer covers "
                         "the environment", env)
                 continue
-            after = _one(ctx.lock, env, name)
+            after = _one(now, name)
             if after is None or after.version is None:
-                if not any(e.name == name for e in ctx.lock.members(env).entries):
+                if not any(e.name == name for e in now.entries):
                     ctx.add(name, "torch-gone", f"{name} {before.version} at {ref}; not installed here any more",
                             env)
                 continue

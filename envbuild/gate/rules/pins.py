@@ -81,14 +81,14 @@ def _markers(ctx: Context) -> None:
     for entry in ctx.lock.entries:
         if entry.marker:
             try:
-                ctx.lock.markers.tree(entry.marker)
+                ctx.lock.markers.check(entry.marker)
             except InvalidMarker as exc:
                 ctx.add(entry.name, "broken-marker", f"marker `{entry.marker}` does not parse ({_first_line(exc)}); "
                         "the entry is counted in every environment", None, entry)
     owners = ctx.lock.extra.get("marker_owner", {})
     for text in dict.fromkeys(ctx.lock.marker_texts):
         try:
-            ctx.lock.markers.tree(text)
+            ctx.lock.markers.check(text)
         except InvalidMarker as exc:
             owner = ctx.lock.entries[owners[text]] if text in owners else None
             what = f"a dependency marker of {owner.label()}" if owner else "marker"
