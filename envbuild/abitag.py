@@ -18,6 +18,8 @@ Labels read (case-insensitive: lock files lower-case the local part; ``-``/``_``
   ``torch_version`` (compared exactly) is for envbuild's labels alone.
 - ``envbuild``: envbuild's wheelhouse (``format_label``), ``cu132torch2.12.0.dev20260405``,
   ``cputorch2.13.0``: CUDA major.minor or CPU, the full torch version.
+- ``natten``: NATTEN's wheels (whl.natten.org), torch first: ``torch2100cu130``, ``torch260cu126``,
+  ``torch2.10cu128``: torch major.minor (digits as FA3's), CUDA major.minor.
 - ``pt``: PyG's spelling and its variants, ``pt25cu124``, ``pt113cu117``, ``pt25cpu``,
   ``pt210cu128``, ``cu128pt2.10``, ``pt2.10cu128``: torch major.minor.
 
@@ -62,7 +64,7 @@ class AbiClaim:
     cpu: bool  # explicitly built for CPU
     rocm: str | None  # "6.2" for rocm6.2
     cxx11abi: bool | None  # None: not claimed
-    style: str  # "dao-ailab" | "community" | "fa3" | "envbuild" | "pt"
+    style: str  # "dao-ailab" | "community" | "fa3" | "envbuild" | "pt" | "natten"
     text: str  # the local label it was read from, as written
 
 
@@ -106,6 +108,9 @@ _FA3 = re.compile(
     + r"(?:\.[0-9a-f]{4,40})?",
     re.ASCII,
 )
+# NATTEN (whl.natten.org): torch first, then the accelerator: 0.21.6+torch2100cu130, +torch260cu126
+_TORCH_FIRST = re.compile(
+    r"torch(?:(?P<cmaj>\d)(?P<cmin>\d{1,2})(?P<cpat>\d)|(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)?)" + _ACC, re.ASCII)
 _PT = r"pt(?:(?P<cmaj>\d)(?P<cmin>\d{1,2})|(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)?)"
 _PT_FIRST = re.compile(_PT + _ACC, re.ASCII)  # pt25cu124, pt2.10cu128, pt25cpu
 _PT_LAST = re.compile(_ACC + _PT, re.ASCII)  # cu128pt2.10, cu128pt210
@@ -205,6 +210,14 @@ def _torch_claim(label: str, raw: str) -> AbiClaim | None:
         cuda, cpu, rocm = _acc(m)
         torch = (int(m.group("maj")), int(m.group("min")))
         return AbiClaim(torch, None, cuda, cpu, rocm, m.group("abi") == "true", "fa3", raw)
+    m = _TORCH_FIRST.fullmatch(label)
+    if m is not None:
+        cuda, cpu, rocm = _acc(m)
+        if m.group("cmaj") is not None:
+            torch = (int(m.group("cmaj")), int(m.group("cmin")))
+        else:
+            torch = (int(m.group("maj")), int(m.group("min")))
+        return AbiClaim(torch, None, cuda, cpu, rocm, None, "natten", raw)
     return None
 
 

@@ -404,3 +404,14 @@ def test_fast() -> None:
             parse_claim(name)
     per_call = (time.perf_counter() - start) / (1_000 * len(names))
     assert per_call < 50e-6, f"{per_call * 1e6:.1f} µs per call"  # a few µs on a dev machine
+
+
+def test_natten_puts_torch_first() -> None:
+    """NATTEN's wheels (whl.natten.org) read ``+torch2100cu130``: the order a real lock holds
+    (NVIDIA/physicsnemo's uv.lock pairs them with a newer torch, which this catches)."""
+    claim = parse_claim("https://whl.natten.org/cu130/torch2.10.0/natten-0.21.6+torch2100cu130-cp312-cp312-linux_x86_64.whl")
+    assert claim is not None and (claim.torch, claim.cuda, claim.style) == ((2, 10), (13, 0), "natten")
+    assert parse_claim("0.21.6+torch260cu126").torch == (2, 6)  # type: ignore[union-attr]
+    assert [m.kind for m in mismatches(claim, torch_build("2.12.0+cu130"))] == ["torch-minor"]
+    assert mismatches(claim, torch_build("2.10.0+cu130")) == []
+    assert parse_claim("0.21.6+torch2100") is None  # no accelerator: not this format

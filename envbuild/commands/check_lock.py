@@ -107,11 +107,15 @@ def _policy(args: argparse.Namespace) -> Policy:
 
 
 def _plain_table(report: FileReport) -> str:
-    rows = [("environment", "torch", "result")] + [
-        (r.name, r.torch or "-", "ok" if not r.findings else f"{r.findings} finding(s)") for r in report.environments]
+    from envbuild.gate.output import table_rows
+
+    columns, body, note = table_rows(report)
+    rows = [columns, *body]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{report.file} ({report.format})"]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if note:
+        lines.append(f"  ({note})")
     return "\n".join(lines)
 
 

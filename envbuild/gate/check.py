@@ -168,7 +168,7 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     report.notices = [*lock.notes, *ctx.notices]
     if not envs:
         report.notices.append("no environment of this lock matches --environment/--python/--group")
-    report.unverified = ctx.explain
+    report.unverified = ctx.explanations()
     report.unchecked = ctx.unchecked
     report.seconds = time.monotonic() - t0
     return report

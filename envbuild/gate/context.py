@@ -38,7 +38,7 @@ class Context:
     index_urls: tuple[str, ...] = ()
     findings: dict[tuple[str, str, str], Finding] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
-    explain: list[str] = field(default_factory=list)  # what could not be verified, and why
+    explain: dict[str, list[str]] = field(default_factory=dict)  # what could not be verified, and why -> where
     unchecked: list[str] = field(default_factory=list)
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
 
@@ -56,9 +56,21 @@ class Context:
         if text not in self.notices:
             self.notices.append(text)
 
-    def explained(self, text: str) -> None:
-        if text not in self.explain:
-            self.explain.append(text)
+    def explained(self, text: str, env: Environment | None = None) -> None:
+        where = self.explain.setdefault(text, [])
+        if env is not None and env.name not in where:
+            where.append(env.name)
+
+    def explanations(self) -> list[str]:
+        out = []
+        for text, where in self.explain.items():
+            if not where:
+                out.append(text)
+            elif len(where) <= 2:
+                out.append(f"{text} [in {'; '.join(where)}]")
+            else:
+                out.append(f"{text} [in {where[0]} and {len(where) - 1} more environments]")
+        return out
 
     def requirement(self, raw: str) -> Requirement | None:
         if raw not in self._reqs:

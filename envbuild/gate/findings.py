@@ -62,7 +62,7 @@ class Finding:
             return ""
         if len(self.environments) <= 3:
             return "; ".join(self.environments)
-        return "; ".join(self.environments[:3]) + f" and {len(self.environments) - 3} more"
+        return "; ".join(self.environments[:2]) + f" and {len(self.environments) - 2} more environments"
 
     def text(self) -> str:
         loc = f"{self.file}:{self.line}" if self.line else self.file

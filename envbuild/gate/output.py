@@ -98,17 +98,39 @@ def markdown(reports: list[FileReport], *, explain: bool = False) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+TABLE_ROWS = 40  # above this, the console table groups environments by torch
+
+
+def table_rows(report: FileReport) -> tuple[list[str], list[list[str]], str | None]:
+    """(columns, rows, a footnote) of one file's console table: a row per environment, or, for a
+    lock of many environments (three conflict sets make hundreds), a row per torch."""
+    rows = report.environments
+    if len(rows) <= TABLE_ROWS:
+        return (["environment", "torch", "result"],
+                [[r.name, r.torch or "-", "ok" if not r.findings else f"{r.findings} finding(s)"] for r in rows], None)
+    groups: dict[str, list[Any]] = {}
+    for r in rows:
+        groups.setdefault(r.torch or "-", []).append(r)
+    out = []
+    for torch, members in sorted(groups.items()):
+        failing = [r for r in members if r.findings]
+        out.append([f"{len(members)} environments (e.g. {members[0].name})", torch,
+                    "ok" if not failing else f"findings in {len(failing)}"])
+    return (["environments", "torch", "result"], out,
+            f"{len(rows)} environments, grouped by torch; --json lists each, --environment/--python/--group narrow them")
+
+
 def table(report: FileReport) -> Any:
     """The rich table of one file's environments."""
     from rich.table import Table
 
-    t = Table(title=f"{report.file} ({report.format})", title_justify="left", show_edge=False, pad_edge=False)
-    t.add_column("environment")
-    t.add_column("torch")
-    t.add_column("result")
-    for row in report.environments:
-        t.add_row(row.name, row.torch or "-", "ok" if not row.findings else f"{row.findings} finding(s)",
-                  style=None if not row.findings else "red")
+    columns, rows, note = table_rows(report)
+    t = Table(title=f"{report.file} ({report.format})", title_justify="left", show_edge=False, pad_edge=False,
+              caption=note, caption_justify="left")
+    for c in columns:
+        t.add_column(c)
+    for row in rows:
+        t.add_row(*row, style=None if row[2] == "ok" else "red")
     return t
 
 

@@ -38,6 +38,8 @@ def parse(path: Path, text: str) -> Lock:
                     requires.append(poetry_requirement(dep, one, None))
                 elif isinstance(one, dict) and not one.get("optional"):
                     requires.append(poetry_requirement(dep, str(one.get("version", "*")), one.get("markers")))
+                    if isinstance(one.get("markers"), str):
+                        markers_seen.append(one["markers"])
         source: dict[str, Any] = p["source"] if isinstance(p.get("source"), dict) else {}
         files = [(str(f.get("file") or ""), sha(f.get("hash"))) for f in p.get("files", []) or [] if isinstance(f, dict)]
         url = source.get("url") if source.get("type") in ("url", "file") else None

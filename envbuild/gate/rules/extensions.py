@@ -58,8 +58,8 @@ def check(ctx: Context) -> None:
             torch = view.torch_for(entry, ctx.lock, torch_name)
             if torch is None or torch.version is None:
                 if claim is not None:
-                    ctx.explained(f"{entry.label()} ({view.env.name}): claims {claim.text}, but there is no "
-                                  f"single torch there to compare it with")
+                    ctx.explained(f"{entry.label()}: claims {claim.text}, but there is no single torch to "
+                                  "compare it with", view.env)
                 continue
             build = torch_build(torch.version)
             if claim is not None:
@@ -69,4 +69,4 @@ def check(ctx: Context) -> None:
                             "build it from source against it", view.env, entry)
             why = unverifiable_reason(claim, build, platform)
             if why:
-                ctx.explained(f"{entry.label()} with torch {torch.version} ({view.env.name}): {why}")
+                ctx.explained(f"{entry.label()} with torch {torch.version}: {why}", view.env)

@@ -6,6 +6,8 @@ fork is a finding naming that fork even when every other environment is unchange
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from envbuild.gate.context import Context
 from envbuild.gate.environments import Narrow, enumerate_environments
 from envbuild.gate.markers import InvalidMarker
@@ -34,7 +36,12 @@ def check(ctx: Context, old: Lock, ref: str, narrow: Narrow) -> None:
     envs = enumerate_environments(old, narrow)
     before_all = old.members_of(envs)
     after_all = ctx.lock.members_of(envs)
-    for env, was, now in zip(envs, before_all, after_all, strict=True):
+    # name each environment as the report's table does (its Python merged into a range there)
+    shown = {(v.env.platform, v.env.selection, py): v.env for v in ctx.views for py in (v.env.pythons or (v.env.python,))}
+    several = len({e.python for e in envs}) > 1
+    for raw, was, now in zip(envs, before_all, after_all, strict=True):
+        env = shown.get((raw.platform, raw.selection, raw.python)) or (
+            replace(raw, pythons=(raw.python,)) if several else raw)
         for name in sorted(ctx.policy.protected):
             before = _one(was, name)
             if before is None or before.version is None:
