@@ -29,16 +29,14 @@ indexes nor find-links folders, which the offline wheelhouse path depends on. PE
 
 from __future__ import annotations
 
-import contextlib
 import email.parser
 import hashlib
 import html.parser
 import io
 import json
-import os
 import tarfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,9 +52,10 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from envbuild import __version__
-from envbuild._io import atomic_write_json, sha256_file
+from envbuild import __version__, metacache
+from envbuild._io import sha256_file
 from envbuild.errors import PreflightError
+from envbuild.metacache import cache_dir, cached_requires
 from envbuild.net import deadline_seconds, redact, retrying
 
 TIMEOUT = (10.0, 30.0)  # seconds to connect, seconds without a byte while reading: every request
@@ -65,6 +64,9 @@ TIMEOUT = (10.0, 30.0)  # seconds to connect, seconds without a byte while readi
 DEADLINE = 120.0
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
+
+_cache_get = metacache.get  # the metadata cache lives in envbuild.metacache (light, read by check-lock)
+_cache_put = metacache.put
 
 __all__ = [
     "TIMEOUT", "Artifact", "ArtifactFinder", "SourceError", "Sources", "cache_dir", "cached_requires",
@@ -104,13 +106,6 @@ class Artifact:
     def local_path(self) -> Path | None:
         parts = urlsplit(self.url)
         return Path(unquote(parts.path)) if parts.scheme == "file" else None
-
-
-def cache_dir() -> Path:
-    if env := os.environ.get("ENVBUILD_CACHE_DIR"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "envbuild"
 
 
 def parse_filename(filename: str) -> tuple[NormalizedName, str] | None:
@@ -427,27 +422,3 @@ def requires_of(artifact: Artifact) -> list[str]:
     return reqs
 
 
-def _cache_get(sha: str | None) -> list[str] | None:
-    if not sha:
-        return None
-    path = cache_dir() / "metadata" / f"{sha}.json"
-    try:
-        data = json.loads(path.read_text())
-        return [str(r) for r in data["requires_dist"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _cache_put(sha: str | None, reqs: Sequence[str]) -> None:
-    if not sha:
-        return
-    with contextlib.suppress(OSError):  # a read-only cache only costs speed
-        atomic_write_json(cache_dir() / "metadata" / f"{sha}.json", {"requires_dist": list(reqs)})
-
-
-def cached_requires(hashes: Iterable[str]) -> list[str] | None:
-    for h in hashes:
-        got = _cache_get(h)
-        if got is not None:
-            return got
-    return None

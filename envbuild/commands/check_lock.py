@@ -18,17 +18,26 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.gate import FORMATS, Narrow, Policy, check_file
 from envbuild.gate.check import FileReport
-from envbuild.lock.check import CheckOptions, CheckReport, check_lock
-from envbuild.lock.model import MANIFEST
-from envbuild.spec import StackSpec, available_profiles, load_spec, profile_path, resolve_spec
+
+if TYPE_CHECKING:
+    from envbuild.lock.check import CheckReport
+    from envbuild.spec import StackSpec
+
+# The stack spec and envbuild's own lock checker are imported where they are used: `check-lock
+# FILE...` on a team's lockfile needs neither, and their imports are a third of its start-up.
+
+
+def path_arg(text: str) -> Path:
+    from envbuild.commands.common import path_arg as common_path_arg
+
+    return common_path_arg(text)
 
 
 def register(sub: Any) -> None:
@@ -74,6 +83,9 @@ def register(sub: Any) -> None:
 
 
 def _specs(args: argparse.Namespace) -> list[StackSpec]:
+    from envbuild.lock.model import MANIFEST
+    from envbuild.spec import available_profiles, load_spec, profile_path, resolve_spec
+
     specs = [resolve_spec(name, None) for name in args.profile]
     specs += [load_spec(path) for path in args.stack]
     if specs:
@@ -97,8 +109,12 @@ def _policy(args: argparse.Namespace) -> Policy:
         raise ConfigError("check-lock FILE...: give at most one --profile or --stack as the policy")
     spec = None
     if args.profile:
+        from envbuild.spec import resolve_spec
+
         spec = resolve_spec(args.profile[0], None)
     elif args.stack:
+        from envbuild.spec import load_spec
+
         spec = load_spec(args.stack[0])
     base = policy_from_spec(spec) if spec is not None else Policy()
     return Policy(package=base.package, minimum=args.torch_min or base.minimum,
@@ -178,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--format, --torch-min, --torch-local, --protect, --index-url, --environment, --python, "
                           "--group, --accept, --explain, --annotations and --markdown-file apply to `check-lock FILE...`; name the "
                           "lockfiles to check")
+    from envbuild.lock.check import CheckOptions, check_lock
+
     opts = CheckOptions(base=args.base, offline=args.offline)
     reports = []
     for spec in _specs(args):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from packaging.requirements import InvalidRequirement, Requirement
+from typing import TYPE_CHECKING
 
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.markers import InvalidMarker
 from envbuild.gate.model import Entry, Environment, Lock, Members
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 __all__ = ["Context", "View"]
 
@@ -74,6 +76,8 @@ class Context:
 
     def requirement(self, raw: str) -> Requirement | None:
         if raw not in self._reqs:
+            from packaging.requirements import InvalidRequirement, Requirement
+
             try:
                 self._reqs[raw] = Requirement(raw)
             except InvalidRequirement:

@@ -19,8 +19,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from typing import Any
 
 from envbuild.errors import ConfigError
 from envbuild.gate.markers import InvalidMarker, MarkerCache, evaluate_tree
@@ -84,9 +83,11 @@ def _minor_of(spec: str) -> int | None:
 
 
 def _pythons(lock: Lock, narrow: Narrow) -> list[str]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     if narrow.python:
         return list(dict.fromkeys(narrow.python))
-    allowed: SpecifierSet | None = None
+    allowed: Any = None
     if lock.requires_python:
         try:
             allowed = SpecifierSet(lock.requires_python)
@@ -112,7 +113,7 @@ def _pythons(lock: Lock, narrow: Narrow) -> list[str]:
     return [f"3.{n}" for n in candidates]
 
 
-def _allows(spec: SpecifierSet, minor: int) -> bool:
+def _allows(spec: Any, minor: int) -> bool:
     return any(spec.contains(f"3.{minor}.{patch}", prereleases=True) for patch in (0, 1, 5, 20))
 
 

@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.utils import canonicalize_name
+from envbuild.gate.names import canonical
 
 __all__ = ["Finding", "Policy", "RULES"]
 
@@ -40,11 +40,11 @@ class Policy:
 
     @property
     def torch(self) -> str:
-        return canonicalize_name(self.package)
+        return canonical(self.package)
 
     @property
     def protected(self) -> set[str]:
-        return {self.torch, *(canonicalize_name(n) for n in self.protect)}
+        return {self.torch, *(canonical(n) for n in self.protect)}
 
 
 @dataclass

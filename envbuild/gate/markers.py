@@ -19,11 +19,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from packaging.markers import InvalidMarker, Marker
-from packaging.specifiers import InvalidSpecifier, Specifier
-from packaging.utils import canonicalize_name
+from envbuild.gate.names import canonical
 
 __all__ = ["InvalidMarker", "MarkerCache", "evaluate_tree"]
+
+
+class InvalidMarker(ValueError):
+    """A marker that does not parse (packaging's reason as the message)."""
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
@@ -179,10 +181,13 @@ class MarkerCache:
         """The parsed tree of ``text``; raises ``InvalidMarker`` (once per distinct text)."""
         got = self._trees.get(text)
         if got is None:
+            from packaging.markers import InvalidMarker as PackagingInvalidMarker
+            from packaging.markers import Marker
+
             try:
                 got = list(Marker(text)._markers)
-            except InvalidMarker as exc:
-                got = exc
+            except PackagingInvalidMarker as exc:
+                got = InvalidMarker(str(exc))
             self._trees[text] = got
         if isinstance(got, InvalidMarker):
             raise got
@@ -235,17 +240,30 @@ def _decide(atom: tuple[str, str, str, bool], values: dict[str, str], extras: fr
             groups: frozenset[str]) -> bool:
     key, op, literal, variable_left = atom
     if key == "extra":  # one of the active extras (uv's pseudo-extras included)
-        hit = canonicalize_name(literal) in extras
+        hit = canonical(literal) in extras
         return hit if op == "==" else (not hit if op == "!=" else False)
     if key in _SET_KEYS:  # PEP 751: 'cu128' in extras, 'dev' in dependency_groups
-        hit = canonicalize_name(literal) in (extras if key == "extras" else groups)
+        hit = canonical(literal) in (extras if key == "extras" else groups)
         return hit if op == "in" else (not hit if op == "not in" else False)
     value = values.get(key, "")
     return _compare(key, op, value, literal) if variable_left else _compare(key, op, literal, value)
 
 
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+
+
 @functools.lru_cache(maxsize=65536)
 def _compare(key: str, op: str, lhs: str, rhs: str) -> bool:
+    if (key.endswith("version") and op in _ORDER and _RELEASE.fullmatch(lhs) and _RELEASE.fullmatch(rhs)):
+        # plain releases (``python_full_version >= '3.11'``), as PEP 440 orders them (3.10 == 3.10.0)
+        a = [int(x) for x in lhs.split(".")]
+        b = [int(x) for x in rhs.split(".")]
+        width = max(len(a), len(b))
+        return _ORDER[op](a + [0] * (width - len(a)), b + [0] * (width - len(b)))
+    from packaging.specifiers import InvalidSpecifier, Specifier
+
     try:
         spec = Specifier(f"{op}{rhs}")
     except InvalidSpecifier:
@@ -268,11 +286,11 @@ def _atom(atom: tuple[Any, Any, Any], values: dict[str, str], extras: frozenset[
     else:
         key, literal, variable_left = right.value, left.value, False
     if key == "extra":  # one of the active extras (uv's pseudo-extras included)
-        hit = canonicalize_name(literal) in extras
+        hit = canonical(literal) in extras
         return hit if op == "==" else (not hit if op == "!=" else False)
     if key in _SET_KEYS:  # PEP 751: 'cu128' in extras, 'dev' in dependency_groups
         bag = extras if key == "extras" else groups
-        hit = canonicalize_name(literal) in bag
+        hit = canonical(literal) in bag
         return hit if op == "in" else (not hit if op == "not in" else False)
     value = values.get(key, "")
     return _compare(key, op, value, literal) if variable_left else _compare(key, op, literal, value)

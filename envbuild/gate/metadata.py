@@ -15,7 +15,7 @@ def declared_requirements(entry: Entry, lock: Lock, *, offline: bool,
                           index_urls: tuple[str, ...] = ()) -> tuple[str, ...] | None:
     if entry.requires is not None:
         return entry.requires
-    from envbuild.index import cached_requires
+    from envbuild.metacache import cached_requires
 
     if entry.hashes:
         cached = cached_requires(entry.hashes)

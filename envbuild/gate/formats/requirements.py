@@ -13,11 +13,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from envbuild.gate.formats._common import exact
 from envbuild.gate.model import Entry, Lock, LockParseError
+from envbuild.gate.names import canonical
 
 __all__ = ["parse"]
 
@@ -63,10 +61,12 @@ def _via(comments: list[str]) -> tuple[str, ...] | None:
             names.append(c.split()[0])
     if not found:
         return None
-    return tuple(canonicalize_name(n) for n in names if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", n))
+    return tuple(canonical(n) for n in names if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", n))
 
 
 def parse(path: Path, text: str) -> Lock:
+    from packaging.requirements import InvalidRequirement, Requirement
+
     entries: list[Entry] = []
     indexes: list[str] = []
     markers: list[str] = []
@@ -90,7 +90,7 @@ def parse(path: Path, text: str) -> Lock:
             markers.append(marker)
         hashes = tuple(m.group(2).lower() for o in opts if (m := _HASH.match(o)))
         version = exact(str(req.specifier)) if not req.url else _url_version(req.url, req.name)
-        entries.append(Entry(key=len(entries), name=canonicalize_name(req.name), version=version, raw=raw,
+        entries.append(Entry(key=len(entries), name=canonical(req.name), version=version, raw=raw,
                              line=lineno, hashes=hashes, url=req.url, via=_via(comments), marker=marker,
                              files=((req.url, hashes[0] if hashes else None),) if req.url else ()))
     return Lock(path, "requirements", entries, indexes, marker_texts=markers, text_lines=text.splitlines())
@@ -107,7 +107,7 @@ def _url_version(url: str, name: str) -> str | None:
         parsed = parse_wheel_filename(_unquote(filename))
     except InvalidWheelFilename:
         return None
-    return str(parsed[1]) if parsed[0] == canonicalize_name(name) else None
+    return str(parsed[1]) if parsed[0] == canonical(name) else None
 
 
 def _unquote(text: str) -> str:

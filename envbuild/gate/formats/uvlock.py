@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.markers import InvalidMarker
 from envbuild.gate.model import Entry, Environment, Lock, LockParseError, Members
+from envbuild.gate.names import canonical
 
 __all__ = ["parse"]
 
@@ -26,8 +25,8 @@ _ROOT_SOURCES = ("editable", "virtual", "directory")
 
 
 def pseudo(project: str, name: str, kind: str) -> str:
-    project = canonicalize_name(project)
-    return f"{kind}-{len(project)}-{project}-{canonicalize_name(name)}"
+    project = canonical(project)
+    return f"{kind}-{len(project)}-{project}-{canonical(name)}"
 
 
 def _source_key(source: Any) -> tuple[tuple[str, str], ...]:
@@ -53,7 +52,7 @@ def parse(path: Path, text: str) -> Lock:
     for i, p in enumerate(raw_packages):
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             raise LockParseError(f"package[{i}] has no name")
-        name = canonicalize_name(p["name"])
+        name = canonical(p["name"])
         source: dict[str, Any] = p["source"] if isinstance(p.get("source"), dict) else {}
         wheels: list[tuple[str, str | None]] = []
         for w in p.get("wheels", []) or []:
@@ -68,7 +67,7 @@ def parse(path: Path, text: str) -> Lock:
             requires = tuple(
                 f"{r['name']}{r.get('specifier', '')}" + (f"; {r['marker']}" if r.get("marker") else "")
                 for r in meta["requires-dist"] if isinstance(r, dict) and isinstance(r.get("name"), str))
-        dep_names = [canonicalize_name(d["name"]) for d in p.get("dependencies", []) or []
+        dep_names = [canonical(d["name"]) for d in p.get("dependencies", []) or []
                      if isinstance(d, dict) and isinstance(d.get("name"), str)]
         version = p.get("version")
         entry = Entry(
@@ -92,7 +91,7 @@ def parse(path: Path, text: str) -> Lock:
         for d in deps or []:
             if not isinstance(d, dict) or not isinstance(d.get("name"), str):
                 continue
-            name = canonicalize_name(d["name"])
+            name = canonical(d["name"])
             if "version" in d or "source" in d:
                 hit = by_exact.get((name, str(d.get("version", "")), _source_key(d.get("source"))))
                 targets: tuple[int, ...] = (hit,) if hit is not None else tuple(
@@ -103,7 +102,7 @@ def parse(path: Path, text: str) -> Lock:
             if marker:
                 marker_texts.append(marker)
                 owners.setdefault(marker, owner)
-            extras = frozenset(str(canonicalize_name(x)) for x in d.get("extra", []) or [] if isinstance(x, str))
+            extras = frozenset(str(canonical(x)) for x in d.get("extra", []) or [] if isinstance(x, str))
             out.append((targets, marker, extras))
         return out
 
@@ -113,12 +112,12 @@ def parse(path: Path, text: str) -> Lock:
     for owner, p in enumerate(raw_packages):
         plain.append(edges(p.get("dependencies"), owner))
         opt: dict[str, Any] = p["optional-dependencies"] if isinstance(p.get("optional-dependencies"), dict) else {}
-        optional.append({str(canonicalize_name(k)): edges(v, owner) for k, v in opt.items()})
+        optional.append({str(canonical(k)): edges(v, owner) for k, v in opt.items()})
         groups: dict[str, Any] = p["dev-dependencies"] if isinstance(p.get("dev-dependencies"), dict) else {}
-        dev.append({str(canonicalize_name(k)): edges(v, owner) for k, v in groups.items()})
+        dev.append({str(canonical(k)): edges(v, owner) for k, v in groups.items()})
 
     manifest: dict[str, Any] = data["manifest"] if isinstance(data.get("manifest"), dict) else {}
-    members = {canonicalize_name(m) for m in manifest.get("members", []) or [] if isinstance(m, str)}
+    members = {canonical(m) for m in manifest.get("members", []) or [] if isinstance(m, str)}
     roots = [e.key for e in entries
              if (e.name in members or not members)
              and any(k in (raw_packages[e.key].get("source") or {}) for k in _ROOT_SOURCES)]
@@ -285,7 +284,7 @@ def _choices(lock: Lock, data: dict[str, Any], entries: list[Entry], roots: list
         for item in group:
             if not isinstance(item, dict):
                 continue
-            project = str(canonicalize_name(str(item.get("package") or next(iter(root_names), ""))))
+            project = str(canonical(str(item.get("package") or next(iter(root_names), ""))))
             kind = "extra" if "extra" in item else "group" if "group" in item else None
             if kind is None:
                 continue
@@ -293,7 +292,7 @@ def _choices(lock: Lock, data: dict[str, Any], entries: list[Entry], roots: list
             tag = pseudo(project, name, kind)
             conflicting.add(tag)
             words = f"{kind} {name}" if len(root_names) <= 1 else f"{kind} {project}[{name}]"
-            options.append((words, frozenset({tag}), frozenset({str(canonicalize_name(name))} if kind == "group" else ())))
+            options.append((words, frozenset({tag}), frozenset({str(canonical(name))} if kind == "group" else ())))
         if options:
             choices.append(options)
     always: set[str] = set()

@@ -3,10 +3,13 @@ packages pinned once; PyPI ``triton`` never beside ``pytorch-triton``; markers t
 
 from __future__ import annotations
 
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING
 
 from envbuild.gate.context import Context
 from envbuild.gate.markers import InvalidMarker
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 TRITON, PYTORCH_TRITON = "triton", "pytorch-triton"
 
@@ -14,6 +17,8 @@ __all__ = ["check", "local_of", "public_of"]
 
 
 def public_of(v: str) -> Version | None:
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(Version(v).public)
     except InvalidVersion:
@@ -21,6 +26,8 @@ def public_of(v: str) -> Version | None:
 
 
 def local_of(v: str) -> str | None:
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(v).local
     except InvalidVersion:
