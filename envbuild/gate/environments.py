@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envbuild.errors import ConfigError
-from envbuild.gate.markers import InvalidMarker, MarkerCache, evaluate_tree
+from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare, evaluate_tree
 from envbuild.gate.model import Environment, Lock
 
 __all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "enumerate_environments"]
@@ -82,17 +82,37 @@ def _minor_of(spec: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _pythons(lock: Lock, narrow: Narrow) -> list[str]:
+_PLAIN_CLAUSE = re.compile(r"\s*(<=|>=|<|>|==|!=)\s*(\d+(?:\.\d+)*)\s*")
+
+
+class _PlainSpecifier:
+    """``>=3.10, <3.14``: plain release clauses, compared as the marker evaluator compares
+    versions (packaging's SpecifierSet, a tenth of the gate's start, for anything else)."""
+
+    def __init__(self, clauses: list[tuple[str, str]]) -> None:
+        self.clauses = clauses
+
+    def contains(self, version: str, prereleases: bool = True) -> bool:
+        return all(_compare("python_full_version", op, version, bound) for op, bound in self.clauses)
+
+
+def _specifier(text: str) -> Any:
+    parts = text.split(",")
+    clauses = [(m.group(1), m.group(2)) for p in parts if (m := _PLAIN_CLAUSE.fullmatch(p))]
+    if len(clauses) == len(parts):
+        return _PlainSpecifier(clauses)
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        return None
+
+
+def _pythons(lock: Lock, narrow: Narrow) -> list[str]:
     if narrow.python:
         return list(dict.fromkeys(narrow.python))
-    allowed: Any = None
-    if lock.requires_python:
-        try:
-            allowed = SpecifierSet(lock.requires_python)
-        except InvalidSpecifier:
-            allowed = None
+    allowed: Any = _specifier(lock.requires_python) if lock.requires_python else None
     minors: set[int] = set()
     for text in dict.fromkeys(lock.marker_texts):
         if "python" not in text:
