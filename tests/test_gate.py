@@ -306,3 +306,27 @@ def test_an_environment_that_disappears_is_named(run_envbuild: Run, gate_index: 
     (finding,) = _json(r)["files"][0]["findings"]
     assert finding["rule"] == "torch-gone" and "torch 2.10.0 at main; this lock no longer covers" in finding["reason"]
     assert finding["environments"] == ["macos arm64", "macos x86_64", "windows amd64"]
+
+
+def test_requirements_a_project_supplies_by_hand_are_read(run_envbuild: Run, gate_index: GateIndex,
+                                                           tmp_path: Path) -> None:
+    """``[[tool.uv.dependency-metadata]]`` (common for flash-attn, mamba-ssm): uv resolves with it and
+    records it in the lock; forced past it with an override, the gate reads it offline."""
+    lock = uv_platform_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE",
+                            overrides=["torch==2.10.0"], extra_toml="""
+[[tool.uv.dependency-metadata]]
+name = "flash-attn"
+version = "2.8.3+cu12torch2.10cxx11abitrue"
+requires-dist = ["torch>=2.11", "einops-like"]
+""")
+    assert "[[manifest.dependency-metadata]]" in lock.read_text()
+    r = run_envbuild("check-lock", str(lock), "--offline", "--json")
+    assert r.rc == ExitCode.LOCK, r.output
+    assert [x[:2] for x in _rules(_json(r))] == [("torch-requirement", "flash-attn")]
+    assert "requires torch>=2.11, which the locked torch 2.10.0+cu128 does not satisfy" in \
+        _json(r)["files"][0]["findings"][0]["reason"]
+    # the same with a package whose metadata is on its index (read from the fixture index, cached)
+    forced = uv_platform_lock(tmp_path, gate_index, deps=["needs-torch-211==1.0"], overrides=["torch==2.10.0"])
+    r = run_envbuild("check-lock", str(forced), "--json")
+    assert r.rc == ExitCode.LOCK, r.output
+    assert {(f["rule"], f["package"]) for f in _json(r)["files"][0]["findings"]} == {("torch-requirement", "needs-torch-211")}

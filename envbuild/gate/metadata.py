@@ -11,10 +11,18 @@ __all__ = ["PYPI", "declared_requirements"]
 PYPI = "https://pypi.org/simple"
 
 
-def declared_requirements(entry: Entry, lock: Lock, *, offline: bool,
-                          index_urls: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+def declared_requirements(entry: Entry, lock: Lock, *, offline: bool, index_urls: tuple[str, ...] = (),
+                          supplied: bool = True) -> tuple[str, ...] | None:
+    """``supplied``: metadata the project supplied by hand counts (uv.lock's
+    ``[[manifest.dependency-metadata]]``: what the resolver used); the runtime rule says False,
+    since a hand-written torch metadata that drops its CUDA runtime is the fault it looks for."""
     if entry.requires is not None:
         return entry.requires
+    if supplied:
+        by_hand = lock.extra.get("supplied_requires", {})
+        got = by_hand.get((entry.name, entry.version)) or by_hand.get((entry.name, None))
+        if got is not None:
+            return tuple(got)
     from envbuild.metacache import cached_requires
 
     if entry.hashes:

@@ -130,6 +130,15 @@ def parse(path: Path, text: str) -> Lock:
                 environments=[m for m in data.get("supported-markers", []) or [] if isinstance(m, str)],
                 marker_texts=marker_texts, text_lines=lines)
     lock.extra["marker_owner"] = owners
+    # requirements a project supplied by hand for packages whose own metadata is unusable
+    # (flash-attn, mamba-ssm): what uv resolved with, so what a declared-requirement rule reads
+    supplied: dict[tuple[str, str | None], tuple[str, ...]] = {}
+    for item in manifest.get("dependency-metadata", []) or []:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            reqs = tuple(r for r in item.get("requires-dist", []) or [] if isinstance(r, str))
+            version = item.get("version")
+            supplied[(canonical(item["name"]), str(version) if version is not None else None)] = reqs
+    lock.extra["supplied_requires"] = supplied
     _choices(lock, data, entries, roots, optional, dev)
     root_set = frozenset(roots)
 

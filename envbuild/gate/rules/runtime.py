@@ -24,7 +24,8 @@ def check(ctx: Context) -> None:
         if torch is None or torch.version is None:
             continue
         if torch.key not in read:
-            read[torch.key] = declared_requirements(torch, ctx.lock, offline=ctx.offline, index_urls=ctx.index_urls)
+            read[torch.key] = declared_requirements(torch, ctx.lock, offline=ctx.offline, index_urls=ctx.index_urls,
+                                                    supplied=False)
         requires = read[torch.key]
         if requires is None:
             if torch.label() not in not_checked:
