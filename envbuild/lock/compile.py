@@ -1,32 +1,27 @@
-"""``envbuild lock``: compile each step of a stack into a hash-pinned requirement file.
+"""One step of ``envbuild lock``: resolve it into hash-pinned requirements (``lock.stack`` runs the steps).
 
 Steps with dependencies are resolved for the stack's Python and ``[target]`` platform, by
 pip-tools (``pip-compile --generate-hashes``) where this interpreter is the target, else by
 ``uv pip compile --python-version X --python-platform P`` (``lock.resolver`` says which and
 why). pip-compile runs under the current interpreter, or ``--python PATH`` (a helper venv of
-that version under the envbuild cache gets the same pip-tools when it has none). Each step after the baseline is compiled with the
-baseline's locked pins as constraints (torch, its runtime wheels, everything the baseline step
-installed), and those pins are left out of its file: it installs on top of the baseline and
-can never carry another torch. ``no_deps`` steps pin exactly the named packages: their
-artifacts and hashes come straight from the step's sources (``envbuild.index``), nothing transitive.
+that version under the envbuild cache gets the same pip-tools when it has none). A step is
+compiled with every earlier step's pins as constraints (``lock.stack``), and its last pins as
+the resolver's existing output file, which both resolvers keep where they still satisfy the
+input (``lock.relock``). ``no_deps`` steps pin exactly the named packages: their artifacts and
+hashes come straight from the step's sources (``envbuild.index``), nothing transitive.
 
 Sources are the step's own (index URL, extra indexes, find-links, ``no_index``); a step without
 an index uses what pip is configured with. ``wheelhouse`` replaces every source with one
 find-links folder (offline). Every HTTP source is probed first with a short timeout, so an
-unreachable index fails in seconds. git requirements resolve to a commit with ``git ls-remote``.
-
-Every step entry of ``lock.json`` records its ``step_digest`` (``lock.step_digests``), so a spec
-cut after a step (a Docker layer's slice) can be checked against the lock step by step.
+unreachable index fails in seconds. git requirements resolve to a commit (``lock.git``).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import sys
-import tempfile
-import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -36,8 +31,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from envbuild import __version__, abi, events
-from envbuild._io import atomic_write_text, sha256_file
-from envbuild.errors import ConfigError, LockError, PreflightError
+from envbuild.errors import LockError, PreflightError
 from envbuild.index import (
     ArtifactFinder,
     Sources,
@@ -47,52 +41,15 @@ from envbuild.index import (
     same_version,
 )
 from envbuild.installer import find_python, pip_config_sources, python_version_of
-from envbuild.lock.model import (
-    LOCK_VERSION,
-    MANIFEST,
-    Lock,
-    LockedReq,
-    format_requirement,
-    lock_dir,
-    parse_requirements_text,
-    read_lock,
-    step_filename,
-    write_lock,
-)
+from envbuild.lock.git import git_ref
+from envbuild.lock.model import LockedReq, VcsPin, parse_requirements_text
 from envbuild.lock.report import marker_env
-from envbuild.lock.resolver import (
-    ResolverChoice,
-    choose_resolver,
-    uv_compile_step,
-    uv_source_args,
-    uv_version,
-)
-from envbuild.lock.serve import step_digests
+from envbuild.lock.resolver import uv_version
 from envbuild.net import redact, unreachable
-from envbuild.plan import make_plan
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
 
 PYPI = "https://pypi.org/simple"
-_SHA40 = re.compile(r"^[0-9a-f]{40}$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LockOptions:
-    python: str | None = None  # pip-compile under this interpreter (default: see lock.resolver)
-    resolver: ResolverChoice = "auto"  # auto: pip-compile when this interpreter is the target, else uv
-    wheelhouse: str | None = None  # resolve only from this find-links folder/page (offline)
-    skip: tuple[str, ...] = ()  # steps recorded as not locked (a partial lock), e.g. an unreachable index
-    output: Path | None = None  # default: the folder of the spec
-    export_pylock: bool = True
-
-
-@dataclass(frozen=True)
-class LockResult:
-    folder: Path
-    files: list[Path]
-    skipped: list[str]
-    seconds: float
 
 
 # ----------------------------------------------------------------------------- sources
@@ -134,63 +91,16 @@ def check_reachable(sources: Sources, step: Step) -> None:
             "(envbuild lock --wheelhouse DIR), or leave the step out of this lock with --skip-step NAME.")
 
 
-# ----------------------------------------------------------------------------- git
-
-
-def resolve_git(requirement: str, timeout: float = 20.0) -> str:
-    """``name @ git+URL@REF`` -> ``name @ git+URL@<commit>`` (``git ls-remote``; fails fast)."""
-    req = Requirement(requirement)
-    if not req.url or not req.url.startswith("git+"):
-        return requirement
-    url = req.url[4:]
-    frag = ""
-    if "#" in url:
-        url, frag = url.split("#", 1)
-        frag = "#" + frag
-    repo, ref = url, "HEAD"
-    tail = url.rsplit("/", 1)[-1]
-    if "@" in tail:
-        repo, ref = url.rsplit("@", 1)
-    if _SHA40.match(ref):
-        return requirement
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o ConnectTimeout=10"}
-    try:
-        out = run(["git", "ls-remote", repo, ref], capture=True, separate_stderr=True, timeout=timeout, env=env)
-    except FileNotFoundError:
-        raise PreflightError("git is needed to resolve git requirements to a commit, and it is not installed") from None
-    if out.timed_out:
-        raise PreflightError(f"{req.name}: git ls-remote {redact(repo)} gave no answer within {timeout:g} s",
-                             hint="Check the network, or pin the requirement to a commit SHA.") from None
-    if out.returncode != 0:
-        err = (out.stderr or "").strip()
-        why = redact(err.splitlines()[-1] if err else f"exit {out.returncode}")
-        raise PreflightError(f"{req.name}: cannot read the git repository {redact(repo)}: {why}",
-                             hint="Check the URL and the network, or pin the requirement to a commit SHA.")
-    rows = [line.split("\t") for line in (out.output or "").splitlines() if "\t" in line]
-    wanted = {ref, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"}
-    shas = [sha for sha, name in rows if name in wanted]
-    peeled = [sha for sha, name in rows if name.endswith("^{}")]
-    if not shas:
-        raise ConfigError(f"{req.name}: the git ref {ref!r} does not exist in {redact(repo)}",
-                          hint="Use a branch, a tag, HEAD or a commit SHA that the repository has.")
-    sha = peeled[0] if peeled else shas[0]
-    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-    marker = f" ; {req.marker}" if req.marker else ""
-    return f"{req.name}{extras} @ git+{repo}@{sha}{frag}{marker}"
-
-
 # ----------------------------------------------------------------------------- pip-compile
 
 
-def _tool_versions(python: Path) -> dict[str, str]:
+def tool_versions(python: Path) -> dict[str, str]:
     code = ("import json,sys,importlib.metadata as m\n"
             "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'pip': m.version('pip'),"
             " 'pip-tools': m.version('pip-tools')}))")
     out = run([str(python), "-c", code], capture=True, separate_stderr=True, timeout=60)
     if not out.ok:
         return {}
-    import json
-
     data: dict[str, str] = json.loads(out.output or "")
     data["envbuild"] = __version__
     data["packaging"] = importlib_metadata.version("packaging")
@@ -227,15 +137,18 @@ def _has_piptools(python: Path) -> bool:
         return False
 
 
-def compile_step(step: Step, *, python: Path, source_args: list[str], constraints: list[str], work: Path,
-                 log_file: Path) -> list[LockedReq]:
-    """Run pip-compile for one step with dependencies; returns its pinned, hashed requirements."""
+def compile_step(step: Step, *, python: Path, requirements: list[str], source_args: list[str],
+                 constraints: list[str], preferences: list[str], work: Path, log_file: Path) -> list[LockedReq]:
+    """Run pip-compile for one step with dependencies; returns its pinned, hashed requirements.
+    ``preferences`` (``name==version`` lines) are its existing output file: pins it keeps where
+    they still satisfy the step and the constraints."""
     work.mkdir(parents=True, exist_ok=True)
     cons = work / f"{step.name}.constraints.txt"
     cons.write_text("\n".join(constraints) + "\n")
     req_in = work / f"{step.name}.in"
-    req_in.write_text(f"-c {cons.name}\n" + "\n".join(resolve_git(p) for p in step.packages) + "\n")
+    req_in.write_text(f"-c {cons.name}\n" + "\n".join(requirements) + "\n")
     out = work / f"{step.name}.txt"
+    out.write_text("".join(f"{line}\n" for line in preferences))
     argv = [str(python), "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe", "--strip-extras",
             "--no-header", "--no-annotate", "--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host",
             "--no-emit-options", "--quiet", "--cache-dir", str(cache_dir() / "pip-tools"),
@@ -255,12 +168,18 @@ def compile_step(step: Step, *, python: Path, source_args: list[str], constraint
     return parse_requirements_text(out.read_text(), str(out))
 
 
-def pin_no_deps(step: Step, finder: ArtifactFinder) -> list[LockedReq]:
-    """Exactly the named packages at an exact version, with every matching artifact's hash."""
+def pin_no_deps(step: Step, finder: ArtifactFinder, *, requirements: list[str], earlier: Mapping[str, tuple[str, str]],
+                last: Mapping[str, str], forced: Mapping[str, str], move: set[str] | None) -> list[LockedReq]:
+    """Exactly the named packages at an exact version, with every matching artifact's hash.
+
+    The version: ``forced`` (``--upgrade-package NAME==VERSION``), else the one an earlier step
+    pinned (``earlier``: name -> (version, step); a no_deps step must agree with it unless it
+    ``replaces`` it), else its ``last`` pin while it still matches and no upgrade asked for it
+    (``move``: names to move; None: every name), else the newest that matches.
+    """
     out = []
-    for raw in step.packages:
-        pinned = resolve_git(raw)
-        req = Requirement(pinned)
+    for raw in requirements:
+        req = Requirement(raw)
         name = canonicalize_name(req.name)
         if req.url:
             out.append(LockedReq(name, f"{name} @ {req.url}", 0, None, (), req.url))
@@ -272,7 +191,27 @@ def pin_no_deps(step: Step, finder: ArtifactFinder) -> list[LockedReq]:
             raise LockError(f"step {step.name!r}: no artifact of {raw} in the step's sources "
                             f"({', '.join(redact(s) for s in (*finder.sources.index_urls, *finder.sources.find_links))})",
                             hint="Check the version and the step's index_url/find_links.")
+
+        def have(v: str | None, versions: list[Version] = versions) -> str | None:
+            return next((str(x) for x in versions if v is not None and same_version(str(x), v)), None)
+
         version = str(versions[0])
+        prior = earlier.get(name) if name not in step.replaces else None
+        if name in forced:
+            if have(forced[name]) is None:
+                raise LockError(f"--upgrade-package {name}=={forced[name]}: step {step.name!r} asks for {raw}, "
+                                f"which that version does not satisfy (or no file of it is in the step's sources)")
+            version = have(forced[name]) or version
+        elif prior is not None:
+            if have(prior[0]) is None:
+                raise LockError(
+                    f"step {step.name!r} does not agree with the steps before it: it asks for {raw}, and step "
+                    f"{prior[1]!r} pinned {name} {prior[0]}",
+                    hint=f"Make the two steps agree on {name}, or let step {step.name!r} replace it: "
+                    f"replaces = [\"{name}\"] in its [[step]] table.")
+            version = have(prior[0]) or version
+        elif (move is not None and name not in move) and have(last.get(name)) is not None:
+            version = have(last.get(name)) or version
         hashes = [a.sha256 or "" for a in finder.matching_all(name, version)]
         out.append(LockedReq(name, f"{name}=={version}", 0, version, tuple(sorted(h for h in hashes if h))))
     return out
@@ -282,134 +221,16 @@ def _exact(req: Requirement, version: str) -> bool:
     return any(s.operator == "==" and same_version(s.version, version) for s in req.specifier)
 
 
-# ----------------------------------------------------------------------------- the whole stack
+# ----------------------------------------------------------------------------- what a step records
 
 
-def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
-    opts = opts or LockOptions()
-    t0 = time.monotonic()
-    folder = opts.output or lock_dir(spec)
-    try:  # before minutes of resolving: the lock must be writable where it goes
-        folder.mkdir(parents=True, exist_ok=True)
-        if not os.access(folder, os.W_OK):
-            raise PermissionError(13, "Permission denied")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the lock to {folder}: {exc.strerror}",
-                          hint="Choose a writable folder with --output.") from None
-    unknown = [s for s in opts.skip if s not in [st.name for st in spec.steps]]
-    if unknown:
-        spec.step(unknown[0])  # raises with a did-you-mean
-    digests = step_digests(spec)
-    if digests is None:
-        raise LockError(f"{spec.path} no longer holds the spec envbuild loaded (was it edited just now?)",
-                        hint="Run `envbuild lock` again.")
-    resolver = choose_resolver(spec, opts.resolver, opts.python)
-    events.emit("info", f"resolving with {resolver.kind} ({resolver.why})")
-    python = resolver_python(spec, opts.python) if resolver.kind == "pip-compile" else None
-    plan = make_plan(spec)
-    baseline_idx = spec.baseline_index if spec.baseline_index is not None else -1
-    protected: set[str] = {spec.abi.package}
-    baseline_pins: dict[str, str] = {}
-    if spec.abi.adopt:
-        baseline_pins[spec.abi.package] = spec.abi.version
-    entries: list[dict[str, Any]] = []
-    files: list[Path] = []
-    baseline_sources = Sources()
-    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
-        work = Path(tmp)
-        for i, (step, planned) in enumerate(zip(spec.steps, plan.steps, strict=True)):
-            fname = step_filename(planned.number, step.name)
-            entry: dict[str, Any] = {"name": step.name, "role": planned.role, "step_digest": digests[i],
-                                     "flags": _flags(step)}
-            if step.name in opts.skip:
-                entry.update(locked=False, reason="left out with --skip-step when this lock was made")
-                entries.append(entry)
-                events.emit("warn", f"step {step.name!r}: not locked (--skip-step); it resolves from the spec")
-                continue
-            sources, source_args = step_sources(step, opts.wheelhouse)
-            check_reachable(sources, step)
-            resolve_from = sources
-            if i == baseline_idx:
-                baseline_sources = sources
-            elif i > baseline_idx and baseline_idx >= 0 and not opts.wheelhouse:
-                # the resolver must see the pinned torch: the baseline's sources as extras
-                source_args = source_args + _extra_args(baseline_sources, step)
-                resolve_from = Sources((*sources.index_urls, *baseline_sources.index_urls),
-                                       (*sources.find_links, *baseline_sources.find_links))
-            finder = ArtifactFinder(sources)
-            events.emit("step", f"locking step {planned.number} ({step.name})", step=step.name)
-            if step.no_deps:
-                reqs = pin_no_deps(step, finder)
-            else:
-                # the baseline resolves under the earlier steps' pins; later steps under the baseline's
-                cons = [] if i < baseline_idx else [f"{n}=={v}" for n, v in sorted(baseline_pins.items())]
-                log = cache_dir() / "lock-logs" / spec.name / f"{step.name}.log"
-                if python is None:
-                    reqs = uv_compile_step(step, spec, requirements=[resolve_git(p) for p in step.packages],
-                                           source_args=uv_source_args(resolve_from, step, opts.wheelhouse),
-                                           constraints=cons, work=work, log_file=log)
-                else:
-                    reqs = compile_step(step, python=python, source_args=source_args, constraints=cons,
-                                        work=work, log_file=log)
-            requested = set(step.names)
-            if i > baseline_idx:
-                reqs = [r for r in reqs if r.name in requested or not (r.name in protected or baseline_pins.get(r.name) == r.version)]
-            packages = [_package_entry(r, finder, requested) for r in sorted(reqs, key=lambda r: r.name)]
-            if i == baseline_idx:
-                protected |= _baseline_protected(spec, packages)
-            if i <= baseline_idx:
-                for p in packages:
-                    if p["version"]:
-                        baseline_pins[p["name"]] = p["version"]
-            text = _file_header(spec, step, planned.role, fname, source_args) + "".join(
-                format_requirement(p["name"], p["version"], p["hashes"], p["vcs"]["url"] if p["vcs"] else None)
-                for p in packages)
-            path = folder / fname
-            atomic_write_text(path, text)
-            files.append(path)
-            entry.update(locked=True, file=fname, file_sha256=sha256_file(path),
-                         sources=_recorded_sources(sources, source_args),
-                         packages=packages)
-            entries.append(entry)
-    try:
-        old = read_lock(folder)
-    except LockError:  # a broken lock is replaced; its step files are left alone
-        old = None
-    manifest = {
-        "lock_version": LOCK_VERSION,
-        "stack": spec.name,
-        "spec": spec.path.name if spec.path.parent.resolve() == folder.resolve() else str(spec.path),
-        "spec_digest": spec.digest,
-        "python": spec.python,
-        "target": {"python": spec.python, "platform": spec.target.platform, "resolver": resolver.kind},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tools": _tool_versions(python) if python is not None else _uv_tools(spec),
-        "abi": {"package": spec.abi.package, "version": spec.abi.version, "local": spec.abi.local,
-                "protected": sorted(protected)},
-        "steps": entries,
-    }
-    lock = Lock.from_dict(manifest, folder / MANIFEST)  # what is written reads back: the model's rules
-    write_lock(lock)
-    if old is not None:  # files of steps that no longer exist
-        keep = {s.file for s in lock.steps}
-        for s in old.steps:
-            if s.file and s.file not in keep and (folder / s.file).is_file():
-                (folder / s.file).unlink()
-    if opts.export_pylock:
-        from envbuild.lock.pylock import write_pylock
-
-        files.append(write_pylock(lock))
-    files.append(folder / MANIFEST)
-    return LockResult(folder, files, [e["name"] for e in entries if not e.get("locked")], time.monotonic() - t0)
-
-
-def _uv_tools(spec: StackSpec) -> dict[str, str]:
+def uv_tools(spec: StackSpec) -> dict[str, str]:
     return {"resolver": "uv", "uv": uv_version(), "python": spec.python, "platform": spec.target.platform,
             "host_python": ".".join(map(str, sys.version_info[:3])), "envbuild": __version__,
             "packaging": importlib_metadata.version("packaging")}
 
 
-def _extra_args(base: Sources, step: Step) -> list[str]:
+def extra_args(base: Sources, step: Step) -> list[str]:
     """The baseline's own sources for a later step's resolver. Sources that come from the
     installer's configuration need no flag: pip-compile reads that configuration itself."""
     args: list[str] = []
@@ -423,7 +244,7 @@ def _extra_args(base: Sources, step: Step) -> list[str]:
     return args
 
 
-def _recorded_sources(sources: Sources, source_args: list[str]) -> dict[str, Any]:
+def recorded_sources(sources: Sources, source_args: list[str]) -> dict[str, Any]:
     """What the lock says a step resolved from: the spec's sources, redacted. The installer's
     configured sources (this machine's pip.conf) are named only as such: they are not the lock's."""
     configured = sources.configured_indexes > 0
@@ -439,17 +260,26 @@ def _recorded_sources(sources: Sources, source_args: list[str]) -> dict[str, Any
             "installer_configured": configured}
 
 
-def _flags(step: Step) -> dict[str, Any]:
+def step_flags(step: Step) -> dict[str, Any]:
     return {"no_deps": step.no_deps, "pre": step.pre, "no_build_isolation": step.no_build_isolation,
             "upgrade": step.upgrade, "upgrade_strategy": step.upgrade_strategy, "reinstall": step.reinstall,
             "no_index": step.no_index}
 
 
-def _package_entry(r: LockedReq, finder: ArtifactFinder, requested: set[str]) -> dict[str, Any]:
+def package_entry(r: LockedReq, finder: ArtifactFinder, requested: set[str], refs: Mapping[str, str],
+                  last: Mapping[str, VcsPin]) -> dict[str, Any]:
+    """One ``packages[]`` entry of ``lock.json``. A git pin records the ref the spec asked for
+    (``refs``) and keeps the wheel ``wheelhouse mirror`` built from the same commit (``last``)."""
     entry: dict[str, Any] = {"name": r.name, "version": r.version, "requested": r.name in requested,
                              "hashes": sorted(r.hashes), "artifacts": [], "requires_dist": None, "vcs": None}
     if r.url:
-        entry["vcs"] = {"url": r.url, "commit": r.vcs_commit}
+        vcs: dict[str, Any] = {"url": r.url, "commit": r.vcs_commit}
+        if r.name in refs:
+            vcs["ref"] = refs[r.name]
+        old = last.get(r.name)
+        if old is not None and old.wheel is not None and old.url == r.url:
+            vcs["wheel"] = old.wheel.to_dict()
+        entry["vcs"] = vcs
         return entry
     assert r.version is not None
     arts = finder.matching(r.name, r.version, r.hashes)
@@ -466,7 +296,17 @@ def _package_entry(r: LockedReq, finder: ArtifactFinder, requested: set[str]) ->
     return entry
 
 
-def _baseline_protected(spec: StackSpec, packages: list[dict[str, Any]]) -> set[str]:
+def git_refs(requirements: list[str]) -> dict[str, str]:
+    """{name: the git ref the spec asked for} of a step's git requirements."""
+    out: dict[str, str] = {}
+    for raw in requirements:
+        ref = git_ref(raw)
+        if ref is not None:
+            out[canonicalize_name(Requirement(raw).name)] = ref.ref
+    return out
+
+
+def baseline_protected(spec: StackSpec, packages: list[dict[str, Any]]) -> set[str]:
     """The ABI guard's frozen set (``abi.protected_set``) over the baseline's pins, torch's markers
     evaluated for the stack's target (``lock.report.marker_env``)."""
     torch = next((p for p in packages if p["name"] == spec.abi.package), None)
@@ -474,7 +314,7 @@ def _baseline_protected(spec: StackSpec, packages: list[dict[str, Any]]) -> set[
     return abi.protected_set(spec.abi, {p["name"] for p in packages}, requires)
 
 
-def _file_header(spec: StackSpec, step: Step, role: str, fname: str, source_args: list[str]) -> str:
+def file_header(spec: StackSpec, step: Step, role: str, fname: str, source_args: list[str]) -> str:
     flags = ["--require-hashes"] + (["--no-deps"] if step.no_deps else []) + (["--pre"] if step.pre else [])
     srcs = " ".join(redact(a) for a in source_args)
     lines = [

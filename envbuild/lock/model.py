@@ -85,7 +85,7 @@ _REGENERATE = ("Re-run `envbuild lock` to regenerate it (a lock is written by en
 T = TypeVar("T")
 
 __all__ = [
-    "LOCK_VERSION", "MANIFEST", "PYLOCK", "Lock", "LockAbi", "LockedPackage", "LockedReq", "LockedStep",
+    "LOCK_VERSION", "MANIFEST", "PYLOCK", "BuiltWheel", "Lock", "LockAbi", "LockedPackage", "LockedReq", "LockedStep",
     "StepFlags", "StepSources", "VcsPin", "format_requirement", "lock_dir", "lock_from_text",
     "parse_requirements_text", "read_lock", "read_step_file", "step_filename", "write_lock",
 ]
@@ -166,12 +166,41 @@ def _kind(value: object) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BuiltWheel:
+    """The wheel ``wheelhouse mirror`` built from a git (or direct-URL sdist) requirement at its
+    locked commit: what an offline install takes instead, hash-checked (``vcs.wheel``)."""
+
+    filename: str
+    version: str
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"filename": self.filename, "version": self.version, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, kw_only=True)
 class VcsPin:
     url: str
     commit: str | None  # 40 hex; None when the lock could not pin it (check-lock flags it)
+    ref: str | None = None  # the ref the spec asked for (HEAD, a branch, a tag): a relock keeps the commit
+    wheel: BuiltWheel | None = None  # recorded by `wheelhouse mirror`
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "commit": self.commit}
+        out: dict[str, Any] = {"url": self.url, "commit": self.commit}
+        if self.ref is not None:
+            out["ref"] = self.ref
+        if self.wheel is not None:
+            out["wheel"] = self.wheel.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, f: _Fields) -> VcsPin:
+        wheel = f.table("wheel")
+        built = None
+        if wheel is not None:
+            built = BuiltWheel(filename=wheel.req("filename", str), version=wheel.req("version", str),
+                               sha256=wheel.sha256("sha256", wheel.req("sha256", str)))
+        return cls(url=f.req("url", str), commit=f.get("commit", str), ref=f.get("ref", str), wheel=built)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,7 +228,7 @@ class LockedPackage:
         return cls(name=f.req("name", str), version=f.get("version", str), requested=bool(f.get("requested", bool)),
                    hashes=hashes, artifacts=tuple(arts),
                    requires_dist=None if requires is None else f.strings("requires_dist"),
-                   vcs=None if vcs is None else VcsPin(url=vcs.req("url", str), commit=vcs.get("commit", str)))
+                   vcs=None if vcs is None else VcsPin.from_dict(vcs))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "requested": self.requested,
@@ -269,6 +298,8 @@ class LockedStep:
     sources: StepSources = field(default_factory=StepSources)
     packages: tuple[LockedPackage, ...] = ()
     reason: str | None = None  # why a step is not locked (``--skip-step``)
+    requirements: tuple[str, ...] | None = None  # the step's packages as the spec named them (redacted)
+    replaces: tuple[str, ...] = ()  # earlier steps' packages this step may pin at another version
 
     @property
     def digest(self) -> str | None:
@@ -296,16 +327,22 @@ class LockedStep:
             raise f.fail("reason", f"missing: step {name!r} is marked not locked without the reason "
                          "`envbuild lock --skip-step` records")
         packages = tuple(LockedPackage.from_dict(p) for p in f.tables("packages", required=locked))
+        requirements = f.strings("requirements") if f.get("requirements", list) is not None else None
         return cls(name=name, locked=locked, role=f.get("role", str, "") or "", step_digest=f.get("step_digest", str),
                    flags=StepFlags.from_dict(f.table("flags")), file=file if locked else None,
                    file_sha256=file_sha256 if locked else None, sources=StepSources.from_dict(f.table("sources")),
-                   packages=packages if locked else (), reason=f.get("reason", str))
+                   packages=packages if locked else (), reason=f.get("reason", str), requirements=requirements,
+                   replaces=f.strings("replaces"))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role}
         if self.step_digest is not None:
             out["step_digest"] = self.step_digest
         out["flags"] = self.flags.to_dict()
+        if self.requirements is not None:
+            out["requirements"] = list(self.requirements)
+        if self.replaces:
+            out["replaces"] = list(self.replaces)
         out["locked"] = self.locked
         if not self.locked:
             out["reason"] = self.reason

@@ -95,9 +95,10 @@ def uv_source_args(sources: Sources, step: Step, wheelhouse: str | None) -> list
 
 
 def uv_compile_step(step: Step, spec: StackSpec, *, requirements: list[str], source_args: list[str],
-                    constraints: list[str], work: Path, log_file: Path) -> list[LockedReq]:
+                    constraints: list[str], preferences: list[str], work: Path, log_file: Path) -> list[LockedReq]:
     """``uv pip compile`` one step (``requirements``: its packages, git refs resolved) for the
-    spec's Python and target platform."""
+    spec's Python and target platform. ``preferences`` (``name==version`` lines) are its existing
+    output file, whose pins uv keeps where they still satisfy the step and the constraints."""
     uv = find_uv()
     if uv is None:
         raise PreflightError("locking for another Python or platform needs uv, and it is not installed",
@@ -109,6 +110,7 @@ def uv_compile_step(step: Step, spec: StackSpec, *, requirements: list[str], sou
     req_in = work / f"{step.name}.in"
     req_in.write_text("\n".join(requirements) + "\n")
     out = work / f"{step.name}.txt"
+    out.write_text("".join(f"{line}\n" for line in preferences))
     argv = [uv, "pip", "compile", "--python-version", spec.python, "--python-platform", spec.target.uv_platform,
             "--generate-hashes", "--no-header", "--no-annotate", "--quiet", "--no-config", "--no-python-downloads",
             "--index-strategy", "unsafe-best-match", "--cache-dir", str(cache_dir() / "uv"),
