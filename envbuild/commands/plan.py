@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         rows.append([
             str(s.number),
             s.name,
-            s.role + (", locked" if s.locked_file else ""),
+            s.role + (", locked" if s.locked_file else "")
+            + (f"\nreplaces {', '.join(s.step.replaces)}" if s.step.replaces else ""),
             "\n".join(s.requirements),
             "\n".join(redact(shlex.join(argv)) for argv in commands[s.name]),
         ])

@@ -36,6 +36,9 @@ class StepState:
     log: str | None = None
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # what the step installed or changed: {name: {"version", "record_sha256"}} (``abi.Dist`` identity),
+    # so a later step that changes one of them without ``replaces`` is named by the guard
+    installed: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass

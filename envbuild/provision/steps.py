@@ -158,28 +158,65 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
         manifest.save()
         raise
     state.seconds = round(time.monotonic() - t, 3)
+    after = abi.scan(site)
+    earlier = earlier_step_changes(run, planned, before, after)
+    report = abi.GuardReport(violations=earlier)
     if manifest.baseline is not None:
         report = abi.check(spec, abi.Baseline.from_json(manifest.baseline), site,
                            no_deps_names=planned.step.names if planned.step.no_deps else (),
                            marker_env=manifest.marker_env)
+        report.violations += earlier
         state.guard_seconds = round(report.seconds, 4)
         result.guard_seconds.append(report.seconds)
         state.warnings = [f.message for f in report.warnings]
         for f in report.warnings:
             events.emit("warn", f"step {planned.name}: {f.message} (left unmet by --no-deps)")
             result.warnings.append(f.message)
-        if not report.ok or (run.opts.strict and report.warnings):
-            findings = report.violations or report.warnings
-            message = _violation_message(planned, findings, before, abi.scan(site))
-            state.status, state.ended, state.error = "failed", now(), message
-            if report.violations:
-                manifest.violation = f"step {planned.name}: {findings[0].message}"
-            manifest.save()
-            raise ABIViolation(message, hint=_violation_hint(findings, paths))
+    if not report.ok or (run.opts.strict and report.warnings):
+        findings = report.violations or report.warnings
+        message = _violation_message(planned, findings, before, abi.scan(site))
+        state.status, state.ended, state.error = "failed", now(), message
+        if report.violations:
+            manifest.violation = f"step {planned.name}: {findings[0].message}"
+        manifest.save()
+        raise ABIViolation(message, hint=_violation_hint(findings, paths))
+    state.installed = {n: {"version": after[n].version, "record_sha256": after[n].record_sha256}
+                       for n in abi.changed(before, after) if n in after}
     state.status, state.ended = "ok", now()
     manifest.save()
     result.ran.append(planned.name)
     events.emit("ok", f"step {planned.name} ({state.seconds:.1f} s, guard {1000 * (state.guard_seconds or 0):.0f} ms)")
+
+
+def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mapping[str, abi.Dist],
+                         after: Mapping[str, abi.Dist]) -> list[abi.Finding]:
+    """Packages an earlier step installed that this step changed (another version, a reinstall: the
+    RECORD identity of ``abi.changed``) or removed, unless the step ``replaces`` them. torch and the
+    protected set are left to the ABI guard's own rules."""
+    owners: dict[str, tuple[str, str]] = {}
+    for state in run.manifest.steps:
+        if state.name == planned.name:
+            break
+        for name, ident in state.installed.items():
+            owners[name] = (state.name, ident.get("version", "?"))
+    frozen = {run.spec.abi.package}
+    if run.manifest.baseline is not None:
+        frozen |= set(abi.Baseline.from_json(run.manifest.baseline).protected)
+    out = []
+    for name in abi.changed(before, after):
+        if name not in owners or name in planned.step.replaces or name in frozen:
+            continue
+        owner, version = owners[name]
+        now_ = after.get(name)
+        if now_ is None:
+            what = f"removed {name} {version}"
+        elif now_.version != version:
+            what = f"changed {name} {version} -> {now_.version}"
+        else:
+            what = f"reinstalled {name} {version}"
+        out.append(abi.Finding("earlier-step", name, f"step {planned.name!r} {what}, which step {owner!r} installed "
+                               "(a later step must agree with the steps before it)"))
+    return out
 
 
 def _violation_message(planned: PlannedStep, findings: list[abi.Finding],
@@ -201,5 +238,7 @@ def _violation_hint(findings: list[abi.Finding], paths: layout.Paths) -> str:
         "overlap": "Acknowledge the overlap with [[abi.overlap]] (packages, winner) and order the steps so the winner installs last, or drop one package.",
         "provenance": "Rebuild the wheel against the installed torch with `envbuild wheelhouse build`.",
         "unmet": "Pin the missing versions in a later step, or use matching versions (--strict makes this an error).",
+        "earlier-step": "Make the steps agree (pin a version in the earlier step that the later one accepts), or let "
+                        f"the later step replace it: replaces = [\"{findings[0].package}\"] in its [[step]] table.",
     }
     return f"{fixes.get(rule, 'Fix the stack spec.')} The next provision moves this venv aside and starts over. Logs: {paths.logs}"
