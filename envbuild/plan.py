@@ -58,6 +58,9 @@ class PlannedStep:
     # run of their own after the rest, so their files are the ones on disk (uv installs a step's
     # wheels in parallel, and pip orders them by its resolver, not by the step).
     install_last: tuple[str, ...] = ()
+    # --offline: the locked git/URL pins replaced by the wheels the wheelhouse built from them
+    # ({name: "name==version --hash=sha256:..."}; ``lock.json``'s ``vcs.wheel``)
+    offline_pins: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -70,8 +73,10 @@ class PlannedStep:
     @property
     def digest(self) -> str:
         """Identity of what this step installs and how: a change re-runs it on resume."""
-        payload = {"req": self.requirements, "args": self.args, "env": dict(self.env),
-                   "locked": self.locked_file.read_text() if self.locked_file else None}
+        payload: dict[str, object] = {"req": self.requirements, "args": self.args, "env": dict(self.env),
+                                      "locked": self.locked_file.read_text() if self.locked_file else None}
+        if self.offline_pins:
+            payload["offline"] = dict(self.offline_pins)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -106,6 +111,7 @@ def make_plan(spec: StackSpec, options: PlanOptions | None = None) -> Plan:
     baseline = spec.baseline_index
     if baseline is None:  # adopted torch: every step is guarded
         baseline = -1
+    offline = offline_pins(opts.locked) if opts.wheelhouse and opts.locked else {}
     steps = []
     for i, step in enumerate(spec.steps):
         role: Literal["pre-baseline", "baseline", "guarded"]
@@ -121,9 +127,29 @@ def make_plan(spec: StackSpec, options: PlanOptions | None = None) -> Plan:
                 args=tuple(_installer_args(step, opts, locked is not None)),
                 env=dict(step.env),
                 install_last=_overlap_winners(spec, step),
+                offline_pins=offline.get(step.name, {}) if locked is not None else {},
             )
         )
     return Plan(spec=spec, options=opts, steps=tuple(steps))
+
+
+def offline_pins(locked: Mapping[str, Path]) -> dict[str, dict[str, str]]:
+    """{step: {name: "name==version --hash=sha256:..."}}: the lock's git/URL pins that ``wheelhouse
+    mirror`` built into wheels (``lock.json``'s ``vcs.wheel``), as an offline install takes them."""
+    from envbuild.errors import LockError
+    from envbuild.lock.model import format_requirement, read_lock
+
+    try:
+        lock = read_lock(next(iter(locked.values())).parent)
+    except LockError:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for s in lock.steps if lock is not None else ():
+        for p in s.packages:
+            if p.vcs is not None and p.vcs.wheel is not None:
+                line = format_requirement(p.name, p.vcs.wheel.version, [p.vcs.wheel.sha256]).strip()
+                out.setdefault(s.name, {})[p.name] = line
+    return out
 
 
 def _overlap_winners(spec: StackSpec, step: Step) -> tuple[str, ...]:
@@ -255,11 +281,15 @@ def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: s
     files: list[tuple[Path, str | None, bool]]
     if planned.locked_file is None:
         files = _unlocked_runs(planned, steps_dir)
+    elif planned.offline_pins:
+        files = [_offline_file(planned, steps_dir)]
     else:
         parts = pip_run_parts(planned, steps_dir) if backend == "pip" else None
         files = list(parts) if parts else [(planned.locked_file, None, False)]
         if planned.install_last:
             files = _winners_last(planned, files, steps_dir)
+    if planned.locked_file is not None and planned.offline_pins and planned.install_last:
+        files = _winners_last(planned, files, steps_dir)
     out = []
     for path, content, vcs in files:
         argv = installer_argv(planned, backend=backend, python=python, uv=uv, requirements_file=path,
@@ -270,6 +300,19 @@ def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: s
             argv = [*argv, "--no-deps"]  # the winners' dependencies are the lock's other lines, installed before
         out.append(StepCommand(tuple(argv), path, content))
     return out
+
+
+def _offline_file(planned: PlannedStep, steps_dir: Path) -> tuple[Path, str | None, bool]:
+    """The step's lock file with each git/URL line replaced by the wheel built from it (hashed)."""
+    from envbuild.lock.model import parse_requirements_text
+
+    assert planned.locked_file is not None
+    reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))
+    lines = [planned.offline_pins[r.name] if r.name in planned.offline_pins
+             else r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in reqs]
+    text = (f"# envbuild: {planned.locked_file.name} for an offline install: git/URL requirements replaced by "
+            "the wheels `wheelhouse mirror` built from them (lock.json records their hashes)\n" + "\n".join(lines) + "\n")
+    return steps_dir / f"{planned.number:02d}-{planned.name}.offline.txt", text, False
 
 
 def _name_of(line: str) -> str | None:
@@ -401,6 +444,7 @@ def plan_to_json(plan: Plan) -> dict[str, object]:
                 "locked_file": str(s.locked_file) if s.locked_file else None,
                 "installer_args": list(s.args),
                 "constraints": s.constrained,
+                "replaces": list(s.step.replaces),
                 "env": dict(s.env),
             }
             for s in plan.steps

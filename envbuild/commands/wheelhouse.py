@@ -35,6 +35,10 @@ def register(sub: Any) -> None:
     b.add_argument("--no-cache", action="store_true", help="rebuild even when the cache has the wheel")
     b.add_argument("--keep-work", action="store_true", help="keep the unpacked, patched source tree")
     b.add_argument("--json", action="store_true", help="print JSON on stdout")
+    lock = b.add_mutually_exclusive_group()
+    lock.add_argument("--profile", metavar="NAME", help="refuse to build (or reuse a build) against any torch but the one "
+                      "this profile's lock pins")
+    lock.add_argument("--stack", metavar="FILE", type=path_arg, help="as --profile, for any stack spec file")
     b.set_defaults(func=run_build)
 
     m = wsub.add_parser("mirror", help="download every artifact of a lock into the wheelhouse (hash-checked)")
@@ -46,8 +50,14 @@ def register(sub: Any) -> None:
     m.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
     m.add_argument("--index-url", action="append", default=[], metavar="URL",
                    help="also look for the pinned files here (credentials in the URL are never shown)")
-    m.add_argument("--python-tag", metavar="TAG", help="only wheels for this interpreter, e.g. cp313")
+    m.add_argument("--python-tag", metavar="TAG", help="only wheels for this interpreter, e.g. cp313 "
+                   "(default: the lock's Python and [target] platform)")
     m.add_argument("--platform", metavar="GLOB", help="only wheels for this platform, e.g. 'manylinux*_x86_64'")
+    m.add_argument("--all-platforms", action="store_true",
+                   help="every locked file, for every Python and platform (default: what installs on the lock's target)")
+    m.add_argument("--python", metavar="PATH", type=path_arg,
+                   help="the interpreter that builds the lock's git requirements into wheels (default: python<lock's "
+                   "Python>)")
     m.add_argument("--jobs", "-j", type=int, default=4, help="parallel downloads (default: 4)")
     m.add_argument("--retries", type=int, default=4, help="retries per file (default: 4)")
     m.add_argument("--json", action="store_true", help="print JSON on stdout")
@@ -87,7 +97,10 @@ def run_build(args: argparse.Namespace) -> int:
         from packaging.utils import canonicalize_name
 
         overrides[canonicalize_name(name)] = loc
-    opts = BuildOptions(python=_target_python(args), out=args.out.resolve(),
+    python = _target_python(args)
+    if args.profile or args.stack:
+        _refuse_another_torch(args, python)
+    opts = BuildOptions(python=python, out=args.out.resolve(),
                         cache=(args.cache or default_cache()).resolve(),
                         sources=tuple(p.resolve() for p in args.sources), overrides=overrides,
                         use_cache=not args.no_cache, keep_work=args.keep_work)
@@ -107,16 +120,37 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_another_torch(args: argparse.Namespace, python: Path) -> None:
+    """The wheels must be built against the torch the stack's lock pins: a target venv still on the
+    torch the lock moved away from would make (or take from the cache) wheels for the old one."""
+    from envbuild.errors import WheelhouseError
+    from envbuild.lock.model import read_lock
+    from envbuild.spec import resolve_spec
+    from envbuild.wheelhouse.build import probe_target
+
+    spec = resolve_spec(args.profile, args.stack)
+    lock = read_lock(spec.path.parent)
+    want = lock.abi.version if lock is not None and lock.abi is not None and lock.abi.version else spec.abi.version
+    have = probe_target(python).torch_version
+    if have != want:
+        raise WheelhouseError(
+            f"{python} has torch {have}, but the lock of {spec.name!r} pins torch {want}: wheels built (or reused "
+            "from the cache) against it would be for the old torch",
+            hint=f"Provision the stack first (envbuild provision --stack {spec.path}), then build against that venv.")
+
+
 # ----------------------------------------------------------------------------- mirror / index
 
 
 def run_mirror(args: argparse.Namespace) -> int:
+    from envbuild.lock.model import read_lock
     from envbuild.net import redact
-    from envbuild.spec import profile_path
+    from envbuild.spec import DEFAULT_PLATFORM, profile_path
     from envbuild.wheelhouse import mirror as m
     from envbuild.wheelhouse.pages import write_index
 
     known: list[m.Artifact] = []
+    lock = None
     if args.requirements:
         sources = m.LockSources()
         for f in args.requirements:
@@ -125,6 +159,7 @@ def run_mirror(args: argparse.Namespace) -> int:
         lock_dir = args.lock or profile_path(args.profile or "cpu").parent
         if (lock_dir / "lock.json").is_file():
             known, sources = m.manifest_artifacts(lock_dir)  # URLs recorded by `envbuild lock`
+            lock = read_lock(lock_dir)
         else:
             sources = m.lock_sources(lock_dir)
     resolved: list[m.Artifact] = []
@@ -132,18 +167,66 @@ def run_mirror(args: argparse.Namespace) -> int:
         events.emit("step", f"resolving {len(sources.packages)} locked packages on "
                     f"{', '.join(redact(u) for u in [*args.index_url, *sources.indexes, *sources.find_links]) or 'no index'}")
         resolved = m.resolve(sources, extra_indexes=args.index_url)
-    artifacts = m.select([*known, *resolved], args.python_tag, args.platform)
-    events.emit("step", f"mirroring {len(artifacts)} artifacts into {args.out}")
+    everything = [*known, *resolved]
+    target: tuple[str, str] | None = None
+    left: list[m.Artifact] = []
+    if args.python_tag or args.platform:
+        artifacts = m.select(everything, args.python_tag, args.platform)
+    elif args.all_platforms or lock is None:
+        artifacts = everything
+        if lock is None and not args.all_platforms:
+            events.emit("info", "no lock.json: every locked file is mirrored, for every Python and platform")
+    else:
+        target = (lock.target.get("python") or lock.python or "", lock.target.get("platform") or DEFAULT_PLATFORM)
+        artifacts, left = m.select_target(everything, *target)
+    events.emit("step", f"mirroring {len(artifacts)} artifacts into {args.out}"
+                + (f" (for Python {target[0]} on {target[1]}; {len(left)} files for other targets left out)"
+                   if target else ""))
     result = m.mirror(artifacts, args.out, jobs=args.jobs, retries=args.retries)  # bars: ui's live display
+    built = []
+    if lock is not None and (vcs := _vcs(lock)):
+        from envbuild.installer import find_python
+        from envbuild.wheelhouse.vcsbuild import build_vcs_wheels
+
+        python = args.python or find_python(lock.python or "3")
+        built = build_vcs_wheels(lock, args.out, python=Path(python),
+                                 target=target or (lock.target.get("python") or lock.python or "",
+                                                   lock.target.get("platform") or DEFAULT_PLATFORM))
+        events.emit("info", f"{len(vcs)} git/URL requirement(s): {sum(1 for b in built if not b.reused)} built, "
+                    f"{sum(1 for b in built if b.reused)} already in the wheelhouse")
+    saved = m.sizes(left) if left else {}
+    known_bytes = sum(v for v in saved.values() if v is not None)
+    unknown = sum(1 for v in saved.values() if v is None)
     index = write_index(args.out)
+    mirrored = sum((args.out / a.filename).stat().st_size for a in {a.filename: a for a in artifacts}.values()
+                   if (args.out / a.filename).is_file())
     if args.json:
         ui.print_json({"out": str(args.out), "downloaded": [p.name for p in result.downloaded],
                        "present": [p.name for p in result.present], "manifest": str(result.manifest),
-                       "index": str(index.root / "simple")})
+                       "index": str(index.root / "simple"),
+                       "target": {"python": target[0], "platform": target[1]} if target else None,
+                       "left_out": sorted(a.filename for a in left), "bytes_saved": known_bytes,
+                       "bytes_unknown": unknown, "bytes_mirrored": mirrored,
+                       "built": [{"name": b.name, "step": b.step, "wheel": b.wheel.name, "sha256": b.sha256,
+                                  "source": b.source, "commit": b.commit, "reused": b.reused} for b in built]})
     else:
-        ui.print_text(f"{len(result.downloaded)} downloaded, {len(result.present)} already present; "
-                      f"index: {index.root / 'simple'}")
+        ui.print_text(f"{len(result.downloaded)} downloaded, {len(result.present)} already present "
+                      f"({mirrored / 1e6:.1f} MB); index: {index.root / 'simple'}")
+        if target:
+            ui.print_text(f"for Python {target[0]} on {target[1]}: {len(left)} files for other targets left out, "
+                          f"{known_bytes / 1e6:.1f} MB saved" + (f" (+{unknown} of unknown size)" if unknown else "")
+                          + "; --all-platforms mirrors them")
+        for b in built:
+            if not b.reused:
+                ui.print_text(f"built {b.wheel.name} from {b.source} (sha256 {b.sha256[:16]}...); lock.json records "
+                              "it: commit the lock")
     return 0
+
+
+def _vcs(lock: Any) -> list[Any]:
+    from envbuild.wheelhouse.vcsbuild import vcs_packages
+
+    return vcs_packages(lock)
 
 
 def run_index(args: argparse.Namespace) -> int:

@@ -134,6 +134,11 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
         raise PreflightError(f"--venv {opts.venv}: no environment there (no {paths.python})")
     todo = [s for s in plan.steps if snapshot.state(s.name).status != "ok"
             and (opts.only_step is None or s.name == opts.only_step)]
+    if opts.wheelhouse:  # offline: every locked artifact in the wheelhouse, or nothing is made
+        from envbuild.provision.offline import check_wheelhouse
+
+        seed = plan.options.backend == "uv" and opts.venv is None and not paths.python.exists()
+        check_wheelhouse(spec, todo, opts.wheelhouse, seed=seed)
     # the interpreter is a check too: find it before anything is created, while the package
     # sources are probed (an HTTP round trip and a subprocess, side by side)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="envbuild-sources") as probes:

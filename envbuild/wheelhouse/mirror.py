@@ -36,12 +36,13 @@ from envbuild.index import TIMEOUT, Artifact, ArtifactFinder, Sources, session
 from envbuild.lock.model import MANIFEST, read_lock
 from envbuild.lock.stepfile import parse_requirements, read_text
 from envbuild.net import redact
+from envbuild.wheelhouse.target import fits_target, select_target
 
 CHUNK = 1 << 16
 _RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
-__all__ = ["Artifact", "LockSources", "LockedPackage", "MirrorResult", "download_one", "lock_sources",
-           "manifest_artifacts", "mirror", "read_requirements", "resolve", "select"]
+__all__ = ["Artifact", "LockSources", "LockedPackage", "MirrorResult", "download_one", "fits_target", "lock_sources",
+           "manifest_artifacts", "mirror", "read_requirements", "resolve", "select", "select_target", "sizes"]
 
 
 @dataclass(frozen=True)
@@ -128,10 +129,7 @@ def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
             continue
         src = step.sources
         for pkg in step.packages:
-            if pkg.vcs is not None:  # a commit-pinned git requirement: no file to mirror, pip clones it
-                events.emit("warn", f"{pkg.name}: a git requirement ({redact(pkg.vcs.url)}); the wheelhouse does "
-                            "not hold it, so an offline install still clones that repository (point git at "
-                            "a mirror of it with url.<mirror>.insteadOf)")
+            if pkg.vcs is not None:  # a git or direct-URL pin: built into a wheel (``wheelhouse.vcsbuild``)
                 continue
             usable = [a for a in pkg.artifacts if a.url and "***@" not in a.url and a.sha256]
             artifacts.extend(usable)
@@ -200,6 +198,31 @@ def _fits_python(interpreter: str, abi: str, python: str) -> bool:
         except ValueError:
             return False
     return False
+
+
+# ----------------------------------------------------------------------------- download
+
+
+def sizes(artifacts: Iterable[Artifact], *, http: Any = None, jobs: int = 8) -> dict[str, int | None]:
+    """{filename: bytes} of artifacts not downloaded (a HEAD request each; None where unknown)."""
+    http = http or session()
+
+    def size(a: Artifact) -> int | None:
+        if a.local_path is not None:
+            try:
+                return a.local_path.stat().st_size
+            except OSError:
+                return None
+        try:
+            resp = http.head(a.url, allow_redirects=True, timeout=TIMEOUT)
+        except Exception:  # noqa: BLE001 - a size is a figure for the report, never a failure
+            return None
+        length = resp.headers.get("Content-Length", "")
+        return int(length) if resp.status_code < 400 and length.isdigit() else None
+
+    todo = list(artifacts)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return dict(zip((a.filename for a in todo), pool.map(size, todo), strict=True))
 
 
 def select(artifacts: Iterable[Artifact], python: str | None = None, platform: str | None = None) -> list[Artifact]:
