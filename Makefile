@@ -11,7 +11,7 @@ DEMO   := .demo
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=3); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
 export ENVBUILD_TORCH_INDEX := $(TORCH_INDEX)
 
-.PHONY: demo test test-all lint check-lock bench clean image image-h200-twin bootstrap test-images
+.PHONY: demo test test-all fuzz lint check-lock bench clean image image-h200-twin bootstrap test-images
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not gpu and not image and (not network or seed_twin)" -p no:cacheprovider
 	$(BIN)/envbuild check-lock --offline
+
+## fuzz: the input fuzzing (damaged specs, locks, receipts) and the round trips of every rendered file
+## through its real reader, with many more examples than `make test` runs (about 15 minutes on 2 cores)
+fuzz: $(BIN)/.installed
+	ENVBUILD_FUZZ_EXAMPLES=500 ENVBUILD_PROPERTY_EXAMPLES=5000 $(BIN)/python -m pytest -p no:cacheprovider \
+		tests/test_fuzz.py tests/test_render_roundtrip.py
 
 ## test-images: the real image build and the fresh-host (Ubuntu 22.04, Python 3.10) operator path
 test-images: $(BIN)/.installed

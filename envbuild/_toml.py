@@ -155,7 +155,7 @@ def read_bounded(path: Path, what: str, limit: int = MAX_BYTES) -> bytes:
         raise ConfigError(f"{path}: {what} not found") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             mode = info.st_mode
@@ -163,19 +163,24 @@ def read_bounded(path: Path, what: str, limit: int = MAX_BYTES) -> bytes:
                     else "a block device" if stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
                     else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
             raise ConfigError(f"{path}: the {what} must be a regular file; this is {kind}")
-        raw = b"" if info.st_size > limit else _read(f, path, what, limit + 1)
+        raw = b"" if info.st_size > limit else _read(fd, path, what, limit + 1)
+    finally:
+        os.close(fd)
     if info.st_size > limit or len(raw) > limit:
         raise ConfigError(f"{path}: the {what} is {_size(max(info.st_size, len(raw)))}; envbuild reads at most "
                           f"{_size(limit)} of it (a spec is a page of TOML)")
     return raw
 
 
-def _read(f: Any, path: Path, what: str, n: int) -> bytes:
+def _read(fd: int, path: Path, what: str, n: int) -> bytes:
+    chunks: list[bytes] = []
     try:
-        data: bytes = f.read(n)
+        while n > 0 and (chunk := os.read(fd, min(n, 1 << 16))):
+            chunks.append(chunk)
+            n -= len(chunk)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
-    return data
+    return b"".join(chunks)
 
 
 def _size(n: int) -> str:

@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "receipt",
     "docker",
     "modal",
+    "ansible_vars",
 )
 
 

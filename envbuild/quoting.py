@@ -38,6 +38,8 @@ __all__ = [
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMES = {"\x00": "NUL", "\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\x1b": "ESCAPE",
+          "\x7f": "DELETE", "\x85": "NEXT LINE", "\x0b": "VERTICAL TAB", "\x0c": "FORM FEED"}
 _BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
@@ -56,13 +58,13 @@ def unsafe_character(text: str) -> str | None:
         kind = "a bidirectional text control"
     else:
         kind = "a control character"
-    name = unicodedata.name(ch, "")
+    name = _NAMES.get(ch) or unicodedata.name(ch, "")
     return f"{kind} ({code}{' ' + name if name else ''}) at position {m.start() + 1}"
 
 
 def shown(text: str) -> str:
     """``text`` safe to print on a terminal: unsafe characters as ``\\uXXXX`` escapes."""
-    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return re.sub("[\\t" + _UNSAFE.pattern[1:], lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def check_text(value: str, what: str) -> str:
@@ -186,8 +188,9 @@ def py_docstring(text: str, what: str) -> str:
 
 # ----------------------------------------------------------------------------- YAML (Ansible)
 
-# What YAML lets a double-quoted scalar hold unescaped (YAML 1.1, as PyYAML reads it).
-_YAML_PRINTABLE = re.compile("[\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# What YAML lets a double-quoted scalar hold unescaped (YAML 1.1, as PyYAML reads it), less the
+# characters YAML 1.1 takes for line breaks (NEL, LS, PS: folded away) and the byte order mark.
+_YAML_PRINTABLE = re.compile("(?![\x85\u2028\u2029\ufeff])[\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def yaml_str(value: str) -> str:

@@ -61,6 +61,16 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 SOURCE_SCHEMES = ("https", "http", "file")
 # Names whose value is a credential: a literal one is written into the overlay, plans and images.
 # TOKEN followed by a letter is not one (TOKENIZERS_PARALLELISM).
+# [env] names the overlay cannot hold: a shell runs their value as commands (BASH_ENV, PROMPT_COMMAND,
+# PS1 with $(...), an exported function), or keeps its own value whatever a sourced file says
+# (read-only and dynamic variables: sourcing an overlay that sets BASHOPTS fails, RANDOM changes).
+SHELL_RESERVED = frozenset({
+    "_", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PS0", "PS1", "PS2", "PS3", "PS4", "IFS", "SHELLOPTS", "BASHOPTS",
+    "BASH_VERSINFO", "BASH_VERSION", "EUID", "UID", "PPID", "RANDOM", "SRANDOM", "SECONDS", "LINENO", "BASHPID",
+    "EPOCHSECONDS", "EPOCHREALTIME", "HISTCMD", "BASH_ARGV0", "BASH_COMMAND", "BASH_SUBSHELL", "FUNCNAME",
+    "GROUPS", "DIRSTACK", "BASH_LINENO", "BASH_SOURCE", "BASH_ARGC", "BASH_ARGV", "BASH_REMATCH", "BASH_CMDS",
+    "BASH_ALIASES", "PIPESTATUS", "OPTIND", "OPTARG", "COMP_WORDBREAKS", "BASH_XTRACEFD", "BASH_LOADABLES_PATH",
+})
 SECRET_NAME = re.compile(r"TOKEN(?![A-Z])|PASSWORD|PASSWD|SECRET|CREDENTIAL|_KEY$|^KEY$", re.I)
 _PROJECT = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")  # PEP 508 names
 
@@ -470,6 +480,9 @@ def _parse_env(r: TomlReader, data: Mapping[str, Any], where: str,
         if not ENV_NAME.match(name):
             raise r.fail(key, "the name is not an environment variable name: letters, digits and '_', not "
                          "starting with a digit ([A-Za-z_][A-Za-z0-9_]*)")
+        if name in SHELL_RESERVED or name.startswith("BASH_FUNC_"):
+            raise r.fail(key, f"{name} is the shell's own: a shell runs its value as commands or keeps its own "
+                         "value, so the env overlay that activate sources must not set it")
         if isinstance(v, str):
             literal[name] = r.expand(v, key)
             if literal[name] and SECRET_NAME.search(name):

@@ -14,6 +14,7 @@ them for a longer hunt (``ENVBUILD_FUZZ_EXAMPLES=500 pytest tests/test_fuzz.py``
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -54,8 +55,15 @@ json_values = st.recursive(
 
 TOML_LITERALS = ["true", "0", "-3", "1.5", "inf", "nan", '""', '"x"', "[]", '[1, "a"]', "{}", "{ a = 1 }",
                  '"${ENVBUILD_FUZZ_UNSET}"', '"${ENVBUILD_FUZZ_UNSET:-}"', '"torch==2.0"', '["torch>>=1"]',
-                 "[[1]]", "1979-05-27", '"\\u00e9"', '"../../../etc"', '"zz==1.0"', '["einops==0.8.1", 3]']
+                 "[[1]]", "1979-05-27", '"\\u00e9"', '"../../../etc"', '"zz==1.0"', '["einops==0.8.1", 3]',
+                 # what a hostile spec tries on the files envbuild renders (issue 23)
+                 '"a\\nRUN touch /tmp/envbuild-fuzz-pwned"', '"$(touch /tmp/envbuild-fuzz-pwned)"', '"`id`"',
+                 "'it''s'", '"\\\\"', '"x\\r"', '"\\u2028"', '"\\u001b[31m"', '{ from_env = "HF_TOKEN" }',
+                 '{ "A=1\\ntouch /tmp/envbuild-fuzz-pwned" = "v" }', '"ftp://mirror/simple"', '"-r /etc/passwd"',
+                 '"/abs/venv"', '"{{ lookup(\'pipe\', \'id\') }}"']
 LINES = ["[[step]]", "[abi]", "[layout]", 'name = "x"', "schema = 2", "python = 3.11", "packages = []",
+         "[env]", 'HF_TOKEN = "hf_literal"', '"BAD NAME" = "v"', 'PS1 = "$(id)"', 'env = { X = { from_env = "X" } }',
+         'venv = "../../escape"', 'cuda = "13.2; id"', 'name = "../../../tmp/escape"', "index_url = \"file:///x\"",
          "no_deps = \"yes\"", "--hash=sha256:zz", "-r other.txt", "torch @ file:///etc/passwd",
          "pkg==1.0 --hash=md5:abc", "bad-line \\", "einops==0.8.1 --hash=sha256:" + "0" * 64, "\t", "#"]
 
@@ -208,6 +216,43 @@ def test_fuzz_stack_spec(sandbox: Path, capsys: pytest.CaptureFixture[str], data
         box.run(["check-lock", "--offline", "--stack", str(stack)], capsys, {0, 2, 8})
         (box.inputs / "lock.json").unlink()  # no lock: the spec alone decides
         box.run(["plan", "--stack", str(stack), "--json"], capsys, {0, 2})
+    finally:
+        box.close()
+
+
+# the issue-23 target: a few hundred examples in `make test` (about 20 s), more with `make fuzz`
+RENDER = settings(FUZZ, max_examples=int(os.environ.get("ENVBUILD_FUZZ_EXAMPLES", "150")))
+
+
+@RENDER
+@given(data=st.data())
+def test_fuzz_plan_check_lock_and_docker(sandbox: Path, capsys: pytest.CaptureFixture[str],
+                                         data: st.DataObject) -> None:
+    """A damaged spec or lock through `plan`, `check-lock` and `docker`: a documented exit code and
+    one message, files only inside the output folder, and never an instruction a spec value wrote."""
+    box = Sandbox(sandbox)
+    try:
+        stack = _cpu(box)
+        if data.draw(st.booleans()):
+            stack.write_bytes(mutate_text(data, stack.read_bytes(), TOML_LITERALS))
+        else:
+            lock = box.inputs / "lock.json"
+            lock.write_text(json.dumps(mutate_json(data, json.loads(lock.read_text())), indent=2))
+        box.run(["plan", "--stack", str(stack)], capsys, {0, 2, 8})
+        box.run(["check-lock", "--offline", "--stack", str(stack)], capsys, {0, 2, 8})
+        out = box.root / "image" / "Dockerfile"
+        lock_args = data.draw(st.sampled_from([[], ["--no-lock"]]))
+        rc = box.run(["docker", "--stack", str(stack), "-o", str(out), "--context", str(box.root), *lock_args],
+                     capsys, {0, 2, 8})
+        if rc == 0:
+            from dockerfile_parse import DockerfileParser
+
+            parsed = DockerfileParser(fileobj=io.BytesIO())
+            parsed.content = out.read_text()
+            for ins in parsed.structure:  # a spec value may only be an ENV value, never its own instruction
+                assert ins["instruction"] in {"COMMENT", "ARG", "FROM", "SHELL", "ENV", "RUN", "COPY", "WORKDIR", "CMD"}
+                assert ins["instruction"] == "ENV" or "envbuild-fuzz-pwned" not in ins["value"], ins
+        assert not Path("/tmp/envbuild-fuzz-pwned").exists()
     finally:
         box.close()
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import path_arg
+from envbuild.commands.common import amount_arg, count_arg, path_arg, seconds_arg
 from envbuild.commands.smoke import (
     add_target_args,
     log_path,
@@ -20,6 +21,10 @@ from envbuild.errors import ExitCode
 from envbuild.host.preflight import HostFacts, parse_gpus
 from envbuild.proof.diststep.launch import DistOptions, plan_mesh, run_dist_step
 
+MAX_NPROC = 64  # processes on one node (DistOptions.validate says the same)
+MAX_NODES = 4096
+MAX_WORLD = MAX_NPROC * MAX_NODES
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -28,23 +33,23 @@ def register(sub: Any) -> None:
                     "layer on a dp x tp mesh with expert parallel, checked against a single-process "
                     "reference, a DCP round trip and an all-reduce bandwidth probe. Exit 7 on a failure.")
     add_target_args(p)
-    p.add_argument("--nproc", type=int, help="processes on this node (default: one per GPU; 2 on CPU)")
-    p.add_argument("--nnodes", type=int, default=1, help="nodes (default 1); >1 needs --rdzv-endpoint")
+    p.add_argument("--nproc", type=count_arg(1, MAX_NPROC), help="processes on this node (default: one per GPU; 2 on CPU)")
+    p.add_argument("--nnodes", type=count_arg(1, MAX_NODES), default=1, help="nodes (default 1); >1 needs --rdzv-endpoint")
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for multi-node runs")
     p.add_argument("--rdzv-id", default="envbuild-dist-step", help="rendezvous id, the same on every node")
-    p.add_argument("--dp", type=int, default=0, help="data-parallel size (default: world / tp)")
-    p.add_argument("--tp", type=int, default=0, help="tensor-parallel size (default: 2 if the world is even, else 1)")
-    p.add_argument("--ep", type=int, default=0, help="expert-parallel size (default: the world size)")
-    p.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    p.add_argument("--dp", type=count_arg(1, MAX_WORLD, special=(0,)), default=0, help="data-parallel size (default: world / tp)")
+    p.add_argument("--tp", type=count_arg(1, MAX_WORLD, special=(0,)), default=0, help="tensor-parallel size (default: 2 if the world is even, else 1)")
+    p.add_argument("--ep", type=count_arg(1, MAX_WORLD, special=(0,)), default=0, help="expert-parallel size (default: the world size)")
+    p.add_argument("--steps", type=count_arg(2, 10_000), default=5, help="optimizer steps (default 5)")
     p.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
     p.add_argument("--bf16", action="store_true", help="bf16 parameters (looser parity tolerance)")
-    p.add_argument("--bw-mb", type=float, default=-1.0, metavar="MIB",
+    p.add_argument("--bw-mb", type=amount_arg(0, 65536, special=(-1.0,)), default=-1.0, metavar="MIB",
                    help="all-reduce probe size in MiB (default 1024 on GPU, 8 on CPU; 0 skips)")
     p.add_argument("--ckpt-dir", type=path_arg, metavar="DIR",
                    help="DCP checkpoint folder for the round trip; must be shared by all nodes (default: a temporary "
                         "folder on one node, <root>/checkpoints/envbuild-dist-step-<rdzv-id> across nodes)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default 600)")
-    p.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
+    p.add_argument("--timeout", type=seconds_arg(), default=600.0, metavar="S", help="give up after S seconds (default 600)")
+    p.add_argument("--stall-timeout", type=seconds_arg(), default=60.0, metavar="S",
                    help="stop when a rank sends no heartbeat for S seconds (stopped, killed or wedged; default 60)")
     p.set_defaults(func=run)
 
@@ -58,13 +63,20 @@ def visible_gpus() -> int:
     return n
 
 
-def run(args: argparse.Namespace) -> int:
-    spec, paths, python = resolve_target(args)
-    gpus = 0 if args.cpu else visible_gpus()
-    opts = DistOptions(nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
+def _options(args: argparse.Namespace, gpus: int, ckpt_dir: Path | None) -> DistOptions:
+    return DistOptions(nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                        dp=args.dp, tp=args.tp, ep=args.ep, steps=args.steps, cpu=args.cpu or gpus == 0,
                        bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout, stall_timeout=args.stall_timeout,
-                       ckpt_dir=args.ckpt_dir or (paths.checkpoints / f"envbuild-dist-step-{args.rdzv_id}"
+                       ckpt_dir=ckpt_dir)
+
+
+def run(args: argparse.Namespace) -> int:
+    _options(args, 0, None).validate()  # the arguments first (exit 2), then the host (exit 3)
+    if args.nproc:
+        plan_mesh(args.nproc * args.nnodes, args.dp, args.tp, args.ep)
+    spec, paths, python = resolve_target(args)
+    gpus = 0 if args.cpu else visible_gpus()
+    opts = _options(args, gpus, args.ckpt_dir or (paths.checkpoints / f"envbuild-dist-step-{args.rdzv_id}"
                                                   if args.nnodes > 1 else None))
     nproc = args.nproc or (gpus or 2)
     opts.validate()

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, seconds_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.host.preflight import CHECK_GROUPS, run_preflight
 from envbuild.layout import paths_for
@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
                    help=f"run only these checks (repeatable): {', '.join(CHECK_GROUPS)}")
     p.add_argument("--skip", action="append", default=[], metavar="CHECK", help="leave these checks out (repeatable)")
     p.add_argument("--python", metavar="PATH", help="the interpreter provision --python would make the venv with")
-    p.add_argument("--index-timeout", type=float, default=3.0, metavar="S", help="seconds of an index probe's first attempt (default 3; slow sources are retried, growing, for up to 30 s or ENVBUILD_NET_DEADLINE)")
+    p.add_argument("--index-timeout", type=seconds_arg(maximum=3600), default=3.0, metavar="S", help="seconds of an index probe's first attempt (default 3; slow sources are retried, growing, for up to 30 s or ENVBUILD_NET_DEADLINE)")
     p.set_defaults(func=run)
 
 

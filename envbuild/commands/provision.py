@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from envbuild import events
@@ -13,12 +14,28 @@ from envbuild.commands.common import (
     load_stack,
     nonempty_arg,
     path_arg,
+    seconds_arg,
 )
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.plan import BACKENDS, locked_steps
 from envbuild.provision.core import provision
 from envbuild.provision.options import ProvisionOptions
 from envbuild.provision.verify import IMPORT_TIMEOUT
+from envbuild.spec import StackSpec
+
+
+def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
+    """The steps' required ``from_env`` values are set here (exit 2 before anything is made). Their
+    values pass to the installers through this process's environment and are never written."""
+    missing = spec.missing_env(os.environ, steps)
+    if missing:
+        names = sorted({key.rsplit(".", 1)[1] for key in missing})
+        raise ConfigError(
+            f"{spec.path}: {', '.join(missing)} take their value from the environment (from_env), and "
+            f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not set (or empty) here",
+            hint=f"Set {' and '.join(names)} where envbuild runs (in an image build: docker build "
+                 + " ".join(f"--secret id={n},env={n}" for n in names)
+                 + "), or mark a value the step can do without as { from_env = \"NAME\", required = false }.")
 
 
 def register(sub: Any) -> None:
@@ -43,9 +60,9 @@ def register(sub: Any) -> None:
     p.add_argument("--prefetch", choices=("auto", "yes", "no"), default="auto",
                    help="download the next step's exact pins while a step installs "
                    "(auto: when a later step reads a remote index)")
-    p.add_argument("--step-timeout", type=float, metavar="S",
+    p.add_argument("--step-timeout", type=seconds_arg(), metavar="S",
                    help="stop an installer run that takes more than S seconds (default: no limit; exit 5)")
-    p.add_argument("--import-timeout", type=float, default=IMPORT_TIMEOUT, metavar="S",
+    p.add_argument("--import-timeout", type=seconds_arg(), default=IMPORT_TIMEOUT, metavar="S",
                    help=f"stop the final `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 5)")
     p.set_defaults(func=run)
 
@@ -56,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")
     if args.wheelhouse and not args.offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
+    if args.step:
+        spec.step(args.step)  # an unknown step is a usage error, before the host is looked at
+    check_env_from(spec, (args.step,) if args.step else None)
     locked = {} if args.no_lock else locked_steps(spec)
     if args.no_lock and (spec.path.parent / "lock.json").is_file():
         events.emit("warn", f"--no-lock: the lock at {spec.path.parent / 'lock.json'} is bypassed; every step "

@@ -13,7 +13,7 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg, seconds_arg
 from envbuild.errors import ExitCode, PreflightError
 from envbuild.layout import Paths, overlay_env, paths_for
 from envbuild.proof.provenance import Provenance, capture
@@ -91,7 +91,7 @@ def register(sub: Any) -> None:
     p.add_argument("--only", action="append", default=[], choices=CHECK_NAMES, metavar="CHECK",
                    help=f"run only these checks (repeatable): {', '.join(CHECK_NAMES)}")
     p.add_argument("--quick", action="store_true", help="a shorter matmul benchmark")
-    p.add_argument("--timeout", type=float, default=900.0, metavar="S", help="give up after S seconds (default 900)")
+    p.add_argument("--timeout", type=seconds_arg(), default=900.0, metavar="S", help="give up after S seconds (default 900)")
     p.set_defaults(func=run)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from envbuild import abi, events, layout
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg, seconds_arg
 from envbuild.errors import ABIViolation, ConfigError, VerifyError
 from envbuild.provision.state import Manifest
 from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
     add_json_arg(p)
     p.add_argument("--root", type=path_arg, help="data root holding the venv and its manifest")
     p.add_argument("--venv", type=path_arg, help="check this environment (baseline from --root's manifest if any)")
-    p.add_argument("--timeout", type=float, default=IMPORT_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=seconds_arg(), default=IMPORT_TIMEOUT, metavar="S",
                    help=f"give up on `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 7)")
     p.set_defaults(func=run)
 

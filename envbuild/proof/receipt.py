@@ -105,8 +105,11 @@ def env_section(spec: StackSpec | None, paths: Paths, environ: Mapping[str, str]
     overlay = overlay_env(spec, paths) if spec is not None else dict(RUNTIME_BASELINE)
     keys = sorted({*RUNTIME_BASELINE, *UNSET_IN_BASELINE, "NCCL_MNNVL_ENABLE", "PYTORCH_CUDA_ALLOC_CONF",
                    *(k for k in environ if k.startswith(_ENV_PREFIXES))})
+    # the spec's from_env values are never written, whatever their names (only whether they are set)
+    hidden = {ref.name for _, ref in spec.env_refs()} if spec is not None else set()
+    in_force = {k: ("***" if environ.get(k) else environ.get(k)) if k in hidden else environ.get(k) for k in keys}
     return {"overlay": redact_env(overlay), "unset_by_overlay": list(UNSET_IN_BASELINE),
-            "in_force": redact_env({k: environ.get(k) for k in keys})}
+            "in_force": redact_env(in_force)}
 
 
 @dataclass(frozen=True)
