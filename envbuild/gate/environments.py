@@ -42,8 +42,13 @@ PLATFORMS: dict[str, tuple[str, dict[str, str]]] = {
                                         "platform_machine": "AMD64", "os_name": "nt"}),
 }
 _PLATFORM_KEYS = re.compile(r"\b(sys_platform|platform_system|platform_machine|os_name|platform_release)\b")
-_PY_LITERAL = re.compile(r"python_(?:full_)?version\s*(?:[<>=!~]=?=?|not in|in)\s*['\"](\d+)\.(\d+)"
-                         r"|['\"](\d+)\.(\d+)[^'\"]*['\"]\s*(?:[<>=!~]=?=?|not in|in)\s*python_(?:full_)?version")
+_PY_LITERAL = re.compile(
+    r"python_(?:full_)?version\s*(?P<op>[<>=!~]=?=?|not in|in)\s*['\"](?P<maj>\d+)\.(?P<min>\d+)(?P<more>[^'\"]*)"
+    r"|['\"](?P<maj2>\d+)\.(?P<min2>\d+)(?P<more2>[^'\"]*)['\"]\s*(?P<op2>[<>=!~]=?=?|not in|in)\s*python_(?:full_)?version")
+# a clause `>= 3.11` / `< 3.11` splits at 3.11 (3.10 and 3.11 tell it apart); `<= 3.11`, `> 3.11`,
+# `== 3.11`, a patch (`>= 3.11.2`) split after it (3.11 and 3.12); the reversed form flips its side
+_SPLIT_AFTER = {"<=", ">", "==", "!=", "~=", "===", "in", "not in"}
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _HIGHEST_MINOR = 14
 
 
@@ -118,9 +123,15 @@ def _pythons(lock: Lock, narrow: Narrow) -> list[str]:
         if "python" not in text:
             continue
         for m in _PY_LITERAL.finditer(text):
-            major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            if m.group("maj") is not None:
+                major, minor, more, op = m.group("maj"), m.group("min"), m.group("more"), m.group("op")
+            else:
+                major, minor, more = m.group("maj2"), m.group("min2"), m.group("more2")
+                op = _FLIPPED.get(m.group("op2"), m.group("op2"))
             if major == "3":
-                minors.update((int(minor), int(minor) + 1))
+                minors.add(int(minor))
+                if op in _SPLIT_AFTER or more.strip("."):
+                    minors.add(int(minor) + 1)
     low = None
     if allowed is not None:
         low = next((n for n in range(6, _HIGHEST_MINOR + 1) if _allows(allowed, n)), None)
