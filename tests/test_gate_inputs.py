@@ -76,7 +76,7 @@ def test_a_lock_of_100k_packages_answers_within_seconds(run_envbuild: Run, tmp_p
     assert r.rc == ExitCode.LOCK, r.output
     (finding,) = json.loads(r.stdout)["files"][0]["findings"]
     assert finding["rule"] == "broken-lock" and f"up to {MAX_PACKAGES}" in finding["reason"]
-    assert took < 60, took  # about 4 s on 2 cores: tomllib reading 10 MB; a bound, not a speed target
+    assert took < 60, took  # the tables are counted before the file is parsed: well under a second
 
 
 @pytest.fixture(scope="module")

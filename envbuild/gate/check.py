@@ -129,6 +129,12 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     kind = fmt or detect(path, text)
     report = FileReport(shown or str(path), kind)
     exceptions = accepting.load_for(path, accept_file)
+    tables = text.count("\n[[package") + text.startswith("[[package")  # [[package]] / [[packages]], counted unread
+    if tables > MAX_PACKAGES:
+        report.findings.append(Finding(report.file, "-", "broken-lock", f"{tables} packages: more than any real "
+                                       f"lock holds (the gate reads up to {MAX_PACKAGES})"))
+        report.seconds = time.monotonic() - t0
+        return report
     try:
         lock = parse(path, text, kind)
     except LockParseError as exc:
