@@ -78,6 +78,11 @@ def register(sub: Any) -> None:
                    help="a stack spec whose lock (beside it) to check (repeatable)")
     p.add_argument("--base", metavar="GIT_REF", help="fail on a torch downgrade or re-tag against the lock at this ref")
     p.add_argument("--offline", action="store_true", help="static rules only (no dry-run resolution, no index)")
+    p.add_argument("--online", action="store_true",
+                   help="envbuild's locks: also prove every locked artifact is still on its index with the same hash "
+                   "(nightlies are pruned); lists what is gone")
+    p.add_argument("--wheelhouse", metavar="DIR|URL",
+                   help="with --online: the wheelhouse where what left its index may still be")
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -187,6 +192,13 @@ def run_files(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.files and (args.online or args.wheelhouse):
+        raise ConfigError("--online and --wheelhouse check envbuild's own locks (check-lock without FILE); "
+                          "`check-lock FILE...` reads the lockfiles' metadata with --index-url")
+    if args.online and args.offline:
+        raise ConfigError("give --online or --offline, not both")
+    if args.wheelhouse and not args.online:
+        raise ConfigError("--wheelhouse is used with --online (where what left its index may still be)")
     if args.files:
         return run_files(args)
     if args.format or args.torch_min or args.torch_local or args.protect or args.index_url or args.environment \
@@ -196,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
                           "lockfiles to check")
     from envbuild.lock.check import CheckOptions, check_lock
 
-    opts = CheckOptions(base=args.base, offline=args.offline)
+    opts = CheckOptions(base=args.base, offline=args.offline, online=args.online, wheelhouse=args.wheelhouse)
     reports = []
     for spec in _specs(args):
         events.emit("step", f"checking the lock of {spec.name} ({spec.path.parent})")

@@ -15,6 +15,12 @@ Static rules (offline, milliseconds; metadata from lock.json or the metadata cac
 - ``torch-downgrade`` / ``torch-swap``  with ``--base REF``: the lock at REF pins a newer torch
                         (or protected package), or the same version with another local tag.
 
+- ``step-disagrees``    a later step pins a package an earlier step pinned, at another version, and its
+                        spec does not say ``replaces = [NAME]`` (the lock refuses to write this);
+
+With ``--online`` (``lock.online``): ``artifact-gone`` / ``artifact-changed``, a locked file that
+left its index or changed its hash there (a pruned nightly), and whether the wheelhouse has it.
+
 Dynamic rule (needs the step's index or wheelhouse; skipped with a notice under ``offline``):
 
 - ``dry-run-protected`` ``pip install --dry-run --report`` of a step, into a venv that holds
@@ -25,6 +31,7 @@ Dynamic rule (needs the step's index or wheelhouse; skipped with a notice under 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +71,8 @@ class CheckOptions:
     base: str | None = None  # a git ref whose lock the working tree is compared with
     offline: bool = False  # static rules only
     fetch_metadata: bool = True  # read missing metadata from the index (not under offline)
+    online: bool = False  # every locked artifact still on its index with its hash (``lock.online``)
+    wheelhouse: str | None = None  # where --online looks for what the index lost
 
 
 def _rel(path: Path) -> str:
@@ -104,6 +113,10 @@ def check_lock(spec: StackSpec, opts: CheckOptions | None = None) -> CheckReport
     static_rules(spec, manifest, views, report, fetch=opts.fetch_metadata and not opts.offline)
     if opts.base:
         base_rules(spec, manifest, opts.base, report)
+    if opts.online:
+        from envbuild.lock.online import online_rules
+
+        online_rules(spec, manifest, report, opts.wheelhouse)
     if opts.offline:
         report.notices.append("dry-run resolution skipped (--offline): only the static rules ran")
     else:
@@ -177,6 +190,7 @@ def static_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report:
                     v.file, r.name, "protected-after-baseline",
                     f"{r.name} {r.version} is in step {v.name!r}, after the baseline; it is frozen once the "
                     "baseline step ran (leave it to the baseline, or make this step no_deps)"))
+    _step_disagrees(spec, views, report, is_prot)
     torch_version = pins.get(abi.package, (abi.version, ""))[0]
     env = marker_env(spec)
     triton_foreign = bool(abi.triton_provider and abi.triton_provider != TRITON)
@@ -239,6 +253,23 @@ def static_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report:
     if missing_meta:
         report.notices.append("metadata not available offline for: " + ", ".join(missing_meta)
                               + " (their torch/triton requirements were not checked; run without --offline)")
+
+
+def _step_disagrees(spec: StackSpec, views: list[StepView], report: CheckReport, is_prot: Callable[[str], bool]) -> None:
+    """A package pinned by an earlier step at another version, without ``replaces`` in the later step."""
+    first: dict[str, tuple[str, str]] = {}  # name -> (version, step name) as installed so far
+    for v in sorted(views, key=lambda v: v.index):
+        replaces = spec.steps[v.index].replaces if v.index < len(spec.steps) else ()
+        for r in v.reqs:
+            if r.version is None or is_prot(r.name):
+                continue
+            prior = first.get(r.name)
+            if prior is not None and prior[0] != r.version and r.name not in replaces:
+                report.findings.append(Finding(
+                    v.file, r.name, "step-disagrees",
+                    f"pinned to {r.version} here, but step {prior[1]!r} installs {r.name} {prior[0]}; make the steps "
+                    f"agree, or say replaces = [\"{r.name}\"] in step {v.name!r}"))
+            first[r.name] = (r.version, v.name)
 
 
 def _req_text(dep: Requirement) -> str:
