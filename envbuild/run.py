@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 from envbuild.errors import Interrupted
 from envbuild.net import redact
@@ -97,6 +97,7 @@ def open_private(path: Path, mode: str = "a") -> IO[str]:
 
 
 _EOF = None
+Outcome = Literal["timed_out", "cancelled"] | None  # why a run was stopped; None: it ended by itself
 
 
 def run(
@@ -125,16 +126,119 @@ def run(
     stdout is data, e.g. JSON); it still goes to the log.
     Raises ``Interrupted`` on KeyboardInterrupt after stopping the child, and
     ``FileNotFoundError``/``PermissionError`` if the program cannot be started.
+
+    The concerns, one piece each: ``_Output`` (stream and log), ``_spawn`` / ``_Child`` (the
+    process and its reader threads), ``_Limit`` with ``_follow`` and ``_await_exit`` (deadline
+    and cancellation), ``_stop`` (the process group), ``_result``.
     """
     args = tuple(str(a) for a in argv)
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    captured: list[str] | None = [] if capture else None
-    errors: list[str] = []
-    log = open_private(log_file) if log_file is not None else None
-    if log is not None:
-        log.write(f"$ {redact(format_argv(args))}\n")
-        log.flush()
+    output = _Output(log_file, capture=capture, separate_stderr=separate_stderr, on_line=on_line)
+    output.command(args)
     start = time.monotonic()
+    child = _spawn(args, output, env=env, cwd=cwd, separate_stderr=separate_stderr, pass_fds=pass_fds)
+    limit = _Limit(None if timeout is None else start + timeout, cancel)
+    outcome: Outcome = None
+    try:
+        outcome = _follow(child, output, limit)
+        if outcome is None:
+            outcome = _await_exit(child.proc, limit)
+        if outcome is not None:
+            _stop(child.proc, grace)
+        child.drain(output)  # what the readers had queued before the stop
+    except KeyboardInterrupt:
+        _stop(child.proc, grace)
+        output.note("\n[envbuild] interrupted by the user\n")
+        raise Interrupted(f"interrupted while running: {redact(format_argv(args))}", hint=interrupt_hint) from None
+    finally:
+        returncode = child.returncode()
+        output.close(_footer(outcome, timeout, returncode))
+        child.join()
+    return _result(args, returncode, start, output, outcome, timeout=timeout, grace=grace, log_file=log_file)
+
+
+# ----------------------------------------------------------------------------- stream and log
+
+
+class _Output:
+    """Where the child's lines go: the log (redacted), the tail, the capture, ``on_line``."""
+
+    def __init__(self, log_file: Path | None, *, capture: bool, separate_stderr: bool,
+                 on_line: Callable[[str], None] | None) -> None:
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.captured: list[str] | None = [] if capture else None
+        self.errors: list[str] | None = [] if separate_stderr else None
+        self.on_line = on_line
+        self.log = open_private(log_file) if log_file is not None else None
+
+    def command(self, args: tuple[str, ...]) -> None:
+        if self.log is not None:
+            self.log.write(f"$ {redact(format_argv(args))}\n")
+            self.log.flush()
+
+    def line(self, is_err: bool, line: str) -> None:
+        text = line.rstrip("\n")
+        if self.log is not None:
+            self.log.write(redact(line) if line.endswith("\n") else redact(line) + "\n")
+        if is_err:
+            assert self.errors is not None
+            self.errors.append(line)
+            return
+        self.tail.append(text)
+        if self.captured is not None:
+            self.captured.append(line)
+        if self.on_line is not None:
+            self.on_line(text)
+
+    def note(self, text: str) -> None:
+        """A line of envbuild's own in the log."""
+        if self.log is not None and not self.log.closed:
+            self.log.write(text)
+
+    def close(self, footer: str | None = None) -> None:
+        if self.log is not None and not self.log.closed:
+            if footer:
+                self.log.write(footer)
+            self.log.close()
+
+
+def _footer(outcome: Outcome, timeout: float | None, returncode: int | None) -> str:
+    if outcome == "timed_out":
+        return f"\n[envbuild] no result within {timeout:g} s: stopped (exit status {returncode})\n"
+    if outcome == "cancelled":
+        return f"\n[envbuild] cancelled (exit status {returncode})\n"
+    return f"[envbuild] exit status {returncode}\n"
+
+
+# ----------------------------------------------------------------------------- spawn
+
+
+@dataclass
+class _Child:
+    """The running process and the threads that read its output into ``lines``."""
+
+    proc: subprocess.Popen[str]
+    lines: queue.Queue[tuple[bool, str] | None]
+    readers: list[threading.Thread]
+
+    def drain(self, output: _Output) -> None:
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self.lines.get_nowait()
+                if item is not _EOF:
+                    output.line(*item)
+
+    def returncode(self) -> int | None:
+        return self.proc.returncode if self.proc.returncode is not None else self.proc.poll()
+
+    def join(self) -> None:
+        for t in self.readers:
+            t.join(timeout=0.5)  # a reader still blocked (a grandchild holds the pipe) closes it at EOF
+
+
+def _spawn(args: tuple[str, ...], output: _Output, *, env: Mapping[str, str] | None, cwd: Path | None,
+           separate_stderr: bool, pass_fds: Sequence[int]) -> _Child:
+    """Start ``args`` in a session of its own (Ctrl-C reaches us, and we stop the whole child
+    group), stdin closed, and one reader thread per output stream."""
     try:
         proc = subprocess.Popen(
             args,
@@ -147,13 +251,12 @@ def run(
             encoding="utf-8",
             errors="replace",
             bufsize=1,
-            start_new_session=True,  # Ctrl-C reaches us, and we stop the whole child group
+            start_new_session=True,
             pass_fds=tuple(pass_fds),
         )
     except OSError:
-        if log is not None:
-            log.write("[envbuild] could not start the command\n")
-            log.close()
+        output.note("[envbuild] could not start the command\n")
+        output.close()
         raise
     lines: queue.Queue[tuple[bool, str] | None] = queue.Queue()
     readers = [threading.Thread(target=_pump, args=(proc.stdout, False, lines), daemon=True,
@@ -163,98 +266,7 @@ def run(
                                         name="envbuild-run-stderr"))
     for t in readers:
         t.start()
-    deadline = None if timeout is None else start + timeout
-    open_streams = len(readers)
-    exited_at: float | None = None
-    timed_out = cancelled = False
-
-    def handle(is_err: bool, line: str) -> None:
-        text = line.rstrip("\n")
-        if log is not None:
-            log.write(redact(line) if line.endswith("\n") else redact(line) + "\n")
-        if is_err:
-            errors.append(line)
-            return
-        tail.append(text)
-        if captured is not None:
-            captured.append(line)
-        if on_line is not None:
-            on_line(text)
-
-    try:
-        while open_streams:
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                timed_out = True
-                break
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at > DRAIN_SECONDS:
-                break  # a grandchild holds the pipe open; the command itself is done
-            wait = 0.2 if cancel is not None or exited_at is not None else 1.0
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - now))
-            try:
-                item = lines.get(timeout=wait)
-            except queue.Empty:
-                continue
-            if item is _EOF:
-                open_streams -= 1
-                continue
-            handle(*item)
-        if timed_out or cancelled:
-            _stop(proc, grace)
-        else:
-            while proc.poll() is None:  # output closed; the child has yet to exit
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    timed_out = True
-                    _stop(proc, grace)
-                    break
-                if cancel is not None and cancel.is_set():
-                    cancelled = True
-                    _stop(proc, grace)
-                    break
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=0.2 if remaining is None else min(0.2, remaining))
-        with contextlib.suppress(queue.Empty):  # what the readers had queued before the stop
-            while True:
-                item = lines.get_nowait()
-                if item is not _EOF:
-                    handle(*item)
-    except KeyboardInterrupt:
-        _stop(proc, grace)
-        if log is not None:
-            log.write("\n[envbuild] interrupted by the user\n")
-        raise Interrupted(f"interrupted while running: {redact(format_argv(args))}", hint=interrupt_hint) from None
-    finally:
-        returncode = proc.returncode if proc.returncode is not None else proc.poll()
-        if log is not None and not log.closed:
-            if timed_out:
-                log.write(f"\n[envbuild] no result within {timeout:g} s: stopped (exit status {returncode})\n")
-            elif cancelled:
-                log.write(f"\n[envbuild] cancelled (exit status {returncode})\n")
-            else:
-                log.write(f"[envbuild] exit status {returncode}\n")
-            log.close()
-        for t in readers:
-            t.join(timeout=0.5)  # a reader still blocked (a grandchild holds the pipe) closes it at EOF
-    return RunResult(
-        argv=args,
-        returncode=returncode if returncode is not None else -int(signal.SIGKILL),
-        seconds=time.monotonic() - start,
-        tail="\n".join(tail),
-        log_file=log_file,
-        output="".join(captured) if captured is not None else None,
-        stderr="".join(errors) if separate_stderr else None,
-        timed_out=timed_out,
-        timeout=timeout,
-        cancelled=cancelled,
-        grace=grace,
-    )
+    return _Child(proc, lines, readers)
 
 
 def _pump(stream: IO[str] | None, is_err: bool, out: queue.Queue[tuple[bool, str] | None]) -> None:
@@ -270,6 +282,91 @@ def _pump(stream: IO[str] | None, is_err: bool, out: queue.Queue[tuple[bool, str
             with contextlib.suppress(OSError):
                 stream.close()  # else a ResourceWarning when the Popen object is collected
         out.put(_EOF)
+
+
+# ----------------------------------------------------------------------------- deadline
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """When a run must stop: its deadline (monotonic seconds) and a cancel event."""
+
+    deadline: float | None
+    cancel: threading.Event | None
+
+    def reached(self, now: float) -> Outcome:
+        if self.deadline is not None and now >= self.deadline:
+            return "timed_out"
+        if self.cancel is not None and self.cancel.is_set():
+            return "cancelled"
+        return None
+
+
+def _follow(child: _Child, output: _Output, limit: _Limit) -> Outcome:
+    """Hand the child's lines to ``output`` until its output closes, it has exited and a
+    grandchild keeps the pipe open past ``DRAIN_SECONDS``, or the limit is reached.
+
+    The calling thread waits on the readers' queue with the deadline, so a child that prints
+    nothing is stopped all the same."""
+    open_streams = len(child.readers)
+    exited_at: float | None = None
+    while open_streams:
+        now = time.monotonic()
+        reached = limit.reached(now)
+        if reached is not None:
+            return reached
+        if exited_at is None and child.proc.poll() is not None:
+            exited_at = now
+        if exited_at is not None and now - exited_at > DRAIN_SECONDS:
+            break  # a grandchild holds the pipe open; the command itself is done
+        wait = 0.2 if limit.cancel is not None or exited_at is not None else 1.0
+        if limit.deadline is not None:
+            wait = min(wait, max(0.0, limit.deadline - now))
+        try:
+            item = child.lines.get(timeout=wait)
+        except queue.Empty:
+            continue
+        if item is _EOF:
+            open_streams -= 1
+            continue
+        output.line(*item)
+    return None
+
+
+def _await_exit(proc: subprocess.Popen[str], limit: _Limit) -> Outcome:
+    """The output has closed; wait for the child itself to exit, within the limit."""
+    while proc.poll() is None:
+        remaining = None if limit.deadline is None else limit.deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return "timed_out"
+        if limit.cancel is not None and limit.cancel.is_set():
+            return "cancelled"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.2 if remaining is None else min(0.2, remaining))
+    return None
+
+
+# ----------------------------------------------------------------------------- result
+
+
+def _result(args: tuple[str, ...], returncode: int | None, start: float, output: _Output, outcome: Outcome, *,
+            timeout: float | None, grace: float, log_file: Path | None) -> RunResult:
+    return RunResult(
+        argv=args,
+        returncode=returncode if returncode is not None else -int(signal.SIGKILL),
+        seconds=time.monotonic() - start,
+        tail="\n".join(output.tail),
+        log_file=log_file,
+        output="".join(output.captured) if output.captured is not None else None,
+        stderr="".join(output.errors) if output.errors is not None else None,
+        timed_out=outcome == "timed_out",
+        timeout=timeout,
+        cancelled=outcome == "cancelled",
+        grace=grace,
+    )
+
+
+# ----------------------------------------------------------------------------- stop
 
 
 def _stop(proc: subprocess.Popen[str], grace: float = GRACE_SECONDS) -> None:
