@@ -59,6 +59,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuild.spec import ABI, StackSpec
+from envbuild.wheel_provenance import provenance_mismatch, read_provenance
 
 _CUDA_RE = re.compile(r"""^cuda\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
 _VERSION_RE = re.compile(r"""^__version__\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
@@ -547,10 +548,6 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
 
 
 def _check_provenance(dists: Mapping[str, Dist], torch_version: str | None, v: list[Finding]) -> None:
-    try:
-        from envbuild.wheelhouse import provenance_mismatch, read_provenance
-    except ImportError:
-        return
     for name, d in dists.items():
         prov = read_provenance(d.dist_info)
         if prov is None:
@@ -672,30 +669,3 @@ def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Finding]
     if abi.cuda and data.get("cuda") != abi.cuda:
         out.append(Finding("cuda", abi.package, f"torch.version.cuda is {data.get('cuda')!r}, expected {abi.cuda!r}"))
     return out
-
-
-# PEP 508 marker variables of the *target* interpreter (packaging's default_environment,
-# without needing packaging inside the venv). MARKER_ENV_CODE defines `marker_env()`; the
-# interpreter probe in install.py runs it, so that one subprocess answers everything.
-MARKER_ENV_CODE = """
-import json, os, platform, sys
-def fmt(info):
-    v = "{0.major}.{0.minor}.{0.micro}".format(info)
-    if info.releaselevel != "final":
-        v += info.releaselevel[0] + str(info.serial)
-    return v
-def marker_env():
-    return {
-        "implementation_name": sys.implementation.name,
-        "implementation_version": fmt(sys.implementation.version),
-        "os_name": os.name,
-        "platform_machine": platform.machine(),
-        "platform_release": platform.release(),
-        "platform_system": platform.system(),
-        "platform_version": platform.version(),
-        "python_full_version": platform.python_version(),
-        "platform_python_implementation": platform.python_implementation(),
-        "python_version": ".".join(platform.python_version_tuple()[:2]),
-        "sys_platform": sys.platform,
-    }
-"""

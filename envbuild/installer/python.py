@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuild import abi, events
+from envbuild import events
 from envbuild.errors import PreflightError
 from envbuild.run import run
 
@@ -39,7 +39,34 @@ class Interpreter:
         return self.marker_env.get("python_full_version") or self.version
 
 
-_PROBE_SCRIPT = abi.MARKER_ENV_CODE + (
+# PEP 508 marker variables of the *target* interpreter (packaging's default_environment,
+# without needing packaging inside the venv). MARKER_ENV_CODE defines `marker_env()`; the
+# interpreter probe below runs it, so that one subprocess answers everything (the guard's
+# `abi.active` evaluates requirements' markers with what it returns).
+MARKER_ENV_CODE = """
+import json, os, platform, sys
+def fmt(info):
+    v = "{0.major}.{0.minor}.{0.micro}".format(info)
+    if info.releaselevel != "final":
+        v += info.releaselevel[0] + str(info.serial)
+    return v
+def marker_env():
+    return {
+        "implementation_name": sys.implementation.name,
+        "implementation_version": fmt(sys.implementation.version),
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    }
+"""
+
+_PROBE_SCRIPT = MARKER_ENV_CODE + (
     "print(json.dumps({'executable': sys.executable, 'version': '%d.%d' % sys.version_info[:2], "
     "'releaselevel': sys.version_info.releaselevel, 'int_max_str_digits': hasattr(sys, 'get_int_max_str_digits'), "
     "'marker_env': marker_env()}))\n"
