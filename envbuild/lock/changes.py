@@ -3,9 +3,9 @@
 Reasons, first that applies:
 
 - ``upgrade asked``: ``--upgrade`` or ``--upgrade-package NAME`` named it;
-- ``spec changed``: the step is new or gone, or the step names the package and its requirement
-  in the spec is not the one the last lock was made from (``lock.json`` records each step's
-  ``requirements``);
+- ``spec changed``: the step names the package (or named it) and is new or gone, or its
+  requirement on the package in the spec is not the one the last lock was made from
+  (``lock.json`` records each step's ``requirements``);
 - ``needed by another pin``: anything else: a dependency that moved because a pin it hangs off
   moved, was added or went away (``by`` names the locked packages that require it).
 
@@ -100,29 +100,28 @@ def lock_changes(old: Lock | None, new: Lock, spec: StackSpec, upgrade: Upgrade 
         before = {canonicalize_name(p.name): p for p in was.packages} if was is not None else {}
         after = {canonicalize_name(p.name): p for p in step.packages}
         asked_then = _requirements(was.requirements) if was is not None else None
+        asked_now = wanted.get(step.name, {})
         for name in sorted(before.keys() | after.keys()):
             a, b = before.get(name), after.get(name)
             if a is not None and b is not None and _shown(a) == _shown(b):
                 continue
-            by: tuple[str, ...] = ()
+            named = name in asked_now or (asked_then is not None and name in asked_then) or \
+                (asked_then is None and any(p is not None and p.requested for p in (a, b)))
             if upgrade.asks(name):
                 reason = UPGRADE
-            elif was is None:
-                reason = SPEC
-            elif name in wanted.get(step.name, {}) or (asked_then is not None and name in asked_then) \
-                    or (asked_then is None and ((a is not None and a.requested) or (b is not None and b.requested))):
-                then = asked_then.get(name) if asked_then is not None else None
-                now = wanted.get(step.name, {}).get(name)
-                reason = SPEC if asked_then is None or then != now else NEEDED
+            elif named and (was is None or asked_then is None or asked_then.get(name) != asked_now.get(name)):
+                reason = SPEC  # the step is new, or its requirement on the package changed
             else:
                 reason = NEEDED
+            by: tuple[str, ...] = ()
             if reason == NEEDED:
                 by = _requirers(name, new.steps[:i + 1]) if b is not None else \
                     _requirers(name, old.steps if old is not None else ())
             out.append(Change(step.name, name, _shown(a) if a else None, _shown(b) if b else None, reason, by))
     for gone, was in before_steps.items():
-        if new.step(gone) is None:
-            out += [Change(gone, canonicalize_name(p.name), _shown(p), None, SPEC) for p in was.packages]
+        if new.step(gone) is None:  # a step the spec no longer has
+            out += [Change(gone, canonicalize_name(p.name), _shown(p), None, SPEC if p.requested else NEEDED)
+                    for p in was.packages]
     return out
 
 

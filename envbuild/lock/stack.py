@@ -262,9 +262,8 @@ class _Run:
 
 
 def _agree_hint(step: Step, name: str, owner: str) -> str:
-    return (f"Make the steps agree (pin {name} in step {owner!r} to a version step {step.name!r} accepts, or pin "
-            f"what step {step.name!r} asks for to a release that accepts {owner!r}'s {name}), or let step "
-            f"{step.name!r} replace it: replaces = [\"{name}\"] in its [[step]] table.")
+    return (f"Make the two steps agree on {name} (change the pin in step {owner!r}, or what step {step.name!r} asks "
+            f"for), or let step {step.name!r} replace it: replaces = [\"{name}\"] in its [[step]] table.")
 
 
 def _who_requires(name: str, version: str, reqs: list[LockedReq], finder: ArtifactFinder, spec: StackSpec) -> str:
