@@ -198,7 +198,9 @@ def mirrored(locked: Path, world: dict[str, Any]) -> Path:
         r = envbuild(world, "wheelhouse", "mirror", "--profile", PROFILE, "--out", wh, "--python-tag", "cp313",
                      "--platform", platform, "--json", phase="mirror (3.13 lock)")
         assert r.rc == 0, r.output
-    assert "a git requirement" in r.stderr and "insteadOf" in r.stderr
+    # the git requirement: built into a wheel at its locked commit (issue 24), so offline needs no clone
+    built = json.loads(r.stdout)["built"]
+    assert [(b["name"], b["commit"]) for b in built] == [("flash-linear-attention", world["twin"].fla_commit)]
     return wh
 
 
@@ -294,9 +296,16 @@ def test_the_seed_traps_show_up_as_on_the_host(provisioned: dict[str, Any], worl
     assert all(_on_disk(venv, p) == core[p] for p in both)
     assert "__version__ = '0.4.2'" in venv.read("fla/__init__.py")
     assert venv.exists("fla/layers/moba.py") and venv.exists("fla/ops/moba/__init__.py")
-    # the git requirement came from the (twin) repository at the locked commit
-    direct = json.loads((venv.dists()["flash-linear-attention"].dist_info / "direct_url.json").read_text())
-    assert direct["vcs_info"]["commit_id"] == world["twin"].fla_commit and direct["url"] == FLA_URL
+    # the git requirement came from the (twin) repository at the locked commit: offline, as the wheel
+    # `wheelhouse mirror` built from that commit, whose hash lock.json records (issue 24)
+    pin = next(p["vcs"] for s in _manifest(world["host"])["steps"] for p in s.get("packages", [])
+               if p["name"] == "flash-linear-attention")
+    assert pin["commit"] == world["twin"].fla_commit and pin["url"].startswith(f"git+{FLA_URL}@")
+    built = next(a for a in json.loads((world["wheelhouse"] / "wheelhouse.json").read_text())["artifacts"]
+                 if a["filename"] == pin["wheel"]["filename"])
+    assert built["built_from"]["commit"] == world["twin"].fla_commit and built["sha256"] == pin["wheel"]["sha256"]
+    assert venv.version("flash-linear-attention") == pin["wheel"]["version"]
+    assert not (venv.dists()["flash-linear-attention"].dist_info / "direct_url.json").exists()
     # the prebuilt wheels carry no dependency metadata and name the torch they were built against
     mamba = venv.dists()["mamba-ssm"]
     assert "Requires-Dist" not in (mamba.dist_info / "METADATA").read_text()
