@@ -1,4 +1,7 @@
-"""What a wheelhouse is for: the lock's target (Python and ``[target]`` platform), and what it holds.
+"""Which wheels a target takes (the lock's Python and ``[target]`` platform), and what a wheelhouse holds.
+
+Below the lock and the wheelhouse (beside ``index.py``): ``lock.online``, ``wheelhouse.mirror``
+and ``provision.offline`` all ask it.
 
 ``wheelhouse mirror`` keeps, per locked project and version, the wheels that install on the
 target (``target_tags``: the tags pip on that host accepts, from ``packaging.tags``), and the

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lockhelpers import lock_env, manifest, step_file
+from lockhelpers import lock_env, manifest, resync, step_file
 from support.fixtures import EnvbuildResult, Venv
 from support.index import IndexServer
 
@@ -147,6 +147,13 @@ def test_a_later_step_agrees_with_the_earlier_ones(write_stack, run_envbuild, da
     r = provision(stack)
     assert r.rc == 0, r.output
     assert provisioned_venv.version("numpy-like") == "2.4.6"
+
+    # check-lock holds it too: the same lock under a spec without the allowance is a finding
+    stack.write_text(stack.read_text().replace('\nreplaces = ["numpy-like"]', ""))
+    resync(stack.parent, stack)
+    r = run_envbuild("check-lock", "--stack", stack, "--offline", env=env)
+    assert r.rc == 8 and "[step-disagrees]" in r.stdout, r.output
+    assert "pinned to 2.4.6 here, but step 'a' installs numpy-like 2.2.6" in r.stdout
 
 
 def test_a_later_step_does_not_carry_the_earlier_pins(write_stack, run_envbuild, day2_index, tmp_path):

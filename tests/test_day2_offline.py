@@ -22,7 +22,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from lockhelpers import lock_env, manifest, make_git_repo
+from lockhelpers import lock_env, make_git_repo, manifest
 from support.fixtures import EnvbuildResult, ScenarioIndex, Venv, installer_env
 
 pytestmark = pytest.mark.slow

@@ -33,6 +33,7 @@ STAGE_OF = {
     "envbuild.index": "foundation",
     "envbuild.abitag": "foundation",
     "envbuild.wheel_provenance": "foundation",
+    "envbuild.wheeltags": "foundation",  # which wheels a target takes; what a wheelhouse holds
     "envbuild.spec": "spec",
     "envbuild.plan": "plan",
     "envbuild.installer": "installer",
@@ -62,12 +63,6 @@ KNOWN_UPHILL = {
         "to be fixed: plan.locked_steps wraps lock.serve.locked_requirements; its callers "
         "(commands/plan.py, commands/provision.py, provision, images) should call lock.serve themselves "
         "and hand the plan the result"),
-    ("envbuild.lock.changes", "envbuild.wheelhouse"): (
-        "to be fixed: PROVENANCE_FILE now lives in envbuild.wheel_provenance (foundation); import it "
-        "from there"),
-    ("envbuild.lock.online", "envbuild.wheelhouse.target"): (
-        "to be fixed: which wheelhouse files fit the lock's target (fits_target, wheelhouse_files) is "
-        "read by the lock, the wheelhouse and provision; it belongs below the lock (beside index.py)"),
 }
 
 

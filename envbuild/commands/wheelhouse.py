@@ -185,10 +185,9 @@ def run_mirror(args: argparse.Namespace) -> int:
     result = m.mirror(artifacts, args.out, jobs=args.jobs, retries=args.retries)  # bars: ui's live display
     built = []
     if lock is not None and (vcs := _vcs(lock)):
-        from envbuild.installer import find_python
         from envbuild.wheelhouse.vcsbuild import build_vcs_wheels
 
-        python = args.python or find_python(lock.python or "3")
+        python = args.python or _builder(lock.python or "")
         built = build_vcs_wheels(lock, args.out, python=Path(python),
                                  target=target or (lock.target.get("python") or lock.python or "",
                                                    lock.target.get("platform") or DEFAULT_PLATFORM))
@@ -221,6 +220,25 @@ def run_mirror(args: argparse.Namespace) -> int:
                 ui.print_text(f"built {b.wheel.name} from {b.source} (sha256 {b.sha256[:16]}...); lock.json records "
                               "it: commit the lock")
     return 0
+
+
+def _builder(version: str) -> Path:
+    """The lock's Python to build git requirements with, else this one (a pure-Python wheel is the
+    same from any 3.x; ``build_vcs_wheels`` refuses a wheel that does not fit the target)."""
+    import sys
+
+    from envbuild.errors import PreflightError
+    from envbuild.installer import find_python
+    from envbuild.run import run
+
+    try:
+        python = find_python(version)
+        if run([str(python), "-m", "pip", "--version"], capture=True, timeout=60).ok:
+            return python
+    except PreflightError:
+        pass
+    events.emit("info", f"no Python {version} with pip here: git requirements are built with {sys.executable}")
+    return Path(sys.executable)
 
 
 def _vcs(lock: Any) -> list[Any]:

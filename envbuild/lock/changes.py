@@ -30,7 +30,7 @@ from envbuild.lock.model import Lock, LockedPackage, LockedStep
 from envbuild.lock.relock import Upgrade
 from envbuild.net import redact
 from envbuild.spec import StackSpec
-from envbuild.wheelhouse import PROVENANCE_FILE
+from envbuild.wheel_provenance import PROVENANCE_FILE
 
 SPEC = "spec changed"
 UPGRADE = "upgrade asked"

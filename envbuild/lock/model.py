@@ -28,6 +28,10 @@ key by its dotted path (``lock.json: steps[2].file: missing``) in a ``LockError`
                                           # this step's resolution; see ``step_digests``
          "flags": {"no_deps": false, "pre": false, "no_build_isolation": false, "upgrade": false,
                    "upgrade_strategy": "only-if-needed", "reinstall": false, "no_index": false},
+         "requirements": ["torch==2.13.0+cpu"],  # the step's packages as the spec names them (redacted):
+                                          # what `lock` compares to say "spec changed"; absent in older locks
+         "replaces": ["numpy"],           # only when the spec says so: earlier steps' packages this
+                                          # step may pin at another version (``lock.stack``)
          "locked": true,
          "file": "02-torch.txt", "file_sha256": "<hex of the file>",
          "sources": {"index_url": ..., "extra_index_urls": [...], "find_links": [...],
@@ -37,7 +41,10 @@ key by its dotted path (``lock.json: steps[2].file: missing``) in a ``LockError`
             "hashes": ["<sha256 hex>", ...],              # every hash the file accepts
             "artifacts": [{"filename": ..., "url": ..., "sha256": ...}],  # where each hash was found
             "requires_dist": ["filelock", ...],           # core metadata; null when not read
-            "vcs": null}                                  # or {"url": ..., "commit": <40 hex>}
+            "vcs": null}                                  # or {"url": ..., "commit": <40 hex>,
+                                                          #  "ref": "main" (what the spec asked for),
+                                                          #  "wheel": {"filename", "version", "sha256"}
+                                                          #  (built by `wheelhouse mirror`: offline installs it)}
          ]},
         {"name": "prebuilt-cuda", ..., "locked": false, "reason": "..."}   # a partial lock
       ]

@@ -56,7 +56,7 @@ def _listing(step: LockedStep, pkg: LockedPackage) -> tuple[dict[str, str], dict
 
 
 def online_rules(spec: StackSpec, lock: Lock, report: CheckReport, wheelhouse: str | None) -> None:
-    from envbuild.wheelhouse.target import fits_target, wheelhouse_files
+    from envbuild.wheeltags import fits_target, wheelhouse_files
 
     kept = wheelhouse_files(wheelhouse) if wheelhouse else None
     python = lock.target.get("python") or lock.python or spec.python

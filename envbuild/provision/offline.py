@@ -7,7 +7,7 @@ from it, with the hash ``lock.json`` records (``vcs.wheel``), since cloning is a
 operation. Anything missing is listed, all of it at once, and the run stops with exit 5
 before the data root, the links or the venv are made.
 
-The wheelhouse is a folder or a find-links page (``wheelhouse.target.wheelhouse_files``). A new
+The wheelhouse is a folder or a find-links page (``wheeltags.wheelhouse_files``). A new
 venv made by the uv backend is seeded (pip, setuptools, wheel) from the wheelhouse too.
 """
 
@@ -21,7 +21,7 @@ from envbuild.lock.model import read_lock
 from envbuild.net import redact
 from envbuild.plan import PlannedStep
 from envbuild.spec import StackSpec
-from envbuild.wheelhouse.target import fits_target, wheelhouse_files
+from envbuild.wheeltags import fits_target, wheelhouse_files
 
 __all__ = ["check_wheelhouse", "seed_packages"]
 

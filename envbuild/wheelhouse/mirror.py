@@ -36,7 +36,7 @@ from envbuild.index import TIMEOUT, Artifact, ArtifactFinder, Sources, session
 from envbuild.lock.model import MANIFEST, read_lock
 from envbuild.lock.stepfile import parse_requirements, read_text
 from envbuild.net import redact
-from envbuild.wheelhouse.target import fits_target, select_target
+from envbuild.wheeltags import fits_target, select_target
 
 CHUNK = 1 << 16
 _RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}

@@ -40,7 +40,7 @@ from envbuild.lock.git import GitRef
 from envbuild.lock.model import BuiltWheel, Lock, LockedPackage, LockedStep, write_lock
 from envbuild.net import redact
 from envbuild.run import run
-from envbuild.wheelhouse.target import fits_target
+from envbuild.wheeltags import fits_target
 
 __all__ = ["Built", "build_vcs_wheels", "vcs_packages"]
 
