@@ -11,12 +11,12 @@ DEMO   := .demo
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=3); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
 export ENVBUILD_TORCH_INDEX := $(TORCH_INDEX)
 
-.PHONY: demo test test-all fuzz lint check-lock bench clean image image-h200-twin bootstrap test-images
+.PHONY: demo test test-all fuzz lint docs check-lock bench clean image image-h200-twin bootstrap test-images
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,docs]'
 	touch $@
 
 ## demo: provision the embedded default (cpu) profile into ./.demo, then smoke + distributed step
@@ -36,6 +36,10 @@ test: $(BIN)/.installed
 fuzz: $(BIN)/.installed
 	ENVBUILD_FUZZ_EXAMPLES=500 ENVBUILD_PROPERTY_EXAMPLES=5000 $(BIN)/python -m pytest -p no:cacheprovider \
 		tests/test_fuzz.py tests/test_render_roundtrip.py
+
+## docs: serve the documentation site on http://127.0.0.1:8000, rebuilt on every change (make test builds it strictly)
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 ## test-images: the real image build and the fresh-host (Ubuntu 22.04, Python 3.10) operator path
 test-images: $(BIN)/.installed
@@ -67,4 +71,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_provision.py
 
 clean:
-	rm -rf $(DEMO) .cache/tests build dist *.egg-info
+	rm -rf $(DEMO) .cache/tests build dist site *.egg-info

@@ -1,0 +1,544 @@
+"""MkDocs hook: the reference pages, generated from envbuild's own code at every build.
+
+Registered in ``mkdocs.yml`` (``hooks:``). A hook rather than the mkdocs-gen-files plugin: hooks
+are part of MkDocs itself (nothing more to install or keep up), the hook runs in the Python that
+has envbuild installed and imports the very objects the program uses, and its pages exist only in
+the build (``File.generated``): nothing is written under ``docs/``, so there is no committed copy
+to go stale.
+
+- ``reference/cli.md``: every command and option, from the argparse parsers
+  (``envbuild.cli.build_parser()``), help text, choices and defaults as ``--help`` shows them.
+- ``reference/stack-spec.md``: every key of ``stack.toml``, from the key lists the loader accepts
+  (``envbuild/spec.py``'s ``_*_KEYS``, what ``check_keys`` holds a file to), with the type and
+  default of the frozen dataclass field behind each key and the comment written beside it.
+- ``reference/exit-codes.md``: ``envbuild.errors.ExitCode``, ``EXIT_CODE_DOCS`` and the error
+  classes that carry each code.
+- ``reference/check-lock.md``: the gate's rules (``envbuild.gate.findings.RULES``), its JSON
+  schema (``envbuild/gate/output.py``'s docstring), and the rules of the check of envbuild's own
+  locks: every rule name the code under ``envbuild/lock/`` reports, each with what
+  ``envbuild/lock/check.py``'s docstring says of it.
+
+Words that exist nowhere in the code (what a spec key without a field comment means, which spec
+tables are required) are in ``_SPEC_HELP`` and ``_REQUIRED_TABLES`` below; see the note there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib
+import inspect
+import io
+import logging
+import re
+import sys
+import tokenize
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
+
+log = logging.getLogger("mkdocs.hooks.reference")
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = "Generated from the code when the site is built; edit {source}, not this page."
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    _fresh_envbuild()
+    pages: dict[str, Callable[[], str]] = {
+        "reference/cli.md": cli_page,
+        "reference/stack-spec.md": spec_page,
+        "reference/exit-codes.md": exit_codes_page,
+        "reference/check-lock.md": check_lock_page,
+    }
+    for path, make in pages.items():
+        files.append(File.generated(config, path, content=make()))
+    return files
+
+
+def _fresh_envbuild() -> None:
+    """Forget envbuild's modules, so that ``mkdocs serve`` (which watches ``envbuild/``) shows the
+    code as it is now, not as it was when the server started."""
+    for name in [n for n in sys.modules if n == "envbuild" or n.startswith("envbuild.")]:
+        del sys.modules[name]
+
+
+# ----------------------------------------------------------------------------- Markdown helpers
+
+
+def _text(s: str | None) -> str:
+    """Help text as Markdown on one line: `code spans` kept, the rest escaped (``<root>``,
+    ``*.txt``, ``|`` in a table cell, ``{...}``)."""
+    if not s:
+        return ""
+    s = " ".join(s.split())
+    parts = s.split("`")
+    if len(parts) % 2 == 0:  # an unmatched backtick: no code spans at all
+        parts = [s.replace("`", "'")]
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(f"`{part}`")
+        else:
+            part = part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            out.append(re.sub(r"([\\*_\[\]{}|#])", r"\\\1", part))
+    return "".join(out)
+
+
+def _code(s: str) -> str:
+    """A code span that holds any text (backticks included)."""
+    fence = "``" if "`" in s else "`"
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def _rst(doc: str) -> str:
+    """A docstring's ````code```` as Markdown's `code`."""
+    return re.sub(r"``(.+?)``", r"`\1`", doc)
+
+
+def _docstring(obj: Any) -> str:
+    return inspect.cleandoc(obj.__doc__ or "")
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def cli_page() -> str:
+    from envbuild.cli import build_parser
+
+    parser = build_parser()
+    out = ["# Command line", "", GENERATED.format(source="the parsers in `envbuild/commands/*.py`"), "",
+           "Every command takes `-h`/`--help`. `--profile NAME` reads `lockfiles/NAME/stack.toml` "
+           "(looked up in `$ENVBUILD_LOCKFILES`, `./lockfiles`, the checkout envbuild runs from, then the "
+           "copy inside the installed package); `--stack FILE` takes any spec file; with neither, the "
+           "`cpu` profile is used. Exit codes: [Exit codes](exit-codes.md).", ""]
+    out += ["## Commands", "", "| command | what it does |", "|---|---|"]
+    for path, _, summary in _commands(parser, ("envbuild",)):
+        out.append(f"| [{_code(' '.join(path))}](#{'-'.join(path[1:])}) | {_text(summary)} |")
+    out += ["", "## envbuild {#global}", "", *_usage(parser), *_options(parser, include_help=True)]
+    for path, sub, summary in _commands(parser, ("envbuild",)):
+        level = "#" * min(len(path), 4)
+        out += ["", f"{level} {' '.join(path)} {{#{'-'.join(path[1:])}}}", "", _text(summary), ""]
+        if sub.description:
+            out += [_text(sub.description), ""]
+        out += _usage(sub)
+        out += _options(sub, include_help=False)
+        if sub.epilog:
+            out += ["", "```text", sub.epilog.strip("\n"), "```"]
+    return "\n".join(out) + "\n"
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...]
+              ) -> list[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
+    """(command path, its parser, its one-line help) for every subcommand, depth first."""
+    found = []
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {a.dest: a.help or "" for a in action._choices_actions}
+        for name, sub in action.choices.items():
+            found.append(((*path, name), sub, helps.get(name, "")))
+            found += _commands(sub, (*path, name))
+    return found
+
+
+def _usage(parser: argparse.ArgumentParser) -> list[str]:
+    formatter = argparse.HelpFormatter(prog=parser.prog, width=96)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
+    return ["```text", formatter.format_help().strip("\n"), "```", ""]
+
+
+def documented_actions(parser: argparse.ArgumentParser, include_help: bool) -> list[argparse.Action]:
+    """The arguments the reference lists for ``parser`` (tests/test_docs.py checks them all)."""
+    return [a for a in parser._actions
+            if not isinstance(a, argparse._SubParsersAction) and a.help != argparse.SUPPRESS
+            and (include_help or not isinstance(a, argparse._HelpAction))]
+
+
+def _options(parser: argparse.ArgumentParser, *, include_help: bool) -> list[str]:
+    actions = documented_actions(parser, include_help)
+    if not actions:
+        return []
+    formatter = argparse.HelpFormatter(prog=parser.prog, width=96)
+    rows = ["| argument | meaning |", "|---|---|"]
+    for a in actions:
+        invocation = formatter._format_action_invocation(a)
+        anchor = "-".join([*parser.prog.split()[1:], a.dest if not a.option_strings else a.option_strings[-1].lstrip("-")])
+        meaning = _text(formatter._expand_help(a) if a.help else "")
+        notes = []
+        if a.choices and "{" not in invocation:
+            notes.append("one of " + ", ".join(_code(str(c)) for c in a.choices))
+        if isinstance(a, argparse._AppendAction):
+            notes.append("repeatable")
+        if a.required and a.option_strings:
+            notes.append("required")
+        if _shows_default(a):
+            notes.append(f"default {_code(str(a.default))}")
+        if notes:
+            meaning = (meaning + " " if meaning else "") + "(" + "; ".join(notes) + ")"
+        rows.append(f"| {_code(invocation)}{{#{anchor}}} | {meaning} |")
+    return [*rows, ""]
+
+
+def _shows_default(a: argparse.Action) -> bool:
+    if a.default in (None, False, [], argparse.SUPPRESS) or not a.option_strings:
+        return False
+    if isinstance(a, (argparse._StoreTrueAction, argparse._VersionAction, argparse._HelpAction)):
+        return False
+    return "default" not in (a.help or "").lower()
+
+
+# ----------------------------------------------------------------------------- the stack spec
+
+# (table, the loader's key list in envbuild/spec.py, the dataclass its values become, heading)
+SPEC_SECTIONS = (
+    ("", "_TOP_KEYS", "StackSpec", "Top level"),
+    ("target", "_TARGET_KEYS", "Target", "[target]"),
+    ("layout", "_LAYOUT_KEYS", "Layout", "[layout]"),
+    ("abi", "_ABI_KEYS", "ABI", "[abi]"),
+    ("abi.overlap", "_OVERLAP_KEYS", "Overlap", "[[abi.overlap]]"),
+    ("host", "_HOST_KEYS", "Host", "[host]"),
+    ("step", "_STEP_KEYS", "Step", "[[step]]"),
+)
+# What the code does not say in one place yet. A schema table in spec.py (one row per key: type,
+# default, required, one line of help, what is refused), read by both ``check_keys`` and this
+# page, would replace these two: the loader states which tables are required only in its checks
+# (parse_spec, _parse_abi), and most fields carry no comment.
+_REQUIRED_TABLES = {"abi": "required", "step": "required: at least one"}
+_SPEC_HELP = {
+    "schema": "the spec's format; this envbuild reads schema 1",
+    "name": "the stack's name: letters, digits, `.`, `_`, `-`; it names files, folders and image tags",
+    "description": "one line for people",
+    "python": "major.minor of the venv's interpreter, such as `\"3.13\"`",
+    "target": "what `envbuild lock` resolves for",
+    "layout": "the data root, the venv in it and the `$HOME` links",
+    "abi": "the ABI baseline (torch) and what is frozen with it",
+    "host": "what `envbuild preflight` expects of the machine",
+    "env": "variables added to the env overlay (`<root>/.envbuild/envbuild-env.sh`, sourced by the venv's "
+           "`activate`): `NAME = \"value\"`, or `NAME = { from_env = \"NAME\" }` to pass the provisioning "
+           "process's own value on without writing it anywhere",
+    "step": "the install steps, in order",
+    "target.platform": "the wheel platform tag of the hosts, `manylinux_2_<17..40>_<x86_64|aarch64>`",
+    "layout.root": "the data root (`--root` overrides)",
+    "abi.package": "the ABI baseline package",
+    "abi.version": "its exact version once installed (`import torch; torch.__version__`)",
+    "abi.local": "a local tag that must appear in `abi.version`, such as `cu132`",
+    "abi.cuda": "`torch.version.cuda`, for a build with CUDA (major.minor)",
+    "abi.overlap": "files two distributions may both own, and whose copy must be on disk",
+    "abi.overlap.packages": "the distributions (two or more)",
+    "abi.overlap.winner": "the one whose files must be on disk (install it last)",
+    "host.driver_min": "lowest NVIDIA driver version",
+    "host.gpu_count": "number of GPUs",
+    "host.gpu_name": "text the GPUs' name must contain, such as `H200`",
+    "host.cuda_toolkit": "CUDA toolkit version (`nvcc`), for builds",
+    "host.gcc": "lowest gcc version",
+    "host.root_min_free_gb": "free space `/` must have",
+    "host.data_min_free_gb": "free space the data root must have",
+    "step.name": "letters, digits, `.`, `_`, `-`; unique in the spec",
+    "step.packages": "PEP 508 requirements (`name @ git+URL@ref` too)",
+    "step.extra_index_urls": "more indexes",
+    "step.find_links": "folders or pages of wheels",
+    "step.pre": "allow pre-releases (`--pre`; uv: `--prerelease allow`)",
+    "step.no_deps": "install only the named packages (`--no-deps`); what they declare is left unmet, a warning "
+                    "(an error with `provision --strict`)",
+    "step.no_build_isolation": "build sdists against the venv (`--no-build-isolation`)",
+    "step.upgrade": "`--upgrade`",
+    "step.upgrade_strategy": "pip's `--upgrade-strategy`",
+    "step.reinstall": "`--force-reinstall` (uv: `--reinstall`)",
+    "step.no_index": "only `find_links` (`--no-index`)",
+    "step.env": "environment for this step's installer, as `[env]` (a value or `{ from_env = NAME }`)",
+}
+
+
+def spec_page() -> str:
+    spec = importlib.import_module("envbuild.spec")
+    comments = _field_comments(Path(inspect.getfile(spec)))
+    out = ["# Stack spec (`stack.toml`)", "",
+           GENERATED.format(source="`envbuild/spec.py`: its key lists and dataclasses"), "",
+           "A stack spec is a TOML file, `lockfiles/<profile>/stack.toml` for `--profile`, any file for "
+           "`--stack`. Every key below is one the loader accepts; any other key is refused with a "
+           "\"did you mean\". Every error names the file and the key path as shown here "
+           "(`step[3].no_deps`: the third `[[step]]`, counting from 1).", "",
+           "## Checked at load {#checked}", "", _rst(_docstring(spec)), ""]
+    for table, keys_name, class_name, heading in SPEC_SECTIONS:
+        keys: tuple[str, ...] = getattr(spec, keys_name)
+        cls = getattr(spec, class_name)
+        out += [f"## {heading} {{#section-{table or 'top'}}}", ""]
+        doc = _docstring(cls) if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(") else ""
+        if doc:
+            out += [_rst(doc), ""]
+        out += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        out += [_spec_row(spec, table, key, cls, comments) for key in keys]
+        out.append("")
+    env_from = spec.EnvFrom
+    out += ["## Values from the environment {#section-env}", "", _rst(_docstring(env_from)), "",
+            "| key | type | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(env_from):
+        key = "from_env" if f.name == "name" else f.name
+        what = ("the variable's own name (envbuild passes it on, never copies it)" if key == "from_env"
+                else "refuse to provision when the variable is unset or empty")
+        out.append(f"| {_code(key)}{{#key-env.{key}}} | {_type(_hints(env_from)[f.name])} | "
+                   f"{_default(f)} | {_text(what)} |")
+    out += ["", "## An example: the `cpu` profile {#example}", "",
+            "`lockfiles/cpu/stack.toml`, as committed:", "", "```toml", '--8<-- "lockfiles/cpu/stack.toml"', "```", ""]
+    return "\n".join(out)
+
+
+def spec_keys() -> list[str]:
+    """Every key path the loader accepts (``step.no_deps``); tests/test_docs.py checks each is documented."""
+    spec = importlib.import_module("envbuild.spec")
+    out = []
+    for table, keys_name, _, _ in SPEC_SECTIONS:
+        out += [f"{table}.{k}" if table else k for k in getattr(spec, keys_name)]
+    return out
+
+
+def _spec_row(spec: types.ModuleType, table: str, key: str, cls: type, comments: Mapping[tuple[str, str], str]) -> str:
+    path = f"{table}.{key}" if table else key
+    hints = _hints(cls)
+    field = next((f for f in dataclasses.fields(cls) if f.name in (key, key + "s")), None)
+    if key == "schema":
+        kind, default = "integer", f"**required**: `{spec.SCHEMA_VERSION}`"
+    elif field is None:
+        log.warning("stack spec key %r has no field in %s: add one, or teach docs/hooks/reference.py", path, cls.__name__)
+        kind, default = "?", "?"
+    else:
+        hint = hints[field.name]
+        kind = _type(hint)
+        if _is_table(hint):
+            sub = _section_of(path)
+            kind = f"[{kind}](#section-{sub})" if sub else kind
+            default = f"**{_REQUIRED_TABLES[path]}**" if path in _REQUIRED_TABLES else "empty"
+        else:
+            default = _default(field)
+    meaning = comments.get((cls.__name__, field.name if field else key)) or ""
+    meaning = re.sub(r"^None: ", "not set: ", meaning)  # the code's None is the file's "key absent"
+    helptext = _SPEC_HELP.get(path, "")
+    words = "; ".join(w for w in (_text(helptext), _text(meaning)) if w)
+    if not words:
+        log.info("stack spec key %s: no comment in spec.py and no help in the hook", path)
+    return f"| {_code(key)}{{#key-{path}}} | {kind} | {default} | {words} |"
+
+
+def _section_of(path: str) -> str | None:
+    known = {t for t, *_ in SPEC_SECTIONS if t}
+    if path in known:
+        return path
+    return "env" if path.split(".")[-1] == "env" else None
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+
+
+def _is_table(hint: Any) -> bool:
+    hint = _unoptional(hint)
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint) or origin in (dict, Mapping) or hint in (dict,):
+        return True
+    if origin is tuple:
+        args = typing.get_args(hint)
+        return bool(args) and dataclasses.is_dataclass(args[0])
+    return False
+
+
+def _unoptional(hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def _type(hint: Any) -> str:
+    hint = _unoptional(hint)
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(_code(f'"{v}"') for v in typing.get_args(hint))
+    if origin is tuple:
+        (item, *_) = typing.get_args(hint) or (str,)
+        return "array of tables" if dataclasses.is_dataclass(item) else f"array of {_type(item)}s"
+    if origin in (dict, Mapping):
+        return "table"
+    if dataclasses.is_dataclass(hint):
+        return "table"
+    names = {str: "string", bool: "boolean", int: "integer", float: "number", Path: "path"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _default(field: dataclasses.Field[Any]) -> str:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return "**required**"
+    if value is None:
+        return "not set"
+    return _code(_toml(value))
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _field_comments(path: Path) -> dict[tuple[str, str], str]:
+    """{(class, field): the comment beside the field, or the comment lines right above it}."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    trailing: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            trailing[tok.start[0]] = tok.string.lstrip("#").strip()
+    out = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                continue
+            above: list[str] = []
+            n = stmt.lineno - 1
+            while n >= 1 and lines[n - 1].strip().startswith("#"):
+                above.insert(0, lines[n - 1].strip().lstrip("#").strip())
+                n -= 1
+            words = " ".join([*above, trailing.get(stmt.lineno, "")]).strip()
+            if words:
+                out[(node.name, stmt.target.id)] = words
+    return out
+
+
+# ----------------------------------------------------------------------------- exit codes
+
+
+def exit_codes_page() -> str:
+    from envbuild import errors
+
+    raised: dict[int, list[str]] = {}
+    for name, obj in vars(errors).items():
+        if isinstance(obj, type) and issubclass(obj, errors.EnvbuildError) and obj is not errors.EnvbuildError:
+            raised.setdefault(int(obj.exit_code), []).append(name)
+    out = ["# Exit codes", "", GENERATED.format(source="`envbuild/errors.py`"), "",
+           "Every failure envbuild knows has a typed error with one exit code; only `envbuild.cli.main` turns "
+           "them into an exit status (`envbuild --help` lists them too). A message says what to try next.", "",
+           "| code | name | meaning | raised as |", "|---|---|---|---|"]
+    for code in errors.ExitCode:
+        classes = ", ".join(_code(c) for c in raised.get(int(code), []))
+        out.append(f"| {_code(str(int(code)))}{{#exit-{int(code)}}} | {_code(code.name)} | "
+                   f"{_text(errors.EXIT_CODE_DOCS.get(code, ''))} | {classes} |")
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------- check-lock
+
+
+# which kind of check each module under envbuild/lock/ reports from
+_LOCK_RULE_KINDS = {"check.py": "static", "stepfile.py": "static (step files)", "online.py": "`--online`",
+                    "dryrun.py": "dry run (not with `--offline`)"}
+
+
+def own_lock_rules() -> dict[str, list[str]]:
+    """{rule: [module file names]}: every rule name envbuild/lock/ reports, read from its
+    ``Finding(file, package, RULE, ...)`` and ``LineProblem(req, RULE, ...)`` calls."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "envbuild" / "lock").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            position = {"Finding": 2, "LineProblem": 1}.get(node.func.id)
+            if position is None:
+                continue
+            args = list(node.args)
+            value = next((k.value for k in node.keywords if k.arg == "rule"),
+                         args[position] if len(args) > position else None)
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                where = found.setdefault(value.value, [])
+                if path.name not in where:
+                    where.append(path.name)
+    return found
+
+
+def _docstring_blocks(doc: str) -> list[str]:
+    """A docstring cut into list items and paragraphs (continuation lines joined)."""
+    blocks: list[str] = []
+    current: list[str] = []
+    for line in doc.splitlines():
+        if not line.strip() or line.startswith("- "):
+            if current:
+                blocks.append(" ".join(current))
+            current = [line.strip()] if line.strip() else []
+        else:
+            current.append(line.strip())
+    if current:
+        blocks.append(" ".join(current))
+    return blocks
+
+
+def _what_docstring_says(rule: str, blocks: list[str]) -> str:
+    for block in blocks:
+        if f"``{rule}``" not in block:
+            continue
+        if block.startswith("- "):
+            # "- ``a`` / ``b``   the words": the words after the names
+            return re.sub(r"^-\s+(``[^`]+``(\s*/\s*``[^`]+``)*)\s*", "", block)
+        return block
+    return ""
+
+
+def check_lock_page() -> str:
+    findings = importlib.import_module("envbuild.gate.findings")
+    output = importlib.import_module("envbuild.gate.output")
+    check = importlib.import_module("envbuild.lock.check")
+    out = ["# check-lock: rules and output", "",
+           GENERATED.format(source="`envbuild/gate/findings.py` (`RULES`), `envbuild/gate/output.py` and "
+                            "`envbuild/lock/`"), "",
+           "`envbuild check-lock` has two modes. `check-lock FILE...` judges any lockfile (uv.lock, pylock.toml, "
+           "requirements, poetry.lock) per environment it installs: the [gate](#gate). `check-lock` with "
+           "`--profile`/`--stack` (or nothing: every profile) checks envbuild's own per-step locks: "
+           "[own locks](#own). Either exits 8 on a finding ([exit codes](exit-codes.md)). How to put it in CI: "
+           "[the CI gate tutorial](../tutorials/ci-gate.md).", "",
+           "## The gate: any lockfile {#gate}", "",
+           "| rule | what it means |", "|---|---|"]
+    out += [f"| {_code(rule)}{{#gate-{rule}}} | {_text(what)} |" for rule, what in findings.RULES.items()]
+    out += ["", "## Output {#output}", "", _rst(_docstring(output).split("\n\n", 1)[0]), "",
+            "## JSON (`--json`) {#json}", "", "One document on stdout:", ""]
+    schema = re.search(r"JSON \(``--json``\), schema \d+::\n\n(.*?)\n\n(?=\S)", inspect.getdoc(output) or "", re.S)
+    if schema:
+        out += ["```text", inspect.cleandoc(schema.group(1)), "```", ""]
+    else:
+        log.warning("envbuild/gate/output.py's docstring no longer holds the JSON schema block")
+    tail = (inspect.getdoc(output) or "").rsplit("\n\n", 1)[-1]
+    out += [_rst(tail), ""]
+    blocks = _docstring_blocks(inspect.getdoc(check) or "")
+    out += ["## envbuild's own locks {#own}", "",
+            "Every rule the code reports (read from `envbuild/lock/*.py`), with what "
+            "`envbuild/lock/check.py`'s docstring says of it.", "",
+            "| rule | kind | what it means |", "|---|---|---|"]
+    for rule, where in sorted(own_lock_rules().items()):
+        kind = ", ".join(_LOCK_RULE_KINDS.get(w, _code(w)) for w in where)
+        what = _what_docstring_says(rule, blocks)
+        if not what:
+            log.info("check-lock rule %s is not described in envbuild/lock/check.py's docstring", rule)
+        words = _text(_rst(what.rstrip(";"))) if what else "*(not described in `envbuild/lock/check.py` yet)*"
+        out.append(f"| {_code(rule)}{{#own-{rule}}} | {kind} | {words} |")
+    out += ["", "How they run, in `envbuild/lock/check.py`'s words:", ""]
+    out += [f"- {_text(_rst(b))}" for b in blocks if not b.startswith("- ")]
+    out.append("")
+    return "\n".join(out)

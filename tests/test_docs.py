@@ -1,0 +1,149 @@
+"""The documentation site: built with ``mkdocs build --strict`` (a page missing from the nav, a
+broken link or anchor, a missing snippet file fail it), and its reference, generated from the code
+by ``docs/hooks/reference.py``, covers every command, option, spec key, exit code and rule."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
+    reason="mkdocs and mkdocs-material are not installed (pip install -e '.[docs]'; make test installs them)",
+)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    start = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
+         "--site-dir", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, f"mkdocs build --strict failed:\n{res.stdout}{res.stderr}"
+    print(f"site built in {time.monotonic() - start:.1f} s")
+    return out
+
+
+@pytest.fixture(scope="module")
+def hook() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("envbuild_docs_reference_hook", ROOT / "docs" / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _page(site: Path, name: str) -> str:
+    return (site / name / "index.html").read_text(encoding="utf-8")
+
+
+def _sections(page: str) -> dict[str, str]:
+    """{heading id: the page's HTML from that heading to the next h2/h3/h4}."""
+    parts = re.split(r'(?=<h[234] id=")', page)
+    return {m.group(1): part for part in parts if (m := re.match(r'<h[234] id="([^"]+)"', part))}
+
+
+def _plain(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+                 ) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.append(((*path, name), sub))
+                out += _subcommands(sub, (*path, name))
+    return out
+
+
+def test_every_page_of_the_nav_is_built(site: Path) -> None:
+    nav = re.findall(r":\s*([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    assert len(nav) >= 20
+    for page in nav:
+        built = site / page.removesuffix(".md").removesuffix("index") / "index.html"
+        assert built.is_file(), page
+    assert not (site / "hooks").exists()  # the hook is not published
+
+
+def test_every_command_and_option_is_in_the_cli_reference(site: Path) -> None:
+    from envbuild.cli import build_parser
+
+    sections = _sections(_page(site, "reference/cli"))
+    commands = _subcommands(build_parser())
+    assert len(commands) >= 15
+    for path, parser in commands:
+        anchor = "-".join(path)
+        assert anchor in sections, f"envbuild {' '.join(path)} has no section in the CLI reference"
+        rows = re.findall(r"<tr>.*?</tr>", sections[anchor], re.S)
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.help == argparse.SUPPRESS:
+                continue
+            name = action.option_strings[-1].lstrip("-") if action.option_strings else action.dest
+            row = next((r for r in rows if f'id="{anchor}-{name}"' in r), None)
+            what = f"envbuild {' '.join(path)} {'/'.join(action.option_strings) or action.dest}"
+            assert row is not None, f"{what} has no row in the CLI reference"
+            text = " ".join(_plain(row).split())
+            for option in action.option_strings:
+                assert re.search(rf"(^|[\s,]){re.escape(option)}([\s,]|$)", text), what
+            if action.help:
+                words = " ".join(action.help.split()).split("%")[0].split("`")[0][:25]
+                assert words in text, f"{what}: its help is not in its row"
+
+
+def test_every_spec_key_is_in_the_spec_reference(site: Path, hook: ModuleType) -> None:
+    import envbuild.spec as spec
+
+    page = _page(site, "reference/stack-spec")
+    # every key list the loader checks a table against is one the hook documents
+    key_lists = {name for name in vars(spec) if re.fullmatch(r"_[A-Z]+_KEYS", name)}
+    assert key_lists == {keys for _, keys, _, _ in hook.SPEC_SECTIONS}, \
+        "a key list of envbuild/spec.py is missing from SPEC_SECTIONS in docs/hooks/reference.py"
+    paths = hook.spec_keys()
+    assert {"schema", "python", "abi.version", "abi.overlap.winner", "step.no_deps", "layout.root"} <= set(paths)
+    for name in key_lists:
+        for key in getattr(spec, name):
+            assert any(p == key or p.endswith(f".{key}") for p in paths), (name, key)
+    for path in paths:
+        assert f'id="key-{path}"' in page, f"stack spec key {path} is not in the spec reference"
+    for key in ("from_env", "required"):  # an [env] value from the environment
+        assert f'id="key-env.{key}"' in page
+
+
+def test_every_exit_code_is_in_the_reference(site: Path) -> None:
+    from envbuild.errors import EXIT_CODE_DOCS, ExitCode
+
+    page = _page(site, "reference/exit-codes")
+    for code in ExitCode:
+        assert f'id="exit-{int(code)}"' in page
+        assert html.escape(EXIT_CODE_DOCS[code], quote=False)[:40] in page
+
+
+def test_every_check_lock_rule_is_in_the_reference(site: Path, hook: ModuleType) -> None:
+    from envbuild.gate.findings import RULES
+
+    page = _page(site, "reference/check-lock")
+    for rule in RULES:
+        assert f'id="gate-{rule}"' in page, rule
+    own = hook.own_lock_rules()
+    assert {"stale-lock", "missing-hash", "dry-run-protected", "torch-downgrade"} <= set(own)
+    for rule in own:
+        assert f'id="own-{rule}"' in page, rule
+    assert '"schema": 1' in html.unescape(page)  # the JSON schema block from envbuild/gate/output.py
