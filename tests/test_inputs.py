@@ -168,7 +168,8 @@ def test_a_fifo_is_not_waited_on_by_the_loader(tmp_path: Path) -> None:
     fifo = tmp_path / "stack.toml"
     os.mkfifo(fifo)
     result: list[BaseException] = []
-    t = threading.Thread(target=lambda: result.append(pytest.raises(ConfigError, load_spec, fifo, {}).value))
+    t = threading.Thread(target=lambda: result.append(pytest.raises(ConfigError, load_spec, fifo, {}).value),
+                         daemon=True)  # a loader that waits for a writer must not hold the test run
     t.start()
     t.join(10)
     assert not t.is_alive() and "must be a regular file" in str(result[0])
