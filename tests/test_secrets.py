@@ -112,6 +112,10 @@ def test_from_env_secrets_reach_the_step_and_no_file(tmp_path: Path, scenario_in
     assert "export HF_HUB_OFFLINE=1" in overlay and "HF_TOKEN" in overlay  # named in a comment, no value
     receipt = json.loads(Path(json.loads(r.stdout)["receipt"]).read_text())
     assert receipt["env"]["in_force"].get("HF_TOKEN") == "***"
+    # a finished environment re-verifies without the step's value (no step needs it any more)
+    again = run_envbuild("provision", "--stack", stack, "--root", root, "--home", home, "--python", sys.executable,
+                         "--backend", "pip", "--json", env={"HF_TOKEN": HF_SECRET})
+    assert again.rc == 0 and json.loads(again.stdout)["ran"] == [], again.output
 
     assert envbuild("plan", "--stack", stack, "--json", "--backend", "pip", "--no-lock").rc == 0
     r = envbuild("docker", "--stack", stack, "--no-lock", "-o", out / "Dockerfile", "--context", out)

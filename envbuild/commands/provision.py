@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from envbuild import events
@@ -17,11 +18,24 @@ from envbuild.commands.common import (
     seconds_arg,
 )
 from envbuild.errors import ConfigError, Interrupted
+from envbuild.layout import paths_for
 from envbuild.plan import BACKENDS, locked_steps
 from envbuild.provision.core import provision
 from envbuild.provision.options import ProvisionOptions
+from envbuild.provision.state import Manifest
 from envbuild.provision.verify import IMPORT_TIMEOUT
 from envbuild.spec import StackSpec
+
+
+def steps_to_run(spec: StackSpec, root: Path | None) -> tuple[str, ...]:
+    """The steps the data root's manifest does not record as done (all of them without one): the
+    ones whose from_env values a run needs. A finished environment re-verifies without them."""
+    try:
+        manifest = Manifest.load(paths_for(spec, root).manifest)
+    except ConfigError:
+        return tuple(s.name for s in spec.steps)  # provision says what is wrong with it
+    done = {s.name for s in manifest.steps if s.status == "ok"}
+    return tuple(s.name for s in spec.steps if s.name not in done)
 
 
 def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
@@ -75,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
     if args.step:
         spec.step(args.step)  # an unknown step is a usage error, before the host is looked at
-    check_env_from(spec, (args.step,) if args.step else None)
+    check_env_from(spec, (args.step,) if args.step else steps_to_run(spec, args.root))
     locked = {} if args.no_lock else locked_steps(spec)
     if args.no_lock and (spec.path.parent / "lock.json").is_file():
         events.emit("warn", f"--no-lock: the lock at {spec.path.parent / 'lock.json'} is bypassed; every step "
