@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from lockhelpers import lock_env, make_git_repo, manifest
 from support.fixtures import EnvbuildResult, ScenarioIndex, Venv, installer_env
+from support.wheels import build_sdist
 
 pytestmark = pytest.mark.slow
 
@@ -86,10 +87,13 @@ def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path
                                                  backend: str) -> None:
     url, httpd = git_http
     index = private_scenario_index
+    sdist = build_sdist(tmp_path / "archives", "srcpkg-like", "1.0")  # a direct-URL sdist: built like a git one
+    index.server.add_repo("archives", sdist.parent)
+    sdist_url = index.server.file_url("archives", sdist.name)
     stack = write_stack([
         {"name": "helpers", "packages": ["einops-like==0.8.1"], "index_url": index.pypi_url},
-        {"name": "git", "packages": [f"gitpkg-like @ git+{url}@main", "fla-core-like==0.4.2"], "no_deps": True,
-         "index_url": index.pypi_url},
+        {"name": "git", "packages": [f"gitpkg-like @ git+{url}@main", "fla-core-like==0.4.2",
+                                     f"srcpkg-like @ {sdist_url}"], "no_deps": True, "index_url": index.pypi_url},
     ])
     env = lock_env(tmp_path)
     r = run_envbuild("lock", "--stack", stack, env=env)
@@ -100,7 +104,7 @@ def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path
     # an empty wheelhouse: refused before step 1, with everything that is missing, nothing made
     r = _offline(tmp_path, stack, wheelhouse, backend, netns=False)
     assert r.rc == 5, r.output
-    assert f"lacks {6 + (3 if backend == 'uv' else 0)} file(s)" in r.stderr and "nothing was made" in r.stderr
+    assert f"lacks {7 + (3 if backend == 'uv' else 0)} file(s)" in r.stderr and "nothing was made" in r.stderr
     assert f"git: gitpkg-like @ git+{url}@" in r.stderr and "no wheel built from it" in r.stderr
     assert "torch: torch==" in r.stderr and "helpers: einops-like==0.8.1" in r.stderr
     assert not (tmp_path / "data").exists()
@@ -109,7 +113,7 @@ def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path
     r = run_envbuild("wheelhouse", "mirror", "--lock", stack.parent, "--out", wheelhouse, "--json", env=env)
     assert r.rc == 0, r.output
     built = json.loads(r.stdout)["built"]
-    assert [(b["name"], b["reused"]) for b in built] == [("gitpkg-like", False)]
+    assert [(b["name"], b["reused"]) for b in built] == [("gitpkg-like", False), ("srcpkg-like", False)]
     pin = next(p for s in manifest(stack.parent)["steps"] for p in s["packages"] if p["name"] == "gitpkg-like")
     assert pin["vcs"]["ref"] == "main" and pin["vcs"]["wheel"]["sha256"] == built[0]["sha256"]
     assert (wheelhouse / pin["vcs"]["wheel"]["filename"]).is_file()
@@ -117,7 +121,7 @@ def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path
                   if a["filename"] == pin["vcs"]["wheel"]["filename"])
     assert record["built_from"]["commit"] == pin["vcs"]["commit"] and record["built_from"]["source_date_epoch"]
     r = run_envbuild("wheelhouse", "mirror", "--lock", stack.parent, "--out", wheelhouse, "--json", env=env)
-    assert r.rc == 0 and json.loads(r.stdout)["built"][0]["reused"] is True, r.output
+    assert r.rc == 0 and all(b["reused"] for b in json.loads(r.stdout)["built"]), r.output
     r = run_envbuild("check-lock", "--stack", stack, "--offline", env=env)  # lock.json changed: still a good lock
     assert r.rc == 0, r.output
 
@@ -142,6 +146,7 @@ def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path
     assert r.rc == 0, r.output
     assert provisioned_venv.read("gitpkg_like/__init__.py") == "FROM_GIT = True\n"
     assert provisioned_venv.version("fla-core-like") == "0.4.2"
+    assert provisioned_venv.version("srcpkg-like") == "1.0"
     log = (tmp_path / "data" / "logs" / "03-git.log").read_text()
     assert "git clone" not in log and "03-git.offline.txt" in log  # the git line replaced by the built wheel
     steps = tmp_path / "data" / ".envbuild" / "steps"

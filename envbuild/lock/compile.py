@@ -182,7 +182,7 @@ def pin_no_deps(step: Step, finder: ArtifactFinder, *, requirements: list[str], 
         req = Requirement(raw)
         name = canonicalize_name(req.name)
         if req.url:
-            out.append(LockedReq(name, f"{name} @ {req.url}", 0, None, (), req.url))
+            out.append(LockedReq(name, f"{name} @ {req.url}", 0, None, _url_hashes(req.url), req.url))
             continue
         files = [(a, pv[1]) for a in finder.files(name) if (pv := parse_filename(a.filename))]
         versions = sorted({Version(v) for _, v in files
@@ -215,6 +215,21 @@ def pin_no_deps(step: Step, finder: ArtifactFinder, *, requirements: list[str], 
         hashes = [a.sha256 or "" for a in finder.matching_all(name, version)]
         out.append(LockedReq(name, f"{name}=={version}", 0, version, tuple(sorted(h for h in hashes if h))))
     return out
+
+
+def _url_hashes(url: str) -> tuple[str, ...]:
+    """A direct-URL archive is pinned by its sha256 (``#sha256=`` where the URL states it, else the
+    download's); a git URL has none (it is pinned by its commit)."""
+    if url.startswith("git+"):
+        return ()
+    frag = url.split("#", 1)[1] if "#" in url else ""
+    if frag.startswith("sha256=") and len(frag) == 71:
+        return (frag[7:],)
+    import hashlib
+
+    from envbuild.index import read_bytes
+
+    return (hashlib.sha256(read_bytes(url.split("#", 1)[0])).hexdigest(),)
 
 
 def _exact(req: Requirement, version: str) -> bool:

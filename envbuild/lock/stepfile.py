@@ -181,7 +181,7 @@ def line_problems(reqs: Iterable[LockedReq]) -> list[LineProblem]:
             if r.vcs_commit is None:
                 out.append(LineProblem(r, "not-pinned", "git requirement not pinned to a commit SHA"))
             continue
-        if r.version is None:
+        if r.version is None and not r.url:  # a direct URL is pinned by its hash (name @ URL --hash=...)
             out.append(LineProblem(r, "not-pinned", f"{r.raw!r} is not pinned with =="))
         if not r.hashes and not r.bad_hashes:
             out.append(LineProblem(r, "missing-hash", "no --hash (pip --require-hashes refuses it; every locked "
