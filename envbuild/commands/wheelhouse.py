@@ -10,7 +10,7 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import path_arg
+from envbuild.commands.common import count_arg, path_arg
 from envbuild.errors import ConfigError
 
 DEFAULT_OUT = Path("wheelhouse")
@@ -58,8 +58,8 @@ def register(sub: Any) -> None:
     m.add_argument("--python", metavar="PATH", type=path_arg,
                    help="the interpreter that builds the lock's git requirements into wheels (default: python<lock's "
                    "Python>)")
-    m.add_argument("--jobs", "-j", type=int, default=4, help="parallel downloads (default: 4)")
-    m.add_argument("--retries", type=int, default=4, help="retries per file (default: 4)")
+    m.add_argument("--jobs", "-j", type=count_arg(1, 64), default=4, help="parallel downloads (default: 4)")
+    m.add_argument("--retries", type=count_arg(0, 100), default=4, help="retries per file (default: 4)")
     m.add_argument("--json", action="store_true", help="print JSON on stdout")
     m.set_defaults(func=run_mirror)
 
