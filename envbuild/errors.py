@@ -1,7 +1,7 @@
 """Every fatal condition envbuild knows, with its documented exit code.
 
 Library code raises these; only ``envbuild.cli.main`` turns them into an exit status.
-The table below is the contract documented in the README ("Exit codes").
+The table below is the contract; the documentation's exit-code reference (docs, generated) is made from it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ step numbers do everywhere else (``step[2]`` is the second ``[[step]]``, shown a
 from the environment in every string value; an unset variable without a default is an
 error naming it.
 
-Every input is checked here, before anything touches disk or network (the README's "The stack
+Every input is checked here, before anything touches disk or network (docs/reference/manual.md, "The stack
 spec" lists what is refused and why): a string holding a control character or line break (after
 ``${VAR}`` expansion), an ``[env]`` name that is not a variable name, a requirement ``packaging``
 cannot parse, an index or find-links location with another scheme than http, https or file, a

@@ -147,3 +147,17 @@ def test_every_check_lock_rule_is_in_the_reference(site: Path, hook: ModuleType)
     for rule in own:
         assert f'id="own-{rule}"' in page, rule
     assert '"schema": 1' in html.unescape(page)  # the JSON schema block from envbuild/gate/output.py
+
+
+def test_the_readme_is_short_and_its_links_resolve() -> None:
+    """README.md stays a five-minute read (<= 12 KB) and every link in it points at a file that exists."""
+    import re
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    assert len(text.encode("utf-8")) <= 12 * 1024, len(text.encode("utf-8"))
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert links, "the README links into the documentation"
+    missing = [link for link in links if not link.startswith("http") and not (readme.parent / link).exists()]
+    assert not missing, missing
+    assert "make demo" in text and "make test" in text  # the two set-up commands
