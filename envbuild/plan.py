@@ -43,6 +43,9 @@ class PlanOptions:
     wheelhouse: str | None = None  # --offline --wheelhouse DIR|URL: the only source
     default_sources: InstallerSources = field(default_factory=InstallerSources)
     locked: Mapping[str, Path] = field(default_factory=dict)  # step name -> hash-pinned requirement file
+    # --offline: the lock's git/URL pins the wheelhouse built into wheels, {step: {name: line}}
+    # (``lock.serve.built_wheels``; the caller reads the lock, the plan only uses what it is given)
+    built_wheels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +114,7 @@ def make_plan(spec: StackSpec, options: PlanOptions | None = None) -> Plan:
     baseline = spec.baseline_index
     if baseline is None:  # adopted torch: every step is guarded
         baseline = -1
-    offline = offline_pins(opts.locked) if opts.wheelhouse and opts.locked else {}
+    offline = opts.built_wheels if opts.wheelhouse and opts.locked else {}
     steps = []
     for i, step in enumerate(spec.steps):
         role: Literal["pre-baseline", "baseline", "guarded"]
@@ -131,25 +134,6 @@ def make_plan(spec: StackSpec, options: PlanOptions | None = None) -> Plan:
             )
         )
     return Plan(spec=spec, options=opts, steps=tuple(steps))
-
-
-def offline_pins(locked: Mapping[str, Path]) -> dict[str, dict[str, str]]:
-    """{step: {name: "name==version --hash=sha256:..."}}: the lock's git/URL pins that ``wheelhouse
-    mirror`` built into wheels (``lock.json``'s ``vcs.wheel``), as an offline install takes them."""
-    from envbuild.errors import LockError
-    from envbuild.lock.model import format_requirement, read_lock
-
-    try:
-        lock = read_lock(next(iter(locked.values())).parent)
-    except LockError:
-        return {}
-    out: dict[str, dict[str, str]] = {}
-    for s in lock.steps if lock is not None else ():
-        for p in s.packages:
-            if p.vcs is not None and p.vcs.wheel is not None:
-                line = format_requirement(p.name, p.vcs.wheel.version, [p.vcs.wheel.sha256]).strip()
-                out.setdefault(s.name, {})[p.name] = line
-    return out
 
 
 def _overlap_winners(spec: StackSpec, step: Step) -> tuple[str, ...]:
@@ -218,16 +202,6 @@ def _installer_args(step: Step, opts: PlanOptions, locked: bool) -> list[str]:
     if pip:
         args += ["--disable-pip-version-check", "--no-input", *PIP_NETWORK_ARGS]
     return args
-
-
-def locked_steps(spec: StackSpec) -> dict[str, Path]:
-    """The lock ``provision`` and ``plan`` install from: {step name: hash-pinned file}; {} without one.
-
-    Raises ``LockError`` for a stale or broken lock (both commands refuse it the same way).
-    """
-    from envbuild.lock.serve import locked_requirements
-
-    return locked_requirements(spec)
 
 
 PIP_RAW_PROGRESS = (24, 1)  # the first pip with --progress-bar raw ("Progress N of M" lines)
@@ -304,7 +278,7 @@ def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: s
 
 def _offline_file(planned: PlannedStep, steps_dir: Path) -> tuple[Path, str | None, bool]:
     """The step's lock file with each git/URL line replaced by the wheel built from it (hashed)."""
-    from envbuild.lock.model import parse_requirements_text
+    from envbuild.stepfile import parse_requirements_text
 
     assert planned.locked_file is not None
     reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))
@@ -340,7 +314,7 @@ def _unlocked_runs(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, st
 def _winners_last(planned: PlannedStep, files: list[tuple[Path, str | None, bool]],
                   steps_dir: Path) -> list[tuple[Path, str | None, bool]]:
     """Locked runs with the overlap winners' lines moved into one run of their own, installed last."""
-    from envbuild.lock.model import parse_requirements_text
+    from envbuild.stepfile import parse_requirements_text
 
     first: list[tuple[Path, str | None, bool]] = []
     last_lines: list[str] = []
@@ -373,7 +347,7 @@ def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from envbuild.lock.model import LockedReq, parse_requirements_text
+    from envbuild.stepfile import LockedReq, parse_requirements_text
 
     assert planned.locked_file is not None
     reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))

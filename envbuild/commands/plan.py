@@ -19,7 +19,7 @@ from envbuild.errors import ConfigError, PreflightError
 from envbuild.installer import find_uv, resolve_plan
 from envbuild.installer.python import UnfitInterpreter, find_interpreter
 from envbuild.net import redact
-from envbuild.plan import BACKENDS, Plan, locked_steps, plan_to_json, step_commands
+from envbuild.plan import BACKENDS, Plan, plan_to_json, step_commands
 
 
 def register(sub: Any) -> None:
@@ -54,8 +54,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
     if args.offline and not args.wheelhouse:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")
-    plan = resolve_plan(spec, backend=args.backend, wheelhouse=args.wheelhouse,
-                        locked={} if args.no_lock else locked_steps(spec))
+    from envbuild.lock.serve import built_wheels, locked_requirements
+
+    locked = {} if args.no_lock else locked_requirements(spec)
+    plan = resolve_plan(spec, backend=args.backend, wheelhouse=args.wheelhouse, locked=locked,
+                        built_wheels=built_wheels(locked) if args.wheelhouse and locked else {})
     paths = layout.paths_for(spec, args.root)
     if args.venv is not None:
         paths = layout.Paths(root=paths.root, venv_name=str(args.venv.expanduser().absolute()))
@@ -83,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
                   + (f", cuda {abi.cuda}" if abi.cuda else "")
                   + (f", protected: {', '.join(abi.protect)}" if abi.protect else "")
                   + (" (adopted from the base environment)" if abi.adopt else ""))
-    locked = sum(1 for s in plan.steps if s.locked_file)
-    if locked:
-        ui.print_text(f"lock: {locked} of {len(plan.steps)} steps install from hash-pinned files")
+    pinned = sum(1 for s in plan.steps if s.locked_file)
+    if pinned:
+        ui.print_text(f"lock: {pinned} of {len(plan.steps)} steps install from hash-pinned files")
     rows = []
     for s in plan.steps:
         rows.append([

@@ -19,7 +19,8 @@ from envbuild.commands.common import (
 )
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.layout import paths_for
-from envbuild.plan import BACKENDS, locked_steps
+from envbuild.lock.serve import locked_requirements
+from envbuild.plan import BACKENDS
 from envbuild.provision.core import provision
 from envbuild.provision.options import ProvisionOptions
 from envbuild.provision.state import Manifest
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     if args.step:
         spec.step(args.step)  # an unknown step is a usage error, before the host is looked at
     check_env_from(spec, (args.step,) if args.step else steps_to_run(spec, args.root))
-    locked = {} if args.no_lock else locked_steps(spec)
+    locked = {} if args.no_lock else locked_requirements(spec)
     if args.no_lock and (spec.path.parent / "lock.json").is_file():
         events.emit("warn", f"--no-lock: the lock at {spec.path.parent / 'lock.json'} is bypassed; every step "
                     "resolves from the spec, without its pins and hashes (the receipt records this)")

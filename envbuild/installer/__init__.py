@@ -28,7 +28,7 @@ from envbuild.installer.python import (
     run_python_json,
 )
 from envbuild.installer.uv import UvInstaller
-from envbuild.plan import Backend, Plan, PlanOptions, locked_steps, make_plan
+from envbuild.plan import Backend, Plan, PlanOptions, make_plan
 from envbuild.spec import StackSpec
 
 __all__ = ["Installer", "Interpreter", "PipInstaller", "StepRun", "UvInstaller",
@@ -51,13 +51,15 @@ def pick_backend(requested: str | None) -> Backend:
 
 
 def resolve_plan(spec: StackSpec, *, backend: str | None = None, wheelhouse: str | None = None,
-                 locked: Mapping[str, Path] | None = None) -> Plan:
+                 locked: Mapping[str, Path], built_wheels: Mapping[str, Mapping[str, str]] | None = None) -> Plan:
     """The plan ``provision`` runs, with its defaults: the one place both commands get it from.
 
     ``backend`` None: uv when it is available, else pip; for uv, the sources pip is configured
-    with are passed explicitly; ``locked`` None: the lock beside the spec (``locked_steps``).
+    with are passed explicitly. ``locked`` (the lock beside the spec: ``lock.serve.locked_requirements``)
+    and ``built_wheels`` (``lock.serve.built_wheels``, for an offline install) come from the caller,
+    which reads the lock: the installer sits below the lock stage and never imports it.
     """
     installer = installer_for(backend)
     return make_plan(spec, PlanOptions(backend=installer.name, wheelhouse=wheelhouse,
                                        default_sources=installer.default_sources(wheelhouse),
-                                       locked=locked_steps(spec) if locked is None else locked))
+                                       locked=locked, built_wheels=built_wheels or {}))

@@ -62,8 +62,8 @@ from envbuild.lock.report import (
     protected_names,
 )
 from envbuild.lock.serve import stale_reason
-from envbuild.lock.stepfile import line_problems
 from envbuild.spec import StackSpec
+from envbuild.stepfile import line_problems
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -73,14 +73,14 @@ from typing import Any, TypeVar
 from envbuild._io import atomic_write_json
 from envbuild.errors import LockError
 from envbuild.index import Artifact
-from envbuild.lock.stepfile import (  # re-exported: the step-file API lives beside the lock model
+from envbuild.spec import StackSpec
+from envbuild.stepfile import (  # re-exported: the step-file API lives beside the lock model
     LockedReq,
     format_requirement,
     parse_requirements_text,
     read_step_file,
     read_text,
 )
-from envbuild.spec import StackSpec
 
 LOCK_VERSION = 1
 MANIFEST = "lock.json"

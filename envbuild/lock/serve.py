@@ -21,22 +21,31 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from envbuild import events
 from envbuild._io import sha256_file
 from envbuild.errors import LockError
-from envbuild.lock.model import MANIFEST, Lock, LockedStep, lock_dir, read_lock, read_step_file
-from envbuild.lock.stepfile import line_problems
+from envbuild.lock.model import (
+    MANIFEST,
+    Lock,
+    LockedStep,
+    format_requirement,
+    lock_dir,
+    read_lock,
+    read_step_file,
+)
 from envbuild.spec import StackSpec, spec_digest
+from envbuild.stepfile import line_problems
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["locked_requirements", "prefix_manifest", "stale_reason", "step_digests"]
+__all__ = ["built_wheels", "locked_requirements", "prefix_manifest", "stale_reason", "step_digests"]
 
 
 def step_digests(spec: StackSpec) -> list[str] | None:
@@ -180,3 +189,19 @@ def checked_step_file(spec: StackSpec, lock: Lock, step: LockedStep) -> Path:
         raise LockError(f"{lock.path}: step {step.name!r}: the packages recorded in {MANIFEST} are not the pins "
                         f"of {step.file} (they differ in {', '.join(differ[:5])})", hint=regen)
     return path
+
+
+def built_wheels(locked: Mapping[str, Path]) -> dict[str, dict[str, str]]:
+    """{step: {name: "name==version --hash=sha256:..."}}: the lock's git/URL pins that ``wheelhouse
+    mirror`` built into wheels (``lock.json``'s ``vcs.wheel``), as an offline install takes them."""
+    try:
+        lock = read_lock(next(iter(locked.values())).parent)
+    except LockError:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for s in lock.steps if lock is not None else ():
+        for p in s.packages:
+            if p.vcs is not None and p.vcs.wheel is not None:
+                line = format_requirement(p.name, p.vcs.wheel.version, [p.vcs.wheel.sha256]).strip()
+                out.setdefault(s.name, {})[p.name] = line
+    return out

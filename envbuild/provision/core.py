@@ -69,7 +69,11 @@ T = TypeVar("T")
 
 
 def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
-    return resolve_plan(spec, backend=opts.backend, wheelhouse=opts.wheelhouse, locked=opts.locked)
+    from envbuild.lock.serve import built_wheels
+
+    built = built_wheels(opts.locked) if opts.wheelhouse and opts.locked else {}
+    return resolve_plan(spec, backend=opts.backend, wheelhouse=opts.wheelhouse, locked=opts.locked,
+                        built_wheels=built)
 
 
 @contextlib.contextmanager

@@ -34,8 +34,8 @@ from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import LockError, WheelhouseError
 from envbuild.index import TIMEOUT, Artifact, ArtifactFinder, Sources, session
 from envbuild.lock.model import MANIFEST, read_lock
-from envbuild.lock.stepfile import parse_requirements, read_text
 from envbuild.net import redact
+from envbuild.stepfile import parse_requirements, read_text
 from envbuild.wheeltags import fits_target, select_target
 
 CHUNK = 1 << 16
@@ -78,7 +78,7 @@ class _Retry(Exception):
 def read_requirements(path: Path, into: LockSources | None = None) -> LockSources:
     """Parse a hash-pinned requirements file (pip-compile output) into packages and sources.
 
-    The lock's own parser (``lock.stepfile``) reads it, here also accepting the index and
+    The lock's own parser (``envbuild.stepfile``) reads it, here also accepting the index and
     find-links option lines a hand-made pip-compile file carries.
     """
     out = into or LockSources()
