@@ -17,7 +17,7 @@ collects the ``--index-url``/``--extra-index-url``/``--find-links`` lines such f
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +36,7 @@ _INDEX_OPTS = {"-i": "index", "--index-url": "index", "--extra-index-url": "inde
 REGENERATE = "Re-run `envbuild lock` to regenerate the file."
 
 __all__ = ["LineProblem", "LockedReq", "RequirementsFile", "format_requirement", "line_problems",
-           "parse_requirements_text", "read_step_file"]
+           "logical_lines", "parse_requirements_text", "read_step_file"]
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,19 @@ class RequirementsFile:
     find_links: list[str] = field(default_factory=list)
 
 
-def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
+def logical_lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
+    """(first line number, the line without comments, the comment lines that follow it) of a
+    requirements file: ``\\`` continuations joined, a ``#`` after whitespace starts a comment (pip's
+    rule). The step-file reader and the gate's requirements reader (``# via`` annotations) share it."""
     buf, start = "", 0
+    out: list[tuple[int, str, list[str]]] = []
     for i, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        stripped = raw.strip()
+        if stripped.startswith("#"):
+            if out:
+                out[-1][2].append(stripped[1:].strip())
+            continue
+        line = re.split(r"\s+#", raw, maxsplit=1)[0].rstrip()
         if not buf:
             start = i
         if line.endswith("\\"):
@@ -83,16 +92,17 @@ def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
             continue
         buf += line
         if buf.strip():
-            yield start, buf.strip()
+            out.append((start, buf.strip(), [re.split(r"\s+#", raw, maxsplit=1)[1].strip()] if " #" in raw else []))
         buf = ""
     if buf.strip():
-        yield start, buf.strip()
+        out.append((start, buf.strip(), []))
+    yield from out
 
 
 def parse_requirements(text: str, where: str, *, options: bool = False) -> RequirementsFile:
     """Parse requirement lines; ``options`` accepts index/find-links option lines and records them."""
     out = RequirementsFile()
-    for lineno, line in _logical_lines(text):
+    for lineno, line, _ in logical_lines(text):
         tokens = line.split()
         if options and tokens[0].split("=", 1)[0] in _INDEX_OPTS:
             opt, _, value = tokens[0].partition("=")

@@ -23,6 +23,7 @@ from support.fixtures import (
     ScenarioIndex,
     installer_env,
 )
+from support.gatelocks import poetry_bin
 
 from envbuild.errors import ExitCode
 from envbuild.gate import Policy, check_file
@@ -32,7 +33,6 @@ from envbuild.gate.formats import parse
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-POETRY_VENV = REPO / ".cache" / "tests" / "poetry-venv"
 Run = Callable[..., EnvbuildResult]
 
 
@@ -205,21 +205,8 @@ def test_pylock_and_a_downgrade_against_the_base_branch(run_envbuild: Run, scena
 # ----------------------------------------------------------------------------- poetry.lock
 
 
-def _poetry() -> Path:
-    """Poetry in a cached venv (installed from PyPI once); the test is skipped where it does not install."""
-    poetry = POETRY_VENV / "bin" / "poetry"
-    if not poetry.exists():
-        made = subprocess.run([sys.executable, "-m", "venv", str(POETRY_VENV)], capture_output=True)
-        got = made.returncode == 0 and subprocess.run(
-            [str(POETRY_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "poetry"],
-            capture_output=True, timeout=600).returncode == 0
-        if not got or not poetry.exists():
-            pytest.skip("Poetry does not install here (pip install poetry failed)")
-    return poetry
-
-
 def _poetry_lock(tmp: Path, idx: ScenarioIndex, name: str, deps: dict[str, str]) -> Path:
-    poetry = _poetry()
+    poetry = poetry_bin()
     folder = tmp / name
     folder.mkdir(parents=True)
     lines = "\n".join(f'{k} = {{version = "{v}", source = "{"nightly" if v == NIGHTLY_TORCH else "standin"}"}}'

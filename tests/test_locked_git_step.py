@@ -17,59 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lockhelpers import lock_env, step_file
-from support.fixtures import EnvbuildResult, Venv, installer_env
+from lockhelpers import lock_env, make_git_repo, step_file
+from support.fixtures import EnvbuildResult, Venv
 
 pytestmark = pytest.mark.slow
-
-_BACKEND = '''
-"""A PEP 517 backend with no dependencies: the package folder into a wheel."""
-import base64, hashlib, os, zipfile
-
-NAME, VERSION = "gitpkg_like", "0.1"
-DIST = f"{NAME}-{VERSION}.dist-info"
-
-
-def get_requires_for_build_wheel(config_settings=None):
-    return []
-
-
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    files = {f"{NAME}/__init__.py": open(os.path.join(NAME, "__init__.py"), "rb").read(),
-             f"{DIST}/METADATA": b"Metadata-Version: 2.1\\nName: gitpkg-like\\nVersion: 0.1\\n\\n",
-             f"{DIST}/WHEEL": b"Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
-    rows = []
-    name = f"{NAME}-{VERSION}-py3-none-any.whl"
-    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
-        for rel, data in files.items():
-            zf.writestr(rel, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            rows.append(f"{rel},sha256={digest},{len(data)}")
-        zf.writestr(f"{DIST}/RECORD", "\\n".join(rows + [f"{DIST}/RECORD,,"]) + "\\n")
-    return name
-'''
-
-
-def _repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "gitpkg"
-    (repo / "gitpkg_like").mkdir(parents=True)
-    (repo / "gitpkg_like" / "__init__.py").write_text("FROM_GIT = True\n")
-    (repo / "backend.py").write_text(_BACKEND)
-    (repo / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
-        '[project]\nname = "gitpkg-like"\nversion = "0.1"\n')
-    env = {**installer_env(tmp_path / "home"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    for cmd in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "x"]):
-        subprocess.run(["git", *cmd], cwd=repo, check=True, env=env)
-    return repo
-
 
 @pytest.mark.parametrize("backend", ["pip", "uv"])
 def test_locked_git_step_installs(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
                                   provision: Callable[..., EnvbuildResult], provisioned_venv: Venv,
                                   tmp_path: Path, backend: str) -> None:
-    repo = _repo(tmp_path)
+    repo = make_git_repo(tmp_path)
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     stack = write_stack([
         {"name": "helpers", "packages": ["einops-like==0.8.1"]},

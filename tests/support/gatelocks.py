@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-POETRY_VENV = REPO_ROOT / ".cache" / "tests" / "poetry-venv"  # shared with test_check_lock_anyfile.py
+POETRY_VENV = REPO_ROOT / ".cache" / "tests" / "poetry-venv"  # poetry_bin(): test_check_lock_anyfile.py uses it too
 PROJECT = "trainer"  # the project name in every generated pyproject.toml: uv's pseudo-extras are extra-7-trainer-<extra>
 REQUIRES_PYTHON = ">=3.10"
 

@@ -10,41 +10,16 @@ requirement they annotate, so the ``# via`` annotations this gate relies on woul
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 from envbuild.gate.formats._common import exact
 from envbuild.gate.model import Entry, Lock, LockParseError
 from envbuild.gate.names import canonical
+from envbuild.stepfile import logical_lines
 
 __all__ = ["parse"]
 
 _HASH = re.compile(r"^--hash[= ](sha256):([0-9a-fA-F]{64})$")
-
-
-def _logical_lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
-    """(first line number, the line without comments, the comment lines that follow it)."""
-    buf, start = "", 0
-    out: list[tuple[int, str, list[str]]] = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if stripped.startswith("#"):
-            if out:
-                out[-1][2].append(stripped[1:].strip())
-            continue
-        line = re.split(r"\s+#", raw, maxsplit=1)[0].rstrip()
-        if not buf:
-            start = i
-        if line.endswith("\\"):
-            buf += line[:-1] + " "
-            continue
-        buf += line
-        if buf.strip():
-            out.append((start, buf.strip(), [re.split(r"\s+#", raw, maxsplit=1)[1].strip()] if " #" in raw else []))
-        buf = ""
-    if buf.strip():
-        out.append((start, buf.strip(), []))
-    yield from out
 
 
 def _via(comments: list[str]) -> tuple[str, ...] | None:
@@ -70,7 +45,7 @@ def parse(path: Path, text: str) -> Lock:
     entries: list[Entry] = []
     indexes: list[str] = []
     markers: list[str] = []
-    for lineno, line, comments in _logical_lines(text):
+    for lineno, line, comments in logical_lines(text):
         tokens = line.split()
         if tokens[0].startswith("-"):
             opt = tokens[0].split("=", 1)
