@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envbuild.errors import ConfigError
-from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare, evaluate_tree
+from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare
 from envbuild.gate.model import Environment, Lock
 
 __all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "enumerate_environments"]
@@ -201,7 +201,7 @@ def _chose(env: Environment, group: str) -> bool:
 
 
 def _holds(env: Environment, marker: str, cache: MarkerCache) -> bool:
-    return evaluate_tree(cache.tree(marker), env.values, env.extras, env.groups)
+    return cache.evaluate(marker, env.values, env.extras, env.groups, [])
 
 
 def _covered(env: Environment, lock: Lock) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 from envbuild.gate.names import canonical
 
-__all__ = ["InvalidMarker", "MarkerCache", "evaluate_tree"]
+__all__ = ["InvalidMarker", "MarkerCache"]
 
 
 class InvalidMarker(ValueError):
@@ -275,42 +275,3 @@ def _compare(key: str, op: str, lhs: str, rhs: str) -> bool:
     if fn is None:  # "~=" / "===" on a non-version: packaging refuses these as undefined
         return False
     return bool(fn(lhs, rhs))
-
-
-def _atom(atom: tuple[Any, Any, Any], values: dict[str, str], extras: frozenset[str],
-          groups: frozenset[str]) -> bool:
-    left, op_node, right = atom
-    op = op_node.value
-    if type(left).__name__ == "Variable":
-        key, literal, variable_left = left.value, right.value, True
-    else:
-        key, literal, variable_left = right.value, left.value, False
-    if key == "extra":  # one of the active extras (uv's pseudo-extras included)
-        hit = canonical(literal) in extras
-        return hit if op == "==" else (not hit if op == "!=" else False)
-    if key in _SET_KEYS:  # PEP 751: 'cu128' in extras, 'dev' in dependency_groups
-        bag = extras if key == "extras" else groups
-        hit = canonical(literal) in bag
-        return hit if op == "in" else (not hit if op == "not in" else False)
-    value = values.get(key, "")
-    return _compare(key, op, value, literal) if variable_left else _compare(key, op, literal, value)
-
-
-def evaluate_tree(tree: list[Any], values: dict[str, str], extras: frozenset[str],
-                  groups: frozenset[str]) -> bool:
-    """``tree`` (from ``MarkerCache.tree``) in the environment: ``and`` binds tighter than ``or``."""
-    any_true = False
-    clause = True
-    for item in tree:
-        if item == "or":
-            any_true = any_true or clause
-            clause = True
-        elif item == "and":
-            continue
-        elif not clause:
-            continue  # this and-clause is already false
-        elif isinstance(item, list):
-            clause = evaluate_tree(item, values, extras, groups)
-        else:
-            clause = _atom(item, values, extras, groups)
-    return any_true or clause

@@ -98,7 +98,6 @@ class Members:
     """What one environment installs: the entries, and (uv.lock) which entry each edge names."""
 
     entries: list[Entry]
-    edges: dict[int, dict[str, int]] = field(default_factory=dict)  # entry key -> dep name -> entry key
     roots: frozenset[int] = frozenset()  # the project's own entries (not installed from an index)
     # resolved for many environments at once: entry key -> dep name -> [(target key, env mask)], this one's bit
     edge_masks: dict[int, dict[str, list[tuple[int, int]]]] | None = None
@@ -108,13 +107,11 @@ class Members:
         return [e for e in self.entries if e.name == name]
 
     def target_of(self, entry: Entry, name: str, all_entries: list[Entry]) -> Entry | None:
-        if self.edge_masks is not None:
-            for target, mask in self.edge_masks.get(entry.key, {}).get(name, ()):
-                if mask & self.bit:
-                    return all_entries[target]
-            return None
-        key = self.edges.get(entry.key, {}).get(name)
-        return all_entries[key] if key is not None else None
+        """The entry of ``name`` that ``entry``'s own edge points at here (uv.lock), else None."""
+        for target, mask in (self.edge_masks or {}).get(entry.key, {}).get(name, ()):
+            if mask & self.bit:
+                return all_entries[target]
+        return None
 
 
 @dataclass
@@ -123,7 +120,6 @@ class Lock:
     format: Format
     entries: list[Entry]
     indexes: list[str] = field(default_factory=list)
-    resolve: Callable[[Environment], Members] | None = None
     resolve_all: Callable[[list[Environment]], list[Members]] | None = None
     # what the environments are made of
     requires_python: str | None = None
@@ -142,8 +138,8 @@ class Lock:
         return [e for e in self.entries if e.name == name]
 
     def members(self, env: Environment) -> Members:
-        if self.resolve is not None:
-            return self.resolve(env)
+        if self.resolve_all is not None:
+            return self.resolve_all([env])[0]
         return Members([e for e in self.entries if self._applies(e, env)])
 
     def members_of(self, envs: list[Environment]) -> list[Members]:

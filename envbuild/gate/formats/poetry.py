@@ -25,7 +25,6 @@ def parse(path: Path, text: str) -> Lock:
     headers = entry_lines(lines, "[[package]]")
     entries: list[Entry] = []
     markers_seen: list[str] = []
-    unmarked_twice = False
     for i, p in enumerate(data.get("package", []) or []):
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             raise LockParseError(f"package[{i}] has no name")

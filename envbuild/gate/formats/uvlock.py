@@ -142,36 +142,6 @@ def parse(path: Path, text: str) -> Lock:
     _choices(lock, data, entries, roots, optional, dev)
     root_set = frozenset(roots)
 
-    def resolve(env: Environment) -> Members:
-        seen: set[tuple[int, frozenset[str]]] = set()
-        installed: dict[int, None] = {}
-        taken: dict[int, dict[str, int]] = {}
-        stack: list[tuple[int, frozenset[str]]] = [(k, frozenset()) for k in roots]
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            key, extras = node
-            installed[key] = None
-            lists = [plain[key]] + [optional[key].get(x, []) for x in extras]
-            if key in root_set:
-                project = entries[key].name
-                lists += [v for x, v in optional[key].items() if pseudo(project, x, "extra") in env.extras]
-                lists += [v for g, v in dev[key].items() if pseudo(project, g, "group") in env.extras]
-            for edge_list in lists:
-                for targets, marker, dep_extras in edge_list:
-                    if marker and not _holds(env, marker, lock):
-                        continue
-                    if len(targets) > 1:
-                        fitting = [t for t in targets if _fork_holds(t, env, fork_markers, lock)]
-                        targets = tuple(fitting) or targets
-                    for t in targets:
-                        taken.setdefault(key, {})[entries[t].name] = t
-                        if (t, dep_extras) not in seen:
-                            stack.append((t, dep_extras))
-        return Members([entries[k] for k in sorted(installed)], taken, root_set)
-
     def resolve_all(envs: list[Environment]) -> list[Members]:
         """Every environment in one walk: each node carries the bit mask of the environments that
         reach it, and an edge passes on the bits where its marker holds (``MarkerCache.masks``)."""
@@ -253,10 +223,9 @@ def parse(path: Path, text: str) -> Lock:
         out = []
         for j in range(n):
             bit = 1 << j
-            out.append(Members([entries[k] for k in order if by_key[k] & bit], {}, root_set, edge_masks, bit))
+            out.append(Members([entries[k] for k in order if by_key[k] & bit], root_set, edge_masks, bit))
         return out
 
-    lock.resolve = resolve
     lock.resolve_all = resolve_all
     return lock
 
@@ -266,18 +235,6 @@ def _any(masks: Any) -> int:
     for m in masks:
         bits |= m
     return bits
-
-
-def _holds(env: Environment, marker: str, lock: Lock) -> bool:
-    try:
-        return env.holds(marker, lock.markers)
-    except InvalidMarker:
-        return True  # followed everywhere; the marker itself is a finding (``broken-marker``)
-
-
-def _fork_holds(key: int, env: Environment, fork_markers: dict[int, list[str]], lock: Lock) -> bool:
-    markers = fork_markers.get(key)
-    return not markers or any(_holds(env, m, lock) for m in markers)
 
 
 def _choices(lock: Lock, data: dict[str, Any], entries: list[Entry], roots: list[int],

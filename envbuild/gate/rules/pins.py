@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envbuild.gate.context import Context
+from envbuild.gate.context import Context, View
 from envbuild.gate.markers import InvalidMarker
 
 if TYPE_CHECKING:
@@ -69,10 +69,7 @@ def check(ctx: Context) -> None:
         ctx.note(f"{torch_name} is not in this lock; its rules did not apply")
 
 
-def _torch_policy(ctx: Context, torch: str, view: object) -> None:
-    from envbuild.gate.context import View
-
-    assert isinstance(view, View)
+def _torch_policy(ctx: Context, torch: str, view: View) -> None:
     name, env, entry = ctx.policy.torch, view.env, view.torch
     if ctx.policy.minimum:
         have, floor = public_of(torch), public_of(ctx.policy.minimum)
