@@ -330,3 +330,13 @@ requires-dist = ["torch>=2.11", "einops-like"]
     r = run_envbuild("check-lock", str(forced), "--json")
     assert r.rc == ExitCode.LOCK, r.output
     assert {(f["rule"], f["package"]) for f in _json(r)["files"][0]["findings"]} == {("torch-requirement", "needs-torch-211")}
+
+
+def test_a_narrowing_that_matches_nothing_is_a_usage_error(run_envbuild: Run, gate_index: GateIndex,
+                                                           tmp_path: Path) -> None:
+    """A typo in --group must not turn the gate green by judging no environment at all."""
+    lock = uv_groups_lock(tmp_path, gate_index)
+    r = run_envbuild("check-lock", str(lock), "--offline", "--group", "cuda13")
+    assert r.rc == ExitCode.CONFIG, r.output
+    assert "no environment of this lock matches" in r.stderr and "cpu, cu128, cu130" in r.stderr
+    assert "Traceback" not in r.output

@@ -153,6 +153,14 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         report.seconds = time.monotonic() - t0
         return report
     envs = enumerate_environments(lock, narrow)
+    if not envs:  # a typo in --group must not turn the gate green by judging nothing
+        everything = enumerate_environments(lock, Narrow(default_python=narrow.default_python))
+        choices = sorted({s.split(" ", 1)[-1] for e in everything for s in e.selection if s != NO_CHOICE})
+        raise ConfigError(
+            f"{report.file}: no environment of this lock matches --environment/--python/--group, so nothing "
+            "would be judged", hint=(f"Its conflicting extras/groups: {', '.join(choices)}. " if choices else
+                                     "It has no conflicting extras or groups. ")
+            + f"Platforms: {', '.join(sorted({e.platform for e in everything}))}.")
     several = len({e.python for e in envs}) > 1
     views = _views(lock, envs, policy.torch, several)
     bare = [v for v in views if v.env.selection == (NO_CHOICE,) and not v.by_name.get(policy.torch)]
@@ -172,8 +180,6 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         row.findings = sum(1 for f in findings if f.accepted is None and row.name in f.environments)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]
-    if not envs:
-        report.notices.append("no environment of this lock matches --environment/--python/--group")
     report.unverified = ctx.explanations()
     report.unchecked = ctx.unchecked
     report.seconds = time.monotonic() - t0
