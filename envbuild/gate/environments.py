@@ -25,7 +25,7 @@ from envbuild.errors import ConfigError
 from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare
 from envbuild.gate.model import Environment, Lock
 
-__all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "enumerate_environments"]
+__all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "covers", "enumerate_environments"]
 
 NO_CHOICE = "no conflicting extra"
 
@@ -185,7 +185,7 @@ def enumerate_environments(lock: Lock, narrow: Narrow = Narrow()) -> list[Enviro
             groups |= gr
         env = Environment(words, py, _values(plat, py), frozenset(extras), frozenset(groups),
                           tuple(selection) if selection or not choice_sets else (NO_CHOICE,))
-        if lock.environments and not _covered(env, lock):
+        if not covers(lock, env):
             continue
         if marker_filters and not all(_holds(env, m, narrow._markers) for m in marker_filters):
             continue
@@ -204,7 +204,11 @@ def _holds(env: Environment, marker: str, cache: MarkerCache) -> bool:
     return cache.evaluate(marker, env.values, env.extras, env.groups, [])
 
 
-def _covered(env: Environment, lock: Lock) -> bool:
+def covers(lock: Lock, env: Environment) -> bool:
+    """Whether ``env`` is one the lock is made for (its ``environments`` / ``supported-markers``;
+    a lock that names none covers every environment; a marker that does not parse counts as covering)."""
+    if not lock.environments:
+        return True
     for marker in lock.environments:
         try:
             if env.holds(marker, lock.markers):

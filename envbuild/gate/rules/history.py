@@ -9,21 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from envbuild.gate.context import Context
-from envbuild.gate.environments import Narrow, enumerate_environments
-from envbuild.gate.markers import InvalidMarker
-from envbuild.gate.model import Entry, Environment, Lock, Members
+from envbuild.gate.environments import Narrow, covers, enumerate_environments
+from envbuild.gate.model import Entry, Lock, Members
 from envbuild.gate.rules.pins import local_of, public_of
 
 __all__ = ["check"]
-
-
-def _covered(lock: Lock, env: Environment) -> bool:
-    if not lock.environments:
-        return True
-    try:
-        return any(env.holds(m, lock.markers) for m in lock.environments)
-    except InvalidMarker:
-        return True
 
 
 def _one(members: Members, name: str) -> Entry | None:
@@ -46,7 +36,7 @@ def check(ctx: Context, old: Lock, ref: str, narrow: Narrow) -> None:
             before = _one(was, name)
             if before is None or before.version is None:
                 continue
-            if not _covered(ctx.lock, env):
+            if not covers(ctx.lock, env):
                 ctx.add(name, "torch-gone", f"{name} {before.version} at {ref}; this lock no longer covers "
                         "the environment", env)
                 continue
