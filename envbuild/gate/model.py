@@ -131,7 +131,6 @@ class Lock:
     marker_texts: list[str] = field(default_factory=list)  # every marker in the file (platform/python hints)
     notes: list[str] = field(default_factory=list)
     markers: MarkerCache = field(default_factory=MarkerCache)
-    text_lines: list[str] = field(default_factory=list, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def named(self, name: str) -> list[Entry]:

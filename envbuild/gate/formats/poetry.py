@@ -56,7 +56,7 @@ def parse(path: Path, text: str) -> Lock:
     unmarked_twice = any(names.count(e.name) > 1 and not e.marker for e in entries)
     meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
     lock = Lock(path, "poetry.lock", entries, sorted({e.index for e in entries if e.index}),
-                requires_python=_python(meta.get("python-versions")), marker_texts=markers_seen, text_lines=lines)
+                requires_python=_python(meta.get("python-versions")), marker_texts=markers_seen)
     if unmarked_twice:
         lock.notes.append("poetry.lock holds a package twice without per-entry markers (a Poetry 1 lock): "
                           "both entries are counted in every environment; `poetry lock` with Poetry 2 records them")

@@ -55,7 +55,7 @@ def parse(path: Path, text: str) -> Lock:
     envs = [str(m) for m in lock.environments or ()]
     out = Lock(path, "pylock", entries, sorted({e.index for e in entries if e.index}),
                requires_python=str(lock.requires_python) if lock.requires_python else None,
-               environments=envs, marker_texts=markers + envs, text_lines=lines)
+               environments=envs, marker_texts=markers + envs)
     extras = [canonical(x) for x in lock.extras or ()]
     default = frozenset(canonical(g) for g in lock.default_groups or ())
     others = [canonical(g) for g in lock.dependency_groups or () if canonical(g) not in default]

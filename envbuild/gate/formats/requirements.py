@@ -68,7 +68,7 @@ def parse(path: Path, text: str) -> Lock:
         entries.append(Entry(key=len(entries), name=canonical(req.name), version=version, raw=raw,
                              line=lineno, hashes=hashes, url=req.url, via=_via(comments), marker=marker,
                              files=((req.url, hashes[0] if hashes else None),) if req.url else ()))
-    return Lock(path, "requirements", entries, indexes, marker_texts=markers, text_lines=text.splitlines())
+    return Lock(path, "requirements", entries, indexes, marker_texts=markers)
 
 
 def _url_version(url: str, name: str) -> str | None:

@@ -128,7 +128,7 @@ def parse(path: Path, text: str) -> Lock:
     lock = Lock(path, "uv.lock", entries, sorted({e.index for e in entries if e.index}),
                 requires_python=data.get("requires-python") if isinstance(data.get("requires-python"), str) else None,
                 environments=[m for m in data.get("supported-markers", []) or [] if isinstance(m, str)],
-                marker_texts=marker_texts, text_lines=lines)
+                marker_texts=marker_texts)
     lock.extra["marker_owner"] = owners
     # requirements a project supplied by hand for packages whose own metadata is unusable
     # (flash-attn, mamba-ssm): what uv resolved with, so what a declared-requirement rule reads
