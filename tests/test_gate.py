@@ -338,5 +338,5 @@ def test_a_narrowing_that_matches_nothing_is_a_usage_error(run_envbuild: Run, ga
     lock = uv_groups_lock(tmp_path, gate_index)
     r = run_envbuild("check-lock", str(lock), "--offline", "--group", "cuda13")
     assert r.rc == ExitCode.CONFIG, r.output
-    assert "no environment of this lock matches" in r.stderr and "cpu, cu128, cu130" in r.stderr
+    assert "no environment of this lock matches" in r.stderr and "extra cpu, extra cu128, extra cu130" in r.stderr
     assert "Traceback" not in r.output

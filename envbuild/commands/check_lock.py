@@ -173,7 +173,7 @@ def run_files(args: argparse.Namespace) -> int:
         if report.ok:
             torches = ", ".join(report.torches) or "-"
             events.emit("ok", f"{report.file} ({report.format}): torch {torches}, "
-                        f"{len(report.environments)} environment(s), ok{accepted}")
+                        f"{sum(r.count for r in report.environments)} environment(s), ok{accepted}")
         else:
             events.emit("fail", f"{report.file} ({report.format}): {len(report.failing)} finding(s){accepted}")
     failed = [r for r in reports if not r.ok]

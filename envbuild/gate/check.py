@@ -6,17 +6,18 @@ from __future__ import annotations
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envbuild.errors import ConfigError
 from envbuild.gate import accept as accepting
 from envbuild.gate.context import Context, View
-from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
+from envbuild.gate.environments import PLATFORMS, Narrow, choices, make_space
+from envbuild.gate.groups import Group, group, judged_names
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
-from envbuild.gate.model import Environment, Format, Lock, LockParseError
+from envbuild.gate.model import Environment, Format, Lock, LockParseError, Reach
 from envbuild.gate.rules import FAMILIES, history
 
 __all__ = ["MAX_BYTES", "MAX_PACKAGES", "FileReport", "check_file", "read_lockfile"]
@@ -27,12 +28,17 @@ MAX_PACKAGES = 20_000  # the largest real locks hold a few thousand
 
 @dataclass
 class EnvRow:
+    """One judged group of environments: its name, its torch, how many selections and environments it stands for."""
+
     name: str
     torch: str | None
     findings: int = 0
+    selections: int = 1
+    count: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "torch": self.torch, "findings": self.findings}
+        return {"name": self.name, "torch": self.torch, "findings": self.findings,
+                "selections": self.selections, "environments": self.count}
 
 
 @dataclass
@@ -97,26 +103,17 @@ def read_lockfile(path: Path) -> str:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8") from None
 
 
-def _views(lock: Lock, envs: list[Environment], torch_name: str, several_pythons: bool) -> list[View]:
-    groups: dict[tuple[str, tuple[str, ...], tuple[int, ...]], list[tuple[Environment, Any]]] = {}
-    for env, members in zip(envs, lock.members_of(envs), strict=True):
-        sig = (env.platform, env.selection, tuple(e.key for e in members.entries))
-        groups.setdefault(sig, []).append((env, members))
-    by_label: dict[tuple[str, tuple[str, ...]], int] = {}
-    for (platform, selection, _) in groups:
-        by_label[(platform, selection)] = by_label.get((platform, selection), 0) + 1
+def _views(lock: Lock, groups: list[Group], reach: Reach, torch_name: str) -> list[View]:
     views = []
-    for (platform, selection, _), items in groups.items():
-        env, members = items[0]
-        if several_pythons and by_label[(platform, selection)] > 1:
-            env = replace(env, pythons=tuple(e.python for e, _ in items), _cache=env._cache)
+    for g in groups:
+        members = reach.members(g.j)
         by_name: dict[str, list[Any]] = {}
         for e in members.entries:
             by_name.setdefault(e.name, []).append(e)
         torches = by_name.get(torch_name, [])
         torch = torches[0] if len({t.version for t in torches}) == 1 and torches[0].version else None
-        bare = Environment(env.platform, env.python, env.values)
-        views.append(View(env, members, torch, by_name, bare))
+        bare = Environment(g.env.platform, g.env.python, g.env.values)
+        views.append(View(g.env, members, torch, by_name, bare, g.selections, g.environments))
     return views
 
 
@@ -152,27 +149,31 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
                                        f"any real lock holds (the gate reads up to {MAX_PACKAGES})"))
         report.seconds = time.monotonic() - t0
         return report
-    envs = enumerate_environments(lock, narrow)
-    if not envs:  # a typo in --group must not turn the gate green by judging nothing
-        everything = enumerate_environments(lock, Narrow(default_python=narrow.default_python))
-        choices = sorted({s.split(" ", 1)[-1] for e in everything for s in e.selection if s != NO_CHOICE})
+    names = judged_names(lock, policy)
+    space = make_space(lock, narrow, names)
+    if not space.active:  # a typo in --group must not turn the gate green by judging nothing
+        everything = make_space(lock, Narrow(default_python=narrow.default_python), names)
+        words = choices(lock)
+        platforms = sorted({PLATFORMS[p][0] for p, _ in everything.blocks})
         raise ConfigError(
-            f"{report.file}: no environment of this lock matches --environment/--python/--group, so nothing "
-            "would be judged", hint=(f"Its conflicting extras/groups: {', '.join(choices)}. " if choices else
-                                     "It has no conflicting extras or groups. ")
-            + f"Platforms: {', '.join(sorted({e.platform for e in everything}))}.")
-    several = len({e.python for e in envs}) > 1
-    views = _views(lock, envs, policy.torch, several)
-    bare = [v for v in views if v.env.selection == (NO_CHOICE,) and not v.by_name.get(policy.torch)]
-    if bare and len(bare) < len(views):  # the project without any of its conflicting extras: no torch, no verdict
+            f"{report.file}: no environment of this lock matches --environment/--python/--extra/--group, so "
+            "nothing would be judged", hint=(f"Its conflicting extras/groups: {', '.join(words)}. " if words else
+                                             "It has no conflicting extras or groups. ")
+            + f"Platforms: {', '.join(platforms)}.")
+    lock.notes += space.notes
+    reach = lock.walk(space)
+    views = _views(lock, group(space, reach, names), reach, policy.torch)
+    with_torch = {v.env.platform for v in views if v.by_name.get(policy.torch)}
+    bare = [v for v in views if not v.by_name.get(policy.torch) and v.env.platform in with_torch]
+    if bare:  # a selection that installs no torch where others do: no verdict to give there
         views = [v for v in views if v not in bare]
-        lock.notes.append(f"without one of its conflicting extras/groups the lock installs no {policy.torch} "
-                          f"({len(bare)} environment(s) not shown)")
+        shown = "; ".join(v.env.name for v in bare[:3]) + (f" and {len(bare) - 3} more" if len(bare) > 3 else "")
+        lock.notes.append(f"{sum(v.environments for v in bare)} environment(s) install no {policy.torch}: {shown}")
     ctx = Context(report.file, lock, policy, views, offline=offline, index_urls=tuple(index_urls))
     for family in FAMILIES:
         family.check(ctx)
     if base:
-        _history(ctx, path, kind, base, narrow)
+        _history(ctx, path, kind, base, narrow, names)
     for view in views:
         report.environments.append(EnvRow(view.env.name, view.torch.version if view.torch else None))
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
@@ -186,7 +187,7 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     return report
 
 
-def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow) -> None:
+def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None) -> None:
     from envbuild.lock.report import file_at_ref
 
     rel, text = file_at_ref(path, ref)
@@ -198,4 +199,4 @@ def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow) -
     except LockParseError as exc:
         ctx.note(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return
-    history.check(ctx, old, ref, narrow)
+    history.check(ctx, old, ref, narrow, names)

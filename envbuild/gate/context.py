@@ -24,6 +24,8 @@ class View:
     torch: Entry | None
     by_name: dict[str, list[Entry]]
     bare: Environment  # the same platform and Python with no extra requested (declared requirements)
+    selections: int = 1  # how many selections of extras/groups this view stands for
+    environments: int = 1  # how many platform x Python x selection environments
 
     def torch_for(self, entry: Entry, lock: Lock, torch_name: str) -> Entry | None:
         """The torch ``entry`` is installed with: the lock's own edge where it records one."""

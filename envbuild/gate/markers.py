@@ -83,6 +83,25 @@ class MarkerCache:
                 atom_masks.append(bits)
         return _run(program, atom_masks)
 
+    def masks_by(self, text: str, atom_mask: Callable[[tuple[str, str, str, bool]], int]) -> int:
+        """Like ``masks``, with each atom's mask from ``atom_mask`` (a grid that knows its atoms'
+        masks without deciding them environment by environment). Raises ``InvalidMarker``."""
+        program = self._program(text)
+        stack: list[int] = []
+        atoms = self.atoms
+        for op in program:
+            if op >= 0:
+                stack.append(atom_mask(atoms[op]))
+            elif op == _AND:
+                right = stack.pop()
+                stack[-1] &= right
+            elif op == _OR:
+                right = stack.pop()
+                stack[-1] |= right
+            else:
+                stack.append(-1)
+        return stack[-1]
+
     def _program(self, text: str) -> list[int]:
         program = self._programs.get(text)
         if program is None:

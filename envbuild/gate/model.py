@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from envbuild.gate.markers import InvalidMarker, MarkerCache
 
 Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock"]
 FORMATS: tuple[str, ...] = get_args(Format)
 
-__all__ = ["FORMATS", "Entry", "Environment", "Format", "Lock", "LockParseError", "Members"]
+__all__ = ["FORMATS", "Entry", "EnvList", "Environment", "Format", "Grid", "Item", "Lock", "LockParseError", "Members", "Reach"]
 
 
 class LockParseError(Exception):
@@ -114,20 +114,85 @@ class Members:
         return None
 
 
+@dataclass(frozen=True)
+class Item:
+    """One member of a conflict set: an extra, a group, or a package's own dependencies (uv's
+    ``project`` conflicts), as the pseudo-extras/groups that switch it on."""
+
+    key: str  # unique: uv's pseudo-extra ("extra-7-trainer-cu128"), else "extra:cu128"
+    words: str  # "extra cu128", "group dev", "project trainer"
+    extras: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    name: str = ""  # the extra/group/package name, canonical (what --extra/--group match)
+    kind: str = "extra"  # extra | group | project
+    default: bool = False  # on in the locker's default install (uv: the project; its default-groups)
+
+
+class Grid(Protocol):
+    """Many environments at once, each a bit: what ``Lock.walk`` reads (``envbuild.gate.environments.Space``)."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def everything(self) -> int: ...
+
+    def tag_mask(self, tag: str) -> int: ...
+
+    def marker_mask(self, text: str | None, cache: MarkerCache) -> int: ...
+
+
+class EnvList:
+    """A plain list of environments as a ``Grid`` (each marker decided per environment)."""
+
+    def __init__(self, envs: list[Environment]) -> None:
+        self.envs = envs
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    @property
+    def everything(self) -> int:
+        return (1 << len(self.envs)) - 1
+
+    def tag_mask(self, tag: str) -> int:
+        return sum(1 << j for j, env in enumerate(self.envs) if tag in env.extras)
+
+    def marker_mask(self, text: str | None, cache: MarkerCache) -> int:
+        if not text:
+            return self.everything
+        return cache.masks(text, self.envs, self.__dict__.setdefault("_atoms", {}).setdefault(id(cache), []))
+
+
+@dataclass
+class Reach:
+    """Which environments (bits of a ``Grid``) install each entry, and where each uv.lock edge leads."""
+
+    entries: list[Entry]
+    key_masks: dict[int, int]
+    roots: frozenset[int] = frozenset()
+    edge_masks: dict[int, dict[str, list[tuple[int, int]]]] | None = None
+
+    def members(self, j: int) -> Members:
+        bit = 1 << j
+        return Members([e for e in self.entries if self.key_masks.get(e.key, 0) & bit], self.roots,
+                       self.edge_masks, bit)
+
+
 @dataclass
 class Lock:
     path: Path
     format: Format
     entries: list[Entry]
     indexes: list[str] = field(default_factory=list)
-    resolve_all: Callable[[list[Environment]], list[Members]] | None = None
+    walker: Callable[[Grid], Reach] | None = None  # the format's own walk (uv.lock: along its edges)
     # what the environments are made of
     requires_python: str | None = None
     environments: list[str] = field(default_factory=list)  # markers the lock is limited to
-    choices: list[list[tuple[str, frozenset[str], frozenset[str]]]] = field(default_factory=list)
-    # per conflict set: (words, extras, groups) of each choice; the always-on extras/groups:
-    always_extras: frozenset[str] = frozenset()
+    conflicts: list[list[Item]] = field(default_factory=list)  # each set: at most one item on
+    always_extras: frozenset[str] = frozenset()  # extras/groups that conflict with nothing: always on
     always_groups: frozenset[str] = frozenset()
+    # names an item switches on, along every edge (None: the format records no graph)
+    reaches: Callable[[Item], set[str]] | None = None
     marker_texts: list[str] = field(default_factory=list)  # every marker in the file (platform/python hints)
     notes: list[str] = field(default_factory=list)
     markers: MarkerCache = field(default_factory=MarkerCache)
@@ -136,19 +201,24 @@ class Lock:
     def named(self, name: str) -> list[Entry]:
         return [e for e in self.entries if e.name == name]
 
+    def walk(self, grid: Grid) -> Reach:
+        """Which of ``grid``'s environments install each entry."""
+        if self.walker is not None:
+            return self.walker(grid)
+        masks = {}
+        for e in self.entries:
+            try:
+                masks[e.key] = grid.marker_mask(e.marker, self.markers)
+            except InvalidMarker:
+                masks[e.key] = grid.everything  # counted everywhere; the marker is a finding (``broken-marker``)
+        return Reach(self.entries, masks)
+
     def members(self, env: Environment) -> Members:
-        if self.resolve_all is not None:
-            return self.resolve_all([env])[0]
-        return Members([e for e in self.entries if self._applies(e, env)])
+        return self.members_of([env])[0]
 
     def members_of(self, envs: list[Environment]) -> list[Members]:
-        """What each of ``envs`` installs (a format may resolve them all in one pass)."""
-        if self.resolve_all is not None and envs:
-            return self.resolve_all(envs)
-        return [self.members(env) for env in envs]
-
-    def _applies(self, entry: Entry, env: Environment) -> bool:
-        try:
-            return env.holds(entry.marker, self.markers)
-        except InvalidMarker:
-            return True  # counted everywhere; the marker itself is a finding (``broken-marker``)
+        """What each of ``envs`` installs (one walk for them all)."""
+        if not envs:
+            return []
+        reach = self.walk(EnvList(envs))
+        return [reach.members(j) for j in range(len(envs))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envbuild.gate.formats._common import entry_lines, toml_loads
-from envbuild.gate.model import Entry, Lock, LockParseError
+from envbuild.gate.model import Entry, Item, Lock, LockParseError
 from envbuild.gate.names import canonical
 
 __all__ = ["parse"]
@@ -60,8 +60,11 @@ def parse(path: Path, text: str) -> Lock:
     default = frozenset(canonical(g) for g in lock.default_groups or ())
     others = [canonical(g) for g in lock.dependency_groups or () if canonical(g) not in default]
     out.always_groups = default
+    # PEP 751 lists the extras and groups an installer may be asked for, not which go together:
+    # each is judged on its own (a set of one-of), beside the default groups
     if extras:
-        out.choices.append([(f"extra {x}", frozenset({x}), frozenset()) for x in extras])
+        out.conflicts.append([Item(f"extra:{x}", f"extra {x}", frozenset({x}), name=x) for x in extras])
     if others:
-        out.choices.append([(f"group {g}", frozenset(), frozenset({g})) for g in others])
+        out.conflicts.append([Item(f"group:{g}", f"group {g}", groups=frozenset({g}), name=g, kind="group")
+                              for g in others])
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.markers import InvalidMarker
-from envbuild.gate.model import Entry, Environment, Lock, LockParseError, Members
+from envbuild.gate.model import Entry, Grid, Item, Lock, LockParseError, Reach
 from envbuild.gate.names import canonical
 
 __all__ = ["parse"]
@@ -25,7 +25,10 @@ _ROOT_SOURCES = ("editable", "virtual", "directory")
 
 
 def pseudo(project: str, name: str, kind: str) -> str:
+    """uv's encoding of a conflict item in markers: ``extra-7-trainer-cu128``, ``project-7-trainer``."""
     project = canonical(project)
+    if kind == "project":
+        return f"project-{len(project)}-{project}"
     return f"{kind}-{len(project)}-{project}-{canonical(name)}"
 
 
@@ -142,12 +145,10 @@ def parse(path: Path, text: str) -> Lock:
     _choices(lock, data, entries, roots, optional, dev)
     root_set = frozenset(roots)
 
-    def resolve_all(envs: list[Environment]) -> list[Members]:
+    def walk(grid: Grid) -> Reach:
         """Every environment in one walk: each node carries the bit mask of the environments that
-        reach it, and an edge passes on the bits where its marker holds (``MarkerCache.masks``)."""
-        n = len(envs)
-        everywhere = (1 << n) - 1
-        atom_masks: list[int] = []
+        reach it, and an edge passes on the bits where its marker holds."""
+        everywhere = grid.everything
         marker_mask: dict[str, int] = {}
 
         def mask(marker: str | None) -> int:
@@ -156,18 +157,19 @@ def parse(path: Path, text: str) -> Lock:
             got = marker_mask.get(marker)
             if got is None:
                 try:
-                    got = lock.markers.masks(marker, envs, atom_masks) & everywhere
+                    got = grid.marker_mask(marker, lock.markers) & everywhere
                 except InvalidMarker:
                     got = everywhere  # followed everywhere; the marker is a finding (``broken-marker``)
                 marker_mask[marker] = got
             return got
 
+        tag_masks: dict[str, int] = {}
+
         def where(tag: str) -> int:
-            bits = 0
-            for j, env in enumerate(envs):
-                if tag in env.extras:
-                    bits |= 1 << j
-            return bits
+            got = tag_masks.get(tag)
+            if got is None:
+                got = tag_masks[tag] = grid.tag_mask(tag) & everywhere
+            return got
 
         fork_mask = {k: _any(mask(m) for m in ms) for k, ms in fork_markers.items()}
         reach: dict[tuple[int, frozenset[str]], int] = {}
@@ -219,14 +221,35 @@ def parse(path: Path, text: str) -> Lock:
         by_key: dict[int, int] = {}
         for (k, _), bits in reach.items():
             by_key[k] = by_key.get(k, 0) | bits
-        order = sorted(by_key)
-        out = []
-        for j in range(n):
-            bit = 1 << j
-            out.append(Members([entries[k] for k in order if by_key[k] & bit], root_set, edge_masks, bit))
-        return out
+        return Reach(entries, by_key, root_set, edge_masks)
 
-    lock.resolve_all = resolve_all
+    def reaches(item: Item) -> set[str]:
+        """Every name the item's own edges lead to, along every edge whatever its marker."""
+        start: list[tuple[tuple[int, ...], str | None, frozenset[str]]] = []
+        for k in roots:
+            project = entries[k].name
+            for x, v in optional[k].items():
+                if pseudo(project, x, "extra") in item.extras:
+                    start += v
+            for g, v in dev[k].items():
+                if pseudo(project, g, "group") in item.extras:
+                    start += v
+            if item.kind == "project" and pseudo(project, "", "project") in item.extras:
+                start += plain[k]
+        seen: set[tuple[int, frozenset[str]]] = set()
+        todo = [(t, x) for targets, _, x in start for t in targets]
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            k, extras = node
+            nxt = list(plain[k]) + [e for x in extras for e in optional[k].get(x, [])]
+            todo += [(t, x) for targets, _, x in nxt for t in targets]
+        return {entries[k].name for k, _ in seen}
+
+    lock.walker = walk
+    lock.reaches = reaches
     return lock
 
 
@@ -239,32 +262,60 @@ def _any(masks: Any) -> int:
 
 def _choices(lock: Lock, data: dict[str, Any], entries: list[Entry], roots: list[int],
              optional: list[dict[str, Any]], dev: list[dict[str, Any]]) -> None:
-    """uv's ``conflicts`` as the per-environment choices; every other extra/group of a member is on."""
+    """uv's ``conflicts`` as items of conflict sets; every other extra/group of a member is on.
+
+    An item is an extra, a group, or a package's own dependencies (``{ package = "x" }``, uv's
+    ``project-N-x`` pseudo-extra, on whenever that package is installed). The locker's default
+    switches on the projects and their default groups (``[tool.uv] default-groups`` of the
+    pyproject.toml beside the lock, else uv's default, ``dev``)."""
     conflicting: set[str] = set()
-    choices: list[list[tuple[str, frozenset[str], frozenset[str]]]] = []
-    root_names = {str(entries[k].name) for k in roots}
+    root_names = [str(entries[k].name) for k in roots]
+    defaults = _default_groups(lock.path)
+    sets: list[list[Item]] = []
     for group in data.get("conflicts", []) or []:
         if not isinstance(group, list):
             continue
-        options = []
-        for item in group:
-            if not isinstance(item, dict):
+        items = []
+        for raw in group:
+            if not isinstance(raw, dict):
                 continue
-            project = str(canonical(str(item.get("package") or next(iter(root_names), ""))))
-            kind = "extra" if "extra" in item else "group" if "group" in item else None
-            if kind is None:
-                continue
-            name = str(item[kind])
-            tag = pseudo(project, name, kind)
+            project = str(canonical(str(raw.get("package") or (root_names[0] if root_names else ""))))
+            kind = "extra" if "extra" in raw else "group" if "group" in raw else "project"
+            name = str(canonical(str(raw[kind]))) if kind != "project" else project
+            tag = pseudo(project, name if kind != "project" else "", kind)
             conflicting.add(tag)
-            words = f"{kind} {name}" if len(root_names) <= 1 else f"{kind} {project}[{name}]"
-            options.append((words, frozenset({tag}), frozenset({str(canonical(name))} if kind == "group" else ())))
-        if options:
-            choices.append(options)
+            if kind == "project":
+                words = f"project {project}"
+            else:
+                words = f"{kind} {name}" if len(set(root_names)) <= 1 else f"{kind} {project}[{name}]"
+            default = kind == "project" or (kind == "group" and (defaults is True or name in (defaults or ())))
+            items.append(Item(tag, words, frozenset({tag}), frozenset({name} if kind == "group" else ()),
+                              name=name, kind=kind, default=default))
+        if items:
+            sets.append(items)
     always: set[str] = set()
     for k in roots:
         project = str(entries[k].name)
         always |= {t for x in optional[k] if (t := pseudo(project, x, "extra")) not in conflicting}
         always |= {t for g in dev[k] if (t := pseudo(project, g, "group")) not in conflicting}
-    lock.choices = choices
+        if (t := pseudo(project, "", "project")) not in conflicting:
+            always.add(t)
+    lock.conflicts = sets
     lock.always_extras = frozenset(always)
+
+
+def _default_groups(path: Path) -> bool | tuple[str, ...]:
+    """``[tool.uv] default-groups`` of the project beside the lock (True: "all"); uv's ``dev`` without one."""
+    project = path.parent / "pyproject.toml"
+    try:
+        data = toml_loads(project.read_text(encoding="utf-8")) if project.is_file() else {}
+    except (OSError, UnicodeDecodeError, LockParseError):
+        data = {}
+    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+    uv = tool.get("uv") if isinstance(tool.get("uv"), dict) else {}
+    got = uv.get("default-groups")
+    if got == "all":
+        return True
+    if isinstance(got, list):
+        return tuple(str(canonical(str(g))) for g in got)
+    return ("dev",)

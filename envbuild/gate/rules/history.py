@@ -6,10 +6,9 @@ fork is a finding naming that fork even when every other environment is unchange
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from envbuild.gate.context import Context
-from envbuild.gate.environments import Narrow, covers, enumerate_environments
+from envbuild.gate.environments import Narrow, _covered, make_space
+from envbuild.gate.groups import group
 from envbuild.gate.model import Entry, Lock, Members
 from envbuild.gate.rules.pins import local_of, public_of
 
@@ -22,36 +21,36 @@ def _one(members: Members, name: str) -> Entry | None:
     return got[0] if len(versions) == 1 else None
 
 
-def check(ctx: Context, old: Lock, ref: str, narrow: Narrow) -> None:
-    envs = enumerate_environments(old, narrow)
-    before_all = old.members_of(envs)
-    after_all = ctx.lock.members_of(envs)
-    # name each environment as the report's table does (its Python merged into a range there)
-    shown = {(v.env.platform, v.env.selection, py): v.env for v in ctx.views for py in (v.env.pythons or (v.env.python,))}
-    several = len({e.python for e in envs}) > 1
-    for raw, was, now in zip(envs, before_all, after_all, strict=True):
-        env = shown.get((raw.platform, raw.selection, raw.python)) or (
-            replace(raw, pythons=(raw.python,)) if several else raw)
-        for name in sorted(ctx.policy.protected):
-            before = _one(was, name)
-            if before is None or before.version is None:
+def check(ctx: Context, old: Lock, ref: str, narrow: Narrow, names: set[str] | None = None) -> None:
+    """Both locks walked over the base's environments (uv's pseudo-extras name the same items in
+    both), grouped by what either installs of the protected packages, each group compared once."""
+    space = make_space(old, narrow, names)
+    before, after = old.walk(space), ctx.lock.walk(space)
+    covered = _covered(ctx.lock, space)
+    protected = sorted(ctx.policy.protected)
+    for g in group(space, before, set(protected), after):
+        was, now = before.members(g.j), after.members(g.j)
+        env = g.env
+        for name in protected:
+            b_entry = _one(was, name)
+            if b_entry is None or b_entry.version is None:
                 continue
-            if not covers(ctx.lock, env):
-                ctx.add(name, "torch-gone", f"{name} {before.version} at {ref}; this lock no longer covers "
+            if not covered >> g.j & 1:
+                ctx.add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; this lock no longer covers "
                         "the environment", env)
                 continue
-            after = _one(now, name)
-            if after is None or after.version is None:
+            a_entry = _one(now, name)
+            if a_entry is None or a_entry.version is None:
                 if not any(e.name == name for e in now.entries):
-                    ctx.add(name, "torch-gone", f"{name} {before.version} at {ref}; not installed here any more",
+                    ctx.add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; not installed here any more",
                             env)
                 continue
-            b, a = before.version, after.version
+            b, a = b_entry.version, a_entry.version
             pb, pa = public_of(b), public_of(a)
             if pb is None or pa is None or b == a:
                 continue
             if pb > pa:
-                ctx.add(name, "torch-downgrade", f"{name} {b} at {ref} -> {a} here: a downgrade", env, after)
+                ctx.add(name, "torch-downgrade", f"{name} {b} at {ref} -> {a} here: a downgrade", env, a_entry)
             elif pb == pa and local_of(b) != local_of(a):
                 ctx.add(name, "torch-swap", f"{name} {b} at {ref} -> {a} here: the same version with another "
-                        "local tag, a swapped build", env, after)
+                        "local tag, a swapped build", env, a_entry)
