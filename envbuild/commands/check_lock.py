@@ -62,6 +62,8 @@ def register(sub: Any) -> None:
                    help="FILE mode: judge the lock for this Python only (repeatable)")
     p.add_argument("--group", metavar="NAME", action="append", default=[],
                    help="FILE mode: only the environments that choose this conflicting extra or group (repeatable)")
+    p.add_argument("--extra", metavar="NAME", action="append", default=[],
+                   help="FILE mode: only the environments that choose this conflicting extra (repeatable)")
     p.add_argument("--accept", metavar="FILE", type=Path,
                    help="FILE mode: reviewed exceptions ([[accept]] tables; default: envbuild-check-lock.toml "
                    "beside the lock, else [tool.envbuild.check-lock] in its pyproject.toml)")
@@ -143,11 +145,12 @@ def _plain_table(report: FileReport) -> str:
 def run_files(args: argparse.Namespace) -> int:
     from envbuild.gate.output import document, finding_line, github_annotations, markdown, table
 
-    narrow = Narrow(environment=tuple(args.environment), python=tuple(args.python), group=tuple(args.group))
+    narrow = Narrow(environment=tuple(args.environment), python=tuple(args.python), group=tuple(args.group),
+                    extra=tuple(args.extra))
     narrow.validate()
     policy = _policy(args)
     narrow = Narrow(environment=narrow.environment, python=narrow.python, group=narrow.group,
-                    default_python=policy.python)
+                    default_python=policy.python, extra=narrow.extra)
     reports = []
     for path in args.files:
         events.emit("step", f"checking {path}")
@@ -202,9 +205,9 @@ def run(args: argparse.Namespace) -> int:
     if args.files:
         return run_files(args)
     if args.format or args.torch_min or args.torch_local or args.protect or args.index_url or args.environment \
-            or args.python or args.group or args.accept or args.annotations or args.explain or args.markdown_file:
+            or args.python or args.group or args.extra or args.accept or args.annotations or args.explain or args.markdown_file:
         raise ConfigError("--format, --torch-min, --torch-local, --protect, --index-url, --environment, --python, "
-                          "--group, --accept, --explain, --annotations and --markdown-file apply to `check-lock FILE...`; name the "
+                          "--group, --extra, --accept, --explain, --annotations and --markdown-file apply to `check-lock FILE...`; name the "
                           "lockfiles to check")
     from envbuild.lock.check import CheckOptions, check_lock
 

@@ -175,7 +175,8 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     if base:
         _history(ctx, path, kind, base, narrow, names)
     for view in views:
-        report.environments.append(EnvRow(view.env.name, view.torch.version if view.torch else None))
+        report.environments.append(EnvRow(view.env.name, view.torch.version if view.torch else None,
+                                          selections=view.selections, count=view.environments))
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
     for row in report.environments:
         row.findings = sum(1 for f in findings if f.accepted is None and row.name in f.environments)

@@ -24,6 +24,8 @@ def check(ctx: Context) -> None:
         for entry in view.members.entries:
             if entry.name in protected or entry.key in view.members.roots and entry.requires is None:
                 continue
+            if entry.key in view.members.roots and not _project_on(ctx, entry.name, view.env.extras):
+                continue  # `uv sync --only-group ...`: the project's own requirements are not installed
             if dependents is not None and entry.name not in dependents:
                 continue
             if entry.key not in read:
@@ -53,6 +55,14 @@ def check(ctx: Context) -> None:
         shown = ", ".join(ctx.unchecked[:12]) + (f" and {len(ctx.unchecked) - 12} more"
                                                  if len(ctx.unchecked) > 12 else "")
         ctx.note(f"could not check the torch requirement of {len(ctx.unchecked)} package(s) ({why}): {shown}")
+
+
+def _project_on(ctx: Context, name: str, extras: frozenset[str]) -> bool:
+    """Whether a workspace member's own dependencies are installed here (uv's ``project-N-name``
+    item is on; it always is unless a conflict set names the package itself)."""
+    if ctx.lock.format != "uv.lock":
+        return True
+    return f"project-{len(name)}-{name}" in extras
 
 
 def _dependents(entries: list[Entry], protected: set[str]) -> set[str] | None:
