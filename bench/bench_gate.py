@@ -266,8 +266,37 @@ def _edge(name: str, marker: str | None = None, version: str | None = None, regi
     return "{ " + ", ".join(fields) + " }"
 
 
+# conflict shapes beside the two accelerator extras (``--shape``): extras -> conflict sets
+SHAPES = ("plain", "rl", "wide")
+
+
+def _shape(shape: str, plain: list[str], torch_users: list[str], rng: random.Random
+           ) -> tuple[dict[str, list[str]], list[list[str]]]:
+    """``rl``: a public RL framework's shape, 17 overlapping conflict sets over 7 extras (cu128 and
+    cu130 among them); ``wide``: 20 conflicting extras in 12 overlapping sets beside 200 ordinary
+    extras. Some extras reach torch's dependents, the rest ordinary packages."""
+    extras: dict[str, list[str]] = {}
+    sets: list[list[str]] = [["cu128", "cu130"]]
+    if shape == "rl":
+        for name, target in (("fsdp", torch_users[0]), ("megatron", torch_users[1]), ("vllm", torch_users[2]),
+                             ("jax", plain[5]), ("tpu", plain[6])):
+            extras[name] = [_edge(target)]
+        for x in ("jax", "tpu"):
+            sets += [[x, y] for y in ("cu128", "cu130", "fsdp", "megatron", "vllm")]
+        sets += [["fsdp", "megatron"], ["megatron", "vllm"], ["fsdp", "megatron", "vllm"], ["cu128", "megatron"],
+                 ["jax", "tpu", "megatron"], ["cu130", "fsdp", "jax"]]
+    elif shape == "wide":
+        names = [f"k{i}" for i in range(20)]
+        for i, name in enumerate(names):
+            extras[name] = [_edge(torch_users[i % len(torch_users)] if i % 4 == 0 else plain[10 + i])]
+        sets += [[names[(i * 5 // 3 + d) % 20] for d in range(3)] for i in range(11)]
+        for i in range(200):
+            extras[f"o{i}"] = [_edge(n) for n in rng.sample(plain[:200], 2)]
+    return extras, sets
+
+
 def generate(packages: int = 600, *, seed: int = 20260318, wheels: int = 5, fault: str | None = None,
-             markers: int = 400, lean: bool = False) -> str:
+             markers: int = 400, lean: bool = False, shape: str = "plain") -> str:
     """A uv.lock of exactly ``packages`` entries (torch, torchvision and the nvidia wheels included).
 
     ``lean``: ordinary packages get no sdist and unmarked edges (torch's edges keep their markers).
@@ -376,6 +405,8 @@ def generate(packages: int = 600, *, seed: int = 20260318, wheels: int = 5, faul
 
     root.optional = {"cu128": accel("cu128", CU128, torch_vers[1], vision_vers[1]),
                      "cu130": accel("cu130", CU130, torch_vers[2], vision_vers[2])}
+    more, sets = _shape(shape, [p.name for p in plain], sorted(TORCH_DEPENDENTS), rng)
+    root.optional.update(more)
     root.groups = {"dev": [_edge("rich"), _edge("tensorboard")]}
     req = [f'{{ name = "{n}", specifier = ">={by_name[n].version}" }}' for n in top]
     for extra, index in (("cu128", CU128), ("cu130", CU130)):
@@ -406,10 +437,8 @@ def generate(packages: int = 600, *, seed: int = 20260318, wheels: int = 5, faul
         f'    "{DARWIN}",',
         f'    "{OTHER}",',
         "]",
-        "conflicts = [[",
-        f'    {{ package = "{PROJECT}", extra = "cu128" }},',
-        f'    {{ package = "{PROJECT}", extra = "cu130" }},',
-        "]]",
+        "conflicts = [" + ", ".join("[" + ", ".join(f'{{ package = "{PROJECT}", extra = "{x}" }}' for x in cs) + "]"
+                                    for cs in sets) + "]",
         "",
         "[manifest]",
         f'members = ["{PROJECT}", "trainer-data"]',
@@ -492,6 +521,44 @@ def measure(lock: Path, fault_lock: Path, rounds: int) -> dict[str, Any]:
     }
 
 
+_SHAPE_PROG = """
+import json, resource, sys, time
+from pathlib import Path
+from envbuild.gate import Policy, check_file
+t0 = time.perf_counter()
+r = check_file(Path(sys.argv[1]), Policy(), offline=True)
+t = time.perf_counter() - t0
+print(json.dumps({"seconds": t, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": len(r.environments), "environments": sum(x.count for x in r.environments),
+                  "selections": max((x.selections for x in r.environments), default=0),
+                  "ok": r.ok, "findings": [f.text() for f in r.failing][:3], "notices": r.notices}))
+"""
+
+
+def shapes(folder: Path, packages: int, rounds: int) -> list[dict[str, Any]]:
+    """The conflict shapes of the issue, each checked in a fresh process (``check_file`` time and
+    the process's peak RSS, which includes the interpreter and the parsed lock)."""
+    out = []
+    for shape in ("rl", "wide"):
+        path = folder / f"shape-{shape}" / "uv.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(generate(packages, shape=shape))
+        runs = []
+        for _ in range(rounds):
+            proc = subprocess.run([PY, "-c", _SHAPE_PROG, str(path)], capture_output=True, text=True, env=_env())
+            if proc.returncode != 0:
+                raise SystemExit(f"shape {shape}: {proc.stderr[-2000:]}")
+            runs.append(json.loads(proc.stdout))
+        best = runs[0]
+        out.append({"shape": shape, "bytes": path.stat().st_size, "rows": best["rows"],
+                    "environments": best["environments"], "ok": best["ok"], "findings": best["findings"],
+                    "notices": best["notices"], "seconds": _stats([r["seconds"] for r in runs]),
+                    "maxrss_mb": round(max(r["maxrss_mb"] for r in runs), 1),
+                    "targets": {"in_process_le_0_5s": statistics.median(r["seconds"] for r in runs) <= 0.5,
+                                "peak_le_200mb": max(r["maxrss_mb"] for r in runs) <= 200}})
+    return out
+
+
 def stress(folder: Path, sizes: list[str]) -> list[dict[str, Any]]:
     """``N`` (1 wheel per package, marked edges) or ``N:lean`` (no sdist, unmarked ordinary edges)."""
     out = []
@@ -544,8 +611,9 @@ def _phases(lock: Path) -> dict[str, float]:
     from envbuild.gate import Policy
     from envbuild.gate.check import _views, read_lockfile
     from envbuild.gate.context import Context
-    from envbuild.gate.environments import Narrow, enumerate_environments
+    from envbuild.gate.environments import Narrow, make_space
     from envbuild.gate.formats import parse
+    from envbuild.gate.groups import group, judged_names
     from envbuild.gate.rules import FAMILIES
 
     best: dict[str, float] = {}
@@ -560,11 +628,13 @@ def _phases(lock: Path) -> dict[str, float]:
         parsed = parse(lock, text, "uv.lock")
         got["parse (uvlock, tomllib included)"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        envs = enumerate_environments(parsed, Narrow(default_python=Policy().python))
-        got["enumerate environments"] = time.perf_counter() - t1
+        names = judged_names(parsed, Policy())
+        space = make_space(parsed, Narrow(default_python=Policy().python), names)
+        got["environments (the grid)"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        views = _views(parsed, envs, "torch", True)
-        got[f"resolve members ({len(envs)} environments -> {len(views)} views)"] = time.perf_counter() - t1
+        reach = parsed.walk(space)
+        views = _views(parsed, group(space, reach, names), reach, "torch")
+        got[f"walk + group ({space.active.bit_count()} environments -> {len(views)} views)"] = time.perf_counter() - t1
         ctx = Context(str(lock), parsed, Policy(), views, offline=True)
         for family in FAMILIES:
             t1 = time.perf_counter()
@@ -584,7 +654,7 @@ def _table(res: dict[str, Any]) -> str:
             f"{'variant':36s} {'median':>9s} {'min':>9s}"]
     names = {"cli": "envbuild check-lock --offline (CLI)", "tomllib_proc": "python -c tomllib.load (process)",
              "python_proc": "python -c pass (process)", "check_file": "check_file (in-process)",
-             "tomllib": "tomllib.loads (in-process)", "cli_fault": "CLI, planted flash-attn fault",
+             "tomllib": "tomllib.loads (in-process, stdlib)", "cli_fault": "CLI, planted flash-attn fault",
              "cli_imports": "python -c 'import <CLI modules>'", "cli_trivial": "CLI on a 1-line requirements file"}
     for k, label in names.items():
         rows.append(f"{label:36s} {s[k]['median'] * 1000:7.0f}ms {s[k]['min'] * 1000:7.0f}ms")
@@ -608,10 +678,12 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="write the locks here (default: a temporary folder)")
     ap.add_argument("--write", type=Path, help="only write the lock to this file and exit")
     ap.add_argument("--fault", choices=sorted(FAULTS), help="with --write: plant this fault")
+    ap.add_argument("--shape", choices=SHAPES, default="plain", help="with --write: the conflict shape")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.write:
-        args.write.write_text(generate(args.packages, wheels=args.wheels, markers=args.markers, fault=args.fault))
+        args.write.write_text(generate(args.packages, wheels=args.wheels, markers=args.markers, fault=args.fault,
+                                       shape=args.shape))
         return 0
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench-gate-"))
     lock, fault_lock = folder / "healthy" / "uv.lock", folder / "planted" / "uv.lock"
@@ -624,6 +696,12 @@ def main() -> int:
                                     "rounds": args.rounds}}
     res.update(measure(lock, fault_lock, args.rounds))
     print(_table(res))
+    res["shapes"] = shapes(folder, args.packages, args.rounds)
+    for sh in res["shapes"]:
+        print(f"shape {sh['shape']:5s} {sh['bytes'] / 1e6:4.2f} MB: check_file median {sh['seconds']['median'] * 1000:5.0f} ms, "
+              f"peak RSS {sh['maxrss_mb']:5.0f} MB, {sh['environments']} environments in {sh['rows']} groups, "
+              f"ok={sh['ok']}; targets {sh['targets']}")
+    res["targets"].update({f"{sh['shape']}_{k}": v for sh in res["shapes"] for k, v in sh["targets"].items()})
     sizes = [x.strip() for x in args.stress.split(",") if x.strip()]
     if sizes:
         res["stress"] = stress(folder, sizes)

@@ -7,10 +7,15 @@ from typing import Any
 
 from envbuild.gate.model import LockParseError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
+# tomli's wheels are compiled with mypyc: three times tomllib's speed on a large uv.lock, which is
+# most of the gate's time (the same parser, the same errors; tomllib where tomli is absent)
+try:
     import tomli as tomllib
+except ImportError:  # pragma: no cover
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        raise
 
 __all__ = ["entry_lines", "exact", "sha", "toml_loads"]
 
