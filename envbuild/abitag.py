@@ -5,23 +5,43 @@ says in its local version label which torch, CUDA and C++ ABI it was compiled ag
 lock gate checks that claim against the torch it is locked with, the wheelhouse writes such
 labels (``format_label``) and the provision guard reads them back, all through this module.
 
-Labels read (case-insensitive: lock files lower-case the local part; ``-``/``_`` read as ``.``):
+Labels read (case-insensitive: lock files lower-case the local part; ``-``/``_`` read as ``.``),
+each with one real published example:
 
 - ``dao-ailab``: Dao-AILab flash-attention and state-spaces mamba / causal-conv1d releases,
-  ``cu12torch2.6cxx11abiFALSE`` (older releases ``cu118torch2.3cxx11abiTRUE``): CUDA, torch
-  major.minor, C++ ABI.
-- ``community``: prebuilt-wheel repositories, flashinfer, ``cu128torch2.10``: CUDA major.minor,
-  torch major.minor.
-- ``fa3``: FA3 wheel builds, ``20260318.cu128torch2100cxx11abitrue.8afc61`` (date and commit
-  optional): CUDA, torch as digits (first the major, last the patch, the middle the minor:
-  ``260`` = 2.6.0, ``271`` = 2.7.1, ``2100`` = 2.10.0), C++ ABI. Only major.minor is kept:
-  ``torch_version`` (compared exactly) is for envbuild's labels alone.
+  ``flash_attn-2.8.3+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl`` (older releases
+  ``cu118torch2.3cxx11abiTRUE``): CUDA, torch major.minor, C++ ABI.
+- ``community``: prebuilt-wheel repositories and flashinfer,
+  ``flash_attn-2.8.3+cu128torch2.7-cp312-cp312-linux_x86_64.whl`` (mjun0812's prebuilt wheels),
+  ``flashinfer_python-0.2.5+cu128torch2.7-cp38-abi3-linux_x86_64.whl`` (download.pytorch.org):
+  CUDA major.minor, torch major.minor.
+- ``fa3``: FA3 wheel builds, ``flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61-cp39-abi3-win_amd64.whl``
+  (windreamer's flash-attention3-wheels; date and commit optional): CUDA, torch as digits (first
+  the major, last the patch, the middle the minor: ``260`` = 2.6.0, ``271`` = 2.7.1, ``2100`` =
+  2.10.0), C++ ABI. Only major.minor is kept: ``torch_version`` (compared exactly) is for
+  envbuild's labels alone.
 - ``envbuild``: envbuild's wheelhouse (``format_label``), ``cu132torch2.12.0.dev20260405``,
   ``cputorch2.13.0``: CUDA major.minor or CPU, the full torch version.
-- ``natten``: NATTEN's wheels (whl.natten.org), torch first: ``torch2100cu130``, ``torch260cu126``,
+- ``natten``: NATTEN's wheels (whl.natten.org), torch first,
+  ``natten-0.21.6+torch2100cu130-cp312-cp312-linux_x86_64.whl``, ``torch260cu126``,
   ``torch2.10cu128``: torch major.minor (digits as FA3's), CUDA major.minor.
-- ``pt``: PyG's spelling and its variants, ``pt25cu124``, ``pt113cu117``, ``pt25cpu``,
-  ``pt210cu128``, ``cu128pt2.10``, ``pt2.10cu128``: torch major.minor.
+- ``pt``: PyG's spelling and its variants,
+  ``torch_cluster-1.6.3+pt25cu121-cp310-cp310-linux_x86_64.whl`` (data.pyg.org), ``pt113cu117``,
+  ``pt25cpu``, ``pt210cu128``, ``cu128pt2.10``, ``pt2.10cu128``: torch major.minor.
+- ``cosmos``: NVIDIA's cosmos-dependencies (apex, flash-attn, natten, transformer-engine),
+  ``flash_attn-2.6.3+cu128.torch271-cp312-cp312-linux_x86_64.whl`` (release v1.1.0; the same
+  version in nvidia-cosmos/cosmos-predict2.5's uv.lock), ``+cu128.torch27`` (v1.2.0),
+  ``+cu128.torch210`` (v1.5.0): CUDA major.minor, then the torch version the build was asked for
+  with its dots removed (``bin/_build.sh``: ``TORCH_NAME="${TORCH_VERSION//./}"``), so
+  ``27`` = 2.7, ``271`` = 2.7.1, ``2100`` = 2.10.0. Three digits with a middle ``1`` are 2.1.x or
+  2.1x: read as 2.10-2.19 beside a CUDA newer than 12.1 (torch 2.1 shipped CUDA 11.8 and 12.1
+  builds only, torch 2.10 none older than 12.6), as 2.1.x beside CUDA 12.1 or older, and not at
+  all without a CUDA major.minor.
+- ``astral``: the index of uv-built extension wheels (wheels.astral.sh/simple/cu130/), numeric
+  segments separated by dots,
+  ``sageattention-2.2.0+cu.13.0.torch.2.11-cp313-cp313-manylinux_2_24_x86_64.whl``, ``+cpu.torch.2.10``
+  (its CPU index), and the ``cu128.torch.2.8.0`` variant its collector accepts: CUDA major.minor
+  (or CPU, or ROCm), torch major.minor.
 
 Any ``cu…`` may instead be ``rocm6.2`` (a ROCm claim, not CUDA). CUDA digits: two digits starting
 with 1 are a major only (``cu12`` -> (12, None)); otherwise the last digit is the minor
@@ -30,7 +50,13 @@ with 1 are a major only (``cu12`` -> (12, None)); otherwise the last digit is th
 as PyG publishes them; four or more digits are refused as ambiguous. A ``cu…torchM.m`` label with
 a patch or a pre-/dev-release part, and any ``cputorch…``, is read as envbuild's (a full torch
 version); ``cu…torchM.m`` is the community form. A label that is only an accelerator (torch's own ``+cu128``)
-claims no torch and reads as None.
+claims no torch and reads as None, and so does every other label (``+das.opt1.dtk2604.torch271``,
+a DTK build): the gate says which extension wheels carry a tag it does not read.
+
+torch's own CUDA: from its local tag (``+cu128``); a torch without one (PyPI's default build,
+which on Linux is a CUDA build) takes the CUDA major of the runtime the lock installs with it
+(``runtime_cuda``: ``nvidia-cuda-runtime-cu12`` -> 12; torch 2.11's unsuffixed
+``nvidia-cuda-runtime 13.0.96`` -> 13), given to ``torch_build``.
 
 Imports: the standard library only at import time (``packaging`` is imported on first use), so the
 ABI guard and the wheelhouse can import this on their hot paths.
@@ -39,6 +65,7 @@ ABI guard and the wheelhouse can import this on their hot paths.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
@@ -48,6 +75,7 @@ __all__ = [
     "format_label",
     "mismatches",
     "parse_claim",
+    "runtime_cuda",
     "torch_build",
     "torch_cxx11abi",
     "unverifiable_reason",
@@ -64,7 +92,7 @@ class AbiClaim:
     cpu: bool  # explicitly built for CPU
     rocm: str | None  # "6.2" for rocm6.2
     cxx11abi: bool | None  # None: not claimed
-    style: str  # "dao-ailab" | "community" | "fa3" | "envbuild" | "pt" | "natten"
+    style: str  # "dao-ailab" | "community" | "fa3" | "envbuild" | "pt" | "natten" | "cosmos" | "astral"
     text: str  # the local label it was read from, as written
 
 
@@ -78,6 +106,8 @@ class TorchBuild:
     cpu: bool  # +cpu (also +cpu.cxx11.abi)
     rocm: str | None  # +rocm6.2 -> "6.2"
     local: str | None  # the normalized local label ("cu128"), None without one
+    runtime: int | None = None  # CUDA major of the runtime locked with it, where its local tag names none
+    runtime_from: str | None = None  # what said so: "nvidia-cuda-runtime-cu12 12.8.90"
 
 
 @dataclass(frozen=True)
@@ -114,6 +144,14 @@ _TORCH_FIRST = re.compile(
 _PT = r"pt(?:(?P<cmaj>\d)(?P<cmin>\d{1,2})|(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)?)"
 _PT_FIRST = re.compile(_PT + _ACC, re.ASCII)  # pt25cu124, pt2.10cu128, pt25cpu
 _PT_LAST = re.compile(_ACC + _PT, re.ASCII)  # cu128pt2.10, cu128pt210
+# NVIDIA cosmos-dependencies: cu128.torch271, cu128.torch27, cu128.torch210 (the torch version, dots removed)
+_COSMOS = re.compile(_ACC + r"\.torch(?P<digits>\d{2,4})", re.ASCII)
+# wheels.astral.sh: cu.13.0.torch.2.11, cpu.torch.2.10; the collector also takes cu128.torch.2.8.0
+_ASTRAL = re.compile(
+    r"(?:cu\.(?P<cmaj>\d{1,2})\.(?P<cmin>\d{1,2})|cu(?P<cu>\d{2,4})|rocm(?P<rocm>\d+(?:\.\d+){0,2})|(?P<cpu>cpu))"
+    r"\.torch\.(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)?",
+    re.ASCII,
+)
 
 _TORCH_CU = re.compile(r"cu(\d{2,4})(?:\.|$)", re.ASCII)
 _TORCH_ROCM = re.compile(r"rocm(\d+(?:\.\d+)*)", re.ASCII)
@@ -218,7 +256,41 @@ def _torch_claim(label: str, raw: str) -> AbiClaim | None:
         else:
             torch = (int(m.group("maj")), int(m.group("min")))
         return AbiClaim(torch, None, cuda, cpu, rocm, None, "natten", raw)
+    m = _ASTRAL.fullmatch(label)
+    if m is not None:
+        if m.group("cmaj") is not None:
+            cuda = (int(m.group("cmaj")), int(m.group("cmin")))
+            cpu, rocm = False, None
+        else:
+            cuda, cpu, rocm = _acc(m)
+        torch = (int(m.group("maj")), int(m.group("min")))
+        return AbiClaim(torch, None, cuda, cpu, rocm, None, "astral", raw)
+    m = _COSMOS.fullmatch(label)
+    if m is not None:
+        cuda, cpu, rocm = _acc(m)
+        cosmos = _cosmos_torch(m.group("digits"), cuda)
+        if cosmos is None:
+            return None
+        return AbiClaim(cosmos, None, cuda, cpu, rocm, None, "cosmos", raw)
     return None
+
+
+def _cosmos_torch(digits: str, cuda: tuple[int, int | None] | None) -> tuple[int, int] | None:
+    """torch major.minor from cosmos-dependencies' dot-less torch version (``27``, ``271``, ``2100``).
+
+    Three digits are major, minor, patch, except that ``21x`` is also torch 2.1x: the CUDA it was
+    built with decides (torch 2.1 had CUDA 11.8 and 12.1 builds only, 2.10 and later none older
+    than 12.6); without a CUDA major.minor, or for another major, it is not read.
+    """
+    if len(digits) == 2:
+        return int(digits[0]), int(digits[1])
+    if len(digits) == 4:
+        return int(digits[0]), int(digits[1:3])
+    if digits[1] != "1":
+        return int(digits[0]), int(digits[1])
+    if digits[0] != "2" or cuda is None or cuda[1] is None:
+        return None
+    return (2, int(digits[1:3])) if (cuda[0], cuda[1]) > (12, 1) else (2, 1)
 
 
 def _pt_claim(label: str, raw: str) -> AbiClaim | None:
@@ -233,8 +305,13 @@ def _pt_claim(label: str, raw: str) -> AbiClaim | None:
     return AbiClaim(torch, None, cuda, cpu, rocm, None, "pt", raw)
 
 
-def torch_build(version: str) -> TorchBuild:
-    """torch's version taken apart (``"2.10.0+cu128"``); never raises, an invalid one gives minor None."""
+def torch_build(version: str, runtime: tuple[int, str] | None = None) -> TorchBuild:
+    """torch's version taken apart (``"2.10.0+cu128"``); never raises, an invalid one gives minor None.
+
+    ``runtime`` (``runtime_cuda``'s answer for the packages locked with it) is kept where the
+    version's local tag names no CUDA, CPU or ROCm build: PyPI's ``2.8.0`` is a CUDA 12.8 build
+    on Linux, and only its ``nvidia-*-cu12`` requirements say so.
+    """
     from packaging.version import InvalidVersion, Version
 
     if not isinstance(version, str):
@@ -257,7 +334,37 @@ def torch_build(version: str) -> TorchBuild:
             rocm = r.group(1)
         else:
             cpu = local == "cpu" or local.startswith("cpu.")
+    if runtime is not None and cuda is None and not cpu and rocm is None:
+        return TorchBuild(version, minor, cuda, cpu, rocm, local, runtime[0], runtime[1])
     return TorchBuild(version, minor, cuda, cpu, rocm, local)
+
+
+# nvidia-cuda-runtime-cu12, nvidia-cudnn-cu13: the CUDA major is in the name
+_NVIDIA_CU = re.compile(r"nvidia-[a-z0-9-]+-cu(\d{2})", re.ASCII)
+# CUDA 13's toolkit wheels dropped the suffix (torch 2.11: nvidia-cuda-runtime 13.0.96); only
+# these few carry the CUDA version itself (nvidia-cublas and nvidia-cufft number their own releases)
+_CUDA_VERSIONED = frozenset({"nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-cuda-cupti", "cuda-toolkit"})
+_LEADING_INT = re.compile(r"\d{1,3}", re.ASCII)
+
+
+def runtime_cuda(packages: Iterable[tuple[str, str | None]]) -> tuple[int, str] | None:
+    """The CUDA major the NVIDIA runtime wheels among ``packages`` (name, version) were built for,
+    with the package that says so; None when none of them says, or they disagree."""
+    majors: dict[int, str] = {}
+    for name, version in packages:
+        n = name.lower().replace("_", "-").replace(".", "-")
+        m = _NVIDIA_CU.fullmatch(n)
+        if m is not None:
+            major = int(m.group(1))
+        elif n in _CUDA_VERSIONED and version and (v := _LEADING_INT.match(version)) is not None:
+            major = int(v.group(0))
+        else:
+            continue
+        if 9 <= major <= 99:
+            majors.setdefault(major, f"{name} {version}" if version else name)
+    if len(majors) != 1:
+        return None
+    return next(iter(majors.items()))
 
 
 def torch_cxx11abi(build: TorchBuild, platform: str = "linux") -> bool | None:
@@ -317,7 +424,8 @@ def mismatches(claim: AbiClaim, torch: TorchBuild, platform: str = "linux") -> l
     ``cuda-major`` (minors within a major are compatible); ``cuda-vs-cpu`` (either way round);
     ``rocm`` (a ROCm claim or torch beside a CUDA/CPU one, or ROCm majors that differ);
     ``cxx11abi`` (where ``torch_cxx11abi`` knows torch's ABI). A torch without a local tag
-    (PyPI's default build) has no known CUDA and gives no CUDA, CPU or ROCm finding.
+    (PyPI's default build) is compared by the CUDA major of its locked runtime (``torch.runtime``)
+    where ``torch_build`` was given one, and otherwise gives no CUDA, CPU or ROCm finding.
     """
     found: list[Mismatch] = []
     locked = f"torch {torch.version}"
@@ -347,6 +455,12 @@ def mismatches(claim: AbiClaim, torch: TorchBuild, platform: str = "linux") -> l
                 "cuda-major",
                 f"built for {_cuda_text(claim.cuda)}, locked with {locked} "
                 f"({_cuda_text(torch.cuda)})",
+            ))
+        elif torch.cuda is None and torch.runtime is not None and claim.cuda[0] != torch.runtime:
+            found.append(Mismatch(
+                "cuda-major",
+                f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a CUDA {torch.runtime} build "
+                f"(its runtime: {torch.runtime_from})",
             ))
     elif claim.cpu:
         if torch.cuda is not None:
@@ -380,13 +494,14 @@ def unverifiable_reason(
 ) -> str | None:
     """Why a claim cannot be (fully) checked against ``torch``, for ``--explain``; None: fully checked."""
     if claim is None:
-        return "no ABI tag in its version or file name"
+        return "no ABI tag envbuild reads in its version or file name"
     if torch.minor is None:
         return f"torch version {torch.version!r} cannot be read, so nothing was compared"
     reasons: list[str] = []
     if claim.torch is None:
         reasons.append("its tag names no torch version")
-    known_accelerator = torch.cuda is not None or torch.cpu or torch.rocm is not None
+    known_accelerator = (torch.cuda is not None or torch.cpu or torch.rocm is not None
+                         or (torch.runtime is not None and claim.cuda is not None))
     if (claim.cuda is not None or claim.cpu or claim.rocm is not None) and not known_accelerator:
         what = "the CUDA major" if claim.cuda is not None else "CPU vs CUDA"
         if torch.local is None:

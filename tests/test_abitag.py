@@ -1,9 +1,11 @@
 """envbuild.abitag: the one reader (and writer) of the ABI claims in extension wheels' local labels.
 
 Every label format that is really published (Dao-AILab flash-attention and state-spaces releases,
-community prebuilt repositories, FA3 builds, PyG's ``pt`` spelling, envbuild's wheelhouse), as a
+community prebuilt repositories, FA3 builds, PyG's ``pt`` spelling, NATTEN's, NVIDIA's cosmos
+wheels, wheels.astral.sh's dotted labels, envbuild's wheelhouse), as a
 bare label, a full version, a lower-cased uv.lock version, a wheel file name and a URL; every
-mismatch kind with a real-looking pair; the wheelhouse round trip (Hypothesis); odd input.
+mismatch kind with a real-looking pair; torch's CUDA major from its locked runtime; the
+wheelhouse round trip (Hypothesis); odd input.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from envbuild.abitag import (
     format_label,
     mismatches,
     parse_claim,
+    runtime_cuda,
     torch_build,
     torch_cxx11abi,
     unverifiable_reason,
@@ -145,6 +148,104 @@ def test_pt(version: str, torch: tuple[int, int], cuda: tuple[int, int] | None, 
         assert (claim.style, claim.torch, claim.cuda, claim.cpu, claim.cxx11abi) == ("pt", torch, cuda, cpu, None), text
 
 
+COSMOS = [
+    # (version, torch, cuda): NVIDIA cosmos-dependencies, the torch version its build was given, dots removed
+    ("2.6.3+cu128.torch271", (2, 7), (12, 8)),  # v1.1.0 (nvidia-cosmos/cosmos-predict2.5's uv.lock)
+    ("0.1+cu126.torch260", (2, 6), (12, 6)),  # apex, v1.1.0
+    ("2.7.3+cu128.torch27", (2, 7), (12, 8)),  # v1.2.0
+    ("2.7.4.post1+cu130.torch29", (2, 9), (13, 0)),
+    ("0.21.6.dev6+cu128.torch210", (2, 10), (12, 8)),  # v1.5.0: 2.10, not 2.1.0 (no 2.1 build had CUDA 12.8)
+    ("1.0+cu121.torch210", (2, 1), (12, 1)),  # torch 2.1.0's CUDA 12.1 build
+    ("1.0+cu118.torch212", (2, 1), (11, 8)),
+    ("1.0+cu130.torch211", (2, 11), (13, 0)),
+    ("1.0+cu128.torch2100", (2, 10), (12, 8)),
+    ("3.3.10+cu128.torch280", (2, 8), (12, 8)),  # horizon-plugin-pytorch spells it the same way
+]
+
+
+@pytest.mark.parametrize(("version", "torch", "cuda"), COSMOS)
+def test_cosmos(version: str, torch: tuple[int, int], cuda: tuple[int, int]) -> None:
+    for text in _forms(version):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.cuda, claim.cxx11abi) == ("cosmos", torch, cuda, None), text
+        assert claim.torch_version is None and not claim.cpu and claim.rocm is None
+    url = ("https://github.com/nvidia-cosmos/cosmos-dependencies/releases/download/v1.1.0/"
+           "transformer_engine-1.13.0%2Bcu128.torch271-cp312-cp312-linux_x86_64.whl")
+    assert _claim(url).torch == (2, 7)
+
+
+@pytest.mark.parametrize("label", ["cu12.torch210", "cpu.torch211", "rocm6.2.torch210", "cu128.torch113",
+                                   "cu128.torch2", "cu128.torch21000", "cu128.torch", "cu128torch.271"])
+def test_cosmos_ambiguous_or_incomplete_is_none(label: str) -> None:
+    """``21x`` is 2.1.x or 2.1x: without a CUDA major.minor to decide, nothing is claimed."""
+    assert parse_claim(label) is None
+    assert parse_claim("1.0+" + label) is None
+
+
+ASTRAL = [
+    # (version, torch, cuda, cpu, rocm): wheels.astral.sh
+    ("2.2.0+cu.13.0.torch.2.11", (2, 11), (13, 0), False, None),  # sageattention, its cu130 index
+    ("1.6.2.post1+cu.12.8.torch.2.11", (2, 11), (12, 8), False, None),  # causal-conv1d
+    ("2.8.3.post1+cu.12.8.torch.2.8", (2, 8), (12, 8), False, None),  # flash-attn
+    ("2.1.2+cu.12.8.torch.2.10", (2, 10), (12, 8), False, None),  # torch-scatter
+    ("0.9.0+cpu.torch.2.10", (2, 10), None, True, None),  # its CPU index
+    ("1.0+cu128.torch.2.8.0", (2, 8), (12, 8), False, None),  # a spelling its collector accepts
+    ("1.0+rocm6.3.torch.2.10", (2, 10), None, False, "6.3"),
+]
+
+
+@pytest.mark.parametrize(("version", "torch", "cuda", "cpu", "rocm"), ASTRAL)
+def test_astral(version: str, torch: tuple[int, int], cuda: tuple[int, int] | None, cpu: bool, rocm: str | None) -> None:
+    for text in _forms(version, "sageattention"):
+        claim = _claim(text)
+        assert (claim.style, claim.torch, claim.cuda, claim.cpu, claim.rocm) == ("astral", torch, cuda, cpu, rocm), text
+        assert claim.cxx11abi is None and claim.torch_version is None
+    url = ("https://wheels.astral.sh/artifacts/355aa4b5ca/sageattention-2.2.0%2Bcu.13.0.torch.2.11-cp313-cp313-"
+           "manylinux_2_24_x86_64.whl#sha256=355aa4b5ca")
+    assert _claim(url).torch == (2, 11)
+
+
+@pytest.mark.parametrize("label", ["cu.13.torch.2.11", "cu.13.0.torch.2", "cu.13.0.torch", "xpu.torch.2.10",
+                                   "cu.13.0.torch.2.11.extra", "cu.13.0.pt.2.11", "das.opt1.dtk2604.torch271",
+                                   "b1629e2.torch29"])
+def test_unread_dotted_labels_are_none(label: str) -> None:
+    assert parse_claim(label) is None
+
+
+def test_new_styles_pair_with_torch() -> None:
+    """A flash-attn for torch 2.6 or 2.9 beside torch 2.7 or 2.11 is a mismatch in both styles; the pair it was built for is not."""
+    assert _kinds("2.6.3+cu128.torch271", "2.7.1+cu128") == []
+    assert _kinds("2.6.3+cu126.torch260", "2.7.1+cu128") == ["torch-minor"]
+    assert _kinds("2.7.4.post1+cu128.torch29", "2.7.1+cu128") == ["torch-minor"]
+    assert _kinds("2.7.4.post1+cu130.torch29", "2.11.0+cu130") == ["torch-minor"]
+    assert _kinds("2.8.3.post1+cu.13.0.torch.2.11", "2.11.0+cu130") == []
+    assert _kinds("2.8.3.post1+cu.13.0.torch.2.9", "2.11.0+cu130") == ["torch-minor"]
+    assert _kinds("2.8.3.post1+cu.12.8.torch.2.6", "2.7.1+cu128") == ["torch-minor"]
+    assert _kinds("2.8.3.post1+cu.12.8.torch.2.11", "2.11.0+cu130") == ["cuda-major"]
+    assert _kinds("0.9.0+cpu.torch.2.10", "2.10.0+cu128") == ["cuda-vs-cpu"]
+    assert unverifiable_reason(_claim("2.6.3+cu128.torch271"), torch_build("2.7.1+cu128")) is None
+    # torch 2.6 shipped both ABIs and neither style claims one: said so
+    reason = unverifiable_reason(_claim("2.6.3+cu126.torch260"), torch_build("2.6.0+cu126"))
+    assert reason is not None and "C++ ABI" in reason
+
+
+def test_catalogue_has_a_parsing_example_for_every_style() -> None:
+    """The module docstring's catalogue names each style read with a real example; each example
+    (some token of its bullet) is read as that style, and every style the reader returns is listed."""
+    import re
+
+    import envbuild.abitag as abitag
+
+    doc = abitag.__doc__ or ""
+    bullets = re.findall(r"^- ``([a-z0-9-]+)``:(.*?)(?=^- |^\n|\Z)", doc, re.MULTILINE | re.DOTALL)
+    styles = {style for style, _ in bullets}
+    assert styles == {"dao-ailab", "community", "fa3", "envbuild", "natten", "pt", "cosmos", "astral"}
+    for style, body in bullets:
+        tokens = re.findall(r"``([^`]+)``", body)
+        read = [t for t in tokens if (c := parse_claim(t.replace("==", "-"))) is not None and c.style == style]
+        assert read, (style, tokens)
+
+
 @pytest.mark.parametrize("label", ["pt2100cu128", "pt2cu128", "pt210", "cu128pt", "pt210cu128x"])
 def test_pt_ambiguous_or_incomplete_is_none(label: str) -> None:
     assert parse_claim(label) is None
@@ -199,7 +300,7 @@ def test_parse_near_misses_never_raise(label: str) -> None:
     for text in (label, "1.0+" + label, f"pkg-1.0+{label}-cp312-cp312-linux_x86_64.whl"):
         claim = parse_claim(text)
         if claim is not None:
-            assert claim.torch is not None and claim.style in {"dao-ailab", "community", "fa3", "envbuild", "pt"}
+            assert claim.torch is not None and claim.style in {"dao-ailab", "community", "fa3", "envbuild", "pt", "cosmos", "astral"}
             mismatches(claim, torch_build("2.10.0+cu128"))
 
 
@@ -332,7 +433,7 @@ def test_several_at_once() -> None:
 
 
 def test_unverifiable() -> None:
-    assert unverifiable_reason(None, torch_build("2.10.0+cu128")) == "no ABI tag in its version or file name"
+    assert unverifiable_reason(None, torch_build("2.10.0+cu128")) == "no ABI tag envbuild reads in its version or file name"
     claim = _claim("2.8.3+cu12torch2.10cxx11abiTRUE")
     # PyPI's default torch carries no local tag: no CUDA finding, and the reason says why
     assert mismatches(_claim("2.8.3+cu13torch2.10cxx11abiTRUE"), torch_build("2.10.0")) == []
@@ -344,6 +445,58 @@ def test_unverifiable() -> None:
     reason = unverifiable_reason(_claim("1.0+cu124torch2.6"), torch_build("2.6.0+cu126"))
     assert reason is not None and "C++ ABI" in reason
     assert unverifiable_reason(_claim("1.0+cu128torch2.10"), torch_build("2.10.0+cu128")) is None
+
+
+# ----------------------------------------------------------------------------- torch's runtime
+
+
+@pytest.mark.parametrize(
+    ("packages", "expected"),
+    [
+        ([("nvidia-cuda-runtime-cu12", "12.8.90"), ("nvidia-nccl-cu12", "2.27.5"), ("filelock", "3.0")],
+         (12, "nvidia-cuda-runtime-cu12 12.8.90")),
+        ([("nvidia-cudnn-cu11", "8.7.0.84")], (11, "nvidia-cudnn-cu11 8.7.0.84")),
+        ([("nvidia-nccl-cu13", "2.28.3")], (13, "nvidia-nccl-cu13 2.28.3")),
+        # torch 2.11 on PyPI: CUDA 13's toolkit wheels dropped the suffix, their version is CUDA's
+        ([("nvidia-cuda-runtime", "13.0.96"), ("nvidia-cublas", "13.1.0.3"), ("nvidia-cufft", "12.0.0.61")],
+         (13, "nvidia-cuda-runtime 13.0.96")),
+        ([("cuda-toolkit", "13.0.2"), ("nvidia-cudnn-cu13", "9.13.0.50")], (13, "cuda-toolkit 13.0.2")),
+        ([("nvidia_cuda_runtime_cu12", None)], (12, "nvidia_cuda_runtime_cu12")),
+        ([("nvidia-cublas", "13.1.0.3"), ("nvidia-cufft", "12.0.0.61")], None),  # their own release numbers
+        ([("nvidia-cuda-runtime-cu12", "12.8.90"), ("nvidia-nccl-cu13", "2.28.3")], None),  # they disagree
+        ([("filelock", "3.0"), ("nvidia-ml-py", "12.560.30")], None),
+        ([], None),
+    ],
+)
+def test_runtime_cuda(packages: list[tuple[str, str | None]], expected: tuple[int, str] | None) -> None:
+    assert runtime_cuda(packages) == expected
+
+
+def test_torch_without_a_local_tag_takes_its_runtimes_cuda_major() -> None:
+    cu12 = (12, "nvidia-cuda-runtime-cu12 12.8.90")
+    build = torch_build("2.8.0", cu12)
+    assert (build.cuda, build.runtime, build.runtime_from) == (None, 12, "nvidia-cuda-runtime-cu12 12.8.90")
+    # +cu11torch2.5 beside PyPI's torch 2.8.0 (a CUDA 12.8 build on Linux): torch minor and CUDA major
+    found = mismatches(_claim("2.7.0.post2+cu11torch2.5cxx11abiFALSE"), build)
+    assert sorted(m.kind for m in found) == ["cuda-major", "cxx11abi", "torch-minor"]
+    (cuda,) = [m for m in found if m.kind == "cuda-major"]
+    assert cuda.message == ("built for CUDA 11, locked with torch 2.8.0, a CUDA 12 build "
+                            "(its runtime: nvidia-cuda-runtime-cu12 12.8.90)")
+    assert mismatches(_claim("2.8.3+cu12torch2.8cxx11abiTRUE"), build) == []
+    assert unverifiable_reason(_claim("2.8.3+cu12torch2.8cxx11abiTRUE"), build) is None
+    assert [m.kind for m in mismatches(_claim("2.8.3.post1+cu.12.8.torch.2.11"),
+                                       torch_build("2.11.0", (13, "nvidia-cuda-runtime 13.0.96")))] == ["cuda-major"]
+    # a local tag that names the build wins; the runtime is not consulted
+    assert torch_build("2.8.0+cu128", (13, "nvidia-nccl-cu13 2.28.3")).runtime is None
+    assert torch_build("2.8.0+cpu", cu12).runtime is None
+    # neither says: as before, nothing compared and the reason given
+    claim = _claim("2.8.3+cu13torch2.8cxx11abiTRUE")
+    assert mismatches(claim, torch_build("2.8.0")) == []
+    assert unverifiable_reason(claim, torch_build("2.8.0")) == (
+        "torch 2.8.0 carries no local CUDA tag, so the CUDA major was not compared")
+    # a CPU claim is not compared with a runtime-only torch, and says so
+    reason = unverifiable_reason(_claim("0.9.0+cpu.torch.2.8"), build)
+    assert reason is not None and "CPU vs CUDA was not compared" in reason
 
 
 # ----------------------------------------------------------------------------- the wheelhouse

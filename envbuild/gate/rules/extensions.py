@@ -5,25 +5,44 @@ and one C++ ABI; paired with another torch it fails at import with ``undefined s
 (Dao-AILab/flash-attention#709, #836, #919, #931, #1717, #1832). The claim is read by
 ``envbuild.abitag`` (the one parser, shared with the wheelhouse that writes such labels) from the
 entry's local version, else from its artifact file names. The torch it is checked against is the
-one the lock's own edge names (uv.lock), else the environment's one torch.
+one the lock's own edge names (uv.lock), else the environment's one torch; a torch whose version
+names no CUDA build (PyPI's ``2.8.0``) is a build of the CUDA major its locked ``nvidia-*-cuXX``
+runtime names.
+
+A prebuilt extension wheel whose tag this reader does not know is said in a notice (its ABI was
+not compared), never left to ``--explain`` alone: a green gate must not look like a checked pair.
 """
 
 from __future__ import annotations
 
-from envbuild.abitag import AbiClaim, mismatches, parse_claim, torch_build, unverifiable_reason
-from envbuild.gate.context import Context
-from envbuild.gate.model import Entry
+from collections.abc import Iterable
 
-__all__ = ["KNOWN_EXTENSIONS", "check", "claim_of"]
+from envbuild.abitag import (
+    AbiClaim,
+    mismatches,
+    parse_claim,
+    runtime_cuda,
+    torch_build,
+    unverifiable_reason,
+)
+from envbuild.gate.context import Context, View
+from envbuild.gate.model import Entry, Lock
+from envbuild.gate.names import canonical
+
+__all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "unread_tag"]
 
 # Projects that ship compiled torch extensions; one of these without a readable claim is listed
-# by --explain (a wheel from PyPI or a source build carries none).
+# by --explain (a wheel from PyPI or a source build carries none), and in a notice when it is a
+# prebuilt wheel (``unread_tag``).
 KNOWN_EXTENSIONS = frozenset({
-    "flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "mamba-ssm", "causal-conv1d",
+    "flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "flash-attn-3-nv", "mamba-ssm", "causal-conv1d",
     "flashinfer-python", "xformers", "apex", "transformer-engine", "transformer-engine-torch", "deepspeed",
-    "vllm-flash-attn", "sageattention", "torch-scatter", "torch-sparse", "torch-cluster", "grouped-gemm",
-    "natten", "fused-dense-lib", "dropout-layer-norm", "rotary-emb", "qoptim-cuda", "bitsandbytes",
+    "vllm-flash-attn", "sageattention", "sageattn3", "torch-scatter", "torch-sparse", "torch-cluster",
+    "torch-spline-conv", "pyg-lib", "grouped-gemm", "deep-gemm", "natten", "fused-dense-lib", "dropout-layer-norm",
+    "rotary-emb", "qoptim-cuda", "bitsandbytes",
 })
+
+NOTICE_NAMES = 5  # a notice names this many wheels, then counts the rest (--explain and JSON list each)
 
 
 def claim_of(entry: Entry) -> AbiClaim | None:
@@ -41,27 +60,97 @@ def claim_of(entry: Entry) -> AbiClaim | None:
     return None
 
 
+def _is_wheel(url: str) -> bool:
+    return url.split("#", 1)[0].split("?", 1)[0].lower().endswith(".whl")
+
+
+def _prebuilt(entry: Entry, fmt: str) -> bool:
+    """A built wheel rather than a source build: a local version, a direct wheel URL, or (uv.lock)
+    a wheel by path (``source = { path = "….whl" }``: no registry, a wheel file)."""
+    if entry.version and "+" in entry.version:
+        return True
+    if entry.url:
+        return _is_wheel(entry.url)
+    return fmt == "uv.lock" and entry.index is None and any(_is_wheel(f) for f, _ in entry.files)
+
+
+def unread_tag(entry: Entry, fmt: str) -> bool:
+    """A prebuilt extension wheel (a known extension project, or a local version that names torch)
+    whose ABI tag ``envbuild.abitag`` does not read: nothing was compared, and going online would
+    not change that."""
+    if not _prebuilt(entry, fmt):
+        return False
+    local = entry.version.split("+", 1)[1].lower() if entry.version and "+" in entry.version else ""
+    if entry.name not in KNOWN_EXTENSIONS and "torch" not in local:
+        return False
+    return claim_of(entry) is None
+
+
+def _runtime_like(name: str) -> bool:
+    return name.startswith("nvidia-") or name == "cuda-toolkit"
+
+
+def torch_runtime(view: View, torch: Entry, lock: Lock) -> tuple[int, str] | None:
+    """The CUDA major of the NVIDIA runtime installed with ``torch`` in ``view`` (and the package
+    that says so): along torch's own edges where the lock records them (uv.lock, poetry.lock,
+    pip-compile's ``# via torch``), else from whatever runtime the environment installs."""
+    linked: list[Entry] = []
+    for name in torch.dependencies or ():
+        if not _runtime_like(name):
+            continue
+        target = view.members.target_of(torch, name, lock.entries)
+        if target is None and view.members.edge_masks is None:  # names only: the one installed here
+            target = next(iter(view.by_name.get(name, ())), None)
+        if target is not None:
+            linked.append(target)
+    for entries in view.by_name.values():
+        linked += [e for e in entries if e.via and _runtime_like(e.name) and torch.name in map(canonical, e.via)]
+    if linked:
+        return runtime_cuda(_versions(linked))
+    return runtime_cuda(_versions(e for e in view.members.entries if _runtime_like(e.name)))
+
+
+def _versions(entries: Iterable[Entry]) -> Iterable[tuple[str, str | None]]:
+    return ((e.name, e.version) for e in entries)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
 def check(ctx: Context) -> None:
     protected = ctx.policy.protected
     torch_name = ctx.policy.torch
     claims: dict[int, AbiClaim | None] = {}
-    for view in ctx.views:
+    unread: dict[int, Entry] = {}
+    runtimes: dict[tuple[int, int], tuple[int, str] | None] = {}
+    for v, view in enumerate(ctx.views):
         platform = "linux" if view.env.system == "linux" else view.env.system or "linux"
         for entry in view.members.entries:
             if entry.name in protected or entry.key in view.members.roots:
                 continue
             if entry.key not in claims:
                 claims[entry.key] = claim_of(entry)
+                if claims[entry.key] is None and unread_tag(entry, ctx.lock.format):
+                    unread[entry.key] = entry
             claim = claims[entry.key]
-            if claim is None and entry.name not in KNOWN_EXTENSIONS and not entry.url:
+            if claim is None and entry.key not in unread and entry.name not in KNOWN_EXTENSIONS and not entry.url:
                 continue
             torch = view.torch_for(entry, ctx.lock, torch_name)
             if torch is None or torch.version is None:
                 if claim is not None:
                     ctx.explained(f"{entry.label()}: claims {claim.text}, but there is no single torch to "
                                   "compare it with", view.env)
+                elif entry.key in unread:
+                    ctx.explained(f"{entry.label()}: no ABI tag envbuild reads in its version or file name, "
+                                  "and no single torch to compare it with", view.env)
                 continue
-            build = torch_build(torch.version)
+            runtime = None
+            if claim is not None and claim.cuda is not None:
+                if (v, torch.key) not in runtimes:
+                    runtimes[(v, torch.key)] = torch_runtime(view, torch, ctx.lock)
+                runtime = runtimes[(v, torch.key)]
+            build = torch_build(torch.version, runtime)
             if claim is not None:
                 for m in mismatches(claim, build, platform):
                     ctx.add(entry.name, "extension-abi", f"{entry.label()} is {m.message}: it will fail to "
@@ -70,3 +159,10 @@ def check(ctx: Context) -> None:
             why = unverifiable_reason(claim, build, platform)
             if why:
                 ctx.explained(f"{entry.label()} with torch {torch.version}: {why}", view.env)
+    if unread:
+        labels = [e.label() for e in unread.values()]
+        n = len(labels)
+        shown = ", ".join(labels[:NOTICE_NAMES]) + (f" and {n - NOTICE_NAMES} more" if n > NOTICE_NAMES else "")
+        ctx.note(f"{n} extension {_plural(n, 'wheel carries', 'wheels carry')} no ABI tag envbuild reads, so "
+                 f"{_plural(n, 'its', 'their')} torch, CUDA and C++ ABI were not compared with the locked torch: "
+                 f"{shown}")

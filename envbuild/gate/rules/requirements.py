@@ -8,6 +8,7 @@ from __future__ import annotations
 from envbuild.gate.context import Context
 from envbuild.gate.metadata import declared_requirements
 from envbuild.gate.model import Entry
+from envbuild.gate.rules.extensions import unread_tag
 
 __all__ = ["check"]
 
@@ -29,12 +30,14 @@ def check(ctx: Context) -> None:
             if dependents is not None and entry.name not in dependents:
                 continue
             if entry.key not in read:
-                read[entry.key] = declared_requirements(entry, ctx.lock, offline=ctx.offline, index_urls=ctx.index_urls)
+                read[entry.key] = declared_requirements(entry, ctx.lock, offline=ctx.offline, index_urls=ctx.index_urls,
+                                                         sources=ctx.sources)
             requires = read[entry.key]
             if requires is None:
-                if dependents is not None or entry.version is not None:
+                # an extension wheel whose ABI tag is not read has its own notice (rules.extensions)
+                if (dependents is not None or entry.version is not None) and not unread_tag(entry, ctx.lock.format):
                     label = entry.label()
-                    if label not in ctx.unchecked:
+                    if label not in ctx.unchecked and not ctx.sources.not_answered(label):
                         ctx.unchecked.append(label)
                 continue
             for raw in requires:
