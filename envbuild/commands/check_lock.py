@@ -80,6 +80,8 @@ def register(sub: Any) -> None:
                    help="a stack spec whose lock (beside it) to check (repeatable)")
     p.add_argument("--base", metavar="GIT_REF", help="fail on a torch downgrade or re-tag against the lock at this ref")
     p.add_argument("--offline", action="store_true", help="static rules only (no dry-run resolution, no index)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="FILE mode: do not read the metadata cache (with --offline: judge from the lock alone)")
     p.add_argument("--online", action="store_true",
                    help="envbuild's locks: also prove every locked artifact is still on its index with the same hash "
                    "(nightlies are pruned); lists what is gone")
@@ -155,7 +157,8 @@ def run_files(args: argparse.Namespace) -> int:
     for path in args.files:
         events.emit("step", f"checking {path}")
         report = check_file(path, policy, fmt=args.format, base=args.base, offline=args.offline,
-                            index_urls=args.index_url, shown=str(path), narrow=narrow, accept_file=args.accept)
+                            index_urls=args.index_url, shown=str(path), narrow=narrow, accept_file=args.accept,
+                            use_cache=not args.no_cache)
         reports.append(report)
         if args.json or args.markdown:
             continue
@@ -205,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     if args.files:
         return run_files(args)
     if args.format or args.torch_min or args.torch_local or args.protect or args.index_url or args.environment \
-            or args.python or args.group or args.extra or args.accept or args.annotations or args.explain or args.markdown_file:
+            or args.python or args.group or args.extra or args.no_cache or args.accept or args.annotations or args.explain or args.markdown_file:
         raise ConfigError("--format, --torch-min, --torch-local, --protect, --index-url, --environment, --python, "
                           "--group, --extra, --accept, --explain, --annotations and --markdown-file apply to `check-lock FILE...`; name the "
                           "lockfiles to check")

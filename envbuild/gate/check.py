@@ -15,6 +15,7 @@ from envbuild.gate import accept as accepting
 from envbuild.gate.context import Context, View
 from envbuild.gate.environments import PLATFORMS, Narrow, choices, make_space
 from envbuild.gate.groups import Group, group, judged_names
+from envbuild.gate.metadata import Sources
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.model import Environment, Format, Lock, LockParseError, Reach
@@ -119,7 +120,7 @@ def _views(lock: Lock, groups: list[Group], reach: Reach, torch_name: str) -> li
 
 def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: str | None = None,
                offline: bool = False, index_urls: Iterable[str] = (), shown: str | None = None,
-               narrow: Narrow | None = None, accept_file: Path | None = None) -> FileReport:
+               narrow: Narrow | None = None, accept_file: Path | None = None, use_cache: bool = True) -> FileReport:
     t0 = time.monotonic()
     narrow = narrow or Narrow(default_python=policy.python)
     text = read_lockfile(path)
@@ -169,9 +170,12 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         views = [v for v in views if v not in bare]
         shown = "; ".join(v.env.name for v in bare[:3]) + (f" and {len(bare) - 3} more" if len(bare) > 3 else "")
         lock.notes.append(f"{sum(v.environments for v in bare)} environment(s) install no {policy.torch}: {shown}")
-    ctx = Context(report.file, lock, policy, views, offline=offline, index_urls=tuple(index_urls))
+    ctx = Context(report.file, lock, policy, views, offline=offline, index_urls=tuple(index_urls),
+                  sources=Sources(offline=offline, use_cache=use_cache))
     for family in FAMILIES:
         family.check(ctx)
+    for text in ctx.sources.notes():
+        ctx.note(text)
     if base:
         _history(ctx, path, kind, base, narrow, names)
     for view in views:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.markers import InvalidMarker
+from envbuild.gate.metadata import Sources
 from envbuild.gate.model import Entry, Environment, Lock, Members
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class Context:
     notices: list[str] = field(default_factory=list)
     explain: dict[str, list[str]] = field(default_factory=dict)  # what could not be verified, and why -> where
     unchecked: list[str] = field(default_factory=list)
+    sources: Sources = field(default_factory=Sources)  # where metadata came from; hosts that did not answer
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
 
     def add(self, package: str, rule: str, reason: str, env: Environment | None = None,

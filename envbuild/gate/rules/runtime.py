@@ -25,10 +25,10 @@ def check(ctx: Context) -> None:
             continue
         if torch.key not in read:
             read[torch.key] = declared_requirements(torch, ctx.lock, offline=ctx.offline, index_urls=ctx.index_urls,
-                                                    supplied=False)
+                                                    supplied=False, sources=ctx.sources)
         requires = read[torch.key]
         if requires is None:
-            if torch.label() not in not_checked:
+            if torch.label() not in not_checked and not ctx.sources.not_answered(torch.label()):
                 not_checked.append(torch.label())
             continue
         for raw in requires:

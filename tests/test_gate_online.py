@@ -1,0 +1,49 @@
+"""check-lock online: an index that does not answer costs seconds and is named once; offline
+verdicts say what they took from the metadata cache; --no-cache judges from the lock alone."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from support.gatelocks import GateIndex, uv_platform_lock
+from support.index import BlackHole
+
+pytestmark = pytest.mark.slow
+
+
+def test_an_index_that_never_answers_is_named_once_and_costs_seconds(run_envbuild, gate_index: GateIndex,  # type: ignore[no-untyped-def]
+                                                                       tmp_path: Path) -> None:
+    lock = uv_platform_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
+    cache = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    with BlackHole() as hole:
+        # the lock's packages now say they come from a host that accepts connections and never answers
+        dead = hole.url.removesuffix("/simple")
+        lock.write_text(lock.read_text().replace(gate_index.server.url, dead))
+        t0 = time.monotonic()
+        offline = run_envbuild("check-lock", str(lock), "--offline", env=cache)
+        t_offline = time.monotonic() - t0
+        t0 = time.monotonic()
+        online = run_envbuild("check-lock", str(lock), env=cache)
+        t_online = time.monotonic() - t0
+    assert offline.rc == 0 and online.rc == 0, online.output
+    host = dead.removeprefix("http://")
+    notes = [ln for ln in online.stdout.splitlines() if f"index at {host} did not answer" in ln]
+    assert len(notes) == 1, online.output
+    assert "package(s) not checked" in notes[0] and "torch 2.10.0+cu128" in notes[0]
+    assert "no metadata in the lock or on its index" not in online.stdout  # the host is the reason, said once
+    assert t_online - t_offline < 10, (t_online, t_offline)
+
+
+def test_offline_says_what_came_from_the_cache_and_no_cache_ignores_it(run_envbuild, gate_index: GateIndex,  # type: ignore[no-untyped-def]
+                                                                       tmp_path: Path) -> None:
+    lock = uv_platform_lock(tmp_path, gate_index)
+    cache = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    online = run_envbuild("check-lock", str(lock), env=cache)  # reads torch's metadata from the index, caches it
+    assert online.rc == 0, online.output
+    offline = run_envbuild("check-lock", str(lock), "--offline", env=cache)
+    assert offline.rc == 0 and "judged with requirements from the metadata cache" in offline.stdout, offline.output
+    lone = run_envbuild("check-lock", str(lock), "--offline", "--no-cache", env=cache)
+    assert lone.rc == 0 and "metadata cache" not in lone.stdout, lone.output
+    assert "torch's runtime requirements were not checked" in lone.stdout
