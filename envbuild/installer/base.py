@@ -35,12 +35,14 @@ class Installer(Protocol):
         """Sources a step without its own index is given (uv does not read pip.conf: pip's are passed)."""
         ...
 
-    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None) -> list[str]:
-        """The command that makes ``venv`` from ``python`` (with pip in it: lock tools and users need it)."""
+    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None,
+                  seed: bool = True) -> list[str]:
+        """The command that makes ``venv`` from ``python`` (with pip in it: lock tools and users need it;
+        ``seed=False``: bare where the backend does not need pip itself, as ``uv sync`` makes it)."""
         ...
 
     def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
-                    pass_fds: Sequence[int] = ()) -> None: ...
+                    pass_fds: Sequence[int] = (), seed: bool = True) -> None: ...
 
     def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:
         """Whether ``--compile-bytecode``-style compilation is asked of this backend at install."""

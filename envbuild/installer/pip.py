@@ -96,11 +96,13 @@ class PipInstaller:
     def default_sources(self, wheelhouse: str | None) -> InstallerSources:
         return InstallerSources()  # pip reads its own configuration
 
-    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None) -> list[str]:
-        return [str(python), "-m", "venv", str(venv)]  # ensurepip: no index needed, offline or not
+    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None,
+                  seed: bool = True) -> list[str]:
+        # ensurepip: no index needed, offline or not; always seeded (this backend runs the venv's pip)
+        return [str(python), "-m", "venv", str(venv)]
 
     def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
-                    pass_fds: Sequence[int] = ()) -> None:
+                    pass_fds: Sequence[int] = (), seed: bool = True) -> None:
         create_venv_with(self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse), venv, log_file, pass_fds)
 
     def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:

@@ -31,14 +31,18 @@ class UvInstaller:
     def default_sources(self, wheelhouse: str | None) -> InstallerSources:
         return InstallerSources() if wheelhouse else pip_config_sources()
 
-    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None) -> list[str]:
+    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None,
+                  seed: bool = True) -> list[str]:
+        if not seed:
+            return [self.uv, "venv", "--python", str(python), str(venv)]
         # --seed puts pip in the venv; offline, uv must get it from the wheelhouse, not its default index
-        seed = ["--no-index", "--find-links", offline_wheelhouse] if offline_wheelhouse else []
-        return [self.uv, "venv", "--seed", *seed, "--python", str(python), str(venv)]
+        source = ["--no-index", "--find-links", offline_wheelhouse] if offline_wheelhouse else []
+        return [self.uv, "venv", "--seed", *source, "--python", str(python), str(venv)]
 
     def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
-                    pass_fds: Sequence[int] = ()) -> None:
-        create_venv_with(self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse), venv, log_file, pass_fds)
+                    pass_fds: Sequence[int] = (), seed: bool = True) -> None:
+        argv = self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse, seed=seed)
+        create_venv_with(argv, venv, log_file, pass_fds)
 
     def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:
         """Only when asked (``yes``): ``auto`` and ``no`` leave bytecode to the import warm-up and

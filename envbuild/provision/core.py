@@ -162,7 +162,8 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
     # depend on the install: they are gathered on a thread while the work goes on.
     host_facts = pool.submit(receipts.snapshot_host, spec)
     result = ProvisionResult(paths=paths, plan=plan, timings=laps.seconds,
-                             lock={"bypassed": opts.no_lock, "locked_steps": sorted(opts.locked)})
+                             lock={"bypassed": opts.no_lock, "locked_steps": sorted(opts.locked),
+                                   **opts.lock_source})
     installer = installer_for(plan.options.backend)
 
     manifest = Manifest.load(paths.manifest)
@@ -387,7 +388,7 @@ def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> P
         state.status = "pending"
     manifest.baseline = None
     run.installer.create_venv(base.executable, paths.venv, log_file=paths.logs / "venv.log",
-                              offline_wheelhouse=opts.wheelhouse, pass_fds=run.pass_fds)
+                              offline_wheelhouse=opts.wheelhouse, pass_fds=run.pass_fds, seed=opts.seed)
     manifest.python, manifest.venv = str(base.executable), str(paths.venv)
     manifest.marker_env = base.marker_env  # a venv's marker variables are its interpreter's
     manifest.save()  # the venv is complete: from now on it is ours

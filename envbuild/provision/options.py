@@ -35,6 +35,8 @@ class ProvisionOptions:
     prefetch: Choice = "auto"  # auto: yes when a later step reads a remote index
     step_timeout: float | None = None  # seconds one installer run may take; None: no limit
     import_timeout: float = IMPORT_TIMEOUT  # seconds the final `import torch` may take
+    seed: bool = True  # a new venv gets the installer's seed packages (pip); False: bare, as `uv sync` makes it
+    lock_source: Mapping[str, object] = field(default_factory=dict)  # provision --lock: the lock file and environment (receipt)
 
 
 @dataclass
