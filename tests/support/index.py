@@ -109,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class IndexServer:
-    """PEP 503 simple indexes over folders, on 127.0.0.1 and an OS-chosen port.
+    """PEP 503 simple indexes over folders, on 127.0.0.1 and an OS-chosen port (or ``port``).
 
     Use as a context manager, or ``start()``/``stop()``::
 
@@ -117,11 +117,12 @@ class IndexServer:
             srv.simple_url("nightly")   # http://127.0.0.1:PORT/nightly/simple
     """
 
-    def __init__(self, repos: Mapping[str, Path] | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, repos: Mapping[str, Path] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         self.repos: dict[str, Path] = {}
         for name, folder in (repos or {}).items():
             self.add_repo(name, folder)
         self.host = host
+        self._port = port  # 0: any free port; a fixed one for URLs that are written into files (lockfiles/examples)
         self.requests: list[Request] = []
         self.faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -136,7 +137,7 @@ class IndexServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        httpd = _Server((self.host, 0), _Handler)
+        httpd = _Server((self.host, self._port), _Handler)
         httpd.owner = self
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
