@@ -47,3 +47,39 @@ def test_offline_says_what_came_from_the_cache_and_no_cache_ignores_it(run_envbu
     lone = run_envbuild("check-lock", str(lock), "--offline", "--no-cache", env=cache)
     assert lone.rc == 0 and "metadata cache" not in lone.stdout, lone.output
     assert "torch's runtime requirements were not checked" in lone.stdout
+
+
+# ----------------------------------------------------------------------------- a lock's shape vs envbuild's bugs
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [
+    ('name = "torch"\nversion = "2.10.0+cu128"', 'name = "torch"\nversion = 2', "`version` is a int, where uv writes a string"),
+    ('source = { registry = ', 'source = { registry = 7, x = ', "`registry` is a int"),
+    ('resolution-markers = [', 'resolution-markers = [1, ', "`resolution-markers` is not an array of strings"),
+])
+def test_a_lock_shaped_wrong_is_a_located_finding(run_envbuild, gate_index: GateIndex, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                  old: str, new: str, said: str) -> None:
+    lock = uv_platform_lock(tmp_path, gate_index)
+    text = lock.read_text()
+    assert old in text
+    lock.write_text(text.replace(old, new, 1))
+    r = run_envbuild("check-lock", str(lock), "--offline")
+    assert r.rc == 8 and "Traceback" not in r.output, r.output
+    assert "[broken-lock]" in r.stdout and said in r.stdout, r.output
+
+
+def test_a_parser_bug_is_an_internal_error_not_a_finding(gate_index: GateIndex, tmp_path: Path) -> None:
+    """An exception of the reader itself (here: a TypeError planted in it) must not read as the
+    user's broken lock: exit 1, the traceback, "this is a bug"."""
+    import subprocess
+    import sys
+
+    lock = uv_platform_lock(tmp_path, gate_index)
+    prog = ("import sys; import envbuild.gate.formats.uvlock as u\n"
+            "def bug(data): raise TypeError('planted bug')\n"
+            "u._shape = bug\n"
+            "from envbuild.cli import main\n"
+            "sys.exit(main(['check-lock', '--offline', sys.argv[1]]))\n")
+    r = subprocess.run([sys.executable, "-c", prog, str(lock)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "this is a bug" in r.stderr and "planted bug" in r.stderr and "broken-lock" not in r.stdout

@@ -25,9 +25,16 @@ def parse(path: Path, text: str) -> Lock:
     headers = entry_lines(lines, "[[package]]")
     entries: list[Entry] = []
     markers_seen: list[str] = []
-    for i, p in enumerate(data.get("package", []) or []):
+    packages = data.get("package", []) or []
+    if not isinstance(packages, list):
+        raise LockParseError("`package` is not an array of tables")
+    for i, p in enumerate(packages):
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             raise LockParseError(f"package[{i}] has no name")
+        for key, kind in (("files", list), ("dependencies", dict), ("source", dict)):
+            if key in p and not isinstance(p[key], kind):
+                raise LockParseError(f"package[{i}] ({p['name']}): `{key}` is a {type(p[key]).__name__}, where "
+                                     f"Poetry writes {'an array' if kind is list else 'a table'}")
         requires = []
         declared: dict[str, Any] = p["dependencies"] if isinstance(p.get("dependencies"), dict) else {}
         for dep, spec in declared.items():

@@ -38,11 +38,84 @@ def _source_key(source: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in source.items()))
 
 
+_STR, _TABLE, _LIST = (str,), (dict,), (list,)
+# what each key the reader uses must be, where it appears (a key a later uv adds is not read)
+_TOP = {"requires-python": _STR, "resolution-markers": _LIST, "supported-markers": _LIST, "conflicts": _LIST,
+        "manifest": _TABLE, "package": _LIST}
+_PACKAGE = {"name": _STR, "version": _STR, "source": _TABLE, "dependencies": _LIST, "optional-dependencies": _TABLE,
+            "dev-dependencies": _TABLE, "wheels": _LIST, "sdist": _TABLE, "metadata": _TABLE,
+            "resolution-markers": _LIST}
+_FILE = {"url": _STR, "filename": _STR, "path": _STR, "hash": _STR}
+_SOURCE = {"registry": _STR, "url": _STR, "git": _STR, "path": _STR, "editable": _STR, "virtual": _STR,
+           "directory": _STR}
+_EDGE = {"name": _STR, "version": _STR, "source": _TABLE, "marker": _STR, "extra": _LIST}
+
+
+def _shape(data: dict[str, Any]) -> None:
+    """Raise ``LockParseError`` naming the first value that is not shaped as uv writes it: the
+    reader below may then trust the types, and any other exception it raises is a bug of envbuild's."""
+    _keys(data, _TOP, "the lock")
+    for key in ("resolution-markers", "supported-markers"):
+        _strings(data.get(key, []), f"`{key}`")
+    for i, group in enumerate(data.get("conflicts", [])):
+        if not isinstance(group, list) or not all(isinstance(x, dict) for x in group):
+            raise LockParseError(f"`conflicts[{i}]` is not an array of tables")
+        for item in group:
+            for key in ("package", "extra", "group"):
+                if key in item and not isinstance(item[key], str):
+                    raise LockParseError(f"`conflicts[{i}]`: `{key}` is not a string")
+    manifest = data.get("manifest", {})
+    for key in ("members",):
+        _strings(manifest.get(key, []), f"`manifest.{key}`")
+    if not isinstance(manifest.get("dependency-metadata", []), list):
+        raise LockParseError("`manifest.dependency-metadata` is not an array of tables")
+    for i, p in enumerate(data.get("package", [])):
+        if not isinstance(p, dict):
+            raise LockParseError(f"package[{i}] is not a table")
+        where = f"package[{i}]" + (f" ({p['name']})" if isinstance(p.get("name"), str) else "")
+        _keys(p, _PACKAGE, where)
+        if "name" not in p:
+            raise LockParseError(f"{where} has no name")
+        _strings(p.get("resolution-markers", []), f"{where}: `resolution-markers`")
+        edges = [("dependencies", p.get("dependencies", []))]
+        for table in ("optional-dependencies", "dev-dependencies"):
+            for k, v in p.get(table, {}).items():
+                edges.append((f"{table}.{k}", v))
+        for key, items in edges:
+            if not isinstance(items, list):
+                raise LockParseError(f"{where}: `{key}` is not an array of tables")
+            for d in items:
+                if not isinstance(d, dict):
+                    raise LockParseError(f"{where}: `{key}` holds a value that is not a table")
+                _keys(d, _EDGE, f"{where}: an edge in `{key}`")
+                _strings(d.get("extra", []), f"{where}: `extra` of an edge in `{key}`")
+        for w in p.get("wheels", []):
+            if not isinstance(w, dict):
+                raise LockParseError(f"{where}: `wheels` holds a value that is not a table")
+            _keys(w, _FILE, f"{where}: a wheel")
+        _keys(p.get("sdist", {}), _FILE, f"{where}: `sdist`")
+        _keys(p.get("source", {}), _SOURCE, f"{where}: `source`")
+        meta = p.get("metadata", {})
+        if not isinstance(meta.get("requires-dist", []), list):
+            raise LockParseError(f"{where}: `metadata.requires-dist` is not an array")
+
+
+def _keys(table: dict[str, Any], kinds: dict[str, tuple[type, ...]], where: str) -> None:
+    for key, kind in kinds.items():
+        if key in table and not isinstance(table[key], kind):
+            raise LockParseError(f"{where}: `{key}` is a {type(table[key]).__name__}, "
+                                 f"where uv writes a {'table' if kind is _TABLE else 'string' if kind is _STR else 'array'}")
+
+
+def _strings(items: Any, where: str) -> None:
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise LockParseError(f"{where} is not an array of strings")
+
+
 def parse(path: Path, text: str) -> Lock:
     data = toml_loads(text)
+    _shape(data)
     raw_packages = data.get("package", [])
-    if not isinstance(raw_packages, list):
-        raise LockParseError("`package` is not an array of tables")
     lines = text.splitlines()
     headers = entry_lines(lines, "[[package]]")
     marker_texts: list[str] = []
