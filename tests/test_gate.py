@@ -131,9 +131,10 @@ def test_uv_healthy_extensions_pass_and_explain_lists_what_it_could_not_verify(
         lock = uv_platform_lock(tmp_path, gate_index, extension=ext)
         r = run_envbuild("check-lock", str(lock), "--offline", "--explain")
         assert r.rc == 0, (ext, r.output)
-    # a prebuilt extension beside PyPI's torch (no local tag): the CUDA major cannot be compared
-    lock = pip_compile_requirements(tmp_path, gate_index, torch="2.10.0", index="pypi",
-                                    extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
+    # a prebuilt extension beside PyPI's torch (no local tag) locked without its nvidia runtime (--no-deps):
+    # nothing says its CUDA major, so it cannot be compared (with the runtime it is: tests/test_gate_tags.py)
+    lock = uv_universal_requirements(tmp_path, gate_index, linux_torch="2.10.0", linux_index="plain", no_deps=True,
+                                     extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
     r = run_envbuild("check-lock", str(lock), "--offline", "--explain")
     assert r.rc == 0, r.output
     assert "not verified:" in r.stdout and "carries no local CUDA tag, so the CUDA major was not compared" in r.stdout

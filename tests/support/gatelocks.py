@@ -12,11 +12,16 @@ The index (session fixture ``gate_index`` -> ``GateIndex``), one server, five re
   ``einops-like 0.8.1``, the nvidia wheels (``*-cu12`` and ``*-cu13``: PyPI has both, and an
   explicit PyTorch index only serves torch itself to uv), ``needs-torch-211 1.0`` (``torch>=2.11``),
   ``trainer-utils 1.0`` (``torch``, ``einops-like``).
-- ``cu128``: torch ``2.10.0+cu128`` and ``2.9.1+cu128`` (the cu12 runtime and nccl on Linux,
-  ``filelock-like``), and copies of the cu12 nvidia wheels and filelock-like.
+- ``cu128``: torch ``2.10.0+cu128``, ``2.9.1+cu128`` and ``2.7.1+cu128`` (the cu12 runtime and nccl
+  on Linux, ``filelock-like``), and copies of the cu12 nvidia wheels and filelock-like.
 - ``cu130``: torch ``2.10.0+cu130`` and ``2.11.0+cu130`` (``nvidia-cuda-runtime-cu13==13.0.96``,
   ``nvidia-nccl-cu13==2.28.3`` on Linux, ``filelock-like``), the cu13 wheels, filelock-like.
 - ``cpu``: torch ``2.10.0+cpu`` (``filelock-like`` only), filelock-like.
+- ``plain``: torch builds without a local tag, as PyPI serves them, on an index of their own so a
+  lock takes them on Linux through ``linux_index="plain"``: ``2.10.0`` (the cu12 runtime, like
+  PyPI's 2.10.0) and ``2.11.0`` (like PyPI's: the unsuffixed ``nvidia-cuda-runtime==13.0.96``,
+  ``nvidia-nccl-cu13``, on Linux). Their CUDA major is in their runtime only. The pypi repo holds
+  the unsuffixed ``nvidia-cuda-runtime 13.0.96`` that 2.11.0 requires.
 - ``releases``: prebuilt extension wheels used by URL (``<server>/releases/files/<file>``), each
   requiring ``torch`` and ``einops-like`` like the real flash-attn wheel; keys of ``EXTENSIONS``:
   ``flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE`` (healthy beside 2.10.0+cu128),
@@ -25,7 +30,13 @@ The index (session fixture ``gate_index`` -> ``GateIndex``), one server, five re
   ``flash_attn-2.8.3+cu12torch2.10cxx11abiFALSE`` (wrong C++ ABI),
   ``mamba_ssm-2.2.4+cu12torch2.10cxx11abiTRUE``,
   ``flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61`` (FA3 style, healthy with
-  2.10.0+cu128). The file names keep the release's spelling (``...cxx11abiTRUE-py3-none-any.whl``,
+  2.10.0+cu128), ``flash_attn-2.7.0.post2+cu11torch2.5cxx11abiFALSE`` (CUDA 11, torch 2.5), NVIDIA
+  cosmos builds ``flash_attn-2.6.3+cu128.torch271`` (healthy beside 2.7.1+cu128),
+  ``flash_attn-2.6.3+cu126.torch260`` and ``flash_attn-2.7.4.post1+cu130.torch29``, wheels.astral.sh
+  builds ``flash_attn-2.8.3.post1+cu.13.0.torch.2.11`` (healthy beside 2.11.0+cu130),
+  ``...+cu.13.0.torch.2.9`` and ``...+cu.12.8.torch.2.11``, and a tag the gate does not read,
+  ``flash_attn-2.8.3+das.opt1.dtk2604.torch271`` (a DTK build). The releases repo is also a simple
+  index (``url("releases")``), as the cosmos and astral wheels are served. The file names keep the release's spelling (``...cxx11abiTRUE-py3-none-any.whl``,
   as on flash-attn's GitHub releases); METADATA carries the normalised, lower-cased version.
 
 Lock makers (each writes into a fresh folder under ``tmp`` and returns the lock's path; uv runs
@@ -128,6 +139,14 @@ EXTENSIONS: dict[str, WheelSpec] = {key: _extension(key) for key in (
     "flash_attn-2.8.3+cu12torch2.10cxx11abiFALSE",  # pre-C++11 ABI build
     "mamba_ssm-2.2.4+cu12torch2.10cxx11abiTRUE",
     "flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61",  # FA3 style, healthy beside 2.10.0+cu128
+    "flash_attn-2.7.0.post2+cu11torch2.5cxx11abiFALSE",  # CUDA 11 and torch 2.5
+    "flash_attn-2.6.3+cu128.torch271",  # NVIDIA cosmos: healthy beside 2.7.1+cu128
+    "flash_attn-2.6.3+cu126.torch260",  # cosmos, built for torch 2.6
+    "flash_attn-2.7.4.post1+cu130.torch29",  # cosmos, built for torch 2.9
+    "flash_attn-2.8.3.post1+cu.13.0.torch.2.11",  # wheels.astral.sh: healthy beside 2.11.0+cu130
+    "flash_attn-2.8.3.post1+cu.13.0.torch.2.9",  # astral, built for torch 2.9
+    "flash_attn-2.8.3.post1+cu.12.8.torch.2.11",  # astral, a CUDA 12 build
+    "flash_attn-2.8.3+das.opt1.dtk2604.torch271",  # a DTK build: a tag the gate does not read
 )}
 
 REPOS: dict[str, tuple[WheelSpec, ...]] = {
@@ -140,10 +159,12 @@ REPOS: dict[str, tuple[WheelSpec, ...]] = {
         *_NVIDIA_CU13,
         _pkg("needs-torch-211", "1.0", ["torch>=2.11"]),
         _pkg("trainer-utils", "1.0", ["torch", "einops-like"]),
+        _pkg("nvidia-cuda-runtime", CU13_RUNTIME, files={"nvidia/cu13/VERSION": f"nvidia-cuda-runtime {CU13_RUNTIME}\n"}),
     ),
     "cu128": (
         _torch("2.10.0+cu128", "12.8", _CU12_DEPS),
         _torch("2.9.1+cu128", "12.8", _CU12_DEPS),
+        _torch("2.7.1+cu128", "12.8", _CU12_DEPS),
         *_NVIDIA_CU12,
         _FILELOCK,
     ),
@@ -156,6 +177,11 @@ REPOS: dict[str, tuple[WheelSpec, ...]] = {
     "cpu": (
         _torch("2.10.0+cpu", None, ["filelock-like"]),
         _FILELOCK,
+    ),
+    "plain": (
+        _torch("2.10.0", "12.8", _CU12_DEPS),
+        _torch("2.11.0", "13.0", (f"nvidia-cuda-runtime=={CU13_RUNTIME}; {_ON_LINUX}",
+                                  f"nvidia-nccl-cu13=={CU13_NCCL}; {_ON_LINUX}", "filelock-like")),
     ),
     "releases": tuple(EXTENSIONS.values()),
 }
