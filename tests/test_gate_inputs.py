@@ -113,3 +113,18 @@ def test_mutated_tool_made_locks_never_crash(groups_lock_text: str, tmp_path: Pa
     assert report.format == fmt
     for f in report.findings:
         assert f.rule and f.reason
+
+
+def test_a_python_3_marker_and_an_unversioned_entry_read_plainly(tmp_path: Path) -> None:
+    """``python_version >= '3'`` tells no Python 3 apart (no "python 3.0-3.1" environments), and an
+    entry without a version is named by its name (never ``==None``)."""
+    lock = tmp_path / "uv.lock"
+    lock.write_text(_HEAD + _pkg("trainer", "0.1", 'source = { virtual = "." }',
+                                 "dependencies = [\n    { name = \"torch\", marker = \"python_version >= '3'\" },\n"
+                                 "    { name = \"helper\" },\n]")
+                    + _pkg("torch", "2.10.0+cu128", 'source = { registry = "https://download.pytorch.org/whl/cu128" }')
+                    + '[[package]]\nname = "helper"\nsource = { git = "https://example.com/helper?rev=1#abc" }\n'
+                    + 'dependencies = [\n    { name = "torch" },\n]\n')
+    report = check_file(lock, Policy(), offline=True)
+    assert [r.name for r in report.environments] == ["linux x86_64"], report.environments
+    assert report.unchecked == ["helper"], report.unchecked  # a torch dependent whose requirements are unknown

@@ -53,7 +53,7 @@ def parse(path: Path, text: str) -> Lock:
             markers_seen.append(marker)
         version = str(p.get("version")) if p.get("version") is not None else None
         entries.append(Entry(
-            key=i, name=canonical(p["name"]), version=version, raw=f"{p['name']}=={version}",
+            key=i, name=canonical(p["name"]), version=version, raw=f"{p['name']}=={version}" if version is not None else p["name"],
             line=headers[i] if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
             index=source.get("url") if source.get("type") == "legacy" else None, url=url,
             files=tuple((url or f, h) for f, h in files if f) if url is None else ((url, files[0][1] if files else None),),

@@ -148,7 +148,7 @@ def parse(path: Path, text: str) -> Lock:
         version = p.get("version")
         entry = Entry(
             key=i, name=name, version=str(version) if version is not None else None,
-            raw=f"{p['name']}=={version}", line=headers[i] if i < len(headers) else None,
+            raw=f"{p['name']}=={version}" if version is not None else p["name"], line=headers[i] if i < len(headers) else None,
             hashes=tuple(h for _, h in wheels if h), index=source.get("registry"),
             url=source.get("url"), files=tuple((u, h) for u, h in wheels if u), requires=requires,
             dependencies=tuple(dep_names))
