@@ -19,12 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_profile_folder_that_looks_like_a_package_is_listed() -> None:
     """setuptools treats lockfiles/<name>/ as the package envbuild._lockfiles.<name> when <name>
-    is an identifier, and warns at every install unless it is in `packages`."""
-    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    folders = [p.name for p in (REPO / "lockfiles").iterdir() if p.is_dir() and p.name.isidentifier()]
-    assert folders, "the cpu profile is expected under lockfiles/"
-    missing = [f"envbuild._lockfiles.{name}" for name in folders if f"envbuild._lockfiles.{name}" not in packages]
+    is an identifier and package data comes from it, and warns at every install unless it is in
+    `packages`. A folder that is no profile (lockfiles/examples/: check-lock's example locks, for
+    a checkout only) is deliberately not shipped: nothing directly in it matches the data globs."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = setuptools["packages"]
+    data_globs = [g.split("/", 1)[1] for g in setuptools["package-data"]["envbuild._lockfiles"]]  # "*/*.toml" -> "*.toml"
+    folders = [p for p in (REPO / "lockfiles").iterdir() if p.is_dir() and p.name.isidentifier()]
+    profiles = [p.name for p in folders if (p / "stack.toml").is_file()]
+    assert "cpu" in profiles, "the cpu profile is expected under lockfiles/"
+    shipped = [p.name for p in folders if any(any(p.glob(g)) for g in data_globs)]
+    missing = [f"envbuild._lockfiles.{name}" for name in sorted({*profiles, *shipped})
+               if f"envbuild._lockfiles.{name}" not in packages]
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
+    assert (REPO / "lockfiles" / "examples") in folders and "examples" not in shipped
 
 
 @pytest.mark.slow
