@@ -16,6 +16,7 @@ from envbuild import layout
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError, PreflightError
+from envbuild.fromlock.cli import add_lock_args
 from envbuild.installer import find_uv, resolve_plan
 from envbuild.installer.python import UnfitInterpreter, find_interpreter
 from envbuild.net import redact
@@ -33,6 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--offline", action="store_true", help="install only from --wheelhouse (as provision --offline)")
     p.add_argument("--python", metavar="PATH", help="the interpreter provision --python would make the venv with")
     p.add_argument("--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse")
+    add_lock_args(p, provision=False)
     p.set_defaults(func=run)
 
 
@@ -49,6 +51,10 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lock is not None:
+        from envbuild.fromlock import cli as fromlock
+
+        return fromlock.plan(args)
     spec = load_stack(args)
     if args.wheelhouse and not args.offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")

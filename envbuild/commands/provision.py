@@ -18,6 +18,7 @@ from envbuild.commands.common import (
     seconds_arg,
 )
 from envbuild.errors import ConfigError, Interrupted
+from envbuild.fromlock.cli import add_lock_args
 from envbuild.layout import paths_for
 from envbuild.lock.serve import locked_requirements
 from envbuild.plan import BACKENDS
@@ -79,10 +80,15 @@ def register(sub: Any) -> None:
                    help="stop an installer run that takes more than S seconds (default: no limit; exit 5)")
     p.add_argument("--import-timeout", type=seconds_arg(), default=IMPORT_TIMEOUT, metavar="S",
                    help=f"stop the final `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 5)")
+    add_lock_args(p, provision=True)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lock is not None:
+        from envbuild.fromlock import cli as fromlock
+
+        return fromlock.provision(args)
     spec = load_stack(args)
     if args.offline and not args.wheelhouse:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")

@@ -1,0 +1,19 @@
+"""Provision from the lock a project already commits (``provision --lock``, ``plan --lock``).
+
+The data flow, one module each:
+
+- ``select``  read the lock (uv.lock, pylock.toml), choose one environment of it (this host's
+              platform and Python, the locker's default selection or ``--extra``/``--group``), run
+              the gate's rules on it (``envbuild.gate``);
+- ``stages``  the install stages of that environment, each package with the reason it is there:
+              torch and its runtime, prebuilt extensions, the rest, source builds against the
+              installed torch, the project;
+- ``stack``   the stages as a stack of hash-pinned steps for ``envbuild.provision``;
+- ``run``     adopt the torch a venv already has, then provision (guard after every stage).
+"""
+
+from __future__ import annotations
+
+from envbuild.fromlock.run import LockRequest, Prepared, prepare, provision_lock
+
+__all__ = ["LockRequest", "Prepared", "prepare", "provision_lock"]

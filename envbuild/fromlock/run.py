@@ -1,0 +1,187 @@
+"""``provision --lock``: read, choose, gate, stage, adopt, then provision's own guarded run.
+
+Every refusal comes before anything is made: an unreadable or unsupported lock and an ambiguous
+selection (exit 2), a lock the gate fails (exit 8), a venv whose torch is not the lock's (exit 6),
+file hosts that do not answer (exit 3). Then ``envbuild.provision.provision`` runs the stages as
+steps (``fromlock.stack``).
+
+Adopting the torch that is there: a ``--venv`` that already holds the lock's exact torch
+(version and local tag, every file as its RECORD lists it) keeps it as the baseline, unstamped
+and with no download; the torch stage installs only the runtime packages it lacks. A different
+torch is refused with both versions named, or replaced with ``--replace-torch``.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from envbuild import abi, events, layout
+from envbuild.errors import ABIViolation, ConfigError, PreflightError
+from envbuild.fromlock.select import Chosen, Request, choose, gate, read_lock, refuse
+from envbuild.fromlock.stack import stack_for, stage_files
+from envbuild.fromlock.stages import StagePlan, plan_stages
+from envbuild.gate.check import FileReport
+from envbuild.gate.model import Format
+from envbuild.provision.options import ProvisionOptions, ProvisionResult
+
+__all__ = ["LockRequest", "Prepared", "prepare", "provision_lock"]
+
+DEFAULT_ROOT = "/mnt/data"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockRequest:
+    """What ``provision --lock`` / ``plan --lock`` are asked, beside provision's own options."""
+
+    lock: Path
+    fmt: Format | None = None
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    environment: tuple[str, ...] = ()
+    accept: Path | None = None
+    project: bool = True
+    replace_torch: bool = False
+
+
+@dataclass
+class Prepared:
+    chosen: Chosen
+    report: FileReport
+    plan: StagePlan
+    adopted: str | None = None  # the venv's torch, kept as the baseline
+    already: tuple[str, ...] = ()  # runtime packages the adopted venv holds at the locked version
+
+
+def target_python(req: LockRequest, python: str | None, venv: Path | None) -> str:
+    """The Python minor the environment is for: the --venv's, the --python's, the lock folder's
+    ``.python-version`` (uv's rule), else this interpreter's."""
+    from envbuild.installer import probe_python
+
+    exe: str | Path | None = None
+    if venv is not None:
+        exe = venv.expanduser() / "bin" / "python"
+        if not Path(exe).exists():
+            raise PreflightError(f"--venv {venv}: no environment there (no {exe})")
+    elif python is not None:
+        import shutil
+
+        exe = shutil.which(python) or (python if Path(python).exists() else None)
+        if exe is None:
+            raise PreflightError(f"--python {python}: no such interpreter")
+    if exe is not None:
+        probed = probe_python(exe)
+        if probed is None:
+            raise PreflightError(f"{exe}: the interpreter does not run")
+        return ".".join(probed.version.split(".")[:2])
+    pinned = req.lock.parent / ".python-version"
+    try:
+        text = pinned.read_text(encoding="utf-8").split()[0] if pinned.is_file() else ""
+    except (OSError, IndexError):
+        text = ""
+    if text and text[:1].isdigit():
+        return ".".join(text.split(".")[:2])
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def prepare(req: LockRequest, python: str) -> Prepared:
+    """Read, choose, gate and stage (no network, no venv): what ``plan --lock`` prints."""
+    lock, sha = read_lock(req.lock, req.fmt)
+    request = Request(python=python, extras=req.extras, groups=req.groups, environment=req.environment, fmt=req.fmt)
+    chosen = choose(lock, sha, request)
+    report, failing = gate(chosen, request, req.accept)
+    refuse(chosen, failing, req.accept)
+    return Prepared(chosen, report, plan_stages(chosen, project=req.project))
+
+
+def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
+    """Keep the venv's torch when it is the lock's (see the module docstring)."""
+    try:
+        site = abi.site_packages(venv.expanduser())
+    except FileNotFoundError:
+        return prepared
+    dists = abi.scan(site)
+    have = dists.get("torch")
+    want = prepared.plan.torch.version or ""
+    if have is None:
+        return prepared
+    runtime = abi.read_runtime_version(site) or have.version
+    if want not in (have.version, runtime):
+        if replace_torch:
+            events.emit("warn", f"--replace-torch: {venv} has torch {runtime}; the lock's {want} replaces it")
+            return prepared
+        raise ABIViolation(f"{venv} has torch {runtime}, the lock installs torch {want}: provisioning would replace "
+                           "the environment's torch (and every extension built against it); nothing was changed",
+                           hint="Use an environment with the lock's torch, re-lock for the torch that is there, or "
+                           "replace it knowingly with --replace-torch.")
+    bad = abi.files_differ(have, site)
+    if bad:
+        raise ABIViolation(f"{venv} has torch {runtime}, the lock's version, but {len(bad)} of its files differ from "
+                           f"its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; nothing was "
+                           "changed", hint="Reinstall torch there, or replace it with --replace-torch.")
+    plan = prepared.plan
+    already = tuple(p.entry.name for p in plan.stage("torch") if p.entry is not plan.torch
+                    and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version)
+    kept = [p for p in plan.placed if p.entry is not plan.torch and p.entry.name not in already]
+    left = [*plan.left_out, ("torch", f"adopted: {venv} already has torch {runtime} (RECORD intact)"),
+            *((n, "already in the adopted environment at the locked version") for n in already)]
+    events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
+    return replace(prepared, plan=replace(plan, placed=kept, left_out=left), adopted=runtime, already=already)
+
+
+def _unreachable(prepared: Prepared, spec_steps: set[str]) -> list[str]:
+    """HEAD of one file per host the stages still to run download from (file:// is the installer's)."""
+    from envbuild.net import unreachable
+
+    first: dict[str, str] = {}
+    for p in prepared.plan.placed:
+        if p.stage not in spec_steps or p.artifact is None:
+            continue
+        parts = urlsplit(p.artifact.url)
+        if parts.scheme in ("http", "https"):
+            first.setdefault(f"{parts.scheme}://{parts.netloc}", p.artifact.url)
+    return unreachable(first.values())
+
+
+def _todo(spec_digest: str, step_names: list[str], paths: layout.Paths) -> set[str]:
+    """The steps a provision into ``paths`` still has to run (all, unless its manifest is this spec's, done)."""
+    from envbuild.provision.state import Manifest
+
+    try:
+        manifest = Manifest.load(paths.manifest)
+    except ConfigError:
+        return set(step_names)
+    if manifest.spec_digest != spec_digest:
+        return set(step_names)
+    return {s for s in step_names if manifest.state(s).status != "ok"}
+
+
+def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
+    """Provision the lock's chosen environment (see the module docstring)."""
+    from envbuild.installer import installer_for
+    from envbuild.provision.core import provision
+
+    python = target_python(req, opts.python, opts.venv)
+    prepared = prepare(req, python)
+    if opts.venv is not None:
+        prepared = adopt(prepared, opts.venv, req.replace_torch)
+    backend = installer_for(opts.backend).name
+    root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
+    spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=backend == "pip",
+                     torch_version=prepared.adopted)
+    paths = layout.paths_for(spec, opts.root)
+    todo = _todo(spec.digest, [s.name for s in spec.steps], paths)
+    if todo and (bad := _unreachable(prepared, todo)):
+        raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
+                             hint="Check the network (or a proxy), or provision where they can be reached.")
+    source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
+              "adopted_torch": prepared.adopted}
+    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
+        locked = stage_files(prepared.plan, spec, Path(tmp), pip_backend=backend == "pip")
+        run_opts = replace(opts, backend=backend, locked=locked, seed=backend == "pip", lock_source=source)
+        result = provision(spec, run_opts)
+    return prepared, result
+

@@ -1,0 +1,234 @@
+"""Read a committed lock and choose the one environment to install: this host's platform and
+Python, and the selection of extras/groups the locker's own sync would take.
+
+The environments come from the gate (``envbuild.gate.environments``): every valid selection of
+the lock's conflicting extras/groups on each platform and Python. A provision installs exactly
+one of them:
+
+- no ``--extra``/``--group``: the locker's default selection (uv: the project and its default
+  groups; labelled "default", or "no conflicting extra" where nothing is on by default);
+- ``--extra``/``--group``: the selections that hold every requested item; among them the one
+  that adds nothing beyond the requested items and the default ones, as ``uv sync --extra X``;
+- more than one candidate left: a usage error (exit 2) that lists the choices.
+
+The gate's rules then run on that environment alone (``gate``): the check is narrowed with a
+PEP 508 marker that holds in the chosen selection only, so a broken extra the host does not
+install does not refuse the one it does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform as host_platform
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild.errors import ConfigError, LockError
+from envbuild.gate.check import FileReport, check_file, read_lockfile
+from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
+from envbuild.gate.findings import Finding, Policy
+from envbuild.gate.formats import detect, parse
+from envbuild.gate.model import Environment, Format, Lock, LockParseError, Members
+from envbuild.gate.names import canonical
+
+__all__ = ["Chosen", "Request", "choose", "gate", "host_platform_key", "read_lock"]
+
+SUPPORTED: tuple[Format, ...] = ("uv.lock", "pylock")
+_DEFAULT_WORDS = "default"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the command line asks: the extras/groups, platform or marker filters, the target Python."""
+
+    python: str  # "3.11": the interpreter the environment is made with
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    environment: tuple[str, ...] = ()  # --environment: platforms or PEP 508 markers (default: this host)
+    fmt: Format | None = None
+
+
+@dataclass
+class Chosen:
+    """The lock and the one environment of it a provision installs."""
+
+    path: Path
+    sha256: str
+    lock: Lock
+    env: Environment
+    members: Members
+
+    @property
+    def selection(self) -> str:
+        return self.env.selection[0] if self.env.selection else NO_CHOICE
+
+    def to_json(self) -> dict[str, object]:
+        """What a receipt and ``plan --lock --json`` record of it."""
+        return {"lock_file": str(self.path), "lock_sha256": self.sha256, "lock_format": self.lock.format,
+                "environment": self.env.name, "platform": self.env.platform, "python": self.env.python,
+                "selection": self.selection}
+
+
+def host_platform_key() -> str:
+    """This machine as a gate platform key (``linux-x86_64``)."""
+    machine = host_platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    if sys.platform.startswith("linux"):
+        return f"linux-{machine}"
+    if sys.platform == "darwin":
+        return f"macos-{'arm64' if machine in ('arm64', 'aarch64') else 'x86_64'}"
+    return "windows-amd64"
+
+
+def read_lock(path: Path, fmt: Format | None = None) -> tuple[Lock, str]:
+    """The lock at ``path`` and its sha256 (ConfigError, exit 2: missing, unreadable, a format
+    provision does not install from, or not a readable lock of its format)."""
+    text = read_lockfile(path)
+    kind = fmt or detect(path, text)
+    if kind not in SUPPORTED:
+        raise ConfigError(
+            f"{path}: provision --lock installs from uv.lock and pylock.toml; a {kind} file is not supported yet "
+            "(its entries name no file URL to install and hash-check, or it records no dependency graph)",
+            hint="Check it with `envbuild check-lock`, or export the environment to a pylock.toml "
+            "(`uv export --format pylock.toml`, `pip lock`) and provision from that.")
+    try:
+        lock = parse(path, text, kind)
+    except LockParseError as exc:
+        raise ConfigError(f"{path}: not a readable {kind} file: {exc}") from None
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+        raise ConfigError(f"{path}: not a readable {kind} file: a table or value is not shaped as {kind} "
+                          f"writes it ({type(exc).__name__}: {exc})") from None
+    return lock, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _items(env: Environment) -> set[str]:
+    """The conflicting items an environment chose, in the gate's words (``extra cu128``)."""
+    label = env.selection[0] if env.selection else ""
+    if label in (NO_CHOICE, _DEFAULT_WORDS, ""):
+        return set()
+    if label.startswith(_DEFAULT_WORDS + " ("):
+        label = label[len(_DEFAULT_WORDS) + 2:-1]
+    return {w.strip() for w in label.split(" + ") if w.strip()}
+
+
+def _is_default(env: Environment) -> bool:
+    label = env.selection[0] if env.selection else ""
+    return label == _DEFAULT_WORDS or label.startswith(_DEFAULT_WORDS + " (")
+
+
+def _names(words: str) -> tuple[str, str]:
+    """``extra cu128`` -> ("extra", "cu128"); ``extra trainer[cu128]`` -> ("extra", "cu128")."""
+    kind, _, name = words.partition(" ")
+    m = re.fullmatch(r".*\[(.+)\]", name)
+    return kind, str(canonical(m.group(1) if m else name))
+
+
+def _holds(env: Environment, want: tuple[str, str]) -> bool:
+    kind, name = want
+    return any(_names(w)[1] == name and (kind == "any" or _names(w)[0] == kind) for w in _items(env))
+
+
+def choose(lock: Lock, sha256: str, request: Request) -> Chosen:
+    """The one environment of ``lock`` to install for ``request`` (see the module docstring)."""
+    env_filter = request.environment or (host_platform_key(),)
+    narrow = Narrow(environment=env_filter, python=(request.python,), default_python=request.python)
+    narrow.validate()
+    envs = enumerate_environments(lock, narrow)
+    path = lock.path
+    if not envs:
+        raise ConfigError(f"{path}: the lock covers no environment for Python {request.python} on "
+                          f"{', '.join(env_filter)} (its requires-python: {lock.requires_python or 'any'}; "
+                          f"its environments: {'; '.join(lock.environments) or 'any'})",
+                          hint="Give the interpreter the lock is made for with --python, or --environment.")
+    platforms = sorted({e.platform for e in envs})
+    if len(platforms) > 1:
+        raise ConfigError(f"{path}: --environment matches several platforms ({', '.join(platforms)}); a provision "
+                          "installs one", hint="Name one platform, e.g. --environment linux-x86_64.")
+    wanted = [("extra", str(canonical(x))) for x in request.extras] + [("any", str(canonical(g))) for g in request.groups]
+    candidates = [e for e in envs if all(_holds(e, w) for w in wanted)]
+    if not candidates:
+        raise ConfigError(f"{path}: no selection of this lock holds {_asked(request)}",
+                          hint=_choices_hint(envs))
+    defaults = next((_items(e) for e in envs if _is_default(e)), set())
+    if not wanted:
+        best = [e for e in candidates if _is_default(e)] or [e for e in candidates if not _items(e)]
+        if len(candidates) == 1:
+            best = candidates
+    else:
+        asked = {w for e in candidates for w in _items(e) if any(_holds_word(w, x) for x in wanted)}
+        fits = [e for e in candidates if _items(e) <= asked | defaults]
+        most = max((len(_items(e) & defaults) for e in fits), default=0)
+        best = [e for e in fits if len(_items(e) & defaults) == most]
+    if len(best) != 1:
+        shown = "; ".join(e.selection[0] if e.selection else NO_CHOICE for e in (best or candidates))
+        raise ConfigError(f"{path}: {_asked(request) if wanted else 'the default selection'} matches more than one "
+                          f"environment of this lock ({shown}); a provision installs one",
+                          hint=_choices_hint(envs))
+    env = best[0]
+    return Chosen(path, sha256, lock, env, lock.members(env))
+
+
+def _holds_word(words: str, want: tuple[str, str]) -> bool:
+    kind, name = _names(words)
+    return name == want[1] and (want[0] == "any" or kind == want[0])
+
+
+def _asked(request: Request) -> str:
+    parts = [f"--extra {x}" for x in request.extras] + [f"--group {g}" for g in request.groups]
+    return " ".join(parts)
+
+
+def _choices_hint(envs: list[Environment]) -> str:
+    words = sorted({w for e in envs for w in _items(e)})
+    flags = [f"--{_names(w)[0] if _names(w)[0] in ('extra', 'group') else 'group'} {_names(w)[1]}" for w in words]
+    labels = sorted({e.selection[0] for e in envs if e.selection})
+    if not flags:
+        return "This lock has no conflicting extras or groups to choose between."
+    return (f"Choose with {', '.join(dict.fromkeys(flags))}. Its selections here: {'; '.join(labels)}.")
+
+
+def selection_marker(lock: Lock, env: Environment) -> str | None:
+    """A PEP 508 marker that holds in ``env``'s selection and in no other (None: nothing to choose)."""
+    atoms: list[str] = []
+    for conflict in lock.conflicts:
+        for item in conflict:
+            for tag in sorted(item.extras):
+                atoms.append(f"extra {'==' if tag in env.extras else '!='} '{tag}'")
+            for g in sorted(item.groups - item.extras):
+                atoms.append(f"'{g}' {'in' if g in env.groups else 'not in'} dependency_groups")
+    return " and ".join(dict.fromkeys(atoms)) or None
+
+
+def gate(chosen: Chosen, request: Request, accept: Path | None) -> tuple[FileReport, list[Finding]]:
+    """The gate's rules on the chosen environment alone: (the report, the findings that refuse it)."""
+    env = chosen.env
+    where = [request.environment[0] if request.environment else host_platform_key()]
+    marker = selection_marker(chosen.lock, env)
+    if marker:
+        where.append(marker)
+    narrow = Narrow(environment=tuple(where), python=(env.python,), default_python=env.python)
+    try:
+        report = check_file(chosen.path, Policy(python=env.python), fmt=chosen.lock.format, offline=True,
+                            narrow=narrow, accept_file=accept)
+    except ConfigError as exc:  # the narrowing matched nothing: judge every environment of the platform
+        if "nothing would be judged" not in exc.message:
+            raise
+        report = check_file(chosen.path, Policy(python=env.python), fmt=chosen.lock.format, offline=True,
+                            narrow=Narrow(environment=tuple(where[:1]), python=(env.python,),
+                                          default_python=env.python), accept_file=accept)
+    return report, report.failing
+
+
+def refuse(chosen: Chosen, failing: list[Finding], accept: Path | None) -> None:
+    """Exit 8 before anything is made when the gate fails the chosen environment."""
+    if not failing:
+        return
+    lines = "; ".join(f"{f.package}: {f.reason} [{f.rule}]" for f in failing[:3])
+    more = f" (and {len(failing) - 3} more)" if len(failing) > 3 else ""
+    raise LockError(
+        f"{chosen.path}: the lock fails envbuild's gate in {chosen.env.name}, so nothing was installed: {lines}{more}",
+        hint=("`envbuild check-lock " + str(chosen.path) + "` shows every finding. Fix the lock, or name a reviewed "
+              "exception file with --accept FILE ([[accept]] tables: rule, package, reason)"
+              + (f" (the one given, {accept}, accepts none of these)" if accept else "") + "."))

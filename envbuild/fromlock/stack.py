@@ -1,0 +1,88 @@
+"""The stages as a stack that ``envbuild.provision`` runs: one step per stage, each from a
+hash-pinned file of the lock's exact URLs, ``--no-deps --no-index``.
+
+Nothing new runs the install: the data root, the venv, the manifest (resume, and the no-op
+re-run of a finished environment), the baseline frozen after the torch stage, the ABI guard after
+every stage, the final ``import torch`` and the receipt are provision's own. The spec is made in
+memory (``StackSpec``); its ``path`` is the lock and its ``digest`` covers the lock's sha256 and
+the chosen environment, so a receipt names where its packages came from.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
+from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
+
+__all__ = ["stage_files", "stack_for"]
+
+_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: bool = False,
+              torch_version: str | None = None) -> StackSpec:
+    """The stack provision runs for ``plan``. ``adopt``: the venv's torch is the lock's and is kept
+    (no stage installs it; its runtime packages already there are left out of the torch stage);
+    ``torch_version``: what the adopted torch says at run time (the baseline's version)."""
+    chosen = plan.chosen
+    torch = plan.torch
+    version = torch_version or torch.version or ""
+    local = version.split("+", 1)[1] if "+" in version else None
+    runtime = [p.entry.name for p in plan.stage("torch") if p.entry is not torch]
+    triton = next((n for n in runtime if n in ("triton", "pytorch-triton", "pytorch-triton-rocm")), None)
+    steps = []
+    for stage in plan.stages:
+        placed = [p for p in plan.stage(stage) if not (adopt and p.entry is torch)]
+        if not placed:
+            continue
+        steps.append(Step(
+            name=stage, packages=tuple(_shown(p, pip_backend) for p in placed), no_deps=True, no_index=True,
+            no_build_isolation=stage == "builds"))
+    name = _NAME.sub("-", f"lock-{chosen.path.parent.name or 'project'}").strip("-.")[:60] or "lock"
+    return StackSpec(
+        path=chosen.path, name=name, description=f"{chosen.path} ({chosen.env.name})",
+        python=chosen.env.python,
+        abi=ABI(package="torch", version=version, local=local, protect=tuple(sorted(runtime)),
+                triton_provider=triton, adopt=adopt),
+        layout=Layout(root=root, links={}, min_free_gb=1.0), host=Host(), env={}, steps=tuple(steps),
+        digest=spec_digest({"lock_sha256": chosen.sha256, "environment": chosen.env.name, "adopt": adopt,
+                            "stages": {s.name: s.packages for s in steps}}))
+
+
+def _shown(p: Placed, pip_backend: bool) -> str:
+    """The step's package as the plan and the guard name it: ``name==version`` (a PEP 508
+    requirement; the file the installer reads holds the exact URL). The pip backend installs the
+    project from its folder (pip's hash mode refuses an editable line)."""
+    if p.stage == "project" and pip_backend:
+        return p.line if not p.line.startswith("-e ") else f"{p.entry.name} @ {Path(p.line[3:]).as_uri()}"
+    if p.entry.version and p.stage != "project":
+        return f"{p.entry.name}=={p.entry.version}"
+    return p.entry.name
+
+
+def stage_files(plan: StagePlan, spec: StackSpec, folder: Path, *, pip_backend: bool = False) -> dict[str, Path]:
+    """Write one hash-pinned requirements file per step into ``folder``: {step name: file}. The
+    pip backend's project step is left unlocked (pip refuses ``-e`` in hash-checking mode)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    for n, step in enumerate(spec.steps, 1):
+        if step.name == "project" and pip_backend:
+            continue
+        wanted = {canonical_name(p) for p in step.packages}
+        lines = [p.line for p in plan.stage(step.name)  # type: ignore[arg-type]
+                 if p.entry.name in wanted]
+        path = folder / f"{n:02d}-{step.name}.txt"
+        text = (f"# envbuild provision --lock {plan.chosen.path} ({plan.chosen.env.name}), lock sha256 "
+                f"{plan.chosen.sha256}\n# stage {step.name}: {STAGE_WORDS[step.name]}\n"  # type: ignore[index]
+                + "\n".join(lines) + "\n")
+        path.write_text(text, encoding="utf-8")
+        out[step.name] = path
+    return out
+
+
+def canonical_name(package: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(re.split(r"[\s=<>!~@\[;]", package, maxsplit=1)[0])

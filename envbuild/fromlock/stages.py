@@ -1,0 +1,381 @@
+"""The install stages of one environment of a lock, each package with the reason it is there.
+
+A pure function of the lock, the chosen environment and the project's ``pyproject.toml`` (no
+network, no venv): ``plan --lock`` prints it, ``provision --lock`` installs it stage by stage
+with the ABI guard after each.
+
+1. ``torch``: torch and what its own edges reach in this environment (its CUDA runtime
+   ``nvidia-*``, its triton, the pure-Python packages it imports). The ABI baseline and the
+   frozen set: no later stage may move any of them.
+2. ``extensions``: prebuilt extension wheels: a wheel whose local version claims a torch/CUDA/C++
+   ABI (``+cu12torch2.10cxx11abiTRUE``, read by ``envbuild.abitag``; the gate already checked the
+   claim against this torch), or a binary wheel of a package that depends on torch; with them
+   what they depend on beyond stage 1 (einops for flash-attn), so no stage leaves a requirement
+   unmet.
+3. ``rest``: everything else, exact files, ``--no-deps``, every file hash-checked.
+4. ``builds``: packages with no wheel for this target whose build needs torch: an sdist of a
+   package that depends on torch or is a known CUDA extension, or one the project lists in
+   ``[tool.uv] no-build-isolation-package`` / ``extra-build-dependencies``. Built without build
+   isolation against the torch of stage 1. They come after ``rest`` because a build without
+   isolation finds its build requirements (setuptools, ninja, packaging, psutil) in the
+   environment, and the lock installs them there in ``rest`` (uv's own two-phase recipe).
+5. ``project``: the project itself, editable, as ``uv sync`` installs it (unless ``--no-project``,
+   or the lock says it is virtual: ``package = false``).
+
+Artifacts: per entry, the lock's wheel that installs on the target (the best tag first, as pip
+orders them), else its sdist; each installed from the exact URL the lock records, with its
+sha256 (``name @ URL --hash=sha256:...``).
+"""
+
+from __future__ import annotations
+
+import platform as host_platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from envbuild.errors import ConfigError, LockError
+from envbuild.fromlock.select import Chosen
+from envbuild.gate.formats._common import toml_loads
+from envbuild.gate.model import Entry, LockParseError
+from envbuild.gate.names import canonical
+
+__all__ = ["ORDER", "Artifact", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
+
+Stage = Literal["torch", "extensions", "rest", "builds", "project"]
+ORDER: tuple[Stage, ...] = ("torch", "extensions", "rest", "builds", "project")
+STAGE_WORDS: dict[Stage, str] = {
+    "torch": "torch and its runtime (the ABI baseline, frozen after this stage)",
+    "extensions": "prebuilt extension wheels, built for this torch",
+    "rest": "everything else, --no-deps, hash-checked",
+    "builds": "built from source without isolation, against the installed torch",
+    "project": "the project itself, editable",
+}
+_RUNTIME_PREFIXES = ("nvidia-", "triton", "pytorch-triton", "cuda-")
+_KNOWN_BUILDS = frozenset({"flash-attn", "flash-attn-3", "mamba-ssm", "causal-conv1d", "natten", "apex", "xformers",
+                           "deepspeed", "transformer-engine", "grouped-gemm", "flashinfer-python", "torch-scatter",
+                           "torch-sparse", "torch-cluster", "gptqmodel", "auto-gptq", "sageattention"})
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file of a locked entry, as installed: its URL (``file://`` for a path) and sha256."""
+
+    url: str
+    sha256: str | None
+    filename: str
+
+    @property
+    def wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One package of the environment in its stage: why it is there and what is installed."""
+
+    entry: Entry
+    stage: Stage
+    why: str
+    artifact: Artifact | None = None  # None: a git pin or the project (``line`` says what)
+    line: str = ""  # the requirement line the installer reads
+
+    @property
+    def label(self) -> str:
+        return self.entry.label()
+
+
+@dataclass
+class StagePlan:
+    chosen: Chosen
+    torch: Entry
+    placed: list[Placed]
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (name, why): locked but not installed
+    no_build_isolation: frozenset[str] = frozenset()
+
+    def stage(self, name: Stage) -> list[Placed]:
+        return [p for p in self.placed if p.stage == name]
+
+    @property
+    def stages(self) -> list[Stage]:
+        return [s for s in ORDER if self.stage(s)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.chosen.to_json(), "torch": self.torch.version,
+                "stages": [{"name": s, "what": STAGE_WORDS[s],
+                            "packages": [{"name": p.entry.name, "version": p.entry.version, "why": p.why,
+                                          "file": p.artifact.filename if p.artifact else None,
+                                          "sha256": p.artifact.sha256 if p.artifact else None}
+                                         for p in self.stage(s)]} for s in self.stages],
+                "left_out": [{"name": n, "why": w} for n, w in self.left_out]}
+
+
+# ----------------------------------------------------------------------------- target tags
+
+
+def target_tag_order(python: str, platform_name: str) -> list[str]:
+    """The wheel tags the target installs, best first (pip's order), as ``py-abi-plat`` strings."""
+    from packaging.tags import compatible_tags, cpython_tags, sys_tags
+
+    major, minor = (int(x) for x in python.split(".")[:2])
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    system, _, arch = platform_name.partition(" ")
+    if python == here and _host_words() == platform_name:
+        return [str(t) for t in sys_tags()]
+    if system == "linux":
+        glibc = 28
+        if _host_words().startswith("linux"):
+            lib, ver = host_platform.libc_ver()
+            if lib == "glibc" and ver.count(".") >= 1:
+                glibc = int(ver.split(".")[1])
+        plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc, 4, -1)]
+        plats += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}", f"linux_{arch}"]
+    elif system == "macos":
+        mac_arch = "arm64" if arch == "arm64" else "x86_64"
+        plats = [f"macosx_{v}_0_{a}" for v in range(15, 10, -1) for a in (mac_arch, "universal2")]
+    else:
+        plats = ["win_amd64"]
+    tags = list(cpython_tags((major, minor), platforms=plats))
+    tags += list(compatible_tags((major, minor), interpreter=f"cp{major}{minor}", platforms=plats))
+    return [str(t) for t in tags]
+
+
+def _host_words() -> str:
+    from envbuild.fromlock.select import host_platform_key
+
+    return host_platform_key().replace("-", " ")
+
+
+def _wheel_tags(filename: str) -> list[str]:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        return [str(t) for t in parse_wheel_filename(filename)[3]]
+    except InvalidWheelFilename:
+        return []
+
+
+def _artifacts(entry: Entry, folder: Path) -> list[Artifact]:
+    out = []
+    for where, sha in entry.files:
+        parts = urlsplit(where)
+        if parts.scheme in ("http", "https", "file"):
+            url = where
+            name = unquote(parts.path.rsplit("/", 1)[-1])
+        else:
+            path = (folder / where).resolve()
+            url, name = path.as_uri(), path.name
+        out.append(Artifact(url, sha, name))
+    return out
+
+
+def pick_artifact(entry: Entry, folder: Path, order: dict[str, int]) -> Artifact | None:
+    """The entry's wheel that installs on the target (the best tag), else its sdist, else None."""
+    arts = _artifacts(entry, folder)
+    best, rank = None, len(order) + 1
+    for a in arts:
+        if not a.wheel:
+            continue
+        got = min((order[t] for t in _wheel_tags(a.filename) if t in order), default=None)
+        if got is not None and got < rank:
+            best, rank = a, got
+    if best is not None:
+        return best
+    return next((a for a in arts if a.filename.endswith((".tar.gz", ".zip", ".tar.bz2", ".tgz"))), None)
+
+
+# ----------------------------------------------------------------------------- the project's build settings
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """``[tool.uv]`` of the project beside the lock: what uv builds without isolation."""
+
+    no_isolation: frozenset[str] = frozenset()
+    all_without_isolation: bool = False
+    extra_build: frozenset[str] = frozenset()
+
+
+def build_settings(lock_path: Path) -> BuildSettings:
+    project = lock_path.parent / "pyproject.toml"
+    try:
+        data = toml_loads(project.read_text(encoding="utf-8")) if project.is_file() else {}
+    except (OSError, UnicodeDecodeError, LockParseError) as exc:
+        raise ConfigError(f"{project}: cannot read the project's settings ({exc})") from None
+    tool: dict[str, Any] = data["tool"] if isinstance(data.get("tool"), dict) else {}
+    uv: dict[str, Any] = tool["uv"] if isinstance(tool.get("uv"), dict) else {}
+    names = uv.get("no-build-isolation-package") or []
+    extra = uv.get("extra-build-dependencies") or {}
+    return BuildSettings(
+        no_isolation=frozenset(str(canonical(str(n))) for n in names if isinstance(n, str)),
+        all_without_isolation=uv.get("no-build-isolation") is True,
+        extra_build=frozenset(str(canonical(str(n))) for n in extra) if isinstance(extra, dict) else frozenset())
+
+
+# ----------------------------------------------------------------------------- classification
+
+
+def _raw_sources(chosen: Chosen) -> dict[int, dict[str, Any]]:
+    """uv.lock: each entry's ``source`` table (editable / virtual / git), by entry key."""
+    if chosen.lock.format != "uv.lock":
+        return {}
+    try:
+        data = toml_loads(chosen.path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, LockParseError):
+        return {}
+    out = {}
+    for i, p in enumerate(data.get("package", []) or []):
+        if isinstance(p, dict) and isinstance(p.get("source"), dict):
+            out[i] = p["source"]
+    return out
+
+
+def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
+    """{name: why} of what torch's edges reach in this environment (by name, marker already applied:
+    only members are followed). A format that records no edges: torch's runtime by name."""
+    if torch.dependencies is None:
+        return {n: "torch's CUDA runtime / triton (the lock records no edges: by name)"
+                for n in by_name if n != torch.name and n.startswith(_RUNTIME_PREFIXES)}
+    out: dict[str, str] = {}
+    todo = [(torch.name, d) for d in torch.dependencies]
+    while todo:
+        parent, name = todo.pop()
+        if name in out or name == torch.name or name not in by_name:
+            continue
+        out[name] = "torch depends on it" if parent == torch.name else f"torch's runtime: {parent} depends on it"
+        todo += [(name, d) for d in by_name[name].dependencies or ()]
+    return out
+
+
+def _depends_on_torch(entry: Entry) -> bool:
+    if entry.dependencies is not None and "torch" in entry.dependencies:
+        return True
+    return any(r.split(";")[0].replace(" ", "").lower().startswith(("torch=", "torch>", "torch<", "torch~", "torch!"))
+               or r.split(";")[0].strip().lower() == "torch" for r in entry.requires or ())
+
+
+def _claim(entry: Entry, art: Artifact | None) -> str | None:
+    from envbuild.abitag import parse_claim
+
+    for text in (entry.version or "", art.filename if art else ""):
+        if text and "+" in text and parse_claim(text) is not None:
+            return text.split("+", 1)[1].split("-", 1)[0]
+    return None
+
+
+def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
+    """The stages of ``chosen`` (see the module docstring). ConfigError (exit 2): no torch, two
+    torches, an entry with no file for this target; LockError (exit 8): a file without a hash."""
+    entries = chosen.members.entries
+    torches = [e for e in entries if e.name == "torch"]
+    if len(torches) != 1:
+        what = "installs no torch" if not torches else f"installs {len(torches)} torch entries"
+        raise ConfigError(f"{chosen.path}: {chosen.env.name} {what}; provision --lock installs a torch stack "
+                          "with torch as its ABI baseline",
+                          hint=_torch_choices(chosen))
+    torch = torches[0]
+    by_name = {e.name: e for e in entries}
+    order = {t: i for i, t in enumerate(target_tag_order(chosen.env.python, chosen.env.platform))}
+    folder = chosen.path.parent
+    settings = build_settings(chosen.path)
+    sources = _raw_sources(chosen)
+    runtime = _torch_reach(torch, by_name)
+    plan = StagePlan(chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build)
+    for e in sorted(entries, key=lambda x: (x.name, x.key)):
+        source = sources.get(e.key, {})
+        if e.key in chosen.members.roots or any(k in source for k in ("editable", "virtual", "directory")):
+            _project(plan, e, source, folder, project)
+            continue
+        if "git" in source:
+            plan.placed.append(_git(e, source, runtime))
+            continue
+        art = pick_artifact(e, folder, order)
+        if art is None:
+            files = ", ".join(a.filename for a in _artifacts(e, folder)[:3]) or "no files"
+            raise ConfigError(f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
+                              f"{chosen.env.python} {chosen.env.platform} ({files})",
+                              hint="Re-lock for this platform, or provision on a host the lock is made for.")
+        if not art.sha256:
+            raise LockError(f"{chosen.path}: {e.label()}: {art.filename} has no sha256 in the lock; every file "
+                            "provision --lock installs is hash-checked", hint="Re-lock with a tool that records hashes.")
+        stage, why = _classify(e, art, torch, runtime, settings)
+        line = f"{e.name} @ {art.url} --hash=sha256:{art.sha256}"
+        plan.placed.append(Placed(e, stage, why, art, line))
+    _with_extension_deps(plan, by_name)
+    return plan
+
+
+def _with_extension_deps(plan: StagePlan, by_name: dict[str, Entry]) -> None:
+    """What the prebuilt extensions depend on (beyond torch's stage) installs with them, so each
+    stage finds its requirements installed (the guard names the unmet ones of a ``--no-deps`` step)."""
+    stage_of = {p.entry.name: i for i, p in enumerate(plan.placed)}
+    todo = [(p.entry.name, d) for p in plan.placed if p.stage == "extensions" for d in p.entry.dependencies or ()]
+    while todo:
+        parent, name = todo.pop()
+        i = stage_of.get(name)
+        if i is None or plan.placed[i].stage != "rest":
+            continue
+        p = plan.placed[i]
+        plan.placed[i] = Placed(p.entry, "extensions", f"{parent} depends on it", p.artifact, p.line)
+        todo += [(name, d) for d in by_name[name].dependencies or ()]
+
+
+def _torch_choices(chosen: Chosen) -> str:
+    from envbuild.gate.environments import choices
+
+    words = choices(chosen.lock)
+    flags = ", ".join(dict.fromkeys(f"--{w.split(' ', 1)[0]} {w.split(' ', 1)[1]}" for w in words
+                                    if w.split(" ", 1)[0] in ("extra", "group")))
+    return (f"Choose the selection that installs torch: {flags}." if flags else
+            "Check which environments install torch with `envbuild check-lock`.")
+
+
+def _classify(e: Entry, art: Artifact, torch: Entry, runtime: dict[str, str],
+              settings: BuildSettings) -> tuple[Stage, str]:
+    if e is torch:
+        return "torch", "the ABI baseline"
+    if e.name in runtime:
+        return "torch", runtime[e.name]
+    claim = _claim(e, art)
+    if art.wheel:
+        if claim:
+            return "extensions", f"prebuilt extension: its version claims the ABI it was built for (+{claim})"
+        binary = not all(t.endswith("-any") for t in _wheel_tags(art.filename))
+        if binary and _depends_on_torch(e):
+            return "extensions", "prebuilt binary wheel of a package that depends on torch"
+        return "rest", "no torch in it" if not _depends_on_torch(e) else "pure-Python package that uses torch"
+    if e.name in settings.no_isolation or settings.all_without_isolation:
+        return "builds", "sdist; [tool.uv] no-build-isolation-package names it: its build imports torch"
+    if e.name in settings.extra_build:
+        return "builds", "sdist; [tool.uv] extra-build-dependencies names it: its build needs the installed torch"
+    if _depends_on_torch(e) or e.name in _KNOWN_BUILDS:
+        return "builds", "sdist of a package that depends on torch: its build compiles against torch"
+    return "rest", "sdist with no torch in its build: built by the installer (isolated), as the locker does"
+
+
+def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool) -> None:
+    if "virtual" in source or not source:
+        plan.left_out.append((e.name, "the project is virtual (package = false): the locker installs only its "
+                              "dependencies"))
+        return
+    if not wanted:
+        plan.left_out.append((e.name, "--no-project"))
+        return
+    where = (folder / str(source.get("editable") or source.get("directory") or ".")).resolve()
+    editable = "editable" in source
+    plan.placed.append(Placed(e, "project", "the project itself, " + ("editable, as uv sync installs it" if editable
+                              else "from its folder"), None, f"{'-e ' if editable else e.name + ' @ '}{where.as_uri() if not editable else where}"))
+
+
+def _git(e: Entry, source: dict[str, Any], runtime: dict[str, str]) -> Placed:
+    raw = str(source["git"])
+    parts = urlsplit(raw)
+    commit = parts.fragment
+    if len(commit) != 40:
+        raise LockError(f"{e.label()}: the git source {raw} is not pinned to a commit", hint="Re-lock it.")
+    base = parts._replace(query="", fragment="").geturl()
+    stage: Stage = "torch" if e.name in runtime else "rest"
+    return Placed(e, stage, f"git pin at {commit[:12]} (no file hash: pinned by its commit)", None,
+                  f"{e.name} @ git+{base}@{commit}")
