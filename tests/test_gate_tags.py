@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from support.gatelocks import (
     uv_platform_lock,
     uv_universal_requirements,
 )
-from support.wheels import build_wheel
+from support.wheels import build_sdist, build_wheel
 
 from envbuild.errors import ExitCode
 
@@ -243,3 +244,40 @@ def test_runtime_pairs_that_fit_pass_and_nothing_said_stays_unverified(gate_inde
     r = _envbuild(tmp_path, "check-lock", lock, "--offline", "--explain")
     assert r.rc == 0, r.output
     assert "torch 2.10.0 carries no local CUDA tag, so the CUDA major was not compared" in r.stdout, r.output
+
+
+def test_a_source_build_with_a_commit_version_is_no_prebuilt_wheel(gate_index: GateIndex, tmp_path: Path) -> None:
+    """transformer-engine from git locks as ``2.15.0+42b8400`` (NVIDIA-NeMo/RL's uv.lock): a local
+    version, but built against the torch beside it, so there is no tag to read and no notice."""
+    sdist = build_sdist(tmp_path / "sdist", "transformer_engine", "2.15.0+42b8400", requires=["torch"])
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    repo = tmp_path / "src" / "transformer_engine-2.15.0+42b8400"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "v2.15"]):
+        subprocess.run([*git, *args], cwd=repo, check=True, capture_output=True, env=installer_env(tmp_path / "home"))
+    lock = uv_platform_lock(tmp_path, gate_index, deps=["transformer-engine"],
+                            extra_toml=f'[tool.uv.sources.transformer-engine]\ngit = "{repo.as_uri()}"\n')
+    assert 'version = "2.15.0+42b8400"\nsource = { git = "' in lock.read_text()
+    r = _envbuild(tmp_path, "check-lock", lock, "--offline")
+    assert r.rc == 0, r.output
+    assert "ABI tag" not in r.output
+
+
+def test_a_compiled_wheel_by_path_is_named_and_a_pure_python_one_is_not(gate_index: GateIndex, tmp_path: Path) -> None:
+    """deep-gemm's release wheel (``2.5.0+891d57b``, a commit, no ABI tag: PrimeIntellect-ai/prime-rl's
+    uv.lock) is a compiled extension whose build nothing compares; flash-attn-4's ``py3-none-any``
+    wheel (allenai/open-instruct's) has no compiled code to compare."""
+    wheels = tmp_path / "wheels"
+    deep_gemm = build_wheel(wheels, "deep_gemm", "2.5.0+891d57b", requires=["torch"], platform_tag="linux_x86_64")
+    fa4 = build_wheel(wheels, "flash_attn_4", "4.0.0b5", requires=["torch"])
+    lock = uv_platform_lock(tmp_path, gate_index, deps=["deep-gemm", "flash-attn-4"],
+                            environments=["sys_platform == 'linux' and platform_machine == 'x86_64'"],
+                            extra_toml=(f'[tool.uv.sources.deep-gemm]\npath = "{deep_gemm}"\n\n'
+                                        f'[tool.uv.sources.flash-attn-4]\npath = "{fa4}"\n'))
+    assert lock.read_text().count("source = { path = ") == 2
+    r = _envbuild(tmp_path, "check-lock", lock, "--offline", "--explain")
+    assert r.rc == 0, r.output
+    notes = [ln for ln in r.output.splitlines() if "ABI tag envbuild reads" in ln and ln.startswith("note:")]
+    assert notes == [f"note: {lock}: 1 extension wheel carries no ABI tag envbuild reads, so its torch, CUDA and "
+                     "C++ ABI were not compared with the locked torch: deep-gemm 2.5.0+891d57b"], r.output

@@ -60,28 +60,46 @@ def claim_of(entry: Entry) -> AbiClaim | None:
     return None
 
 
+def _file_name(url: str) -> str:
+    return url.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1].lower()
+
+
 def _is_wheel(url: str) -> bool:
-    return url.split("#", 1)[0].split("?", 1)[0].lower().endswith(".whl")
+    return _file_name(url).endswith(".whl")
+
+
+def _wheels(entry: Entry) -> list[str]:
+    return [_file_name(u) for u in (entry.url, *(f for f, _ in entry.files)) if u and _is_wheel(u)]
 
 
 def _prebuilt(entry: Entry, fmt: str) -> bool:
-    """A built wheel rather than a source build: a local version, a direct wheel URL, or (uv.lock)
-    a wheel by path (``source = { path = "….whl" }``: no registry, a wheel file)."""
-    if entry.version and "+" in entry.version:
-        return True
+    """A built wheel rather than a source build: a direct wheel URL, a wheel by path (uv.lock:
+    no registry, a wheel file), or a local version from an index. A git or directory source
+    carries a local version too (``2.15.0+42b8400``), but it is built against the torch beside it."""
     if entry.url:
         return _is_wheel(entry.url)
-    return fmt == "uv.lock" and entry.index is None and any(_is_wheel(f) for f, _ in entry.files)
+    wheels = _wheels(entry)
+    if entry.version and "+" in entry.version:
+        if entry.files:  # the artifacts are recorded: a wheel among them
+            return bool(wheels)
+        return entry.index is not None or fmt == "requirements"  # a requirements pin comes from an index
+    return fmt == "uv.lock" and entry.index is None and bool(wheels)
+
+
+def _pure_python(entry: Entry) -> bool:
+    """Every wheel recorded is ``none-any``: no compiled code bound to torch's ABI (flash-attn-4's CuTe JIT)."""
+    wheels = _wheels(entry)
+    return bool(wheels) and all(w[:-4].split("-")[-2:] == ["none", "any"] for w in wheels)
 
 
 def unread_tag(entry: Entry, fmt: str) -> bool:
-    """A prebuilt extension wheel (a known extension project, or a local version that names torch)
-    whose ABI tag ``envbuild.abitag`` does not read: nothing was compared, and going online would
-    not change that."""
+    """A prebuilt extension wheel (a compiled wheel of a known extension project, or any wheel whose
+    local version names torch) whose ABI tag ``envbuild.abitag`` does not read: nothing was
+    compared, and going online would not change that."""
     if not _prebuilt(entry, fmt):
         return False
     local = entry.version.split("+", 1)[1].lower() if entry.version and "+" in entry.version else ""
-    if entry.name not in KNOWN_EXTENSIONS and "torch" not in local:
+    if "torch" not in local and (entry.name not in KNOWN_EXTENSIONS or _pure_python(entry)):
         return False
     return claim_of(entry) is None
 
@@ -122,7 +140,7 @@ def check(ctx: Context) -> None:
     protected = ctx.policy.protected
     torch_name = ctx.policy.torch
     claims: dict[int, AbiClaim | None] = {}
-    unread: dict[int, Entry] = {}
+    unread: dict[int, str] = {}  # entry key -> label
     runtimes: dict[tuple[int, int], tuple[int, str] | None] = {}
     for v, view in enumerate(ctx.views):
         platform = "linux" if view.env.system == "linux" else view.env.system or "linux"
@@ -132,7 +150,7 @@ def check(ctx: Context) -> None:
             if entry.key not in claims:
                 claims[entry.key] = claim_of(entry)
                 if claims[entry.key] is None and unread_tag(entry, ctx.lock.format):
-                    unread[entry.key] = entry
+                    unread[entry.key] = entry.label()
             claim = claims[entry.key]
             if claim is None and entry.key not in unread and entry.name not in KNOWN_EXTENSIONS and not entry.url:
                 continue
@@ -160,7 +178,7 @@ def check(ctx: Context) -> None:
             if why:
                 ctx.explained(f"{entry.label()} with torch {torch.version}: {why}", view.env)
     if unread:
-        labels = [e.label() for e in unread.values()]
+        labels = list(dict.fromkeys(unread.values()))  # one per release: its platform wheels are entries of their own
         n = len(labels)
         shown = ", ".join(labels[:NOTICE_NAMES]) + (f" and {n - NOTICE_NAMES} more" if n > NOTICE_NAMES else "")
         ctx.note(f"{n} extension {_plural(n, 'wheel carries', 'wheels carry')} no ABI tag envbuild reads, so "
