@@ -1,0 +1,211 @@
+"""``provision --lock`` / ``plan --lock``: one environment of a tool-made lock, installed in stages
+(torch first, the guard after each), equal to what the locker's own install gives.
+
+Every lock is made by the real tool (``uv lock``, ``pip lock``) against the gate's local index
+(``support.gatelocks``); the locker's install is the real one (``uv sync --frozen``, ``uv pip
+sync pylock.toml``); the two environments are compared with ``pip list --format json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.fixtures import EnvbuildResult, Venv, installer_env
+from support.gatelocks import GateIndex, pip_lock, uv_bin, uv_groups_lock, uv_platform_lock
+from support.index import UnreachablePort
+
+HEALTHY = "flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE"
+MISMATCHED = "flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE"
+
+
+def pip_list(venv: Path) -> list[dict[str, str]]:
+    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv), "list", "--format", "json"],
+                         capture_output=True, text=True, check=True, env=installer_env())
+    return sorted(json.loads(out.stdout), key=lambda d: d["name"].lower())
+
+
+def uv_sync(lock: Path, venv: Path, home: Path, *args: str) -> None:
+    env = installer_env(home, {"UV_PROJECT_ENVIRONMENT": str(venv)})
+    env.pop("UV_NO_CONFIG")  # the project's own [tool.uv] is part of what uv sync reads
+    subprocess.run([uv_bin(), "sync", "--frozen", "--no-cache", "--python", sys.executable, *args],
+                   cwd=lock.parent, env=env, check=True, capture_output=True, text=True, timeout=300)
+
+
+def lock_json(run_envbuild: Callable[..., EnvbuildResult], lock: Path, *args: str) -> dict[str, object]:
+    res = run_envbuild("plan", "--lock", lock, "--json", *args)
+    assert res.rc == 0, res.output
+    return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+
+def stages_of(doc: dict[str, object]) -> dict[str, list[str]]:
+    return {s["name"]: [p["name"] for p in s["packages"]] for s in doc["stages"]}  # type: ignore[attr-defined, index]
+
+
+# ----------------------------------------------------------------------------- plan --lock
+
+
+def test_plan_lock_names_each_stage_and_why(gate_index: GateIndex, tmp_path: Path,
+                                           run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = uv_platform_lock(tmp_path, gate_index, extension=HEALTHY)
+    doc = lock_json(run_envbuild, lock)
+    assert doc["environment"] == "linux x86_64" and doc["torch"] == "2.10.0+cu128"
+    assert stages_of(doc) == {
+        "torch": ["filelock-like", "nvidia-cuda-runtime-cu12", "nvidia-nccl-cu12", "torch"],
+        "extensions": ["einops-like", "flash-attn"],
+        "rest": ["trainer-utils"],
+    }
+    why = {p["name"]: p["why"] for s in doc["stages"] for p in s["packages"]}  # type: ignore[attr-defined]
+    assert why["nvidia-nccl-cu12"] == "torch depends on it"
+    assert "+cu12torch2.10cxx11abitrue" in why["flash-attn"] and why["einops-like"] == "flash-attn depends on it"
+    assert doc["lock_sha256"] and doc["left_out"] == [{"name": "trainer", "why": (
+        "the project is virtual (package = false): the locker installs only its dependencies")}]
+    text = run_envbuild("plan", "--lock", lock)
+    assert text.rc == 0 and "stage 2/3 extensions" in text.stdout and "gate: ok" in text.stdout
+
+
+def test_plan_lock_refuses_a_lock_the_gate_fails_unless_accepted(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = uv_platform_lock(tmp_path, gate_index, extension=MISMATCHED)
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 8, res.output
+    assert "fails envbuild's gate in linux x86_64" in res.stderr and "[extension-abi]" in res.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything was made
+    accept = tmp_path / "accept.toml"
+    accept.write_text('[[accept]]\nrule = "extension-abi"\npackage = "flash-attn"\n'
+                      'reason = "rebuilt from source in the image"\n')
+    res = run_envbuild("plan", "--lock", lock, "--accept", accept)
+    assert res.rc == 0, res.output
+    assert "accepted: rebuilt from source in the image" in res.stdout
+
+
+def test_selection_follows_the_locker(gate_index: GateIndex, tmp_path: Path,
+                                      run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = uv_groups_lock(tmp_path, gate_index)
+    res = run_envbuild("plan", "--lock", lock)  # uv sync's default selection installs no torch here
+    assert res.rc == 2, res.output
+    assert "installs no torch" in res.stderr and "--extra cpu, --extra cu128, --extra cu130" in res.stderr
+    for extra, torch in (("cpu", "2.10.0+cpu"), ("cu130", "2.10.0+cu130")):
+        doc = lock_json(run_envbuild, lock, "--extra", extra)
+        assert doc["torch"] == torch and doc["selection"] == f"extra {extra}"
+    res = run_envbuild("plan", "--lock", lock, "--extra", "rocm")
+    assert res.rc == 2 and "no selection of this lock holds --extra rocm" in res.stderr
+    assert "Choose with --extra cpu, --extra cu128, --extra cu130" in res.stderr
+
+
+@pytest.mark.parametrize("case", ["missing", "requirements", "not-toml", "with-profile"])
+def test_bad_lock_inputs_are_usage_errors(case: str, tmp_path: Path,
+                                          run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = tmp_path / "uv.lock"
+    args: list[str | Path] = []
+    if case == "requirements":
+        lock = tmp_path / "requirements.txt"
+        lock.write_text("torch==2.10.0 --hash=sha256:" + "0" * 64 + "\n")
+    elif case == "not-toml":
+        lock.write_text("version = 1\n[[package]\nname = 'x'\n")
+    elif case == "with-profile":
+        lock.write_text("version = 1\n")
+        args = ["--profile", "cpu"]
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", *args)
+    assert res.rc == 2, res.output
+    assert "Traceback" not in res.output and not (tmp_path / "data").exists()
+    expected = {"missing": "no such lockfile", "requirements": "a requirements file is not supported",
+                "not-toml": "not a readable uv.lock file", "with-profile": "--profile cannot be used with it"}[case]
+    assert expected in res.stderr
+
+
+# ----------------------------------------------------------------------------- provision --lock
+
+
+@pytest.mark.slow
+def test_provision_lock_equals_uv_sync(gate_index: GateIndex, tmp_path: Path,
+                                       run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """uv.lock with conflicting accelerator extras: `--extra cu128` installs what `uv sync --extra
+    cu128` installs, in stages with the guard after each; a re-run is a no-op; the receipt names
+    the lock, its sha256 and the environment."""
+    lock = uv_groups_lock(tmp_path, gate_index)
+    uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home", "--extra", "cu128")
+    res = run_envbuild("provision", "--lock", lock, "--extra", "cu128", "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert re.search(r"step 1/2 torch: .*torch==2\.10\.0\+cu128", res.output)
+    assert "baseline frozen: torch==2.10.0+cu128" in res.output
+    ours = pip_list(tmp_path / "data" / "venv")
+    assert ours == pip_list(tmp_path / "uv-venv")
+    assert {d["name"] for d in ours} >= {"torch", "nvidia-nccl-cu12", "trainer-utils", "einops-like"}
+
+    again = run_envbuild("provision", "--lock", lock, "--extra", "cu128", "--root", tmp_path / "data", "--json")
+    assert again.rc == 0, again.output
+    doc = json.loads(again.stdout)
+    assert doc["ran"] == [] and doc["skipped"] == ["torch", "rest"]
+    receipt = json.loads(Path(doc["receipt"]).read_text())
+    source = receipt["payload"]["lock"]
+    assert source["lock_file"] == str(lock) and source["environment"] == "linux x86_64, extra cu128"
+    import hashlib
+
+    assert source["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_provision_pylock_equals_the_lockers_install(gate_index: GateIndex, tmp_path: Path,
+                                                     run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = pip_lock(tmp_path, gate_index)
+    theirs = tmp_path / "uv-venv"
+    env = installer_env(tmp_path / "home")
+    subprocess.run([uv_bin(), "venv", "-q", "--python", sys.executable, str(theirs)], env=env, check=True)
+    subprocess.run([uv_bin(), "pip", "sync", "--no-cache", "--python", str(theirs / "bin" / "python"), str(lock)],
+                   env=env, check=True, capture_output=True)
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert pip_list(tmp_path / "data" / "venv") == pip_list(theirs)
+
+
+@pytest.mark.slow
+def test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted(
+        gate_index: GateIndex, tmp_path: Path, make_venv: Callable[..., Venv],
+        run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = uv_platform_lock(tmp_path, gate_index)
+    wrong = make_venv("wrong")
+    wrong.pip("install", "--no-deps", "--index-url", gate_index.url("cu128"), "torch==2.9.1+cu128", check=True)
+    before = (wrong.dists()["torch"].record).read_bytes()
+    res = run_envbuild("provision", "--lock", lock, "--venv", wrong.path, "--root", tmp_path / "data")
+    assert res.rc == 6, res.output
+    assert "has torch 2.9.1+cu128, the lock installs torch 2.10.0+cu128" in res.stderr
+    assert wrong.version("torch") == "2.9.1+cu128" and wrong.dists()["torch"].record.read_bytes() == before
+    assert not (tmp_path / "data").exists()
+
+    base = make_venv("base")  # an image's environment that already holds the lock's torch
+    base.pip("install", "--no-deps", "--index-url", gate_index.url("cu128"), "torch==2.10.0+cu128", check=True)
+    record = base.dists()["torch"].record.read_bytes()
+    res = run_envbuild("provision", "--lock", lock, "--venv", base.path, "--root", tmp_path / "data", "--json")
+    assert res.rc == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["adopted_torch"] == "2.10.0+cu128"
+    assert "torch" not in stages_of(doc)["torch"]  # kept, not downloaded
+    assert base.dists()["torch"].record.read_bytes() == record
+    assert {"nvidia-nccl-cu12", "trainer-utils", "filelock-like"} <= set(base.dists())
+
+
+@pytest.mark.slow
+def test_hash_mismatch_and_unreachable_hosts(gate_index: GateIndex, tmp_path: Path,
+                                             run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = uv_platform_lock(tmp_path, gate_index)
+    text = lock.read_text()
+    m = re.search(r'torch-2\.10\.0\+cu128-py3-none-any\.whl", hash = "sha256:([0-9a-f]{64})"', text)
+    assert m is not None
+    lock.write_text(text.replace(m.group(1), "0" * 64))
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 5, res.output
+    assert "hash does not match the lock" in res.stderr and "Traceback" not in res.output
+
+    with UnreachablePort() as dead:
+        port = re.search(r"127\.0\.0\.1:(\d+)", text)
+        assert port is not None
+        lock.write_text(text.replace(f"127.0.0.1:{port.group(1)}", f"127.0.0.1:{dead.port}"))
+        res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data2")
+    assert res.rc == 3, res.output
+    assert "the lock's file hosts do not answer" in res.stderr and not (tmp_path / "data2").exists()
