@@ -21,7 +21,6 @@ from pathlib import Path
 
 from envbuild.gate.environments import PLATFORMS, Narrow, make_space
 from envbuild.gate.formats import parse
-from envbuild.gate.names import canonical
 
 
 def uv_bin() -> str:

@@ -14,10 +14,10 @@ from envbuild.errors import ConfigError
 from envbuild.gate import accept as accepting
 from envbuild.gate.context import Context, View
 from envbuild.gate.environments import PLATFORMS, Narrow, choices, make_space
-from envbuild.gate.groups import Group, group, judged_names
-from envbuild.gate.metadata import Sources
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
+from envbuild.gate.groups import Group, group, judged_names
+from envbuild.gate.metadata import Sources
 from envbuild.gate.model import Environment, Format, Lock, LockParseError, Reach
 from envbuild.gate.rules import FAMILIES, history
 

@@ -128,7 +128,8 @@ def declared_requirements(entry: Entry, lock: Lock, *, offline: bool, index_urls
 def _from_index(entry: Entry, lock: Lock, index_urls: tuple[str, ...], sources: Sources) -> tuple[str, ...] | None:
     """Requires-Dist of the locked artifact, read from where it came from (cached by sha256)."""
     from envbuild.errors import EnvbuildError
-    from envbuild.index import Artifact, ArtifactFinder, Sources as IndexSources, requires_of
+    from envbuild.index import Artifact, ArtifactFinder, requires_of
+    from envbuild.index import Sources as IndexSources
 
     events.emit("debug", f"reading the metadata of {entry.name} {entry.version} from its index")
     try:

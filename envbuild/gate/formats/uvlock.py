@@ -38,17 +38,19 @@ def _source_key(source: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in source.items()))
 
 
-_STR, _TABLE, _LIST = (str,), (dict,), (list,)
+_STR: tuple[type, ...] = (str,)
+_TABLE: tuple[type, ...] = (dict,)
+_LIST: tuple[type, ...] = (list,)
 # what each key the reader uses must be, where it appears (a key a later uv adds is not read)
-_TOP = {"requires-python": _STR, "resolution-markers": _LIST, "supported-markers": _LIST, "conflicts": _LIST,
+_TOP: dict[str, tuple[type, ...]] = {"requires-python": _STR, "resolution-markers": _LIST, "supported-markers": _LIST, "conflicts": _LIST,
         "manifest": _TABLE, "package": _LIST}
-_PACKAGE = {"name": _STR, "version": _STR, "source": _TABLE, "dependencies": _LIST, "optional-dependencies": _TABLE,
+_PACKAGE: dict[str, tuple[type, ...]] = {"name": _STR, "version": _STR, "source": _TABLE, "dependencies": _LIST, "optional-dependencies": _TABLE,
             "dev-dependencies": _TABLE, "wheels": _LIST, "sdist": _TABLE, "metadata": _TABLE,
             "resolution-markers": _LIST}
-_FILE = {"url": _STR, "filename": _STR, "path": _STR, "hash": _STR}
-_SOURCE = {"registry": _STR, "url": _STR, "git": _STR, "path": _STR, "editable": _STR, "virtual": _STR,
+_FILE: dict[str, tuple[type, ...]] = {"url": _STR, "filename": _STR, "path": _STR, "hash": _STR}
+_SOURCE: dict[str, tuple[type, ...]] = {"registry": _STR, "url": _STR, "git": _STR, "path": _STR, "editable": _STR, "virtual": _STR,
            "directory": _STR}
-_EDGE = {"name": _STR, "version": _STR, "source": _TABLE, "marker": _STR, "extra": _LIST}
+_EDGE: dict[str, tuple[type, ...]] = {"name": _STR, "version": _STR, "source": _TABLE, "marker": _STR, "extra": _LIST}
 
 
 def _shape(data: dict[str, Any]) -> None:
@@ -384,8 +386,8 @@ def _default_groups(path: Path) -> bool | tuple[str, ...]:
         data = toml_loads(project.read_text(encoding="utf-8")) if project.is_file() else {}
     except (OSError, UnicodeDecodeError, LockParseError):
         data = {}
-    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
-    uv = tool.get("uv") if isinstance(tool.get("uv"), dict) else {}
+    tool: dict[str, Any] = data["tool"] if isinstance(data.get("tool"), dict) else {}
+    uv: dict[str, Any] = tool["uv"] if isinstance(tool.get("uv"), dict) else {}
     got = uv.get("default-groups")
     if got == "all":
         return True
