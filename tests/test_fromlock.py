@@ -17,11 +17,48 @@ from pathlib import Path
 
 import pytest
 from support.fixtures import EnvbuildResult, Venv, installer_env
-from support.gatelocks import GateIndex, pip_lock, uv_bin, uv_groups_lock, uv_platform_lock
+from support.gatelocks import (
+    PROJECT,
+    GateIndex,
+    _folder,
+    _toml_list,
+    _uv_indexes,
+    _uv_lock,
+    pip_lock,
+    uv_bin,
+    uv_groups_lock,
+    uv_platform_lock,
+)
 from support.index import UnreachablePort
+from support.wheels import build_sdist
 
 HEALTHY = "flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE"
 MISMATCHED = "flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE"
+
+
+def uv_sdist_lock(tmp: Path, idx: GateIndex) -> Path:
+    """uv.lock of ``torch==2.10.0`` (+cu128 on Linux), trainer-utils and a flash-attn-like sdist by URL
+    whose build imports torch (it records the torch it saw in ``flash_attn/_build_env.json``), named
+    in ``[tool.uv] no-build-isolation-package`` as projects do for flash-attn."""
+    sdist = build_sdist(tmp / "sdists", "flash-attn", "2.8.3", requires=["torch", "einops-like"], probe=["torch"])
+    idx.server.add_repo("sdists", sdist.parent)
+    folder = _folder(tmp, "uv-sdist")
+    deps = ["torch==2.10.0", "trainer-utils==1.0", f"flash-attn @ {idx.server.file_url('sdists', sdist.name)}"]
+    (folder / "pyproject.toml").write_text(f"""[project]
+name = "{PROJECT}"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = {_toml_list(deps)}
+
+[tool.uv]
+package = false
+no-build-isolation-package = ["flash-attn"]
+
+[tool.uv.sources]
+torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
+
+{_uv_indexes(idx, ["cu128"])}""")
+    return _uv_lock(folder, tmp)
 
 
 def pip_list(venv: Path) -> list[dict[str, str]]:
@@ -148,6 +185,26 @@ def test_provision_lock_equals_uv_sync(gate_index: GateIndex, tmp_path: Path,
     import hashlib
 
     assert source["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_a_torch_sdist_is_built_against_the_installed_torch(gate_index: GateIndex, tmp_path: Path,
+                                                           run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """The flash-attn-like sdist goes last, built without isolation against the torch of stage 1
+    (its build saw 2.10.0+cu128); the result equals uv's own two-phase sync of the same lock."""
+    lock = uv_sdist_lock(tmp_path, gate_index)
+    doc = lock_json(run_envbuild, lock)
+    assert stages_of(doc)["builds"] == ["flash-attn"]
+    assert [s["name"] for s in doc["stages"]] == ["torch", "rest", "builds"]  # type: ignore[attr-defined]
+    theirs = tmp_path / "uv-venv"
+    uv_sync(lock, theirs, tmp_path / "home", "--no-install-package", "flash-attn")
+    uv_sync(lock, theirs, tmp_path / "home")
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    ours = tmp_path / "data" / "venv"
+    assert pip_list(ours) == pip_list(theirs)
+    built = Venv(ours, home=tmp_path / "home")
+    assert json.loads(built.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
 
 
 @pytest.mark.slow

@@ -67,6 +67,8 @@ def plan(args: argparse.Namespace) -> int:
 
 
 def _print_plan(prepared: Prepared) -> None:
+    from rich.markup import escape  # a cell is text, never markup: "[tool.uv]" stays as written
+
     chosen, plan, report = prepared.chosen, prepared.plan, prepared.report
     ui.print_text(f"lock {chosen.path} ({chosen.lock.format}, sha256 {chosen.sha256[:16]}...)")
     ui.print_text(f"environment: {chosen.env.name} (python {chosen.env.python}); torch {plan.torch.version}")
@@ -74,7 +76,8 @@ def _print_plan(prepared: Prepared) -> None:
     ui.print_text("gate: ok" + (f" ({accepted})" if accepted else ""))
     stages = plan.stages
     for n, stage in enumerate(stages, 1):
-        rows = [[p.entry.name, p.entry.version or "", p.artifact.filename if p.artifact else p.line, p.why]
+        rows = [[escape(c) for c in (p.entry.name, p.entry.version or "",
+                                     p.artifact.filename if p.artifact else p.line, p.why)]
                 for p in plan.stage(stage)]
         ui.print_table(f"stage {n}/{len(stages)} {stage}: {STAGE_WORDS[stage]}", ["package", "version", "file", "why"],
                        rows)

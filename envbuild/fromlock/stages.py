@@ -158,6 +158,11 @@ def _wheel_tags(filename: str) -> list[str]:
 
 
 def _artifacts(entry: Entry, folder: Path) -> list[Artifact]:
+    """The entry's files. uv.lock writes a direct-URL sdist's hash alone (``sdist = { hash }``):
+    its URL is the entry's source URL."""
+    if not entry.files and entry.url and len(entry.hashes) == 1:
+        name = unquote(urlsplit(entry.url).path.rsplit("/", 1)[-1])
+        return [Artifact(entry.url, entry.hashes[0], name)]
     out = []
     for where, sha in entry.files:
         parts = urlsplit(where)
