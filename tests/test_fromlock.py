@@ -61,6 +61,73 @@ torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
     return _uv_lock(folder, tmp)
 
 
+# A stdlib-only PEP 517/660 backend kept in the project (backend-path): uv builds the project offline,
+# editable (a .pth pointing at the project folder) as uv sync installs it.
+_EDITABLE_BACKEND = r"""
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = "trainer", "0.1.0"
+REQUIRES = ["torch==2.10.0", "trainer-utils==1.0"]
+
+
+def _wheel(directory, files):
+    info = f"{NAME}-{VERSION}.dist-info"
+    files[info + "/METADATA"] = "Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s\n" % (
+        NAME, VERSION, "".join("Requires-Dist: %s\n" % r for r in REQUIRES))
+    files[info + "/WHEEL"] = "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    rows = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        rows.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[info + "/RECORD"] = "\n".join(rows + [info + "/RECORD,,"]) + "\n"
+    name = f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(directory, name), "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return name
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+get_requires_for_build_editable = get_requires_for_build_wheel
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory, {"trainer/__init__.py": open("trainer/__init__.py").read()})
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory, {"_trainer_editable.pth": os.path.abspath(".") + "\n"})
+"""
+
+
+def uv_project_lock(tmp: Path, idx: GateIndex) -> Path:
+    """uv.lock of a packaged project (``trainer``: torch, trainer-utils), which uv sync installs editable."""
+    folder = _folder(tmp, "uv-project")
+    (folder / "trainer").mkdir()
+    (folder / "trainer" / "__init__.py").write_text("VALUE = 1\n")
+    (folder / "_backend").mkdir()
+    (folder / "_backend" / "editable_backend.py").write_text(_EDITABLE_BACKEND)
+    (folder / "pyproject.toml").write_text(f"""[build-system]
+requires = []
+build-backend = "editable_backend"
+backend-path = ["_backend"]
+
+[project]
+name = "{PROJECT}"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = {_toml_list(["torch==2.10.0", "trainer-utils==1.0"])}
+
+[tool.uv.sources]
+torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
+
+{_uv_indexes(idx, ["cu128"])}""")
+    return _uv_lock(folder, tmp)
+
+
 def pip_list(venv: Path) -> list[dict[str, str]]:
     out = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv), "list", "--format", "json"],
                          capture_output=True, text=True, check=True, env=installer_env())
@@ -205,6 +272,22 @@ def test_a_torch_sdist_is_built_against_the_installed_torch(gate_index: GateInde
     assert pip_list(ours) == pip_list(theirs)
     built = Venv(ours, home=tmp_path / "home")
     assert json.loads(built.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
+
+
+@pytest.mark.slow
+def test_the_project_is_installed_editable_last(gate_index: GateIndex, tmp_path: Path,
+                                               run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    lock = uv_project_lock(tmp_path, gate_index)
+    theirs = tmp_path / "uv-venv"
+    uv_sync(lock, theirs, tmp_path / "home")
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert re.search(r"step 3/3 project: trainer", res.output)
+    listed = pip_list(tmp_path / "data" / "venv")
+    assert listed == pip_list(theirs)
+    assert {"name": "trainer", "version": "0.1.0", "editable_project_location": str(lock.parent)} in listed
+    res = run_envbuild("plan", "--lock", lock, "--no-project", "--json")
+    assert res.rc == 0 and "project" not in stages_of(json.loads(res.stdout))
 
 
 @pytest.mark.slow
