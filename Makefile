@@ -6,11 +6,6 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := .demo
 
-# The cpu profile's torch: the PyTorch CPU index when it answers, else the sources pip is
-# configured with (machines that keep the CPU wheel in a local find-links folder).
-TORCH_INDEX ?= $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=3); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
-export ENVBUILD_TORCH_INDEX := $(TORCH_INDEX)
-
 .PHONY: demo test test-all fuzz lint docs check-lock bench clean image image-h200-twin bootstrap test-images
 
 $(BIN)/.installed: pyproject.toml
@@ -19,7 +14,8 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,docs]'
 	touch $@
 
-## demo: provision the embedded default (cpu) profile into ./.demo, then smoke + distributed step
+## demo: provision the embedded default (cpu) profile into ./.demo, then smoke + distributed step. Its locked
+## files come from any source that serves their sha256: the PyTorch CPU index, or pip's configured mirror.
 demo: $(BIN)/.installed
 	$(BIN)/envbuild provision --profile cpu --root $(DEMO)/data --home $(DEMO)/home
 	$(BIN)/envbuild smoke --profile cpu --root $(DEMO)/data
@@ -51,7 +47,7 @@ test-all: $(BIN)/.installed
 
 ## image: build the cpu profile's image with buildah from a local Debian base (root; see docker/build-image.sh)
 image: $(BIN)/.installed
-	ENVBUILD_TORCH_INDEX="$(TORCH_INDEX)" docker/build-image.sh cpu
+	docker/build-image.sh cpu
 
 ## image-h200-twin: the h200-cu132 Dockerfile built with buildah against the stack twin, up to the torch
 ## step, then its guard shown on the prebuilt-cuda layer (root; timings in build/image/h200-twin.json)

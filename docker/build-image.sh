@@ -121,7 +121,7 @@ render() {
 build() {
   # shellcheck disable=SC2086
   "${B[@]}" bud --isolation chroot --network host --format docker --layers --force-rm \
-    --build-arg ENVBUILD_TORCH_INDEX="${ENVBUILD_TORCH_INDEX-}" "${SOURCES[@]}" ${EXTRA_BUD_ARGS:-} \
+    ${ENVBUILD_TORCH_INDEX+--build-arg "ENVBUILD_TORCH_INDEX=$ENVBUILD_TORCH_INDEX"} "${SOURCES[@]}" ${EXTRA_BUD_ARGS:-} \
     -f "$CONTEXT/Dockerfile" -t "$TAG" "$CONTEXT"
 }
 

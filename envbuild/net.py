@@ -283,11 +283,22 @@ def unreachable(locations: Iterable[str], timeout: float = DEFAULT_TIMEOUT, *,
     maps an index URL to a project the step reads from it, whose page is probed instead of the
     index (find-links locations are left out of it: they are pages or folders, not indexes).
     """
+    probes = probe_all(locations, timeout, projects=projects, deadline=deadline)
+    return [f"{p.location} ({p.detail})" for p in probes.values() if not p.ok]
+
+
+def probe_all(locations: Iterable[str], timeout: float = DEFAULT_TIMEOUT, *,
+              projects: Mapping[str, str] | None = None, deadline: float | None = None) -> dict[str, Probe]:
+    """``probe`` of every distinct location, in parallel: {location as given: its probe}.
+
+    ``file://`` URIs are left out (the installer names a missing one itself); ``projects`` as
+    for ``unreachable``.
+    """
     todo = list(dict.fromkeys(loc for loc in locations if is_url(loc) or not loc.startswith("file:")))
     if not todo:
-        return []
+        return {}
     wanted = projects or {}
     with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
         probes = list(pool.map(lambda loc: probe(loc, timeout, project=wanted.get(loc), deadline=deadline), todo))
-    return [f"{p.location} ({p.detail})" for p in probes if not p.ok]
+    return dict(zip(todo, probes, strict=True))
 

@@ -21,6 +21,9 @@ from envbuild.spec import StackSpec
 __all__ = ["PipInstaller", "pip_config_sources"]
 
 
+_READER = 2  # how ``_ask_pip`` reads the listing: a change makes every cached answer stale
+
+
 def _config_key(env: Mapping[str, str]) -> str:
     """What ``pip config list`` depends on: the ``PIP_*`` and XDG variables, the interpreter and
     pip, and the state (mtime, size) of every file pip documents that it reads
@@ -39,7 +42,7 @@ def _config_key(env: Mapping[str, str]) -> str:
             state.append(f"{f}:missing")
     variables = sorted((k, v) for k, v in env.items() if k.startswith(("PIP_", "XDG_")) or k in ("HOME", "VIRTUAL_ENV"))
     pip = next(iter(Path(sys.prefix).glob("lib/python3*/site-packages/pip-*.dist-info")), None)
-    return hashlib.sha256(json.dumps([sys.executable, str(pip), state, variables]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([_READER, sys.executable, str(pip), state, variables]).encode()).hexdigest()
 
 
 def _cache_file() -> Path:
@@ -73,20 +76,26 @@ def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources
     return sources
 
 
+_SECTION_RANK = {"global": 0, "install": 1, ":env:": 2}  # `pip config list` names PIP_* variables ":env:"
+
+
 def _ask_pip(env: Mapping[str, str] | None) -> InstallerSources:
     out = run([sys.executable, "-m", "pip", "config", "list"], capture=True, separate_stderr=True, timeout=30, env=env)
-    values: dict[str, list[str]] = {}
+    values: dict[str, tuple[int, list[str]]] = {}
     for line in (out.output or "").splitlines():
-        m = re.match(r"^[^.]*\.(index-url|extra-index-url|find-links)='(.*)'$", line.strip())
+        m = re.match(r"^([^.]*)\.(index-url|extra-index-url|find-links)='(.*)'$", line.strip())
         if m:
-            key, raw = m.groups()
-            # later sources (env) win over files for the same key, as pip does
-            values[key] = raw.split()
-    index = values.get("index-url", [None])[0]
+            section, key, raw = m.groups()
+            # pip's precedence, not the listing's (alphabetical) order: PIP_* variables (":env:")
+            # over the [install] section over [global]
+            rank = _SECTION_RANK.get(section, -1)
+            if rank >= 0 and rank >= values.get(key, (-1, []))[0]:
+                values[key] = (rank, raw.split())
+    index = values.get("index-url", (0, [None]))[1][0]
     return InstallerSources(
         index_url=index,
-        extra_index_urls=tuple(values.get("extra-index-url", [])),
-        find_links=tuple(values.get("find-links", [])),
+        extra_index_urls=tuple(values.get("extra-index-url", (0, []))[1]),
+        find_links=tuple(values.get("find-links", (0, []))[1]),
     )
 
 

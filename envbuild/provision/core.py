@@ -12,7 +12,9 @@ before the data root, its lock, the links or the venv are made.
 - ``steps.py``: the run context (``ProvisionRun``) and one guarded step;
 - ``verify.py``: the final check (guard + ``import torch``, its verdict cache), shared with
   ``envbuild verify``;
-- ``state.py``: the manifest; ``prefetch.py``: the next step's downloads in the background.
+- ``state.py``: the manifest; ``prefetch.py``: the next step's downloads in the background;
+- ``sources.py``: where the steps to run take their files (a locked file from any source that
+  serves its sha256), and a step's identity in the manifest.
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,10 +42,10 @@ from envbuild.installer import (
     probe_python,
     resolve_plan,
 )
-from envbuild.net import unreachable
-from envbuild.plan import Plan, PlannedStep, PlanOptions, make_plan
+from envbuild.plan import Plan
 from envbuild.provision import warmup
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
+from envbuild.provision.sources import route_sources, step_identity
 from envbuild.provision.state import Manifest, now
 from envbuild.provision.steps import (
     ProvisionRun,
@@ -115,24 +115,44 @@ def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
     plan = build_plan(spec, opts)
     if opts.only_step:
         plan.step(opts.only_step)  # unknown step: config error before anything changes
-    base_python = _refusals(spec, opts, paths, plan)
+    identities = _identities(plan)
+    base_python, plan = _refusals(spec, opts, paths, plan, identities)
     _make_data_root(paths)
     with state_lock(paths) as lock_fd, ThreadPoolExecutor(max_workers=2, thread_name_prefix="envbuild") as pool:
         try:
-            return _provision(spec, opts, paths, plan, base_python, lock_fd, _Laps(t0), pool)
+            return _provision(spec, opts, paths, plan, identities, base_python, lock_fd, _Laps(t0), pool)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan: Plan) -> Interpreter | None:
+def _identities(plan: Plan) -> list[tuple[str, str, str]]:
+    """(name, ``step_identity``, ``PlannedStep.digest``) of every step, in order, for ``_sync``."""
+    return [(s.name, step_identity(s), s.digest) for s in plan.steps]
+
+
+def _sync(manifest: Manifest, identities: list[tuple[str, str, str]]) -> list[str]:
+    """``Manifest.sync_steps`` on the steps' identities. A manifest written before a locked step's
+    identity left its sources out records the step's ``PlannedStep.digest``: where that is equal,
+    it names the same step, which is not run again for it."""
+    recorded = {s.name: s for s in manifest.steps}
+    for name, identity, digest in identities:
+        state = recorded.get(name)
+        if state is not None and state.digest == digest:
+            state.digest = identity
+    return manifest.sync_steps([(name, identity) for name, identity, _ in identities])
+
+
+def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan: Plan,
+              identities: list[tuple[str, str, str]]) -> tuple[Interpreter | None, Plan]:
     """Every check that can refuse the run, before anything is made. Returns the interpreter a
-    new venv is made with (None when the venv exists)."""
+    new venv is made with (None when the venv exists), and the plan with its locked steps'
+    sources as they answer here (``sources.route_sources``)."""
     _check_data_root(spec, paths)
     layout.check_links(spec, paths, (opts.home or Path.home()).expanduser(), force=opts.force_links)
     snapshot = Manifest.load(paths.manifest)  # read only: the real one is loaded under the lock
     if snapshot.violation:
         snapshot = Manifest(path=paths.manifest)
-    snapshot.sync_steps([(s.name, s.digest) for s in plan.steps])
+    _sync(snapshot, identities)
     refuse_out_of_order(plan, snapshot, opts.only_step)
     if opts.venv is not None and not paths.python.exists():
         raise PreflightError(f"--venv {opts.venv}: no environment there (no {paths.python})")
@@ -146,16 +166,17 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
     # the interpreter is a check too: find it before anything is created, while the package
     # sources are probed (an HTTP round trip and a subprocess, side by side)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="envbuild-sources") as probes:
-        sources = probes.submit(_check_sources, plan, todo)
+        routed = probes.submit(route_sources, plan, todo, root=paths.root)
         base_python = None
         if opts.venv is None and not paths.python.exists():
             base_python = find_interpreter(spec.python, opts.python, spec.abi.package)
-        sources.result()
-    return base_python
+        plan = routed.result()
+    return base_python, plan
 
 
 def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan: Plan,
-               base_python: Interpreter | None, lock_fd: int, laps: _Laps, pool: ThreadPoolExecutor) -> ProvisionResult:
+               identities: list[tuple[str, str, str]], base_python: Interpreter | None, lock_fd: int, laps: _Laps,
+               pool: ThreadPoolExecutor) -> ProvisionResult:
     from envbuild.proof import receipt as receipts
 
     # The receipt's host facts (nvidia-smi, compilers, git: up to a second on a GPU host) do not
@@ -173,7 +194,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
         events.emit("warn", f"the last run stopped on an ABI violation ({manifest.violation}); "
                     f"the venv was moved aside to {aside} and is made again")
         manifest = Manifest(path=paths.manifest)
-    reset = manifest.sync_steps([(s.name, s.digest) for s in plan.steps])
+    reset = _sync(manifest, identities)
     if reset:
         events.emit("info", f"{_why_reset(manifest, spec, installer.name)}: re-running {', '.join(reset)}")
     manifest.stack, manifest.spec_digest, manifest.backend = spec.name, spec.digest, installer.name
@@ -312,49 +333,6 @@ def _make_data_root(paths: layout.Paths) -> None:
     except OSError as exc:
         raise PreflightError(f"cannot create the data root {paths.root}: {exc.strerror}",
                              hint="Choose another with --root, or create it and make it writable.") from None
-
-
-def _check_sources(plan: Plan, todo: list[PlannedStep]) -> None:
-    if not todo:
-        return
-    locations = make_plan(plan.spec, PlanOptions(backend=plan.options.backend, wheelhouse=plan.options.wheelhouse,
-                                                 default_sources=plan.options.default_sources)).sources()
-    wanted = {a for s in todo for a in s.args}
-    pages: dict[str, str] = {}  # index -> the first project of a step that reads it (its page is probed)
-    for s in todo:
-        for flag, value in pairwise(s.args):
-            if flag in ("--index-url", "--extra-index-url") and s.step.packages:
-                pages.setdefault(value, s.step.names[0])
-    bad = unreachable((loc for loc in locations if loc in wanted), projects=pages)
-    if bad:
-        try:
-            names = sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", plan.spec.path.read_text())))
-        except OSError:
-            names = []
-        via = f" ({plan.spec.path} reads {', '.join(names)})" if names else ""
-        raise PreflightError(
-            "package sources the plan needs do not answer: " + "; ".join(bad),
-            hint=f"Check the network and the URLs in the stack spec or the variables they expand from{via}, "
-            "or install from a mirrored wheelhouse with --offline --wheelhouse DIR." + _empty_var_fix(plan.spec))
-
-
-def _empty_var_fix(spec: StackSpec) -> str:
-    """The exact command that takes pip's configured sources instead of a ``${VAR-default}`` URL."""
-    import shlex
-    import sys
-
-    try:
-        names = sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)-", spec.path.read_text())))
-    except OSError:
-        return ""
-    unset = [n for n in names if n not in os.environ]
-    if not unset:
-        return ""
-    args = sys.argv[1:] if "provision" in sys.argv[1:] else ["provision", "--stack", str(spec.path)]
-    command = " ".join(f"{n}=" for n in unset) + " envbuild " + shlex.join(args)
-    return (f" To use the sources pip is configured with (pip.conf, PIP_*) instead of the default "
-            f"{'URLs' if len(unset) > 1 else 'URL'} of {', '.join(unset)}, set {'them' if len(unset) > 1 else 'it'} "
-            f"empty: `{command}`")
 
 
 def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> Path:
