@@ -202,7 +202,7 @@ def test_selection_follows_the_locker(gate_index: GateIndex, tmp_path: Path,
     assert "Choose with --extra cpu, --extra cu128, --extra cu130" in res.stderr
 
 
-@pytest.mark.parametrize("case", ["missing", "requirements", "not-toml", "with-profile"])
+@pytest.mark.parametrize("case", ["missing", "requirements", "not-toml", "with-profile", "other-platform"])
 def test_bad_lock_inputs_are_usage_errors(case: str, tmp_path: Path,
                                           run_envbuild: Callable[..., EnvbuildResult]) -> None:
     lock = tmp_path / "uv.lock"
@@ -215,11 +215,17 @@ def test_bad_lock_inputs_are_usage_errors(case: str, tmp_path: Path,
     elif case == "with-profile":
         lock.write_text("version = 1\n")
         args = ["--profile", "cpu"]
+    elif case == "other-platform":
+        lock.write_text('version = 1\nrequires-python = ">=3.10"\n\n[[package]]\nname = "torch"\nversion = "2.10.0"\n'
+                        'source = { registry = "https://example.invalid/simple" }\nwheels = [{ url = '
+                        '"https://example.invalid/torch-2.10.0-py3-none-any.whl", hash = "sha256:' + "0" * 64 + '" }]\n')
+        args = ["--environment", "macos-arm64"]
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", *args)
     assert res.rc == 2, res.output
     assert "Traceback" not in res.output and not (tmp_path / "data").exists()
     expected = {"missing": "no such lockfile", "requirements": "a requirements file is not supported",
-                "not-toml": "not a readable uv.lock file", "with-profile": "--profile cannot be used with it"}[case]
+                "not-toml": "not a readable uv.lock file", "with-profile": "--profile cannot be used with it",
+                "other-platform": "provision installs on this host"}[case]
     assert expected in res.stderr
 
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from envbuild import abi, events, layout
 from envbuild.errors import ABIViolation, ConfigError, PreflightError
-from envbuild.fromlock.select import Chosen, Request, choose, gate, read_lock, refuse
+from envbuild.fromlock.select import Chosen, Request, choose, gate, host_platform_key, read_lock, refuse
 from envbuild.fromlock.stack import stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, plan_stages
 from envbuild.gate.check import FileReport
@@ -166,6 +166,10 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
 
     python = target_python(req, opts.python, opts.venv)
     prepared = prepare(req, python)
+    here = host_platform_key().replace("-", " ")
+    if prepared.chosen.env.platform != here:
+        raise ConfigError(f"--environment chose {prepared.chosen.env.platform}, and this host is {here}: provision "
+                          "installs on this host", hint="`envbuild plan --lock` shows another platform's stages.")
     if opts.venv is not None:
         prepared = adopt(prepared, opts.venv, req.replace_torch)
     backend = installer_for(opts.backend).name
