@@ -232,3 +232,41 @@ def test_mirror_keeps_every_wheel_the_target_python_takes(filename, python, kept
 
     got = select([Artifact(filename, "http://h/" + filename, "0" * 64)], python, "manylinux*_x86_64")
     assert bool(got) is kept
+
+
+def test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package(target_index, run_envbuild, tmp_path):
+    """GH200/GB200/GB10 hosts are aarch64: the lock is resolved for it by real uv
+    (``--python-platform aarch64-manylinux_2_28``) and check-lock reads the stack's markers for
+    aarch64, so a protected package only aarch64 installs (in the baseline step, marked
+    ``platform_machine == "aarch64"``) is required there, locked and frozen with torch."""
+    stack = _stack(tmp_path, target_index, OTHER_PY, target="manylinux_2_28_aarch64")
+    text = stack.read_text().replace('protect = ["pytorch-triton"]', 'protect = ["pytorch-triton", "only-arm"]')
+    text = text.replace(f'packages = ["torch=={NIGHTLY_TORCH}"]',
+                        f'packages = ["torch=={NIGHTLY_TORCH}", "only-arm==1.0 ; platform_machine == \'aarch64\'"]')
+    assert "only-arm==1.0" in text, text
+    stack.write_text(text)
+    r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
+    assert r.rc == 0, r.output
+    assert _names(stack.parent, "torch").get("only-arm") == "1.0", step_file(stack.parent, "torch").read_text()
+    r = run_envbuild("check-lock", "--stack", stack, "--offline", env=lock_env(tmp_path))
+    assert r.rc == 0, r.output
+
+
+def test_check_lock_reads_requirements_for_the_target_cpu(target_index, run_envbuild, tmp_path):
+    """A requirement only x86_64 installs (``only-old>=2 ; platform_machine == "x86_64"``) does not
+    apply to an aarch64 target: its lock, made by uv for aarch64 with only-old 1.0, passes the
+    gate's requirement rule (judged as x86_64 it was a false unmet-requirement)."""
+    build_wheel(target_index.wheels.pypi, "armdep", "1.0", requires=['only-old>=2 ; platform_machine == "x86_64"'])
+    text = stack_toml([{"name": "app", "packages": ["armdep==1.0", "only-old==1.0"]}], index=target_index)
+    text = text.replace(f'python = "{PY_MAJOR_MINOR}"', f'python = "{OTHER_PY}"')
+    text = text.replace("\n[layout]", '\n[target]\nplatform = "manylinux_2_28_aarch64"\n\n[layout]', 1)
+    stack = tmp_path / "stack.toml"
+    stack.write_text(text)
+    r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
+    assert r.rc == 0, r.output
+    r = run_envbuild("check-lock", "--stack", stack, env=lock_env(tmp_path))
+    assert r.rc == 0 and "unmet-requirement" not in r.output, r.output
+    # the same lock for an x86_64 target: only-old 1.0 does not meet armdep's requirement there
+    stack.write_text(text.replace("manylinux_2_28_aarch64", "manylinux_2_28_x86_64"))
+    r = run_envbuild("check-lock", "--stack", stack, env=lock_env(tmp_path))
+    assert "armdep 1.0 requires only-old>=2" in r.output, r.output

@@ -66,9 +66,10 @@ def protected_names(spec: StackSpec, lock: Lock) -> set[str]:
 
 
 def marker_env(spec: StackSpec) -> dict[str, str]:
-    """The target environment the lock is for: the stack's CPython on Linux x86_64."""
+    """The target environment the lock is for: the stack's CPython on Linux, on the CPU of its
+    ``[target]`` platform (x86_64, or aarch64 for GH200/GB200/GB10 hosts)."""
     return {"python_version": spec.python, "python_full_version": spec.python + ".0", "os_name": "posix",
-            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": spec.target.arch,
             "platform_python_implementation": "CPython", "implementation_name": "cpython",
             "implementation_version": spec.python + ".0", "platform_release": "", "platform_version": "",
             "extra": ""}
