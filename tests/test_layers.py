@@ -46,6 +46,7 @@ STAGE_OF = {
     "envbuild.host": "proof",  # preflight: the host's part of the proof (receipts record it)
     "envbuild.proof": "proof",
     "envbuild.provision": "top",
+    "envbuild.fromlock": "top",  # provision --lock: the gate chooses, provision installs
     "envbuild.images": "top",
     "envbuild.commands": "top",
     "envbuild.cli": "top",

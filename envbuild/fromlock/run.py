@@ -21,7 +21,15 @@ from urllib.parse import urlsplit
 
 from envbuild import abi, events, layout
 from envbuild.errors import ABIViolation, ConfigError, PreflightError
-from envbuild.fromlock.select import Chosen, Request, choose, gate, host_platform_key, read_lock, refuse
+from envbuild.fromlock.select import (
+    Chosen,
+    Request,
+    choose,
+    gate,
+    host_platform_key,
+    read_lock,
+    refuse,
+)
 from envbuild.fromlock.stack import stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, plan_stages
 from envbuild.gate.check import FileReport
