@@ -12,6 +12,7 @@ before anything is made, with the list of what is missing.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ import pytest
 from lockhelpers import lock_env, make_git_repo, manifest
 from support.fixtures import EnvbuildResult, ScenarioIndex, Venv, installer_env
 from support.wheels import build_sdist
+
+from envbuild.errors import ExitCode
 
 pytestmark = pytest.mark.slow
 
@@ -152,3 +155,38 @@ def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path
     steps = tmp_path / "data" / ".envbuild" / "steps"
     assert "--hash=sha256:" + pin["vcs"]["wheel"]["sha256"] in (steps / "03-git.offline.txt").read_text()
     shutil.rmtree(tmp_path / "data")
+
+
+def test_a_wheelhouse_file_changed_after_the_mirror_is_refused_before_anything_is_made(
+        write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+        private_scenario_index: ScenarioIndex, tmp_path: Path, provisioned_venv: Venv) -> None:
+    """One byte of a locked wheel changes after the mirror (same size, so the mirror's record of
+    its hash still matches name and size): the offline run hashes the files before step 1 and
+    names the file with both hashes, exit 5, no data root and no venv. Restored, it installs."""
+    index = private_scenario_index
+    stack = write_stack([{"name": "helpers", "packages": ["einops-like==0.8.1"], "index_url": index.pypi_url}])
+    env = lock_env(tmp_path)
+    r = run_envbuild("lock", "--stack", stack, env=env)
+    assert r.rc == 0, r.output
+    wheelhouse = tmp_path / "wheelhouse"
+    r = run_envbuild("wheelhouse", "mirror", "--lock", stack.parent, "--out", wheelhouse, env=env)
+    assert r.rc == 0, r.output
+    index.server.stop()
+    wheel = next(wheelhouse.glob("einops_like-0.8.1-*.whl"))
+    good = wheel.read_bytes()
+    damaged = bytearray(good)
+    damaged[len(damaged) // 2] ^= 0x01
+    wheel.write_bytes(bytes(damaged))
+    want, got = hashlib.sha256(good).hexdigest(), hashlib.sha256(damaged).hexdigest()
+
+    r = _offline(tmp_path, stack, wheelhouse, "pip", netns=False)
+    assert r.rc == ExitCode.INSTALL, r.output
+    assert f"{wheel.name}: the lock pins sha256 {want}, the file has {got}" in r.stderr, r.stderr
+    assert "1 file(s) in the wheelhouse" in r.stderr and "nothing was made" in r.stderr
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "data").exists()  # no data root, no venv, no step
+
+    wheel.write_bytes(good)
+    r = _offline(tmp_path, stack, wheelhouse, "pip", netns=False)
+    assert r.rc == 0, r.output
+    assert provisioned_venv.version("einops-like") == "0.8.1"

@@ -7,14 +7,27 @@ from it, with the hash ``lock.json`` records (``vcs.wheel``), since cloning is a
 operation. Anything missing is listed, all of it at once, and the run stops with exit 5
 before the data root, the links or the venv are made.
 
+Then the bytes: every file of a folder wheelhouse that the steps to run install is hashed and
+compared with the sha256 the lock pins. ``wheelhouse_files`` takes a file's hash from
+``wheelhouse.json`` where name and size agree (so listing a wheelhouse costs no hashing), and a
+byte changed after the mirror keeps the size: without this, the installer finds it at that
+file's step ("Bad CRC", a hash mismatch), after a venv and the steps before it were made. A
+file changed is named with both hashes, exit 5, nothing made. A wheelhouse served over HTTP is
+checked by the installer (``--require-hashes``/``--verify-hashes``) as it downloads.
+
 The wheelhouse is a folder or a find-links page (``wheeltags.wheelhouse_files``). A new
 venv made by the uv backend is seeded (pip, setuptools, wheel) from the wheelhouse too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
+from envbuild._io import sha256_file
 from envbuild.errors import InstallError, LockError
 from envbuild.index import parse_filename
 from envbuild.lock.model import read_lock
@@ -49,6 +62,7 @@ def check_wheelhouse(spec: StackSpec, steps: Iterable[PlannedStep], wheelhouse: 
     files = wheelhouse_files(wheelhouse)
     python, platform = spec.python, spec.target.platform
     missing: list[str] = []
+    pinned: dict[str, str] = {}  # file name -> the sha256 the lock pins for it: its bytes are checked
     if seed:
         have = {parsed[0] for f in files.values() if (parsed := parse_filename(f)) is not None
                 and (fits_target(f, python, platform) or not f.endswith(".whl"))}
@@ -63,11 +77,18 @@ def check_wheelhouse(spec: StackSpec, steps: Iterable[PlannedStep], wheelhouse: 
                 if wheel is None:
                     missing.append(f"{planned.name}: {p.name} @ {redact(p.vcs.url)}: no wheel built from it is recorded "
                                    "in lock.json (installing it would clone the repository)")
-                elif wheel.sha256 not in files:
+                elif wheel.sha256 not in files and wheel.filename not in files.values():
                     missing.append(f"{planned.name}: {p.name}: {wheel.filename} (sha256 {wheel.sha256[:16]}..., built "
                                    f"from {redact(p.vcs.url)})")
+                else:
+                    pinned[wheel.filename] = wheel.sha256
                 continue
+            pinned.update({files[h]: h for h in p.hashes if h in files})
             present = [files[h] for h in p.hashes if h in files]
+            by_name = [a for a in p.artifacts if a.sha256 is not None and a.filename in files.values()]
+            if not present and by_name:  # the locked file's name, other bytes: named below with both hashes
+                pinned.update({a.filename: a.sha256 for a in by_name if a.sha256 is not None})
+                continue
             if not present:
                 missing.append(f"{planned.name}: {p.name}=={p.version}: none of its {len(p.hashes)} locked files")
             elif not any(fits_target(f, python, platform) or not f.endswith(".whl") for f in present):
@@ -80,3 +101,25 @@ def check_wheelhouse(spec: StackSpec, steps: Iterable[PlannedStep], wheelhouse: 
             hint=f"Mirror them where the indexes answer: `envbuild wheelhouse mirror --lock {spec.path.parent} --out "
             "WHEELHOUSE` (it also builds the git requirements into wheels and records them in lock.json), then "
             "bring the wheelhouse and the lock here.")
+    changed = _changed_bytes(wheelhouse, pinned)
+    if changed:
+        raise InstallError(
+            f"--offline: {len(changed)} file(s) in the wheelhouse {redact(wheelhouse)} are not the bytes the lock "
+            "pins (changed after the mirror?); nothing was made:\n" + "\n".join(f"  {c}" for c in changed),
+            hint="Mirror again where the indexes answer (`envbuild wheelhouse mirror --lock "
+            f"{spec.path.parent} --out WHEELHOUSE` replaces a file whose hash is wrong), or restore the wheelhouse "
+            "from a good copy.")
+
+
+def _changed_bytes(wheelhouse: str, pinned: Mapping[str, str]) -> list[str]:
+    """``"<file>: the lock pins sha256 <a>, the file has <b>"`` for each file of a folder
+    wheelhouse whose bytes are not the ones pinned (hashed in parallel: hashlib lets go of the GIL)."""
+    parts = urlsplit(wheelhouse)
+    if parts.scheme not in ("", "file") or not pinned:
+        return []
+    folder = Path(unquote(parts.path) if parts.scheme == "file" else wheelhouse)
+    names = sorted(pinned)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        actual = list(pool.map(lambda name: sha256_file(folder / name), names))
+    return [f"{name}: the lock pins sha256 {pinned[name]}, the file has {got}"
+            for name, got in zip(names, actual, strict=True) if got != pinned[name]]
