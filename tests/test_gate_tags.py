@@ -237,6 +237,17 @@ def test_runtime_pairs_that_fit_pass_and_nothing_said_stays_unverified(gate_inde
     assert "nvidia-cuda-runtime-cu12==12.8.90" in lock.read_text()
     r = _envbuild(tmp_path, "check-lock", lock, "--offline")
     assert r.rc == ExitCode.LOCK and "a CUDA 12 build (its runtime: nvidia-cuda-runtime-cu12 12.8.90)" in r.stdout, r.output
+    # uv pip compile --no-annotate: no graph at all, so the runtime the environment installs says it
+    (tmp_path / "requirements.in").write_text(
+        f"torch==2.10.0\n{gate_index.extension_requirement('flash_attn-2.8.3+cu13torch2.10cxx11abiTRUE')}\n")
+    out = subprocess.run([uv_bin(), "pip", "compile", "requirements.in", "-o", "bare.txt", "--no-annotate", "--no-cache",
+                          "--index-url", gate_index.pypi_url], cwd=tmp_path, capture_output=True, text=True,
+                         env=installer_env(tmp_path / "home"), timeout=300)
+    if out.returncode != 0:
+        raise ToolFailed(out.args, out.returncode, out.stdout + out.stderr)
+    assert "# via" not in (tmp_path / "bare.txt").read_text() and "nvidia-cuda-runtime-cu12" in (tmp_path / "bare.txt").read_text()
+    r = _envbuild(tmp_path, "check-lock", tmp_path / "bare.txt", "--offline")
+    assert r.rc == ExitCode.LOCK and "a CUDA 12 build (its runtime: nvidia-" in r.stdout, r.output
     # no runtime locked at all (--no-deps): nothing says which CUDA, so it is listed as not compared
     lock = uv_universal_requirements(tmp_path, gate_index, linux_torch="2.10.0", linux_index="plain", no_deps=True,
                                      extension="flash_attn-2.8.3+cu13torch2.10cxx11abiTRUE")

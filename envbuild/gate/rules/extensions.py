@@ -110,8 +110,10 @@ def _runtime_like(name: str) -> bool:
 
 def torch_runtime(view: View, torch: Entry, lock: Lock) -> tuple[int, str] | None:
     """The CUDA major of the NVIDIA runtime installed with ``torch`` in ``view`` (and the package
-    that says so): along torch's own edges where the lock records them (uv.lock, poetry.lock,
+    that says so): along torch's own edges where the lock records them (uv.lock, poetry.lock;
     pip-compile's ``# via torch``), else from whatever runtime the environment installs."""
+    if torch.dependencies is None and torch.via is None:  # no graph: the environment's runtime
+        return runtime_cuda(_versions(e for e in view.members.entries if _runtime_like(e.name)))
     linked: list[Entry] = []
     for name in torch.dependencies or ():
         if not _runtime_like(name):
@@ -123,9 +125,7 @@ def torch_runtime(view: View, torch: Entry, lock: Lock) -> tuple[int, str] | Non
             linked.append(target)
     for entries in view.by_name.values():
         linked += [e for e in entries if e.via and _runtime_like(e.name) and torch.name in map(canonical, e.via)]
-    if linked:
-        return runtime_cuda(_versions(linked))
-    return runtime_cuda(_versions(e for e in view.members.entries if _runtime_like(e.name)))
+    return runtime_cuda(_versions(linked))
 
 
 def _versions(entries: Iterable[Entry]) -> Iterable[tuple[str, str | None]]:
