@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from envbuild import __version__
+from envbuild._toml import did_you_mean
 from envbuild.commands import ui
 from envbuild.errors import EXIT_CODE_DOCS, EnvbuildError, ExitCode
 
@@ -38,6 +39,8 @@ COMMAND_MODULES = (
     "ansible_vars",
 )
 
+COMMAND_NAMES = tuple(m.replace("_", "-") for m in COMMAND_MODULES)
+
 
 def _command_in(argv: Sequence[str]) -> str | None:
     """The module of the subcommand ``argv`` names, if it names one (flags before it allowed)."""
@@ -48,6 +51,16 @@ def _command_in(argv: Sequence[str]) -> str | None:
             continue
         module = arg.replace("-", "_")
         return module if module in COMMAND_MODULES else None
+    return None
+
+
+def _unknown_command(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv`` when it names no command; None when it does or there is none."""
+    for arg in argv:
+        if arg in ("-h", "--help", "--version"):
+            return None
+        if not arg.startswith("-"):
+            return None if arg in COMMAND_NAMES else arg
     return None
 
 
@@ -85,6 +98,13 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
+    unknown = _unknown_command(args_in)
+    if unknown is not None:  # a typo: one line with the nearest command, not argparse's usage dump
+        ui.configure()
+        ui.error_text(f"unknown command {unknown!r}{did_you_mean(unknown, list(COMMAND_NAMES))}")
+        ui.error_text_plain("`envbuild --help` lists the commands and what each does.")
+        ui.close()
+        return int(ExitCode.CONFIG)
     parser = build_parser(_command_in(args_in))
     args = parser.parse_args(args_in)
     # --json / --markdown: stdout holds only the document; progress and notes go to stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.cli import main
 from envbuild.errors import ExitCode
 
 
@@ -38,4 +39,18 @@ def test_a_subcommand_parses_alone_and_an_unknown_one_is_a_usage_error() -> None
     out = subprocess.run([sys.executable, "-m", "envbuild", "-v", "provision", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--compile-bytecode" in out.stdout and "--prefetch" in out.stdout
     out = subprocess.run([sys.executable, "-m", "envbuild", "provison"], capture_output=True, text=True)
-    assert out.returncode == 2 and "invalid choice: 'provison'" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == ExitCode.CONFIG and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("typo,meant", [("provison", "provision"), ("smok", "smoke"), ("dist_stp", "dist-step"),
+                                        ("recipt", "receipt"), ("check-lok", "check-lock")])
+def test_a_mistyped_command_gets_the_nearest_one_and_no_usage_dump(typo: str, meant: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-v", typo, "--root", "/x"]) == ExitCode.CONFIG
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert lines[0] == f"error: unknown command {typo!r} (did you mean {meant!r}?)"
+    assert len(lines) == 2 and "envbuild --help" in lines[1] and "usage:" not in captured.err
+    assert main(["no-such-thing"]) == ExitCode.CONFIG
+    assert capsys.readouterr().err.startswith("error: unknown command 'no-such-thing'\n")  # nothing near it

@@ -60,7 +60,8 @@ def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixt
         pkgs = d["software"]["distributions"]
         torch = next(p for p in pkgs if p["name"] == "torch")
         torch["record_sha256"] = "0" * 64
-        torch["files_sha256"] = "0" * 64  # its files changed, wherever the venv lives
+        torch["content_sha256"] = "0" * 64  # its files changed, wherever the venv lives
+        torch.update(modified=["torch/functional.py"], modified_count=1)
         numpy = next(p for p in pkgs if p["name"] == "numpy")
         numpy["version"] = "1.0.0"
         pkgs.append({"name": "triton", "version": "3.5.0", "record_sha256": "f" * 64})
@@ -74,7 +75,7 @@ def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixt
 
     assert main(["receipt", "diff", str(receipt), str(drifted)]) == 10
     out = capsys.readouterr().out
-    for needle in ("torch (RECORD sha256)", "numpy", "triton", "CUDA_DEVICE_MAX_CONNECTIONS", "driver", "570.10"):
+    for needle in ("torch (files)", "torch/functional.py", "numpy", "triton", "CUDA_DEVICE_MAX_CONNECTIONS", "driver", "570.10"):
         assert needle in out
 
     assert main(["receipt", "diff", "--against", str(receipt), str(same), str(drifted), "--json"]) == 10

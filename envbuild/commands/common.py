@@ -1,17 +1,38 @@
-"""Arguments shared by several commands.
+"""Arguments shared by several commands, and how they find the environment.
 
 Every check of an argument happens while argparse reads the command line (a ``type=`` here), so
 a bad argument is exit 2 before anything looks at the host (exit 3) or the disk.
+
+The environment is found (``find_environment``): the commands that work on a provisioned
+environment (``smoke``, ``dist-step``, ``verify``, ``receipt``) take its data root from, in this
+order, ``--root``, ``$ENVBUILD_ROOT``, or the active venv (``$VIRTUAL_ENV``) when envbuild made it,
+and say in one line which root they use and why. ``provision`` leaves a record in the venv it
+made (``envbuild-environment.json``: the data root, the venv and the stack spec it came from), so
+that activating the venv is enough; the stack found with the root is used unless ``--profile`` or
+``--stack`` names another.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from envbuild import events
+from envbuild._io import atomic_write_json
+from envbuild.errors import ConfigError
+from envbuild.layout import Paths, paths_for
+from envbuild.quoting import sh_word
 from envbuild.spec import StackSpec, resolve_spec
+
+ROOT_ENV = "ENVBUILD_ROOT"
+ENVIRONMENT_RECORD = "envbuild-environment.json"  # in a venv envbuild made: where it belongs
+RECORD_SCHEMA = "envbuild.environment/1"
 
 
 def path_arg(text: str) -> Path:
@@ -101,3 +122,121 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
 
 def load_stack(args: argparse.Namespace) -> StackSpec:
     return resolve_spec(getattr(args, "profile", None), getattr(args, "stack", None))
+
+
+# ----------------------------------------------------------------------------- the environment
+
+
+@dataclass(frozen=True)
+class Found:
+    """The environment a command works on: its stack, data root and venv, and why this one."""
+
+    spec: StackSpec
+    paths: Paths
+    venv: Path  # the venv the root's provision recorded (default: <root>/<layout.venv>)
+    why: str  # "from --root", "from ENVBUILD_ROOT", "from the active venv ...", or the default
+
+
+def add_root_arg(parser: argparse.ArgumentParser, what: str = "data root holding the venv, receipts and logs") -> None:
+    parser.add_argument("--root", type=path_arg,
+                        help=f"{what} (default: ${ROOT_ENV}, else the active venv's if envbuild made it, "
+                             "else the stack's layout.root)")
+
+
+def find_environment(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Found:
+    """The stack, root and venv ``args`` and the environment point at; says which root and why."""
+    env = os.environ if environ is None else environ
+    root, why, record = _find_root(getattr(args, "root", None), env)
+    named = getattr(args, "profile", None) or getattr(args, "stack", None)
+    spec = load_stack(args) if named or record is None else _recorded_spec(record, root)
+    paths = paths_for(spec, root)
+    venv = Path(record["venv"]) if record and isinstance(record.get("venv"), str) else paths.venv
+    if record is not None and not named:
+        why += f"; stack {spec.name}, as provisioned there"
+    events.emit("info", f"root {paths.root} ({why})")
+    return Found(spec=spec, paths=paths, venv=venv, why=why)
+
+
+def _find_root(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path | None, str, dict[str, Any] | None]:
+    if explicit is not None:
+        return explicit, "from --root", _root_record(explicit)
+    if ROOT_ENV in env:
+        value = env[ROOT_ENV]
+        if not value.strip():
+            raise ConfigError(f"{ROOT_ENV} is set but empty (an unset shell variable?)",
+                              hint="Set it to the data root provision used, unset it, or pass --root.")
+        root = Path(value).expanduser()
+        return root, f"from {ROOT_ENV}", _root_record(root)
+    active = env.get("VIRTUAL_ENV")
+    if active:
+        venv = Path(active)
+        record = _venv_record(venv)
+        if record is not None:
+            return Path(record["root"]), f"from the active venv {venv}", record
+    return None, "the stack's layout.root: no --root, no ENVBUILD_ROOT, no active venv made by envbuild", None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _venv_record(venv: Path) -> dict[str, Any] | None:
+    """What provision recorded in ``venv``; for a venv made before the record, the root is the
+    venv's parent when that root's manifest names this venv."""
+    doc = _read_json(venv / ENVIRONMENT_RECORD)
+    if doc is not None and doc.get("schema") == RECORD_SCHEMA and isinstance(doc.get("root"), str):
+        return doc
+    manifest = _read_json(Paths(root=venv.parent).manifest)
+    if manifest is not None and manifest.get("venv") == str(venv):
+        return {"root": str(venv.parent), "venv": str(venv), "stack_name": manifest.get("stack")}
+    return None
+
+
+def _root_record(root: Path) -> dict[str, Any] | None:
+    """What the root's provision recorded: its manifest names the venv, the venv's record the
+    stack. None where nothing was provisioned there."""
+    manifest = _read_json(Paths(root=root.expanduser()).manifest)
+    if manifest is None or not isinstance(manifest.get("venv"), str) or not manifest["venv"]:
+        return None
+    record = _venv_record(Path(manifest["venv"])) or {"stack_name": manifest.get("stack")}
+    return {**record, "root": str(root), "venv": manifest["venv"]}
+
+
+def _recorded_spec(record: dict[str, Any], root: Path | None) -> StackSpec:
+    stack = record.get("stack")
+    if isinstance(stack, str) and Path(stack).is_file():
+        return resolve_spec(None, Path(stack))
+    name = record.get("stack_name")
+    if isinstance(name, str) and name:
+        try:
+            return resolve_spec(name, None)
+        except ConfigError:
+            pass
+    raise ConfigError(f"the environment at {root} was provisioned from {stack or name or 'a stack'}, "
+                      "which is not there any more",
+                      hint="Name its stack with --profile NAME or --stack FILE.")
+
+
+def record_environment(spec: StackSpec, paths: Paths) -> list[str]:
+    """After a provision: write ``envbuild-environment.json`` into the venv it made (a venv only,
+    never a system or image interpreter's prefix), so the venv, once activated, is found. Returns
+    the lines that tell the user how the next commands find the environment."""
+    manifest = _read_json(paths.manifest) or {}
+    venv = Path(manifest["venv"]) if isinstance(manifest.get("venv"), str) and manifest["venv"] else paths.venv
+    export = f"export {ROOT_ENV}={sh_word(str(paths.root), '--root')}"
+    later = "then smoke, dist-step, verify and receipt find this environment without --root"
+    if not (venv / "pyvenv.cfg").is_file():
+        return [f"next: {export}", f"  {later}"]
+    doc = {"schema": RECORD_SCHEMA, "root": str(paths.root.absolute()), "venv": str(venv),
+           "stack": str(spec.path.absolute()), "stack_name": spec.name}
+    if _read_json(venv / ENVIRONMENT_RECORD) != doc:
+        try:
+            atomic_write_json(venv / ENVIRONMENT_RECORD, doc)
+        except OSError:
+            return [f"next: {export}", f"  {later}"]  # found through the root, not the venv
+    activate = f". {sh_word(str(venv / 'bin' / 'activate'), '--venv')}"
+    return [f"next: {activate}  (or: {export})", f"  {later}"]

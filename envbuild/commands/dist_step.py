@@ -95,37 +95,40 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         ui.print_json({**payload, "receipt": receipt})
     else:
-        _render(r, res.seconds, regime)
-        ui.print_text(f"{'dist-step passed' if res.ok else 'dist-step FAILED'} in {res.seconds:.1f} s"
-                      + (f" (torchrun exit {res.returncode})" if res.returncode else "")
-                      + (f"; receipt {receipt}" if receipt else "") + (f"; log {log}" if log else ""))
+        verdict = "dist-step passed" if res.ok else "dist-step FAILED"
+        torchrun = f" (torchrun exit {res.returncode})" if res.returncode else ""
+        ui.print_text(f"{verdict} in {res.seconds:.1f} s{torchrun}: {regime}, world {r.get('world_size')}, "
+                      f"torch {r.get('versions', {}).get('torch')}")
+        ui.print_table(None, ["", "result"], _rows(r), max_width=ui.WIDTH, keep=1)
+        for what, where in (("receipt", receipt), ("log", log)):
+            if where:
+                ui.print_text(f"  {what:<8}{where}")
     return 0 if res.ok else int(ExitCode.VERIFY)
 
 
-def _render(r: dict[str, Any], seconds: float, regime: str) -> None:
+def _rows(r: dict[str, Any]) -> list[list[str]]:
+    """The checks' verdicts, then what they measured: short cells, a table within ui.WIDTH."""
     par, ck, t, bw = r.get("parity", {}), r.get("checkpoint", {}), r.get("timing", {}), r.get("allreduce")
     rt = r.get("routing", {})
     tol = par.get("tolerance", {})
-    rows = [[name, "pass" if ok else "FAIL"] for name, ok in r.get("checks", {}).items()]
-    ui.print_text(f"dist-step: {regime}, world {r.get('world_size')}, {r.get('backend')}, "
-                  f"torch {r.get('versions', {}).get('torch')}")
-    ui.print_table(None, ["check", "verdict"], rows)
-    losses = " ".join(f"{v:.4f}" for v in r.get("losses", []))
-    info = [
-        ["losses", losses],
+    rows = [[name.replace("_", " "), "pass" if ok else "FAIL"] for name, ok in r.get("checks", {}).items()]
+    rows += [
+        ["losses", " ".join(f"{v:.4f}" for v in r.get("losses", []))],
         ["vs reference", f"loss {par.get('max_loss_diff', 0):.1e} (tol {tol.get('loss')}), grad norm rel "
                          f"{par.get('max_grad_norm_rel_diff', 0):.1e}, weights {par.get('max_weight_abs_diff', 0):.1e}"],
-        ["routing", f"{rt.get('flips', 0)} of {rt.get('tokens_routed', 0)} top-k choices differ from the "
-                    f"reference's (largest router preference {rt.get('max_flip_gap', 0):.1e}, near-tie tol "
-                    f"{rt.get('tolerance')}); the reference's choices were used"],
-        ["checkpoint", f"eval loss saved {ck.get('eval_loss_saved')}, perturbed {ck.get('eval_loss_perturbed')}, "
-                       f"loaded {ck.get('eval_loss_loaded')}"],
-        ["first step", f"{1e3 * t.get('first_step_seconds', 0):.1f} ms"],
-        ["steady step", f"{1e3 * t.get('steady_step_seconds', 0):.1f} ms (max {1e3 * t.get('steady_step_max_seconds', 0):.1f})"],
-        ["all-reduce", f"busbw {bw['busbw_gbps']:.1f} GB/s ({bw['bytes'] / 2**20:.0f} MiB)" if bw else "n/a (one rank)"],
+        ["routing", f"{rt.get('flips', 0)} of {rt.get('tokens_routed', 0)} top-k choices differ from the reference's "
+                    f"(widest gap {rt.get('max_flip_gap', 0):.1e}, near-tie tol {rt.get('tolerance')})"],
+        ["checkpoint", "eval loss saved {}, perturbed {}, loaded {}".format(
+            *(_num(ck.get(k)) for k in ("eval_loss_saved", "eval_loss_perturbed", "eval_loss_loaded")))],
+        ["step time", f"first {1e3 * t.get('first_step_seconds', 0):.1f} ms, steady "
+                      f"{1e3 * t.get('steady_step_seconds', 0):.1f} ms (max {1e3 * t.get('steady_step_max_seconds', 0):.1f})"],
+        ["all-reduce", f"busbw {bw['busbw_gbps']:.1f} GB/s ({bw['bytes'] / 2**20:.0f} MiB)" if bw else "not measured (one rank)"],
     ]
     for rk in r.get("ranks", []):
-        mem = rk.get("peak_memory", {})
-        shown = ", ".join(f"{k} {v:.0f}" for k, v in mem.items())
-        info.append([f"rank {rk.get('rank')} peak", f"{shown} ({rk.get('host')}, {rk.get('device')})"])
-    ui.print_table(None, ["", "value"], info)
+        mem = ", ".join(f"{k} {v:.0f}" for k, v in rk.get("peak_memory", {}).items())
+        rows.append([f"rank {rk.get('rank')} peak", f"{mem} ({rk.get('host')}, {rk.get('device')})"])
+    return rows
+
+
+def _num(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, (int, float)) else str(value)

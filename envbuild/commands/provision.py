@@ -15,6 +15,7 @@ from envbuild.commands.common import (
     load_stack,
     nonempty_arg,
     path_arg,
+    record_environment,
     seconds_arg,
 )
 from envbuild.errors import ConfigError, Interrupted
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Interrupted) as exc:
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
         raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from None
+    found_by = record_environment(spec, result.paths)  # the venv records its root: activated, it is found
     if args.json:
         ui.print_json({
             "root": str(result.paths.root), "venv": str(result.paths.venv), "ran": result.ran,
@@ -127,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         events.emit("ok", f"{spec.name}: provisioned {result.paths.venv} in {result.seconds:.1f} s "
                     f"({len(result.ran)} steps run, {len(result.skipped)} already done)")
-    ui.print_text(f"activate: . {result.paths.venv}/bin/activate")
+    for line in found_by:
+        ui.print_text(line)
     if result.receipt:
         ui.print_text(f"receipt: {result.receipt}")
     return 0

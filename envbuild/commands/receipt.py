@@ -1,4 +1,8 @@
-"""``envbuild receipt show|diff``: read receipts and show what drifted (exit 10 when something did).
+"""``envbuild receipt show|list|diff``: read receipts and show what drifted (exit 10 when something did).
+
+``show`` without a file shows the newest receipt of the environment's data root and ``list`` lists
+them, newest first; the root is found as the other commands find it (``--root``,
+``$ENVBUILD_ROOT``, the active venv; ``envbuild.commands.common``).
 
 ``diff`` shows three groups per receipt: what drifted in the environment (packages, torch, Python,
 env, hardware), whether the *image* changed (another image digest / id, Modal image id, OS
@@ -10,18 +14,22 @@ is drift), 0 otherwise; a run change alone is 0.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import path_arg
+from envbuild.commands.common import add_root_arg, find_environment, path_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.proof.receipt import (
+    VERIFIED_LOG,
     Difference,
     diff_receipts,
     image_changed,
     load_receipt,
+    receipt_files,
     run_changed,
     summary,
+    verifications,
 )
 
 GROUPS = ("environment", "image", "run")
@@ -31,10 +39,16 @@ def register(sub: Any) -> None:
     p = sub.add_parser("receipt", help="show a receipt, or diff receipts (exit 10 on drift)")
     rsub = p.add_subparsers(dest="receipt_command", metavar="ACTION")
     rsub.required = True
-    show = rsub.add_parser("show", help="show one receipt (a file, or the newest in a folder)")
-    show.add_argument("file", type=path_arg, metavar="FILE|DIR")
+    show = rsub.add_parser("show", help="show one receipt (a file, the newest in a folder, or the root's newest)")
+    show.add_argument("file", type=path_arg, metavar="FILE|DIR", nargs="?",
+                      help="a receipt, or a folder of them (default: the data root's newest receipt)")
+    add_root_arg(show, "data root whose newest receipt to show")
     show.add_argument("--json", action="store_true", help="print the whole receipt as JSON")
     show.set_defaults(func=run_show)
+    listing = rsub.add_parser("list", help="the data root's receipts, newest first, one line each")
+    add_root_arg(listing, "data root whose receipts to list")
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
+    listing.set_defaults(func=run_list)
     diff = rsub.add_parser("diff", help="what changed between receipts: packages, versions, hashes, env, hardware",
                            description="diff A B, or diff --against REF R1 R2 ... for a fleet. "
                                        "Exit 10 when any receipt differs, 0 when all match.")
@@ -44,27 +58,76 @@ def register(sub: Any) -> None:
     diff.set_defaults(func=run_diff)
 
 
+def _root_receipts(args: argparse.Namespace) -> Path:
+    return find_environment(args).paths.receipts
+
+
 def run_show(args: argparse.Namespace) -> int:
-    doc = load_receipt(args.file)
+    if args.file is not None and args.root is not None:
+        raise ConfigError("give a receipt file or --root, not both")
+    doc = load_receipt(args.file if args.file is not None else _root_receipts(args))
     if args.json:
         ui.print_json(doc)
         return 0
-    ui.print_table(None, ["", ""], [[k, str(v)] for k, v in summary(doc).items()])
+    ui.print_table(None, ["", ""], [[k, str(v)] for k, v in summary(doc).items()],
+                   max_width=ui.WIDTH, keep=1)
+    path = Path(doc["_path"])
+    confirmed = verifications(path.parent).get(path.name, [])
+    if confirmed:
+        last = confirmed[-1]
+        ui.print_text(f"confirmed {len(confirmed)} time(s) since by a {last.get('kind')} that found nothing new, "
+                      f"last {last.get('created')} ({path.parent / VERIFIED_LOG})")
     payload = doc.get("payload") or {}
     if doc.get("kind") == "smoke":
         rows = [[c.get("name", ""), c.get("verdict", ""),
                  f"{c['rel_err']:.2e}" if isinstance(c.get("rel_err"), (int, float)) else "-",
                  f"{c.get('seconds', 0):.2f} s", c.get("reason") or ""] for c in payload.get("checks", [])]
-        ui.print_table("smoke", ["check", "verdict", "rel err", "time", "note"], rows)
+        ui.print_table("smoke", ["check", "verdict", "rel err", "time", "note"], rows,
+                       max_width=ui.WIDTH, keep=1)
     elif doc.get("kind") == "dist-step":
         t, bw = payload.get("timing", {}), payload.get("allreduce")
         rows = [[k, "pass" if v else "FAIL"] for k, v in payload.get("checks", {}).items()]
         rows.append(["steady step", f"{1e3 * t.get('steady_step_seconds', 0):.1f} ms"])
         rows.append(["bus bandwidth", f"{bw['busbw_gbps']:.1f} GB/s" if bw else "n/a"])
-        ui.print_table(f"dist-step ({payload.get('launch_regime')})", ["", ""], rows)
+        ui.print_table(f"dist-step ({payload.get('launch_regime')})", ["", ""], rows,
+                       max_width=ui.WIDTH, keep=1)
     ok = payload.get("ok")
     if ok is not None:
         ui.print_text(f"result: {'ok' if ok else 'FAILED'}")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    folder = _root_receipts(args)
+    confirmed = verifications(folder)
+    rows: list[dict[str, Any]] = []
+    for path in receipt_files(folder):
+        try:
+            doc = load_receipt(path)
+        except ConfigError as exc:
+            rows.append({"file": path.name, "error": exc.message})
+            continue
+        ok = (doc.get("payload") or {}).get("ok", True if doc.get("kind") == "provision" else None)  # written when done
+        seen = confirmed.get(path.name, [])
+        rows.append({"file": path.name, "kind": doc.get("kind"), "created": doc.get("created"),
+                     "host": (doc.get("provenance") or {}).get("hostname"),
+                     "ok": ok if isinstance(ok, bool) else None, "confirmed": len(seen),
+                     "last_confirmed": seen[-1].get("created") if seen else None})
+    if args.json:
+        ui.print_json({"folder": str(folder), "receipts": rows})
+        return 0
+    if not rows:
+        ui.print_text(f"no receipts in {folder}")
+        return 0
+    ui.print_text(f"{len(rows)} receipt(s) in {folder}, newest first:")
+    for row in rows:
+        if "error" in row:
+            ui.print_text(f"  {row['file']}: unreadable ({row['error'][:60]})")
+            continue
+        when = str(row["created"] or "-").replace("T", " ").rstrip("Z")
+        result = {True: "ok", False: "FAILED", None: "-"}[row["ok"]]
+        again = f"  +{row['confirmed']} verified, last {str(row['last_confirmed'])[11:19]}" if row["confirmed"] else ""
+        ui.print_text(f"  {when}  {str(row['kind']):<9}  {result:<6}  {row['file']}{again}")
     return 0
 
 
@@ -101,8 +164,9 @@ def run_diff(args: argparse.Namespace) -> int:
                 rows = [[d.section, d.key, _show(d.a), _show(d.b), "" if d.drift else "info"]
                         for d in diffs if _group(d) == group]
                 if rows:
-                    ui.print_table(_GROUP_TITLES[group], ["section", "what", "reference" if args.against else "A",
-                                                          "receipt" if args.against else "B", ""], rows)
+                    sides = ["reference", "receipt"] if args.against else ["A", "B"]
+                    ui.print_table(_GROUP_TITLES[group], ["section", "what", *sides, ""], rows,
+                                   max_width=ui.WIDTH, keep=2)
         if len(results) > 1:
             ui.print_table("fleet", ["receipt", "host", "drifted items"],
                            [[doc["_path"], str(doc.get("provenance", {}).get("hostname")),

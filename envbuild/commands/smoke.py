@@ -13,38 +13,45 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg, seconds_arg
+from envbuild.commands.common import (
+    ROOT_ENV,
+    add_json_arg,
+    add_root_arg,
+    add_stack_args,
+    find_environment,
+    path_arg,
+    seconds_arg,
+)
 from envbuild.errors import ExitCode, PreflightError
-from envbuild.layout import Paths, overlay_env, paths_for
+from envbuild.layout import Paths, overlay_env
 from envbuild.proof.provenance import Provenance, capture
 from envbuild.spec import StackSpec
-
-_MARK = {"pass": "pass", "fail": "FAIL", "skip": "skip"}
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--root", type=path_arg, help="data root: receipts and logs go under it (default: the spec's layout.root)")
-    p.add_argument("--venv", type=path_arg, help="the venv to test (default: <root>/<layout.venv>)")
+    add_root_arg(p, "data root: the venv, and where receipts and logs go")
+    p.add_argument("--venv", type=path_arg, help="the venv to test (default: the root's venv)")
     p.add_argument("--python", type=path_arg, help="an interpreter to test instead of a venv's bin/python")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt")
 
 
 def resolve_target(args: argparse.Namespace) -> tuple[StackSpec, Paths, Path]:
-    spec = load_stack(args)
-    paths = paths_for(spec, args.root)
+    found = find_environment(args)
     if args.python:
         python = args.python.expanduser()
     elif args.venv:
         python = args.venv.expanduser().absolute() / "bin" / "python"
     else:
-        python = paths.python
+        python = found.venv / "bin" / "python"
     if not python.exists():  # refused before anything is made under the data root
         raise PreflightError(
-            f"no Python interpreter at {python}: the venv is missing or incomplete",
-            hint="Provision it first (envbuild provision), or point --venv at an existing venv.")
-    return spec, paths, python
+            f"no Python interpreter at {python}: the venv is missing or incomplete (root {found.paths.root}, "
+            f"{found.why})",
+            hint="Provision it first (envbuild provision --root DIR), then activate the venv it made or export "
+                 f"{ROOT_ENV}=DIR; or point --venv at an existing venv.")
+    return found.spec, found.paths, python
 
 
 def start_provenance(spec: StackSpec, regime: str) -> Provenance:
@@ -110,29 +117,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         ui.print_json({**payload, "checks": res.checks, "receipt": receipt})
     else:
-        env = res.environment
-        ui.print_text(f"smoke: torch {env.get('torch')} cuda {env.get('cuda') or '-'} "
-                      f"on {env.get('device', 'CPU')} ({python})")
-        ui.print_table(None, ["check", "verdict", "rel err", "tol", "time", "note"],
-                       [_row(c) for c in res.checks])
-        ui.print_text(f"{'all checks passed' if res.ok else 'FAILED'} in {res.seconds:.1f} s"
-                      + (f"; receipt {receipt}" if receipt else "") + (f"; log {log}" if log else ""))
+        ui.print_text(_summary(res.ok, res.checks, res.seconds, res.environment, python))
+        for what, where in (("receipt", receipt), ("log", log)):
+            if where:
+                ui.print_text(f"  {what:<8}{where}")
     return 0 if res.ok else int(ExitCode.VERIFY)
 
 
-def _row(c: dict[str, Any]) -> list[str]:
-    err = c.get("rel_err")
-    notes = []
-    if c.get("verdict") == "fail" or c.get("verdict") == "skip":
-        notes.append(str(c.get("reason") or ""))
-    if c.get("kernel_ms") is not None and c.get("verdict") != "skip":
-        notes.append(f"{c['kernel_ms']:.3f} ms/call")
-    if c.get("tflops") is not None and c.get("verdict") != "skip":
-        sheet = c.get("datasheet_tflops")
-        notes.append(f"{c['tflops']:.1f} TFLOP/s" + (f" ({100 * c['tflops'] / sheet:.0f}% of {sheet:g})" if sheet else ""))
-    if c.get("version") and c.get("verdict") == "pass":
-        notes.append(f"version {c['version']}")
-    return [str(c.get("name")), _MARK.get(str(c.get("verdict")), str(c.get("verdict"))),
-            f"{err:.2e}" if isinstance(err, (int, float)) else "-",
-            f"{c['tol']:.2g}" if c.get("tol") is not None else "-",
-            f"{c.get('seconds', 0):.2f} s", "; ".join(n for n in notes if n)]
+def _summary(ok: bool, checks: list[dict[str, Any]], seconds: float, env: dict[str, Any], python: Path) -> str:
+    """The verdict first, then the counts: each check's own line was printed as it finished."""
+    counts = {word: sum(c.get("verdict") == v for c in checks)
+              for v, word in (("pass", "passed"), ("fail", "failed"), ("skip", "skipped"))}
+    shown = ", ".join(f"{n} {word}" for word, n in counts.items() if n) or "no checks"
+    where = f"torch {env.get('torch')} on {env.get('device') or 'CPU'}" if env.get("torch") else str(python)
+    return f"{'smoke passed' if ok else 'smoke FAILED'}: {shown} in {seconds:.1f} s ({where})"

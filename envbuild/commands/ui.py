@@ -41,11 +41,13 @@ class PlainConsole:
     def file(self) -> TextIO:
         return sys.stderr if self.stderr else sys.stdout  # looked up each time: pytest swaps them
 
+    width = 160  # a table's width where no terminal says (print_table's max_width lowers it)
+
     def print(self, text: Any = "", *, style: str | None = None, markup: bool = False) -> None:
         if not isinstance(text, str):  # a rich renderable (a table): let rich lay it out, uncoloured
             from rich.console import Console
 
-            Console(file=self.file, width=160, no_color=True, highlight=False, soft_wrap=True).print(text)
+            Console(file=self.file, width=self.width, no_color=True, highlight=False, soft_wrap=True).print(text)
             return
         self.file.write(text + "\n")
         self.file.flush()
@@ -71,6 +73,8 @@ def _console(stderr: bool) -> _Writer:
 
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
+
+WIDTH = 100  # the columns a command's own tables are laid out for (print_table's max_width)
 
 _out: _Writer = PlainConsole()
 _err: _Writer = PlainConsole(stderr=True)
@@ -278,12 +282,25 @@ def print_text(text: str = "", style: str | None = None) -> None:
     _out.print(text, style=style, markup=False)
 
 
-def print_table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+def print_table(title: str | None, columns: list[str], rows: list[list[str]], *, max_width: int | None = None,
+                keep: int = 0) -> None:
+    """A table; with ``max_width`` no wider than that (long cells wrap), on a terminal too. The
+    first ``keep`` columns (names, keys) are never wrapped: the others make room."""
     from rich.table import Table
 
     table = Table(title=title, show_lines=False, title_justify="left")
-    for col in columns:
-        table.add_column(col, overflow="fold")
+    for i, col in enumerate(columns):
+        table.add_column(col, overflow="fold", no_wrap=i < keep)
     for row in rows:
         table.add_row(*row)
-    _out.print(table)
+    if max_width is None:
+        _out.print(table)
+    elif isinstance(_out, PlainConsole):
+        plain = PlainConsole(_out.stderr)
+        plain.width = min(plain.width, max_width)
+        plain.print(table)
+    else:
+        from rich.console import Console
+
+        assert isinstance(_out, Console)  # what _console makes where PlainConsole is not wanted
+        _out.print(table, width=min(_out.width, max_width))

@@ -1,15 +1,31 @@
-"""``envbuild verify``: the ABI guard and the full import check on an existing environment."""
+"""``envbuild verify``: the ABI guard and the full import check on an existing environment.
+
+Beside the import it reads the environment's files (``proof.receipt.inventory``): a file of torch
+or its protected set whose bytes on disk are not the ones its RECORD lists is a violation too (the
+guard reads metadata only, and an edit in place leaves RECORD as it was). Under a data root that
+envbuild provisioned it records a ``verify`` receipt; a passing verify that finds nothing new is
+a line in ``<root>/receipts/verified.jsonl`` instead (see ``envbuild.proof.receipt``).
+"""
 
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from envbuild import abi, events, layout
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg, seconds_arg
+from envbuild.commands.common import (
+    add_json_arg,
+    add_root_arg,
+    add_stack_args,
+    find_environment,
+    path_arg,
+    seconds_arg,
+)
 from envbuild.errors import ABIViolation, ConfigError, VerifyError
+from envbuild.proof import receipt as receipts
 from envbuild.provision.state import Manifest
 from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
 
@@ -18,23 +34,25 @@ def register(sub: Any) -> None:
     p = sub.add_parser("verify", help="check an environment against its ABI baseline")
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--root", type=path_arg, help="data root holding the venv and its manifest")
-    p.add_argument("--venv", type=path_arg, help="check this environment (baseline from --root's manifest if any)")
+    add_root_arg(p, "data root holding the venv and its manifest")
+    p.add_argument("--venv", type=path_arg, help="check this environment (baseline from the root's manifest if any)")
     p.add_argument("--timeout", type=seconds_arg(), default=IMPORT_TIMEOUT, metavar="S",
                    help=f"give up on `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 7)")
+    p.add_argument("--no-receipt", action="store_true", help="do not record this verification under the root")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_stack(args)
-    paths = layout.paths_for(spec, args.root)
-    venv = args.venv.expanduser().absolute() if args.venv else paths.venv
+    found = find_environment(args)
+    spec, paths = found.spec, found.paths
+    venv = args.venv.expanduser().absolute() if args.venv else found.venv
     python = venv / "bin" / "python"
     if not python.exists():
-        raise ConfigError(f"no environment at {venv} (no {python}); provision it first or pass --venv")
+        raise ConfigError(f"no environment at {venv} (no {python}; root {paths.root}, {found.why})",
+                          hint="Provision it first, activate the venv it made or set ENVBUILD_ROOT, or pass --venv.")
     site = abi.site_packages(venv)
     manifest = Manifest.load(paths.manifest)
-    if manifest.baseline is not None and (args.venv is None or Path(manifest.venv) == venv):
+    if manifest.baseline is not None and Path(manifest.venv) == venv:
         baseline = abi.Baseline.from_json(manifest.baseline)
         source = f"manifest {paths.manifest}"
     else:
@@ -45,22 +63,50 @@ def run(args: argparse.Namespace) -> int:
         source = "the environment itself (no manifest)"
         if baseline.version != spec.abi.version:
             raise ABIViolation(f"{spec.abi.package} {baseline.version} is installed; the spec says {spec.abi.version}")
-    # the same check provision ends with; verify always imports (no cached verdict)
-    try:
-        check = final_check(spec, baseline=baseline, site=site, python=python, marker_env=manifest.marker_env,
-                            overlay=layout.overlay_env(spec, paths), timeout=args.timeout,
-                            import_after_violation=True)
-    except ImportHang as exc:
-        raise VerifyError(f"{venv}: {exc}", hint="A hang in `import torch` is usually a driver or a network file "
-                          "system: check `nvidia-smi` and the mounts, or raise --timeout.") from None
-    findings = check.findings
+    record = not args.no_receipt and paths.manifest.is_file()
+    with ThreadPoolExecutor(2) as pool:
+        # what the receipt says about the host and the files, while torch imports
+        host = pool.submit(receipts.snapshot_host, spec) if record else None
+        software = pool.submit(receipts.inventory, python)
+        # the same check provision ends with; verify always imports (no cached verdict)
+        try:
+            check = final_check(spec, baseline=baseline, site=site, python=python, marker_env=manifest.marker_env,
+                                overlay=layout.overlay_env(spec, paths), timeout=args.timeout,
+                                import_after_violation=True)
+        except ImportHang as exc:
+            raise VerifyError(f"{venv}: {exc}", hint="A hang in `import torch` is usually a driver or a network file "
+                              "system: check `nvidia-smi` and the mounts, or raise --timeout.") from None
+        inventory = software.result()
+    messages = [f.message for f in check.findings] + changed_on_disk(inventory, baseline)
+    receipt = None
+    if record:
+        payload = {"ok": not messages, "venv": str(venv), "baseline_from": source, "violations": messages,
+                   "torch": check.data, "guard_seconds": round(check.report.seconds, 4)}
+        receipt = receipts.write_receipt(paths, "verify", payload, spec=spec, python=python,
+                                         host=host.result() if host else None, software=inventory)
     if args.json:
-        ui.print_json({"venv": str(venv), "baseline_from": source, "ok": not findings,
-                       "violations": [f.__dict__ for f in findings], "torch": check.data,
-                       "guard_seconds": round(check.report.seconds, 4)})
-    if findings:
-        raise ABIViolation(f"{venv}: " + "; ".join(f.message for f in findings))
+        ui.print_json({"venv": str(venv), "baseline_from": source, "ok": not messages,
+                       "violations": [f.__dict__ for f in check.findings], "changed_on_disk": messages[len(check.findings):],
+                       "torch": check.data, "guard_seconds": round(check.report.seconds, 4),
+                       "receipt": str(receipt) if receipt else None})
+    if messages:
+        raise ABIViolation(f"{venv}: " + "; ".join(messages))
     if not args.json:
         events.emit("ok", f"{venv}: {spec.abi.package} {baseline.version} intact "
                     f"(guard {1000 * check.report.seconds:.0f} ms; baseline from {source})")
     return 0
+
+
+def changed_on_disk(inventory: dict[str, Any], baseline: abi.Baseline) -> list[str]:
+    """One message per distribution of torch and its protected set with files whose bytes on disk
+    are not the ones RECORD lists (an edit in place, a truncated copy), naming the first few."""
+    guarded = {baseline.package, *baseline.protected}
+    out = []
+    for d in inventory.get("distributions") or []:
+        count = d.get("modified_count") or 0
+        if d.get("name") in guarded and count:
+            names = ", ".join(d.get("modified") or [])
+            more = f" and {count - len(d.get('modified') or [])} more" if count > len(d.get("modified") or []) else ""
+            out.append(f"{d['name']} {d.get('version')}: {count} file(s) changed on disk since it was installed "
+                       f"({names}{more})")
+    return out

@@ -9,12 +9,26 @@ and the command's payload (step timings, check results, peak memory). Secrets ar
 atomically under ``<root>/receipts``.
 
 ``diff_receipts`` compares what must not drift between hosts or runs: packages (added, removed,
-version, RECORD hash), torch versions, Python, environment, hardware, and the image the run came
+version, files), torch versions, Python, environment, hardware, and the image the run came
 from (section ``image``: ``backend.image``, see ``envbuild.proof.backend``). Where it ran (section
 ``run``: task, job, pod, host, boot), provenance and payload differences are shown as
 information, never as drift. Receipts written before the ``backend`` section still load and
 diff (schema ``envbuild.receipt/1``: the section is an addition readers ignore, so the schema
 name stays and older envbuilds keep reading newer receipts).
+
+A distribution's files are compared by what was installed, not where: ``content_sha256`` (see
+``envbuild.proof.inventory``) leaves out or normalises what names the environment's path (console
+scripts' shebangs, the baseline stamp, ``direct_url.json``) and reads the files on disk, so two
+provisions of one stack at two roots, or a host and an image built from the same lock, compare
+equal, and a changed byte in one of torch's own files is drift naming the file. Receipts written
+before it fall back to ``files_sha256``, then to RECORD's sha256.
+
+A verification that finds nothing new is a line, not a receipt: a provision that ran no step, or
+a ``verify``, that passed and whose receipt would differ in nothing ``diff_receipts`` reads from
+the newest provision or verify receipt of the data root (same software, environment, hardware,
+image and run) is appended to ``<root>/receipts/verified.jsonl`` (when, what, its payload, and
+the receipt it confirms), and that receipt's path is returned. ``receipt show`` and ``receipt
+list`` say when a receipt was last confirmed.
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ from envbuild import events, net
 from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import ConfigError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
+from envbuild.metacache import cache_dir
 from envbuild.proof.backend import Backend, detect
 from envbuild.proof.provenance import Provenance, capture
 from envbuild.run import run
@@ -73,9 +88,12 @@ def redact_any(value: Any, key: str = "") -> Any:
 
 
 def inventory(python: Path) -> dict[str, Any]:
-    """Installed distributions and torch versions of ``python``'s environment (no torch import)."""
+    """Installed distributions and torch versions of ``python``'s environment (no torch import).
+    The files' hashes are remembered in envbuild's cache folder, by stat key: a first inventory
+    reads every file (seconds for a CUDA torch), a later one of the same environment stats them."""
+    argv = [str(python), str(INVENTORY_SCRIPT), "--cache-dir", str(cache_dir() / "file-hashes")]
     try:
-        res = run([str(python), str(INVENTORY_SCRIPT)], capture=True, timeout=120)
+        res = run(argv, capture=True, timeout=300)
     except FileNotFoundError:
         return {"error": f"no interpreter at {python}"}
     if not res.ok:
@@ -178,6 +196,12 @@ def write_receipt(
         "payload": payload,
     }
     doc = redact_any(doc)
+    confirmed = _confirmed_by(paths.receipts, doc)
+    if confirmed is not None:
+        _log_verification(paths.receipts, doc, confirmed)
+        events.emit("info", f"nothing changed since {confirmed.name}: this {kind} is recorded in "
+                            f"{paths.receipts / VERIFIED_LOG}")
+        return confirmed
     doc["digest"] = sha256_bytes(json.dumps(doc, sort_keys=True, default=str).encode())
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     hostname = re.sub(r"[^A-Za-z0-9.-]+", "-", prov.hostname)[:40]
@@ -191,16 +215,80 @@ def write_receipt(
     return path
 
 
+# ----------------------------------------------------------------------------- verifications
+
+VERIFIED_LOG = "verified.jsonl"
+_VERIFYING = ("provision", "verify")  # the kinds whose receipt only confirms when nothing changed
+
+
+def _confirmed_by(folder: Path, doc: dict[str, Any]) -> Path | None:
+    """The newest provision or verify receipt in ``folder`` when ``doc`` is a passing verification
+    (a provision that ran no step, or a verify) that differs from it in nothing: else None."""
+    payload = doc.get("payload") or {}
+    if doc["kind"] not in _VERIFYING or payload.get("ok") is False or (doc["kind"] == "provision" and payload.get("ran")):
+        return None
+    if "error" in (doc.get("software") or {}):
+        return None
+    newest = next(iter(receipt_files(folder, kinds=_VERIFYING)), None)
+    if newest is None:
+        return None
+    try:
+        ref = load_receipt(newest)
+    except ConfigError:
+        return None
+    if ref.get("spec") != doc.get("spec") or "error" in (ref.get("software") or {}) or diff_receipts(ref, doc):
+        return None
+    return newest
+
+
+def _log_verification(folder: Path, doc: dict[str, Any], confirmed: Path) -> None:
+    line = {"created": doc["created"], "kind": doc["kind"], "confirms": confirmed.name,
+            "host": doc["provenance"].get("hostname"), "payload": doc.get("payload")}
+    fd = os.open(folder / VERIFIED_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (json.dumps(line, sort_keys=True, default=str) + "\n").encode())  # one write: one whole line
+    finally:
+        os.close(fd)
+
+
+def verifications(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """The lines of ``verified.jsonl`` by the receipt they confirm (file name), oldest first."""
+    try:
+        text = (folder / VERIFIED_LOG).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a full disk: the others stand
+        if isinstance(entry, dict) and isinstance(entry.get("confirms"), str):
+            out.setdefault(entry["confirms"], []).append(entry)
+    return out
+
+
+def receipt_files(folder: Path, kinds: tuple[str, ...] = KINDS) -> list[Path]:
+    """The receipts in ``folder`` of these kinds (by file name), newest first."""
+    try:
+        found = [p for p in folder.glob("*.json") if p.name.startswith(tuple(f"{k}-" for k in kinds))]
+        stamped = [(p.stat().st_mtime_ns, p.name, p) for p in found]
+    except OSError:
+        return []
+    return [p for _, _, p in sorted(stamped, reverse=True)]
+
+
 # ----------------------------------------------------------------------------- reading and diffing
 
 
 def load_receipt(path: Path) -> dict[str, Any]:
     """Load a receipt file, or the newest receipt in a folder; ``ConfigError`` when it is not one."""
     if path.is_dir():
-        found = sorted(path.glob("*.json"), key=lambda p: p.stat().st_mtime)
+        found = receipt_files(path)
         if not found:
-            raise ConfigError(f"{path} holds no receipts (*.json)")
-        path = found[-1]
+            raise ConfigError(f"{path} holds no receipts ({'|'.join(KINDS)}-*.json)",
+                              hint="Every provision, verify, smoke and dist-step writes one under <data root>/receipts.")
+        path = found[0]
     if not path.is_file():
         raise ConfigError(f"no receipt at {path}", hint="Receipts live under <data root>/receipts.")
     try:
@@ -228,6 +316,9 @@ _SHAPE: dict[str, tuple[tuple[type, ...], bool]] = {
     "software.distributions[]": ((dict,), True), "software.distributions[].name": ((str,), True),
     "software.distributions[].version": ((str,), True), "software.distributions[].record_sha256": ((str,), False),
     "software.distributions[].files_sha256": ((str,), False),
+    "software.distributions[].content_sha256": ((str,), False),
+    "software.distributions[].modified": ((list,), False),
+    "software.distributions[].modified_count": ((int,), False),
     "env": ((dict,), False), "env.overlay": ((dict,), False), "env.in_force": ((dict,), False),
     "payload": ((dict,), False),
     "backend": ((dict,), False), "backend.kind": ((str,), True), "backend.image": ((dict,), True),
@@ -301,13 +392,27 @@ def _packages(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for d in doc.get("software", {}).get("distributions", []) or []}
 
 
-def _files_differ(x: dict[str, Any], y: dict[str, Any]) -> bool:
-    """Same version, different files? Compared where the environment lives does not matter
-    (``files_sha256``: console scripts' shebangs name the venv's path); receipts written before
-    it fall back to the whole RECORD."""
-    if x.get("files_sha256") and y.get("files_sha256"):
-        return bool(x["files_sha256"] != y["files_sha256"])
-    return bool(x.get("record_sha256") != y.get("record_sha256"))
+_IDENTITY_KEYS = ("content_sha256", "files_sha256", "record_sha256")  # the best both receipts have
+
+
+def _files_differ(x: dict[str, Any], y: dict[str, Any]) -> tuple[Any, Any] | None:
+    """Same version, different files? None, or what to show for each side: the identity both
+    receipts hold (``content_sha256``: independent of where the environment lives, read from
+    disk), shortened, and the files changed on disk since the install where there are any."""
+    key = next((k for k in _IDENTITY_KEYS if x.get(k) and y.get(k)), "record_sha256")
+    if x.get(key) == y.get(key):
+        return None
+    return _files_shown(x, key), _files_shown(y, key)
+
+
+def _files_shown(d: dict[str, Any], key: str) -> str:
+    shown = str(d.get(key) or "-")[:12]
+    count = d.get("modified_count") or 0
+    if not count:
+        return shown
+    names = [str(n) for n in d.get("modified") or []]
+    more = f" and {count - len(names)} more" if count > len(names) else ""
+    return f"{shown}; {count} file(s) changed on disk: {', '.join(names)}{more}"
 
 
 def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
@@ -319,10 +424,8 @@ def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
             out.append(Difference("packages", name, x and x["version"], y and y["version"]))
         elif x["version"] != y["version"]:
             out.append(Difference("packages", name, x["version"], y["version"]))
-        elif _files_differ(x, y):
-            key = "files_sha256" if x.get("files_sha256") and y.get("files_sha256") else "record_sha256"
-            out.append(Difference("packages", f"{name} (RECORD sha256)", (x.get(key) or "")[:12],
-                                  (y.get(key) or "")[:12]))
+        elif (files := _files_differ(x, y)) is not None:
+            out.append(Difference("packages", f"{name} (files)", *files))
     sa, sb = a.get("software", {}), b.get("software", {})
     for key, x, y in _flat_diff(sa.get("torch") or {}, sb.get("torch") or {}):
         out.append(Difference("torch", key, x, y))
@@ -397,6 +500,8 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
     repo = prov.get("repo") or {}
     torch = sw.get("torch") or {}
     gpus = hw.get("gpus") or []
+    changed = [f"{d['name']} ({d['modified_count']})" for d in sw.get("distributions") or []
+               if isinstance(d.get("modified_count"), int) and d["modified_count"] > 0]
     return {
         "file": doc.get("_path"),
         "kind": doc.get("kind"),
@@ -409,6 +514,7 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
         "python": sw.get("python"),
         "torch": " ".join(f"{k}={v}" for k, v in torch.items()) or "not installed",
         "packages": len(sw.get("distributions") or []),
+        **({"files changed on disk": ", ".join(changed)} if changed else {}),
         "driver / GPUs": f"{hw.get('driver') or '-'} / {len(gpus)} x "
                          f"{', '.join(sorted({g.get('name') for g in gpus})) or '-'}",
         "backend": _backend_line(doc.get("backend")),

@@ -24,7 +24,9 @@ RESULT_MARK = "ENVBUILD_SMOKE "
 CHECK_NAMES = ("matmul", "sdpa", "triton", "torch.compile", "flash_attn", "causal_conv1d",
                "mamba_ssm.selective_scan", "fla", "flash_attn_4")
 
-__all__ = ["CHECK_NAMES", "SmokeResult", "run_smoke"]
+__all__ = ["CHECK_NAMES", "SmokeResult", "describe", "rate", "run_smoke"]
+NAME_WIDTH = max(map(len, CHECK_NAMES)) + 2
+REASON_CHARS = 160  # a failure's reason in its line; the whole of it is in --json, the receipt and the log
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,41 @@ class SmokeResult:
     seconds: float
     returncode: int
     log_file: Path | None
+
+
+def describe(res: dict[str, Any]) -> tuple[events.Level, str]:
+    """One check's result as one line, printed once when it finishes: pass (``ok``) with its error
+    against the tolerance, time and measured rate; fail with its reason; skip (``info``) with its
+    reason. The names line up under the CLI's prefixes (``ok ``, ``FAIL ``, and ``skip`` here)."""
+    verdict, name = str(res.get("verdict")), str(res.get("name"))
+    err, tol = res.get("rel_err"), res.get("tol")
+    parts = []
+    if isinstance(err, (int, float)) and isinstance(tol, (int, float)):
+        parts.append(f"rel err {err:.1e} (tol {tol:.1e})")
+    if verdict == "skip":
+        return "info", f"skip {name:<{NAME_WIDTH}}{res.get('reason') or ''}"
+    parts.append(f"{float(res.get('seconds') or 0):.2f} s")
+    if verdict == "fail":
+        reason = " ".join(str(res.get("reason") or "").split())
+        parts.append(reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "...")
+        return "fail", f"{name:<{NAME_WIDTH}}" + "  ".join(parts)
+    shown_rate = rate(res.get("tflops"), res.get("datasheet_tflops"))
+    if shown_rate:
+        parts.append(shown_rate)
+    if res.get("version"):
+        parts.append(f"version {res['version']}")
+    return "ok", f"  {name:<{NAME_WIDTH}}" + "  ".join(parts)
+
+
+def rate(tflops: Any, datasheet: Any = None) -> str:
+    """A measured throughput, or "" where none was measured (no figure of 0)."""
+    if not isinstance(tflops, (int, float)) or not tflops > 0 or tflops != tflops or tflops == float("inf"):
+        return ""
+    shown = f"{tflops:.0f} TFLOP/s" if tflops >= 10 else f"{tflops:.2g} TFLOP/s" if tflops >= 0.01 else \
+        f"{tflops * 1e3:.2g} GFLOP/s"
+    if isinstance(datasheet, (int, float)) and datasheet > 0:
+        shown += f" ({100 * tflops / datasheet:.0f}% of {datasheet:g})"
+    return shown
 
 
 def run_smoke(
@@ -67,9 +104,8 @@ def run_smoke(
                     res = json.loads(line[len(RESULT_MARK):])
                 except ValueError:
                     return
-                level: events.Level = "ok" if res.get("verdict") == "pass" else \
-                    "fail" if res.get("verdict") == "fail" else "info"
-                events.emit(level, f"smoke {res.get('name')}: {res.get('verdict')}", result=res)
+                level, text = describe(res)
+                events.emit(level, text, result=res)
             else:
                 events.emit("debug", line)
 
