@@ -1,7 +1,9 @@
 """End to end: the real `cpu` profile provisioned into a temp root with a temp $HOME.
 
-Real interpreter, real venv, real pip/uv, the real torch CPU wheel. Also: killed mid-step
-(SIGKILL) and run again, it converges; run again when finished, it verifies and does nothing.
+Real interpreter, real venv, real pip/uv, the real torch CPU wheel. The README's command as
+written: where the PyTorch CPU index does not answer, its locked files come by sha256 from the
+sources pip is configured with, and a notice says so. Also: killed mid-step (SIGKILL) and run
+again, it converges; run again when finished, it verifies and does nothing, with no network.
 """
 
 from __future__ import annotations
@@ -36,10 +38,21 @@ def manifest(root: Path) -> dict[str, object]:
     return json.loads((root / ".envbuild" / "manifest.json").read_text())  # type: ignore[no-any-return]
 
 
-def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str]) -> None:
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str], cpu_torch_index: str) -> None:
     root, home = tmp_path / "data", tmp_path / "home"
-    out = envbuild("provision", "--profile", "cpu", "--root", str(root), "--home", str(home), "--json", env=env)
+    as_written = {k: v for k, v in env.items() if k != "ENVBUILD_TORCH_INDEX"}  # the README's command
+    out = envbuild("provision", "--profile", "cpu", "--root", str(root), "--home", str(home), "--json",
+                   env=as_written)
     assert out.returncode == 0, out.stderr
+    notices = [line for line in out.stderr.splitlines() if line.startswith("notice: https://download.pytorch.org")]
+    assert len(notices) == (0 if cpu_torch_index else 1), out.stderr  # the index, or one line and the mirror
     result = json.loads(out.stdout)
     assert result["ran"] == ["bootstrap", "torch", "fla", "torch-users", "rest"]
     assert result["full_check"]["version"] == "2.13.0+cpu"
@@ -74,13 +87,19 @@ def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str]) -
     # the guard's verdict, as its own command
     out = envbuild("verify", "--profile", "cpu", "--root", str(root), env=env)
     assert out.returncode == 0, out.stderr
-    # a re-run verifies and changes nothing
+    # a re-run verifies and changes nothing, from any source (its locked steps are the same steps)
+    # and with no network at all
     record = (root / "venv" / "lib").glob("python3*/site-packages/torch-*.dist-info/RECORD")
     stat_before = next(record).stat()
-    out = envbuild("provision", "--profile", "cpu", "--root", str(root), "--home", str(home), "--json", env=env)
-    assert out.returncode == 0, out.stderr
-    again = json.loads(out.stdout)
-    assert again["ran"] == [] and len(again["skipped"]) == 5
+    netns = ["unshare", "-rn"] if _unshare_works() else []
+    for run_env in (as_written, env, {**env, "ENVBUILD_TORCH_INDEX": "http://torch.invalid/"}):
+        out = subprocess.run([*netns, sys.executable, "-m", "envbuild", "provision", "--profile", "cpu", "--root",
+                              str(root), "--home", str(home), "--json"], capture_output=True, text=True,
+                             env=run_env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        again = json.loads(out.stdout)
+        assert again["ran"] == [] and len(again["skipped"]) == 5
+        assert "notice:" not in out.stderr
     stat_after = next((root / "venv" / "lib").glob("python3*/site-packages/torch-*.dist-info/RECORD")).stat()
     assert (stat_before.st_ino, stat_before.st_mtime_ns) == (stat_after.st_ino, stat_after.st_mtime_ns)
     # something outside envbuild reinstalls torch: verify says so, with the ABI exit code
@@ -127,15 +146,25 @@ def test_killed_mid_step_resumes_and_converges(tmp_path: Path, env: dict[str, st
     assert out.returncode == 0, out.stderr
 
 
-def test_unreachable_index_fails_fast(tmp_path: Path, env: dict[str, str]) -> None:
-    env = {**env, "ENVBUILD_TORCH_INDEX": "http://127.0.0.1:9/simple"}  # discard port: refused
+def test_unreachable_index_and_no_other_source_fails_fast(tmp_path: Path, env: dict[str, str]) -> None:
+    """The torch index refuses and pip is configured with an (empty) index of its own only: no
+    source serves the locked torch wheel, which the error names with its sha256, in seconds."""
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    env = {**env, "ENVBUILD_TORCH_INDEX": "http://127.0.0.1:9/simple",  # discard port: refused
+           "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": empty.as_uri()}
     start = time.monotonic()
     out = envbuild("provision", "--profile", "cpu", "--root", str(tmp_path / "d"), "--home", str(tmp_path / "h"), env=env)
-    assert out.returncode == ExitCode.PREFLIGHT
+    assert out.returncode == ExitCode.PREFLIGHT, out.stderr
     assert time.monotonic() - start < 20
-    assert "http://127.0.0.1:9/simple (connection refused)" in out.stderr
+    lock = json.loads((Path(__file__).parents[1] / "lockfiles" / "cpu" / "lock.json").read_text())
+    torch = next(p for s in lock["steps"] for p in s["packages"] if p["name"] == "torch")
+    (wheel,) = torch["artifacts"]
+    assert f"torch: torch==2.13.0+cpu: {wheel['filename']} (sha256 {wheel['sha256']})" in out.stderr
+    assert "http://127.0.0.1:9/simple [the step's]: connection refused" in out.stderr
+    assert f"{empty.as_uri()} [" in out.stderr
     assert "Traceback" not in out.stderr
-    assert not (tmp_path / "d" / "venv").exists()  # nothing was built
+    assert not (tmp_path / "d").exists()  # nothing was built
 
 
 def test_killed_while_creating_the_venv(tmp_path: Path, env: dict[str, str]) -> None:
