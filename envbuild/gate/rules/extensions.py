@@ -29,7 +29,7 @@ from envbuild.gate.context import Context, View
 from envbuild.gate.model import Entry, Lock
 from envbuild.gate.names import canonical
 
-__all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "unread_tag"]
+__all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "torch_runtime", "unread_tag"]
 
 # Projects that ship compiled torch extensions; one of these without a readable claim is listed
 # by --explain (a wheel from PyPI or a source build carries none), and in a notice when it is a
