@@ -35,6 +35,15 @@ def test_every_profile_folder_that_looks_like_a_package_is_listed() -> None:
     assert (REPO / "lockfiles" / "examples") in folders and "examples" not in shipped
 
 
+def test_every_envbuild_package_is_listed() -> None:
+    """`packages` is an explicit list: a package left out is missing from every non-editable
+    install (the wheel, the GitHub Action's `pip install`), while an editable one still works."""
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = sorted(".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "envbuild").rglob("__init__.py"))
+    missing = [name for name in found if name not in packages]
+    assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
+
+
 @pytest.mark.slow
 def test_pip_install_prints_no_package_data_warning(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
