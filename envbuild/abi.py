@@ -378,7 +378,10 @@ def scan_one(info: Path) -> Dist | None:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Violation:
+    """One way the environment departs from its baseline (a warning unless ``--strict``, or one
+    that breaks the baseline): the guard rule, the package it names, and what happened."""
+
     rule: str  # "version", "local", "cuda", "reinstalled", "protected", "triton", "overlap", "provenance", "unmet"
     package: str
     message: str
@@ -386,8 +389,8 @@ class Finding:
 
 @dataclass
 class GuardReport:
-    violations: list[Finding] = field(default_factory=list)
-    warnings: list[Finding] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    warnings: list[Violation] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -414,33 +417,33 @@ def check(
     v, w = report.violations, report.warnings
     torch = dists.get(abi.package)
     if torch is None:
-        v.append(Finding("version", abi.package, f"{abi.package} {baseline.version} was uninstalled"))
+        v.append(Violation("version", abi.package, f"{abi.package} {baseline.version} was uninstalled"))
     else:
         module = abi.package.replace("-", "_")
         runtime = read_runtime_version(site, module) or torch.version
         if torch.version != (baseline.dist_version or baseline.version) or runtime != baseline.version:
-            v.append(Finding("version", abi.package, f"{abi.package} changed: {baseline.version} -> {runtime}"))
+            v.append(Violation("version", abi.package, f"{abi.package} changed: {baseline.version} -> {runtime}"))
         else:
             pin = {"record_sha256": baseline.record_sha256, "payload_sha256": baseline.payload_sha256,
                    "stamped": baseline.stamped, "record_key": list(baseline.record_key)}
             problem = _identity_problem(torch, pin, site)
             if problem:
-                v.append(Finding(problem[0], abi.package, f"{abi.package} {torch.version} {problem[1]}"))
+                v.append(Violation(problem[0], abi.package, f"{abi.package} {torch.version} {problem[1]}"))
         if abi.local and abi.local not in runtime:
-            v.append(Finding("local", abi.package, f"{abi.package} {runtime} lacks the local tag {abi.local!r}"))
+            v.append(Violation("local", abi.package, f"{abi.package} {runtime} lacks the local tag {abi.local!r}"))
         cuda = read_cuda(site, module)
         if abi.cuda and cuda != abi.cuda:
-            v.append(Finding("cuda", abi.package, f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}"))
+            v.append(Violation("cuda", abi.package, f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}"))
     for name, pin in baseline.protected.items():
         d = dists.get(name)
         if d is None:
-            v.append(Finding("protected", name, f"protected {name} {pin['version']} was uninstalled"))
+            v.append(Violation("protected", name, f"protected {name} {pin['version']} was uninstalled"))
         elif d.version != pin["version"]:
-            v.append(Finding("protected", name, f"protected {name} changed: {pin['version']} -> {d.version}"))
+            v.append(Violation("protected", name, f"protected {name} changed: {pin['version']} -> {d.version}"))
         else:
             problem = _identity_problem(d, pin, site)
             if problem:
-                v.append(Finding("protected", name, f"protected {name} {d.version} {problem[1]}"))
+                v.append(Violation("protected", name, f"protected {name} {d.version} {problem[1]}"))
     _check_files(spec, dists, site, v)
     runtime_version = (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version) if torch else None
     _check_provenance(dists, runtime_version, v)
@@ -498,7 +501,7 @@ def _record_hash(path: Path) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
 
 
-def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list[Finding]) -> None:
+def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list[Violation]) -> None:
     abi = spec.abi
     owners: dict[str, list[str]] = {}
     hashes: dict[tuple[str, str], str] = {}
@@ -514,12 +517,12 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
     if abi.triton_provider:
         extra = sorted(triton_owners - {abi.triton_provider})
         if extra:
-            v.append(Finding("triton", extra[0],
+            v.append(Violation("triton", extra[0],
                              f"{', '.join(extra)} installed a second `triton` module next to {abi.triton_provider} "
                              f"(same import name: its files overwrite {abi.triton_provider}'s)"))
     elif len(triton_owners) > 1:
         names = sorted(triton_owners)
-        v.append(Finding("triton", names[-1], f"{', '.join(names)} all provide the `triton` module"))
+        v.append(Violation("triton", names[-1], f"{', '.join(names)} all provide the `triton` module"))
     acknowledged = {frozenset(o.packages): o.winner for o in abi.overlaps}
     reported: set[frozenset[str]] = set()
     for path, names in owners.items():
@@ -532,7 +535,7 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
         if winner is None:
             if group not in reported:
                 reported.add(group)
-                v.append(Finding("overlap", sorted(names)[-1],
+                v.append(Violation("overlap", sorted(names)[-1],
                                  f"{' and '.join(sorted(names))} both own {path} (and maybe more files); "
                                  "acknowledge it with [[abi.overlap]] packages/winner, or drop one"))
             continue
@@ -542,12 +545,12 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
             if actual != expected and group not in reported:
                 reported.add(group)
                 loser = next(n for n in names if n != winner)
-                v.append(Finding("overlap", loser,
+                v.append(Violation("overlap", loser,
                                  f"{path} on disk is not {winner}'s copy (acknowledged overlap of {', '.join(sorted(names))}): "
                                  f"{loser} was installed after {winner}; install {winner} last"))
 
 
-def _check_provenance(dists: Mapping[str, Dist], torch_version: str | None, v: list[Finding]) -> None:
+def _check_provenance(dists: Mapping[str, Dist], torch_version: str | None, v: list[Violation]) -> None:
     for name, d in dists.items():
         prov = read_provenance(d.dist_info)
         if prov is None:
@@ -555,10 +558,10 @@ def _check_provenance(dists: Mapping[str, Dist], torch_version: str | None, v: l
             continue
         problem = provenance_mismatch(prov, torch_version)
         if problem:
-            v.append(Finding("provenance", name, f"{name} {d.version}: {problem}"))
+            v.append(Violation("provenance", name, f"{name} {d.version}: {problem}"))
 
 
-def _check_abi_tag(name: str, d: Dist, torch_version: str | None, v: list[Finding]) -> None:
+def _check_abi_tag(name: str, d: Dist, torch_version: str | None, v: list[Violation]) -> None:
     """A prebuilt extension without envbuild's provenance record (a release wheel: flash-attn
     ``+cu12torch2.10cxx11abiTRUE``) checked by the ABI claim in its local version, with the same
     parser and rules as ``check-lock``'s ``extension-abi`` (``envbuild.abitag``)."""
@@ -570,12 +573,12 @@ def _check_abi_tag(name: str, d: Dist, torch_version: str | None, v: list[Findin
     if claim is None:
         return
     for m in mismatches(claim, torch_build(torch_version), "linux"):
-        v.append(Finding("provenance", name, f"{name} {d.version} is {m.message}: it will fail to import "
+        v.append(Violation("provenance", name, f"{name} {d.version} is {m.message}: it will fail to import "
                          "(undefined symbol); install the wheel built for the installed torch"))
 
 
-def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Mapping[str, str]) -> list[Finding]:
-    out: list[Finding] = []
+def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Mapping[str, str]) -> list[Violation]:
+    out: list[Violation] = []
     for name in names:
         d = dists.get(canonicalize_name(name))
         if d is None:
@@ -583,14 +586,14 @@ def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Map
         for req in active_requirements(d, env):
             dep = dists.get(canonicalize_name(req.name))
             if dep is None:
-                out.append(Finding("unmet", d.name, f"{d.name} {d.version} requires {req}, which is not installed"))
+                out.append(Violation("unmet", d.name, f"{d.name} {d.version} requires {req}, which is not installed"))
                 continue
             try:
                 ok = req.specifier.contains(Version(dep.version), prereleases=True)
             except InvalidVersion:
                 ok = True
             if not ok:
-                out.append(Finding("unmet", d.name,
+                out.append(Violation("unmet", d.name,
                                    f"{d.name} {d.version} requires {req}, but {dep.name} {dep.version} is installed"))
     return out
 
@@ -621,7 +624,7 @@ def changed(before: Mapping[str, Dist], after: Mapping[str, Dist]) -> list[str]:
     return out + [n for n in before if n not in after]
 
 
-def culprits(finding: Finding, before: Mapping[str, Dist], after: Mapping[str, Dist],
+def culprits(finding: Violation, before: Mapping[str, Dist], after: Mapping[str, Dist],
              step_names: Iterable[str]) -> list[str]:
     """Report lines saying who, in the step between ``before`` and ``after``, caused ``finding``.
 
@@ -658,14 +661,14 @@ FULL_CHECK_MODULES = (
 )
 
 
-def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Finding]:
+def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Violation]:
     """Interpret the output of FULL_CHECK run by the venv's python."""
     abi = spec.abi
-    out: list[Finding] = []
+    out: list[Violation] = []
     if data.get("version") != abi.version:
-        out.append(Finding("version", abi.package, f"import {abi.package} gives {data.get('version')}, expected {abi.version}"))
+        out.append(Violation("version", abi.package, f"import {abi.package} gives {data.get('version')}, expected {abi.version}"))
     if abi.local and abi.local not in str(data.get("version")):
-        out.append(Finding("local", abi.package, f"import {abi.package} gives {data.get('version')}, without {abi.local!r}"))
+        out.append(Violation("local", abi.package, f"import {abi.package} gives {data.get('version')}, without {abi.local!r}"))
     if abi.cuda and data.get("cuda") != abi.cuda:
-        out.append(Finding("cuda", abi.package, f"torch.version.cuda is {data.get('cuda')!r}, expected {abi.cuda!r}"))
+        out.append(Violation("cuda", abi.package, f"torch.version.cuda is {data.get('cuda')!r}, expected {abi.cuda!r}"))
     return out

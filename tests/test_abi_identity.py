@@ -23,6 +23,7 @@ from envbuild import abi
 from envbuild.spec import StackSpec, load_spec
 
 UV = Path(sys.executable).with_name("uv")
+pytestmark = pytest.mark.slow  # real pip and uv installs into real venvs
 
 SPEC = """schema = 1
 name = "t"
@@ -61,7 +62,7 @@ class Env:
         subprocess.run([str(UV), "pip", "install", "-q", "--offline", "--no-deps", "--python", str(self.python),
                         *args], check=True, env={**os.environ, "UV_NO_CONFIG": "1"})
 
-    def check(self, baseline: abi.Baseline, site: Path | None = None) -> list[abi.Finding]:
+    def check(self, baseline: abi.Baseline, site: Path | None = None) -> list[abi.Violation]:
         abi.clear_cache()  # a fresh process, as `envbuild verify` in a new layer is
         return abi.check(self.spec, baseline, site or self.site).violations
 

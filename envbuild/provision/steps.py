@@ -189,7 +189,7 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
 
 
 def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mapping[str, abi.Dist],
-                         after: Mapping[str, abi.Dist]) -> list[abi.Finding]:
+                         after: Mapping[str, abi.Dist]) -> list[abi.Violation]:
     """Packages an earlier step installed that this step changed (another version, a reinstall: the
     RECORD identity of ``abi.changed``) or removed, unless the step ``replaces`` them. torch and the
     protected set are left to the ABI guard's own rules."""
@@ -214,12 +214,12 @@ def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mappin
             what = f"changed {name} {version} -> {now_.version}"
         else:
             what = f"reinstalled {name} {version}"
-        out.append(abi.Finding("earlier-step", name, f"step {planned.name!r} {what}, which step {owner!r} installed "
+        out.append(abi.Violation("earlier-step", name, f"step {planned.name!r} {what}, which step {owner!r} installed "
                                "(a later step must agree with the steps before it)"))
     return out
 
 
-def _violation_message(planned: PlannedStep, findings: list[abi.Finding],
+def _violation_message(planned: PlannedStep, findings: list[abi.Violation],
                        before: Mapping[str, abi.Dist], after: Mapping[str, abi.Dist]) -> str:
     lines = [f"ABI guard after step {planned.number} ({planned.name!r}): " + findings[0].message]
     lines += [f"  also: {f.message}" for f in findings[1:4]]
@@ -227,7 +227,7 @@ def _violation_message(planned: PlannedStep, findings: list[abi.Finding],
     return "\n".join(lines)
 
 
-def _violation_hint(findings: list[abi.Finding], paths: layout.Paths) -> str:
+def _violation_hint(findings: list[abi.Violation], paths: layout.Paths) -> str:
     rule = findings[0].rule
     fixes = {
         "version": "Install the packages that pulled it in with no_deps = true, or pin versions whose torch requirement the baseline satisfies.",

@@ -45,7 +45,7 @@ class ImportHang(Exception):
 class FinalCheck:
     report: abi.GuardReport
     data: dict[str, Any] | None = None  # FULL_CHECK's answer: version, cuda, file
-    findings: list[abi.Finding] = field(default_factory=list)  # guard violations, then import findings
+    findings: list[abi.Violation] = field(default_factory=list)  # guard violations, then import findings
     cached: bool = False  # the import verdict was reused (the fingerprint matched)
     fingerprint: str | None = None
     import_seconds: float = 0.0
@@ -118,7 +118,7 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
     except TimeoutError as exc:
         raise ImportHang(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - any failure to import is the verdict
-        out.findings.append(abi.Finding("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
+        out.findings.append(abi.Violation("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
         return out
     finally:
         out.import_seconds = round(time.monotonic() - t, 3)
