@@ -12,6 +12,7 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import count_arg, path_arg
 from envbuild.errors import ConfigError
+from envbuild.fromlock.cli import add_selection_args
 
 DEFAULT_OUT = Path("wheelhouse")
 
@@ -44,7 +45,9 @@ def register(sub: Any) -> None:
     m = wsub.add_parser("mirror", help="download every artifact of a lock into the wheelhouse (hash-checked)")
     src = m.add_mutually_exclusive_group()
     src.add_argument("--profile", metavar="NAME", help="the lock of lockfiles/NAME/ (default: cpu)")
-    src.add_argument("--lock", type=path_arg, metavar="DIR", help="a lock folder of hash-pinned *.txt files")
+    src.add_argument("--lock", type=path_arg, metavar="DIR|FILE",
+                     help="a lock folder of hash-pinned *.txt files, or a uv.lock / pylock.toml file (the files one "
+                     "environment of it installs, chosen as provision --lock chooses it)")
     src.add_argument("--requirements", "-r", type=path_arg, action="append", metavar="FILE",
                      help="a hash-pinned requirements file; repeatable")
     m.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR", help="wheelhouse folder (default: ./wheelhouse)")
@@ -61,6 +64,7 @@ def register(sub: Any) -> None:
     m.add_argument("--jobs", "-j", type=count_arg(1, 64), default=4, help="parallel downloads (default: 4)")
     m.add_argument("--retries", type=count_arg(0, 100), default=4, help="retries per file (default: 4)")
     m.add_argument("--json", action="store_true", help="print JSON on stdout")
+    add_selection_args(m.add_argument_group("--lock FILE: the environment of a uv.lock / pylock.toml to mirror"))
     m.set_defaults(func=run_mirror)
 
     i = wsub.add_parser("index", help="write PEP 503 pages over a wheelhouse folder")
@@ -143,6 +147,10 @@ def _refuse_another_torch(args: argparse.Namespace, python: Path) -> None:
 
 
 def run_mirror(args: argparse.Namespace) -> int:
+    if args.lock is not None and args.lock.is_file():
+        from envbuild.fromlock import cli as fromlock
+
+        return fromlock.mirror(args)
     from envbuild.lock.model import read_lock
     from envbuild.net import redact
     from envbuild.spec import DEFAULT_PLATFORM, profile_path

@@ -2,8 +2,9 @@
 
 Every refusal comes before anything is made: an unreadable or unsupported lock and an ambiguous
 selection (exit 2), a lock the gate fails (exit 8), a venv whose torch is not the lock's (exit 6),
-file hosts that do not answer (exit 3). Then ``envbuild.provision.provision`` runs the stages as
-steps (``fromlock.stack``).
+file hosts that do not answer (exit 3), an offline wheelhouse that lacks a file or holds other
+bytes than the lock pins (exit 5, ``fromlock.offline``). Then ``envbuild.provision.provision``
+runs the stages as steps (``fromlock.stack``).
 
 Adopting the torch that is there: a ``--venv`` that already holds the lock's exact torch
 (version and local tag, every file as its RECORD lists it) keeps it as the baseline, unstamped
@@ -35,6 +36,7 @@ from envbuild.fromlock.stages import StagePlan, plan_stages
 from envbuild.gate.check import FileReport
 from envbuild.gate.model import Format
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
+from envbuild.spec import StackSpec
 
 __all__ = ["LockRequest", "Prepared", "prepare", "provision_lock"]
 
@@ -53,6 +55,7 @@ class LockRequest:
     accept: Path | None = None
     project: bool = True
     replace_torch: bool = False
+    wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
 
 
 @dataclass
@@ -167,11 +170,39 @@ def _todo(spec_digest: str, step_names: list[str], paths: layout.Paths) -> set[s
     return {s for s in step_names if manifest.state(s).status != "ok"}
 
 
+def _will_run(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths) -> set[str]:
+    """The steps provision will run with these stage files: a step whose identity (its file's text
+    included) differs from the manifest's goes back to pending with every step after it, as
+    provision's own ``Manifest.sync_steps`` does. The offline check hashes their files only, so a
+    finished environment re-verifies without reading the wheelhouse."""
+    from envbuild.provision.core import build_plan
+    from envbuild.provision.sources import step_identity
+    from envbuild.provision.state import Manifest
+
+    names = [s.name for s in spec.steps]
+    try:
+        manifest = Manifest.load(paths.manifest)
+    except ConfigError:
+        return set(names)
+    if manifest.violation:
+        return set(names)
+    plan = build_plan(spec, opts)
+    recorded = {s.name: s for s in manifest.steps}
+    for s in plan.steps:  # a manifest that recorded the step's full digest names the same step
+        state = recorded.get(s.name)
+        if state is not None and state.digest == s.digest:
+            state.digest = step_identity(s)
+    manifest.sync_steps([(s.name, step_identity(s)) for s in plan.steps])
+    return {s.name for s in manifest.steps if s.status != "ok"}
+
+
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
+    from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
     from envbuild.provision.core import provision
 
+    folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
     python = target_python(req, opts.python, opts.venv)
     prepared = prepare(req, python)
     here = host_platform_key().replace("-", " ")
@@ -181,19 +212,25 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     if opts.venv is not None:
         prepared = adopt(prepared, opts.venv, req.replace_torch)
     backend = installer_for(opts.backend).name
+    pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
-    spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=backend == "pip",
+    spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
                      torch_version=prepared.adopted)
     paths = layout.paths_for(spec, opts.root)
-    todo = _todo(spec.digest, [s.name for s in spec.steps], paths)
-    if todo and (bad := _unreachable(prepared, todo)):
-        raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
-                             hint="Check the network (or a proxy), or provision where they can be reached.")
     source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
-              "adopted_torch": prepared.adopted}
+              "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None}
+    run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source)
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
-        locked = stage_files(prepared.plan, spec, Path(tmp), pip_backend=backend == "pip")
-        run_opts = replace(opts, backend=backend, locked=locked, seed=backend == "pip", lock_source=source)
-        result = provision(spec, run_opts)
+        if folder is None:
+            todo = _todo(spec.digest, [s.name for s in spec.steps], paths)
+            if todo and (bad := _unreachable(prepared, todo)):
+                raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
+                                     hint="Check the network (or a proxy), or provision where they can be reached.")
+            plan = prepared.plan
+        else:
+            plan = in_wheelhouse(prepared.plan, folder)
+            files = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
+            check_files(plan, folder, _will_run(spec, replace(run_opts, locked=files), paths))
+        locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
+        result = provision(spec, replace(run_opts, locked=locked))
     return prepared, result
-
