@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := .demo
 
-.PHONY: demo test test-all fuzz lint docs check-lock bench clean image image-h200-twin bootstrap test-images
+.PHONY: demo test test-all fuzz lint docs docs-reference check-lock bench clean image image-h200-twin bootstrap test-images
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,29 +21,45 @@ demo: $(BIN)/.installed
 	$(BIN)/envbuild smoke --profile cpu --root $(DEMO)/data
 	$(BIN)/envbuild dist-step --profile cpu --root $(DEMO)/data --nproc 2
 
-## test: the test suite CI runs (no GPU) and the lock gate. Of the tests that need PyPI, only the
-## h200-cu132 stack on its twin (seed_twin, a few minutes) runs; it skips itself when PyPI does not answer.
+# The tests run on every core (pytest-xdist; `make test JOBS=4` to choose), a test file on one worker
+# (--dist loadfile: its module fixtures are built once). Each test has 10 minutes (pyproject.toml).
+JOBS   ?= auto
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile
+
+.PHONY: check
+## check: the quick loop (about 3 minutes on 2 busy cores): the tests that need no network and run no
+## real installer, i.e. not slow, network or image; `make test` runs the rest too
+check: $(BIN)/.installed
+	$(PYTEST) -q -m "not slow and not network and not image"
+
+## test: the test suite CI runs (no GPU) and the lock gate. Of the tests that need PyPI it runs those that
+## need it only to fill .cache/tests once (network_cache: the torch CPU venv, the wheel build venv, Poetry)
+## and the h200-cu132 stack on its twin (seed_twin, a few minutes; it skips itself when PyPI does not answer).
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not gpu and not image and (not network or seed_twin)" -p no:cacheprovider
+	$(PYTEST) -m "not image and (not network or network_cache or seed_twin)"
 	$(BIN)/envbuild check-lock --offline
 
 ## fuzz: the input fuzzing (damaged specs, locks, receipts) and the round trips of every rendered file
 ## through its real reader, with many more examples than `make test` runs (about 15 minutes on 2 cores)
 fuzz: $(BIN)/.installed
-	ENVBUILD_FUZZ_EXAMPLES=500 ENVBUILD_PROPERTY_EXAMPLES=5000 $(BIN)/python -m pytest -p no:cacheprovider \
-		tests/test_fuzz.py tests/test_render_roundtrip.py
+	ENVBUILD_FUZZ_EXAMPLES=500 ENVBUILD_PROPERTY_EXAMPLES=5000 $(PYTEST) tests/test_fuzz.py tests/test_render_roundtrip.py
 
 ## docs: serve the documentation site on http://127.0.0.1:8000, rebuilt on every change (make test builds it strictly)
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
+## docs-reference: rewrite the reference pages generated from the code (docs/reference/cli.md, stack-spec.md,
+## exit-codes.md, check-lock.md); tests/test_docs.py fails when a committed one is stale
+docs-reference: $(BIN)/.installed
+	$(BIN)/python docs/hooks/reference.py --write
+
 ## test-images: the real image build and the fresh-host (Ubuntu 22.04, Python 3.10) operator path
 test-images: $(BIN)/.installed
 	$(BIN)/python -m pytest -m image -p no:cacheprovider
 
-## test-all: also the tests that read real PyPI metadata
+## test-all: every test: also those that read real PyPI metadata (network) and the image builds (image)
 test-all: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not gpu"
+	$(PYTEST)
 
 ## image: build the cpu profile's image with buildah from a local Debian base (root; see docker/build-image.sh)
 image: $(BIN)/.installed

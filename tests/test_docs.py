@@ -1,6 +1,8 @@
-"""The documentation site: built with ``mkdocs build --strict`` (a page missing from the nav, a
-broken link or anchor, a missing snippet file fail it), and its reference, generated from the code
-by ``docs/hooks/reference.py``, covers every command, option, spec key, exit code and rule."""
+"""The documentation, as a site and as files: built with ``mkdocs build --strict`` (a page missing
+from the nav, a broken link or anchor, a missing snippet file fail it); its reference pages,
+generated from the code by ``docs/hooks/reference.py`` and committed, are current and cover every
+command, option, spec key, exit code and rule; every relative link in ``docs/**/*.md`` and
+``README.md`` resolves as a file (as on a code host), its anchor too."""
 
 from __future__ import annotations
 
@@ -54,9 +56,14 @@ def _page(site: Path, name: str) -> str:
 
 
 def _sections(page: str) -> dict[str, str]:
-    """{heading id: the page's HTML from that heading to the next h2/h3/h4}."""
+    """{heading id or the id of an anchor in the heading: the page's HTML from that heading to the next h2/h3/h4}."""
     parts = re.split(r'(?=<h[234] id=")', page)
-    return {m.group(1): part for part in parts if (m := re.match(r'<h[234] id="([^"]+)"', part))}
+    out = {}
+    for part in parts:
+        if m := re.match(r'<h[234] id="([^"]+)"[^>]*>(.*?)</h[234]>', part, re.S):
+            out[m.group(1)] = part
+            out.update({anchor: part for anchor in re.findall(r'<a id="([^"]+)"', m.group(2))})
+    return out
 
 
 def _plain(fragment: str) -> str:
@@ -161,3 +168,61 @@ def test_the_readme_is_short_and_its_links_resolve() -> None:
     missing = [link for link in links if not link.startswith("http") and not (readme.parent / link).exists()]
     assert not missing, missing
     assert "make demo" in text and "make test" in text  # the two set-up commands
+
+
+def test_the_generated_reference_pages_are_current() -> None:
+    """The committed pages are what the code makes now (new flags, spec keys, exit codes, rules, and
+    the files the include blocks copy); the failure says the one command that rewrites them."""
+    out = subprocess.run([sys.executable, str(ROOT / "docs" / "hooks" / "reference.py"), "--check"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (f"{out.stderr.strip()}\n(the same: {sys.executable} docs/hooks/reference.py --write)")
+
+
+_FENCE = re.compile(r"^(```+|~~~+).*?^\1\s*$", re.M | re.S)
+_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|^\s*\[[^\]]+\]:\s*(\S+)", re.M)
+
+
+def _links(text: str) -> list[str]:
+    """The targets of the Markdown links and images in ``text``, leaving out code blocks and spans."""
+    text = _FENCE.sub("", text)
+    text = re.sub(r"(`+).+?\1", "", text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    return [m.group(1) or m.group(2) for m in _LINK.finditer(text)]
+
+
+def _anchors(page: Path) -> set[str]:
+    """The fragments a link may name in ``page``: HTML ids, and each heading's slug as a code host
+    (GitHub) and MkDocs' toc write it, when the heading carries no anchor of its own."""
+    text = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    found = set(re.findall(r'\bid="([^"]+)"', text))
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        plain = re.sub(r"<[^>]+>|`", "", heading).strip().lower()
+        found.add(re.sub(r" ", "-", re.sub(r"[^\w\- ]", "", plain)))  # GitHub
+        found.add(re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", plain)).strip("-"))  # MkDocs (toc.slugify)
+    return found
+
+
+def test_every_relative_link_resolves_as_a_file() -> None:
+    """What a reader on a code host follows: every relative link in docs/**/*.md and README.md names
+    a file that exists (and, with #fragment, an anchor in it); a docs page links only inside docs/,
+    which is all the site has."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    assert len(pages) >= 25
+    broken = []
+    checked = 0
+    for page in pages:
+        for target in _links(page.read_text(encoding="utf-8")):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+                continue
+            path, _, fragment = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(ROOT)}: {target}"
+            checked += 1
+            if not file.exists():
+                broken.append(f"{where} (no such file)")
+            elif page.is_relative_to(ROOT / "docs") and not file.is_relative_to(ROOT / "docs"):
+                broken.append(f"{where} (outside docs/: the site has no such page; name the path in `code`)")
+            elif fragment and file.suffix == ".md" and fragment not in _anchors(file):
+                broken.append(f"{where} (no anchor #{fragment} in {file.relative_to(ROOT)})")
+    assert checked >= 60, checked
+    assert not broken, "links that do not resolve as files:\n" + "\n".join(broken)

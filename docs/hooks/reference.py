@@ -1,10 +1,20 @@
-"""MkDocs hook: the reference pages, generated from envbuild's own code at every build.
+"""The reference pages, generated from envbuild's own code and committed under ``docs/reference/``.
 
-Registered in ``mkdocs.yml`` (``hooks:``). A hook rather than the mkdocs-gen-files plugin: hooks
-are part of MkDocs itself (nothing more to install or keep up), the hook runs in the Python that
-has envbuild installed and imports the very objects the program uses, and its pages exist only in
-the build (``File.generated``): nothing is written under ``docs/``, so there is no committed copy
-to go stale.
+    make docs-reference                             # writes them (python docs/hooks/reference.py --write)
+    .venv/bin/python docs/hooks/reference.py --check  # exit 1 and the stale pages' names when one differs
+
+Committed files, not pages that exist only in a site build: the documentation reads the same on
+a code host, offline and in ``mkdocs serve``, and every link to them resolves as a file. The
+price is a copy that can go stale, so it is checked twice: ``tests/test_docs.py`` fails when a
+committed page differs from what the code makes now (and names the command above), and this file,
+registered in ``mkdocs.yml`` as a hook, warns at every build (``mkdocs build --strict`` fails).
+The pages use HTML anchors (``<a id="..."></a>``), which MkDocs and a code host's Markdown both
+honour, never ``{#id}`` (MkDocs only), and include no file (``--8<--``): what they show is in them.
+
+The same command refreshes the include blocks of every page under ``docs/``: a repository file
+shown in a page (a workflow, a profile, ``ansible/README.md``) is a copy between
+``<!-- include PATH [as LANG] ... -->`` and ``<!-- end include -->``, checked like the pages above,
+so the page reads whole as a file too (a ``--8<--`` line shows as itself on a code host).
 
 - ``reference/cli.md``: every command and option, from the argparse parsers
   (``envbuild.cli.build_parser()``), help text, choices and defaults as ``--help`` shows them.
@@ -38,28 +48,94 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.files import File, Files
+if TYPE_CHECKING:  # `--write` runs without MkDocs
+    from mkdocs.config.defaults import MkDocsConfig
 
 log = logging.getLogger("mkdocs.hooks.reference")
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = "Generated from the code when the site is built; edit {source}, not this page."
+REGENERATE = "make docs-reference"  # the same as: python docs/hooks/reference.py --write
+GENERATED = ("<!-- Generated from the code by `make docs-reference` (docs/hooks/reference.py): edit {source}, "
+             "not this file. -->")
 
 
-def on_files(files: Files, config: MkDocsConfig) -> Files:
-    _fresh_envbuild()
-    pages: dict[str, Callable[[], str]] = {
+def pages() -> dict[str, Callable[[], str]]:
+    """{path under docs/: the function that makes the page}."""
+    return {
         "reference/cli.md": cli_page,
         "reference/stack-spec.md": spec_page,
         "reference/exit-codes.md": exit_codes_page,
         "reference/check-lock.md": check_lock_page,
     }
-    for path, make in pages.items():
-        files.append(File.generated(config, path, content=make()))
-    return files
+
+
+# A copy of a repository file inside a page, between these two comments; `make docs-reference`
+# refreshes it. `as LANG` fences it as code; without, the file is Markdown and goes in as it is.
+INCLUDE = re.compile(r"(?P<open><!-- include (?P<path>[\w./-]+)(?: as (?P<lang>\w+))? [^>]*-->\n)"
+                     r"(?P<body>.*?)(?P<close><!-- end include -->)", re.S)
+
+
+def _included(m: re.Match[str]) -> str:
+    text = (ROOT / m["path"]).read_text(encoding="utf-8").rstrip("\n") + "\n"
+    if m["lang"]:
+        fence = "````" if "```" in text else "```"
+        text = f"{fence}{m['lang']}\n{text}{fence}\n"
+    return m["open"] + "\n" + text + "\n" + m["close"]  # blank lines: the comments stay HTML blocks of their own
+
+
+def refresh_includes(text: str) -> str:
+    """``text`` with every include block holding the file it names, as that file is now."""
+    return INCLUDE.sub(_included, text)
+
+
+def stale_pages() -> dict[str, str]:
+    """{path under docs/: the page as it should be now} for every page that differs: a generated
+    reference page, or a page whose include block no longer holds its file."""
+    _fresh_envbuild()
+    out = {}
+    for path, make in pages().items():
+        text = make()
+        file = ROOT / "docs" / path
+        if not file.is_file() or file.read_text(encoding="utf-8") != text:
+            out[path] = text
+    for file in sorted((ROOT / "docs").rglob("*.md")):
+        path = file.relative_to(ROOT / "docs").as_posix()
+        text = file.read_text(encoding="utf-8")
+        if path not in out and (fresh := refresh_includes(text)) != text:
+            out[path] = fresh
+    return out
+
+
+def on_pre_build(config: MkDocsConfig) -> None:
+    """MkDocs hook: warn (fail a --strict build) when a committed reference page is stale."""
+    stale = stale_pages()
+    if stale:
+        log.warning("generated reference pages differ from the code: %s; run `%s`",
+                    ", ".join(f"docs/{p}" for p in stale), REGENERATE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write or check the generated reference pages under docs/reference/ "
+                                     "and the include blocks of every page under docs/.")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="write the pages that differ")
+    mode.add_argument("--check", action="store_true", help="exit 1, naming them, when a page differs")
+    args = parser.parse_args(argv)
+    stale = stale_pages()
+    for path, text in stale.items():
+        if args.write:
+            (ROOT / "docs" / path).write_text(text, encoding="utf-8")
+            print(f"wrote docs/{path}")
+        else:
+            print(f"stale: docs/{path}", file=sys.stderr)
+    if args.check and stale:
+        print(f"run `{REGENERATE}` and commit the pages", file=sys.stderr)
+        return 1
+    if not stale:
+        print(f"the {len(pages())} reference pages and every include block are current")
+    return 0
 
 
 def _fresh_envbuild() -> None:
@@ -98,6 +174,15 @@ def _code(s: str) -> str:
     return f"{fence}{pad}{s}{pad}{fence}"
 
 
+def _anchor(name: str) -> str:
+    """A link target as HTML: MkDocs and a code host's Markdown both honour it (``{#id}`` is MkDocs' only)."""
+    return f'<a id="{name}"></a>'
+
+
+def _heading(level: int, name: str, text: str) -> str:
+    return f"{'#' * level} {_anchor(name)}{text}"
+
+
 def _rst(doc: str) -> str:
     """A docstring's ````code```` as Markdown's `code`."""
     return re.sub(r"``(.+?)``", r"`\1`", doc)
@@ -122,10 +207,9 @@ def cli_page() -> str:
     out += ["## Commands", "", "| command | what it does |", "|---|---|"]
     for path, _, summary in _commands(parser, ("envbuild",)):
         out.append(f"| [{_code(' '.join(path))}](#{'-'.join(path[1:])}) | {_text(summary)} |")
-    out += ["", "## envbuild {#global}", "", *_usage(parser), *_options(parser, include_help=True)]
+    out += ["", _heading(2, "global", "envbuild"), "", *_usage(parser), *_options(parser, include_help=True)]
     for path, sub, summary in _commands(parser, ("envbuild",)):
-        level = "#" * min(len(path), 4)
-        out += ["", f"{level} {' '.join(path)} {{#{'-'.join(path[1:])}}}", "", _text(summary), ""]
+        out += ["", _heading(min(len(path), 4), "-".join(path[1:]), " ".join(path)), "", _text(summary), ""]
         if sub.description:
             out += [_text(sub.description), ""]
         out += _usage(sub)
@@ -183,7 +267,7 @@ def _options(parser: argparse.ArgumentParser, *, include_help: bool) -> list[str
             notes.append(f"default {_code(str(a.default))}")
         if notes:
             meaning = (meaning + " " if meaning else "") + "(" + "; ".join(notes) + ")"
-        rows.append(f"| {_code(invocation)}{{#{anchor}}} | {meaning} |")
+        rows.append(f"| {_anchor(anchor)}{_code(invocation)} | {meaning} |")
     return [*rows, ""]
 
 
@@ -266,11 +350,11 @@ def spec_page() -> str:
            "`--stack`. Every key below is one the loader accepts; any other key is refused with a "
            "\"did you mean\". Every error names the file and the key path as shown here "
            "(`step[3].no_deps`: the third `[[step]]`, counting from 1).", "",
-           "## Checked at load {#checked}", "", _rst(_docstring(spec)), ""]
+           _heading(2, "checked", "Checked at load"), "", _rst(_docstring(spec)), ""]
     for table, keys_name, class_name, heading in SPEC_SECTIONS:
         keys: tuple[str, ...] = getattr(spec, keys_name)
         cls = getattr(spec, class_name)
-        out += [f"## {heading} {{#section-{table or 'top'}}}", ""]
+        out += [_heading(2, f"section-{table or 'top'}", heading), ""]
         doc = _docstring(cls) if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(") else ""
         if doc:
             out += [_rst(doc), ""]
@@ -278,16 +362,17 @@ def spec_page() -> str:
         out += [_spec_row(spec, table, key, cls, comments) for key in keys]
         out.append("")
     env_from = spec.EnvFrom
-    out += ["## Values from the environment {#section-env}", "", _rst(_docstring(env_from)), "",
+    out += [_heading(2, "section-env", "Values from the environment"), "", _rst(_docstring(env_from)), "",
             "| key | type | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(env_from):
         key = "from_env" if f.name == "name" else f.name
         what = ("the variable's own name (envbuild passes it on, never copies it)" if key == "from_env"
                 else "refuse to provision when the variable is unset or empty")
-        out.append(f"| {_code(key)}{{#key-env.{key}}} | {_type(_hints(env_from)[f.name])} | "
+        out.append(f"| {_anchor(f'key-env.{key}')}{_code(key)} | {_type(_hints(env_from)[f.name])} | "
                    f"{_default(f)} | {_text(what)} |")
-    out += ["", "## An example: the `cpu` profile {#example}", "",
-            "`lockfiles/cpu/stack.toml`, as committed:", "", "```toml", '--8<-- "lockfiles/cpu/stack.toml"', "```", ""]
+    example = (ROOT / "lockfiles" / "cpu" / "stack.toml").read_text(encoding="utf-8").rstrip("\n")
+    out += ["", _heading(2, "example", "An example: the `cpu` profile"), "",
+            "`lockfiles/cpu/stack.toml`, as committed:", "", "```toml", example, "```", ""]
     return "\n".join(out)
 
 
@@ -324,7 +409,7 @@ def _spec_row(spec: types.ModuleType, table: str, key: str, cls: type, comments:
     words = "; ".join(w for w in (_text(helptext), _text(meaning)) if w)
     if not words:
         log.info("stack spec key %s: no comment in spec.py and no help in the hook", path)
-    return f"| {_code(key)}{{#key-{path}}} | {kind} | {default} | {words} |"
+    return f"| {_anchor(f'key-{path}')}{_code(key)} | {kind} | {default} | {words} |"
 
 
 def _section_of(path: str) -> str | None:
@@ -441,7 +526,7 @@ def exit_codes_page() -> str:
            "| code | name | meaning | raised as |", "|---|---|---|---|"]
     for code in errors.ExitCode:
         classes = ", ".join(_code(c) for c in raised.get(int(code), []))
-        out.append(f"| {_code(str(int(code)))}{{#exit-{int(code)}}} | {_code(code.name)} | "
+        out.append(f"| {_anchor(f'exit-{int(code)}')}{_code(str(int(code)))} | {_code(code.name)} | "
                    f"{_text(errors.EXIT_CODE_DOCS.get(code, ''))} | {classes} |")
     return "\n".join(out) + "\n"
 
@@ -515,11 +600,11 @@ def check_lock_page() -> str:
            "`--profile`/`--stack` (or nothing: every profile) checks envbuild's own per-step locks: "
            "[own locks](#own). Either exits 8 on a finding ([exit codes](exit-codes.md)). How to put it in CI: "
            "[the CI gate tutorial](../tutorials/ci-gate.md).", "",
-           "## The gate: any lockfile {#gate}", "",
+           _heading(2, "gate", "The gate: any lockfile"), "",
            "| rule | what it means |", "|---|---|"]
-    out += [f"| {_code(rule)}{{#gate-{rule}}} | {_text(what)} |" for rule, what in findings.RULES.items()]
-    out += ["", "## Output {#output}", "", _rst(_docstring(output).split("\n\n", 1)[0]), "",
-            "## JSON (`--json`) {#json}", "", "One document on stdout:", ""]
+    out += [f"| {_anchor(f'gate-{rule}')}{_code(rule)} | {_text(what)} |" for rule, what in findings.RULES.items()]
+    out += ["", _heading(2, "output", "Output"), "", _rst(_docstring(output).split("\n\n", 1)[0]), "",
+            _heading(2, "json", "JSON (`--json`)"), "", "One document on stdout:", ""]
     schema = re.search(r"JSON \(``--json``\), schema \d+::\n\n(.*?)\n\n(?=\S)", inspect.getdoc(output) or "", re.S)
     if schema:
         out += ["```text", inspect.cleandoc(schema.group(1)), "```", ""]
@@ -528,7 +613,7 @@ def check_lock_page() -> str:
     tail = (inspect.getdoc(output) or "").rsplit("\n\n", 1)[-1]
     out += [_rst(tail), ""]
     blocks = _docstring_blocks(inspect.getdoc(check) or "")
-    out += ["## envbuild's own locks {#own}", "",
+    out += [_heading(2, "own", "envbuild's own locks"), "",
             "Every rule the code reports (read from `envbuild/lock/*.py`), with what "
             "`envbuild/lock/check.py`'s docstring says of it.", "",
             "| rule | kind | what it means |", "|---|---|---|"]
@@ -538,8 +623,13 @@ def check_lock_page() -> str:
         if not what:
             log.info("check-lock rule %s is not described in envbuild/lock/check.py's docstring", rule)
         words = _text(_rst(what.rstrip(";"))) if what else "*(not described in `envbuild/lock/check.py` yet)*"
-        out.append(f"| {_code(rule)}{{#own-{rule}}} | {kind} | {words} |")
+        out.append(f"| {_anchor(f'own-{rule}')}{_code(rule)} | {kind} | {words} |")
     out += ["", "How they run, in `envbuild/lock/check.py`'s words:", ""]
     out += [f"- {_text(_rst(b))}" for b in blocks if not b.startswith("- ")]
     out.append("")
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # envbuild from this checkout, also where it is not installed
+    sys.exit(main())
