@@ -17,8 +17,9 @@ differently), with the path-dependent parts normalised or left out:
   paths) is hashed with that path replaced by ``<prefix>``, and listed by its path inside the
   environment (``<prefix>/bin/torchrun``, not ``../../../bin/torchrun``);
 - envbuild's baseline stamp (``ENVBUILD_BASELINE``: its content is the pre-stamp RECORD's sha256,
-  which names the scripts' paths), ``direct_url.json`` (a local wheel's absolute path) and RECORD
-  itself are left out;
+  which names the scripts' paths), the installer's records of where a wheel came from
+  (``direct_url.json``: a local wheel's absolute path; ``uv_cache.json``: uv's cache timestamps)
+  and RECORD itself are left out;
 - bytecode (``.pyc``) is left out: Python rewrites it whenever a source's mtime changes (a copy,
   an image layer), and it is derived from the sources, which are in.
 
@@ -45,6 +46,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 STAMP = "ENVBUILD_BASELINE"  # envbuild.abi.STAMP (this script imports nothing of envbuild)
+# dist-info files that record the install, not the distribution: RECORD itself, the baseline stamp,
+# where a wheel came from (direct_url.json: a local path; uv_cache.json: uv's cache timestamps)
+INSTALL_RECORDS = ("RECORD", STAMP, "direct_url.json", "uv_cache.json")
 PREFIX_MARK = b"<prefix>"
 MODIFIED_SHOWN = 20  # the first N modified files are named; ``modified_count`` has them all
 CACHE_SCHEMA = 1
@@ -168,7 +172,7 @@ def _rows(dist: md.Distribution) -> list[tuple[str, str]]:
         path, recorded = row[0], (row[1] if len(row) > 1 else "")
         leaf = path.rsplit("/", 1)[-1]
         in_info = ".dist-info/" in path
-        if path.endswith(".pyc") or (in_info and leaf in (STAMP, "RECORD", "direct_url.json")):
+        if path.endswith(".pyc") or (in_info and leaf in INSTALL_RECORDS):
             continue
         out.append((path, recorded))
     return out

@@ -17,17 +17,20 @@ diff (schema ``envbuild.receipt/1``: the section is an addition readers ignore, 
 name stays and older envbuilds keep reading newer receipts).
 
 A distribution's files are compared by what was installed, not where: ``content_sha256`` (see
-``envbuild.proof.inventory``) leaves out or normalises what names the environment's path (console
-scripts' shebangs, the baseline stamp, ``direct_url.json``) and reads the files on disk, so two
+``envbuild.proof.inventory``) leaves out or normalises what depends on where and how it was
+installed (console scripts' shebangs, the baseline stamp, the installer's ``direct_url.json`` and
+``uv_cache.json``, bytecode) and reads the files on disk, so two
 provisions of one stack at two roots, or a host and an image built from the same lock, compare
 equal, and a changed byte in one of torch's own files is drift naming the file. Receipts written
 before it fall back to ``files_sha256``, then to RECORD's sha256.
 
 A verification that finds nothing new is a line, not a receipt: a provision that ran no step, or
-a ``verify``, that passed and whose receipt would differ in nothing ``diff_receipts`` reads from
-the newest provision or verify receipt of the data root (same software, environment, hardware,
-image and run) is appended to ``<root>/receipts/verified.jsonl`` (when, what, its payload, and
-the receipt it confirms), and that receipt's path is returned. ``receipt show`` and ``receipt
+a ``verify``, that passed and whose receipt ``diff_receipts`` finds no drift in against the
+newest provision or verify receipt of the data root (same spec, software, environment, hardware
+and image) and that ran where it did (same host, boot, container: no ``run`` difference) is
+appended to ``<root>/receipts/verified.jsonl`` (when, what, its payload, the receipt it confirms
+and the information-only differences, such as another repository revision), and that receipt's
+path is returned. ``receipt show`` and ``receipt
 list`` say when a receipt was last confirmed.
 """
 
@@ -236,14 +239,20 @@ def _confirmed_by(folder: Path, doc: dict[str, Any]) -> Path | None:
         ref = load_receipt(newest)
     except ConfigError:
         return None
-    if ref.get("spec") != doc.get("spec") or "error" in (ref.get("software") or {}) or diff_receipts(ref, doc):
+    if ref.get("spec") != doc.get("spec") or "error" in (ref.get("software") or {}):
+        return None
+    diffs = diff_receipts(ref, doc)
+    if any(d.drift or d.section == "run" for d in diffs):
         return None
     return newest
 
 
 def _log_verification(folder: Path, doc: dict[str, Any], confirmed: Path) -> None:
+    """One line: when, what, its payload, and what the confirmed receipt says otherwise (information
+    only: another envbuild version or repository revision)."""
     line = {"created": doc["created"], "kind": doc["kind"], "confirms": confirmed.name,
-            "host": doc["provenance"].get("hostname"), "payload": doc.get("payload")}
+            "host": doc["provenance"].get("hostname"), "payload": doc.get("payload"),
+            "information": [d.to_dict() for d in diff_receipts(load_receipt(confirmed), doc)]}
     fd = os.open(folder / VERIFIED_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, (json.dumps(line, sort_keys=True, default=str) + "\n").encode())  # one write: one whole line
