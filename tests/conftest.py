@@ -22,6 +22,36 @@ TORCH_VERSION = "2.13.0"
 
 pytest_plugins = ["support.fixtures", "support.twin", "support.gatelocks"]
 
+# Fixtures that reach a real index (pip's configured sources, PyPI) to fill a cache under
+# .cache/tests on a fresh machine: a test that uses one is marked network_cache (and so network).
+NETWORK_CACHE_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index"})
+# The local indexes' wheel sets and real venvs: a test that uses one runs real pip/uv (seconds
+# each, a minute for some), so it is marked slow and stays out of `make check`.
+SLOW_FIXTURES = frozenset({"scenario_wheels", "gate_index", "index_server", "base_venv_template"})
+# Whole runs that may take longer than the default per-test timeout on 2 loaded cores (an image
+# build is 10-25 minutes; the seed twin provisions the h200 stack, its first test builds the twin).
+LONG_TIMEOUTS = {"image": 3600, "seed_twin": 1800}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what a test needs from the fixtures it uses, so that a new test of a real install
+    needs no mark to stay out of `make check`: slow and network_cache for the fixtures above,
+    network for every network_cache test; and the longer timeouts above."""
+    for item in items:
+        used = frozenset(getattr(item, "fixturenames", ()))
+        if used & SLOW_FIXTURES and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+        if used & NETWORK_CACHE_FIXTURES and not item.get_closest_marker("network_cache"):
+            item.add_marker(pytest.mark.network_cache)
+        if item.get_closest_marker("network_cache") and not item.get_closest_marker("network"):
+            item.add_marker(pytest.mark.network)
+        if not item.get_closest_marker("timeout"):  # longer than the 10 minutes of pyproject.toml
+            for mark, seconds in LONG_TIMEOUTS.items():
+                if item.get_closest_marker(mark):
+                    item.add_marker(pytest.mark.timeout(seconds))
+                    break
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _ctrl_c_as_at_a_terminal() -> Iterator[None]:
@@ -66,16 +96,20 @@ def torch_venv() -> Path:
 
     Returns the venv folder; its interpreter is ``<venv>/bin/python``.
     """
+    # imported here, not at the top: support.fixtures is a plugin (pytest_plugins), rewritten first
+    from support.fixtures import cache_lock
+
     venv = CACHE / f"torch-{TORCH_VERSION}-venv"
     python = venv / "bin" / "python"
     check = [str(python), "-c", f"import torch; assert torch.__version__.startswith('{TORCH_VERSION}')"]
-    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return venv
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    subprocess.run([_python311(), "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={TORCH_VERSION}", "numpy"],
-                   check=True, env=env)
-    subprocess.run(check, check=True)
+    with cache_lock(venv):
+        if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+            return venv
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+        subprocess.run([_python311(), "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={TORCH_VERSION}", "numpy"],
+                       check=True, env=env)
+        subprocess.run(check, check=True)
     return venv
 
 

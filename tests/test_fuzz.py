@@ -33,6 +33,7 @@ from envbuild.cli import main
 from envbuild.spec import profile_path
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # the real CLI per example; `make fuzz` runs more of them
 EXAMPLES = int(os.environ.get("ENVBUILD_FUZZ_EXAMPLES", "15"))
 # shrinking a failure can take minutes: on request only (ENVBUILD_FUZZ_SHRINK=1)
 PHASES = [Phase.explicit, Phase.generate, *([Phase.shrink] if os.environ.get("ENVBUILD_FUZZ_SHRINK") else [])]

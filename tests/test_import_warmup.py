@@ -23,6 +23,7 @@ from support.wheels import build_wheel
 from envbuild.errors import ExitCode
 from envbuild.provision import warmup
 
+pytestmark = pytest.mark.slow  # real provisions
 # The sandbox sets PYTHONDONTWRITEBYTECODE=1; with it nothing would be written. "" unsets it for Python.
 BYTECODE_ON = {"PYTHONDONTWRITEBYTECODE": ""}
 TORCH = "2.12.0+cpu"

@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.fixtures import cache_lock
 
 from envbuild.cli import main
 from envbuild.errors import ConfigError, WheelhouseError
@@ -36,17 +37,18 @@ pytestmark = pytest.mark.slow
 
 def _venv_with_torch(path: Path, torch_venv: Path, *packages: str) -> Path:
     python = path / "bin" / "python"
-    if not python.exists():
-        base = torch_venv / "bin" / "python"
-        subprocess.run([str(base), "-m", "venv", "--without-pip" if not packages else "--upgrade-deps", str(path)],
-                       check=True, capture_output=True)
-        site = subprocess.run([str(base), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
-        mine = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
-        (Path(mine) / "_envbuild_test_torch.pth").write_text(site + "\n")
-        if packages:
-            subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+    with cache_lock(path):  # pytest-xdist workers share .cache/tests
+        if not python.exists():
+            base = torch_venv / "bin" / "python"
+            subprocess.run([str(base), "-m", "venv", "--without-pip" if not packages else "--upgrade-deps", str(path)],
+                           check=True, capture_output=True)
+            site = subprocess.run([str(base), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+            mine = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+            (Path(mine) / "_envbuild_test_torch.pth").write_text(site + "\n")
+            if packages:
+                subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
     return python
 
 

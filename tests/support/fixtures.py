@@ -28,10 +28,13 @@ Function scope:
   tmp_path/data --home tmp_path/home --python sys.executable --backend pip``.
 
 ``installer_env(home)`` is the environment every pip/uv/envbuild subprocess here gets.
+``cache_lock(folder)`` guards a cache under ``.cache/tests`` that pytest-xdist workers share.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -230,6 +233,26 @@ def wheel_factory(tmp_path: Path) -> Callable[..., Path]:
         return build_wheel(tmp_path / "wheels" / repo, name, version, **kwargs)
 
     return make
+
+
+# ----------------------------------------------------------------------------- shared caches
+
+
+@contextlib.contextmanager
+def cache_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock for ``folder`` (a cache under ``.cache/tests``) while it is checked or built.
+
+    pytest-xdist workers (and two test runs) share those caches: the first to arrive builds, the
+    others wait and then find it built, instead of two pips writing one venv. ``flock`` on a
+    sibling ``<folder>.lock`` file, so the kernel releases it when a holder dies mid-build.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ----------------------------------------------------------------------------- environments

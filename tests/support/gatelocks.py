@@ -76,7 +76,7 @@ from pathlib import Path
 
 import pytest
 
-from .fixtures import PY_MAJOR_MINOR, installer_env
+from .fixtures import PY_MAJOR_MINOR, cache_lock, installer_env
 from .index import IndexServer
 from .wheels import WheelSpec
 
@@ -263,13 +263,14 @@ def uv_bin() -> str:
 def poetry_bin() -> Path:
     """Poetry in a cached venv (installed from PyPI once); the calling test is skipped where it does not install."""
     poetry = POETRY_VENV / "bin" / "poetry"
-    if not poetry.exists():
-        made = subprocess.run([sys.executable, "-m", "venv", str(POETRY_VENV)], capture_output=True)
-        got = made.returncode == 0 and subprocess.run(
-            [str(POETRY_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "poetry"],
-            capture_output=True, timeout=600).returncode == 0
-        if not got or not poetry.exists():
-            pytest.skip("Poetry does not install here (pip install poetry failed)")
+    with cache_lock(POETRY_VENV):  # pytest-xdist workers share .cache/tests
+        if not poetry.exists():
+            made = subprocess.run([sys.executable, "-m", "venv", str(POETRY_VENV)], capture_output=True)
+            got = made.returncode == 0 and subprocess.run(
+                [str(POETRY_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "poetry"],
+                capture_output=True, timeout=600).returncode == 0
+            if not got or not poetry.exists():
+                pytest.skip("Poetry does not install here (pip install poetry failed)")
     return poetry
 
 

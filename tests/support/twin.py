@@ -60,6 +60,7 @@ from .fixtures import (
     PY_MAJOR_MINOR,
     PYTORCH_TRITON,
     REPO_ROOT,
+    cache_lock,
     installer_env,
 )
 from .index import IndexServer
@@ -280,8 +281,9 @@ class SeedTwin:
 @pytest.fixture(scope="session")
 def seed_twin() -> Iterator[SeedTwin]:
     """The twin, built once (cached under .cache/tests/seed-twin) and served for the session."""
-    if os.environ.get("ENVBUILD_TWIN_REBUILD"):
-        shutil.rmtree(CACHE, ignore_errors=True)
-    folder = build_twin()
+    with cache_lock(CACHE):
+        if os.environ.get("ENVBUILD_TWIN_REBUILD"):
+            shutil.rmtree(CACHE, ignore_errors=True)
+        folder = build_twin()
     with IndexServer({"nightly": folder / "nightly"}) as server:
         yield SeedTwin(folder=folder, server=server)
