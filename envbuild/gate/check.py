@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from envbuild.errors import ConfigError
 from envbuild.gate import accept as accepting
 from envbuild.gate.context import Context, View
 from envbuild.gate.environments import PLATFORMS, Narrow, choices, make_space
-from envbuild.gate.findings import Finding, Policy
+from envbuild.gate.findings import EnvRow, FileReport, Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.groups import Group, group, judged_names
 from envbuild.gate.metadata import Sources
@@ -25,59 +25,6 @@ __all__ = ["MAX_BYTES", "MAX_PACKAGES", "FileReport", "check_file", "read_lockfi
 
 MAX_BYTES = 64 << 20  # the largest real uv.lock files are a few MB
 MAX_PACKAGES = 20_000  # the largest real locks hold a few thousand
-
-
-@dataclass
-class EnvRow:
-    """One judged group of environments: its name, its torch, how many selections and environments it stands for."""
-
-    name: str
-    torch: str | None
-    findings: int = 0
-    selections: int = 1
-    count: int = 1
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "torch": self.torch, "findings": self.findings,
-                "selections": self.selections, "environments": self.count}
-
-
-@dataclass
-class FileReport:
-    file: str
-    format: str
-    environments: list[EnvRow] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)  # accepted ones included (``accepted`` set)
-    notices: list[str] = field(default_factory=list)
-    unverified: list[str] = field(default_factory=list)  # --explain: what could not be verified, and why
-    unchecked: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def failing(self) -> list[Finding]:
-        return [f for f in self.findings if f.accepted is None]
-
-    @property
-    def accepted(self) -> list[Finding]:
-        return [f for f in self.findings if f.accepted is not None]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failing
-
-    @property
-    def torches(self) -> list[str]:
-        return sorted({r.torch for r in self.environments if r.torch})
-
-    def to_json(self) -> dict[str, Any]:
-        torches = self.torches
-        return {"file": self.file, "format": self.format, "ok": self.ok,
-                "torch": torches[0] if len(torches) == 1 else None, "torches": torches,
-                "environments": [r.to_json() for r in self.environments],
-                "findings": [f.to_json() for f in self.failing],
-                "accepted": [f.to_json() for f in self.accepted],
-                "notices": self.notices, "unverified": self.unverified, "unchecked": self.unchecked,
-                "seconds": round(self.seconds, 4)}
 
 
 def read_lockfile(path: Path) -> str:
@@ -172,12 +119,8 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         ctx.note(text)
     if base:
         _history(ctx, path, kind, base, narrow, names)
-    for view in views:
-        report.environments.append(EnvRow(view.env.name, view.torch.version if view.torch else None,
-                                          selections=view.selections, count=view.environments))
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
-    for row in report.environments:
-        row.findings = sum(1 for f in findings if f.accepted is None and row.name in f.environments)
+    report.environments = _rows(views, findings)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]
     report.unverified = ctx.explanations()
@@ -186,10 +129,46 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     return report
 
 
-def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None) -> None:
-    from envbuild.lock.report import file_at_ref
+def _rows(views: list[View], findings: list[Finding]) -> list[EnvRow]:
+    """A table row per view, except that views of one platform and selection, with the same torch
+    and the same findings, on consecutive Pythons, read as one row ("python 3.10–3.12"): they were
+    judged apart (a torch dependency differs by Python) and answered alike. Findings name the rows."""
+    order = sorted({p for v in views for p in (v.env.pythons or (v.env.python,))}, key=lambda p: int(p.split(".")[1]))
+    several = len(order) > 1
+    keyed: dict[tuple[Any, ...], list[View]] = {}
+    for view in views:
+        said = frozenset(i for i, f in enumerate(findings) if view.env.name in f.environments)
+        keyed.setdefault((view.env.platform, view.env.selection, view.torch.version if view.torch else None, said),
+                         []).append(view)
+    rename: dict[str, str] = {}
+    rows: list[tuple[int, EnvRow]] = []
+    for (_, _, torch, _), group in keyed.items():
+        group.sort(key=lambda v: order.index((v.env.pythons or (v.env.python,))[0]))
+        runs: list[list[View]] = []
+        for v in group:
+            first = order.index((v.env.pythons or (v.env.python,))[0])
+            if runs and order.index((runs[-1][-1].env.pythons or (runs[-1][-1].env.python,))[-1]) + 1 == first:
+                runs[-1].append(v)
+            else:
+                runs.append([v])
+        for run in runs:
+            pythons = tuple(p for v in run for p in (v.env.pythons or (v.env.python,)))
+            env = replace(run[0].env, pythons=pythons, _cache=run[0].env._cache) if several else run[0].env
+            for v in run:
+                rename[v.env.name] = env.name
+            position = views.index(run[0])
+            rows.append((position, EnvRow(env.name, torch, selections=max(v.selections for v in run),
+                                          count=sum(v.environments for v in run))))
+    for f in findings:
+        f.environments = list(dict.fromkeys(rename.get(n, n) for n in f.environments))
+    out = [row for _, row in sorted(rows, key=lambda x: x[0])]
+    for row in out:
+        row.findings = sum(1 for f in findings if f.accepted is None and row.name in f.environments)
+    return out
 
-    rel, text = file_at_ref(path, ref)
+
+def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None) -> None:
+    rel, text = history.file_at_ref(path, ref)
     if text is None:
         ctx.note(f"--base {ref}: {rel} does not exist there; nothing to compare")
         return
