@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fixtures import installer_env
+from support.fixtures import cache_lock, installer_env
 from support.gatelocks import GateIndex, uv_platform_lock
 
 from envbuild.gate.changed import LOCK_NAME
@@ -111,6 +111,11 @@ def test_pre_commit_runs_the_hook_on_changed_lockfiles(locks: dict[str, Path], t
     pass (exit 0), a planted extension mismatch fails the commit with the finding on its line.
     The hook's environment (envbuild installed by pre-commit) is kept under .cache/tests/pre-commit
     and reused while envbuild's files are unchanged."""
+    with cache_lock(CACHE):  # two test runs share the cache: one snapshot and one pre-commit at a time
+        _pre_commit_scenario(locks, tmp_path)
+
+
+def _pre_commit_scenario(locks: dict[str, Path], tmp_path: Path) -> None:
     rev = _envbuild_snapshot(CACHE / "envbuild")
     if (CACHE / "rev").is_file() and (CACHE / "rev").read_text() != rev:
         shutil.rmtree(CACHE / "home", ignore_errors=True)  # envbuild changed: its old environment is of no use
