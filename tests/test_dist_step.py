@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from envbuild.cli import main
+from envbuild.commands import ui
+from envbuild.commands.dist_step import result_rows
 
 REPO = Path(__file__).parents[1]
 
@@ -40,6 +42,14 @@ def test_two_process_gloo(torch_venv: Path, tmp_path: Path, capsys: pytest.Captu
     assert receipt["kind"] == "dist-step"
     assert receipt["names"]["launch_regime"] == "torchrun-standalone 1x2 gloo dp1xtp2 ep2"
     assert any(d["name"] == "torch" for d in receipt["software"]["distributions"])
+    # the table the plain output prints from this result fits 100 columns, every row shown
+    ui.configure()
+    ui.print_table(None, ["", "result"], result_rows(doc), max_width=ui.WIDTH, keep=1)
+    ui.close()
+    table = capsys.readouterr().out.splitlines()
+    assert max(map(len, table)) <= 100, "\n".join(table)
+    for needle in ("loss finite", "checkpoint roundtrip exact", "routing", "all-reduce", "rank 1 peak"):
+        assert needle in "\n".join(table)
 
 
 @pytest.mark.slow

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from envbuild.cli import main
+from envbuild.proof.smoke import describe, rate
 
 
 def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,6 +25,7 @@ def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         assert 0 <= by[name]["rel_err"] <= by[name]["tol"]
         assert by[name]["seconds"] > 0
     assert by["torch.compile"]["backend"] == "inductor, C++ (CPU)"
+    assert "tflops" not in by["matmul"] and "kernel_ms" not in by["matmul"]  # nothing measured on CPU
     assert by["sdpa"]["reference"].startswith("explicit softmax")
     for name in ("triton", "flash_attn", "causal_conv1d", "mamba_ssm.selective_scan", "fla", "flash_attn_4"):
         assert by[name]["verdict"] == "skip" and by[name]["reason"] == "no CUDA GPU visible to torch"
@@ -149,3 +152,35 @@ def test_float64_references_match_a_second_formula(torch_venv: Path) -> None:
     assert set(errs) == {"attention", "causal_conv1d", "selective_scan", "simple_gla"}
     for name, e in errs.items():
         assert e < 1e-12, (name, e)
+
+
+def test_each_result_is_printed_once_with_its_reason(torch_venv: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """One line per check as it finishes (a skip with its reason, no throughput on CPU), then the
+    verdict with the counts: no second table of the same results."""
+    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "matmul", "--only", "sdpa",
+                 "--only", "triton", "--only", "flash_attn", "--no-receipt"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    lines = (captured.out + captured.err).splitlines()
+    for name in ("matmul", "sdpa", "triton", "flash_attn"):
+        (line,) = [line for line in lines if name in line.split()]
+        assert len(line) <= 100, line
+    assert re.search(r"^ok   matmul +rel err \d\.\de-\d\d \(tol 1\.2e-02\)  \d+\.\d\d s$", captured.out, re.M), captured.out
+    assert re.search(r"^skip triton +no CUDA GPU visible to torch$", captured.out, re.M), captured.out
+    assert "FLOP/s" not in captured.out and "┃" not in captured.out
+    assert re.search(r"^smoke passed: 2 passed, 2 skipped in \d+\.\d s \(torch 2\.13\.0\+cpu on CPU\)$",
+                     captured.out, re.M), captured.out
+
+
+def test_a_rate_is_shown_only_where_one_was_measured() -> None:
+    assert rate(None) == rate(0.0) == rate(float("nan")) == rate(-1) == ""
+    assert rate(787.4, 989.0) == "787 TFLOP/s (80% of 989)"
+    assert rate(0.35) == "0.35 TFLOP/s" and rate(0.004) == "4 GFLOP/s"
+    level, line = describe({"name": "matmul", "verdict": "pass", "rel_err": 2.3e-3, "tol": 1.2e-2, "seconds": 3.1,
+                            "tflops": 787.4, "datasheet_tflops": 989.0})
+    assert (level, line) == ("ok", "  matmul                    rel err 2.3e-03 (tol 1.2e-02)  3.10 s  "
+                                   "787 TFLOP/s (80% of 989)")
+    level, line = describe({"name": "flash_attn", "verdict": "fail", "seconds": 0.5,
+                            "reason": "ImportError: " + "undefined symbol " * 40})
+    assert level == "fail" and len(line) < 200 and line.endswith("...")

@@ -99,14 +99,14 @@ def run(args: argparse.Namespace) -> int:
         torchrun = f" (torchrun exit {res.returncode})" if res.returncode else ""
         ui.print_text(f"{verdict} in {res.seconds:.1f} s{torchrun}: {regime}, world {r.get('world_size')}, "
                       f"torch {r.get('versions', {}).get('torch')}")
-        ui.print_table(None, ["", "result"], _rows(r), max_width=ui.WIDTH, keep=1)
+        ui.print_table(None, ["", "result"], result_rows(r), max_width=ui.WIDTH, keep=1)
         for what, where in (("receipt", receipt), ("log", log)):
             if where:
                 ui.print_text(f"  {what:<8}{where}")
     return 0 if res.ok else int(ExitCode.VERIFY)
 
 
-def _rows(r: dict[str, Any]) -> list[list[str]]:
+def result_rows(r: dict[str, Any]) -> list[list[str]]:
     """The checks' verdicts, then what they measured: short cells, a table within ui.WIDTH."""
     par, ck, t, bw = r.get("parity", {}), r.get("checkpoint", {}), r.get("timing", {}), r.get("allreduce")
     rt = r.get("routing", {})

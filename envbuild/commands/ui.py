@@ -244,8 +244,10 @@ def _render_event(event: events.Event) -> None:
         return
     if event.level == "info" and _quiet:
         return
-    # With --json, stdout carries only the JSON document: progress goes to stderr.
-    console = _err if (_json_mode or event.level in ("warn", "error", "fail")) else _out
+    # With --json, stdout carries only the JSON document: progress goes to stderr. A failure goes to
+    # stderr, except one that is a command's result (a smoke check's line): results stay together.
+    problem = event.level in ("warn", "error", "fail") and "result" not in event.data
+    console = _err if (_json_mode or problem) else _out
     style = _STYLE.get(event.level, "")
     text = _PREFIX.get(event.level, "") + event.message
     console.print(text, style=style or None, markup=False)
