@@ -266,6 +266,10 @@ def test_the_action_passes_a_healthy_change_and_honours_lockfiles_and_exclude(lo
     # the same fixture named explicitly (a glob) fails
     result, outputs, _ = _run_action(work, tmp_path / "again", event="push", with_={"lockfiles": "fixtures/**/uv.lock"})
     assert result.returncode == 8 and "[extension-abi]" in result.stdout, result.stdout + result.stderr
+    # an input that is no list of shell words stops the step with a message, before anything runs
+    result, outputs, _ = _run_action(work, tmp_path / "quote", event="push", with_={"args": "--torch-min '2.10"})
+    assert result.returncode == 2 and "::error title=envbuild check-lock::the args input cannot be split" in result.stdout
+    assert "exit-code" not in outputs
 
 
 @pytest.mark.slow
