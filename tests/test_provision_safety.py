@@ -170,11 +170,12 @@ def test_the_import_verdict_is_reused_only_while_nothing_changed(
     assert json.loads(first.stdout)["import_cached"] is False
     again = provision(stack)
     assert again.rc == 0 and "cached verdict" in again.output, again.output
-    receipts = sorted((tmp_path / "data" / "receipts").rglob("*.json"), key=lambda p: p.stat().st_mtime)
-    cached_receipt = json.loads(receipts[-1].read_text())
-    assert cached_receipt["payload"]["import_check"] == {"cached": True}
+    # nothing changed: the re-run is a line confirming the first receipt (verified.jsonl), no new receipt
+    (receipt,) = (tmp_path / "data" / "receipts").glob("*.json")
+    (line,) = map(json.loads, (tmp_path / "data" / "receipts" / "verified.jsonl").read_text().splitlines())
+    assert line["payload"]["import_check"] == {"cached": True} and line["confirms"] == receipt.name
     # the inventory recorded with the verdict stands in for a new one: the same distributions
-    names = {d["name"] for d in cached_receipt["software"]["distributions"]}
+    names = {d["name"] for d in json.loads(receipt.read_text())["software"]["distributions"]}
     assert {"torch", "einops-like"} <= names
     # any distribution changed (here: one more installed behind envbuild's back): import again
     provisioned_venv.pip("install", "--no-deps", "--index-url", scenario_index.pypi_url, "fla-core-like", check=True)
