@@ -53,7 +53,7 @@ from packaging.utils import (
 )
 
 from envbuild import __version__, metacache
-from envbuild._io import sha256_file
+from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import PreflightError
 from envbuild.metacache import cache_dir, cached_requires
 from envbuild.net import deadline_seconds, redact, retrying
@@ -70,7 +70,7 @@ _cache_put = metacache.put
 
 __all__ = [
     "TIMEOUT", "Artifact", "ArtifactFinder", "SourceError", "Sources", "cache_dir", "cached_requires",
-    "find_links_files", "index_files", "page_files", "parse_filename", "project_of", "read_bytes",
+    "find_links_files", "index_files", "local_sha256", "page_files", "parse_filename", "project_of", "read_bytes",
     "requires_of", "same_version", "session",
 ]
 
@@ -308,7 +308,7 @@ class ArtifactFinder:
         if a.sha256 is not None:
             return a
         if a.local_path is not None:
-            return Artifact(a.filename, a.url, sha256_file(a.local_path), a.metadata_url)
+            return Artifact(a.filename, a.url, local_sha256(a.local_path), a.metadata_url)
         return Artifact(a.filename, a.url, hashlib.sha256(read_bytes(a.url, http=self.http)).hexdigest(),
                         a.metadata_url)
 
@@ -339,6 +339,30 @@ class ArtifactFinder:
             if a.sha256 in wanted:
                 out.setdefault(a.sha256, a)
         return sorted(out.values(), key=lambda a: a.filename)
+
+
+def local_sha256(path: Path) -> str:
+    """sha256 of a local file, remembered in ``$ENVBUILD_CACHE_DIR/file-hashes/`` under what changes
+    whenever its bytes do: device, inode, size, mtime and ctime (the kernel sets ctime on every
+    write, and no call sets it back). A find-links folder's 2 GB torch wheel is hashed once, not
+    on every lock and provision that looks at it; the installer still checks the bytes it installs."""
+    st = path.stat()
+    real = str(path.resolve())
+    key = [real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    entry = cache_dir() / "file-hashes" / (hashlib.sha256(real.encode()).hexdigest()[:32] + ".json")
+    try:
+        doc = json.loads(entry.read_text())
+        if doc.get("key") == key and isinstance(doc.get("sha256"), str):
+            return str(doc["sha256"])
+    except (OSError, ValueError, AttributeError):
+        pass
+    sha = sha256_file(path)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(entry, {"key": key, "sha256": sha})
+    except OSError:
+        pass  # a read-only cache only costs speed
+    return sha
 
 
 # ----------------------------------------------------------------------------- metadata

@@ -345,7 +345,9 @@ def _look_up(lookup: _Lookup, routes: list[_StepRoute], packages: Mapping[str, l
              fallbacks: list[Source]) -> None:
     """Each route's files on its own sources, then what is left on the fallbacks (probed only then)."""
     jobs = [(r, p) for r in routes for p in packages[r.planned.name]]
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="envbuild-lookup") as pool:
+    # threads that wait on pages (16, as many as a run's pages are worth asking for at once); the
+    # hashing of local files lets go of the GIL
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="envbuild-lookup") as pool:
         own = list(pool.map(lambda job: lookup.find(job[1], job[0].own), jobs))
         missing = [job for job, found in zip(jobs, own, strict=True) if found is None]
         if not missing:
