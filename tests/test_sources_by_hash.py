@@ -212,3 +212,23 @@ def test_pip_config_sources_take_pips_precedence(tmp_path: Path, monkeypatch: py
     assert got.find_links == ("/from-env", "/and-env")
     assert json.loads((tmp_path / "cache" / "pip-config-sources.json").read_text())["find_links"] == ["/from-env",
                                                                                                      "/and-env"]
+
+
+@pytest.mark.parametrize("backend", ["pip", "uv"])
+def test_a_forged_copy_beside_the_real_file_is_never_installed(
+        locked: Path, private_scenario_index: ScenarioIndex, index_server: Callable[[Mapping[str, Path]], IndexServer],
+        tmp_path: Path, provisioned_venv: Venv, backend: str) -> None:
+    """The find-links folder holds a torch with the locked name and other bytes, the mirror index
+    the real one: the installer reads both, and installs the bytes the lock pins."""
+    server, links = _mirror(tmp_path, private_scenario_index, index_server)
+    filename, _ = _locked_file(locked, "torch")
+    shutil.copy(links / filename, tmp_path / "mirror-pypi" / filename)
+    forged = build_wheel(tmp_path / "forged", "torch", NIGHTLY_TORCH, files={"torch/__init__.py": "FORGED = True\n"})
+    shutil.copy(forged, links / filename)
+    private_scenario_index.server.stop()
+    env = {"T_NIGHTLY": DEAD, "T_PYPI": "http://pypi.invalid/simple", "PIP_INDEX_URL": server.simple_url("mirror"),
+           "PIP_FIND_LINKS": str(links)}
+    r = _provision(tmp_path, locked, backend, env)
+    assert r.rc == 0, r.output
+    assert provisioned_venv.version("torch") == NIGHTLY_TORCH
+    assert "FORGED" not in provisioned_venv.read("torch/__init__.py")
