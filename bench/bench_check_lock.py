@@ -11,7 +11,7 @@ import argparse
 import statistics
 import time
 
-from envbuild.lock.check import CheckOptions, check_lock
+from envbuild.gate.rules.ownlock import Options, check_stack
 from envbuild.lock.model import MANIFEST
 from envbuild.spec import available_profiles, load_spec, profile_path
 
@@ -29,7 +29,7 @@ def main() -> int:
         times = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            report = check_lock(spec, CheckOptions(offline=True))
+            report = check_stack(spec, Options(offline=True))
             times.append(time.perf_counter() - t0)
         total += statistics.median(times)
         print(f"{name:12s} median {statistics.median(times) * 1000:7.1f} ms  worst {max(times) * 1000:7.1f} ms  "

@@ -1,6 +1,6 @@
 """Which wheels a target takes (the lock's Python and ``[target]`` platform), and what a wheelhouse holds.
 
-Below the lock and the wheelhouse (beside ``index.py``): ``lock.online``, ``wheelhouse.mirror``
+Below the lock and the wheelhouse (beside ``index.py``): ``gate.rules.ownlock.online``, ``wheelhouse.mirror``
 and ``provision.offline`` all ask it.
 
 ``wheelhouse mirror`` keeps, per locked project and version, the wheels that install on the

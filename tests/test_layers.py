@@ -41,7 +41,7 @@ STAGE_OF = {
     "envbuild.layout": "installer",  # the data root and $HOME links the venv goes into
     "envbuild.abi": "guard",
     "envbuild.lock": "lock",
-    "envbuild.gate": "gate",  # reads envbuild's own lock report types (lock.report)
+    "envbuild.gate": "gate",  # judges envbuild's own locks too (rules.ownlock reads lock.model)
     "envbuild.wheelhouse": "wheelhouse",
     "envbuild.host": "proof",  # preflight: the host's part of the proof (receipts record it)
     "envbuild.proof": "proof",

@@ -24,9 +24,8 @@ so the page reads whole as a file too (a ``--8<--`` line shows as itself on a co
 - ``reference/exit-codes.md``: ``envbuild.errors.ExitCode``, ``EXIT_CODE_DOCS`` and the error
   classes that carry each code.
 - ``reference/check-lock.md``: the gate's rules (``envbuild.gate.findings.RULES``), its JSON
-  schema (``envbuild/gate/output.py``'s docstring), and the rules of the check of envbuild's own
-  locks: every rule name the code under ``envbuild/lock/`` reports, each with what
-  ``envbuild/lock/check.py``'s docstring says of it.
+  schema (``envbuild/gate/output.py``'s docstring), and the rules of envbuild's own locks
+  (``envbuild.gate.findings.OWN_RULES``) with how they run (``envbuild/gate/rules/ownlock``'s docstring).
 
 Words that exist nowhere in the code (what a spec key without a field comment means, which spec
 tables are required) are in ``_SPEC_HELP`` and ``_REQUIRED_TABLES`` below; see the note there.
@@ -534,31 +533,16 @@ def exit_codes_page() -> str:
 # ----------------------------------------------------------------------------- check-lock
 
 
-# which kind of check each module under envbuild/lock/ reports from
-_LOCK_RULE_KINDS = {"check.py": "static", "stepfile.py": "static (step files)", "online.py": "`--online`",
-                    "dryrun.py": "dry run (not with `--offline`)"}
+# when each kind of own-lock rule runs (``OWN_RULES``' first field), in the page's words
+_OWN_RULE_KINDS = {"static": "static", "--base": "`--base REF`", "--online": "`--online`",
+                   "dry run": "dry run (not with `--offline`)"}
 
 
-def own_lock_rules() -> dict[str, list[str]]:
-    """{rule: [module file names]}: every rule name envbuild/lock/ reports, read from its
-    ``Finding(file, package, RULE, ...)`` and ``LineProblem(req, RULE, ...)`` calls."""
-    found: dict[str, list[str]] = {}
-    # the lock's modules, and the step-file reader they share (envbuild/stepfile.py, below the plan)
-    for path in [*sorted((ROOT / "envbuild" / "lock").glob("*.py")), ROOT / "envbuild" / "stepfile.py"]:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-                continue
-            position = {"Finding": 2, "LineProblem": 1}.get(node.func.id)
-            if position is None:
-                continue
-            args = list(node.args)
-            value = next((k.value for k in node.keywords if k.arg == "rule"),
-                         args[position] if len(args) > position else None)
-            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                where = found.setdefault(value.value, [])
-                if path.name not in where:
-                    where.append(path.name)
-    return found
+def own_lock_rules() -> dict[str, tuple[str, str]]:
+    """{rule: (when it runs, what it means)}: every rule of envbuild's own locks (``OWN_RULES``; the
+    rule family refuses to report one that is not listed there)."""
+    findings = importlib.import_module("envbuild.gate.findings")
+    return dict(findings.OWN_RULES)
 
 
 def _docstring_blocks(doc: str) -> list[str]:
@@ -577,24 +561,13 @@ def _docstring_blocks(doc: str) -> list[str]:
     return blocks
 
 
-def _what_docstring_says(rule: str, blocks: list[str]) -> str:
-    for block in blocks:
-        if f"``{rule}``" not in block:
-            continue
-        if block.startswith("- "):
-            # "- ``a`` / ``b``   the words": the words after the names
-            return re.sub(r"^-\s+(``[^`]+``(\s*/\s*``[^`]+``)*)\s*", "", block)
-        return block
-    return ""
-
-
 def check_lock_page() -> str:
     findings = importlib.import_module("envbuild.gate.findings")
     output = importlib.import_module("envbuild.gate.output")
-    check = importlib.import_module("envbuild.lock.check")
+    ownlock = importlib.import_module("envbuild.gate.rules.ownlock")
     out = ["# check-lock: rules and output", "",
-           GENERATED.format(source="`envbuild/gate/findings.py` (`RULES`), `envbuild/gate/output.py` and "
-                            "`envbuild/lock/`"), "",
+           GENERATED.format(source="`envbuild/gate/findings.py` (`RULES`, `OWN_RULES`), `envbuild/gate/output.py` "
+                            "and `envbuild/gate/rules/ownlock/__init__.py`"), "",
            "`envbuild check-lock` has two modes. `check-lock FILE...` judges any lockfile (uv.lock, pylock.toml, "
            "requirements, poetry.lock) per environment it installs: the [gate](#gate). `check-lock` with "
            "`--profile`/`--stack` (or nothing: every profile) checks envbuild's own per-step locks: "
@@ -612,19 +585,15 @@ def check_lock_page() -> str:
         log.warning("envbuild/gate/output.py's docstring no longer holds the JSON schema block")
     tail = (inspect.getdoc(output) or "").rsplit("\n\n", 1)[-1]
     out += [_rst(tail), ""]
-    blocks = _docstring_blocks(inspect.getdoc(check) or "")
+    blocks = _docstring_blocks(inspect.getdoc(ownlock) or "")
     out += [_heading(2, "own", "envbuild's own locks"), "",
-            "Every rule the code reports (read from `envbuild/lock/*.py`), with what "
-            "`envbuild/lock/check.py`'s docstring says of it.", "",
+            "Every rule of the check of a stack's own lock (`envbuild.gate.findings.OWN_RULES`), reported through "
+            "the same findings and output as the gate's.", "",
             "| rule | kind | what it means |", "|---|---|---|"]
-    for rule, where in sorted(own_lock_rules().items()):
-        kind = ", ".join(_LOCK_RULE_KINDS.get(w, _code(w)) for w in where)
-        what = _what_docstring_says(rule, blocks)
-        if not what:
-            log.info("check-lock rule %s is not described in envbuild/lock/check.py's docstring", rule)
-        words = _text(_rst(what.rstrip(";"))) if what else "*(not described in `envbuild/lock/check.py` yet)*"
-        out.append(f"| {_anchor(f'own-{rule}')}{_code(rule)} | {kind} | {words} |")
-    out += ["", "How they run, in `envbuild/lock/check.py`'s words:", ""]
+    for rule, (kind, what) in sorted(own_lock_rules().items()):
+        out.append(f"| {_anchor(f'own-{rule}')}{_code(rule)} | {_OWN_RULE_KINDS.get(kind, _code(kind))} | "
+                   f"{_text(what)} |")
+    out += ["", "How they run, in `envbuild/gate/rules/ownlock`'s words:", ""]
     out += [f"- {_text(_rst(b))}" for b in blocks if not b.startswith("- ")]
     out.append("")
     return "\n".join(out)

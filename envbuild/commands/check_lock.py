@@ -1,16 +1,17 @@
 """``envbuild check-lock``: the CI gate: fail (exit 8) on any way a lock could replace torch.
 
-One line per finding, ``FILE: PACKAGE: REASON [rule]``, on stdout; ``--json`` prints a document
-with every finding and notice, ``--markdown`` a pull-request comment.
+One line per finding, ``FILE[:LINE]: PACKAGE: REASON [rule]``, on stdout; ``--json`` prints a
+document with every finding and notice, ``--markdown`` a pull-request comment, ``--annotations
+github`` the workflow commands; one set of writers for both kinds of lock (``envbuild.gate.output``).
 
-- ``check-lock [--profile P ...]``: envbuild's own locks (``lockfiles/<profile>/``); several
-  ``--profile`` (or ``--stack``) may be given; with none, every profile that has a lock.
+- ``check-lock [--profile P ...]``: envbuild's own locks (``lockfiles/<profile>/``), judged by the
+  gate's own-lock rules (``envbuild.gate.rules.ownlock``); several ``--profile`` (or ``--stack``)
+  may be given; with none, every profile that has a lock.
 - ``check-lock FILE...``: any lockfile (uv.lock, pylock.toml, pip-compile requirements,
   poetry.lock; ``envbuild.gate``) against the torch policy of one ``--profile``/``--stack``
   or of the flags ``--torch-min``, ``--torch-local``, ``--protect``, judged per environment the
   lock installs (``--environment``, ``--python``, ``--group`` narrow them). Output: a table per
-  file and one line per finding; ``--markdown``; ``--json`` (schema in ``envbuild.gate.output``);
-  ``--annotations github``; ``--explain`` lists what could not be verified.
+  file and one line per finding; ``--explain`` lists what could not be verified.
 """
 
 from __future__ import annotations
@@ -24,14 +25,13 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.gate import FORMATS, Narrow, Policy, check_file
-from envbuild.gate.check import FileReport
+from envbuild.gate.findings import FileReport
 
 if TYPE_CHECKING:
-    from envbuild.lock.check import CheckReport
     from envbuild.spec import StackSpec
 
-# The stack spec and envbuild's own lock checker are imported where they are used: `check-lock
-# FILE...` on a team's lockfile needs neither, and their imports are a third of its start-up.
+# The stack spec and the own-lock rules are imported where they are used: `check-lock FILE...` on
+# a team's lockfile needs neither, and their imports are a third of its start-up.
 
 
 def path_arg(text: str) -> Path:
@@ -70,10 +70,10 @@ def register(sub: Any) -> None:
     p.add_argument("--explain", action="store_true",
                    help="FILE mode: also list every extension or requirement that could not be verified, and why")
     p.add_argument("--annotations", choices=["github"],
-                   help="FILE mode: also print GitHub Actions annotations (::error file=…,line=…::) per finding")
+                   help="also print GitHub Actions annotations (::error file=…,line=…::) per finding")
     p.add_argument("--markdown", action="store_true", help="print the findings as a markdown report (a PR comment)")
     p.add_argument("--markdown-file", metavar="PATH", type=Path,
-                   help="FILE mode: also write the markdown report to PATH (the console output stays as it is)")
+                   help="also write the markdown report to PATH (the console output stays as it is)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[],
                    help="a profile to check (repeatable; default: every profile that has a lock)")
     p.add_argument("--stack", metavar="FILE", type=path_arg, action="append", default=[],
@@ -145,8 +145,6 @@ def _plain_table(report: FileReport) -> str:
 
 
 def run_files(args: argparse.Namespace) -> int:
-    from envbuild.gate.output import document, finding_line, github_annotations, markdown, table
-
     narrow = Narrow(environment=tuple(args.environment), python=tuple(args.python), group=tuple(args.group),
                     extra=tuple(args.extra))
     narrow.validate()
@@ -160,29 +158,35 @@ def run_files(args: argparse.Namespace) -> int:
                             index_urls=args.index_url, shown=str(path), narrow=narrow, accept_file=args.accept,
                             use_cache=not args.no_cache)
         reports.append(report)
-        if args.json or args.markdown:
-            continue
-        if report.environments:
-            if ui.rich_wanted(sys.stdout):
-                ui.print_text()
-                ui._out.print(table(report))
-            else:
-                ui.print_text(_plain_table(report))
-        for n in report.notices:
-            events.emit("info", f"note: {report.file}: {n}")
-        if args.explain:
-            for u in report.unverified:
-                ui.print_text(f"not verified: {report.file}: {u}")
-        for f in report.findings:
-            ui.print_text(finding_line(f))
-        accepted = f", {len(report.accepted)} accepted" if report.accepted else ""
-        if report.ok:
-            torches = ", ".join(report.torches) or "-"
-            events.emit("ok", f"{report.file} ({report.format}): torch {torches}, "
-                        f"{sum(r.count for r in report.environments)} environment(s), ok{accepted}")
+        if not (args.json or args.markdown):
+            _console(report, args)
+    return _written(reports, policy, args)
+
+
+def _console(report: FileReport, args: argparse.Namespace) -> None:
+    """One report on the console: a lockfile's table of environments, its notes, its findings, a last line."""
+    from envbuild.gate.output import finding_line, notice_line, summary, table
+
+    if report.environments and report.stack is None:
+        if ui.rich_wanted(sys.stdout):
+            ui.print_text()
+            ui._out.print(table(report))
         else:
-            events.emit("fail", f"{report.file} ({report.format}): {len(report.failing)} finding(s){accepted}")
-    failed = [r for r in reports if not r.ok]
+            ui.print_text(_plain_table(report))
+    for n in report.notices:
+        events.emit("info", notice_line(report, n))
+    if args.explain:
+        for u in report.unverified:
+            ui.print_text(f"not verified: {report.file}: {u}")
+    for f in report.findings:
+        ui.print_text(finding_line(f))
+    events.emit("ok" if report.ok else "fail", summary(report))
+
+
+def _written(reports: list[FileReport], policy: Policy | None, args: argparse.Namespace) -> int:
+    """The writers every report goes through (annotations, JSON or markdown, a markdown file); the exit code."""
+    from envbuild.gate.output import document, github_annotations, markdown
+
     if args.annotations == "github":
         ui.print_raw(github_annotations(reports))
     if args.json:
@@ -194,7 +198,7 @@ def run_files(args: argparse.Namespace) -> int:
             args.markdown_file.write_text(markdown(reports, explain=args.explain), encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--markdown-file {args.markdown_file}: cannot write it ({exc.strerror})") from None
-    return int(ExitCode.LOCK) if failed else 0
+    return int(ExitCode.LOCK) if any(not r.ok for r in reports) else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -208,39 +212,18 @@ def run(args: argparse.Namespace) -> int:
     if args.files:
         return run_files(args)
     if args.format or args.torch_min or args.torch_local or args.protect or args.index_url or args.environment \
-            or args.python or args.group or args.extra or args.no_cache or args.accept or args.annotations or args.explain or args.markdown_file:
+            or args.python or args.group or args.extra or args.no_cache or args.accept or args.explain:
         raise ConfigError("--format, --torch-min, --torch-local, --protect, --index-url, --environment, --python, "
-                          "--group, --extra, --accept, --explain, --annotations and --markdown-file apply to `check-lock FILE...`; name the "
-                          "lockfiles to check")
-    from envbuild.lock.check import CheckOptions, check_lock
+                          "--group, --extra, --no-cache, --accept and --explain apply to `check-lock FILE...`; name "
+                          "the lockfiles to check")
+    from envbuild.gate.rules.ownlock import Options, check_stack
 
-    opts = CheckOptions(base=args.base, offline=args.offline, online=args.online, wheelhouse=args.wheelhouse)
+    opts = Options(base=args.base, offline=args.offline, online=args.online, wheelhouse=args.wheelhouse)
     reports = []
     for spec in _specs(args):
         events.emit("step", f"checking the lock of {spec.name} ({spec.path.parent})")
-        reports.append(check_lock(spec, opts))
-    failed = [r for r in reports if not r.ok]
-    if args.json:
-        ui.print_json({"ok": not failed, "reports": [r.to_json() for r in reports]})
-    elif args.markdown:
-        ui.print_raw(_markdown(reports))
-    else:
-        for r in reports:
-            for n in r.notices:
-                events.emit("info", f"note: {n}")
-            for f in r.findings:
-                ui.print_text(f.line())
-            if r.ok:
-                events.emit("ok", f"{r.stack}: lock ok ({r.seconds * 1000:.0f} ms)")
-            else:
-                events.emit("fail", f"{r.stack}: {len(r.findings)} finding(s)")
-    return int(ExitCode.LOCK) if failed else 0
-
-
-def _markdown(reports: list[CheckReport]) -> str:
-    failed = [r for r in reports if not r.ok]
-    lines = [f"### envbuild check-lock: {'❌ ' + str(sum(len(r.findings) for r in failed)) + ' finding(s)' if failed else '✅ ok'}", ""]
-    for r in reports:
-        lines.append(f"- `{r.stack}` ({r.folder}): {'ok' if r.ok else str(len(r.findings)) + ' finding(s)'}")
-        lines += [f"  - **{f.rule}** `{f.file}`: {f.package}: {f.reason}" for f in r.findings]
-    return "\n".join(lines) + "\n"
+        report = check_stack(spec, opts)
+        reports.append(report)
+        if not (args.json or args.markdown):
+            _console(report, args)
+    return _written(reports, None, args)

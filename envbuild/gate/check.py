@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

@@ -1,4 +1,5 @@
-"""What the gate reports: findings (each in the environments where it holds), and the policy."""
+"""What the gate reports, for a team's lockfile and for envbuild's own locks alike: findings (each
+in the environments where it holds), one report per lockfile or stack, the rules, and the policy."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from envbuild.gate.names import canonical
 
-__all__ = ["Finding", "Policy", "RULES"]
+__all__ = ["OWN_RULES", "RULES", "EnvRow", "FileReport", "Finding", "Policy"]
 
 # Every rule the gate applies, with one line on what it means (the docs and --json list these).
 RULES: dict[str, str] = {
@@ -27,6 +28,38 @@ RULES: dict[str, str] = {
     "torch-downgrade": "with --base: an environment's torch is older than at the base revision",
     "torch-swap": "with --base: the same torch version with another local tag (a re-tag: +cu130 -> +cu128)",
     "torch-gone": "with --base: an environment that installed torch at the base revision no longer does",
+}
+
+# Every rule ``check-lock`` applies to envbuild's own locks (a stack's lock.json and its step files,
+# ``envbuild.gate.rules.ownlock``): rule -> (when it runs, what it means). The docs and --json list these.
+OWN_RULES: dict[str, tuple[str, str]] = {
+    "stale-lock": ("static", "the lock was made from another spec (digest, step list), or a step file changed "
+                   "after `envbuild lock` wrote it"),
+    "missing-file": ("static", "lock.json, or the file of a locked step, is not there"),
+    "broken-lock": ("static", "lock.json or a step file does not read as a lock, or a line's hash is malformed"),
+    "missing-hash": ("static", "a line of a step file has no --hash (pip --require-hashes refuses it)"),
+    "not-pinned": ("static", "a line of a step file is not pinned with == (a git requirement: not to a commit)"),
+    "protected-pin-mismatch": ("static", "torch or a protected package pinned to different versions in different "
+                               "steps (or torch not to abi.version)"),
+    "protected-after-baseline": ("static", "torch or a protected package in a step after the baseline (frozen "
+                                 "once the baseline step ran)"),
+    "step-disagrees": ("static", "a later step pins a package an earlier step pinned, at another version, and its "
+                       "spec does not say replaces = [NAME] (the lock refuses to write this)"),
+    "torch-requirement": ("static", "a locked package of a step with dependencies requires a torch (or protected "
+                          "package) that the pinned version does not satisfy"),
+    "unmet-requirement": ("static", "a locked package of a step with dependencies requires a version of a package "
+                          "that is locked at another version (by this step or an earlier one)"),
+    "pypi-triton": ("static", "PyPI triton is locked, or required by a package of a step with dependencies, while "
+                    "the baseline's triton comes from another distribution (pytorch-triton)"),
+    "torch-downgrade": ("--base", "the lock at the base revision pins a newer torch (or protected package)"),
+    "torch-swap": ("--base", "the lock at the base revision pins the same torch version with another local tag "
+                   "(a re-tag: +cu130 -> +cu128)"),
+    "artifact-gone": ("--online", "a locked file left its index (a pruned nightly) and nothing else the lock pins "
+                      "for that package installs on the target; says whether the wheelhouse has it"),
+    "artifact-changed": ("--online", "a locked file is on its index with another sha256 (re-uploaded or tampered)"),
+    "dry-run-protected": ("dry run", "pip install --dry-run of a step, on stand-ins of the locked baseline, would "
+                          "install a protected package (or PyPI triton)"),
+    "dry-run-failed": ("dry run", "pip install --dry-run of a step on the locked baseline does not resolve"),
 }
 
 
@@ -72,3 +105,63 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "package": self.package, "rule": self.rule,
                 "reason": self.reason, "environments": list(self.environments), "accepted": self.accepted}
+
+
+@dataclass
+class EnvRow:
+    """One judged group of environments: its name, its torch, how many selections and environments it stands for."""
+
+    name: str
+    torch: str | None
+    findings: int = 0
+    selections: int = 1
+    count: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "torch": self.torch, "findings": self.findings,
+                "selections": self.selections, "environments": self.count}
+
+
+@dataclass
+class FileReport:
+    """The verdict on one lockfile, or on one stack's own lock (``stack`` set: ``file`` is its
+    lock.json, its findings name the step files they are in)."""
+
+    file: str
+    format: str
+    environments: list[EnvRow] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # accepted ones included (``accepted`` set)
+    notices: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # --explain: what could not be verified, and why
+    unchecked: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    stack: str | None = None  # envbuild's own lock: the stack's name
+    folder: str | None = None  # and the folder of its lock
+
+    @property
+    def failing(self) -> list[Finding]:
+        return [f for f in self.findings if f.accepted is None]
+
+    @property
+    def accepted(self) -> list[Finding]:
+        return [f for f in self.findings if f.accepted is not None]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failing
+
+    @property
+    def torches(self) -> list[str]:
+        return sorted({r.torch for r in self.environments if r.torch})
+
+    def to_json(self) -> dict[str, Any]:
+        torches = self.torches
+        out: dict[str, Any] = {} if self.stack is None else {"stack": self.stack, "folder": self.folder}
+        out.update({"file": self.file, "format": self.format, "ok": self.ok,
+                    "torch": torches[0] if len(torches) == 1 else None, "torches": torches,
+                    "environments": [r.to_json() for r in self.environments],
+                    "findings": [f.to_json() for f in self.failing],
+                    "accepted": [f.to_json() for f in self.accepted],
+                    "notices": self.notices, "unverified": self.unverified, "unchecked": self.unchecked,
+                    "seconds": round(self.seconds, 4)})
+        return out

@@ -1,5 +1,6 @@
 """How the gate's verdict reaches people: a console table per environment, a markdown PR comment,
-JSON with a stable schema, and GitHub Actions annotations on the lock line that is wrong.
+JSON with a stable schema, and GitHub Actions annotations on the lock line that is wrong. The same
+writers serve envbuild's own locks (``check-lock`` without FILE), one report per stack.
 
 JSON (``--json``), schema 1::
 
@@ -14,6 +15,10 @@ JSON (``--json``), schema 1::
     Finding = {"file", "line": int | null, "package", "rule", "reason", "environments": [str],
                "accepted": str | null (the reviewed exception's reason)}
 
+    envbuild's own locks: "reports" (one per stack: "stack", "folder", then the keys of a
+    "files" item, "file" being its lock.json) in place of "files", no "policy" (each stack's
+    [abi] is its policy), and "rules" the own-lock rules.
+
 Fields are only ever added within a schema number.
 """
 
@@ -21,19 +26,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from envbuild.gate.check import FileReport
-from envbuild.gate.findings import RULES, Finding, Policy
+from envbuild.gate.findings import OWN_RULES, RULES, FileReport, Finding, Policy
 
-__all__ = ["SCHEMA", "github_annotations", "document", "markdown", "table"]
+__all__ = ["SCHEMA", "document", "finding_line", "github_annotations", "markdown", "notice_line", "summary",
+           "table", "table_rows"]
 
 SCHEMA = 1
 
 
-def document(reports: list[FileReport], policy: Policy) -> dict[str, Any]:
-    return {"schema": SCHEMA, "ok": all(r.ok for r in reports),
-            "policy": {"package": policy.package, "torch_min": policy.minimum, "torch_local": policy.local,
-                       "protect": list(policy.protect)},
-            "rules": dict(RULES), "files": [r.to_json() for r in reports]}
+def document(reports: list[FileReport], policy: Policy | None = None) -> dict[str, Any]:
+    """The ``--json`` document: lockfiles judged against ``policy``, or (no policy) envbuild's own
+    locks, each against its stack."""
+    doc: dict[str, Any] = {"schema": SCHEMA, "ok": all(r.ok for r in reports)}
+    if policy is None:
+        doc["rules"] = {rule: what for rule, (_, what) in OWN_RULES.items()}
+        doc["reports"] = [r.to_json() for r in reports]
+        return doc
+    doc["policy"] = {"package": policy.package, "torch_min": policy.minimum, "torch_local": policy.local,
+                     "protect": list(policy.protect)}
+    doc["rules"] = dict(RULES)
+    doc["files"] = [r.to_json() for r in reports]
+    return doc
 
 
 def _escape_data(text: str) -> str:
@@ -51,7 +64,7 @@ def github_annotations(reports: list[FileReport]) -> str:
     for r in reports:
         for f in r.findings:
             kind = "error" if f.accepted is None else "notice"
-            props = [f"file={_escape_property(r.file)}"]
+            props = [f"file={_escape_property(f.file)}"]
             if f.line:
                 props.append(f"line={f.line}")
             props.append(f"title={_escape_property(f'envbuild check-lock [{f.rule}]')}")
@@ -76,7 +89,8 @@ def markdown(reports: list[FileReport], *, explain: bool = False) -> str:
         head += f", {accepted} accepted"
     lines = [f"### envbuild check-lock: {head}", ""]
     for r in reports:
-        lines += [f"#### `{r.file}` ({r.format})", "", "| environment | torch | result |", "|---|---|---|"]
+        title = f"`{r.stack}` ({r.folder})" if r.stack is not None else f"`{r.file}` ({r.format})"
+        lines += [f"#### {title}", "", "| environment | torch | result |", "|---|---|---|"]
         for row in r.environments:
             lines.append(f"| {_md(row.name)} | {_md(row.torch or '-')} | "
                          f"{'ok' if not row.findings else str(row.findings) + ' finding(s)'} |")
@@ -84,7 +98,7 @@ def markdown(reports: list[FileReport], *, explain: bool = False) -> str:
             lines.append("| - | - | " + ("not readable" if r.findings else "no environment") + " |")
         lines.append("")
         for f in r.failing:
-            loc = f"`{r.file}:{f.line}`" if f.line else f"`{r.file}`"
+            loc = f"`{f.file}:{f.line}`" if f.line else f"`{f.file}`"
             where = f" — *{_md(f.where())}*" if f.environments else ""
             lines.append(f"- **{f.rule}** {loc}: {_md(f.package)}: {_md(f.reason)}{where}")
         for f in r.accepted:
@@ -137,3 +151,22 @@ def table(report: FileReport) -> Any:
 def finding_line(f: Finding) -> str:
     text = f.text()
     return text + (f" (accepted: {f.accepted})" if f.accepted else "")
+
+
+def notice_line(report: FileReport, text: str) -> str:
+    """A note on the console: named by its lockfile (a stack's notes name their step files themselves)."""
+    return f"note: {text}" if report.stack is not None else f"note: {report.file}: {text}"
+
+
+def summary(report: FileReport) -> str:
+    """The console's last word on one report (an ``ok`` or a ``fail`` line)."""
+    accepted = f", {len(report.accepted)} accepted" if report.accepted else ""
+    if report.stack is not None:
+        if report.ok:
+            return f"{report.stack}: lock ok ({report.seconds * 1000:.0f} ms)"
+        return f"{report.stack}: {len(report.failing)} finding(s)"
+    if report.ok:
+        torches = ", ".join(report.torches) or "-"
+        return (f"{report.file} ({report.format}): torch {torches}, "
+                f"{sum(r.count for r in report.environments)} environment(s), ok{accepted}")
+    return f"{report.file} ({report.format}): {len(report.failing)} finding(s){accepted}"

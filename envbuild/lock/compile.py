@@ -43,13 +43,22 @@ from envbuild.index import (
 from envbuild.installer import find_python, pip_config_sources, python_version_of
 from envbuild.lock.git import git_ref
 from envbuild.lock.model import LockedReq, VcsPin, parse_requirements_text
-from envbuild.lock.report import marker_env
 from envbuild.lock.resolver import uv_version
 from envbuild.net import redact, unreachable
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
 
 PYPI = "https://pypi.org/simple"
+
+
+def marker_env(spec: StackSpec) -> dict[str, str]:
+    """The PEP 508 environment the lock is for: the stack's CPython on Linux, on the CPU of its
+    ``[target]`` platform (x86_64, or aarch64 for GH200/GB200/GB10 hosts), whatever machine locks."""
+    return {"python_version": spec.python, "python_full_version": spec.python + ".0", "os_name": "posix",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": spec.target.arch,
+            "platform_python_implementation": "CPython", "implementation_name": "cpython",
+            "implementation_version": spec.python + ".0", "platform_release": "", "platform_version": "",
+            "extra": ""}
 
 
 # ----------------------------------------------------------------------------- sources
@@ -323,7 +332,7 @@ def git_refs(requirements: list[str]) -> dict[str, str]:
 
 def baseline_protected(spec: StackSpec, packages: list[dict[str, Any]]) -> set[str]:
     """The ABI guard's frozen set (``abi.protected_set``) over the baseline's pins, torch's markers
-    evaluated for the stack's target (``lock.report.marker_env``)."""
+    evaluated for the stack's target (``marker_env``)."""
     torch = next((p for p in packages if p["name"] == spec.abi.package), None)
     requires = abi.active((torch or {}).get("requires_dist") or [], marker_env(spec))
     return abi.protected_set(spec.abi, {p["name"] for p in packages}, requires)

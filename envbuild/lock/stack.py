@@ -41,6 +41,7 @@ from envbuild.lock.compile import (
     extra_args,
     file_header,
     git_refs,
+    marker_env,
     package_entry,
     pin_no_deps,
     recorded_sources,
@@ -73,7 +74,6 @@ from envbuild.lock.relock import (
     preferences,
     stale_steps,
 )
-from envbuild.lock.report import marker_env
 from envbuild.lock.resolver import (
     Resolver,
     ResolverChoice,

@@ -6,9 +6,12 @@
 - ``extensions``    prebuilt extensions against the torch they are installed with (``envbuild.abitag``)
 - ``runtime``       torch's own runtime requirements are locked
 - ``history``       ``--base REF``: downgrades, re-tags and lost torches, per environment
+- ``ownlock``       envbuild's own locks (a stack's lock.json and step files): a family of its own,
+                    on the steps in order, run by ``ownlock.check_stack``; it shares ``history``'s
+                    judgement of a version change and ``pins``' PyPI-triton reasons
 
 A new rule is a function in the family it belongs to (or a new module listed in ``FAMILIES``)
-plus a line in ``envbuild.gate.findings.RULES``.
+plus a line in ``envbuild.gate.findings.RULES`` (``OWN_RULES`` for envbuild's own locks).
 """
 
 from __future__ import annotations

@@ -2,9 +2,14 @@
 
 Both locks are evaluated in the same concrete environments (the base's), so a downgrade in one
 fork is a finding naming that fork even when every other environment is unchanged.
+
+``moved`` is the one judgement of a protected package's version change, ``file_at_ref`` the one
+reader of a lock at the base revision: envbuild's own locks (``rules.ownlock.history``) use both.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from envbuild.gate.context import Context
 from envbuild.gate.environments import Narrow, _covered, make_space
@@ -12,7 +17,47 @@ from envbuild.gate.groups import group
 from envbuild.gate.model import Entry, Lock, Members
 from envbuild.gate.rules.pins import local_of, public_of
 
-__all__ = ["check"]
+__all__ = ["check", "file_at_ref", "moved"]
+
+
+def file_at_ref(path: Path, ref: str) -> tuple[str, str | None]:
+    """The file at ``path`` as it is at git revision ``ref``.
+
+    Returns (its path relative to the repository's top, its text or None when it does not exist
+    there). Raises ConfigError when ``path`` is not in a git repository or ``ref`` does not exist.
+    """
+    from envbuild.errors import ConfigError
+    from envbuild.run import run
+
+    def git(*args: str) -> tuple[int, str]:
+        res = run(["git", *args], cwd=path.resolve().parent, capture=True, separate_stderr=True, timeout=30)
+        return res.returncode, res.output or ""
+
+    rc, top = git("rev-parse", "--show-toplevel")
+    if rc != 0:
+        raise ConfigError(f"--base {ref}: {path.resolve().parent} is not inside a git repository")
+    if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
+        raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
+                          "or name a branch, tag or commit that exists.")
+    rel = path.resolve().relative_to(Path(top.strip()).resolve()).as_posix()
+    rc, text = git("show", f"{ref}:{rel}")
+    return rel, (text if rc == 0 else None)
+
+
+def moved(name: str, before: str, after: str, ref: str) -> tuple[str, str] | None:
+    """(rule, reason) when ``name`` going from ``before`` (at ``ref``) to ``after`` is a downgrade
+    or the same version under another local tag (a swapped build); None for anything else,
+    versions that do not parse included."""
+    pb, pa = public_of(before), public_of(after)
+    if pb is None or pa is None or before == after:
+        return None
+    if pb > pa:
+        return "torch-downgrade", f"{name} {before} at {ref} -> {after} here: a downgrade"
+    lb, la = local_of(before), local_of(after)
+    if pb == pa and lb != la:
+        return "torch-swap", (f"{name} {before} at {ref} -> {after} here: the same version with another local tag "
+                              f"({'+' + lb if lb else 'none'} -> {'+' + la if la else 'none'}), a swapped build")
+    return None
 
 
 def _one(members: Members, name: str) -> Entry | None:
@@ -45,12 +90,6 @@ def check(ctx: Context, old: Lock, ref: str, narrow: Narrow, names: set[str] | N
                     ctx.add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; not installed here any more",
                             env)
                 continue
-            b, a = b_entry.version, a_entry.version
-            pb, pa = public_of(b), public_of(a)
-            if pb is None or pa is None or b == a:
-                continue
-            if pb > pa:
-                ctx.add(name, "torch-downgrade", f"{name} {b} at {ref} -> {a} here: a downgrade", env, a_entry)
-            elif pb == pa and local_of(b) != local_of(a):
-                ctx.add(name, "torch-swap", f"{name} {b} at {ref} -> {a} here: the same version with another "
-                        "local tag, a swapped build", env, a_entry)
+            change = moved(name, b_entry.version, a_entry.version, ref)
+            if change is not None:
+                ctx.add(name, change[0], change[1], env, a_entry)

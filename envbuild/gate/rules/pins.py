@@ -13,7 +13,22 @@ if TYPE_CHECKING:
 
 TRITON, PYTORCH_TRITON = "triton", "pytorch-triton"
 
-__all__ = ["check", "local_of", "public_of"]
+__all__ = ["PYTORCH_TRITON", "TRITON", "check", "local_of", "public_of", "pypi_triton_beside",
+           "pypi_triton_required"]
+
+
+def pypi_triton_beside(version: str | None, provider: str) -> str:
+    """The ``pypi-triton`` reason where a lock installs PyPI triton beside ``provider``, the
+    distribution torch's triton comes from (``pytorch-triton`` for nightlies)."""
+    locked = f"PyPI triton {version}" if version else "PyPI triton"
+    return f"{locked} is locked beside {provider} (both own the `triton` module; the one installed last wins)"
+
+
+def pypi_triton_required(who: str, requirement: str, provider: str) -> str:
+    """The ``pypi-triton`` reason where ``who`` requires PyPI triton and its step resolves its dependencies
+    (envbuild's own locks): installing it brings PyPI triton next to ``provider``."""
+    return (f"{who} requires {requirement} (PyPI triton), which installs next to {provider} from the baseline "
+            "(both own the `triton` module)")
 
 
 def public_of(v: str) -> Version | None:
@@ -60,8 +75,7 @@ def check(ctx: Context) -> None:
                         env, view.by_name[name][-1])
         if TRITON in view.by_name and PYTORCH_TRITON in view.by_name:
             triton = view.by_name[TRITON][0]
-            ctx.add(TRITON, "pypi-triton", f"PyPI triton {triton.version or ''} is locked beside pytorch-triton "
-                    "(both own the `triton` module; the one installed last wins)".replace("  ", " "), env, triton)
+            ctx.add(TRITON, "pypi-triton", pypi_triton_beside(triton.version, PYTORCH_TRITON), env, triton)
     if no_torch and len(no_torch) < len(ctx.views):
         shown = "; ".join(no_torch[:6]) + (f" and {len(no_torch) - 6} more" if len(no_torch) > 6 else "")
         ctx.note(f"no {torch_name} in {len(no_torch)} environment(s): {shown}")

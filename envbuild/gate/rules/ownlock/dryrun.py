@@ -1,4 +1,4 @@
-"""check-lock's dynamic rule: a ``pip install --dry-run --report`` of each step on the baseline.
+"""The dynamic rule: a ``pip install --dry-run --report`` of each step on the locked baseline.
 
 The environment is a venv without pip that holds *stand-in* dist-info records (METADATA with
 the locked Requires-Dist, an empty RECORD) for everything the lock installs up to and including
@@ -28,13 +28,15 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import PreflightError
+from envbuild.gate.rules.ownlock.steps import StackContext, StepView
+from envbuild.gate.rules.pins import TRITON
 from envbuild.installer import PipInstaller, find_python, find_uv, pip_config_sources
-from envbuild.lock.model import Lock
-from envbuild.lock.report import TRITON, CheckReport, Finding, StepView, protected_names
 from envbuild.net import redact, unreachable
 from envbuild.plan import PlanOptions, make_plan
 from envbuild.run import run
 from envbuild.spec import StackSpec
+
+__all__ = ["check"]
 
 _DROP = {"--require-hashes", "--verify-hashes", "--disable-pip-version-check", "--no-input"}
 _UV_PLUS = re.compile(r"^\s*\+\s+([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
@@ -50,23 +52,23 @@ def _stand_in(site: Path, name: str, version: str, requires: list[str]) -> None:
     (info / "RECORD").write_text("")
 
 
-def _interpreter(spec: StackSpec, report: CheckReport) -> tuple[Path, bool]:
+def _interpreter(spec: StackSpec, ctx: StackContext) -> tuple[Path, bool]:
     """The venv's interpreter, and whether it is the stack's Python (else uv resolves for it)."""
     try:
         return find_python(spec.python), True
     except PreflightError:
         if find_uv() is None:
-            report.notices.append(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
-                                  f"no Python {spec.python} (the stack's) and no uv were found")
+            ctx.note(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
+                     f"no Python {spec.python} (the stack's) and no uv were found")
             return Path(sys.executable), True
-        report.notices.append(f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
-                              f"(no Python {spec.python} here)")
+        ctx.note(f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
+                 f"(no Python {spec.python} here)")
         return Path(sys.executable), False
 
 
-def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report: CheckReport) -> None:
+def check(ctx: StackContext) -> None:
+    spec, views = ctx.spec, ctx.views
     abi = spec.abi
-    protected = protected_names(spec, manifest)
     baseline = spec.baseline_index if spec.baseline_index is not None else -1
     plan = make_plan(spec)
     todo = [v for v in views if v.index > baseline and v.index < len(spec.steps)]
@@ -83,7 +85,7 @@ def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report
     if bad:
         raise PreflightError("check-lock's dry runs need the steps' package sources, which do not answer: "
                              + "; ".join(sorted(set(bad))), hint="Run with --offline for the static rules only.")
-    python, native = _interpreter(spec, report)
+    python, native = _interpreter(spec, ctx)
     if not native:
         plan = make_plan(spec, PlanOptions(backend="uv", default_sources=pip_config_sources()))
     with tempfile.TemporaryDirectory(prefix="envbuild-checklock-") as tmp:
@@ -100,14 +102,15 @@ def dry_run_rules(spec: StackSpec, manifest: Lock, views: list[StepView], report
                 if p.version:
                     _stand_in(site, p.name, p.version, list(p.requires_dist or []))
         for v in sorted(todo, key=lambda v: v.index):
-            _dry_run(spec, plan.steps[v.index].args, v, venv, Path(tmp), protected, report, native)
+            _dry_run(ctx, plan.steps[v.index].args, v, venv, Path(tmp), native)
             for p in v.packages.values():
                 if p.version:
                     _stand_in(site, p.name, p.version, list(p.requires_dist or []))
 
 
-def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: StepView, venv: Path, tmp: Path,
-             protected: set[str], report: CheckReport, native: bool = True) -> None:
+def _dry_run(ctx: StackContext, plan_args: tuple[str, ...], v: StepView, venv: Path, tmp: Path,
+             native: bool = True) -> None:
+    spec = ctx.spec
     abi = spec.abi
     req = tmp / f"{v.name}.txt"
     req.write_text("".join((f"{r.name} @ {r.url}" if r.url else f"{r.name}=={r.version}") + "\n"
@@ -124,8 +127,7 @@ def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: StepView, venv: Pat
     if not res.ok:
         lines = [ln for ln in res.tail.strip().splitlines() if ln.strip()]
         why = redact(res.hung_message("the dry run") if res.timed_out else lines[-1] if lines else f"exit {res.returncode}")
-        report.findings.append(Finding(v.file, "-", "dry-run-failed",
-                                       f"a dry run of step {v.name!r} on the pinned baseline did not resolve: {why}"))
+        ctx.add(v.file, "-", "dry-run-failed", f"a dry run of step {v.name!r} on the pinned baseline did not resolve: {why}")
         return
     if native:
         data: dict[str, Any] = json.loads(out_json.read_text())
@@ -134,15 +136,13 @@ def _dry_run(spec: StackSpec, plan_args: tuple[str, ...], v: StepView, venv: Pat
     else:  # uv's plan: " + name==version" per package it would install
         installs = [(canonicalize_name(m.group(1)), m.group(2)) for m in _UV_PLUS.finditer(res.output or "")]
     for name, version in installs:
-        if name in protected or abi.is_protected(name):
-            report.findings.append(Finding(
-                v.file, name, "dry-run-protected",
-                f"a dry run of step {v.name!r} on the pinned baseline would install {name} {version} "
-                f"(the baseline pins {abi.version if name == abi.package else 'another build'})"))
+        if ctx.is_protected(name):
+            ctx.add(v.file, name, "dry-run-protected",
+                    f"a dry run of step {v.name!r} on the pinned baseline would install {name} {version} "
+                    f"(the baseline pins {abi.version if name == abi.package else 'another build'})")
         elif name == TRITON and abi.triton_provider and abi.triton_provider != TRITON:
-            report.findings.append(Finding(
-                v.file, name, "dry-run-protected",
-                f"a dry run of step {v.name!r} would install PyPI triton {version} next to {abi.triton_provider}"))
+            ctx.add(v.file, name, "dry-run-protected",
+                    f"a dry run of step {v.name!r} would install PyPI triton {version} next to {abi.triton_provider}")
 
 
 def _env(spec: StackSpec, v: StepView) -> dict[str, str] | None:

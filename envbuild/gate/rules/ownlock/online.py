@@ -1,4 +1,4 @@
-"""``check-lock --online``: every artifact the lock pins is still where the lock says, with the same hash.
+"""``--online``: every artifact the lock pins is still where the lock says, with the same hash.
 
 Nightly indexes prune old builds within weeks, and a re-uploaded file changes its hash: either
 way a lock that passed yesterday stops installing. For each locked package the project's files
@@ -17,18 +17,16 @@ does); with ``--wheelhouse`` the wheel ``wheelhouse mirror`` built from one is l
 
 from __future__ import annotations
 
-import contextlib
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
+from envbuild.gate.rules.ownlock.steps import StackContext, shown
 from envbuild.index import Artifact, ArtifactFinder, SourceError, Sources
 from envbuild.installer import pip_config_sources
-from envbuild.lock.model import Lock, LockedPackage, LockedStep
-from envbuild.lock.report import CheckReport, Finding
+from envbuild.lock.model import LockedPackage, LockedStep
 from envbuild.net import redact
-from envbuild.spec import DEFAULT_PLATFORM, StackSpec
+from envbuild.spec import DEFAULT_PLATFORM
 
-__all__ = ["online_rules"]
+__all__ = ["check"]
 
 
 def _sources(step: LockedStep) -> Sources:
@@ -55,9 +53,13 @@ def _listing(step: LockedStep, pkg: LockedPackage) -> tuple[dict[str, str], dict
     return by_sha, {a.filename: a.sha256 or "" for a in files}, ""
 
 
-def online_rules(spec: StackSpec, lock: Lock, report: CheckReport, wheelhouse: str | None) -> None:
+def check(ctx: StackContext, wheelhouse: str | None) -> None:
+    """``wheelhouse``: where what left its index may still be (a folder or a URL)."""
     from envbuild.wheeltags import fits_target, wheelhouse_files
 
+    lock, spec = ctx.lock, ctx.spec
+    if lock is None:
+        return
     kept = wheelhouse_files(wheelhouse) if wheelhouse else None
     python = lock.target.get("python") or lock.python or spec.python
     platform = lock.target.get("platform") or DEFAULT_PLATFORM
@@ -71,18 +73,16 @@ def online_rules(spec: StackSpec, lock: Lock, report: CheckReport, wheelhouse: s
         listings = list(pool.map(ask, work))
     checked = gone_count = 0
     for (step, pkg), (by_sha, by_name, error) in zip(work, listings, strict=True):
-        shown = str(lock.folder / (step.file or ""))
-        with contextlib.suppress(ValueError):
-            shown = str(Path(shown).resolve().relative_to(Path.cwd().resolve()))
+        file = shown(lock.folder / (step.file or ""))
         if pkg.vcs is not None:
             wheel = pkg.vcs.wheel
             if kept is not None and wheel is not None:
                 where = "has" if wheel.sha256 in kept else "does not have"
-                report.notices.append(f"{pkg.name}: git pin {redact(pkg.vcs.url)} not fetched; the wheelhouse {where} "
-                                      f"the wheel built from it ({wheel.filename})")
+                ctx.note(f"{pkg.name}: git pin {redact(pkg.vcs.url)} not fetched; the wheelhouse {where} "
+                         f"the wheel built from it ({wheel.filename})")
             continue
         if error:
-            report.findings.append(Finding(shown, pkg.name, "artifact-gone", f"cannot list its files: {error}"))
+            ctx.add(file, pkg.name, "artifact-gone", f"cannot list its files: {error}")
             continue
         arts = pkg.artifacts or tuple(Artifact(f"sha256:{h[:12]}", "", h) for h in pkg.hashes)
         gone: list[Artifact] = []
@@ -91,9 +91,9 @@ def online_rules(spec: StackSpec, lock: Lock, report: CheckReport, wheelhouse: s
             if a.sha256 in by_sha:
                 continue
             if a.filename in by_name:
-                report.findings.append(Finding(shown, pkg.name, "artifact-changed",
-                                               f"{a.filename} is on the index with sha256 {by_name[a.filename][:16]}..., "
-                                               f"the lock pins {str(a.sha256)[:16]}... (re-uploaded or tampered)"))
+                ctx.add(file, pkg.name, "artifact-changed",
+                        f"{a.filename} is on the index with sha256 {by_name[a.filename][:16]}..., "
+                        f"the lock pins {str(a.sha256)[:16]}... (re-uploaded or tampered)")
                 continue
             gone.append(a)
         if not gone:
@@ -108,7 +108,7 @@ def online_rules(spec: StackSpec, lock: Lock, report: CheckReport, wheelhouse: s
             in_house = kept is not None and any(x.sha256 in kept for x in arts)
             for_target = fits_target(a.filename, python, platform) or not a.filename.endswith(".whl")
             if for_target and not usable and not in_house:
-                report.findings.append(Finding(shown, pkg.name, "artifact-gone", text))
+                ctx.add(file, pkg.name, "artifact-gone", text)
             else:
-                report.notices.append(f"{shown}: {pkg.name}: {text}")
-    report.notices.append(f"--online: {checked} locked artifact(s) looked up, {gone_count} gone")
+                ctx.note(f"{file}: {pkg.name}: {text}")
+    ctx.note(f"--online: {checked} locked artifact(s) looked up, {gone_count} gone")
