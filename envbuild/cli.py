@@ -82,13 +82,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in (only,) if only else COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"envbuild.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"envbuild.commands.{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"envbuild.commands.{name}").register(sub)
     return parser
 
 
