@@ -22,7 +22,8 @@ from envbuild.errors import ConfigError, LayoutError
 from envbuild.quoting import check_env_name, sh_export, sh_word
 from envbuild.spec import StackSpec
 
-# The NCCL / allocator baseline from the operator playbook (seed 003). CUDA_DEVICE_MAX_CONNECTIONS
+# The NCCL / allocator baseline every training process starts from (the venv's activate sources
+# it, and preflight checks the environment against it). CUDA_DEVICE_MAX_CONNECTIONS
 # stays unset on purpose (it serialises FSDP2's all-gather / reduce-scatter overlap), and
 # NCCL_MNNVL_ENABLE is left to NCCL's own detection.
 RUNTIME_BASELINE: Mapping[str, str] = {

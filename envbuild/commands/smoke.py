@@ -55,7 +55,7 @@ def resolve_target(args: argparse.Namespace) -> tuple[StackSpec, Paths, Path]:
 
 
 def start_provenance(spec: StackSpec, regime: str) -> Provenance:
-    """Provenance first, before any heavy work (seed 003)."""
+    """Provenance first, before any heavy work: what ran is recorded before torch is imported."""
     return capture(profile=spec.name, launch_regime=regime)
 
 

@@ -6,9 +6,9 @@ environment) and the checks are pure functions of them, so the parsers are teste
 outputs (``tests/data``). No GPU (no ``nvidia-smi``) makes the GPU checks ``skip`` with the
 reason, except that a spec which asks for GPUs (``[host] gpu_count``) fails the GPU count.
 
-The NCCL / allocator baseline (seed 003) is checked on the environment a training process will
-get: the current environment with the venv's overlay applied (the overlay file provision wrote,
-or, before provisioning, the overlay it would write). A shell that disagrees with the overlay
+The NCCL / allocator baseline (``layout.RUNTIME_BASELINE``) is checked on the environment a
+training process will get: the current environment with the venv's overlay applied (the overlay
+file provision wrote, or, before provisioning, the overlay it would write). A shell that disagrees with the overlay
 is a warning: activating the venv fixes it.
 """
 

@@ -1,10 +1,10 @@
 """Provenance for receipts: who ran what, from which source, on which machine, under which names.
 
-Captured at the start of a command, before anything heavy runs (seed 003: "record the source
-revision, a short working-tree status, and the machine class ... before the first Python
-import"). Cheap: a few ``git`` calls and ``nvidia-smi -L``-level facts, no torch.
+Captured at the start of a command, before anything heavy runs (no torch import): the source
+revision, a short working-tree status and the machine class as they were when the run began.
+Cheap: a few ``git`` calls and ``nvidia-smi -L``-level facts, no torch.
 
-The three names the seeds insist on:
+The three names that make two receipts comparable:
 
 * host lineage (``ENVBUILD_HOST_LINEAGE``; default: the host name): which fleet/image lineage
   this host belongs to, so receipts of sibling hosts can be compared;

@@ -1,7 +1,7 @@
 """envbuild's distributed step: one torchrun worker (standalone: no envbuild import).
 
 A small transformer (block 0 dense FFN, block 1 MoE) trained for a few AdamW steps, composed
-the way the production lane is (after torchtitan v0.2.2, see shared/research/dist-step.md):
+the way the production lane is (after torchtitan v0.2.2), so a passing step has run the same collectives:
 
 * a 2-D mesh ``(dp, tp)`` and a second mesh ``(efsdp, ep)`` over the same ranks;
 * tensor parallel + sequence parallel on attention and MLP projections, loss parallel;
