@@ -207,6 +207,10 @@ def _root_record(root: Path) -> dict[str, Any] | None:
 
 
 def _recorded_spec(record: dict[str, Any], root: Path | None) -> StackSpec:
+    if isinstance(record.get("lock"), dict):  # provision --lock: the record keeps the stack it ran
+        from envbuild.fromlock.record import spec_from_record
+
+        return spec_from_record(record["lock"])
     stack = record.get("stack")
     if isinstance(stack, str) and Path(stack).is_file():
         return resolve_spec(None, Path(stack))

@@ -14,6 +14,7 @@ from envbuild._io import atomic_write_text
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError, LockError
+from envbuild.fromlock.cli import add_selection_args
 from envbuild.images.docker import (
     DEFAULT_ROOT,
     DOCKERIGNORE,
@@ -48,10 +49,19 @@ def register(sub: Any) -> None:
     p.add_argument("--no-lock", action="store_true",
                    help="ignore the stack's lock: the layers resolve from the spec (default: install from "
                    "the lock when the stack has one; its files are copied beside the slices)")
+    lock = p.add_argument_group("from a committed lock (uv.lock, pylock.toml) instead of a stack spec")
+    lock.add_argument("--lock", metavar="FILE", type=path_arg,
+                      help="render one layer per stage of this lock's chosen environment (torch, extensions, the "
+                      "rest, source builds): a change to a later stage keeps the earlier layers cached")
+    add_selection_args(lock)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lock is not None:
+        from envbuild.fromlock import cli as fromlock
+
+        return fromlock.docker(args)
     spec = load_stack(args)
     if args.output is None:
         args.output = default_output(Path("docker"), spec.name)

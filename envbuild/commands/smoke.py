@@ -103,16 +103,26 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from envbuild.fromlock.record import read_record, smoke_selection
     from envbuild.proof.smoke import run_smoke
 
     spec, paths, python = resolve_target(args)
     prov = start_provenance(spec, "single-process")
     log = log_path(paths, "smoke.log")
-    res = run_smoke(python, only=tuple(args.only), quick=args.quick, log_file=log,
+    only: tuple[str, ...] = tuple(args.only)
+    imports: tuple[str, ...] = ()
+    chosen = None
+    lock = read_record(python.parent.parent)
+    if lock is not None and not only:  # provisioned from a lock: the checks of what it installed
+        chosen = smoke_selection(lock)
+        only, imports = chosen.only, chosen.imports
+        events.emit("info", f"checks for what {chosen.lock_file} installed: {', '.join(only)}"
+                    + (f"; imports of {', '.join(imports)}" if imports else ""))
+    res = run_smoke(python, only=only, imports=imports, quick=args.quick, log_file=log,
                     env=target_env(spec, paths), timeout=args.timeout)
     payload = {"ok": res.ok, "seconds": res.seconds, "environment": res.environment,
                "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
-               "launch_regime": "single-process"}
+               "launch_regime": "single-process", **({"selection": chosen.to_json()} if chosen else {})}
     receipt = save_receipt(args, paths, "smoke", payload, spec=spec, python=python, provenance=prov)
     if args.json:
         ui.print_json({**payload, "checks": res.checks, "receipt": receipt})

@@ -13,11 +13,20 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError, Interrupted
-from envbuild.fromlock.run import LockRequest, Prepared, prepare, provision_lock, target_python
+from envbuild.fromlock.record import write_record
+from envbuild.fromlock.run import (
+    LockRequest,
+    Prepared,
+    prepare,
+    provision_lock,
+    provision_slice,
+    target_python,
+)
 from envbuild.fromlock.stages import STAGE_WORDS
 from envbuild.gate.model import FORMATS
+from envbuild.quoting import sh_word
 
-__all__ = ["add_lock_args", "add_selection_args", "mirror", "plan", "provision"]
+__all__ = ["add_lock_args", "add_selection_args", "docker", "mirror", "plan", "provision"]
 
 # options of the stack commands that have no meaning for a lock (each named in the refusal)
 _STACK_ONLY = {"profile": "--profile", "stack": "--stack", "no_lock": "--no-lock", "step": "--step"}
@@ -112,17 +121,26 @@ def provision(args: argparse.Namespace) -> int:
     """``provision --lock FILE``, with provision's own options for the data root, venv and installer."""
     from envbuild.provision.options import ProvisionOptions
 
-    req = _request(args)
     options = ProvisionOptions(
         root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
         force_links=args.force_links, strict=args.strict, compile_bytecode=args.compile_bytecode,
         prefetch=args.prefetch, step_timeout=args.step_timeout, import_timeout=args.import_timeout)
+    from envbuild.fromlock.image import is_slice
+
     try:
-        prepared, result = provision_lock(req, options)
+        if is_slice(args.lock):  # one layer of `envbuild docker --lock`
+            spec, source, result = provision_slice(args.lock, options)
+            write_record(result.paths.venv, result.paths.root, spec, source)
+            events.emit("ok", f"{args.lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
+                        f"({result.seconds:.1f} s)")
+            return 0
+        prepared, result = provision_lock(_request(args), options)
     except (KeyboardInterrupt, Interrupted) as exc:
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
         raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from None
     chosen = prepared.chosen
+    recorded = write_record(result.paths.venv, result.paths.root, result.plan.spec,
+                            {**chosen.to_json(), "adopted_torch": prepared.adopted})
     if args.json:
         ui.print_json({**prepared.plan.to_json(), "root": str(result.paths.root), "venv": str(result.paths.venv),
                        "ran": result.ran, "skipped": result.skipped, "adopted_torch": prepared.adopted,
@@ -135,7 +153,8 @@ def provision(args: argparse.Namespace) -> int:
     else:
         events.emit("ok", f"{where}: provisioned {result.paths.venv} in {result.seconds:.1f} s "
                     f"({len(result.ran)} stages run, {len(result.skipped)} already done)")
-    ui.print_text(f"activate: . {result.paths.venv}/bin/activate")
+    ui.print_text(f"activate: . {sh_word(str(result.paths.venv / 'bin' / 'activate'), '--venv')}"
+                  + ("  (smoke, verify and receipt then find this environment)" if recorded else ""))
     if result.receipt:
         ui.print_text(f"receipt: {result.receipt}")
     return 0
@@ -168,4 +187,69 @@ def mirror(args: argparse.Namespace) -> int:
                   f"for {chosen.env.name}; index: {done.index}")
     ui.print_text(f"offline: envbuild provision --lock {chosen.path} --offline --wheelhouse {done.out}"
                   + "".join(f" --extra {x}" for x in req.extras) + "".join(f" --group {g}" for g in req.groups))
+    return 0
+
+
+# options of ``docker`` that have no meaning with --lock
+_DOCKER_STACK_ONLY = {"profile": "--profile", "stack": "--stack", "venv": "--venv", "offline": "--offline",
+                      "no_lock": "--no-lock", "dockerignore": "--dockerignore"}
+
+
+def docker(args: argparse.Namespace) -> int:
+    """``docker --lock FILE``: the Dockerfile of one layer per stage, and its stage slices."""
+    import os
+    from pathlib import Path
+
+    from envbuild._io import atomic_write_text
+    from envbuild.commands.docker import tool_source, write_build_files
+    from envbuild.errors import LockError
+    from envbuild.fromlock.image import render_lock
+    from envbuild.images.docker import DockerOptions, stale_files
+
+    used = [flag for key, flag in _DOCKER_STACK_ONLY.items() if getattr(args, key, None)]
+    if used:
+        raise ConfigError(f"docker --lock renders the lock's stages: {', '.join(used)} cannot be used with it",
+                          hint="Drop them, or render a stack spec without --lock.")
+    req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
+                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project)
+    prepared = prepare(req, target_python(req, None, None))
+    name = prepared.chosen.path.parent.name or "project"
+    output = args.output or Path("docker") / f"lock-{name}.Dockerfile"
+    output = output if output.is_absolute() else Path.cwd() / output
+    context = args.context.absolute() if args.context else (
+        Path.cwd() if output.parent.is_relative_to(Path.cwd()) else output.parent)
+    steps_folder = output.parent / f"{output.name.removesuffix('.Dockerfile')}.stages"
+    try:
+        steps_dir = steps_folder.relative_to(context).as_posix()
+    except ValueError:
+        raise ConfigError(f"-o {output}: the Dockerfile's folder must be inside the build context {context} "
+                          "(its COPY lines read the stage slices from there)") from None
+    tool_src = tool_source(context, output.parent)
+    command = " ".join(["envbuild", "docker", "--lock", str(args.lock), *(f"--extra {x}" for x in req.extras),
+                        *(f"--group {g}" for g in req.groups), *(f"--environment {e}" for e in req.environment)]
+                       + (["--base", args.base] if args.base else []) + (["-o", str(args.output)] if args.output else []))
+    opts = DockerOptions(base=args.base, root=args.root, steps_dir=steps_dir, command=command,
+                         tool_src=tool_src.relative_to(context).as_posix() + "/" if tool_src != context else "")
+    rendered = render_lock(prepared.plan, opts, command)
+    for warning in rendered.warnings:
+        events.emit("warn", warning)
+    if args.check:
+        stale = stale_files(rendered, output, context, steps_dir)
+        if args.json:
+            ui.print_json({"lock": str(args.lock), "dockerfile": str(output), "stale": stale})
+        if stale:
+            raise LockError(f"{output} is stale against {args.lock}: " + ", ".join(stale), hint=f"Regenerate it: {command}")
+        return 0
+    for old in steps_folder.glob("[0-9][0-9]-*.json") if steps_folder.is_dir() else ():
+        if f"{steps_dir}/{old.name}" not in rendered.files:
+            old.unlink()
+    write_build_files(rendered.files, context, steps_folder, tool_src)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output, rendered.dockerfile)
+    if args.json:
+        ui.print_json({"lock": str(args.lock), "environment": prepared.chosen.env.name, "dockerfile": str(output),
+                       "files": sorted(rendered.files)})
+        return 0
+    events.emit("ok", f"wrote {output} and {len(rendered.files)} stage slices in {steps_folder}")
+    ui.print_text(f"build: docker build -f {os.path.relpath(output, context)} -t envbuild/lock-{name} {context}")
     return 0

@@ -234,3 +234,23 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
         result = provision(spec, replace(run_opts, locked=locked))
     return prepared, result
+
+
+def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, dict[str, object], ProvisionResult]:
+    """``provision --lock SLICE``: the stages of one image layer's slice (``fromlock.image``). The gate
+    ran when the Dockerfile was rendered; the slice's stages are installed as ``provision_lock``
+    installs them, each from its hash-pinned lines, the guard after each."""
+    from envbuild.fromlock.image import read_slice
+    from envbuild.installer import installer_for
+    from envbuild.provision.core import provision
+
+    backend = installer_for(opts.backend).name
+    spec, texts, source = read_slice(path, str(opts.root) if opts.root is not None else DEFAULT_ROOT)
+    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
+        locked = {}
+        for n, step in enumerate(spec.steps, 1):
+            locked[step.name] = Path(tmp) / f"{n:02d}-{step.name}.txt"
+            locked[step.name].write_text(texts[step.name], encoding="utf-8")
+        result = provision(spec, replace(opts, backend=backend, locked=locked, seed=backend == "pip",
+                                         lock_source=source))
+    return spec, source, result

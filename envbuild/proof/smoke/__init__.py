@@ -78,12 +78,14 @@ def run_smoke(
     python: Path,
     *,
     only: tuple[str, ...] = (),
+    imports: tuple[str, ...] = (),
     quick: bool = False,
     log_file: Path | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 900.0,
 ) -> SmokeResult:
-    """Run the checks with ``python``; raises ``PreflightError`` when it or torch is missing,
+    """Run the checks with ``python`` (``only``: these checks; ``imports``: also import each of these
+    distributions' modules); raises ``PreflightError`` when it or torch is missing,
     ``VerifyError`` when the checks crashed without a result. Failed checks are returned."""
     if not python.exists():
         raise PreflightError(
@@ -95,6 +97,8 @@ def run_smoke(
         argv: list[str] = [str(python), str(CHECKS_SCRIPT), "--out", str(out)]
         for name in only:
             argv += ["--only", name]
+        for dist in imports:
+            argv += ["--import", dist]
         if quick:
             argv.append("--quick")
 

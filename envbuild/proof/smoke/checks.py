@@ -13,7 +13,7 @@ kernels' outputs an error of 3x the check's tolerance (in norm, random direction
 comparison, so each check can be shown to fail on a wrong result. The result says so
 (``perturbed: true``); nothing else changes.
 
-Usage: python checks.py --out result.json [--only NAME ...] [--quick]
+Usage: python checks.py --out result.json [--only NAME ...] [--import DIST ...] [--quick]
 Prints one ``ENVBUILD_SMOKE {json}`` line per check; exit 0 when nothing failed, 1 otherwise.
 """
 
@@ -423,6 +423,41 @@ CHECKS: dict[str, Callable[[bool], Result]] = {
 }
 
 
+def top_modules(dist: str) -> list[str]:
+    """The importable top-level modules of an installed distribution (top_level.txt, else its files)."""
+    d = md.distribution(dist)
+    names = (d.read_text("top_level.txt") or "").split()
+    if not names:
+        for f in d.files or ():
+            top = f.parts[0] if f.parts else ""
+            outside = top.endswith((".dist-info", ".data")) or top in ("", "..", "bin", "__pycache__")
+            if not outside and (len(f.parts) > 1 or top.endswith((".py", ".so"))):
+                names.append(top.split(".")[0])
+    return sorted({n for n in names if n.isidentifier() and not n.startswith("_")})
+
+
+def check_import(dist: str) -> Callable[[bool], Result]:
+    """``import`` of each top-level module of ``dist``: a package the lock installed must be there
+    and load against this torch (an extension built for another one fails here: undefined symbol)."""
+
+    def run(quick: bool) -> Result:
+        try:
+            version = md.version(dist)
+        except md.PackageNotFoundError:
+            raise ImportError(f"{dist} is not installed, and the lock installs it") from None
+        modules = top_modules(dist)
+        if not modules:
+            raise ImportError(f"{dist} {version} is installed but has no importable module")
+        for module in modules:
+            try:
+                __import__(module)
+            except Exception as exc:  # noqa: BLE001 - the import error is the finding
+                raise ImportError(f"{dist} {version}: `import {module}` fails ({type(exc).__name__}): {exc}") from exc
+        return {"imported": True, "version": version, "modules": modules}
+
+    return run
+
+
 def environment() -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "torch": torch.__version__,
                             "cuda": torch.version.cuda, "git_version": getattr(torch.version, "git_version", None),
@@ -449,6 +484,8 @@ def run_one(name: str, fn: Callable[[bool], Result], quick: bool) -> Result:
         tol = res.get("tol", 1e-3)
         err = res.get("rel_err")
         ok = err is not None and math.isfinite(err) and err <= tol
+        if res.get("imported"):  # an import check has no answer to compare: it passed by importing
+            ok, res = True, {k: v for k, v in res.items() if k != "imported"}
         res["verdict"] = "pass" if ok else "fail"
         if not ok:
             res["reason"] = f"relative error {err:.3g} above the tolerance {tol:.3g}" + \
@@ -470,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--only", action="append", default=[], help="run only this check (repeatable)")
     p.add_argument("--quick", action="store_true", help="smaller matmul and attention benchmarks")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="DIST",
+                   help="also import every top-level module of this distribution (repeatable)")
     args = p.parse_args(argv)
     unknown = [n for n in args.only if n not in CHECKS]
     if unknown:
@@ -487,6 +526,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and name not in args.only:
                 continue
             res = run_one(name, fn, args.quick)
+            results.append(res)
+            print("ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}), flush=True)
+        for dist in args.imports:
+            res = run_one(f"import {dist}", check_import(dist), args.quick)
             results.append(res)
             print("ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}), flush=True)
     finally:

@@ -1,0 +1,253 @@
+"""``envbuild docker --lock FILE``: one image layer per stage of the lock's chosen environment.
+
+The image runs the host's code path: each layer copies a *stage slice* and runs ``envbuild
+provision --lock`` on it, so every stage goes through the same installer, the same exact
+hash-pinned files and the ABI guard after it. A slice (``NN-<stage>.json``, written beside the
+Dockerfile) holds the stages up to its own (their requirement lines, ``name @ URL
+--hash=sha256:...``, and what the guard needs: torch's version and the protected runtime); it
+names no lock sha256 and no path, so its bytes change only when a stage up to its own changes.
+Layer N's provision finds stages 1..N-1 done in the manifest the layers before left (the same
+requirement text is the same step: verified, not installed again) and installs stage N.
+A change to an application dependency (stage ``rest``) changes the ``rest`` slice and the ones
+after it: the torch and extension layers stay cached.
+
+The gate runs when the Dockerfile is rendered (a lock it fails is refused then, exit 8); the
+slices carry the environment it chose. The project itself (stage ``project``) is not in the
+image: its source is the build context's business (``COPY`` it and install it in a layer of
+your own); the Dockerfile says so.
+
+Every value that reaches the Dockerfile goes through ``envbuild.quoting``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from envbuild import layout
+from envbuild.errors import ConfigError
+from envbuild.fromlock.stack import stack_for
+from envbuild.fromlock.stages import STAGE_WORDS, StagePlan
+from envbuild.images.docker import (
+    CUDA_BASE_TAGS,
+    SECRETS,
+    SYNTAX,
+    SYSTEM_PYTHON,
+    TOOL_VENV,
+    DockerOptions,
+    Rendered,
+    choose_base,
+    cuda_check,
+    image_path,
+)
+from envbuild.quoting import docker_comment, docker_env, docker_path, docker_run, sh_word
+from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
+
+__all__ = ["SCHEMA", "cuda_of", "is_slice", "read_slice", "render_lock", "stage_slices"]
+
+SCHEMA = "envbuild.lock-stages/1"
+IMAGE_SLICE = "/etc/envbuild/lock-stages.json"
+_HEADER = "# envbuild provision --lock: one stage, hash-pinned\n"
+RUNTIME_APT = "ca-certificates git g++ make"
+
+
+def cuda_of(version: str) -> str | None:
+    """The CUDA a torch build names in its local tag (``+cu128`` -> ``12.8``, ``+cu130`` -> ``13.0``)."""
+    local = version.split("+", 1)[1] if "+" in version else ""
+    if not local.startswith("cu") or not local[2:].isdigit() or len(local) < 5:
+        return None
+    digits = local[2:]
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+# ----------------------------------------------------------------------------- stage slices
+
+
+def stage_slices(plan: StagePlan, spec: StackSpec) -> list[tuple[str, str]]:
+    """``(stage, text)`` per stage the image installs: the stages up to it (see the module docstring)."""
+    abi = spec.abi
+    stages: list[dict[str, Any]] = []
+    out = []
+    for step in spec.steps:
+        if step.name == "project":
+            continue
+        wanted = {p.split("==")[0] for p in step.packages}
+        lines = [p.line for p in plan.stage(step.name) if p.entry.name in wanted]  # type: ignore[arg-type]
+        stages.append({"name": step.name, "what": STAGE_WORDS[step.name],  # type: ignore[index]
+                       "packages": list(step.packages), "lines": lines,
+                       "no_build_isolation": step.no_build_isolation})
+        doc = {"schema": SCHEMA, "name": spec.name, "environment": plan.chosen.env.name, "python": spec.python,
+               "torch": {"version": abi.version, "local": abi.local, "protect": list(abi.protect),
+                         "triton_provider": abi.triton_provider},
+               "stages": stages}
+        out.append((step.name, json.dumps(doc, indent=2) + "\n"))
+    return out
+
+
+def is_slice(path: Path) -> bool:
+    if path.suffix != ".json":
+        return False
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(doc, dict) and doc.get("schema") == SCHEMA
+
+
+def read_slice(path: Path, root: str) -> tuple[StackSpec, dict[str, str], dict[str, object]]:
+    """The stack a slice describes, its stage files' text by stage, and what the receipt records."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        t = doc["torch"]
+        steps = tuple(Step(name=str(s["name"]), packages=tuple(str(p) for p in s["packages"]), no_deps=True,
+                           no_index=True, no_build_isolation=bool(s["no_build_isolation"])) for s in doc["stages"])
+        texts = {str(s["name"]): _HEADER + f"# stage {s['name']}: {s['what']}\n" + "\n".join(map(str, s["lines"])) + "\n"
+                 for s in doc["stages"]}
+        spec = StackSpec(
+            path=path, name=str(doc["name"]), description=f"{path} ({doc['environment']})", python=str(doc["python"]),
+            abi=ABI(package="torch", version=str(t["version"]), local=t.get("local"),
+                    protect=tuple(str(p) for p in t.get("protect") or ()), triton_provider=t.get("triton_provider")),
+            layout=Layout(root=root, links={}, min_free_gb=1.0), host=Host(), env={}, steps=steps,
+            digest=spec_digest({"slice": doc["stages"], "environment": doc["environment"]}))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a readable stage slice of `envbuild docker --lock` ({type(exc).__name__}: {exc})",
+                          hint="Render the Dockerfile again with `envbuild docker --lock FILE`.") from None
+    return spec, texts, {"lock_file": str(path), "environment": str(doc["environment"]), "slice": True}
+
+
+# ----------------------------------------------------------------------------- the Dockerfile
+
+
+def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
+    """The Dockerfile and its slices (context-relative path -> text) for ``plan``."""
+    root = image_path(opts.root, "--root")
+    docker_path(opts.steps_dir, "the stage slices' folder (from -o)")
+    spec = stack_for(plan, root=root)
+    cuda = cuda_of(spec.abi.version)
+    if cuda is not None and cuda not in CUDA_BASE_TAGS and not opts.base:
+        raise ConfigError(f"{plan.chosen.path}: torch {spec.abi.version} is built for CUDA {cuda}, which has no "
+                          f"nvidia/cuda base image envbuild knows (known: {', '.join(CUDA_BASE_TAGS)})",
+                          hint="Pass one with --base IMAGE.")
+    spec = replace(spec, abi=replace(spec.abi, cuda=cuda))
+    base = choose_base(spec, opts)
+    paths = layout.Paths(root=Path(root), venv_name=spec.layout.venv)
+    venv = f"{root}/{spec.layout.venv}"
+    py = sh_word(spec.python, "python")
+    chosen = plan.chosen
+    files: dict[str, str] = {}
+    slices = stage_slices(plan, spec)
+    out = [
+        f"# syntax={SYNTAX}",
+        docker_comment(f"Generated by `{command}`; do not edit (render it again after a change to the lock).",
+                       "the command line"),
+        docker_comment(f"Lock {chosen.path.name} ({chosen.lock.format}), {chosen.env.name}: torch {spec.abi.version}"
+                       f", Python {py}; one layer per stage: {', '.join(s for s, _ in slices)}.", "the lock"),
+        "# A change to a later stage (an application dependency) rebuilds that stage's layer and the ones",
+        "# after it; torch and the extensions stay cached. Each layer runs provision --lock on its slice:",
+        "# the same hash-pinned files and ABI guard as on a host.",
+        *(["# The project itself is not installed here: COPY its source and install it in a layer of your own."]
+          if plan.stage("project") else []),
+        "",
+        f"ARG BASE_IMAGE={base.image}",
+        "FROM ${BASE_IMAGE}",
+        "",
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
+        "ENV DEBIAN_FRONTEND=noninteractive \\",
+        "    PYTHONDONTWRITEBYTECODE=1 \\",
+        "    PIP_DISABLE_PIP_VERSION_CHECK=1 \\",
+        "    UV_LINK_MODE=copy",
+        "",
+        *cuda_check(spec),
+        *_python(py, base.ubuntu),
+        *_tool(opts.tool_src, py),
+    ]
+    overlay = layout.overlay_env(spec, paths)
+    overlay.pop("PIP_CACHE_DIR", None)
+    overlay.pop("UV_CACHE_DIR", None)
+    env_lines = [docker_env("VIRTUAL_ENV", venv, "--root"), f"PATH={docker_path(venv, '--root')}/bin:$PATH"]
+    env_lines += [docker_env(k, v, f"env.{k}") for k, v in overlay.items()]
+    out += ["# The environment overlay, before the first stage.", "ENV " + " \\\n    ".join(env_lines), ""]
+    cache = paths.cache_env()
+    mounts = (f"--mount=type=cache,target={cache['PIP_CACHE_DIR']} --mount=type=cache,target={cache['UV_CACHE_DIR']} "
+              f"{SECRETS}")
+    provision = ["envbuild", "provision", "--lock", IMAGE_SLICE, "--root", root, "--home", "/root"]
+    for n, (stage, text) in enumerate(slices, 1):
+        rel = docker_path(f"{opts.steps_dir}/{n:02d}-{stage}.json", "a stage slice")
+        files[rel] = text
+        names = [p.split("==")[0] for p in spec.step(stage).packages]
+        out += [
+            docker_comment(f"stage {n}/{len(slices)} {stage}: {', '.join(names)}", "the stage's packages"),
+            f"COPY {rel} {IMAGE_SLICE}",
+            f"RUN {mounts} \\",
+            f"    {docker_run(provision, 'the provision command')}",
+            "",
+        ]
+        if stage == "torch":
+            constraints = str(paths.constraints)
+            out += ["# torch is frozen from here on, for every later layer and every `pip install` in the image.",
+                    f"ENV {docker_env('PIP_CONSTRAINT', constraints, '--root')} \\",
+                    f"    {docker_env('UV_CONSTRAINT', constraints, '--root')}", ""]
+    runtime_caches = [str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
+                      if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")]
+    out += [
+        "# Smoke: the checks of what the lock installed that run without a GPU (`docker run --gpus all` for the rest).",
+        f"RUN {docker_run(['envbuild', 'smoke', '--root', root], '--root')} \\",
+        f"    && {docker_run(['chmod', '1777', *runtime_caches], '--root')}",
+        "",
+        "WORKDIR /root",
+        'CMD ["/bin/bash"]',
+        "",
+    ]
+    warnings = ("the project itself is not installed in the image (its source is not in the lock): install it in a "
+                "layer of your own",) if plan.stage("project") else ()
+    return Rendered(dockerfile="\n".join(out), files=files, warnings=warnings)
+
+
+def _python(py: str, ubuntu: str | None) -> list[str]:
+    apt_cache = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
+                 "--mount=type=cache,target=/var/lib/apt,sharing=locked")
+    if ubuntu is None:  # a base envbuild does not know (NGC, a PyTorch image): its apt, else its own python
+        return [
+            f"# Python {py} with its headers and venv, from the base image's apt where it has them.",
+            "# hadolint ignore=DL3008",
+            f"RUN {apt_cache} \\",
+            "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
+            f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT} \\",
+            f"    && if apt-cache show python{py}-dev >/dev/null 2>&1; then \\",
+            f"        apt-get install -y --no-install-recommends python{py} python{py}-venv python{py}-dev; \\",
+            f"    elif ! python{py} -c 'import venv, ensurepip' >/dev/null 2>&1; then \\",
+            f'        echo "envbuild: the base image has no python{py} (with venv) and its apt offers none" >&2; exit 1; fi',
+            "",
+        ]
+    ppa = ""
+    if py != SYSTEM_PYTHON.get(ubuntu):
+        ppa = (" \\\n    && apt-get install -y --no-install-recommends software-properties-common gpg-agent"
+               " \\\n    && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update")
+    return [
+        f"# Python {py} with its headers and venv, from the base image's apt.",
+        "# hadolint ignore=DL3008",
+        f"RUN {apt_cache} \\",
+        "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
+        f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT}{ppa} \\",
+        f"    && apt-get install -y --no-install-recommends python{py} python{py}-venv python{py}-dev",
+        "",
+    ]
+
+
+def _tool(tool_src: str, py: str) -> list[str]:
+    return [
+        "# envbuild in its own venv (never in the training venv).",
+        f"COPY {docker_path(tool_src + 'pyproject.toml', 'envbuild source')} /src/envbuild/",
+        f"COPY {docker_path(tool_src + 'envbuild/', 'envbuild source')} /src/envbuild/envbuild/",
+        f"RUN --mount=type=cache,target=/root/.cache/pip {SECRETS} \\",
+        "    mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md \\",
+        "    && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"' \\",
+        "       | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p \\",
+        f"    && python{py} -m venv {TOOL_VENV} \\",
+        f"    && {TOOL_VENV}/bin/python -m pip install /src/envbuild \\",
+        f"    && ln -s {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild \\",
+        "    && envbuild --version",
+        "",
+    ]
