@@ -381,7 +381,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
             out += [f"# Python {py}: Ubuntu {base.ubuntu}'s own."]
             ppa = ""
         else:
-            out += [f"# Python {py} from the deadsnakes PPA (seed 000)."]
+            out += [f"# Python {py} from the deadsnakes PPA (Ubuntu {base.ubuntu}'s own is {SYSTEM_PYTHON[base.ubuntu]})."]
             ppa = (" \\\n    && apt-get install -y --no-install-recommends software-properties-common gpg-agent"
                    " \\\n    && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update")
         out += [
