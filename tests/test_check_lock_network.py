@@ -1,6 +1,6 @@
 """check-lock on the real PyPI metadata of the seed's packages, on a stand-in nightly torch.
 
-What it must find is what shared/research/stack-metadata.md established: only mamba-ssm declares
+What it must find is what these packages' metadata on PyPI says: only mamba-ssm declares
 PyPI `triton`; no package's torch requirement rejects the nightly; flash-linear-attention 0.5.0
 needs fla-core 0.5.0, not the 0.4.2 the seed pins beside it.
 """

@@ -72,8 +72,9 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 def test_an_env_name_with_a_newline_is_refused_before_anything_is_made(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Before: the overlay got `touch /tmp/x=v` on a line of its own and the Dockerfile an extra
-    RUN; provision built the venv and stopped at the import check with exit 6."""
+    """A newline in an [env] name ends the overlay's line (`touch /tmp/x=v` on a line of its own, run
+    by every activate) and adds a RUN to the Dockerfile: refused at load, not found by the import
+    check after provision has built the venv."""
     sentinel = tmp_path / "sentinel"
     stack = spec_with(tmp_path, env=f'"A=1\\ntouch {sentinel}" = "v"')
     rc, err = run(["docker", "--stack", stack, "--no-lock", "-o", tmp_path / "out" / "Dockerfile",
@@ -87,7 +88,8 @@ def test_an_env_name_with_a_newline_is_refused_before_anything_is_made(
 
 
 def test_an_env_value_with_a_newline_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Before: `NL = "a\\nRUN touch ..."` rendered a `RUN touch ...` instruction into the Dockerfile."""
+    """A newline in an [env] value (`NL = "a\\nRUN touch ..."`) would render `RUN touch ...` as an
+    instruction of its own in the Dockerfile."""
     stack = spec_with(tmp_path, env=f'NL = "a\\nRUN touch {tmp_path / "x"}"')
     rc, err = run(["docker", "--stack", stack, "--no-lock", "-o", tmp_path / "out" / "Dockerfile",
                    "--context", tmp_path / "out"], capsys)
@@ -102,8 +104,8 @@ def test_an_env_value_with_a_newline_is_refused(tmp_path: Path, capsys: pytest.C
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "1e300", "ten"])
 def test_a_duration_that_is_not_one_is_a_usage_error_before_the_host(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], value: str) -> None:
-    """Before: `--timeout nan` and `inf` were accepted by smoke and dist-step (only <= 0 was refused),
-    and `smoke --root DIR --timeout nan` with a missing root answered exit 3 first."""
+    """`nan` and `inf` pass a `<= 0` test, so a duration must be a finite number in range; and the
+    command line is judged before the host (a missing root is exit 3 only for a valid one)."""
     option = command[1] if len(command) > 1 else "--timeout"
     argv = [command[0], "--profile", "cpu", "--root", str(tmp_path / "missing"), option, value]
     with pytest.raises(SystemExit) as info:
@@ -149,8 +151,8 @@ def _limited() -> None:  # pragma: no cover - runs in the child
 
 
 def test_a_spec_is_read_only_from_a_regular_file(tmp_path: Path) -> None:
-    """Before: `--stack /dev/zero` read until the process was killed for memory (here: 1 GiB, then a
-    MemoryError traceback); a FIFO waited for a writer forever."""
+    """`--stack /dev/zero` would be read until the process is killed for memory, a FIFO would wait
+    for a writer forever: a spec is read only from a regular file of bounded size."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     big = tmp_path / "big.toml"
@@ -201,7 +203,8 @@ FIELDS = {  # key path -> how to put VALUE there (a TOML basic string)
 @pytest.mark.parametrize("field", sorted(FIELDS))
 @pytest.mark.parametrize("char", ["\\n", "\\r", "\\u001b", "\\u007f", "\\u0085", "\\u2028", "\\u202e", "\\u0000"])
 def test_a_control_character_is_refused_in_every_string(tmp_path: Path, field: str, char: str) -> None:
-    """Before: only the fields with a grammar (python, step names, requirements) refused them."""
+    """Every string, not only the fields with a grammar (python, step names, requirements): a control
+    character anywhere can end a line of a file that is rendered from the spec."""
     value = f'"ok{char}ok"'
     path = tmp_path / "stack.toml"
     path.write_text(FIELDS[field](value), encoding="utf-8")
@@ -272,7 +275,7 @@ def test_the_stack_name_names_files(tmp_path: Path, line: str, needle: str) -> N
 
 @pytest.mark.parametrize("venv", ["/etc", "../outside", "a/../../b", ".", "v env", "venv/"])
 def test_the_venv_stays_under_the_data_root(tmp_path: Path, venv: str) -> None:
-    """Before: `venv = "/etc"` made the venv (and its deletion on a re-provision) /etc."""
+    """`venv = "/etc"` would make /etc the venv, and delete it on a re-provision."""
     with pytest.raises(ConfigError, match="layout.venv: must be a folder under the data root"):
         load_spec(_write(tmp_path, GOOD.replace('root = "/mnt/data"', f'root = "/mnt/data"\nvenv = "{venv}"')), {})
 

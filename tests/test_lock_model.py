@@ -127,7 +127,7 @@ def test_check_lock_and_provision_refuse_damage_with_exit_8(cpu_lock: Path, tmp_
 
 def test_a_bypassed_lock_is_refused_and_no_lock_is_recorded(write_stack, run_envbuild, provision,
                                                            provisioned_venv, tmp_path: Path) -> None:
-    """Finding 2: a step whose lock entry lost its "file" used to install from the spec, unpinned."""
+    """A step whose lock entry lost its "file" must not quietly install from the spec, unpinned."""
     stack = write_stack(STEPS)
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output

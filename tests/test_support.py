@@ -141,8 +141,9 @@ def test_pip_installs_from_find_links_offline(make_venv: Callable[..., Venv], sc
 def test_sdist_isolated_build_sees_the_index_torch_not_the_installed_one(
     tmp_path: Path, nightly_venv: Venv, index_server: Callable[..., IndexServer], scenario_wheels: ScenarioWheels
 ) -> None:
-    """Research finding 4, for real: an sdist with torch in [build-system] requires, built with
-    isolation, compiles against the newest stable torch from the index, not the installed nightly."""
+    """Why build isolation is a trap, for real: an sdist with torch in [build-system] requires,
+    built with isolation, compiles against the newest stable torch from the index, not the
+    installed nightly."""
     build_sdist(tmp_path / "sdists", "ext-like", "0.1", requires=["torch"], build_requires=["torch"],
                 probe=["torch"])
     srv = index_server({"pypi": scenario_wheels.pypi, "sdists": tmp_path / "sdists"})

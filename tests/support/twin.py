@@ -4,7 +4,7 @@
 and its ``pytorch-triton`` on download.pytorch.org, the four GPU-built wheels of the
 wheelhouse, and the flash-linear-attention git repository on GitHub. The twin stands in for
 exactly those, with what the real ones carry where it matters to the tools (names, versions,
-Requires-Dist, file trees; ``shared/research/stack-metadata.md``); everything PyPI has comes
+Requires-Dist, file trees, as read from the real packages); everything PyPI has comes
 from PyPI for real.
 
 - ``nightly/`` (served as a PEP 503 index, ``ENVBUILD_TORCH_INDEX``):
