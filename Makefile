@@ -33,10 +33,10 @@ check: $(BIN)/.installed
 	$(PYTEST) -q -m "not slow and not network and not image"
 
 ## test: the test suite CI runs (no GPU) and the lock gate. Of the tests that need PyPI it runs those that
-## need it only to fill .cache/tests once (network_cache: the torch CPU venv, the wheel build venv, Poetry)
-## and the h200-cu132 stack on its twin (seed_twin, a few minutes; it skips itself when PyPI does not answer).
+## install real packages from pip's sources (pip_sources: the torch CPU venv, Poetry, a build backend) and
+## the h200-cu132 stack on its twin (seed_twin, a few minutes; it skips itself when PyPI does not answer).
 test: $(BIN)/.installed
-	$(PYTEST) -m "not image and (not network or network_cache or seed_twin)"
+	$(PYTEST) -m "not image and (not network or pip_sources or seed_twin)"
 	$(BIN)/envbuild check-lock --offline
 
 ## fuzz: the input fuzzing (damaged specs, locks, receipts) and the round trips of every rendered file

@@ -22,9 +22,9 @@ TORCH_VERSION = "2.13.0"
 
 pytest_plugins = ["support.fixtures", "support.twin", "support.gatelocks"]
 
-# Fixtures that reach a real index (pip's configured sources, PyPI) to fill a cache under
-# .cache/tests on a fresh machine: a test that uses one is marked network_cache (and so network).
-NETWORK_CACHE_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index"})
+# Fixtures that install real packages from the host's pip sources (PyPI, or the mirror pip.conf
+# names), once per machine into .cache/tests: a test that uses one is marked pip_sources (and so network).
+PIP_SOURCES_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index"})
 # The local indexes' wheel sets and real venvs: a test that uses one runs real pip/uv (seconds
 # each, a minute for some), so it is marked slow and stays out of `make check`.
 SLOW_FIXTURES = frozenset({"scenario_wheels", "gate_index", "index_server", "base_venv_template"})
@@ -36,15 +36,15 @@ LONG_TIMEOUTS = {"image": 3600, "seed_twin": 1800}
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what a test needs from the fixtures it uses, so that a new test of a real install
-    needs no mark to stay out of `make check`: slow and network_cache for the fixtures above,
-    network for every network_cache test; and the longer timeouts above."""
+    needs no mark to stay out of `make check`: slow and pip_sources for the fixtures above,
+    network for every pip_sources test; and the longer timeouts above."""
     for item in items:
         used = frozenset(getattr(item, "fixturenames", ()))
         if used & SLOW_FIXTURES and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-        if used & NETWORK_CACHE_FIXTURES and not item.get_closest_marker("network_cache"):
-            item.add_marker(pytest.mark.network_cache)
-        if item.get_closest_marker("network_cache") and not item.get_closest_marker("network"):
+        if used & PIP_SOURCES_FIXTURES and not item.get_closest_marker("pip_sources"):
+            item.add_marker(pytest.mark.pip_sources)
+        if item.get_closest_marker("pip_sources") and not item.get_closest_marker("network"):
             item.add_marker(pytest.mark.network)
         if not item.get_closest_marker("timeout"):  # longer than the 10 minutes of pyproject.toml
             for mark, seconds in LONG_TIMEOUTS.items():

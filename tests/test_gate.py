@@ -229,6 +229,7 @@ def test_pip_compile_with_a_prebuilt_extension(run_envbuild: Run, gate_index: Ga
     assert r.rc == ExitCode.LOCK and "[extension-abi] in linux x86_64" in r.stdout, r.output
 
 
+@pytest.mark.pip_sources  # Poetry, installed from pip's sources once into .cache/tests
 def test_poetry_torch_per_marker(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
     healthy = poetry_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
     ok = run_envbuild("check-lock", str(healthy), "--offline", "--json")

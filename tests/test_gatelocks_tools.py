@@ -224,6 +224,7 @@ def _poetry(lock: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
     return {p["version"]: p for p in lock["package"] if p["name"] == name}
 
 
+@pytest.mark.pip_sources  # Poetry, installed from pip's sources once into .cache/tests
 def test_poetry_lock(gate_index: GateIndex, tmp_path: Path) -> None:
     lock = _load(poetry_lock(tmp_path, gate_index, extension=HEALTHY_EXTENSION))
     assert lock["metadata"]["lock-version"] == "2.1"

@@ -45,6 +45,7 @@ def test_every_envbuild_package_is_listed() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.pip_sources  # the build backend (setuptools), from pip's sources
 def test_pip_install_prints_no_package_data_warning(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
