@@ -111,7 +111,6 @@ class LockResult:
     written: bool = True  # False: the lock was current; nothing was resolved or written
     resolved: tuple[str, ...] = ()  # steps resolved again
     kept: tuple[str, ...] = ()  # steps kept as the last lock had them
-    statuses: tuple[StepStatus, ...] = ()
     changes: tuple[Change, ...] = ()
     torch_moved: tuple[str, str] | None = None  # (old, new) torch version
     rebuild: tuple[StaleWheel, ...] = ()  # wheelhouse wheels built against the old torch
@@ -324,7 +323,7 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     if old is not None and all(s.current for s in statuses) and old.spec_digest == spec.digest \
             and (not opts.export_pylock or (folder / PYLOCK).is_file()):
         return LockResult(folder, [], skipped, time.monotonic() - t0, written=False,
-                          kept=tuple(s.name for s in spec.steps), statuses=statuses)
+                          kept=tuple(s.name for s in spec.steps))
     plan = make_plan(spec)
     entries: list[dict[str, Any]] = []
     files: list[Path] = []
@@ -380,7 +379,7 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     moved = torch_moved(old, lock)
     rebuild = tuple(stale_wheels(opts.wheel_dirs, spec.abi.version)) if moved else ()
     return LockResult(folder, files, skipped, time.monotonic() - t0, resolved=tuple(resolved), kept=tuple(kept),
-                      statuses=statuses, changes=tuple(lock_changes(old, lock, spec, opts.upgrade)),
+                      changes=tuple(lock_changes(old, lock, spec, opts.upgrade)),
                       torch_moved=moved, rebuild=rebuild)
 
 

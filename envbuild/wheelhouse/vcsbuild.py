@@ -55,7 +55,6 @@ class Built:
     source: str  # redacted URL
     commit: str | None
     reused: bool  # already in the wheelhouse with the hash lock.json records
-    replaced: str | None = None  # the sha256 lock.json recorded before, when this build differs
 
 
 def vcs_packages(lock: Lock) -> list[tuple[LockedStep, LockedPackage]]:
@@ -184,8 +183,7 @@ def build_vcs_wheels(lock: Lock, out: Path, *, python: Path, target: tuple[str, 
             changed[(step.name, pkg.name)] = built
         records[wheel.name] = {"name": pkg.name, "version": version, "filename": wheel.name, "sha256": sha,
                                "size": wheel.stat().st_size, "url": redact(pkg.vcs.url), "built_from": provenance}
-        results.append(Built(step.name, pkg.name, wheel, sha, version, redact(pkg.vcs.url), pkg.vcs.commit, False,
-                             replaced))
+        results.append(Built(step.name, pkg.name, wheel, sha, version, redact(pkg.vcs.url), pkg.vcs.commit, False))
     if changed:
         _record_in_lock(lock, changed)
     if records:
