@@ -8,6 +8,7 @@ from typing import Any
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, seconds_arg
 from envbuild.errors import ConfigError, ExitCode
+from envbuild.fromlock.cli import add_selection_args
 from envbuild.host.preflight import CHECK_GROUPS, run_preflight
 from envbuild.layout import paths_for
 
@@ -25,6 +26,11 @@ def register(sub: Any) -> None:
     p.add_argument("--skip", action="append", default=[], metavar="CHECK", help="leave these checks out (repeatable)")
     p.add_argument("--python", metavar="PATH", help="the interpreter provision --python would make the venv with")
     p.add_argument("--index-timeout", type=seconds_arg(maximum=3600), default=3.0, metavar="S", help="seconds of an index probe's first attempt (default 3; slow sources are retried, growing, for up to 30 s or ENVBUILD_NET_DEADLINE)")
+    lock = p.add_argument_group("from a committed lock (uv.lock, pylock.toml) instead of a stack spec")
+    lock.add_argument("--lock", metavar="FILE", type=ui_path,
+                      help="check the host against this lock's torch (driver for its CUDA, GPU architecture) and "
+                      "the stack it provisions, before any download")
+    add_selection_args(lock)
     p.set_defaults(func=run)
 
 
@@ -35,13 +41,18 @@ def ui_path(text: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_stack(args)
-    paths = paths_for(spec, args.root)
     for name in (*args.only, *args.skip):
         if name not in CHECK_GROUPS:
             raise ConfigError(f"unknown check {name!r}; checks are: {', '.join(CHECK_GROUPS)}")
     groups = [g for g in (args.only or CHECK_GROUPS) if g not in args.skip]
-    report = run_preflight(spec, paths, checks=groups, index_timeout=args.index_timeout, python=args.python)
+    if args.lock is not None:
+        from envbuild.fromlock.cli import preflight_spec
+
+        spec, paths, report = preflight_spec(args, groups)
+    else:
+        spec = load_stack(args)
+        paths = paths_for(spec, args.root)
+        report = run_preflight(spec, paths, checks=groups, index_timeout=args.index_timeout, python=args.python)
     if args.json:
         ui.print_json({"profile": spec.name, "root": str(paths.root), **report.to_dict()})
     else:

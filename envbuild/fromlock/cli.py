@@ -8,6 +8,7 @@ the rest of those commands is unchanged.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild.commands import ui
@@ -26,7 +27,12 @@ from envbuild.fromlock.stages import STAGE_WORDS
 from envbuild.gate.model import FORMATS
 from envbuild.quoting import sh_word
 
-__all__ = ["add_lock_args", "add_selection_args", "docker", "mirror", "plan", "provision"]
+if TYPE_CHECKING:
+    from envbuild.host.preflight import PreflightReport
+    from envbuild.layout import Paths
+    from envbuild.spec import StackSpec
+
+__all__ = ["add_lock_args", "add_selection_args", "docker", "mirror", "plan", "preflight_spec", "provision"]
 
 # options of the stack commands that have no meaning for a lock (each named in the refusal)
 _STACK_ONLY = {"profile": "--profile", "stack": "--stack", "no_lock": "--no-lock", "step": "--step"}
@@ -253,3 +259,37 @@ def docker(args: argparse.Namespace) -> int:
     events.emit("ok", f"wrote {output} and {len(rendered.files)} stage slices in {steps_folder}")
     ui.print_text(f"build: docker build -f {os.path.relpath(output, context)} -t envbuild/lock-{name} {context}")
     return 0
+
+
+def preflight_spec(args: argparse.Namespace, groups: list[str]) -> tuple[StackSpec, Paths, PreflightReport]:
+    """``preflight --lock FILE``: the lock's stack and the host's report on it (``fromlock.preflight``)."""
+    from envbuild.fromlock.preflight import lock_preflight
+    from envbuild.fromlock.stack import stack_for
+    from envbuild.layout import paths_for
+
+    if getattr(args, "profile", None) or getattr(args, "stack", None):
+        raise ConfigError("preflight --lock checks the host against the lock: --profile and --stack cannot be used "
+                          "with it")
+    req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
+                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project)
+    prepared = prepare(req, target_python(req, args.python, None))
+    spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
+    paths = paths_for(spec, args.root)
+    builds = bool(prepared.plan.stage("builds"))
+    # nvcc matters where a stage compiles; the lock's files come from its own URLs, not from an index
+    checked = [g for g in groups if (g != "cuda-toolkit" or builds) and g != "index"]
+    spec, report = lock_preflight(spec, paths, checks=checked, index_timeout=args.index_timeout, python=args.python,
+                                  builds=builds)
+    if "index" in groups:
+        from dataclasses import replace
+
+        from envbuild.fromlock.run import unreachable_hosts
+        from envbuild.host.preflight import Check
+
+        bad = unreachable_hosts(prepared, set(prepared.plan.stages))
+        hosts = "the lock's file hosts"
+        check = (Check("lock-hosts", "fail", "; ".join(bad), "reachable", "provision --lock stops here (exit 3); "
+                       "mirror the files where they answer: envbuild wheelhouse mirror --lock FILE")
+                 if bad else Check("lock-hosts", "pass", "answer", "reachable", hosts))
+        report = replace(report, checks=(*report.checks, check))
+    return spec, paths, report

@@ -38,7 +38,7 @@ from envbuild.gate.model import Format
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
 
-__all__ = ["LockRequest", "Prepared", "prepare", "provision_lock"]
+__all__ = ["LockRequest", "Prepared", "prepare", "provision_lock", "provision_slice", "unreachable_hosts"]
 
 DEFAULT_ROOT = "/mnt/data"
 
@@ -143,7 +143,7 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
     return replace(prepared, plan=replace(plan, placed=kept, left_out=left), adopted=runtime, already=already)
 
 
-def _unreachable(prepared: Prepared, spec_steps: set[str]) -> list[str]:
+def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
     """HEAD of one file per host the stages still to run download from (file:// is the installer's)."""
     from envbuild.net import unreachable
 
@@ -223,7 +223,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
             todo = _todo(spec.digest, [s.name for s in spec.steps], paths)
-            if todo and (bad := _unreachable(prepared, todo)):
+            if todo and (bad := unreachable_hosts(prepared, todo)):
                 raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
                                      hint="Check the network (or a proxy), or provision where they can be reached.")
             plan = prepared.plan
