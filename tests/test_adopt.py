@@ -8,14 +8,13 @@ passes, and a step that would reinstall torch stops with exit 6 naming torch.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support.fixtures import copy_venv
+from support.fixtures import EnvbuildResult, copy_venv, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -58,13 +57,9 @@ def _torch_record(env: Path) -> tuple[bytes, int]:
     return record.read_bytes(), record.stat().st_ino
 
 
-def _envbuild(*args: str | Path, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env["NO_COLOR"] = "1"  # pip.conf stays: the sources these packages come from
-    argv = [sys.executable, "-m", "envbuild", *map(str, args)]
-    if args[0] == "provision":
-        argv += ["--home", str(home)]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+def _envbuild(*args: str | Path, home: Path) -> EnvbuildResult:
+    argv = [*args, "--home", home] if args[0] == "provision" else list(args)
+    return run_cli(argv, home=None, pip_config=True, timeout=900)  # pip.conf: the sources these packages come from
 
 
 @pytest.fixture
@@ -81,7 +76,7 @@ def test_adopt_installs_around_torch(adopted_env: Path, tmp_path: Path, backend:
     root = tmp_path / "root"
     r = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--backend", backend,
                   home=tmp_path / "home")
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.rc == 0, r.stdout + r.stderr
     assert _torch_record(adopted_env) == before  # untouched: same bytes, same file
     manifest = json.loads((root / ".envbuild" / "manifest.json").read_text())
     assert manifest["baseline"]["version"] == "2.13.0+cpu"
@@ -90,12 +85,12 @@ def test_adopt_installs_around_torch(adopted_env: Path, tmp_path: Path, backend:
     site = next((adopted_env / "lib").glob("python3*/site-packages"))
     assert any(site.glob("torchmetrics-1.9.0.dist-info")) and any(site.glob("fla_core-0.4.2.dist-info"))
     v = _envbuild("verify", "--stack", stack, "--root", root, "--venv", adopted_env, home=tmp_path / "home")
-    assert v.returncode == 0, v.stdout + v.stderr
+    assert v.rc == 0, v.stdout + v.stderr
     assert "baseline from manifest" in v.stdout + v.stderr  # the baseline recorded before step 1
     # run again: nothing to do, torch still untouched
     again = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--backend", backend,
                       home=tmp_path / "home")
-    assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
+    assert again.rc == 0 and "nothing to do" in again.stdout + again.stderr
     assert _torch_record(adopted_env) == before
 
 
@@ -106,11 +101,11 @@ def test_adopt_step_by_step_like_the_image(adopted_env: Path, tmp_path: Path) ->
     before = _torch_record(adopted_env)
     early = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--step", "torch-users",
                       home=tmp_path / "home")
-    assert early.returncode == 3 and "'fla' has not run" in early.stderr, early.stderr
+    assert early.rc == 3 and "'fla' has not run" in early.stderr, early.stderr
     for step in ("fla", "torch-users"):
         r = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--step", step,
                       home=tmp_path / "home")
-        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.rc == 0, r.stdout + r.stderr
     assert _torch_record(adopted_env) == before
 
 
@@ -120,7 +115,7 @@ def test_a_step_that_reinstalls_adopted_torch_exits_6(adopted_env: Path, tmp_pat
     root = tmp_path / "root"
     r = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--backend", "pip",
                   home=tmp_path / "home")
-    assert r.returncode == 6, r.stdout + r.stderr
+    assert r.rc == 6, r.stdout + r.stderr
     assert "ABI guard after step 3 ('culprit')" in r.stderr and "torch" in r.stderr
     assert "Traceback" not in r.stderr
     # the adopted environment is the user's: a violation never moves it aside
@@ -131,7 +126,7 @@ def test_adopt_spec_may_not_install_torch(tmp_path: Path) -> None:
     stack = tmp_path / "stack.toml"
     stack.write_text(STACK.format(culprit='\n[[step]]\nname = "bad"\npackages = ["torch==2.13.0"]\n'))
     r = _envbuild("plan", "--stack", stack, home=tmp_path / "home")
-    assert r.returncode == 2 and "abi.adopt = true" in r.stderr, r.stderr
+    assert r.rc == 2 and "abi.adopt = true" in r.stderr, r.stderr
 
 
 def test_adopt_without_torch_in_the_environment_exits_6(tmp_path: Path) -> None:
@@ -140,4 +135,4 @@ def test_adopt_without_torch_in_the_environment_exits_6(tmp_path: Path) -> None:
     stack = tmp_path / "stack.toml"
     stack.write_text(STACK.format(culprit=""))
     r = _envbuild("provision", "--stack", stack, "--root", tmp_path / "root", "--venv", env, home=tmp_path / "home")
-    assert r.returncode == 6 and "torch is not installed in the environment" in r.stderr, r.stderr
+    assert r.rc == 6 and "torch is not installed in the environment" in r.stderr, r.stderr

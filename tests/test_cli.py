@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.fixtures import run_cli
 
 from envbuild.cli import main
 from envbuild.errors import ExitCode
@@ -15,9 +14,9 @@ from envbuild.errors import ExitCode
 def test_unwritable_output_folder_is_exit_3_without_traceback(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = subprocess.run([sys.executable, "-m", "envbuild", "wheelhouse", "mirror", "--profile", "cpu",
-                          "--out", str(blocker / "wheelhouse")], capture_output=True, text=True, timeout=120)
-    assert out.returncode == ExitCode.PREFLIGHT, out.stderr
+    out = run_cli(["wheelhouse", "mirror", "--profile", "cpu", "--out", blocker / "wheelhouse"],
+                  home=tmp_path / "home", timeout=120)
+    assert out.rc == ExitCode.PREFLIGHT, out.stderr
     assert "Traceback" not in out.stderr
     assert f"error: Not a directory: {blocker / 'wheelhouse'}" in out.stderr
     assert blocker.read_text() == ""
@@ -25,8 +24,8 @@ def test_unwritable_output_folder_is_exit_3_without_traceback(tmp_path: Path) ->
 
 @pytest.mark.parametrize("argv", [["--help"], ["-v", "--help", "provision"]])
 def test_help_lists_every_command_and_the_exit_codes(argv: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-m", "envbuild", *argv], capture_output=True, text=True)
-    assert out.returncode == 0
+    out = run_cli(argv, home=None)
+    assert out.rc == 0
     for command in ("plan", "provision", "verify", "lock", "check-lock", "wheelhouse", "preflight",
                     "smoke", "dist-step", "receipt", "docker"):
         assert command in out.stdout
@@ -36,10 +35,10 @@ def test_help_lists_every_command_and_the_exit_codes(argv: list[str]) -> None:
 
 def test_a_subcommand_parses_alone_and_an_unknown_one_is_a_usage_error() -> None:
     # only the named command's module is imported; its own options and help still work
-    out = subprocess.run([sys.executable, "-m", "envbuild", "-v", "provision", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0 and "--compile-bytecode" in out.stdout and "--prefetch" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "envbuild", "provison"], capture_output=True, text=True)
-    assert out.returncode == ExitCode.CONFIG and "Traceback" not in out.stderr
+    out = run_cli(["-v", "provision", "--help"], home=None)
+    assert out.rc == 0 and "--compile-bytecode" in out.stdout and "--prefetch" in out.stdout
+    out = run_cli(["provison"], home=None)
+    assert out.rc == ExitCode.CONFIG and "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize("typo,meant", [("provison", "provision"), ("smok", "smoke"), ("dist_stp", "dist-step"),

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.fixtures import run_cli
 
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.spec import available_profiles, load_spec, resolve_spec
@@ -125,12 +124,12 @@ def test_protected_package_in_a_later_step(tmp_path: Path) -> None:
 
 def test_cli_config_errors_have_no_traceback(tmp_path: Path) -> None:
     bad = write(tmp_path, GOOD.replace("no_deps = true", "no_deps = 1"))
-    out = subprocess.run([sys.executable, "-m", "envbuild", "plan", "--stack", str(bad)], capture_output=True, text=True)
-    assert out.returncode == ExitCode.CONFIG
+    out = run_cli(["plan", "--stack", bad], home=tmp_path / "home")
+    assert out.rc == ExitCode.CONFIG
     assert "Traceback" not in out.stderr
     assert out.stderr.strip() == f"error: {bad}: step[2].no_deps: must be true or false, got 1"
 
-    out = subprocess.run([sys.executable, "-m", "envbuild", "plan", "--profile", "cpuu"], capture_output=True, text=True)
-    assert out.returncode == ExitCode.CONFIG
+    out = run_cli(["plan", "--profile", "cpuu"], home=tmp_path / "home")
+    assert out.rc == ExitCode.CONFIG
     assert "Traceback" not in out.stderr
     assert out.stderr.startswith("error: unknown profile 'cpuu' (did you mean 'cpu'?); known profiles:")

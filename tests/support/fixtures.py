@@ -524,10 +524,21 @@ class EnvbuildResult(NamedTuple):
         return self.stdout + self.stderr
 
 
-def run_cli(args: Sequence[str | Path], *, home: Path, cwd: Path | None = None,
-            env: Mapping[str, str] | None = None, timeout: float = 600) -> EnvbuildResult:
+def run_cli(args: Sequence[str | Path], *, home: Path | None, cwd: Path | None = None,
+            env: Mapping[str, str] | None = None, timeout: float = 600,
+            pip_config: bool = False) -> EnvbuildResult:
+    """``python -m envbuild ARGS``: the one way tests start the real CLI in a subprocess.
+
+    ``installer_env(home, env)`` is its environment. ``home=None`` keeps the caller's HOME, and
+    with it pip's warm download cache, for the tests that install real packages; ``pip_config``
+    keeps the host's pip config files, the sources of the ``cpu`` profile's torch on machines
+    that hold its CPU wheel in a local find-links folder.
+    """
+    full = installer_env(home, env)
+    if pip_config:
+        del full["PIP_CONFIG_FILE"]
     out = subprocess.run([sys.executable, "-m", "envbuild", *map(str, args)], capture_output=True,
-                         text=True, cwd=cwd, env=installer_env(home, env), timeout=timeout)
+                         text=True, cwd=cwd, env=full, timeout=timeout)
     return EnvbuildResult(out.returncode, out.stdout, out.stderr)
 
 
