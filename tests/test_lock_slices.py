@@ -12,10 +12,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -212,11 +209,9 @@ def test_docker_refuses_a_stale_lock(cpu_lock: Path) -> None:
 def test_a_cpu_slice_provisions_its_step_from_the_lock(cpu_lock: Path, tmp_path: Path, cpu_torch_index: str) -> None:
     stack = write_slice(cpu_lock, 1)  # bootstrap + torch: the first image layer's spec
     root = tmp_path / "data"
-    env = {**os.environ, "ENVBUILD_TORCH_INDEX": cpu_torch_index, "NO_COLOR": "1"}
-    out = subprocess.run([sys.executable, "-m", "envbuild", "provision", "--stack", str(stack), "--root", str(root),
-                          "--home", str(tmp_path / "home"), "--step", "bootstrap"],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = run_cli(["provision", "--stack", stack, "--root", root, "--home", tmp_path / "home", "--step", "bootstrap"],
+                  home=None, env={"ENVBUILD_TORCH_INDEX": cpu_torch_index}, pip_config=True)
+    assert out.rc == 0, out.stdout + out.stderr
     log = (root / "logs" / "01-bootstrap.log").read_text()
     assert f"-r {cpu_lock / '01-bootstrap.txt'}" in log
     assert "--require-hashes" in log or "--verify-hashes" in log
