@@ -205,3 +205,45 @@ def test_shipped_profiles_pass_offline_fast(run_envbuild, tmp_path):
     assert r.rc == 0, r.output
     assert "cpu: lock ok" in r.output
     assert time.monotonic() - t0 < 10  # the process; the check itself is benchmarked in bench/
+
+
+def test_own_lock_findings_go_through_the_gate_writers(good, run_envbuild, tmp_path):
+    """A line without a hash is named by file and line, in the console line, the GitHub annotation
+    and the markdown report, the same writers as for any lockfile's findings."""
+    stack, folder = good
+    helpers = step_file(folder, "helpers")
+    text = re.sub(r"(einops-like==0\.8\.1) \\\n(\s+--hash=\S+ \\\n)*\s+--hash=\S+\n", r"\1\n", helpers.read_text())
+    helpers.write_text(text)
+    resync(folder)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("einops-like=="))
+    report = tmp_path / "report.md"
+    r = run_envbuild("check-lock", "--stack", stack, "--offline", "--annotations", "github", "--markdown-file", report,
+                     env=lock_env(tmp_path))
+    assert r.rc == 8, r.output
+    shown = [ln for ln in r.stdout.splitlines() if ln.endswith("[missing-hash]")]
+    assert len(shown) == 1 and re.fullmatch(rf"\S*02-helpers\.txt:{line}: einops-like: no --hash .*", shown[0]), shown
+    errors = [ln for ln in r.stdout.splitlines() if ln.startswith("::error ")]
+    assert len(errors) == 1, r.stdout
+    assert f"02-helpers.txt,line={line},title=envbuild check-lock [missing-hash]::einops-like: no --hash" in errors[0]
+    md = report.read_text()
+    assert md.startswith("### envbuild check-lock: ❌ 1 finding(s)\n"), md
+    assert re.search(rf"^- \*\*missing-hash\*\* `\S*02-helpers\.txt:{line}`: einops-like: no --hash", md, re.M), md
+    data = json.loads(run_envbuild("check-lock", "--stack", stack, "--offline", "--json", env=lock_env(tmp_path)).stdout)
+    assert data["schema"] == 1 and "missing-hash" in data["rules"] and "files" not in data
+    [finding] = data["reports"][0]["findings"]
+    assert (finding["rule"], finding["package"], finding["line"]) == ("missing-hash", "einops-like", line)
+
+
+@pytest.mark.parametrize("before, after, want", [
+    ("2.12.0", "2.11.0", ("torch-downgrade", "torch 2.12.0 at main -> 2.11.0 here: a downgrade")),
+    ("2.12.0+cu130", "2.12.0+cu128", ("torch-swap", "torch 2.12.0+cu130 at main -> 2.12.0+cu128 here: the same "
+                                                    "version with another local tag (+cu130 -> +cu128), a swapped build")),
+    ("2.12.0", "2.12.0+cu132", ("torch-swap", "torch 2.12.0 at main -> 2.12.0+cu132 here: the same version with "
+                                              "another local tag (none -> +cu132), a swapped build")),
+    ("2.11.0", "2.12.0", None), ("2.12.0+cu132", "2.12.0+cu132", None), ("not a version", "2.12.0", None),
+])
+def test_one_judgement_of_a_torch_move_for_both_kinds_of_lock(before, after, want):
+    """``--base``: envbuild's own locks and any lockfile judge a torch move by the same function."""
+    from envbuild.gate.rules.history import moved
+
+    assert moved("torch", before, after, "main") == want
