@@ -11,20 +11,18 @@ before anything is made, with the list of what is missing.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from lockhelpers import lock_env, make_git_repo, manifest
 from support.fixtures import EnvbuildResult, ScenarioIndex, Venv, installer_env
+from support.index import StaticServer
 from support.wheels import build_sdist
 
 from envbuild.errors import ExitCode
@@ -39,13 +37,8 @@ def _unshare_works() -> bool:
         return False
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def git_http(tmp_path: Path) -> Iterator[tuple[str, ThreadingHTTPServer]]:
+def git_http(tmp_path: Path) -> Iterator[tuple[str, StaticServer]]:
     """``http://127.0.0.1:PORT/gitpkg.git``: a bare clone of a fresh repository, served by git's dumb HTTP."""
     repo = make_git_repo(tmp_path)
     served = tmp_path / "git-served"
@@ -53,11 +46,8 @@ def git_http(tmp_path: Path) -> Iterator[tuple[str, ThreadingHTTPServer]]:
     env = installer_env(tmp_path / "home")
     subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(served / "gitpkg.git")], check=True, env=env)
     subprocess.run(["git", "--git-dir", str(served / "gitpkg.git"), "update-server-info"], check=True, env=env)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(served)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/gitpkg.git", httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with StaticServer(served) as httpd:
+        yield f"{httpd.url}/gitpkg.git", httpd
 
 
 def _offline(tmp_path: Path, stack: Path, wheelhouse: Path, backend: str, *, netns: bool) -> EnvbuildResult:
@@ -141,7 +131,7 @@ def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path
         _seed_wheels(wheelhouse, wheel_factory)
 
     # the repository and the index go away; the host has no network at all
-    httpd.shutdown()
+    httpd.stop()
     index.server.stop()
     if not _unshare_works():
         pytest.skip("unshare -rn is not allowed here (no user/network namespaces)")

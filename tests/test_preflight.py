@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import threading
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.index import IndexServer
 
 from envbuild.cli import main
 from envbuild.host.preflight import (
@@ -174,19 +173,9 @@ def test_disk_and_versions(h200) -> None:  # type: ignore[no-untyped-def]
     assert report.checks[0].verdict == "warn" and "sysctl" in report.checks[0].detail
 
 
-class _Index(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200 if self.path.startswith("/simple") else 404)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_index_reachability_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
+    server = IndexServer({"r": tmp_path}).start()  # https to it fails the handshake; /missing is a 404
+    port = server.port
     spec_file = tmp_path / "stack.toml"
     spec_file.write_text(
         (Path(__file__).parents[1] / "lockfiles" / "cpu" / "stack.toml").read_text()
@@ -197,8 +186,7 @@ def test_index_reachability_and_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
         code = main(["preflight", "--stack", str(spec_file), "--root", str(tmp_path / "root"),
                      "--only", "index", "--json"])
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
     out = capsys.readouterr().out
     doc = json.loads(out)
     assert code == 3 and doc["verdict"] == "fail"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.index import IndexServer
+from support.index import IndexServer, StaticServer
 from support.wheels import build_wheel, sha256_of
 
 from envbuild.cli import main
@@ -142,30 +142,11 @@ def test_index_serves_pip_find_links_and_simple(tmp_path: Path, repo: dict[str, 
     dl = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "dl"),
                          "--no-index", "--find-links", str(folder), "einops==0.8.1"], capture_output=True, text=True)
     assert dl.returncode == 0, dl.stderr
-    served = _static_server(folder)
-    try:
+    with StaticServer(folder) as served:
         dl = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "dl2"),
-                             "--index-url", f"{served[0]}/simple/", "einops==0.8.1"], capture_output=True, text=True)
+                             "--index-url", f"{served.url}/simple/", "einops==0.8.1"], capture_output=True, text=True)
         assert dl.returncode == 0, dl.stdout + dl.stderr
-    finally:
-        served[1].shutdown()
-        served[1].server_close()
     assert (tmp_path / "dl2" / repo["einops"].name).is_file()
     result = write_index(folder)
     assert result.projects["ninja"] == sorted([repo["ninja"].name, repo["ninja-arm"].name])
     assert json.loads((folder / ".envbuild-hashes.json").read_text())["artifacts"]
-
-
-def _static_server(folder: Path):  # type: ignore[no-untyped-def]
-    """``python -m http.server`` over the wheelhouse, as an operator would serve it."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *a: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{httpd.server_address[1]}", httpd

@@ -22,19 +22,24 @@ answers (the "never hang" case).
 
 Every request is recorded in ``server.requests`` (method, path, status) so a test can assert
 that an offline install touched no index.
+
+``StaticServer(folder)`` serves a folder as ``python -m http.server`` does (a wheelhouse behind
+an operator's static server, a bare git repository for git's dumb HTTP protocol). These two are
+the tests' only HTTP servers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import html
 import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
@@ -47,7 +52,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-__all__ = ["BlackHole", "Fault", "IndexServer", "Request", "UnreachablePort", "project_of"]
+__all__ = ["BlackHole", "Fault", "IndexServer", "Request", "StaticServer", "UnreachablePort", "project_of"]
 
 FaultKind = Literal["corrupt", "drop", "reset", "stall"]
 
@@ -379,6 +384,57 @@ def _abort(h: _Handler) -> None:
         h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     with contextlib.suppress(OSError):
         h.connection.shutdown(socket.SHUT_RDWR)
+
+
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet by default
+        pass
+
+
+class StaticServer:
+    """A folder served as ``python -m http.server`` serves it: plain files and folder listings,
+    no index pages of its own. What an operator puts in front of a wheelhouse, and what git's
+    dumb HTTP protocol needs (a bare repository after ``git update-server-info``).
+
+    On 127.0.0.1 and an OS-chosen port; a context manager, or ``start()``/``stop()``::
+
+        with StaticServer(folder) as srv:
+            srv.url   # http://127.0.0.1:PORT
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self._httpd: ThreadingHTTPServer | None = None
+
+    def start(self) -> StaticServer:
+        if self._httpd is None:
+            handler = functools.partial(_QuietFiles, directory=str(self.folder))
+            self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                             name=f"static-server-{self.port}", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the static server is not running")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> StaticServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class UnreachablePort:
