@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := .demo
 
-.PHONY: demo test test-all fuzz lint docs docs-reference check-lock bench clean image image-h200-twin bootstrap test-images
+.PHONY: demo test test-all fuzz lint docs docs-reference check-lock bench clean image image-h200-twin bootstrap test-images docs-snippets
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,3 +84,10 @@ bench: $(BIN)/.installed
 
 clean:
 	rm -rf $(DEMO) .cache/tests build dist site *.egg-info
+
+## docs-snippets: run the README's tour and the tutorials' commands as written and write each command's
+## output into the page
+## (make test runs the same commands and fails when an output shown there is stale)
+docs-snippets: $(BIN)/.installed
+	rm -rf /tmp/tour
+	$(BIN)/python tests/support/tour.py --write README.md docs/tutorials/ci-gate.md docs/how-to/install.md

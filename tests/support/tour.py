@@ -1,0 +1,197 @@
+"""The README's tour as a program: every command it shows is run as written, and what it printed is
+what the README shows.
+
+A tour block is a fenced code block whose first line starts with ``$ ``: each ``$ `` line is one
+command, the lines under it its output. ``export NAME=VALUE`` lines set the environment of the
+commands after them, as a shell would. Commands run one by one with ``bash -c`` from the checkout's
+root (the README is read in a checkout, after ``make demo`` made ``.venv``), with ``.venv/bin`` on
+PATH as ``. .venv/bin/activate`` puts it, and HOME in a scratch folder.
+
+- ``python -m support.tour --write README.md``: run the tour and write each block's output back
+  (``make docs-snippets``); only the checkout's path is replaced (by ``.``).
+- ``check(path)`` (tests/test_tour.py): run it and compare with the file, both sides normalised
+  (numbers, durations, dates, hashes, interpreter paths): a command that fails or output edited by
+  hand fails the test, a second that moved does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_FENCE = re.compile(r"^```[a-z]*\n(?P<body>\$ .*?)^```\n", re.S | re.M)
+_EXPORT = re.compile(r"^export\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
+
+
+@dataclass
+class Step:
+    command: str
+    shown: list[str] = field(default_factory=list)  # the output the file shows
+    got: list[str] = field(default_factory=list)  # the output of this run
+    rc: int = 0
+
+
+@dataclass
+class Block:
+    start: int  # offsets of the block's body in the file
+    end: int
+    steps: list[Step]
+
+
+def blocks(text: str) -> list[Block]:
+    out = []
+    for m in _FENCE.finditer(text):
+        steps: list[Step] = []
+        for line in m.group("body").splitlines():
+            if line.startswith("$ "):
+                steps.append(Step(line[2:]))
+            elif steps:
+                steps[-1].shown.append(line)
+        out.append(Block(m.start("body"), m.end("body"), steps))
+    return out
+
+
+def environment(scratch: Path) -> dict[str, str]:
+    """What a reader's shell has after ``. .venv/bin/activate``, HOME in ``scratch``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENVBUILD_", "PYTEST_"))}
+    venv = REPO / ".venv"
+    env.update({"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+                "HOME": str(scratch / "home"), "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"})
+    (scratch / "home").mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def run(text: str, scratch: Path, timeout: float = 900) -> list[Block]:
+    """Every command of every tour block, in order, in one environment."""
+    env = environment(scratch)
+    found = blocks(text)
+    for block in found:
+        for step in block.steps:
+            m = _EXPORT.match(step.command)
+            if m:
+                env[m.group("name")] = shlex.split(m.group("value"))[0] if m.group("value") else ""
+                continue
+            proc = subprocess.run(["bash", "-c", step.command], cwd=REPO, env=env, capture_output=True,
+                                  text=True, timeout=timeout)
+            step.rc = proc.returncode
+            step.got = _shown(proc.stdout + proc.stderr)
+    return found
+
+
+def _shown(output: str) -> list[str]:
+    return [line.rstrip().replace(str(REPO), ".") for line in output.rstrip("\n").splitlines()]
+
+
+_RULES = [
+    (re.compile(r"\d{8}T\d{6}Z"), "<stamp>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}Z?"), "<time>"),
+    (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hash>"),
+    (re.compile(r"/\S*/python3(\.\d+)?\b"), "<python>"),
+    (re.compile(r"\d+(\.\d+)?"), "0"),
+    (re.compile(r"[ ─━│┃]+"), " "),
+]
+
+
+def normal(line: str) -> str:
+    for pattern, repl in _RULES:
+        line = pattern.sub(repl, line)
+    return line.strip()
+
+
+def differences(found: list[Block]) -> list[str]:
+    """What a run disagrees with the file on: failures, and output that is not what it shows."""
+    out = []
+    for block in found:
+        for step in block.steps:
+            if _EXPORT.match(step.command):
+                continue
+            elided = any(x.strip() == "..." for x in step.shown)
+            shown = [normal(x) for x in step.shown if _compared(x)]
+            got = [normal(x) for x in step.got if _compared(x)]
+            if _expected_rc(step) != step.rc:
+                out.append(f"$ {step.command}: exit {step.rc}\n" + "\n".join(step.got[-30:]))
+            elif not (_matches(shown, got) if elided else shown == got):
+                out.append(f"$ {step.command}: the output differs from what the file shows\n--- shown\n"
+                           + "\n".join(step.shown) + "\n--- this run\n" + "\n".join(step.got))
+    return out
+
+
+_EXIT = re.compile(r"#\s*exit\s+(\d+)\s*$")
+
+
+def _compared(line: str) -> bool:
+    """Lines a comparison reads: not blank, not the elision mark, not a ``notice:`` (which source
+    answered depends on the machine's network: a mirror here, the named index elsewhere)."""
+    text = line.strip()
+    return bool(text) and text != "..." and not text.startswith("notice:")
+
+
+def _expected_rc(step: Step) -> int:
+    """0, or what the command's own comment says (``$ envbuild check-lock BAD.lock  # exit 8``)."""
+    m = _EXIT.search(step.command)
+    return int(m.group(1)) if m else 0
+
+
+def _matches(shown: list[str], got: list[str]) -> bool:
+    """Every shown line, in order, among this run's lines (where a shown ``...`` line elides output)."""
+    it = iter(got)
+    return all(any(line == g for g in it) for line in shown)
+
+
+def write(path: Path, found: list[Block], text: str) -> str:
+    """``text`` with each block's outputs replaced by this run's."""
+    pieces, last = [], 0
+    for block in found:
+        body = []
+        for step in block.steps:
+            body.append(f"$ {step.command}")
+            body += _kept(step)
+        pieces += [text[last:block.start], "\n".join(body) + "\n"]
+        last = block.end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _kept(step: Step) -> list[str]:
+    """This run's output as the file shows it: where the file elides (a ``...`` line), the same
+    number of lines before and after it."""
+    marks = [i for i, x in enumerate(step.shown) if x.strip() == "..."]
+    if not marks:
+        return step.got
+    head, tail = marks[0], len(step.shown) - marks[0] - 1
+    return step.got[:head] + ["..."] + (step.got[-tail:] if tail else [])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--write", action="store_true", help="write this run's output into the files")
+    ap.add_argument("--scratch", type=Path, default=Path("/tmp/envbuild-tour"))
+    args = ap.parse_args()
+    bad = 0
+    for path in args.files:
+        text = path.read_text()
+        found = run(text, args.scratch)
+        problems = [f"$ {s.command}: exit {s.rc}\n" + "\n".join(s.got[-30:])
+                    for b in found for s in b.steps if not _EXPORT.match(s.command) and s.rc != _expected_rc(s)]
+        if problems:
+            print("\n\n".join(problems), file=sys.stderr)
+            bad += 1
+            continue
+        if args.write:
+            path.write_text(write(path, found, text))
+            print(f"wrote {path}")
+        else:
+            print("\n\n".join(differences(found)) or f"{path}: every command ran and printed what it shows")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

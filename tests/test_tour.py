@@ -1,0 +1,68 @@
+"""The README's tour and the tutorials run as written on this machine, and what they show is what
+they print.
+
+``make docs-snippets`` rewrites the outputs from a real run (``tests/support/tour.py``); these tests
+run every command again and fail when one fails or when a shown output no longer matches
+(numbers, durations, dates and hashes aside).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from support import tour
+
+pytestmark = pytest.mark.slow
+
+README = tour.REPO / "README.md"
+TOUR_ROOT = Path("/tmp/tour")  # the folder the README's commands name
+PAGES = {  # pages whose `$ ` blocks run in make test, besides the README
+    "ci-gate": tour.REPO / "docs" / "tutorials" / "ci-gate.md",
+}
+NETWORK_PAGES = {"install": tour.REPO / "docs" / "how-to" / "install.md"}  # pip install . reads PyPI
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory: pytest.TempPathFactory) -> list[tour.Block]:
+    shutil.rmtree(TOUR_ROOT, ignore_errors=True)  # a fresh machine has none
+    try:
+        return tour.run(README.read_text(), tmp_path_factory.mktemp("tour"))
+    finally:
+        shutil.rmtree(TOUR_ROOT, ignore_errors=True)
+
+
+def test_every_readme_command_runs_and_prints_what_the_readme_shows(readme_run: list[tour.Block]) -> None:
+    steps = [s for b in readme_run for s in b.steps]
+    assert len(steps) >= 8, [s.command for s in steps]
+    problems = tour.differences(readme_run)
+    assert not problems, "\n\n".join(problems) + "\n\n(run `make docs-snippets` when the change is intended)"
+
+
+def test_an_output_edited_by_hand_is_caught(readme_run: list[tour.Block]) -> None:
+    step = next(s for b in readme_run for s in b.steps if len(s.shown) > 2)
+    kept = list(step.shown)
+    try:
+        step.shown[1] = step.shown[1] + " (edited)"
+        assert tour.differences(readme_run), "a hand-edited line passed"
+    finally:
+        step.shown[:] = kept
+
+
+def _page(path: Path, tmp_path: Path) -> None:
+    found = tour.run(path.read_text(), tmp_path)
+    assert any(b.steps for b in found), f"{path}: no `$ ` block"
+    problems = tour.differences(found)
+    assert not problems, "\n\n".join(problems) + "\n\n(run `make docs-snippets` when the change is intended)"
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_a_tutorial_runs_as_written(page: str, tmp_path: Path) -> None:
+    _page(PAGES[page], tmp_path)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("page", sorted(NETWORK_PAGES))
+def test_an_install_page_runs_as_written(page: str, tmp_path: Path) -> None:
+    _page(NETWORK_PAGES[page], tmp_path)
