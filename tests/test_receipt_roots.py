@@ -105,28 +105,30 @@ def test_a_verification_that_finds_nothing_new_is_a_line(tmp_path: Path, make_ve
     assert record("smoke", {"ok": True}) != changed  # a smoke run is always a receipt
 
 
-def _root_with_receipts(tmp_path: Path, name: str, make_venv: Callable[..., Venv]) -> tuple[Path, Path]:
-    """A data root as provision leaves it (manifest, venv with its record) with two receipts."""
-    root = tmp_path / name
-    venv = make_venv(f"{name}-venv")  # a venv elsewhere than <root>/venv (provision --venv)
+def _root_with_receipts(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A data root as provision leaves it (manifest, venv with its record; the venv elsewhere than
+    <root>/venv, as with provision --venv) with two receipts. Finding reads only these files."""
+    root, venv = tmp_path / name, tmp_path / f"{name}-venv"
     paths = Paths(root=root)
     paths.state.mkdir(parents=True)
-    paths.manifest.write_text(json.dumps({"schema": 1, "stack": "cpu", "venv": str(venv.path)}))
-    (venv.path / ENVIRONMENT_RECORD).write_text(json.dumps({
-        "schema": "envbuild.environment/1", "root": str(root), "venv": str(venv.path),
+    paths.manifest.write_text(json.dumps({"schema": 1, "stack": "cpu", "venv": str(venv)}))
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    (venv / ENVIRONMENT_RECORD).write_text(json.dumps({
+        "schema": "envbuild.environment/1", "root": str(root), "venv": str(venv),
         "stack": str(REPO / "lockfiles" / "cpu" / "stack.toml"), "stack_name": "cpu"}))
     spec = resolve_spec("cpu", None)
+    host = snapshot_host(spec)
     for kind in ("provision", "smoke"):
-        write_receipt(paths, kind, {"ok": True}, spec=spec, software={"distributions": []},
-                      host=snapshot_host(spec))
-    return root, venv.path
+        write_receipt(paths, kind, {"ok": True}, spec=spec, software={"distributions": []}, host=host)
+    return root, venv
 
 
-def test_the_environment_is_found_and_said(tmp_path: Path, make_venv: Callable[..., Venv],
-                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_environment_is_found_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     """--root, then ENVBUILD_ROOT, then the active venv's record; each run says which and why."""
-    a, _ = _root_with_receipts(tmp_path, "a", make_venv)
-    b, b_venv = _root_with_receipts(tmp_path, "b", make_venv)
+    a, _ = _root_with_receipts(tmp_path, "a")
+    b, b_venv = _root_with_receipts(tmp_path, "b")
     monkeypatch.delenv("ENVBUILD_ROOT", raising=False)
     monkeypatch.setenv("VIRTUAL_ENV", str(b_venv))
 
@@ -149,7 +151,8 @@ def test_the_environment_is_found_and_said(tmp_path: Path, make_venv: Callable[.
 
     # a venv envbuild did not make says nothing: the stack's own root
     monkeypatch.delenv("ENVBUILD_ROOT")
-    monkeypatch.setenv("VIRTUAL_ENV", str(make_venv("plain").path))
+    (tmp_path / "plain-venv").mkdir()
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "plain-venv"))
     assert "(the stack's layout.root: no --root, no ENVBUILD_ROOT" in listing()[0]
 
     monkeypatch.setenv("ENVBUILD_ROOT", "")

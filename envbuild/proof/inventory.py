@@ -187,18 +187,16 @@ def content_identity(dists: list[md.Distribution], cache_file: Path | None) -> d
     # (dist index, shown path, full path, recorded hash, a script in the environment's bin/)
     plan: list[tuple[int, str, str, str, bool]] = []
     for i, dist in enumerate(dists):
-        base = str(dist.locate_file(""))
+        base = os.path.join(str(dist.locate_file("")), "")
         for path, recorded in _rows(dist):
-            full = os.path.normpath(os.path.join(base, path))
-            script = False
             if path.startswith("../") or os.path.isabs(path):
+                full = os.path.normpath(os.path.join(base, path))
                 real = os.path.realpath(full)
                 inside = real.startswith(prefix + os.sep)
-                shown = "<prefix>/" + os.path.relpath(real, prefix) if inside else full
-                script = real.startswith(bin_dir)
-            else:
-                shown = path
-            plan.append((i, shown, full, recorded, script))
+                plan.append((i, "<prefix>/" + os.path.relpath(real, prefix) if inside else full, full, recorded,
+                             real.startswith(bin_dir)))
+            else:  # the common case, inside the install folder: no path arithmetic
+                plan.append((i, path, base + path, recorded, False))
 
     # (what the identity row says, the file's own digest or None where it is missing), per row:
     # the stat and the cache first, on this thread; only files not seen before are read, on a pool
