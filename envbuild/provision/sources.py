@@ -215,7 +215,7 @@ class _Lookup:
         probe = self.probes.get(source.location)
         if probe is not None and not probe.ok:
             return probe.detail
-        return self.unread.get(source.location, "answers; does not serve it")
+        return self.unread.get(source.location, "answers; serves none of the files above")
 
     def find(self, package: LockedPackage, sources: Sequence[Source]) -> _Found | None:
         """The first of ``sources`` (local ones first) that serves a locked file of ``package``
@@ -306,8 +306,7 @@ def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Pla
     if not routes:
         return plan
     assert lock is not None
-    packages = {r.planned.name: [p for p in lock.step(r.planned.name).packages  # type: ignore[union-attr]
-                                 if p.vcs is None and p.hashes] for r in routes}
+    packages = _to_fetch(lock, {r.planned.name for r in routes})
     fallbacks = setting.fallbacks()
     _look_up(lookup, routes, packages, fallbacks)
     unserved = [(r, p) for r in routes for p in r.unserved]
@@ -319,6 +318,19 @@ def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Pla
     steps = {r.planned.name: _rerouted(r.planned, r.sources(lookup), setting, r.down)
              for r in routes if r.rerouted}
     return replace(plan, steps=tuple(steps.get(s.name, s) for s in plan.steps))
+
+
+def _to_fetch(lock: Lock, steps: set[str]) -> dict[str, list[LockedPackage]]:
+    """{step: the hash-pinned files it downloads}: a package an earlier step pins at the same
+    version is installed by then (and held by the constraints), so it is not looked up again."""
+    out: dict[str, list[LockedPackage]] = {}
+    earlier: set[tuple[str, str | None]] = set()
+    for entry in lock.steps:
+        if entry.name in steps:
+            out[entry.name] = [p for p in entry.packages if p.vcs is None and p.hashes
+                               and (p.name, p.version) not in earlier]
+        earlier.update((p.name, p.version) for p in entry.packages)
+    return out
 
 
 def _lock_of(todo: Sequence[PlannedStep]) -> Lock | None:
