@@ -1,4 +1,4 @@
-"""The gate on the files a change touches: ``python -m envbuild.gate.changed [CHECK-LOCK OPTIONS] [FILE...]``.
+"""Which of the files a change touches are lockfiles (``python -m envbuild.commands.check_changed`` runs the gate on them).
 
 What the pre-commit hook (``.pre-commit-hooks.yaml``) and the GitHub Action (``action.yml``) run
 on the files a commit or a pull request changed. It keeps the ones that are lockfiles and runs
@@ -20,11 +20,10 @@ To judge files of other names, run ``envbuild check-lock FILE...`` on them direc
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "lock_candidates", "main", "not_a_lock"]
+__all__ = ["LOCK_NAME", "lock_candidates", "not_a_lock"]
 
 # A path (relative, "/"-separated) whose file name a lock may have; the hook's `files` pattern.
 LOCK_NAME = r"(^|/)(uv\.lock|poetry\.lock|pylock(\.[^/]+)?\.toml|requirements[^/]*\.txt)$"
@@ -53,31 +52,3 @@ def not_a_lock(path: Path) -> str | None:
         more = f" and {len(loose) - 1} more requirement(s)" if len(loose) > 1 else ""
         return f"`{loose[0]}`{more} not pinned with =="
     return None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from envbuild import cli
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        parsed = cli.build_parser("check_lock").parse_args(["check-lock", *args])
-    except SystemExit as exc:  # a usage error, already printed by argparse
-        return int(exc.code or 0)
-    files = [str(f) for f in parsed.files]
-    keep = lock_candidates(files)
-    skipped: list[str] = []
-    for f in keep:
-        reason = not_a_lock(Path(f))
-        if reason is not None:
-            print(f"note: {f} left out, not a lock: {reason}", file=sys.stderr)
-            skipped.append(f)
-    locks = [f for f in keep if f not in skipped]
-    if not locks:
-        print(f"ok: no lockfile among the {len(files)} file(s) given; nothing to check")
-        return 0
-    options = [a for a in args if str(Path(a)) not in set(files)]  # pre-commit and the action put the files last
-    return cli.main(["check-lock", *options, *locks])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
