@@ -89,7 +89,7 @@ def markdown(reports: list[FileReport], *, explain: bool = False) -> str:
         head += f", {accepted} accepted"
     lines = [f"### envbuild check-lock: {head}", ""]
     for r in reports:
-        title = f"`{r.stack}` ({r.folder})" if r.stack is not None else f"`{r.file}` ({r.format})"
+        title = f"`{r.stack}` ({r.file})" if r.stack is not None else f"`{r.file}` ({r.format})"
         lines += [f"#### {title}", "", "| environment | torch | result |", "|---|---|---|"]
         for row in r.environments:
             lines.append(f"| {_md(row.name)} | {_md(row.torch or '-')} | "
