@@ -203,3 +203,28 @@ def test_cli_table_and_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture
     code = main(["preflight", "--only", "topolgy"])
     err = capsys.readouterr().err
     assert code == 2 and "unknown check 'topolgy'" in err and "Traceback" not in err
+
+
+def test_an_index_only_locked_steps_read_is_a_warning_not_a_failure(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The cpu profile's torch step is locked (its files pinned by sha256): provision takes them from
+    any configured source that serves them, so its index not answering is a warning here, as
+    provision's own notice is, while an index an unlocked step reads stays a failure."""
+    import shutil
+
+    from support.index import UnreachablePort
+
+    profile = tmp_path / "cpu"
+    shutil.copytree(Path(__file__).parents[1] / "lockfiles" / "cpu", profile)
+    with UnreachablePort() as dead:
+        env_index = {"ENVBUILD_TORCH_INDEX": dead.url}
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env_index.items():
+                mp.setenv(k, v)
+            code = main(["preflight", "--stack", str(profile / "stack.toml"), "--root", str(tmp_path / "root"),
+                         "--only", "index", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    verdicts = {c["name"]: (c["verdict"], c["detail"]) for c in doc["checks"]}
+    verdict, detail = verdicts[f"index:{dead.url}"]
+    assert verdict == "warn" and "locked steps only" in detail, verdicts
+    assert code == 0 and doc["verdict"] == "warn", doc

@@ -425,9 +425,36 @@ def check_index(spec: StackSpec, timeout: float = 3.0) -> list[Check]:
                 pages.setdefault(loc, step.names[0])
     with ThreadPoolExecutor(max_workers=min(8, len(locations))) as pool:
         probes = list(pool.map(lambda loc: net.probe(loc, timeout, project=pages.get(loc)), locations))
-    return [Check(f"index:{p.location}", "pass" if p.ok else "fail", p.detail, "reachable",
-                  "" if p.ok else "unreachable: fix the network/proxy, point ENVBUILD_TORCH_INDEX at a mirror, "
-                  "or provision --offline from a wheelhouse") for p in probes]
+    locked_only = _read_by_locked_steps_only(spec)
+    out = []
+    for loc, p in zip(locations, probes, strict=True):
+        if p.ok:
+            out.append(Check(f"index:{p.location}", "pass", p.detail, "reachable"))
+        elif loc in locked_only:
+            # provision takes a locked step's files by sha256 from any configured source that serves
+            # them (envbuild.provision.sources): this host's silence alone stops nothing
+            out.append(Check(f"index:{p.location}", "warn", p.detail, "reachable",
+                             "read by locked steps only: provision takes their files by sha256 from pip's "
+                             "configured sources or a wheelhouse when they serve them, else stops before "
+                             "anything is made (exit 3)"))
+        else:
+            out.append(Check(f"index:{p.location}", "fail", p.detail, "reachable",
+                             "unreachable: fix the network/proxy, point ENVBUILD_TORCH_INDEX at a mirror, "
+                             "or provision --offline from a wheelhouse"))
+    return out
+
+
+def _read_by_locked_steps_only(spec: StackSpec) -> set[str]:
+    """The sources that only steps with a lock entry read (their files are pinned by sha256)."""
+    from envbuild.lock.model import lock_dir, read_lock
+
+    lock = read_lock(lock_dir(spec))
+    locked: set[str] = set()
+    unlocked: set[str] = set()
+    for step in spec.steps:
+        where = locked if lock is not None and lock.step(step.name) is not None else unlocked
+        where.update(loc for loc in (step.index_url, *step.extra_index_urls, *step.find_links) if loc)
+    return locked - unlocked
 
 
 def run_preflight(
