@@ -9,8 +9,10 @@ documented exit status. Tracebacks are shown only for bugs (exit 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
+import os
 import signal
 import sys
 import traceback
@@ -114,6 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         ui.error_text("interrupted")
         return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # the reader went away (`envbuild check-lock ... | head`): as any Unix filter, stop quietly;
+        # stdout is pointed at /dev/null so that the interpreter's own flush at exit says nothing
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except OSError as exc:
         # The file system said no (full disk, read-only, permissions, a missing folder): the host's
         # problem, not a bug. Everything envbuild writes is written atomically, so nothing is half-done.

@@ -53,3 +53,27 @@ def test_a_mistyped_command_gets_the_nearest_one_and_no_usage_dump(typo: str, me
     assert len(lines) == 2 and "envbuild --help" in lines[1] and "usage:" not in captured.err
     assert main(["no-such-thing"]) == ExitCode.CONFIG
     assert capsys.readouterr().err.startswith("error: unknown command 'no-such-thing'\n")  # nothing near it
+
+
+def test_a_reader_that_goes_away_is_no_error(tmp_path: Path) -> None:
+    """`envbuild check-lock FILES | head -1`: the pipe closes early; envbuild stops quietly (141, as a
+    Unix filter does), without the disk-error paragraph or a traceback."""
+    import fcntl
+    import subprocess
+    import sys
+
+    locks = []
+    for i in range(60):
+        lock = tmp_path / f"requirements-{i}.txt"
+        lock.write_text("torch==2.10.0\nnumpy==2.3.1\n")
+        locks.append(str(lock))
+    proc = subprocess.Popen([sys.executable, "-m", "envbuild", "check-lock", "--offline", *locks],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    fcntl.fcntl(proc.stdout.fileno(), 1031, 4096)  # F_SETPIPE_SZ: a one-page pipe, so the document cannot fit
+    proc.stdout.read(10)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) in (0, 141), err  # 0 where the pipe took it all before it closed
+    assert "Traceback" not in err and "permissions" not in err, err
