@@ -72,6 +72,9 @@ def test_provision_offline_from_a_mirrored_wheelhouse_equals_uv_sync(
     res = _no_network(tmp_path, lock, *args)
     assert res.rc == 0, res.output
     assert pip_list(tmp_path / "data" / "venv") == pip_list(tmp_path / "uv-venv")
+    plan = _no_network(tmp_path, lock, "plan", "--lock", lock, "--extra", "cu128", "--offline", "--wheelhouse",
+                       wheelhouse, "--json")
+    assert plan.rc == 0 and json.loads(plan.stdout)["selection"] == "extra cu128", plan.output
     again = _no_network(tmp_path, lock, *args, "--json")
     assert again.rc == 0, again.output
     assert json.loads(again.stdout)["ran"] == []
@@ -88,6 +91,8 @@ def test_provision_offline_from_a_mirrored_wheelhouse_equals_uv_sync(
     assert res.rc == 5, res.output
     assert f"{wheel.name}: the lock pins sha256 {listed[wheel.name]}, the file has " in res.stderr
     assert not (tmp_path / "data2").exists() and "Traceback" not in res.output
+    plan = _no_network(tmp_path, lock, "plan", "--lock", lock, "--extra", "cu128", "--offline", "--wheelhouse", bad)
+    assert plan.rc == 5 and wheel.name in plan.stderr, plan.output
 
     wheel.unlink()  # not there at all
     res = _no_network(tmp_path, lock, "provision", "--lock", lock, "--extra", "cu128", "--root", tmp_path / "data2",

@@ -137,8 +137,13 @@ def provision(args: argparse.Namespace) -> int:
         if is_slice(args.lock):  # one layer of `envbuild docker --lock`
             spec, source, result = provision_slice(args.lock, options)
             write_record(result.paths.venv, result.paths.root, spec, source)
-            events.emit("ok", f"{args.lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
-                        f"({result.seconds:.1f} s)")
+            if args.json:
+                ui.print_json({**source, "root": str(result.paths.root), "venv": str(result.paths.venv),
+                               "ran": result.ran, "skipped": result.skipped, "seconds": round(result.seconds, 3),
+                               "receipt": str(result.receipt) if result.receipt else None})
+            else:
+                events.emit("ok", f"{args.lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
+                            f"({result.seconds:.1f} s)")
             return 0
         prepared, result = provision_lock(_request(args), options)
     except (KeyboardInterrupt, Interrupted) as exc:
