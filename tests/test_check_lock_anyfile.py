@@ -293,15 +293,23 @@ def test_twice_pinned_and_loose_torch_in_a_requirements_file(tmp_path: Path) -> 
 
 
 def test_the_github_workflow_calls_options_that_exist() -> None:
+    """The repository's workflow runs the gate through the composite action (``uses: ./``): every
+    check-lock option the action passes and the workflow's ``args`` input names exists."""
     yaml = pytest.importorskip("yaml")
+    import re
+
     from envbuild.cli import build_parser
 
     flow = yaml.safe_load((REPO / ".github" / "workflows" / "check-lockfiles.yml").read_text())
     steps = flow["jobs"]["check-lockfiles"]["steps"]
-    command = next(s["run"] for s in steps if "envbuild check-lock" in s.get("run", ""))
-    used = {w for w in command.split() if w.startswith("--")} - {"-d"}
+    gate = next(s for s in steps if s.get("uses") == "./")
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    scripts = " ".join(s.get("run", "") for s in action["runs"]["steps"])
+    passed = " ".join(re.findall(r"args\+=\(([^)]*)\)", scripts)) + " " + gate["with"].get("args", "")
+    used = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", passed))
     parser = build_parser("check_lock")
     known = {o for a in parser._subparsers._group_actions[0].choices["check-lock"]._actions  # type: ignore[union-attr]
              for o in a.option_strings}
+    assert {"--base", "--annotations", "--markdown-file"} <= used, used
     assert used <= known, used - known
     assert any("github-script" in s.get("uses", "") for s in steps)  # the comment on the pull request

@@ -142,10 +142,10 @@ def _rows(views: list[View], findings: list[Finding]) -> list[EnvRow]:
                          []).append(view)
     rename: dict[str, str] = {}
     rows: list[tuple[int, EnvRow]] = []
-    for (_, _, torch, _), group in keyed.items():
-        group.sort(key=lambda v: order.index((v.env.pythons or (v.env.python,))[0]))
+    for (_, _, torch, _), views_alike in keyed.items():
+        views_alike.sort(key=lambda v: order.index((v.env.pythons or (v.env.python,))[0]))
         runs: list[list[View]] = []
-        for v in group:
+        for v in views_alike:
             first = order.index((v.env.pythons or (v.env.python,))[0])
             if runs and order.index((runs[-1][-1].env.pythons or (runs[-1][-1].env.python,))[-1]) + 1 == first:
                 runs[-1].append(v)
