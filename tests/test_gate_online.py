@@ -83,3 +83,20 @@ def test_a_parser_bug_is_an_internal_error_not_a_finding(gate_index: GateIndex, 
     r = subprocess.run([sys.executable, "-c", prog, str(lock)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "this is a bug" in r.stderr and "planted bug" in r.stderr and "broken-lock" not in r.stdout
+
+
+def test_a_person_reads_findings_in_100_columns(run_envbuild, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """On a terminal (FORCE_COLOR stands for one) a finding wraps at 100 columns under its
+    ``FILE:LINE: PACKAGE:`` head; in a pipe it stays one line for grep, editors and CI logs."""
+    from support.fixtures import REPO_ROOT
+
+    twin = REPO_ROOT / "lockfiles" / "examples" / "vision-mismatch" / "uv.lock"
+    tty = run_envbuild("check-lock", "--offline", str(twin), env={"FORCE_COLOR": "1", "NO_COLOR": ""})
+    piped = run_envbuild("check-lock", "--offline", str(twin))
+    assert tty.rc == piped.rc == 8
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", tty.stdout)
+    finding = [ln for ln in plain.splitlines() if "flash-attn" in ln or ln.startswith("    ")]
+    assert finding and all(len(ln) <= 100 for ln in finding), finding
+    assert any(len(ln) > 100 and ": flash-attn: " in ln for ln in piped.stdout.splitlines())

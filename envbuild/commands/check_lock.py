@@ -178,9 +178,18 @@ def _console(report: FileReport, args: argparse.Namespace) -> None:
     if args.explain:
         for u in report.unverified:
             ui.print_text(f"not verified: {report.file}: {u}")
+    wrap = ui.rich_wanted(sys.stdout)  # a person reading: 100 columns; a pipe (CI log, grep, editor): one line
     for f in report.findings:
-        ui.print_text(finding_line(f))
+        ui.print_text(_wrapped(finding_line(f)) if wrap else finding_line(f))
     events.emit("ok" if report.ok else "fail", summary(report))
+
+
+def _wrapped(text: str, width: int = 100) -> str:
+    """A finding on a terminal: its ``FILE:LINE: PACKAGE:`` head first, the rest wrapped under it."""
+    import textwrap
+
+    return textwrap.fill(text, width=width, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def _written(reports: list[FileReport], policy: Policy | None, args: argparse.Namespace) -> int:
