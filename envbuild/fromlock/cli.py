@@ -118,7 +118,7 @@ def _print_plan(prepared: Prepared) -> None:
                                      p.artifact.filename if p.artifact else p.line, p.why)]
                 for p in plan.stage(stage)]
         ui.print_table(f"stage {n}/{len(stages)} {stage}: {STAGE_WORDS[stage]}", ["package", "version", "file", "why"],
-                       rows)
+                       rows, max_width=100, keep=1)
     for name, why in plan.left_out:
         ui.print_text(f"not installed: {name}: {why}")
 
