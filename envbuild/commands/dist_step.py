@@ -10,11 +10,11 @@ from typing import Any
 from envbuild.commands import ui
 from envbuild.commands.common import amount_arg, count_arg, path_arg, seconds_arg
 from envbuild.commands.smoke import (
+    ReceiptFacts,
     add_target_args,
     log_path,
     resolve_target,
     save_receipt,
-    start_provenance,
     target_env,
 )
 from envbuild.errors import ExitCode
@@ -83,15 +83,15 @@ def run(args: argparse.Namespace) -> int:
     plan_mesh(nproc * args.nnodes, args.dp, args.tp, args.ep)  # before anything is launched or written
     regime = f"torchrun-{'standalone' if args.nnodes == 1 and not args.rdzv_endpoint else 'c10d'} " \
              f"{args.nnodes}x{nproc} {'gloo' if opts.cpu else 'nccl'}"
-    prov = start_provenance(spec, regime)
+    facts = ReceiptFacts.start(args, spec, python, regime)
     log = log_path(paths, "dist-step.log")
     res = run_dist_step(python, opts, gpu_count=gpus, log_file=log, base_env=target_env(spec, paths))
     r = res.result
     mesh = r.get("mesh", {})
     regime += f" dp{mesh.get('dp')}xtp{mesh.get('tp')} ep{mesh.get('ep')}"
     payload = {**r, "ok": res.ok, "returncode": res.returncode, "torchrun_seconds": res.seconds,
-               "launch_regime": regime}
-    receipt = save_receipt(args, paths, "dist-step", payload, spec=spec, python=python, provenance=prov)
+               "torchrun_launched_at": res.started, "launch_regime": regime}
+    receipt = save_receipt(paths, "dist-step", payload, spec=spec, python=python, facts=facts)
     if args.json:
         ui.print_json({**payload, "receipt": receipt})
     else:

@@ -7,9 +7,11 @@ Also holds the target-venv arguments that ``dist-step`` shares (``--root``, ``--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import events
 from envbuild.commands import ui
@@ -26,6 +28,9 @@ from envbuild.errors import ExitCode, PreflightError
 from envbuild.layout import Paths, overlay_env
 from envbuild.proof.provenance import Provenance, capture
 from envbuild.spec import StackSpec
+
+if TYPE_CHECKING:
+    from envbuild.proof.receipt import HostSnapshot
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
@@ -54,19 +59,53 @@ def resolve_target(args: argparse.Namespace) -> tuple[StackSpec, Paths, Path]:
     return found.spec, found.paths, python
 
 
-def start_provenance(spec: StackSpec, regime: str) -> Provenance:
-    """Provenance first, before any heavy work: what ran is recorded before torch is imported."""
-    return capture(profile=spec.name, launch_regime=regime)
+class ReceiptFacts:
+    """What a receipt records beside the result, taken on a thread while the proof runs: the
+    provenance (the git state as the command starts, before torch is imported), the host
+    (``nvidia-smi``, compilers) and the venv's inventory (a subprocess in the venv). None of it
+    depends on the proof's outcome, and taken after it they added about a second to every run
+    (bench/README.md). What the thread could not take, ``write_receipt`` takes (and reports)."""
+
+    def __init__(self, spec: StackSpec, python: Path, regime: str) -> None:
+        self.spec, self.python, self.regime = spec, python, regime
+        self.provenance: Provenance | None = None
+        self.host: HostSnapshot | None = None
+        self.software: dict[str, Any] | None = None
+        self._thread = threading.Thread(target=self._take, name="envbuild-receipt-facts", daemon=True)
+
+    @classmethod
+    def start(cls, args: argparse.Namespace, spec: StackSpec, python: Path, regime: str) -> ReceiptFacts | None:
+        """Start taking them; None with ``--no-receipt`` (nothing is taken)."""
+        if args.no_receipt:
+            return None
+        facts = cls(spec, python, regime)
+        facts._thread.start()
+        return facts
+
+    def _take(self) -> None:
+        from envbuild.proof.receipt import inventory, snapshot_host
+
+        with contextlib.suppress(Exception):
+            self.provenance = capture(profile=self.spec.name, launch_regime=self.regime)
+            self.host = snapshot_host(self.spec, provenance=self.provenance)
+            self.software = inventory(self.python)
+
+    def wait(self) -> None:
+        self._thread.join()
 
 
-def save_receipt(args: argparse.Namespace, paths: Paths, kind: str, payload: dict[str, Any], *,
-                 spec: StackSpec, python: Path, provenance: Provenance) -> str | None:
-    if args.no_receipt:
+def save_receipt(paths: Paths, kind: str, payload: dict[str, Any], *, spec: StackSpec, python: Path,
+                 facts: ReceiptFacts | None) -> str | None:
+    """Write the receipt (None: ``--no-receipt``, whose ``facts`` are None, or a data root that
+    cannot take it, said in a warning)."""
+    if facts is None:
         return None
     from envbuild.proof.receipt import write_receipt
 
+    facts.wait()
     try:
-        return str(write_receipt(paths, kind, payload, spec=spec, python=python, provenance=provenance))
+        return str(write_receipt(paths, kind, payload, spec=spec, python=python, provenance=facts.provenance,
+                                 host=facts.host, software=facts.software))
     except OSError as exc:
         events.emit("warn", f"could not write the receipt under {paths.receipts}: {exc.strerror or exc}; "
                             "pass --root DIR for a writable data root, or --no-receipt")
@@ -83,8 +122,16 @@ def log_path(paths: Paths, name: str) -> Path | None:
 
 
 def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
-    """The caller's environment with the venv's overlay (caches on the data root, the baseline)."""
+    """The caller's environment with the venv's overlay (caches on the data root, the baseline).
+
+    Bytecode writing is on (``PYTHONDONTWRITEBYTECODE`` is not passed on): pip writes every
+    installed module's bytecode at install whatever that variable says, uv does not, so in a
+    venv uv made under it each process would compile torch's ~1,900 modules from source again
+    (about 3 CPU seconds per process here, 4 processes per smoke and dist-step; bench/README.md).
+    The proofs' imports leave the bytecode in the venv, where a later run, and the user's own
+    processes, read it even with the variable set."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(overlay_env(spec, paths))
     return env
 
@@ -107,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     from envbuild.proof.smoke import run_smoke
 
     spec, paths, python = resolve_target(args)
-    prov = start_provenance(spec, "single-process")
+    facts = ReceiptFacts.start(args, spec, python, "single-process")
     log = log_path(paths, "smoke.log")
     only: tuple[str, ...] = tuple(args.only)
     imports: tuple[str, ...] = ()
@@ -122,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
                     env=target_env(spec, paths), timeout=args.timeout)
     payload = {"ok": res.ok, "seconds": res.seconds, "environment": res.environment,
                "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
-               "launch_regime": "single-process", **({"selection": chosen.to_json()} if chosen else {})}
-    receipt = save_receipt(args, paths, "smoke", payload, spec=spec, python=python, provenance=prov)
+               "launch_regime": "single-process", "timing": {"launched_at": res.started, "timeline": res.timeline},
+               **({"selection": chosen.to_json()} if chosen else {})}
+    receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
     if args.json:
         ui.print_json({**payload, "checks": res.checks, "receipt": receipt})
     else:

@@ -1,9 +1,10 @@
 """Launch the distributed step: ``torchrun`` from the target venv, one process per GPU.
 
-The worker (``envbuild/dist/worker.py``) runs inside the venv's interpreter and never imports
-envbuild; this side builds the torchrun command line and the environment (the NCCL/allocator
-baseline of ``layout.RUNTIME_BASELINE`` over the caller's environment), streams the output into
-a log, and reads back the worker's JSON result.
+The worker (``worker.py``) runs inside the venv's interpreter and never imports envbuild; this
+side builds the torchrun command line and the environment (the NCCL/allocator baseline of
+``layout.RUNTIME_BASELINE`` over the caller's environment), streams the output into a log, and
+reads back the worker's JSON result. torchrun runs as ``python agent.py ARGS``: torchrun's own
+``main`` as its console script calls it, ending without the interpreter's teardown (``agent.py``).
 
 Single node: ``torchrun --standalone``. Several nodes: torchrun's c10d rendezvous
 (``--nnodes N --rdzv-endpoint HOST:PORT --rdzv-id ID``), run once per node; every node's local
@@ -30,6 +31,7 @@ from envbuild.proof.diststep.watch import Watchdog, describe_hang, end_workers, 
 from envbuild.run import run
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
+AGENT = Path(__file__).resolve().parent / "agent.py"  # torchrun's main, without the interpreter's teardown
 RESULT_MARK = "ENVBUILD_DIST_RESULT "
 SEQ_LEN = 32  # the worker's default --seq: tensor parallel shards it, so tp must divide it
 
@@ -114,6 +116,7 @@ class DistResult:
     log_file: Path | None
     result: dict[str, Any]  # the worker's JSON (empty when it never got that far)
     tail: str
+    started: float = 0.0  # time.time() at torchrun's launch (the ranks' timelines start later)
 
 
 def launch_env(base: Mapping[str, str], *, cpu: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -132,7 +135,7 @@ def launch_env(base: Mapping[str, str], *, cpu: bool, extra: Mapping[str, str] |
 
 def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: Path,
                   heartbeats: Path | None = None) -> list[str]:
-    argv = [str(python), "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--max-restarts", "0"]
+    argv = [str(python), str(AGENT), "--nproc-per-node", str(nproc), "--max-restarts", "0"]
     if opts.nnodes == 1 and not opts.rdzv_endpoint:
         # one node: the workers reach the rendezvous store on the loopback address, not on the
         # host's name (torchrun's default, its FQDN): a host whose name does not resolve (a
@@ -192,7 +195,7 @@ def run_dist_step(
         else:
             events.emit("debug", line)
 
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     cancel = threading.Event()
     stall = min(opts.stall_timeout, opts.timeout)
     watchdog = Watchdog(beats, marker=str(out), stall_after=stall, deadline=start + opts.timeout, cancel=cancel)
@@ -230,7 +233,7 @@ def run_dist_step(
         )
     return DistResult(ok=bool(result.get("ok")) and res.returncode == 0, returncode=res.returncode,
                       seconds=time.monotonic() - start, argv=res.argv, log_file=log_file,
-                      result=result, tail=res.tail)
+                      result=result, tail=res.tail, started=started)
 
 
 

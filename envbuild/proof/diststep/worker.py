@@ -275,6 +275,11 @@ class Heartbeat:
         self.state = {"rank": rank, "pid": os.getpid(), "host": os.uname().nodename, "phase": "start",
                       "op": None, "op_seq": 0, "in_op": False}
         self.interval = interval
+        # each phase, the time.time() it began and this process's CPU seconds by then: where the
+        # run's seconds went (bench/bench_rerun.py). The first, from the process's start: the
+        # interpreter and the imports of torch and torch.distributed.
+        self.timeline: list[tuple[str, float, float]] = [("imports", process_started(), 0.0),
+                                                         ("start", time.time(), time.process_time())]
         if self.path:
             os.makedirs(folder, exist_ok=True)  # type: ignore[arg-type]
             self.write()
@@ -292,6 +297,7 @@ class Heartbeat:
 
     def phase(self, text: str) -> None:
         self.state["phase"] = text
+        self.timeline.append((text, time.time(), time.process_time()))
         self.write()
 
     def _wrap(self, name: str, fn):  # type: ignore[no-untyped-def]
@@ -321,6 +327,16 @@ class Heartbeat:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def process_started() -> float:
+    """When this process started (``time.time()`` scale, 10 ms ticks), from ``/proc``; now elsewhere."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: ticks after boot
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.time()
 
 
 def sync(dev: torch.device) -> None:
@@ -560,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     # -- parity with the reference: losses, grad norms, final weights
     full = {}
     for name, p in model.named_parameters():
-        full[name] = p.full_tensor() if isinstance(p, DTensor) else p.detach()
+        full[name] = (p.full_tensor() if isinstance(p, DTensor) else p).detach()
     ref_params = dict(ref.named_parameters())
     weight_diff = max(float((full[n].float() - ref_params[n].detach().float()).abs().max()) for n in full)
     loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses, strict=True))
@@ -600,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
 
     me = {"rank": rank, "local_rank": local_rank, "host": os.uname().nodename,
           "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
-          "step_seconds": step_times, "peak_memory": peak}
+          "step_seconds": step_times, "peak_memory": peak, "timeline": beat.timeline}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
     dist.all_gather_object(everyone, me)
 

@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class SmokeResult:
     seconds: float
     returncode: int
     log_file: Path | None
+    started: float = 0.0  # time.time() at the launch: with ``timeline``, where the seconds went
+    timeline: list[Any] = field(default_factory=list)  # checks.py's phases: [name, time.time(), CPU s]
 
 
 def describe(res: dict[str, Any]) -> tuple[events.Level, str]:
@@ -116,7 +118,7 @@ def run_smoke(
         run_env = dict(os.environ if env is None else env)
         # inductor's cache in this run's temporary folder when the overlay names none (no /tmp leftovers)
         run_env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor"))
-        start = time.monotonic()
+        start, started = time.monotonic(), time.time()
         try:
             res = run(argv, log_file=log_file, env=run_env, timeout=timeout, on_line=on_line)
         except FileNotFoundError:
@@ -136,4 +138,5 @@ def run_smoke(
         doc = json.loads(out.read_text(encoding="utf-8"))
     return SmokeResult(ok=bool(doc.get("ok")) and res.returncode == 0, checks=doc.get("checks", []),
                        environment=doc.get("environment", {}), seconds=time.monotonic() - start,
-                       returncode=res.returncode, log_file=log_file)
+                       returncode=res.returncode, log_file=log_file, started=started,
+                       timeline=doc.get("timeline", []))

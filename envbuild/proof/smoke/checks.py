@@ -502,7 +502,21 @@ def run_one(name: str, fn: Callable[[bool], Result], quick: bool) -> Result:
     return res
 
 
+def process_started() -> float:
+    """When this process started (``time.time()`` scale, 10 ms ticks), from ``/proc``; now elsewhere."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: ticks after boot
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.time()
+
+
 def main(argv: list[str] | None = None) -> int:
+    # each phase, the time.time() it began and this process's CPU seconds by then: where the run's
+    # seconds went (bench/bench_rerun.py); the first is the interpreter and `import torch`
+    timeline: list[tuple[str, float, float]] = [("imports", process_started(), 0.0),
+                                                ("start", time.time(), time.process_time())]
     p = argparse.ArgumentParser(description="envbuild kernel smoke tests")
     p.add_argument("--out", required=True)
     p.add_argument("--only", action="append", default=[], help="run only this check (repeatable)")
@@ -525,18 +539,21 @@ def main(argv: list[str] | None = None) -> int:
         for name, fn in CHECKS.items():
             if args.only and name not in args.only:
                 continue
+            timeline.append((name, time.time(), time.process_time()))
             res = run_one(name, fn, args.quick)
             results.append(res)
             print("ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}), flush=True)
         for dist in args.imports:
+            timeline.append((f"import {dist}", time.time(), time.process_time()))
             res = run_one(f"import {dist}", check_import(dist), args.quick)
             results.append(res)
             print("ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}), flush=True)
     finally:
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
+    timeline.append(("result", time.time(), time.process_time()))
     doc = {"environment": environment(), "checks": results, "seconds": time.perf_counter() - t0,
-           "ok": not any(r["verdict"] == "fail" for r in results)}
+           "ok": not any(r["verdict"] == "fail" for r in results), "timeline": timeline}
     tmp = f"{args.out}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
@@ -545,4 +562,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The result is written and flushed: leave without the interpreter's teardown, which frees
+    # torch's, dynamo's and inductor's objects one by one (over a CPU second; bench/README.md).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
