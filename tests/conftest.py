@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +38,7 @@ LONG_TIMEOUTS = {"image": 3600, "seed_twin": 1800}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what a test needs from the fixtures it uses, so that a new test of a real install
     needs no mark to stay out of `make check`: slow and pip_sources for the fixtures above,
-    network for every pip_sources test; and the longer timeouts above."""
+    network for every pip_sources test; and the longer timeouts above. Then the slowest files first."""
     for item in items:
         used = frozenset(getattr(item, "fixturenames", ()))
         if used & SLOW_FIXTURES and not item.get_closest_marker("slow"):
@@ -51,6 +52,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 if item.get_closest_marker(mark):
                     item.add_marker(pytest.mark.timeout(seconds))
                     break
+    # pytest-xdist hands out whole files in this order (--dist loadfile): the heaviest files first
+    # (a slow test counts 1, one that installs real torch or the twin 4), so that a run does not
+    # end on one worker still in a long file while the other waits. The sort is stable: files
+    # stay whole and a file's tests keep their order.
+    weight: Counter[Path] = Counter()
+    for item in items:
+        weight[item.path] += 4 if item.get_closest_marker("network") else 1 if item.get_closest_marker("slow") else 0
+    items.sort(key=lambda item: -weight[item.path])
 
 
 @pytest.fixture(scope="session", autouse=True)
