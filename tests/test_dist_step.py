@@ -38,6 +38,15 @@ def test_two_process_gloo(torch_venv: Path, tmp_path: Path, capsys: pytest.Captu
     assert len(doc["timing"]) and doc["timing"]["first_step_seconds"] > 0
     assert [r["rank"] for r in doc["ranks"]] == [0, 1] and doc["ranks"][0]["peak_memory"]["rss_mb"] > 0
     assert doc["env"]["TORCH_NCCL_HIGH_PRIORITY"] == "1" and doc["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] is None
+    # where the seconds went: every rank's phases from its process's start, in order, after the launch
+    for rank in doc["ranks"]:
+        names = [n for n, _, _ in rank["timeline"]]
+        assert names[:4] == ["imports", "start", "init_process_group", "reference (single process)"]
+        assert names[-1] == "gather results" and [n for n in names if n.startswith("step ")] == \
+            ["step 1/3", "step 2/3", "step 3/3"]
+        times = [t for _, t, _ in rank["timeline"]]
+        assert doc["torchrun_launched_at"] < times[0] and times == sorted(times)
+        assert times[-1] < doc["torchrun_launched_at"] + doc["torchrun_seconds"]
     receipt = json.loads(Path(doc["receipt"]).read_text())
     assert receipt["kind"] == "dist-step"
     assert receipt["names"]["launch_regime"] == "torchrun-standalone 1x2 gloo dp1xtp2 ep2"
@@ -185,6 +194,28 @@ def test_two_agents_c10d_rendezvous(torch_venv: Path, tmp_path: Path) -> None:
         doc = json.loads(out)
         assert doc["ok"] and doc["world_size"] == 2 and doc["nnodes"] == 2
         assert doc["launch_regime"].startswith("torchrun-c10d 2x1 gloo")
+
+
+AGENT = REPO / "envbuild" / "proof" / "diststep" / "agent.py"
+
+
+def test_agent_is_torchrun_with_its_exit_status(torch_venv: Path, tmp_path: Path) -> None:
+    """agent.py runs torchrun's own main (every dist-step above runs through it): a worker that
+    fails is torchrun's ChildFailedError report and exit 1, as the torchrun script gives; an
+    unknown option is argparse's exit 2. It never imports envbuild (it runs in the target venv)."""
+    text = AGENT.read_text()
+    assert "import envbuild" not in text and "from envbuild" not in text
+    script = tmp_path / "rank.py"
+    script.write_text("import os, sys\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+                      "sys.exit(int(sys.argv[1]))\n")
+    python = str(torch_venv / "bin" / "python")
+    base = [python, str(AGENT), "--nproc-per-node", "1", "--standalone", "--local-addr", "127.0.0.1"]
+    failed = subprocess.run([*base, "--max-restarts", "0", str(script), "3"], capture_output=True, text=True,
+                            timeout=120)
+    assert "rank 0 of 1" in failed.stdout, failed.stderr[-3000:]
+    assert failed.returncode == 1 and "ChildFailedError" in failed.stderr and "exitcode  : 3" in failed.stderr
+    usage = subprocess.run([python, str(AGENT), "--no-such-option"], capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and "usage: torchrun" in usage.stderr
 
 
 def test_usage_errors(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,7 +33,17 @@ def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     receipt = json.loads(Path(doc["receipt"]).read_text())
     assert receipt["kind"] == "smoke" and receipt["payload"]["ok"] is True
     assert receipt["names"]["launch_regime"] == "single-process"
+    # taken on a thread while the checks ran: provenance, the venv's inventory
+    assert receipt["provenance"]["argv"] and any(d["name"] == "torch" for d in receipt["software"]["distributions"])
     assert (tmp_path / "logs" / "smoke.log").is_file()
+    # where the seconds went: the process's start (interpreter, import torch), each check, the result
+    timing = doc["timing"]
+    names = [n for n, _, _ in timing["timeline"]]
+    assert names == ["imports", "start", *(c["name"] for c in doc["checks"]), "result"]
+    times = [t for _, t, _ in timing["timeline"]]
+    cpu = [c for _, _, c in timing["timeline"]]
+    assert timing["launched_at"] - 1 < times[0] and times == sorted(times) and cpu == sorted(cpu)
+    assert times[-1] <= timing["launched_at"] + doc["seconds"]
 
 
 @pytest.mark.slow
@@ -60,6 +70,24 @@ def test_smoke_missing_venv_and_torchless_python(tmp_path: Path, capsys: pytest.
     code = main(["smoke", "--python", sys.executable, "--root", str(tmp_path)])  # envbuild's venv: no torch
     err = capsys.readouterr().err
     assert code == 3 and "torch is not installed" in err and "Traceback" not in err
+
+
+def test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode(torch_venv: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv installs no bytecode and a caller's PYTHONDONTWRITEBYTECODE=1 would keep every run
+    compiling torch from source: the proofs run with bytecode writing on. A module of this
+    test's own that the proof's interpreter imports at start (sitecustomize, from PYTHONPATH)
+    gets its .pyc; the caller's own environment keeps the variable."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("# imported by the proof's interpreter at its start\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path / "root"), "--only", "sdpa",
+                 "--no-receipt"])
+    assert code == 0
+    assert list((site / "__pycache__").glob("sitecustomize.*.pyc"))
+    assert os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
 def test_checks_script_is_standalone() -> None:
