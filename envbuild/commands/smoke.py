@@ -126,8 +126,9 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
 
     Bytecode writing is on (``PYTHONDONTWRITEBYTECODE`` is not passed on): pip writes every
     installed module's bytecode at install whatever that variable says, uv does not, so in a
-    venv uv made under it each process would compile torch's ~1,900 modules from source again
-    (about 3 CPU seconds per process here, 4 processes per smoke and dist-step; bench/README.md).
+    venv uv made under it every process would compile the ~1,100 modules of ``import torch``
+    from source again (2.9 CPU s more per process on 2 vCPUs; smoke's imports 2,500 modules and
+    dist-step starts 3 such processes; bench/README.md).
     The proofs' imports leave the bytecode in the venv, where a later run, and the user's own
     processes, read it even with the variable set."""
     env = dict(os.environ)
