@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`make demo` again: the first run on a new data root against the runs after it, phase by phase.
 
-    python bench/bench_rerun.py [--rounds 3] [--root DIR] [--out results.json] [--bytecode-flag keep|drop]
+    python bench/bench_rerun.py [--rounds 3] [--root DIR] [--compare DIR] [--out results.json]
+                                [--bytecode-flag keep|drop] [--probe-reps 3]
 
 Runs what `make demo` runs (``envbuild provision``, ``smoke`` and ``dist-step --nproc 2`` on the
 cpu profile) into a new data root (default: a temporary folder, removed at the end), once cold and
@@ -18,9 +19,13 @@ smoke and dist-step record (``payload.timing`` of smoke, ``ranks[].timeline`` of
 
 Wall seconds beside CPU seconds (the checks' and rank 0's own process for a phase; user+sys of
 the command and everything it started for a command), and the load average before each command:
-on a shared machine the CPU seconds are the steadier figure. ``--bytecode-flag drop`` runs
-without ``PYTHONDONTWRITEBYTECODE`` (some sandboxes set it; ``keep``, the default, runs with the
-environment as it is). Nothing here is a test; the figures vary with the machine (bench/README.md).
+on a shared machine the CPU seconds are the steadier figure. ``--compare DIR`` runs the envbuild
+of another source tree too (``git archive REV | tar -x -C DIR``), on a data root of its own, its
+runs interleaved with this tree's so a noisy neighbour hits both alike. Then a few probes of one
+process in the venv (``import torch`` with and without bytecode, the interpreter's teardown,
+torchrun with no-op workers). ``--bytecode-flag drop`` runs without ``PYTHONDONTWRITEBYTECODE``
+(some sandboxes set it; ``keep``, the default, runs with the environment as it is). Nothing here
+is a test; the figures vary with the machine (bench/README.md).
 """
 
 from __future__ import annotations
@@ -43,12 +48,12 @@ REPO = Path(__file__).resolve().parents[1]
 Phase = tuple[str, float, float | None]  # name, wall seconds, CPU seconds (None: not measured)
 
 
-def run_command(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """One envbuild command: wall and CPU seconds (its whole process tree), load before, its JSON."""
+def run_command(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> dict[str, Any]:
+    """One command: wall and CPU seconds (its whole process tree), load before, its JSON."""
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     begin = time.time()
-    out = subprocess.run(argv, env=env, capture_output=True, text=True)
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=cwd)
     end = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
@@ -70,6 +75,8 @@ def _spans(timeline: list[list[Any]], end: tuple[float, float | None]) -> dict[s
 
 def smoke_phases(res: dict[str, Any]) -> list[Phase]:
     pay = res["doc"]
+    if "timing" not in pay:
+        return []  # an envbuild that records no timeline (--compare with an older one)
     timing = pay["timing"]
     launched, timeline = timing["launched_at"], timing["timeline"]
     ended = launched + pay["seconds"]  # the checks process has exited and its result is read
@@ -91,6 +98,8 @@ def smoke_phases(res: dict[str, Any]) -> list[Phase]:
 
 def dist_phases(res: dict[str, Any]) -> list[Phase]:
     pay = res["doc"]
+    if "torchrun_launched_at" not in pay:
+        return []
     launched = pay["torchrun_launched_at"]
     ended = launched + pay["torchrun_seconds"]
     rank0 = next(r for r in pay["ranks"] if r["rank"] == 0)
@@ -120,13 +129,54 @@ def dist_phases(res: dict[str, Any]) -> list[Phase]:
     ]
 
 
-def one_run(envbuild: list[str], root: Path, home: Path, env: dict[str, str]) -> dict[str, Any]:
+NOOP_RANK = "import os\nprint('rank', os.environ['RANK'])\n"
+AGENT = REPO / "envbuild" / "proof" / "diststep" / "agent.py"
+
+
+def probes(python: Path, env: dict[str, str], scratch: Path, reps: int) -> dict[str, dict[str, float]]:
+    """What one process of the venv costs, median of ``reps``: the interpreter; ``import torch``
+    with its bytecode, without it (an empty PYTHONPYCACHEPREFIX and -B: compiled from source,
+    nothing written, as under PYTHONDONTWRITEBYTECODE in a venv uv made) and with the
+    interpreter's teardown; torchrun's imports; torchrun (agent.py) with two workers that only
+    print, against the stock ``python -m torch.distributed.run``."""
+    rank = scratch / "noop_rank.py"
+    rank.write_text(NOOP_RANK, encoding="utf-8")
+    empty = scratch / "no-pycache"
+    empty.mkdir(exist_ok=True)
+    torchrun = ["--nproc-per-node", "2", "--max-restarts", "0", "--standalone", "--local-addr", "127.0.0.1", str(rank)]
+    quiet = {**env, "OMP_NUM_THREADS": "1"}
+    cases: dict[str, tuple[list[str], dict[str, str]]] = {
+        "python -c pass": ([str(python), "-c", "pass"], env),
+        "import torch (bytecode), no teardown": ([str(python), "-c", "import os, torch; os._exit(0)"], env),
+        "import torch (no bytecode), no teardown": (
+            [str(python), "-B", "-c", "import os, torch; os._exit(0)"], {**env, "PYTHONPYCACHEPREFIX": str(empty)}),
+        "import torch (bytecode), with teardown": ([str(python), "-c", "import torch"], env),
+        "import torch.distributed.run, no teardown": (
+            [str(python), "-c", "import os, torch.distributed.run; os._exit(0)"], env),
+        "torchrun (agent.py), 2 no-op workers": ([str(python), str(AGENT), *torchrun], quiet),
+        "torchrun (python -m torch.distributed.run), 2 no-op workers": (
+            [str(python), "-m", "torch.distributed.run", *torchrun], quiet),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, (argv, penv) in cases.items():
+        walls, cpus = [], []
+        for _ in range(reps):
+            res = run_command(argv, penv)
+            walls.append(res["wall"])
+            cpus.append(res["cpu"])
+        out[name] = {"wall": statistics.median(walls), "cpu": statistics.median(cpus)}
+    return out
+
+
+def one_run(src: Path, root: Path, home: Path, env: dict[str, str]) -> dict[str, Any]:
+    """provision, smoke, dist-step as `make demo` runs them, with the envbuild of the tree ``src``."""
+    envbuild = [sys.executable, "-m", "envbuild"]  # run in ``src``: its envbuild, its lockfiles/
     common = ["--profile", "cpu", "--root", str(root)]
-    prov = run_command([*envbuild, "provision", *common, "--home", str(home)], env)
-    smoke = run_command([*envbuild, "smoke", *common, "--json"], env)
-    dist = run_command([*envbuild, "dist-step", *common, "--nproc", "2", "--json"], env)
+    prov = run_command([*envbuild, "provision", *common, "--home", str(home)], env, src)
+    smoke = run_command([*envbuild, "smoke", *common, "--json"], env, src)
+    dist = run_command([*envbuild, "dist-step", *common, "--nproc", "2", "--json"], env, src)
     if not (smoke["doc"].get("ok") and dist["doc"].get("ok")):
-        raise SystemExit("a proof failed: see the logs under the data root")
+        raise SystemExit(f"a proof failed: see the logs under {root}")
     phases: list[Phase] = [("provision", prov["wall"], prov["cpu"]), *smoke_phases(smoke), *dist_phases(dist)]
     return {
         "wall": prov["wall"] + smoke["wall"] + dist["wall"],
@@ -134,7 +184,6 @@ def one_run(envbuild: list[str], root: Path, home: Path, env: dict[str, str]) ->
         "commands": {name: {"wall": r["wall"], "cpu": r["cpu"], "load_before": r["load"]}
                      for name, r in (("provision", prov), ("smoke", smoke), ("dist-step", dist))},
         "phases": [{"phase": n, "wall": w, "cpu": c} for n, w, c in phases],
-        "compile_cache": next((c.get("seconds") for c in smoke["doc"]["checks"] if c["name"] == "torch.compile"), None),
     }
 
 
@@ -168,8 +217,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="runs after the first (default 3)")
     ap.add_argument("--root", type=Path, help="data root (default: a new temporary folder, removed afterwards)")
+    ap.add_argument("--compare", type=Path, metavar="DIR",
+                    help="also run the envbuild of this source tree (e.g. `git archive` of an older commit), on a "
+                         "data root of its own, its runs interleaved with this tree's")
     ap.add_argument("--bytecode-flag", choices=("keep", "drop"), default="keep",
                     help="keep PYTHONDONTWRITEBYTECODE as the environment has it, or drop it")
+    ap.add_argument("--probe-reps", type=int, default=3, help="repetitions of each probe (0: none)")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k != "ENVBUILD_ROOT"}
@@ -177,27 +230,39 @@ def main() -> int:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["NO_COLOR"] = "1"
     scratch = Path(tempfile.mkdtemp(prefix="envbuild-bench-rerun-"))
-    root = (args.root or scratch / "data").absolute()
-    envbuild = [sys.executable, "-m", "envbuild"]
+    trees = {"this": (REPO, (args.root or scratch / "data").absolute())}
+    if args.compare:
+        trees["compare"] = (args.compare.absolute(), scratch / "compare-data")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     try:
-        runs = []
         for i in range(1 + args.rounds):
-            runs.append(one_run(envbuild, root, scratch / "home", env))
-            r = runs[-1]
-            print(f"run {i + 1}{' (first)' if i == 0 else ''}: {r['wall']:.1f} s wall, {r['cpu']:.1f} CPU s; "
-                  + ", ".join(f"{k} {v['wall']:.1f} s (load {v['load_before']:.1f})" for k, v in r["commands"].items()),
-                  flush=True)
+            for name, (src, root) in trees.items():
+                r = one_run(src, root, scratch / f"{name}-home", env)
+                runs[name].append(r)
+                print(f"{name} run {i + 1}{' (first)' if i == 0 else ''}: {r['wall']:.1f} s wall, {r['cpu']:.1f} "
+                      "CPU s; " + ", ".join(f"{k} {v['wall']:.1f} s (load {v['load_before']:.1f})"
+                                            for k, v in r["commands"].items()), flush=True)
+        python = trees["this"][1] / "venv" / "bin" / "python"
+        probed = probes(python, env, scratch, args.probe_reps) if args.probe_reps else {}
     finally:
         if args.root is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    first, again = runs[0], runs[1:]
-    print(table(first, again))
+    for name, done in runs.items():
+        print(f"\n{name} ({trees[name][0]}):\n" + table(done[0], done[1:]))
+    if probed:
+        print("\n| one process | wall s | CPU s |\n|---|--:|--:|")
+        for name, fig in probed.items():
+            print(f"| {name} | {fig['wall']:.2f} | {fig['cpu']:.2f} |")
     if args.out:
         result = {
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
             "pythondontwritebytecode": env.get("PYTHONDONTWRITEBYTECODE"),
-            "root_was_new": args.root is None, "runs": runs,
-            "median_again_wall": statistics.median(r["wall"] for r in again) if again else None,
+            "root_was_new": args.root is None,
+            "runs": {name: {"src": str(trees[name][0]), "runs": done,
+                            "median_again_wall": statistics.median(r["wall"] for r in done[1:]) if done[1:] else None,
+                            "median_again_cpu": statistics.median(r["cpu"] for r in done[1:]) if done[1:] else None}
+                     for name, done in runs.items()},
+            "probes": probed,
         }
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0
