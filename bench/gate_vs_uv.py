@@ -43,7 +43,8 @@ def uv_torch(project: Path, args: list[str], platform: str, python: str) -> str 
                           "--no-default-groups", "--python", python, *args],
                          cwd=project, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
-        if "incompatible with the" in out.stderr and "conflicts" in out.stderr:
+        said = " ".join(out.stderr.split())  # uv wraps its message at the terminal's width
+        if "incompatible with the" in said and "conflicts" in said:
             return None
         raise SystemExit(f"uv export {' '.join(args)} failed:\n{out.stderr[-2000:]}")
     found = []

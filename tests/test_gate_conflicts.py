@@ -68,7 +68,8 @@ def _uv_export(lock: Path, tmp: Path, args: Sequence[str]) -> str | None:
         out = _run([uv_bin(), "export", "--frozen", "--no-hashes", "--no-header", "--no-annotate", *args],
                    lock.parent, tmp, project_config=True)
     except AssertionError as exc:
-        assert "incompatible with the" in str(exc) and "conflicts" in str(exc), exc
+        said = " ".join(str(exc).split())  # uv wraps its message at the terminal's width
+        assert "incompatible with the" in said and "conflicts" in said, exc
         return None
     torches = [ln.split(";")[0].strip().split("==")[1] for ln in out.splitlines() if ln.startswith("torch==")]
     assert len(torches) <= 1, out
