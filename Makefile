@@ -27,8 +27,8 @@ JOBS   ?= auto
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile
 
 .PHONY: check
-## check: the quick loop (about 3 minutes on 2 busy cores): the tests that need no network and run no
-## real installer, i.e. not slow, network or image; `make test` runs the rest too
+## check: the quick loop (about 2 CPU-minutes: 1 to 2 minutes on 2 idle cores, 4 on a busy machine): the tests
+## that need no network and run no real installer, i.e. not slow, network or image; `make test` runs the rest too
 check: $(BIN)/.installed
 	$(PYTEST) -q -m "not slow and not network and not image"
 
