@@ -8,6 +8,7 @@ sync pylock.toml``); the two environments are compared with ``pip list --format 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -36,14 +37,15 @@ HEALTHY = "flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE"
 MISMATCHED = "flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE"
 
 
-def uv_sdist_lock(tmp: Path, idx: GateIndex) -> Path:
-    """uv.lock of ``torch==2.10.0`` (+cu128 on Linux), trainer-utils and a flash-attn-like sdist by URL
+def uv_sdist_lock(tmp: Path, idx: GateIndex, torch: str = "2.10.0") -> Path:
+    """uv.lock of ``torch==TORCH`` (+cu128 on Linux), trainer-utils and a flash-attn-like sdist by URL
     whose build imports torch (it records the torch it saw in ``flash_attn/_build_env.json``), named
-    in ``[tool.uv] no-build-isolation-package`` as projects do for flash-attn."""
+    in ``[tool.uv] no-build-isolation-package`` as projects do for flash-attn. The sdist's bytes are
+    reproducible: every such lock pins the same sha256."""
     sdist = build_sdist(tmp / "sdists", "flash-attn", "2.8.3", requires=["torch", "einops-like"], probe=["torch"])
     idx.server.add_repo("sdists", sdist.parent)
     folder = _folder(tmp, "uv-sdist")
-    deps = ["torch==2.10.0", "trainer-utils==1.0", f"flash-attn @ {idx.server.file_url('sdists', sdist.name)}"]
+    deps = [f"torch=={torch}", "trainer-utils==1.0", f"flash-attn @ {idx.server.file_url('sdists', sdist.name)}"]
     (folder / "pyproject.toml").write_text(f"""[project]
 name = "{PROJECT}"
 version = "0.1.0"
@@ -255,7 +257,6 @@ def test_provision_lock_equals_uv_sync(gate_index: GateIndex, tmp_path: Path,
     receipt = json.loads(Path(doc["receipt"]).read_text())
     source = receipt["payload"]["lock"]
     assert source["lock_file"] == str(lock) and source["environment"] == "linux x86_64, extra cu128"
-    import hashlib
 
     assert source["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
 
@@ -278,6 +279,66 @@ def test_a_torch_sdist_is_built_against_the_installed_torch(gate_index: GateInde
     assert pip_list(ours) == pip_list(theirs)
     built = Venv(ours, home=tmp_path / "home")
     assert json.loads(built.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
+
+
+@pytest.mark.slow
+def test_built_wheels_are_cached_by_key_and_carried_in_the_wheelhouse(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """The builds stage builds the sdist once per key into the wheelhouse's build cache: a provision
+    into a second root from the same wheelhouse compiles nothing (the sdist's build backend never
+    runs) and installs the identical wheel; the lock of another torch rebuilds and names the key
+    part that differs. ``plan --lock`` says which it will be."""
+    compiles = tmp_path / "compiles.log"  # the sdist's backend appends a line per build_wheel
+    wheelhouse = tmp_path / "wheelhouse"
+
+    def offline(command: str, lock: Path, *args: str | Path) -> EnvbuildResult:
+        res = run_envbuild(command, "--lock", lock, "--offline", "--wheelhouse", wheelhouse, *args,
+                           env={"TINY_BACKEND_BUILDS": str(compiles)})
+        assert res.rc == 0, res.output
+        return res
+
+    def build_note(lock: Path) -> str:
+        return str(json.loads(offline("plan", lock, "--json").stdout)["builds"]["flash-attn"])
+
+    def built(root: Path) -> Path:
+        [wheel] = (root / ".envbuild" / "builds").glob("*.whl")  # the copy the builds stage installed
+        return wheel
+
+    def compiled() -> list[str]:
+        return compiles.read_text().splitlines() if compiles.exists() else []
+
+    lock = uv_sdist_lock(tmp_path, gate_index)
+    assert run_envbuild("wheelhouse", "mirror", "--lock", lock, "--out", wheelhouse).rc == 0
+    assert "compiles from the sdist" in build_note(lock)
+    offline("provision", lock, "--root", tmp_path / "one")
+    assert compiled() == ["flash-attn 2.8.3"]
+    cached = build_note(lock)
+    assert cached.startswith(f"built wheel in cache: {wheelhouse / 'builds' / 'wheels'}") and cached.endswith(
+        built(tmp_path / "one").name)
+
+    second = offline("provision", lock, "--root", tmp_path / "two")
+    assert compiled() == ["flash-attn 2.8.3"], second.output  # no compile: the backend did not run
+    assert "from the build cache (no compile)" in second.output
+    one, two = built(tmp_path / "one"), built(tmp_path / "two")
+    assert one.name == two.name and hashlib.sha256(one.read_bytes()).digest() == hashlib.sha256(two.read_bytes()).digest()
+    assert pip_list(tmp_path / "two" / "venv") == pip_list(tmp_path / "one" / "venv")
+    assert {"name": "flash-attn", "version": "2.8.3"} in pip_list(tmp_path / "two" / "venv")  # the lock's version
+    venv = Venv(tmp_path / "two" / "venv", home=tmp_path / "home")
+    assert json.loads(venv.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
+    provenance = json.loads(venv.read("flash_attn-2.8.3.dist-info/envbuild_provenance.json"))
+    assert provenance["torch"]["version"] == "2.10.0+cu128" and provenance["build"]["not_reused"] is None
+
+    other = uv_sdist_lock(tmp_path, gate_index, torch="2.9.1")  # the same sdist (sha256), another torch
+    assert run_envbuild("wheelhouse", "mirror", "--lock", other, "--out", wheelhouse).rc == 0
+    assert "compiles from the sdist" in build_note(other)
+    third = offline("provision", other, "--root", tmp_path / "three")
+    assert compiled() == ["flash-attn 2.8.3", "flash-attn 2.8.3"]
+    why = f"{one.name} was built for another key (torch.payload_sha256"
+    assert why in third.output and "torch.version 2.10.0+cu128, now 2.9.1+cu128" in third.output
+    venv = Venv(tmp_path / "three" / "venv", home=tmp_path / "home")
+    assert json.loads(venv.read("flash_attn/_build_env.json")) == {"torch": "2.9.1+cu128"}
+    provenance = json.loads(venv.read("flash_attn-2.8.3.dist-info/envbuild_provenance.json"))
+    assert "torch.version 2.10.0+cu128, now 2.9.1+cu128" in provenance["build"]["not_reused"]
 
 
 @pytest.mark.slow

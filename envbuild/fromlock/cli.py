@@ -16,6 +16,7 @@ from envbuild.commands.common import path_arg
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.fromlock.record import write_record
 from envbuild.fromlock.run import (
+    DEFAULT_ROOT,
     LockRequest,
     Prepared,
     prepare,
@@ -97,11 +98,29 @@ def plan(args: argparse.Namespace) -> int:
         folder = wheelhouse_folder(req.wheelhouse)
         check_files(prepared.plan, folder, prepared.plan.stages)
         prepared = replace(prepared, plan=in_wheelhouse(prepared.plan, folder))
+    builds = _build_notes(args, prepared, req)
     if args.json:
-        ui.print_json({**prepared.plan.to_json(), "gate": prepared.report.to_json()})
+        ui.print_json({**prepared.plan.to_json(), "builds": builds, "gate": prepared.report.to_json()})
         return 0
     _print_plan(prepared)
+    for name, note in builds.items():
+        ui.print_text(f"build {name}: {note}")
     return 0
+
+
+def _build_notes(args: argparse.Namespace, prepared: Prepared, req: LockRequest) -> dict[str, str]:
+    """{name: a cached built wheel, or that it compiles} of the builds stage (``fromlock.builds``)."""
+    from pathlib import Path
+
+    from envbuild.fromlock.builds import caches, plan_notes
+    from envbuild.fromlock.offline import wheelhouse_folder
+
+    if not prepared.plan.stage("builds"):
+        return {}
+    root = Path(args.root or DEFAULT_ROOT).expanduser()
+    venv = Path(args.venv).expanduser() if args.venv else root / "venv"
+    folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
+    return plan_notes(prepared.plan, caches(root, folder), venv / "bin" / "python")
 
 
 def _print_plan(prepared: Prepared) -> None:

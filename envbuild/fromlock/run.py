@@ -198,6 +198,7 @@ def _will_run(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths) -> s
 
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
+    from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
     from envbuild.provision.core import provision
@@ -232,7 +233,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             files = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
             check_files(plan, folder, _will_run(spec, replace(run_opts, locked=files), paths))
         locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
-        result = provision(spec, replace(run_opts, locked=locked))
+        builds = BuildCache(plan, caches(paths.root, folder), paths.state / "builds", Path(tmp))
+        result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
     return prepared, result
 
 

@@ -6,13 +6,13 @@ without importing the orchestrator.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from envbuild import layout
-from envbuild.plan import Plan
+from envbuild.plan import Plan, PlannedStep
 from envbuild.provision.verify import IMPORT_TIMEOUT
 
 Choice = Literal["auto", "yes", "no"]
@@ -37,6 +37,9 @@ class ProvisionOptions:
     import_timeout: float = IMPORT_TIMEOUT  # seconds the final `import torch` may take
     seed: bool = True  # a new venv gets the installer's seed packages (pip); False: bare, as `uv sync` makes it
     lock_source: Mapping[str, object] = field(default_factory=dict)  # provision --lock: the lock file and environment (receipt)
+    # {step: hook}: the step as it installs, made just before it runs from the venv's python (provision
+    # --lock's builds: wheels from the build cache, built on a miss); such a step is never prefetched
+    prepare_steps: Mapping[str, Callable[[PlannedStep, Path], PlannedStep]] = field(default_factory=dict)
 
 
 @dataclass

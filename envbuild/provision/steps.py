@@ -96,7 +96,7 @@ def run_steps(run: ProvisionRun) -> None:
             if prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
                 later = todo[todo.index(planned) + 1:] if planned in todo else []
-                if later and prefetcher.start(later[0]) is not None:
+                if later and later[0].name not in opts.prepare_steps and prefetcher.start(later[0]) is not None:
                     events.emit("debug", f"prefetching step {later[0].name} while {planned.name} installs")
             run_one(run, planned)
             done = planned.name
@@ -148,6 +148,8 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
     before = abi.scan(site)
     t = time.monotonic()
     try:
+        if (prepare := run.opts.prepare_steps.get(planned.name)) is not None:
+            planned = prepare(planned, run.python)
         run.installer.run_step(planned, spec=spec, python=run.python, steps_dir=paths.state / "steps",
                                constraints=constraints, log_file=log_file, env=step_env, pass_fds=run.pass_fds,
                                timeout=run.opts.step_timeout)

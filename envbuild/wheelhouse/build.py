@@ -3,9 +3,14 @@ torch (no build isolation), repack it (``wheelhouse_repack``), cache it by conte
 
 The cache key covers everything that changes the output: the spec digest (patches included),
 the expanded build environment, the source identity (sdist sha256, git commit, or a hash of a
-source folder), the target interpreter and platform, torch's version, build hash, CUDA and
-RECORD digest, and the compiler versions. Same key, same wheel: no rebuild. Computing the key
-never imports torch (it reads torch's metadata), so a cache hit takes a fraction of a second.
+source folder), the target interpreter and platform, torch's version, build hash (git version),
+CUDA, C++11 ABI flag and payload digest (the RECORD rows of torch's own files: equal for every
+install of the same torch build, whichever venv, installer or shebang), the GPU archs the build
+compiles for (``TORCH_CUDA_ARCH_LIST``, else the visible GPUs' for a CUDA torch) and the compiler
+versions. Same key, same wheel: no rebuild. A wheel of another key is never reused: the miss
+names the key parts that differ from the cached wheel of the same source (``cache_miss``).
+Computing the key never imports torch (it reads torch's files), so a cache hit takes a fraction
+of a second.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ _ERROR_LINE = re.compile(r"\berror\b|Error:", re.IGNORECASE)
 _SKIP_TREE = {".git", "build", "dist", "__pycache__", ".eggs"}
 
 _PROBE = r"""
-import hashlib, importlib.util, json, os, platform, sys, sysconfig
+import csv, hashlib, importlib.util, io, json, os, platform, re, sys, sysconfig
 import importlib.metadata as md
 out = {"executable": sys.executable, "python_version": platform.python_version(),
        "python_tag": "cp%d%d" % sys.version_info[:2], "platform": sysconfig.get_platform(),
@@ -47,7 +52,16 @@ out = {"executable": sys.executable, "python_version": platform.python_version()
 try:
     d = md.distribution("torch")
     out["torch_version"] = d.version
-    out["torch_record_sha256"] = hashlib.sha256((d.read_text("RECORD") or "").encode()).hexdigest()
+    record = d.read_text("RECORD") or ""
+    out["torch_record_sha256"] = hashlib.sha256(record.encode()).hexdigest()
+    # envbuild.abi.Dist.payload_sha256: torch's own files, not the dist-info, .pyc or ../bin scripts
+    rows = {}
+    for row in csv.reader(io.StringIO(record)):
+        if row:
+            rows[row[0]] = row[1] if len(row) > 1 else ""
+    kept = sorted("%s,%s" % (p, h) for p, h in rows.items()
+                  if ".dist-info/" not in p and "__pycache__" not in p and not p.startswith("../"))
+    out["torch_payload_sha256"] = hashlib.sha256("\n".join(kept).encode()).hexdigest()
 except md.PackageNotFoundError:
     pass
 spec = importlib.util.find_spec("torch")
@@ -59,6 +73,13 @@ if spec is not None and spec.submodule_search_locations:
     except Exception:
         pass
     out.update(torch_git_version=ns.get("git_version"), torch_cuda=ns.get("cuda"), torch_hip=ns.get("hip"))
+    try:  # the C++11 ABI torch was built with, as it asks extensions to compile (no import of torch)
+        with open(os.path.join(list(spec.submodule_search_locations)[0], "share", "cmake", "Torch",
+                               "TorchConfig.cmake")) as f:
+            m = re.search(r"_GLIBCXX_USE_CXX11_ABI=([01])", f.read())
+        out["torch_cxx11_abi"] = m.group(1) == "1" if m else None
+    except OSError:
+        out["torch_cxx11_abi"] = None
     if ns.get("__version__"):  # torch.__version__: some builds' dist-info lacks the local tag
         out["torch_dist_version"] = out["torch_version"]
         out["torch_version"] = ns["__version__"]
@@ -106,6 +127,7 @@ class BuildResult:
     key: str
     log_file: Path | None
     removed_requires: tuple[str, ...] = ()
+    not_reused: str | None = None  # cache_miss: why a cached wheel of the same source did not fit
 
 
 def default_cache() -> Path:
@@ -314,17 +336,76 @@ def build_env(spec: WheelSpec) -> dict[str, str]:
     return env
 
 
-def cache_key(spec: WheelSpec, source: Source, target: Target) -> str:
+def key_parts(spec: WheelSpec, source: Source, target: Target) -> dict[str, Any]:
+    """What the cache key is made of, by name (``result.json`` and the provenance record keep it, so
+    a miss can say which part differs)."""
     info = target.info
-    material = {
+    return {
         "format": REPACK_FORMAT, "spec": spec.digest, "env": build_env(spec), "backend": spec.backend,
         "source": source_identity(source), "subdirectory": source.subdirectory,
         "python": info["python_tag"], "platform": info["platform"],
-        "torch": [info["torch_version"], info.get("torch_git_version"), info.get("torch_cuda"),
-                  info.get("torch_record_sha256")],
-        "nvcc": target.nvcc, "cc": target.cc,
+        "torch": {"version": info["torch_version"], "git_version": info.get("torch_git_version"),
+                  "cuda": info.get("torch_cuda"), "cxx11_abi": info.get("torch_cxx11_abi"),
+                  "payload_sha256": info.get("torch_payload_sha256")},
+        "archs": _archs(spec, info), "nvcc": target.nvcc, "cc": target.cc,
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def cache_key(spec: WheelSpec, source: Source, target: Target) -> str:
+    return hashlib.sha256(json.dumps(key_parts(spec, source, target), sort_keys=True).encode()).hexdigest()
+
+
+def _archs(spec: WheelSpec, info: Mapping[str, Any]) -> str | None:
+    """The GPU archs the build compiles for: ``TORCH_CUDA_ARCH_LIST`` as the build sees it, else (a
+    CUDA torch) the visible GPUs' compute capabilities, which torch's extension builder then targets."""
+    env = {**os.environ, **build_env(spec)}
+    if env.get("TORCH_CUDA_ARCH_LIST"):
+        return env["TORCH_CUDA_ARCH_LIST"]
+    if not info.get("torch_cuda") or shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture=True,
+                  separate_stderr=True, timeout=30)
+    except OSError:
+        return None
+    caps = sorted({c.strip() for c in (out.output or "").splitlines() if c.strip()}) if out.ok else []
+    return "visible GPUs: " + ";".join(caps) if caps else None
+
+
+def cache_miss(cache: Path, parts: Mapping[str, Any], key: str) -> str | None:
+    """Why the cached wheels of the same package and source do not fit ``parts``: the key parts each
+    differs in (``torch.version 2.10.0+cu128, now 2.9.1+cu128``), or None when there are none."""
+    out = []
+    for meta_file in sorted((cache / "wheels").glob("*/result.json")):
+        if meta_file.parent.name == key[:32]:
+            continue
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):
+            continue
+        theirs = meta.get("parts")
+        if not isinstance(theirs, dict) or theirs.get("source") != parts["source"] \
+                or theirs.get("spec") != parts["spec"]:
+            continue
+        differ = [f"{name} {_shown(theirs_v)}, now {_shown(ours_v)}"
+                  for name, theirs_v, ours_v in _diff(theirs, parts)]
+        out.append(f"{meta.get('wheel')} was built for another key ({'; '.join(differ) or 'format'})")
+    return "; ".join(out) or None
+
+
+def _diff(theirs: Mapping[str, Any], ours: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    out: list[tuple[str, Any, Any]] = []
+    for name in sorted(set(theirs) | set(ours)):
+        a, b = theirs.get(name), ours.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _diff(a, b, f"{prefix}{name}.")
+        elif a != b:
+            out.append((f"{prefix}{name}", a, b))
+    return out
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else str(value)
 
 
 def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> BuildResult:
@@ -333,7 +414,8 @@ def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> 
     source = resolve_source(spec, opts)
     requires = tuple(dict.fromkeys(("setuptools", *spec.requires))) if spec.backend == "pip" else spec.requires
     target = target or probe_target(opts.python, requires)
-    key = cache_key(spec, source, target)
+    parts = key_parts(spec, source, target)
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     slot = opts.cache / "wheels" / key[:32]
     meta_file = slot / "result.json"
     if opts.use_cache and meta_file.is_file():
@@ -343,6 +425,9 @@ def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> 
             wheel = _publish(cached_wheel, opts.out)
             events.emit("ok", f"{spec.label}: cached {wheel.name}", spec=spec.name, cached=True)
             return BuildResult(spec.name, meta["version"], wheel, True, time.monotonic() - start, key, None)
+    why = cache_miss(opts.cache, parts, key) if opts.use_cache else None
+    if why:
+        events.emit("info", f"{spec.label}: not reusing the cache: {why}", spec=spec.name)
     if target.info.get("missing"):
         missing = target.info["missing"]
         raise WheelhouseError(
@@ -376,16 +461,18 @@ def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> 
     if built_name != spec.name or built_version.public != spec.version:
         raise WheelhouseError(f"{spec.label}: the source built {built[0].name}, not {spec.name} {spec.version}",
                               hint=f"Check the spec's source ({source.shown}) and version. full log: {log}")
-    provenance = _provenance(spec, source, target, key)
-    repacked = repack_wheel(built[0], slot, local_tag(target.torch_version, target.info.get("torch_cuda")), provenance)
+    provenance = _provenance(spec, source, target, key, parts, why)
+    local = None if spec.keep_version else local_tag(target.torch_version, target.info.get("torch_cuda"))
+    repacked = repack_wheel(built[0], slot, local, provenance)
     atomic_write_json(meta_file, {"wheel": repacked.path.name, "version": repacked.version,
-                                  "sha256": sha256_file(repacked.path), "seconds": round(result.seconds, 1)})
+                                  "sha256": sha256_file(repacked.path), "seconds": round(result.seconds, 1),
+                                  "parts": parts})
     wheel = _publish(repacked.path, opts.out)
     if not opts.keep_work:
         shutil.rmtree(work, ignore_errors=True)
     events.emit("ok", f"{spec.label}: built {wheel.name} in {result.seconds:.1f} s", spec=spec.name, cached=False)
     return BuildResult(spec.name, repacked.version, wheel, False, time.monotonic() - start, key, log,
-                       repacked.removed_requires)
+                       repacked.removed_requires, why)
 
 
 def _prepare_source(spec: WheelSpec, source: Source, opts: BuildOptions, work: Path, log: Path) -> Path:
@@ -413,6 +500,13 @@ def _run_build(spec: WheelSpec, target: Target, src: Path, dist: Path, log: Path
     if spec.backend == "pip":
         argv = [py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
                 "--no-cache-dir", "-v", "-w", str(dist), str(src)]
+    elif spec.backend == "uv":  # the target venv needs no pip or build (uv makes bare venvs)
+        from envbuild.installer.python import find_uv
+
+        uv = find_uv()
+        if uv is None:
+            raise WheelhouseError(f"{spec.label}: the uv build backend needs uv, which is not installed")
+        argv = [uv, "build", "--wheel", "--no-build-isolation", "--python", py, "--out-dir", str(dist), str(src)]
     else:
         argv = [py, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
@@ -448,7 +542,8 @@ def _failure(message: str, res: RunResult) -> WheelhouseError:
     return WheelhouseError(message, hint=redact("\n".join(parts)))
 
 
-def _provenance(spec: WheelSpec, source: Source, target: Target, key: str) -> dict[str, Any]:
+def _provenance(spec: WheelSpec, source: Source, target: Target, key: str, parts: Mapping[str, Any],
+                why: str | None) -> dict[str, Any]:
     info = target.info
     src: dict[str, Any] = {"kind": source.kind, "location": source.shown}
     if source.kind == "sdist":
@@ -463,7 +558,8 @@ def _provenance(spec: WheelSpec, source: Source, target: Target, key: str) -> di
         "schema": PROVENANCE_SCHEMA,
         "tool": f"envbuild {__version__}",
         "torch": {"version": info["torch_version"], "git_version": info.get("torch_git_version"),
-                  "cuda": info.get("torch_cuda"), "record_sha256": info.get("torch_record_sha256")},
+                  "cuda": info.get("torch_cuda"), "record_sha256": info.get("torch_record_sha256"),
+                  "payload_sha256": info.get("torch_payload_sha256"), "cxx11_abi": info.get("torch_cxx11_abi")},
         "cuda": {"torch": info.get("torch_cuda"), "nvcc": target.nvcc},
         "compiler": {"cc": target.cc, "nvcc": target.nvcc},
         "arch_list": list(spec.arch_list),
@@ -472,7 +568,8 @@ def _provenance(spec: WheelSpec, source: Source, target: Target, key: str) -> di
         "source": src,
         "spec": {"file": spec.path.name, "digest": spec.digest},
         "build": {"backend": spec.backend, "env": {k: redact(v) for k, v in build_env(spec).items()},
-                  "cache_key": key, "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                  "cache_key": key, "key_parts": dict(parts), "not_reused": why,
+                  "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")},
     }
 
 

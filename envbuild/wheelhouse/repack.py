@@ -4,6 +4,8 @@
   torch or PyPI ``triton`` back in.
 - The version gets the local label of the torch it was built against
   (``1.6.1+cu132torch2.12.0.dev20260405``); dist-info and ``.data`` folders are renamed to match.
+  With no label (a lock's build, whose version the lock pins) the version and ``Requires-Dist``
+  stay as built: the provenance record alone names the torch.
 - ``envbuild_provenance.json`` is added to the dist-info.
 - RECORD is rewritten (sha256 + size of every file, RECORD itself without a hash).
 - The input's RECORD is verified first, and an archive with absolute paths, ``..`` components,
@@ -102,14 +104,15 @@ def _edit_metadata(text: str, new_version: str) -> tuple[str, list[str]]:
     return "\n".join(out) + sep + body, removed
 
 
-def repack_wheel(src: Path, dest_dir: Path, local: str, provenance: dict[str, Any]) -> Repacked:
-    """Write the wheelhouse version of ``src`` into ``dest_dir`` and return it."""
+def repack_wheel(src: Path, dest_dir: Path, local: str | None, provenance: dict[str, Any]) -> Repacked:
+    """Write the wheelhouse version of ``src`` into ``dest_dir`` and return it (``local`` None: the
+    version and requirements kept, see the module docstring)."""
     shown = src.name
     try:
         name, version, build_tag, _tags = parse_wheel_filename(src.name)
     except InvalidWheelFilename as exc:
         raise WheelhouseError(f"{shown}: not a wheel file name: {exc}") from None
-    new_version = Version(f"{version.public}+{local}")
+    new_version = Version(f"{version.public}+{local}") if local is not None else version
     try:
         zf = zipfile.ZipFile(src)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -141,7 +144,7 @@ def repack_wheel(src: Path, dest_dir: Path, local: str, provenance: dict[str, An
             if info.is_dir() or info.filename in (f"{old_di}/RECORD", f"{old_di}/{PROVENANCE_FILE}"):
                 continue
             data = zf.read(info)
-            if info.filename == f"{old_di}/METADATA":
+            if info.filename == f"{old_di}/METADATA" and local is not None:
                 text, removed = _edit_metadata(data.decode("utf-8"), str(new_version))
                 data = text.encode("utf-8")
             new_info = zipfile.ZipInfo(rename(info.filename), date_time=info.date_time)

@@ -42,7 +42,7 @@ from envbuild.spec import spec_digest
 
 SCHEMA_VERSION = 1
 SourceKind = Literal["sdist", "git", "path"]
-Backend = Literal["pip", "build"]
+Backend = Literal["pip", "build", "uv"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
 _TOP_KEYS = ("schema", "name", "version", "description", "source", "build")
@@ -86,6 +86,9 @@ class WheelSpec:
     patches: tuple[Path, ...] = ()
     timeout_s: float | None = None
     digest: str  # over the unexpanded spec data and the patch contents
+    # keep the upstream version and Requires-Dist (no +cu...torch... label): a lock's build, whose
+    # version the lock pins (provision --lock's builds stage, ``fromlock.builds``)
+    keep_version: bool = False
 
     @property
     def label(self) -> str:

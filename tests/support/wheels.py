@@ -180,7 +180,8 @@ def build_wheel(
 # An in-tree PEP 517 backend (stdlib only), shipped inside each test sdist under _backend/.
 # It builds a wheel of the project's files; for every module named in "probe" it imports the
 # module at build time and records its __version__ (or null) in <first package>/_build_env.json,
-# so a test can see which torch an (isolated) build compiled against.
+# so a test can see which torch an (isolated) build compiled against. With $TINY_BACKEND_BUILDS
+# set, each build_wheel appends "name version" to that file: a test counts the compiles.
 _INLINE_BACKEND = r"""
 import base64, csv, hashlib, io, json, os, zipfile
 
@@ -205,6 +206,9 @@ def build_sdist(sdist_directory, config_settings=None):
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     name, version, escaped = _CFG["name"], _CFG["version"], _CFG["escaped"]
+    if os.environ.get("TINY_BACKEND_BUILDS"):  # a test counts the builds that ran
+        with open(os.environ["TINY_BACKEND_BUILDS"], "a") as f:
+            f.write(name + " " + version + "\n")
     files = {}
     for rel in _CFG["files"]:
         with open(rel, "rb") as f:

@@ -1,0 +1,139 @@
+"""The ``builds`` stage through the wheelhouse: each sdist that needs torch to build is built once
+per key into a build cache, by ``envbuild.wheelhouse.build`` (no build isolation, against the
+target venv's torch), and installed from there as a wheel; the next venv, host or image with the
+same key installs that wheel and compiles nothing.
+
+The key is the wheelhouse's (``wheelhouse.build.key_parts``): the sdist's sha256 (the lock's), the
+package and version, the Python tag and platform, torch's version, git version, CUDA, C++11 ABI
+flag and payload digest (its own files' RECORD rows: the same for every install of one torch
+build, whatever venv path or installer), the GPU archs (``TORCH_CUDA_ARCH_LIST``, else the visible
+GPUs' for a CUDA torch) and the compilers (gcc, nvcc). A cached wheel of another key is never
+reused: the build says which part differs, and the new wheel's provenance records it.
+
+The wheel keeps the lock's version and requirements (the lock pins them; ``pip list`` equals the
+locker's own install) and carries the provenance record the ABI guard checks against the
+installed torch.
+
+The build caches, looked up in order, the first also the one built into: ``--wheelhouse DIR``'s
+``builds/`` when given (a wheelhouse carried to the next host or image brings its built wheels),
+then the data root's ``<root>/wheelhouse/builds``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from envbuild import events
+from envbuild._io import sha256_file
+from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
+from envbuild.plan import PlannedStep
+from envbuild.spec import spec_digest
+from envbuild.wheelhouse.spec import Backend, Source, WheelSpec
+
+__all__ = ["BuildCache", "caches", "lock_spec", "plan_notes"]
+
+BUILDS = "builds"  # the build cache's folder in a wheelhouse
+
+
+def caches(root: Path, wheelhouse: Path | None) -> tuple[Path, ...]:
+    """The build caches of a provision into ``root`` (see the module docstring)."""
+    out = [wheelhouse / BUILDS] if wheelhouse is not None else []
+    return (*out, root / "wheelhouse" / BUILDS)
+
+
+def lock_spec(p: Placed, lock: Path) -> WheelSpec:
+    """The wheelhouse spec of one ``builds`` entry: the lock's sdist (sha256-checked), built with
+    uv (it needs nothing in the venv; pip when uv is missing: then the venv needs pip)."""
+    from envbuild.installer.python import find_uv
+
+    assert p.artifact is not None
+    parts = urlsplit(p.artifact.url)
+    location = unquote(parts.path) if parts.scheme == "file" else p.artifact.url
+    source = Source(kind="sdist", location=location, sha256=p.artifact.sha256)
+    backend: Backend = "uv" if find_uv() else "pip"
+    return WheelSpec(path=lock, name=p.entry.name, version=p.entry.version or "", source=source, backend=backend,
+                     keep_version=True,
+                     digest=spec_digest({"lock_build": 1, "name": p.entry.name, "version": p.entry.version,
+                                         "sdist_sha256": p.artifact.sha256, "backend": backend}))
+
+
+@dataclass
+class BuildCache:
+    """The ``prepare_steps`` hook of provision for the builds stage (``ProvisionOptions``)."""
+
+    plan: StagePlan
+    caches: tuple[Path, ...]
+    out: Path  # the built wheels' copies and the build logs of this data root
+    folder: Path  # where the stage's rewritten requirements file goes
+
+    def __call__(self, planned: PlannedStep, python: Path) -> PlannedStep:
+        """The step installing the built wheels (from a cache, else built now) by path and sha256."""
+        from envbuild.wheelhouse.build import BuildOptions, build, cache_key, probe_target
+
+        lines = []
+        target = None
+        for p in self.plan.stage("builds"):
+            spec = lock_spec(p, self.plan.chosen.path)
+            assert spec.source is not None
+            target = target or probe_target(python)
+            key = cache_key(spec, spec.source, target)
+            cache = next((c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
+                         self.caches[0])
+            res = build(spec, BuildOptions(python=python, out=self.out, cache=cache), target)
+            how = "from the build cache (no compile)" if res.cached else f"built in {res.seconds:.1f} s"
+            events.emit("info", f"builds: {p.entry.name} {p.entry.version}: {res.wheel.name} {how}",
+                        built=str(res.wheel), cached=res.cached)
+            lines.append(f"{p.entry.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{planned.number:02d}-{planned.name}-wheels.txt"
+        path.write_text(f"# stage builds: {STAGE_WORDS['builds']}; the wheels built from the lock's sdists\n"
+                        + "\n".join(lines) + "\n", encoding="utf-8")
+        return replace(planned, locked_file=path)
+
+
+def plan_notes(plan: StagePlan, caches: tuple[Path, ...], python: Path | None) -> dict[str, str]:
+    """{name: what ``plan --lock`` says of each build}: the cached wheel it installs, or that it
+    compiles. With a venv that has torch (``python``) the key is the full one; before the torch
+    stage is installed, a cached wheel of the same sdist, Python tag and torch version is named
+    (the install checks the rest of the key against the torch it installed)."""
+    import json
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.wheelhouse.build import cache_key, probe_target
+
+    target = None
+    if python is not None and python.exists():
+        try:
+            target = probe_target(python)
+        except EnvbuildError:
+            target = None
+    if target is not None and target.torch_version != plan.torch.version:
+        target = None  # the venv's torch is not the one the lock installs
+    out = {}
+    for p in plan.stage("builds"):
+        spec = lock_spec(p, plan.chosen.path)
+        assert spec.source is not None
+        found = None
+        if target is not None:
+            key = cache_key(spec, spec.source, target)
+            found = next((c / "wheels" / key[:32] for c in caches
+                          if (c / "wheels" / key[:32] / "result.json").is_file()), None)
+        else:
+            tag = "cp" + plan.chosen.env.python.replace(".", "")
+            for meta_file in (m for c in caches for m in sorted((c / "wheels").glob("*/result.json"))):
+                try:
+                    parts = json.loads(meta_file.read_text()).get("parts") or {}
+                except (OSError, ValueError):
+                    continue
+                if parts.get("spec") == spec.digest and parts.get("python") == tag \
+                        and (parts.get("torch") or {}).get("version") == plan.torch.version:
+                    found = meta_file.parent
+                    break
+        if found is None:
+            out[p.entry.name] = "no built wheel in cache for this key: compiles from the sdist"
+            continue
+        wheel = json.loads((found / "result.json").read_text())["wheel"]
+        out[p.entry.name] = f"built wheel in cache: {found / wheel}"
+    return out
