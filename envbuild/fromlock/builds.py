@@ -21,6 +21,7 @@ then the data root's ``<root>/wheelhouse/builds``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -43,27 +44,49 @@ def caches(root: Path, wheelhouse: Path | None) -> tuple[Path, ...]:
     return (*out, root / "wheelhouse" / BUILDS)
 
 
-def lock_spec(p: Placed, lock: Path) -> WheelSpec:
+def lock_spec(name: str, version: str, url: str, sha256: str, lock: Path) -> WheelSpec:
     """The wheelhouse spec of one ``builds`` entry: the lock's sdist (sha256-checked), built with
     uv (it needs nothing in the venv; pip when uv is missing: then the venv needs pip)."""
     from envbuild.installer.python import find_uv
 
-    assert p.artifact is not None
-    parts = urlsplit(p.artifact.url)
-    location = unquote(parts.path) if parts.scheme == "file" else p.artifact.url
-    source = Source(kind="sdist", location=location, sha256=p.artifact.sha256)
+    parts = urlsplit(url)
+    source = Source(kind="sdist", location=unquote(parts.path) if parts.scheme == "file" else url, sha256=sha256)
     backend: Backend = "uv" if find_uv() else "pip"
-    return WheelSpec(path=lock, name=p.entry.name, version=p.entry.version or "", source=source, backend=backend,
-                     keep_version=True,
-                     digest=spec_digest({"lock_build": 1, "name": p.entry.name, "version": p.entry.version,
-                                         "sdist_sha256": p.artifact.sha256, "backend": backend}))
+    return WheelSpec(path=lock, name=name, version=version, source=source, backend=backend, keep_version=True,
+                     digest=spec_digest({"lock_build": 1, "name": name, "version": version, "sdist_sha256": sha256,
+                                         "backend": backend}))
+
+
+def _placed_spec(p: Placed, lock: Path) -> WheelSpec:
+    assert p.artifact is not None
+    return lock_spec(p.entry.name, p.entry.version or "", p.artifact.url, p.artifact.sha256 or "", lock)
+
+
+def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
+    """The specs of a builds step, from its hash-pinned lines (``name @ URL --hash=sha256:HEX``) and
+    its ``name==version`` packages: the same for a lock's plan and an image's stage slice."""
+    from envbuild.fromlock.stack import canonical_name
+
+    assert planned.locked_file is not None
+    versions = {canonical_name(p): p.split("==", 1)[1] for p in planned.step.packages if "==" in p}
+    out = []
+    for line in planned.locked_file.read_text(encoding="utf-8").splitlines():
+        m = _LINE.match(line.strip())
+        if m is None:
+            continue
+        name = canonical_name(m["name"])
+        out.append(lock_spec(name, versions.get(name, ""), m["url"], m["sha256"], lock))
+    return out
+
+
+_LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+)\s+--hash=sha256:(?P<sha256>[0-9a-f]{64})$")
 
 
 @dataclass
 class BuildCache:
     """The ``prepare_steps`` hook of provision for the builds stage (``ProvisionOptions``)."""
 
-    plan: StagePlan
+    lock: Path  # named in the wheels' provenance (spec.file)
     caches: tuple[Path, ...]
     out: Path  # the built wheels' copies and the build logs of this data root
     folder: Path  # where the stage's rewritten requirements file goes
@@ -74,8 +97,7 @@ class BuildCache:
 
         lines = []
         target = None
-        for p in self.plan.stage("builds"):
-            spec = lock_spec(p, self.plan.chosen.path)
+        for spec in _step_specs(planned, self.lock):
             assert spec.source is not None
             target = target or probe_target(python)
             key = cache_key(spec, spec.source, target)
@@ -83,9 +105,9 @@ class BuildCache:
                          self.caches[0])
             res = build(spec, BuildOptions(python=python, out=self.out, cache=cache), target)
             how = "from the build cache (no compile)" if res.cached else f"built in {res.seconds:.1f} s"
-            events.emit("info", f"builds: {p.entry.name} {p.entry.version}: {res.wheel.name} {how}",
-                        built=str(res.wheel), cached=res.cached)
-            lines.append(f"{p.entry.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}")
+            events.emit("info", f"builds: {spec.label}: {res.wheel.name} {how}", built=str(res.wheel),
+                        cached=res.cached)
+            lines.append(f"{spec.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}")
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{planned.number:02d}-{planned.name}-wheels.txt"
         path.write_text(f"# stage builds: {STAGE_WORDS['builds']}; the wheels built from the lock's sdists\n"
@@ -113,7 +135,7 @@ def plan_notes(plan: StagePlan, caches: tuple[Path, ...], python: Path | None) -
         target = None  # the venv's torch is not the one the lock installs
     out = {}
     for p in plan.stage("builds"):
-        spec = lock_spec(p, plan.chosen.path)
+        spec = _placed_spec(p, plan.chosen.path)
         assert spec.source is not None
         found = None
         if target is not None:

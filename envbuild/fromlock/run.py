@@ -233,7 +233,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             files = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
             check_files(plan, folder, _will_run(spec, replace(run_opts, locked=files), paths))
         locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
-        builds = BuildCache(plan, caches(paths.root, folder), paths.state / "builds", Path(tmp))
+        builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
     return prepared, result
 
@@ -242,6 +242,7 @@ def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, dict
     """``provision --lock SLICE``: the stages of one image layer's slice (``fromlock.image``). The gate
     ran when the Dockerfile was rendered; the slice's stages are installed as ``provision_lock``
     installs them, each from its hash-pinned lines, the guard after each."""
+    from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.image import read_slice
     from envbuild.installer import installer_for
     from envbuild.provision.core import provision
@@ -253,6 +254,8 @@ def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, dict
         for n, step in enumerate(spec.steps, 1):
             locked[step.name] = Path(tmp) / f"{n:02d}-{step.name}.txt"
             locked[step.name].write_text(texts[step.name], encoding="utf-8")
+        paths = layout.paths_for(spec, opts.root)
+        builds = BuildCache(path, caches(paths.root, None), paths.state / "builds", Path(tmp))
         result = provision(spec, replace(opts, backend=backend, locked=locked, seed=backend == "pip",
-                                         lock_source=source))
+                                         lock_source=source, prepare_steps={"builds": builds}))
     return spec, source, result
