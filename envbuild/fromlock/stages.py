@@ -16,7 +16,9 @@ with the ABI guard after each.
 4. ``builds``: packages with no wheel for this target whose build needs torch: an sdist of a
    package that depends on torch or is a known CUDA extension, or one the project lists in
    ``[tool.uv] no-build-isolation-package`` / ``extra-build-dependencies``. Built without build
-   isolation against the torch of stage 1. They come after ``rest`` because a build without
+   isolation against the torch of stage 1, by the wheelhouse builder into a build cache keyed by
+   that torch, Python, CUDA, GPU archs and C++ ABI (``fromlock.builds``): the next venv, host or
+   image with the same key installs the cached wheel. They come after ``rest`` because a build without
    isolation finds its build requirements (setuptools, ninja, packaging, psutil) in the
    environment, and the lock installs them there in ``rest`` (uv's own two-phase recipe).
 5. ``project``: the project itself, editable, as ``uv sync`` installs it (unless ``--no-project``,
