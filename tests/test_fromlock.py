@@ -286,8 +286,9 @@ def test_built_wheels_are_cached_by_key_and_carried_in_the_wheelhouse(
         gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     """The builds stage builds the sdist once per key into the wheelhouse's build cache: a provision
     into a second root from the same wheelhouse compiles nothing (the sdist's build backend never
-    runs) and installs the identical wheel; the lock of another torch rebuilds and names the key
-    part that differs. ``plan --lock`` says which it will be."""
+    runs) and installs the identical wheel, though pip installed torch there (another RECORD: the
+    key holds torch's payload digest); the lock of another torch rebuilds and names the key part
+    that differs. ``plan --lock`` says which it will be."""
     compiles = tmp_path / "compiles.log"  # the sdist's backend appends a line per build_wheel
     wheelhouse = tmp_path / "wheelhouse"
 
@@ -297,8 +298,8 @@ def test_built_wheels_are_cached_by_key_and_carried_in_the_wheelhouse(
         assert res.rc == 0, res.output
         return res
 
-    def build_note(lock: Path) -> str:
-        return str(json.loads(offline("plan", lock, "--json").stdout)["builds"]["flash-attn"])
+    def build_note(lock: Path, *args: str | Path) -> str:
+        return str(json.loads(offline("plan", lock, "--json", *args).stdout)["builds"]["flash-attn"])
 
     def built(root: Path) -> Path:
         [wheel] = (root / ".envbuild" / "builds").glob("*.whl")  # the copy the builds stage installed
@@ -315,15 +316,19 @@ def test_built_wheels_are_cached_by_key_and_carried_in_the_wheelhouse(
     cached = build_note(lock)
     assert cached.startswith(f"built wheel in cache: {wheelhouse / 'builds' / 'wheels'}") and cached.endswith(
         built(tmp_path / "one").name)
+    assert build_note(lock, "--root", tmp_path / "one") == cached  # the full key, from the venv's torch there
 
-    second = offline("provision", lock, "--root", tmp_path / "two")
+    second = offline("provision", lock, "--root", tmp_path / "two", "--backend", "pip")
     assert compiled() == ["flash-attn 2.8.3"], second.output  # no compile: the backend did not run
     assert "from the build cache (no compile)" in second.output
     one, two = built(tmp_path / "one"), built(tmp_path / "two")
     assert one.name == two.name and hashlib.sha256(one.read_bytes()).digest() == hashlib.sha256(two.read_bytes()).digest()
-    assert pip_list(tmp_path / "two" / "venv") == pip_list(tmp_path / "one" / "venv")
-    assert {"name": "flash-attn", "version": "2.8.3"} in pip_list(tmp_path / "two" / "venv")  # the lock's version
     venv = Venv(tmp_path / "two" / "venv", home=tmp_path / "home")
+    record = "torch-2.10.0+cu128.dist-info/RECORD"
+    assert venv.read(record) != Venv(tmp_path / "one" / "venv", home=tmp_path / "home").read(record)
+    seeded = {"pip", "setuptools", "wheel"}  # the pip backend's venv has its installer
+    assert [d for d in pip_list(tmp_path / "two" / "venv") if d["name"] not in seeded] == pip_list(tmp_path / "one" / "venv")
+    assert {"name": "flash-attn", "version": "2.8.3"} in pip_list(tmp_path / "two" / "venv")  # the lock's version
     assert json.loads(venv.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
     provenance = json.loads(venv.read("flash_attn-2.8.3.dist-info/envbuild_provenance.json"))
     assert provenance["torch"]["version"] == "2.10.0+cu128" and provenance["build"]["not_reused"] is None
