@@ -182,6 +182,34 @@ def test_sdist_source_patch_and_offline_sources_folder(tmp_path: Path, build_pyt
     assert prov["source"]["patches"][0]["file"] == "greet.patch"
 
 
+def test_a_changed_key_part_rebuilds_and_says_which(tmp_path: Path, build_python: Path, torch_venv: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key holds torch's payload digest as the ABI guard computes it (never the RECORD's bytes,
+    which differ per venv and installer) and the GPU archs the build sees; another arch list is
+    another key: rebuilt, and the miss and the new wheel's provenance name the part that differs."""
+    from envbuild import abi
+    from envbuild.wheelhouse.build import probe_target
+
+    target = probe_target(torch_venv / "bin" / "python")
+    torch = abi.scan(abi.site_packages(torch_venv))["torch"]
+    assert target.info["torch_payload_sha256"] == torch.payload_sha256()
+    assert target.info["torch_git_version"] and target.info["torch_cuda"] is None
+
+    spec = load_wheel_spec(_spec(tmp_path, "pure-pkg", "0.3.1", f'path = "{PACKAGES / "pure_pkg"}"'))
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    first = build(spec, _opts(tmp_path, build_python))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    second = build(spec, _opts(tmp_path, build_python))
+    assert not first.cached and not second.cached and first.key != second.key
+    assert second.not_reused == f"{first.wheel.name} was built for another key (archs none, now 9.0)"
+    with zipfile.ZipFile(second.wheel) as zf:
+        prov = json.loads(zf.read("pure_pkg-0.3.1+cputorch2.13.0.dist-info/envbuild_provenance.json"))
+    assert prov["build"]["not_reused"] == second.not_reused and prov["build"]["key_parts"]["archs"] == "9.0"
+    assert build(spec, _opts(tmp_path, build_python)).cached  # each key keeps its wheel
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    assert build(spec, _opts(tmp_path, build_python)).cached
+
+
 def test_bad_inputs(tmp_path: Path, build_python: Path) -> None:
     sdist = _sdist(tmp_path)
     # missing sdist
