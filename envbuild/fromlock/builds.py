@@ -16,7 +16,8 @@ installed torch.
 
 The build caches, looked up in order, the first also the one built into: ``--wheelhouse DIR``'s
 ``builds/`` when given (a wheelhouse carried to the next host or image brings its built wheels),
-then the data root's ``<root>/wheelhouse/builds``.
+then the data root's ``<root>/wheelhouse/builds``; a wheel found in the latter is copied into the
+former, so the carried wheelhouse holds every wheel its provisions installed.
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ class BuildCache:
             cache = next((c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
                          self.caches[0])
             res = build(spec, BuildOptions(python=python, out=self.out, cache=cache), target)
+            if res.cached and cache != self.caches[0]:  # the carried wheelhouse brings it on too
+                import shutil
+
+                slot = cache / "wheels" / key[:32]
+                shutil.copytree(slot, self.caches[0] / "wheels" / slot.name, dirs_exist_ok=True)
             how = "from the build cache (no compile)" if res.cached else f"built in {res.seconds:.1f} s"
             events.emit("info", f"builds: {spec.label}: {res.wheel.name} {how}", built=str(res.wheel),
                         cached=res.cached)
