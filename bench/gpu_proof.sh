@@ -17,7 +17,7 @@ section() { printf '\n===== %s =====\n' "$*"; }
 if [ "${1:-}" = "prepare" ]; then
   PY="${PYTHON:-$REPO/.venv/bin/python}"  # has setuptools + wheel
   rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-  "$PY" -m pip wheel --no-deps --no-build-isolation -w "$WHEELS" "$REPO" || exit 1
+  "$PY" -m build -q --wheel --outdir "$WHEELS" "$REPO" >/dev/null || exit 1
   "$PY" -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation py \
       --abi none --platform any -d "$WHEELS" packaging requests rich urllib3 idna certifi \
       charset-normalizer markdown-it-py mdurl pygments || exit 1

@@ -392,14 +392,26 @@ def test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted(
 
     base = make_venv("base")  # an image's environment that already holds the lock's torch
     base.pip("install", "--no-deps", "--index-url", gate_index.url("cu128"), "torch==2.10.0+cu128", check=True)
+    base.pip("install", "--no-deps", "--index-url", gate_index.url("pypi"), "trainer-utils==1.0", check=True)
     record = base.dists()["torch"].record.read_bytes()
+    kept = base.dists()["trainer-utils"].record.read_bytes()
+    res = run_envbuild("plan", "--lock", lock, "--venv", base.path, "--json")
+    assert res.rc == 0, res.output
+    left = {x["name"]: x["why"] for x in json.loads(res.stdout)["left_out"]}
+    assert left["torch"].startswith("adopted") and "already in the adopted environment" in left["trainer-utils"]
     res = run_envbuild("provision", "--lock", lock, "--venv", base.path, "--root", tmp_path / "data", "--json")
     assert res.rc == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["adopted_torch"] == "2.10.0+cu128"
     assert "torch" not in stages_of(doc)["torch"]  # kept, not downloaded
+    assert "trainer-utils" not in [n for names in stages_of(doc).values() for n in names]  # as uv sync keeps it
     assert base.dists()["torch"].record.read_bytes() == record
+    assert base.dists()["trainer-utils"].record.read_bytes() == kept
     assert {"nvidia-nccl-cu12", "trainer-utils", "filelock-like"} <= set(base.dists())
+    # the re-run finds what the first run installed there, and is the same finished environment
+    res = run_envbuild("provision", "--lock", lock, "--venv", base.path, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert "nothing to do" in res.output and "==> step" not in res.output
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.fixtures import EnvbuildResult, installer_env
+from support.fixtures import EnvbuildResult, Venv, installer_env
 from support.gatelocks import GateIndex, uv_groups_lock
 from support.index import UnreachablePort
 from test_fromlock import pip_list, uv_sync
@@ -113,3 +113,37 @@ def test_offline_lock_options_are_checked(tmp_path: Path, run_envbuild: Callable
     res = run_envbuild("wheelhouse", "mirror", "--lock", lock, "--platform", "manylinux*", "--out", tmp_path / "wh")
     assert res.rc == 2 and "--platform cannot be used with a lock file" in res.stderr, res.output
     assert not (tmp_path / "data").exists() and not (tmp_path / "wh").exists()
+
+
+@pytest.mark.slow
+def test_a_base_image_gets_only_what_it_lacks(gate_index: GateIndex, tmp_path: Path,
+                                              make_venv: Callable[..., Venv],
+                                              run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """A base image's environment with the lock's torch and runtime: ``mirror --have`` (its ``pip freeze``)
+    mirrors only what it lacks, and the offline provision into it keeps the rest (as on the GPU image:
+    bench/gpu_fromlock.sh)."""
+    lock = uv_groups_lock(tmp_path, gate_index)
+    base = make_venv("base")
+    base.pip("install", "--index-url", gate_index.url("cu128"), "--extra-index-url", gate_index.url("pypi"),
+             "torch==2.10.0+cu128", check=True)
+    freeze = tmp_path / "base-freeze.txt"
+    freeze.write_text(base.pip("freeze", check=True).stdout)
+    record = base.dists()["torch"].record.read_bytes()
+
+    wheelhouse = tmp_path / "wheelhouse"
+    res = run_envbuild("wheelhouse", "mirror", "--lock", lock, "--extra", "cu128", "--have", freeze,
+                       "--out", wheelhouse, "--json")
+    assert res.rc == 0, res.output
+    mirrored = json.loads(res.stdout)["downloaded"]
+    assert mirrored and not any(f.startswith(("torch-", "nvidia_")) for f in mirrored), mirrored
+    res = _no_network(tmp_path, lock, "provision", "--lock", lock, "--extra", "cu128", "--venv", base.path,
+                      "--root", tmp_path / "data", "--offline", "--wheelhouse", wheelhouse)
+    assert res.rc == 0, res.output
+    assert base.dists()["torch"].record.read_bytes() == record
+    assert {"trainer-utils", "nvidia-nccl-cu12"} <= set(base.dists())
+
+    freeze.write_text("torch>=2\n")
+    res = run_envbuild("wheelhouse", "mirror", "--lock", lock, "--extra", "cu128", "--have", freeze,
+                       "--out", tmp_path / "wh2")
+    assert res.rc == 2 and "is not a `name==version` line" in res.stderr, res.output
+    assert not (tmp_path / "wh2").exists()

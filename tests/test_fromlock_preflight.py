@@ -81,3 +81,21 @@ def test_preflight_lock_checks_the_driver_and_the_gpu_architecture(
     assert res.rc == 3, res.output
     arch = _checks(res)["lock-arch"]
     assert arch["verdict"] == "fail" and "compute capability 7.0: CUDA 13.0" in arch["detail"]
+
+
+def test_preflight_lock_reads_the_cuda_of_a_torch_without_a_local_tag(
+        tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """PyPI's torch 2.11.0 (no ``+cu130``) with the cuda-toolkit 13.0.2 its lock installs: a CUDA 13.0 build
+    (the real uv.lock the GPU proof provisions, bench/stacks/fromlock-gpu)."""
+    lock = Path(__file__).parents[1] / "bench" / "stacks" / "fromlock-gpu" / "uv.lock"
+    args = ("preflight", "--lock", lock, "--environment", "linux-x86_64", "--skip", "index", "--skip", "python",
+            "--root", tmp_path / "data", "--json")
+    h200 = {"PATH": _nvidia_smi(tmp_path / "h200", "NVIDIA H200", "580.159.04", "9.0")}
+    res = run_envbuild(*args, env=h200)
+    assert res.rc == 0, res.output
+    cuda = _checks(res)["lock-cuda"]
+    assert cuda["verdict"] == "pass" and cuda["expected"] == "driver >= 580.65.06 (CUDA 13.0)", cuda
+    old = {"PATH": _nvidia_smi(tmp_path / "old", "NVIDIA H200", "570.86.15", "9.0")}
+    res = run_envbuild(*args, env=old)
+    assert res.rc == 3, res.output
+    assert "torch 2.11.0 is built for CUDA 13.0" in _checks(res)["lock-cuda"]["detail"]

@@ -64,7 +64,12 @@ def register(sub: Any) -> None:
     m.add_argument("--jobs", "-j", type=count_arg(1, 64), default=4, help="parallel downloads (default: 4)")
     m.add_argument("--retries", type=count_arg(0, 100), default=4, help="retries per file (default: 4)")
     m.add_argument("--json", action="store_true", help="print JSON on stdout")
-    add_selection_args(m.add_argument_group("--lock FILE: the environment of a uv.lock / pylock.toml to mirror"))
+    g = m.add_argument_group("--lock FILE: the environment of a uv.lock / pylock.toml to mirror")
+    add_selection_args(g)
+    g.add_argument("--have", metavar="FILE", type=path_arg,
+                   help="--lock FILE: what the target environment already holds (`pip freeze` or `pip list --format "
+                   "json` of the base image): packages it has at the locked version are not mirrored, as provision "
+                   "--lock --venv keeps them")
     m.set_defaults(func=run_mirror)
 
     i = wsub.add_parser("index", help="write PEP 503 pages over a wheelhouse folder")
@@ -147,6 +152,10 @@ def _refuse_another_torch(args: argparse.Namespace, python: Path) -> None:
 
 
 def run_mirror(args: argparse.Namespace) -> int:
+    if args.have is not None and not (args.lock is not None and args.lock.is_file()):
+        raise ConfigError("--have goes with --lock FILE (a uv.lock or pylock.toml): it leaves out of the mirror what "
+                          "the target environment holds at the version that lock pins",
+                          hint="Mirror a lock file with it, or drop --have.")
     if args.lock is not None and args.lock.is_file():
         from envbuild.fromlock import cli as fromlock
 

@@ -19,6 +19,7 @@ from envbuild.fromlock.run import (
     DEFAULT_ROOT,
     LockRequest,
     Prepared,
+    adopt,
     prepare,
     provision_lock,
     provision_slice,
@@ -90,6 +91,10 @@ def plan(args: argparse.Namespace) -> int:
     req = _request(args)
     python = target_python(req, args.python, args.venv)
     prepared = prepare(req, python)
+    if args.venv is not None:  # what provision --venv would keep there is not installed (nor checked offline)
+        from pathlib import Path
+
+        prepared = adopt(prepared, Path(args.venv), req.replace_torch)
     if req.wheelhouse:  # every file from the wheelhouse, each checked as provision checks it
         from dataclasses import replace
 
@@ -193,7 +198,7 @@ def provision(args: argparse.Namespace) -> int:
 
 def mirror(args: argparse.Namespace) -> int:
     """``wheelhouse mirror --lock FILE``: every file the chosen environment installs, into ``--out``."""
-    from envbuild.fromlock.offline import mirror_lock
+    from envbuild.fromlock.offline import mirror_lock, read_installed, without_installed
 
     used = [flag for key, flag in _MIRROR_ONLY.items() if getattr(args, key, None)]
     if used:
@@ -204,8 +209,13 @@ def mirror(args: argparse.Namespace) -> int:
                       environment=tuple(args.environment), accept=args.accept, project=not args.no_project)
     prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
     chosen = prepared.chosen
+    plan = prepared.plan
+    if getattr(args, "have", None) is not None:
+        plan = without_installed(plan, read_installed(args.have))
+        events.emit("info", f"--have {args.have}: {len(prepared.plan.placed) - len(plan.placed)} of "
+                    f"{len(prepared.plan.placed)} locked packages are there at the locked version; not mirrored")
     events.emit("step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}")
-    done = mirror_lock(prepared.plan, args.out, jobs=args.jobs, retries=args.retries)
+    done = mirror_lock(plan, args.out, jobs=args.jobs, retries=args.retries)
     for line in done.not_mirrored:
         events.emit("warn", f"not mirrored: {line}")
     if args.json:
@@ -302,8 +312,9 @@ def preflight_spec(args: argparse.Namespace, groups: list[str]) -> tuple[StackSp
     builds = bool(prepared.plan.stage("builds"))
     # nvcc matters where a stage compiles; the lock's files come from its own URLs, not from an index
     checked = [g for g in groups if (g != "cuda-toolkit" or builds) and g != "index"]
+    runtime = [(p.entry.name, p.entry.version) for p in prepared.plan.stage("torch")]
     spec, report = lock_preflight(spec, paths, checks=checked, index_timeout=args.index_timeout, python=args.python,
-                                  builds=builds)
+                                  builds=builds, runtime=runtime)
     if "index" in groups:
         from dataclasses import replace
 

@@ -12,6 +12,11 @@ hashed and compared with the sha256 the lock pins (in parallel: hashlib lets go 
 file that is not there, or whose bytes are not the lock's, stops the run with exit 5 before the
 data root or the venv is made, naming the file (and both hashes).
 
+``--have FILE`` (a ``pip freeze`` or ``pip list --format json`` of the target, a base image's
+environment) leaves out what the target already holds at the locked version: ``provision --lock
+--venv`` into that environment keeps those packages (their RECORD intact), so the wheelhouse a
+team carries to it holds only what the image lacks.
+
 A git pin has no file to mirror (installing it clones the repository): the mirror names it, and
 an offline provision that still has to install it is refused with it in the list.
 """
@@ -29,7 +34,8 @@ from envbuild._io import sha256_file
 from envbuild.errors import ConfigError, InstallError
 from envbuild.fromlock.stages import Placed, StagePlan
 
-__all__ = ["LockMirror", "check_files", "in_wheelhouse", "mirror_lock", "wheelhouse_folder"]
+__all__ = ["LockMirror", "check_files", "in_wheelhouse", "mirror_lock", "read_installed", "wheelhouse_folder",
+           "without_installed"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,53 @@ def mirror_lock(plan: StagePlan, out: Path, *, jobs: int = 4, retries: int = 4) 
     size = sum((out / a.filename).stat().st_size for a in {a.filename: a for a in files}.values())
     return LockMirror(out, tuple(x.name for x in result.downloaded), tuple(x.name for x in result.present), skipped,
                       index.root / "simple", size)
+
+
+def read_installed(path: Path) -> dict[str, str]:
+    """{canonical name: version} of a ``pip freeze`` / ``uv pip freeze`` file or a ``pip list
+    --format json`` document; ConfigError (exit 2) for anything else."""
+    import json
+
+    from packaging.utils import canonicalize_name
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--have {path}: cannot read it ({exc})") from None
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+            return {canonicalize_name(r["name"]): str(r["version"]) for r in rows}
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"--have {path}: not a `pip list --format json` document ({exc!r})",
+                              hint="Write it with `python -m pip list --format json` in the target environment.") from None
+    have: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-e ") or " @ " in line:
+            continue  # an editable or a direct URL: no version to compare
+        name, sep, version = line.partition("==")
+        if not sep or not name.strip() or not version.strip():
+            raise ConfigError(f"--have {path}:{n}: {raw.strip()!r} is not a `name==version` line",
+                              hint="Write it with `python -m pip freeze` (or `pip list --format json`) in the "
+                              "target environment.")
+        have[canonicalize_name(name.strip().split("[", 1)[0])] = version.strip().split(";", 1)[0].strip()
+    return have
+
+
+def without_installed(plan: StagePlan, have: dict[str, str]) -> StagePlan:
+    """``plan`` without the packages ``have`` holds at the locked version (what an adopted venv keeps)."""
+    from packaging.version import InvalidVersion, Version
+
+    def same(a: str, b: str) -> bool:
+        try:
+            return Version(a) == Version(b)
+        except InvalidVersion:
+            return a == b
+
+    kept = [p for p in plan.placed if p.stage == "project" or p.entry.version is None
+            or p.entry.name not in have or not same(have[p.entry.name], p.entry.version)]
+    return replace(plan, placed=kept)
 
 
 def wheelhouse_folder(wheelhouse: str) -> Path:

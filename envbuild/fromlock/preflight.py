@@ -1,6 +1,8 @@
 """``preflight --lock FILE``: the host against the lock's torch, before anything is downloaded.
 
-The CUDA a torch build is for is in its local version tag (``+cu130`` -> 13.0); from it:
+The CUDA a torch build is for is in its local version tag (``+cu130`` -> 13.0), or, for a torch
+without one (PyPI's Linux wheels), in the runtime wheels the lock installs with it (``cuda-toolkit
+13.0.2``, ``nvidia-cuda-runtime-cu12 12.8.90``; the major alone from ``nvidia-*-cu13``); from it:
 
 - the driver: NVIDIA's minimum Linux driver for that toolkit (the CUDA toolkit release notes'
   table). Below the minimum of the CUDA *major* (minor-version compatibility: 525.60.13 for 12.x,
@@ -18,10 +20,13 @@ a warning there (it installs, as in an image build, and runs only where a GPU is
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import replace
 
 from packaging.version import InvalidVersion, Version
 
+from envbuild.abitag import runtime_cuda
 from envbuild.fromlock.image import cuda_of
 from envbuild.host.preflight import Check, HostFacts, PreflightReport, run_preflight
 from envbuild.layout import Paths
@@ -118,12 +123,29 @@ def check_lock_arch(torch: str, cuda: str | None, gpus: list[tuple[str, str]]) -
     return [Check("lock-arch", "pass", measured, expected)]
 
 
+# the runtime wheels whose version is the CUDA release itself (nvidia-cuda-runtime-cu12 12.8.90 -> 12.8)
+_CUDA_RELEASE = re.compile(r"(?:cuda-toolkit|nvidia-cuda-runtime(?:-cu\d\d)?)", re.ASCII)
+
+
+def runtime_cuda_release(runtime: Iterable[tuple[str, str | None]]) -> str | None:
+    """The CUDA of a torch without a local tag (PyPI's Linux wheels), from the runtime wheels the
+    lock installs with it: ``cuda-toolkit 13.0.2`` or ``nvidia-cuda-runtime-cu12 12.8.90`` ->
+    ``13.0`` / ``12.8``; else the major alone (``nvidia-cudnn-cu13`` -> ``13``); None without."""
+    for name, version in runtime:
+        if version and _CUDA_RELEASE.fullmatch(name) and (m := re.match(r"(\d+)\.(\d+)", version)):
+            return f"{int(m.group(1))}.{int(m.group(2))}"
+    found = runtime_cuda(runtime)
+    return str(found[0]) if found else None
+
+
 def lock_preflight(spec: StackSpec, paths: Paths, *, checks: list[str], index_timeout: float,
-                   python: str | None, builds: bool = False) -> tuple[StackSpec, PreflightReport]:
+                   python: str | None, builds: bool = False,
+                   runtime: Iterable[tuple[str, str | None]] = ()) -> tuple[StackSpec, PreflightReport]:
     """The host's checks on the lock's stack, with the lock's CUDA as its driver minimum (and as the
     nvcc it needs when ``builds``: a stage compiles extensions against torch), then the lock's own
-    checks (driver against the CUDA, GPU architecture)."""
-    cuda = cuda_of(spec.abi.version)
+    checks (driver against the CUDA, GPU architecture). The CUDA is torch's local tag's, else that
+    of the runtime wheels the lock installs with it (``runtime``: name, version)."""
+    cuda = cuda_of(spec.abi.version) or runtime_cuda_release(runtime)
     floor = MAJOR_DRIVER_MIN.get(cuda.split(".")[0]) if cuda else None
     spec = replace(spec, abi=replace(spec.abi, cuda=cuda),
                    host=Host(driver_min=floor, cuda_toolkit=cuda if builds else None))

@@ -8,8 +8,10 @@ runs the stages as steps (``fromlock.stack``).
 
 Adopting the torch that is there: a ``--venv`` that already holds the lock's exact torch
 (version and local tag, every file as its RECORD lists it) keeps it as the baseline, unstamped
-and with no download; the torch stage installs only the runtime packages it lacks. A different
-torch is refused with both versions named, or replaced with ``--replace-torch``.
+and with no download. Every other locked package the venv already holds at the locked version,
+its files as its RECORD lists them, is kept too (as ``uv sync`` keeps an installed package of the
+right version): in a base image that has the stack, the stages install only what it lacks. A
+different torch is refused with both versions named, or replaced with ``--replace-torch``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from envbuild.gate.model import Format
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
 
-__all__ = ["LockRequest", "Prepared", "prepare", "provision_lock", "provision_slice", "unreachable_hosts"]
+__all__ = ["LockRequest", "Prepared", "adopt", "prepare", "provision_lock", "provision_slice", "unreachable_hosts"]
 
 DEFAULT_ROOT = "/mnt/data"
 
@@ -64,7 +66,8 @@ class Prepared:
     report: FileReport
     plan: StagePlan
     adopted: str | None = None  # the venv's torch, kept as the baseline
-    already: tuple[str, ...] = ()  # runtime packages the adopted venv holds at the locked version
+    already: tuple[str, ...] = ()  # packages the adopted venv holds at the locked version
+    full: StagePlan | None = None  # the plan before adoption left out what the venv holds (the spec digest's)
 
 
 def target_python(req: LockRequest, python: str | None, venv: Path | None) -> str:
@@ -134,13 +137,50 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
                            f"its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; nothing was "
                            "changed", hint="Reinstall torch there, or replace it with --replace-torch.")
     plan = prepared.plan
-    already = tuple(p.entry.name for p in plan.stage("torch") if p.entry is not plan.torch
-                    and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version)
-    kept = [p for p in plan.placed if p.entry is not plan.torch and p.entry.name not in already]
-    left = [*plan.left_out, ("torch", f"adopted: {venv} already has torch {runtime} (RECORD intact)"),
-            *((n, "already in the adopted environment at the locked version") for n in already)]
+    already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
+                    and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version
+                    and not abi.files_differ(d, site))
     events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
-    return replace(prepared, plan=replace(plan, placed=kept, left_out=left), adopted=runtime, already=already)
+    return _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
+
+
+def _keeping(prepared: Prepared, already: tuple[str, ...], torch_why: str) -> Prepared:
+    """``prepared`` whose plan leaves out the adopted torch and ``already`` (of its full plan)."""
+    plan = prepared.full or prepared.plan
+    kept = [p for p in plan.placed if p.entry is not plan.torch and p.entry.name not in already]
+    left = [*plan.left_out, ("torch", f"adopted: {torch_why} (RECORD intact)"),
+            *((n, "already in the adopted environment at the locked version (RECORD intact)") for n in already)]
+    return replace(prepared, plan=replace(plan, placed=kept, left_out=left), already=already)
+
+
+def _first_adoption(prepared: Prepared, digest: str, paths: layout.Paths) -> Prepared:
+    """What the first provision of this root kept, on a re-run of the same lock environment.
+
+    A re-run finds in the venv what the first run installed, at the locked version: left out
+    again, the stages would shrink and the steps look changed. What was kept is therefore decided
+    once per root and lock environment (``<root>/.envbuild/adopted.json``); a re-run keeps the
+    same packages, and a finished environment is a no-op."""
+    import json
+
+    record = paths.state / "adopted.json"
+    try:
+        doc = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("digest") == digest and isinstance(doc.get("already"), list):
+        names = tuple(n for n in doc["already"] if isinstance(n, str))
+        if set(names) != set(prepared.already):
+            return _keeping(prepared, names, f"the environment's torch {prepared.adopted}")
+    return prepared
+
+
+def _record_adoption(prepared: Prepared, digest: str, paths: layout.Paths) -> None:
+    """After a provision that adopted: what it kept, for ``_first_adoption`` (a re-run keeps the same)."""
+    from envbuild._io import atomic_write_json
+
+    record = paths.state / "adopted.json"
+    if prepared.full is not None and paths.state.is_dir():
+        atomic_write_json(record, {"digest": digest, "torch": prepared.adopted, "already": list(prepared.already)})
 
 
 def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
@@ -216,8 +256,14 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
     spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
-                     torch_version=prepared.adopted)
+                     torch_version=prepared.adopted, digest_plan=prepared.full)
     paths = layout.paths_for(spec, opts.root)
+    if prepared.full is not None:
+        kept = _first_adoption(prepared, spec.digest, paths)
+        if kept is not prepared:
+            prepared = kept
+            spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
+                             torch_version=prepared.adopted, digest_plan=prepared.full)
     source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
               "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None}
     run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source)
@@ -235,6 +281,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
+    _record_adoption(prepared, spec.digest, paths)  # provision raised if it did not finish
     return prepared, result
 
 

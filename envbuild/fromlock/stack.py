@@ -22,10 +22,13 @@ _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: bool = False,
-              torch_version: str | None = None) -> StackSpec:
+              torch_version: str | None = None, digest_plan: StagePlan | None = None) -> StackSpec:
     """The stack provision runs for ``plan``. ``adopt``: the venv's torch is the lock's and is kept
-    (no stage installs it; its runtime packages already there are left out of the torch stage);
-    ``torch_version``: what the adopted torch says at run time (the baseline's version)."""
+    (no stage installs it; the packages already there are left out of ``plan``);
+    ``torch_version``: what the adopted torch says at run time (the baseline's version);
+    ``digest_plan``: the plan before adoption left anything out. The spec's digest is taken of it,
+    so a re-run, which finds what the first run installed already there, is the same stack (and a
+    finished one is a no-op)."""
     chosen = plan.chosen
     torch = plan.torch
     version = torch_version or torch.version or ""
@@ -48,7 +51,13 @@ def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: b
                 triton_provider=triton, adopt=adopt),
         layout=Layout(root=root, links={}, min_free_gb=1.0), host=Host(), env={}, steps=tuple(steps),
         digest=spec_digest({"lock_sha256": chosen.sha256, "environment": chosen.env.name, "adopt": adopt,
-                            "stages": {s.name: s.packages for s in steps}}))
+                            "stages": _digest_stages(digest_plan, adopt, pip_backend) if digest_plan
+                            else {s.name: s.packages for s in steps}}))
+
+
+def _digest_stages(plan: StagePlan, adopt: bool, pip_backend: bool) -> dict[str, tuple[str, ...]]:
+    return {stage: tuple(_shown(p, pip_backend) for p in plan.stage(stage) if not (adopt and p.entry is plan.torch))
+            for stage in plan.stages}
 
 
 def _shown(p: Placed, pip_backend: bool) -> str:
