@@ -15,7 +15,8 @@
 #
 # Environment: BASE_TAG (localhost/envbuild-base:bookworm), REBUILD_BASE=1, DRIVER (overlay; vfs
 # where the kernel refuses overlay mounts), STORE (/var/lib/envbuild-image), RUNROOT,
-# ENVBUILD (the envbuild command, default .venv/bin/envbuild), OUT (build/image/NAME), EXTRA_BUD_ARGS.
+# ENVBUILD (the envbuild command, default .venv/bin/envbuild), OUT (build/image/NAME), EXTRA_BUD_ARGS,
+# BASE_ONLY=1 (stop after the engine and the base image).
 # Needs root (mount, chroot).
 set -euo pipefail
 
@@ -140,6 +141,7 @@ clean_mountpoints() {
 T0=$SECONDS
 stage engine engine
 stage base base
+[[ ${BASE_ONLY:-0} == 1 ]] && exit 0  # the engine and the base image only (the image tests' FROM)
 sources
 stage render render
 stage build build
