@@ -281,6 +281,62 @@ def test_a_torch_sdist_is_built_against_the_installed_torch(gate_index: GateInde
     assert json.loads(built.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
 
 
+def uv_git_lock(tmp: Path, idx: GateIndex) -> Path:
+    """uv.lock of torch and the flash-attn-like package pinned to a commit of a local git repository
+    (``git+file://``), named in ``no-build-isolation-package`` (NeMo-RL pins mamba-ssm and
+    causal-conv1d this way)."""
+    import tarfile
+
+    sdist = build_sdist(tmp / "git-sdist", "flash-attn", "2.8.3", requires=["torch", "einops-like"], probe=["torch"])
+    repo = tmp / "flash-attn-repo"
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp / "git-src", filter="data")
+    [top] = (tmp / "git-src").iterdir()
+    top.rename(repo)
+    env = {**installer_env(tmp / "home"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "flash-attn-like"]):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True, env=env, capture_output=True)
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, env=env, capture_output=True,
+                            text=True).stdout.strip()
+    folder = _folder(tmp, "uv-git")
+    deps = ["torch==2.10.0", "trainer-utils==1.0", f"flash-attn @ git+{repo.as_uri()}@{commit}"]
+    (folder / "pyproject.toml").write_text(f"""[project]
+name = "{PROJECT}"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = {_toml_list(deps)}
+
+[tool.uv]
+package = false
+no-build-isolation-package = ["flash-attn"]
+
+[tool.uv.sources]
+torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
+
+{_uv_indexes(idx, ["cu128"])}""")
+    return _uv_lock(folder, tmp)
+
+
+@pytest.mark.slow
+def test_a_git_pin_that_builds_against_torch_goes_through_the_build_cache(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """A git pin named in no-build-isolation-package is built in the builds stage against the torch of
+    stage 1 (with isolation its build would find no torch), once per key: the second root compiles nothing."""
+    compiles = tmp_path / "compiles.log"
+    lock = uv_git_lock(tmp_path, gate_index)
+    doc = lock_json(run_envbuild, lock)
+    assert stages_of(doc)["builds"] == ["flash-attn"], doc
+    env = {"TINY_BACKEND_BUILDS": str(compiles)}
+    for root in ("one", "two"):
+        res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / root, env=env)
+        assert res.rc == 0, res.output
+        venv = Venv(tmp_path / root / "venv", home=tmp_path / "home")
+        assert json.loads(venv.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
+    assert compiles.read_text().splitlines() == ["flash-attn 2.8.3"]  # the second root took the cached wheel
+    assert "from the build cache (no compile)" in res.output
+
+
 @pytest.mark.slow
 def test_built_wheels_are_cached_by_key_and_carried_in_the_wheelhouse(
         gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
@@ -433,3 +489,44 @@ def test_hash_mismatch_and_unreachable_hosts(gate_index: GateIndex, tmp_path: Pa
         res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data2")
     assert res.rc == 3, res.output
     assert "the lock's file hosts do not answer" in res.stderr and not (tmp_path / "data2").exists()
+
+
+@pytest.mark.slow
+def test_a_wheel_for_a_newer_glibc_is_planned_and_refused_before_anything_is_made(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """A lock whose only wheel of a package is manylinux_2_40 (NeMo-RL locks openshell's manylinux_2_39
+    wheels): plan --lock plans it for the target host and says so; provision here refuses it, exit 2."""
+    from envbuild.fromlock.stages import host_glibc
+
+    have = host_glibc()
+    if have is None or have >= 40:
+        pytest.skip("needs a glibc host older than 2.40")
+    from support.wheels import build_wheel
+
+    wheel = build_wheel(tmp_path / "newer", "newer-glibc-lib", "1.0", python_tag="py3", abi_tag="none",
+                        platform_tag="manylinux_2_40_x86_64")
+    gate_index.server.add_repo("newer", wheel.parent)
+    folder = _folder(tmp_path, "uv-newer")
+    deps = ["torch==2.10.0", f"newer-glibc-lib @ {gate_index.server.file_url('newer', wheel.name)}"]
+    (folder / "pyproject.toml").write_text(f"""[project]
+name = "{PROJECT}"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = {_toml_list(deps)}
+
+[tool.uv]
+package = false
+environments = ["sys_platform == 'linux' and platform_machine == 'x86_64'"]
+
+[tool.uv.sources]
+torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
+
+{_uv_indexes(gate_index, ["cu128"])}""")
+    lock = _uv_lock(folder, tmp_path)
+    doc = lock_json(run_envbuild, lock)
+    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "newer-glibc-lib"]  # type: ignore[attr-defined]
+    assert f"needs glibc 2.40 (this host has 2.{have})" in placed["why"]
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 2, res.output
+    assert "have only wheels for a newer glibc than this host's" in res.stderr and wheel.name in res.stderr
+    assert not (tmp_path / "data").exists()

@@ -1,4 +1,4 @@
-"""The ``builds`` stage through the wheelhouse: each sdist that needs torch to build is built once
+"""The ``builds`` stage through the wheelhouse: each sdist (or git pin) that needs torch to build is built once
 per key into a build cache, by ``envbuild.wheelhouse.build`` (no build isolation, against the
 target venv's torch), and installed from there as a wheel; the next venv, host or image with the
 same key installs that wheel and compiles nothing.
@@ -16,8 +16,10 @@ installed torch.
 
 The build caches, looked up in order, the first also the one built into: ``--wheelhouse DIR``'s
 ``builds/`` when given (a wheelhouse carried to the next host or image brings its built wheels),
-then the data root's ``<root>/wheelhouse/builds``; a wheel found in the latter is copied into the
-former, so the carried wheelhouse holds every wheel its provisions installed.
+then the data root's ``<root>/wheelhouse/builds``, then the user's (``~/.cache/envbuild/builds``,
+``ENVBUILD_CACHE_DIR``: the next data root on this host). A wheel found in a later one is copied
+into the first, and every wheel installed is copied into the user's, so the carried wheelhouse
+holds every wheel its provisions installed and a second root on the host compiles nothing.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ BUILDS = "builds"  # the build cache's folder in a wheelhouse
 
 def caches(root: Path, wheelhouse: Path | None) -> tuple[Path, ...]:
     """The build caches of a provision into ``root`` (see the module docstring)."""
+    from envbuild.metacache import cache_dir
+
     out = [wheelhouse / BUILDS] if wheelhouse is not None else []
-    return (*out, root / "wheelhouse" / BUILDS)
+    return (*out, root / "wheelhouse" / BUILDS, cache_dir() / BUILDS)
 
 
 def lock_spec(name: str, version: str, url: str, sha256: str, lock: Path) -> WheelSpec:
@@ -58,8 +62,22 @@ def lock_spec(name: str, version: str, url: str, sha256: str, lock: Path) -> Whe
                                          "backend": backend}))
 
 
+def git_spec(name: str, version: str, url: str, commit: str, subdirectory: str | None, lock: Path) -> WheelSpec:
+    """The wheelhouse spec of a ``builds`` git pin: the lock's commit (the key holds it)."""
+    from envbuild.installer.python import find_uv
+
+    source = Source(kind="git", location=url, commit=commit, subdirectory=subdirectory or None)
+    backend: Backend = "uv" if find_uv() else "pip"
+    return WheelSpec(path=lock, name=name, version=version, source=source, backend=backend, keep_version=True,
+                     digest=spec_digest({"lock_build": 1, "name": name, "version": version, "git": url,
+                                         "commit": commit, "subdirectory": subdirectory or "", "backend": backend}))
+
+
 def _placed_spec(p: Placed, lock: Path) -> WheelSpec:
-    assert p.artifact is not None
+    if p.artifact is None:  # a git pin: its line is ``name @ git+URL@COMMIT[#subdirectory=DIR]``
+        m = _GIT_LINE.match(p.line)
+        assert m is not None, p.line
+        return git_spec(p.entry.name, p.entry.version or "", m["url"], m["commit"], m["sub"], lock)
     return lock_spec(p.entry.name, p.entry.version or "", p.artifact.url, p.artifact.sha256 or "", lock)
 
 
@@ -72,6 +90,10 @@ def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
     versions = {canonical_name(p): p.split("==", 1)[1] for p in planned.step.packages if "==" in p}
     out = []
     for line in planned.locked_file.read_text(encoding="utf-8").splitlines():
+        if (g := _GIT_LINE.match(line.strip())) is not None:
+            name = canonical_name(g["name"])
+            out.append(git_spec(name, versions.get(name, ""), g["url"], g["commit"], g["sub"], lock))
+            continue
         m = _LINE.match(line.strip())
         if m is None:
             continue
@@ -81,6 +103,8 @@ def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
 
 
 _LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+)\s+--hash=sha256:(?P<sha256>[0-9a-f]{64})$")
+_GIT_LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*git\+(?P<url>\S+?)@(?P<commit>[0-9a-f]{40})"
+                       r"(?:#subdirectory=(?P<sub>\S+))?$")
 
 
 @dataclass
@@ -105,11 +129,12 @@ class BuildCache:
             cache = next((c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
                          self.caches[0])
             res = build(spec, BuildOptions(python=python, out=self.out, cache=cache), target)
-            if res.cached and cache != self.caches[0]:  # the carried wheelhouse brings it on too
-                import shutil
-
-                slot = cache / "wheels" / key[:32]
-                shutil.copytree(slot, self.caches[0] / "wheels" / slot.name, dirs_exist_ok=True)
+            slot = cache / "wheels" / key[:32]
+            # the first cache (the carried wheelhouse, else the data root's) and the user's (the next
+            # root on this host) hold every wheel this provision installed
+            for other in (self.caches[0], self.caches[-1]):
+                if other != cache and slot.is_dir():
+                    _copy_slot(slot, other / "wheels" / slot.name)
             how = "from the build cache (no compile)" if res.cached else f"built in {res.seconds:.1f} s"
             events.emit("info", f"builds: {spec.label}: {res.wheel.name} {how}", built=str(res.wheel),
                         cached=res.cached)
@@ -119,6 +144,16 @@ class BuildCache:
         path.write_text(f"# stage builds: {STAGE_WORDS['builds']}; the wheels built from the lock's sdists\n"
                         + "\n".join(lines) + "\n", encoding="utf-8")
         return replace(planned, locked_file=path)
+
+
+def _copy_slot(slot: Path, to: Path) -> None:
+    """Copy a build cache slot, best effort (a read-only or full user cache costs a rebuild later)."""
+    import shutil
+
+    try:
+        shutil.copytree(slot, to, dirs_exist_ok=True)
+    except OSError as exc:
+        events.emit("debug", f"builds: could not copy {slot} to {to}: {exc}")
 
 
 def plan_notes(plan: StagePlan, caches: tuple[Path, ...], python: Path | None) -> dict[str, str]:
@@ -160,7 +195,7 @@ def plan_notes(plan: StagePlan, caches: tuple[Path, ...], python: Path | None) -
                     found = meta_file.parent
                     break
         if found is None:
-            out[p.entry.name] = "no built wheel in cache for this key: compiles from the sdist"
+            out[p.entry.name] = "no built wheel in cache for this key: compiles from " + ("its git commit" if p.artifact is None else "the sdist")
             continue
         wheel = json.loads((found / "result.json").read_text())["wheel"]
         out[p.entry.name] = f"built wheel in cache: {found / wheel}"

@@ -25,6 +25,7 @@ from envbuild.fromlock.run import (
     provision_slice,
     target_python,
 )
+from envbuild.fromlock.select import refuse
 from envbuild.fromlock.stages import STAGE_WORDS
 from envbuild.gate.model import FORMATS
 from envbuild.quoting import sh_word
@@ -90,7 +91,7 @@ def plan(args: argparse.Namespace) -> int:
     """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network, no venv)."""
     req = _request(args)
     python = target_python(req, args.python, args.venv)
-    prepared = prepare(req, python)
+    prepared = prepare(req, python, refusing=False)  # the stages first, then the refusal (exit 8)
     if args.venv is not None:  # what provision --venv would keep there is not installed (nor checked offline)
         from pathlib import Path
 
@@ -106,10 +107,11 @@ def plan(args: argparse.Namespace) -> int:
     builds = _build_notes(args, prepared, req)
     if args.json:
         ui.print_json({**prepared.plan.to_json(), "builds": builds, "gate": prepared.report.to_json()})
-        return 0
-    _print_plan(prepared)
-    for name, note in builds.items():
-        ui.print_text(f"build {name}: {note}")
+    else:
+        _print_plan(prepared)
+        for name, note in builds.items():
+            ui.print_text(f"build {name}: {note}")
+    refuse(prepared.chosen, list(prepared.failing), req.accept)  # exit 8 after the stages, as provision would
     return 0
 
 
@@ -135,7 +137,10 @@ def _print_plan(prepared: Prepared) -> None:
     ui.print_text(f"lock {chosen.path} ({chosen.lock.format}, sha256 {chosen.sha256[:16]}...)")
     ui.print_text(f"environment: {chosen.env.name} (python {chosen.env.python}); torch {plan.torch.version}")
     accepted = "; ".join(f"{f.package} [{f.rule}] accepted: {f.accepted}" for f in report.accepted)
-    ui.print_text("gate: ok" + (f" ({accepted})" if accepted else ""))
+    if prepared.failing:
+        ui.print_text(f"gate: FAIL ({len(prepared.failing)} finding(s) below): provision --lock refuses this environment")
+    else:
+        ui.print_text("gate: ok" + (f" ({accepted})" if accepted else ""))
     stages = plan.stages
     for n, stage in enumerate(stages, 1):
         rows = [[escape(c) for c in (p.entry.name, p.entry.version or "",

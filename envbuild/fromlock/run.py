@@ -34,8 +34,9 @@ from envbuild.fromlock.select import (
     refuse,
 )
 from envbuild.fromlock.stack import stack_for, stage_files
-from envbuild.fromlock.stages import StagePlan, plan_stages
+from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
 from envbuild.gate.check import FileReport
+from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
@@ -68,6 +69,7 @@ class Prepared:
     adopted: str | None = None  # the venv's torch, kept as the baseline
     already: tuple[str, ...] = ()  # packages the adopted venv holds at the locked version
     full: StagePlan | None = None  # the plan before adoption left out what the venv holds (the spec digest's)
+    failing: tuple[Finding, ...] = ()  # the gate's failing findings (``prepare(refusing=False)`` only)
 
 
 def target_python(req: LockRequest, python: str | None, venv: Path | None) -> str:
@@ -101,14 +103,17 @@ def target_python(req: LockRequest, python: str | None, venv: Path | None) -> st
     return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def prepare(req: LockRequest, python: str) -> Prepared:
-    """Read, choose, gate and stage (no network, no venv): what ``plan --lock`` prints."""
+def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared:
+    """Read, choose, gate and stage (no network, no venv): what ``plan --lock`` prints. A lock the
+    gate fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its
+    stages first, then refuses it."""
     lock, sha = read_lock(req.lock, req.fmt)
     request = Request(python=python, extras=req.extras, groups=req.groups, environment=req.environment, fmt=req.fmt)
     chosen = choose(lock, sha, request)
     report, failing = gate(chosen, request, req.accept)
-    refuse(chosen, failing, req.accept)
-    return Prepared(chosen, report, plan_stages(chosen, project=req.project))
+    if refusing:
+        refuse(chosen, failing, req.accept)
+    return Prepared(chosen, report, plan_stages(chosen, project=req.project), failing=tuple(failing))
 
 
 def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
@@ -250,6 +255,15 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     if prepared.chosen.env.platform != here:
         raise ConfigError(f"--environment chose {prepared.chosen.env.platform}, and this host is {here}: provision "
                           "installs on this host", hint="`envbuild plan --lock` shows another platform's stages.")
+    newer = [p for p in prepared.plan.placed if p.needs_glibc is not None]
+    if newer:
+        have = host_glibc()
+        raise ConfigError(f"{prepared.chosen.path}: {len(newer)} package(s) of {prepared.chosen.env.name} have only "
+                          f"wheels for a newer glibc than this host's ({f'2.{have}' if have else 'none'}), so nothing "
+                          "was installed: " + ", ".join(f"{p.label} ({p.artifact.filename if p.artifact else '?'})"
+                                                        for p in newer[:5]),
+                          hint="Provision on a host with that glibc (or in an image based on one: `envbuild docker "
+                          "--lock`), or re-lock with an older manylinux wheel of them.")
     if opts.venv is not None:
         prepared = adopt(prepared, opts.venv, req.replace_torch)
     backend = installer_for(opts.backend).name

@@ -83,6 +83,7 @@ class Placed:
     why: str
     artifact: Artifact | None = None  # None: a git pin or the project (``line`` says what)
     line: str = ""  # the requirement line the installer reads
+    needs_glibc: int | None = None  # its wheel is manylinux_2_N, newer than this host's glibc
 
     @property
     def label(self) -> str:
@@ -117,16 +118,20 @@ class StagePlan:
 # ----------------------------------------------------------------------------- target tags
 
 
-def target_tag_order(python: str, platform_name: str) -> list[str]:
-    """The wheel tags the target installs, best first (pip's order), as ``py-abi-plat`` strings."""
+def target_tag_order(python: str, platform_name: str, *, glibc: int | None = None) -> list[str]:
+    """The wheel tags the target installs, best first (pip's order), as ``py-abi-plat`` strings.
+    Linux: manylinux up to this host's glibc (2.28 on another system), or up to 2.``glibc``."""
     from packaging.tags import compatible_tags, cpython_tags, sys_tags
 
     major, minor = (int(x) for x in python.split(".")[:2])
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     system, _, arch = platform_name.partition(" ")
-    if python == here and _host_words() == platform_name:
+    if python == here and _host_words() == platform_name and glibc is None:
         return [str(t) for t in sys_tags()]
-    if system == "linux":
+    if system == "linux" and glibc is not None:
+        plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc, 4, -1)]
+        plats += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}", f"linux_{arch}"]
+    elif system == "linux":
         glibc = 28
         if _host_words().startswith("linux"):
             lib, ver = host_platform.libc_ver()
@@ -142,6 +147,28 @@ def target_tag_order(python: str, platform_name: str) -> list[str]:
     tags = list(cpython_tags((major, minor), platforms=plats))
     tags += list(compatible_tags((major, minor), interpreter=f"cp{major}{minor}", platforms=plats))
     return [str(t) for t in tags]
+
+
+NEWEST_GLIBC = 45  # manylinux_2_45 and older: what a newer Linux host than this one may install
+
+
+def _glibc_of(filename: str) -> int | None:
+    """The glibc minor a manylinux wheel needs (``manylinux_2_39_x86_64`` -> 39), the lowest of its tags."""
+    import re
+
+    found = [int(m) for m in re.findall(r"manylinux_2_(\d+)_", filename)]
+    return min(found) if found else None
+
+
+def host_glibc() -> int | None:
+    """This host's glibc minor (2.36 -> 36); None off glibc."""
+    lib, ver = host_platform.libc_ver()
+    return int(ver.split(".")[1]) if lib == "glibc" and ver.count(".") >= 1 else None
+
+
+def _host_glibc_text() -> str:
+    minor = host_glibc()
+    return f"2.{minor}" if minor is not None else "no glibc"
 
 
 def _host_words() -> str:
@@ -285,6 +312,7 @@ def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
     torch = torches[0]
     by_name = {e.name: e for e in entries}
     order = {t: i for i, t in enumerate(target_tag_order(chosen.env.python, chosen.env.platform))}
+    newer_order: dict[str, int] | None = None
     folder = chosen.path.parent
     settings = build_settings(chosen.path)
     sources = _raw_sources(chosen)
@@ -296,9 +324,17 @@ def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
             _project(plan, e, source, folder, project)
             continue
         if "git" in source:
-            plan.placed.append(_git(e, source, runtime))
+            plan.placed.append(_git(e, source, runtime, settings))
             continue
         art = pick_artifact(e, folder, order)
+        needs = None
+        if art is None and chosen.env.platform.startswith("linux"):
+            # a wheel for a newer glibc than this host's: the target host may have it (plan, an image)
+            newer = newer_order or {t: i for i, t in enumerate(
+                target_tag_order(chosen.env.python, chosen.env.platform, glibc=NEWEST_GLIBC))}
+            newer_order = newer
+            art = pick_artifact(e, folder, newer)
+            needs = _glibc_of(art.filename) if art is not None else None
         if art is None:
             files = ", ".join(a.filename for a in _artifacts(e, folder)[:3]) or "no files"
             raise ConfigError(f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
@@ -308,8 +344,10 @@ def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
             raise LockError(f"{chosen.path}: {e.label()}: {art.filename} has no sha256 in the lock; every file "
                             "provision --lock installs is hash-checked", hint="Re-lock with a tool that records hashes.")
         stage, why = _classify(e, art, torch, runtime, settings)
+        if needs is not None:
+            why += f"; its wheel needs glibc 2.{needs} (this host has {_host_glibc_text()})"
         line = f"{e.name} @ {art.url} --hash=sha256:{art.sha256}"
-        plan.placed.append(Placed(e, stage, why, art, line))
+        plan.placed.append(Placed(e, stage, why, art, line, needs_glibc=needs))
     _with_extension_deps(plan, by_name)
     return plan
 
@@ -376,13 +414,29 @@ def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wa
                               else "from its folder"), None, f"{'-e ' if editable else e.name + ' @ '}{where.as_uri() if not editable else where}"))
 
 
-def _git(e: Entry, source: dict[str, Any], runtime: dict[str, str]) -> Placed:
+def _git(e: Entry, source: dict[str, Any], runtime: dict[str, str], settings: BuildSettings) -> Placed:
+    """A git pin: installed from its commit. One whose build needs torch (as ``_classify`` says of an
+    sdist: named in the project's no-build-isolation settings, depending on torch, or a known CUDA
+    extension) goes to the builds stage, built without isolation against the installed torch."""
+    from urllib.parse import parse_qs
+
     raw = str(source["git"])
     parts = urlsplit(raw)
     commit = parts.fragment
     if len(commit) != 40:
         raise LockError(f"{e.label()}: the git source {raw} is not pinned to a commit", hint="Re-lock it.")
     base = parts._replace(query="", fragment="").geturl()
-    stage: Stage = "torch" if e.name in runtime else "rest"
-    return Placed(e, stage, f"git pin at {commit[:12]} (no file hash: pinned by its commit)", None,
-                  f"{e.name} @ git+{base}@{commit}")
+    sub = (parse_qs(parts.query).get("subdirectory") or [""])[0]
+    line = f"{e.name} @ git+{base}@{commit}" + (f"#subdirectory={sub}" if sub else "")
+    pinned = f"git pin at {commit[:12]} (no file hash: pinned by its commit)"
+    if e.name in runtime:
+        return Placed(e, "torch", pinned, None, line)
+    if e.name in settings.no_isolation or settings.all_without_isolation:
+        return Placed(e, "builds", f"{pinned}; [tool.uv] no-build-isolation-package names it: its build imports "
+                      "torch", None, line)
+    if e.name in settings.extra_build:
+        return Placed(e, "builds", f"{pinned}; [tool.uv] extra-build-dependencies names it: its build needs the "
+                      "installed torch", None, line)
+    if _depends_on_torch(e) or e.name in _KNOWN_BUILDS:
+        return Placed(e, "builds", f"{pinned}; it depends on torch: its build compiles against torch", None, line)
+    return Placed(e, "rest", pinned, None, line)
