@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -137,7 +138,11 @@ def test_docker_lock_image_builds_verifies_and_a_rest_change_rebuilds_only_the_r
     wheelhouse = _wheelhouse(tmp_path / "wheelhouse", torch_wheels)
     project = tmp_path / "project"
     lock = _lock(project, wheelhouse, "1.0", tmp_path)
+    # envbuild's source in the context, copied once: both renders then COPY the same tool source
+    # (a render into a context without it copies the running checkout, which may change between them)
     context = tmp_path / "context"
+    shutil.copytree(REPO / "envbuild", context / "envbuild", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "pyproject.toml", context / "pyproject.toml")
 
     def render() -> str:
         r = run_cli(["docker", "--lock", str(lock), "--base", base, "-o", str(context / "Dockerfile"),
@@ -156,6 +161,9 @@ def test_docker_lock_image_builds_verifies_and_a_rest_change_rebuilds_only_the_r
     assert cold.returncode == 0, out[-8000:]
     first, steps1 = layers(TAG), _steps(cold.stdout)
     assert not any(cached for _, cached in steps1), steps1  # a base of its own: every step ran
+    # the smoke layer ran the checks of what the lock installed: the extension's import among them
+    smoke = re.search(r"^smoke passed: .*$", out, re.M)
+    assert smoke and "imports of causal-conv1d" in out, out[-4000:]
     c = Container(TAG)
     try:
         v = c.run("envbuild", "verify", "--root", "/opt/envbuild")
@@ -212,7 +220,8 @@ def test_docker_lock_image_builds_verifies_and_a_rest_change_rebuilds_only_the_r
     assert re.search(r"exit status 6\b", out), out[-6000:]
     assert re.search(r"torch \S+ was reinstalled", out), out[-6000:]
     timings = {"cold_seconds": round(cold_seconds, 1), "warm_seconds": round(warm_seconds, 1),
-               "planted_seconds": round(bad_seconds, 1), "steps": len(steps1), "cached_on_warm": len(cached)}
+               "planted_seconds": round(bad_seconds, 1), "steps": len(steps1), "cached_on_warm": len(cached),
+               "size": buildah("images", "--format", "{{.Size}}", TAG).stdout.strip(), "smoke": smoke.group(0)}
     (REPO / "build" / "image" / "fromlock").mkdir(parents=True, exist_ok=True)
     (REPO / "build" / "image" / "fromlock" / "timings.json").write_text(json.dumps(timings) + "\n")
     print(timings)
