@@ -91,3 +91,16 @@ default = true
                                 "imports": ["bad-ext", "causal-conv1d"]}
     receipt = json.loads(Path(doc["receipt"]).read_text())
     assert receipt["payload"]["selection"]["imports"] == ["bad-ext", "causal-conv1d"]
+
+
+def test_an_adopted_venv_is_checked_for_what_it_already_held() -> None:
+    """provision --lock into a base image keeps what the image has at the locked version (``kept`` in
+    the venv's record): smoke checks those extensions as if the lock had installed them."""
+    from envbuild.fromlock.record import smoke_selection
+
+    lock = {"lock_file": "uv.lock", "stack": {"steps": [{"name": "rest", "packages": ["certifi==2026.1"]}]},
+            "kept": {"fla-core": "rest", "causal-conv1d": "extensions", "einops": "rest"}}
+    chosen = smoke_selection(lock)
+    assert chosen.only == ("matmul", "sdpa", "triton", "torch.compile", "causal_conv1d", "fla")
+    assert chosen.imports == ("causal-conv1d",)
+    assert smoke_selection({**lock, "kept": None}).only == ("matmul", "sdpa", "triton", "torch.compile")

@@ -6,8 +6,9 @@ its sha256, the chosen environment, the stack provision ran (so ``smoke``, ``ver
 ``receipt`` find the environment with no spec file to point at) and what each stage installed.
 
 ``smoke`` picks its checks from that record (``smoke_selection``): torch's own checks (matmul,
-sdpa, triton, torch.compile), the kernel check of each extension the lock installed (flash-attn,
-causal-conv1d, mamba-ssm, fla, ...), none for what it did not install, and an import of every
+sdpa, triton, torch.compile), the kernel check of each extension the lock installed or, in an
+adopted venv, found there at the locked version (flash-attn, causal-conv1d, mamba-ssm, fla, ...),
+none for what the environment does not have, and an import of every
 package the lock put in the extension and source-build stages: the place an ``undefined
 symbol`` shows, on a host with no GPU too.
 """
@@ -115,6 +116,10 @@ def smoke_selection(lock: dict[str, Any]) -> SmokeSelection:
     for step in steps:
         for p in step["packages"]:
             installed[str(canonicalize_name(str(p).split("==")[0].split(" @ ")[0].strip()))] = str(step["name"])
+    kept = lock.get("kept")  # in an adopted venv: what it already held, as the lock pins it
+    if isinstance(kept, dict):
+        for name, stage in kept.items():
+            installed.setdefault(str(canonicalize_name(str(name))), str(stage))
     kernels = [name for name, dists in KERNEL_CHECKS.items() if any(d in installed for d in dists)]
     imports = [n for n, stage in installed.items() if stage in _IMPORT_STAGES]
     return SmokeSelection((*TORCH_CHECKS, *kernels), tuple(sorted(imports)), str(lock.get("lock_file", "")))

@@ -279,7 +279,10 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
                              torch_version=prepared.adopted, digest_plan=prepared.full)
     source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
-              "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None}
+              "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None,
+              # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)
+              "kept": {p.entry.name: p.stage for p in (prepared.full.placed if prepared.full else ())
+                       if p.entry.name in prepared.already}}
     run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source)
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:

@@ -382,6 +382,102 @@ def check_mamba_scan(quick: bool) -> Result:
     return {**res, "kernel_ms": timed_ms(run)}
 
 
+def fla_inputs() -> tuple[torch.Tensor, ...]:
+    """The fla check's inputs: two 64-token chunks, so the inter-chunk state is exercised."""
+    b, t, h, d = 1, 128, 2, 64
+    q, k = torch.randn(b, t, h, d, device="cuda"), torch.randn(b, t, h, d, device="cuda")
+    v = torch.randn(b, t, h, d, device="cuda")
+    g = F.logsigmoid(torch.randn(b, t, h, device="cuda") + 3.0)  # log decays in (-inf, 0), mostly near 0
+    return q, k, v, g
+
+
+# fla's chunked kernels autotune on their first call over up to 48 Triton configurations each,
+# which Triton's autotuner compiles one after another (30 to 50 s on H100 with a cold cache). The
+# smoke run starts that many compiles up front in a few processes of their own, each running the
+# same call with a slice of the configurations, into the same TRITON_CACHE_DIR, while the other
+# checks run; the fla check then autotunes over every configuration from the cache, as the user's
+# first training step will. The slices write no autotuning result (FLA_CACHE_RESULTS=0,
+# TRITON_CACHE_AUTOTUNING=0): only the full autotune picks the configuration that is kept.
+PRECOMPILE_ENV = "ENVBUILD_SMOKE_PRECOMPILE"  # "0": off; a number: that many processes
+_FLA_PARTS: list[Any] = []
+
+
+def start_fla_precompile() -> int:
+    """Start the fla compile processes (see above); how many were started."""
+    import importlib.util
+    import subprocess
+
+    wanted = os.environ.get(PRECOMPILE_ENV, "")
+    if wanted == "0" or importlib.util.find_spec("fla") is None or not torch.cuda.is_available():
+        return 0
+    if os.path.exists(_fla_stamp()):
+        return 0  # an earlier run compiled and autotuned this call into this cache
+    n = int(wanted) if wanted.isdigit() else min(8, (os.cpu_count() or 2) - 2)
+    if n < 2:
+        return 0
+    env = {**os.environ, "FLA_CACHE_RESULTS": "0", "TRITON_CACHE_AUTOTUNING": "0"}
+    for i in range(n):
+        _FLA_PARTS.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--fla-part", str(i), str(n)],
+                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    return n
+
+
+def _fla_stamp() -> str:
+    """A file in the Triton cache saying a full fla check ran into it, for these versions and GPU:
+    a warm cache needs no compile processes (the cache and the stamp go away together)."""
+    import hashlib
+
+    versions = [_dist_version(d) for d in ("fla-core", "flash-linear-attention", "triton", "torch")]
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    key = hashlib.sha256(json.dumps([versions, gpu]).encode()).hexdigest()[:16]
+    cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    return os.path.join(cache, f"envbuild-fla-check-{key}")
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def fla_part(i: int, n: int) -> int:
+    """One compile process: fla's call with the i-th of n slices of each autotuner's configurations."""
+    from fla.ops.simple_gla import chunk_simple_gla
+    from triton.runtime.autotuner import Autotuner
+
+    prune = Autotuner.prune_configs
+
+    def sliced(self: Any, kwargs: dict[str, Any]) -> list[Any]:
+        configs = prune(self, kwargs)
+        return configs[i::n] or configs[:1]
+
+    Autotuner.prune_configs = sliced  # type: ignore[method-assign]
+    q, k, v, g = fla_inputs()
+    chunk_simple_gla(q, k, v, g=g, scale=q.shape[-1] ** -0.5)
+    torch.cuda.synchronize()
+    return 0
+
+
+def _wait_fla_parts() -> dict[str, Any]:
+    if not _FLA_PARTS:
+        return {}
+    start, failed = time.perf_counter(), []
+    for proc in _FLA_PARTS:
+        try:
+            _, err = proc.communicate(timeout=600)
+        except Exception:  # noqa: BLE001 - a stuck compile process only costs the speed-up
+            proc.kill()
+            err = "timed out"
+        if proc.returncode != 0:
+            failed.append((err or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"])
+    out = {"precompile_processes": len(_FLA_PARTS), "precompile_wait_s": round(time.perf_counter() - start, 2)}
+    if failed:
+        out["precompile_failed"] = f"{len(failed)} of {len(_FLA_PARTS)}: {failed[0][0]}"
+    _FLA_PARTS.clear()
+    return out
+
+
 def check_fla(quick: bool) -> Result:
     need_gpu()
     dist = "fla-core" if _has("fla-core") else "flash-linear-attention"
@@ -390,11 +486,9 @@ def check_fla(quick: bool) -> Result:
         from fla.ops.simple_gla import chunk_simple_gla
     except ImportError as exc:
         raise Skip(f"fla {version} has no chunk_simple_gla: {exc}") from None
-    b, t, h, d = 1, 128, 2, 64  # two 64-token chunks: the inter-chunk state is exercised
-    q, k = torch.randn(b, t, h, d, device="cuda"), torch.randn(b, t, h, d, device="cuda")
-    v = torch.randn(b, t, h, d, device="cuda")
-    g = F.logsigmoid(torch.randn(b, t, h, device="cuda") + 3.0)  # log decays in (-inf, 0), mostly near 0
-    scale = d ** -0.5
+    precompiled = _wait_fla_parts()
+    q, k, v, g = fla_inputs()
+    scale = q.shape[-1] ** -0.5
 
     def run() -> torch.Tensor:
         return chunk_simple_gla(q, k, v, g=g, scale=scale)[0]
@@ -407,7 +501,12 @@ def check_fla(quick: bool) -> Result:
     # H200 against the recurrent kernel. 8 u_tf32 = 3.9e-3 (the four stages' worst case, 2x).
     res = compare("fla", out, ref, 8 * U_TF32, dtype="fp32 (TF32 tl.dot)", version=version,
                   reference="simple-GLA recurrence S_t = exp(g_t) S_t-1 + k_t^T v_t, float64")
-    return {**res, "kernel_ms": timed_ms(run)}
+    try:
+        with open(_fla_stamp(), "w", encoding="utf-8") as f:
+            f.write("fla's chunk_simple_gla compiled and autotuned here by envbuild smoke\n")
+    except OSError:
+        pass  # a read-only cache: the next run starts the compile processes again
+    return {**res, "kernel_ms": timed_ms(run), **precompiled}
 
 
 CHECKS: dict[str, Callable[[bool], Result]] = {
@@ -518,12 +617,17 @@ def main(argv: list[str] | None = None) -> int:
     timeline: list[tuple[str, float, float]] = [("imports", process_started(), 0.0),
                                                 ("start", time.time(), time.process_time())]
     p = argparse.ArgumentParser(description="envbuild kernel smoke tests")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
+    p.add_argument("--fla-part", nargs=2, type=int, metavar=("I", "N"), help=argparse.SUPPRESS)
     p.add_argument("--only", action="append", default=[], help="run only this check (repeatable)")
     p.add_argument("--quick", action="store_true", help="smaller matmul and attention benchmarks")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="DIST",
                    help="also import every top-level module of this distribution (repeatable)")
     args = p.parse_args(argv)
+    if args.fla_part:
+        return fla_part(*args.fla_part)
+    if not args.out:
+        p.error("--out is required")
     unknown = [n for n in args.only if n not in CHECKS]
     if unknown:
         print(f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}", file=sys.stderr)
@@ -535,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # one small graph: no worker pool
     t0 = time.perf_counter()
     results = []
+    if not args.only or "fla" in args.only:
+        start_fla_precompile()
     try:
         for name, fn in CHECKS.items():
             if args.only and name not in args.only:
@@ -549,6 +655,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(res)
             print("ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}), flush=True)
     finally:
+        for proc in _FLA_PARTS:  # the fla check did not run (or not to its end): no compile outlives the run
+            proc.kill()
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
     timeline.append(("result", time.time(), time.process_time()))
