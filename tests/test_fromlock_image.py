@@ -77,6 +77,9 @@ def _wheelhouse(folder: Path, wheels: Path) -> Path:
                 platform_tag="linux_x86_64", files={"causal_conv1d/__init__.py": "import torch\n"})
     for version in ("1.0", "1.1"):
         build_wheel(folder, "app-utils", version, files={"app_utils/__init__.py": f"VERSION = {version!r}\n"})
+    # not in the lock: what a layer of the user's own installs afterwards
+    build_wheel(folder, "user-tool", "1.0", requires=["torch"], files={"user_tool/__init__.py": ""})
+    build_wheel(folder, "needs-old-torch", "1.0", requires=["torch<2.13"], files={"needs_old_torch/__init__.py": ""})
     write_index(folder)
     return folder
 
@@ -203,6 +206,16 @@ def test_docker_lock_image_builds_verifies_and_a_rest_change_rebuilds_only_the_r
         assert v.returncode == 0, v.stdout + v.stderr
         got = c.run(f"{VENV}/bin/python", "-c", "import app_utils; print(app_utils.VERSION)")
         assert got.stdout.split() == ["1.1"], got.stdout + got.stderr
+        # a layer of the user's own: the venv has no pip; uv (on PATH) installs into it, torch frozen
+        assert c.run(f"{VENV}/bin/python", "-m", "pip", "--version").returncode != 0
+        here = (f"{wheelhouse}:{wheelhouse}:ro", f"{torch_wheels}:{torch_wheels}:ro")
+        user = ("uv", "pip", "install", "--no-index", "--find-links", str(wheelhouse))
+        old = c.run(*user, "needs-old-torch", volumes=here)
+        assert old.returncode != 0 and "torch" in old.stderr, old.stdout + old.stderr
+        new = c.run(*user, "user-tool", volumes=here)
+        assert new.returncode == 0, new.stdout + new.stderr
+        v = c.run("envbuild", "verify", "--root", "/opt/envbuild")
+        assert v.returncode == 0 and "intact" in v.stdout + v.stderr, v.stdout + v.stderr
     finally:
         c.remove()
 

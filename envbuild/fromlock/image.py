@@ -147,7 +147,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
         "# A change to a later stage (an application dependency) rebuilds that stage's layer and the ones",
         "# after it; torch and the extensions stay cached. Each layer runs provision --lock on its slice:",
         "# the same hash-pinned files and ABI guard as on a host.",
-        *(["# The project itself is not installed here: COPY its source and install it in a layer of your own."]
+        *(["# The project itself is not installed here: COPY its source and `uv pip install` it in a layer of your own."]
           if plan.stage("project") else []),
         "",
         f"ARG BASE_IMAGE={base.image}",
@@ -186,7 +186,8 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
         ]
         if stage == "torch":
             constraints = str(paths.constraints)
-            out += ["# torch is frozen from here on, for every later layer and every `pip install` in the image.",
+            out += ["# torch is frozen from here on, for every later layer and every `uv pip install` in the image",
+                    "# (uv installs into $VIRTUAL_ENV; the venv holds the lock's packages only, no pip).",
                     f"ENV {docker_env('PIP_CONSTRAINT', constraints, '--root')} \\",
                     f"    {docker_env('UV_CONSTRAINT', constraints, '--root')}", ""]
     runtime_caches = [str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
@@ -247,7 +248,7 @@ def _tool(tool_src: str, py: str) -> list[str]:
         "       | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p \\",
         f"    && python{py} -m venv {TOOL_VENV} \\",
         f"    && {TOOL_VENV}/bin/python -m pip install /src/envbuild \\",
-        f"    && ln -s {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild \\",
+        f"    && ln -s {TOOL_VENV}/bin/envbuild {TOOL_VENV}/bin/uv /usr/local/bin/ \\",
         "    && envbuild --version",
         "",
     ]
