@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,7 @@ def test_plan_lock_refuses_a_lock_the_gate_fails_unless_accepted(
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 8, res.output
     assert "fails envbuild's gate in linux x86_64" in res.stderr and "[extension-abi]" in res.stderr
+    assert "--rebuild-mismatched" in res.stderr  # the hint: a mismatched extension alone can be built from source
     assert not (tmp_path / "data").exists()  # refused before anything was made
     accept = tmp_path / "accept.toml"
     accept.write_text('[[accept]]\nrule = "extension-abi"\npackage = "flash-attn"\n'
@@ -188,6 +190,130 @@ def test_plan_lock_refuses_a_lock_the_gate_fails_unless_accepted(
     res = run_envbuild("plan", "--lock", lock, "--accept", accept)
     assert res.rc == 0, res.output
     assert "accepted: rebuilt from source in the image" in res.stdout
+
+
+@dataclass(frozen=True)
+class _StandIn(GateIndex):
+    """The gate index with another PyPI stand-in repo (the PyPI wheels and what a test adds)."""
+
+    pypi: str = "pypi"
+
+    @property
+    def pypi_url(self) -> str:
+        return self.url(self.pypi)
+
+
+def pypi_with_sdist(tmp: Path, idx: GateIndex) -> tuple[GateIndex, Path]:
+    """A PyPI stand-in that also serves flash-attn 2.8.3's sdist (its build imports torch, as the
+    real one's does), as PyPI serves the sdist of each release whose wheels are on GitHub."""
+    folder = tmp / "pypi-with-sdist"
+    folder.mkdir()
+    for wheel in (idx.root / "pypi").iterdir():
+        (folder / wheel.name).symlink_to(wheel)
+    sdist = build_sdist(folder, "flash-attn", "2.8.3", requires=["torch", "einops-like"], probe=["torch"])
+    repo = f"pypi-{tmp.name}"[:60]
+    idx.server.add_repo(repo, folder)
+    return _StandIn(idx.server, idx.root, pypi=repo), sdist
+
+
+def test_rebuild_mismatched_plans_the_sdist_from_the_lock_index(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """The lock's flash-attn wheel is built for torch 2.9 beside 2.10.0+cu128: with --rebuild-mismatched
+    plan --lock puts it in the builds stage, from the sdist of 2.8.3 its index serves (pinned by the
+    page's sha256, said not to come from the lock); without the flag it is refused."""
+    standin, sdist = pypi_with_sdist(tmp_path, gate_index)
+    lock = uv_platform_lock(tmp_path, standin, extension=MISMATCHED)
+    res = run_envbuild("plan", "--lock", lock)
+    assert res.rc == 8 and "--rebuild-mismatched" in res.stderr, res.output
+
+    doc = lock_json(run_envbuild, lock, "--rebuild-mismatched")
+    assert stages_of(doc) == {
+        "torch": ["filelock-like", "nvidia-cuda-runtime-cu12", "nvidia-nccl-cu12", "torch"],
+        "extensions": ["einops-like"], "rest": ["trainer-utils"], "builds": ["flash-attn"]}
+    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "flash-attn"]  # type: ignore[attr-defined]
+    host = f"127.0.0.1:{gate_index.server.port}"
+    assert placed["why"] == (
+        "rebuilt (--rebuild-mismatched): the lock's wheel is built for torch 2.9, locked with torch 2.10.0+cu128; "
+        f"its sdist from {host} (not in the lock: pinned by the sha256 its index page gives) is built against that torch")
+    sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    assert placed["version"] == "2.8.3" and placed["file"] == sdist.name and placed["sha256"] == sha
+    assert placed["rebuilt"] == {
+        "lock_version": "2.8.3+cu12torch2.9cxx11abitrue", "version": "2.8.3", "sdist": sdist.name,
+        "url": standin.server.file_url(standin.pypi, sdist.name), "sha256": sha, "origin": "index",  # type: ignore[attr-defined]
+        "where": host, "in_lock": False}
+    assert doc["builds"] == {"flash-attn": "no built wheel in cache for this key: compiles from the sdist"}
+    text = run_envbuild("plan", "--lock", lock, "--rebuild-mismatched")
+    assert text.rc == 0 and "stage 4/4 builds" in text.stdout, text.output
+    assert "gate: ok (flash-attn [extension-abi] rebuilt from its sdist: --rebuild-mismatched)" in text.stdout
+
+
+@pytest.mark.slow
+def test_rebuild_mismatched_installs_the_sdist_built_against_the_locks_torch(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """provision --lock --rebuild-mismatched builds flash-attn 2.8.3 from its index's sdist against the
+    installed 2.10.0+cu128 (its build saw that torch; its provenance names the sdist and its sha256),
+    the guard passes after every stage, and the receipt says the sdist is not from the lock. Offline,
+    the sdist comes from the wheelhouse `wheelhouse mirror --lock --rebuild-mismatched` made, and the
+    index is not asked."""
+    standin, sdist = pypi_with_sdist(tmp_path, gate_index)
+    lock = uv_platform_lock(tmp_path, standin, extension=MISMATCHED)
+    compiles = tmp_path / "compiles.log"
+    env = {"TINY_BACKEND_BUILDS": str(compiles)}
+    res = run_envbuild("provision", "--lock", lock, "--rebuild-mismatched", "--root", tmp_path / "one", env=env)
+    assert res.rc == 0, res.output
+    assert "==> step 4/4 builds: flash-attn==2.8.3" in res.output and "ok step builds" in res.output
+    assert compiles.read_text().splitlines() == ["flash-attn 2.8.3"]
+    venv = Venv(tmp_path / "one" / "venv", home=tmp_path / "home")
+    assert json.loads(venv.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
+    sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    url = gate_index.server.file_url(standin.pypi, sdist.name)  # type: ignore[attr-defined]
+    provenance = json.loads(venv.read("flash_attn-2.8.3.dist-info/envbuild_provenance.json"))
+    assert provenance["source"]["location"] == url and provenance["source"]["sha256"] == sha
+    assert provenance["torch"]["version"] == "2.10.0+cu128"
+    assert {"name": "flash-attn", "version": "2.8.3"} in pip_list(tmp_path / "one" / "venv")
+    receipt = json.loads(Path(json.loads(run_envbuild(
+        "provision", "--lock", lock, "--rebuild-mismatched", "--root", tmp_path / "one", "--json").stdout)["receipt"])
+        .read_text())
+    rebuilt = receipt["payload"]["lock"]["rebuilt"]["flash-attn"]
+    assert rebuilt["in_lock"] is False and rebuilt["url"] == url and rebuilt["sha256"] == sha
+    assert rebuilt["lock_version"] == "2.8.3+cu12torch2.9cxx11abitrue"
+
+    wheelhouse = tmp_path / "wheelhouse"
+    res = run_envbuild("wheelhouse", "mirror", "--lock", lock, "--rebuild-mismatched", "--out", wheelhouse)
+    assert res.rc == 0 and (wheelhouse / sdist.name).is_file(), res.output
+    page = f"/{standin.pypi}/simple/flash-attn/"  # type: ignore[attr-defined]
+    asked = len(gate_index.server.requested(page))
+    assert asked > 0  # online, the sdist was found on its project page
+    res = run_envbuild("provision", "--lock", lock, "--rebuild-mismatched", "--offline", "--wheelhouse", wheelhouse,
+                       "--root", tmp_path / "two", env=env)
+    assert res.rc == 0, res.output
+    assert "from the build cache (no compile)" in res.output and len(compiles.read_text().splitlines()) == 1
+    assert len(gate_index.server.requested(page)) == asked  # offline: the index was not asked
+    doc = lock_json(run_envbuild, lock, "--rebuild-mismatched", "--offline", "--wheelhouse", str(wheelhouse))
+    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "flash-attn"]  # type: ignore[attr-defined]
+    assert placed["rebuilt"]["origin"] == "wheelhouse" and placed["rebuilt"]["url"] == url
+    assert placed["rebuilt"]["sha256"] == sha
+
+
+def test_rebuild_mismatched_without_an_sdist_or_an_index_is_refused(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """No sdist of flash-attn 2.8.3 in the lock or on its indexes: exit 8 naming it, nothing made; the
+    lock's index not answering: exit 3 naming the host."""
+    lock = uv_platform_lock(tmp_path, gate_index, extension=MISMATCHED)
+    host = f"127.0.0.1:{gate_index.server.port}"
+    for command in ("provision", "plan"):
+        res = run_envbuild(command, "--lock", lock, "--rebuild-mismatched", "--root", tmp_path / "data")
+        assert res.rc == 8, res.output
+        assert f"--rebuild-mismatched: no sdist of flash-attn 2.8.3 in the lock or on its index ({host})" in res.stderr
+        assert "with --rebuild-mismatched" not in res.stderr and "Traceback" not in res.output
+    assert not (tmp_path / "data").exists()
+    text = lock.read_text()
+    with UnreachablePort() as dead:
+        lock.write_text(text.replace(host, f"127.0.0.1:{dead.port}"))
+        res = run_envbuild("provision", "--lock", lock, "--rebuild-mismatched", "--root", tmp_path / "data")
+    assert res.rc == 3, res.output
+    assert f"looking for the sdist of flash-attn 2.8.3 on 127.0.0.1:{dead.port}" in res.stderr
+    assert "Traceback" not in res.output and not (tmp_path / "data").exists()
 
 
 def test_selection_follows_the_locker(gate_index: GateIndex, tmp_path: Path,

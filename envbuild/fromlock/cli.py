@@ -67,6 +67,10 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
     g.add_argument("--accept", metavar="FILE", type=path_arg,
                    help="--lock: reviewed exceptions to the gate's findings ([[accept]] tables; default: "
                    "envbuild-check-lock.toml beside the lock, else [tool.envbuild.check-lock] in its pyproject.toml)")
+    g.add_argument("--rebuild-mismatched", action="store_true",
+                   help="--lock: a prebuilt extension wheel built for another torch/CUDA/C++ ABI than the lock's torch "
+                   "(gate rule extension-abi) is built from its sdist against the lock's torch instead (the lock's "
+                   "sdist, else the same version's from its index, pinned by the page's sha256), in the builds stage")
     g.add_argument("--no-project", action="store_true", help="--lock: do not install the project itself")
 
 
@@ -84,7 +88,8 @@ def _request(args: argparse.Namespace) -> LockRequest:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
     return LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
                        environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
-                       replace_torch=bool(getattr(args, "replace_torch", False)), wheelhouse=wheelhouse)
+                       rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse,
+                       replace_torch=bool(getattr(args, "replace_torch", False)))
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -111,7 +116,8 @@ def plan(args: argparse.Namespace) -> int:
         _print_plan(prepared)
         for name, note in builds.items():
             ui.print_text(f"build {name}: {note}")
-    refuse(prepared.chosen, list(prepared.failing), req.accept)  # exit 8 after the stages, as provision would
+    # exit 8 after the stages, as provision would
+    refuse(prepared.chosen, list(prepared.failing), req.accept, rebuild=req.rebuild_mismatched)
     return 0
 
 
@@ -136,7 +142,9 @@ def _print_plan(prepared: Prepared) -> None:
     chosen, plan, report = prepared.chosen, prepared.plan, prepared.report
     ui.print_text(f"lock {chosen.path} ({chosen.lock.format}, sha256 {chosen.sha256[:16]}...)")
     ui.print_text(f"environment: {chosen.env.name} (python {chosen.env.python}); torch {plan.torch.version}")
-    accepted = "; ".join(f"{f.package} [{f.rule}] accepted: {f.accepted}" for f in report.accepted)
+    accepted = "; ".join([*(f"{f.package} [{f.rule}] accepted: {f.accepted}" for f in report.accepted),
+                          *(f"{p.entry.name} [extension-abi] rebuilt from its sdist: --rebuild-mismatched"
+                            for p in plan.placed if p.rebuilt)])
     if prepared.failing:
         ui.print_text(f"gate: FAIL ({len(prepared.failing)} finding(s) below): provision --lock refuses this environment")
     else:
@@ -211,7 +219,8 @@ def mirror(args: argparse.Namespace) -> int:
                           "chosen of it (this host, or --environment, --extra, --group) decides which files are mirrored",
                           hint="Drop them; `envbuild plan --lock FILE` lists the files.")
     req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project)
+                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
+                      rebuild_mismatched=args.rebuild_mismatched)
     prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
     chosen = prepared.chosen
     plan = prepared.plan
@@ -231,7 +240,8 @@ def mirror(args: argparse.Namespace) -> int:
     ui.print_text(f"{len(done.downloaded)} downloaded, {len(done.present)} already present ({done.bytes / 1e6:.1f} MB) "
                   f"for {chosen.env.name}; index: {done.index}")
     ui.print_text(f"offline: envbuild provision --lock {chosen.path} --offline --wheelhouse {done.out}"
-                  + "".join(f" --extra {x}" for x in req.extras) + "".join(f" --group {g}" for g in req.groups))
+                  + "".join(f" --extra {x}" for x in req.extras) + "".join(f" --group {g}" for g in req.groups)
+                  + (" --rebuild-mismatched" if req.rebuild_mismatched else ""))
     return 0
 
 
@@ -256,7 +266,8 @@ def docker(args: argparse.Namespace) -> int:
         raise ConfigError(f"docker --lock renders the lock's stages: {', '.join(used)} cannot be used with it",
                           hint="Drop them, or render a stack spec without --lock.")
     req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project)
+                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
+                      rebuild_mismatched=args.rebuild_mismatched)
     prepared = prepare(req, target_python(req, None, None))
     name = prepared.chosen.path.parent.name or "project"
     output = args.output or Path("docker") / f"lock-{name}.Dockerfile"
@@ -271,7 +282,8 @@ def docker(args: argparse.Namespace) -> int:
                           "(its COPY lines read the stage slices from there)") from None
     tool_src = tool_source(context, output.parent)
     command = " ".join(["envbuild", "docker", "--lock", str(args.lock), *(f"--extra {x}" for x in req.extras),
-                        *(f"--group {g}" for g in req.groups), *(f"--environment {e}" for e in req.environment)]
+                        *(f"--group {g}" for g in req.groups), *(f"--environment {e}" for e in req.environment),
+                        *(["--rebuild-mismatched"] if req.rebuild_mismatched else [])]
                        + (["--base", args.base] if args.base else []) + (["-o", str(args.output)] if args.output else []))
     opts = DockerOptions(base=args.base, root=args.root, steps_dir=steps_dir, command=command,
                          tool_src=tool_src.relative_to(context).as_posix() + "/" if tool_src != context else "")
@@ -310,7 +322,8 @@ def preflight_spec(args: argparse.Namespace, groups: list[str]) -> tuple[StackSp
         raise ConfigError("preflight --lock checks the host against the lock: --profile and --stack cannot be used "
                           "with it")
     req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project)
+                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
+                      rebuild_mismatched=args.rebuild_mismatched)
     prepared = prepare(req, target_python(req, args.python, None))
     spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
     paths = paths_for(spec, args.root)

@@ -59,6 +59,7 @@ class LockRequest:
     project: bool = True
     replace_torch: bool = False
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
+    rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
 
 
 @dataclass
@@ -111,9 +112,27 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     request = Request(python=python, extras=req.extras, groups=req.groups, environment=req.environment, fmt=req.fmt)
     chosen = choose(lock, sha, request)
     report, failing = gate(chosen, request, req.accept)
+    if not req.rebuild_mismatched:
+        if refusing:
+            refuse(chosen, failing, req.accept)
+        return Prepared(chosen, report, plan_stages(chosen, project=req.project), failing=tuple(failing))
+    from envbuild.fromlock.offline import wheelhouse_folder
+    from envbuild.fromlock.rebuild import RULE, rebuild_mismatched
+
+    if refusing and any(f.rule != RULE for f in failing):  # refused before any index is asked for an sdist
+        refuse(chosen, failing, req.accept, rebuild=True)
+    folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
+    plan, failing = rebuild_mismatched(plan_stages(chosen, project=req.project), failing, wheelhouse=folder)
     if refusing:
-        refuse(chosen, failing, req.accept)
-    return Prepared(chosen, report, plan_stages(chosen, project=req.project), failing=tuple(failing))
+        refuse(chosen, failing, req.accept, rebuild=True)
+    return Prepared(chosen, report, plan, failing=tuple(failing))
+
+
+def rebuilt_record(plan: StagePlan) -> dict[str, object]:
+    """What a receipt's lock record says of ``--rebuild-mismatched`` builds: {name: where its sdist
+    came from, and that the lock does not pin it} ({} where nothing was rebuilt)."""
+    rebuilt = {p.entry.name: p.rebuilt for p in plan.placed if p.rebuilt}
+    return {"rebuilt": rebuilt} if rebuilt else {}
 
 
 def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
@@ -282,7 +301,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
               "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None,
               # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)
               "kept": {p.entry.name: p.stage for p in (prepared.full.placed if prepared.full else ())
-                       if p.entry.name in prepared.already}}
+                       if p.entry.name in prepared.already}, **rebuilt_record(prepared.plan)}
     run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source)
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:

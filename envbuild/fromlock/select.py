@@ -221,14 +221,19 @@ def gate(chosen: Chosen, request: Request, accept: Path | None) -> tuple[FileRep
     return report, report.failing
 
 
-def refuse(chosen: Chosen, failing: list[Finding], accept: Path | None) -> None:
-    """Exit 8 before anything is made when the gate fails the chosen environment."""
+def refuse(chosen: Chosen, failing: list[Finding], accept: Path | None, *, rebuild: bool = False) -> None:
+    """Exit 8 before anything is made when the gate fails the chosen environment. ``rebuild``:
+    ``--rebuild-mismatched`` was given (the extension-abi findings left have no sdist to build)."""
     if not failing:
         return
     lines = "; ".join(f"{f.package}: {f.reason} [{f.rule}]" for f in failing[:3])
     more = f" (and {len(failing) - 3} more)" if len(failing) > 3 else ""
+    # a mismatched prebuilt extension alone: building it from its sdist against this torch answers it
+    mismatched = not rebuild and all(f.rule == "extension-abi" for f in failing)
     raise LockError(
         f"{chosen.path}: the lock fails envbuild's gate in {chosen.env.name}, so nothing was installed: {lines}{more}",
-        hint=("`envbuild check-lock " + str(chosen.path) + "` shows every finding. Fix the lock, or name a reviewed "
-              "exception file with --accept FILE ([[accept]] tables: rule, package, reason)"
+        hint=("`envbuild check-lock " + str(chosen.path) + "` shows every finding. Fix the lock"
+              + (", build the mismatched extension from its sdist against the lock's torch with "
+                 "--rebuild-mismatched" if mismatched else "")
+              + ", or name a reviewed exception file with --accept FILE ([[accept]] tables: rule, package, reason)"
               + (f" (the one given, {accept}, accepts none of these)" if accept else "") + "."))

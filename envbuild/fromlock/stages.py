@@ -84,6 +84,7 @@ class Placed:
     artifact: Artifact | None = None  # None: a git pin or the project (``line`` says what)
     line: str = ""  # the requirement line the installer reads
     needs_glibc: int | None = None  # its wheel is manylinux_2_N, newer than this host's glibc
+    rebuilt: dict[str, object] | None = None  # --rebuild-mismatched: the sdist it is built from (``fromlock.rebuild``)
 
     @property
     def label(self) -> str:
@@ -110,7 +111,8 @@ class StagePlan:
                 "stages": [{"name": s, "what": STAGE_WORDS[s],
                             "packages": [{"name": p.entry.name, "version": p.entry.version, "why": p.why,
                                           "file": p.artifact.filename if p.artifact else None,
-                                          "sha256": p.artifact.sha256 if p.artifact else None}
+                                          "sha256": p.artifact.sha256 if p.artifact else None,
+                                          **({"rebuilt": p.rebuilt} if p.rebuilt else {})}
                                          for p in self.stage(s)]} for s in self.stages],
                 "left_out": [{"name": n, "why": w} for n, w in self.left_out]}
 
