@@ -4,10 +4,12 @@ A real ``uv lock`` of the real torch CPU build (stage torch), a stand-in prebuil
 wheel that imports torch (``causal-conv1d``, stage extensions) and an application package
 (``app-utils``, stage rest), served from a local wheelhouse folder mounted read-only into the
 build. The Dockerfile is built FROM the base image docker/build-image.sh makes (mmdebstrap,
-Debian bookworm) with ``buildah bud --layers``, cold (``--no-cache``); inside the image
-``envbuild verify`` passes. Then ``app-utils`` moves (1.0 -> 1.1, relocked by uv) and the
-rebuild takes every step up to the extension layer from buildah's cache (same layer digests)
-and runs the rest layer and the ones after it. A planted layer that reinstalls the same torch
+Debian bookworm, re-committed under an image id of this run's own) with ``buildah bud
+--layers``, cold; inside the image ``envbuild verify`` passes and the smoke layer passed. Then
+``app-utils`` moves (1.0 -> 1.1, relocked by uv) and the rebuild takes every step up to the
+extension layer from buildah's cache (same layer digests) and runs the rest layer and the ones
+after it; in a container ``uv pip install`` (what a layer of the user's own runs) works under the
+image's constraint (torch frozen) and verify still passes. A planted layer that reinstalls the same torch
 between the torch and extension layers fails the build in the extension layer's ABI guard
 (exit 6). The wall times land in build/image/fromlock/timings.json (docs/measured/images.md).
 """
