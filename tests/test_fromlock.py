@@ -246,6 +246,16 @@ def test_rebuild_mismatched_plans_the_sdist_from_the_lock_index(
     assert text.rc == 0 and "stage 4/4 builds" in text.stdout, text.output
     assert "gate: ok (flash-attn [extension-abi] rebuilt from its sdist: --rebuild-mismatched)" in text.stdout
 
+    dockerfile = tmp_path / "docker" / "lock.Dockerfile"
+    res = run_envbuild("docker", "--lock", lock, "-o", dockerfile, "--context", tmp_path)
+    assert res.rc == 8 and not dockerfile.exists(), res.output
+    res = run_envbuild("docker", "--lock", lock, "--rebuild-mismatched", "-o", dockerfile, "--context", tmp_path)
+    assert res.rc == 0, res.output
+    [builds] = [s for s in json.loads((tmp_path / "docker" / "lock.stages" / "04-builds.json").read_text())["stages"]
+                if s["name"] == "builds"]
+    assert builds["packages"] == ["flash-attn==2.8.3"]
+    assert builds["lines"] == [f"flash-attn @ {placed['rebuilt']['url']} --hash=sha256:{sha}"]
+
 
 @pytest.mark.slow
 def test_rebuild_mismatched_installs_the_sdist_built_against_the_locks_torch(
