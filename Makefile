@@ -89,5 +89,5 @@ clean:
 ## output into the page
 ## (make test runs the same commands and fails when an output shown there is stale)
 docs-snippets: $(BIN)/.installed
-	rm -rf /tmp/tour
-	$(BIN)/python tests/support/tour.py --write README.md docs/tutorials/ci-gate.md docs/how-to/install.md
+	rm -rf /tmp/tour /tmp/trainer
+	$(BIN)/python tests/support/tour.py --write README.md docs/tutorials/ci-gate.md docs/tutorials/your-stack.md docs/how-to/install.md

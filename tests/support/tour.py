@@ -7,6 +7,11 @@ commands after them, as a shell would. Commands run one by one with ``bash -c`` 
 root (the README is read in a checkout, after ``make demo`` made ``.venv``), with ``.venv/bin`` on
 PATH as ``. .venv/bin/activate`` puts it, and HOME in a scratch folder.
 
+A page that has the reader write a file shows it as a fenced block with a title (``````toml
+title="trainer/stack.toml"``, which the docs site shows as the file's name): the file is written
+when the run reaches the block, and such a page's commands run in a fresh folder of the scratch
+(where the reader made theirs), not in the checkout.
+
 - ``python -m support.tour --write README.md``: run the tour and write each block's output back
   (``make docs-snippets``); only the checkout's path is replaced (by ``.``).
 - ``check(path)`` (tests/test_tour.py): run it and compare with the file, both sides normalised
@@ -20,13 +25,16 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 _FENCE = re.compile(r"^```[a-z]*\n(?P<body>\$ .*?)^```\n", re.S | re.M)
+_FILE = re.compile(r'^```[a-z]*\s+title="(?P<path>[^"]+)"\n(?P<body>.*?)^```\n', re.S | re.M)
 _EXPORT = re.compile(r"^export\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
@@ -43,6 +51,8 @@ class Block:
     start: int  # offsets of the block's body in the file
     end: int
     steps: list[Step]
+    file: str = ""  # a file block's path: its body is written there, nothing is run
+    body: str = ""
 
 
 def blocks(text: str) -> list[Block]:
@@ -55,7 +65,9 @@ def blocks(text: str) -> list[Block]:
             elif steps:
                 steps[-1].shown.append(line)
         out.append(Block(m.start("body"), m.end("body"), steps))
-    return out
+    for m in _FILE.finditer(text):
+        out.append(Block(m.start("body"), m.end("body"), [], file=m.group("path"), body=m.group("body")))
+    return sorted(out, key=lambda b: b.start)
 
 
 def environment(scratch: Path) -> dict[str, str]:
@@ -65,24 +77,64 @@ def environment(scratch: Path) -> dict[str, str]:
     env.update({"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
                 "HOME": str(scratch / "home"), "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"})
     (scratch / "home").mkdir(parents=True, exist_ok=True)
+    # the reader's own pip configuration comes along (the sources it names are the reader's
+    # sources: a mirror, a find-links folder); the rest of their HOME stays out
+    for conf in (".config/pip/pip.conf", ".pip/pip.conf"):
+        mine = Path.home() / conf
+        if mine.is_file():
+            (scratch / "home" / conf).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(mine, scratch / "home" / conf)
     return env
 
 
-def run(text: str, scratch: Path, timeout: float = 900) -> list[Block]:
-    """Every command of every tour block, in order, in one environment."""
+def run(text: str, scratch: Path, timeout: float = 900,
+        overrides: dict[str, dict[str, str]] | None = None) -> list[Block]:
+    """Every command of every tour block, in order, in one environment; ``overrides`` adds variables
+    to the commands that match a pattern (what a page says to set on a machine like this one)."""
     env = environment(scratch)
     found = blocks(text)
+    cwd = REPO
+    if any(b.file for b in found):
+        cwd = scratch / "work"
+        shutil.rmtree(cwd, ignore_errors=True)
+        cwd.mkdir(parents=True)
     for block in found:
+        if block.file:
+            (cwd / block.file).parent.mkdir(parents=True, exist_ok=True)
+            (cwd / block.file).write_text(block.body)
         for step in block.steps:
             m = _EXPORT.match(step.command)
             if m:
                 env[m.group("name")] = shlex.split(m.group("value"))[0] if m.group("value") else ""
                 continue
-            proc = subprocess.run(["bash", "-c", step.command], cwd=REPO, env=env, capture_output=True,
+            extra = {k: v for pattern, more in (overrides or {}).items() if re.search(pattern, step.command)
+                     for k, v in more.items()}
+            proc = subprocess.run(["bash", "-c", step.command], cwd=cwd, env=env | extra, capture_output=True,
                                   text=True, timeout=timeout)
             step.rc = proc.returncode
             step.got = _shown(proc.stdout + proc.stderr)
     return found
+
+
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def overrides(path: Path) -> dict[str, dict[str, str]]:
+    """What a page tells a reader on a machine like this one to set, by command. your-stack.md:
+    where the PyTorch CPU index does not answer, ``TORCH_INDEX=`` (empty) for ``envbuild lock``,
+    which resolves torch by name from pip's configured sources (the mirror); the other commands
+    need nothing, since a locked file comes by sha256 from whichever configured source serves it."""
+    if path.name != "your-stack.md" or _answers(TORCH_CPU_INDEX + "/torch/"):
+        return {}
+    return {r"^envbuild lock\b": {"TORCH_INDEX": ""}}
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _shown(output: str) -> list[str]:
@@ -149,6 +201,8 @@ def write(path: Path, found: list[Block], text: str) -> str:
     """``text`` with each block's outputs replaced by this run's."""
     pieces, last = [], 0
     for block in found:
+        if block.file:
+            continue
         body = []
         for step in block.steps:
             body.append(f"$ {step.command}")
@@ -178,7 +232,7 @@ def main() -> int:
     bad = 0
     for path in args.files:
         text = path.read_text()
-        found = run(text, args.scratch)
+        found = run(text, args.scratch, overrides=overrides(path))
         problems = [f"$ {s.command}: exit {s.rc}\n" + "\n".join(s.got[-30:])
                     for b in found for s in b.steps if not _EXPORT.match(s.command) and s.rc != _expected_rc(s)]
         if problems:
