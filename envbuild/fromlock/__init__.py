@@ -8,6 +8,8 @@ The data flow, one module each:
 - ``stages``  the install stages of that environment, each package with the reason it is there:
               torch and its runtime, prebuilt extensions, the rest, source builds against the
               installed torch, the project;
+- ``rebuild`` ``--rebuild-mismatched``: a prebuilt extension the gate fails for its ABI moves to the
+              source builds, from its sdist (the lock's, else its index's, pinned by sha256);
 - ``stack``   the stages as a stack of hash-pinned steps for ``envbuild.provision``;
 - ``run``     adopt the torch a venv already has, then provision (guard after every stage).
 """
