@@ -129,7 +129,12 @@ def _find_sdist(plan: StagePlan, entry: Entry, wheelhouse: Path | None) -> tuple
 
 
 def _indexes(plan: StagePlan, entry: Entry) -> list[str]:
-    return list(dict.fromkeys([x for x in (entry.index, *plan.chosen.lock.indexes) if x] or [PYPI]))
+    """The entry's own index, else the lock's, the package index (pypi.org) first: a prebuilt
+    extension locked by URL (a GitHub release) publishes its sdists there."""
+    if entry.index:
+        return [entry.index]
+    found = list(dict.fromkeys(x for x in plan.chosen.lock.indexes if x)) or [PYPI]
+    return sorted(found, key=lambda url: _host(url) not in ("pypi.org", "pypi.python.org"))
 
 
 def _host(url: str) -> str:
@@ -140,19 +145,18 @@ def _host(url: str) -> str:
 
 
 def _on_index(plan: StagePlan, entry: Entry, lock_version: str, version: str) -> tuple[Rebuilt | None, str]:
+    from envbuild import events
     from envbuild.index import SourceError, index_files, parse_filename, same_version
 
     unpinned: list[str] = []
+    dead: list[tuple[str, str]] = []
     indexes = _indexes(plan, entry)
     for index in indexes:
         try:
             files = index_files(index, entry.name)
         except SourceError as exc:
-            raise SourceError(f"--rebuild-mismatched: looking for the sdist of {entry.name} {version} on "
-                              f"{_host(index)}: {exc.message}",
-                              hint="Check the network (or a proxy), or mirror it where the index answers "
-                              f"(`envbuild wheelhouse mirror --lock {plan.chosen.path} --rebuild-mismatched --out "
-                              "DIR`) and provision --offline --wheelhouse DIR.") from None
+            dead.append((_host(index), exc.message))
+            continue
         for a in files:
             parsed = parse_filename(a.filename)
             if not _is_sdist(a.filename) or parsed is None or not same_version(parsed[1], version):
@@ -160,7 +164,17 @@ def _on_index(plan: StagePlan, entry: Entry, lock_version: str, version: str) ->
             if not a.sha256:
                 unpinned.append(a.filename)
                 continue
+            for host, why in dead:  # another index served it: the dead one is a notice, not a stop
+                events.emit("info", f"--rebuild-mismatched: {host} did not answer ({why}); the sdist of "
+                            f"{entry.name} {version} came from {_host(index)}")
             return Rebuilt(lock_version, version, a.filename, a.url, a.sha256, "index", _host(index)), ""
+    if dead and len(dead) == len(indexes):
+        host, why = dead[0]
+        raise SourceError(f"--rebuild-mismatched: looking for the sdist of {entry.name} {version} on "
+                          f"{', '.join(h for h, _ in dead)}: no index answered ({host}: {why})",
+                          hint="Check the network (or a proxy), or mirror it where the index answers "
+                          f"(`envbuild wheelhouse mirror --lock {plan.chosen.path} --rebuild-mismatched --out "
+                          "DIR`) and provision --offline --wheelhouse DIR.")
     hosts = ", ".join(dict.fromkeys(_host(i) for i in indexes))
     if unpinned:
         return None, (f"the sdist of {entry.name} {version} on {hosts} ({', '.join(unpinned)}) comes with no "
