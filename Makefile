@@ -70,9 +70,10 @@ image: $(BIN)/.installed
 image-h200-twin: $(BIN)/.installed
 	$(BIN)/python -m pytest tests/test_image_build.py -m image -k h200 -s -p no:cacheprovider
 
-## bootstrap: the one-archive installer for a fresh host with only python3 (dist/envbuild-bootstrap-*.tar.gz)
+## bootstrap: the one-archive installer for a fresh host with only python3 (dist/envbuild-bootstrap-*.tar.gz);
+## BOOTSTRAP_PYTHON=3.12 for a host Python other than 3.10
 bootstrap: $(BIN)/.installed
-	$(BIN)/python bootstrap/build.py -o dist
+	$(BIN)/python bootstrap/build.py -o dist $(if $(BOOTSTRAP_PYTHON),--python-version $(BOOTSTRAP_PYTHON))
 
 lint: $(BIN)/.installed
 	$(BIN)/python -m pip install -q -e '.[dev]'
@@ -89,5 +90,5 @@ clean:
 ## output into the page
 ## (make test runs the same commands and fails when an output shown there is stale)
 docs-snippets: $(BIN)/.installed
-	rm -rf /tmp/tour /tmp/trainer
+	rm -rf /tmp/tour /tmp/trainer /tmp/envbuild-tool /tmp/envbuild-host
 	$(BIN)/python tests/support/tour.py --write README.md docs/tutorials/ci-gate.md docs/tutorials/your-stack.md docs/how-to/install.md

@@ -8,11 +8,12 @@
 # `python3 -m venv --without-pip` (works without Ubuntu's python3-venv package); pip runs from its
 # own wheel in this archive (`python pip.whl/pip install`), from these wheels only (--no-index,
 # --isolated: the host's pip configuration plays no part). envbuild is linked into /usr/local/bin
-# (root) or ~/.local/bin. PYTHON=... picks another interpreter.
+# (root) or ~/.local/bin, or BINDIR. PYTHON=... picks another interpreter.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 if [ "$(id -u)" = 0 ]; then PREFIX=${1:-/opt/envbuild-tool}; BIN=/usr/local/bin; else PREFIX=${1:-$HOME/.local/envbuild}; BIN=$HOME/.local/bin; fi
+BIN=${BINDIR:-$BIN}
 
 command -v "$PY" >/dev/null 2>&1 || { echo "install.sh: no $PY on PATH; envbuild needs Python 3.10+ (apt-get install python3)" >&2; exit 3; }
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \

@@ -23,12 +23,16 @@ PAGES = {  # pages whose `$ ` blocks run in make test, besides the README
 }
 # Pages that install from pip's sources (PyPI, or the mirror pip is configured with): make test
 # runs them (pip_sources), make check does not. your-stack provisions onto /tmp/trainer, the data
-# root the page names.
+# root the page names; install builds the bootstrap archive (make bootstrap) and installs it
+# into /tmp/envbuild-host.
 SOURCE_PAGES = {
     "install": tour.REPO / "docs" / "how-to" / "install.md",  # pip install . and make bootstrap
     "your-stack": tour.REPO / "docs" / "tutorials" / "your-stack.md",  # lock, provision, smoke
 }
-PAGE_ROOTS = {"your-stack": Path("/tmp/trainer")}
+PAGE_ROOTS = {  # the folders outside the scratch that a page's commands name
+    "install": [Path("/tmp/envbuild-tool"), Path("/tmp/envbuild-host")],
+    "your-stack": [Path("/tmp/trainer")],
+}
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +76,10 @@ def test_a_tutorial_runs_as_written(page: str, tmp_path: Path) -> None:
 @pytest.mark.pip_sources
 @pytest.mark.parametrize("page", sorted(SOURCE_PAGES))
 def test_a_page_that_installs_runs_as_written(page: str, tmp_path: Path) -> None:
-    root = PAGE_ROOTS.get(page)
-    if root is not None:
+    for root in PAGE_ROOTS.get(page, []):
         shutil.rmtree(root, ignore_errors=True)  # a fresh machine has none
     try:
         _page(SOURCE_PAGES[page], tmp_path)
     finally:
-        if root is not None:
+        for root in PAGE_ROOTS.get(page, []):
             shutil.rmtree(root, ignore_errors=True)
