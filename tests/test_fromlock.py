@@ -45,8 +45,14 @@ def uv_sdist_lock(tmp: Path, idx: GateIndex, torch: str = "2.10.0") -> Path:
     reproducible: every such lock pins the same sha256."""
     sdist = build_sdist(tmp / "sdists", "flash-attn", "2.8.3", requires=["torch", "einops-like"], probe=["torch"])
     idx.server.add_repo("sdists", sdist.parent)
-    folder = _folder(tmp, "uv-sdist")
     deps = [f"torch=={torch}", "trainer-utils==1.0", f"flash-attn @ {idx.server.file_url('sdists', sdist.name)}"]
+    return torch_project_lock(tmp, idx, "uv-sdist", deps, 'no-build-isolation-package = ["flash-attn"]')
+
+
+def torch_project_lock(tmp: Path, idx: GateIndex, name: str, deps: list[str], uv_settings: str) -> Path:
+    """uv.lock of a virtual project of ``deps`` (torch from the cu128 stand-in on Linux) with the
+    ``[tool.uv]`` lines ``uv_settings``, by real ``uv lock``."""
+    folder = _folder(tmp, name)
     (folder / "pyproject.toml").write_text(f"""[project]
 name = "{PROJECT}"
 version = "0.1.0"
@@ -55,7 +61,7 @@ dependencies = {_toml_list(deps)}
 
 [tool.uv]
 package = false
-no-build-isolation-package = ["flash-attn"]
+{uv_settings}
 
 [tool.uv.sources]
 torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
@@ -435,23 +441,8 @@ def uv_git_lock(tmp: Path, idx: GateIndex) -> Path:
         subprocess.run(["git", "-C", str(repo), *argv], check=True, env=env, capture_output=True)
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, env=env, capture_output=True,
                             text=True).stdout.strip()
-    folder = _folder(tmp, "uv-git")
     deps = ["torch==2.10.0", "trainer-utils==1.0", f"flash-attn @ git+{repo.as_uri()}@{commit}"]
-    (folder / "pyproject.toml").write_text(f"""[project]
-name = "{PROJECT}"
-version = "0.1.0"
-requires-python = ">=3.10"
-dependencies = {_toml_list(deps)}
-
-[tool.uv]
-package = false
-no-build-isolation-package = ["flash-attn"]
-
-[tool.uv.sources]
-torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
-
-{_uv_indexes(idx, ["cu128"])}""")
-    return _uv_lock(folder, tmp)
+    return torch_project_lock(tmp, idx, "uv-git", deps, 'no-build-isolation-package = ["flash-attn"]')
 
 
 @pytest.mark.slow
@@ -642,23 +633,9 @@ def test_a_wheel_for_a_newer_glibc_is_planned_and_refused_before_anything_is_mad
     wheel = build_wheel(tmp_path / "newer", "newer-glibc-lib", "1.0", python_tag="py3", abi_tag="none",
                         platform_tag="manylinux_2_40_x86_64")
     gate_index.server.add_repo("newer", wheel.parent)
-    folder = _folder(tmp_path, "uv-newer")
     deps = ["torch==2.10.0", f"newer-glibc-lib @ {gate_index.server.file_url('newer', wheel.name)}"]
-    (folder / "pyproject.toml").write_text(f"""[project]
-name = "{PROJECT}"
-version = "0.1.0"
-requires-python = ">=3.10"
-dependencies = {_toml_list(deps)}
-
-[tool.uv]
-package = false
-environments = ["sys_platform == 'linux' and platform_machine == 'x86_64'"]
-
-[tool.uv.sources]
-torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
-
-{_uv_indexes(gate_index, ["cu128"])}""")
-    lock = _uv_lock(folder, tmp_path)
+    lock = torch_project_lock(tmp_path, gate_index, "uv-newer", deps,
+                              "environments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]")
     doc = lock_json(run_envbuild, lock)
     [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "newer-glibc-lib"]  # type: ignore[attr-defined]
     assert f"needs glibc 2.40 (this host has 2.{have})" in placed["why"]
