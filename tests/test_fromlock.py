@@ -595,6 +595,10 @@ def test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted(
     res = run_envbuild("provision", "--lock", lock, "--venv", base.path, "--root", tmp_path / "data")
     assert res.rc == 0, res.output
     assert "nothing to do" in res.output and "==> step" not in res.output
+    # --python whose environment has the lock's torch: a venv of its own, and the way to keep that torch said
+    res = run_envbuild("provision", "--lock", lock, "--python", base.python, "--root", tmp_path / "own")
+    assert res.rc == 0, res.output
+    assert "already has the lock's torch 2.10.0+cu128" in res.stderr and f"--venv {base.path}" in res.stderr
 
 
 @pytest.mark.slow

@@ -207,6 +207,38 @@ def _record_adoption(prepared: Prepared, digest: str, paths: layout.Paths) -> No
         atomic_write_json(record, {"digest": digest, "torch": prepared.adopted, "already": list(prepared.already)})
 
 
+def _say_python_has_torch(python: str, want: str) -> None:
+    """``--python`` whose own environment (a base image's) already holds the lock's torch: the venv
+    made with it gets a second copy; say how to keep the one that is there (``--venv PREFIX``)."""
+    from envbuild.run import run
+
+    try:
+        out = run([python, "-I", "-c", "import sys; print(sys.prefix)"], capture=True, separate_stderr=True,
+                  timeout=20)
+    except OSError:
+        return
+    prefix = Path((out.output or "").strip().splitlines()[-1]) if out.ok and out.output else None
+    if prefix is None:
+        return
+    try:
+        have = _torch_in(prefix)
+    except FileNotFoundError:
+        return
+    if have and want in have:
+        events.emit("warn", f"--python {python}: its environment ({prefix}) already has the lock's torch {have[-1]}; "
+                    f"the venv made with it installs torch again. To keep the one that is there as the baseline (no "
+                    f"download), provision into that environment: --venv {prefix}")
+
+
+def _torch_in(prefix: Path) -> tuple[str, ...]:
+    """torch's versions in ``prefix``'s environment (its metadata and its runtime ``version.py``); () without."""
+    site = abi.site_packages(prefix)
+    torch = abi.scan(site).get("torch")
+    if torch is None:
+        return ()
+    return (torch.version, abi.read_runtime_version(site) or torch.version)
+
+
 def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
     """HEAD of one file per host the stages still to run download from (file:// is the installer's)."""
     from envbuild.net import unreachable
@@ -285,6 +317,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                           "--lock`), or re-lock with an older manylinux wheel of them.")
     if opts.venv is not None:
         prepared = adopt(prepared, opts.venv, req.replace_torch)
+    elif opts.python is not None:
+        _say_python_has_torch(opts.python, prepared.plan.torch.version or "")
     backend = installer_for(opts.backend).name
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
