@@ -90,5 +90,5 @@ clean:
 ## output into the page
 ## (make test runs the same commands and fails when an output shown there is stale)
 docs-snippets: $(BIN)/.installed
-	rm -rf /tmp/tour /tmp/trainer /tmp/envbuild-tool /tmp/envbuild-host
-	$(BIN)/python tests/support/tour.py --write README.md docs/tutorials/ci-gate.md docs/tutorials/your-stack.md docs/how-to/install.md
+	rm -rf /tmp/tour /tmp/trainer /tmp/envbuild-tool /tmp/envbuild-host /tmp/fleet
+	$(BIN)/python tests/support/tour.py --write README.md docs/tutorials/ci-gate.md docs/tutorials/your-stack.md docs/tutorials/offline-fleet.md docs/how-to/install.md

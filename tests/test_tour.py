@@ -23,15 +23,18 @@ PAGES = {  # pages whose `$ ` blocks run in make test, besides the README
 }
 # Pages that install from pip's sources (PyPI, or the mirror pip is configured with): make test
 # runs them (pip_sources), make check does not. your-stack provisions onto /tmp/trainer, the data
-# root the page names; install builds the bootstrap archive (make bootstrap) and installs it
+# root the page names, offline-fleet mirrors the cpu lock into /tmp/fleet and provisions two
+# roots there from it; install builds the bootstrap archive (make bootstrap) and installs it
 # into /tmp/envbuild-host.
 SOURCE_PAGES = {
     "install": tour.REPO / "docs" / "how-to" / "install.md",  # pip install . and make bootstrap
     "your-stack": tour.REPO / "docs" / "tutorials" / "your-stack.md",  # lock, provision, smoke
+    "offline-fleet": tour.REPO / "docs" / "tutorials" / "offline-fleet.md",  # mirror, two offline nodes
 }
 PAGE_ROOTS = {  # the folders outside the scratch that a page's commands name
     "install": [Path("/tmp/envbuild-tool"), Path("/tmp/envbuild-host")],
     "your-stack": [Path("/tmp/trainer")],
+    "offline-fleet": [Path("/tmp/fleet")],
 }
 
 
@@ -83,3 +86,14 @@ def test_a_page_that_installs_runs_as_written(page: str, tmp_path: Path) -> None
     finally:
         for root in PAGE_ROOTS.get(page, []):
             shutil.rmtree(root, ignore_errors=True)
+
+
+def test_every_tutorial_runs_and_make_docs_snippets_writes_it() -> None:
+    tutorials = sorted((tour.REPO / "docs" / "tutorials").glob("*.md"))
+    run = set(PAGES.values()) | set(SOURCE_PAGES.values())
+    assert [p.name for p in tutorials if p not in run] == [], "a tutorial that no test runs"
+    recipe = next(line for line in (tour.REPO / "Makefile").read_text().splitlines()
+                  if "tour.py --write" in line).split()
+    written = {tour.REPO / word for word in recipe if word.endswith(".md")}
+    assert sorted(str(p.relative_to(tour.REPO)) for p in (run | {README}) - written) == [], \
+        "a page the tests check that make docs-snippets does not write"

@@ -72,7 +72,9 @@ def blocks(text: str) -> list[Block]:
 
 def environment(scratch: Path) -> dict[str, str]:
     """What a reader's shell has after ``. .venv/bin/activate``, HOME in ``scratch``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENVBUILD_", "PYTEST_"))}
+    # PIP_*/UV_* go as the tests' own set-up drops them, so that make docs-snippets and make test
+    # run alike; the reader's pip.conf comes along below
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENVBUILD_", "PYTEST_", "PIP_", "UV_"))}
     venv = REPO / ".venv"
     env.update({"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
                 "HOME": str(scratch / "home"), "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"})
