@@ -15,7 +15,7 @@ when the run reaches the block, and such a page's commands run in a fresh folder
 - ``python -m support.tour --write README.md``: run the tour and write each block's output back
   (``make docs-snippets``); only the checkout's path is replaced (by ``.``).
 - ``check(path)`` (tests/test_tour.py): run it and compare with the file, both sides normalised
-  (numbers, durations, dates, hashes, interpreter paths): a command that fails or output edited by
+  (numbers, durations, dates, hashes, interpreter paths, the host's name in receipts): a command that fails or output edited by
   hand fails the test, a second that moved does not.
 """
 
@@ -144,6 +144,8 @@ def _shown(output: str) -> list[str]:
 
 
 _RULES = [
+    (re.compile(r"(\d{8}T\d{6}Z)-[A-Za-z0-9._-]+?\.json"), r"\1-<host>.json"),  # a receipt names its host
+    (re.compile(r"\.json \([A-Za-z0-9._-]+\):"), ".json (<host>):"),  # receipt diff: the receipt's host
     (re.compile(r"\d{8}T\d{6}Z"), "<stamp>"),
     (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}Z?"), "<time>"),
     (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hash>"),
