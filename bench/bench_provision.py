@@ -44,7 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from envbuild import abi  # noqa: E402
+from envbuild import guard  # noqa: E402
 from envbuild._io import sha256_file  # noqa: E402
 from envbuild.installer import find_uv, installer_for, probe_python  # noqa: E402
 from envbuild.plan import Backend, PlanOptions, installer_argv, make_plan  # noqa: E402
@@ -465,7 +465,7 @@ class Runner:
                 pre.close()
         wall = time.monotonic() - t
         # not part of the bare figure: what envbuild's one full check costs in this same fresh venv
-        first_import, _ = sh([py, "-c", abi.FULL_CHECK], env=env, log_file=lf)
+        first_import, _ = sh([py, "-c", guard.FULL_CHECK], env=env, log_file=lf)
         return {"wall": wall, "venv": str(venv), "first_import": first_import}
 
     def run(self, variant: str, **kw: Any) -> dict[str, Any]:
@@ -533,22 +533,22 @@ def compare(runner: Runner, variants: Sequence[str], *, warm_rounds: int, rerun_
 
 def guard_vs_import(venv: Path, spec: StackSpec, repeats: int) -> dict[str, Any]:
     """The metadata guard (uncached and cached scans) and a full ``import torch``, on one venv."""
-    site = abi.site_packages(venv)
+    site = guard.site_packages(venv)
     probed = probe_python(venv / "bin" / "python")
     assert probed is not None, f"{venv}/bin/python does not run"
     mk = probed.marker_env
-    base = abi.take_baseline(spec.abi, site, mk)
+    base = guard.take_baseline(spec.abi, site, mk)
     cold, warm = [], []
     for _ in range(repeats):
-        if hasattr(abi, "clear_cache"):
-            abi.clear_cache()
-        cold.append(abi.check(spec, base, site, marker_env=mk).seconds)
-        warm.append(abi.check(spec, base, site, marker_env=mk).seconds)
+        if hasattr(guard, "clear_cache"):
+            guard.clear_cache()
+        cold.append(guard.check(spec, base, site, marker_env=mk).seconds)
+        warm.append(guard.check(spec, base, site, marker_env=mk).seconds)
     imports = []
     for _ in range(repeats):
-        dt, _out = sh([venv / "bin" / "python", "-c", abi.FULL_CHECK])
+        dt, _out = sh([venv / "bin" / "python", "-c", guard.FULL_CHECK])
         imports.append(dt)
-    return {"dists": len(abi.scan(site)), "guard_first_s": median(cold), "guard_repeat_s": median(warm),
+    return {"dists": len(guard.scan(site)), "guard_first_s": median(cold), "guard_repeat_s": median(warm),
             "import_s": median(imports)}
 
 

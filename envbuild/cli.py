@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from types import FrameType
 
 from envbuild import __version__
-from envbuild._toml import did_you_mean
 from envbuild.commands import ui
 from envbuild.errors import EXIT_CODE_DOCS, EnvbuildError, ExitCode
+from envbuild.spec._toml import did_you_mean
 
 # Module names under envbuild.commands, in the order `envbuild --help` lists them.
 COMMAND_MODULES = (

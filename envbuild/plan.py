@@ -278,7 +278,7 @@ def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: s
 
 def _offline_file(planned: PlannedStep, steps_dir: Path) -> tuple[Path, str | None, bool]:
     """The step's lock file with each git/URL line replaced by the wheel built from it (hashed)."""
-    from envbuild.stepfile import parse_requirements_text
+    from envbuild.spec.stepfile import parse_requirements_text
 
     assert planned.locked_file is not None
     reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))
@@ -314,7 +314,7 @@ def _unlocked_runs(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, st
 def _winners_last(planned: PlannedStep, files: list[tuple[Path, str | None, bool]],
                   steps_dir: Path) -> list[tuple[Path, str | None, bool]]:
     """Locked runs with the overlap winners' lines moved into one run of their own, installed last."""
-    from envbuild.stepfile import parse_requirements_text
+    from envbuild.spec.stepfile import parse_requirements_text
 
     first: list[tuple[Path, str | None, bool]] = []
     last_lines: list[str] = []
@@ -347,7 +347,7 @@ def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from envbuild.stepfile import LockedReq, parse_requirements_text
+    from envbuild.spec.stepfile import LockedReq, parse_requirements_text
 
     assert planned.locked_file is not None
     reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))

@@ -9,7 +9,7 @@ of this module for its target; no renderer builds a line by formatting a value i
 Each function either returns text that the target reads back as exactly the value it was given,
 or raises ``ConfigError`` naming the value (``what``: a key path such as ``env.HF_HOME`` or an
 option such as ``--root``): exit 2, before anything is written. The stack spec refuses the same
-characters when it is loaded (``spec.py``), so a refusal here is a second line of defence, and the
+characters when it is loaded (``spec/stack.py``), so a refusal here is a second line of defence, and the
 first for values that come from the command line.
 
 Refused everywhere (``unsafe_character``): control characters (C0 but tab, DEL, C1), the Unicode

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from envbuild.errors import Interrupted
-from envbuild.net import redact
+from envbuild.index.net import redact
 
 __all__ = ["GRACE_SECONDS", "RunResult", "format_argv", "open_private", "run"]
 

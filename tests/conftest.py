@@ -131,7 +131,7 @@ def cpu_torch_index() -> str:
     deadline), so a slow first answer picks the index rather than a source the tests did not mean."""
     if "ENVBUILD_TORCH_INDEX" in os.environ:
         return os.environ["ENVBUILD_TORCH_INDEX"]
-    from envbuild.net import probe
+    from envbuild.index.net import probe
 
     url = "https://download.pytorch.org/whl/cpu"
     return url if probe(url, project="torch").ok else ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from support.wheels import build_wheel
 
-from envbuild import abi
+from envbuild import guard
 from envbuild.spec import load_spec
 
 SPEC = """schema = 1
@@ -41,14 +41,14 @@ def test_runtime_version_differs_from_metadata(tmp_path: Path) -> None:
     install(site, wheel)
     (tmp_path / "s.toml").write_text(SPEC)
     spec = load_spec(tmp_path / "s.toml", {})
-    base = abi.take_baseline(spec.abi, site, {}, stamp=True)
+    base = guard.take_baseline(spec.abi, site, {}, stamp=True)
     assert (base.version, base.dist_version, base.cuda) == ("2.11.0+cu130", "2.11.0", "13.0")
     assert base.pins() == ["torch==2.11.0"]
-    assert abi.check(spec, base, site).ok
+    assert guard.check(spec, base, site).ok
     # the same version reinstalled: a violation, though nothing in the metadata changed (the
     # baseline stamp in RECORD is gone)
     install(site, wheel)
-    report = abi.check(spec, base, site)
+    report = guard.check(spec, base, site)
     assert [f.rule for f in report.violations] == ["reinstalled"]
 
 
@@ -57,7 +57,7 @@ def test_unmet_requirements_of_a_no_deps_step(tmp_path: Path) -> None:
     install(site,
             build_wheel(tmp_path / "w", "fla", "0.5.0", requires=["fla-core==0.5.0", "transformers"]),
             build_wheel(tmp_path / "w", "fla-core", "0.4.2"))
-    found = abi.unmet_requirements(abi.scan(site), ["fla"], {})
+    found = guard.unmet_requirements(guard.scan(site), ["fla"], {})
     assert sorted(f.message for f in found) == [
         "fla 0.5.0 requires fla-core==0.5.0, but fla-core 0.4.2 is installed",
         "fla 0.5.0 requires transformers, which is not installed",
@@ -73,11 +73,11 @@ def test_a_prebuilt_extension_for_another_torch_is_a_violation(tmp_path: Path) -
         "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda = '13.0'\n"}))
     (tmp_path / "s.toml").write_text(SPEC)
     spec = load_spec(tmp_path / "s.toml", {})
-    base = abi.take_baseline(spec.abi, site, {}, stamp=True)
+    base = guard.take_baseline(spec.abi, site, {}, stamp=True)
     install(site, build_wheel(tmp_path / "w", "flash-attn", "2.8.3+cu13torch2.11cxx11abiTRUE", files={"flash_attn/__init__.py": ""}))
-    assert abi.check(spec, base, site).ok
+    assert guard.check(spec, base, site).ok
     install(site, build_wheel(tmp_path / "w", "flash-attn", "2.8.3+cu12torch2.10cxx11abiTRUE", files={"flash_attn/__init__.py": ""}))
-    report = abi.check(spec, base, site)
+    report = guard.check(spec, base, site)
     assert [(f.rule, f.package) for f in report.violations] == [("provenance", "flash-attn"), ("provenance", "flash-attn")]
     assert "built for torch 2.10, locked with torch 2.11.0+cu130" in report.violations[0].message
     assert "CUDA 12" in report.violations[1].message

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.wheels import build_wheel
 
-from envbuild import abi
+from envbuild import guard
 from envbuild.spec import StackSpec, load_spec
 
 UV = Path(sys.executable).with_name("uv")
@@ -52,7 +52,7 @@ class Env:
 
     @property
     def site(self) -> Path:
-        return abi.site_packages(self.venv)
+        return guard.site_packages(self.venv)
 
     def pip(self, *args: str) -> None:
         subprocess.run([sys.executable, "-m", "pip", "--python", str(self.python), "install", "-q", "--no-index",
@@ -62,9 +62,9 @@ class Env:
         subprocess.run([str(UV), "pip", "install", "-q", "--offline", "--no-deps", "--python", str(self.python),
                         *args], check=True, env={**os.environ, "UV_NO_CONFIG": "1"})
 
-    def check(self, baseline: abi.Baseline, site: Path | None = None) -> list[abi.Violation]:
-        abi.clear_cache()  # a fresh process, as `envbuild verify` in a new layer is
-        return abi.check(self.spec, baseline, site or self.site).violations
+    def check(self, baseline: guard.Baseline, site: Path | None = None) -> list[guard.Violation]:
+        guard.clear_cache()  # a fresh process, as `envbuild verify` in a new layer is
+        return guard.check(self.spec, baseline, site or self.site).violations
 
 
 @pytest.fixture
@@ -88,8 +88,8 @@ def env(tmp_path: Path) -> Env:
     return e
 
 
-def frozen(e: Env) -> abi.Baseline:
-    base = abi.take_baseline(e.spec.abi, e.site, {}, stamp=True)
+def frozen(e: Env) -> guard.Baseline:
+    base = guard.take_baseline(e.spec.abi, e.site, {}, stamp=True)
     assert base.stamped and base.protected["triton"]["stamped"]
     assert e.check(base) == []
     return base
@@ -152,9 +152,9 @@ def test_pip_force_reinstall_of_the_same_wheel_is_caught(env: Env) -> None:
 def test_uv_reinstall_of_the_same_wheel_is_caught_by_the_stamp(env: Env) -> None:
     """uv writes a byte-identical RECORD for the same wheel: only the stamp tells the two apart."""
     env.uv("--reinstall", str(env.wheels["torch"]))
-    unstamped = abi.take_baseline(env.spec.abi, env.site, {})  # what the RECORD alone would say
+    unstamped = guard.take_baseline(env.spec.abi, env.site, {})  # what the RECORD alone would say
     env.uv("--reinstall", str(env.wheels["torch"]))
-    assert abi.scan(env.site)["torch"].record_sha256 == unstamped.record_sha256
+    assert guard.scan(env.site)["torch"].record_sha256 == unstamped.record_sha256
     base = frozen(env)
     env.uv("--reinstall", str(env.wheels["torch"]), str(env.wheels["triton"]))
     found = env.check(base)
@@ -183,10 +183,10 @@ def test_the_stamp_is_deterministic(env: Env, tmp_path: Path) -> None:
         for p in (site / "torch").rglob("*.py"):
             os.utime(p, (1_800_000_000, 1_800_000_000))
     shutil.rmtree(other.site / "torch" / "__pycache__", ignore_errors=True)
-    again = abi.take_baseline(env.spec.abi, env.site, {}, stamp=True)
-    assert again.stamped and again.payload_sha256 == abi.take_baseline(other.spec.abi, other.site, {}, stamp=True).payload_sha256
+    again = guard.take_baseline(env.spec.abi, env.site, {}, stamp=True)
+    assert again.stamped and again.payload_sha256 == guard.take_baseline(other.spec.abi, other.site, {}, stamp=True).payload_sha256
     assert first  # the stamp's content is a function of the RECORD it stamps
-    stamp = next(env.site.glob("torch-*.dist-info")) / abi.STAMP
+    stamp = next(env.site.glob("torch-*.dist-info")) / guard.STAMP
     assert '"record_sha256"' in stamp.read_text()
 
 
@@ -194,24 +194,24 @@ def test_blame_names_the_step_only_when_it_changed_torch(env: Env) -> None:
     base = frozen(env)
     # torch rewritten outside envbuild, then a step installs fla-core (which requires torch)
     env.uv("--reinstall", str(env.wheels["torch"]))
-    before = abi.scan(env.site)
+    before = guard.scan(env.site)
     env.pip(str(env.wheels["fla-core"]))
-    after = abi.scan(env.site)
+    after = guard.scan(env.site)
     (found,) = env.check(base)
-    lines = abi.culprits(found, before, after, ["fla-core"])
+    lines = guard.culprits(found, before, after, ["fla-core"])
     assert lines == ["  not this step: torch was already like this when the step began "
                      "(changed outside envbuild, by hand or between steps)"]
     # the same step when it does rewrite torch: fla-core is named with its requirement
-    before = abi.scan(env.site)
+    before = guard.scan(env.site)
     env.pip("--force-reinstall", str(env.wheels["fla-core"]), str(env.wheels["torch"]))
-    after = abi.scan(env.site)
-    assert abi.culprits(found, before, after, ["fla-core"]) == ["  pulled in by: fla-core 0.4.2 (requires torch>=2.5)"]
+    after = guard.scan(env.site)
+    assert guard.culprits(found, before, after, ["fla-core"]) == ["  pulled in by: fla-core 0.4.2 (requires torch>=2.5)"]
 
 
 def test_a_manifest_written_before_record_key_still_loads() -> None:
     old = {"package": "torch", "version": "2.13.0+cpu", "cuda": None, "record_sha256": "a" * 64,
            "record_id": [123, 456], "protected": {"triton": {"version": "3.5.0", "record_sha256": "b" * 64,
                                                                 "record_id": [1, 2]}}}
-    base = abi.Baseline.from_json(old)
+    base = guard.Baseline.from_json(old)
     assert (base.record_key, base.stamped, base.payload_sha256) == ((123, 456, -1), False, "")
-    assert abi.Baseline.from_json(base.to_json()) == base
+    assert guard.Baseline.from_json(base.to_json()) == base

@@ -25,7 +25,7 @@ from support.fixtures import (
 )
 from support.wheels import build_sdist, build_wheel, dist_info_name
 
-from envbuild.wheel_provenance import PROVENANCE_FILE
+from envbuild.guard.buildrecord import PROVENANCE_FILE
 
 HERE = "cp311"
 OTHERS = ("macosx_11_0_arm64", "win_amd64", "musllinux_1_2_x86_64", "manylinux_2_28_aarch64")

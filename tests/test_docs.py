@@ -116,13 +116,13 @@ def test_every_command_and_option_is_in_the_cli_reference(site: Path) -> None:
 
 
 def test_every_spec_key_is_in_the_spec_reference(site: Path, hook: ModuleType) -> None:
-    import envbuild.spec as spec
+    import envbuild.spec.stack as spec
 
     page = _page(site, "reference/stack-spec")
     # every key list the loader checks a table against is one the hook documents
     key_lists = {name for name in vars(spec) if re.fullmatch(r"_[A-Z]+_KEYS", name)}
     assert key_lists == {keys for _, keys, _, _ in hook.SPEC_SECTIONS}, \
-        "a key list of envbuild/spec.py is missing from SPEC_SECTIONS in docs/hooks/reference.py"
+        "a key list of envbuild/spec/stack.py is missing from SPEC_SECTIONS in docs/hooks/reference.py"
     paths = hook.spec_keys()
     assert {"schema", "python", "abi.version", "abi.overlap.winner", "step.no_deps", "layout.root"} <= set(paths)
     for name in key_lists:

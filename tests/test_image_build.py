@@ -28,7 +28,7 @@ import pytest
 from support.fixtures import run_cli
 from support.twin import SeedTwin
 
-from envbuild import abi
+from envbuild import guard
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "docker" / "build-image.sh"
@@ -164,14 +164,14 @@ def test_torch_layer_is_kept_by_a_rebuild_and_untouched_by_later_layers(image: d
     c = Container(TAG)
     mount = buildah("mount", c.id).stdout.strip()
     try:
-        site = abi.site_packages(Path(mount + VENV))
-        torch = abi.scan(site)["torch"]
+        site = guard.site_packages(Path(mount + VENV))
+        torch = guard.scan(site)["torch"]
         assert torch.stamped
-        old_limit, abi.LAZY_HASH_LIMIT = abi.LAZY_HASH_LIMIT, 1 << 40  # every file, the 400 MB libraries too
+        old_limit, guard.site.LAZY_HASH_LIMIT = guard.site.LAZY_HASH_LIMIT, 1 << 40  # every file, the 400 MB libraries too
         try:
-            assert abi.files_differ(torch, site) == []
+            assert guard.files_differ(torch, site) == []
         finally:
-            abi.LAZY_HASH_LIMIT = old_limit
+            guard.site.LAZY_HASH_LIMIT = old_limit
     finally:
         buildah("umount", c.id, check=False)
         c.remove()

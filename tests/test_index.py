@@ -1,4 +1,4 @@
-"""The one index client (envbuild.index) against a real local PEP 503 index over HTTP and real files."""
+"""The one index client (envbuild.index.client) against a real local PEP 503 index over HTTP and real files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from support.index import IndexServer, UnreachablePort
 from support.wheels import build_sdist, build_wheel, sha256_of
 
-from envbuild.index import (
+from envbuild.index.client import (
     Artifact,
     ArtifactFinder,
     SourceError,

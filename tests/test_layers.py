@@ -1,8 +1,9 @@
 """Imports run downhill: no module of an earlier stage imports a later one.
 
-The stages, in order (docs/architecture.md): the foundation everything may use, then
-spec -> plan -> installer -> guard -> lock -> gate -> wheelhouse -> proof, then the
-orchestrators and front ends (provision, images, commands, cli) that may import anything.
+The stages, in order (``STAGES_DOC`` below, shown in docs/architecture.md): the foundation
+everything may use, then spec -> plan -> installer -> guard -> lock -> gate -> wheelhouse ->
+proof, then the orchestrators and front ends (provision, images, commands, cli) that may import
+anything.
 A module may import its own stage and every stage before it. Every import counts, the ones
 inside functions too: a lazy import is fine for start-up time, never to hide a dependency that
 runs back up. Type-only imports (``if TYPE_CHECKING:``) count as well.
@@ -15,31 +16,39 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "envbuild"
 
-STAGES = ("foundation", "spec", "plan", "installer", "guard", "lock", "gate", "wheelhouse", "proof", "top")
+# The one stage list: (stage, what it holds), in import order. docs/architecture.md shows it,
+# generated from here by `make docs-reference` (docs/hooks/reference.py); test_the_architecture_page_shows_these_stages
+# fails when the page's copy is stale.
+STAGES_DOC = (
+    ("foundation", "errors, events, I/O, quoting, the one runner, the package sources (`index/`: the index "
+                   "client, its network and its caches), the ABI-label parser; they import no later stage"),
+    ("spec", "the stack spec and its readers: `stack.toml`, the step files, TOML"),
+    ("plan", "spec (+ options, + lock) to ordered steps with their installer argv"),
+    ("installer", "pip and uv behind one protocol; the data root and `$HOME` links"),
+    ("guard", "the ABI guard: reading site-packages, the baseline, the rules"),
+    ("lock", "envbuild's own locks: made, relocked, exported"),
+    ("gate", "`check-lock`: any lockfile judged (envbuild's own too)"),
+    ("wheelhouse", "extension wheels built, every locked file mirrored"),
+    ("proof", "preflight, smoke, the distributed step, receipts"),
+    ("top", "the orchestrators and front ends; they may import anything"),
+)
+STAGES = tuple(name for name, _ in STAGES_DOC)
 
 # Module or package -> stage; a module takes the entry of its nearest listed parent package.
 STAGE_OF = {
-    # foundation: errors, events, I/O, TOML, quoting, the network and the one runner, the index
-    # client, the ABI-label parser and the wheelhouse's provenance record; they import no stage
     "envbuild": "foundation",  # the package itself (__version__)
     "envbuild.errors": "foundation",
     "envbuild.events": "foundation",
     "envbuild._io": "foundation",
-    "envbuild._toml": "foundation",
     "envbuild.quoting": "foundation",
-    "envbuild.net": "foundation",
     "envbuild.run": "foundation",
-    "envbuild.metacache": "foundation",
-    "envbuild.index": "foundation",
-    "envbuild.abitag": "foundation",
-    "envbuild.wheel_provenance": "foundation",
-    "envbuild.wheeltags": "foundation",
-    "envbuild.stepfile": "foundation",  # the step-file reader: the plan writes step files, the lock makes them  # which wheels a target takes; what a wheelhouse holds
-    "envbuild.spec": "spec",
+    "envbuild.index": "foundation",  # client, net, metacache, wheeltags: every package source
+    "envbuild.abitag": "foundation",  # the gate reads ABI claims, the wheelhouse writes them, the guard checks them
+    "envbuild.spec": "spec",  # stack.py, stepfile.py (the plan writes step files, the lock makes them), _toml.py
     "envbuild.plan": "plan",
     "envbuild.installer": "installer",
     "envbuild.layout": "installer",  # the data root and $HOME links the venv goes into
-    "envbuild.abi": "guard",
+    "envbuild.guard": "guard",  # site, buildrecord (the wheelhouse writes it), baseline, rules
     "envbuild.lock": "lock",
     "envbuild.gate": "gate",  # judges envbuild's own locks too (rules.ownlock reads lock.model)
     "envbuild.wheelhouse": "wheelhouse",
@@ -52,6 +61,7 @@ STAGE_OF = {
     "envbuild.cli": "top",
     "envbuild.__main__": "top",
 }
+MAX_TOP_LEVEL_MODULES = 12  # __init__ and __main__ count: a new module joins a stage's package
 
 # (importer, imported) -> why it is allowed for now. Each one is a debt with its fix written down;
 # the test fails when one is no longer needed, so the list only shrinks.
@@ -134,7 +144,81 @@ def test_imports_run_downhill() -> None:
 
 
 def test_the_guard_imports_nothing_of_the_wheelhouse() -> None:
-    """The ABI guard reads the wheelhouse's provenance record through envbuild.wheel_provenance."""
-    imported = {m for m, _ in _imports(PACKAGE / "abi.py")}
+    """The ABI guard reads the wheelhouse's build record through envbuild.guard.buildrecord."""
+    imported = {m for p in (PACKAGE / "guard").glob("*.py") for m, _ in _imports(p)}
     assert not {m for m in imported if m.startswith("envbuild.wheelhouse")}
-    assert "envbuild.wheel_provenance" in imported
+    assert "envbuild.guard.buildrecord" in imported
+
+
+def test_the_stages_are_listed_once() -> None:
+    assert len(set(STAGES)) == len(STAGES)
+    assert set(STAGE_OF.values()) == set(STAGES), "a stage without a module, or a module of no stage"
+
+
+def _unit(module: str) -> str:
+    """The top-level module or package of ``module``: the unit the cycle check looks at."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_import_cycle_below_the_front_ends() -> None:
+    """No two top-level modules or packages import each other, directly or through others, unless
+    both are front ends (stage top): a cycle below them would make the stage order a lie."""
+    edges: dict[str, set[str]] = {}
+    for path in _modules():
+        importer = _module_name(path)
+        for imported, _ in _imports(path):
+            if _exists(imported) and _unit(imported) != _unit(importer):
+                edges.setdefault(_unit(importer), set()).add(_unit(imported))
+
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    cycles = sorted(f"{a} <-> {b}" for a, targets in edges.items() for b in targets
+                    if a < b and a in reach(b) and not _stage(a) == _stage(b) == "top")
+    assert not cycles, f"import cycles between envbuild's modules: {cycles}"
+
+
+def test_at_most_12_modules_at_the_top() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, (
+        f"{len(top)} modules at the top of envbuild/ (at most {MAX_TOP_LEVEL_MODULES}): {top}; "
+        "put the new one in the package of its stage")
+
+
+def test_no_two_public_classes_share_a_name() -> None:
+    """A class name says which thing it is: ``ParsedLock`` (any lockfile, read by the gate) is not
+    ``lock.model.Lock`` (envbuild's lock.json)."""
+    where: dict[str, list[str]] = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(_module_name(path))
+    shared = {name: mods for name, mods in where.items() if len(mods) > 1}
+    assert not shared, f"public classes of one name in two modules (rename one to say what it is): {shared}"
+
+
+def stage_table() -> str:
+    """The stage list as docs/architecture.md shows it (docs/hooks/reference.py writes it there)."""
+    rows = ["| stage | modules and packages | holds |", "| --- | --- | --- |"]
+    for n, (stage, what) in enumerate(STAGES_DOC, 1):
+        mods = [m.removeprefix("envbuild.") or "envbuild" for m, s in STAGE_OF.items() if s == stage]
+        shown = ", ".join(f"`{m}/`" if (PACKAGE / m.replace(".", "/")).is_dir() and m != "envbuild"
+                          else f"`{m}`" for m in mods)
+        rows.append(f"| {n}. {stage} | {shown} | {what} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_architecture_page_shows_these_stages() -> None:
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    begin, end = "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n", "<!-- end stages -->"
+    assert begin in page and end in page, "docs/architecture.md lost its stage table markers"
+    shown = page.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+    assert shown == stage_table(), "docs/architecture.md's stage table is stale: run `make docs-reference`"

@@ -1,4 +1,4 @@
-"""The reachability rule (envbuild.net): a slow source is retried within a deadline, a dead one
+"""The reachability rule (envbuild.index.net): a slow source is retried within a deadline, a dead one
 fails within it, and a probe asks for a project page, never for the index root.
 
 Everything runs against the local index (support.index): stalls, black holes and refused
@@ -19,8 +19,9 @@ from support.fixtures import EnvbuildResult, ScenarioIndex, stack_toml
 from support.index import BlackHole, IndexServer, UnreachablePort
 from support.wheels import build_wheel
 
-from envbuild import events, net
-from envbuild.index import SourceError, index_files
+from envbuild import events
+from envbuild.index import net
+from envbuild.index.client import SourceError, index_files
 
 SLACK = 5.0  # seconds of scheduling on a loaded 2-core machine, on top of a deadline
 

@@ -40,7 +40,6 @@ import yaml
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from envbuild._toml import _VAR as VAR
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.images.ansible import ansible_vars, render_vars
 from envbuild.images.docker import IMAGE_SPEC, DockerOptions, render
@@ -48,6 +47,7 @@ from envbuild.images.modal import ModalOptions, render_modal
 from envbuild.layout import UNSET_IN_BASELINE, Paths, overlay_env, overlay_text
 from envbuild.quoting import docker_env, shown
 from envbuild.spec import StackSpec, load_spec
+from envbuild.spec._toml import _VAR as VAR
 
 dockerfile_parse = pytest.importorskip("dockerfile_parse", reason="dockerfile-parse is a test extra")
 

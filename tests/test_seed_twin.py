@@ -39,8 +39,8 @@ from support.twin import CACHE, FLA_URL, LOCAL, SeedTwin
 from test_lock_target import dry_run_on_target
 
 from envbuild.errors import ExitCode
+from envbuild.index.net import probe
 from envbuild.lock.model import parse_requirements_text
-from envbuild.net import probe
 from envbuild.spec import load_spec, profile_path
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.seed_twin]

@@ -187,11 +187,11 @@ def test_a_changed_key_part_rebuilds_and_says_which(tmp_path: Path, build_python
     """The key holds torch's payload digest as the ABI guard computes it (never the RECORD's bytes,
     which differ per venv and installer) and the GPU archs the build sees; another arch list is
     another key: rebuilt, and the miss and the new wheel's provenance name the part that differs."""
-    from envbuild import abi
+    from envbuild import guard
     from envbuild.wheelhouse.build import probe_target
 
     target = probe_target(torch_venv / "bin" / "python")
-    torch = abi.scan(abi.site_packages(torch_venv))["torch"]
+    torch = guard.scan(guard.site_packages(torch_venv))["torch"]
     assert target.info["torch_payload_sha256"] == torch.payload_sha256()
     assert target.info["torch_git_version"] and target.info["torch_cuda"] is None
 

@@ -14,12 +14,13 @@ honour, never ``{#id}`` (MkDocs only), and include no file (``--8<--``): what th
 The same command refreshes the include blocks of every page under ``docs/``: a repository file
 shown in a page (a workflow, a profile, ``ansible/README.md``) is a copy between
 ``<!-- include PATH [as LANG] ... -->`` and ``<!-- end include -->``, checked like the pages above,
-so the page reads whole as a file too (a ``--8<--`` line shows as itself on a code host).
+so the page reads whole as a file too (a ``--8<--`` line shows as itself on a code host). So is
+the stage table of ``architecture.md``, from ``tests/test_layers.py`` (``STAGES_DOC``, ``STAGE_OF``).
 
 - ``reference/cli.md``: every command and option, from the argparse parsers
   (``envbuild.cli.build_parser()``), help text, choices and defaults as ``--help`` shows them.
 - ``reference/stack-spec.md``: every key of ``stack.toml``, from the key lists the loader accepts
-  (``envbuild/spec.py``'s ``_*_KEYS``, what ``check_keys`` holds a file to), with the type and
+  (``envbuild/spec/stack.py``'s ``_*_KEYS``, what ``check_keys`` holds a file to), with the type and
   default of the frozen dataclass field behind each key and the comment written beside it.
 - ``reference/exit-codes.md``: ``envbuild.errors.ExitCode``, ``EXIT_CODE_DOCS`` and the error
   classes that carry each code.
@@ -37,6 +38,7 @@ import argparse
 import ast
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import io
 import logging
@@ -89,9 +91,34 @@ def refresh_includes(text: str) -> str:
     return INCLUDE.sub(_included, text)
 
 
+# The stage list of tests/test_layers.py (what the layer tests hold the imports to), shown in
+# docs/architecture.md between these two comments; `make docs-reference` refreshes it.
+STAGES_OPEN = "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n"
+STAGES_CLOSE = "<!-- end stages -->"
+
+
+def stage_table() -> str:
+    """``tests/test_layers.py``'s ``stage_table()``: the stages in order and their modules."""
+    spec = importlib.util.spec_from_file_location("envbuild_test_layers", ROOT / "tests" / "test_layers.py")
+    assert spec is not None and spec.loader is not None
+    layers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layers)
+    return str(layers.stage_table())
+
+
+def refresh_stages(text: str) -> str:
+    """``text`` with its stage table (if it has one) as tests/test_layers.py makes it now."""
+    if STAGES_OPEN not in text:
+        return text
+    head, rest = text.split(STAGES_OPEN, 1)
+    _, tail = rest.split(STAGES_CLOSE, 1)
+    return head + STAGES_OPEN + stage_table() + STAGES_CLOSE + tail
+
+
 def stale_pages() -> dict[str, str]:
     """{path under docs/: the page as it should be now} for every page that differs: a generated
-    reference page, or a page whose include block no longer holds its file."""
+    reference page, or a page whose include block no longer holds its file or whose stage table
+    (docs/architecture.md) no longer shows tests/test_layers.py's stages."""
     _fresh_envbuild()
     out = {}
     for path, make in pages().items():
@@ -102,7 +129,7 @@ def stale_pages() -> dict[str, str]:
     for file in sorted((ROOT / "docs").rglob("*.md")):
         path = file.relative_to(ROOT / "docs").as_posix()
         text = file.read_text(encoding="utf-8")
-        if path not in out and (fresh := refresh_includes(text)) != text:
+        if path not in out and (fresh := refresh_stages(refresh_includes(text))) != text:
             out[path] = fresh
     return out
 
@@ -280,7 +307,7 @@ def _shows_default(a: argparse.Action) -> bool:
 
 # ----------------------------------------------------------------------------- the stack spec
 
-# (table, the loader's key list in envbuild/spec.py, the dataclass its values become, heading)
+# (table, the loader's key list in envbuild/spec/stack.py, the dataclass its values become, heading)
 SPEC_SECTIONS = (
     ("", "_TOP_KEYS", "StackSpec", "Top level"),
     ("target", "_TARGET_KEYS", "Target", "[target]"),
@@ -341,10 +368,10 @@ _SPEC_HELP = {
 
 
 def spec_page() -> str:
-    spec = importlib.import_module("envbuild.spec")
+    spec = importlib.import_module("envbuild.spec.stack")
     comments = _field_comments(Path(inspect.getfile(spec)))
     out = ["# Stack spec (`stack.toml`)", "",
-           GENERATED.format(source="`envbuild/spec.py`: its key lists and dataclasses"), "",
+           GENERATED.format(source="`envbuild/spec/stack.py`: its key lists and dataclasses"), "",
            "A stack spec is a TOML file, `lockfiles/<profile>/stack.toml` for `--profile`, any file for "
            "`--stack`. Every key below is one the loader accepts; any other key is refused with a "
            "\"did you mean\". Every error names the file and the key path as shown here "
@@ -377,7 +404,7 @@ def spec_page() -> str:
 
 def spec_keys() -> list[str]:
     """Every key path the loader accepts (``step.no_deps``); tests/test_docs.py checks each is documented."""
-    spec = importlib.import_module("envbuild.spec")
+    spec = importlib.import_module("envbuild.spec.stack")
     out = []
     for table, keys_name, _, _ in SPEC_SECTIONS:
         out += [f"{table}.{k}" if table else k for k in getattr(spec, keys_name)]

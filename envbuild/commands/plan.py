@@ -17,9 +17,9 @@ from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError, PreflightError
 from envbuild.fromlock.cli import add_lock_args
+from envbuild.index.net import redact
 from envbuild.installer import find_uv, resolve_plan
 from envbuild.installer.python import UnfitInterpreter, find_interpreter
-from envbuild.net import redact
 from envbuild.plan import BACKENDS, Plan, plan_to_json, step_commands
 
 

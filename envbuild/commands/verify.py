@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from envbuild import abi, events, layout
+from envbuild import events, guard, layout
 from envbuild.commands import ui
 from envbuild.commands.common import (
     add_json_arg,
@@ -50,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
     if not python.exists():
         raise ConfigError(f"no environment at {venv} (no {python}; root {paths.root}, {found.why})",
                           hint="Provision it first, activate the venv it made or set ENVBUILD_ROOT, or pass --venv.")
-    site = abi.site_packages(venv)
+    site = guard.site_packages(venv)
     manifest = Manifest.load(paths.manifest)
     if manifest.baseline is not None and Path(manifest.venv) == venv:
-        baseline = abi.Baseline.from_json(manifest.baseline)
+        baseline = guard.Baseline.from_json(manifest.baseline)
         source = f"manifest {paths.manifest}"
     else:
         try:
-            baseline = abi.take_baseline(spec.abi, site, manifest.marker_env or {})
+            baseline = guard.take_baseline(spec.abi, site, manifest.marker_env or {})
         except LookupError:
             raise ABIViolation(f"{spec.abi.package} is not installed in {venv}") from None
         source = "the environment itself (no manifest)"
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def changed_on_disk(inventory: dict[str, Any], baseline: abi.Baseline) -> list[str]:
+def changed_on_disk(inventory: dict[str, Any], baseline: guard.Baseline) -> list[str]:
     """One message per distribution of torch and its protected set with files whose bytes on disk
     are not the ones RECORD lists (an edit in place, a truncated copy), naming the first few."""
     guarded = {baseline.package, *baseline.protected}

@@ -160,8 +160,8 @@ def run_mirror(args: argparse.Namespace) -> int:
         from envbuild.fromlock import cli as fromlock
 
         return fromlock.mirror(args)
+    from envbuild.index.net import redact
     from envbuild.lock.model import read_lock
-    from envbuild.net import redact
     from envbuild.spec import DEFAULT_PLATFORM, profile_path
     from envbuild.wheelhouse import mirror as m
     from envbuild.wheelhouse.pages import write_index

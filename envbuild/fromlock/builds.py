@@ -34,7 +34,7 @@ from envbuild._io import sha256_file
 from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
 from envbuild.spec import spec_digest
-from envbuild.wheelhouse.spec import Backend, Source, WheelSpec
+from envbuild.wheelhouse.spec import Backend, BuildSource, WheelSpec
 
 __all__ = ["BuildCache", "caches", "lock_spec", "plan_notes"]
 
@@ -43,7 +43,7 @@ BUILDS = "builds"  # the build cache's folder in a wheelhouse
 
 def caches(root: Path, wheelhouse: Path | None) -> tuple[Path, ...]:
     """The build caches of a provision into ``root`` (see the module docstring)."""
-    from envbuild.metacache import cache_dir
+    from envbuild.index.metacache import cache_dir
 
     out = [wheelhouse / BUILDS] if wheelhouse is not None else []
     return (*out, root / "wheelhouse" / BUILDS, cache_dir() / BUILDS)
@@ -55,7 +55,7 @@ def lock_spec(name: str, version: str, url: str, sha256: str, lock: Path) -> Whe
     from envbuild.installer.python import find_uv
 
     parts = urlsplit(url)
-    source = Source(kind="sdist", location=unquote(parts.path) if parts.scheme == "file" else url, sha256=sha256)
+    source = BuildSource(kind="sdist", location=unquote(parts.path) if parts.scheme == "file" else url, sha256=sha256)
     backend: Backend = "uv" if find_uv() else "pip"
     return WheelSpec(path=lock, name=name, version=version, source=source, backend=backend, keep_version=True,
                      digest=spec_digest({"lock_build": 1, "name": name, "version": version, "sdist_sha256": sha256,
@@ -66,7 +66,7 @@ def git_spec(name: str, version: str, url: str, commit: str, subdirectory: str |
     """The wheelhouse spec of a ``builds`` git pin: the lock's commit (the key holds it)."""
     from envbuild.installer.python import find_uv
 
-    source = Source(kind="git", location=url, commit=commit, subdirectory=subdirectory or None)
+    source = BuildSource(kind="git", location=url, commit=commit, subdirectory=subdirectory or None)
     backend: Backend = "uv" if find_uv() else "pip"
     return WheelSpec(path=lock, name=name, version=version, source=source, backend=backend, keep_version=True,
                      digest=spec_digest({"lock_build": 1, "name": name, "version": version, "git": url,

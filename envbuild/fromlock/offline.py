@@ -52,7 +52,7 @@ class LockMirror:
 
 def mirror_lock(plan: StagePlan, out: Path, *, jobs: int = 4, retries: int = 4) -> LockMirror:
     """Download every file ``plan`` installs into ``out`` (sha256-checked), then index the folder."""
-    from envbuild.index import Artifact
+    from envbuild.index.client import Artifact
     from envbuild.wheelhouse.mirror import mirror
     from envbuild.wheelhouse.pages import write_index
 

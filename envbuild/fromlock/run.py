@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from envbuild import abi, events, layout
+from envbuild import events, guard, layout
 from envbuild.errors import ABIViolation, ConfigError, PreflightError
 from envbuild.fromlock.select import (
     Chosen,
@@ -138,15 +138,15 @@ def rebuilt_record(plan: StagePlan) -> dict[str, object]:
 def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
     """Keep the venv's torch when it is the lock's (see the module docstring)."""
     try:
-        site = abi.site_packages(venv.expanduser())
+        site = guard.site_packages(venv.expanduser())
     except FileNotFoundError:
         return prepared
-    dists = abi.scan(site)
+    dists = guard.scan(site)
     have = dists.get("torch")
     want = prepared.plan.torch.version or ""
     if have is None:
         return prepared
-    runtime = abi.read_runtime_version(site) or have.version
+    runtime = guard.read_runtime_version(site) or have.version
     if want not in (have.version, runtime):
         if replace_torch:
             events.emit("warn", f"--replace-torch: {venv} has torch {runtime}; the lock's {want} replaces it")
@@ -155,7 +155,7 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
                            "the environment's torch (and every extension built against it); nothing was changed",
                            hint="Use an environment with the lock's torch, re-lock for the torch that is there, or "
                            "replace it knowingly with --replace-torch.")
-    bad = abi.files_differ(have, site)
+    bad = guard.files_differ(have, site)
     if bad:
         raise ABIViolation(f"{venv} has torch {runtime}, the lock's version, but {len(bad)} of its files differ from "
                            f"its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; nothing was "
@@ -241,7 +241,7 @@ def _torch_in(prefix: Path) -> tuple[str, ...]:
 
 def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
     """HEAD of one file per host the stages still to run download from (file:// is the installer's)."""
-    from envbuild.net import unreachable
+    from envbuild.index.net import unreachable
 
     first: dict[str, str] = {}
     for p in prepared.plan.placed:

@@ -30,7 +30,7 @@ from envbuild.gate.check import FileReport, check_file, read_lockfile
 from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
-from envbuild.gate.model import Environment, Format, Lock, LockParseError, Members
+from envbuild.gate.model import Environment, Format, LockParseError, Members, ParsedLock
 from envbuild.gate.names import canonical
 
 __all__ = ["Chosen", "Request", "choose", "gate", "host_platform_key", "read_lock"]
@@ -56,7 +56,7 @@ class Chosen:
 
     path: Path
     sha256: str
-    lock: Lock
+    lock: ParsedLock
     env: Environment
     members: Members
 
@@ -82,7 +82,7 @@ def host_platform_key() -> str:
     return "windows-amd64"
 
 
-def read_lock(path: Path, fmt: Format | None = None) -> tuple[Lock, str]:
+def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
     """The lock at ``path`` and its sha256 (ConfigError, exit 2: missing, unreadable, a format
     provision does not install from, or not a readable lock of its format)."""
     text = read_lockfile(path)
@@ -130,7 +130,7 @@ def _holds(env: Environment, want: tuple[str, str]) -> bool:
     return any(_names(w)[1] == name and (kind == "any" or _names(w)[0] == kind) for w in _items(env))
 
 
-def choose(lock: Lock, sha256: str, request: Request) -> Chosen:
+def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
     """The one environment of ``lock`` to install for ``request`` (see the module docstring)."""
     env_filter = request.environment or (host_platform_key(),)
     narrow = Narrow(environment=env_filter, python=(request.python,), default_python=request.python)
@@ -189,7 +189,7 @@ def _choices_hint(envs: list[Environment]) -> str:
     return (f"Choose with {', '.join(dict.fromkeys(flags))}. Its selections here: {'; '.join(labels)}.")
 
 
-def selection_marker(lock: Lock, env: Environment) -> str | None:
+def selection_marker(lock: ParsedLock, env: Environment) -> str | None:
     """A PEP 508 marker that holds in ``env``'s selection and in no other (None: nothing to choose)."""
     atoms: list[str] = []
     for conflict in lock.conflicts:

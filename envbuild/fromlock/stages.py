@@ -44,7 +44,7 @@ from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError
 from envbuild.gate.names import canonical
 
-__all__ = ["ORDER", "Artifact", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
+__all__ = ["ORDER", "LockedFile", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
 
 Stage = Literal["torch", "extensions", "rest", "builds", "project"]
 ORDER: tuple[Stage, ...] = ("torch", "extensions", "rest", "builds", "project")
@@ -62,7 +62,7 @@ _KNOWN_BUILDS = frozenset({"flash-attn", "flash-attn-3", "mamba-ssm", "causal-co
 
 
 @dataclass(frozen=True)
-class Artifact:
+class LockedFile:
     """One file of a locked entry, as installed: its URL (``file://`` for a path) and sha256."""
 
     url: str
@@ -81,7 +81,7 @@ class Placed:
     entry: Entry
     stage: Stage
     why: str
-    artifact: Artifact | None = None  # None: a git pin or the project (``line`` says what)
+    artifact: LockedFile | None = None  # None: a git pin or the project (``line`` says what)
     line: str = ""  # the requirement line the installer reads
     needs_glibc: int | None = None  # its wheel is manylinux_2_N, newer than this host's glibc
     rebuilt: dict[str, object] | None = None  # --rebuild-mismatched: the sdist it is built from (``fromlock.rebuild``)
@@ -188,12 +188,12 @@ def _wheel_tags(filename: str) -> list[str]:
         return []
 
 
-def _artifacts(entry: Entry, folder: Path) -> list[Artifact]:
+def _artifacts(entry: Entry, folder: Path) -> list[LockedFile]:
     """The entry's files. uv.lock writes a direct-URL sdist's hash alone (``sdist = { hash }``):
     its URL is the entry's source URL."""
     if not entry.files and entry.url and len(entry.hashes) == 1:
         name = unquote(urlsplit(entry.url).path.rsplit("/", 1)[-1])
-        return [Artifact(entry.url, entry.hashes[0], name)]
+        return [LockedFile(entry.url, entry.hashes[0], name)]
     out = []
     for where, sha in entry.files:
         parts = urlsplit(where)
@@ -203,11 +203,11 @@ def _artifacts(entry: Entry, folder: Path) -> list[Artifact]:
         else:
             path = (folder / where).resolve()
             url, name = path.as_uri(), path.name
-        out.append(Artifact(url, sha, name))
+        out.append(LockedFile(url, sha, name))
     return out
 
 
-def pick_artifact(entry: Entry, folder: Path, order: dict[str, int]) -> Artifact | None:
+def pick_artifact(entry: Entry, folder: Path, order: dict[str, int]) -> LockedFile | None:
     """The entry's wheel that installs on the target (the best tag), else its sdist, else None."""
     arts = _artifacts(entry, folder)
     best, rank = None, len(order) + 1
@@ -292,7 +292,7 @@ def _depends_on_torch(entry: Entry) -> bool:
                or r.split(";")[0].strip().lower() == "torch" for r in entry.requires or ())
 
 
-def _claim(entry: Entry, art: Artifact | None) -> str | None:
+def _claim(entry: Entry, art: LockedFile | None) -> str | None:
     from envbuild.abitag import parse_claim
 
     for text in (entry.version or "", art.filename if art else ""):
@@ -379,7 +379,7 @@ def _torch_choices(chosen: Chosen) -> str:
             "Check which environments install torch with `envbuild check-lock`.")
 
 
-def _classify(e: Entry, art: Artifact, torch: Entry, runtime: dict[str, str],
+def _classify(e: Entry, art: LockedFile, torch: Entry, runtime: dict[str, str],
               settings: BuildSettings) -> tuple[Stage, str]:
     if e is torch:
         return "torch", "the ABI baseline"

@@ -17,8 +17,8 @@ from envbuild.gate.environments import PLATFORMS, Narrow, choices, make_space
 from envbuild.gate.findings import EnvRow, FileReport, Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.groups import Group, group, judged_names
-from envbuild.gate.metadata import Sources
-from envbuild.gate.model import Environment, Format, Lock, LockParseError, Reach
+from envbuild.gate.metadata import MetadataSources
+from envbuild.gate.model import Environment, Format, LockParseError, ParsedLock, Reach
 from envbuild.gate.rules import FAMILIES, history
 
 __all__ = ["MAX_BYTES", "MAX_PACKAGES", "FileReport", "check_file", "read_lockfile"]
@@ -51,7 +51,7 @@ def read_lockfile(path: Path) -> str:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8") from None
 
 
-def _views(lock: Lock, groups: list[Group], reach: Reach, torch_name: str) -> list[View]:
+def _views(lock: ParsedLock, groups: list[Group], reach: Reach, torch_name: str) -> list[View]:
     views = []
     for g in groups:
         members = reach.members(g.j)
@@ -112,7 +112,7 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         shown = "; ".join(v.env.name for v in bare[:3]) + (f" and {len(bare) - 3} more" if len(bare) > 3 else "")
         lock.notes.append(f"{sum(v.environments for v in bare)} environment(s) install no {policy.torch}: {shown}")
     ctx = Context(report.file, lock, policy, views, offline=offline, index_urls=tuple(index_urls),
-                  sources=Sources(offline=offline, use_cache=use_cache))
+                  sources=MetadataSources(offline=offline, use_cache=use_cache))
     for family in FAMILIES:
         family.check(ctx)
     for text in ctx.sources.notes():

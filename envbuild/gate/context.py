@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.markers import InvalidMarker
-from envbuild.gate.metadata import Sources
-from envbuild.gate.model import Entry, Environment, Lock, Members
+from envbuild.gate.metadata import MetadataSources
+from envbuild.gate.model import Entry, Environment, Members, ParsedLock
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -28,7 +28,7 @@ class View:
     selections: int = 1  # how many selections of extras/groups this view stands for
     environments: int = 1  # how many platform x Python x selection environments
 
-    def torch_for(self, entry: Entry, lock: Lock, torch_name: str) -> Entry | None:
+    def torch_for(self, entry: Entry, lock: ParsedLock, torch_name: str) -> Entry | None:
         """The torch ``entry`` is installed with: the lock's own edge where it records one."""
         return self.members.target_of(entry, torch_name, lock.entries) or self.torch
 
@@ -36,7 +36,7 @@ class View:
 @dataclass
 class Context:
     file: str
-    lock: Lock
+    lock: ParsedLock
     policy: Policy
     views: list[View]
     offline: bool = False
@@ -45,7 +45,7 @@ class Context:
     notices: list[str] = field(default_factory=list)
     explain: dict[str, list[str]] = field(default_factory=dict)  # what could not be verified, and why -> where
     unchecked: list[str] = field(default_factory=list)
-    sources: Sources = field(default_factory=Sources)  # where metadata came from; hosts that did not answer
+    sources: MetadataSources = field(default_factory=MetadataSources)  # where metadata came from; hosts that did not answer
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
 
     def add(self, package: str, rule: str, reason: str, env: Environment | None = None,

@@ -35,7 +35,7 @@ from typing import Any
 
 from envbuild.errors import ConfigError
 from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare, _decide
-from envbuild.gate.model import Environment, Item, Lock
+from envbuild.gate.model import Environment, Item, ParsedLock
 from envbuild.gate.names import canonical
 
 __all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "Space", "covers", "enumerate_environments", "make_space"]
@@ -132,7 +132,7 @@ def _specifier(text: str) -> Any:
         return None
 
 
-def _pythons(lock: Lock, narrow: Narrow) -> list[str]:
+def _pythons(lock: ParsedLock, narrow: Narrow) -> list[str]:
     if narrow.python:
         return list(dict.fromkeys(narrow.python))
     allowed: Any = _specifier(lock.requires_python) if lock.requires_python else None
@@ -177,7 +177,7 @@ def _values(platform: dict[str, str], python: str) -> dict[str, str]:
 # ----------------------------------------------------------------------------- selections
 
 
-def _items(lock: Lock) -> tuple[list[Item], list[int]]:
+def _items(lock: ParsedLock) -> tuple[list[Item], list[int]]:
     """The lock's conflicting items (deduplicated by key) and each conflict set as a bit mask of them."""
     index: dict[str, int] = {}
     items: list[Item] = []
@@ -221,7 +221,7 @@ def _independent_sets(n: int, sets: list[int], allowed: int, limit: int) -> list
     return out
 
 
-def _inert(lock: Lock, items: list[Item], judged: set[str] | None) -> int:
+def _inert(lock: ParsedLock, items: list[Item], judged: set[str] | None) -> int:
     """Items that can change nothing the rules read: no marker of the lock names their pseudo-extra,
     and what they switch on reaches (along every edge, whatever its marker) none of the ``judged``
     names. Leaving them out of the enumeration changes no verdict."""
@@ -259,7 +259,7 @@ class Space:
     """The environments platform x Python x selection, indexed ``j = block * n_sel + s`` where a
     block is one (platform, Python); ``active`` holds the ones the lock covers and the narrowing keeps."""
 
-    lock: Lock
+    lock: ParsedLock
     blocks: list[tuple[str, str]]  # (platform key, python)
     items: list[Item]
     selections: list[int]  # bit masks over items
@@ -380,7 +380,7 @@ class Space:
         return out
 
 
-def make_space(lock: Lock, narrow: Narrow = Narrow(), judged: set[str] | None = None) -> Space:
+def make_space(lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | None = None) -> Space:
     """The environments of ``lock`` (narrowed). ``judged``: the names the rules read (for leaving
     inert items out at scale); None enumerates every valid selection up to ``MAX_SELECTIONS``."""
     mentions_platform = any(_PLATFORM_KEYS.search(t) for t in lock.marker_texts)
@@ -452,7 +452,7 @@ def _of_size(n: int, sets: list[int], allowed: int, size: int) -> Iterator[int]:
             yield chosen
 
 
-def _default(lock: Lock, items: list[Item], sets: list[int]) -> int | None:
+def _default(lock: ParsedLock, items: list[Item], sets: list[int]) -> int | None:
     bits = 0
     for i, it in enumerate(items):
         if it.default:
@@ -470,7 +470,7 @@ def _chose(items: list[Item], chosen: int, want: str, kind: str) -> bool:
     return False
 
 
-def _covered(lock: Lock, space: Space) -> int:
+def _covered(lock: ParsedLock, space: Space) -> int:
     """The environments the lock is made for (its ``environments`` / ``supported-markers``; a lock
     that names none covers every environment; a marker that does not parse counts as covering)."""
     if not lock.environments:
@@ -484,20 +484,20 @@ def _covered(lock: Lock, space: Space) -> int:
     return out
 
 
-def enumerate_environments(lock: Lock, narrow: Narrow = Narrow()) -> list[Environment]:
+def enumerate_environments(lock: ParsedLock, narrow: Narrow = Narrow()) -> list[Environment]:
     """Every concrete environment the lock covers (narrowed), one object each: for callers that
     want a list (a provision choosing one environment). The gate itself works on the ``Space``."""
     space = make_space(lock, narrow)
     return [space.env(j) for j in space.bits(space.active)]
 
 
-def choices(lock: Lock) -> list[str]:
+def choices(lock: ParsedLock) -> list[str]:
     """The conflicting extras/groups of a lock in words (for usage errors)."""
     items, _ = _items(lock)
     return [it.words for it in items]
 
 
-def covers(lock: Lock, env: Environment) -> bool:
+def covers(lock: ParsedLock, env: Environment) -> bool:
     """Whether ``env`` is one the lock is made for (see ``_covered``)."""
     if not lock.environments:
         return True

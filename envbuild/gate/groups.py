@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from envbuild.gate.environments import Space
 from envbuild.gate.findings import Policy
-from envbuild.gate.model import Environment, Lock, Reach
+from envbuild.gate.model import Environment, ParsedLock, Reach
 
 __all__ = ["Group", "group", "judged_names"]
 
@@ -23,7 +23,7 @@ __all__ = ["Group", "group", "judged_names"]
 _ALWAYS = frozenset({"triton", "pytorch-triton"})
 
 
-def judged_names(lock: Lock, policy: Policy) -> set[str] | None:
+def judged_names(lock: ParsedLock, policy: Policy) -> set[str] | None:
     """The names the rules read; None when the format records no dependency graph (every entry then)."""
     from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from envbuild import events
-from envbuild.gate.model import Entry, Lock
+from envbuild.gate.model import Entry, ParsedLock
 
-__all__ = ["PROBE_BUDGET", "PYPI", "Sources", "declared_requirements"]
+__all__ = ["PROBE_BUDGET", "PYPI", "MetadataSources", "declared_requirements"]
 
 PYPI = "https://pypi.org/simple"
 PROBE_SECONDS = 3.0  # one host's probe
@@ -24,7 +24,7 @@ PROBE_BUDGET = 8.0  # every probe of a run together
 
 
 @dataclass
-class Sources:
+class MetadataSources:
     """Where a run's metadata came from, and which hosts did not answer."""
 
     offline: bool = False
@@ -50,7 +50,7 @@ class Sources:
         if left < 0.5:
             self.dead[host] = f"no time left of the {self.budget:.0f} s given to probing indexes"
             return False
-        from envbuild.net import probe
+        from envbuild.index.net import probe
 
         t0 = time.monotonic()
         root = f"{parts.scheme}://{parts.netloc}/"
@@ -80,7 +80,7 @@ class Sources:
                 shown = ", ".join(labels[:6]) + (f" and {len(labels) - 6} more" if len(labels) > 6 else "")
                 out.append(f"index at {host} did not answer ({why}): {len(labels)} package(s) not checked: {shown}")
         if self.cached:
-            from envbuild.metacache import cache_dir
+            from envbuild.index.metacache import cache_dir
 
             out.append(f"{len(self.cached)} package(s) judged with requirements from the metadata cache "
                        f"({cache_dir() / 'metadata'}); --no-cache judges from the lock alone")
@@ -99,8 +99,8 @@ def _no_answer(detail: str) -> bool:
     return not detail.startswith("HTTP ")
 
 
-def declared_requirements(entry: Entry, lock: Lock, *, offline: bool, index_urls: tuple[str, ...] = (),
-                          supplied: bool = True, sources: Sources | None = None) -> tuple[str, ...] | None:
+def declared_requirements(entry: Entry, lock: ParsedLock, *, offline: bool, index_urls: tuple[str, ...] = (),
+                          supplied: bool = True, sources: MetadataSources | None = None) -> tuple[str, ...] | None:
     """``supplied``: metadata the project supplied by hand counts (uv.lock's
     ``[[manifest.dependency-metadata]]``: what the resolver used); the runtime rule says False,
     since a hand-written torch metadata that drops its CUDA runtime is the fault it looks for."""
@@ -111,9 +111,9 @@ def declared_requirements(entry: Entry, lock: Lock, *, offline: bool, index_urls
         got = by_hand.get((entry.name, entry.version)) or by_hand.get((entry.name, None))
         if got is not None:
             return tuple(got)
-    sources = sources or Sources(offline=offline)
+    sources = sources or MetadataSources(offline=offline)
     if entry.hashes and sources.use_cache:
-        from envbuild.metacache import cached_requires
+        from envbuild.index.metacache import cached_requires
 
         cached = cached_requires(entry.hashes)
         if cached is not None:
@@ -125,11 +125,11 @@ def declared_requirements(entry: Entry, lock: Lock, *, offline: bool, index_urls
     return _from_index(entry, lock, index_urls, sources)
 
 
-def _from_index(entry: Entry, lock: Lock, index_urls: tuple[str, ...], sources: Sources) -> tuple[str, ...] | None:
+def _from_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sources: MetadataSources) -> tuple[str, ...] | None:
     """Requires-Dist of the locked artifact, read from where it came from (cached by sha256)."""
     from envbuild.errors import EnvbuildError
-    from envbuild.index import Artifact, ArtifactFinder, requires_of
-    from envbuild.index import Sources as IndexSources
+    from envbuild.index.client import Artifact, ArtifactFinder, requires_of
+    from envbuild.index.client import Sources as IndexSources
 
     events.emit("debug", f"reading the metadata of {entry.name} {entry.version} from its index")
     try:

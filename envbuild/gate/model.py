@@ -20,7 +20,7 @@ from envbuild.gate.markers import InvalidMarker, MarkerCache
 Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock"]
 FORMATS: tuple[str, ...] = get_args(Format)
 
-__all__ = ["FORMATS", "Entry", "EnvList", "Environment", "Format", "Grid", "Item", "Lock", "LockParseError", "Members", "Reach"]
+__all__ = ["FORMATS", "Entry", "EnvList", "Environment", "Format", "Grid", "Item", "ParsedLock", "LockParseError", "Members", "Reach"]
 
 
 class LockParseError(Exception):
@@ -179,7 +179,7 @@ class Reach:
 
 
 @dataclass
-class Lock:
+class ParsedLock:
     path: Path
     format: Format
     entries: list[Entry]

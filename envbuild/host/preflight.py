@@ -27,8 +27,9 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from envbuild import events, net
+from envbuild import events
 from envbuild.errors import ConfigError
+from envbuild.index import net
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
 from envbuild.run import run
 from envbuild.spec import StackSpec

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from envbuild import layout
-from envbuild._toml import read_bounded
 from envbuild.errors import ConfigError
 from envbuild.lock.model import Lock, lock_dir, read_lock
 from envbuild.lock.serve import locked_requirements, prefix_manifest
@@ -62,6 +61,7 @@ from envbuild.quoting import (
     sh_word,
 )
 from envbuild.spec import SECRET_NAME, StackSpec, parse_spec
+from envbuild.spec._toml import read_bounded
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from envbuild import events
 from envbuild.errors import ABIViolation, EnvbuildError, InstallError
-from envbuild.net import redact
+from envbuild.index.net import redact
 from envbuild.plan import Backend, InstallerSources, PlannedStep, progress_env, step_commands
 from envbuild.run import RunResult, format_argv, run
 from envbuild.spec import StackSpec

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from envbuild._io import atomic_write_json
+from envbuild.index.net import redact
 from envbuild.installer.base import StepRun, create_venv_with, run_step_commands
-from envbuild.net import redact
 from envbuild.plan import Backend, InstallerSources, PlannedStep
 from envbuild.run import run
 from envbuild.spec import StackSpec
@@ -46,7 +46,9 @@ def _config_key(env: Mapping[str, str]) -> str:
 
 
 def _cache_file() -> Path:
-    from envbuild.index import cache_dir  # the one cache folder ($ENVBUILD_CACHE_DIR, else XDG)
+    from envbuild.index.client import (
+        cache_dir,  # the one cache folder ($ENVBUILD_CACHE_DIR, else XDG)
+    )
 
     return cache_dir() / "pip-config-sources.json"
 

@@ -26,11 +26,11 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from envbuild.guard.buildrecord import PROVENANCE_FILE
+from envbuild.index.net import redact
 from envbuild.lock.model import Lock, LockedPackage, LockedStep
 from envbuild.lock.relock import Upgrade
-from envbuild.net import redact
 from envbuild.spec import StackSpec
-from envbuild.wheel_provenance import PROVENANCE_FILE
 
 SPEC = "spec changed"
 UPGRADE = "upgrade asked"

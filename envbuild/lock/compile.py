@@ -8,7 +8,7 @@ that version under the envbuild cache gets the same pip-tools when it has none).
 compiled with every earlier step's pins as constraints (``lock.stack``), and its last pins as
 the resolver's existing output file, which both resolvers keep where they still satisfy the
 input (``lock.relock``). ``no_deps`` steps pin exactly the named packages: their artifacts and
-hashes come straight from the step's sources (``envbuild.index``), nothing transitive.
+hashes come straight from the step's sources (``envbuild.index.client``), nothing transitive.
 
 Sources are the step's own (index URL, extra indexes, find-links, ``no_index``); a step without
 an index uses what pip is configured with. ``wheelhouse`` replaces every source with one
@@ -30,9 +30,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from envbuild import __version__, abi, events
+from envbuild import __version__, events, guard
 from envbuild.errors import LockError, PreflightError
-from envbuild.index import (
+from envbuild.index.client import (
     ArtifactFinder,
     Sources,
     cache_dir,
@@ -40,11 +40,11 @@ from envbuild.index import (
     requires_of,
     same_version,
 )
+from envbuild.index.net import redact, unreachable
 from envbuild.installer import find_python, pip_config_sources, python_version_of
 from envbuild.lock.git import git_ref
 from envbuild.lock.model import LockedReq, VcsPin, parse_requirements_text
 from envbuild.lock.resolver import uv_version
-from envbuild.net import redact, unreachable
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
 
@@ -236,7 +236,7 @@ def _url_hashes(url: str) -> tuple[str, ...]:
         return (frag[7:],)
     import hashlib
 
-    from envbuild.index import read_bytes
+    from envbuild.index.client import read_bytes
 
     return (hashlib.sha256(read_bytes(url.split("#", 1)[0])).hexdigest(),)
 
@@ -331,11 +331,11 @@ def git_refs(requirements: list[str]) -> dict[str, str]:
 
 
 def baseline_protected(spec: StackSpec, packages: list[dict[str, Any]]) -> set[str]:
-    """The ABI guard's frozen set (``abi.protected_set``) over the baseline's pins, torch's markers
+    """The ABI guard's frozen set (``guard.protected_set``) over the baseline's pins, torch's markers
     evaluated for the stack's target (``marker_env``)."""
     torch = next((p for p in packages if p["name"] == spec.abi.package), None)
-    requires = abi.active((torch or {}).get("requires_dist") or [], marker_env(spec))
-    return abi.protected_set(spec.abi, {p["name"] for p in packages}, requires)
+    requires = guard.active((torch or {}).get("requires_dist") or [], marker_env(spec))
+    return guard.protected_set(spec.abi, {p["name"] for p in packages}, requires)
 
 
 def file_header(spec: StackSpec, step: Step, role: str, fname: str, source_args: list[str]) -> str:

@@ -16,8 +16,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError, PreflightError
+from envbuild.index.net import redact
 from envbuild.lock.model import VcsPin
-from envbuild.net import redact
 from envbuild.run import run
 
 _SHA40 = re.compile(r"^[0-9a-f]{40}$")

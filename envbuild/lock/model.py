@@ -72,9 +72,9 @@ from typing import Any, TypeVar
 
 from envbuild._io import atomic_write_json
 from envbuild.errors import LockError
-from envbuild.index import Artifact
+from envbuild.index.client import Artifact
 from envbuild.spec import StackSpec
-from envbuild.stepfile import (  # re-exported: the step-file API lives beside the lock model
+from envbuild.spec.stepfile import (  # re-exported: the step-file API lives beside the lock model
     LockedReq,
     format_requirement,
     parse_requirements_text,

@@ -31,10 +31,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild._io import sha256_file
-from envbuild._toml import did_you_mean
 from envbuild.errors import ConfigError
 from envbuild.lock.model import Lock, LockedStep
 from envbuild.spec import StackSpec
+from envbuild.spec._toml import did_you_mean
 
 __all__ = ["StepStatus", "Upgrade", "parse_upgrades", "preferences", "stale_steps"]
 

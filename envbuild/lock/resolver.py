@@ -32,10 +32,10 @@ from typing import Literal, get_args
 
 from envbuild import events
 from envbuild.errors import LockError, PreflightError
-from envbuild.index import Sources, cache_dir
+from envbuild.index.client import Sources, cache_dir
+from envbuild.index.net import redact
 from envbuild.installer import find_uv
 from envbuild.lock.model import LockedReq, parse_requirements_text
-from envbuild.net import redact
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
 

@@ -38,7 +38,7 @@ from envbuild.lock.model import (
     read_step_file,
 )
 from envbuild.spec import StackSpec, spec_digest
-from envbuild.stepfile import line_problems
+from envbuild.spec.stepfile import line_problems
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -29,10 +29,11 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from envbuild import abi, events
+from envbuild import events, guard
 from envbuild._io import atomic_write_text, sha256_file
 from envbuild.errors import ConfigError, LockError, PreflightError
-from envbuild.index import ArtifactFinder, Sources, cache_dir, requires_of
+from envbuild.index.client import ArtifactFinder, Sources, cache_dir, requires_of
+from envbuild.index.net import redact
 from envbuild.lock.changes import Change, StaleWheel, lock_changes, stale_wheels, torch_moved
 from envbuild.lock.compile import (
     baseline_protected,
@@ -82,7 +83,6 @@ from envbuild.lock.resolver import (
     uv_source_args,
 )
 from envbuild.lock.serve import step_digests
-from envbuild.net import redact
 from envbuild.plan import PlannedStep, make_plan
 from envbuild.spec import StackSpec, Step
 
@@ -277,7 +277,7 @@ def _who_requires(name: str, version: str, reqs: list[LockedReq], finder: Artifa
             requires = requires_of(next((a for a in arts if a.is_wheel), arts[0])) if arts else []
         except (PreflightError, OSError, ValueError):
             continue
-        for dep in abi.active(requires, env):
+        for dep in guard.active(requires, env):
             if canonicalize_name(dep.name) == name and dep.specifier and \
                     not dep.specifier.contains(version, prereleases=True):
                 return f"{r.name} {r.version} requires {dep.name}{dep.specifier}"

@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-STAMP = "ENVBUILD_BASELINE"  # envbuild.abi.STAMP (this script imports nothing of envbuild)
+STAMP = "ENVBUILD_BASELINE"  # envbuild.guard.STAMP (this script imports nothing of envbuild)
 # dist-info files that record the install, not the distribution: RECORD itself, the baseline stamp,
 # where a wheel came from (direct_url.json: a local path; uv_cache.json: uv's cache timestamps)
 INSTALL_RECORDS = ("RECORD", STAMP, "direct_url.json", "uv_cache.json")

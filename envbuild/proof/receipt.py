@@ -45,11 +45,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuild import events, net
+from envbuild import events
 from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import ConfigError
+from envbuild.index import net
+from envbuild.index.metacache import cache_dir
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
-from envbuild.metacache import cache_dir
 from envbuild.proof.backend import Backend, detect
 from envbuild.proof.provenance import Provenance, capture
 from envbuild.run import run

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from packaging.utils import canonicalize_name
 
-from envbuild import abi, events, layout
+from envbuild import events, guard, layout
 from envbuild._io import atomic_write_json
 from envbuild.errors import ABIViolation, InstallError, PreflightError
 from envbuild.installer import (
@@ -49,10 +49,10 @@ from envbuild.provision.sources import route_sources, step_identity
 from envbuild.provision.state import Manifest, now
 from envbuild.provision.steps import (
     ProvisionRun,
+    freeze_baseline,
     import_listing,
     refuse_out_of_order,
     run_steps,
-    take_baseline,
 )
 from envbuild.provision.verify import (
     FinalCheck,
@@ -216,11 +216,11 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
             raise PreflightError(f"the venv's python {run.python} does not run",
                                  hint="Move the venv away; the next run makes a new one.")
         manifest.marker_env = probed.marker_env
-    run.site = abi.site_packages(paths.venv)
+    run.site = guard.site_packages(paths.venv)
     run.env = installer.install_env(_install_env(paths), run.python, compile_option=opts.compile_bytecode,
                                     adopted=opts.venv is not None)
     if spec.abi.adopt and manifest.baseline is None:
-        manifest.baseline = take_baseline(run, adopted=True)
+        manifest.baseline = freeze_baseline(run, adopted=True)
     manifest.save()
     laps.lap("venv")
 
@@ -274,9 +274,9 @@ def _frozen_files(run: ProvisionRun, files: list[str]) -> list[str]:
     package a later step is replacing."""
     if run.manifest.baseline is None:
         return []
-    dists = abi.scan(run.site)
+    dists = guard.scan(run.site)
     owned: set[str] = set()
-    for name in (run.spec.abi.package, *abi.Baseline.from_json(run.manifest.baseline).protected):
+    for name in (run.spec.abi.package, *guard.Baseline.from_json(run.manifest.baseline).protected):
         dist = dists.get(canonicalize_name(name))
         if dist is not None:
             owned.update(dist.files())
@@ -423,9 +423,9 @@ def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None =
     # (a re-run, --step of the last step only after a stop) checks it here.
     guarded_now = bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name
     try:
-        check = final_check(spec, baseline=abi.Baseline.from_json(manifest.baseline), site=run.site,
+        check = final_check(spec, baseline=guard.Baseline.from_json(manifest.baseline), site=run.site,
                             python=run.python, marker_env=manifest.marker_env,
-                            overlay=layout.overlay_env(spec, run.paths), guard=not guarded_now,
+                            overlay=layout.overlay_env(spec, run.paths), run_guard=not guarded_now,
                             verdict_file=run.paths.import_verdict, timeout=run.opts.import_timeout,
                             on_fresh_import=on_fresh_import)
     except ImportHang as exc:

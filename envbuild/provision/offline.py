@@ -29,12 +29,12 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild._io import sha256_file
 from envbuild.errors import InstallError, LockError
-from envbuild.index import parse_filename
+from envbuild.index.client import parse_filename
+from envbuild.index.net import redact
+from envbuild.index.wheeltags import fits_target, wheelhouse_files
 from envbuild.lock.model import read_lock
-from envbuild.net import redact
 from envbuild.plan import PlannedStep
 from envbuild.spec import StackSpec
-from envbuild.wheeltags import fits_target, wheelhouse_files
 
 __all__ = ["check_wheelhouse", "seed_packages"]
 

@@ -44,12 +44,12 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild import events
 from envbuild.errors import LockError, PreflightError
-from envbuild.index import Artifact, ArtifactFinder, SourceError, Sources, same_version
+from envbuild.index.client import Artifact, ArtifactFinder, SourceError, Sources, same_version
+from envbuild.index.net import Probe, probe_all, redact
+from envbuild.index.wheeltags import fits_target
 from envbuild.installer import pip_config_sources
 from envbuild.lock.model import Lock, LockedPackage, read_lock
-from envbuild.net import Probe, probe_all, redact
 from envbuild.plan import Backend, InstallerSources, Plan, PlannedStep
-from envbuild.wheeltags import fits_target
 
 __all__ = ["Source", "route_sources", "step_identity"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import abi, events, layout
+from envbuild import events, guard, layout
 from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
 from envbuild.installer import Installer
@@ -111,10 +111,10 @@ def import_listing(run: ProvisionRun) -> Path:
                                (run.manifest.marker_env or {}).get("python_version", ""))
 
 
-def take_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, object]:
+def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, object]:
     spec, site = run.spec, run.site
     try:
-        base = abi.take_baseline(spec.abi, site, run.manifest.marker_env or {}, stamp=not adopted)
+        base = guard.take_baseline(spec.abi, site, run.manifest.marker_env or {}, stamp=not adopted)
     except LookupError:
         where = "the environment" if adopted else "the venv after the baseline step"
         raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from None
@@ -141,11 +141,11 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
     step_env = dict(run.env or {})
     if planned.constrained:
         if manifest.baseline is None:
-            manifest.baseline = take_baseline(run)
+            manifest.baseline = freeze_baseline(run)
         constraints = paths.constraints
         step_env["PIP_CONSTRAINT"] = str(constraints)  # reaches pip's isolated build envs too
         step_env["UV_BUILD_CONSTRAINT"] = str(constraints)
-    before = abi.scan(site)
+    before = guard.scan(site)
     t = time.monotonic()
     try:
         if (prepare := run.opts.prepare_steps.get(planned.name)) is not None:
@@ -154,17 +154,17 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
                                constraints=constraints, log_file=log_file, env=step_env, pass_fds=run.pass_fds,
                                timeout=run.opts.step_timeout)
         if planned.role == "baseline":
-            manifest.baseline = take_baseline(run)
+            manifest.baseline = freeze_baseline(run)
     except EnvbuildError as exc:
         state.status, state.ended, state.error = "failed", now(), exc.message
         manifest.save()
         raise
     state.seconds = round(time.monotonic() - t, 3)
-    after = abi.scan(site)
+    after = guard.scan(site)
     earlier = earlier_step_changes(run, planned, before, after)
-    report = abi.GuardReport(violations=earlier)
+    report = guard.GuardReport(violations=earlier)
     if manifest.baseline is not None:
-        report = abi.check(spec, abi.Baseline.from_json(manifest.baseline), site,
+        report = guard.check(spec, guard.Baseline.from_json(manifest.baseline), site,
                            no_deps_names=planned.step.names if planned.step.no_deps else (),
                            marker_env=manifest.marker_env)
         report.violations += earlier
@@ -176,24 +176,24 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
             result.warnings.append(f.message)
     if not report.ok or (run.opts.strict and report.warnings):
         findings = report.violations or report.warnings
-        message = _violation_message(planned, findings, before, abi.scan(site))
+        message = _violation_message(planned, findings, before, guard.scan(site))
         state.status, state.ended, state.error = "failed", now(), message
         if report.violations:
             manifest.violation = f"step {planned.name}: {findings[0].message}"
         manifest.save()
         raise ABIViolation(message, hint=_violation_hint(findings, paths))
     state.installed = {n: {"version": after[n].version, "record_sha256": after[n].record_sha256}
-                       for n in abi.changed(before, after) if n in after}
+                       for n in guard.changed(before, after) if n in after}
     state.status, state.ended = "ok", now()
     manifest.save()
     result.ran.append(planned.name)
     events.emit("ok", f"step {planned.name} ({state.seconds:.1f} s, guard {1000 * (state.guard_seconds or 0):.0f} ms)")
 
 
-def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mapping[str, abi.Dist],
-                         after: Mapping[str, abi.Dist]) -> list[abi.Violation]:
+def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mapping[str, guard.Dist],
+                         after: Mapping[str, guard.Dist]) -> list[guard.Violation]:
     """Packages an earlier step installed that this step changed (another version, a reinstall: the
-    RECORD identity of ``abi.changed``) or removed, unless the step ``replaces`` them. torch and the
+    RECORD identity of ``guard.changed``) or removed, unless the step ``replaces`` them. torch and the
     protected set are left to the ABI guard's own rules."""
     owners: dict[str, tuple[str, str]] = {}
     for state in run.manifest.steps:
@@ -203,9 +203,9 @@ def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mappin
             owners[name] = (state.name, ident.get("version", "?"))
     frozen = {run.spec.abi.package}
     if run.manifest.baseline is not None:
-        frozen |= set(abi.Baseline.from_json(run.manifest.baseline).protected)
+        frozen |= set(guard.Baseline.from_json(run.manifest.baseline).protected)
     out = []
-    for name in abi.changed(before, after):
+    for name in guard.changed(before, after):
         if name not in owners or name in planned.step.replaces or name in frozen:
             continue
         owner, version = owners[name]
@@ -216,20 +216,20 @@ def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mappin
             what = f"changed {name} {version} -> {now_.version}"
         else:
             what = f"reinstalled {name} {version}"
-        out.append(abi.Violation("earlier-step", name, f"step {planned.name!r} {what}, which step {owner!r} installed "
+        out.append(guard.Violation("earlier-step", name, f"step {planned.name!r} {what}, which step {owner!r} installed "
                                "(a later step must agree with the steps before it)"))
     return out
 
 
-def _violation_message(planned: PlannedStep, findings: list[abi.Violation],
-                       before: Mapping[str, abi.Dist], after: Mapping[str, abi.Dist]) -> str:
+def _violation_message(planned: PlannedStep, findings: list[guard.Violation],
+                       before: Mapping[str, guard.Dist], after: Mapping[str, guard.Dist]) -> str:
     lines = [f"ABI guard after step {planned.number} ({planned.name!r}): " + findings[0].message]
     lines += [f"  also: {f.message}" for f in findings[1:4]]
-    lines += abi.culprits(findings[0], before, after, planned.step.names)
+    lines += guard.culprits(findings[0], before, after, planned.step.names)
     return "\n".join(lines)
 
 
-def _violation_hint(findings: list[abi.Violation], paths: layout.Paths) -> str:
+def _violation_hint(findings: list[guard.Violation], paths: layout.Paths) -> str:
     rule = findings[0].rule
     fixes = {
         "version": "Install the packages that pulled it in with no_deps = true, or pin versions whose torch requirement the baseline satisfies.",

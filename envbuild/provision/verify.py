@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import abi
+from envbuild import guard
 from envbuild._io import atomic_write_json
 from envbuild.installer import run_python_json
 from envbuild.spec import StackSpec
@@ -43,9 +43,9 @@ class ImportHang(Exception):
 
 @dataclass
 class FinalCheck:
-    report: abi.GuardReport
+    report: guard.GuardReport
     data: dict[str, Any] | None = None  # FULL_CHECK's answer: version, cuda, file
-    findings: list[abi.Violation] = field(default_factory=list)  # guard violations, then import findings
+    findings: list[guard.Violation] = field(default_factory=list)  # guard violations, then import findings
     cached: bool = False  # the import verdict was reused (the fingerprint matched)
     fingerprint: str | None = None
     import_seconds: float = 0.0
@@ -60,7 +60,7 @@ class FinalCheck:
 def fingerprint(site: Path, python: Path, overlay: Mapping[str, str]) -> str:
     """A digest of every distribution's RECORD, the interpreter and the overlay's variables."""
     h = hashlib.sha256()
-    for name, dist in sorted(abi.scan(site).items()):
+    for name, dist in sorted(guard.scan(site).items()):
         # the RECORD's hash, and where it sits (inode, mtime, size): a reinstall of the same files counts
         h.update(f"{name}\0{dist.version}\0{dist.record_sha256}\0{dist.record_key}\n".encode())
     real = Path(os.path.realpath(python))
@@ -78,19 +78,19 @@ def import_env(overlay: Mapping[str, str]) -> dict[str, str]:
     return {**os.environ, **overlay}
 
 
-def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: Path,
-                marker_env: Mapping[str, str] | None, overlay: Mapping[str, str], guard: bool = True,
+def final_check(spec: StackSpec, *, baseline: guard.Baseline, site: Path, python: Path,
+                marker_env: Mapping[str, str] | None, overlay: Mapping[str, str], run_guard: bool = True,
                 verdict_file: Path | None = None, timeout: float = IMPORT_TIMEOUT,
                 import_after_violation: bool = False,
                 on_fresh_import: Callable[[], None] | None = None) -> FinalCheck:
-    """The guard (unless ``guard`` is False: it has just run on this very state), then the import.
+    """The guard (unless ``run_guard`` is False: it has just run on this very state), then the import.
 
     With ``verdict_file``, a verdict recorded under the same fingerprint is reused, and a fresh
     passing one is recorded. Guard violations stop the check unless ``import_after_violation``
     (``verify`` reports everything). ``on_fresh_import`` is called just before a real import
     (provision starts the receipt's inventory beside it). Raises ``ImportHang`` when it hangs.
     """
-    report = abi.check(spec, baseline, site, marker_env=marker_env) if guard else abi.GuardReport()
+    report = guard.check(spec, baseline, site, marker_env=marker_env) if run_guard else guard.GuardReport()
     out = FinalCheck(report=report, findings=list(report.violations))
     if report.violations and not import_after_violation:
         return out  # the environment changed under us: provision stops here
@@ -103,14 +103,14 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
         if doc is not None:
             out.data, out.cached = doc["data"], True
             out.software = doc.get("software") if isinstance(doc.get("software"), dict) else None
-            out.findings += abi.full_check_result(spec, out.data)
+            out.findings += guard.full_check_result(spec, out.data)
             return out
     if on_fresh_import is not None:
         on_fresh_import()
     env = import_env(overlay)
     t = time.monotonic()
     try:
-        out.data = run_python_json(python, abi.FULL_CHECK_MODULES, timeout=timeout, env=env,
+        out.data = run_python_json(python, guard.FULL_CHECK_MODULES, timeout=timeout, env=env,
                                    what=f"`import {spec.abi.package}` in {python}")
         loaded = out.data.pop("modules", None) if isinstance(out.data, dict) else None
         if isinstance(loaded, list):
@@ -118,11 +118,11 @@ def final_check(spec: StackSpec, *, baseline: abi.Baseline, site: Path, python: 
     except TimeoutError as exc:
         raise ImportHang(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - any failure to import is the verdict
-        out.findings.append(abi.Violation("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
+        out.findings.append(guard.Violation("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
         return out
     finally:
         out.import_seconds = round(time.monotonic() - t, 3)
-    out.findings += abi.full_check_result(spec, out.data)
+    out.findings += guard.full_check_result(spec, out.data)
     if verdict_file is not None and key is not None and out.ok:
         atomic_write_json(verdict_file, {"schema": VERDICT_SCHEMA, "fingerprint": key, "data": out.data,
                                          "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, private=True)

@@ -11,13 +11,13 @@ What lives where:
 - ``pages.py``   PEP 503 pages over a folder.
 
 This module is kept light: the provenance record's file name, reader and check live in
-``envbuild.wheel_provenance`` (below the ABI guard, which reads them without importing the
+``envbuild.guard.buildrecord`` (below the ABI guard, which reads them without importing the
 wheelhouse) and are re-exported here; ``local_tag`` names what a build was made against.
 """
 
 from __future__ import annotations
 
-from envbuild.wheel_provenance import (
+from envbuild.guard.buildrecord import (
     PROVENANCE_FILE,
     PROVENANCE_SCHEMA,
     provenance_mismatch,

@@ -32,11 +32,11 @@ from typing import Any
 from envbuild import __version__, events
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import ConfigError, WheelhouseError
-from envbuild.net import redact
+from envbuild.index.net import redact
 from envbuild.run import RunResult, run
 from envbuild.wheelhouse import PROVENANCE_SCHEMA, local_tag
 from envbuild.wheelhouse.repack import repack_wheel
-from envbuild.wheelhouse.spec import Source, WheelSpec, parse_location
+from envbuild.wheelhouse.spec import BuildSource, WheelSpec, parse_location
 
 REPACK_FORMAT = 1  # bump when the repacked output changes for the same inputs
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -54,7 +54,7 @@ try:
     out["torch_version"] = d.version
     record = d.read_text("RECORD") or ""
     out["torch_record_sha256"] = hashlib.sha256(record.encode()).hexdigest()
-    # envbuild.abi.Dist.payload_sha256: torch's own files, not the dist-info, .pyc or ../bin scripts
+    # envbuild.guard.Dist.payload_sha256: torch's own files, not the dist-info, .pyc or ../bin scripts
     rows = {}
     for row in csv.reader(io.StringIO(record)):
         if row:
@@ -106,7 +106,7 @@ class BuildOptions:
 
 
 @dataclass(frozen=True)
-class Target:
+class BuildTarget:
     python: Path
     info: dict[str, Any]
     nvcc: str | None
@@ -140,7 +140,7 @@ def default_cache() -> Path:
 # ----------------------------------------------------------------------------- target
 
 
-def probe_target(python: Path, requires: Sequence[str] = ()) -> Target:
+def probe_target(python: Path, requires: Sequence[str] = ()) -> BuildTarget:
     try:
         proc = run([str(python), "-c", _PROBE, *requires], capture=True, separate_stderr=True, timeout=60)
     except (FileNotFoundError, PermissionError):
@@ -155,7 +155,7 @@ def probe_target(python: Path, requires: Sequence[str] = ()) -> Target:
             "installed in the target environment",
             hint="Install the stack's torch there first (envbuild provision), or pass --venv/--python of an environment that has it.",
         )
-    return Target(python=python, info=info, nvcc=_nvcc_version(), cc=_cc_version())
+    return BuildTarget(python=python, info=info, nvcc=_nvcc_version(), cc=_cc_version())
 
 
 def _cuda_home() -> Path | None:
@@ -193,7 +193,7 @@ def _cc_version() -> str | None:
 # ----------------------------------------------------------------------------- source
 
 
-def resolve_source(spec: WheelSpec, opts: BuildOptions) -> Source:
+def resolve_source(spec: WheelSpec, opts: BuildOptions) -> BuildSource:
     environ = os.environ if opts.environ is None else opts.environ
     raw = opts.overrides.get(spec.name)
     where = f"--source {spec.name}=..."
@@ -215,7 +215,7 @@ def resolve_source(spec: WheelSpec, opts: BuildOptions) -> Source:
     return spec.source
 
 
-def source_identity(source: Source) -> str:
+def source_identity(source: BuildSource) -> str:
     if source.kind == "sdist":
         return f"sdist:{source.sha256}"
     if source.kind == "git":
@@ -235,7 +235,7 @@ def tree_sha256(folder: Path) -> str:
     return h.hexdigest()
 
 
-def fetch_sdist(source: Source, opts: BuildOptions) -> Path:
+def fetch_sdist(source: BuildSource, opts: BuildOptions) -> Path:
     """The sdist file, from the cache, a --sources folder, a local path, or a download."""
     assert source.sha256 is not None
     cached = opts.cache / "sdists" / source.sha256 / source.filename
@@ -265,7 +265,7 @@ def fetch_sdist(source: Source, opts: BuildOptions) -> Path:
                           hint="Download it into a folder and pass --sources DIR, or fix source.sdist.")
 
 
-def checkout_git(source: Source, opts: BuildOptions, log: Path) -> Path:
+def checkout_git(source: BuildSource, opts: BuildOptions, log: Path) -> Path:
     assert source.commit is not None
     dest = opts.cache / "git" / source.commit
     if (dest / ".envbuild-complete").exists():
@@ -336,7 +336,7 @@ def build_env(spec: WheelSpec) -> dict[str, str]:
     return env
 
 
-def key_parts(spec: WheelSpec, source: Source, target: Target) -> dict[str, Any]:
+def key_parts(spec: WheelSpec, source: BuildSource, target: BuildTarget) -> dict[str, Any]:
     """What the cache key is made of, by name (``result.json`` and the provenance record keep it, so
     a miss can say which part differs)."""
     info = target.info
@@ -351,7 +351,7 @@ def key_parts(spec: WheelSpec, source: Source, target: Target) -> dict[str, Any]
     }
 
 
-def cache_key(spec: WheelSpec, source: Source, target: Target) -> str:
+def cache_key(spec: WheelSpec, source: BuildSource, target: BuildTarget) -> str:
     return hashlib.sha256(json.dumps(key_parts(spec, source, target), sort_keys=True).encode()).hexdigest()
 
 
@@ -408,7 +408,7 @@ def _shown(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> BuildResult:
+def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None) -> BuildResult:
     """Build (or take from the cache) the wheelhouse wheel of ``spec`` into ``opts.out``."""
     start = time.monotonic()
     source = resolve_source(spec, opts)
@@ -475,7 +475,7 @@ def build(spec: WheelSpec, opts: BuildOptions, target: Target | None = None) -> 
                        repacked.removed_requires, why)
 
 
-def _prepare_source(spec: WheelSpec, source: Source, opts: BuildOptions, work: Path, log: Path) -> Path:
+def _prepare_source(spec: WheelSpec, source: BuildSource, opts: BuildOptions, work: Path, log: Path) -> Path:
     if source.kind == "sdist":
         src = unpack(fetch_sdist(source, opts), work / "src")
     elif source.kind == "git":
@@ -495,7 +495,7 @@ def _prepare_source(spec: WheelSpec, source: Source, opts: BuildOptions, work: P
     return src
 
 
-def _run_build(spec: WheelSpec, target: Target, src: Path, dist: Path, log: Path) -> RunResult:
+def _run_build(spec: WheelSpec, target: BuildTarget, src: Path, dist: Path, log: Path) -> RunResult:
     py = str(target.python)
     if spec.backend == "pip":
         argv = [py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
@@ -542,7 +542,7 @@ def _failure(message: str, res: RunResult) -> WheelhouseError:
     return WheelhouseError(message, hint=redact("\n".join(parts)))
 
 
-def _provenance(spec: WheelSpec, source: Source, target: Target, key: str, parts: Mapping[str, Any],
+def _provenance(spec: WheelSpec, source: BuildSource, target: BuildTarget, key: str, parts: Mapping[str, Any],
                 why: str | None) -> dict[str, Any]:
     info = target.info
     src: dict[str, Any] = {"kind": source.kind, "location": source.shown}

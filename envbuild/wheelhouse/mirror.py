@@ -32,21 +32,21 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from envbuild import events
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import LockError, WheelhouseError
-from envbuild.index import TIMEOUT, Artifact, ArtifactFinder, Sources, session
+from envbuild.index.client import TIMEOUT, Artifact, ArtifactFinder, Sources, session
+from envbuild.index.net import redact
+from envbuild.index.wheeltags import fits_target, select_target
 from envbuild.lock.model import MANIFEST, read_lock
-from envbuild.net import redact
-from envbuild.stepfile import parse_requirements, read_text
-from envbuild.wheeltags import fits_target, select_target
+from envbuild.spec.stepfile import parse_requirements, read_text
 
 CHUNK = 1 << 16
 _RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
-__all__ = ["Artifact", "LockSources", "LockedPackage", "MirrorResult", "download_one", "fits_target", "lock_sources",
+__all__ = ["Artifact", "LockSources", "MirrorPackage", "MirrorResult", "download_one", "fits_target", "lock_sources",
            "manifest_artifacts", "mirror", "read_requirements", "resolve", "select", "select_target", "sizes"]
 
 
 @dataclass(frozen=True)
-class LockedPackage:
+class MirrorPackage:
     name: str
     version: str
     hashes: tuple[str, ...]
@@ -56,7 +56,7 @@ class LockedPackage:
 
 @dataclass
 class LockSources:
-    packages: list[LockedPackage] = field(default_factory=list)
+    packages: list[MirrorPackage] = field(default_factory=list)
     indexes: list[str] = field(default_factory=list)
     find_links: list[str] = field(default_factory=list)
 
@@ -78,7 +78,7 @@ class _Retry(Exception):
 def read_requirements(path: Path, into: LockSources | None = None) -> LockSources:
     """Parse a hash-pinned requirements file (pip-compile output) into packages and sources.
 
-    The lock's own parser (``envbuild.stepfile``) reads it, here also accepting the index and
+    The lock's own parser (``envbuild.spec.stepfile``) reads it, here also accepting the index and
     find-links option lines a hand-made pip-compile file carries.
     """
     out = into or LockSources()
@@ -95,7 +95,7 @@ def read_requirements(path: Path, into: LockSources | None = None) -> LockSource
             raise WheelhouseError(f"{path}:{r.line}: not an exact pin (name==version): {redact(r.raw)}")
         if not r.hashes:
             raise WheelhouseError(f"{path}:{r.line}: {r.name} has no --hash; the mirror needs a hash-pinned lock")
-        out.packages.append(LockedPackage(r.name, r.version or "", r.hashes, r.url, path.name))
+        out.packages.append(MirrorPackage(r.name, r.version or "", r.hashes, r.url, path.name))
     return out
 
 
@@ -134,7 +134,7 @@ def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
             usable = [a for a in pkg.artifacts if a.url and "***@" not in a.url and a.sha256]
             artifacts.extend(usable)
             if not usable:
-                rest.packages.append(LockedPackage(canonicalize_name(pkg.name), pkg.version or "",
+                rest.packages.append(MirrorPackage(canonicalize_name(pkg.name), pkg.version or "",
                                                    pkg.hashes, None, step.file or ""))
                 for u in [src.index_url, *src.extra_index_urls]:
                     if u and "***@" not in u:

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild._io import atomic_write_text, sha256_file
 from envbuild.errors import WheelhouseError
-from envbuild.index import project_of
+from envbuild.index.client import project_of
 
 _HASH_CACHE = ".envbuild-hashes.json"
 

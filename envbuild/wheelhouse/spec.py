@@ -35,10 +35,10 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envbuild._toml import TomlReader, did_you_mean, read_toml
 from envbuild.errors import ConfigError
-from envbuild.net import redact
+from envbuild.index.net import redact
 from envbuild.spec import spec_digest
+from envbuild.spec._toml import TomlReader, did_you_mean, read_toml
 
 SCHEMA_VERSION = 1
 SourceKind = Literal["sdist", "git", "path"]
@@ -54,7 +54,7 @@ _ARCH = re.compile(r"^\d+\.\d+a?(\+PTX)?$")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Source:
+class BuildSource:
     kind: SourceKind
     location: str  # URL or absolute path; may hold credentials, show it through ``shown``
     sha256: str | None = None  # sdist
@@ -77,7 +77,7 @@ class WheelSpec:
     name: str  # canonical
     version: str
     description: str = ""
-    source: Source | None  # None: private, resolved from ``from_env`` or --source at build time
+    source: BuildSource | None  # None: private, resolved from ``from_env`` or --source at build time
     from_env: str | None = None
     backend: Backend = "pip"
     requires: tuple[str, ...] = ()
@@ -118,7 +118,7 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
     if len(kinds) != 1:
         raise r.fail("source", "needs exactly one of sdist (with sha256), git (with commit), path, "
                      f"from_env; got {', '.join(kinds) or 'none'}")
-    source: Source | None = None
+    source: BuildSource | None = None
     from_env: str | None = None
     subdir = r.opt_str(src, "subdirectory", "source")
     if kinds[0] == "from_env":
@@ -173,7 +173,7 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
 
 
 def make_source(kind: str, location: str, *, sha256: str | None = None, commit: str | None = None,
-                subdirectory: str | None = None, base: Path | None = None) -> Source:
+                subdirectory: str | None = None, base: Path | None = None) -> BuildSource:
     """A validated ``Source``; raises ``ValueError`` with the reason."""
     if kind == "sdist":
         if not sha256:
@@ -183,18 +183,18 @@ def make_source(kind: str, location: str, *, sha256: str | None = None, commit: 
             raise ValueError(f"sha256 must be 64 hex digits, got {sha256!r}")
         if urlsplit(location).scheme not in ("http", "https", "file"):
             location = str(_local(location, base))
-        return Source(kind="sdist", location=location, sha256=sha256, subdirectory=subdirectory)
+        return BuildSource(kind="sdist", location=location, sha256=sha256, subdirectory=subdirectory)
     if kind == "git":
         if not commit or not _COMMIT.match(commit):
             raise ValueError(f"a git source needs a full 40-hex commit (a branch or tag moves), got {commit!r}")
-        return Source(kind="git", location=location, commit=commit, subdirectory=subdirectory)
+        return BuildSource(kind="git", location=location, commit=commit, subdirectory=subdirectory)
     if kind == "path":
         folder = _local(location, base)
-        return Source(kind="path", location=str(folder), subdirectory=subdirectory)
+        return BuildSource(kind="path", location=str(folder), subdirectory=subdirectory)
     raise ValueError(f"unknown source kind {kind!r}")
 
 
-def parse_location(value: str, base: Path | None = None) -> Source:
+def parse_location(value: str, base: Path | None = None) -> BuildSource:
     """A source from one string (``from_env`` / ``--source``).
 
     ``git+URL@COMMIT``, a folder, or an sdist path/URL with ``#sha256=HEX``.

@@ -35,12 +35,12 @@ from urllib.parse import unquote, urlsplit
 from envbuild import __version__, events
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import WheelhouseError
-from envbuild.index import parse_filename, read_bytes
+from envbuild.index.client import parse_filename, read_bytes
+from envbuild.index.net import redact
+from envbuild.index.wheeltags import fits_target
 from envbuild.lock.git import GitRef
 from envbuild.lock.model import BuiltWheel, Lock, LockedPackage, LockedStep, write_lock
-from envbuild.net import redact
 from envbuild.run import run
-from envbuild.wheeltags import fits_target
 
 __all__ = ["Built", "build_vcs_wheels", "vcs_packages"]
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from envbuild.errors import ConfigError
-from envbuild.gate.model import FORMATS, Format, Lock
+from envbuild.gate.model import FORMATS, Format, ParsedLock
 
 __all__ = ["detect", "parse"]
 
@@ -43,7 +43,7 @@ def detect(path: Path, text: str) -> Format:
                       hint=f"Name it with --format ({', '.join(FORMATS)}).")
 
 
-def parse(path: Path, text: str, fmt: Format) -> Lock:
+def parse(path: Path, text: str, fmt: Format) -> ParsedLock:
     """Read a lock of ``fmt``; raises ``LockParseError`` with the reason when it is not one."""
     if fmt == "requirements":
         from envbuild.gate.formats import requirements as reader

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.gate.formats._common import entry_lines, sha, toml_loads
-from envbuild.gate.model import Entry, Lock, LockParseError
+from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.gate.names import canonical
 
 __all__ = ["parse", "poetry_requirement"]
 
 
-def parse(path: Path, text: str) -> Lock:
+def parse(path: Path, text: str) -> ParsedLock:
     data = toml_loads(text)
     lines = text.splitlines()
     headers = entry_lines(lines, "[[package]]")
@@ -62,7 +62,7 @@ def parse(path: Path, text: str) -> Lock:
     names = [e.name for e in entries]
     unmarked_twice = any(names.count(e.name) > 1 and not e.marker for e in entries)
     meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
-    lock = Lock(path, "poetry.lock", entries, sorted({e.index for e in entries if e.index}),
+    lock = ParsedLock(path, "poetry.lock", entries, sorted({e.index for e in entries if e.index}),
                 requires_python=_python(meta.get("python-versions")), marker_texts=markers_seen)
     if unmarked_twice:
         lock.notes.append("poetry.lock holds a package twice without per-entry markers (a Poetry 1 lock): "

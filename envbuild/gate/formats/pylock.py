@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from envbuild.gate.formats._common import entry_lines, toml_loads
-from envbuild.gate.model import Entry, Item, Lock, LockParseError
+from envbuild.gate.model import Entry, Item, LockParseError, ParsedLock
 from envbuild.gate.names import canonical
 
 __all__ = ["parse"]
 
 
-def parse(path: Path, text: str) -> Lock:
+def parse(path: Path, text: str) -> ParsedLock:
     from packaging.pylock import Pylock, PylockValidationError
 
     data = toml_loads(text)
@@ -53,7 +53,7 @@ def parse(path: Path, text: str) -> Lock:
             line=headers[i] if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
             index=p.index, url=url, files=tuple((u, h) for u, h in files if u), dependencies=deps, marker=marker))
     envs = [str(m) for m in lock.environments or ()]
-    out = Lock(path, "pylock", entries, sorted({e.index for e in entries if e.index}),
+    out = ParsedLock(path, "pylock", entries, sorted({e.index for e in entries if e.index}),
                requires_python=str(lock.requires_python) if lock.requires_python else None,
                environments=envs, marker_texts=markers + envs)
     extras = [canonical(x) for x in lock.extras or ()]

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 from envbuild.gate.formats._common import exact
-from envbuild.gate.model import Entry, Lock, LockParseError
+from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.gate.names import canonical
-from envbuild.stepfile import logical_lines
+from envbuild.spec.stepfile import logical_lines
 
 __all__ = ["parse"]
 
@@ -39,7 +39,7 @@ def _via(comments: list[str]) -> tuple[str, ...] | None:
     return tuple(canonical(n) for n in names if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", n))
 
 
-def parse(path: Path, text: str) -> Lock:
+def parse(path: Path, text: str) -> ParsedLock:
     from packaging.requirements import InvalidRequirement, Requirement
 
     entries: list[Entry] = []
@@ -68,7 +68,7 @@ def parse(path: Path, text: str) -> Lock:
         entries.append(Entry(key=len(entries), name=canonical(req.name), version=version, raw=raw,
                              line=lineno, hashes=hashes, url=req.url, via=_via(comments), marker=marker,
                              files=((req.url, hashes[0] if hashes else None),) if req.url else ()))
-    return Lock(path, "requirements", entries, indexes, marker_texts=markers)
+    return ParsedLock(path, "requirements", entries, indexes, marker_texts=markers)
 
 
 def _url_version(url: str, name: str) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.markers import InvalidMarker
-from envbuild.gate.model import Entry, Grid, Item, Lock, LockParseError, Reach
+from envbuild.gate.model import Entry, Grid, Item, LockParseError, ParsedLock, Reach
 from envbuild.gate.names import canonical
 
 __all__ = ["parse"]
@@ -114,7 +114,7 @@ def _strings(items: Any, where: str) -> None:
         raise LockParseError(f"{where} is not an array of strings")
 
 
-def parse(path: Path, text: str) -> Lock:
+def parse(path: Path, text: str) -> ParsedLock:
     data = toml_loads(text)
     _shape(data)
     raw_packages = data.get("package", [])
@@ -203,7 +203,7 @@ def parse(path: Path, text: str) -> Lock:
         pointed = {k for per in plain for targets, _, _ in per for k in targets}
         roots = [e.key for e in entries if e.key not in pointed]
 
-    lock = Lock(path, "uv.lock", entries, sorted({e.index for e in entries if e.index}),
+    lock = ParsedLock(path, "uv.lock", entries, sorted({e.index for e in entries if e.index}),
                 requires_python=data.get("requires-python") if isinstance(data.get("requires-python"), str) else None,
                 environments=[m for m in data.get("supported-markers", []) or [] if isinstance(m, str)],
                 marker_texts=marker_texts)
@@ -335,7 +335,7 @@ def _any(masks: Any) -> int:
     return bits
 
 
-def _choices(lock: Lock, data: dict[str, Any], entries: list[Entry], roots: list[int],
+def _choices(lock: ParsedLock, data: dict[str, Any], entries: list[Entry], roots: list[int],
              optional: list[dict[str, Any]], dev: list[dict[str, Any]]) -> None:
     """uv's ``conflicts`` as items of conflict sets; every other extra/group of a member is on.
 

@@ -26,7 +26,7 @@ from envbuild.abitag import (
     unverifiable_reason,
 )
 from envbuild.gate.context import Context, View
-from envbuild.gate.model import Entry, Lock
+from envbuild.gate.model import Entry, ParsedLock
 from envbuild.gate.names import canonical
 
 __all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "torch_runtime", "unread_tag"]
@@ -108,7 +108,7 @@ def _runtime_like(name: str) -> bool:
     return name.startswith("nvidia-") or name == "cuda-toolkit"
 
 
-def torch_runtime(view: View, torch: Entry, lock: Lock) -> tuple[int, str] | None:
+def torch_runtime(view: View, torch: Entry, lock: ParsedLock) -> tuple[int, str] | None:
     """The CUDA major of the NVIDIA runtime installed with ``torch`` in ``view`` (and the package
     that says so): along torch's own edges where the lock records them (uv.lock, poetry.lock;
     pip-compile's ``# via torch``), else from whatever runtime the environment installs."""

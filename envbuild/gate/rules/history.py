@@ -14,7 +14,7 @@ from pathlib import Path
 from envbuild.gate.context import Context
 from envbuild.gate.environments import Narrow, _covered, make_space
 from envbuild.gate.groups import group
-from envbuild.gate.model import Entry, Lock, Members
+from envbuild.gate.model import Entry, Members, ParsedLock
 from envbuild.gate.rules.pins import local_of, public_of
 
 __all__ = ["check", "file_at_ref", "moved"]
@@ -66,7 +66,7 @@ def _one(members: Members, name: str) -> Entry | None:
     return got[0] if len(versions) == 1 else None
 
 
-def check(ctx: Context, old: Lock, ref: str, narrow: Narrow, names: set[str] | None = None) -> None:
+def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[str] | None = None) -> None:
     """Both locks walked over the base's environments (uv's pseudo-extras name the same items in
     both), grouped by what either installs of the protected packages, each group compared once."""
     space = make_space(old, narrow, names)

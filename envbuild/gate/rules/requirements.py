@@ -1,7 +1,7 @@
 """A locked package that requires a torch (or protected package) the environment's one does not
 satisfy: installing it would replace torch. The specifiers come from the lock where it records them
 (poetry.lock; uv.lock for the project's own packages), else from the package's metadata on its
-index (``envbuild.index``, cached by sha256); what could not be read is listed, not guessed."""
+index (``envbuild.index.client``, cached by sha256); what could not be read is listed, not guessed."""
 
 from __future__ import annotations
 

@@ -30,8 +30,8 @@ from packaging.utils import canonicalize_name
 from envbuild.errors import PreflightError
 from envbuild.gate.rules.ownlock.steps import StackContext, StepView
 from envbuild.gate.rules.pins import TRITON
+from envbuild.index.net import redact, unreachable
 from envbuild.installer import PipInstaller, find_python, find_uv, pip_config_sources
-from envbuild.net import redact, unreachable
 from envbuild.plan import PlanOptions, make_plan
 from envbuild.run import run
 from envbuild.spec import StackSpec

@@ -20,10 +20,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from envbuild.gate.rules.ownlock.steps import StackContext, shown
-from envbuild.index import Artifact, ArtifactFinder, SourceError, Sources
+from envbuild.index.client import Artifact, ArtifactFinder, SourceError, Sources
+from envbuild.index.net import redact
 from envbuild.installer import pip_config_sources
 from envbuild.lock.model import LockedPackage, LockedStep
-from envbuild.net import redact
 from envbuild.spec import DEFAULT_PLATFORM
 
 __all__ = ["check"]
@@ -55,7 +55,7 @@ def _listing(step: LockedStep, pkg: LockedPackage) -> tuple[dict[str, str], dict
 
 def check(ctx: StackContext, wheelhouse: str | None) -> None:
     """``wheelhouse``: where what left its index may still be (a folder or a URL)."""
-    from envbuild.wheeltags import fits_target, wheelhouse_files
+    from envbuild.index.wheeltags import fits_target, wheelhouse_files
 
     lock, spec = ctx.lock, ctx.spec
     if lock is None:

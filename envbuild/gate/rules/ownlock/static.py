@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild.gate.rules.ownlock.steps import StackContext, StepView
 from envbuild.gate.rules.pins import TRITON, pypi_triton_beside, pypi_triton_required
-from envbuild.index import cached_requires
+from envbuild.index.client import cached_requires
 from envbuild.lock.compile import marker_env
 from envbuild.lock.model import LockedPackage, LockedReq
 
@@ -167,7 +167,7 @@ def _requires_for(ctx: StackContext, r: LockedReq, view: StepView, fetch: bool) 
     got = cached_requires(r.hashes)
     if got is not None or not fetch:
         return got
-    from envbuild.index import ArtifactFinder, requires_of
+    from envbuild.index.client import ArtifactFinder, requires_of
     from envbuild.lock.compile import step_sources
 
     if view.index >= len(ctx.spec.steps):

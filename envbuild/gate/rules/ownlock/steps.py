@@ -23,7 +23,7 @@ from envbuild.lock.model import (
 )
 from envbuild.lock.serve import stale_reason
 from envbuild.spec import StackSpec
-from envbuild.stepfile import line_problems
+from envbuild.spec.stepfile import line_problems
 
 __all__ = ["StackContext", "StepView", "protected_of", "read", "shown"]
 

@@ -23,7 +23,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuild import events
 from envbuild._io import sha256_file
-from envbuild.index import Artifact, find_links_files, parse_filename
+from envbuild.index.client import Artifact, find_links_files, parse_filename
 
 __all__ = ["fits_target", "select_target", "target_tags", "wheelhouse_files"]
 

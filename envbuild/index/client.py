@@ -52,11 +52,12 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from envbuild import __version__, metacache
+from envbuild import __version__
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import PreflightError
-from envbuild.metacache import cache_dir, cached_requires
-from envbuild.net import deadline_seconds, redact, retrying
+from envbuild.index import metacache
+from envbuild.index.metacache import cache_dir, cached_requires
+from envbuild.index.net import deadline_seconds, redact, retrying
 
 TIMEOUT = (10.0, 30.0)  # seconds to connect, seconds without a byte while reading: every request
 # seconds a page or file request goes on retrying ($ENVBUILD_NET_DEADLINE): room for a few
@@ -65,7 +66,7 @@ DEADLINE = 120.0
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
 
-_cache_get = metacache.get  # the metadata cache lives in envbuild.metacache (light, read by check-lock)
+_cache_get = metacache.get  # the metadata cache lives in envbuild.index.metacache (light, read by check-lock)
 _cache_put = metacache.put
 
 __all__ = [

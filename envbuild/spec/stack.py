@@ -38,9 +38,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuild import events
-from envbuild._toml import TomlReader, did_you_mean, read_toml
 from envbuild.errors import ConfigError
 from envbuild.quoting import ENV_NAME
+from envbuild.spec._toml import TomlReader, did_you_mean, read_toml
 
 if sys.version_info >= (3, 11):
     pass
@@ -626,7 +626,7 @@ def lockfiles_dirs() -> list[Path]:
     if env := os.environ.get("ENVBUILD_LOCKFILES"):
         dirs.append(Path(env))
     dirs.append(Path.cwd() / "lockfiles")
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # envbuild/
     dirs.append(here.parent / "lockfiles")  # a checkout or an editable install
     dirs.append(here / "_lockfiles")  # the copy inside an installed wheel
     seen: list[Path] = []

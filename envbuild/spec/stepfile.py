@@ -25,7 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import LockError
-from envbuild.net import redact
+from envbuild.index.net import redact
 
 _HASH = re.compile(r"^--hash[= ](?P<algo>[a-z0-9]+):(?P<value>\S*)$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

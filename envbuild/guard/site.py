@@ -1,0 +1,246 @@
+"""Reading an environment's site-packages without importing it: its distributions (dist-info,
+METADATA, RECORD, parsed once per RECORD file per process), torch's runtime and CUDA versions
+from ``torch/version.py``, the files that differ from RECORD, the Requires-Dist that hold.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from email.message import Message
+from email.parser import HeaderParser
+from pathlib import Path
+from typing import Any
+
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+_CUDA_RE = re.compile(r"""^cuda\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
+_VERSION_RE = re.compile(r"""^__version__\s*(?::\s*[^=]+)?=\s*['"]([^'"]+)['"]""", re.M)
+
+
+STAMP = "ENVBUILD_BASELINE"  # the baseline stamp's file name inside a dist-info folder
+LAZY_HASH_LIMIT = 1 << 20  # files above this size are checked by size only after a copy
+
+
+@dataclass(frozen=True)
+class Dist:
+    name: str  # canonical
+    version: str
+    dist_info: Path
+    record_sha256: str  # sha256 of RECORD's bytes: the identity (content, survives copies)
+    record_key: tuple[int, int, int]  # (inode, mtime_ns, size) of RECORD: a cache key, never identity
+    stamped: bool = False  # the dist-info holds envbuild's baseline stamp
+
+    def installer(self) -> str:
+        """What the INSTALLER file says (pip, uv, ...), or "" when there is none."""
+        try:
+            return (self.dist_info / "INSTALLER").read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return ""
+
+    def metadata(self) -> Message:
+        text = (self.dist_info / "METADATA").read_text(encoding="utf-8", errors="replace")
+        return HeaderParser().parsestr(text)
+
+    def requires(self) -> list[str]:
+        return [str(r) for r in self.metadata().get_all("Requires-Dist") or []]
+
+    def files(self) -> dict[str, str]:
+        """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see ``_cached``)."""
+        path = self.dist_info / "RECORD"
+        hit = _cached(path, "files", self.record_key)
+        if hit is None:
+            hit = _remember(path, "files", self.record_key, _read_record(path))
+        return hit  # type: ignore[no-any-return]
+
+    def payload_sha256(self) -> str:
+        """sha256 of the RECORD rows for the wheel's own files (not the dist-info, not ``.pyc``, not
+        the console scripts each installer writes its own way under ``../bin``): equal for two
+        installs of the same build, whatever installer and whenever."""
+        hit = _cached(self.dist_info / "RECORD", "payload", self.record_key)
+        if hit is None:
+            rows = sorted(f"{p},{h}" for p, h in self.files().items()
+                          if ".dist-info/" not in p and "__pycache__" not in p and not p.startswith("../"))
+            hit = _remember(self.dist_info / "RECORD", "payload", self.record_key,
+                            hashlib.sha256("\n".join(rows).encode()).hexdigest())
+        return hit  # type: ignore[no-any-return]
+
+
+def site_packages(venv: Path) -> Path:
+    """The environment's purelib: a venv's ``lib/python3.X/site-packages``, or what its
+    interpreter reports (a system or container Python, e.g. NGC's ``dist-packages``)."""
+    candidates = sorted((venv / "lib").glob("python3*/site-packages"))
+    if candidates:
+        return candidates[-1]
+    python = venv / "bin" / "python3"
+    if python.exists():
+        from envbuild.run import run
+
+        out = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                  capture=True, separate_stderr=True, timeout=30)
+        if out.ok and Path((out.output or "").strip()).is_dir():
+            return Path((out.output or "").strip())
+    raise FileNotFoundError(f"no site-packages under {venv}/lib")
+
+
+def scan(site: Path) -> dict[str, Dist]:
+    """All distributions installed in ``site`` (metadata only)."""
+    return {d.name: d for d in _scan(site, site.glob("*.dist-info"))}
+
+
+def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
+    for info in infos:
+        meta = info / "METADATA"
+        record = info / "RECORD"
+        if not meta.is_file():
+            continue
+        name = version = None
+        with meta.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("Name:"):
+                    name = line[5:].strip()
+                elif line.startswith("Version:"):
+                    version = line[8:].strip()
+                if (name and version) or not line.strip():
+                    break
+        if not name or not version:
+            continue
+        if record.is_file():
+            st = record.stat()
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            sha = _cached(record, "sha256", key)
+            if sha is None:
+                sha = _remember(record, "sha256", key, hashlib.sha256(record.read_bytes()).hexdigest())
+        else:
+            sha, key = "", (0, 0, 0)
+        yield Dist(canonicalize_name(name), version, info, sha, key, (info / STAMP).is_file())
+
+
+# The guard runs after every step and reads every RECORD in the environment; with hundreds of
+# packages (and torch's RECORD of ~12k lines) parsing them again each step is most of its time.
+# Parsed RECORDs and their sha256 are kept per process, keyed by (path, inode, mtime_ns, size):
+# an installer that touches a distribution writes a new RECORD (a new file, a new mtime), so a
+# changed RECORD never hits the cache. Results are identical to reading the file again.
+_RECORD_CACHE: dict[tuple[str, str], tuple[tuple[int, int, int], object]] = {}
+
+
+def _cached(path: Path, kind: str, key: tuple[int, int, int]) -> Any:
+    hit = _RECORD_CACHE.get((str(path), kind))
+    return hit[1] if hit is not None and hit[0] == tuple(key) else None
+
+
+def _remember(path: Path, kind: str, key: tuple[int, int, int], value: Any) -> Any:
+    if tuple(key) == (0, 0, 0):
+        return value
+    try:
+        st = path.stat()
+    except OSError:
+        return value
+    if (st.st_ino, st.st_mtime_ns, st.st_size) == tuple(key):
+        _RECORD_CACHE[(str(path), kind)] = (tuple(key), value)  # type: ignore[assignment]
+    return value
+
+
+def clear_cache() -> None:
+    """Forget every parsed RECORD (benchmarks time the uncached guard with it)."""
+    _RECORD_CACHE.clear()
+
+
+def _read_record(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(path.read_text(encoding="utf-8", errors="replace"))):
+        if row:
+            out[row[0]] = row[1] if len(row) > 1 else ""
+    return out
+
+
+def read_runtime_version(site: Path, package: str = "torch") -> str | None:
+    """``torch.__version__`` from ``torch/version.py`` without importing torch. It can differ from
+    the dist-info version: some builds (NGC, this workplace's image) record ``2.11.0`` in their
+    metadata and ``2.11.0+cu130`` at run time."""
+    vfile = site / package / "version.py"
+    if not vfile.is_file():
+        return None
+    m = _VERSION_RE.search(vfile.read_text(encoding="utf-8", errors="replace"))
+    return m.group(1) if m else None
+
+
+def read_cuda(site: Path, package: str = "torch") -> str | None:
+    """``torch.version.cuda`` read from ``torch/version.py`` without importing torch."""
+    vfile = site / package / "version.py"
+    if not vfile.is_file():
+        return None
+    m = _CUDA_RE.search(vfile.read_text(encoding="utf-8", errors="replace"))
+    return m.group(1) if m else None
+
+
+def active_requirements(dist: Dist, env: Mapping[str, str]) -> Iterator[Requirement]:
+    """The distribution's Requires-Dist whose markers hold (extras off) for the target interpreter."""
+    return active(dist.requires(), env)
+
+
+def active(requires: Iterable[str], env: Mapping[str, str]) -> Iterator[Requirement]:
+    """The Requires-Dist lines whose markers hold (extras off) in ``env``; unparsable lines are skipped."""
+    for raw in requires:
+        try:
+            req = Requirement(raw)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or _marker_true(req.marker, env):
+            yield req
+
+
+def _marker_true(marker: Marker, env: Mapping[str, str]) -> bool:
+    try:
+        return marker.evaluate({**env, "extra": ""})
+    except Exception:  # an unknown variable: be conservative, count it
+        return True
+
+
+def scan_one(info: Path) -> Dist | None:
+    """One dist-info folder, as ``scan`` reads it."""
+    return next((d for d in _scan(info.parent, [info])), None)
+
+
+def files_differ(d: Dist, site: Path) -> list[str]:
+    """The files ``d``'s RECORD lists that are missing or differ from it: size for every file,
+    sha256 too up to ``LAZY_HASH_LIMIT``. Run when RECORD is a copy (a layer commit, ``cp -a``,
+    a restore), once per process per RECORD file: the answer is kept under its ``record_key``."""
+    record = d.dist_info / "RECORD"
+    hit = _cached(record, "differ", d.record_key)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    bad: list[str] = []
+    for row in csv.reader(io.StringIO(record.read_text(encoding="utf-8", errors="replace"))):
+        if len(row) < 3 or not row[1].startswith("sha256=") or "__pycache__" in row[0] or row[0].startswith("../"):
+            continue  # RECORD itself, .pyc (rewritten by any interpreter that finds them stale), scripts in bin/
+        path = site / row[0]
+        try:
+            size = path.stat().st_size
+        except OSError:
+            bad.append(row[0])
+            continue
+        wrong_size = row[2].isdigit() and int(row[2]) != size
+        if wrong_size or (size <= LAZY_HASH_LIMIT and row[1] != record_hash(path)):
+            bad.append(row[0])
+    return _remember(record, "differ", d.record_key, bad)  # type: ignore[no-any-return]
+
+
+def record_hash(path: Path) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+
+
+def changed(before: Mapping[str, Dist], after: Mapping[str, Dist]) -> list[str]:
+    """Distributions new, removed or rewritten between two scans (by content: a copy is no change)."""
+    out = [n for n, d in after.items()
+           if n not in before or before[n].record_sha256 != d.record_sha256 or before[n].version != d.version]
+    return out + [n for n in before if n not in after]

@@ -1,0 +1,9 @@
+"""Package sources: the one PEP 503/691 client, its network and its caches.
+
+- ``client.py``     pages, ``Artifact``, file names, one timeout, ``SourceError``
+- ``index/net.py``        the network rule: deadlines, retries, reachability probes, redaction
+- ``index/metacache.py``  the metadata cache by sha256 (light: check-lock reads it without the client)
+- ``index/wheeltags.py``  which wheels install on a lock's target; what a wheelhouse holds
+
+Nothing is re-exported here: importing ``envbuild.index.metacache`` must not import the client.
+"""
