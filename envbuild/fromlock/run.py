@@ -163,7 +163,7 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
     plan = prepared.plan
     already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
                     and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version
-                    and not abi.files_differ(d, site))
+                    and not guard.files_differ(d, site))
     events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
     return _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
 
