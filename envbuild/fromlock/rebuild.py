@@ -9,7 +9,7 @@ The sdist, for the entry's public version (``2.8.1+cu13torch2.10cxx11abitrue`` -
 2. offline (``--offline --wheelhouse DIR``): the wheelhouse's, as ``wheelhouse mirror --lock
    --rebuild-mismatched`` put it there (its ``wheelhouse.json`` names the URL it came from);
 3. else the project page on the entry's index, then the lock's other indexes (PyPI where the lock
-   names none), read by ``envbuild.index``: the first sdist of that version whose page gives its
+   names none), read by ``envbuild.index.client``: the first sdist of that version whose page gives its
    sha256, which pins it from then on (the offline check and the install hash-check it).
 
 Only findings of rule ``extension-abi`` are taken; any other failing finding still refuses the
@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from envbuild.fromlock.stages import Artifact, Placed, StagePlan, _artifacts
+from envbuild.fromlock.stages import LockedFile, Placed, StagePlan, _artifacts
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Entry
 
@@ -99,7 +99,7 @@ def _moved(p: Placed, found: Rebuilt, plan: StagePlan, findings: list[Finding]) 
     why = (f"rebuilt (--rebuild-mismatched): the lock's wheel is {built_for}; its sdist from {source}{pinned} is "
            "built against that torch")
     entry = replace(p.entry, version=found.version)
-    art = Artifact(found.url, found.sha256, found.filename)
+    art = LockedFile(found.url, found.sha256, found.filename)
     return Placed(entry, "builds", why, art, f"{entry.name} @ {found.url} --hash=sha256:{found.sha256}",
                   rebuilt=found.to_json())
 
@@ -138,7 +138,7 @@ def _indexes(plan: StagePlan, entry: Entry) -> list[str]:
 
 
 def _host(url: str) -> str:
-    from envbuild.net import redact
+    from envbuild.index.net import redact
 
     parts = urlsplit(redact(url))
     return parts.netloc.rsplit("@", 1)[-1] or url
@@ -146,7 +146,7 @@ def _host(url: str) -> str:
 
 def _on_index(plan: StagePlan, entry: Entry, lock_version: str, version: str) -> tuple[Rebuilt | None, str]:
     from envbuild import events
-    from envbuild.index import SourceError, index_files, parse_filename, same_version
+    from envbuild.index.client import SourceError, index_files, parse_filename, same_version
 
     unpinned: list[str] = []
     dead: list[tuple[str, str]] = []
@@ -186,7 +186,7 @@ def _in_wheelhouse(name: str, version: str, folder: Path) -> tuple[str, str, str
     """(file name, the URL it was mirrored from, sha256) of the sdist in the wheelhouse: its
     ``wheelhouse.json`` entry (the mirror checked it against the index's sha256), else the file."""
     from envbuild._io import sha256_file
-    from envbuild.index import parse_filename, same_version
+    from envbuild.index.client import parse_filename, same_version
 
     def fits(filename: str) -> bool:
         parsed = parse_filename(filename)
