@@ -232,11 +232,11 @@ def _say_python_has_torch(python: str, want: str) -> None:
 
 def _torch_in(prefix: Path) -> tuple[str, ...]:
     """torch's versions in ``prefix``'s environment (its metadata and its runtime ``version.py``); () without."""
-    site = abi.site_packages(prefix)
-    torch = abi.scan(site).get("torch")
+    site = guard.site_packages(prefix)
+    torch = guard.scan(site).get("torch")
     if torch is None:
         return ()
-    return (torch.version, abi.read_runtime_version(site) or torch.version)
+    return (torch.version, guard.read_runtime_version(site) or torch.version)
 
 
 def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
