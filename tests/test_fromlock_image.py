@@ -30,7 +30,7 @@ import pytest
 from support.fixtures import cache_lock, run_cli
 from support.gatelocks import _run, uv_bin
 from support.wheels import build_wheel
-from test_fromlock_smoke import TORCH_VERSION, torch_wheels  # noqa: F401 - the fixture (real torch wheels)
+from test_fromlock_smoke import TORCH_VERSION, lock_on_wheelhouse, torch_wheels  # noqa: F401 - the fixture (real torch wheels)
 from test_image_build import REPO, STORE, Container, _bud_sources, _cannot_build, buildah, layers
 
 from envbuild.wheelhouse.pages import write_index
@@ -87,22 +87,7 @@ def _wheelhouse(folder: Path, wheels: Path) -> Path:
 
 
 def _lock(project: Path, wheelhouse: Path, app: str, tmp: Path) -> Path:
-    project.mkdir(exist_ok=True)
-    (project / "pyproject.toml").write_text(f"""[project]
-name = "trainer"
-version = "0.1.0"
-requires-python = "=={sys.version_info[0]}.{sys.version_info[1]}.*"
-dependencies = ["torch=={TORCH_VERSION}", "causal-conv1d==1.5.0", "app-utils=={app}"]
-
-[tool.uv]
-package = false
-
-[[tool.uv.index]]
-url = "{(wheelhouse / 'simple').as_uri()}"
-default = true
-""")
-    _run([uv_bin(), "lock", "--no-cache", "--python", sys.executable], project, tmp, project_config=True)
-    return project / "uv.lock"
+    return lock_on_wheelhouse(project, wheelhouse, ["causal-conv1d==1.5.0", f"app-utils=={app}"], tmp)
 
 
 def _bud(context: Path, dockerfile: Path, tag: str, sources: list[str],

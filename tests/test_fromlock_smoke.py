@@ -41,6 +41,27 @@ def torch_wheels() -> Path:
     return folder
 
 
+def lock_on_wheelhouse(project: Path, wheelhouse: Path, deps: list[str], tmp: Path) -> Path:
+    """uv.lock (real ``uv lock``) of a virtual project of torch and ``deps``, for this Python, from the
+    PEP 503 pages of ``wheelhouse`` alone."""
+    project.mkdir(exist_ok=True)
+    (project / "pyproject.toml").write_text(f"""[project]
+name = "trainer"
+version = "0.1.0"
+requires-python = "=={sys.version_info[0]}.{sys.version_info[1]}.*"
+dependencies = {json.dumps([f"torch=={TORCH_VERSION}", *deps])}
+
+[tool.uv]
+package = false
+
+[[tool.uv.index]]
+url = "{(wheelhouse / 'simple').as_uri()}"
+default = true
+""")
+    _run([uv_bin(), "lock", "--no-cache", "--python", sys.executable], project, tmp, project_config=True)
+    return project / "uv.lock"
+
+
 @pytest.mark.slow
 def test_smoke_after_a_lock_provision_checks_what_the_lock_installed(
         torch_wheels: Path, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
@@ -55,23 +76,7 @@ def test_smoke_after_a_lock_provision_checks_what_the_lock_installed(
                 files={"bad_ext/__init__.py": "import torch\nraise ImportError("
                        "'bad_ext/_C.so: undefined symbol: _ZN3c104cuda9SetDeviceEi')\n"})
     write_index(wheelhouse)
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "pyproject.toml").write_text(f"""[project]
-name = "trainer"
-version = "0.1.0"
-requires-python = "=={sys.version_info[0]}.{sys.version_info[1]}.*"
-dependencies = ["torch=={TORCH_VERSION}", "causal-conv1d==1.5.0", "bad-ext==1.0"]
-
-[tool.uv]
-package = false
-
-[[tool.uv.index]]
-url = "{(wheelhouse / 'simple').as_uri()}"
-default = true
-""")
-    _run([uv_bin(), "lock", "--no-cache", "--python", sys.executable], project, tmp_path, project_config=True)
-    lock = project / "uv.lock"
+    lock = lock_on_wheelhouse(tmp_path / "project", wheelhouse, ["causal-conv1d==1.5.0", "bad-ext==1.0"], tmp_path)
 
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--python", sys.executable)
     assert res.rc == 0, res.output
