@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             "\n".join(s.requirements),
             "\n".join(redact(shlex.join(argv)) for argv in commands[s.name]),
         ])
-    ui.print_table(None, ["#", "step", "role", "packages", "command"], rows)
+    ui.print_table(None, ["#", "step", "role", "packages", "command"], rows, max_width=ui.WIDTH, keep=2)
     if refused:
         ui.print_text(f"python: provision refuses it (exit 3): {refused}")
     return 0
