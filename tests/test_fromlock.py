@@ -647,3 +647,40 @@ def test_a_wheel_for_a_newer_glibc_is_planned_and_refused_before_anything_is_mad
     assert res.rc == 2, res.output
     assert "have only wheels for a newer glibc than this host's" in res.stderr and wheel.name in res.stderr
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.slow
+def test_an_interrupted_lock_provision_resumes_where_it_stopped(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """SIGTERM (a job scheduler's stop, Ctrl-C's sibling) while the rest stage downloads: exit 130, the
+    torch stage recorded as done; the same command again installs only the rest and equals uv sync."""
+    import signal
+    import time
+
+    lock = uv_platform_lock(tmp_path, gate_index)
+    gate_index.server.clear_requests()  # uv lock read trainer-utils' wheel too
+    gate_index.server.fail("*trainer_utils-*", "stall", times=1, seconds=60)
+    try:
+        argv = [sys.executable, "-m", "envbuild", "provision", "--lock", str(lock), "--root", str(tmp_path / "data")]
+        proc = subprocess.Popen(argv, env=installer_env(tmp_path / "home"), cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            if any("trainer_utils-" in r.path for r in gate_index.server.requested()):
+                proc.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.1)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        gate_index.server.clear_faults()
+    assert proc.returncode == 130, stderr
+    assert "run the same command again to resume" in stderr and "Traceback" not in stderr
+    manifest = json.loads((tmp_path / "data" / ".envbuild" / "manifest.json").read_text())
+    assert {s["name"]: s["status"] for s in manifest["steps"]}["torch"] == "ok"
+
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--json")
+    assert res.rc == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["skipped"] == ["torch"] and doc["ran"] == ["rest"], doc
+    uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home")
+    assert pip_list(tmp_path / "data" / "venv") == pip_list(tmp_path / "uv-venv")
