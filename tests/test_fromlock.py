@@ -684,3 +684,16 @@ def test_an_interrupted_lock_provision_resumes_where_it_stopped(
     assert doc["skipped"] == ["torch"] and doc["ran"] == ["rest"], doc
     uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home")
     assert pip_list(tmp_path / "data" / "venv") == pip_list(tmp_path / "uv-venv")
+
+
+def test_lock_options_without_a_lock_are_refused(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """--extra, --rebuild-mismatched, ... choose an environment of a lock file: without --lock FILE they
+    would be ignored silently, so they are refused (exit 2) before anything is made."""
+    for argv in (("plan", "--profile", "cpu", "--extra", "cu128"),
+                 ("provision", "--profile", "cpu", "--rebuild-mismatched", "--root", tmp_path / "data"),
+                 ("docker", "--profile", "cpu", "--no-project", "-o", tmp_path / "Dockerfile"),
+                 ("preflight", "--profile", "cpu", "--group", "dev"),
+                 ("wheelhouse", "mirror", "--profile", "cpu", "--environment", "linux-x86_64", "--out", tmp_path / "wh")):
+        res = run_envbuild(*argv)
+        assert res.rc == 2 and "goes with --lock FILE" in res.stderr, (argv, res.output)
+    assert not any(p.name != "home" for p in tmp_path.iterdir())  # the runner's $HOME only

@@ -58,10 +58,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.lock is not None:
-        from envbuild.fromlock import cli as fromlock
+    from envbuild.fromlock import cli as fromlock
 
+    if args.lock is not None:
         return fromlock.docker(args)
+    fromlock.refuse_lock_options(args)
     spec = load_stack(args)
     if args.output is None:
         args.output = default_output(Path("docker"), spec.name)

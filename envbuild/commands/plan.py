@@ -51,10 +51,11 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.lock is not None:
-        from envbuild.fromlock import cli as fromlock
+    from envbuild.fromlock import cli as fromlock
 
+    if args.lock is not None:
         return fromlock.plan(args)
+    fromlock.refuse_lock_options(args)
     spec = load_stack(args)
     if args.wheelhouse and not args.offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")

@@ -45,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
         if name not in CHECK_GROUPS:
             raise ConfigError(f"unknown check {name!r}; checks are: {', '.join(CHECK_GROUPS)}")
     groups = [g for g in (args.only or CHECK_GROUPS) if g not in args.skip]
+    if args.lock is None:
+        from envbuild.fromlock.cli import refuse_lock_options
+
+        refuse_lock_options(args)
     if args.lock is not None:
         from envbuild.fromlock.cli import preflight_spec
 

@@ -86,10 +86,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.lock is not None:
-        from envbuild.fromlock import cli as fromlock
+    from envbuild.fromlock import cli as fromlock
 
+    if args.lock is not None:
         return fromlock.provision(args)
+    fromlock.refuse_lock_options(args)
     spec = load_stack(args)
     if args.offline and not args.wheelhouse:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")

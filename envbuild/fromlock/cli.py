@@ -55,6 +55,21 @@ def add_lock_args(p: argparse.ArgumentParser, *, provision: bool) -> None:
                        help="--lock --venv: replace a torch the venv has that is not the lock's (refused otherwise)")
 
 
+# the options that choose or shape an environment of a lock file: meaningless without --lock FILE
+_LOCK_ONLY = {"lock_format": "--format", "extra": "--extra", "group": "--group", "environment": "--environment",
+              "accept": "--accept", "no_project": "--no-project", "rebuild_mismatched": "--rebuild-mismatched",
+              "replace_torch": "--replace-torch"}
+
+
+def refuse_lock_options(args: argparse.Namespace) -> None:
+    """Exit 2 when an option of ``--lock FILE`` is given without it (it would be ignored silently)."""
+    used = [flag for key, flag in _LOCK_ONLY.items() if getattr(args, key, None)]
+    if used:
+        raise ConfigError(f"{', '.join(used)} {'goes' if len(used) == 1 else 'go'} with --lock FILE (a uv.lock or "
+                          "pylock.toml): without it there is no lock environment to choose",
+                          hint="Add --lock FILE, or drop them to use the stack spec (--profile / --stack).")
+
+
 def add_selection_args(g: argparse._ActionsContainer) -> None:
     """The options that choose one environment of a lock file (``--lock FILE``)."""
     g.add_argument("--format", dest="lock_format", choices=FORMATS, help="--lock: the lock's format (default: detected)")
