@@ -342,3 +342,14 @@ def test_a_narrowing_that_matches_nothing_is_a_usage_error(run_envbuild: Run, ga
     assert r.rc == ExitCode.CONFIG, r.output
     assert "no environment of this lock matches" in r.stderr and "extra cpu, extra cu128, extra cu130" in r.stderr
     assert "Traceback" not in r.output
+
+
+def test_a_torch_no_environment_installs_is_named_as_locked(gate_index: GateIndex, tmp_path: Path,
+                                                           run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """Megatron-LM's pattern (d98e8a64dd): ``override-dependencies = ["torch; sys_platform == 'never'"]``
+    keeps the base image's torch; uv still locks a torch package that no environment installs. The gate
+    passes and says so, instead of claiming torch is not in the lock."""
+    lock = uv_platform_lock(tmp_path, gate_index, overrides=["torch; sys_platform == 'never'"])
+    res = run_envbuild("check-lock", str(lock), "--offline")
+    assert res.rc == 0, res.output
+    assert "is locked but no environment installs it" in res.output, res.output

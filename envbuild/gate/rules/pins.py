@@ -80,7 +80,12 @@ def check(ctx: Context) -> None:
         shown = "; ".join(no_torch[:6]) + (f" and {len(no_torch) - 6} more" if len(no_torch) > 6 else "")
         ctx.note(f"no {torch_name} in {len(no_torch)} environment(s): {shown}")
     elif no_torch:
-        ctx.note(f"{torch_name} is not in this lock; its rules did not apply")
+        locked = sorted({e.version or "?" for e in ctx.lock.entries if e.name == torch_name})
+        if locked:  # e.g. `override-dependencies = ["torch; sys_platform == 'never'"]`: the base image's torch
+            ctx.note(f"{torch_name} {', '.join(locked)} is locked but no environment installs it (every edge to it "
+                     f"is marked off: a base image's {torch_name} is meant); its rules did not apply")
+        else:
+            ctx.note(f"{torch_name} is not in this lock; its rules did not apply")
 
 
 def _torch_policy(ctx: Context, torch: str, view: View) -> None:
