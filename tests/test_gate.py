@@ -353,3 +353,5 @@ def test_a_torch_no_environment_installs_is_named_as_locked(gate_index: GateInde
     res = run_envbuild("check-lock", str(lock), "--offline")
     assert res.rc == 0, res.output
     assert "is locked but no environment installs it" in res.output, res.output
+    res = run_envbuild("plan", "--lock", str(lock), "--environment", "linux-x86_64")  # nothing to adopt or install
+    assert res.rc == 2 and "leaves torch to a base image" in res.stderr, res.output

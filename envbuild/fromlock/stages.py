@@ -375,8 +375,14 @@ def _torch_choices(chosen: Chosen) -> str:
     words = choices(chosen.lock)
     flags = ", ".join(dict.fromkeys(f"--{w.split(' ', 1)[0]} {w.split(' ', 1)[1]}" for w in words
                                     if w.split(" ", 1)[0] in ("extra", "group")))
-    return (f"Choose the selection that installs torch: {flags}." if flags else
-            "Check which environments install torch with `envbuild check-lock`.")
+    if flags:
+        return f"Choose the selection that installs torch: {flags}."
+    if any(e.name == "torch" for e in chosen.lock.entries):  # locked, but every edge to it is marked off
+        return ("The lock leaves torch to a base image (e.g. `override-dependencies = [\"torch; sys_platform == "
+                "'never'\"]`), so it pins no torch to install or adopt: lock the image's torch (`torch==<its "
+                "version>`, and provision --lock --venv <the image's environment> adopts it), or install this lock "
+                "with its locker.")
+    return "Check which environments install torch with `envbuild check-lock`."
 
 
 def _classify(e: Entry, art: LockedFile, torch: Entry, runtime: dict[str, str],
