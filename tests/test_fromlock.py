@@ -697,3 +697,25 @@ def test_lock_options_without_a_lock_are_refused(tmp_path: Path, run_envbuild: C
         res = run_envbuild(*argv)
         assert res.rc == 2 and "goes with --lock FILE" in res.stderr, (argv, res.output)
     assert not any(p.name != "home" for p in tmp_path.iterdir())  # the runner's $HOME only
+
+
+@pytest.mark.slow
+def test_a_kept_package_is_looked_at_by_size_and_torch_by_hash(gate_index: GateIndex,
+                                                              make_venv: Callable[..., Venv]) -> None:
+    """Adoption keeps a base image's packages whose RECORD files are all there at their size (a quick
+    look over thousands of files); torch's own files are hashed."""
+    from envbuild import guard
+
+    def damaged(name: str, change: Callable[[bytes], bytes]) -> tuple[guard.Dist, Path, str]:
+        venv = make_venv(name)
+        venv.pip("install", "--no-deps", "--index-url", gate_index.url("pypi"), "trainer-utils==1.0", check=True)
+        site = guard.site_packages(venv.path)
+        dist = guard.scan(site)["trainer-utils"]
+        module = next(p for p in dist.files() if p.endswith(".py") and "dist-info" not in p)
+        (site / module).write_bytes(change((site / module).read_bytes()))
+        return dist, site, module
+
+    dist, site, module = damaged("flipped", lambda b: bytes([b[0] ^ 1]) + b[1:])  # same size, other bytes
+    assert guard.files_differ(dist, site, hash_limit=0) == [] and guard.files_differ(dist, site) == [module]
+    dist, site, module = damaged("grown", lambda b: b + b"\n")
+    assert guard.files_differ(dist, site, hash_limit=0) == [module]

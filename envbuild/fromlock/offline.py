@@ -14,7 +14,7 @@ data root or the venv is made, naming the file (and both hashes).
 
 ``--have FILE`` (a ``pip freeze`` or ``pip list --format json`` of the target, a base image's
 environment) leaves out what the target already holds at the locked version: ``provision --lock
---venv`` into that environment keeps those packages (their RECORD intact), so the wheelhouse a
+--venv`` into that environment keeps those packages (their files present), so the wheelhouse a
 team carries to it holds only what the image lacks.
 
 A git pin has no file to mirror (installing it clones the repository): the mirror names it, and

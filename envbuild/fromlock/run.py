@@ -9,7 +9,7 @@ runs the stages as steps (``fromlock.stack``).
 Adopting the torch that is there: a ``--venv`` that already holds the lock's exact torch
 (version and local tag, every file as its RECORD lists it) keeps it as the baseline, unstamped
 and with no download. Every other locked package the venv already holds at the locked version,
-its files as its RECORD lists them, is kept too (as ``uv sync`` keeps an installed package of the
+each of its files present at the size its RECORD lists, is kept too (as ``uv sync`` keeps an installed package of the
 right version): in a base image that has the stack, the stages install only what it lacks. A
 different torch is refused with both versions named, or replaced with ``--replace-torch``.
 """
@@ -161,9 +161,10 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
                            f"its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; nothing was "
                            "changed", hint="Reinstall torch there, or replace it with --replace-torch.")
     plan = prepared.plan
+    # the others by size only: a base image holds thousands of files, and the guard watches torch's
     already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
                     and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version
-                    and not guard.files_differ(d, site))
+                    and not guard.files_differ(d, site, hash_limit=0))
     events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
     return _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
 
@@ -173,7 +174,7 @@ def _keeping(prepared: Prepared, already: tuple[str, ...], torch_why: str) -> Pr
     plan = prepared.full or prepared.plan
     kept = [p for p in plan.placed if p.entry is not plan.torch and p.entry.name not in already]
     left = [*plan.left_out, ("torch", f"adopted: {torch_why} (RECORD intact)"),
-            *((n, "already in the adopted environment at the locked version (RECORD intact)") for n in already)]
+            *((n, "already in the adopted environment at the locked version (its RECORD's files present)") for n in already)]
     return replace(prepared, plan=replace(plan, placed=kept, left_out=left), already=already)
 
 

@@ -211,12 +211,16 @@ def scan_one(info: Path) -> Dist | None:
     return next((d for d in _scan(info.parent, [info])), None)
 
 
-def files_differ(d: Dist, site: Path) -> list[str]:
+def files_differ(d: Dist, site: Path, *, hash_limit: int | None = None) -> list[str]:
     """The files ``d``'s RECORD lists that are missing or differ from it: size for every file,
-    sha256 too up to ``LAZY_HASH_LIMIT``. Run when RECORD is a copy (a layer commit, ``cp -a``,
-    a restore), once per process per RECORD file: the answer is kept under its ``record_key``."""
+    sha256 too up to ``LAZY_HASH_LIMIT`` (``hash_limit``: another bound; 0 sizes only, the quick
+    look at packages a base image already holds). Run when RECORD is a copy (a layer commit,
+    ``cp -a``, a restore), once per process per RECORD file and bound: the answer is kept under its
+    ``record_key``."""
+    limit = LAZY_HASH_LIMIT if hash_limit is None else hash_limit
     record = d.dist_info / "RECORD"
-    hit = _cached(record, "differ", d.record_key)
+    kind = "differ" if limit == LAZY_HASH_LIMIT else f"differ-{limit}"
+    hit = _cached(record, kind, d.record_key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
     bad: list[str] = []
@@ -230,9 +234,9 @@ def files_differ(d: Dist, site: Path) -> list[str]:
             bad.append(row[0])
             continue
         wrong_size = row[2].isdigit() and int(row[2]) != size
-        if wrong_size or (size <= LAZY_HASH_LIMIT and row[1] != record_hash(path)):
+        if wrong_size or (size <= limit and row[1] != record_hash(path)):
             bad.append(row[0])
-    return _remember(record, "differ", d.record_key, bad)  # type: ignore[no-any-return]
+    return _remember(record, kind, d.record_key, bad)  # type: ignore[no-any-return]
 
 
 def record_hash(path: Path) -> str:
