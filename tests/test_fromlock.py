@@ -595,6 +595,15 @@ def test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted(
     res = run_envbuild("provision", "--lock", lock, "--venv", base.path, "--root", tmp_path / "data")
     assert res.rc == 0, res.output
     assert "nothing to do" in res.output and "==> step" not in res.output
+    # an image whose torch was changed after it was installed: refused before anything is made
+    tampered = make_venv("tampered")
+    tampered.pip("install", "--no-deps", "--index-url", gate_index.url("cu128"), "torch==2.10.0+cu128", check=True)
+    site = tampered.site_packages
+    victim = next(p for p in (site / "torch").rglob("*.py"))
+    victim.write_text(victim.read_text() + "\n# patched in place\n")
+    res = run_envbuild("provision", "--lock", lock, "--venv", tampered.path, "--root", tmp_path / "tampered-root")
+    assert res.rc == 6 and "files differ from its RECORD" in res.stderr, res.output
+    assert not (tmp_path / "tampered-root").exists()
     # --python whose environment has the lock's torch: a venv of its own, and the way to keep that torch said
     res = run_envbuild("provision", "--lock", lock, "--python", base.python, "--root", tmp_path / "own")
     assert res.rc == 0, res.output

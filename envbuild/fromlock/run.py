@@ -135,8 +135,10 @@ def rebuilt_record(plan: StagePlan) -> dict[str, object]:
     return {"rebuilt": rebuilt} if rebuilt else {}
 
 
-def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
-    """Keep the venv's torch when it is the lock's (see the module docstring)."""
+def adopt(prepared: Prepared, venv: Path, replace_torch: bool, *, verify: bool = True) -> Prepared:
+    """Keep the venv's torch when it is the lock's (see the module docstring). ``verify`` off: by
+    versions alone, the files looked at later by ``verify_adoption`` (unless a finished root's
+    record says what was kept, with torch's RECORD unchanged since)."""
     try:
         site = guard.site_packages(venv.expanduser())
     except FileNotFoundError:
@@ -155,18 +157,30 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool) -> Prepared:
                            "the environment's torch (and every extension built against it); nothing was changed",
                            hint="Use an environment with the lock's torch, re-lock for the torch that is there, or "
                            "replace it knowingly with --replace-torch.")
+    plan = prepared.plan
+    already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
+                    and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version)
+    events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
+    adopted = _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
+    return verify_adoption(adopted, venv) if verify else adopted
+
+
+def verify_adoption(prepared: Prepared, venv: Path) -> Prepared:
+    """torch's files as its RECORD lists them (exit 6 otherwise), and of the packages kept by version
+    only those whose RECORD files are all there at their size: a base image holds thousands of
+    files, and the guard watches torch's."""
+    site = guard.site_packages(venv.expanduser())
+    dists = guard.scan(site)
+    have = dists["torch"]
     bad = guard.files_differ(have, site)
     if bad:
-        raise ABIViolation(f"{venv} has torch {runtime}, the lock's version, but {len(bad)} of its files differ from "
-                           f"its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; nothing was "
-                           "changed", hint="Reinstall torch there, or replace it with --replace-torch.")
-    plan = prepared.plan
-    # the others by size only: a base image holds thousands of files, and the guard watches torch's
-    already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
-                    and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version
-                    and not guard.files_differ(d, site, hash_limit=0))
-    events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
-    return _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
+        raise ABIViolation(f"{venv} has torch {prepared.adopted}, the lock's version, but {len(bad)} of its files "
+                           f"differ from its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; "
+                           "nothing was changed", hint="Reinstall torch there, or replace it with --replace-torch.")
+    intact = tuple(n for n in prepared.already if not guard.files_differ(dists[n], site, hash_limit=0))
+    if intact == prepared.already:
+        return prepared
+    return _keeping(prepared, intact, f"{venv} already has torch {prepared.adopted}")
 
 
 def _keeping(prepared: Prepared, already: tuple[str, ...], torch_why: str) -> Prepared:
@@ -178,13 +192,15 @@ def _keeping(prepared: Prepared, already: tuple[str, ...], torch_why: str) -> Pr
     return replace(prepared, plan=replace(plan, placed=kept, left_out=left), already=already)
 
 
-def _first_adoption(prepared: Prepared, digest: str, paths: layout.Paths) -> Prepared:
-    """What the first provision of this root kept, on a re-run of the same lock environment.
+def _first_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: Path) -> Prepared:
+    """What the first provision of this root kept, on a re-run of the same lock environment; the
+    files looked at (``verify_adoption``) on a first run.
 
     A re-run finds in the venv what the first run installed, at the locked version: left out
     again, the stages would shrink and the steps look changed. What was kept is therefore decided
-    once per root and lock environment (``<root>/.envbuild/adopted.json``); a re-run keeps the
-    same packages, and a finished environment is a no-op."""
+    once per root and lock environment (``<root>/.envbuild/adopted.json``, with torch's RECORD
+    sha256 then); a re-run with torch's RECORD unchanged keeps the same packages without looking
+    at their files again, and a finished environment is a no-op."""
     import json
 
     record = paths.state / "adopted.json"
@@ -192,20 +208,30 @@ def _first_adoption(prepared: Prepared, digest: str, paths: layout.Paths) -> Pre
         doc = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         doc = None
-    if isinstance(doc, dict) and doc.get("digest") == digest and isinstance(doc.get("already"), list):
+    if isinstance(doc, dict) and doc.get("digest") == digest and isinstance(doc.get("already"), list) \
+            and doc.get("torch_record_sha256") == _torch_record(venv):
         names = tuple(n for n in doc["already"] if isinstance(n, str))
-        if set(names) != set(prepared.already):
-            return _keeping(prepared, names, f"the environment's torch {prepared.adopted}")
-    return prepared
+        return prepared if set(names) == set(prepared.already) else \
+            _keeping(prepared, names, f"the environment's torch {prepared.adopted}")
+    return verify_adoption(prepared, venv)
 
 
-def _record_adoption(prepared: Prepared, digest: str, paths: layout.Paths) -> None:
+def _torch_record(venv: Path) -> str | None:
+    try:
+        torch = guard.scan(guard.site_packages(venv.expanduser())).get("torch")
+    except FileNotFoundError:
+        return None
+    return torch.record_sha256 if torch is not None else None
+
+
+def _record_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: Path) -> None:
     """After a provision that adopted: what it kept, for ``_first_adoption`` (a re-run keeps the same)."""
     from envbuild._io import atomic_write_json
 
     record = paths.state / "adopted.json"
     if prepared.full is not None and paths.state.is_dir():
-        atomic_write_json(record, {"digest": digest, "torch": prepared.adopted, "already": list(prepared.already)})
+        atomic_write_json(record, {"digest": digest, "torch": prepared.adopted, "already": list(prepared.already),
+                                   "torch_record_sha256": _torch_record(venv)})
 
 
 def _say_python_has_torch(python: str, want: str) -> None:
@@ -317,7 +343,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                           hint="Provision on a host with that glibc (or in an image based on one: `envbuild docker "
                           "--lock`), or re-lock with an older manylinux wheel of them.")
     if opts.venv is not None:
-        prepared = adopt(prepared, opts.venv, req.replace_torch)
+        prepared = adopt(prepared, opts.venv, req.replace_torch, verify=False)  # the files: _first_adoption
     elif opts.python is not None:
         _say_python_has_torch(opts.python, prepared.plan.torch.version or "")
     backend = installer_for(opts.backend).name
@@ -326,8 +352,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
                      torch_version=prepared.adopted, digest_plan=prepared.full)
     paths = layout.paths_for(spec, opts.root)
-    if prepared.full is not None:
-        kept = _first_adoption(prepared, spec.digest, paths)
+    if prepared.full is not None and opts.venv is not None:
+        kept = _first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:
             prepared = kept
             spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
@@ -352,7 +378,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
-    _record_adoption(prepared, spec.digest, paths)  # provision raised if it did not finish
+    if opts.venv is not None:
+        _record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if it did not finish
     return prepared, result
 
 
