@@ -61,9 +61,21 @@ _LOCK_ONLY = {"lock_format": "--format", "extra": "--extra", "group": "--group",
               "replace_torch": "--replace-torch"}
 
 
+def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
+    """The options of ``flags`` ({dest: --flag}) given on the command line."""
+    return [flag for key, flag in flags.items() if getattr(args, key, None)]
+
+
+def _selection(args: argparse.Namespace, *, wheelhouse: str | None = None, replace_torch: bool = False) -> LockRequest:
+    """The lock request of the selection options every ``--lock`` front end shares (``add_selection_args``)."""
+    return LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
+                       environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
+                       rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse, replace_torch=replace_torch)
+
+
 def refuse_lock_options(args: argparse.Namespace) -> None:
     """Exit 2 when an option of ``--lock FILE`` is given without it (it would be ignored silently)."""
-    used = [flag for key, flag in _LOCK_ONLY.items() if getattr(args, key, None)]
+    used = _given(args, _LOCK_ONLY)
     if used:
         raise ConfigError(f"{', '.join(used)} {'goes' if len(used) == 1 else 'go'} with --lock FILE (a uv.lock or "
                           "pylock.toml): without it there is no lock environment to choose",
@@ -90,7 +102,7 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
 
 
 def _request(args: argparse.Namespace) -> LockRequest:
-    used = [flag for key, flag in _STACK_ONLY.items() if getattr(args, key, None)]
+    used = _given(args, _STACK_ONLY)
     if used:
         raise ConfigError(f"--lock installs from the lock alone: {', '.join(used)} cannot be used with it",
                           hint="Drop them, or provision a stack spec without --lock.")
@@ -101,10 +113,7 @@ def _request(args: argparse.Namespace) -> LockRequest:
                           "--out DIR.")
     if wheelhouse and not offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
-    return LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                       environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
-                       rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse,
-                       replace_torch=bool(getattr(args, "replace_torch", False)))
+    return _selection(args, wheelhouse=wheelhouse, replace_torch=bool(getattr(args, "replace_torch", False)))
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -228,14 +237,12 @@ def mirror(args: argparse.Namespace) -> int:
     """``wheelhouse mirror --lock FILE``: every file the chosen environment installs, into ``--out``."""
     from envbuild.fromlock.offline import mirror_lock, read_installed, without_installed
 
-    used = [flag for key, flag in _MIRROR_ONLY.items() if getattr(args, key, None)]
+    used = _given(args, _MIRROR_ONLY)
     if used:
         raise ConfigError(f"--lock {args.lock}: {', '.join(used)} cannot be used with a lock file: the environment "
                           "chosen of it (this host, or --environment, --extra, --group) decides which files are mirrored",
                           hint="Drop them; `envbuild plan --lock FILE` lists the files.")
-    req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
-                      rebuild_mismatched=args.rebuild_mismatched)
+    req = _selection(args)
     prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
     chosen = prepared.chosen
     plan = prepared.plan
@@ -276,13 +283,11 @@ def docker(args: argparse.Namespace) -> int:
     from envbuild.fromlock.image import render_lock
     from envbuild.images.docker import DockerOptions, stale_files
 
-    used = [flag for key, flag in _DOCKER_STACK_ONLY.items() if getattr(args, key, None)]
+    used = _given(args, _DOCKER_STACK_ONLY)
     if used:
         raise ConfigError(f"docker --lock renders the lock's stages: {', '.join(used)} cannot be used with it",
                           hint="Drop them, or render a stack spec without --lock.")
-    req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
-                      rebuild_mismatched=args.rebuild_mismatched)
+    req = _selection(args)
     prepared = prepare(req, target_python(req, None, None))
     name = prepared.chosen.path.parent.name or "project"
     output = args.output or Path("docker") / f"lock-{name}.Dockerfile"
@@ -336,9 +341,7 @@ def preflight_spec(args: argparse.Namespace, groups: list[str]) -> tuple[StackSp
     if getattr(args, "profile", None) or getattr(args, "stack", None):
         raise ConfigError("preflight --lock checks the host against the lock: --profile and --stack cannot be used "
                           "with it")
-    req = LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                      environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
-                      rebuild_mismatched=args.rebuild_mismatched)
+    req = _selection(args)
     prepared = prepare(req, target_python(req, args.python, None))
     spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
     paths = paths_for(spec, args.root)

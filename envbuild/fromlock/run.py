@@ -9,9 +9,10 @@ runs the stages as steps (``fromlock.stack``).
 Adopting the torch that is there: a ``--venv`` that already holds the lock's exact torch
 (version and local tag, every file as its RECORD lists it) keeps it as the baseline, unstamped
 and with no download. Every other locked package the venv already holds at the locked version,
-each of its files present at the size its RECORD lists, is kept too (as ``uv sync`` keeps an installed package of the
-right version): in a base image that has the stack, the stages install only what it lacks. A
-different torch is refused with both versions named, or replaced with ``--replace-torch``.
+each of its files present at the size its RECORD lists, is kept too (as ``uv sync`` keeps an
+installed package of the right version): in a base image that has the stack, the stages install
+only what it lacks. What was kept is decided once per root (``adopted.json``). A different torch
+is refused with both versions named, or replaced with ``--replace-torch``.
 """
 
 from __future__ import annotations
@@ -135,21 +136,43 @@ def rebuilt_record(plan: StagePlan) -> dict[str, object]:
     return {"rebuilt": rebuilt} if rebuilt else {}
 
 
+@dataclass(frozen=True)
+class _Env:
+    """An environment's site-packages, its distributions and its torch (None without)."""
+
+    site: Path
+    dists: dict[str, guard.Dist]
+
+    @property
+    def torch(self) -> guard.Dist | None:
+        return self.dists.get("torch")
+
+    def torch_versions(self) -> tuple[str, ...]:
+        """torch's version as its metadata and as its runtime (``version.py``) say; () without torch."""
+        if self.torch is None:
+            return ()
+        return (self.torch.version, guard.read_runtime_version(self.site) or self.torch.version)
+
+
+def _env(prefix: Path) -> _Env | None:
+    """The environment at ``prefix`` (a venv, or a base image's prefix); None where there is none."""
+    try:
+        site = guard.site_packages(prefix.expanduser())
+    except FileNotFoundError:
+        return None
+    return _Env(site, guard.scan(site))
+
+
 def adopt(prepared: Prepared, venv: Path, replace_torch: bool, *, verify: bool = True) -> Prepared:
     """Keep the venv's torch when it is the lock's (see the module docstring). ``verify`` off: by
     versions alone, the files looked at later by ``verify_adoption`` (unless a finished root's
     record says what was kept, with torch's RECORD unchanged since)."""
-    try:
-        site = guard.site_packages(venv.expanduser())
-    except FileNotFoundError:
+    env = _env(venv)
+    if env is None or env.torch is None:
         return prepared
-    dists = guard.scan(site)
-    have = dists.get("torch")
+    have_version, runtime = env.torch_versions()
     want = prepared.plan.torch.version or ""
-    if have is None:
-        return prepared
-    runtime = guard.read_runtime_version(site) or have.version
-    if want not in (have.version, runtime):
+    if want not in (have_version, runtime):
         if replace_torch:
             events.emit("warn", f"--replace-torch: {venv} has torch {runtime}; the lock's {want} replaces it")
             return prepared
@@ -159,7 +182,7 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool, *, verify: bool =
                            "replace it knowingly with --replace-torch.")
     plan = prepared.plan
     already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
-                    and (d := dists.get(p.entry.name)) is not None and d.version == p.entry.version)
+                    and (d := env.dists.get(p.entry.name)) is not None and d.version == p.entry.version)
     events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
     adopted = _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
     return verify_adoption(adopted, venv) if verify else adopted
@@ -169,15 +192,14 @@ def verify_adoption(prepared: Prepared, venv: Path) -> Prepared:
     """torch's files as its RECORD lists them (exit 6 otherwise), and of the packages kept by version
     only those whose RECORD files are all there at their size: a base image holds thousands of
     files, and the guard watches torch's."""
-    site = guard.site_packages(venv.expanduser())
-    dists = guard.scan(site)
-    have = dists["torch"]
-    bad = guard.files_differ(have, site)
+    env = _env(venv)
+    assert env is not None and env.torch is not None  # adopt() found them
+    bad = guard.files_differ(env.torch, env.site)
     if bad:
         raise ABIViolation(f"{venv} has torch {prepared.adopted}, the lock's version, but {len(bad)} of its files "
                            f"differ from its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; "
                            "nothing was changed", hint="Reinstall torch there, or replace it with --replace-torch.")
-    intact = tuple(n for n in prepared.already if not guard.files_differ(dists[n], site, hash_limit=0))
+    intact = tuple(n for n in prepared.already if not guard.files_differ(env.dists[n], env.site, hash_limit=0))
     if intact == prepared.already:
         return prepared
     return _keeping(prepared, intact, f"{venv} already has torch {prepared.adopted}")
@@ -217,11 +239,8 @@ def _first_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: 
 
 
 def _torch_record(venv: Path) -> str | None:
-    try:
-        torch = guard.scan(guard.site_packages(venv.expanduser())).get("torch")
-    except FileNotFoundError:
-        return None
-    return torch.record_sha256 if torch is not None else None
+    env = _env(venv)
+    return env.torch.record_sha256 if env is not None and env.torch is not None else None
 
 
 def _record_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: Path) -> None:
@@ -245,25 +264,12 @@ def _say_python_has_torch(python: str, want: str) -> None:
     except OSError:
         return
     prefix = Path((out.output or "").strip().splitlines()[-1]) if out.ok and out.output else None
-    if prefix is None:
-        return
-    try:
-        have = _torch_in(prefix)
-    except FileNotFoundError:
-        return
+    env = _env(prefix) if prefix is not None else None
+    have = env.torch_versions() if env is not None else ()
     if have and want in have:
         events.emit("warn", f"--python {python}: its environment ({prefix}) already has the lock's torch {have[-1]}; "
                     f"the venv made with it installs torch again. To keep the one that is there as the baseline (no "
                     f"download), provision into that environment: --venv {prefix}")
-
-
-def _torch_in(prefix: Path) -> tuple[str, ...]:
-    """torch's versions in ``prefix``'s environment (its metadata and its runtime ``version.py``); () without."""
-    site = guard.site_packages(prefix)
-    torch = guard.scan(site).get("torch")
-    if torch is None:
-        return ()
-    return (torch.version, guard.read_runtime_version(site) or torch.version)
 
 
 def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
