@@ -130,15 +130,9 @@ def target_tag_order(python: str, platform_name: str, *, glibc: int | None = Non
     system, _, arch = platform_name.partition(" ")
     if python == here and _host_words() == platform_name and glibc is None:
         return [str(t) for t in sys_tags()]
-    if system == "linux" and glibc is not None:
-        plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc, 4, -1)]
-        plats += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}", f"linux_{arch}"]
-    elif system == "linux":
-        glibc = 28
-        if _host_words().startswith("linux"):
-            lib, ver = host_platform.libc_ver()
-            if lib == "glibc" and ver.count(".") >= 1:
-                glibc = int(ver.split(".")[1])
+    if system == "linux":
+        if glibc is None:
+            glibc = (host_glibc() if _host_words().startswith("linux") else None) or 28
         plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc, 4, -1)]
         plats += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}", f"linux_{arch}"]
     elif system == "macos":
@@ -332,10 +326,9 @@ def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
         needs = None
         if art is None and chosen.env.platform.startswith("linux"):
             # a wheel for a newer glibc than this host's: the target host may have it (plan, an image)
-            newer = newer_order or {t: i for i, t in enumerate(
+            newer_order = newer_order or {t: i for i, t in enumerate(
                 target_tag_order(chosen.env.python, chosen.env.platform, glibc=NEWEST_GLIBC))}
-            newer_order = newer
-            art = pick_artifact(e, folder, newer)
+            art = pick_artifact(e, folder, newer_order)
             needs = _glibc_of(art.filename) if art is not None else None
         if art is None:
             files = ", ".join(a.filename for a in _artifacts(e, folder)[:3]) or "no files"
@@ -399,13 +392,22 @@ def _classify(e: Entry, art: LockedFile, torch: Entry, runtime: dict[str, str],
         if binary and _depends_on_torch(e):
             return "extensions", "prebuilt binary wheel of a package that depends on torch"
         return "rest", "no torch in it" if not _depends_on_torch(e) else "pure-Python package that uses torch"
-    if e.name in settings.no_isolation or settings.all_without_isolation:
-        return "builds", "sdist; [tool.uv] no-build-isolation-package names it: its build imports torch"
-    if e.name in settings.extra_build:
-        return "builds", "sdist; [tool.uv] extra-build-dependencies names it: its build needs the installed torch"
-    if _depends_on_torch(e) or e.name in _KNOWN_BUILDS:
-        return "builds", "sdist of a package that depends on torch: its build compiles against torch"
+    needs_torch = _builds_against_torch(e, settings)
+    if needs_torch:
+        return "builds", f"sdist; {needs_torch}"
     return "rest", "sdist with no torch in its build: built by the installer (isolated), as the locker does"
+
+
+def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
+    """Why a package built from source (an sdist, a git pin) needs the installed torch at build
+    time, or None: its build then runs isolated, as the locker's does."""
+    if e.name in settings.no_isolation or settings.all_without_isolation:
+        return "[tool.uv] no-build-isolation-package names it: its build imports torch"
+    if e.name in settings.extra_build:
+        return "[tool.uv] extra-build-dependencies names it: its build needs the installed torch"
+    if _depends_on_torch(e) or e.name in _KNOWN_BUILDS:
+        return "it depends on torch: its build compiles against torch"
+    return None
 
 
 def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool) -> None:
@@ -439,12 +441,6 @@ def _git(e: Entry, source: dict[str, Any], runtime: dict[str, str], settings: Bu
     pinned = f"git pin at {commit[:12]} (no file hash: pinned by its commit)"
     if e.name in runtime:
         return Placed(e, "torch", pinned, None, line)
-    if e.name in settings.no_isolation or settings.all_without_isolation:
-        return Placed(e, "builds", f"{pinned}; [tool.uv] no-build-isolation-package names it: its build imports "
-                      "torch", None, line)
-    if e.name in settings.extra_build:
-        return Placed(e, "builds", f"{pinned}; [tool.uv] extra-build-dependencies names it: its build needs the "
-                      "installed torch", None, line)
-    if _depends_on_torch(e) or e.name in _KNOWN_BUILDS:
-        return Placed(e, "builds", f"{pinned}; it depends on torch: its build compiles against torch", None, line)
-    return Placed(e, "rest", pinned, None, line)
+    needs_torch = _builds_against_torch(e, settings)
+    return Placed(e, "builds" if needs_torch else "rest", f"{pinned}; {needs_torch}" if needs_torch else pinned,
+                  None, line)
