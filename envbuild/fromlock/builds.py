@@ -50,55 +50,59 @@ def caches(root: Path, wheelhouse: Path | None) -> tuple[Path, ...]:
 
 
 def lock_spec(name: str, version: str, url: str, sha256: str, lock: Path) -> WheelSpec:
-    """The wheelhouse spec of one ``builds`` entry: the lock's sdist (sha256-checked), built with
-    uv (it needs nothing in the venv; pip when uv is missing: then the venv needs pip)."""
-    from envbuild.installer.python import find_uv
-
+    """The wheelhouse spec of one ``builds`` sdist of the lock (sha256-checked)."""
     parts = urlsplit(url)
     source = BuildSource(kind="sdist", location=unquote(parts.path) if parts.scheme == "file" else url, sha256=sha256)
-    backend: Backend = "uv" if find_uv() else "pip"
-    return WheelSpec(path=lock, name=name, version=version, source=source, backend=backend, keep_version=True,
-                     digest=spec_digest({"lock_build": 1, "name": name, "version": version, "sdist_sha256": sha256,
-                                         "backend": backend}))
+    return _spec(name, version, source, {"sdist_sha256": sha256}, lock)
 
 
 def git_spec(name: str, version: str, url: str, commit: str, subdirectory: str | None, lock: Path) -> WheelSpec:
     """The wheelhouse spec of a ``builds`` git pin: the lock's commit (the key holds it)."""
+    source = BuildSource(kind="git", location=url, commit=commit, subdirectory=subdirectory or None)
+    return _spec(name, version, source, {"git": url, "commit": commit, "subdirectory": subdirectory or ""}, lock)
+
+
+def _spec(name: str, version: str, source: BuildSource, identity: dict[str, str], lock: Path) -> WheelSpec:
+    """Built with uv (it needs nothing in the venv; pip when uv is missing: then the venv needs pip)."""
     from envbuild.installer.python import find_uv
 
-    source = BuildSource(kind="git", location=url, commit=commit, subdirectory=subdirectory or None)
     backend: Backend = "uv" if find_uv() else "pip"
     return WheelSpec(path=lock, name=name, version=version, source=source, backend=backend, keep_version=True,
-                     digest=spec_digest({"lock_build": 1, "name": name, "version": version, "git": url,
-                                         "commit": commit, "subdirectory": subdirectory or "", "backend": backend}))
+                     digest=spec_digest({"lock_build": 1, "name": name, "version": version, **identity,
+                                         "backend": backend}))
+
+
+def _line_spec(line: str, version: str, lock: Path) -> WheelSpec | None:
+    """The spec of one requirement line of the builds stage (``name @ URL --hash=sha256:HEX`` or
+    ``name @ git+URL@COMMIT[#subdirectory=DIR]``); None for anything else."""
+    from envbuild.fromlock.stack import canonical_name
+
+    if (g := _GIT_LINE.match(line.strip())) is not None:
+        return git_spec(canonical_name(g["name"]), version, g["url"], g["commit"], g["sub"], lock)
+    if (m := _LINE.match(line.strip())) is not None:
+        return lock_spec(canonical_name(m["name"]), version, m["url"], m["sha256"], lock)
+    return None
 
 
 def _placed_spec(p: Placed, lock: Path) -> WheelSpec:
-    if p.artifact is None:  # a git pin: its line is ``name @ git+URL@COMMIT[#subdirectory=DIR]``
-        m = _GIT_LINE.match(p.line)
-        assert m is not None, p.line
-        return git_spec(p.entry.name, p.entry.version or "", m["url"], m["commit"], m["sub"], lock)
-    return lock_spec(p.entry.name, p.entry.version or "", p.artifact.url, p.artifact.sha256 or "", lock)
+    spec = _line_spec(p.line, p.entry.version or "", lock)
+    assert spec is not None, p.line  # stages.py writes every builds line in one of the two forms
+    return spec
 
 
 def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
-    """The specs of a builds step, from its hash-pinned lines (``name @ URL --hash=sha256:HEX``) and
-    its ``name==version`` packages: the same for a lock's plan and an image's stage slice."""
+    """The specs of a builds step, from its pinned lines and its ``name==version`` packages: the same
+    for a lock's plan and an image's stage slice."""
     from envbuild.fromlock.stack import canonical_name
 
     assert planned.locked_file is not None
     versions = {canonical_name(p): p.split("==", 1)[1] for p in planned.step.packages if "==" in p}
     out = []
     for line in planned.locked_file.read_text(encoding="utf-8").splitlines():
-        if (g := _GIT_LINE.match(line.strip())) is not None:
-            name = canonical_name(g["name"])
-            out.append(git_spec(name, versions.get(name, ""), g["url"], g["commit"], g["sub"], lock))
-            continue
-        m = _LINE.match(line.strip())
-        if m is None:
-            continue
-        name = canonical_name(m["name"])
-        out.append(lock_spec(name, versions.get(name, ""), m["url"], m["sha256"], lock))
+        name = line.split("@", 1)[0].strip()
+        spec = _line_spec(line, versions.get(canonical_name(name), "") if name else "", lock)
+        if spec is not None:
+            out.append(spec)
     return out
 
 
@@ -195,7 +199,8 @@ def plan_notes(plan: StagePlan, caches: tuple[Path, ...], python: Path | None) -
                     found = meta_file.parent
                     break
         if found is None:
-            out[p.entry.name] = "no built wheel in cache for this key: compiles from " + ("its git commit" if p.artifact is None else "the sdist")
+            source = "its git commit" if p.artifact is None else "the sdist"
+            out[p.entry.name] = f"no built wheel in cache for this key: compiles from {source}"
             continue
         wheel = json.loads((found / "result.json").read_text())["wheel"]
         out[p.entry.name] = f"built wheel in cache: {found / wheel}"
