@@ -27,15 +27,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from envbuild.fromlock.stages import LockedFile, Placed, StagePlan, _artifacts
+from envbuild.fromlock.stages import LockedFile, Placed, StagePlan, _artifacts, is_sdist
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Entry
+from envbuild.index import PYPI
 
 __all__ = ["RULE", "Rebuilt", "rebuild_mismatched", "rebuildable"]
 
 RULE = "extension-abi"
-PYPI = "https://pypi.org/simple"  # where the lock names no index (the gate's metadata reader does the same)
-_SDIST = (".tar.gz", ".zip")
 _MISMATCH = re.compile(r" is (built for .*?): it will fail to import")
 
 
@@ -104,16 +103,12 @@ def _moved(p: Placed, found: Rebuilt, plan: StagePlan, findings: list[Finding]) 
                   rebuilt=found.to_json())
 
 
-def _is_sdist(filename: str) -> bool:
-    return filename.lower().endswith(_SDIST)
-
-
 def _find_sdist(plan: StagePlan, entry: Entry, wheelhouse: Path | None) -> tuple[Rebuilt | None, str]:
     """The sdist of ``entry``'s public version, or None and why none was found."""
     lock_version = entry.version or ""
     version = public(lock_version)
     label = f"{entry.name} {version}"
-    own = next((a for a in _artifacts(entry, plan.chosen.path.parent) if _is_sdist(a.filename) and a.sha256), None)
+    own = next((a for a in _artifacts(entry, plan.chosen.path.parent) if is_sdist(a.filename) and a.sha256), None)
     if own is not None:
         return Rebuilt(lock_version, version, own.filename, own.url, own.sha256 or "", "lock",
                        str(plan.chosen.path)), ""
@@ -159,7 +154,7 @@ def _on_index(plan: StagePlan, entry: Entry, lock_version: str, version: str) ->
             continue
         for a in files:
             parsed = parse_filename(a.filename)
-            if not _is_sdist(a.filename) or parsed is None or not same_version(parsed[1], version):
+            if not is_sdist(a.filename) or parsed is None or not same_version(parsed[1], version):
                 continue
             if not a.sha256:
                 unpinned.append(a.filename)
@@ -190,7 +185,7 @@ def _in_wheelhouse(name: str, version: str, folder: Path) -> tuple[str, str, str
 
     def fits(filename: str) -> bool:
         parsed = parse_filename(filename)
-        return _is_sdist(filename) and parsed is not None and parsed[0] == name and same_version(parsed[1], version)
+        return is_sdist(filename) and parsed is not None and parsed[0] == name and same_version(parsed[1], version)
 
     try:
         rows = json.loads((folder / "wheelhouse.json").read_text(encoding="utf-8")).get("artifacts") or []

@@ -213,7 +213,11 @@ def pick_artifact(entry: Entry, folder: Path, order: dict[str, int]) -> LockedFi
             best, rank = a, got
     if best is not None:
         return best
-    return next((a for a in arts if a.filename.endswith((".tar.gz", ".zip", ".tar.bz2", ".tgz"))), None)
+    return next((a for a in arts if is_sdist(a.filename)), None)
+
+
+def is_sdist(filename: str) -> bool:
+    return filename.lower().endswith((".tar.gz", ".zip", ".tar.bz2", ".tgz"))
 
 
 # ----------------------------------------------------------------------------- the project's build settings

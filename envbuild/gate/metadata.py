@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 
 from envbuild import events
 from envbuild.gate.model import Entry, ParsedLock
+from envbuild.index import PYPI
 
 __all__ = ["PROBE_BUDGET", "PYPI", "MetadataSources", "declared_requirements"]
 
-PYPI = "https://pypi.org/simple"
 PROBE_SECONDS = 3.0  # one host's probe
 PROBE_BUDGET = 8.0  # every probe of a run together
 

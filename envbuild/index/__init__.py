@@ -7,3 +7,5 @@
 
 Nothing is re-exported here: importing ``envbuild.index.metacache`` must not import the client.
 """
+
+PYPI = "https://pypi.org/simple"  # the package index where nothing else is configured (pip's, uv's default)

@@ -32,6 +32,7 @@ from packaging.version import Version
 
 from envbuild import __version__, events, guard
 from envbuild.errors import LockError, PreflightError
+from envbuild.index import PYPI
 from envbuild.index.client import (
     ArtifactFinder,
     Sources,
@@ -47,8 +48,6 @@ from envbuild.lock.model import LockedReq, VcsPin, parse_requirements_text
 from envbuild.lock.resolver import uv_version
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
-
-PYPI = "https://pypi.org/simple"
 
 
 def marker_env(spec: StackSpec) -> dict[str, str]:

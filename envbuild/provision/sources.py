@@ -44,6 +44,7 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild import events
 from envbuild.errors import LockError, PreflightError
+from envbuild.index import PYPI
 from envbuild.index.client import Artifact, ArtifactFinder, SourceError, Sources, same_version
 from envbuild.index.net import Probe, probe_all, redact
 from envbuild.index.wheeltags import fits_target
@@ -53,7 +54,6 @@ from envbuild.plan import Backend, InstallerSources, Plan, PlannedStep
 
 __all__ = ["Source", "route_sources", "step_identity"]
 
-PYPI = "https://pypi.org/simple"  # pip's and uv's index where none is configured
 WHEELHOUSE_ENV = "ENVBUILD_WHEELHOUSE"
 _MAX_LISTED = 20  # files named in the error before "and N more"
 
