@@ -702,7 +702,8 @@ def test_lock_options_without_a_lock_are_refused(tmp_path: Path, run_envbuild: C
                  ("provision", "--profile", "cpu", "--rebuild-mismatched", "--root", tmp_path / "data"),
                  ("docker", "--profile", "cpu", "--no-project", "-o", tmp_path / "Dockerfile"),
                  ("preflight", "--profile", "cpu", "--group", "dev"),
-                 ("wheelhouse", "mirror", "--profile", "cpu", "--environment", "linux-x86_64", "--out", tmp_path / "wh")):
+                 ("wheelhouse", "mirror", "--profile", "cpu", "--environment", "linux-x86_64", "--out", tmp_path / "wh"),
+                 ("wheelhouse", "mirror", "--have", tmp_path / "home", "--out", tmp_path / "wh")):
         res = run_envbuild(*argv)
         assert res.rc == 2 and "goes with --lock FILE" in res.stderr, (argv, res.output)
     assert not any(p.name != "home" for p in tmp_path.iterdir())  # the runner's $HOME only

@@ -152,10 +152,6 @@ def _refuse_another_torch(args: argparse.Namespace, python: Path) -> None:
 
 
 def run_mirror(args: argparse.Namespace) -> int:
-    if args.have is not None and not (args.lock is not None and args.lock.is_file()):
-        raise ConfigError("--have goes with --lock FILE (a uv.lock or pylock.toml): it leaves out of the mirror what "
-                          "the target environment holds at the version that lock pins",
-                          hint="Mirror a lock file with it, or drop --have.")
     if not (args.lock is not None and args.lock.is_file()):
         from envbuild.fromlock.cli import refuse_lock_options
 

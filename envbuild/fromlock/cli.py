@@ -58,7 +58,7 @@ def add_lock_args(p: argparse.ArgumentParser, *, provision: bool) -> None:
 # the options that choose or shape an environment of a lock file: meaningless without --lock FILE
 _LOCK_ONLY = {"lock_format": "--format", "extra": "--extra", "group": "--group", "environment": "--environment",
               "accept": "--accept", "no_project": "--no-project", "rebuild_mismatched": "--rebuild-mismatched",
-              "replace_torch": "--replace-torch"}
+              "replace_torch": "--replace-torch", "have": "--have"}
 
 
 def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
