@@ -132,11 +132,14 @@ def datasheet_rate(name: str) -> float | None:
 
 
 def _has(dist: str) -> bool:
+    return _dist_version(dist) is not None
+
+
+def _dist_version(dist: str) -> str | None:
     try:
-        md.version(dist)
-        return True
+        return md.version(dist)
     except md.PackageNotFoundError:
-        return False
+        return None
 
 
 # ----------------------------------------------------------------------------- float64 references
@@ -434,13 +437,6 @@ def _fla_stamp() -> str:
     return os.path.join(cache, f"envbuild-fla-check-{key}")
 
 
-def _dist_version(dist: str) -> str | None:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return None
-
-
 def fla_part(i: int, n: int) -> int:
     """One compile process: fla's call with the i-th of n slices of each autotuner's configurations."""
     from fla.ops.simple_gla import chunk_simple_gla
@@ -463,12 +459,15 @@ def _wait_fla_parts() -> dict[str, Any]:
     if not _FLA_PARTS:
         return {}
     start, failed = time.perf_counter(), []
+    import subprocess
+
     for proc in _FLA_PARTS:
         try:
             _, err = proc.communicate(timeout=600)
-        except Exception:  # noqa: BLE001 - a stuck compile process only costs the speed-up
+        except subprocess.TimeoutExpired:  # a stuck compile process only costs the speed-up
             proc.kill()
-            err = "timed out"
+            proc.wait()
+            err = "timed out after 600 s"
         if proc.returncode != 0:
             failed.append((err or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"])
     out = {"precompile_processes": len(_FLA_PARTS), "precompile_wait_s": round(time.perf_counter() - start, 2)}
