@@ -710,10 +710,10 @@ def test_lock_options_without_a_lock_are_refused(tmp_path: Path, run_envbuild: C
 
 
 @pytest.mark.slow
-def test_a_kept_package_is_looked_at_by_size_and_torch_by_hash(gate_index: GateIndex,
-                                                              make_venv: Callable[..., Venv]) -> None:
+def test_a_kept_package_is_looked_at_by_size(gate_index: GateIndex, make_venv: Callable[..., Venv]) -> None:
     """Adoption keeps a base image's packages whose RECORD files are all there at their size (a quick
-    look over thousands of files); torch's own files are hashed."""
+    look over thousands of files: ``hash_limit=0``); torch's own files are hashed (the tampered
+    image of ``test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted``)."""
     from envbuild import guard
 
     def damaged(name: str, change: Callable[[bytes], bytes]) -> tuple[guard.Dist, Path, str]:
