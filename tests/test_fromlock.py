@@ -342,8 +342,10 @@ def test_selection_follows_the_locker(gate_index: GateIndex, tmp_path: Path,
         doc = lock_json(run_envbuild, lock, "--extra", extra)
         assert doc["torch"] == torch and doc["selection"] == f"extra {extra}"
     res = run_envbuild("plan", "--lock", lock, "--extra", "rocm")
-    assert res.rc == 2 and "no selection of this lock holds --extra rocm" in res.stderr
-    assert "Choose with --extra cpu, --extra cu128, --extra cu130" in res.stderr
+    assert res.rc == 2 and "uv refuses this selection (uv sync --frozen --extra rocm)" in res.stderr
+    assert "Extra `rocm` is not defined" in res.stderr and "its extras: cpu, cu128, cu130" in res.stderr
+    res = run_envbuild("plan", "--lock", lock, "--extra", "cpu", "--extra", "cu128")  # uv's own refusal and reason
+    assert res.rc == 2 and "Extras `cpu` and `cu128` are incompatible with the declared conflicts" in res.stderr
 
 
 @pytest.mark.parametrize("case", ["missing", "requirements", "not-toml", "with-profile", "other-platform"])

@@ -27,6 +27,7 @@ from envbuild.fromlock.run import (
 )
 from envbuild.fromlock.select import refuse
 from envbuild.fromlock.stages import STAGE_WORDS
+from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.model import FORMATS
 from envbuild.quoting import sh_word
 
@@ -58,7 +59,12 @@ def add_lock_args(p: argparse.ArgumentParser, *, provision: bool) -> None:
 # the options that choose or shape an environment of a lock file: meaningless without --lock FILE
 _LOCK_ONLY = {"lock_format": "--format", "extra": "--extra", "group": "--group", "environment": "--environment",
               "accept": "--accept", "no_project": "--no-project", "rebuild_mismatched": "--rebuild-mismatched",
-              "replace_torch": "--replace-torch", "have": "--have"}
+              "replace_torch": "--replace-torch", "have": "--have", "all_extras": "--all-extras",
+              "no_extra": "--no-extra", "only_group": "--only-group", "no_group": "--no-group",
+              "all_groups": "--all-groups", "no_default_groups": "--no-default-groups", "no_dev": "--no-dev",
+              "only_dev": "--only-dev", "package": "--package", "all_packages": "--all-packages",
+              "no_editable": "--no-editable", "no_install_project": "--no-install-project",
+              "no_install_workspace": "--no-install-workspace"}
 
 
 def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
@@ -68,9 +74,17 @@ def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
 
 def _selection(args: argparse.Namespace, *, wheelhouse: str | None = None, replace_torch: bool = False) -> LockRequest:
     """The lock request of the selection options every ``--lock`` front end shares (``add_selection_args``)."""
+    sync = SyncFlags(
+        extras=tuple(args.extra), all_extras=args.all_extras, no_extras=tuple(args.no_extra), groups=tuple(args.group),
+        only_groups=tuple(args.only_group), no_groups=tuple(args.no_group), all_groups=args.all_groups,
+        no_default_groups=args.no_default_groups, no_dev=args.no_dev, only_dev=args.only_dev,
+        packages=tuple(args.package), all_packages=args.all_packages, no_editable=args.no_editable,
+        no_install_project=args.no_install_project or args.no_project, no_install_workspace=args.no_install_workspace)
     return LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
-                       environment=tuple(args.environment), accept=args.accept, project=not args.no_project,
-                       rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse, replace_torch=replace_torch)
+                       environment=tuple(args.environment), accept=args.accept,
+                       project=not (args.no_project or args.no_install_project),
+                       rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse, replace_torch=replace_torch,
+                       sync=sync)
 
 
 def refuse_lock_options(args: argparse.Namespace) -> None:
@@ -98,7 +112,30 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
                    help="--lock: a prebuilt extension wheel built for another torch/CUDA/C++ ABI than the lock's torch "
                    "(gate rule extension-abi) is built from its sdist against the lock's torch instead (the lock's "
                    "sdist, else the same version's from its index, pinned by the page's sha256), in the builds stage")
-    g.add_argument("--no-project", action="store_true", help="--lock: do not install the project itself")
+    g.add_argument("--no-project", action="store_true", help="--lock: do not install the project itself "
+                   "(as --no-install-project)")
+    # uv sync's own selection flags, flag for flag: uv export says what each selects (``fromlock.uvsync``)
+    g.add_argument("--all-extras", action="store_true", help="--lock: every extra (as uv sync --all-extras)")
+    g.add_argument("--no-extra", metavar="NAME", action="append", default=[],
+                   help="--lock: with --all-extras, leave this extra out (as uv sync; repeatable)")
+    g.add_argument("--only-group", metavar="NAME", action="append", default=[],
+                   help="--lock: only this dependency group, not the project's dependencies (as uv sync; repeatable)")
+    g.add_argument("--no-group", metavar="NAME", action="append", default=[],
+                   help="--lock: leave this group out, default groups included (as uv sync; repeatable)")
+    g.add_argument("--all-groups", action="store_true", help="--lock: every dependency group (as uv sync)")
+    g.add_argument("--no-default-groups", action="store_true",
+                   help="--lock: none of the default groups (dev, or [tool.uv] default-groups; as uv sync)")
+    g.add_argument("--no-dev", action="store_true", help="--lock: leave the dev group out (as uv sync)")
+    g.add_argument("--only-dev", action="store_true", help="--lock: only the dev group (as uv sync)")
+    g.add_argument("--package", metavar="NAME", action="append", default=[],
+                   help="--lock: install this workspace member and what it needs (as uv sync --package)")
+    g.add_argument("--all-packages", action="store_true", help="--lock: every workspace member (as uv sync)")
+    g.add_argument("--no-editable", action="store_true",
+                   help="--lock: install the project and workspace members as wheels, not editable (as uv sync)")
+    g.add_argument("--no-install-project", action="store_true",
+                   help="--lock: install the project's dependencies, not the project (as uv sync)")
+    g.add_argument("--no-install-workspace", action="store_true",
+                   help="--lock: install no workspace member, the project included (as uv sync)")
 
 
 def _request(args: argparse.Namespace) -> LockRequest:
@@ -166,6 +203,8 @@ def _print_plan(prepared: Prepared) -> None:
     chosen, plan, report = prepared.chosen, prepared.plan, prepared.report
     ui.print_text(f"lock {chosen.path} ({chosen.lock.format}, sha256 {chosen.sha256[:16]}...)")
     ui.print_text(f"environment: {chosen.env.name} (python {chosen.env.python}); torch {plan.torch.version}")
+    if chosen.sync:
+        ui.print_text(f"selection: what `{chosen.sync}` installs (uv export says which packages)")
     accepted = "; ".join([*(f"{f.package} [{f.rule}] accepted: {f.accepted}" for f in report.accepted),
                           *(f"{p.entry.name} [extension-abi] rebuilt from its sdist: --rebuild-mismatched"
                             for p in plan.placed if p.rebuilt)])

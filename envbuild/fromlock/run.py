@@ -36,6 +36,7 @@ from envbuild.fromlock.select import (
 )
 from envbuild.fromlock.stack import stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
+from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.check import FileReport
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
@@ -61,6 +62,7 @@ class LockRequest:
     replace_torch: bool = False
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
     rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
+    sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
 
 
 @dataclass
@@ -110,7 +112,8 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     gate fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its
     stages first, then refuses it."""
     lock, sha = read_lock(req.lock, req.fmt)
-    request = Request(python=python, extras=req.extras, groups=req.groups, environment=req.environment, fmt=req.fmt)
+    request = Request(python=python, extras=req.extras, groups=req.groups, environment=req.environment, fmt=req.fmt,
+                      sync=req.sync)
     chosen = choose(lock, sha, request)
     report, failing = gate(chosen, request, req.accept)
     if not req.rebuild_mismatched:

@@ -30,7 +30,8 @@ from envbuild.gate.check import FileReport, check_file, read_lockfile
 from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
-from envbuild.gate.model import Environment, Format, LockParseError, Members, ParsedLock
+from envbuild.gate.model import Entry, Environment, Format, LockParseError, Members, ParsedLock
+from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries
 from envbuild.gate.names import canonical
 
 __all__ = ["Chosen", "Request", "choose", "gate", "host_platform_key", "read_lock"]
@@ -48,6 +49,7 @@ class Request:
     groups: tuple[str, ...] = ()
     environment: tuple[str, ...] = ()  # --environment: platforms or PEP 508 markers (default: this host)
     fmt: Format | None = None
+    sync: SyncFlags = SyncFlags()  # uv sync's flags (extras and groups included): what uv export selects
 
 
 @dataclass
@@ -59,6 +61,8 @@ class Chosen:
     lock: ParsedLock
     env: Environment
     members: Members
+    sync: str | None = None  # the ``uv sync --frozen ...`` command that installs the same (None: uv was not asked)
+    flags: SyncFlags = SyncFlags()
 
     @property
     def selection(self) -> str:
@@ -68,7 +72,7 @@ class Chosen:
         """What a receipt and ``plan --lock --json`` record of it."""
         return {"lock_file": str(self.path), "lock_sha256": self.sha256, "lock_format": self.lock.format,
                 "environment": self.env.name, "platform": self.env.platform, "python": self.env.python,
-                "selection": self.selection}
+                "selection": self.selection, **({"uv_sync": self.sync} if self.sync else {})}
 
 
 def host_platform_key() -> str:
@@ -146,6 +150,15 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
     if len(platforms) > 1:
         raise ConfigError(f"{path}: --environment matches several platforms ({', '.join(platforms)}); a provision "
                           "installs one", hint="Name one platform, e.g. --environment linux-x86_64.")
+    exported = export(path, request.sync) if lock.format == "uv.lock" else None
+    if exported is not None:
+        return _as_uv_selects(lock, sha256, envs, exported, request.sync)
+    if request.sync.beyond_conflicts:
+        where = ("the project's pyproject.toml is not beside the lock, so uv cannot say what they select"
+                 if lock.format == "uv.lock" else f"a {lock.format} file records no such selection")
+        raise ConfigError(f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
+                          hint="Keep the lock beside its pyproject.toml (and its workspace members'), or choose between "
+                          "the lock's conflicting extras/groups with --extra / --group alone.")
     wanted = [("extra", str(canonical(x))) for x in request.extras] + [("any", str(canonical(g))) for g in request.groups]
     candidates = [e for e in envs if all(_holds(e, w) for w in wanted)]
     if not candidates:
@@ -168,6 +181,45 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
                           hint=_choices_hint(envs))
     env = best[0]
     return Chosen(path, sha256, lock, env, lock.members(env))
+
+
+def _as_uv_selects(lock: ParsedLock, sha256: str, envs: list[Environment], exported: list[Exported],
+                   flags: SyncFlags) -> Chosen:
+    """The environment uv's export of ``flags`` installs here: its packages are the lock's entries
+    whose exported marker holds on this platform and Python. The gate's environment is the
+    selection of the lock's conflicting items that installs the same torch and most of the same
+    packages: the gate's rules run on it, and it names the choice in the receipt."""
+    entries = match_entries(lock, exported, envs[0].values)
+    keys = {e.key for e in entries}
+    torch = {e.key for e in entries if e.name == "torch"}
+    best: tuple[tuple[int, int, int], Environment, Members] | None = None
+    for env in envs:
+        members = lock.members(env)
+        have = {e.key for e in members.entries}
+        score = (len(torch & have), len(keys & have), -len(have - keys))
+        if best is None or score > best[0]:
+            best = (score, env, members)
+    assert best is not None  # envs is not empty
+    _, env, members = best
+    virtual = _virtual_roots(lock, members, keys)
+    chosen_members = Members(entries=[*entries, *virtual], roots=members.roots)
+    return Chosen(lock.path, sha256, lock, env, chosen_members, sync=flags.sync_command(), flags=flags)
+
+
+def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[Entry]:
+    """The project's own entries uv's export leaves out because they are virtual (``package =
+    false``): kept, so the plan says why the project is not installed."""
+    from envbuild.gate.formats._common import toml_loads
+
+    roots = [e for e in members.entries if e.key in members.roots and e.key not in keys]
+    if not roots:
+        return []
+    try:
+        raw = toml_loads(lock.path.read_text(encoding="utf-8")).get("package", []) or []
+    except (OSError, UnicodeDecodeError, LockParseError):
+        return []
+    return [e for e in roots if e.key < len(raw) and isinstance(raw[e.key], dict)
+            and isinstance(raw[e.key].get("source"), dict) and "virtual" in raw[e.key]["source"]]
 
 
 def _holds_word(words: str, want: tuple[str, str]) -> bool:

@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.select import Chosen
+from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError
 from envbuild.gate.names import canonical
@@ -182,12 +183,17 @@ def _wheel_tags(filename: str) -> list[str]:
         return []
 
 
-def _artifacts(entry: Entry, folder: Path) -> list[LockedFile]:
+def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> list[LockedFile]:
     """The entry's files. uv.lock writes a direct-URL sdist's hash alone (``sdist = { hash }``):
-    its URL is the entry's source URL."""
+    its URL is the entry's source URL. ``path_source``: uv.lock's ``source = { path = ... }`` of a
+    wheel or sdist locked from a file (relative to the lock's folder, or absolute); its files are
+    named by file name only, and lie there."""
     if not entry.files and entry.url and len(entry.hashes) == 1:
         name = unquote(urlsplit(entry.url).path.rsplit("/", 1)[-1])
         return [LockedFile(entry.url, entry.hashes[0], name)]
+    if path_source is not None and not entry.files and len(entry.hashes) <= 1:  # a path sdist: its hash alone
+        path = (folder / path_source).resolve()
+        return [LockedFile(path.as_uri(), entry.hashes[0] if entry.hashes else None, path.name)]
     out = []
     for where, sha in entry.files:
         parts = urlsplit(where)
@@ -195,15 +201,19 @@ def _artifacts(entry: Entry, folder: Path) -> list[LockedFile]:
             url = where
             name = unquote(parts.path.rsplit("/", 1)[-1])
         else:
-            path = (folder / where).resolve()
+            base = folder
+            if path_source is not None:
+                source = folder / path_source
+                base = source.parent if source.name == Path(where).name or not source.is_dir() else source
+            path = (base / where).resolve()
             url, name = path.as_uri(), path.name
         out.append(LockedFile(url, sha, name))
     return out
 
 
-def pick_artifact(entry: Entry, folder: Path, order: dict[str, int]) -> LockedFile | None:
+def pick_artifact(entry: Entry, folder: Path, order: dict[str, int], path_source: str | None = None) -> LockedFile | None:
     """The entry's wheel that installs on the target (the best tag), else its sdist, else None."""
-    arts = _artifacts(entry, folder)
+    arts = _artifacts(entry, folder, path_source)
     best, rank = None, len(order) + 1
     for a in arts:
         if not a.wheel:
@@ -318,24 +328,26 @@ def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
     sources = _raw_sources(chosen)
     runtime = _torch_reach(torch, by_name)
     plan = StagePlan(chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build)
+    root_name = _project_name(chosen.path)
     for e in sorted(entries, key=lambda x: (x.name, x.key)):
         source = sources.get(e.key, {})
         if e.key in chosen.members.roots or any(k in source for k in ("editable", "virtual", "directory")):
-            _project(plan, e, source, folder, project)
+            _project(plan, e, source, folder, project, chosen.flags, root_name)
             continue
         if "git" in source:
             plan.placed.append(_git(e, source, runtime, settings))
             continue
-        art = pick_artifact(e, folder, order)
+        path_source = str(source["path"]) if isinstance(source.get("path"), str) else None
+        art = pick_artifact(e, folder, order, path_source)
         needs = None
         if art is None and chosen.env.platform.startswith("linux"):
             # a wheel for a newer glibc than this host's: the target host may have it (plan, an image)
             newer_order = newer_order or {t: i for i, t in enumerate(
                 target_tag_order(chosen.env.python, chosen.env.platform, glibc=NEWEST_GLIBC))}
-            art = pick_artifact(e, folder, newer_order)
+            art = pick_artifact(e, folder, newer_order, path_source)
             needs = _glibc_of(art.filename) if art is not None else None
         if art is None:
-            files = ", ".join(a.filename for a in _artifacts(e, folder)[:3]) or "no files"
+            files = ", ".join(a.filename for a in _artifacts(e, folder, path_source)[:3]) or "no files"
             raise ConfigError(f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
                               f"{chosen.env.python} {chosen.env.platform} ({files})",
                               hint="Re-lock for this platform, or provision on a host the lock is made for.")
@@ -414,18 +426,39 @@ def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
     return None
 
 
-def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool) -> None:
+def _project_name(lock_path: Path) -> str | None:
+    """The canonical name of the project beside the lock (its pyproject's ``[project] name``)."""
+    try:
+        data = toml_loads((lock_path.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, LockParseError):
+        return None
+    project = data.get("project")
+    return str(canonical(project["name"])) if isinstance(project, dict) and isinstance(project.get("name"), str) else None
+
+
+def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool, flags: SyncFlags,
+             root_name: str | None) -> None:
+    """The project, a workspace member or a local folder the lock points at, as ``uv sync`` installs it:
+    editable where the lock says so (unless ``--no-editable``), left out by ``--no-install-project``
+    (the project) and ``--no-install-workspace`` (every workspace member)."""
     if "virtual" in source or not source:
         plan.left_out.append((e.name, "the project is virtual (package = false): the locker installs only its "
                               "dependencies"))
         return
-    if not wanted:
-        plan.left_out.append((e.name, "--no-project"))
+    is_root = e.name == root_name if root_name else source.get("editable") == "."
+    if is_root and not wanted:
+        plan.left_out.append((e.name, "--no-install-project"))
+        return
+    if flags.no_install_workspace and (is_root or "editable" in source):
+        plan.left_out.append((e.name, "--no-install-workspace"))
         return
     where = (folder / str(source.get("editable") or source.get("directory") or ".")).resolve()
-    editable = "editable" in source
-    plan.placed.append(Placed(e, "project", "the project itself, " + ("editable, as uv sync installs it" if editable
-                              else "from its folder"), None, f"{'-e ' if editable else e.name + ' @ '}{where.as_uri() if not editable else where}"))
+    editable = "editable" in source and not flags.no_editable
+    what = "the project itself" if is_root else ("a workspace member" if "editable" in source else "a local folder the lock names")
+    how = "editable, as uv sync installs it" if editable else (
+        "not editable (--no-editable)" if "editable" in source else "from its folder, as uv sync installs it")
+    plan.placed.append(Placed(e, "project", f"{what}, {how}", None,
+                              f"-e {where}" if editable else f"{e.name} @ {where.as_uri()}"))
 
 
 def _git(e: Entry, source: dict[str, Any], runtime: dict[str, str], settings: BuildSettings) -> Placed:

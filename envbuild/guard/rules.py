@@ -282,7 +282,7 @@ def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Violatio
     """Interpret the output of FULL_CHECK run by the venv's python."""
     abi = spec.abi
     out: list[Violation] = []
-    if data.get("version") != abi.version:
+    if not abi.is_version(str(data.get("version"))):
         out.append(Violation("version", abi.package, f"import {abi.package} gives {data.get('version')}, expected {abi.version}"))
     if abi.local and abi.local not in str(data.get("version")):
         out.append(Violation("local", abi.package, f"import {abi.package} gives {data.get('version')}, without {abi.local!r}"))

@@ -118,10 +118,15 @@ def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, objec
     except LookupError:
         where = "the environment" if adopted else "the venv after the baseline step"
         raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from None
-    if base.version != spec.abi.version:
+    if not spec.abi.is_version(base.version, base.dist_version):
         source = "the base environment has" if adopted else "the baseline step installed"
+        shown = base.version if base.dist_version in ("", base.version) else f"{base.dist_version} ({base.version} at run time)"
+        if run.opts.lock_source:
+            raise ABIViolation(
+                f"{source} {spec.abi.package} {shown}, but the lock ({spec.path}) pins {spec.abi.package} "
+                f"{spec.abi.version}", hint="Check the lock's torch entry and the environment; re-lock if it is stale.")
         raise ABIViolation(
-            f"{source} {spec.abi.package} {base.version}, but the spec says abi.version = {spec.abi.version}",
+            f"{source} {spec.abi.package} {shown}, but the spec says abi.version = {spec.abi.version}",
             hint="Fix abi.version, or the baseline step's pin / the base image, so they agree.")
     pins = "\n".join(base.pins())
     atomic_write_text(run.paths.constraints, f"# envbuild: the ABI baseline, frozen after the baseline step\n{pins}\n")

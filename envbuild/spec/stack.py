@@ -136,6 +136,15 @@ class ABI:
     adopt: bool = False  # torch comes from the base environment; never installed by a step
     overlaps: tuple[Overlap, ...] = ()
 
+    def is_version(self, runtime: str, dist: str | None = None) -> bool:
+        """Whether a torch whose ``__version__`` is ``runtime`` (and whose distribution version is
+        ``dist``) is this baseline. A package index publishes torch as ``2.6.0`` while it says
+        ``2.6.0+cu124`` at run time: a baseline pinned without a local tag (``abi.version = 2.6.0``,
+        a lock's pin) is that distribution, its run-time tag the build's CUDA, not another version."""
+        if self.version in (runtime, dist):
+            return True
+        return "+" not in self.version and runtime.split("+", 1)[0] == self.version and dist in (None, self.version)
+
     def is_protected(self, name: str) -> bool:
         n = canonicalize_name(name)
         if n == canonicalize_name(self.package):

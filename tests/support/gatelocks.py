@@ -17,7 +17,7 @@ The index (session fixture ``gate_index`` -> ``GateIndex``), one server, five re
 - ``cu130``: torch ``2.10.0+cu130`` and ``2.11.0+cu130`` (``nvidia-cuda-runtime-cu13==13.0.96``,
   ``nvidia-nccl-cu13==2.28.3`` on Linux, ``filelock-like``), the cu13 wheels, filelock-like.
 - ``cpu``: torch ``2.10.0+cpu`` (``filelock-like`` only), filelock-like.
-- ``plain``: torch builds without a local tag, as PyPI serves them, on an index of their own so a
+- ``plain``: torch builds without a local tag in their metadata (``2.10.0+cu128`` at run time), as PyPI serves them, on an index of their own so a
   lock takes them on Linux through ``linux_index="plain"``: ``2.10.0`` (the cu12 runtime, like
   PyPI's 2.10.0) and ``2.11.0`` (like PyPI's: the unsuffixed ``nvidia-cuda-runtime==13.0.96``,
   ``nvidia-nccl-cu13``, on Linux). Their CUDA major is in their runtime only. The pypi repo holds
@@ -105,10 +105,12 @@ HEALTHY_EXTENSION = "flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE"
 # ----------------------------------------------------------------------------- the wheel set
 
 
-def _torch(version: str, cuda: str | None, requires: Sequence[str]) -> WheelSpec:
+def _torch(version: str, cuda: str | None, requires: Sequence[str], runtime: str | None = None) -> WheelSpec:
+    """A torch wheel; ``runtime``: what ``torch.__version__`` says when it differs from the
+    distribution's version (PyPI's Linux torch: ``2.10.0`` in its metadata, ``2.10.0+cu128`` at run time)."""
     return WheelSpec(name="torch", version=version, requires=tuple(requires), files={
         "torch/__init__.py": "from .version import __version__ as __version__\n",
-        "torch/version.py": f"__version__ = {version!r}\ncuda = {cuda!r}\n",
+        "torch/version.py": f"__version__ = {runtime or version!r}\ncuda = {cuda!r}\n",
     })
 
 
@@ -178,10 +180,10 @@ REPOS: dict[str, tuple[WheelSpec, ...]] = {
         _torch("2.10.0+cpu", None, ["filelock-like"]),
         _FILELOCK,
     ),
-    "plain": (
-        _torch("2.10.0", "12.8", _CU12_DEPS),
+    "plain": (  # as PyPI publishes them: no local tag in the metadata, the CUDA build's at run time
+        _torch("2.10.0", "12.8", _CU12_DEPS, runtime="2.10.0+cu128"),
         _torch("2.11.0", "13.0", (f"nvidia-cuda-runtime=={CU13_RUNTIME}; {_ON_LINUX}",
-                                  f"nvidia-nccl-cu13=={CU13_NCCL}; {_ON_LINUX}", "filelock-like")),
+                                  f"nvidia-nccl-cu13=={CU13_NCCL}; {_ON_LINUX}", "filelock-like"), runtime="2.11.0+cu130"),
     ),
     "releases": tuple(EXTENSIONS.values()),
 }

@@ -1,0 +1,215 @@
+"""What ``uv sync --frozen`` installs for a selection, as uv itself says it.
+
+The selection flags are uv sync's, flag for flag (``SyncFlags``): ``--extra``, ``--all-extras``,
+``--no-extra``, ``--group``, ``--only-group``, ``--no-group``, ``--all-groups``,
+``--no-default-groups``, ``--no-dev``, ``--only-dev``, ``--package``. Rather than a second reading
+of uv's rules (default groups, extras switched on through other extras, workspace members and
+their extras, conflicts), the locker answers: ``uv export --frozen --format pylock.toml`` with the
+same flags lists every package the selection installs, each with the marker that says where. The
+markers are evaluated here for the target platform and Python, and what holds is matched to the
+uv.lock's own entries (name, version, and the file hashes where a name has several entries), so
+the stages keep the lock's edges, sources and hashes. A selection uv refuses (conflicting extras,
+an extra the project does not define) is refused with uv's own reason.
+
+uv reads the project's ``pyproject.toml`` (and its workspace members') beside the lock; where it is
+not there, ``export`` returns None and the caller says what can be selected without it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from envbuild.errors import ConfigError
+from envbuild.gate.formats._common import toml_loads
+from envbuild.gate.model import Entry, LockParseError, ParsedLock
+from envbuild.gate.names import canonical
+
+__all__ = ["Exported", "SyncFlags", "export", "match_entries", "uv_binary"]
+
+
+@dataclass(frozen=True)
+class SyncFlags:
+    """uv sync's selection and install flags (``--no-editable``, ``--no-install-*`` shape how the
+    project and its workspace members install, not what is selected)."""
+
+    extras: tuple[str, ...] = ()
+    all_extras: bool = False
+    no_extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    only_groups: tuple[str, ...] = ()
+    no_groups: tuple[str, ...] = ()
+    all_groups: bool = False
+    no_default_groups: bool = False
+    no_dev: bool = False
+    only_dev: bool = False
+    packages: tuple[str, ...] = ()
+    all_packages: bool = False
+    no_editable: bool = False
+    no_install_project: bool = False
+    no_install_workspace: bool = False
+
+    def selection_argv(self) -> list[str]:
+        """The flags that choose what is installed, as uv spells them."""
+        argv: list[str] = []
+        for flag, values in (("--extra", self.extras), ("--no-extra", self.no_extras), ("--group", self.groups),
+                             ("--only-group", self.only_groups), ("--no-group", self.no_groups),
+                             ("--package", self.packages)):
+            for v in values:
+                argv += [flag, v]
+        for flag, on in (("--all-extras", self.all_extras), ("--all-groups", self.all_groups),
+                         ("--no-default-groups", self.no_default_groups), ("--no-dev", self.no_dev),
+                         ("--only-dev", self.only_dev), ("--all-packages", self.all_packages)):
+            if on:
+                argv.append(flag)
+        return argv
+
+    def install_argv(self) -> list[str]:
+        return [flag for flag, on in (("--no-editable", self.no_editable),
+                                      ("--no-install-project", self.no_install_project),
+                                      ("--no-install-workspace", self.no_install_workspace)) if on]
+
+    def sync_command(self) -> str:
+        """The ``uv sync`` command that installs the same selection (shell-quoted)."""
+        return shlex.join(["uv", "sync", "--frozen", *self.selection_argv(), *self.install_argv()])
+
+    @property
+    def beyond_conflicts(self) -> list[str]:
+        """The flags given that only uv can answer (all but ``--extra``/``--group``)."""
+        argv = [a for a in self.selection_argv() if a.startswith("--") and a not in ("--extra", "--group")]
+        return list(dict.fromkeys(argv))
+
+    @property
+    def given(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One package of uv's export: name, version, marker, the sha256 of its files, and where a
+    local one lies (``directory``, editable or not)."""
+
+    name: str
+    version: str | None
+    marker: str | None
+    hashes: frozenset[str]
+    directory: str | None = None
+    editable: bool = False
+
+
+def uv_binary() -> str | None:
+    """The uv that envbuild installs with (its own dependency), else one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        import shutil
+
+        return shutil.which("uv")
+
+
+def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
+    """uv's export of ``flags``' selection of the lock at ``lock_path``; None where uv cannot say
+    (no pyproject.toml beside the lock, or no uv). ConfigError (exit 2): uv refuses the selection."""
+    folder = lock_path.parent
+    if not (folder / "pyproject.toml").is_file():
+        return None
+    uv = uv_binary()
+    if uv is None:
+        return None
+    argv = [uv, "export", "--frozen", "--format", "pylock.toml", "--no-header", "--quiet", *flags.selection_argv()]
+    if lock_path.name != "uv.lock":  # uv reads <project>/uv.lock: a lock under another name is refused by the caller
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")}
+    env["NO_COLOR"] = "1"
+    try:
+        out = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"{lock_path}: uv export could not run ({exc}), so the selection cannot be read") from exc
+    if out.returncode != 0:
+        reason = _uv_reason(out.stderr)
+        raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): {reason}",
+                          hint=_flag_hint(folder))
+    try:
+        data = toml_loads(out.stdout)
+    except LockParseError as exc:
+        raise ConfigError(f"{lock_path}: uv export wrote no readable pylock.toml ({exc})") from exc
+    return [_exported(p) for p in data.get("packages", []) or [] if isinstance(p, dict)]
+
+
+def _uv_reason(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    text = " ".join(ln.removeprefix("error:").strip() for ln in lines if not ln.startswith("warning:"))
+    return text or "uv export failed with no message"
+
+
+def _flag_hint(folder: Path) -> str:
+    """The extras and groups the project beside the lock defines (what --extra / --group can name)."""
+    try:
+        data = toml_loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, LockParseError):
+        return "Check the project's pyproject.toml beside the lock."
+    project: dict[str, Any] = data["project"] if isinstance(data.get("project"), dict) else {}
+    extras = sorted(project.get("optional-dependencies") or {}) if isinstance(project.get("optional-dependencies"), dict) else []
+    groups = sorted(data["dependency-groups"]) if isinstance(data.get("dependency-groups"), dict) else []
+    parts = []
+    if extras:
+        parts.append("its extras: " + ", ".join(extras))
+    if groups:
+        parts.append("its dependency groups: " + ", ".join(groups))
+    return ("The project defines " + "; ".join(parts) + ".") if parts else "The project defines no extras or groups."
+
+
+def _exported(p: dict[str, Any]) -> Exported:
+    hashes: set[str] = set()
+    for w in p.get("wheels", []) or []:
+        if isinstance(w, dict) and isinstance(w.get("hashes"), dict) and isinstance(w["hashes"].get("sha256"), str):
+            hashes.add(w["hashes"]["sha256"])
+    for key in ("sdist", "archive"):
+        f = p.get(key)
+        if isinstance(f, dict) and isinstance(f.get("hashes"), dict) and isinstance(f["hashes"].get("sha256"), str):
+            hashes.add(f["hashes"]["sha256"])
+    d = p.get("directory") if isinstance(p.get("directory"), dict) else None
+    return Exported(name=str(canonical(str(p.get("name", "")))), version=str(p["version"]) if p.get("version") else None,
+                    marker=str(p["marker"]) if p.get("marker") else None, hashes=frozenset(hashes),
+                    directory=str(d.get("path")) if d else None, editable=bool(d and d.get("editable")))
+
+
+def holds(marker: str | None, values: dict[str, str]) -> bool:
+    """Whether an exported package's marker holds for the target (no extras or groups: uv's export
+    has already chosen them)."""
+    if not marker:
+        return True
+    from packaging.markers import InvalidMarker, Marker
+
+    try:
+        return Marker(marker).evaluate({**values, "extra": ""})
+    except InvalidMarker as exc:
+        raise ConfigError(f"uv export wrote a marker envbuild cannot read: {marker!r} ({exc})") from exc
+
+
+def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, str]) -> list[Entry]:
+    """The lock's entries of the exported packages whose marker holds for ``values`` (a target
+    platform and Python). ConfigError: an exported package the lock has no entry for."""
+    by_name: dict[str, list[Entry]] = {}
+    for e in lock.entries:
+        by_name.setdefault(e.name, []).append(e)
+    out: list[Entry] = []
+    for p in exported:
+        if not holds(p.marker, values):
+            continue
+        named = by_name.get(p.name, [])
+        same = [e for e in named if p.version is None or e.version == p.version] or named
+        if len(same) > 1 and p.hashes:
+            same = [e for e in same if p.hashes & set(e.hashes)] or same
+        if not same:
+            raise ConfigError(f"{lock.path}: uv export lists {p.name} {p.version or ''}, which the lock has no entry "
+                              "for (a lock older than its pyproject.toml?)", hint="Re-lock with `uv lock`.")
+        if same[0] not in out:
+            out.append(same[0])
+    return out
