@@ -296,3 +296,68 @@ def test_the_plan_prints_the_uv_sync_command(gate_index: GateIndex, tmp_path: Pa
     bad = run_envbuild("plan", "--lock", project.folder / "uv.lock", "--extra", "rocm")
     assert bad.rc == 2 and "Traceback" not in bad.output
     assert "Extra `rocm` is not defined" in bad.stderr and "its extras: all, helpers, train" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- provision --lock against uv sync
+
+
+def pip_list(venv: Path) -> list[dict[str, str]]:
+    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv), "list", "--format", "json"],
+                         capture_output=True, text=True, check=True, env=installer_env())
+    return sorted(json.loads(out.stdout), key=lambda d: d["name"].lower())
+
+
+def _locked(tmp: Path, shape: Shape, idx: GateIndex) -> Path:
+    project = write_project(tmp, shape, idx)
+    _run([uv_bin(), "lock", "--no-cache"], project.folder, tmp, project_config=True)
+    return project.folder / "uv.lock"
+
+
+@pytest.mark.slow
+def test_torch_as_the_index_publishes_it_is_the_locks_baseline(gate_index: GateIndex, tmp_path: Path,
+                                                                run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    """torch from the package index: ``2.10.0`` in its metadata and the lock, ``2.10.0+cu128`` at run
+    time. provision --lock installs what uv sync installs, freezes that torch as the baseline with no
+    false alarm, and the guard still fails a torch swapped in afterwards."""
+    from support.gatelocks import uv_platform_lock
+
+    lock = uv_platform_lock(tmp_path, gate_index, linux_index="plain")
+    env = installer_env(tmp_path / "home", {"UV_PROJECT_ENVIRONMENT": str(tmp_path / "uv-venv")})
+    env.pop("UV_NO_CONFIG")
+    subprocess.run([uv_bin(), "sync", "--frozen", "--python", sys.executable], cwd=lock.parent, env=env, check=True,
+                   capture_output=True, timeout=300)
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert "baseline frozen: torch==2.10.0" in res.output and "abi.version" not in res.output
+    venv = tmp_path / "data" / "venv"
+    assert pip_list(venv) == pip_list(tmp_path / "uv-venv")
+    runtime = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert runtime == "2.10.0+cu128"
+    ok = run_envbuild("verify", "--root", tmp_path / "data")
+    assert ok.rc == 0, ok.output
+    # planted: another torch of the same public version over it (a CPU build): the guard names it
+    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps", "--reinstall",
+                    str(gate_index.root / "cpu" / "torch-2.10.0+cpu-py3-none-any.whl")], check=True,
+                   capture_output=True, env=installer_env(tmp_path / "home"))
+    bad = run_envbuild("verify", "--root", tmp_path / "data")
+    assert bad.rc == 6, bad.output
+    assert "torch" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.slow
+def test_path_sources_install_the_files_the_lock_names(gate_index: GateIndex, tmp_path: Path,
+                                                       run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    """torch locked from a wheel in the project (a relative path source) and trainer-utils by URL:
+    provision --lock installs those bytes, as uv sync does."""
+    shape = Shape(base=("filelock-like==3.0",), torch_in="base", self_extra=False, member=False, default_groups=None,
+                  packaged=False, path_torch=True, url_utils=True)
+    lock = _locked(tmp_path, shape, gate_index)
+    assert 'source = { path = "wheels/torch-2.10.0+cpu-py3-none-any.whl" }' in lock.read_text()
+    uv_sync_installs(lock.parent, [], tmp_path / "uv-venv", tmp_path / "home")
+    doc = json.loads(run_envbuild("plan", "--lock", lock, "--json").stdout)
+    files = {p["name"]: p["file"] for s in doc["stages"] for p in s["packages"]}
+    assert files["torch"] == "torch-2.10.0+cpu-py3-none-any.whl"
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert pip_list(tmp_path / "data" / "venv") == pip_list(tmp_path / "uv-venv")
