@@ -361,3 +361,76 @@ def test_path_sources_install_the_files_the_lock_names(gate_index: GateIndex, tm
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 0, res.output
     assert pip_list(tmp_path / "data" / "venv") == pip_list(tmp_path / "uv-venv")
+
+
+def _unhashed_lock(tmp: Path, idx: GateIndex) -> Path:
+    """uv.lock of torch from a local flat index (a folder beside the project) and trainer-utils from a
+    remote find-links page that gives no hashes: uv records no sha256 for either."""
+    folder = tmp / "unhashed"
+    (folder / "wheels").mkdir(parents=True)
+    for name in ("torch-2.10.0+cpu-py3-none-any.whl", "filelock_like-3.0-py3-none-any.whl"):
+        shutil.copy(idx.root / "cpu" / name, folder / "wheels")
+    (folder / "pyproject.toml").write_text(f"""[project]
+name = "trainer"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = ["torch==2.10.0", "trainer-utils==1.0"]
+
+[tool.uv]
+package = false
+
+[tool.uv.sources]
+torch = {{ index = "local" }}
+trainer-utils = {{ index = "bare" }}
+
+[[tool.uv.index]]
+name = "local"
+url = "./wheels"
+format = "flat"
+explicit = true
+
+[[tool.uv.index]]
+name = "bare"
+url = "{idx.server.bare_url('pypi')}"
+format = "flat"
+explicit = true
+
+[[tool.uv.index]]
+name = "pypi"
+url = "{idx.pypi_url}"
+default = true
+""")
+    _run([uv_bin(), "lock", "--no-cache"], folder, tmp, project_config=True)
+    return folder / "uv.lock"
+
+
+@pytest.mark.slow
+def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(gate_index: GateIndex, tmp_path: Path,
+                                                                    run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    lock = _unhashed_lock(tmp_path, gate_index)
+    text = lock.read_text()
+    assert '{ path = "torch-2.10.0+cpu-py3-none-any.whl" }' in text
+    assert f'{{ url = "{gate_index.server.file_url("pypi", "trainer_utils-1.0-py3-none-any.whl")}" }}' in text
+    refused = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "strict", "--require-hashes")
+    assert refused.rc == 8 and "--require-hashes" in refused.stderr and not (tmp_path / "strict").exists()
+    uv_sync_installs(lock.parent, [], tmp_path / "uv-venv", tmp_path / "home")
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--json")
+    assert res.rc == 0, res.output
+    assert res.stderr.count("the lock records no sha256 for 2 file(s)") == 1
+    assert pip_list(tmp_path / "data" / "venv") == pip_list(tmp_path / "uv-venv")
+    receipt = json.loads(Path(json.loads(res.stdout)["receipt"]).read_text())
+    pinned = receipt["payload"]["lock"]["unhashed"]
+    from support.wheels import sha256_of
+
+    assert pinned["torch"]["sha256"] == sha256_of(lock.parent / "wheels" / "torch-2.10.0+cpu-py3-none-any.whl")
+    assert pinned["trainer-utils"]["sha256"] == sha256_of(gate_index.root / "pypi" / "trainer_utils-1.0-py3-none-any.whl")
+    same = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--json")
+    assert same.rc == 0 and json.loads(same.stdout)["ran"] == [], same.output  # the same bytes: a no-op
+    # the file changes under the same name: required from then on, so the re-run refuses it
+    import zipfile
+
+    with zipfile.ZipFile(lock.parent / "wheels" / "torch-2.10.0+cpu-py3-none-any.whl", "a") as zf:
+        zf.comment = b"rebuilt"
+    again = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert again.rc == 5, again.output
+    assert "its bytes changed since they were first installed here" in again.stderr and "Traceback" not in again.output

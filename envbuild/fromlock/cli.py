@@ -64,7 +64,7 @@ _LOCK_ONLY = {"lock_format": "--format", "extra": "--extra", "group": "--group",
               "all_groups": "--all-groups", "no_default_groups": "--no-default-groups", "no_dev": "--no-dev",
               "only_dev": "--only-dev", "package": "--package", "all_packages": "--all-packages",
               "no_editable": "--no-editable", "no_install_project": "--no-install-project",
-              "no_install_workspace": "--no-install-workspace"}
+              "no_install_workspace": "--no-install-workspace", "require_hashes": "--require-hashes"}
 
 
 def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
@@ -84,7 +84,7 @@ def _selection(args: argparse.Namespace, *, wheelhouse: str | None = None, repla
                        environment=tuple(args.environment), accept=args.accept,
                        project=not (args.no_project or args.no_install_project),
                        rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse, replace_torch=replace_torch,
-                       sync=sync)
+                       sync=sync, require_hashes=args.require_hashes)
 
 
 def refuse_lock_options(args: argparse.Namespace) -> None:
@@ -134,6 +134,9 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
                    help="--lock: install the project and workspace members as wheels, not editable (as uv sync)")
     g.add_argument("--no-install-project", action="store_true",
                    help="--lock: install the project's dependencies, not the project (as uv sync)")
+    g.add_argument("--require-hashes", action="store_true",
+                   help="--lock: refuse a lock that records no sha256 for a file it installs (default: install it as uv "
+                   "does, pin the sha256 of the bytes installed, and require it from then on)")
     g.add_argument("--no-install-workspace", action="store_true",
                    help="--lock: install no workspace member, the project included (as uv sync)")
 

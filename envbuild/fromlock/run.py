@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from envbuild import events, guard, layout
-from envbuild.errors import ABIViolation, ConfigError, PreflightError
+from envbuild.errors import ABIViolation, ConfigError, InstallError, LockError, PreflightError
 from envbuild.fromlock.select import (
     Chosen,
     Request,
@@ -60,6 +60,7 @@ class LockRequest:
     accept: Path | None = None
     project: bool = True
     replace_torch: bool = False
+    require_hashes: bool = False  # refuse a lock that records no sha256 for a file it installs (before anything is made)
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
     rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
     sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
@@ -119,7 +120,9 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     if not req.rebuild_mismatched:
         if refusing:
             refuse(chosen, failing, req.accept)
-        return Prepared(chosen, report, plan_stages(chosen, project=req.project), failing=tuple(failing))
+        prepared = Prepared(chosen, report, plan_stages(chosen, project=req.project), failing=tuple(failing))
+        _say_unhashed(prepared, req)
+        return prepared
     from envbuild.fromlock.offline import wheelhouse_folder
     from envbuild.fromlock.rebuild import RULE, rebuild_mismatched
 
@@ -129,7 +132,113 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     plan, failing = rebuild_mismatched(plan_stages(chosen, project=req.project), failing, wheelhouse=folder)
     if refusing:
         refuse(chosen, failing, req.accept, rebuild=True)
-    return Prepared(chosen, report, plan, failing=tuple(failing))
+    prepared = Prepared(chosen, report, plan, failing=tuple(failing))
+    _say_unhashed(prepared, req)
+    return prepared
+
+
+def _say_unhashed(prepared: Prepared, req: LockRequest) -> None:
+    """One notice naming the files the lock records no sha256 for (uv installs them as they are);
+    with ``--require-hashes`` a refusal before anything is made (exit 8)."""
+    from envbuild.fromlock.stages import unhashed
+
+    found = unhashed(prepared.plan)
+    if not found:
+        return
+    names = ", ".join(f"{p.label} ({p.artifact.filename if p.artifact else '?'})" for p in found[:6])
+    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+    if req.require_hashes:
+        raise LockError(f"{prepared.chosen.path}: the lock records no sha256 for {len(found)} file(s) it installs, and "
+                        f"--require-hashes was given, so nothing was installed: {names}{more}",
+                        hint="Re-lock from an index that serves hashes (uv records none for a local flat index or a "
+                        "find-links folder), or drop --require-hashes to pin the files' sha256 on first install.")
+    events.emit("warn", f"the lock records no sha256 for {len(found)} file(s): {names}{more}; they install as uv "
+                "installs them, and the sha256 of the bytes installed is recorded (manifest and receipt) and required "
+                "from then on")
+
+
+def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dict[str, str]]]:
+    """The files the lock records no sha256 for, pinned: a remote one is downloaded (streamed) into
+    ``state/unhashed/`` and installed from there, so the bytes hashed are the bytes installed. The
+    sha256 of each is recorded in ``state/unhashed.json`` on first install and required from then on
+    (InstallError, exit 5, when a file changed). Returns the plan and {name: {url, file, sha256}}."""
+    import json
+
+    from envbuild._io import atomic_write_json
+    from envbuild.fromlock.stages import LockedFile, Placed
+
+    found = [p for p in plan.placed if p.unhashed and p.artifact is not None]
+    if not found:
+        return plan, {}
+    record_path = state / "unhashed.json"
+    try:
+        known = json.loads(record_path.read_text(encoding="utf-8"))
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    pinned: dict[str, dict[str, str]] = {}
+    placed = list(plan.placed)
+    for i, p in enumerate(placed):
+        if not (p.unhashed and p.artifact is not None):
+            continue
+        art = p.artifact
+        if art.sha256 is None:
+            local = _download(art.url, state / "unhashed" / art.filename)
+            art = LockedFile(local.as_uri(), _sha256_file(local), art.filename)
+        assert art.sha256 is not None
+        was = known.get(p.artifact.url)
+        if isinstance(was, str) and was != art.sha256:
+            raise InstallError(f"{p.artifact.url}: the lock records no sha256 for {p.label}, and its bytes changed since "
+                               f"they were first installed here (sha256 {was[:16]}... then, {art.sha256[:16]}... now); "
+                               "nothing was installed", hint="Find out why the file changed; re-lock with hashes, or "
+                               f"delete {record_path} to accept the new bytes.")
+        known[p.artifact.url] = art.sha256
+        pinned[p.entry.name] = {"url": p.artifact.url, "file": art.filename, "sha256": art.sha256}
+        placed[i] = Placed(p.entry, p.stage, p.why, art, f"{p.entry.name} @ {art.url} --hash=sha256:{art.sha256}",
+                           needs_glibc=p.needs_glibc, rebuilt=p.rebuilt, unhashed=True)
+    state.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(record_path, known)
+    return replace(plan, placed=placed), pinned
+
+
+def _sha256_file(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download(url: str, dest: Path) -> Path:
+    """``url`` streamed to ``dest`` (never held in memory); PreflightError naming the host when it
+    cannot be reached, InstallError when the disk is full."""
+    import requests
+
+    from envbuild.index.client import session
+    from envbuild.index.net import redact
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with session().get(url, stream=True, timeout=(10, 60)) as resp:
+            if resp.status_code >= 400:
+                raise PreflightError(f"{redact(url)} answered HTTP {resp.status_code}",
+                                     hint="Check the URL the lock names and its credentials.")
+            with part.open("wb") as out:
+                for chunk in resp.iter_content(1 << 20):
+                    out.write(chunk)
+    except requests.exceptions.RequestException as exc:
+        part.unlink(missing_ok=True)
+        raise PreflightError(f"cannot reach {urlsplit(url).hostname}: {redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:300]}",
+                             hint="Check the network (or a proxy), or provision where the host can be reached.") from exc
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        raise InstallError(f"{dest}: cannot write the download of {redact(url)} ({exc.strerror or exc})",
+                           hint="Free space on the data root.") from exc
+    part.replace(dest)
+    return dest
 
 
 def rebuilt_record(plan: StagePlan) -> dict[str, object]:
@@ -379,7 +488,10 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             if todo and (bad := unreachable_hosts(prepared, todo)):
                 raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
                                      hint="Check the network (or a proxy), or provision where they can be reached.")
-            plan = prepared.plan
+            plan, pinned = pin_unhashed(prepared.plan, paths.state)
+            if pinned:
+                source["unhashed"] = pinned
+                run_opts = replace(run_opts, lock_source=source)
         else:
             plan = in_wheelhouse(prepared.plan, folder)
             files = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)

@@ -86,6 +86,7 @@ class Placed:
     line: str = ""  # the requirement line the installer reads
     needs_glibc: int | None = None  # its wheel is manylinux_2_N, newer than this host's glibc
     rebuilt: dict[str, object] | None = None  # --rebuild-mismatched: the sdist it is built from (``fromlock.rebuild``)
+    unhashed: bool = False  # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
 
     @property
     def label(self) -> str:
@@ -113,7 +114,8 @@ class StagePlan:
                             "packages": [{"name": p.entry.name, "version": p.entry.version, "why": p.why,
                                           "file": p.artifact.filename if p.artifact else None,
                                           "sha256": p.artifact.sha256 if p.artifact else None,
-                                          **({"rebuilt": p.rebuilt} if p.rebuilt else {})}
+                                          **({"rebuilt": p.rebuilt} if p.rebuilt else {}),
+                                          **({"unhashed": True} if p.unhashed else {})}
                                          for p in self.stage(s)]} for s in self.stages],
                 "left_out": [{"name": n, "why": w} for n, w in self.left_out]}
 
@@ -201,7 +203,7 @@ def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> li
             url = where
             name = unquote(parts.path.rsplit("/", 1)[-1])
         else:
-            base = folder
+            base = _local_index(entry.index, folder) or folder
             if path_source is not None:
                 source = folder / path_source
                 base = source.parent if source.name == Path(where).name or not source.is_dir() else source
@@ -209,6 +211,19 @@ def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> li
             url, name = path.as_uri(), path.name
         out.append(LockedFile(url, sha, name))
     return out
+
+
+def _local_index(index: str | None, folder: Path) -> Path | None:
+    """The folder of a local flat index (uv.lock's ``source = { registry = "wheels" }``, relative to
+    the lock's folder, or a ``file://`` URL): its wheels are named by path within it."""
+    if not index:
+        return None
+    parts = urlsplit(index)
+    if parts.scheme == "file":
+        return Path(unquote(parts.path))
+    if parts.scheme in ("http", "https"):
+        return None
+    return folder / index
 
 
 def pick_artifact(entry: Entry, folder: Path, order: dict[str, int], path_source: str | None = None) -> LockedFile | None:
@@ -351,16 +366,42 @@ def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
             raise ConfigError(f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
                               f"{chosen.env.python} {chosen.env.platform} ({files})",
                               hint="Re-lock for this platform, or provision on a host the lock is made for.")
-        if not art.sha256:
-            raise LockError(f"{chosen.path}: {e.label()}: {art.filename} has no sha256 in the lock; every file "
-                            "provision --lock installs is hash-checked", hint="Re-lock with a tool that records hashes.")
+        unhashed = not art.sha256
+        if unhashed:
+            art = _hash_local(art)
         stage, why = _classify(e, art, torch, runtime, settings)
         if needs is not None:
             why += f"; its wheel needs glibc 2.{needs} (this host has {_host_glibc_text()})"
-        line = f"{e.name} @ {art.url} --hash=sha256:{art.sha256}"
-        plan.placed.append(Placed(e, stage, why, art, line, needs_glibc=needs))
+        if unhashed:
+            why += ("; the lock records no sha256: " + ("that of the file as found here is pinned" if art.sha256
+                    else "the file's is taken when it is downloaded") + ", and required from then on")
+        line = f"{e.name} @ {art.url} --hash=sha256:{art.sha256}" if art.sha256 else f"{e.name} @ {art.url}"
+        plan.placed.append(Placed(e, stage, why, art, line, needs_glibc=needs, unhashed=unhashed))
     _with_extension_deps(plan, by_name)
     return plan
+
+
+def _hash_local(art: LockedFile) -> LockedFile:
+    """A file the lock records no hash for: a local one is hashed now (the bytes the installer reads);
+    a remote one keeps ``sha256=None`` until provision downloads it (``fromlock.run.pin_unhashed``)."""
+    from dataclasses import replace as _replace
+
+    from envbuild.index.client import local_sha256
+
+    parts = urlsplit(art.url)
+    if parts.scheme != "file":
+        return art
+    path = Path(unquote(parts.path))
+    try:
+        return _replace(art, sha256=local_sha256(path))
+    except OSError as exc:
+        raise ConfigError(f"{path}: the lock's file for {art.filename} cannot be read ({exc.strerror or exc})",
+                          hint="The lock names files beside it: keep them there, or re-lock.") from exc
+
+
+def unhashed(plan: StagePlan) -> list[Placed]:
+    """The packages whose file the lock records no sha256 for."""
+    return [p for p in plan.placed if p.unhashed]
 
 
 def _with_extension_deps(plan: StagePlan, by_name: dict[str, Entry]) -> None:
@@ -374,7 +415,8 @@ def _with_extension_deps(plan: StagePlan, by_name: dict[str, Entry]) -> None:
         if i is None or plan.placed[i].stage != "rest":
             continue
         p = plan.placed[i]
-        plan.placed[i] = Placed(p.entry, "extensions", f"{parent} depends on it", p.artifact, p.line)
+        plan.placed[i] = Placed(p.entry, "extensions", f"{parent} depends on it", p.artifact, p.line,
+                                unhashed=p.unhashed)
         todo += [(name, d) for d in by_name[name].dependencies or ()]
 
 

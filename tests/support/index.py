@@ -6,6 +6,7 @@ One server serves any number of named repositories, each a plain folder of wheel
     /<repo>/simple/<project>/         links to the files, with #sha256= fragments
     /<repo>/files/<filename>          the artifacts
     /<repo>/flat/                     one flat page of every file (for --find-links)
+    /<repo>/bare/                     the same without #sha256= fragments (a locker records no hashes)
 
 so ``--index-url http://127.0.0.1:P/nightly/simple --extra-index-url http://127.0.0.1:P/pypi/simple``
 gives pip two separate indexes. Pages are generated per request from the folder, so a test
@@ -194,6 +195,11 @@ class IndexServer:
         self._repo(repo)
         return f"{self.url}/{repo}/flat/"
 
+    def bare_url(self, repo: str) -> str:
+        """A ``--find-links`` page of every file of ``repo`` with no ``#sha256=`` fragments."""
+        self._repo(repo)
+        return f"{self.url}/{repo}/bare/"
+
     def file_url(self, repo: str, filename: str, *, with_hash: bool = False) -> str:
         url = f"{self.url}/{repo}/files/{filename}"
         if with_hash:
@@ -361,6 +367,10 @@ class IndexServer:
         if rest in (["flat"], ["flat", "index.html"]):
             files = [p for _, p in self._artifacts(repo)]
             return 200, self._page(f"Files in {repo}", self._links(repo, files)), html_type, None
+        if rest in (["bare"], ["bare", "index.html"]):  # a find-links page that gives no hashes (lockers record none)
+            files = [p for _, p in self._artifacts(repo)]
+            body = "".join(f'<a href="/{repo}/files/{p.name}">{p.name}</a><br/>\n' for p in files)
+            return 200, self._page(f"Files in {repo}", body), html_type, None
         if len(rest) == 2 and rest[0] == "files":
             for _, p in self._artifacts(repo):
                 if p.name == rest[1]:
