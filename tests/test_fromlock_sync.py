@@ -434,3 +434,39 @@ def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(gate_index: 
     again = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert again.rc == 5, again.output
     assert "its bytes changed since they were first installed here" in again.stderr and "Traceback" not in again.output
+
+
+def test_the_interpreter_comes_from_the_locks_requires_python(gate_index: GateIndex, tmp_path: Path,
+                                                              run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    """A lock that needs a newer Python than the one envbuild runs on is planned for an interpreter
+    that fits (found here, named in the output); one that nothing here fits is refused (exit 3)
+    naming its requires-python, not a package."""
+    shape = Shape(base=(), torch_in="base", self_extra=False, member=False, default_groups=None, packaged=False,
+                  path_torch=False, url_utils=False)
+    project = write_project(tmp_path, shape, gate_index)
+    pyproject = project.folder / "pyproject.toml"
+    newer = f"3.{sys.version_info[1] + 1}"
+    pyproject.write_text(pyproject.read_text().replace('requires-python = ">=3.10"', f'requires-python = ">={newer}"'))
+    from envbuild.installer.python import find_interpreter
+
+    try:
+        fits = find_interpreter(newer, require_fit=False)
+    except EnvbuildError:
+        fits = None
+    _run([uv_bin(), "lock", "--no-cache", "--python", str(fits.executable) if fits else sys.executable],
+         project.folder, tmp_path, project_config=True)
+    lock = project.folder / "uv.lock"
+    # HOME is the test's own: pyenv's interpreters are found through PYENV_ROOT, as pyenv itself finds them
+    pyenv = {"PYENV_ROOT": os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")}
+    res = run_envbuild("plan", "--lock", lock, "--json", env=pyenv)
+    if fits is not None:
+        assert res.rc == 0, res.output
+        got = json.loads(res.stdout)["python"]
+        assert tuple(int(x) for x in got.split(".")) >= tuple(int(x) for x in newer.split("."))
+        assert f"the lock requires Python >={newer}" in res.stderr and "installing for Python" in res.stderr
+    text = lock.read_text().replace(f'requires-python = ">={newer}"', 'requires-python = ">=3.99"')
+    lock.write_text(text)
+    bad = run_envbuild("plan", "--lock", lock)
+    assert bad.rc == 3, bad.output
+    assert "the lock requires Python >=3.99, and no interpreter here fits it" in bad.stderr
+    assert "Traceback" not in bad.output

@@ -144,7 +144,8 @@ def _candidates(version: str) -> Iterator[str]:
     if w := shutil.which(f"python{version}"):
         yield w
     yield from (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}")
-    yield from sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True)
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")  # pyenv's own variable, else its default
+    yield from sorted(glob.glob(os.path.join(pyenv, "versions", f"{version}.*", "bin", f"python{version}")), reverse=True)
     yield from sorted(glob.glob(f"/opt/python/cp{version.replace('.', '')}*/bin/python{version}"))
     if w := shutil.which("python3"):
         yield w
