@@ -470,3 +470,43 @@ def test_the_interpreter_comes_from_the_locks_requires_python(gate_index: GateIn
     assert bad.rc == 3, bad.output
     assert "the lock requires Python >=3.99, and no interpreter here fits it" in bad.stderr
     assert "Traceback" not in bad.output
+
+
+def _torch_venv(tmp: Path, idx: GateIndex) -> Path:
+    """A venv holding torch 2.10.0+cu128 and its runtime, as a base image's environment would."""
+    venv = tmp / "base-env"
+    env = installer_env(tmp / "home")
+    subprocess.run([uv_bin(), "venv", "--python", sys.executable, str(venv)], check=True, capture_output=True, env=env)
+    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--index-url",
+                    idx.url("cu128"), "--extra-index-url", idx.pypi_url, "--index-strategy", "unsafe-best-match",
+                    "torch==2.10.0+cu128"], check=True,
+                   capture_output=True, env=env)
+    return venv
+
+
+@pytest.mark.slow
+def test_a_lock_that_leaves_torch_to_the_base_image_provisions_onto_its_torch(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    """The NGC pattern (Megatron-LM, Model-Optimizer): ``override-dependencies = ["torch; sys_platform
+    == 'never'"]``. Onto an environment that has torch (--venv), the rest installs and that torch is
+    the baseline, untouched; a locked package whose requirement on torch it does not meet is refused
+    (exit 8) before anything is installed."""
+    from support.gatelocks import uv_platform_lock
+
+    never = "torch; sys_platform == 'never'"
+    lock = uv_platform_lock(tmp_path, gate_index, overrides=[never])
+    venv = _torch_venv(tmp_path, gate_index)
+    before = {d["name"]: d["version"] for d in pip_list(venv)}
+    without = run_envbuild("plan", "--lock", lock)
+    assert without.rc == 2 and "leaves torch to a base image" in without.stderr
+    res = run_envbuild("provision", "--lock", lock, "--venv", venv, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    after = {d["name"]: d["version"] for d in pip_list(venv)}
+    assert after["torch"] == before["torch"] == "2.10.0+cu128" and after["trainer-utils"] == "1.0"
+    assert "adopting" in res.output
+    # planted: a locked package that needs a newer torch than the image's
+    bad_lock = uv_platform_lock(tmp_path, gate_index, overrides=[never], deps=["needs-torch-211==1.0"])
+    bad = run_envbuild("provision", "--lock", bad_lock, "--venv", venv, "--root", tmp_path / "data2")
+    assert bad.rc == 8, bad.output
+    assert "needs-torch-211 1.0 requires torch>=2.11" in bad.stderr and "Traceback" not in bad.output
+    assert "needs-torch-211" not in {d["name"] for d in pip_list(venv)}

@@ -20,6 +20,7 @@ from envbuild.fromlock.run import (
     LockRequest,
     Prepared,
     adopt,
+    base_torch_of,
     prepare,
     provision_lock,
     provision_slice,
@@ -160,6 +161,11 @@ def plan(args: argparse.Namespace) -> int:
     """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network, no venv)."""
     req = _request(args)
     python = target_python(req, args.python, args.venv)
+    if args.venv is not None:
+        from dataclasses import replace as _replace
+        from pathlib import Path as _Path
+
+        req = _replace(req, base_torch=base_torch_of(_Path(args.venv)))
     prepared = prepare(req, python, refusing=False)  # the stages first, then the refusal (exit 8)
     if args.venv is not None:  # what provision --venv would keep there is not installed (nor checked offline)
         from pathlib import Path

@@ -61,6 +61,7 @@ class LockRequest:
     project: bool = True
     replace_torch: bool = False
     require_hashes: bool = False  # refuse a lock that records no sha256 for a file it installs (before anything is made)
+    base_torch: str | None = None  # the torch the --venv already has: the baseline of a lock that leaves torch to it
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
     rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
     sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
@@ -200,8 +201,10 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     if not req.rebuild_mismatched:
         if refusing:
             refuse(chosen, failing, req.accept)
-        prepared = Prepared(chosen, report, plan_stages(chosen, project=req.project), failing=tuple(failing))
+        prepared = Prepared(chosen, report, plan_stages(chosen, project=req.project, base_torch=req.base_torch),
+                            failing=tuple(failing))
         _say_unhashed(prepared, req)
+        _check_base_torch(prepared)
         return prepared
     from envbuild.fromlock.offline import wheelhouse_folder
     from envbuild.fromlock.rebuild import RULE, rebuild_mismatched
@@ -209,11 +212,13 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     if refusing and any(f.rule != RULE for f in failing):  # refused before any index is asked for an sdist
         refuse(chosen, failing, req.accept, rebuild=True)
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
-    plan, failing = rebuild_mismatched(plan_stages(chosen, project=req.project), failing, wheelhouse=folder)
+    plan, failing = rebuild_mismatched(plan_stages(chosen, project=req.project, base_torch=req.base_torch), failing,
+                                       wheelhouse=folder)
     if refusing:
         refuse(chosen, failing, req.accept, rebuild=True)
     prepared = Prepared(chosen, report, plan, failing=tuple(failing))
     _say_unhashed(prepared, req)
+    _check_base_torch(prepared)
     return prepared
 
 
@@ -235,6 +240,59 @@ def _say_unhashed(prepared: Prepared, req: LockRequest) -> None:
     events.emit("warn", f"the lock records no sha256 for {len(found)} file(s): {names}{more}; they install as uv "
                 "installs them, and the sha256 of the bytes installed is recorded (manifest and receipt) and required "
                 "from then on")
+
+
+def base_torch_of(venv: Path | None) -> str | None:
+    """The distribution version of the torch ``venv`` already has (None: no venv, or no torch in it)."""
+    env = _env(venv) if venv is not None else None
+    return env.torch.version if env is not None and env.torch is not None else None
+
+
+def _check_base_torch(prepared: Prepared) -> None:
+    """A lock that leaves torch to the base environment: every locked package that depends on torch
+    has its declared requirement on torch checked against the torch that is there (its metadata:
+    from the lock, the cache, else its index). LockError (exit 8) naming the packages it does not
+    meet, before anything is made; a requirement that cannot be read is said, not guessed."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    from envbuild.fromlock.stages import BASE_TORCH_KEY
+    from envbuild.gate.metadata import declared_requirements
+
+    plan = prepared.plan
+    if plan.torch.key != BASE_TORCH_KEY or not plan.torch.version:
+        return
+    try:
+        have = Version(plan.torch.version)
+    except InvalidVersion:
+        return
+    values = prepared.chosen.env.values
+    unmet: list[str] = []
+    unread: list[str] = []
+    for p in plan.placed:
+        if "torch" not in (p.entry.dependencies or ()):
+            continue
+        reqs = declared_requirements(p.entry, prepared.chosen.lock, offline=False)
+        if reqs is None:
+            unread.append(p.label)
+            continue
+        for text in reqs:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.name.lower() != "torch" or (req.marker is not None and not req.marker.evaluate({**values, "extra": ""})):
+                continue
+            if req.specifier and not req.specifier.contains(have.public, prereleases=True) \
+                    and not req.specifier.contains(have, prereleases=True):
+                unmet.append(f"{p.label} requires {text.split(';')[0].strip()}")
+    if unread:
+        events.emit("warn", f"the requirement on torch of {', '.join(unread)} could not be read (no metadata in the lock, "
+                    "the cache or a reachable index): not checked against the environment's torch")
+    if unmet:
+        raise LockError(f"{prepared.chosen.path}: the lock leaves torch to the environment, whose torch {plan.torch.version} "
+                        f"does not meet what locked packages require, so nothing was installed: {'; '.join(unmet)}",
+                        hint="Use a base image with a torch they accept, or re-lock them for this torch.")
 
 
 def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dict[str, str]]]:
@@ -526,6 +584,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
     python = target_python(req, opts.python, opts.venv)
+    if opts.venv is not None and req.base_torch is None:
+        req = replace(req, base_torch=base_torch_of(opts.venv))
     prepared = prepare(req, python)
     here = host_platform_key().replace("-", " ")
     if prepared.chosen.env.platform != here:

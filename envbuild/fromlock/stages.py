@@ -324,11 +324,19 @@ def _claim(entry: Entry, art: LockedFile | None) -> str | None:
     return None
 
 
-def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
+BASE_TORCH_KEY = -1  # the entry that stands for a base environment's torch the lock leaves to it
+
+
+def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None = None) -> StagePlan:
     """The stages of ``chosen`` (see the module docstring). ConfigError (exit 2): no torch, two
-    torches, an entry with no file for this target; LockError (exit 8): a file without a hash."""
+    torches, an entry with no file for this target. ``base_torch``: the version of the torch the
+    target environment (``--venv``) already has; a lock that installs no torch (it leaves torch to
+    a base image) is planned onto it, that torch the baseline."""
     entries = chosen.members.entries
     torches = [e for e in entries if e.name == "torch"]
+    if not torches and base_torch is not None:
+        torches = [Entry(key=BASE_TORCH_KEY, name="torch", version=base_torch, raw=f"torch=={base_torch}")]
+        entries = [*entries, torches[0]]
     if len(torches) != 1:
         what = "installs no torch" if not torches else f"installs {len(torches)} torch entries"
         raise ConfigError(f"{chosen.path}: {chosen.env.name} {what}; provision --lock installs a torch stack "
@@ -345,6 +353,8 @@ def plan_stages(chosen: Chosen, *, project: bool = True) -> StagePlan:
     plan = StagePlan(chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build)
     root_name = _project_name(chosen.path)
     for e in sorted(entries, key=lambda x: (x.name, x.key)):
+        if e.key == BASE_TORCH_KEY:  # the base environment's: adopted, never installed
+            continue
         source = sources.get(e.key, {})
         if e.key in chosen.members.roots or any(k in source for k in ("editable", "virtual", "directory")):
             _project(plan, e, source, folder, project, chosen.flags, root_name)
@@ -430,9 +440,8 @@ def _torch_choices(chosen: Chosen) -> str:
         return f"Choose the selection that installs torch: {flags}."
     if any(e.name == "torch" for e in chosen.lock.entries):  # locked, but every edge to it is marked off
         return ("The lock leaves torch to a base image (e.g. `override-dependencies = [\"torch; sys_platform == "
-                "'never'\"]`), so it pins no torch to install or adopt: lock the image's torch (`torch==<its "
-                "version>`, and provision --lock --venv <the image's environment> adopts it), or install this lock "
-                "with its locker.")
+                "'never'\"]`), so it pins no torch to install: provision onto the image's environment, whose torch "
+                "becomes the baseline (`--venv <its prefix>`; what depends on torch is checked against it).")
     return "Check which environments install torch with `envbuild check-lock`."
 
 
