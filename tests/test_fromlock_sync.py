@@ -510,3 +510,26 @@ def test_a_lock_that_leaves_torch_to_the_base_image_provisions_onto_its_torch(
     assert bad.rc == 8, bad.output
     assert "needs-torch-211 1.0 requires torch>=2.11" in bad.stderr and "Traceback" not in bad.output
     assert "needs-torch-211" not in {d["name"] for d in pip_list(venv)}
+
+
+@pytest.mark.slow
+def test_home_links_and_unmet_requirements_said_once(gate_index: GateIndex, tmp_path: Path,
+                                                     run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    """--home with --lock makes $HOME/venv and $HOME/data as a stack's layout does (an existing file
+    where a link goes is refused, exit 4, and kept); no requirement a later stage meets is warned of."""
+    from support.gatelocks import uv_platform_lock
+
+    lock = uv_platform_lock(tmp_path, gate_index, linux_index="plain")
+    home = tmp_path / "operator"
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "notes.txt").write_text("mine")
+    clash = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--home", home)
+    assert clash.rc == 4, clash.output
+    assert (home / "data" / "notes.txt").read_text() == "mine"
+    (home / "data" / "notes.txt").unlink()
+    (home / "data").rmdir()
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--home", home)
+    assert res.rc == 0, res.output
+    assert (home / "venv").resolve() == (tmp_path / "data" / "venv").resolve()
+    assert (home / "data").is_symlink()
+    assert "left unmet by --no-deps" not in res.output  # trainer-utils' einops-like and torch came in other stages

@@ -34,7 +34,7 @@ from envbuild.fromlock.select import (
     read_lock,
     refuse,
 )
-from envbuild.fromlock.stack import stack_for, stage_files
+from envbuild.fromlock.stack import HOME_LINKS, stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.check import FileReport
@@ -607,15 +607,16 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     backend = installer_for(opts.backend).name
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
+    links = HOME_LINKS if opts.home is not None else None  # --home: $HOME/venv and $HOME/data, as the stacks make them
     spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
-                     torch_version=prepared.adopted, digest_plan=prepared.full)
+                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links)
     paths = layout.paths_for(spec, opts.root)
     if prepared.full is not None and opts.venv is not None:
         kept = _first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:
             prepared = kept
             spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
-                             torch_version=prepared.adopted, digest_plan=prepared.full)
+                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links)
     source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
               "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None,
               # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)

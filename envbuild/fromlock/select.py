@@ -90,7 +90,12 @@ def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
     """The lock at ``path`` and its sha256 (ConfigError, exit 2: missing, unreadable, a format
     provision does not install from, or not a readable lock of its format)."""
     text = read_lockfile(path)
-    kind = fmt or detect(path, text)
+    try:
+        kind = fmt or detect(path, text)
+    except ConfigError as exc:  # name only the formats provision installs from
+        raise ConfigError(f"{path}: cannot tell which kind of lock this is; provision --lock installs from a uv.lock "
+                          "or a pylock.toml", hint="Name it with --format uv.lock or --format pylock, or check any "
+                          "lockfile with `envbuild check-lock`.") from exc
     if kind not in SUPPORTED:
         raise ConfigError(
             f"{path}: provision --lock installs from uv.lock and pylock.toml; a {kind} file is not supported yet "

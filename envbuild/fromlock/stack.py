@@ -21,8 +21,13 @@ __all__ = ["stage_files", "stack_for"]
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+# ``--home``: the links a lock's environment gets, as the stacks' layouts name them ($HOME/venv, $HOME/data)
+HOME_LINKS = {"venv": "venv", "data": "data"}
+
+
 def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: bool = False,
-              torch_version: str | None = None, digest_plan: StagePlan | None = None) -> StackSpec:
+              torch_version: str | None = None, digest_plan: StagePlan | None = None,
+              links: dict[str, str] | None = None) -> StackSpec:
     """The stack provision runs for ``plan``. ``adopt``: the venv's torch is the lock's and is kept
     (no stage installs it; the packages already there are left out of ``plan``);
     ``torch_version``: what the adopted torch says at run time (the baseline's version);
@@ -49,7 +54,7 @@ def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: b
         python=chosen.env.python,
         abi=ABI(package="torch", version=version, local=local, protect=tuple(sorted(runtime)),
                 triton_provider=triton, adopt=adopt),
-        layout=Layout(root=root, links={}, min_free_gb=1.0), host=Host(), env={}, steps=tuple(steps),
+        layout=Layout(root=root, links=dict(links or {}), min_free_gb=1.0), host=Host(), env={}, steps=tuple(steps),
         digest=spec_digest({"lock_sha256": chosen.sha256, "environment": chosen.env.name, "adopt": adopt,
                             "stages": _digest_stages(digest_plan, adopt, pip_backend) if digest_plan
                             else {s.name: s.packages for s in steps}}))

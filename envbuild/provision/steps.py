@@ -44,6 +44,7 @@ class ProvisionRun:
     env: dict[str, str] | None = None  # the installers' environment (caches on the data root)
     warmup: warmup.Warmup | None = None  # the background `import torch` once the baseline is in
     inventory: list[Future[dict[str, Any]]] = field(default_factory=list)  # the receipt's, beside the import check
+    unmet_names: list[str] = field(default_factory=list)  # the --no-deps steps' packages: unmet requirements said once, at the end
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -100,9 +101,20 @@ def run_steps(run: ProvisionRun) -> None:
                     events.emit("debug", f"prefetching step {later[0].name} while {planned.name} installs")
             run_one(run, planned)
             done = planned.name
+        say_unmet(run)
     finally:
         if prefetcher is not None:
             prefetcher.close()
+
+
+def say_unmet(run: ProvisionRun) -> None:
+    """The requirements the ``--no-deps`` steps left unmet that no later step met: one warning each,
+    after the last step (a torch step's filelock, met by the next step, is not a warning)."""
+    if not run.unmet_names or run.manifest.baseline is None:
+        return
+    for f in guard.unmet_requirements(guard.scan(run.site), run.unmet_names, run.manifest.marker_env or {}):
+        events.emit("warn", f"{f.message} (left unmet by --no-deps)")
+        run.result.warnings.append(f.message)
 
 
 def import_listing(run: ProvisionRun) -> Path:
@@ -176,9 +188,8 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
         state.guard_seconds = round(report.seconds, 4)
         result.guard_seconds.append(report.seconds)
         state.warnings = [f.message for f in report.warnings]
-        for f in report.warnings:
-            events.emit("warn", f"step {planned.name}: {f.message} (left unmet by --no-deps)")
-            result.warnings.append(f.message)
+        if planned.step.no_deps:  # a later step may meet them: said after the last step (``say_unmet``)
+            run.unmet_names += [n for n in planned.step.names if n not in run.unmet_names]
     if not report.ok or (run.opts.strict and report.warnings):
         findings = report.violations or report.warnings
         message = _violation_message(planned, findings, before, guard.scan(site))
