@@ -8,6 +8,7 @@ the rest of those commands is unchanged.
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import TYPE_CHECKING
 
 from envbuild import events
@@ -309,9 +310,9 @@ def mirror(args: argparse.Namespace) -> int:
         return 0
     ui.print_text(f"{len(done.downloaded)} downloaded, {len(done.present)} already present ({done.bytes / 1e6:.1f} MB) "
                   f"for {chosen.env.name}; index: {done.index}")
-    ui.print_text(f"offline: envbuild provision --lock {chosen.path} --offline --wheelhouse {done.out}"
-                  + "".join(f" --extra {x}" for x in req.extras) + "".join(f" --group {g}" for g in req.groups)
-                  + (" --rebuild-mismatched" if req.rebuild_mismatched else ""))
+    ui.print_text("offline: " + shlex.join(["envbuild", "provision", "--lock", str(chosen.path), "--offline", "--wheelhouse",
+                              str(done.out), *req.sync.selection_argv(), *req.sync.install_argv(),
+                              *(["--rebuild-mismatched"] if req.rebuild_mismatched else [])]))
     return 0
 
 
@@ -349,10 +350,10 @@ def docker(args: argparse.Namespace) -> int:
         raise ConfigError(f"-o {output}: the Dockerfile's folder must be inside the build context {context} "
                           "(its COPY lines read the stage slices from there)") from None
     tool_src = tool_source(context, output.parent)
-    command = " ".join(["envbuild", "docker", "--lock", str(args.lock), *(f"--extra {x}" for x in req.extras),
-                        *(f"--group {g}" for g in req.groups), *(f"--environment {e}" for e in req.environment),
-                        *(["--rebuild-mismatched"] if req.rebuild_mismatched else [])]
-                       + (["--base", args.base] if args.base else []) + (["-o", str(args.output)] if args.output else []))
+    command = shlex.join(["envbuild", "docker", "--lock", str(args.lock), *req.sync.selection_argv(),
+                          *req.sync.install_argv(), *(a for e in req.environment for a in ("--environment", e)),
+                          *(["--rebuild-mismatched"] if req.rebuild_mismatched else [])]
+                         + (["--base", args.base] if args.base else []) + (["-o", str(args.output)] if args.output else []))
     opts = DockerOptions(base=args.base, root=args.root, steps_dir=steps_dir, command=command,
                          tool_src=tool_src.relative_to(context).as_posix() + "/" if tool_src != context else "")
     rendered = render_lock(prepared.plan, opts, command)
