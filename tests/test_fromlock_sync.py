@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fixtures import installer_env
 from support.gatelocks import GateIndex, ToolFailed, _run, _toml_list, uv_bin
+from support.syncflags import flags_of
 
 from envbuild.errors import EnvbuildError
 from envbuild.fromlock.run import LockRequest, prepare
-from envbuild.fromlock.uvsync import SyncFlags
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 EXAMPLES = int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "12"))
@@ -188,23 +188,6 @@ def selections(project: Project) -> list[list[str]]:
     if project.shape.torch_in == "accelerators":
         out += [["--extra", "cpu", "--extra", "cu128"]]
     return out
-
-
-def flags_of(argv: list[str]) -> SyncFlags:
-    """``argv`` as envbuild's own command line parses it (the same parser ``plan --lock`` has)."""
-    import argparse
-
-    from envbuild.fromlock.cli import add_selection_args
-
-    parser = argparse.ArgumentParser()
-    add_selection_args(parser)
-    ns = parser.parse_args(argv)
-    return SyncFlags(extras=tuple(ns.extra), all_extras=ns.all_extras, no_extras=tuple(ns.no_extra),
-                     groups=tuple(ns.group), only_groups=tuple(ns.only_group), no_groups=tuple(ns.no_group),
-                     all_groups=ns.all_groups, no_default_groups=ns.no_default_groups, no_dev=ns.no_dev,
-                     only_dev=ns.only_dev, packages=tuple(ns.package), all_packages=ns.all_packages,
-                     no_editable=ns.no_editable, no_install_project=ns.no_install_project,
-                     no_install_workspace=ns.no_install_workspace)
 
 
 def uv_sync_installs(folder: Path, argv: list[str], venv: Path, home: Path) -> dict[str, str] | str:

@@ -31,7 +31,7 @@ from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.model import Entry, Environment, Format, LockParseError, Members, ParsedLock
-from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries
+from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 from envbuild.gate.names import canonical
 
 __all__ = ["Chosen", "Request", "choose", "gate", "host_platform_key", "read_lock"]
@@ -158,8 +158,16 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
     exported = export(path, request.sync) if lock.format == "uv.lock" else None
     if exported is not None:
         return _as_uv_selects(lock, sha256, envs, exported, request.sync)
+    if lock.format == "uv.lock":
+        from envbuild import events
+
+        why = ("the project's pyproject.toml is not beside the lock" if not (path.parent / "pyproject.toml").is_file()
+               else "uv reads a lock named uv.lock" if path.name != "uv.lock" else "uv is not installed")
+        events.emit("warn", f"{path}: {why}, so uv cannot say what a selection installs: envbuild chooses between the lock's conflicting extras/groups alone "
+                    "(--extra/--group), and installs every extra that conflicts with nothing; keep the lock beside "
+                    "its pyproject.toml for uv sync's own selection")
     if request.sync.beyond_conflicts:
-        where = ("the project's pyproject.toml is not beside the lock, so uv cannot say what they select"
+        where = ("uv cannot say what they select here (see the warning above)"
                  if lock.format == "uv.lock" else f"a {lock.format} file records no such selection")
         raise ConfigError(f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
                           hint="Keep the lock beside its pyproject.toml (and its workspace members'), or choose between "
@@ -195,6 +203,13 @@ def _as_uv_selects(lock: ParsedLock, sha256: str, envs: list[Environment], expor
     selection of the lock's conflicting items that installs the same torch and most of the same
     packages: the gate's rules run on it, and it names the choice in the receipt."""
     entries = match_entries(lock, exported, envs[0].values)
+    names = [e.name for e in entries]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the export holds two forks at once: extras that conflict, switched on through others
+        reason = sync_refusal(lock.path, flags, envs[0].python)
+        if reason is not None:
+            raise ConfigError(f"{lock.path}: uv refuses this selection ({flags.sync_command()}): {reason}",
+                              hint="Choose one of the conflicting extras/groups.")
     keys = {e.key for e in entries}
     torch = {e.key for e in entries if e.name == "torch"}
     best: tuple[tuple[int, int, int], Environment, Members] | None = None

@@ -4,7 +4,7 @@ The selection flags are uv sync's, flag for flag (``SyncFlags``): ``--extra``, `
 ``--no-extra``, ``--group``, ``--only-group``, ``--no-group``, ``--all-groups``,
 ``--no-default-groups``, ``--no-dev``, ``--only-dev``, ``--package``. Rather than a second reading
 of uv's rules (default groups, extras switched on through other extras, workspace members and
-their extras, conflicts), the locker answers: ``uv export --frozen --format pylock.toml`` with the
+their extras, conflicts), the locker answers: ``uv export --frozen`` (requirements format) with the
 same flags lists every package the selection installs, each with the marker that says where. The
 markers are evaluated here for the target platform and Python, and what holds is matched to the
 uv.lock's own entries (name, version, and the file hashes where a name has several entries), so
@@ -29,7 +29,7 @@ from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.gate.names import canonical
 
-__all__ = ["Exported", "SyncFlags", "export", "match_entries", "uv_binary"]
+__all__ = ["Exported", "SyncFlags", "export", "match_entries", "sync_refusal", "uv_binary"]
 
 
 @dataclass(frozen=True)
@@ -115,16 +115,20 @@ def uv_binary() -> str | None:
 
 def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     """uv's export of ``flags``' selection of the lock at ``lock_path``; None where uv cannot say
-    (no pyproject.toml beside the lock, or no uv). ConfigError (exit 2): uv refuses the selection."""
+    (no pyproject.toml beside the lock, a lock not named uv.lock, or no uv). ConfigError (exit 2):
+    uv refuses the selection.
+
+    The requirements format, not pylock.toml: uv's pylock export downloads every file the lock
+    records no hash for (to write one), so it needs the network where the install itself may not
+    (a wheel from a host this machine cannot reach, for another platform)."""
     folder = lock_path.parent
-    if not (folder / "pyproject.toml").is_file():
+    if not (folder / "pyproject.toml").is_file() or lock_path.name != "uv.lock":
         return None
     uv = uv_binary()
     if uv is None:
         return None
-    argv = [uv, "export", "--frozen", "--format", "pylock.toml", "--no-header", "--quiet", *flags.selection_argv()]
-    if lock_path.name != "uv.lock":  # uv reads <project>/uv.lock: a lock under another name is refused by the caller
-        return None
+    argv = [uv, "export", "--frozen", "--format", "requirements.txt", "--no-header", "--no-annotate", "--quiet",
+            *flags.selection_argv()]
     env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")}
     env["NO_COLOR"] = "1"
     try:
@@ -135,11 +139,75 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
         reason = _uv_reason(out.stderr)
         raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): {reason}",
                           hint=_flag_hint(folder))
+    return parse_requirements(out.stdout, _local_names(lock_path))
+
+
+def _local_names(lock_path: Path) -> dict[str, str]:
+    """{a local package's folder, normalised: its name} of the lock's editable/directory/virtual/path sources."""
     try:
-        data = toml_loads(out.stdout)
-    except LockParseError as exc:
-        raise ConfigError(f"{lock_path}: uv export wrote no readable pylock.toml ({exc})") from exc
-    return [_exported(p) for p in data.get("packages", []) or [] if isinstance(p, dict)]
+        data = toml_loads(lock_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, LockParseError):
+        return {}
+    out: dict[str, str] = {}
+    for p in data.get("package", []) or []:
+        source = p.get("source") if isinstance(p, dict) else None
+        if not isinstance(source, dict) or not isinstance(p.get("name"), str):
+            continue
+        for key in ("editable", "directory", "virtual", "path"):
+            if isinstance(source.get(key), str):
+                out[_norm(source[key])] = str(canonical(p["name"]))
+    return out
+
+
+def _norm(path: str) -> str:
+    import posixpath
+
+    return posixpath.normpath(path.removeprefix("file://"))
+
+
+def parse_requirements(text: str, local: dict[str, str]) -> list[Exported]:
+    """uv's requirements export: ``name==version ; marker`` (with ``--hash`` options), ``name @ URL``,
+    ``-e ./member`` and ``./folder`` lines, continued with backslashes."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    logical: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        current = f"{current} {line}".strip()
+        if current.endswith("\\"):
+            current = current[:-1].strip()
+            continue
+        logical.append(current)
+        current = ""
+    if current:
+        logical.append(current)
+    out: list[Exported] = []
+    for line in logical:
+        parts = line.split()
+        hashes = frozenset(p.split(":", 1)[1] for p in parts if p.startswith("--hash=sha256:"))
+        body = " ".join(p for p in parts if not p.startswith("--hash="))
+        editable = body.startswith("-e ")
+        body = body.removeprefix("-e ").strip()
+        where, _, marker = body.partition(" ; ")
+        if editable or where.startswith((".", "/", "file:")):
+            name = local.get(_norm(where.strip()))
+            if name is None:
+                raise ConfigError(f"uv export lists the local package {where.strip()}, which the lock names no package "
+                                  "at (a lock older than its pyproject.toml?)", hint="Re-lock with `uv lock`.")
+            out.append(Exported(name=name, version=None, marker=marker.strip() or None, hashes=hashes,
+                                directory=where.strip(), editable=editable))
+            continue
+        try:
+            req = Requirement(body)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"uv export wrote a line envbuild cannot read: {body!r} ({exc})") from exc
+        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        out.append(Exported(name=str(canonical(req.name)), version=pins[0] if pins else None,
+                            marker=str(req.marker) if req.marker else None, hashes=hashes))
+    return out
 
 
 def _uv_reason(stderr: str) -> str:
@@ -165,19 +233,35 @@ def _flag_hint(folder: Path) -> str:
     return ("The project defines " + "; ".join(parts) + ".") if parts else "The project defines no extras or groups."
 
 
-def _exported(p: dict[str, Any]) -> Exported:
-    hashes: set[str] = set()
-    for w in p.get("wheels", []) or []:
-        if isinstance(w, dict) and isinstance(w.get("hashes"), dict) and isinstance(w["hashes"].get("sha256"), str):
-            hashes.add(w["hashes"]["sha256"])
-    for key in ("sdist", "archive"):
-        f = p.get(key)
-        if isinstance(f, dict) and isinstance(f.get("hashes"), dict) and isinstance(f["hashes"].get("sha256"), str):
-            hashes.add(f["hashes"]["sha256"])
-    d = p.get("directory") if isinstance(p.get("directory"), dict) else None
-    return Exported(name=str(canonical(str(p.get("name", "")))), version=str(p["version"]) if p.get("version") else None,
-                    marker=str(p["marker"]) if p.get("marker") else None, hashes=frozenset(hashes),
-                    directory=str(d.get("path")) if d else None, editable=bool(d and d.get("editable")))
+def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
+    """uv sync's own reason for refusing ``flags`` (``uv sync --frozen --dry-run`` into a venv that is
+    never made, offline), or None when it accepts them or cannot be asked (no interpreter of
+    ``python`` here). uv export does not check conflicts that extras switch on through other extras
+    (a root extra enabling two conflicting extras of a workspace member); uv sync does."""
+    import tempfile
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.installer.python import find_interpreter
+
+    uv = uv_binary()
+    try:
+        exe = find_interpreter(python, require_fit=False).executable
+    except EnvbuildError:
+        return None
+    if uv is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="envbuild-uv-dry-") as tmp:
+        env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "VIRTUAL_ENV")}
+        env.update({"UV_PROJECT_ENVIRONMENT": str(Path(tmp) / "venv"), "UV_OFFLINE": "1", "NO_COLOR": "1"})
+        try:
+            out = subprocess.run([uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *flags.selection_argv()],
+                                 cwd=lock_path.parent, env=env, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    if out.returncode == 0:
+        return None
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    return _uv_reason("\n".join(lines)) if lines else None
 
 
 def holds(marker: str | None, values: dict[str, str]) -> bool:

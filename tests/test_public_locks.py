@@ -1,0 +1,129 @@
+"""``plan --lock`` on the locks ML projects commit selects what ``uv sync --frozen`` installs.
+
+``tests/data/publocks/<name>/`` holds six public projects' ``uv.lock`` with their ``pyproject.toml``
+(and their workspace members'), byte for byte at the commit ``SOURCE.txt`` names: Zyphra/Zonos
+bc40d98, karpathy/nanochat 92d63d4, nvidia-cosmos/cosmos-reason2 a3b4a1d (a workspace member's
+extras switched on by the root's), nvidia-cosmos/cosmos-transfer2.5 2ff49d0 (the root extra
+``cu128`` pulls ``cosmos-oss[cu128_torch27]``), huggingface/lerobot 7427f31 (69 extras),
+allenai/open-instruct e6c3044 (default groups ``dev`` and ``cuda12``, conflicting ``cuda13``).
+
+For each selection, the reference is uv itself on this host: ``uv sync --frozen --dry-run`` with
+the same flags (offline, nothing installed) lists every package it would install; the plan's
+stages must hold exactly those, name and version. A selection uv refuses is refused with uv's
+reason; one whose packages hold no torch is refused as such.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from support.fixtures import installer_env
+from support.gatelocks import uv_bin
+from support.syncflags import flags_of
+
+from envbuild.errors import EnvbuildError
+from envbuild.fromlock.run import LockRequest, prepare, python_for_lock
+from envbuild.fromlock.stages import Placed
+
+LOCKS = Path(__file__).resolve().parent / "data" / "publocks"
+
+SELECTIONS: dict[str, list[list[str]]] = {
+    "zonos": [[], ["--extra", "compile"], ["--all-extras"], ["--no-dev"]],
+    "nanochat": [[], ["--extra", "cpu"], ["--extra", "gpu"], ["--extra", "cpu", "--extra", "gpu"],
+                 ["--extra", "gpu", "--group", "dev"]],
+    "cosmos-reason2": [[], ["--extra", "cu128"], ["--extra", "cu130"], ["--extra", "cu128", "--no-dev"],
+                       ["--extra", "cu128", "--extra", "cu130"]],
+    "cosmos-transfer2.5": [[], ["--extra", "cu128"], ["--extra", "cu130"], ["--extra", "cu128", "--extra", "gradio"],
+                           ["--all-extras"]],
+    "lerobot": [[], ["--extra", "training"], ["--extra", "all"], ["--all-extras", "--no-extra", "all"]],
+    "open-instruct": [[], ["--group", "cuda13", "--no-group", "cuda12"], ["--no-default-groups"], ["--all-groups"],
+                      ["--extra", "code", "--only-group", "cuda12"]],
+}
+
+# HOME is the test's own: pyenv's shims find its interpreters through PYENV_ROOT
+PYENV = {"PYENV_ROOT": os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")}
+_LINE = re.compile(r"^ \+ (\S+?)(?:==(\S+?)(?: \(from .*\))?| @ (\S+))$")
+
+
+def python_of(folder: Path) -> str:
+    pinned = folder / ".python-version"
+    if pinned.is_file():
+        return ".".join(pinned.read_text().split()[0].split(".")[:2])
+    return python_for_lock(folder / "uv.lock")
+
+
+def uv_would_install(folder: Path, argv: list[str], python: str, tmp: Path) -> dict[str, str] | str:
+    """{name: version} of ``uv sync --frozen --dry-run ARGV`` into a new venv, or uv's refusal."""
+    env = installer_env(tmp / "home", {"UV_PROJECT_ENVIRONMENT": str(tmp / "venv"), "UV_OFFLINE": "1", **PYENV})
+    env.pop("UV_NO_CONFIG")
+    out = subprocess.run([uv_bin(), "sync", "--frozen", "--dry-run", "--python", python, *argv], cwd=folder, env=env,
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        return out.stderr
+    got = {}
+    for line in out.stderr.splitlines() + out.stdout.splitlines():
+        m = _LINE.match(line)
+        if m:  # a version, or "@ URL" for a direct URL, a git pin or a local folder
+            got[m.group(1).lower().replace("_", "-")] = m.group(2) or f"@ {m.group(3)}"
+    return got
+
+
+def _ours(p: Placed) -> str:
+    """A planned package as uv's dry run names it: its version, or ``@ URL`` where uv gives its source."""
+    from urllib.parse import unquote
+
+    if p.stage == "project" or p.line.startswith(("-e ", f"{p.entry.name} @ git+")):
+        return "@"
+    if p.artifact is not None and p.entry.url:
+        return f"@ {unquote(p.artifact.url)}"
+    return p.entry.version or ""
+
+
+def _same(ours: str, uv: str) -> bool:
+    from urllib.parse import unquote
+
+    return ours == "@" and uv.startswith("@") or ours == uv or unquote(ours) == unquote(uv)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SELECTIONS))
+def test_public_lock_selections_equal_uv_sync(name: str, tmp_path: Path) -> None:
+    folder = LOCKS / name
+    python = python_of(folder)
+    from envbuild.installer.python import find_interpreter
+
+    try:  # an interpreter of the lock's Python for uv sync (pyenv's are found here, as provision finds them)
+        exe = str(find_interpreter(python, require_fit=False).executable)
+    except EnvbuildError:
+        pytest.skip(f"no Python {python} here for uv sync (the lock's)")
+    compared = 0
+    for argv in SELECTIONS[name]:
+        what = f"{name} {argv}"
+        uv = uv_would_install(folder, argv, exe, tmp_path)
+        flags = flags_of(argv)
+        req = LockRequest(lock=folder / "uv.lock", extras=flags.extras, groups=flags.groups, sync=flags)
+        try:
+            ours: dict[str, str] | EnvbuildError = {
+                p.entry.name: _ours(p) for p in prepare(req, python, refusing=False).plan.placed}
+        except EnvbuildError as exc:
+            ours = exc
+        if isinstance(uv, str):  # refused: for uv's reason, or (a wheel for no Python here) for the lock's files
+            assert isinstance(ours, EnvbuildError), (what, uv)
+            no_wheel = "wheel" in uv and "has no file that installs on Python" in ours.message
+            assert no_wheel or "uv refuses this selection" in ours.message, (what, uv, ours.message)
+            reason = uv.strip().splitlines()[-1].removeprefix("error: ")
+            assert no_wheel or reason in ours.message, (what, reason, ours.message)
+            continue
+        if "torch" not in uv:
+            assert isinstance(ours, EnvbuildError) and "installs no torch" in ours.message, (what, ours)
+            continue
+        assert not isinstance(ours, EnvbuildError), (what, ours.message)
+        assert set(ours) == set(uv), (what, sorted(set(ours) ^ set(uv)))
+        assert all(_same(ours[k], uv[k]) for k in ours), (what, {k: (ours[k], uv[k]) for k in ours
+                                                               if not _same(ours[k], uv[k])})
+        compared += 1
+    assert compared >= 2, f"{name}: fewer than two selections installed torch"
