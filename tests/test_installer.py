@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.index.pipconf import _cache_file
 from envbuild.installer import (
     Installer,
     PipInstaller,
@@ -14,7 +15,6 @@ from envbuild.installer import (
     installer_for,
     pip_config_sources,
 )
-from envbuild.installer.pip import _cache_file
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:

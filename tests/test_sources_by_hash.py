@@ -210,7 +210,7 @@ def test_pip_config_sources_take_pips_precedence(tmp_path: Path, monkeypatch: py
     assert got.find_links == ("/from-install",) and got.index_url == "https://global.example/simple"
     got = pip_config_sources({**env, "PIP_FIND_LINKS": "/from-env /and-env"})
     assert got.find_links == ("/from-env", "/and-env")
-    assert json.loads((tmp_path / "cache" / "pip-config-sources.json").read_text())["find_links"] == ["/from-env",
+    assert json.loads((tmp_path / "cache" / "pip-config.json").read_text())["values"]["find-links"] == ["/from-env",
                                                                                                      "/and-env"]
 
 

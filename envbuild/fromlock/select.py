@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild.errors import ConfigError, LockError
+from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 from envbuild.gate.check import FileReport, check_file, read_lockfile
 from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.model import Entry, Environment, Format, LockParseError, Members, ParsedLock
-from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 from envbuild.gate.names import canonical
 
 __all__ = ["Chosen", "Request", "choose", "gate", "host_platform_key", "read_lock"]

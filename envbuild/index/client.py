@@ -136,12 +136,11 @@ def same_version(a: str, b: str) -> bool:
 
 
 def session() -> Any:
-    """A ``requests.Session`` for one run: connections kept alive across pages and downloads."""
-    import requests  # here, not at module level: it costs a tenth of every CLI start
+    """A ``requests.Session`` for one run: connections kept alive across pages and downloads,
+    trusted and routed as pip is (``index.http``)."""
+    from envbuild.index.http import session as configured
 
-    s = requests.Session()
-    s.headers["User-Agent"] = f"envbuild/{__version__}"
-    return s
+    return configured()
 
 
 _SESSION: list[Any] = []
@@ -172,7 +171,9 @@ def _fetch(url: str, *, accept: str | None = None, http: Any = None) -> tuple[by
         resp = retrying(url, lambda t: client.get(url, timeout=t, headers=headers), timeout=TIMEOUT,
                         deadline=deadline_seconds(DEADLINE), grow=1.0)
     except requests.exceptions.RequestException as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        from envbuild.index.net import failure
+
+        why = failure(exc)[1]
         raise SourceError(f"cannot reach {redact(url)}: {redact(why)[:300]}",
                           hint="Check the network and the step's index_url/find_links, or work offline "
                           "against a wheelhouse folder (find_links) with no_index = true.") from None
@@ -383,17 +384,18 @@ def _wheel_metadata(data: bytes | Path) -> str:
     raise ValueError("no .dist-info/METADATA in the wheel")
 
 
-def _sdist_requires(data: bytes, filename: str) -> list[str]:
+def _sdist_requires(data: bytes | Path, filename: str) -> list[str]:
     pkg_info = requires_txt = None
     if filename.endswith(".zip"):
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        with zipfile.ZipFile(data if isinstance(data, Path) else io.BytesIO(data)) as zf:
             for name in zf.namelist():
                 if name.count("/") == 1 and name.endswith("/PKG-INFO"):
                     pkg_info = zf.read(name).decode("utf-8", "replace")
                 elif name.endswith(".egg-info/requires.txt") and requires_txt is None:
                     requires_txt = zf.read(name).decode("utf-8", "replace")
     else:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
+        with (tarfile.open(name=data, mode="r:gz") if isinstance(data, Path)
+              else tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")) as tf:
             for m in tf.getmembers():
                 if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"):
                     f = tf.extractfile(m)
@@ -433,16 +435,27 @@ def requires_of(artifact: Artifact) -> list[str]:
     cached = _cache_get(artifact.sha256)
     if cached is not None:
         return cached
-    if artifact.is_wheel and artifact.metadata_url and artifact.local_path is None:
-        reqs = parse_requires(read_bytes(artifact.metadata_url).decode("utf-8", "replace"))
-    elif artifact.local_path is not None and artifact.is_wheel:
-        reqs = parse_requires(_wheel_metadata(artifact.local_path))
-    else:
-        data = read_bytes(artifact.url)
-        if artifact.sha256 and hashlib.sha256(data).hexdigest() != artifact.sha256:
-            raise SourceError(f"{redact(artifact.url)}: the download does not match its sha256 "
-                                 f"{artifact.sha256} (tampered or re-uploaded file)")
-        reqs = parse_requires(_wheel_metadata(data)) if artifact.is_wheel else _sdist_requires(data, artifact.filename)
+    if artifact.local_path is not None:
+        if artifact.is_wheel:
+            reqs = parse_requires(_wheel_metadata(artifact.local_path))
+        else:
+            data = read_bytes(artifact.url)
+            if artifact.sha256 and hashlib.sha256(data).hexdigest() != artifact.sha256:
+                raise SourceError(f"{redact(artifact.url)}: the file does not match its sha256 {artifact.sha256}")
+            reqs = _sdist_requires(data, artifact.filename)
+    else:  # never the whole file in memory: the metadata file, ranges, else streamed to disk (``remotezip``)
+        from envbuild.index.remotezip import remote_metadata
+
+        text, path = remote_metadata(artifact.url, artifact.sha256, http=_default_session(), timeout=TIMEOUT,
+                                     wheel=artifact.is_wheel, metadata_url=artifact.metadata_url)
+        if text is not None:
+            reqs = parse_requires(text)
+        else:
+            assert path is not None
+            try:
+                reqs = _sdist_requires(path, artifact.filename)
+            finally:
+                path.unlink(missing_ok=True)
     _cache_put(artifact.sha256, reqs)
     return reqs
 

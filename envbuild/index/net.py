@@ -177,6 +177,9 @@ def failure(exc: Exception, timeouts: Timeouts | None = None) -> tuple[str, str]
             isinstance(exc, requests.exceptions.ConnectionError) and "timed out" in text.lower()):
         return "timeout", f"slow (no answer within {timeouts[1]:g} s)" if timeouts else "slow"
     if isinstance(exc, requests.exceptions.SSLError):
+        if "CERTIFICATE_VERIFY_FAILED" in text:
+            return "final", ("its TLS certificate is not trusted (CERTIFICATE_VERIFY_FAILED): no CA of the system "
+                             "trust store, of pip's `cert` or of REQUESTS_CA_BUNDLE signed it")
         return "final", _first_line(exc)
     if isinstance(exc, requests.exceptions.ConnectionError):
         if any(s in text for s in _DNS):
@@ -236,12 +239,15 @@ def probe(location: str, timeout: float = DEFAULT_TIMEOUT, *, project: str | Non
             netloc += f":{parts.port}"
         url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     clock = Deadline(deadline if deadline is not None else max(deadline_seconds(), timeout))
+    from envbuild.index.http import session
+
+    http = session()  # trusted and routed as pip is
 
     def ask(target: str) -> requests.Response:
         def send(t: Timeouts) -> requests.Response:
-            resp = requests.head(target, timeout=t, auth=auth, allow_redirects=True)
+            resp = http.head(target, timeout=t, auth=auth, allow_redirects=True)
             if resp.status_code in (405, 501):  # HEAD refused: a GET's headers, its body left unread
-                resp = requests.get(target, timeout=t, auth=auth, stream=True, allow_redirects=True)
+                resp = http.get(target, timeout=t, auth=auth, stream=True, allow_redirects=True)
                 resp.close()
             return resp
 
