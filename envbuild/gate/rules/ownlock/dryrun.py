@@ -53,17 +53,23 @@ def _stand_in(site: Path, name: str, version: str, requires: list[str]) -> None:
 
 
 def _interpreter(spec: StackSpec, ctx: StackContext) -> tuple[Path, bool]:
-    """The venv's interpreter, and whether it is the stack's Python (else uv resolves for it)."""
+    """The venv's interpreter, and whether it is the stack's Python on the stack's machine (else uv
+    resolves for the target: pip evaluates markers for the host, whatever --platform says)."""
+    import platform
+
     try:
-        return find_python(spec.python), True
+        python = find_python(spec.python)
+        if sys.platform == "linux" and platform.machine() == spec.target.arch:
+            return python, True
     except PreflightError:
-        if find_uv() is None:
-            ctx.note(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
-                     f"no Python {spec.python} (the stack's) and no uv were found")
-            return Path(sys.executable), True
-        ctx.note(f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
-                 f"(no Python {spec.python} here)")
-        return Path(sys.executable), False
+        python = None
+    if find_uv() is None:
+        ctx.note(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
+                 f"no Python {spec.python} (the stack's) on its machine and no uv were found")
+        return Path(sys.executable), True
+    ctx.note(f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
+             f"({'the target is another machine' if python is not None else f'no Python {spec.python} here'})")
+    return Path(sys.executable), False
 
 
 def check(ctx: StackContext) -> None:
