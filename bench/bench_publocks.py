@@ -5,8 +5,9 @@
 
 The locks are the ones committed under ``tests/data/publocks/`` (each folder's ``SOURCE.txt`` names
 the repository and commit), copied to a scratch folder; both tools install the locker's default
-selection for the lock's own Python (``.python-version``), from the real indexes (PyPI: several GB
-of CUDA wheels per cold install). Per lock and round, in alternating order:
+selection for the lock's own Python (``.python-version``), with ``--no-install-workspace`` (the
+projects' own sources are not here), from the real indexes (PyPI: several GB of CUDA wheels per
+cold install). Per lock and round, in alternating order:
 
 - ``cold``: empty caches: ``uv sync --frozen`` with a new ``UV_CACHE_DIR`` into a new venv, and
   ``envbuild provision --lock`` into a new data root (its uv cache is under the root);
@@ -75,11 +76,11 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str]) -> dict[
     def uv_sync(cache: Path) -> tuple[float, Path]:
         venv = fresh("uv-venv")
         e = {**env, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_CACHE_DIR": str(cache)}
-        return _run([_uv(), "sync", "--frozen", "--no-install-project", "--python", exe], e, cwd=project)[0], venv
+        return _run([_uv(), "sync", "--frozen", "--no-install-workspace", "--python", exe], e, cwd=project)[0], venv
 
     def provision(root: Path) -> tuple[float, Path]:
         seconds, output = _run([sys.executable, "-m", "envbuild", "provision", "--lock", str(lock), "--root", str(root),
-                                "--python", exe, "--no-install-project"], env)
+                                "--python", exe, "--no-install-workspace"], env)
         steps = [ln for ln in output.splitlines() if "step 1/" in ln]
         assert steps and " torch: " in steps[0], f"{name}: envbuild's first step is not torch: {steps[:1]}"
         manifest = json.loads((root / ".envbuild" / "manifest.json").read_text())
@@ -127,7 +128,9 @@ def _uv() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--locks", nargs="+", default=["zonos", "nanochat", "cosmos-reason2"])
+    # zonos bc40d98 does not install here: its sudachidict-full sdist downloads its dictionary from a host
+    # this machine cannot reach at build time (uv sync fails the same way)
+    ap.add_argument("--locks", nargs="+", default=["nanochat", "cosmos-reason2"])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()

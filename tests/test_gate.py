@@ -355,3 +355,22 @@ def test_a_torch_no_environment_installs_is_named_as_locked(gate_index: GateInde
     assert "is locked but no environment installs it" in res.output, res.output
     res = run_envbuild("plan", "--lock", str(lock), "--environment", "linux-x86_64")  # nothing to adopt or install
     assert res.rc == 2 and "leaves torch to a base image" in res.stderr, res.output
+
+
+def test_base_findings_are_filed_under_the_heads_rows(run_envbuild: Run, gate_index: GateIndex, tmp_path: Path) -> None:
+    """The head splits linux by Python (a dependency only 3.12+ takes), the base did not: the
+    downgrade found in the base's environments is named by the head's rows, counted in them, and no
+    row of a downgraded environment says ok (PipelineRL 101c31a against 2f2d2ac did)."""
+    lock = _repo_with(tmp_path, uv_platform_lock(tmp_path, gate_index))
+    shutil.copy(uv_platform_lock(tmp_path, gate_index, linux_torch="2.9.1",
+                                 deps=["einops-like==0.8.1; python_version >= '3.12'"]), lock)
+    r = run_envbuild("check-lock", str(lock), "--base", "main", "--offline", "--json")
+    assert r.rc == ExitCode.LOCK, r.output
+    doc = _json(r)["files"][0]
+    rows = {e["name"]: e for e in doc["environments"]}
+    (finding,) = [f for f in doc["findings"] if f["rule"] == "torch-downgrade"]
+    assert finding["environments"] and set(finding["environments"]) <= set(rows), (finding, sorted(rows))
+    linux = [name for name in rows if name.startswith("linux")]
+    assert linux and all(rows[name]["findings"] >= 1 for name in linux), rows
+    table = run_envbuild("check-lock", str(lock), "--base", "main", "--offline")
+    assert not [ln for ln in table.stdout.splitlines() if ln.lstrip().startswith("linux") and ln.rstrip().endswith(" ok")]

@@ -213,7 +213,11 @@ def test_package_level_conflict_and_the_default_environment(run_envbuild, gate_i
     files = _json(bad)["files"]
     assert isinstance(files, list)
     (finding,) = files[0]["findings"]
-    assert finding["rule"] == "torch-downgrade" and finding["environments"] == ["linux x86_64, default (project trainer)"]
+    # filed under the head's rows (the default and the selection that installs the same torch), and counted there
+    row = "linux x86_64, default (project trainer) and 1 more selection"
+    assert finding["rule"] == "torch-downgrade" and finding["environments"] == [row]
+    rows = {e["name"]: e for e in files[0]["environments"]}
+    assert rows[row]["findings"] == 1 and rows[row]["torch"] == "2.9.1"
 
 
 def test_default_groups_are_the_default_selection(run_envbuild, gate_index: GateIndex, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

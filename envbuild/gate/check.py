@@ -13,7 +13,7 @@ from typing import Any
 from envbuild.errors import ConfigError
 from envbuild.gate import accept as accepting
 from envbuild.gate.context import Context, View
-from envbuild.gate.environments import PLATFORMS, Narrow, choices, make_space
+from envbuild.gate.environments import PLATFORMS, Narrow, Space, choices, make_space
 from envbuild.gate.findings import EnvRow, FileReport, Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.groups import Group, group, judged_names
@@ -61,7 +61,7 @@ def _views(lock: ParsedLock, groups: list[Group], reach: Reach, torch_name: str)
         torches = by_name.get(torch_name, [])
         torch = torches[0] if len({t.version for t in torches}) == 1 and torches[0].version else None
         bare = Environment(g.env.platform, g.env.python, g.env.values)
-        views.append(View(g.env, members, torch, by_name, bare, g.selections, g.environments))
+        views.append(View(g.env, members, torch, by_name, bare, g.selections, g.environments, g.mask))
     return views
 
 
@@ -118,7 +118,7 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     for text in ctx.sources.notes():
         ctx.note(text)
     if base:
-        _history(ctx, path, kind, base, narrow, names)
+        _history(ctx, path, kind, base, narrow, names, space)
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
     report.environments = _rows(views, findings)
     report.findings = findings
@@ -167,7 +167,8 @@ def _rows(views: list[View], findings: list[Finding]) -> list[EnvRow]:
     return out
 
 
-def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None) -> None:
+def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None,
+             space: Space) -> None:
     rel, text = history.file_at_ref(path, ref)
     if text is None:
         ctx.note(f"--base {ref}: {rel} does not exist there; nothing to compare")
@@ -177,4 +178,4 @@ def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, n
     except LockParseError as exc:
         ctx.note(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return
-    history.check(ctx, old, ref, narrow, names)
+    history.check(ctx, old, ref, narrow, names, head=space)

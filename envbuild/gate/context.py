@@ -27,6 +27,7 @@ class View:
     bare: Environment  # the same platform and Python with no extra requested (declared requirements)
     selections: int = 1  # how many selections of extras/groups this view stands for
     environments: int = 1  # how many platform x Python x selection environments
+    mask: int = 0  # the environments it stands for, as bits of the check's space (``--base`` maps onto them)
 
     def torch_for(self, entry: Entry, lock: ParsedLock, torch_name: str) -> Entry | None:
         """The torch ``entry`` is installed with: the lock's own edge where it records one."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from envbuild.gate.context import Context
-from envbuild.gate.environments import Narrow, _covered, make_space
+from envbuild.gate.environments import Narrow, Space, _covered, make_space
 from envbuild.gate.groups import group
-from envbuild.gate.model import Entry, Members, ParsedLock
+from envbuild.gate.model import Entry, Environment, Members, ParsedLock
 from envbuild.gate.rules.pins import local_of, public_of
 
 __all__ = ["check", "file_at_ref", "moved"]
@@ -66,13 +66,47 @@ def _one(members: Members, name: str) -> Entry | None:
     return got[0] if len(versions) == 1 else None
 
 
-def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[str] | None = None) -> None:
+def _key(env: Environment) -> tuple[str, str, frozenset[str], frozenset[str]]:
+    return env.platform, env.python, env.extras, env.groups
+
+
+def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[str] | None = None,
+          head: Space | None = None) -> None:
     """Both locks walked over the base's environments (uv's pseudo-extras name the same items in
-    both), grouped by what either installs of the protected packages, each group compared once."""
+    both), grouped by what either installs of the protected packages, each group compared once.
+    A finding is filed under the head's environments that are the same platform, Python and
+    selection (the rows of the table); an environment only the base has is said to be gone."""
     space = make_space(old, narrow, names)
     before, after = old.walk(space), ctx.lock.walk(space)
     covered = _covered(ctx.lock, space)
     protected = sorted(ctx.policy.protected)
+    at_head: dict[tuple[str, str, frozenset[str], frozenset[str]], int] = {}
+    if head is not None:
+        at_head = {_key(head.env(j)): j for j in head.bits(head.active)}
+
+    def where(mask: int) -> tuple[list[Environment], list[Environment]]:
+        """The head's views of the base environments in ``mask``, and those the head has not."""
+        views, gone = [], []
+        for jb in space.bits(mask):
+            j = at_head.get(_key(space.env(jb)))
+            hit = [v for v in ctx.views if j is not None and v.mask >> j & 1]
+            if not hit:
+                gone.append(space.env(jb))
+            views += [v.env for v in hit if v.env not in views]
+        return views, gone
+
+    def add(name: str, rule: str, reason: str, mask: int, base_env: Environment, entry: Entry | None = None) -> None:
+        if head is None:
+            ctx.add(name, rule, reason, base_env, entry)
+            return
+        views, gone = where(mask)
+        for env in views:
+            ctx.add(name, rule, reason, env, entry)
+        if gone:
+            ctx.add(name, rule, reason, base_env, entry)
+            ctx.note(f"--base {ref}: {len(gone)} environment(s) of the base are gone from this lock "
+                     f"(e.g. {gone[0].name})")
+
     for g in group(space, before, set(protected), after):
         was, now = before.members(g.j), after.members(g.j)
         env = g.env
@@ -81,15 +115,15 @@ def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[st
             if b_entry is None or b_entry.version is None:
                 continue
             if not covered >> g.j & 1:
-                ctx.add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; this lock no longer covers "
-                        "the environment", env)
+                add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; this lock no longer covers "
+                    "the environment", g.mask, env)
                 continue
             a_entry = _one(now, name)
             if a_entry is None or a_entry.version is None:
                 if not any(e.name == name for e in now.entries):
-                    ctx.add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; not installed here any more",
-                            env)
+                    add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; not installed here any more",
+                        g.mask, env)
                 continue
             change = moved(name, b_entry.version, a_entry.version, ref)
             if change is not None:
-                ctx.add(name, change[0], change[1], env, a_entry)
+                add(name, change[0], change[1], g.mask, env, a_entry)
