@@ -127,3 +127,26 @@ def test_public_lock_selections_equal_uv_sync(name: str, tmp_path: Path) -> None
                                                                if not _same(ours[k], uv[k])})
         compared += 1
     assert compared >= 2, f"{name}: fewer than two selections installed torch"
+
+
+def test_an_environment_with_no_torch_file_is_said_so(tmp_path: Path) -> None:
+    """huggingface/lerobot 7427f31 locks torch 2.11.0, which PyPI publishes no macOS x86_64 wheel of:
+    that row says "no file for this platform" (a note, exit 0), and a finding where --environment
+    names that platform (exit 8)."""
+    import json
+    import sys
+
+    lock = LOCKS / "lerobot" / "uv.lock"
+    env = installer_env(tmp_path / "home")
+    run = [sys.executable, "-m", "envbuild", "check-lock", "--offline", str(lock)]
+    ok = subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    rows = {r["name"]: r for r in json.loads(ok.stdout)["files"][0]["environments"]}
+    assert rows["macos x86_64, python 3.12–3.14"]["installable"] is False
+    assert rows["linux x86_64, python 3.12–3.14"]["installable"] is True
+    table = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    assert "no file for this platform" in table.stdout
+    named = subprocess.run([*run, "--environment", "macos-x86_64"], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert named.returncode == 8, named.stdout + named.stderr
+    assert "[no-file]" in named.stdout and "Traceback" not in named.stderr

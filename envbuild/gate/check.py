@@ -119,8 +119,16 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         ctx.note(text)
     if base:
         _history(ctx, path, kind, base, narrow, names, space)
+    nofile = {v.env.name for v in views if not _installable(v, policy.torch)}
+    for v in views:
+        if v.env.name in nofile and narrow.environment:  # asked for by name: a finding, not a note
+            ctx.add(policy.torch, "no-file", f"the lock has no file of {policy.torch} that installs on "
+                    f"{v.env.platform}, python {v.env.python}", v.env, (v.by_name.get(policy.torch) or [None])[0])
+    if nofile and not narrow.environment:
+        ctx.note(f"{len(nofile)} environment(s) have no file of {policy.torch} that installs there (no file for "
+                 "this platform): not judged as installable; --environment makes it a finding")
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
-    report.environments = _rows(views, findings)
+    report.environments = _rows(views, findings, nofile)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]
     report.unverified = ctx.explanations()
@@ -129,7 +137,19 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     return report
 
 
-def _rows(views: list[View], findings: list[Finding]) -> list[EnvRow]:
+def _installable(view: View, torch_name: str) -> bool:
+    """Whether the view's torch has a file that installs there: a wheel whose tags fit its platform
+    and Python, or an sdist (True where the lock names no files: a git pin, a folder)."""
+    from envbuild.gate.tags import installs_on
+
+    entries = view.by_name.get(torch_name) or []
+    files = [f for e in entries for f, _ in e.files]
+    if not entries or not files:
+        return True
+    return any(installs_on(f.rsplit("/", 1)[-1].split("#", 1)[0], view.env.platform, view.env.python) for f in files)
+
+
+def _rows(views: list[View], findings: list[Finding], nofile: set[str] = frozenset()) -> list[EnvRow]:  # type: ignore[assignment]
     """A table row per view, except that views of one platform and selection, with the same torch
     and the same findings, on consecutive Pythons, read as one row ("python 3.10–3.12"): they were
     judged apart (a torch dependency differs by Python) and answered alike. Findings name the rows."""
@@ -138,11 +158,11 @@ def _rows(views: list[View], findings: list[Finding]) -> list[EnvRow]:
     keyed: dict[tuple[Any, ...], list[View]] = {}
     for view in views:
         said = frozenset(i for i, f in enumerate(findings) if view.env.name in f.environments)
-        keyed.setdefault((view.env.platform, view.env.selection, view.torch.version if view.torch else None, said),
-                         []).append(view)
+        keyed.setdefault((view.env.platform, view.env.selection, view.torch.version if view.torch else None, said,
+                          view.env.name in nofile), []).append(view)
     rename: dict[str, str] = {}
     rows: list[tuple[int, EnvRow]] = []
-    for (_, _, torch, _), views_alike in keyed.items():
+    for (_, _, torch, _, no_file), views_alike in keyed.items():
         views_alike.sort(key=lambda v: order.index((v.env.pythons or (v.env.python,))[0]))
         runs: list[list[View]] = []
         for v in views_alike:
@@ -158,7 +178,7 @@ def _rows(views: list[View], findings: list[Finding]) -> list[EnvRow]:
                 rename[v.env.name] = env.name
             position = views.index(run[0])
             rows.append((position, EnvRow(env.name, torch, selections=max(v.selections for v in run),
-                                          count=sum(v.environments for v in run))))
+                                          count=sum(v.environments for v in run), installable=not no_file)))
     for f in findings:
         f.environments = list(dict.fromkeys(rename.get(n, n) for n in f.environments))
     out = [row for _, row in sorted(rows, key=lambda x: x[0])]

@@ -28,6 +28,8 @@ RULES: dict[str, str] = {
     "torch-downgrade": "with --base: an environment's torch is older than at the base revision",
     "torch-swap": "with --base: the same torch version with another local tag (a re-tag: +cu130 -> +cu128)",
     "torch-gone": "with --base: an environment that installed torch at the base revision no longer does",
+    "no-file": "with --environment naming it: the lock has no wheel or sdist of torch that installs there "
+               "(otherwise a note: the row says \"no file for this platform\")",
 }
 
 # Every rule ``check-lock`` applies to envbuild's own locks (a stack's lock.json and its step files,
@@ -116,10 +118,18 @@ class EnvRow:
     findings: int = 0
     selections: int = 1
     count: int = 1
+    installable: bool = True  # False: the lock has no file of its torch that installs here
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "torch": self.torch, "findings": self.findings,
-                "selections": self.selections, "environments": self.count}
+                "selections": self.selections, "environments": self.count, "installable": self.installable}
+
+    @property
+    def result(self) -> str:
+        """What the table's result column says of it."""
+        if self.findings:
+            return f"{self.findings} finding(s)"
+        return "ok" if self.installable else "no file for this platform"
 
 
 @dataclass

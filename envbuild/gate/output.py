@@ -121,7 +121,7 @@ def table_rows(report: FileReport) -> tuple[list[str], list[list[str]], str | No
     rows = report.environments
     if len(rows) <= TABLE_ROWS:
         return (["environment", "torch", "result"],
-                [[r.name, r.torch or "-", "ok" if not r.findings else f"{r.findings} finding(s)"] for r in rows], None)
+                [[r.name, r.torch or "-", r.result] for r in rows], None)
     groups: dict[str, list[Any]] = {}
     for r in rows:
         groups.setdefault(r.torch or "-", []).append(r)
@@ -144,7 +144,7 @@ def table(report: FileReport) -> Any:
     for c in columns:
         t.add_column(c)
     for row in rows:
-        t.add_row(*row, style=None if row[2] == "ok" else "red")
+        t.add_row(*row, style=None if row[2] == "ok" else "yellow" if row[2] == "no file for this platform" else "red")
     return t
 
 

@@ -120,7 +120,8 @@ def _pkg(name: str, version: str, requires: Sequence[str] = (), files: Mapping[s
 
 def _nvidia(name: str, version: str) -> WheelSpec:
     lib = name.removeprefix("nvidia-").rsplit("-", 1)[0].replace("-", "_")  # nvidia-cuda-runtime-cu12 -> cuda_runtime
-    return _pkg(name, version, files={f"nvidia/{lib}/VERSION": f"{name} {version}\n"})
+    # every PyPI nvidia-* wheel ships the same empty nvidia/__init__.py (a namespace shared by all of them)
+    return _pkg(name, version, files={f"nvidia/{lib}/VERSION": f"{name} {version}\n", "nvidia/__init__.py": ""})
 
 
 _FILELOCK = _pkg("filelock-like", "3.0")
