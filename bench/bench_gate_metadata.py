@@ -14,7 +14,8 @@ Each is read in a fresh child process by ``envbuild.index.client.requires_of`` (
 its cache empty), beside the old way (the whole file read into memory, ``read_bytes``) as the
 baseline. The child reports its peak RSS (``ru_maxrss``) and the seconds it took; the server counts
 the bytes it sent. Targets (issue 35): memory at most 200 MB either way, at most 5 MB read from the
-ranged server. Nothing here is a test (bench/README.md).
+ranged server. Then ``check-lock`` online against ``--offline`` on public locks (empty caches,
+real indexes): the time the metadata reads cost. Nothing here is a test (bench/README.md).
 """
 
 from __future__ import annotations
@@ -86,6 +87,32 @@ def make_wheel(folder: Path, size_mb: int) -> Path:
     return path
 
 
+def _timed_check(lock: Path, *args: str) -> tuple[float, float]:
+    """(seconds, peak RSS MB) of ``envbuild check-lock ARGS LOCK`` with an empty metadata cache (GNU time)."""
+    with tempfile.TemporaryDirectory(prefix="bench-gate-cache-") as cache:
+        env = {**os.environ, "ENVBUILD_CACHE_DIR": cache}
+        t = time.monotonic()
+        out = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "envbuild", "check-lock", *args,
+                              str(lock)], env=env, capture_output=True, text=True)
+        seconds = time.monotonic() - t
+    peak_kb = int(out.stderr.strip().splitlines()[-1])
+    return seconds, peak_kb / 1024
+
+
+def public_locks(names: list[str]) -> list[dict[str, object]]:
+    """check-lock online (PyPI and the lock's indexes, metadata read as above) against --offline,
+    on the public locks committed under tests/data/publocks (empty caches both)."""
+    out = []
+    for name in names:
+        lock = REPO / "tests" / "data" / "publocks" / name / "uv.lock"
+        source = dict(ln.split(": ", 1) for ln in (lock.parent / "SOURCE.txt").read_text().splitlines() if ": " in ln)
+        offline, _ = _timed_check(lock, "--offline")
+        online, peak = _timed_check(lock)
+        out.append({"lock": f"{source['repo']} {source['commit'][:7]}", "offline_s": round(offline, 2),
+                    "online_s": round(online, 2), "ratio": round(online / offline, 1), "online_peak_mb": round(peak, 1)})
+    return out
+
+
 def main() -> int:
     from support.rangeserver import RangeServer
     from support.wheels import sha256_of
@@ -93,6 +120,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=320)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--locks", nargs="+", default=["zonos", "nanochat", "open-instruct"],
+                    help="public locks (tests/data/publocks) to time check-lock online against --offline")
+    ap.add_argument("--no-public", action="store_true", help="leave out the public locks (no network)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-gate-metadata-"))
     rows = []
@@ -122,9 +152,15 @@ def main() -> int:
     print(f"{'read':<18}{'wheel MB':>9}{'read MB':>10}{'peak RSS MB':>13}{'seconds':>9}")
     for r in rows:
         print(f"{r['how']:<18}{r['wheel_mb']:>9}{r['read_mb']:>10}{r['peak_rss_mb']:>13}{r['seconds']:>9}")
+    locks = [] if args.no_public else public_locks(args.locks)
+    if locks:
+        print(f"\n{'check-lock (empty cache)':<40}{'offline':>9}{'online':>9}{'ratio':>7}{'online peak MB':>16}")
+        for r in locks:
+            print(f"{r['lock']:<40}{r['offline_s']:>8.2f}s{r['online_s']:>8.2f}s{r['ratio']:>6.1f}x{r['online_peak_mb']:>16}")
     if args.out:
         args.out.write_text(json.dumps({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                                    "platform": platform.platform()}, "rows": rows}, indent=2) + "\n")
+                                                    "platform": platform.platform()}, "rows": rows,
+                                        "public_locks": locks}, indent=2) + "\n")
     return 0
 
 

@@ -88,6 +88,27 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> int:
+    """Exit 2 for arguments no option of the command takes, naming the nearest flag of that command."""
+    command = getattr(args, "command", None)
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    target = sub.choices.get(command, parser) if sub is not None and command else parser
+    flags = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+    groups: list[list[str]] = []
+    for arg in extra:  # a flag with the values that followed it
+        if arg.startswith("-") or not groups:
+            groups.append([arg])
+        else:
+            groups[-1].append(arg)
+    words = []
+    for group in groups:
+        flag = group[0].split("=", 1)[0]
+        words.append(" ".join(group) + (did_you_mean(flag, flags) if flag.startswith("-") else ""))
+    target.print_usage(sys.stderr)
+    print(f"{target.prog}: error: unrecognized arguments: {'; '.join(words)}", file=sys.stderr)
+    return int(ExitCode.CONFIG)
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -102,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ui.close()
         return int(ExitCode.CONFIG)
     parser = build_parser(_command_in(args_in))
-    args = parser.parse_args(args_in)
+    args, extra = parser.parse_known_args(args_in)
+    if extra:  # a mistyped flag: the command's own usage and the nearest flag, not the top-level usage
+        return _unknown_flags(parser, args, extra)
     # --json / --markdown: stdout holds only the document; progress and notes go to stderr
     document = bool(getattr(args, "json", False) or getattr(args, "markdown", False))
     ui.configure(verbose=args.verbose, json_mode=document, quiet=args.quiet)

@@ -77,3 +77,24 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path: Path) -> None:
     proc.stderr.close()
     assert proc.wait(timeout=120) in (0, 141), err  # 0 where the pipe took it all before it closed
     assert "Traceback" not in err and "permissions" not in err, err
+
+
+def test_a_mistyped_flag_prints_the_commands_usage_and_the_nearest_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from support.fixtures import run_cli
+
+    r = run_cli(["provision", "--profle", "cpu"], home=tmp_path / "home", cwd=tmp_path)
+    assert r.rc == 2
+    assert r.stderr.startswith("usage: envbuild provision ")
+    assert "unrecognized arguments: --profle cpu (did you mean '--profile'?)" in r.stderr
+
+
+def test_empty_paths_and_an_unwritable_markdown_file_are_refused_before_checking(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from support.fixtures import run_cli
+
+    lock = "lockfiles/examples/vision/uv.lock"
+    repo = Path(__file__).resolve().parents[1]
+    r = run_cli(["check-lock", "--offline", "--accept", "", lock], home=tmp_path / "home", cwd=repo)
+    assert r.rc == 2 and "argument --accept: an empty path" in r.stderr
+    r = run_cli(["check-lock", "--offline", "--markdown-file", str(tmp_path / "no" / "x.md"), lock],
+                home=tmp_path / "home", cwd=repo)
+    assert r.rc == 2 and "its folder" in r.stderr and "checking" not in r.stderr + r.stdout

@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from lockhelpers import lock_env
 from support.fixtures import (
     NIGHTLY_CUDA,
@@ -27,7 +26,8 @@ from support.wheels import build_sdist, build_wheel, dist_info_name
 
 from envbuild.guard.buildrecord import PROVENANCE_FILE
 
-HERE = "cp311"
+HERE = f"cp{PY_MAJOR_MINOR.replace('.', '')}"  # the Python the tests run on: the stack's
+OTHER_PY = "cp312" if HERE != "cp312" else "cp313"  # a wheel for another Python, left out
 OTHERS = ("macosx_11_0_arm64", "win_amd64", "musllinux_1_2_x86_64", "manylinux_2_28_aarch64")
 
 
@@ -44,7 +44,7 @@ def _platform_set(folder: Path) -> None:
     build_wheel(folder, "binpkg", "1.0", python_tag=HERE, abi_tag=HERE, platform_tag="manylinux_2_17_x86_64")
     for plat in OTHERS:
         build_wheel(folder, "binpkg", "1.0", python_tag=HERE, abi_tag=HERE, platform_tag=plat)
-    build_wheel(folder, "binpkg", "1.0", python_tag="cp312", abi_tag="cp312", platform_tag="manylinux_2_17_x86_64")
+    build_wheel(folder, "binpkg", "1.0", python_tag=OTHER_PY, abi_tag=OTHER_PY, platform_tag="manylinux_2_17_x86_64")
     build_sdist(folder, "binpkg", "1.0")
     build_wheel(folder, "purepkg", "1.0")
     build_sdist(folder, "purepkg", "1.0")
@@ -55,8 +55,6 @@ def test_mirror_takes_only_what_installs_on_the_target(run_envbuild: Callable[..
                                                         private_scenario_index: ScenarioIndex, tmp_path: Path) -> None:
     index = private_scenario_index
     _platform_set(index.wheels.pypi)
-    if PY_MAJOR_MINOR != "3.11":
-        pytest.skip("the platform set is tagged cp311")
     stack = _write_stack(tmp_path, index, [{"name": "app", "packages": ["binpkg==1.0", "purepkg==1.0", "srconly==1.0"],
                                             "no_deps": True}])
     env = lock_env(tmp_path)
@@ -70,7 +68,7 @@ def test_mirror_takes_only_what_installs_on_the_target(run_envbuild: Callable[..
         f"binpkg-1.0-{HERE}-{HERE}-manylinux_2_17_x86_64.whl", "purepkg-1.0-py3-none-any.whl", "srconly-1.0.tar.gz"]
     left = out["left_out"]
     assert len(left) == len(OTHERS) + 3 and "binpkg-1.0.tar.gz" in left and "purepkg-1.0.tar.gz" in left
-    assert out["target"] == {"python": "3.11", "platform": "manylinux_2_28_x86_64"}
+    assert out["target"] == {"python": PY_MAJOR_MINOR, "platform": "manylinux_2_28_x86_64"}
     assert out["bytes_saved"] == sum((index.wheels.pypi / f).stat().st_size for f in left) and out["bytes_unknown"] == 0
     r = run_envbuild("wheelhouse", "mirror", "--lock", stack.parent, "--out", tmp_path / "all", "--all-platforms",
                      "--json", env=env)

@@ -5,7 +5,6 @@ configuration; both succeed or both fail, and envbuild's failure names the host.
 
 from __future__ import annotations
 
-import os
 import ssl
 import subprocess
 import sys

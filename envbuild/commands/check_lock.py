@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
                    help="FILE mode: only the environments that choose this conflicting extra or group (repeatable)")
     p.add_argument("--extra", metavar="NAME", action="append", default=[],
                    help="FILE mode: only the environments that choose this conflicting extra (repeatable)")
-    p.add_argument("--accept", metavar="FILE", type=Path,
+    p.add_argument("--accept", metavar="FILE", type=path_arg,
                    help="FILE mode: reviewed exceptions ([[accept]] tables; default: envbuild-check-lock.toml "
                    "beside the lock, else [tool.envbuild.check-lock] in its pyproject.toml)")
     p.add_argument("--explain", action="store_true",
@@ -72,7 +72,7 @@ def register(sub: Any) -> None:
     p.add_argument("--annotations", choices=["github"],
                    help="also print GitHub Actions annotations (::error file=…,line=…::) per finding")
     p.add_argument("--markdown", action="store_true", help="print the findings as a markdown report (a PR comment)")
-    p.add_argument("--markdown-file", metavar="PATH", type=Path,
+    p.add_argument("--markdown-file", metavar="PATH", type=path_arg,
                    help="also write the markdown report to PATH (the console output stays as it is)")
     p.add_argument("--profile", metavar="NAME", action="append", default=[],
                    help="a profile to check (repeatable; default: every profile that has a lock)")
@@ -210,7 +210,24 @@ def _written(reports: list[FileReport], policy: Policy | None, args: argparse.Na
     return int(ExitCode.LOCK) if any(not r.ok for r in reports) else 0
 
 
+def _writable(path: Path | None) -> None:
+    """``--markdown-file``: refused before the check runs when it cannot be written (a folder, a
+    missing or read-only parent), not after minutes of checking."""
+    import os
+
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ConfigError(f"--markdown-file {path}: a folder; give a file path")
+    if not parent.is_dir():
+        raise ConfigError(f"--markdown-file {path}: its folder {parent} does not exist")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise ConfigError(f"--markdown-file {path}: not writable")
+
+
 def run(args: argparse.Namespace) -> int:
+    _writable(args.markdown_file)
     if args.files and (args.online or args.wheelhouse):
         raise ConfigError("--online and --wheelhouse check envbuild's own locks (check-lock without FILE); "
                           "`check-lock FILE...` reads the lockfiles' metadata with --index-url")

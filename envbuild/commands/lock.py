@@ -10,14 +10,14 @@ from typing import Any
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
-from envbuild.errors import ConfigError
+from envbuild.errors import ConfigError, ExitCode
 from envbuild.lock.changes import Change
 from envbuild.lock.relock import parse_upgrades
 from envbuild.lock.resolver import RESOLVERS
 from envbuild.lock.stack import LockOptions, LockResult, lock_stack, lock_status
 from envbuild.spec import StackSpec
 
-STALE = 1  # `lock --check`: the lock is not current for the spec
+STALE = int(ExitCode.LOCK)  # `lock --check`: the lock is not current for the spec (8, as a stale lock is everywhere)
 
 
 def register(sub: Any) -> None:
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument("--resolve-all", action="store_true",
                    help="resolve every step again, even the current ones (pins still kept unless --upgrade)")
     p.add_argument("--check", action="store_true",
-                   help="exit 0 when the lock is current for the spec, 1 listing the stale steps; resolves nothing")
+                   help="exit 0 when the lock is current for the spec, 8 (a stale lock) listing the stale steps; resolves nothing")
     p.add_argument("--markdown", action="store_true", help="print what moved as markdown (a PR description)")
     p.add_argument("--built-wheels", type=path_arg, metavar="DIR", action="append", default=[],
                    help="a wheelhouse whose `wheelhouse build` wheels are listed for a rebuild when torch moves "

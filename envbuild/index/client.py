@@ -52,7 +52,6 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from envbuild import __version__
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import PreflightError
 from envbuild.index import metacache

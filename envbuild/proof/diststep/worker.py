@@ -248,7 +248,7 @@ def apply_tp_sp(model: Transformer, tp_mesh) -> None:  # type: ignore[no-untyped
 
 
 def set_divide_factor(module, factor: int, shard_size: int, gloo: bool) -> None:  # type: ignore[no-untyped-def]
-    """Expert grads sum over all dp ranks' tokens: divide by dp, not by the efsdp size (research §1.6, §7)."""
+    """Expert grads sum over all dp ranks' tokens: divide by dp, not by the efsdp size: each rank's expert gradient already summed over the experts' data-parallel group."""
     if factor == shard_size:
         return  # FSDP's default average is right
     if gloo and shard_size > 1:  # gloo has no PREMUL_SUM; forcing SUM on a 1-rank group divides twice (2.13)
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     beat.phase("init_process_group")
     use_cuda = torch.cuda.is_available() and not args.cpu
     if use_cuda:
-        torch.cuda.set_device(local_rank)  # before init_process_group (research §7.5)
+        torch.cuda.set_device(local_rank)  # before init_process_group: NCCL binds the communicator to the current device
         dev = torch.device("cuda", local_rank)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
