@@ -166,7 +166,7 @@ def test_a_locked_step_is_the_same_step_from_any_source(tmp_path: Path) -> None:
     them: there they decide what resolves); a manifest that recorded the step's plan digest is
     taken as the same step, not run again."""
     from envbuild.plan import PlanOptions, make_plan
-    from envbuild.provision.core import _identities, _sync
+    from envbuild.provision.core import _identities
     from envbuild.provision.sources import step_identity
     from envbuild.provision.state import Manifest
     from envbuild.spec import load_spec
@@ -193,7 +193,7 @@ def test_a_locked_step_is_the_same_step_from_any_source(tmp_path: Path) -> None:
     recorded = Manifest(path=tmp_path / "manifest.json")
     recorded.sync_steps([("torch", plan.steps[0].digest)])
     recorded.state("torch").status = "ok"
-    assert _sync(recorded, _identities(plan)) == [] and recorded.state("torch").status == "ok"
+    assert recorded.pending(_identities(plan)) == ([], []) and recorded.state("torch").status == "ok"
 
 
 def test_pip_config_sources_take_pips_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any
 
 from envbuild import events
@@ -20,25 +19,12 @@ from envbuild.commands.common import (
 )
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.fromlock.cli import add_lock_args
-from envbuild.layout import paths_for
 from envbuild.lock.serve import locked_requirements
 from envbuild.plan import BACKENDS
-from envbuild.provision.core import provision
+from envbuild.provision.core import pending_steps, provision
 from envbuild.provision.options import ProvisionOptions
-from envbuild.provision.state import Manifest
 from envbuild.provision.verify import IMPORT_TIMEOUT
 from envbuild.spec import StackSpec
-
-
-def steps_to_run(spec: StackSpec, root: Path | None) -> tuple[str, ...]:
-    """The steps the data root's manifest does not record as done (all of them without one): the
-    ones whose from_env values a run needs. A finished environment re-verifies without them."""
-    try:
-        manifest = Manifest.load(paths_for(spec, root).manifest)
-    except ConfigError:
-        return tuple(s.name for s in spec.steps)  # provision says what is wrong with it
-    done = {s.name for s in manifest.steps if s.status == "ok"}
-    return tuple(s.name for s in spec.steps if s.name not in done)
 
 
 def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
@@ -98,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
     if args.step:
         spec.step(args.step)  # an unknown step is a usage error, before the host is looked at
-    check_env_from(spec, (args.step,) if args.step else steps_to_run(spec, args.root))
     locked = {} if args.no_lock else locked_requirements(spec)
     if args.no_lock and (spec.path.parent / "lock.json").is_file():
         events.emit("warn", f"--no-lock: the lock at {spec.path.parent / 'lock.json'} is bypassed; every step "
@@ -110,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         prefetch=args.prefetch, no_lock=args.no_lock, step_timeout=args.step_timeout,
         import_timeout=args.import_timeout,
     )
+    # the from_env values of the steps that will run (a finished environment re-verifies without them)
+    check_env_from(spec, tuple(pending_steps(spec, opts)))
     try:
         result = provision(spec, opts)
     except (KeyboardInterrupt, Interrupted) as exc:

@@ -536,51 +536,12 @@ def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
     return unreachable(first.values())
 
 
-def _todo(spec_digest: str, step_names: list[str], paths: layout.Paths) -> set[str]:
-    """The steps a provision into ``paths`` still has to run (all, unless its manifest is this spec's, done)."""
-    from envbuild.provision.state import Manifest
-
-    try:
-        manifest = Manifest.load(paths.manifest)
-    except ConfigError:
-        return set(step_names)
-    if manifest.spec_digest != spec_digest:
-        return set(step_names)
-    return {s for s in step_names if manifest.state(s).status != "ok"}
-
-
-def _will_run(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths) -> set[str]:
-    """The steps provision will run with these stage files: a step whose identity (its file's text
-    included) differs from the manifest's goes back to pending with every step after it, as
-    provision's own ``Manifest.sync_steps`` does. The offline check hashes their files only, so a
-    finished environment re-verifies without reading the wheelhouse."""
-    from envbuild.provision.core import build_plan
-    from envbuild.provision.sources import step_identity
-    from envbuild.provision.state import Manifest
-
-    names = [s.name for s in spec.steps]
-    try:
-        manifest = Manifest.load(paths.manifest)
-    except ConfigError:
-        return set(names)
-    if manifest.violation:
-        return set(names)
-    plan = build_plan(spec, opts)
-    recorded = {s.name: s for s in manifest.steps}
-    for s in plan.steps:  # a manifest that recorded the step's full digest names the same step
-        state = recorded.get(s.name)
-        if state is not None and state.digest == s.digest:
-            state.digest = step_identity(s)
-    manifest.sync_steps([(s.name, step_identity(s)) for s in plan.steps])
-    return {s.name for s in manifest.steps if s.status != "ok"}
-
-
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
     from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
-    from envbuild.provision.core import provision
+    from envbuild.provision.core import pending_steps, provision
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
     python = target_python(req, opts.python, opts.venv)
@@ -625,19 +586,20 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source)
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
-            todo = _todo(spec.digest, [s.name for s in spec.steps], paths)
-            if todo and (bad := unreachable_hosts(prepared, todo)):
-                raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
-                                     hint="Check the network (or a proxy), or provision where they can be reached.")
             plan, pinned = pin_unhashed(prepared.plan, paths.state)
             if pinned:
                 source["unhashed"] = pinned
                 run_opts = replace(run_opts, lock_source=source)
         else:
             plan = in_wheelhouse(prepared.plan, folder)
-            files = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
-            check_files(plan, folder, _will_run(spec, replace(run_opts, locked=files), paths))
         locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
+        todo = set(pending_steps(spec, replace(run_opts, locked=locked), paths))  # what provision will run
+        if folder is None:
+            if todo and (bad := unreachable_hosts(prepared, todo)):
+                raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
+                                     hint="Check the network (or a proxy), or provision where they can be reached.")
+        else:  # the offline check hashes the files of the steps still to run: a finished root re-verifies
+            check_files(plan, folder, todo)
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
     if opts.venv is not None:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from pathlib import Path
 
 from envbuild._io import atomic_write_json
 from envbuild.index.net import redact
-from envbuild.run import run
 
 __all__ = ["KEYS", "PipNetwork", "pip_config_values", "pip_network"]
 
@@ -84,14 +84,14 @@ def pip_config_values(env: Mapping[str, str] | None = None) -> dict[str, list[st
 
 
 def _ask_pip(env: Mapping[str, str] | None) -> dict[str, list[str]]:
-    try:
-        out = run([sys.executable, "-m", "pip", "config", "list"], capture=True, separate_stderr=True, timeout=30,
-                  env=env)
-    except OSError:
+    try:  # subprocess, not envbuild.run: the runner sits above the package sources
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=30, env=None if env is None else dict(env))
+    except (OSError, subprocess.TimeoutExpired):
         return {}
     ranked: dict[str, tuple[int, list[str]]] = {}
     pattern = re.compile(r"^([^.]*)\.(" + "|".join(map(re.escape, KEYS)) + r")='(.*)'$")
-    for line in (out.output or "").splitlines():
+    for line in (out.stdout if out.returncode == 0 else "").splitlines():
         m = pattern.match(line.strip())
         if m:
             section, name, raw = m.groups()

@@ -34,7 +34,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild import events, guard, layout
 from envbuild._io import atomic_write_json
-from envbuild.errors import ABIViolation, InstallError, PreflightError
+from envbuild.errors import ABIViolation, ConfigError, InstallError, PreflightError
 from envbuild.installer import (
     Interpreter,
     find_interpreter,
@@ -130,16 +130,20 @@ def _identities(plan: Plan) -> list[tuple[str, str, str]]:
     return [(s.name, step_identity(s), s.digest) for s in plan.steps]
 
 
-def _sync(manifest: Manifest, identities: list[tuple[str, str, str]]) -> list[str]:
-    """``Manifest.sync_steps`` on the steps' identities. A manifest written before a locked step's
-    identity left its sources out records the step's ``PlannedStep.digest``: where that is equal,
-    it names the same step, which is not run again for it."""
-    recorded = {s.name: s for s in manifest.steps}
-    for name, identity, digest in identities:
-        state = recorded.get(name)
-        if state is not None and state.digest == digest:
-            state.digest = identity
-    return manifest.sync_steps([(name, identity) for name, identity, _ in identities])
+def pending_steps(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths | None = None) -> list[str]:
+    """The steps ``provision(spec, opts)`` would run into ``paths`` (read only: the manifest is not
+    written): ``Manifest.pending`` on the plan's identities, everything where there is no usable
+    manifest (none, unreadable, or one stopped on an ABI violation). The offline check, the lock
+    path's host probe and the ``from_env`` check ask this, as provision itself does."""
+    paths = paths or layout.paths_for(spec, opts.root)
+    plan = build_plan(spec, opts)
+    try:
+        snapshot = Manifest.load(paths.manifest)
+    except ConfigError:
+        snapshot = Manifest(path=paths.manifest)
+    if snapshot.violation:
+        snapshot = Manifest(path=paths.manifest)
+    return snapshot.pending(_identities(plan), opts.only_step)[0]
 
 
 def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan: Plan,
@@ -152,12 +156,11 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
     snapshot = Manifest.load(paths.manifest)  # read only: the real one is loaded under the lock
     if snapshot.violation:
         snapshot = Manifest(path=paths.manifest)
-    _sync(snapshot, identities)
+    pending = set(snapshot.pending(identities, opts.only_step)[0])
     refuse_out_of_order(plan, snapshot, opts.only_step)
     if opts.venv is not None and not paths.python.exists():
         raise PreflightError(f"--venv {opts.venv}: no environment there (no {paths.python})")
-    todo = [s for s in plan.steps if snapshot.state(s.name).status != "ok"
-            and (opts.only_step is None or s.name == opts.only_step)]
+    todo = [s for s in plan.steps if s.name in pending]
     if opts.wheelhouse:  # offline: every locked artifact in the wheelhouse, or nothing is made
         from envbuild.provision.offline import check_wheelhouse
 
@@ -194,7 +197,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
         events.emit("warn", f"the last run stopped on an ABI violation ({manifest.violation}); "
                     f"the venv was moved aside to {aside} and is made again")
         manifest = Manifest(path=paths.manifest)
-    reset = _sync(manifest, identities)
+    _, reset = manifest.pending(identities)
     if reset:
         events.emit("info", f"{_why_reset(manifest, spec, installer.name)}: re-running {', '.join(reset)}")
     manifest.stack, manifest.spec_digest, manifest.backend = spec.name, spec.digest, installer.name

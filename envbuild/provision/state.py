@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -84,6 +85,23 @@ class Manifest:
         s = StepState(name=name)
         self.steps.append(s)
         return s
+
+    def pending(self, identities: Sequence[tuple[str, str, str]], only: str | None = None) -> tuple[list[str], list[str]]:
+        """The one answer to "which steps run": (the steps still to run, in order; those reset).
+
+        ``identities``: (name, ``step_identity``, ``PlannedStep.digest``) of the plan's steps. A
+        manifest written before a locked step's identity left its sources out records the step's
+        full digest: where that is equal it names the same step, which is not run again for it.
+        Then ``sync_steps``: a changed or moved step and every step after it go back to pending.
+        ``only``: ``--step NAME``, that step alone (if it is not done)."""
+        recorded = {s.name: s for s in self.steps}
+        for name, identity, digest in identities:
+            state = recorded.get(name)
+            if state is not None and state.digest == digest:
+                state.digest = identity
+        reset = self.sync_steps([(name, identity) for name, identity, _ in identities])
+        todo = [name for name, _, _ in identities if self.state(name).status != "ok" and (only is None or name == only)]
+        return todo, reset
 
     def sync_steps(self, planned: list[tuple[str, str]]) -> list[str]:
         """Align with the plan's (name, digest) list. A changed or moved step and every step after
