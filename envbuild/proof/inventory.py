@@ -178,8 +178,11 @@ def _rows(dist: md.Distribution) -> list[tuple[str, str]]:
     return out
 
 
-def content_identity(dists: list[md.Distribution], cache_file: Path | None) -> dict[int, dict[str, Any]]:
-    """``content_sha256``, ``modified`` and ``modified_count`` of each distribution (by index)."""
+def content_identity(dists: list[md.Distribution], cache_file: Path | None,
+                     trust_record: bool = False) -> dict[int, dict[str, Any]]:
+    """``content_sha256``, ``modified`` and ``modified_count`` of each distribution (by index).
+    ``trust_record``: a file that is there counts with the sha256 its RECORD lists, unread (the
+    receipt of a provision that just installed it from hash-checked wheels; a later receipt reads)."""
     hashes = FileHashes(cache_file)
     prefixes = _prefixes()
     prefix = os.path.realpath(sys.prefix)
@@ -206,6 +209,8 @@ def content_identity(dists: list[md.Distribution], cache_file: Path | None) -> d
         normal = normalised_script(full, prefixes) if script else None
         key = FileHashes.stat_key(full) if normal is None else None
         own = normal[0] if normal else hashes.cached(full, key) if key else None
+        if own is None and key is not None and trust_record and plan[n][3].startswith("sha256="):
+            own = plan[n][3]
         digests.append((normal[1] if normal else own or "missing", own))
         if key is not None and own is None:
             unread.append((n, full, key))
@@ -260,6 +265,7 @@ def cache_file_for(cache_dir: str | None) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     cache_dir = args[args.index("--cache-dir") + 1] if "--cache-dir" in args[:-1] else None
+    trust_record = "--trust-record" in args
     dists: dict[str, md.Distribution] = {}
     rows = []
     for dist in md.distributions():
@@ -273,13 +279,14 @@ def main(argv: list[str] | None = None) -> int:
         installer = (dist.read_text("INSTALLER") or "").strip() or None
         rows.append({"name": canon, "version": dist.version, "record_sha256": record_sha256(dist),
                      "installer": installer})
-    identity = content_identity(list(dists.values()), cache_file_for(cache_dir))
+    identity = content_identity(list(dists.values()), cache_file_for(cache_dir), trust_record)
     for i, row in enumerate(rows):
         row.update(identity[i])
     rows.sort(key=lambda r: str(r["name"]))
     doc = {"python": platform.python_version(), "implementation": sys.implementation.name,
            "executable": sys.executable, "prefix": sys.prefix,
-           "distributions": rows, "torch": torch_versions(dists)}
+           "distributions": rows, "torch": torch_versions(dists),
+           "content_from": "record" if trust_record else "disk"}
     sys.stdout.write(json.dumps(doc) + "\n")
     return 0
 

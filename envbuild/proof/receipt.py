@@ -91,11 +91,15 @@ def redact_any(value: Any, key: str = "") -> Any:
 # ----------------------------------------------------------------------------- collection
 
 
-def inventory(python: Path) -> dict[str, Any]:
+def inventory(python: Path, *, trust_record: bool = False) -> dict[str, Any]:
     """Installed distributions and torch versions of ``python``'s environment (no torch import).
     The files' hashes are remembered in envbuild's cache folder, by stat key: a first inventory
-    reads every file (seconds for a CUDA torch), a later one of the same environment stats them."""
-    argv = [str(python), str(INVENTORY_SCRIPT), "--cache-dir", str(cache_dir() / "file-hashes")]
+    reads every file (seconds for a CUDA torch), a later one of the same environment stats them.
+    ``trust_record``: the receipt of the provision that just installed them takes each file's
+    hash from its RECORD (the installers wrote it from hash-checked wheels; the guard read torch's
+    and the protected set's files); ``receipt`` and ``verify`` read them from disk."""
+    argv = [str(python), str(INVENTORY_SCRIPT), "--cache-dir", str(cache_dir() / "file-hashes"),
+            *(["--trust-record"] if trust_record else [])]
     try:
         res = run(argv, capture=True, timeout=300)
     except FileNotFoundError:
