@@ -2,8 +2,8 @@
 
 The stages, in order (``STAGES_DOC`` below, shown in docs/architecture.md): the foundation
 everything may use, then spec -> plan -> installer -> guard -> lock -> gate -> wheelhouse ->
-proof, then the orchestrators and front ends (provision, images, commands, cli) that may import
-anything.
+proof, then the orchestrators (provision, fromlock, images), then the front ends (commands, cli)
+that may import anything.
 A module may import its own stage and every stage before it. Every import counts, the ones
 inside functions too: a lazy import is fine for start-up time, never to hide a dependency that
 runs back up. Type-only imports (``if TYPE_CHECKING:``) count as well.
@@ -30,7 +30,10 @@ STAGES_DOC = (
     ("gate", "`check-lock`: any lockfile judged (envbuild's own too)"),
     ("wheelhouse", "extension wheels built, every locked file mirrored"),
     ("proof", "preflight, smoke, the distributed step, receipts"),
-    ("top", "the orchestrators and front ends; they may import anything"),
+    ("orchestrators", "provision, provision --lock (`fromlock/`), images: libraries that return results; "
+                      "they import no front end"),
+    ("top", "the front ends (`commands/`, `cli.py`): they parse, call the orchestrators and print; "
+            "they may import anything"),
 )
 STAGES = tuple(name for name, _ in STAGES_DOC)
 
@@ -54,9 +57,9 @@ STAGE_OF = {
     "envbuild.wheelhouse": "wheelhouse",
     "envbuild.host": "proof",  # preflight: the host's part of the proof (receipts record it)
     "envbuild.proof": "proof",
-    "envbuild.provision": "top",
-    "envbuild.fromlock": "top",  # provision --lock: the gate chooses, provision installs
-    "envbuild.images": "top",
+    "envbuild.provision": "orchestrators",
+    "envbuild.fromlock": "orchestrators",  # provision --lock: the gate chooses, provision installs
+    "envbuild.images": "orchestrators",
     "envbuild.commands": "top",
     "envbuild.cli": "top",
     "envbuild.__main__": "top",
@@ -222,3 +225,23 @@ def test_the_architecture_page_shows_these_stages() -> None:
     assert begin in page and end in page, "docs/architecture.md lost its stage table markers"
     shown = page.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
     assert shown == stage_table(), "docs/architecture.md's stage table is stale: run `make docs-reference`"
+
+
+def test_no_module_imports_its_own_package_face() -> None:
+    """A package's face (``__init__``) imports its modules; a module that took a name from the face
+    back (``from envbuild.gate import check_file`` inside ``envbuild/gate/``) would close a circle
+    through it, which the cycle check above does not see (it looks at top-level units). Importing a
+    submodule (``from envbuild.gate import accept``) names the submodule, not the face: allowed."""
+    bad = []
+    for path in _modules():
+        if path.name == "__init__.py":
+            continue
+        module = _module_name(path)
+        parents = {".".join(module.split(".")[:n]) for n in range(2, len(module.split(".")))}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in parents:
+                names = [a.name for a in node.names if not _exists(f"{node.module}.{a.name}")]
+                if names:
+                    bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} takes {', '.join(names)} "
+                               f"from {node.module}")
+    assert not bad, "modules that import their own package's face: " + "; ".join(sorted(bad))

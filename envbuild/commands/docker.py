@@ -13,8 +13,8 @@ from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError, LockError
-from envbuild.fromlock.cli import add_selection_args
 from envbuild.images.docker import (
     DEFAULT_ROOT,
     DOCKERIGNORE,
@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuild.fromlock import cli as fromlock
+    from envbuild.commands import lockfile as fromlock
 
     if args.lock is not None:
         return fromlock.docker(args)

@@ -15,8 +15,8 @@ from typing import Any
 from envbuild import layout
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.lockfile import add_lock_args
 from envbuild.errors import ConfigError, PreflightError
-from envbuild.fromlock.cli import add_lock_args
 from envbuild.index.net import redact
 from envbuild.installer import find_uv, resolve_plan
 from envbuild.installer.python import UnfitInterpreter, find_interpreter
@@ -51,7 +51,7 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuild.fromlock import cli as fromlock
+    from envbuild.commands import lockfile as fromlock
 
     if args.lock is not None:
         return fromlock.plan(args)

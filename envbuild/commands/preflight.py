@@ -7,8 +7,8 @@ from typing import Any
 
 from envbuild.commands import ui
 from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, seconds_arg
+from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.fromlock.cli import add_selection_args
 from envbuild.host.preflight import CHECK_GROUPS, run_preflight
 from envbuild.layout import paths_for
 
@@ -46,11 +46,11 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"unknown check {name!r}; checks are: {', '.join(CHECK_GROUPS)}")
     groups = [g for g in (args.only or CHECK_GROUPS) if g not in args.skip]
     if args.lock is None:
-        from envbuild.fromlock.cli import refuse_lock_options
+        from envbuild.commands.lockfile import refuse_lock_options
 
         refuse_lock_options(args)
     if args.lock is not None:
-        from envbuild.fromlock.cli import preflight_spec
+        from envbuild.commands.lockfile import preflight_spec
 
         spec, paths, report = preflight_spec(args, groups)
     else:

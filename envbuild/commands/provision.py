@@ -17,8 +17,8 @@ from envbuild.commands.common import (
     record_environment,
     seconds_arg,
 )
+from envbuild.commands.lockfile import add_lock_args
 from envbuild.errors import ConfigError, Interrupted
-from envbuild.fromlock.cli import add_lock_args
 from envbuild.lock.serve import locked_requirements
 from envbuild.plan import BACKENDS
 from envbuild.provision.core import pending_steps, provision
@@ -72,7 +72,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envbuild.fromlock import cli as fromlock
+    from envbuild.commands import lockfile as fromlock
 
     if args.lock is not None:
         return fromlock.provision(args)

@@ -11,8 +11,8 @@ from typing import Any
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import count_arg, path_arg
+from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError
-from envbuild.fromlock.cli import add_selection_args
 
 DEFAULT_OUT = Path("wheelhouse")
 
@@ -153,11 +153,11 @@ def _refuse_another_torch(args: argparse.Namespace, python: Path) -> None:
 
 def run_mirror(args: argparse.Namespace) -> int:
     if not (args.lock is not None and args.lock.is_file()):
-        from envbuild.fromlock.cli import refuse_lock_options
+        from envbuild.commands.lockfile import refuse_lock_options
 
         refuse_lock_options(args)
     if args.lock is not None and args.lock.is_file():
-        from envbuild.fromlock import cli as fromlock
+        from envbuild.commands import lockfile as fromlock
 
         return fromlock.mirror(args)
     from envbuild.index.net import redact

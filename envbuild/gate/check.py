@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import envbuild.gate.accept as accepting
 from envbuild.errors import ConfigError
-from envbuild.gate import accept as accepting
 from envbuild.gate.context import Context, View
 from envbuild.gate.environments import PLATFORMS, Narrow, Space, choices, make_space
 from envbuild.gate.findings import EnvRow, FileReport, Finding, Policy

@@ -31,10 +31,13 @@ from typing import Any
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_json, sha256_file
+from envbuild.abitag import (
+    format_label as local_tag,  # the one writer of the labels (the face re-exports it)
+)
 from envbuild.errors import ConfigError, WheelhouseError
+from envbuild.guard.buildrecord import PROVENANCE_SCHEMA
 from envbuild.index.net import redact
 from envbuild.run import RunResult, run
-from envbuild.wheelhouse import PROVENANCE_SCHEMA, local_tag
 from envbuild.wheelhouse.repack import repack_wheel
 from envbuild.wheelhouse.spec import BuildSource, WheelSpec, parse_location
 

@@ -29,7 +29,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from envbuild.errors import WheelhouseError
-from envbuild.wheelhouse import PROVENANCE_FILE
+from envbuild.guard.buildrecord import PROVENANCE_FILE
 
 _NEW_ENTRY_DATE = (1980, 1, 2, 0, 0, 0)
 

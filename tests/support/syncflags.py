@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from envbuild.fromlock.cli import add_selection_args
+from envbuild.commands.lockfile import add_selection_args
 from envbuild.fromlock.uvsync import SyncFlags
 
 __all__ = ["flags_of"]
