@@ -73,10 +73,14 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str]) -> dict[
         n[0] += 1
         return work / name / f"{prefix}-{n[0]}"
 
-    def uv_sync(cache: Path) -> tuple[float, Path]:
+    def uv_sync(cache: Path, case: str) -> tuple[float, Path]:
         venv = fresh("uv-venv")
         e = {**env, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_CACHE_DIR": str(cache)}
-        return _run([_uv(), "sync", "--frozen", "--no-install-workspace", "--python", exe], e, cwd=project)[0], venv
+        seconds = _run([_uv(), "sync", "--frozen", "--no-install-workspace", "--python", exe], e, cwd=project)[0]
+        # envbuild's provision ends with torch imported (which compiles its bytecode in a new venv):
+        # uv's side with its venv's first `import torch` is the like-for-like figure
+        times[f"{case}-uv-import"].append(_run([str(venv / "bin" / "python"), "-c", "import torch"], env)[0])
+        return seconds, venv
 
     def provision(root: Path) -> tuple[float, Path]:
         seconds, output = _run([sys.executable, "-m", "envbuild", "provision", "--lock", str(lock), "--root", str(root),
@@ -92,18 +96,22 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str]) -> dict[
         shutil.rmtree(root / "venv", ignore_errors=True)
         shutil.rmtree(root / ".envbuild", ignore_errors=True)
 
-    times: dict[str, list[float]] = {k: [] for k in ("cold-uv", "cold-envbuild", "warm-uv", "warm-envbuild")}
+    times: dict[str, list[float]] = {k: [] for k in ("cold-uv", "cold-uv-import", "cold-envbuild", "warm-uv",
+                                                       "warm-uv-import", "warm-envbuild")}
+    packages = 0
     same: list[bool] = []
     for r in range(rounds):
         uv_cache, root = fresh("uv-cache"), fresh("root")
-        runs = [("cold-uv", lambda c=uv_cache: uv_sync(c)), ("cold-envbuild", lambda r=root: provision(r))]
+        runs = [("cold-uv", lambda c=uv_cache: uv_sync(c, "cold")), ("cold-envbuild", lambda r=root: provision(r))]
         for key, fn in runs if r % 2 == 0 else runs[::-1]:
             seconds, venv = fn()
             times[key].append(seconds)
             (work / name / key).unlink(missing_ok=True)
             (work / name / key).symlink_to(venv)
-        same.append(_pip_list(work / name / "cold-uv") == _pip_list(work / name / "cold-envbuild"))
-        warm = [("warm-uv", lambda c=uv_cache: uv_sync(c)),
+        ours = _pip_list(work / name / "cold-envbuild")
+        packages = len(ours)
+        same.append(_pip_list(work / name / "cold-uv") == ours)
+        warm = [("warm-uv", lambda c=uv_cache: uv_sync(c, "warm")),
                 ("warm-envbuild", lambda r=root: (forget_venv(r), provision(r))[1])]
         for key, fn in warm if r % 2 == 0 else warm[::-1]:
             times[key].append(fn()[0])
@@ -112,11 +120,12 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str]) -> dict[
         for p in (uv_cache, root):
             shutil.rmtree(p, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    packages = len(_pip_list(work / name / "cold-envbuild")) if (work / name / "cold-envbuild").exists() else None
     return {"lock": _source(name), "python": python, "packages": packages, "same_distributions": all(same),
             "median_s": {k: round(v, 2) for k, v in med.items()},
             "ratios": {"cold": round(med["cold-envbuild"] / med["cold-uv"], 2),
-                       "warm": round(med["warm-envbuild"] / med["warm-uv"], 2)},
+                       "warm": round(med["warm-envbuild"] / med["warm-uv"], 2),
+                       "cold_with_import": round(med["cold-envbuild"] / (med["cold-uv"] + med["cold-uv-import"]), 2),
+                       "warm_with_import": round(med["warm-envbuild"] / (med["warm-uv"] + med["warm-uv-import"]), 2)},
             "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()}}
 
 
@@ -145,13 +154,15 @@ def main() -> int:
             shutil.rmtree(work / name, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'lock':<34}{'pkgs':>5}{'same':>6}{'cold uv':>9}{'envbuild':>10}{'ratio':>7}{'warm uv':>9}"
-          f"{'envbuild':>10}{'ratio':>7}")
+    print(f"{'lock':<38}{'pkgs':>5}{'same':>5}  {'case':<5}{'uv sync':>8}{'+import':>9}{'envbuild':>9}"
+          f"{'/ uv':>7}{'/ uv+imp':>9}")
     for r in results.values():
         m, q = r["median_s"], r["ratios"]  # type: ignore[index]
-        print(f"{r['lock']:<34}{r['packages']!s:>5}{'yes' if r['same_distributions'] else 'NO':>6}"
-              f"{m['cold-uv']:>8.1f}s{m['cold-envbuild']:>9.1f}s{q['cold']:>6.2f}x"
-              f"{m['warm-uv']:>8.1f}s{m['warm-envbuild']:>9.1f}s{q['warm']:>6.2f}x")
+        for case in ("cold", "warm"):
+            head = (f"{r['lock']:<38}{r['packages']!s:>5}{'yes' if r['same_distributions'] else 'NO':>5}" if case == "cold"
+                    else " " * 48)
+            print(f"{head}  {case:<5}{m[f'{case}-uv']:>7.1f}s{m[f'{case}-uv-import']:>8.1f}s"
+                  f"{m[f'{case}-envbuild']:>8.1f}s{q[case]:>6.2f}x{q[f'{case}_with_import']:>8.2f}x")
     if args.out:
         args.out.write_text(json.dumps({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                                     "platform": platform.platform()},

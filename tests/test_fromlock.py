@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.backend import BACKEND
 from support.fixtures import EnvbuildResult, Venv, installer_env
 from support.gatelocks import (
     PROJECT,
@@ -70,55 +71,13 @@ torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
     return _uv_lock(folder, tmp)
 
 
-# A stdlib-only PEP 517/660 backend kept in the project (backend-path): uv builds the project offline,
-# editable (a .pth pointing at the project folder) as uv sync installs it.
-_EDITABLE_BACKEND = r"""
-import base64, hashlib, os, zipfile
-
-NAME, VERSION = "trainer", "0.1.0"
-REQUIRES = ["torch==2.10.0", "trainer-utils==1.0"]
-
-
-def _wheel(directory, files):
-    info = f"{NAME}-{VERSION}.dist-info"
-    files[info + "/METADATA"] = "Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s\n" % (
-        NAME, VERSION, "".join("Requires-Dist: %s\n" % r for r in REQUIRES))
-    files[info + "/WHEEL"] = "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    rows = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        rows.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[info + "/RECORD"] = "\n".join(rows + [info + "/RECORD,,"]) + "\n"
-    name = f"{NAME}-{VERSION}-py3-none-any.whl"
-    with zipfile.ZipFile(os.path.join(directory, name), "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return name
-
-
-def get_requires_for_build_wheel(config_settings=None):
-    return []
-
-
-get_requires_for_build_editable = get_requires_for_build_wheel
-
-
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _wheel(wheel_directory, {"trainer/__init__.py": open("trainer/__init__.py").read()})
-
-
-def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
-    return _wheel(wheel_directory, {"_trainer_editable.pth": os.path.abspath(".") + "\n"})
-"""
-
-
 def uv_project_lock(tmp: Path, idx: GateIndex) -> Path:
     """uv.lock of a packaged project (``trainer``: torch, trainer-utils), which uv sync installs editable."""
     folder = _folder(tmp, "uv-project")
     (folder / "trainer").mkdir()
     (folder / "trainer" / "__init__.py").write_text("VALUE = 1\n")
     (folder / "_backend").mkdir()
-    (folder / "_backend" / "editable_backend.py").write_text(_EDITABLE_BACKEND)
+    (folder / "_backend" / "editable_backend.py").write_text(BACKEND)  # uv builds the project offline
     (folder / "pyproject.toml").write_text(f"""[build-system]
 requires = []
 build-backend = "editable_backend"

@@ -302,7 +302,7 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
     (InstallError, exit 5, when a file changed). Returns the plan and {name: {url, file, sha256}}."""
     import json
 
-    from envbuild._io import atomic_write_json
+    from envbuild._io import atomic_write_json, sha256_file
     from envbuild.fromlock.stages import LockedFile, Placed
 
     found = [p for p in plan.placed if p.unhashed and p.artifact is not None]
@@ -322,7 +322,7 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
         art = p.artifact
         if art.sha256 is None:
             local = _download(art.url, state / "unhashed" / art.filename)
-            art = LockedFile(local.as_uri(), _sha256_file(local), art.filename)
+            art = LockedFile(local.as_uri(), sha256_file(local), art.filename)
         assert art.sha256 is not None
         was = known.get(p.artifact.url)
         if isinstance(was, str) and was != art.sha256:
@@ -337,16 +337,6 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
     state.mkdir(parents=True, exist_ok=True)
     atomic_write_json(record_path, known)
     return replace(plan, placed=placed), pinned
-
-
-def _sha256_file(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _download(url: str, dest: Path) -> Path:
