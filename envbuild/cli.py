@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = args.func(args)
         return int(code or 0)
     except EnvbuildError as exc:
-        ui.error(exc)
+        ui.error(exc, causes=args.verbose)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         ui.error_text("interrupted")

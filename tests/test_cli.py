@@ -98,3 +98,15 @@ def test_empty_paths_and_an_unwritable_markdown_file_are_refused_before_checking
     r = run_cli(["check-lock", "--offline", "--markdown-file", str(tmp_path / "no" / "x.md"), lock],
                 home=tmp_path / "home", cwd=repo)
     assert r.rc == 2 and "its folder" in r.stderr and "checking" not in r.stderr + r.stdout
+
+
+def test_verbose_prints_the_cause_under_the_one_paragraph(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from support.fixtures import run_cli
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# not a lock\n")
+    plain = run_cli(["plan", "--lock", notes], home=tmp_path / "home", cwd=tmp_path)
+    loud = run_cli(["-v", "plan", "--lock", notes], home=tmp_path / "home", cwd=tmp_path)
+    assert plain.rc == loud.rc == 2
+    assert "caused by" not in plain.stderr and "Traceback" not in loud.stderr
+    assert "caused by envbuild.errors.ConfigError: " in loud.stderr and "cannot tell which kind of lockfile" in loud.stderr

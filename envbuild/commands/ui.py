@@ -253,11 +253,21 @@ def _render_event(event: events.Event) -> None:
     console.print(text, style=style or None, markup=False)
 
 
-def error(exc: EnvbuildError) -> None:
+def error(exc: EnvbuildError, *, causes: bool = False) -> None:
+    """The one paragraph of a user error (and its hint); ``causes`` (``-v``): the chain of
+    exceptions under it, one line each, innermost last."""
     _stop_live()
     _err.print(f"error: {exc.message}", style="red", markup=False)
     if exc.hint:
         _err.print(exc.hint, markup=False)
+    if causes:
+        seen: set[int] = {id(exc)}
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            text = str(cause).splitlines()[0] if str(cause) else ""
+            _err.print(f"  caused by {type(cause).__module__}.{type(cause).__qualname__}: {text}", markup=False)
+            cause = cause.__cause__ or cause.__context__
 
 
 def error_text(message: str) -> None:
