@@ -150,3 +150,19 @@ def test_an_environment_with_no_torch_file_is_said_so(tmp_path: Path) -> None:
                            timeout=120)
     assert named.returncode == 8, named.stdout + named.stderr
     assert "[no-file]" in named.stdout and "Traceback" not in named.stderr
+
+
+def test_the_gate_follows_an_extra_switched_on_through_another() -> None:
+    """nvidia-cosmos/cosmos-transfer2.5 2ff49d0: the root extra ``cu128`` switches on the workspace
+    member's ``cosmos-oss[cu128-torch27]``. The gate's environments with ``--extra cu128`` are the one
+    uv installs (torch 2.7.0+cu128), not the root extra alone (torch 2.9.0) nor beside the member's
+    conflicting cu130 extra (uv refuses that). uv itself says the same (``uv sync --dry-run``, above)."""
+    from envbuild.gate.check import check_file
+    from envbuild.gate.environments import Narrow
+    from envbuild.gate.findings import Policy
+
+    report = check_file(LOCKS / "cosmos-transfer2.5" / "uv.lock", Policy(), offline=True,
+                        narrow=Narrow(environment=("linux-x86_64",), extra=("cu128",)))
+    assert [(e.torch, e.installable) for e in report.environments] == [("2.7.0+cu128", True)]
+    (row,) = report.environments
+    assert "cosmos-oss[cu128-torch27]" in row.name and "cu130" not in row.name

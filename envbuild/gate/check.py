@@ -146,7 +146,10 @@ def _installable(view: View, torch_name: str) -> bool:
     files = [f for e in entries for f, _ in e.files]
     if not entries or not files:
         return True
-    return any(installs_on(f.rsplit("/", 1)[-1].split("#", 1)[0], view.env.platform, view.env.python) for f in files)
+    from urllib.parse import unquote
+
+    return any(installs_on(unquote(f.rsplit("/", 1)[-1].split("#", 1)[0]), view.env.platform, view.env.python)
+               for f in files)
 
 
 def _rows(views: list[View], findings: list[Finding], nofile: set[str] = frozenset()) -> list[EnvRow]:  # type: ignore[assignment]

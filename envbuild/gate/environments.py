@@ -415,6 +415,9 @@ def make_space(lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | N
     default = _default(lock, items, sets) if items else None
     if default is not None and default & inert:
         default &= ~inert
+    implied = _implied(lock, items)
+    if implied:  # what each choice switches on through others, as uv reads it; refused combinations out
+        selections, default = _closed(selections, default, implied, sets)
     if default is not None and default in selections:
         selections.remove(default)
         selections.insert(0, default)
@@ -429,6 +432,49 @@ def make_space(lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | N
         active &= space.marker_mask(marker, narrow._markers)
     space.active = active & _covered(lock, space)
     return space
+
+
+def _implied(lock: ParsedLock, items: list[Item]) -> list[int]:
+    """Per item, the items it switches on through other extras/groups (uv.lock: a root extra
+    ``cu128 = ["cosmos-oss[cu128-torch27]"]`` turns on the member's conflicting extra), closed
+    under itself; [] where nothing implies anything."""
+    implies: dict[str, frozenset[str]] = lock.extra.get("implies") or {}
+    if not implies:
+        return []
+    by_tag = {tag: i for i, it in enumerate(items) for tag in (*it.extras, *it.groups)}
+    out = []
+    for it in items:
+        seen: set[str] = set()
+        todo = [t for tag in (*it.extras, *it.groups) for t in implies.get(tag, ())]
+        while todo:
+            tag = todo.pop()
+            if tag not in seen:
+                seen.add(tag)
+                todo += implies.get(tag, ())
+        out.append(sum(1 << by_tag[t] for t in {t for t in seen if t in by_tag}))
+    return out if any(out) else []
+
+
+def _closed(selections: list[int], default: int | None, implied: list[int],
+            sets: list[int]) -> tuple[list[int], int | None]:
+    """Each selection with what it switches on; one that then holds two items of a conflict set is
+    refused by uv ("conflicting extras enabled simultaneously") and left out; equal ones merge."""
+    def close(chosen: int) -> int | None:
+        got = chosen
+        for i, bits in enumerate(implied):
+            if chosen >> i & 1:
+                got |= bits
+        return got if all((got & s).bit_count() <= 1 for s in sets) else None
+
+    out: list[int] = []
+    seen: set[int] = set()
+    for chosen in selections:
+        got = close(chosen)
+        if got is not None and got not in seen:
+            seen.add(got)
+            out.append(got)
+    closed_default = close(default) if default is not None else None
+    return out, closed_default
 
 
 def _first_selections(n: int, sets: list[int], allowed: int, limit: int) -> list[int]:

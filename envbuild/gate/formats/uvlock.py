@@ -377,6 +377,19 @@ def _choices(lock: ParsedLock, data: dict[str, Any], entries: list[Entry], roots
             always.add(t)
     lock.conflicts = sets
     lock.always_extras = frozenset(always)
+    # what an extra/group of a workspace member switches on through its edges' extras (a root extra
+    # ``cu128 = ["cosmos-oss[cu128-torch27]"]``): the environments follow it, as uv does
+    implies: dict[str, set[str]] = {}
+    for k in roots:
+        project = str(entries[k].name)
+        for kind, table in (("extra", optional[k]), ("group", dev[k])):
+            for name, edges in table.items():
+                for targets, _, extras in edges:
+                    for t in targets:
+                        for x in extras:
+                            implies.setdefault(pseudo(project, name, kind), set()).add(
+                                pseudo(str(entries[t].name), x, "extra"))
+    lock.extra["implies"] = {tag: frozenset(v) for tag, v in implies.items()}
 
 
 def _default_groups(path: Path) -> bool | tuple[str, ...]:
