@@ -8,7 +8,6 @@ run every command again and fail when one fails or when a shown output no longer
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -34,17 +33,16 @@ SOURCE_PAGES = {
 PAGE_ROOTS = {  # the folders outside the scratch that a page's commands name
     "install": [Path("/tmp/envbuild-tool"), Path("/tmp/envbuild-host")],
     "your-stack": [Path("/tmp/trainer")],
-    "offline-fleet": [Path("/tmp/fleet")],
+    "offline-fleet": [Path("/tmp/fleet"), Path("/tmp/build-venv")],
+    "ci-gate": [Path("/tmp/envbuild-tool")],
 }
 
 
 @pytest.fixture(scope="module")
 def readme_run(tmp_path_factory: pytest.TempPathFactory) -> list[tour.Block]:
-    shutil.rmtree(TOUR_ROOT, ignore_errors=True)  # a fresh machine has none
-    try:
-        return tour.run(README.read_text(), tmp_path_factory.mktemp("tour"))
-    finally:
-        shutil.rmtree(TOUR_ROOT, ignore_errors=True)
+    # the README's /tmp/tour is the reader's: the commands run in a private folder of the same length
+    with tour.private_roots([TOUR_ROOT]) as paths:
+        return tour.run(README.read_text(), tmp_path_factory.mktemp("tour"), paths=paths)
 
 
 def test_every_readme_command_runs_and_prints_what_the_readme_shows(readme_run: list[tour.Block]) -> None:
@@ -64,8 +62,9 @@ def test_an_output_edited_by_hand_is_caught(readme_run: list[tour.Block]) -> Non
         step.shown[:] = kept
 
 
-def _page(path: Path, tmp_path: Path) -> None:
-    found = tour.run(path.read_text(), tmp_path, overrides=tour.overrides(path))
+def _page(path: Path, tmp_path: Path, roots: list[Path] | None = None) -> None:
+    with tour.private_roots(roots or []) as paths:
+        found = tour.run(path.read_text(), tmp_path, overrides=tour.overrides(path), paths=paths)
     assert any(b.steps for b in found), f"{path}: no `$ ` block"
     problems = tour.differences(found)
     assert not problems, "\n\n".join(problems) + "\n\n(run `make docs-snippets` when the change is intended)"
@@ -73,19 +72,14 @@ def _page(path: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_a_tutorial_runs_as_written(page: str, tmp_path: Path) -> None:
-    _page(PAGES[page], tmp_path)
+    _page(PAGES[page], tmp_path, PAGE_ROOTS.get(page, []))
 
 
 @pytest.mark.pip_sources
 @pytest.mark.parametrize("page", sorted(SOURCE_PAGES))
 def test_a_page_that_installs_runs_as_written(page: str, tmp_path: Path) -> None:
-    for root in PAGE_ROOTS.get(page, []):
-        shutil.rmtree(root, ignore_errors=True)  # a fresh machine has none
-    try:
-        _page(SOURCE_PAGES[page], tmp_path)
-    finally:
-        for root in PAGE_ROOTS.get(page, []):
-            shutil.rmtree(root, ignore_errors=True)
+    # the folders the page names are the reader's: its commands run in private ones of the same length
+    _page(SOURCE_PAGES[page], tmp_path, PAGE_ROOTS.get(page, []))
 
 
 def test_every_tutorial_runs_and_make_docs_snippets_writes_it() -> None:

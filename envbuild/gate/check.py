@@ -125,8 +125,9 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
             ctx.add(policy.torch, "no-file", f"the lock has no file of {policy.torch} that installs on "
                     f"{v.env.platform}, python {v.env.python}", v.env, (v.by_name.get(policy.torch) or [None])[0])
     if nofile and not narrow.environment:
-        ctx.note(f"{len(nofile)} environment(s) have no file of {policy.torch} that installs there (no file for "
-                 "this platform): not judged as installable; --environment makes it a finding")
+        where = sorted({v.env.platform for v in views if v.env.name in nofile})
+        ctx.note(f"{policy.torch} has no file that installs on {', '.join(where)} in some selections or Pythons "
+                 "(their rows say \"no file for this platform\"); --environment makes it a finding")
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
     report.environments = _rows(views, findings, nofile)
     report.findings = findings

@@ -22,6 +22,7 @@ when the run reaches the block, and such a page's commands run in a fresh folder
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,10 +91,39 @@ def environment(scratch: Path) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def private_roots(roots: Sequence[Path]) -> Iterator[dict[str, str]]:
+    """For each folder a page's commands name (``/tmp/tour``), a new empty folder beside it with a
+    name of the same length (``/tmp/qzkf``): the commands run there and the output reads back as
+    the page's, column widths included. A tour never touches a folder a user (or another run) has
+    at the page's path; the private folders are removed afterwards."""
+    import random
+    import string
+
+    made: dict[str, str] = {}
+    try:
+        for root in roots:
+            for _ in range(1000):
+                mine = root.parent / "".join(random.choices(string.ascii_lowercase, k=len(root.name)))
+                try:
+                    mine.mkdir()
+                except FileExistsError:
+                    continue
+                made[str(root)] = str(mine)
+                break
+        yield made
+    finally:
+        for mine in made.values():
+            shutil.rmtree(mine, ignore_errors=True)
+
+
 def run(text: str, scratch: Path, timeout: float = 900,
-        overrides: dict[str, dict[str, str]] | None = None) -> list[Block]:
+        overrides: dict[str, dict[str, str]] | None = None, paths: Mapping[str, str] | None = None) -> list[Block]:
     """Every command of every tour block, in order, in one environment; ``overrides`` adds variables
-    to the commands that match a pattern (what a page says to set on a machine like this one)."""
+    to the commands that match a pattern (what a page says to set on a machine like this one);
+    ``paths`` ({page's folder: private folder}, ``private_roots``) runs the commands in private
+    folders and reads their output back with the page's."""
+    paths = dict(paths or {})
     env = environment(scratch)
     found = blocks(text)
     cwd = REPO
@@ -105,16 +136,22 @@ def run(text: str, scratch: Path, timeout: float = 900,
             (cwd / block.file).parent.mkdir(parents=True, exist_ok=True)
             (cwd / block.file).write_text(block.body)
         for step in block.steps:
-            m = _EXPORT.match(step.command)
+            command = step.command
+            for page, mine in paths.items():
+                command = command.replace(page, mine)
+            m = _EXPORT.match(command)
             if m:
                 env[m.group("name")] = shlex.split(m.group("value"))[0] if m.group("value") else ""
                 continue
             extra = {k: v for pattern, more in (overrides or {}).items() if re.search(pattern, step.command)
                      for k, v in more.items()}
-            proc = subprocess.run(["bash", "-c", step.command], cwd=cwd, env=env | extra, capture_output=True,
+            proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=env | extra, capture_output=True,
                                   text=True, timeout=timeout)
             step.rc = proc.returncode
-            step.got = _shown(proc.stdout + proc.stderr)
+            output = proc.stdout + proc.stderr
+            for page, mine in paths.items():
+                output = output.replace(mine, page)
+            step.got = _shown(output)
     return found
 
 
