@@ -18,6 +18,8 @@ from support.fixtures import installer_env
 from support.rangeserver import RangeServer
 from support.wheels import build_wheel
 
+pytestmark = pytest.mark.slow  # real pip runs beside envbuild's own client
+
 ENVBUILD_GET = ("import sys\nfrom envbuild.index.client import read_bytes\nfrom envbuild.errors import EnvbuildError\n"
                 "try:\n    print('ok', len(read_bytes(sys.argv[1])))\n"
                 "except EnvbuildError as exc:\n    print('error', exc.message)\n")

@@ -126,8 +126,8 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
                     f"{v.env.platform}, python {v.env.python}", v.env, (v.by_name.get(policy.torch) or [None])[0])
     if nofile and not narrow.environment:
         where = sorted({v.env.platform for v in views if v.env.name in nofile})
-        ctx.note(f"{policy.torch} has no file that installs on {', '.join(where)} in some selections or Pythons "
-                 "(their rows say \"no file for this platform\"); --environment makes it a finding")
+        ctx.note(f"no {policy.torch} file installs on {', '.join(where)} (rows \"no file for this platform\"; "
+                 "--environment makes it a finding)")
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
     report.environments = _rows(views, findings, nofile)
     report.findings = findings
