@@ -211,9 +211,16 @@ def parse_requirements(text: str, local: dict[str, str]) -> list[Exported]:
 
 
 def _uv_reason(stderr: str) -> str:
+    """uv's error, from its ``error:`` line through the lines it folded the message onto (to the
+    terminal's width), as one line; its hints and warnings left out."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    text = " ".join(ln.removeprefix("error:").strip() for ln in lines if not ln.startswith("warning:"))
-    return text or "uv export failed with no message"
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("error:")), 0)
+    kept = []
+    for ln in lines[start:]:
+        if ln.startswith(("hint:", "warning:", "Usage:", "For more information")):
+            break
+        kept.append(ln.removeprefix("error:").strip())
+    return " ".join(" ".join(kept).split()) or "uv failed with no message"
 
 
 def _flag_hint(folder: Path) -> str:
@@ -260,8 +267,7 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
             return None
     if out.returncode == 0:
         return None
-    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
-    return _uv_reason("\n".join(lines)) if lines else None
+    return _uv_reason(out.stderr) if "error:" in out.stderr else None
 
 
 def holds(marker: str | None, values: dict[str, str]) -> bool:

@@ -123,7 +123,7 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     for v in views:
         if v.env.name in nofile and narrow.environment:  # asked for by name: a finding, not a note
             ctx.add(policy.torch, "no-file", f"the lock has no file of {policy.torch} that installs on "
-                    f"{v.env.platform}, python {v.env.python}", v.env, (v.by_name.get(policy.torch) or [None])[0])
+                    f"{v.env.platform}, python {v.env.python}", v.env, next(iter(v.by_name.get(policy.torch) or ()), None))
     if nofile and not narrow.environment:
         where = sorted({v.env.platform for v in views if v.env.name in nofile})
         ctx.note(f"no {policy.torch} file installs on {', '.join(where)} (rows \"no file for this platform\"; "

@@ -245,7 +245,7 @@ def probe(location: str, timeout: float = DEFAULT_TIMEOUT, *, project: str | Non
 
     def ask(target: str) -> requests.Response:
         def send(t: Timeouts) -> requests.Response:
-            resp = http.head(target, timeout=t, auth=auth, allow_redirects=True)
+            resp: requests.Response = http.head(target, timeout=t, auth=auth, allow_redirects=True)
             if resp.status_code in (405, 501):  # HEAD refused: a GET's headers, its body left unread
                 resp = http.get(target, timeout=t, auth=auth, stream=True, allow_redirects=True)
                 resp.close()

@@ -18,7 +18,8 @@ def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources
     """The index, extra indexes and find-links pip is configured with (pip.conf and PIP_*; read and
     cached by ``index.pipconf``)."""
     values = pip_config_values(env)
-    return InstallerSources(index_url=(values.get("index-url") or [None])[0],
+    index = values.get("index-url") or []
+    return InstallerSources(index_url=index[0] if index else None,
                             extra_index_urls=tuple(values.get("extra-index-url") or ()),
                             find_links=tuple(values.get("find-links") or ()))
 
