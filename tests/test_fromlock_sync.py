@@ -32,7 +32,8 @@ from envbuild.errors import EnvbuildError
 from envbuild.fromlock.run import LockRequest, prepare
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
-EXAMPLES = int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "12"))
+# generated projects per run, beside the two fixed examples (make fuzz sets ENVBUILD_PROPERTY_EXAMPLES higher)
+EXAMPLES = min(int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "8")), 200)
 
 _BUILD = '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["_backend"]\n\n'
 

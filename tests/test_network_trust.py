@@ -75,8 +75,8 @@ def _env(tmp: Path, pip_conf: str, **extra: str) -> dict[str, str]:
 def _both(url: str, env: dict[str, str], tmp: Path) -> tuple[str, subprocess.CompletedProcess[str]]:
     ours = subprocess.run([sys.executable, "-c", ENVBUILD_GET, url], env=env, capture_output=True, text=True,
                           timeout=120)
-    pip = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "-d", str(tmp / "dl"),
-                          url], env=env, capture_output=True, text=True, timeout=120)
+    pip = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "--retries", "0",
+                          "-d", str(tmp / "dl"), url], env=env, capture_output=True, text=True, timeout=120)
     return ours.stdout.strip() or ours.stderr, pip
 
 
