@@ -130,9 +130,9 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str]) -> dict[
 
 
 def _uv() -> str:
-    from envbuild.fromlock.uvsync import uv_binary
+    from envbuild.installer.python import find_uv
 
-    return uv_binary() or "uv"
+    return find_uv() or "uv"
 
 
 def main() -> int:

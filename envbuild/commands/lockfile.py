@@ -76,17 +76,22 @@ def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
 
 def _selection(args: argparse.Namespace, *, wheelhouse: str | None = None, replace_torch: bool = False) -> LockRequest:
     """The lock request of the selection options every ``--lock`` front end shares (``add_selection_args``)."""
-    sync = SyncFlags(
-        extras=tuple(args.extra), all_extras=args.all_extras, no_extras=tuple(args.no_extra), groups=tuple(args.group),
-        only_groups=tuple(args.only_group), no_groups=tuple(args.no_group), all_groups=args.all_groups,
-        no_default_groups=args.no_default_groups, no_dev=args.no_dev, only_dev=args.only_dev,
-        packages=tuple(args.package), all_packages=args.all_packages, no_editable=args.no_editable,
-        no_install_project=args.no_install_project or args.no_project, no_install_workspace=args.no_install_workspace)
+    sync = sync_flags(args)
     return LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
                        environment=tuple(args.environment), accept=args.accept,
                        project=not (args.no_project or args.no_install_project),
                        rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse, replace_torch=replace_torch,
                        sync=sync, require_hashes=args.require_hashes)
+
+
+def sync_flags(args: argparse.Namespace) -> SyncFlags:
+    """uv sync's flags as ``add_selection_args`` parsed them (``--no-project`` is ``--no-install-project``)."""
+    return SyncFlags(
+        extras=tuple(args.extra), all_extras=args.all_extras, no_extras=tuple(args.no_extra), groups=tuple(args.group),
+        only_groups=tuple(args.only_group), no_groups=tuple(args.no_group), all_groups=args.all_groups,
+        no_default_groups=args.no_default_groups, no_dev=args.no_dev, only_dev=args.only_dev,
+        packages=tuple(args.package), all_packages=args.all_packages, no_editable=args.no_editable,
+        no_install_project=args.no_install_project or args.no_project, no_install_workspace=args.no_install_workspace)
 
 
 def refuse_lock_options(args: argparse.Namespace) -> None:

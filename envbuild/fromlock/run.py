@@ -172,11 +172,10 @@ def python_for_lock(lock: Path) -> str:
 
 def _uv_python_find(requires: str) -> tuple[str, str] | None:
     """``uv python find REQUIRES``: (minor, executable) of an interpreter uv knows, else None."""
-    from envbuild.fromlock.uvsync import uv_binary
-    from envbuild.installer.python import probe_python
+    from envbuild.installer.python import find_uv, probe_python
     from envbuild.run import run
 
-    uv = uv_binary()
+    uv = find_uv()
     if uv is None or not requires:
         return None
     try:
@@ -340,29 +339,21 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
 
 
 def _download(url: str, dest: Path) -> Path:
-    """``url`` streamed to ``dest`` (never held in memory); PreflightError naming the host when it
-    cannot be reached, InstallError when the disk is full."""
+    """``url`` streamed to ``dest`` (``index.remotezip.stream_to_file``: never held in memory);
+    PreflightError naming the host when it cannot be reached, InstallError when the disk is full."""
     import requests
 
     from envbuild.index.client import session
-    from envbuild.index.net import redact
+    from envbuild.index.net import failure, redact
+    from envbuild.index.remotezip import stream_to_file
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
     try:
-        with session().get(url, stream=True, timeout=(10, 60)) as resp:
-            if resp.status_code >= 400:
-                raise PreflightError(f"{redact(url)} answered HTTP {resp.status_code}",
-                                     hint="Check the URL the lock names and its credentials.")
-            with part.open("wb") as out:
-                for chunk in resp.iter_content(1 << 20):
-                    out.write(chunk)
+        part = stream_to_file(url, None, http=session(), timeout=(10, 60), folder=dest.parent)
     except requests.exceptions.RequestException as exc:
-        part.unlink(missing_ok=True)
-        raise PreflightError(f"cannot reach {urlsplit(url).hostname}: {redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:300]}",
+        raise PreflightError(f"cannot reach {urlsplit(url).hostname}: {redact(failure(exc)[1])}",
                              hint="Check the network (or a proxy), or provision where the host can be reached.") from exc
     except OSError as exc:
-        part.unlink(missing_ok=True)
         raise InstallError(f"{dest}: cannot write the download of {redact(url)} ({exc.strerror or exc})",
                            hint="Free space on the data root.") from exc
     part.replace(dest)

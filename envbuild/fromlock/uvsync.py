@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,9 @@ from envbuild.errors import ConfigError
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.gate.names import canonical
+from envbuild.installer.python import find_uv
 
-__all__ = ["Exported", "SyncFlags", "export", "match_entries", "sync_refusal", "uv_binary"]
+__all__ = ["Exported", "SyncFlags", "export", "match_entries", "sync_refusal"]
 
 
 @dataclass(frozen=True)
@@ -83,34 +84,17 @@ class SyncFlags:
         argv = [a for a in self.selection_argv() if a.startswith("--") and a not in ("--extra", "--group")]
         return list(dict.fromkeys(argv))
 
-    @property
-    def given(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self))
 
 
 @dataclass(frozen=True)
 class Exported:
-    """One package of uv's export: name, version, marker, the sha256 of its files, and where a
-    local one lies (``directory``, editable or not)."""
+    """One package of uv's export: name, version (None: a local folder), marker, the sha256 of its
+    files (how an entry is told apart from another of the same name and version)."""
 
     name: str
     version: str | None
     marker: str | None
     hashes: frozenset[str]
-    directory: str | None = None
-    editable: bool = False
-
-
-def uv_binary() -> str | None:
-    """The uv that envbuild installs with (its own dependency), else one on PATH."""
-    try:
-        from uv import find_uv_bin
-
-        return str(find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        import shutil
-
-        return shutil.which("uv")
 
 
 def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
@@ -124,7 +108,7 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     folder = lock_path.parent
     if not (folder / "pyproject.toml").is_file() or lock_path.name != "uv.lock":
         return None
-    uv = uv_binary()
+    uv = find_uv()
     if uv is None:
         return None
     argv = [uv, "export", "--frozen", "--format", "requirements.txt", "--no-header", "--no-annotate", "--quiet",
@@ -197,8 +181,7 @@ def parse_requirements(text: str, local: dict[str, str]) -> list[Exported]:
             if name is None:
                 raise ConfigError(f"uv export lists the local package {where.strip()}, which the lock names no package "
                                   "at (a lock older than its pyproject.toml?)", hint="Re-lock with `uv lock`.")
-            out.append(Exported(name=name, version=None, marker=marker.strip() or None, hashes=hashes,
-                                directory=where.strip(), editable=editable))
+            out.append(Exported(name=name, version=None, marker=marker.strip() or None, hashes=hashes))
             continue
         try:
             req = Requirement(body)
@@ -250,7 +233,7 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
     from envbuild.errors import EnvbuildError
     from envbuild.installer.python import find_interpreter
 
-    uv = uv_binary()
+    uv = find_uv()
     try:
         exe = find_interpreter(python, require_fit=False).executable
     except EnvbuildError:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RangeFile", "Read", "remote_metadata"]
+__all__ = ["RangeFile", "Read", "remote_metadata", "stream_to_file"]
 
 BLOCK = 64 * 1024  # a range request reads at least this much (the zip's end records fit in one)
 CHUNK = 1 << 20
@@ -179,7 +179,7 @@ def remote_metadata(url: str, sha256: str | None, *, http: Any, timeout: Any, wh
             pass
         except zipfile.BadZipFile as exc:
             raise SourceError(f"{redact(url)}: not a readable wheel ({exc})") from exc
-    path = _stream(url, sha256, http=http, timeout=timeout, read=read)
+    path = stream_to_file(url, sha256, http=http, timeout=timeout, read=read)
     read.how = "stream"
     if not wheel:
         return None, path
@@ -192,13 +192,16 @@ def remote_metadata(url: str, sha256: str | None, *, http: Any, timeout: Any, wh
         path.unlink(missing_ok=True)
 
 
-def _stream(url: str, sha256: str | None, *, http: Any, timeout: Any, read: Read) -> Path:
-    """``url`` into a temporary file, 1 MiB at a time, its sha256 checked as it streams."""
+def stream_to_file(url: str, sha256: str | None, *, http: Any, timeout: Any, read: Read | None = None,
+                   folder: Path | None = None) -> Path:
+    """``url`` into a temporary file (in ``folder``, else the system's), 1 MiB at a time, never in
+    memory, its sha256 checked as it streams where one is given. The caller moves or deletes it."""
+    read = read if read is not None else Read()
     from envbuild.index.client import SourceError
     from envbuild.index.net import redact
 
     h = hashlib.sha256()
-    fd, name = tempfile.mkstemp(prefix="envbuild-dist-")
+    fd, name = tempfile.mkstemp(prefix="envbuild-dist-", dir=folder)
     path = Path(name)
     try:
         read.requests += 1
