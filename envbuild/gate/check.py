@@ -153,7 +153,7 @@ def _installable(view: View, torch_name: str) -> bool:
                for f in files)
 
 
-def _rows(views: list[View], findings: list[Finding], nofile: set[str] = frozenset()) -> list[EnvRow]:  # type: ignore[assignment]
+def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozenset[str] = frozenset()) -> list[EnvRow]:
     """A table row per view, except that views of one platform and selection, with the same torch
     and the same findings, on consecutive Pythons, read as one row ("python 3.10–3.12"): they were
     judged apart (a torch dependency differs by Python) and answered alike. Findings name the rows."""
