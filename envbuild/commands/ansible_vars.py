@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
-from envbuild.commands.common import add_stack_args, load_stack, path_arg
+from envbuild.commands.common import Subparsers, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError
 from envbuild.images.ansible import render_vars
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("ansible-vars", help="write the variables ansible/provision.yml takes for a stack (YAML)",
                        description="The playbook's variables for a stack: its profile, data root and the names of "
                        "the values it takes from the environment (from_env), which the play reads on the "

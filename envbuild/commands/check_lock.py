@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild.commands import ui
+from envbuild.commands.common import Subparsers
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.gate import FORMATS, Narrow, Policy, check_file
 from envbuild.gate.findings import FileReport
@@ -40,7 +41,7 @@ def path_arg(text: str) -> Path:
     return common_path_arg(text)
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("check-lock", help="CI gate: prove a lock (envbuild's or any lockfile) cannot replace, "
                        "downgrade or shadow torch")
     p.add_argument("files", nargs="*", type=Path, metavar="FILE",

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from envbuild import events
 from envbuild._io import atomic_write_json
@@ -29,6 +29,9 @@ from envbuild.errors import ConfigError
 from envbuild.layout import Paths, paths_for
 from envbuild.quoting import sh_word
 from envbuild.spec import StackSpec, resolve_spec
+
+# What `cli.py` hands every command's ``register``: argparse's sub-command table.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 ROOT_ENV = "ENVBUILD_ROOT"
 ENVIRONMENT_RECORD = "envbuild-environment.json"  # in a venv envbuild made: where it belongs

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import amount_arg, count_arg, path_arg, seconds_arg
+from envbuild.commands.common import Subparsers, amount_arg, count_arg, path_arg, seconds_arg
 from envbuild.commands.smoke import (
     ReceiptFacts,
     add_target_args,
@@ -26,7 +26,7 @@ MAX_NODES = 4096
 MAX_WORLD = MAX_NPROC * MAX_NODES
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "dist-step", help="a short TP+SP+EP+FSDP2 training step under torchrun",
         description="torchrun one process per GPU (gloo processes on CPU): a small transformer with a MoE "

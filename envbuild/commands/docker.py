@@ -7,12 +7,11 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError, LockError
 from envbuild.images.docker import (
@@ -25,7 +24,7 @@ from envbuild.images.docker import (
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("docker", help="render a Dockerfile: one layer per step, the same guarded code path")
     add_stack_args(p)
     add_json_arg(p)

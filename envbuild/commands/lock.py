@@ -9,7 +9,7 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.lock.changes import Change
 from envbuild.lock.relock import parse_upgrades
@@ -20,7 +20,7 @@ from envbuild.spec import StackSpec
 STALE = int(ExitCode.LOCK)  # `lock --check`: the lock is not current for the spec (8, as a stale lock is everywhere)
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("lock", help="compile each step into a hash-pinned requirements file (pip-tools)")
     add_stack_args(p)
     add_json_arg(p)

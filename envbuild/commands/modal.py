@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.commands.docker import tool_source, write_build_files
 from envbuild.errors import ConfigError
 from envbuild.images.docker import DEFAULT_ROOT, DockerOptions
@@ -24,7 +23,7 @@ from envbuild.images.modal import MODES, ModalOptions, module_name_ok, render_mo
 DEFAULT_FOLDER = Path("modal_images")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("modal", help="write a Python file defining the stack's modal.Image, from the same plan",
                        description="Write a Python file with image() -> modal.Image: layer for layer "
                        "(--mode steps: one `envbuild provision --step` per step) or from envbuild's rendered "

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
 
 from envbuild import layout
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
 from envbuild.commands.lockfile import add_lock_args
 from envbuild.errors import ConfigError, PreflightError
 from envbuild.index.net import redact
@@ -23,7 +22,7 @@ from envbuild.installer.python import UnfitInterpreter, find_interpreter
 from envbuild.plan import BACKENDS, Plan, plan_to_json, step_commands
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("plan", help="show the ordered install steps and the exact commands provision runs")
     add_stack_args(p)
     add_json_arg(p)

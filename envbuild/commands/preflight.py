@@ -6,7 +6,13 @@ import argparse
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import add_json_arg, add_stack_args, load_stack, seconds_arg
+from envbuild.commands.common import (
+    Subparsers,
+    add_json_arg,
+    add_stack_args,
+    load_stack,
+    seconds_arg,
+)
 from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.host.preflight import CHECK_GROUPS, run_preflight
@@ -15,7 +21,7 @@ from envbuild.layout import paths_for
 _MARK = {"pass": "pass", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("preflight", help="check driver, GPUs, NVLink topology, NUMA, compilers, disks, env, indexes",
                        description="Check that this host can run the stack. Exit 3 when a check fails.")
     add_stack_args(p)

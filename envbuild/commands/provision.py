@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import (
+    Subparsers,
     add_json_arg,
     add_stack_args,
     load_stack,
@@ -41,7 +41,7 @@ def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
                  + "), or mark a value the step can do without as { from_env = \"NAME\", required = false }.")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("provision", help="create the venv on the data root and install every step, guarded")
     add_stack_args(p)
     add_json_arg(p)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import add_root_arg, find_environment, path_arg
+from envbuild.commands.common import Subparsers, add_root_arg, find_environment, path_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.proof.receipt import (
     VERIFIED_LOG,
@@ -35,7 +35,7 @@ from envbuild.proof.receipt import (
 GROUPS = ("environment", "image", "run")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("receipt", help="show a receipt, or diff receipts (exit 10 on drift)")
     rsub = p.add_subparsers(dest="receipt_command", metavar="ACTION")
     rsub.required = True

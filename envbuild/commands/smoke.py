@@ -17,6 +17,7 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import (
     ROOT_ENV,
+    Subparsers,
     add_json_arg,
     add_root_arg,
     add_stack_args,
@@ -137,7 +138,7 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
     return env
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     from envbuild.proof.smoke import CHECK_NAMES
 
     p = sub.add_parser("smoke", help="kernel smoke tests in the venv, each against a reference",

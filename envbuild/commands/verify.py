@@ -17,6 +17,7 @@ from typing import Any
 from envbuild import events, guard, layout
 from envbuild.commands import ui
 from envbuild.commands.common import (
+    Subparsers,
     add_json_arg,
     add_root_arg,
     add_stack_args,
@@ -30,7 +31,7 @@ from envbuild.provision.state import Manifest
 from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("verify", help="check an environment against its ABI baseline")
     add_stack_args(p)
     add_json_arg(p)

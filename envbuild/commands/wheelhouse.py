@@ -10,14 +10,14 @@ from typing import Any
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import count_arg, path_arg
+from envbuild.commands.common import Subparsers, count_arg, path_arg
 from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError
 
 DEFAULT_OUT = Path("wheelhouse")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("wheelhouse", help="build, mirror and index the offline wheelhouse")
     wsub = p.add_subparsers(dest="wheelhouse_command", metavar="ACTION")
     wsub.required = True
