@@ -40,13 +40,19 @@ GOLDEN_STACK = Path("/tmp/envbuild-golden/cpu")
 
 
 def test_plan_table_golden() -> None:
-    # The table's column widths follow the lock files' paths, so the profile is copied to one
-    # fixed path: the golden text must not depend on where the checkout lives.
-    shutil.rmtree(GOLDEN_STACK, ignore_errors=True)
-    shutil.copytree(REPO / "lockfiles" / "cpu", GOLDEN_STACK)
-    # --backend pip: uv's arguments carry the host's pip configuration (its sources)
-    out = cli("plan", "--stack", str(GOLDEN_STACK / "stack.toml"), "--backend", "pip")
+    # The table's column widths follow the lock files' paths, so the profile is copied to a path of
+    # one fixed length: the golden text must not depend on where the checkout lives. The folder is a
+    # private one beside /tmp/envbuild-golden (same length), read back as that path: two runs on one
+    # machine never share it.
+    from support import tour
+
+    with tour.private_roots([GOLDEN_STACK.parent]) as paths:
+        mine = Path(paths[str(GOLDEN_STACK.parent)]) / GOLDEN_STACK.name
+        shutil.copytree(REPO / "lockfiles" / "cpu", mine)
+        # --backend pip: uv's arguments carry the host's pip configuration (its sources)
+        out = cli("plan", "--stack", str(mine / "stack.toml"), "--backend", "pip")
     assert out.returncode == 0, out.stderr
+    out.stdout = out.stdout.replace(str(mine.parent), str(GOLDEN_STACK.parent))
     check_golden("plan_cpu.txt", out.stdout)
 
 
