@@ -1,4 +1,4 @@
-"""The data root and its ``$HOME`` links.
+"""The data root, its ``$HOME`` links and the env overlay the venv's ``activate`` sources.
 
 Everything that grows lives under the data root (default ``/mnt/data``): the venv, the
 repo checkout, data, caches (pip, uv, triton, inductor, HF), checkpoints, receipts, logs
@@ -148,7 +148,7 @@ def create_folders(paths: Paths) -> None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise LayoutError(f"cannot create {folder}: {exc.strerror}") from None
+            raise LayoutError(f"cannot create {folder}: {exc.strerror}") from exc
 
 
 def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False) -> list[str]:
@@ -163,7 +163,7 @@ def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False)
         home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LayoutError(f"cannot create the home folder for the links, {home}: {exc.strerror}",
-                          hint="Pass --home DIR.") from None
+                          hint="Pass --home DIR.") from exc
     for link, target in plans:
         target.mkdir(parents=True, exist_ok=True)
         if link.is_symlink() or link.exists():

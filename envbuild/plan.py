@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, TypedDict, get_args
 
 from envbuild.errors import ConfigError
 from envbuild.spec import StackSpec, Step
@@ -399,7 +399,44 @@ def installer_argv(
     return argv
 
 
-def plan_to_json(plan: Plan) -> dict[str, object]:
+class PlanABIJSON(TypedDict):
+    """The spec's ``[abi]``: the baseline every later step is held to."""
+
+    package: str  # the baseline distribution (torch)
+    version: str  # its version, as the spec pins it
+    local: str | None  # its local version label (`cu132`), when the spec names one
+    cuda: str | None  # the CUDA version the spec expects, when it names one
+    protect: list[str]  # the protected set: names or fnmatch patterns no later step may move
+    adopt: bool  # true: the baseline comes from the base environment and no step installs it
+
+
+class PlanStepJSON(TypedDict):
+    """One install step of a plan, as ``provision`` runs it."""
+
+    number: int  # 1-based, as shown to users
+    name: str  # the step's name in the spec
+    role: Literal["pre-baseline", "baseline", "guarded"]  # where it stands to the baseline
+    requirements: list[str]  # what goes into the step's requirements file
+    locked_file: str | None  # the hash-pinned file the step installs from, when the lock has one
+    installer_args: list[str]  # installer options, without the program, requirements and constraints
+    constraints: bool  # true: installed under the constraints file that pins the protected set
+    replaces: list[str]  # the distributions this step may replace (the spec's `replaces`)
+    env: dict[str, str]  # the step's own environment variables
+
+
+class PlanJSON(TypedDict):
+    """A plan: the stack, its baseline and its steps in order (``plan_to_json``)."""
+
+    stack: str  # the stack's name
+    spec: str  # the stack spec file
+    spec_digest: str  # the spec's digest (what the lock records)
+    python: str  # the Python version the spec asks for
+    backend: Backend  # the installer
+    abi: PlanABIJSON  # the baseline
+    steps: list[PlanStepJSON]  # the install steps, in order
+
+
+def plan_to_json(plan: Plan) -> PlanJSON:
     return {
         "stack": plan.spec.name,
         "spec": str(plan.spec.path),

@@ -1,4 +1,5 @@
-"""The one way envbuild runs a subprocess (after nox's ``command.run``).
+"""The one way envbuild runs a subprocess: timeouts, process groups, redacted logs (after nox's
+``command.run``).
 
 argv lists only, never a shell; the exact command is logged (credentials in URLs redacted);
 output goes to a log file (and, line by line, to an optional callback for progress).
@@ -145,10 +146,10 @@ def run(
         if outcome is not None:
             _stop(child.proc, grace)
         child.drain(output)  # what the readers had queued before the stop
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         _stop(child.proc, grace)
         output.note("\n[envbuild] interrupted by the user\n")
-        raise Interrupted(f"interrupted while running: {redact(format_argv(args))}", hint=interrupt_hint) from None
+        raise Interrupted(f"interrupted while running: {redact(format_argv(args))}", hint=interrupt_hint) from exc
     finally:
         returncode = child.returncode()
         output.close(_footer(outcome, timeout, returncode))

@@ -110,3 +110,15 @@ def test_verbose_prints_the_cause_under_the_one_paragraph(tmp_path) -> None:  # 
     assert plain.rc == loud.rc == 2
     assert "caused by" not in plain.stderr and "Traceback" not in loud.stderr
     assert "caused by envbuild.errors.ConfigError: " in loud.stderr and "cannot tell which kind of lockfile" in loud.stderr
+
+
+def test_verbose_shows_the_operating_system_error_under_a_missing_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The one paragraph names the file; `-v` adds what the system said (`raise ... from exc`)."""
+    from support.fixtures import run_cli
+
+    missing = tmp_path / "gone" / "uv.lock"
+    plain = run_cli(["check-lock", "--offline", missing], home=tmp_path / "home", cwd=tmp_path)
+    loud = run_cli(["-v", "check-lock", "--offline", missing], home=tmp_path / "home", cwd=tmp_path)
+    assert plain.rc == loud.rc == 2
+    assert f"{missing}: no such lockfile" in plain.stderr and "caused by" not in plain.stderr
+    assert "caused by builtins.FileNotFoundError: [Errno 2]" in loud.stderr and "Traceback" not in loud.stderr

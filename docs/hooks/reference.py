@@ -27,6 +27,9 @@ the stage table of ``architecture.md``, from ``tests/test_layers.py`` (``STAGES_
 - ``reference/check-lock.md``: the gate's rules (``envbuild.gate.findings.RULES``), its JSON
   schema (``envbuild/gate/output.py``'s docstring), and the rules of envbuild's own locks
   (``envbuild.gate.findings.OWN_RULES``) with how they run (``envbuild/gate/rules/ownlock``'s docstring).
+- ``reference/json.md``: every ``--json`` document, from the ``TypedDict`` classes that type it
+  (``envbuild.commands.documents.DOCUMENTS``): each field's type, whether it is required, and the
+  comment written beside it.
 
 Words that exist nowhere in the code (what a spec key without a field comment means, which spec
 tables are required) are in ``_SPEC_HELP`` and ``_REQUIRED_TABLES`` below; see the note there.
@@ -69,6 +72,7 @@ def pages() -> dict[str, Callable[[], str]]:
         "reference/stack-spec.md": spec_page,
         "reference/exit-codes.md": exit_codes_page,
         "reference/check-lock.md": check_lock_page,
+        "reference/json.md": json_page,
     }
 
 
@@ -115,6 +119,16 @@ def refresh_stages(text: str) -> str:
     return head + STAGES_OPEN + stage_table() + STAGES_CLOSE + tail
 
 
+def refresh_architecture(text: str) -> str:
+    """``text`` with docs/architecture.md's file table and "who prints" rule (where it has them) as
+    ``docs/hooks/architecture.py`` makes them now, from envbuild's docstrings, ``OWNS`` and a scan."""
+    spec = importlib.util.spec_from_file_location("envbuild_docs_architecture", Path(__file__).with_name("architecture.py"))
+    assert spec is not None and spec.loader is not None
+    architecture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(architecture)
+    return str(architecture.refresh(text))
+
+
 def stale_pages() -> dict[str, str]:
     """{path under docs/: the page as it should be now} for every page that differs: a generated
     reference page, or a page whose include block no longer holds its file or whose stage table
@@ -129,7 +143,7 @@ def stale_pages() -> dict[str, str]:
     for file in sorted((ROOT / "docs").rglob("*.md")):
         path = file.relative_to(ROOT / "docs").as_posix()
         text = file.read_text(encoding="utf-8")
-        if path not in out and (fresh := refresh_stages(refresh_includes(text))) != text:
+        if path not in out and (fresh := refresh_architecture(refresh_stages(refresh_includes(text)))) != text:
             out[path] = fresh
     return out
 
@@ -624,6 +638,118 @@ def check_lock_page() -> str:
     out += [f"- {_text(_rst(b))}" for b in blocks if not b.startswith("- ")]
     out.append("")
     return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- --json documents
+
+
+def _json_anchor(command: str) -> str:
+    """``plan --lock FILE --json`` -> ``plan-lock-file``: the words of the command line, --json left out."""
+    words = [w.lstrip("-").rstrip(".").lower() for w in command.split() if w != "--json"]
+    return "-".join(w for w in words if w)
+
+
+def _typeddict_comments(cls: type) -> dict[str, str]:
+    """{field: the comment beside it (or right above it)} of a ``TypedDict`` and of the ``TypedDict``
+    classes it extends (their comments, in their own modules; the class's own win)."""
+    module = sys.modules[cls.__module__]
+    source = Path(inspect.getfile(module))
+    node = next((n for n in ast.parse(source.read_text(encoding="utf-8")).body
+                 if isinstance(n, ast.ClassDef) and n.name == cls.__name__), None)
+    out: dict[str, str] = {}
+    for base in node.bases if node is not None else []:
+        parent = getattr(module, base.id, None) if isinstance(base, ast.Name) else None
+        if isinstance(parent, type) and typing.is_typeddict(parent):
+            out.update(_typeddict_comments(parent))
+    out.update({field: words for (owner, field), words in _field_comments(source).items() if owner == cls.__name__})
+    return out
+
+
+def _json_type(hint: Any, objects: list[type], many: bool = False) -> str:
+    """A field's type in JSON's words (``many``: the items of an array or the values of an object);
+    each ``TypedDict`` met is linked and added to ``objects``."""
+    if typing.is_typeddict(hint):
+        if hint not in objects:
+            objects.append(hint)
+        return f"[{hint.__name__}](#obj-{hint.__name__})" + (" objects" if many else "")
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        shown = [_code(f'"{a}"' if isinstance(a, str) else str(a)) for a in args]
+        return shown[0] if len(shown) == 1 else "one of " + ", ".join(shown)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [_json_type(a, objects, many) for a in args if a is not type(None)]
+        return " or ".join(kinds + (["nulls" if many else "null"] if type(None) in args else []))
+    if origin is list:
+        return ("arrays of " if many else "array of ") + _json_type(args[0], objects, True) if args else "array"
+    if origin is dict or hint is dict:
+        if not args or args[1] in (Any, object):
+            return "objects (any keys and values)" if many else "object (any keys and values)"
+        return ("objects of " if many else "object of ") + _json_type(args[1], objects, True)
+    if hint in (Any, object):
+        return "any JSON values" if many else "any JSON value"
+    names = {str: "string", bool: "boolean", int: "integer", float: "number", type(None): "null"}
+    name = names.get(hint, getattr(hint, "__name__", str(hint)))
+    return name + "s" if many else name
+
+
+def _json_fields(cls: type, objects: list[type]) -> list[str]:
+    hints = typing.get_type_hints(cls)
+    comments = _typeddict_comments(cls)
+    rows = ["| field | type | required | meaning |", "|---|---|---|---|"]
+    for name, hint in hints.items():
+        if name not in comments:
+            log.warning("%s.%s has no comment: write one beside the field (docs/reference/json.md shows it)",
+                        cls.__name__, name)
+        required = "yes" if name in cls.__required_keys__ else "no"
+        rows.append(f"| {_code(name)} | {_json_type(hint, objects)} | {required} | {_text(_rst(comments.get(name, '')))} |")
+    return rows
+
+
+def json_schema(cls: type) -> str | int | None:
+    """The ``schema`` value a document's ``TypedDict`` declares (``Literal[...]``), or None."""
+    hint = typing.get_type_hints(cls).get("schema")
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Literal else None
+
+
+def json_page() -> str:
+    documents = importlib.import_module("envbuild.commands.documents")
+    entries = documents.DOCUMENTS
+    intro = [_rst(b) for b in _docstring(documents).split("\n\n")[1:2]]
+    out = ["# JSON documents (`--json`)", "",
+           GENERATED.format(source="the `TypedDict`s of `envbuild/commands/documents.py` and the modules it names"), "",
+           "Every command that takes `--json` prints one JSON document on stdout and nothing else (its progress "
+           "and notes go to stderr); the exit code is the command's own ([exit codes](exit-codes.md)).", "",
+           *(" ".join(p.split()) for p in intro), "",
+           "| command | schema | document |", "|---|---|---|"]
+    for e in entries:
+        schema = json_schema(e.document)
+        shown = _code(f'"{schema}"' if isinstance(schema, str) else str(schema)) if schema is not None else "none: a list"
+        out.append(f"| [{_code('envbuild ' + e.command)}](#{_json_anchor(e.command)}) | {shown} | "
+                   f"{_code(e.document.__name__)} |")
+    objects: list[type] = []
+    for e in entries:
+        schema = json_schema(e.document)
+        out += ["", _heading(2, _json_anchor(e.command), _code(f"envbuild {e.command}")), ""]
+        if e.many:
+            out.append(f"A JSON list, one [{e.document.__name__}](#obj-{e.document.__name__}) per item, with no "
+                       "`schema` key: the list it has always been, kept as it is.")
+            if e.document not in objects:
+                objects.append(e.document)
+            continue
+        out += [f"Schema: {_code(repr(schema) if isinstance(schema, int) else str(schema))}. "
+                + _text(" ".join(_rst(_docstring(e.document)).split())), ""]
+        out += _json_fields(e.document, objects)
+    out += ["", _heading(2, "objects", "Objects"), "", "The objects the documents hold, where their fields are fixed.", ""]
+    done: set[type] = set()
+    while len(done) < len(objects):
+        cls = next(c for c in objects if c not in done)
+        done.add(cls)
+        out += [_heading(3, f"obj-{cls.__name__}", _code(cls.__name__)), ""]
+        doc = " ".join(_rst(_docstring(cls)).split()) if cls.__doc__ else ""
+        if doc:
+            out += [_text(doc), ""]
+        out += [*_json_fields(cls, objects), ""]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":

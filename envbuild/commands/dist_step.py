@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.commands import ui
 from envbuild.commands.common import Subparsers, amount_arg, count_arg, path_arg, seconds_arg
@@ -20,6 +21,10 @@ from envbuild.commands.smoke import (
 from envbuild.errors import ExitCode
 from envbuild.host.preflight import HostFacts, parse_gpus
 from envbuild.proof.diststep.launch import DistOptions, plan_mesh, run_dist_step
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import DistStepDocument
+    from envbuild.proof.receipt import DistStepPayload
 
 MAX_NPROC = 64  # processes on one node (DistOptions.validate says the same)
 MAX_NODES = 4096
@@ -89,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
     r = res.result
     mesh = r.get("mesh", {})
     regime += f" dp{mesh.get('dp')}xtp{mesh.get('tp')} ep{mesh.get('ep')}"
-    payload = {**r, "ok": res.ok, "returncode": res.returncode, "torchrun_seconds": res.seconds,
-               "torchrun_launched_at": res.started, "launch_regime": regime}
+    payload: DistStepPayload = {**r, "ok": res.ok, "returncode": res.returncode, "torchrun_seconds": res.seconds,
+                                "torchrun_launched_at": res.started, "launch_regime": regime}
     receipt = save_receipt(paths, "dist-step", payload, spec=spec, python=python, facts=facts)
     if args.json:
-        ui.print_json({**payload, "receipt": receipt})
+        doc: DistStepDocument = {"schema": "envbuild.dist-step/1", **payload, "receipt": receipt}
+        ui.print_json(doc)
     else:
         verdict = "dist-step passed" if res.ok else "dist-step FAILED"
         torchrun = f" (torchrun exit {res.returncode})" if res.returncode else ""
@@ -106,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if res.ok else int(ExitCode.VERIFY)
 
 
-def result_rows(r: dict[str, Any]) -> list[list[str]]:
+def result_rows(r: Mapping[str, Any]) -> list[list[str]]:
     """The checks' verdicts, then what they measured: short cells, a table within ui.WIDTH."""
     par, ck, t, bw = r.get("parity", {}), r.get("checkpoint", {}), r.get("timing", {}), r.get("allreduce")
     rt = r.get("routing", {})

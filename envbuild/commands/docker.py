@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild._io import atomic_write_text
@@ -22,6 +23,9 @@ from envbuild.images.docker import (
     render,
     stale_files,
 )
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import DockerCheckDocument, DockerDocument
 
 
 def register(sub: Subparsers) -> None:
@@ -89,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         stale = stale_files(rendered, output, context, steps_dir)
         if args.json:
-            ui.print_json({"stack": spec.name, "dockerfile": str(output), "stale": stale})
+            checked: DockerCheckDocument = {"schema": "envbuild.docker.check/1", "stack": spec.name,
+                                            "dockerfile": str(output), "stale": stale}
+            ui.print_json(checked)
         if stale:
             raise LockError(f"{output} is stale against {spec.path}: " + ", ".join(stale),
                             hint=f"Regenerate it: {opts.command}")
@@ -102,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dockerignore:
         atomic_write_text(context / ".dockerignore", DOCKERIGNORE)
     if args.json:
-        ui.print_json({"stack": spec.name, "dockerfile": str(output), "files": sorted(rendered.files)})
+        doc: DockerDocument = {"schema": "envbuild.docker/1", "stack": spec.name, "dockerfile": str(output),
+                               "files": sorted(rendered.files)}
+        ui.print_json(doc)
     else:
         slices = sum(rel.endswith(".toml") for rel in rendered.files)
         extra = len(rendered.files) - slices

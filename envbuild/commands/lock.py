@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild.commands import ui
@@ -16,6 +16,9 @@ from envbuild.lock.relock import parse_upgrades
 from envbuild.lock.resolver import RESOLVERS
 from envbuild.lock.stack import LockOptions, LockResult, lock_stack, lock_status
 from envbuild.spec import StackSpec
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import LockCheckDocument, LockDocument
 
 STALE = int(ExitCode.LOCK)  # `lock --check`: the lock is not current for the spec (8, as a stale lock is everywhere)
 
@@ -92,8 +95,10 @@ def _check(spec: StackSpec, args: argparse.Namespace) -> int:
     status = lock_status(spec, args.output)
     stale = [s for s in status.steps if not s.current]
     if args.json:
-        ui.print_json({"current": status.current, "reason": status.reason or None,
-                       "stale": [{"step": s.name, "reason": s.reason} for s in stale]})
+        doc: LockCheckDocument = {"schema": "envbuild.lock.check/1", "current": status.current,
+                                  "reason": status.reason or None,
+                                  "stale": [{"step": s.name, "reason": s.reason} for s in stale]}
+        ui.print_json(doc)
         return 0 if status.current else STALE
     if status.current:
         events.emit("ok", f"{spec.name}: the lock is current for {spec.path.name}; nothing to do")
@@ -107,9 +112,9 @@ def _check(spec: StackSpec, args: argparse.Namespace) -> int:
     return STALE
 
 
-def _json(result: LockResult) -> dict[str, Any]:
-    return {"folder": str(result.folder), "files": [str(f) for f in result.files], "skipped": result.skipped,
-            "seconds": round(result.seconds, 3), "up_to_date": not result.written,
+def _json(result: LockResult) -> LockDocument:
+    return {"schema": "envbuild.lock/1", "folder": str(result.folder), "files": [str(f) for f in result.files],
+            "skipped": result.skipped, "seconds": round(result.seconds, 3), "up_to_date": not result.written,
             "resolved": list(result.resolved), "kept": list(result.kept),
             "changes": [c.to_json() for c in result.changes],
             "torch": {"old": result.torch_moved[0], "new": result.torch_moved[1]} if result.torch_moved else None,

@@ -34,6 +34,14 @@ from envbuild.gate.model import FORMATS
 from envbuild.quoting import sh_word
 
 if TYPE_CHECKING:
+    from envbuild.commands.documents import (
+        DockerLockCheckDocument,
+        DockerLockDocument,
+        PlanLockDocument,
+        ProvisionLockDocument,
+        ProvisionSliceDocument,
+        WheelhouseMirrorLockDocument,
+    )
     from envbuild.host.preflight import PreflightReport
     from envbuild.layout import Paths
     from envbuild.spec import StackSpec
@@ -187,7 +195,9 @@ def plan(args: argparse.Namespace) -> int:
         prepared = replace(prepared, plan=in_wheelhouse(prepared.plan, folder))
     builds = _build_notes(args, prepared, req)
     if args.json:
-        ui.print_json({**prepared.plan.to_json(), "builds": builds, "gate": prepared.report.to_json()})
+        doc: PlanLockDocument = {"schema": "envbuild.plan.lock/1", **prepared.plan.to_json(), "builds": builds,
+                                 "gate": prepared.report.to_json()}
+        ui.print_json(doc)
     else:
         _print_plan(prepared)
         for name, note in builds.items():
@@ -253,9 +263,11 @@ def provision(args: argparse.Namespace) -> int:
             spec, source, result = provision_slice(args.lock, options)
             write_record(result.paths.venv, result.paths.root, spec, source)
             if args.json:
-                ui.print_json({**source, "root": str(result.paths.root), "venv": str(result.paths.venv),
-                               "ran": result.ran, "skipped": result.skipped, "seconds": round(result.seconds, 3),
-                               "receipt": str(result.receipt) if result.receipt else None})
+                layer: ProvisionSliceDocument = {
+                    "schema": "envbuild.provision.slice/1", **source, "root": str(result.paths.root),
+                    "venv": str(result.paths.venv), "ran": result.ran, "skipped": result.skipped,
+                    "seconds": round(result.seconds, 3), "receipt": str(result.receipt) if result.receipt else None}
+                ui.print_json(layer)
             else:
                 events.emit("ok", f"{args.lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
                             f"({result.seconds:.1f} s)")
@@ -268,10 +280,12 @@ def provision(args: argparse.Namespace) -> int:
     recorded = write_record(result.paths.venv, result.paths.root, result.plan.spec,
                             {**chosen.to_json(), "adopted_torch": prepared.adopted})
     if args.json:
-        ui.print_json({**prepared.plan.to_json(), "root": str(result.paths.root), "venv": str(result.paths.venv),
-                       "ran": result.ran, "skipped": result.skipped, "adopted_torch": prepared.adopted,
-                       "warnings": result.warnings, "seconds": round(result.seconds, 3),
-                       "receipt": str(result.receipt) if result.receipt else None})
+        doc: ProvisionLockDocument = {
+            "schema": "envbuild.provision.lock/1", **prepared.plan.to_json(), "root": str(result.paths.root),
+            "venv": str(result.paths.venv), "ran": result.ran, "skipped": result.skipped,
+            "adopted_torch": prepared.adopted, "warnings": result.warnings, "seconds": round(result.seconds, 3),
+            "receipt": str(result.receipt) if result.receipt else None}
+        ui.print_json(doc)
         return 0
     where = f"{chosen.path} ({chosen.env.name})"
     if not result.ran:
@@ -309,9 +323,11 @@ def mirror(args: argparse.Namespace) -> int:
     for line in done.not_mirrored:
         events.emit("warn", f"not mirrored: {line}")
     if args.json:
-        ui.print_json({**chosen.to_json(), "out": str(done.out), "downloaded": list(done.downloaded),
-                       "present": list(done.present), "not_mirrored": list(done.not_mirrored),
-                       "index": str(done.index), "bytes_mirrored": done.bytes})
+        doc: WheelhouseMirrorLockDocument = {
+            "schema": "envbuild.wheelhouse.mirror.lock/1", **chosen.to_json(), "out": str(done.out),
+            "downloaded": list(done.downloaded), "present": list(done.present),
+            "not_mirrored": list(done.not_mirrored), "index": str(done.index), "bytes_mirrored": done.bytes}
+        ui.print_json(doc)
         return 0
     ui.print_text(f"{len(done.downloaded)} downloaded, {len(done.present)} already present ({done.bytes / 1e6:.1f} MB) "
                   f"for {chosen.env.name}; index: {done.index}")
@@ -367,7 +383,9 @@ def docker(args: argparse.Namespace) -> int:
     if args.check:
         stale = stale_files(rendered, output, context, steps_dir)
         if args.json:
-            ui.print_json({"lock": str(args.lock), "dockerfile": str(output), "stale": stale})
+            checked: DockerLockCheckDocument = {"schema": "envbuild.docker.lock.check/1", "lock": str(args.lock),
+                                                "dockerfile": str(output), "stale": stale}
+            ui.print_json(checked)
         if stale:
             raise LockError(f"{output} is stale against {args.lock}: " + ", ".join(stale), hint=f"Regenerate it: {command}")
         return 0
@@ -378,8 +396,10 @@ def docker(args: argparse.Namespace) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output, rendered.dockerfile)
     if args.json:
-        ui.print_json({"lock": str(args.lock), "environment": prepared.chosen.env.name, "dockerfile": str(output),
-                       "files": sorted(rendered.files)})
+        doc: DockerLockDocument = {"schema": "envbuild.docker.lock/1", "lock": str(args.lock),
+                                   "environment": prepared.chosen.env.name, "dockerfile": str(output),
+                                   "files": sorted(rendered.files)}
+        ui.print_json(doc)
         return 0
     events.emit("ok", f"wrote {output} and {len(rendered.files)} stage slices in {steps_folder}")
     ui.print_text(f"build: docker build -f {os.path.relpath(output, context)} -t envbuild/lock-{name} {context}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild._io import atomic_write_text
@@ -19,6 +20,9 @@ from envbuild.commands.docker import tool_source, write_build_files
 from envbuild.errors import ConfigError
 from envbuild.images.docker import DEFAULT_ROOT, DockerOptions
 from envbuild.images.modal import MODES, ModalOptions, module_name_ok, render_modal
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import ModalDocument
 
 DEFAULT_FOLDER = Path("modal_images")
 
@@ -75,10 +79,11 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_text(output, rendered.source)
     module = ".".join(output.relative_to(Path.cwd()).with_suffix("").parts) if inside else output.stem
     if args.json:
-        ui.print_json({"stack": spec.name, "mode": args.mode, "file": str(output), "module": module,
-                       "dockerfile": str(dockerfile) if rendered.dockerfile is not None else None,
-                       "context": str(context), "steps": [s.name for s in rendered.layers],
-                       "files": sorted(rendered.files)})
+        doc: ModalDocument = {"schema": "envbuild.modal/1", "stack": spec.name, "mode": args.mode, "file": str(output),
+                              "module": module, "dockerfile": str(dockerfile) if rendered.dockerfile is not None else None,
+                              "context": str(context), "steps": [s.name for s in rendered.layers],
+                              "files": sorted(rendered.files)}
+        ui.print_json(doc)
     else:
         events.emit("ok", f"wrote {output} ({args.mode}: {len(rendered.layers)} steps)"
                     + (f", {dockerfile.name}" if rendered.dockerfile is not None else "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import TYPE_CHECKING
 
 from envbuild import layout
 from envbuild.commands import ui
@@ -20,6 +21,9 @@ from envbuild.index.net import redact
 from envbuild.installer import find_uv, resolve_plan
 from envbuild.installer.python import UnfitInterpreter, find_interpreter
 from envbuild.plan import BACKENDS, Plan, plan_to_json, step_commands
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import PlanDocument
 
 
 def register(sub: Subparsers) -> None:
@@ -78,11 +82,10 @@ def run(args: argparse.Namespace) -> int:
         except PreflightError:
             pass  # none found: said by preflight and provision; the plan stays host-independent
     if args.json:
-        data = plan_to_json(plan)
-        data["root"], data["venv"] = str(paths.root), str(paths.venv)
-        data["python_refused"] = refused
-        for step in data["steps"]:  # type: ignore[attr-defined]
-            step["argv"] = commands[step["name"]]
+        base = plan_to_json(plan)
+        data: PlanDocument = {"schema": "envbuild.plan/1", **base,
+                              "steps": [{**step, "argv": commands[step["name"]]} for step in base["steps"]],
+                              "root": str(paths.root), "venv": str(paths.venv), "python_refused": refused}
         ui.print_json(data)
         return 0
     abi = spec.abi

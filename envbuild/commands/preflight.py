@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.commands import ui
 from envbuild.commands.common import (
@@ -17,6 +17,9 @@ from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.host.preflight import CHECK_GROUPS, run_preflight
 from envbuild.layout import paths_for
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import PreflightDocument
 
 _MARK = {"pass": "pass", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
@@ -64,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
         paths = paths_for(spec, args.root)
         report = run_preflight(spec, paths, checks=groups, index_timeout=args.index_timeout, python=args.python)
     if args.json:
-        ui.print_json({"profile": spec.name, "root": str(paths.root), **report.to_dict()})
+        doc: PreflightDocument = {"schema": "envbuild.preflight/1", "profile": spec.name, "root": str(paths.root),
+                                  **report.to_dict()}
+        ui.print_json(doc)
     else:
         rows = [[c.name, _MARK[c.verdict], c.measured, c.expected, c.detail] for c in report.checks]
         ui.print_table(f"preflight: {spec.name} (data root {paths.root})",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild.commands import ui
@@ -25,6 +26,9 @@ from envbuild.provision.core import pending_steps, provision
 from envbuild.provision.options import ProvisionOptions
 from envbuild.provision.verify import IMPORT_TIMEOUT
 from envbuild.spec import StackSpec
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import ProvisionDocument
 
 
 def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
@@ -104,13 +108,16 @@ def run(args: argparse.Namespace) -> int:
         raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from None
     found_by = record_environment(spec, result.paths)  # the venv records its root: activated, it is found
     if args.json:
-        ui.print_json({
+        doc: ProvisionDocument = {
+            "schema": "envbuild.provision/1",
             "root": str(result.paths.root), "venv": str(result.paths.venv), "ran": result.ran,
             "skipped": result.skipped, "warnings": result.warnings, "seconds": round(result.seconds, 3),
             "guard_seconds": [round(s, 4) for s in result.guard_seconds],
-            "full_check": result.full_check, "import_cached": result.import_cached, "import_warmup": result.warmup, "receipt": str(result.receipt) if result.receipt else None,
+            "full_check": result.full_check, "import_cached": result.import_cached, "import_warmup": result.warmup,
+            "receipt": str(result.receipt) if result.receipt else None,
             "timings": result.timings,
-        })
+        }
+        ui.print_json(doc)
         return 0
     if not result.ran:
         events.emit("ok", f"{spec.name}: already provisioned and verified at {result.paths.venv}; nothing to do")

@@ -14,8 +14,9 @@ is drift), 0 otherwise; a run change alone is 0.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.commands import ui
 from envbuild.commands.common import Subparsers, add_root_arg, find_environment, path_arg
@@ -31,6 +32,15 @@ from envbuild.proof.receipt import (
     summary,
     verifications,
 )
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import (
+        DiffGroupsJSON,
+        ReceiptDiffDocument,
+        ReceiptListDocument,
+        ReceiptListEntry,
+        ReceiptListError,
+    )
 
 GROUPS = ("environment", "image", "run")
 
@@ -77,7 +87,7 @@ def run_show(args: argparse.Namespace) -> int:
         last = confirmed[-1]
         ui.print_text(f"confirmed {len(confirmed)} time(s) since by a {last.get('kind')} that found nothing new, "
                       f"last {last.get('created')} ({path.parent / VERIFIED_LOG})")
-    payload = doc.get("payload") or {}
+    payload: Mapping[str, Any] = doc.get("payload") or {}  # its shape is the kind's
     if doc.get("kind") == "smoke":
         rows = [[c.get("name", ""), c.get("verdict", ""),
                  f"{c['rel_err']:.2e}" if isinstance(c.get("rel_err"), (int, float)) else "-",
@@ -100,7 +110,7 @@ def run_show(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     folder = _root_receipts(args)
     confirmed = verifications(folder)
-    rows: list[dict[str, Any]] = []
+    rows: list[ReceiptListEntry | ReceiptListError] = []
     for path in receipt_files(folder):
         try:
             doc = load_receipt(path)
@@ -114,7 +124,8 @@ def run_list(args: argparse.Namespace) -> int:
                      "ok": ok if isinstance(ok, bool) else None, "confirmed": len(seen),
                      "last_confirmed": seen[-1].get("created") if seen else None})
     if args.json:
-        ui.print_json({"folder": str(folder), "receipts": rows})
+        listed: ReceiptListDocument = {"schema": "envbuild.receipt.list/1", "folder": str(folder), "receipts": rows}
+        ui.print_json(listed)
         return 0
     if not rows:
         ui.print_text(f"no receipts in {folder}")
@@ -144,14 +155,16 @@ def run_diff(args: argparse.Namespace) -> int:
         results.append((doc, diffs))
     drifted = [doc for doc, diffs in results if any(d.drift for d in diffs)]
     if args.json:
-        ui.print_json({"reference": ref["_path"], "drift": bool(drifted),
-                       "image_changed": any(image_changed(diffs) for _, diffs in results),
-                       "run_changed": any(run_changed(diffs) for _, diffs in results), "receipts": [
-            {"file": doc["_path"], "host": doc.get("provenance", {}).get("hostname"),
-             "drift": any(d.drift for d in diffs), "image_changed": image_changed(diffs),
-             "run_changed": run_changed(diffs), "differences": [d.to_dict() for d in diffs],
-             "groups": {g: [d.to_dict() for d in diffs if _group(d) == g] for g in GROUPS}}
-            for doc, diffs in results]})
+        out: ReceiptDiffDocument = {
+            "schema": "envbuild.receipt.diff/1", "reference": ref["_path"], "drift": bool(drifted),
+            "image_changed": any(image_changed(diffs) for _, diffs in results),
+            "run_changed": any(run_changed(diffs) for _, diffs in results), "receipts": [
+                {"file": doc["_path"], "host": doc.get("provenance", {}).get("hostname"),
+                 "drift": any(d.drift for d in diffs), "image_changed": image_changed(diffs),
+                 "run_changed": run_changed(diffs), "differences": [d.to_dict() for d in diffs],
+                 "groups": _groups(diffs)}
+                for doc, diffs in results]}
+        ui.print_json(out)
     else:
         for doc, diffs in results:
             host = doc.get("provenance", {}).get("hostname")
@@ -181,6 +194,13 @@ _GROUP_TITLES = {"environment": "environment (packages, torch, python, env, hard
 
 def _group(d: Difference) -> str:
     return d.section if d.section in ("image", "run") else "environment"
+
+
+def _groups(diffs: list[Difference]) -> DiffGroupsJSON:
+    """The differences by group, in ``GROUPS``' order."""
+    return {"environment": [d.to_dict() for d in diffs if _group(d) == "environment"],
+            "image": [d.to_dict() for d in diffs if _group(d) == "image"],
+            "run": [d.to_dict() for d in diffs if _group(d) == "run"]}
 
 
 def _verdict(diffs: list[Difference]) -> str:

@@ -31,7 +31,8 @@ from envbuild.proof.provenance import Provenance, capture
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
-    from envbuild.proof.receipt import HostSnapshot
+    from envbuild.commands.documents import SmokeDocument
+    from envbuild.proof.receipt import HostSnapshot, ReceiptKind, ReceiptPayload, SmokePayload
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
@@ -95,7 +96,7 @@ class ReceiptFacts:
         self._thread.join()
 
 
-def save_receipt(paths: Paths, kind: str, payload: dict[str, Any], *, spec: StackSpec, python: Path,
+def save_receipt(paths: Paths, kind: ReceiptKind, payload: ReceiptPayload, *, spec: StackSpec, python: Path,
                  facts: ReceiptFacts | None) -> str | None:
     """Write the receipt (None: ``--no-receipt``, whose ``facts`` are None, or a data root that
     cannot take it, said in a warning)."""
@@ -169,13 +170,16 @@ def run(args: argparse.Namespace) -> int:
                     + (f"; imports of {', '.join(imports)}" if imports else ""))
     res = run_smoke(python, only=only, imports=imports, quick=args.quick, log_file=log,
                     env=target_env(spec, paths), timeout=args.timeout)
-    payload = {"ok": res.ok, "seconds": res.seconds, "environment": res.environment,
-               "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
-               "launch_regime": "single-process", "timing": {"launched_at": res.started, "timeline": res.timeline},
-               **({"selection": chosen.to_json()} if chosen else {})}
+    payload: SmokePayload = {
+        "ok": res.ok, "seconds": res.seconds, "environment": res.environment,
+        "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
+        "launch_regime": "single-process", "timing": {"launched_at": res.started, "timeline": res.timeline}}
+    if chosen:
+        payload["selection"] = chosen.to_json()
     receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
     if args.json:
-        ui.print_json({**payload, "checks": res.checks, "receipt": receipt})
+        doc: SmokeDocument = {"schema": "envbuild.smoke/1", **payload, "checks": res.checks, "receipt": receipt}
+        ui.print_json(doc)
     else:
         ui.print_text(_summary(res.ok, res.checks, res.seconds, res.environment, python))
         for what, where in (("receipt", receipt), ("log", log)):

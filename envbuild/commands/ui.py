@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import TaskID
 
+    from envbuild.commands.documents import Document
+
 
 class _Writer(Protocol):
     def print(self, text: Any = "", *, style: str | None = None, markup: bool = False) -> None: ...
@@ -262,12 +264,18 @@ def error(exc: EnvbuildError, *, causes: bool = False) -> None:
         _err.print(exc.hint, markup=False)
     if causes:
         seen: set[int] = {id(exc)}
-        cause = exc.__cause__ or exc.__context__
+        cause = _cause_of(exc)
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))
             text = str(cause).splitlines()[0] if str(cause) else ""
             _err.print(f"  caused by {type(cause).__module__}.{type(cause).__qualname__}: {text}", markup=False)
-            cause = cause.__cause__ or cause.__context__
+            cause = _cause_of(cause)
+
+
+def _cause_of(exc: BaseException) -> BaseException | None:
+    """What Python's own traceback shows as the cause: ``raise ... from X`` names X; ``from None``
+    hides the exception being handled; otherwise that exception is the context."""
+    return exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
 
 
 def error_text(message: str) -> None:
@@ -279,7 +287,8 @@ def error_text_plain(message: str) -> None:
     _err.print(message, markup=False)
 
 
-def print_json(data: Any) -> None:
+def print_json(data: Document) -> None:
+    """A ``--json`` document (``envbuild.commands.documents``) on stdout."""
     _stop_live()
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import events, guard, layout
 from envbuild.commands import ui
@@ -29,6 +29,9 @@ from envbuild.errors import ABIViolation, ConfigError, VerifyError
 from envbuild.proof import receipt as receipts
 from envbuild.provision.state import Manifest
 from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import VerifyDocument
 
 
 def register(sub: Subparsers) -> None:
@@ -81,15 +84,18 @@ def run(args: argparse.Namespace) -> int:
     messages = [f.message for f in check.findings] + changed_on_disk(inventory, baseline)
     receipt = None
     if record:
-        payload = {"ok": not messages, "venv": str(venv), "baseline_from": source, "violations": messages,
-                   "torch": check.data, "guard_seconds": round(check.report.seconds, 4)}
+        payload: receipts.VerifyPayload = {"ok": not messages, "venv": str(venv), "baseline_from": source,
+                                           "violations": messages, "torch": check.data,
+                                           "guard_seconds": round(check.report.seconds, 4)}
         receipt = receipts.write_receipt(paths, "verify", payload, spec=spec, python=python,
                                          host=host.result() if host else None, software=inventory)
     if args.json:
-        ui.print_json({"venv": str(venv), "baseline_from": source, "ok": not messages,
-                       "violations": [f.__dict__ for f in check.findings], "changed_on_disk": messages[len(check.findings):],
-                       "torch": check.data, "guard_seconds": round(check.report.seconds, 4),
-                       "receipt": str(receipt) if receipt else None})
+        doc: VerifyDocument = {
+            "schema": "envbuild.verify/1", "venv": str(venv), "baseline_from": source, "ok": not messages,
+            "violations": [{"rule": f.rule, "package": f.package, "message": f.message} for f in check.findings],
+            "changed_on_disk": messages[len(check.findings):], "torch": check.data,
+            "guard_seconds": round(check.report.seconds, 4), "receipt": str(receipt) if receipt else None}
+        ui.print_json(doc)
     if messages:
         raise ABIViolation(f"{venv}: " + "; ".join(messages))
     if not args.json:

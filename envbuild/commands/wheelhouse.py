@@ -6,13 +6,20 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import Subparsers, count_arg, path_arg
 from envbuild.commands.lockfile import add_selection_args
 from envbuild.errors import ConfigError
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import (
+        WheelhouseBuildItem,
+        WheelhouseIndexDocument,
+        WheelhouseMirrorDocument,
+    )
 
 DEFAULT_OUT = Path("wheelhouse")
 
@@ -118,10 +125,11 @@ def run_build(args: argparse.Namespace) -> int:
     for spec in specs:
         results.append(build(spec, opts))
     if args.json:
-        ui.print_json([{"name": r.name, "version": r.version, "wheel": str(r.wheel), "cached": r.cached,
-                        "seconds": round(r.seconds, 3), "cache_key": r.key,
-                        "log": str(r.log_file) if r.log_file else None,
-                        "removed_requires": list(r.removed_requires)} for r in results])
+        built: list[WheelhouseBuildItem] = [
+            {"name": r.name, "version": r.version, "wheel": str(r.wheel), "cached": r.cached,
+             "seconds": round(r.seconds, 3), "cache_key": r.key, "log": str(r.log_file) if r.log_file else None,
+             "removed_requires": list(r.removed_requires)} for r in results]
+        ui.print_json(built)  # a list, one object per wheel: no schema key (docs/reference/json.md)
     else:
         ui.print_table(None, ["package", "wheel", "status", "time"],
                        [[r.name, r.wheel.name, "cached" if r.cached else "built", f"{r.seconds:.1f} s"]
@@ -217,14 +225,16 @@ def run_mirror(args: argparse.Namespace) -> int:
     mirrored = sum((args.out / a.filename).stat().st_size for a in {a.filename: a for a in artifacts}.values()
                    if (args.out / a.filename).is_file())
     if args.json:
-        ui.print_json({"out": str(args.out), "downloaded": [p.name for p in result.downloaded],
-                       "present": [p.name for p in result.present], "manifest": str(result.manifest),
-                       "index": str(index.root / "simple"),
-                       "target": {"python": target[0], "platform": target[1]} if target else None,
-                       "left_out": sorted(a.filename for a in left), "bytes_saved": known_bytes,
-                       "bytes_unknown": unknown, "bytes_mirrored": mirrored,
-                       "built": [{"name": b.name, "step": b.step, "wheel": b.wheel.name, "sha256": b.sha256,
-                                  "source": b.source, "commit": b.commit, "reused": b.reused} for b in built]})
+        doc: WheelhouseMirrorDocument = {
+            "schema": "envbuild.wheelhouse.mirror/1", "out": str(args.out),
+            "downloaded": [p.name for p in result.downloaded], "present": [p.name for p in result.present],
+            "manifest": str(result.manifest), "index": str(index.root / "simple"),
+            "target": {"python": target[0], "platform": target[1]} if target else None,
+            "left_out": sorted(a.filename for a in left), "bytes_saved": known_bytes,
+            "bytes_unknown": unknown, "bytes_mirrored": mirrored,
+            "built": [{"name": b.name, "step": b.step, "wheel": b.wheel.name, "sha256": b.sha256,
+                       "source": b.source, "commit": b.commit, "reused": b.reused} for b in built]}
+        ui.print_json(doc)
     else:
         ui.print_text(f"{len(result.downloaded)} downloaded, {len(result.present)} already present "
                       f"({mirrored / 1e6:.1f} MB); index: {index.root / 'simple'}")
@@ -269,7 +279,9 @@ def run_index(args: argparse.Namespace) -> int:
 
     result = write_index(args.dir)
     if args.json:
-        ui.print_json({"root": str(result.root), "projects": result.projects})
+        doc: WheelhouseIndexDocument = {"schema": "envbuild.wheelhouse.index/1", "root": str(result.root),
+                                        "projects": result.projects}
+        ui.print_json(doc)
     else:
         ui.print_text(f"indexed {result.files} files of {len(result.projects)} projects: "
                       f"{result.root / 'simple'}/ (PEP 503), {result.root / 'index.html'} (find-links)")

@@ -18,4 +18,10 @@ from __future__ import annotations
 
 from envbuild.fromlock.run import LockRequest, Prepared, prepare, provision_lock
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = (
+    "``<root>/.envbuild/{adopted.json,unhashed.json,unhashed/,builds/}``",
+    "the ``lock`` section of ``<venv>/envbuild-environment.json`` (``record.py``)",
+)
+
 __all__ = ["LockRequest", "Prepared", "prepare", "provision_lock"]

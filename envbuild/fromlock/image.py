@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from envbuild import layout
 from envbuild.errors import ConfigError
@@ -96,7 +96,15 @@ def is_slice(path: Path) -> bool:
     return isinstance(doc, dict) and doc.get("schema") == SCHEMA
 
 
-def read_slice(path: Path, root: str) -> tuple[StackSpec, dict[str, str], dict[str, object]]:
+class SliceSourceJSON(TypedDict):
+    """What a receipt (and ``provision --lock SLICE --json``) records of a stage slice."""
+
+    lock_file: str  # the stage slice
+    environment: str  # the lock's environment it was rendered for
+    slice: bool  # always true
+
+
+def read_slice(path: Path, root: str) -> tuple[StackSpec, dict[str, str], SliceSourceJSON]:
     """The stack a slice describes, its stage files' text by stage, and what the receipt records."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -113,7 +121,7 @@ def read_slice(path: Path, root: str) -> tuple[StackSpec, dict[str, str], dict[s
             digest=spec_digest({"slice": doc["stages"], "environment": doc["environment"]}))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a readable stage slice of `envbuild docker --lock` ({type(exc).__name__}: {exc})",
-                          hint="Render the Dockerfile again with `envbuild docker --lock FILE`.") from None
+                          hint="Render the Dockerfile again with `envbuild docker --lock FILE`.") from exc
     return spec, texts, {"lock_file": str(path), "environment": str(doc["environment"]), "slice": True}
 
 

@@ -76,14 +76,14 @@ def read_installed(path: Path) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--have {path}: cannot read it ({exc})") from None
+        raise ConfigError(f"--have {path}: cannot read it ({exc})") from exc
     if text.lstrip().startswith("["):
         try:
             rows = json.loads(text)
             return {canonicalize_name(r["name"]): str(r["version"]) for r in rows}
         except (ValueError, TypeError, KeyError) as exc:
             raise ConfigError(f"--have {path}: not a `pip list --format json` document ({exc!r})",
-                              hint="Write it with `python -m pip list --format json` in the target environment.") from None
+                              hint="Write it with `python -m pip list --format json` in the target environment.") from exc
     have: dict[str, str] = {}
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()

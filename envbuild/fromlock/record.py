@@ -16,15 +16,19 @@ symbol`` shows, on a host with no GPU too.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
 
 from envbuild._io import atomic_write_json
 from envbuild.errors import ConfigError
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step
+
+if TYPE_CHECKING:
+    from envbuild.proof.receipt import SmokeSelectionJSON
 
 __all__ = ["RECORD", "SmokeSelection", "lock_record", "read_record", "smoke_selection", "spec_from_record"]
 
@@ -42,7 +46,7 @@ KERNEL_CHECKS: dict[str, tuple[str, ...]] = {
 _IMPORT_STAGES = ("extensions", "builds")
 
 
-def lock_record(spec: StackSpec, lock: dict[str, object]) -> dict[str, Any]:
+def lock_record(spec: StackSpec, lock: Mapping[str, object]) -> dict[str, Any]:
     """The ``lock`` section of the venv's record: the lock's identity and the stack provision ran."""
     abi = spec.abi
     return {**lock, "stack": {
@@ -54,7 +58,7 @@ def lock_record(spec: StackSpec, lock: dict[str, object]) -> dict[str, Any]:
                   for s in spec.steps]}}
 
 
-def write_record(venv: Path, root: Path, spec: StackSpec, lock: dict[str, object]) -> bool:
+def write_record(venv: Path, root: Path, spec: StackSpec, lock: Mapping[str, object]) -> bool:
     """Write the venv's record (False where the venv is not one envbuild may write into)."""
     if not (venv / "pyvenv.cfg").is_file():
         return False
@@ -94,7 +98,7 @@ def spec_from_record(lock: dict[str, Any]) -> StackSpec:
             digest=str(s["digest"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"the environment's record of its lock provision is unreadable ({type(exc).__name__}: {exc})",
-                          hint="Provision it again with the same `envbuild provision --lock FILE`.") from None
+                          hint="Provision it again with the same `envbuild provision --lock FILE`.") from exc
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ class SmokeSelection:
     imports: tuple[str, ...]  # distributions whose modules are imported
     lock_file: str
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> SmokeSelectionJSON:
         return {"lock_file": self.lock_file, "checks": list(self.only), "imports": list(self.imports)}
 
 

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from envbuild import events, guard, layout
@@ -42,6 +43,9 @@ from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
+
+if TYPE_CHECKING:
+    from envbuild.fromlock.image import SliceSourceJSON
 
 __all__ = ["LockRequest", "Prepared", "adopt", "prepare", "provision_lock", "provision_slice", "unreachable_hosts"]
 
@@ -588,7 +592,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     return prepared, result
 
 
-def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, dict[str, object], ProvisionResult]:
+def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, SliceSourceJSON, ProvisionResult]:
     """``provision --lock SLICE``: the stages of one image layer's slice (``fromlock.image``). The gate
     ran when the Dockerfile was rendered; the slice's stages are installed as ``provision_lock``
     installs them, each from its hash-pinned lines, the guard after each."""

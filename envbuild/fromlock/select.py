@@ -24,6 +24,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
@@ -52,6 +53,22 @@ class Request:
     sync: SyncFlags = SyncFlags()  # uv sync's flags (extras and groups included): what uv export selects
 
 
+class _ChosenJSON(TypedDict):
+    lock_file: str  # the lock file
+    lock_sha256: str  # its sha256
+    lock_format: Format  # its format
+    environment: str  # the environment chosen of it, by name
+    platform: str  # its platform (`linux x86_64`)
+    python: str  # its Python (`3.12`)
+    selection: str  # the conflicting extras or groups chosen, in words, or that there was no choice
+
+
+class ChosenJSON(_ChosenJSON, total=False):
+    """The lock and the environment chosen of it (``Chosen.to_json``)."""
+
+    uv_sync: str  # the `uv sync --frozen ...` command that installs the same, when uv was asked
+
+
 @dataclass
 class Chosen:
     """The lock and the one environment of it a provision installs."""
@@ -68,11 +85,14 @@ class Chosen:
     def selection(self) -> str:
         return self.env.selection[0] if self.env.selection else NO_CHOICE
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ChosenJSON:
         """What a receipt and ``plan --lock --json`` record of it."""
-        return {"lock_file": str(self.path), "lock_sha256": self.sha256, "lock_format": self.lock.format,
-                "environment": self.env.name, "platform": self.env.platform, "python": self.env.python,
-                "selection": self.selection, **({"uv_sync": self.sync} if self.sync else {})}
+        out: ChosenJSON = {"lock_file": str(self.path), "lock_sha256": self.sha256, "lock_format": self.lock.format,
+                           "environment": self.env.name, "platform": self.env.platform, "python": self.env.python,
+                           "selection": self.selection}
+        if self.sync:
+            out["uv_sync"] = self.sync
+        return out
 
 
 def host_platform_key() -> str:
@@ -105,10 +125,10 @@ def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
     try:
         lock = parse(path, text, kind)
     except LockParseError as exc:
-        raise ConfigError(f"{path}: not a readable {kind} file: {exc}") from None
+        raise ConfigError(f"{path}: not a readable {kind} file: {exc}") from exc
     except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
         raise ConfigError(f"{path}: not a readable {kind} file: a table or value is not shaped as {kind} "
-                          f"writes it ({type(exc).__name__}: {exc})") from None
+                          f"writes it ({type(exc).__name__}: {exc})") from exc
     return lock, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

@@ -35,11 +35,11 @@ import platform as host_platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 from urllib.parse import unquote, urlsplit
 
 from envbuild.errors import ConfigError, LockError
-from envbuild.fromlock.select import Chosen
+from envbuild.fromlock.select import Chosen, ChosenJSON
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError
@@ -93,6 +93,44 @@ class Placed:
         return self.entry.label()
 
 
+class _StagePackageJSON(TypedDict):
+    name: str  # the package
+    version: str | None  # its locked version (null: not pinned exactly)
+    why: str  # why it is in this stage
+    file: str | None  # the file installed (null: a git pin or the project)
+    sha256: str | None  # that file's sha256
+
+
+class StagePackageJSON(_StagePackageJSON, total=False):
+    """One package of a stage."""
+
+    rebuilt: dict[str, object]  # --rebuild-mismatched: the sdist it is built from
+    unhashed: bool  # true: the lock records no sha256 for its file (taken from the bytes)
+
+
+class StageJSON(TypedDict):
+    """One stage of a lock's install, in order."""
+
+    name: Stage  # the stage
+    what: str  # what it holds, in words
+    packages: list[StagePackageJSON]  # its packages
+
+
+class LeftOutJSON(TypedDict):
+    """A locked package that is not installed."""
+
+    name: str  # the package
+    why: str  # why it is left out
+
+
+class StagePlanJSON(ChosenJSON):
+    """The lock, the environment chosen of it and its stages (``StagePlan.to_json``)."""
+
+    torch: str | None  # the environment's torch version
+    stages: list[StageJSON]  # the stages that install something, in order
+    left_out: list[LeftOutJSON]  # locked but not installed
+
+
 @dataclass
 class StagePlan:
     chosen: Chosen
@@ -108,16 +146,22 @@ class StagePlan:
     def stages(self) -> list[Stage]:
         return [s for s in ORDER if self.stage(s)]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StagePlanJSON:
         return {**self.chosen.to_json(), "torch": self.torch.version,
-                "stages": [{"name": s, "what": STAGE_WORDS[s],
-                            "packages": [{"name": p.entry.name, "version": p.entry.version, "why": p.why,
-                                          "file": p.artifact.filename if p.artifact else None,
-                                          "sha256": p.artifact.sha256 if p.artifact else None,
-                                          **({"rebuilt": p.rebuilt} if p.rebuilt else {}),
-                                          **({"unhashed": True} if p.unhashed else {})}
-                                         for p in self.stage(s)]} for s in self.stages],
+                "stages": [{"name": s, "what": STAGE_WORDS[s], "packages": [_package_json(p) for p in self.stage(s)]}
+                           for s in self.stages],
                 "left_out": [{"name": n, "why": w} for n, w in self.left_out]}
+
+
+def _package_json(p: Placed) -> StagePackageJSON:
+    out: StagePackageJSON = {"name": p.entry.name, "version": p.entry.version, "why": p.why,
+                             "file": p.artifact.filename if p.artifact else None,
+                             "sha256": p.artifact.sha256 if p.artifact else None}
+    if p.rebuilt:
+        out["rebuilt"] = p.rebuilt
+    if p.unhashed:
+        out["unhashed"] = True
+    return out
 
 
 # ----------------------------------------------------------------------------- target tags
@@ -262,7 +306,7 @@ def build_settings(lock_path: Path) -> BuildSettings:
     try:
         data = toml_loads(project.read_text(encoding="utf-8")) if project.is_file() else {}
     except (OSError, UnicodeDecodeError, LockParseError) as exc:
-        raise ConfigError(f"{project}: cannot read the project's settings ({exc})") from None
+        raise ConfigError(f"{project}: cannot read the project's settings ({exc})") from exc
     tool: dict[str, Any] = data["tool"] if isinstance(data.get("tool"), dict) else {}
     uv: dict[str, Any] = tool["uv"] if isinstance(tool.get("uv"), dict) else {}
     names = uv.get("no-build-isolation-package") or []

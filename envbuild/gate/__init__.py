@@ -22,4 +22,7 @@ from envbuild.gate.environments import Narrow
 from envbuild.gate.findings import RULES, FileReport, Finding, Policy
 from envbuild.gate.model import FORMATS, Format
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = ()
+
 __all__ = ["FORMATS", "RULES", "FileReport", "Finding", "Format", "Narrow", "Policy", "check_file"]

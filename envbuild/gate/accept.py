@@ -62,9 +62,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
         return toml_loads(text)
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc})") from None
+        raise ConfigError(f"{path}: cannot read it ({exc})") from exc
     except LockParseError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 def _parse(items: Any, source: str, where: str) -> list[Exception_]:

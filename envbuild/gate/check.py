@@ -31,10 +31,10 @@ def read_lockfile(path: Path) -> str:
     """The text of a lockfile: a regular file, at most ``MAX_BYTES``, UTF-8 (else ConfigError, exit 2)."""
     try:
         st = path.stat()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such lockfile") from None
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no such lockfile") from exc
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from exc
     if not stat.S_ISREG(st.st_mode):
         raise ConfigError(f"{path}: not a regular file; a lockfile is read from a file")
     if st.st_size > MAX_BYTES:
@@ -44,11 +44,11 @@ def read_lockfile(path: Path) -> str:
         with path.open("rb") as f:
             data = f.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8") from None
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8") from exc
 
 
 def _views(lock: ParsedLock, groups: list[Group], reach: Reach, torch_name: str) -> list[View]:

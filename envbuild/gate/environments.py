@@ -87,7 +87,7 @@ class Narrow:
                     self._markers.tree(text)
                 except InvalidMarker as exc:
                     raise ConfigError(f"--environment {text!r} is neither a platform ({', '.join(PLATFORMS)}, "
-                                      f"linux, macos, windows) nor a valid PEP 508 marker: {exc}") from None
+                                      f"linux, macos, windows) nor a valid PEP 508 marker: {exc}") from exc
         for py in self.python:
             if not re.fullmatch(r"3\.\d{1,2}", py):
                 raise ConfigError(f"--python {py!r}: give a Python minor version such as 3.12")
@@ -225,7 +225,8 @@ def _inert(lock: ParsedLock, items: list[Item], judged: set[str] | None) -> int:
     """Items that can change nothing the rules read: no marker of the lock names their pseudo-extra,
     and what they switch on reaches (along every edge, whatever its marker) none of the ``judged``
     names. Leaving them out of the enumeration changes no verdict."""
-    if judged is None or lock.reaches is None:
+    graph = lock.graph
+    if judged is None or graph is None:
         return 0
     texts = "\n".join(dict.fromkeys(lock.marker_texts))
     bits = 0
@@ -233,7 +234,7 @@ def _inert(lock: ParsedLock, items: list[Item], judged: set[str] | None) -> int:
         tags = set(item.extras) | set(item.groups)
         if any(f"'{t}'" in texts or f'"{t}"' in texts for t in tags):
             continue
-        if lock.reaches(item) & judged:
+        if graph.reaches(item) & judged:
             continue
         bits |= 1 << i
     return bits

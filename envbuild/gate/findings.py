@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from envbuild.gate.names import canonical
 
@@ -82,6 +82,52 @@ class Policy:
         return {self.torch, *(canonical(n) for n in self.protect)}
 
 
+class FindingJSON(TypedDict):
+    """One finding: a rule a package of a lockfile breaks."""
+
+    file: str  # the lockfile (envbuild's own lock: the step file the package is in)
+    line: int | None  # its 1-based line there, when known
+    package: str  # the package
+    rule: str  # the rule (one of `rules`)
+    reason: str  # what is wrong, and what to do
+    environments: list[str]  # the environments where it holds (empty: the whole file)
+    accepted: str | None  # the reviewed exception's reason, when one accepts it (--accept)
+
+
+class EnvRowJSON(TypedDict):
+    """One judged group of environments."""
+
+    name: str  # the environment, or the group of environments judged as one
+    torch: str | None  # its torch version
+    findings: int  # how many findings it has
+    selections: int  # how many selections of conflicting extras or groups it stands for
+    environments: int  # how many environments it stands for
+    installable: bool  # false: the lock has no file of its torch that installs there
+
+
+class _OwnLockJSON(TypedDict, total=False):
+    stack: str  # envbuild's own lock only: the stack's name
+    folder: str | None  # envbuild's own lock only: the folder of its lock
+
+
+class FileReportJSON(_OwnLockJSON):
+    """The verdict on one lockfile, or on one stack's own lock (then `stack` and `folder` come first
+    and `file` is its lock.json)."""
+
+    file: str  # the lockfile
+    format: str  # its format
+    ok: bool  # true: no finding that is not accepted
+    torch: str | None  # the one torch of every environment, else null
+    torches: list[str]  # every torch version of its environments
+    environments: list[EnvRowJSON]  # the environments judged
+    findings: list[FindingJSON]  # the findings no exception accepts
+    accepted: list[FindingJSON]  # the findings an exception accepts
+    notices: list[str]  # notes that are not findings
+    unverified: list[str]  # --explain: what could not be verified, and why
+    unchecked: list[str]  # what was not checked, and why
+    seconds: float  # how long the check took
+
+
 @dataclass
 class Finding:
     file: str
@@ -104,7 +150,7 @@ class Finding:
         where = f" in {self.where()}" if self.environments else ""
         return f"{loc}: {self.package}: {self.reason} [{self.rule}]{where}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FindingJSON:
         return {"file": self.file, "line": self.line, "package": self.package, "rule": self.rule,
                 "reason": self.reason, "environments": list(self.environments), "accepted": self.accepted}
 
@@ -120,7 +166,7 @@ class EnvRow:
     count: int = 1
     installable: bool = True  # False: the lock has no file of its torch that installs here
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EnvRowJSON:
         return {"name": self.name, "torch": self.torch, "findings": self.findings,
                 "selections": self.selections, "environments": self.count, "installable": self.installable}
 
@@ -164,14 +210,13 @@ class FileReport:
     def torches(self) -> list[str]:
         return sorted({r.torch for r in self.environments if r.torch})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FileReportJSON:
         torches = self.torches
-        out: dict[str, Any] = {} if self.stack is None else {"stack": self.stack, "folder": self.folder}
-        out.update({"file": self.file, "format": self.format, "ok": self.ok,
-                    "torch": torches[0] if len(torches) == 1 else None, "torches": torches,
-                    "environments": [r.to_json() for r in self.environments],
-                    "findings": [f.to_json() for f in self.failing],
-                    "accepted": [f.to_json() for f in self.accepted],
-                    "notices": self.notices, "unverified": self.unverified, "unchecked": self.unchecked,
-                    "seconds": round(self.seconds, 4)})
-        return out
+        head: _OwnLockJSON = {} if self.stack is None else {"stack": self.stack, "folder": self.folder}
+        return {**head, "file": self.file, "format": self.format, "ok": self.ok,
+                "torch": torches[0] if len(torches) == 1 else None, "torches": torches,
+                "environments": [r.to_json() for r in self.environments],
+                "findings": [f.to_json() for f in self.failing],
+                "accepted": [f.to_json() for f in self.accepted],
+                "notices": self.notices, "unverified": self.unverified, "unchecked": self.unchecked,
+                "seconds": round(self.seconds, 4)}

@@ -24,29 +24,56 @@ Fields are only ever added within a schema number.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict
 
-from envbuild.gate.findings import OWN_RULES, RULES, FileReport, Finding, Policy
+from envbuild.gate.findings import OWN_RULES, RULES, FileReport, FileReportJSON, Finding, Policy
 
-__all__ = ["SCHEMA", "document", "finding_line", "github_annotations", "markdown", "notice_line", "summary",
-           "table", "table_rows"]
+__all__ = ["SCHEMA", "CheckLockDocument", "CheckLockOwnDocument", "PolicyJSON", "document", "finding_line",
+           "github_annotations", "markdown", "notice_line", "summary", "table", "table_rows"]
 
-SCHEMA = 1
+SCHEMA: Literal[1] = 1
 
 
-def document(reports: list[FileReport], policy: Policy | None = None) -> dict[str, Any]:
+class PolicyJSON(TypedDict):
+    """What the lockfiles were judged against."""
+
+    package: str  # the baseline distribution (torch)
+    torch_min: str | None  # --torch-min: the lowest torch version allowed
+    torch_local: str | None  # --torch-local: the local version label every torch must carry
+    protect: list[str]  # --protect: the protected set
+
+
+class CheckLockDocument(TypedDict):
+    """`check-lock FILE... --json`: lockfiles judged against a policy."""
+
+    schema: Literal[1]  # the schema number: fields are only ever added within it
+    ok: bool  # true: no lockfile has a finding that is not accepted
+    policy: PolicyJSON  # what they were judged against
+    rules: dict[str, str]  # every rule of the gate: what it means
+    files: list[FileReportJSON]  # one verdict per lockfile
+
+
+class CheckLockOwnDocument(TypedDict):
+    """`check-lock --json` without FILE: envbuild's own locks, each against its stack (its `[abi]` is
+    its policy)."""
+
+    schema: Literal[1]  # the schema number: fields are only ever added within it
+    ok: bool  # true: no stack's lock has a finding that is not accepted
+    rules: dict[str, str]  # every rule of the own-lock check: what it means
+    reports: list[FileReportJSON]  # one verdict per stack: `stack` and `folder` first, `file` its lock.json
+
+
+def document(reports: list[FileReport], policy: Policy | None = None) -> CheckLockDocument | CheckLockOwnDocument:
     """The ``--json`` document: lockfiles judged against ``policy``, or (no policy) envbuild's own
     locks, each against its stack."""
-    doc: dict[str, Any] = {"schema": SCHEMA, "ok": all(r.ok for r in reports)}
+    ok = all(r.ok for r in reports)
     if policy is None:
-        doc["rules"] = {rule: what for rule, (_, what) in OWN_RULES.items()}
-        doc["reports"] = [r.to_json() for r in reports]
-        return doc
-    doc["policy"] = {"package": policy.package, "torch_min": policy.minimum, "torch_local": policy.local,
-                     "protect": list(policy.protect)}
-    doc["rules"] = dict(RULES)
-    doc["files"] = [r.to_json() for r in reports]
-    return doc
+        return {"schema": SCHEMA, "ok": ok, "rules": {rule: what for rule, (_, what) in OWN_RULES.items()},
+                "reports": [r.to_json() for r in reports]}
+    return {"schema": SCHEMA, "ok": ok,
+            "policy": {"package": policy.package, "torch_min": policy.minimum, "torch_local": policy.local,
+                       "protect": list(policy.protect)},
+            "rules": dict(RULES), "files": [r.to_json() for r in reports]}
 
 
 def _escape_data(text: str) -> str:

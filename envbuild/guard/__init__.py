@@ -81,6 +81,11 @@ from envbuild.guard.site import (
     site_packages,
 )
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = (
+    "the baseline stamp (``ENVBUILD_BASELINE``) in the dist-info folders it protects",
+)
+
 __all__ = [
     "Baseline",
     "Dist",

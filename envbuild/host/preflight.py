@@ -1,4 +1,5 @@
-"""Preflight: can this host run the stack? Every check is pass / warn / fail / skip with what was
+"""Preflight: can this host run the stack (driver, GPUs, topology, NUMA, gcc, CUDA toolkit, Python,
+disk, environment, index reachability)? Every check is pass / warn / fail / skip with what was
 measured and what was expected; the verdict is the worst of them (fail -> exit 3).
 
 The facts are gathered once (``HostFacts.gather``: nvidia-smi, /proc, gcc, nvcc, disks, the
@@ -21,9 +22,9 @@ import shlex
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from packaging.version import InvalidVersion, Version
 
@@ -51,6 +52,23 @@ class Check:
     detail: str = ""
 
 
+class CheckJSON(TypedDict):
+    """One preflight check."""
+
+    name: str  # the check (`driver`, `disk`, ...)
+    verdict: Verdict  # pass, warn, fail or skip
+    measured: str  # what the host has
+    expected: str  # what the stack needs
+    detail: str  # a note: what to do about it
+
+
+class PreflightReportJSON(TypedDict):
+    """The host's report (``PreflightReport.to_dict``)."""
+
+    verdict: Verdict  # the worst verdict of the checks: pass, warn or fail
+    checks: list[CheckJSON]  # every check run, in order
+
+
 @dataclass(frozen=True)
 class PreflightReport:
     checks: tuple[Check, ...]
@@ -65,8 +83,30 @@ class PreflightReport:
     def failed(self) -> list[Check]:
         return [c for c in self.checks if c.verdict == "fail"]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "checks": [asdict(c) for c in self.checks]}
+    def to_dict(self) -> PreflightReportJSON:
+        return {"verdict": self.verdict, "checks": [{"name": c.name, "verdict": c.verdict, "measured": c.measured,
+                                                     "expected": c.expected, "detail": c.detail} for c in self.checks]}
+
+
+class GPUJSON(TypedDict):
+    """One GPU, as `nvidia-smi` lists it."""
+
+    index: int  # its index
+    name: str  # its name (`NVIDIA H200`)
+    driver: str  # the driver version
+    memory_mib: int | None  # its memory
+    bus_id: str  # its PCI bus id
+
+
+class GPUInventoryJSON(TypedDict):
+    """Driver and GPUs (``gpu_inventory``): what a receipt records of the host's hardware."""
+
+    driver: str | None  # the NVIDIA driver version (null: no NVIDIA GPU)
+    gpus: list[GPUJSON]  # the GPUs, in `nvidia-smi`'s order
+    topology: list[str] | None  # the kinds of GPU-to-GPU links `nvidia-smi topo -m` shows (`NV18`, `SYS`)
+    numa_balancing: str | None  # /proc/sys/kernel/numa_balancing
+    gcc: str | None  # gcc's version
+    nvcc: str | None  # the CUDA toolkit's release (`nvcc --version`)
 
 
 @dataclass(frozen=True)
@@ -494,10 +534,12 @@ def run_preflight(
     return PreflightReport(tuple(out))
 
 
-def gpu_inventory(facts: HostFacts | None = None) -> dict[str, Any]:
+def gpu_inventory(facts: HostFacts | None = None) -> GPUInventoryJSON:
     """Driver and GPUs for a receipt (empty lists on a host without NVIDIA GPUs)."""
     facts = facts or HostFacts.gather()
     gpus = parse_gpus(facts.gpu_query) if facts.gpu_query else []
-    return {"driver": gpus[0].driver if gpus else None, "gpus": [asdict(g) for g in gpus],
+    return {"driver": gpus[0].driver if gpus else None,
+            "gpus": [{"index": g.index, "name": g.name, "driver": g.driver, "memory_mib": g.memory_mib,
+                      "bus_id": g.bus_id} for g in gpus],
             "topology": sorted({v for *_, v in parse_topo(facts.topo).pairs()}) if facts.topo else None,
             "numa_balancing": facts.numa_balancing, "gcc": facts.gcc, "nvcc": nvcc_release(facts.nvcc)}

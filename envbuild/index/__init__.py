@@ -8,4 +8,10 @@
 Nothing is re-exported here: importing ``envbuild.index.metacache`` must not import the client.
 """
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = (
+    "``$ENVBUILD_CACHE_DIR/metadata/<sha256>.json``",
+    "``$ENVBUILD_CACHE_DIR/file-hashes/``",
+)
+
 PYPI = "https://pypi.org/simple"  # the package index where nothing else is configured (pip's, uv's default)

@@ -175,7 +175,7 @@ def _fetch(url: str, *, accept: str | None = None, http: Any = None) -> tuple[by
         why = failure(exc)[1]
         raise SourceError(f"cannot reach {redact(url)}: {redact(why)[:300]}",
                           hint="Check the network and the step's index_url/find_links, or work offline "
-                          "against a wheelhouse folder (find_links) with no_index = true.") from None
+                          "against a wheelhouse folder (find_links) with no_index = true.") from exc
     if resp.status_code == 404:
         return None
     if resp.status_code >= 400:
@@ -194,7 +194,7 @@ def read_bytes(url: str, *, http: Any = None) -> bytes:
         try:
             return Path(unquote(parts.path)).read_bytes()
         except OSError as exc:
-            raise SourceError(f"{redact(url)}: cannot read it: {exc.strerror}") from None
+            raise SourceError(f"{redact(url)}: cannot read it: {exc.strerror}") from exc
     got = _fetch(url, http=http)
     if got is None:
         raise SourceError(f"{redact(url)}: not found (HTTP 404)")
@@ -229,8 +229,8 @@ def page_files(body: bytes, base: str, is_json: bool = False) -> list[Artifact]:
     if is_json:
         try:
             files = json.loads(body).get("files", [])
-        except (ValueError, AttributeError):
-            raise SourceError(f"{redact(base)}: not a PEP 691 project page (invalid JSON)") from None
+        except (ValueError, AttributeError) as exc:
+            raise SourceError(f"{redact(base)}: not a PEP 691 project page (invalid JSON)") from exc
         for f in files if isinstance(files, list) else []:
             if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
                 continue

@@ -1,4 +1,5 @@
-"""envbuild's HTTP client trusts and routes as pip does.
+"""The one HTTP session: envbuild's client trusts and routes as pip does (truststore, pip's
+``cert``, ``client-cert`` and ``proxy``).
 
 pip (24.2 and newer) verifies TLS against the system trust store (truststore), or the CA bundle
 its ``cert`` option names; it sends a client certificate where ``client-cert`` names one, goes

@@ -1,4 +1,5 @@
-"""Reachability probes and the one retry rule for requests to package sources.
+"""Reachability probes (``unreachable``), the one retry rule (deadlines, backoff) and redaction,
+for every request to a package source.
 
 A source that is slow is not a source that is down: a proxy that fetches a page before it
 answers, or a mirror that hiccups, answers a second attempt. So every request here is *retried

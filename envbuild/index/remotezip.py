@@ -1,4 +1,5 @@
-"""A remote distribution's metadata without holding the distribution in memory.
+"""A remote distribution's metadata without holding the distribution in memory (a PEP 658
+metadata file, HTTP ranges, else the file streamed to disk).
 
 In order, as pip reads it (``pip._internal.network.lazy_wheel`` does the second for pip):
 

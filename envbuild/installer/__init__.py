@@ -31,6 +31,12 @@ from envbuild.installer.uv import UvInstaller
 from envbuild.plan import Backend, Plan, PlanOptions, make_plan
 from envbuild.spec import StackSpec
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = (
+    "``<root>/.envbuild/steps/`` (requirement files)",
+    "``<root>/logs/NN-step.log``",
+)
+
 __all__ = ["Installer", "Interpreter", "PipInstaller", "StepRun", "UvInstaller",
            "classify_failure", "find_interpreter", "find_python", "find_uv", "installer_for", "pick_backend",
            "pip_config_sources", "probe_python", "python_version_of", "resolve_plan", "run_python_json"]

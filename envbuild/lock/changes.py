@@ -1,4 +1,5 @@
-"""What a lock run moved: per step, each package added, removed or moved (old -> new), and why.
+"""What a lock run moved: per step, each package added, removed or moved (old -> new), and why;
+the wheelhouse wheels to rebuild when torch moves.
 
 Reasons, first that applies:
 
@@ -21,7 +22,7 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -39,6 +40,18 @@ NEEDED = "needed by another pin"
 __all__ = ["Change", "StaleWheel", "lock_changes", "stale_wheels", "torch_moved"]
 
 
+class ChangeJSON(TypedDict):
+    """One pin that moved in a lock run."""
+
+    step: str  # the step whose lock file holds it
+    package: str  # the package
+    change: Literal["added", "removed", "changed"]  # what happened to its pin
+    old: str | None  # the old version, or `git <commit>` (null: added)
+    new: str | None  # the new one (null: removed)
+    reason: str  # why it moved: `spec changed`, `upgrade asked` or `needed by another pin`
+    by: list[str]  # `needed by another pin`: the locked packages that require it
+
+
 @dataclass(frozen=True)
 class Change:
     step: str
@@ -49,10 +62,10 @@ class Change:
     by: tuple[str, ...] = ()  # for NEEDED: the locked packages that require it
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> Literal["added", "removed", "changed"]:
         return "added" if self.old is None else "removed" if self.new is None else "changed"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ChangeJSON:
         return {"step": self.step, "package": self.package, "change": self.kind, "old": self.old, "new": self.new,
                 "reason": self.reason, "by": list(self.by)}
 

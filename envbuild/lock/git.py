@@ -65,11 +65,11 @@ def resolve_git(requirement: str, timeout: float = 20.0) -> str:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o ConnectTimeout=10"}
     try:
         out = run(["git", "ls-remote", repo, ref.ref], capture=True, separate_stderr=True, timeout=timeout, env=env)
-    except FileNotFoundError:
-        raise PreflightError("git is needed to resolve git requirements to a commit, and it is not installed") from None
+    except FileNotFoundError as exc:
+        raise PreflightError("git is needed to resolve git requirements to a commit, and it is not installed") from exc
     if out.timed_out:
         raise PreflightError(f"{req.name}: git ls-remote {redact(repo)} gave no answer within {timeout:g} s",
-                             hint="Check the network, or pin the requirement to a commit SHA.") from None
+                             hint="Check the network, or pin the requirement to a commit SHA.")
     if out.returncode != 0:
         err = (out.stderr or "").strip()
         why = redact(err.splitlines()[-1] if err else f"exit {out.returncode}")

@@ -453,7 +453,7 @@ def lock_from_text(path: Path, text: str) -> Lock:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise LockError(f"{path}: not valid JSON ({str(exc)[:200]})", hint=_REGENERATE) from None
+        raise LockError(f"{path}: not valid JSON ({str(exc)[:200]})", hint=_REGENERATE) from exc
     return Lock.from_dict(data, path)
 
 

@@ -63,8 +63,8 @@ def parse_upgrades(values: Sequence[str], everything: bool = False) -> Upgrade:
     for raw in values:
         try:
             req = Requirement(raw)
-        except InvalidRequirement:
-            raise ConfigError(f"--upgrade-package {raw!r}: write NAME or NAME==VERSION") from None
+        except InvalidRequirement as exc:
+            raise ConfigError(f"--upgrade-package {raw!r}: write NAME or NAME==VERSION") from exc
         specs = list(req.specifier)
         if req.url or req.extras or req.marker or len(specs) > 1 or (specs and specs[0].operator != "=="):
             raise ConfigError(f"--upgrade-package {raw!r}: write NAME or NAME==VERSION (one exact version)")

@@ -217,7 +217,7 @@ class _Run:
             try:
                 reqs = self.compile(step, requirements, resolve_from, source_args, constraints, prefs)
             except LockError as exc:
-                raise self.disagreement(step, requirements, resolve_from, source_args, earlier, exc) from None
+                raise self.disagreement(step, requirements, resolve_from, source_args, earlier, exc) from exc
         for n in step.replaces:
             if n not in self.pins:
                 events.emit("warn", f"step {step.name!r}: replaces {n}, but no earlier step pins it")
@@ -300,7 +300,7 @@ def _check_writable(folder: Path) -> None:
             raise PermissionError(13, "Permission denied")
     except OSError as exc:
         raise ConfigError(f"cannot write the lock to {folder}: {exc.strerror}",
-                          hint="Choose a writable folder with --output.") from None
+                          hint="Choose a writable folder with --output.") from exc
 
 
 def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:

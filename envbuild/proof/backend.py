@@ -29,7 +29,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 Kind = Literal["host", "container", "kubernetes", "slurm", "modal"]
 KINDS: tuple[Kind, ...] = ("host", "container", "kubernetes", "slurm", "modal")
@@ -53,6 +53,17 @@ _CGROUP_ID = re.compile(r"(?:docker|libpod|crio|containerd|cri-containerd)[-/:](
 _CGROUP_HINT = re.compile(r"/(docker|kubepods|libpod|lxc|containerd|crio)\b")
 
 
+class BackendJSON(TypedDict):
+    """Where the run happened (``Backend.to_dict``): what the software came from, kept apart from
+    this execution."""
+
+    kind: Kind  # the most specific scheduler found: modal, slurm, kubernetes, container or host
+    container: bool  # whether the process ran in a container at all
+    image: dict[str, str]  # what the software came from (`modal_image_id`, `digest`, `ref`, `id`, `os`, ...)
+    run: dict[str, str]  # this execution (`modal_task_id`, `slurm_job_id`, `k8s_pod`, `hostname`, `boot_id`, ...)
+    hints: list[str]  # the evidence (`/.dockerenv`, `MODAL_TASK_ID`, `cgroup: docker`)
+
+
 @dataclass(frozen=True)
 class Backend:
     kind: Kind
@@ -61,7 +72,7 @@ class Backend:
     run: Mapping[str, str] = field(default_factory=dict)
     hints: tuple[str, ...] = ()  # the evidence: "/.dockerenv", "MODAL_TASK_ID", "cgroup: docker"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BackendJSON:
         return {"kind": self.kind, "container": self.container, "image": dict(self.image),
                 "run": dict(self.run), "hints": list(self.hints)}
 

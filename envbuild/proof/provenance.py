@@ -21,14 +21,38 @@ import re
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from envbuild import __version__
 from envbuild.run import run
 
 _GPU_FAMILY = re.compile(r"\b(GH200|GB200|B200|B100|H200|H100|H20|A100|A10G?|L40S|L40|L4|V100|T4|RTX \w+)\b")
+
+
+class GitStateJSON(TypedDict):
+    """A git work tree as it was when the run began."""
+
+    path: str  # the top of the work tree
+    revision: str | None  # `HEAD`'s commit
+    dirty: bool | None  # true: tracked files differ from `HEAD` (null: unknown)
+    status: list[str]  # `git status --porcelain`, first lines
+
+
+class ProvenanceJSON(TypedDict):
+    """Who ran what, from which source, on which machine (``Provenance.to_dict``)."""
+
+    envbuild_version: str  # the envbuild that ran
+    captured_at: str  # when, UTC, ISO 8601
+    hostname: str  # the host's name
+    machine_class: str  # the kind of machine (`8xH200`, `cpu-16c`; `ENVBUILD_MACHINE_CLASS` overrides)
+    platform: str  # the operating system, its release and the architecture
+    python: str  # the interpreter envbuild runs in
+    argv: list[str]  # the command line
+    repo: GitStateJSON | None  # the repository of the working directory (the launch repo)
+    envbuild_repo: GitStateJSON | None  # envbuild's own checkout, when it runs from one
+    names: dict[str, str]  # the three names: host lineage, profile, launch regime
 
 
 @dataclass(frozen=True)
@@ -52,8 +76,17 @@ class Provenance:
     envbuild_repo: GitState | None  # envbuild's own checkout, when it runs from one
     names: Mapping[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> ProvenanceJSON:
+        return {"envbuild_version": self.envbuild_version, "captured_at": self.captured_at, "hostname": self.hostname,
+                "machine_class": self.machine_class, "platform": self.platform, "python": self.python,
+                "argv": list(self.argv), "repo": _git_json(self.repo), "envbuild_repo": _git_json(self.envbuild_repo),
+                "names": dict(self.names)}
+
+
+def _git_json(state: GitState | None) -> GitStateJSON | None:
+    if state is None:
+        return None
+    return {"path": state.path, "revision": state.revision, "dirty": state.dirty, "status": list(state.status)}
 
 
 def git_state(path: Path) -> GitState | None:

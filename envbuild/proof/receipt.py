@@ -41,26 +41,197 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 from envbuild import events
 from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import ConfigError
+from envbuild.host.preflight import GPUInventoryJSON
 from envbuild.index import net
 from envbuild.index.metacache import cache_dir
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
-from envbuild.proof.backend import Backend, detect
-from envbuild.proof.provenance import Provenance, capture
+from envbuild.proof.backend import Backend, BackendJSON, detect
+from envbuild.proof.diststep.launch import WorkerResult
+from envbuild.proof.provenance import Provenance, ProvenanceJSON, capture
 from envbuild.run import run
 from envbuild.spec import StackSpec
 
-SCHEMA = "envbuild.receipt/1"
+SCHEMA: Literal["envbuild.receipt/1"] = "envbuild.receipt/1"
 KINDS = ("provision", "smoke", "dist-step", "verify", "preflight")
 _SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY|AUTH)", re.I)
 _ENV_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVIDIA_", "OMP_", "TRITON_", "HF_", "PIP_", "UV_")
 INVENTORY_SCRIPT = Path(__file__).resolve().parent / "inventory.py"
+
+ReceiptKind = Literal["provision", "smoke", "dist-step", "verify", "preflight"]  # KINDS
+
+
+# ----------------------------------------------------------------------------- the document
+# What a receipt holds, as this envbuild writes it. Its readers (``load_receipt``, ``diff_receipts``,
+# ``summary``) take any mapping and read with ``.get``: a receipt written before a section was
+# added (``backend``) still loads, and ``_check_shape`` holds a file to the types they read.
+
+
+class _CPUJSON(GPUInventoryJSON):
+    cpu_count: int | None  # the CPUs (`os.cpu_count()`)
+
+
+class _MemoryJSON(TypedDict, total=False):
+    memory_gb: float  # its memory, GB (from /proc/meminfo, where it can be read)
+
+
+class HardwareJSON(_CPUJSON, _MemoryJSON):
+    """The host's hardware (``hardware``)."""
+
+
+class ReceiptSpecJSON(TypedDict):
+    """The stack spec the run was for."""
+
+    name: str  # the stack's name
+    path: str  # its spec file
+    digest: str  # the spec's digest
+
+
+class ReceiptEnvJSON(TypedDict):
+    """The environment: the overlay envbuild sets and the variables in force (secrets redacted)."""
+
+    overlay: dict[str, str | None]  # the venv's overlay: the runtime baseline and the data root's caches
+    unset_by_overlay: list[str]  # the variables the overlay unsets
+    in_force: dict[str, str | None]  # the variables that matter to the run as they were (null: unset)
+
+
+class ProvisionStepJSON(TypedDict):
+    """One step of a provision, as its state file recorded it."""
+
+    name: str  # the step
+    status: str  # pending, running, ok or failed
+    seconds: float | None  # how long it installed
+    guard_seconds: float | None  # how long the ABI guard after it took
+    started: str | None  # when it started (local time, ISO 8601)
+    ended: str | None  # when it ended
+
+
+class ImportCheckJSON(TypedDict):
+    """How the final `import torch` was judged."""
+
+    cached: bool  # true: the last verdict was reused (no distribution, interpreter or overlay changed)
+
+
+class WarmupJSON(TypedDict):
+    """The import warm-up: torch's bytecode written in the background (``provision/warmup.py``)."""
+
+    module: str  # the module it warms (torch)
+    mode: Literal["compile", "import"]  # compile the files the last import loaded, or import it
+    files: int  # the files compiled (mode compile)
+    seconds: float | None  # how long it ran, once stopped
+    finished_before_check: bool | None  # whether it ended by itself before the final check needed it
+    exit: int | None  # its exit status (null: not stopped yet; negative: killed by that signal)
+
+
+class ProvisionPayload(TypedDict):
+    """A `provision` receipt's payload."""
+
+    ran: list[str]  # the steps run
+    skipped: list[str]  # the steps already done
+    warnings: list[str]  # the guard's warnings
+    seconds: float  # the provision's wall time
+    backend: str  # the installer: pip or uv
+    steps: list[ProvisionStepJSON]  # every step of the state file
+    full_check: dict[str, Any] | None  # the final `import torch`'s answer (version, cuda, file, ...)
+    import_check: ImportCheckJSON | None  # how it was judged (null: no final check)
+    import_warmup: WarmupJSON | None  # the import warm-up (null: not run)
+    timings: dict[str, float]  # wall seconds per phase
+    # how the lock was used: bypassed (--no-lock), locked_steps, and with --lock the lock file and
+    # the environment chosen of it
+    lock: dict[str, object]
+
+
+class SmokeTimingJSON(TypedDict):
+    """When the smoke tests ran and where the seconds went."""
+
+    launched_at: float  # when the checks' process started (seconds since the epoch)
+    timeline: list[list[str | float]]  # the checks' phases: [name, time, CPU seconds]
+
+
+class SmokeSelectionJSON(TypedDict):
+    """The checks for what a lock installed (an environment provisioned with --lock)."""
+
+    lock_file: str  # the lock
+    checks: list[str]  # the kernel checks run
+    imports: list[str]  # the distributions whose modules were imported
+
+
+class _SmokePayload(TypedDict):
+    ok: bool  # every check passed or was skipped
+    seconds: float  # the checks' wall time
+    environment: dict[str, Any]  # torch, CUDA, cuDNN and NCCL versions and the device, as torch saw them
+    # each check's result: name, verdict (pass, fail, skip), rel_err, tol, seconds, reason, ...
+    # (the receipt leaves out a failed check's traceback; `smoke --json` prints it)
+    checks: list[dict[str, Any]]
+    launch_regime: str  # single-process
+    timing: SmokeTimingJSON  # when it ran and where the seconds went
+
+
+class SmokePayload(_SmokePayload, total=False):
+    """A `smoke` receipt's payload."""
+
+    selection: SmokeSelectionJSON  # provisioned from a lock: the checks for what it installed
+
+
+class DistStepPayload(WorkerResult):
+    """A `dist-step` receipt's payload: what the workers measured, then how torchrun ended."""
+
+    returncode: int  # torchrun's exit status
+    torchrun_seconds: float  # torchrun's wall time
+    torchrun_launched_at: float  # when torchrun started (seconds since the epoch)
+    launch_regime: str  # how it ran (`torchrun-standalone 1x2 gloo dp1xtp2 ep2`)
+
+
+class VerifyPayload(TypedDict):
+    """A `verify` receipt's payload."""
+
+    ok: bool  # no violation
+    venv: str  # the environment verified
+    baseline_from: str  # where its baseline came from (the manifest, or the environment itself)
+    violations: list[str]  # what departs from the baseline, and the files changed on disk
+    torch: dict[str, Any] | None  # the `import torch` check's answer (version, cuda, file, ...)
+    guard_seconds: float  # how long the guard took
+
+
+ReceiptPayload = ProvisionPayload | SmokePayload | DistStepPayload | VerifyPayload
+
+
+class ReceiptBody(TypedDict):
+    """A receipt before its digest: everything the digest covers."""
+
+    schema: Literal["envbuild.receipt/1"]  # the receipt's format
+    kind: ReceiptKind  # the command that wrote it
+    created: str  # when (UTC, ISO 8601)
+    names: dict[str, str]  # the three names that make receipts comparable: host_lineage, profile, launch_regime
+    provenance: ProvenanceJSON  # who ran what, from which source, on which machine
+    backend: BackendJSON  # where it ran (receipts written before this section lack it)
+    hardware: HardwareJSON  # the host: driver, GPUs, topology, compilers, CPUs and memory
+    # the environment's software, as its own interpreter read it (``proof/inventory.py``): python,
+    # torch (its versions), distributions (one table each: name, version, record_sha256,
+    # content_sha256, modified, ...); or error
+    software: dict[str, Any]
+    spec: ReceiptSpecJSON | None  # the stack spec (null: a receipt of no stack)
+    env: ReceiptEnvJSON  # the environment overlay and the variables in force
+    payload: ReceiptPayload  # the command's own result: one shape per kind
+
+
+class Receipt(ReceiptBody):
+    """One record per run (provision, smoke, dist-step, verify), written under `<root>/receipts`."""
+
+    digest: str  # sha256 of the rest: its JSON with sorted keys
+
+
+class LoadedReceipt(Receipt):
+    """A receipt as ``load_receipt`` reads it (and ``receipt show --json`` prints it): the file, and
+    the path it was read from."""
+
+    _path: str  # the file it was read from (not in the file)
 
 
 # ----------------------------------------------------------------------------- redaction
@@ -113,21 +284,26 @@ def inventory(python: Path, *, trust_record: bool = False) -> dict[str, Any]:
     return doc
 
 
-def hardware(gpu_facts: dict[str, Any] | None = None) -> dict[str, Any]:
+def hardware(gpu_facts: GPUInventoryJSON | None = None) -> HardwareJSON:
     from envbuild.host.preflight import gpu_inventory
 
-    hw = dict(gpu_facts) if gpu_facts is not None else gpu_inventory()
-    hw["cpu_count"] = os.cpu_count()
+    gpus = gpu_facts if gpu_facts is not None else gpu_inventory()
+    return {**gpus, "cpu_count": os.cpu_count(), **_memory()}
+
+
+def _memory() -> _MemoryJSON:
+    """The host's memory (none where /proc/meminfo cannot be read)."""
+    memory: _MemoryJSON = {}
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
-                hw["memory_gb"] = round(int(line.split()[1]) / 1e6, 1)
+                memory["memory_gb"] = round(int(line.split()[1]) / 1e6, 1)
     except OSError:
         pass
-    return hw
+    return memory
 
 
-def env_section(spec: StackSpec | None, paths: Paths, environ: Mapping[str, str]) -> dict[str, Any]:
+def env_section(spec: StackSpec | None, paths: Paths, environ: Mapping[str, str]) -> ReceiptEnvJSON:
     overlay = overlay_env(spec, paths) if spec is not None else dict(RUNTIME_BASELINE)
     keys = sorted({*RUNTIME_BASELINE, *UNSET_IN_BASELINE, "NCCL_MNNVL_ENABLE", "PYTORCH_CUDA_ALLOC_CONF",
                    *(k for k in environ if k.startswith(_ENV_PREFIXES))})
@@ -142,7 +318,7 @@ def env_section(spec: StackSpec | None, paths: Paths, environ: Mapping[str, str]
 class HostSnapshot:
     """What a receipt says about the host, apart from the environment: GPUs and driver, provenance."""
 
-    gpus: dict[str, Any]
+    gpus: GPUInventoryJSON
     provenance: Provenance
 
 
@@ -162,8 +338,8 @@ def snapshot_host(spec: StackSpec | None = None, environ: Mapping[str, str] | No
 
 def write_receipt(
     paths: Paths,
-    kind: str,
-    payload: dict[str, Any],
+    kind: ReceiptKind,
+    payload: ReceiptPayload,
     *,
     spec: StackSpec | None = None,
     python: Path | None = None,
@@ -184,12 +360,13 @@ def write_receipt(
     snap = host or snapshot_host(spec, env, provenance)
     gpus, prov = snap.gpus, provenance or snap.provenance
     names = dict(prov.names)
-    if payload.get("launch_regime") and not env.get("ENVBUILD_LAUNCH_REGIME"):
-        names["launch_regime"] = str(payload["launch_regime"])
+    regime = payload.get("launch_regime")
+    if regime and not env.get("ENVBUILD_LAUNCH_REGIME"):
+        names["launch_regime"] = str(regime)
     if spec is not None and not env.get("ENVBUILD_PROFILE"):
         names["profile"] = spec.name
     interp = python or (paths.python if paths.python.exists() else None)
-    doc: dict[str, Any] = {
+    doc: ReceiptBody = {
         "schema": SCHEMA,
         "kind": kind,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -210,7 +387,7 @@ def write_receipt(
         events.emit("info", f"nothing changed since {confirmed.name}: this {kind} is recorded in "
                             f"{paths.receipts / VERIFIED_LOG}")
         return confirmed
-    doc["digest"] = sha256_bytes(json.dumps(doc, sort_keys=True, default=str).encode())
+    receipt: Receipt = {**doc, "digest": sha256_bytes(json.dumps(doc, sort_keys=True, default=str).encode())}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     hostname = re.sub(r"[^A-Za-z0-9.-]+", "-", prov.hostname)[:40]
     path = paths.receipts / f"{kind}-{stamp}-{hostname}.json"
@@ -218,7 +395,7 @@ def write_receipt(
     while path.exists():
         n += 1
         path = paths.receipts / f"{kind}-{stamp}-{hostname}-{n}.json"
-    atomic_write_json(path, doc, private=True)  # a record of a run: sources, env, errors
+    atomic_write_json(path, receipt, private=True)  # a record of a run: sources, env, errors
     events.emit("info", f"receipt written: {path}")
     return path
 
@@ -229,7 +406,7 @@ VERIFIED_LOG = "verified.jsonl"
 _VERIFYING = ("provision", "verify")  # the kinds whose receipt only confirms when nothing changed
 
 
-def _confirmed_by(folder: Path, doc: dict[str, Any]) -> Path | None:
+def _confirmed_by(folder: Path, doc: ReceiptBody) -> Path | None:
     """The newest provision or verify receipt in ``folder`` when ``doc`` is a passing verification
     (a provision that ran no step, or a verify) that differs from it in nothing: else None."""
     payload = doc.get("payload") or {}
@@ -252,7 +429,7 @@ def _confirmed_by(folder: Path, doc: dict[str, Any]) -> Path | None:
     return newest
 
 
-def _log_verification(folder: Path, doc: dict[str, Any], confirmed: Path) -> None:
+def _log_verification(folder: Path, doc: ReceiptBody, confirmed: Path) -> None:
     """One line: when, what, its payload, and what the confirmed receipt says otherwise (information
     only: another envbuild version or repository revision)."""
     line = {"created": doc["created"], "kind": doc["kind"], "confirms": confirmed.name,
@@ -295,7 +472,7 @@ def receipt_files(folder: Path, kinds: tuple[str, ...] = KINDS) -> list[Path]:
 # ----------------------------------------------------------------------------- reading and diffing
 
 
-def load_receipt(path: Path) -> dict[str, Any]:
+def load_receipt(path: Path) -> LoadedReceipt:
     """Load a receipt file, or the newest receipt in a folder; ``ConfigError`` when it is not one."""
     if path.is_dir():
         found = receipt_files(path)
@@ -316,7 +493,7 @@ def load_receipt(path: Path) -> dict[str, Any]:
                           hint="Use the envbuild version that wrote it.")
     _check_shape(doc, path)
     doc["_path"] = str(path)
-    return doc
+    return cast("LoadedReceipt", doc)  # its shape checked above, as far as the readers rely on it
 
 
 # What ``receipt show`` and ``receipt diff`` read, and the type each must have where present
@@ -390,6 +567,16 @@ def _check_value(path: Path, key: str, value: Any, types: tuple[type, ...], requ
                           hint="Use the receipt as envbuild wrote it (receipts are not edited by hand).")
 
 
+class DifferenceJSON(TypedDict):
+    """One difference between two receipts."""
+
+    section: str  # packages, torch, python, env, hardware, image, run or provenance
+    key: str  # what differs: a package (`NAME (files)`: its files), a version, a variable, a key
+    a: Any  # the reference's value (null: absent); any JSON value
+    b: Any  # the other receipt's value; any JSON value
+    drift: bool  # true: drift; false: information (host name, revision, another run of the same image)
+
+
 @dataclass(frozen=True)
 class Difference:
     section: str  # packages, torch, python, env, hardware, image, run, provenance
@@ -398,11 +585,11 @@ class Difference:
     b: Any
     drift: bool = True  # False: informational (host name, revision, time)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> DifferenceJSON:
+        return {"section": self.section, "key": self.key, "a": self.a, "b": self.b, "drift": self.drift}
 
 
-def _packages(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _packages(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for d in doc.get("software", {}).get("distributions", []) or []}
 
 
@@ -429,7 +616,7 @@ def _files_shown(d: dict[str, Any], key: str) -> str:
     return f"{shown}; {count} file(s) changed on disk: {', '.join(names)}{more}"
 
 
-def diff_receipts(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
+def diff_receipts(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
     out: list[Difference] = []
     pa, pb = _packages(a), _packages(b)
     for name in sorted(set(pa) | set(pb)):
@@ -508,7 +695,7 @@ def _flat_diff(x: Mapping[str, Any], y: Mapping[str, Any]) -> list[tuple[str, An
     return [(k, x.get(k), y.get(k)) for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
 
 
-def summary(doc: dict[str, Any]) -> dict[str, Any]:
+def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The few lines ``receipt show`` prints first."""
     sw, hw, prov = doc.get("software", {}), doc.get("hardware", {}), doc.get("provenance", {})
     repo = prov.get("repo") or {}

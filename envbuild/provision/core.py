@@ -63,7 +63,7 @@ from envbuild.provision.verify import (
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
-    from envbuild.proof.receipt import HostSnapshot
+    from envbuild.proof.receipt import HostSnapshot, ProvisionPayload
 
 T = TypeVar("T")
 
@@ -335,7 +335,7 @@ def _make_data_root(paths: layout.Paths) -> None:
         paths.root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PreflightError(f"cannot create the data root {paths.root}: {exc.strerror}",
-                             hint="Choose another with --root, or create it and make it writable.") from None
+                             hint="Choose another with --root, or create it and make it writable.") from exc
 
 
 def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> Path:
@@ -435,7 +435,7 @@ def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None =
         raise InstallError(f"the import check hung: {exc}",
                            hint="The environment is installed; the import did not answer. A hang in `import "
                            f"{spec.abi.package}` is usually a driver or a network file system: check `nvidia-smi` "
-                           "and the data root's mount, then run provision again.") from None
+                           "and the data root's mount, then run provision again.") from exc
     if check.report.violations:
         manifest.violation = check.report.violations[0].message
         manifest.save()
@@ -460,7 +460,7 @@ def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None, software
 
     result, paths = run.result, run.paths
     manifest = Manifest.load(paths.manifest)
-    payload = {
+    payload: ProvisionPayload = {
         "ran": result.ran,
         "skipped": result.skipped,
         "warnings": result.warnings,

@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from envbuild import layout
 from envbuild.plan import Plan, PlannedStep
 from envbuild.provision.verify import IMPORT_TIMEOUT
+
+if TYPE_CHECKING:
+    from envbuild.proof.receipt import WarmupJSON
 
 Choice = Literal["auto", "yes", "no"]
 
@@ -52,7 +55,7 @@ class ProvisionResult:
     guard_seconds: list[float] = field(default_factory=list)
     full_check: dict[str, object] | None = None
     import_cached: bool = False  # the import verdict was reused: no distribution changed since
-    warmup: dict[str, object] | None = None  # the background import after the baseline (provision/warmup.py)
+    warmup: WarmupJSON | None = None  # the background import after the baseline (provision/warmup.py)
     receipt: Path | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase

@@ -66,7 +66,7 @@ class Manifest:
             raise ConfigError(
                 f"{path}: the provisioning manifest is unreadable ({exc}); "
                 "move it away to start over (the venv will be re-verified)"
-            ) from None
+            ) from exc
         if data.get("schema") != SCHEMA:
             raise ConfigError(f"{path}: manifest schema {data.get('schema')!r} is not {SCHEMA}; move it away to start over")
         steps = [StepState(**s) for s in data.pop("steps", [])]

@@ -127,9 +127,9 @@ def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, objec
     spec, site = run.spec, run.site
     try:
         base = guard.take_baseline(spec.abi, site, run.manifest.marker_env or {}, stamp=not adopted)
-    except LookupError:
+    except LookupError as exc:
         where = "the environment" if adopted else "the venv after the baseline step"
-        raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from None
+        raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from exc
     if not spec.abi.is_version(base.version, base.dist_version):
         source = "the base environment has" if adopted else "the baseline step installed"
         shown = base.version if base.dist_version in ("", base.version) else f"{base.dist_version} ({base.version} at run time)"

@@ -116,7 +116,7 @@ def final_check(spec: StackSpec, *, baseline: guard.Baseline, site: Path, python
         if isinstance(loaded, list):
             out.modules = _under(site, loaded)
     except TimeoutError as exc:
-        raise ImportHang(str(exc)) from None
+        raise ImportHang(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - any failure to import is the verdict
         out.findings.append(guard.Violation("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
         return out

@@ -29,9 +29,13 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from envbuild import events
 from envbuild._io import atomic_write_json
+
+if TYPE_CHECKING:
+    from envbuild.proof.receipt import WarmupJSON
 
 __all__ = ["Warmup", "listing_path", "remember", "wanted"]
 
@@ -120,7 +124,7 @@ class Warmup:
                  site: Path | None = None, listing: Path | None = None) -> None:
         self.python, self.module, self.env, self.log_file = python, module, dict(env), log_file
         self.site, self.listing = site, listing
-        self.mode = "import"
+        self.mode: Literal["compile", "import"] = "import"
         self.files = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
@@ -173,7 +177,7 @@ class Warmup:
             proc.wait(timeout=10)
         self.seconds = round(time.monotonic() - self.started, 3)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> WarmupJSON:
         code = self.proc.returncode if self.proc is not None else None
         return {"module": self.module, "mode": self.mode, "files": self.files, "seconds": self.seconds,
                 "finished_before_check": self.finished,

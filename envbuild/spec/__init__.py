@@ -33,6 +33,11 @@ from envbuild.spec.stack import (
     spec_digest,
 )
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = (
+    "``lockfiles/<profile>/stack.toml`` (read)",
+)
+
 __all__ = [
     "ABI",
     "DEFAULT_PLATFORM",

@@ -1,4 +1,5 @@
-"""TOML input shared by the stack spec (``spec.py``) and the wheelhouse specs (``wheelhouse/spec.py``).
+"""Bounded TOML input with dotted-path errors and did-you-mean, shared by the stack spec
+(``spec/stack.py``) and the wheelhouse specs (``wheelhouse/spec.py``).
 
 ``read_toml`` reads only a regular file of at most ``MAX_BYTES`` (a device such as ``/dev/zero``
 or a FIFO is refused before a byte is read) and turns a missing, unreadable, oversized,
@@ -151,10 +152,10 @@ def read_bounded(path: Path, what: str, limit: int = MAX_BYTES) -> bytes:
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} not found") from None
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: {what} not found") from exc
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -179,7 +180,7 @@ def _read(fd: int, path: Path, what: str, n: int) -> bytes:
             chunks.append(chunk)
             n -= len(chunk)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror}") from exc
     return b"".join(chunks)
 
 
@@ -193,7 +194,7 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     try:
         data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid TOML for envbuild: arrays or tables nested too deeply") from None
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: not valid TOML for envbuild: arrays or tables nested too deeply") from exc
     return data

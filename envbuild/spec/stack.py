@@ -387,8 +387,8 @@ def _parse_abi(r: TomlReader, a: Mapping[str, Any]) -> ABI:
     version = r.str_(a, "version", "abi")
     try:
         Version(version)
-    except InvalidVersion:
-        raise r.fail("abi.version", f"not a valid version: {version!r}") from None
+    except InvalidVersion as exc:
+        raise r.fail("abi.version", f"not a valid version: {version!r}") from exc
     local = r.opt_str(a, "local", "abi")
     package = r.str_(a, "package", "abi", "torch")
     _check_project(r, "abi.package", package)
@@ -459,7 +459,7 @@ def _check_source(r: TomlReader, key: str, value: str) -> None:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - parses the port: ValueError when it is not a number in range
     except ValueError as exc:
-        raise r.fail(key, f"not a valid URL ({exc}): {value!r}") from None
+        raise r.fail(key, f"not a valid URL ({exc}): {value!r}") from exc
     if scheme != "file" and not parts.hostname:
         raise r.fail(key, f"the URL names no host: {value!r}")
 
@@ -527,7 +527,7 @@ def _parse_step(r: TomlReader, s: Any, i: int, warnings: list[str] | None = None
         try:
             Requirement(p)
         except InvalidRequirement as exc:
-            raise r.fail(f"{where}.packages[{j}]", f"not a valid requirement {p!r}: {exc}") from None
+            raise r.fail(f"{where}.packages[{j}]", f"not a valid requirement {p!r}: {exc}") from exc
     strategy = r.str_(s, "upgrade_strategy", where, "only-if-needed")
     if strategy not in UPGRADE_STRATEGIES:
         raise r.fail(

@@ -127,7 +127,7 @@ def parse_requirements(text: str, where: str, *, options: bool = False) -> Requi
             req = Requirement(raw)
         except InvalidRequirement as exc:
             raise LockError(f"{where}:{lineno}: not a valid requirement {redact(raw)!r}: {redact(str(exc))}",
-                            hint=REGENERATE) from None
+                            hint=REGENERATE) from exc
         hashes, bad = [], []
         for opt in opts:
             m = _HASH.match(opt)
@@ -163,9 +163,9 @@ def read_text(path: Path, what: str = "lock file") -> str:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LockError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}: {exc.reason})",
-                        hint="It was damaged, or is not a lock file. " + REGENERATE) from None
+                        hint="It was damaged, or is not a lock file. " + REGENERATE) from exc
     except OSError as exc:
-        raise LockError(f"{path}: cannot read the {what}: {exc.strerror or exc}", hint=REGENERATE) from None
+        raise LockError(f"{path}: cannot read the {what}: {exc.strerror or exc}", hint=REGENERATE) from exc
 
 
 def read_step_file(path: Path, shown: str | None = None) -> list[LockedReq]:

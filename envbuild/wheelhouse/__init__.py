@@ -24,6 +24,13 @@ from envbuild.guard.buildrecord import (
     read_provenance,
 )
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = (
+    "``wheelhouse_specs/*.toml`` (read)",
+    "``<out>/{*.whl,wheelhouse.json,simple/,index.html}``",
+    "``$ENVBUILD_CACHE_DIR/wheelhouse/``",
+)
+
 __all__ = [
     "PROVENANCE_FILE",
     "PROVENANCE_SCHEMA",

@@ -146,8 +146,8 @@ def default_cache() -> Path:
 def probe_target(python: Path, requires: Sequence[str] = ()) -> BuildTarget:
     try:
         proc = run([str(python), "-c", _PROBE, *requires], capture=True, separate_stderr=True, timeout=60)
-    except (FileNotFoundError, PermissionError):
-        raise ConfigError(f"{python}: no such interpreter (give --venv DIR or --python PATH)") from None
+    except (FileNotFoundError, PermissionError) as exc:
+        raise ConfigError(f"{python}: no such interpreter (give --venv DIR or --python PATH)") from exc
     if not proc.ok:
         why = proc.hung_message(f"{python} (inspecting the target)") if proc.timed_out else (proc.stderr or "").strip()[-2000:]
         raise WheelhouseError(f"{python}: cannot inspect the target interpreter:\n{why}")
@@ -207,7 +207,7 @@ def resolve_source(spec: WheelSpec, opts: BuildOptions) -> BuildSource:
         try:
             return parse_location(raw)
         except ValueError as exc:
-            raise ConfigError(f"{spec.path}: source of {spec.label} from {where}: {exc}") from None
+            raise ConfigError(f"{spec.path}: source of {spec.label} from {where}: {exc}") from exc
     if spec.source is None:
         raise ConfigError(
             f"{spec.path}: {spec.label} is private and its source location is not configured: "
@@ -312,7 +312,7 @@ def unpack(archive: Path, dest: Path) -> Path:
                             raise WheelhouseError(f"{archive.name}: unsafe member in the sdist: {m.name!r}")
                     tf.extractall(dest)
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
-        raise WheelhouseError(f"{archive}: cannot unpack the sdist: {exc}") from None
+        raise WheelhouseError(f"{archive}: cannot unpack the sdist: {exc}") from exc
     entries = list(dest.iterdir())
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
 

@@ -85,7 +85,7 @@ def read_requirements(path: Path, into: LockSources | None = None) -> LockSource
     try:
         parsed = parse_requirements(read_text(path, "requirements file"), str(path), options=True)
     except LockError as exc:
-        raise WheelhouseError(exc.message, hint=exc.hint) from None
+        raise WheelhouseError(exc.message, hint=exc.hint) from exc
     for u in parsed.index_urls:
         _add(out.indexes, u)
     for u in parsed.find_links:
@@ -288,7 +288,7 @@ def download_one(url: str, dest: Path, sha256: str, *, http: Any = None, retries
                 requests.exceptions.ChunkedEncodingError) as exc:
             if attempt >= retries:
                 raise WheelhouseError(f"{shown}: download failed after {attempt + 1} attempts: {redact(str(exc))[:300]}",
-                                      hint=f"The partial file is kept ({part}); run the mirror again to resume.") from None
+                                      hint=f"The partial file is kept ({part}); run the mirror again to resume.") from exc
             delay = backoff * (2 ** attempt)
             attempt += 1
             events.emit("warn", f"{dest.name}: {redact(str(exc))[:200]}; retry {attempt}/{retries} in {delay:.1f} s")

@@ -73,8 +73,8 @@ def _verify_record(zf: zipfile.ZipFile, record_name: str, shown: str) -> None:
         path, hash_ = row[0], row[1]
         try:
             data = zf.read(path)
-        except KeyError:
-            raise WheelhouseError(f"{shown}: RECORD lists {path!r}, which is not in the archive") from None
+        except KeyError as exc:
+            raise WheelhouseError(f"{shown}: RECORD lists {path!r}, which is not in the archive") from exc
         algo, _, _ = hash_.partition("=")
         if algo == "sha256" and _record_hash(data) != hash_:
             raise WheelhouseError(f"{shown}: {path!r} does not match its RECORD hash (corrupt wheel)")
@@ -111,12 +111,12 @@ def repack_wheel(src: Path, dest_dir: Path, local: str | None, provenance: dict[
     try:
         name, version, build_tag, _tags = parse_wheel_filename(src.name)
     except InvalidWheelFilename as exc:
-        raise WheelhouseError(f"{shown}: not a wheel file name: {exc}") from None
+        raise WheelhouseError(f"{shown}: not a wheel file name: {exc}") from exc
     new_version = Version(f"{version.public}+{local}") if local is not None else version
     try:
         zf = zipfile.ZipFile(src)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise WheelhouseError(f"{shown}: not a readable wheel: {exc}") from None
+        raise WheelhouseError(f"{shown}: not a readable wheel: {exc}") from exc
     with zf:
         check_archive(zf, shown)
         infos = zf.infolist()

@@ -109,8 +109,8 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
     version = r.str_(data, "version", "")
     try:
         Version(version)
-    except InvalidVersion:
-        raise r.fail("version", f"not a valid version: {version!r}") from None
+    except InvalidVersion as exc:
+        raise r.fail("version", f"not a valid version: {version!r}") from exc
 
     src = r.table(data, "source")
     r.check_keys(src, _SOURCE_KEYS, "source")
@@ -134,7 +134,7 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
             source = make_source(kind, location, sha256=sha, commit=commit, subdirectory=subdir,
                                  base=path.parent)
         except ValueError as exc:
-            raise r.fail(f"source.{kind}", str(exc)) from None
+            raise r.fail(f"source.{kind}", str(exc)) from exc
 
     b = r.table(data, "build")
     r.check_keys(b, _BUILD_KEYS, "build")

@@ -25,9 +25,9 @@ def toml_loads(text: str) -> dict[str, Any]:
         data: dict[str, Any] = tomllib.loads(text)
         return data
     except tomllib.TOMLDecodeError as exc:
-        raise LockParseError(f"not valid TOML: {exc}") from None
-    except RecursionError:
-        raise LockParseError("not valid TOML: nested too deeply") from None
+        raise LockParseError(f"not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise LockParseError("not valid TOML: nested too deeply") from exc
 
 
 def sha(value: Any) -> str | None:

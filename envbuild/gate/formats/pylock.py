@@ -24,9 +24,9 @@ def parse(path: Path, text: str) -> ParsedLock:
     try:
         lock = Pylock.from_dict(data)
     except PylockValidationError as exc:
-        raise LockParseError(f"not a valid PEP 751 lock: {exc}") from None
+        raise LockParseError(f"not a valid PEP 751 lock: {exc}") from exc
     except (TypeError, ValueError, AttributeError) as exc:  # a malformed field packaging did not anticipate
-        raise LockParseError(f"not a valid PEP 751 lock: {exc}") from None
+        raise LockParseError(f"not a valid PEP 751 lock: {exc}") from exc
     lines = text.splitlines()
     headers = entry_lines(lines, "[[packages]]")
     entries: list[Entry] = []

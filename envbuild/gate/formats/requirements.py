@@ -59,7 +59,7 @@ def parse(path: Path, text: str) -> ParsedLock:
         try:
             req = Requirement(raw)
         except InvalidRequirement as exc:
-            raise LockParseError(f"line {lineno}: not a valid requirement {raw!r}: {exc}") from None
+            raise LockParseError(f"line {lineno}: not a valid requirement {raw!r}: {exc}") from exc
         marker = str(req.marker) if req.marker is not None else None
         if marker:
             markers.append(marker)

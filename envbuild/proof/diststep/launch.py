@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from envbuild import events
 from envbuild.errors import ConfigError, PreflightError, VerifyError
@@ -107,6 +107,39 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+class WorkerResult(TypedDict):
+    """What the distributed step measured: rank 0's JSON (``worker.py``, which runs in the venv's
+    interpreter and writes every key)."""
+
+    ok: bool  # every check passed (the command's own `ok` also needs torchrun's exit 0)
+    checks: dict[str, bool]  # each check's verdict: loss_finite, loss_decreasing, matches_reference, ...
+    backend: str  # the process group's backend: nccl or gloo
+    world_size: int  # the ranks, all nodes together
+    nnodes: int  # the nodes
+    mesh: dict[str, int]  # the device mesh: dp, tp, ep, efsdp, experts
+    model: dict[str, int | str]  # the toy model: vocab, dim, heads, layers, seq, batch_per_dp_rank, dtype
+    losses: list[float]  # the sharded run's loss per step
+    reference_losses: list[float]  # the single-device reference's
+    grad_norms: list[float]  # the sharded run's gradient norm per step
+    reference_grad_norms: list[float]  # the reference's
+    # against the reference: max_loss_diff, max_grad_norm_rel_diff, max_weight_abs_diff, and the
+    # tolerance (a table of loss, grad_norm, weights)
+    parity: dict[str, Any]
+    # the MoE routing against the reference's top-k choices: tokens_routed, flips, max_flip_gap,
+    # tolerance, note
+    routing: dict[str, Any]
+    # the checkpoint round trip: eval_loss_saved, eval_loss_perturbed, eval_loss_loaded,
+    # save_seconds, load_seconds
+    checkpoint: dict[str, float]
+    allreduce: dict[str, float] | None  # the all-reduce probe: bytes, seconds, algbw_gbps, busbw_gbps (null: one rank)
+    timing: dict[str, float]  # init_seconds, first_step_seconds, steady_step_seconds, steady_step_max_seconds
+    # one table per rank: rank, local_rank, host, device, step_seconds, peak_memory (MiB), timeline
+    ranks: list[dict[str, Any]]
+    versions: dict[str, str | None]  # torch, cuda, nccl, python, as the workers saw them
+    env: dict[str, str | None]  # the runtime baseline's variables, as the workers had them
+    wall_seconds: float  # rank 0's time from start to result
+
+
 @dataclass(frozen=True)
 class DistResult:
     ok: bool
@@ -114,7 +147,7 @@ class DistResult:
     seconds: float
     argv: tuple[str, ...]
     log_file: Path | None
-    result: dict[str, Any]  # the worker's JSON (empty when it never got that far)
+    result: WorkerResult  # the worker's JSON
     tail: str
     started: float = 0.0  # time.time() at torchrun's launch (the ranks' timelines start later)
 
@@ -202,12 +235,12 @@ def run_dist_step(
     watchdog.start()
     try:
         res = run(argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line, cancel=cancel)
-    except FileNotFoundError:
-        raise PreflightError(f"cannot run {python}") from None
+    except FileNotFoundError as exc:
+        raise PreflightError(f"cannot run {python}") from exc
     finally:
         watchdog.stop()
         end_workers(read_beats(beats), str(out))  # torchrun, stopped, may leave its children behind
-    result: dict[str, Any] = {}
+    result: WorkerResult | None = None  # none when it never got that far
     if out.is_file():
         result = json.loads(out.read_text(encoding="utf-8"))
     _clean(tmp)

@@ -121,8 +121,8 @@ def run_smoke(
         start, started = time.monotonic(), time.time()
         try:
             res = run(argv, log_file=log_file, env=run_env, timeout=timeout, on_line=on_line)
-        except FileNotFoundError:
-            raise PreflightError(f"cannot run {python}") from None
+        except FileNotFoundError as exc:
+            raise PreflightError(f"cannot run {python}") from exc
         if res.timed_out:
             raise VerifyError(res.hung_message(f"the smoke checks ({python} checks.py)"),
                               hint="A hang in `import torch` or a first CUDA call is usually the driver or a GPU "

@@ -115,8 +115,8 @@ def need_gpu() -> None:
 def need(dist: str, module: str) -> str:
     try:
         version = md.version(dist)
-    except md.PackageNotFoundError:
-        raise Skip(f"{dist} is not installed") from None
+    except md.PackageNotFoundError as exc:
+        raise Skip(f"{dist} is not installed") from exc
     try:
         __import__(module)
     except Exception as exc:  # noqa: BLE001 - an installed package that cannot import is a failure
@@ -484,7 +484,7 @@ def check_fla(quick: bool) -> Result:
     try:
         from fla.ops.simple_gla import chunk_simple_gla
     except ImportError as exc:
-        raise Skip(f"fla {version} has no chunk_simple_gla: {exc}") from None
+        raise Skip(f"fla {version} has no chunk_simple_gla: {exc}") from exc
     precompiled = _wait_fla_parts()
     q, k, v, g = fla_inputs()
     scale = q.shape[-1] ** -0.5
@@ -541,8 +541,8 @@ def check_import(dist: str) -> Callable[[bool], Result]:
     def run(quick: bool) -> Result:
         try:
             version = md.version(dist)
-        except md.PackageNotFoundError:
-            raise ImportError(f"{dist} is not installed, and the lock installs it") from None
+        except md.PackageNotFoundError as exc:
+            raise ImportError(f"{dist} is not installed, and the lock installs it") from exc
         modules = top_modules(dist)
         if not modules:
             raise ImportError(f"{dist} {version} is installed but has no importable module")
