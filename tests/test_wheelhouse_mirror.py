@@ -150,3 +150,25 @@ def test_index_serves_pip_find_links_and_simple(tmp_path: Path, repo: dict[str, 
     result = write_index(folder)
     assert result.projects["ninja"] == sorted([repo["ninja"].name, repo["ninja-arm"].name])
     assert json.loads((folder / ".envbuild-hashes.json").read_text())["artifacts"]
+
+
+def test_mirror_stack_returns_what_it_did_and_prints_nothing(tmp_path: Path, repo: dict[str, Path],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The library half of `wheelhouse mirror`: a result the command prints, no output of its own."""
+    from envbuild.wheelhouse.stackmirror import StackMirrorRequest, mirror_stack
+
+    out = tmp_path / "wheelhouse"
+    out.mkdir()
+    with IndexServer({"pypi": repo["torch"].parent}) as srv:
+        lock = _lock(tmp_path, srv.simple_url("pypi"), repo)
+        first = mirror_stack(StackMirrorRequest(out=out, lock_dir=lock, python_tag="cp313",
+                                                platform="manylinux*_x86_64"))
+        again = mirror_stack(StackMirrorRequest(out=out, lock_dir=lock, python_tag="cp313",
+                                                platform="manylinux*_x86_64"))
+    assert capsys.readouterr().out == ""
+    want = sorted([repo["torch"].name, repo["einops"].name, repo["ninja"].name])
+    assert sorted(p.name for p in first.result.downloaded) == want and not first.result.present
+    assert sorted(p.name for p in again.result.present) == want and not again.result.downloaded
+    assert first.target is None and first.built == ()  # tags asked for: no lock.json target
+    assert first.bytes_mirrored == sum((out / n).stat().st_size for n in want)
+    assert first.index == out / "simple" and (out / "simple" / "torch" / "index.html").is_file()

@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import Subparsers, count_arg, path_arg
 from envbuild.commands.lockfile import add_selection_args
@@ -168,110 +167,38 @@ def run_mirror(args: argparse.Namespace) -> int:
         from envbuild.commands import lockfile as fromlock
 
         return fromlock.mirror(args)
-    from envbuild.index.net import redact
-    from envbuild.lock.model import read_lock
-    from envbuild.spec import DEFAULT_PLATFORM, profile_path
-    from envbuild.wheelhouse import mirror as m
-    from envbuild.wheelhouse.pages import write_index
+    from envbuild.wheelhouse.stackmirror import StackMirrorRequest, mirror_stack
 
-    known: list[m.Artifact] = []
-    lock = None
-    if args.requirements:
-        sources = m.LockSources()
-        for f in args.requirements:
-            m.read_requirements(f, sources)
-    else:
-        lock_dir = args.lock or profile_path(args.profile or "cpu").parent
-        if (lock_dir / "lock.json").is_file():
-            known, sources = m.manifest_artifacts(lock_dir)  # URLs recorded by `envbuild lock`
-            lock = read_lock(lock_dir)
-        else:
-            sources = m.lock_sources(lock_dir)
-    resolved: list[m.Artifact] = []
-    if sources.packages:
-        events.emit("step", f"resolving {len(sources.packages)} locked packages on "
-                    f"{', '.join(redact(u) for u in [*args.index_url, *sources.indexes, *sources.find_links]) or 'no index'}")
-        resolved = m.resolve(sources, extra_indexes=args.index_url)
-    everything = list({(a.filename, a.sha256): a for a in [*known, *resolved]}.values())  # a file two steps lock
-    target: tuple[str, str] | None = None
-    left: list[m.Artifact] = []
-    if args.python_tag or args.platform:
-        artifacts = m.select(everything, args.python_tag, args.platform)
-    elif args.all_platforms or lock is None:
-        artifacts = everything
-        if lock is None and not args.all_platforms:
-            events.emit("info", "no lock.json: every locked file is mirrored, for every Python and platform")
-    else:
-        target = (lock.target.get("python") or lock.python or "", lock.target.get("platform") or DEFAULT_PLATFORM)
-        artifacts, left = m.select_target(everything, *target)
-    events.emit("step", f"mirroring {len(artifacts)} artifacts into {args.out}"
-                + (f" (for Python {target[0]} on {target[1]}; {len(left)} files for other targets left out)"
-                   if target else ""))
-    result = m.mirror(artifacts, args.out, jobs=args.jobs, retries=args.retries)  # bars: ui's live display
-    built = []
-    if lock is not None and (vcs := _vcs(lock)):
-        from envbuild.wheelhouse.vcsbuild import build_vcs_wheels
-
-        python = args.python or _builder(lock.python or "")
-        built = build_vcs_wheels(lock, args.out, python=Path(python),
-                                 target=target or (lock.target.get("python") or lock.python or "",
-                                                   lock.target.get("platform") or DEFAULT_PLATFORM))
-        events.emit("info", f"{len(vcs)} git/URL requirement(s): {sum(1 for b in built if not b.reused)} built, "
-                    f"{sum(1 for b in built if b.reused)} already in the wheelhouse")
-    saved = m.sizes(left) if left else {}
-    known_bytes = sum(v for v in saved.values() if v is not None)
-    unknown = sum(1 for v in saved.values() if v is None)
-    index = write_index(args.out)
-    mirrored = sum((args.out / a.filename).stat().st_size for a in {a.filename: a for a in artifacts}.values()
-                   if (args.out / a.filename).is_file())
+    done = mirror_stack(StackMirrorRequest(
+        out=args.out, lock_dir=args.lock, profile=args.profile, requirements=tuple(args.requirements or ()),
+        index_urls=tuple(args.index_url), python_tag=args.python_tag, platform=args.platform,
+        all_platforms=args.all_platforms, python=Path(args.python) if args.python else None,
+        jobs=args.jobs, retries=args.retries))
+    result, target, built = done.result, done.target, done.built
     if args.json:
         doc: WheelhouseMirrorDocument = {
             "schema": "envbuild.wheelhouse.mirror/1", "out": str(args.out),
             "downloaded": [p.name for p in result.downloaded], "present": [p.name for p in result.present],
-            "manifest": str(result.manifest), "index": str(index.root / "simple"),
+            "manifest": str(result.manifest), "index": str(done.index),
             "target": {"python": target[0], "platform": target[1]} if target else None,
-            "left_out": sorted(a.filename for a in left), "bytes_saved": known_bytes,
-            "bytes_unknown": unknown, "bytes_mirrored": mirrored,
+            "left_out": list(done.left_out), "bytes_saved": done.bytes_saved,
+            "bytes_unknown": done.bytes_unknown, "bytes_mirrored": done.bytes_mirrored,
             "built": [{"name": b.name, "step": b.step, "wheel": b.wheel.name, "sha256": b.sha256,
                        "source": b.source, "commit": b.commit, "reused": b.reused} for b in built]}
         ui.print_json(doc)
     else:
         ui.print_text(f"{len(result.downloaded)} downloaded, {len(result.present)} already present "
-                      f"({mirrored / 1e6:.1f} MB); index: {index.root / 'simple'}")
+                      f"({done.bytes_mirrored / 1e6:.1f} MB); index: {done.index}")
         if target:
-            ui.print_text(f"for Python {target[0]} on {target[1]}: {len(left)} files for other targets left out, "
-                          f"{known_bytes / 1e6:.1f} MB saved" + (f" (+{unknown} of unknown size)" if unknown else "")
+            ui.print_text(f"for Python {target[0]} on {target[1]}: {len(done.left_out)} files for other targets left out, "
+                          f"{done.bytes_saved / 1e6:.1f} MB saved"
+                          + (f" (+{done.bytes_unknown} of unknown size)" if done.bytes_unknown else "")
                           + "; --all-platforms mirrors them")
         for b in built:
             if not b.reused:
                 ui.print_text(f"built {b.wheel.name} from {b.source} (sha256 {b.sha256[:16]}...); lock.json records "
                               "it: commit the lock")
     return 0
-
-
-def _builder(version: str) -> Path:
-    """The lock's Python to build git requirements with, else this one (a pure-Python wheel is the
-    same from any 3.x; ``build_vcs_wheels`` refuses a wheel that does not fit the target)."""
-    import sys
-
-    from envbuild.errors import PreflightError
-    from envbuild.installer import find_python
-    from envbuild.run import run
-
-    try:
-        python = find_python(version)
-        if run([str(python), "-m", "pip", "--version"], capture=True, timeout=60).ok:
-            return python
-    except PreflightError:
-        pass
-    events.emit("info", f"no Python {version} with pip here: git requirements are built with {sys.executable}")
-    return Path(sys.executable)
-
-
-def _vcs(lock: Any) -> list[Any]:
-    from envbuild.wheelhouse.vcsbuild import vcs_packages
-
-    return vcs_packages(lock)
 
 
 def run_index(args: argparse.Namespace) -> int:

@@ -8,6 +8,9 @@ What lives where:
 - ``repack.py``  strip ``Requires-Dist``, retag ``+cu132torch2.12.0.dev...``, add the
                  provenance record, rewrite RECORD, refuse unsafe archives.
 - ``mirror.py``  download every locked artifact (hash-checked, resumable, parallel).
+- ``stackmirror.py``  a stack's (or requirement files') locked files chosen for its target,
+                 mirrored, its git pins built (``wheelhouse mirror``).
+- ``vcsbuild.py``  git/URL pins built into wheels at their commit.
 - ``pages.py``   PEP 503 pages over a folder.
 
 This module is kept light: the provenance record's file name, reader and check live in
