@@ -207,7 +207,7 @@ def _written(reports: list[FileReport], policy: Policy | None, args: argparse.Na
         try:
             args.markdown_file.write_text(markdown(reports, explain=args.explain), encoding="utf-8")
         except OSError as exc:
-            raise ConfigError(f"--markdown-file {args.markdown_file}: cannot write it ({exc.strerror})") from None
+            raise ConfigError(f"--markdown-file {args.markdown_file}: cannot write it ({exc.strerror})") from exc
     return int(ExitCode.LOCK) if any(not r.ok for r in reports) else 0
 
 

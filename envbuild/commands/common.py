@@ -63,8 +63,8 @@ def seconds_arg(*, maximum: float = WEEK, zero: bool = False) -> Callable[[str],
     def parse(text: str) -> float:
         try:
             value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from exc
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
         low_ok = value >= 0 if zero else value > 0
@@ -84,8 +84,8 @@ def count_arg(minimum: int, maximum: int, *, special: tuple[int, ...] = ()) -> C
     def parse(text: str) -> int:
         try:
             value = int(text.strip(), 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from exc
         if value not in special and not minimum <= value <= maximum:
             also = f" (or {', '.join(map(str, special))})" if special else ""
             raise argparse.ArgumentTypeError(f"{value} is out of range: give {minimum} to {maximum}{also}")
@@ -101,8 +101,8 @@ def amount_arg(minimum: float, maximum: float, *, special: tuple[float, ...] = (
     def parse(text: str) -> float:
         try:
             value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
         if not math.isfinite(value) or (value not in special and not minimum <= value <= maximum):
             also = f" (or {', '.join(f'{v:g}' for v in special)})" if special else ""
             raise argparse.ArgumentTypeError(f"{text} is out of range: give {minimum:g} to {maximum:g}{also}")

@@ -80,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
     steps_folder = output.parent / f"{spec.name}.steps"
     try:
         steps_dir = steps_folder.relative_to(context).as_posix()
-    except ValueError:
+    except ValueError as exc:
         raise ConfigError(f"-o {args.output}: the Dockerfile's folder must be inside the build context {context} "
-                          "(its COPY lines read the spec slices from there)") from None
+                          "(its COPY lines read the spec slices from there)") from exc
     tool_src = tool_source(context, output.parent)
     opts = DockerOptions(base=args.base, venv=args.venv, root=args.root, offline=args.offline,
                          steps_dir=steps_dir, lock=not args.no_lock, command=_command_line(args, spec.name),

@@ -275,7 +275,7 @@ def provision(args: argparse.Namespace) -> int:
         prepared, result = provision_lock(_request(args), options)
     except (KeyboardInterrupt, Interrupted) as exc:
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
-        raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from None
+        raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from exc
     chosen = prepared.chosen
     recorded = write_record(result.paths.venv, result.paths.root, result.plan.spec,
                             {**chosen.to_json(), "adopted_torch": prepared.adopted})
@@ -367,9 +367,9 @@ def docker(args: argparse.Namespace) -> int:
     steps_folder = output.parent / f"{output.name.removesuffix('.Dockerfile')}.stages"
     try:
         steps_dir = steps_folder.relative_to(context).as_posix()
-    except ValueError:
+    except ValueError as exc:
         raise ConfigError(f"-o {output}: the Dockerfile's folder must be inside the build context {context} "
-                          "(its COPY lines read the stage slices from there)") from None
+                          "(its COPY lines read the stage slices from there)") from exc
     tool_src = tool_source(context, output.parent)
     command = shlex.join(["envbuild", "docker", "--lock", str(args.lock), *req.sync.selection_argv(),
                           *req.sync.install_argv(), *(a for e in req.environment for a in ("--environment", e)),

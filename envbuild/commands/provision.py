@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         result = provision(spec, opts)
     except (KeyboardInterrupt, Interrupted) as exc:
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
-        raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from None
+        raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from exc
     found_by = record_environment(spec, result.paths)  # the venv records its root: activated, it is found
     if args.json:
         doc: ProvisionDocument = {

@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         try:
             baseline = guard.take_baseline(spec.abi, site, manifest.marker_env or {})
-        except LookupError:
-            raise ABIViolation(f"{spec.abi.package} is not installed in {venv}") from None
+        except LookupError as exc:
+            raise ABIViolation(f"{spec.abi.package} is not installed in {venv}") from exc
         source = "the environment itself (no manifest)"
         if baseline.version != spec.abi.version:
             raise ABIViolation(f"{spec.abi.package} {baseline.version} is installed; the spec says {spec.abi.version}")
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                                 import_after_violation=True)
         except ImportHang as exc:
             raise VerifyError(f"{venv}: {exc}", hint="A hang in `import torch` is usually a driver or a network file "
-                              "system: check `nvidia-smi` and the mounts, or raise --timeout.") from None
+                              "system: check `nvidia-smi` and the mounts, or raise --timeout.") from exc
         inventory = software.result()
     messages = [f.message for f in check.findings] + changed_on_disk(inventory, baseline)
     receipt = None

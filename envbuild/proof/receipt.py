@@ -485,7 +485,7 @@ def load_receipt(path: Path) -> LoadedReceipt:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); it is not an envbuild receipt") from None
+        raise ConfigError(f"{path} is not valid JSON ({exc}); it is not an envbuild receipt") from exc
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("envbuild.receipt/"):
         raise ConfigError(f"{path} is not an envbuild receipt (no 'schema': '{SCHEMA}')")
     if doc["schema"] != SCHEMA:
