@@ -39,7 +39,7 @@ import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import (
@@ -57,6 +57,9 @@ from envbuild.errors import PreflightError
 from envbuild.index import metacache
 from envbuild.index.metacache import cache_dir, cached_requires
 from envbuild.index.net import deadline_seconds, redact, retrying
+
+if TYPE_CHECKING:
+    import requests
 
 TIMEOUT = (10.0, 30.0)  # seconds to connect, seconds without a byte while reading: every request
 # seconds a page or file request goes on retrying ($ENVBUILD_NET_DEADLINE): room for a few
@@ -134,7 +137,7 @@ def same_version(a: str, b: str) -> bool:
 # ----------------------------------------------------------------------------- requests
 
 
-def session() -> Any:
+def session() -> requests.Session:
     """A ``requests.Session`` for one run: connections kept alive across pages and downloads,
     trusted and routed as pip is (``index.http``)."""
     from envbuild.index.http import session as configured
@@ -142,16 +145,16 @@ def session() -> Any:
     return configured()
 
 
-_SESSION: list[Any] = []
+_SESSION: list[requests.Session] = []
 
 
-def _default_session() -> Any:
+def _default_session() -> requests.Session:
     if not _SESSION:
         _SESSION.append(session())
     return _SESSION[0]
 
 
-def _fetch(url: str, *, accept: str | None = None, http: Any = None) -> tuple[bytes, str, bool] | None:
+def _fetch(url: str, *, accept: str | None = None, http: requests.Session | None = None) -> tuple[bytes, str, bool] | None:
     """Body, final URL and whether it is PEP 691 JSON; None on 404 (or a missing local file)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
@@ -188,7 +191,7 @@ def _fetch(url: str, *, accept: str | None = None, http: Any = None) -> tuple[by
     return resp.content, final, "json" in resp.headers.get("Content-Type", "")
 
 
-def read_bytes(url: str, *, http: Any = None) -> bytes:
+def read_bytes(url: str, *, http: requests.Session | None = None) -> bytes:
     parts = urlsplit(url)
     if parts.scheme == "file":
         try:
@@ -254,13 +257,13 @@ def page_files(body: bytes, base: str, is_json: bool = False) -> list[Artifact]:
     return out
 
 
-def index_files(index_url: str, project: str, *, http: Any = None) -> list[Artifact]:
+def index_files(index_url: str, project: str, *, http: requests.Session | None = None) -> list[Artifact]:
     """Files of ``project`` on a PEP 503/691 index."""
     got = _fetch(index_url.rstrip("/") + f"/{canonicalize_name(project)}/", accept=_ACCEPT, http=http)
     return page_files(*got) if got else []
 
 
-def find_links_files(location: str, *, http: Any = None) -> list[Artifact]:
+def find_links_files(location: str, *, http: requests.Session | None = None) -> list[Artifact]:
     """Files in a find-links folder (or ``file://`` folder) or on a find-links HTML page."""
     parts = urlsplit(location)
     if parts.scheme in ("", "file"):
@@ -286,7 +289,7 @@ class Sources:
 class ArtifactFinder:
     """Lists a project's files across sources once per run (pages are cached in memory)."""
 
-    def __init__(self, sources: Sources, *, http: Any = None) -> None:
+    def __init__(self, sources: Sources, *, http: requests.Session | None = None) -> None:
         self.sources = sources
         self.http = http
         self._flat: list[Artifact] | None = None

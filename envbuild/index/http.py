@@ -21,14 +21,18 @@ Credentials are never logged: every URL envbuild shows goes through ``index.net.
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import __version__
+
+if TYPE_CHECKING:
+    import requests
+    from requests.adapters import HTTPAdapter
 
 __all__ = ["session"]
 
 
-def _truststore_adapter() -> Any:
+def _truststore_adapter() -> HTTPAdapter | None:
     """An HTTPAdapter whose connections verify against the system store (None without truststore)."""
     try:
         import truststore
@@ -48,7 +52,7 @@ def _truststore_adapter() -> Any:
     return TrustStoreAdapter()
 
 
-def session() -> Any:
+def session() -> requests.Session:
     """A ``requests.Session`` for one run (connections kept alive), configured as pip is."""
     import requests  # here, not at module level: it costs a tenth of every CLI start
 

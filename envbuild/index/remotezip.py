@@ -23,7 +23,10 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["RangeFile", "Read", "remote_metadata", "stream_to_file"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -37,6 +37,9 @@ from envbuild.index.net import redact
 from envbuild.index.wheeltags import fits_target, select_target
 from envbuild.lock.model import MANIFEST, read_lock
 from envbuild.spec.stepfile import parse_requirements, read_text
+
+if TYPE_CHECKING:
+    import requests
 
 CHUNK = 1 << 16
 _RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
@@ -153,7 +156,7 @@ def _add(items: list[str], value: str) -> None:
 # ----------------------------------------------------------------------------- resolution
 
 
-def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), http: Any = None) -> list[Artifact]:
+def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), http: requests.Session | None = None) -> list[Artifact]:
     """An ``Artifact`` per pinned hash found on the lock's indexes and find-links (``index.ArtifactFinder``)."""
     http = http or session()
     indexes = tuple(dict.fromkeys([*extra_indexes, *sources.indexes]))
@@ -203,7 +206,7 @@ def _fits_python(interpreter: str, abi: str, python: str) -> bool:
 # ----------------------------------------------------------------------------- download
 
 
-def sizes(artifacts: Iterable[Artifact], *, http: Any = None, jobs: int = 8) -> dict[str, int | None]:
+def sizes(artifacts: Iterable[Artifact], *, http: requests.Session | None = None, jobs: int = 8) -> dict[str, int | None]:
     """{filename: bytes} of artifacts not downloaded (a HEAD request each; None where unknown)."""
     http = http or session()
 
@@ -243,7 +246,7 @@ def select(artifacts: Iterable[Artifact], python: str | None = None, platform: s
 # ----------------------------------------------------------------------------- download
 
 
-def download_one(url: str, dest: Path, sha256: str, *, http: Any = None, retries: int = 4,
+def download_one(url: str, dest: Path, sha256: str, *, http: requests.Session | None = None, retries: int = 4,
                  backoff: float = 0.5, on_bytes: Callable[[int, int | None], None] | None = None) -> Path:
     """Download ``url`` to ``dest`` (resuming ``dest``'s partial file), check its sha256."""
     import requests
