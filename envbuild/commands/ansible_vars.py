@@ -5,15 +5,31 @@ Exit 2 for a bad profile or stack, or an ``-o`` that exists (without ``--force``
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import (
+    Handler,
+    StackArgs,
+    Subparsers,
+    add_stack_args,
+    load_stack,
+    path_arg,
+)
 from envbuild.errors import ConfigError
 from envbuild.images.ansible import render_vars
+
+
+@dataclass(frozen=True)
+class AnsibleVarsArgs(StackArgs):
+    """``ansible-vars``' options."""
+
+    root: str | None  # the hosts' data root, kept as written
+    output: Path | None
+    force: bool
 
 
 def register(sub: Subparsers) -> None:
@@ -25,12 +41,12 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--root", metavar="DIR", help="the hosts' data root (default: the spec's layout.root)")
     p.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="write here (default: stdout)")
     p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, AnsibleVarsArgs))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: AnsibleVarsArgs) -> int:
     spec = load_stack(args)
-    output: Path | None = args.output
+    output = args.output
     if output is not None:
         if output.is_dir():
             raise ConfigError(f"-o {output} is a folder; give the file to write (e.g. {output}/envbuild.yml)")

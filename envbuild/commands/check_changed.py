@@ -17,10 +17,12 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     from envbuild import cli
+    from envbuild.commands.check_lock import CheckLockArgs
+    from envbuild.commands.common import typed
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        parsed = cli.build_parser("check_lock").parse_args(["check-lock", *args])
+        parsed = typed(CheckLockArgs, cli.build_parser("check_lock").parse_args(["check-lock", *args]))
     except SystemExit as exc:  # a usage error, already printed by argparse
         return int(exc.code or 0)
     files = [str(f) for f in parsed.files]

@@ -16,16 +16,16 @@ github`` the workflow commands; one set of writers for both kinds of lock (``env
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers
+from envbuild.commands.common import Handler, JsonArgs, Subparsers
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.gate import FORMATS, Narrow, Policy, check_file
+from envbuild.gate import FORMATS, Format, Narrow, Policy, check_file
 from envbuild.gate.findings import FileReport
 
 if TYPE_CHECKING:
@@ -39,6 +39,34 @@ def path_arg(text: str) -> Path:
     from envbuild.commands.common import path_arg as common_path_arg
 
     return common_path_arg(text)
+
+
+@dataclass(frozen=True)
+class CheckLockArgs(JsonArgs):
+    """``check-lock``'s options (its ``--profile`` and ``--stack`` repeat: not ``StackArgs``)."""
+
+    files: list[Path]
+    format: Format | None
+    torch_min: str | None
+    torch_local: str | None
+    protect: list[str]
+    index_url: list[str]
+    environment: list[str]
+    python: list[str]
+    group: list[str]
+    extra: list[str]
+    accept: Path | None
+    explain: bool
+    annotations: Literal["github"] | None
+    markdown: bool
+    markdown_file: Path | None
+    profile: list[str]
+    stack: list[Path]
+    base: str | None
+    offline: bool
+    no_cache: bool
+    online: bool
+    wheelhouse: str | None
 
 
 def register(sub: Subparsers) -> None:
@@ -89,10 +117,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--wheelhouse", metavar="DIR|URL",
                    help="with --online: the wheelhouse where what left its index may still be")
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, CheckLockArgs))
 
 
-def _specs(args: argparse.Namespace) -> list[StackSpec]:
+def _specs(args: CheckLockArgs) -> list[StackSpec]:
     from envbuild.lock.model import MANIFEST
     from envbuild.spec import available_profiles, load_spec, profile_path, resolve_spec
 
@@ -114,7 +142,7 @@ def policy_from_spec(spec: StackSpec) -> Policy:
                   protect=tuple(abi.protect), python=spec.python)
 
 
-def _policy(args: argparse.Namespace) -> Policy:
+def _policy(args: CheckLockArgs) -> Policy:
     if len(args.profile) + len(args.stack) > 1:
         raise ConfigError("check-lock FILE...: give at most one --profile or --stack as the policy")
     spec = None
@@ -145,7 +173,7 @@ def _plain_table(report: FileReport) -> str:
     return "\n".join(lines)
 
 
-def run_files(args: argparse.Namespace) -> int:
+def run_files(args: CheckLockArgs) -> int:
     narrow = Narrow(environment=tuple(args.environment), python=tuple(args.python), group=tuple(args.group),
                     extra=tuple(args.extra))
     narrow.validate()
@@ -164,7 +192,7 @@ def run_files(args: argparse.Namespace) -> int:
     return _written(reports, policy, args)
 
 
-def _console(report: FileReport, args: argparse.Namespace) -> None:
+def _console(report: FileReport, args: CheckLockArgs) -> None:
     """One report on the console: a lockfile's table of environments, its notes, its findings, a last line."""
     from envbuild.gate.output import finding_line, notice_line, summary, table
 
@@ -193,7 +221,7 @@ def _wrapped(text: str, width: int = 100) -> str:
                          break_on_hyphens=False)
 
 
-def _written(reports: list[FileReport], policy: Policy | None, args: argparse.Namespace) -> int:
+def _written(reports: list[FileReport], policy: Policy | None, args: CheckLockArgs) -> int:
     """The writers every report goes through (annotations, JSON or markdown, a markdown file); the exit code."""
     from envbuild.gate.output import document, github_annotations, markdown
 
@@ -227,7 +255,7 @@ def _writable(path: Path | None) -> None:
         raise ConfigError(f"--markdown-file {path}: not writable")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: CheckLockArgs) -> int:
     _writable(args.markdown_file)
     if args.files and (args.online or args.wheelhouse):
         raise ConfigError("--online and --wheelhouse check envbuild's own locks (check-lock without FILE); "

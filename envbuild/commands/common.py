@@ -3,6 +3,13 @@
 Every check of an argument happens while argparse reads the command line (a ``type=`` here), so
 a bad argument is exit 2 before anything looks at the host (exit 3) or the disk.
 
+Every handler takes a frozen dataclass of exactly the options its parser defines (``PlanArgs``,
+``ProvisionArgs``, ...; ``tests/test_command_args.py`` keeps the two equal), built from
+argparse's namespace at the edge (``typed``; ``Handler`` wires it to ``set_defaults(func=...)``).
+An option group added by a helper has its base class beside it: ``StackArgs``, ``JsonArgs`` and
+``RootArgs`` here, ``SelectionArgs`` and ``LockArgs`` in ``commands/lockfile.py``; the helpers that
+read a group take its base class.
+
 The environment is found (``find_environment``): the commands that work on a provisioned
 environment (``smoke``, ``dist-step``, ``verify``, ``receipt``) take its data root from, in this
 order, ``--root``, ``$ENVBUILD_ROOT``, or the active venv (``$VIRTUAL_ENV``) when envbuild made it,
@@ -15,13 +22,14 @@ that activating the venv is enough; the stack found with the root is used unless
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from envbuild import events
 from envbuild._io import atomic_write_json
@@ -30,8 +38,31 @@ from envbuild.layout import Paths, paths_for
 from envbuild.quoting import sh_word
 from envbuild.spec import StackSpec, resolve_spec
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 # What `cli.py` hands every command's ``register``: argparse's sub-command table.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+A = TypeVar("A", bound="DataclassInstance")
+
+
+def typed(cls: type[A], ns: argparse.Namespace) -> A:
+    """The ``cls`` (a command's frozen dataclass of options) of the parsed ``ns``: each field is
+    the namespace's attribute of that name, as argparse made it (its ``type=`` already applied)."""
+    return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class Handler(Generic[A]):
+    """A command's ``func`` (``p.set_defaults(func=Handler(run, PlanArgs))``): ``cli.main`` calls it
+    with argparse's namespace, and ``run`` gets its typed options (``typed``)."""
+
+    run: Callable[[A], int]
+    args: type[A]
+
+    def __call__(self, ns: argparse.Namespace) -> int:
+        return self.run(typed(self.args, ns))
 
 ROOT_ENV = "ENVBUILD_ROOT"
 ENVIRONMENT_RECORD = "envbuild-environment.json"  # in a venv envbuild made: where it belongs
@@ -112,6 +143,28 @@ def amount_arg(minimum: float, maximum: float, *, special: tuple[float, ...] = (
     return parse
 
 
+@dataclass(frozen=True)
+class StackArgs:
+    """``add_stack_args``: the stack spec a command reads (neither: the ``cpu`` profile)."""
+
+    profile: str | None
+    stack: Path | None
+
+
+@dataclass(frozen=True)
+class JsonArgs:
+    """``add_json_arg`` (or a ``--json`` of the command's own help): a JSON document on stdout."""
+
+    json: bool
+
+
+@dataclass(frozen=True)
+class RootArgs:
+    """``add_root_arg`` (or a ``--root`` of the command's own help, a path): the data root."""
+
+    root: Path | None
+
+
 def add_stack_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--profile", metavar="NAME",
@@ -123,8 +176,8 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 
-def load_stack(args: argparse.Namespace) -> StackSpec:
-    return resolve_spec(getattr(args, "profile", None), getattr(args, "stack", None))
+def load_stack(args: StackArgs) -> StackSpec:
+    return resolve_spec(args.profile, args.stack)
 
 
 # ----------------------------------------------------------------------------- the environment
@@ -146,12 +199,14 @@ def add_root_arg(parser: argparse.ArgumentParser, what: str = "data root holding
                              "else the stack's layout.root)")
 
 
-def find_environment(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Found:
-    """The stack, root and venv ``args`` and the environment point at; says which root and why."""
+def find_environment(args: RootArgs, environ: Mapping[str, str] | None = None) -> Found:
+    """The stack, root and venv ``args`` and the environment point at; says which root and why.
+    A command without ``--profile``/``--stack`` (not a ``StackArgs``: ``receipt``) names no stack."""
     env = os.environ if environ is None else environ
-    root, why, record = _find_root(getattr(args, "root", None), env)
-    named = getattr(args, "profile", None) or getattr(args, "stack", None)
-    spec = load_stack(args) if named or record is None else _recorded_spec(record, root)
+    root, why, record = _find_root(args.root, env)
+    stack = args if isinstance(args, StackArgs) else StackArgs(profile=None, stack=None)
+    named = stack.profile or stack.stack
+    spec = load_stack(stack) if named or record is None else _recorded_spec(record, root)
     paths = paths_for(spec, root)
     venv = Path(record["venv"]) if record and isinstance(record.get("venv"), str) else paths.venv
     if record is not None and not named:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, amount_arg, count_arg, path_arg, seconds_arg
+from envbuild.commands.common import (
+    Handler,
+    Subparsers,
+    amount_arg,
+    count_arg,
+    path_arg,
+    seconds_arg,
+)
 from envbuild.commands.smoke import (
     ReceiptFacts,
+    TargetArgs,
     add_target_args,
     log_path,
     resolve_target,
@@ -29,6 +37,26 @@ if TYPE_CHECKING:
 MAX_NPROC = 64  # processes on one node (DistOptions.validate says the same)
 MAX_NODES = 4096
 MAX_WORLD = MAX_NPROC * MAX_NODES
+
+
+@dataclass(frozen=True)
+class DistStepArgs(TargetArgs):
+    """``dist-step``'s options."""
+
+    nproc: int | None
+    nnodes: int
+    rdzv_endpoint: str | None
+    rdzv_id: str
+    dp: int
+    tp: int
+    ep: int
+    steps: int
+    cpu: bool
+    bf16: bool
+    bw_mb: float
+    ckpt_dir: Path | None
+    timeout: float
+    stall_timeout: float
 
 
 def register(sub: Subparsers) -> None:
@@ -56,7 +84,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--timeout", type=seconds_arg(), default=600.0, metavar="S", help="give up after S seconds (default 600)")
     p.add_argument("--stall-timeout", type=seconds_arg(), default=60.0, metavar="S",
                    help="stop when a rank sends no heartbeat for S seconds (stopped, killed or wedged; default 60)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, DistStepArgs))
 
 
 def visible_gpus() -> int:
@@ -68,14 +96,14 @@ def visible_gpus() -> int:
     return n
 
 
-def _options(args: argparse.Namespace, gpus: int, ckpt_dir: Path | None) -> DistOptions:
+def _options(args: DistStepArgs, gpus: int, ckpt_dir: Path | None) -> DistOptions:
     return DistOptions(nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                        dp=args.dp, tp=args.tp, ep=args.ep, steps=args.steps, cpu=args.cpu or gpus == 0,
                        bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout, stall_timeout=args.stall_timeout,
                        ckpt_dir=ckpt_dir)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: DistStepArgs) -> int:
     _options(args, 0, None).validate()  # the arguments first (exit 2), then the host (exit 3)
     if args.nproc:
         plan_mesh(args.nproc * args.nnodes, args.dp, args.tp, args.ep)

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
-from envbuild.commands.lockfile import add_selection_args
+from envbuild.commands.common import (
+    Handler,
+    JsonArgs,
+    StackArgs,
+    Subparsers,
+    add_json_arg,
+    add_stack_args,
+    load_stack,
+    path_arg,
+)
+from envbuild.commands.lockfile import LockArgs, add_selection_args
 from envbuild.errors import ConfigError, LockError
 from envbuild.images.docker import (
     DEFAULT_ROOT,
@@ -26,6 +35,21 @@ from envbuild.images.docker import (
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import DockerCheckDocument, DockerDocument
+
+
+@dataclass(frozen=True)
+class DockerArgs(LockArgs, StackArgs, JsonArgs):
+    """``docker``'s options."""
+
+    base: str | None
+    venv: str | None  # a path inside the base image, kept as written
+    root: str  # the image's data root, kept as written
+    offline: bool
+    output: Path | None
+    context: Path | None
+    check: bool
+    dockerignore: bool
+    no_lock: bool
 
 
 def register(sub: Subparsers) -> None:
@@ -57,21 +81,22 @@ def register(sub: Subparsers) -> None:
                       help="render one layer per stage of this lock's chosen environment (torch, extensions, the "
                       "rest, source builds): a change to a later stage keeps the earlier layers cached")
     add_selection_args(lock)
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, DockerArgs))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: DockerArgs) -> int:
     from envbuild.commands import lockfile as fromlock
 
     if args.lock is not None:
-        return fromlock.docker(args)
+        return fromlock.docker(args, args.lock)
     fromlock.refuse_lock_options(args)
     spec = load_stack(args)
-    if args.output is None:
-        args.output = default_output(Path("docker"), spec.name)
-        if args.output.name != "Dockerfile":
-            events.emit("info", f"docker/Dockerfile renders another stack; writing {args.output} instead")
-    output = args.output if args.output.is_absolute() else Path.cwd() / args.output
+    given = args.output
+    if given is None:
+        given = default_output(Path("docker"), spec.name)
+        if given.name != "Dockerfile":
+            events.emit("info", f"docker/Dockerfile renders another stack; writing {given} instead")
+    output = given if given.is_absolute() else Path.cwd() / given
     if args.context is None:
         inside = output.parent.is_relative_to(Path.cwd())
         context = Path.cwd() if inside else output.parent
@@ -81,11 +106,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         steps_dir = steps_folder.relative_to(context).as_posix()
     except ValueError as exc:
-        raise ConfigError(f"-o {args.output}: the Dockerfile's folder must be inside the build context {context} "
+        raise ConfigError(f"-o {given}: the Dockerfile's folder must be inside the build context {context} "
                           "(its COPY lines read the spec slices from there)") from exc
     tool_src = tool_source(context, output.parent)
     opts = DockerOptions(base=args.base, venv=args.venv, root=args.root, offline=args.offline,
-                         steps_dir=steps_dir, lock=not args.no_lock, command=_command_line(args, spec.name),
+                         steps_dir=steps_dir, lock=not args.no_lock, command=_command_line(args, spec.name, given),
                          tool_src=tool_src.relative_to(context).as_posix() + "/" if tool_src != context else "")
     rendered = render(spec, opts)
     for warning in rendered.warnings:
@@ -187,8 +212,9 @@ def copy_tool_source(dest: Path) -> None:
     tmp.rename(dest)
 
 
-def _command_line(args: argparse.Namespace, name: str) -> str:
-    """The command that renders this file again, as written in its header."""
+def _command_line(args: DockerArgs, name: str, output: Path) -> str:
+    """The command that renders this file again, as written in its header (``output``: ``-o``, or
+    the default the file went to)."""
     words = ["envbuild", "docker", "--stack" if args.stack else "--profile", str(args.stack or args.profile or name)]
     if args.base:
         words += ["--base", args.base]
@@ -200,6 +226,5 @@ def _command_line(args: argparse.Namespace, name: str) -> str:
         words.append("--offline")
     if args.no_lock:
         words.append("--no-lock")
-    if args.output is not None:
-        words += ["-o", str(args.output)]
+    words += ["-o", str(output)]
     return " ".join(words)

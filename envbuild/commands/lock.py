@@ -3,17 +3,26 @@ what moved; ``--check`` says whether there is anything to do, without resolving.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import (
+    Handler,
+    JsonArgs,
+    StackArgs,
+    Subparsers,
+    add_json_arg,
+    add_stack_args,
+    load_stack,
+    path_arg,
+)
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.lock.changes import Change
 from envbuild.lock.relock import parse_upgrades
-from envbuild.lock.resolver import RESOLVERS
+from envbuild.lock.resolver import RESOLVERS, ResolverChoice
 from envbuild.lock.stack import LockOptions, LockResult, lock_stack, lock_status
 from envbuild.spec import StackSpec
 
@@ -21,6 +30,24 @@ if TYPE_CHECKING:
     from envbuild.commands.documents import LockCheckDocument, LockDocument
 
 STALE = int(ExitCode.LOCK)  # `lock --check`: the lock is not current for the spec (8, as a stale lock is everywhere)
+
+
+@dataclass(frozen=True)
+class LockCommandArgs(StackArgs, JsonArgs):
+    """``lock``'s options."""
+
+    python: str | None
+    resolver: ResolverChoice
+    wheelhouse: str | None
+    skip_step: list[str]
+    output: Path | None
+    no_pylock: bool
+    upgrade_package: list[str]
+    upgrade: bool
+    resolve_all: bool
+    check: bool
+    markdown: bool
+    built_wheels: list[Path]
 
 
 def register(sub: Subparsers) -> None:
@@ -50,10 +77,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--built-wheels", type=path_arg, metavar="DIR", action="append", default=[],
                    help="a wheelhouse whose `wheelhouse build` wheels are listed for a rebuild when torch moves "
                    "(default: ./wheelhouse); repeatable")
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, LockCommandArgs))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: LockCommandArgs) -> int:
     spec = load_stack(args)
     if args.check:
         if args.upgrade_package or args.upgrade or args.resolve_all:
@@ -91,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(spec: StackSpec, args: argparse.Namespace) -> int:
+def _check(spec: StackSpec, args: LockCommandArgs) -> int:
     status = lock_status(spec, args.output)
     stale = [s for s in status.steps if not s.current]
     if args.json:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import path_arg
+from envbuild.commands.common import JsonArgs, RootArgs, StackArgs, path_arg
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.fromlock.record import write_record
 from envbuild.fromlock.run import (
@@ -30,10 +32,12 @@ from envbuild.fromlock.run import (
 from envbuild.fromlock.select import refuse
 from envbuild.fromlock.stages import STAGE_WORDS
 from envbuild.fromlock.uvsync import SyncFlags
-from envbuild.gate.model import FORMATS
+from envbuild.gate.model import FORMATS, Format
+from envbuild.plan import Backend
 from envbuild.quoting import sh_word
 
 if TYPE_CHECKING:
+    from envbuild.commands.docker import DockerArgs
     from envbuild.commands.documents import (
         DockerLockCheckDocument,
         DockerLockDocument,
@@ -42,17 +46,67 @@ if TYPE_CHECKING:
         ProvisionSliceDocument,
         WheelhouseMirrorLockDocument,
     )
+    from envbuild.commands.preflight import PreflightArgs
+    from envbuild.commands.provision import ProvisionArgs
+    from envbuild.commands.wheelhouse import WheelhouseMirrorArgs
     from envbuild.host.preflight import PreflightReport
     from envbuild.layout import Paths
     from envbuild.spec import StackSpec
 
-__all__ = ["add_lock_args", "add_selection_args", "docker", "mirror", "plan", "preflight_spec", "provision"]
+__all__ = ["InstallArgs", "LockArgs", "SelectionArgs", "add_lock_args", "add_selection_args", "docker", "mirror",
+           "plan", "preflight_spec", "provision"]
 
-# options of the stack commands that have no meaning for a lock (each named in the refusal)
-_STACK_ONLY = {"profile": "--profile", "stack": "--stack", "no_lock": "--no-lock", "step": "--step"}
-# options of ``wheelhouse mirror`` that choose files of a stack's lock; a lock file's environment chooses them
-_MIRROR_ONLY = {"python_tag": "--python-tag", "platform": "--platform", "all_platforms": "--all-platforms",
-                "index_url": "--index-url", "requirements": "--requirements"}
+
+@dataclass(frozen=True)
+class SelectionArgs:
+    """``add_selection_args``: the options that choose one environment of a lock file."""
+
+    lock_format: Format | None
+    extra: list[str]
+    group: list[str]
+    environment: list[str]
+    accept: Path | None
+    rebuild_mismatched: bool
+    no_project: bool
+    all_extras: bool
+    no_extra: list[str]
+    only_group: list[str]
+    no_group: list[str]
+    all_groups: bool
+    no_default_groups: bool
+    no_dev: bool
+    only_dev: bool
+    package: list[str]
+    all_packages: bool
+    no_editable: bool
+    no_install_project: bool
+    require_hashes: bool
+    no_install_workspace: bool
+
+
+@dataclass(frozen=True)
+class LockArgs(SelectionArgs):
+    """``--lock FILE`` (``add_lock_args``, or the command's own help) and the selection options."""
+
+    lock: Path | None
+
+
+@dataclass(frozen=True)
+class InstallArgs(LockArgs, StackArgs, JsonArgs, RootArgs):
+    """What ``plan`` and ``provision`` share (plan shows what provision would run): a stack or a
+    lock, the venv, the interpreter, the installer and where the packages come from."""
+
+    venv: Path | None
+    python: str | None
+    backend: Backend | None
+    offline: bool
+    wheelhouse: str | None
+    no_lock: bool
+
+
+def _given(options: dict[str, object]) -> list[str]:
+    """The flags of ``options`` ({--flag: its parsed value}) given on the command line."""
+    return [flag for flag, value in options.items() if value]
 
 
 def add_lock_args(p: argparse.ArgumentParser, *, provision: bool) -> None:
@@ -66,33 +120,32 @@ def add_lock_args(p: argparse.ArgumentParser, *, provision: bool) -> None:
                        help="--lock --venv: replace a torch the venv has that is not the lock's (refused otherwise)")
 
 
-# the options that choose or shape an environment of a lock file: meaningless without --lock FILE
-_LOCK_ONLY = {"lock_format": "--format", "extra": "--extra", "group": "--group", "environment": "--environment",
-              "accept": "--accept", "no_project": "--no-project", "rebuild_mismatched": "--rebuild-mismatched",
-              "replace_torch": "--replace-torch", "have": "--have", "all_extras": "--all-extras",
-              "no_extra": "--no-extra", "only_group": "--only-group", "no_group": "--no-group",
-              "all_groups": "--all-groups", "no_default_groups": "--no-default-groups", "no_dev": "--no-dev",
-              "only_dev": "--only-dev", "package": "--package", "all_packages": "--all-packages",
-              "no_editable": "--no-editable", "no_install_project": "--no-install-project",
-              "no_install_workspace": "--no-install-workspace", "require_hashes": "--require-hashes"}
+def _lock_only(args: SelectionArgs, *, replace_torch: bool, have: Path | None) -> dict[str, object]:
+    """The options that choose or shape an environment of a lock file: meaningless without --lock FILE
+    (``--replace-torch``: provision's; ``--have``: wheelhouse mirror's)."""
+    return {"--format": args.lock_format, "--extra": args.extra, "--group": args.group,
+            "--environment": args.environment, "--accept": args.accept, "--no-project": args.no_project,
+            "--rebuild-mismatched": args.rebuild_mismatched, "--replace-torch": replace_torch, "--have": have,
+            "--all-extras": args.all_extras, "--no-extra": args.no_extra, "--only-group": args.only_group,
+            "--no-group": args.no_group, "--all-groups": args.all_groups,
+            "--no-default-groups": args.no_default_groups, "--no-dev": args.no_dev, "--only-dev": args.only_dev,
+            "--package": args.package, "--all-packages": args.all_packages, "--no-editable": args.no_editable,
+            "--no-install-project": args.no_install_project, "--no-install-workspace": args.no_install_workspace,
+            "--require-hashes": args.require_hashes}
 
 
-def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
-    """The options of ``flags`` ({dest: --flag}) given on the command line."""
-    return [flag for key, flag in flags.items() if getattr(args, key, None)]
-
-
-def _selection(args: argparse.Namespace, *, wheelhouse: str | None = None, replace_torch: bool = False) -> LockRequest:
+def _selection(args: SelectionArgs, lock: Path, *, wheelhouse: str | None = None,
+               replace_torch: bool = False) -> LockRequest:
     """The lock request of the selection options every ``--lock`` front end shares (``add_selection_args``)."""
     sync = sync_flags(args)
-    return LockRequest(lock=args.lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
+    return LockRequest(lock=lock, fmt=args.lock_format, extras=tuple(args.extra), groups=tuple(args.group),
                        environment=tuple(args.environment), accept=args.accept,
                        project=not (args.no_project or args.no_install_project),
                        rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse, replace_torch=replace_torch,
                        sync=sync, require_hashes=args.require_hashes)
 
 
-def sync_flags(args: argparse.Namespace) -> SyncFlags:
+def sync_flags(args: SelectionArgs) -> SyncFlags:
     """uv sync's flags as ``add_selection_args`` parsed them (``--no-project`` is ``--no-install-project``)."""
     return SyncFlags(
         extras=tuple(args.extra), all_extras=args.all_extras, no_extras=tuple(args.no_extra), groups=tuple(args.group),
@@ -102,9 +155,10 @@ def sync_flags(args: argparse.Namespace) -> SyncFlags:
         no_install_project=args.no_install_project or args.no_project, no_install_workspace=args.no_install_workspace)
 
 
-def refuse_lock_options(args: argparse.Namespace) -> None:
-    """Exit 2 when an option of ``--lock FILE`` is given without it (it would be ignored silently)."""
-    used = _given(args, _LOCK_ONLY)
+def refuse_lock_options(args: SelectionArgs, *, replace_torch: bool = False, have: Path | None = None) -> None:
+    """Exit 2 when an option of ``--lock FILE`` is given without it (it would be ignored silently);
+    ``replace_torch`` and ``have``: the command's own (provision's, wheelhouse mirror's)."""
+    used = _given(_lock_only(args, replace_torch=replace_torch, have=have))
     if used:
         raise ConfigError(f"{', '.join(used)} {'goes' if len(used) == 1 else 'go'} with --lock FILE (a uv.lock or "
                           "pylock.toml): without it there is no lock environment to choose",
@@ -156,34 +210,33 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
                    help="--lock: install no workspace member, the project included (as uv sync)")
 
 
-def _request(args: argparse.Namespace) -> LockRequest:
-    used = _given(args, _STACK_ONLY)
+def _request(args: InstallArgs, lock: Path, *, step: str | None = None, replace_torch: bool = False) -> LockRequest:
+    """``plan``'s and ``provision``'s ``--lock FILE`` request (``step``, ``replace_torch``: provision's options)."""
+    # options of the stack commands that have no meaning for a lock (each named in the refusal)
+    used = _given({"--profile": args.profile, "--stack": args.stack, "--no-lock": args.no_lock, "--step": step})
     if used:
         raise ConfigError(f"--lock installs from the lock alone: {', '.join(used)} cannot be used with it",
                           hint="Drop them, or provision a stack spec without --lock.")
-    offline, wheelhouse = getattr(args, "offline", False), getattr(args, "wheelhouse", None)
+    offline, wheelhouse = args.offline, args.wheelhouse
     if offline and not wheelhouse:
         raise ConfigError("--offline needs --wheelhouse DIR: the only place the lock's files may come from",
-                          hint=f"Make it where the lock's file hosts answer: envbuild wheelhouse mirror --lock {args.lock} "
+                          hint=f"Make it where the lock's file hosts answer: envbuild wheelhouse mirror --lock {lock} "
                           "--out DIR.")
     if wheelhouse and not offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
-    return _selection(args, wheelhouse=wheelhouse, replace_torch=bool(getattr(args, "replace_torch", False)))
+    return _selection(args, lock, wheelhouse=wheelhouse, replace_torch=replace_torch)
 
 
-def plan(args: argparse.Namespace) -> int:
+def plan(args: InstallArgs, lock: Path) -> int:
     """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network, no venv)."""
-    req = _request(args)
+    req = _request(args, lock)
     python = target_python(req, args.python, args.venv)
     if args.venv is not None:
         from dataclasses import replace as _replace
-        from pathlib import Path as _Path
 
-        req = _replace(req, base_torch=base_torch_of(_Path(args.venv)))
+        req = _replace(req, base_torch=base_torch_of(Path(args.venv)))
     prepared = prepare(req, python, refusing=False)  # the stages first, then the refusal (exit 8)
     if args.venv is not None:  # what provision --venv would keep there is not installed (nor checked offline)
-        from pathlib import Path
-
         prepared = adopt(prepared, Path(args.venv), req.replace_torch)
     if req.wheelhouse:  # every file from the wheelhouse, each checked as provision checks it
         from dataclasses import replace
@@ -207,10 +260,8 @@ def plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_notes(args: argparse.Namespace, prepared: Prepared, req: LockRequest) -> dict[str, str]:
+def _build_notes(args: InstallArgs, prepared: Prepared, req: LockRequest) -> dict[str, str]:
     """{name: a cached built wheel, or that it compiles} of the builds stage (``fromlock.builds``)."""
-    from pathlib import Path
-
     from envbuild.fromlock.builds import caches, plan_notes
     from envbuild.fromlock.offline import wheelhouse_folder
 
@@ -248,7 +299,7 @@ def _print_plan(prepared: Prepared) -> None:
         ui.print_text(f"not installed: {name}: {why}")
 
 
-def provision(args: argparse.Namespace) -> int:
+def provision(args: ProvisionArgs, lock: Path) -> int:
     """``provision --lock FILE``, with provision's own options for the data root, venv and installer."""
     from envbuild.provision.options import ProvisionOptions
 
@@ -259,8 +310,8 @@ def provision(args: argparse.Namespace) -> int:
     from envbuild.fromlock.image import is_slice
 
     try:
-        if is_slice(args.lock):  # one layer of `envbuild docker --lock`
-            spec, source, result = provision_slice(args.lock, options)
+        if is_slice(lock):  # one layer of `envbuild docker --lock`
+            spec, source, result = provision_slice(lock, options)
             write_record(result.paths.venv, result.paths.root, spec, source)
             if args.json:
                 layer: ProvisionSliceDocument = {
@@ -269,10 +320,11 @@ def provision(args: argparse.Namespace) -> int:
                     "seconds": round(result.seconds, 3), "receipt": str(result.receipt) if result.receipt else None}
                 ui.print_json(layer)
             else:
-                events.emit("ok", f"{args.lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
+                events.emit("ok", f"{lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
                             f"({result.seconds:.1f} s)")
             return 0
-        prepared, result = provision_lock(_request(args), options)
+        prepared, result = provision_lock(_request(args, lock, step=args.step, replace_torch=args.replace_torch),
+                                          options)
     except (KeyboardInterrupt, Interrupted) as exc:
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
         raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from exc
@@ -301,20 +353,22 @@ def provision(args: argparse.Namespace) -> int:
 
 
 
-def mirror(args: argparse.Namespace) -> int:
+def mirror(args: WheelhouseMirrorArgs, lock: Path) -> int:
     """``wheelhouse mirror --lock FILE``: every file the chosen environment installs, into ``--out``."""
     from envbuild.fromlock.offline import mirror_lock, read_installed, without_installed
 
-    used = _given(args, _MIRROR_ONLY)
+    # options of ``wheelhouse mirror`` that choose files of a stack's lock; a lock file's environment chooses them
+    used = _given({"--python-tag": args.python_tag, "--platform": args.platform, "--all-platforms": args.all_platforms,
+                   "--index-url": args.index_url, "--requirements": args.requirements})
     if used:
-        raise ConfigError(f"--lock {args.lock}: {', '.join(used)} cannot be used with a lock file: the environment "
+        raise ConfigError(f"--lock {lock}: {', '.join(used)} cannot be used with a lock file: the environment "
                           "chosen of it (this host, or --environment, --extra, --group) decides which files are mirrored",
                           hint="Drop them; `envbuild plan --lock FILE` lists the files.")
-    req = _selection(args)
+    req = _selection(args, lock)
     prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
     chosen = prepared.chosen
     plan = prepared.plan
-    if getattr(args, "have", None) is not None:
+    if args.have is not None:
         plan = without_installed(plan, read_installed(args.have))
         events.emit("info", f"--have {args.have}: {len(prepared.plan.placed) - len(plan.placed)} of "
                     f"{len(prepared.plan.placed)} locked packages are there at the locked version; not mirrored")
@@ -337,15 +391,9 @@ def mirror(args: argparse.Namespace) -> int:
     return 0
 
 
-# options of ``docker`` that have no meaning with --lock
-_DOCKER_STACK_ONLY = {"profile": "--profile", "stack": "--stack", "venv": "--venv", "offline": "--offline",
-                      "no_lock": "--no-lock", "dockerignore": "--dockerignore"}
-
-
-def docker(args: argparse.Namespace) -> int:
+def docker(args: DockerArgs, lock: Path) -> int:
     """``docker --lock FILE``: the Dockerfile of one layer per stage, and its stage slices."""
     import os
-    from pathlib import Path
 
     from envbuild._io import atomic_write_text
     from envbuild.commands.docker import tool_source, write_build_files
@@ -353,11 +401,13 @@ def docker(args: argparse.Namespace) -> int:
     from envbuild.fromlock.image import render_lock
     from envbuild.images.docker import DockerOptions, stale_files
 
-    used = _given(args, _DOCKER_STACK_ONLY)
+    # options of ``docker`` that have no meaning with --lock
+    used = _given({"--profile": args.profile, "--stack": args.stack, "--venv": args.venv, "--offline": args.offline,
+                   "--no-lock": args.no_lock, "--dockerignore": args.dockerignore})
     if used:
         raise ConfigError(f"docker --lock renders the lock's stages: {', '.join(used)} cannot be used with it",
                           hint="Drop them, or render a stack spec without --lock.")
-    req = _selection(args)
+    req = _selection(args, lock)
     prepared = prepare(req, target_python(req, None, None))
     name = prepared.chosen.path.parent.name or "project"
     output = args.output or Path("docker") / f"lock-{name}.Dockerfile"
@@ -371,7 +421,7 @@ def docker(args: argparse.Namespace) -> int:
         raise ConfigError(f"-o {output}: the Dockerfile's folder must be inside the build context {context} "
                           "(its COPY lines read the stage slices from there)") from exc
     tool_src = tool_source(context, output.parent)
-    command = shlex.join(["envbuild", "docker", "--lock", str(args.lock), *req.sync.selection_argv(),
+    command = shlex.join(["envbuild", "docker", "--lock", str(lock), *req.sync.selection_argv(),
                           *req.sync.install_argv(), *(a for e in req.environment for a in ("--environment", e)),
                           *(["--rebuild-mismatched"] if req.rebuild_mismatched else [])]
                          + (["--base", args.base] if args.base else []) + (["-o", str(args.output)] if args.output else []))
@@ -383,11 +433,11 @@ def docker(args: argparse.Namespace) -> int:
     if args.check:
         stale = stale_files(rendered, output, context, steps_dir)
         if args.json:
-            checked: DockerLockCheckDocument = {"schema": "envbuild.docker.lock.check/1", "lock": str(args.lock),
+            checked: DockerLockCheckDocument = {"schema": "envbuild.docker.lock.check/1", "lock": str(lock),
                                                 "dockerfile": str(output), "stale": stale}
             ui.print_json(checked)
         if stale:
-            raise LockError(f"{output} is stale against {args.lock}: " + ", ".join(stale), hint=f"Regenerate it: {command}")
+            raise LockError(f"{output} is stale against {lock}: " + ", ".join(stale), hint=f"Regenerate it: {command}")
         return 0
     for old in steps_folder.glob("[0-9][0-9]-*.json") if steps_folder.is_dir() else ():
         if f"{steps_dir}/{old.name}" not in rendered.files:
@@ -396,7 +446,7 @@ def docker(args: argparse.Namespace) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output, rendered.dockerfile)
     if args.json:
-        doc: DockerLockDocument = {"schema": "envbuild.docker.lock/1", "lock": str(args.lock),
+        doc: DockerLockDocument = {"schema": "envbuild.docker.lock/1", "lock": str(lock),
                                    "environment": prepared.chosen.env.name, "dockerfile": str(output),
                                    "files": sorted(rendered.files)}
         ui.print_json(doc)
@@ -406,16 +456,16 @@ def docker(args: argparse.Namespace) -> int:
     return 0
 
 
-def preflight_spec(args: argparse.Namespace, groups: list[str]) -> tuple[StackSpec, Paths, PreflightReport]:
+def preflight_spec(args: PreflightArgs, lock: Path, groups: list[str]) -> tuple[StackSpec, Paths, PreflightReport]:
     """``preflight --lock FILE``: the lock's stack and the host's report on it (``fromlock.preflight``)."""
     from envbuild.fromlock.preflight import lock_preflight
     from envbuild.fromlock.stack import stack_for
     from envbuild.layout import paths_for
 
-    if getattr(args, "profile", None) or getattr(args, "stack", None):
+    if args.profile or args.stack:
         raise ConfigError("preflight --lock checks the host against the lock: --profile and --stack cannot be used "
                           "with it")
-    req = _selection(args)
+    req = _selection(args, lock)
     prepared = prepare(req, target_python(req, args.python, None))
     spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
     paths = paths_for(spec, args.root)

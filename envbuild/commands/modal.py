@@ -7,24 +7,45 @@ cannot express; 8 for a stale lock; 3 when the folder cannot be written.
 
 from __future__ import annotations
 
-import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild._io import atomic_write_text
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
+from envbuild.commands.common import (
+    Handler,
+    JsonArgs,
+    StackArgs,
+    Subparsers,
+    add_json_arg,
+    add_stack_args,
+    load_stack,
+    path_arg,
+)
 from envbuild.commands.docker import tool_source, write_build_files
 from envbuild.errors import ConfigError
 from envbuild.images.docker import DEFAULT_ROOT, DockerOptions
-from envbuild.images.modal import MODES, ModalOptions, module_name_ok, render_modal
+from envbuild.images.modal import MODES, ModalOptions, Mode, module_name_ok, render_modal
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import ModalDocument
 
 DEFAULT_FOLDER = Path("modal_images")
+
+
+@dataclass(frozen=True)
+class ModalArgs(StackArgs, JsonArgs):
+    """``modal``'s options."""
+
+    output: Path | None
+    mode: Mode
+    base: str | None
+    root: str  # the image's data root, kept as written
+    no_lock: bool
+    force: bool
 
 
 def register(sub: Subparsers) -> None:
@@ -46,13 +67,13 @@ def register(sub: Subparsers) -> None:
                    help=f"the image's data root: venv, caches, state, receipts (default: {DEFAULT_ROOT})")
     p.add_argument("--no-lock", action="store_true", help="ignore the stack's lock: the layers resolve from the spec")
     p.add_argument("--force", action="store_true", help="overwrite an existing FILE.py (and its Dockerfile)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, ModalArgs))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ModalArgs) -> int:
     spec = load_stack(args)
     default = args.output is None
-    output = DEFAULT_FOLDER / f"{spec.name.replace('-', '_').replace('.', '_')}.py" if default else args.output
+    output = DEFAULT_FOLDER / f"{spec.name.replace('-', '_').replace('.', '_')}.py" if args.output is None else args.output
     output = output if output.is_absolute() else Path.cwd() / output
     _check_output(output, args, create_folder=default)
     dockerfile = output.with_suffix(".Dockerfile")
@@ -92,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_output(output: Path, args: argparse.Namespace, *, create_folder: bool) -> None:
+def _check_output(output: Path, args: ModalArgs, *, create_folder: bool) -> None:
     shown = args.output if args.output is not None else output
     if output.is_dir():
         raise ConfigError(f"-o {shown} is a folder; give the Python file to write (e.g. {shown}/image.py)")
@@ -109,7 +130,7 @@ def _check_output(output: Path, args: argparse.Namespace, *, create_folder: bool
                           hint="Pass --force to replace it (it is generated), or choose another -o.")
 
 
-def _command_line(args: argparse.Namespace, name: str, default: bool) -> str:
+def _command_line(args: ModalArgs, name: str, default: bool) -> str:
     words = ["envbuild", "modal", "--stack" if args.stack else "--profile", str(args.stack or args.profile or name)]
     if args.mode != "steps":
         words += ["--mode", args.mode]

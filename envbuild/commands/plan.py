@@ -8,14 +8,21 @@ step's requirements or lock file, the constraints file of the guarded steps).
 
 from __future__ import annotations
 
-import argparse
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from envbuild import layout
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, add_json_arg, add_stack_args, load_stack, path_arg
-from envbuild.commands.lockfile import add_lock_args
+from envbuild.commands.common import (
+    Handler,
+    Subparsers,
+    add_json_arg,
+    add_stack_args,
+    load_stack,
+    path_arg,
+)
+from envbuild.commands.lockfile import InstallArgs, add_lock_args
 from envbuild.errors import ConfigError, PreflightError
 from envbuild.index.net import redact
 from envbuild.installer import find_uv, resolve_plan
@@ -24,6 +31,11 @@ from envbuild.plan import BACKENDS, Plan, plan_to_json, step_commands
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import PlanDocument
+
+
+@dataclass(frozen=True)
+class PlanArgs(InstallArgs):
+    """``plan``'s options: the ones it shares with ``provision`` (``InstallArgs``), no others."""
 
 
 def register(sub: Subparsers) -> None:
@@ -38,7 +50,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--python", metavar="PATH", help="the interpreter provision --python would make the venv with")
     p.add_argument("--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse")
     add_lock_args(p, provision=False)
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, PlanArgs))
 
 
 def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
@@ -53,11 +65,11 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
     }
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: PlanArgs) -> int:
     from envbuild.commands import lockfile as fromlock
 
     if args.lock is not None:
-        return fromlock.plan(args)
+        return fromlock.plan(args, args.lock)
     fromlock.refuse_lock_options(args)
     spec = load_stack(args)
     if args.wheelhouse and not args.offline:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuild.commands import ui
 from envbuild.commands.common import (
+    Handler,
+    JsonArgs,
+    RootArgs,
+    StackArgs,
     Subparsers,
     add_json_arg,
     add_stack_args,
     load_stack,
     seconds_arg,
 )
-from envbuild.commands.lockfile import add_selection_args
+from envbuild.commands.lockfile import LockArgs, add_selection_args
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.host.preflight import CHECK_GROUPS, run_preflight
 from envbuild.layout import paths_for
@@ -22,6 +27,16 @@ if TYPE_CHECKING:
     from envbuild.commands.documents import PreflightDocument
 
 _MARK = {"pass": "pass", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+@dataclass(frozen=True)
+class PreflightArgs(LockArgs, StackArgs, JsonArgs, RootArgs):
+    """``preflight``'s options."""
+
+    only: list[str]
+    skip: list[str]
+    python: str | None
+    index_timeout: float
 
 
 def register(sub: Subparsers) -> None:
@@ -40,16 +55,14 @@ def register(sub: Subparsers) -> None:
                       help="check the host against this lock's torch (driver for its CUDA, GPU architecture) and "
                       "the stack it provisions, before any download")
     add_selection_args(lock)
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, PreflightArgs))
 
 
-def ui_path(text: str) -> Any:
-    from pathlib import Path
-
+def ui_path(text: str) -> Path:
     return Path(text).expanduser()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: PreflightArgs) -> int:
     for name in (*args.only, *args.skip):
         if name not in CHECK_GROUPS:
             raise ConfigError(f"unknown check {name!r}; checks are: {', '.join(CHECK_GROUPS)}")
@@ -61,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.lock is not None:
         from envbuild.commands.lockfile import preflight_spec
 
-        spec, paths, report = preflight_spec(args, groups)
+        spec, paths, report = preflight_spec(args, args.lock, groups)
     else:
         spec = load_stack(args)
         paths = paths_for(spec, args.root)

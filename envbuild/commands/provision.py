@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import (
+    Handler,
     Subparsers,
     add_json_arg,
     add_stack_args,
@@ -18,17 +20,32 @@ from envbuild.commands.common import (
     record_environment,
     seconds_arg,
 )
-from envbuild.commands.lockfile import add_lock_args
+from envbuild.commands.lockfile import InstallArgs, add_lock_args
 from envbuild.errors import ConfigError, Interrupted
 from envbuild.lock.serve import locked_requirements
 from envbuild.plan import BACKENDS
 from envbuild.provision.core import pending_steps, provision
-from envbuild.provision.options import ProvisionOptions
+from envbuild.provision.options import Choice, ProvisionOptions
 from envbuild.provision.verify import IMPORT_TIMEOUT
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import ProvisionDocument
+
+
+@dataclass(frozen=True)
+class ProvisionArgs(InstallArgs):
+    """``provision``'s options: those ``plan`` shares (``InstallArgs``) and its own."""
+
+    home: Path | None
+    step: str | None
+    force_links: bool
+    strict: bool
+    compile_bytecode: Choice
+    prefetch: Choice
+    step_timeout: float | None
+    import_timeout: float
+    replace_torch: bool
 
 
 def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
@@ -72,15 +89,15 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--import-timeout", type=seconds_arg(), default=IMPORT_TIMEOUT, metavar="S",
                    help=f"stop the final `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 5)")
     add_lock_args(p, provision=True)
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, ProvisionArgs))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: ProvisionArgs) -> int:
     from envbuild.commands import lockfile as fromlock
 
     if args.lock is not None:
-        return fromlock.provision(args)
-    fromlock.refuse_lock_options(args)
+        return fromlock.provision(args, args.lock)
+    fromlock.refuse_lock_options(args, replace_torch=args.replace_torch)
     spec = load_stack(args)
     if args.offline and not args.wheelhouse:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")

@@ -13,13 +13,21 @@ is drift), 0 otherwise; a run change alone is 0.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, add_root_arg, find_environment, path_arg
+from envbuild.commands.common import (
+    Handler,
+    JsonArgs,
+    RootArgs,
+    Subparsers,
+    add_root_arg,
+    find_environment,
+    path_arg,
+)
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.proof.receipt import (
     VERIFIED_LOG,
@@ -45,6 +53,26 @@ if TYPE_CHECKING:
 GROUPS = ("environment", "image", "run")
 
 
+@dataclass(frozen=True)
+class ReceiptShowArgs(JsonArgs, RootArgs):
+    """``receipt show``'s options."""
+
+    file: Path | None
+
+
+@dataclass(frozen=True)
+class ReceiptListArgs(JsonArgs, RootArgs):
+    """``receipt list``'s options."""
+
+
+@dataclass(frozen=True)
+class ReceiptDiffArgs(JsonArgs):
+    """``receipt diff``'s options."""
+
+    receipts: list[Path]
+    against: Path | None
+
+
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("receipt", help="show a receipt, or diff receipts (exit 10 on drift)")
     rsub = p.add_subparsers(dest="receipt_command", metavar="ACTION")
@@ -54,25 +82,25 @@ def register(sub: Subparsers) -> None:
                       help="a receipt, or a folder of them (default: the data root's newest receipt)")
     add_root_arg(show, "data root whose newest receipt to show")
     show.add_argument("--json", action="store_true", help="print the whole receipt as JSON")
-    show.set_defaults(func=run_show)
+    show.set_defaults(func=Handler(run_show, ReceiptShowArgs))
     listing = rsub.add_parser("list", help="the data root's receipts, newest first, one line each")
     add_root_arg(listing, "data root whose receipts to list")
     listing.add_argument("--json", action="store_true", help="print the list as JSON")
-    listing.set_defaults(func=run_list)
+    listing.set_defaults(func=Handler(run_list, ReceiptListArgs))
     diff = rsub.add_parser("diff", help="what changed between receipts: packages, versions, hashes, env, hardware",
                            description="diff A B, or diff --against REF R1 R2 ... for a fleet. "
                                        "Exit 10 when any receipt differs, 0 when all match.")
     diff.add_argument("receipts", type=path_arg, nargs="+", metavar="RECEIPT")
     diff.add_argument("--against", type=path_arg, metavar="REF", help="compare every RECEIPT with this one")
     diff.add_argument("--json", action="store_true", help="print the differences as JSON")
-    diff.set_defaults(func=run_diff)
+    diff.set_defaults(func=Handler(run_diff, ReceiptDiffArgs))
 
 
-def _root_receipts(args: argparse.Namespace) -> Path:
+def _root_receipts(args: RootArgs) -> Path:
     return find_environment(args).paths.receipts
 
 
-def run_show(args: argparse.Namespace) -> int:
+def run_show(args: ReceiptShowArgs) -> int:
     if args.file is not None and args.root is not None:
         raise ConfigError("give a receipt file or --root, not both")
     doc = load_receipt(args.file if args.file is not None else _root_receipts(args))
@@ -107,7 +135,7 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_list(args: argparse.Namespace) -> int:
+def run_list(args: ReceiptListArgs) -> int:
     folder = _root_receipts(args)
     confirmed = verifications(folder)
     rows: list[ReceiptListEntry | ReceiptListError] = []
@@ -142,7 +170,7 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_diff(args: argparse.Namespace) -> int:
+def run_diff(args: ReceiptDiffArgs) -> int:
     if args.against is None and len(args.receipts) != 2:
         raise ConfigError(f"receipt diff takes two receipts (got {len(args.receipts)})",
                           hint="Use --against REF R1 R2 ... to compare many receipts with one reference.")

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,10 @@ from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import (
     ROOT_ENV,
+    Handler,
+    JsonArgs,
+    RootArgs,
+    StackArgs,
     Subparsers,
     add_json_arg,
     add_root_arg,
@@ -35,6 +40,24 @@ if TYPE_CHECKING:
     from envbuild.proof.receipt import HostSnapshot, ReceiptKind, ReceiptPayload, SmokePayload
 
 
+@dataclass(frozen=True)
+class TargetArgs(StackArgs, JsonArgs, RootArgs):
+    """``add_target_args``: the environment ``smoke`` and ``dist-step`` test, and its receipt."""
+
+    venv: Path | None
+    python: Path | None
+    no_receipt: bool
+
+
+@dataclass(frozen=True)
+class SmokeArgs(TargetArgs):
+    """``smoke``'s options."""
+
+    only: list[str]
+    quick: bool
+    timeout: float
+
+
 def add_target_args(p: argparse.ArgumentParser) -> None:
     add_stack_args(p)
     add_json_arg(p)
@@ -44,7 +67,7 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt")
 
 
-def resolve_target(args: argparse.Namespace) -> tuple[StackSpec, Paths, Path]:
+def resolve_target(args: TargetArgs) -> tuple[StackSpec, Paths, Path]:
     found = find_environment(args)
     if args.python:
         python = args.python.expanduser()
@@ -76,7 +99,7 @@ class ReceiptFacts:
         self._thread = threading.Thread(target=self._take, name="envbuild-receipt-facts", daemon=True)
 
     @classmethod
-    def start(cls, args: argparse.Namespace, spec: StackSpec, python: Path, regime: str) -> ReceiptFacts | None:
+    def start(cls, args: TargetArgs, spec: StackSpec, python: Path, regime: str) -> ReceiptFacts | None:
         """Start taking them; None with ``--no-receipt`` (nothing is taken)."""
         if args.no_receipt:
             return None
@@ -149,10 +172,10 @@ def register(sub: Subparsers) -> None:
                    help=f"run only these checks (repeatable): {', '.join(CHECK_NAMES)}")
     p.add_argument("--quick", action="store_true", help="a shorter matmul benchmark")
     p.add_argument("--timeout", type=seconds_arg(), default=900.0, metavar="S", help="give up after S seconds (default 900)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, SmokeArgs))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: SmokeArgs) -> int:
     from envbuild.fromlock.record import read_record, smoke_selection
     from envbuild.proof.smoke import run_smoke
 

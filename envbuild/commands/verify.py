@@ -9,14 +9,18 @@ a line in ``<root>/receipts/verified.jsonl`` instead (see ``envbuild.proof.recei
 
 from __future__ import annotations
 
-import argparse
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild import events, guard, layout
 from envbuild.commands import ui
 from envbuild.commands.common import (
+    Handler,
+    JsonArgs,
+    RootArgs,
+    StackArgs,
     Subparsers,
     add_json_arg,
     add_root_arg,
@@ -34,6 +38,15 @@ if TYPE_CHECKING:
     from envbuild.commands.documents import VerifyDocument
 
 
+@dataclass(frozen=True)
+class VerifyArgs(StackArgs, JsonArgs, RootArgs):
+    """``verify``'s options."""
+
+    venv: Path | None
+    timeout: float
+    no_receipt: bool
+
+
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("verify", help="check an environment against its ABI baseline")
     add_stack_args(p)
@@ -43,10 +56,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--timeout", type=seconds_arg(), default=IMPORT_TIMEOUT, metavar="S",
                    help=f"give up on `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 7)")
     p.add_argument("--no-receipt", action="store_true", help="do not record this verification under the root")
-    p.set_defaults(func=run)
+    p.set_defaults(func=Handler(run, VerifyArgs))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: VerifyArgs) -> int:
     found = find_environment(args)
     spec, paths = found.spec, found.paths
     venv = args.venv.expanduser().absolute() if args.venv else found.venv

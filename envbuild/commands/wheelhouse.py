@@ -3,14 +3,14 @@ mirror every locked artifact, write a PEP 503 index over the folder."""
 
 from __future__ import annotations
 
-import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild.commands import ui
-from envbuild.commands.common import Subparsers, count_arg, path_arg
-from envbuild.commands.lockfile import add_selection_args
+from envbuild.commands.common import Handler, JsonArgs, StackArgs, Subparsers, count_arg, path_arg
+from envbuild.commands.lockfile import LockArgs, add_selection_args
 from envbuild.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -21,6 +21,45 @@ if TYPE_CHECKING:
     )
 
 DEFAULT_OUT = Path("wheelhouse")
+
+
+@dataclass(frozen=True)
+class WheelhouseBuildArgs(StackArgs, JsonArgs):
+    """``wheelhouse build``'s options."""
+
+    specs: list[str]
+    venv: Path | None
+    python: Path | None
+    out: Path
+    cache: Path | None
+    sources: list[Path]
+    source: list[str]
+    no_cache: bool
+    keep_work: bool
+
+
+@dataclass(frozen=True)
+class WheelhouseMirrorArgs(LockArgs, JsonArgs):
+    """``wheelhouse mirror``'s options (``--lock`` takes a lock folder too)."""
+
+    profile: str | None
+    requirements: list[Path] | None
+    out: Path
+    index_url: list[str]
+    python_tag: str | None
+    platform: str | None
+    all_platforms: bool
+    python: Path | None
+    jobs: int
+    retries: int
+    have: Path | None
+
+
+@dataclass(frozen=True)
+class WheelhouseIndexArgs(JsonArgs):
+    """``wheelhouse index``'s options."""
+
+    dir: Path
 
 
 def register(sub: Subparsers) -> None:
@@ -46,7 +85,7 @@ def register(sub: Subparsers) -> None:
     lock.add_argument("--profile", metavar="NAME", help="refuse to build (or reuse a build) against any torch but the one "
                       "this profile's lock pins")
     lock.add_argument("--stack", metavar="FILE", type=path_arg, help="as --profile, for any stack spec file")
-    b.set_defaults(func=run_build)
+    b.set_defaults(func=Handler(run_build, WheelhouseBuildArgs))
 
     m = wsub.add_parser("mirror", help="download every artifact of a lock into the wheelhouse (hash-checked)")
     src = m.add_mutually_exclusive_group()
@@ -76,18 +115,18 @@ def register(sub: Subparsers) -> None:
                    help="--lock FILE: what the target environment already holds (`pip freeze` or `pip list --format "
                    "json` of the base image): packages it has at the locked version are not mirrored, as provision "
                    "--lock --venv keeps them")
-    m.set_defaults(func=run_mirror)
+    m.set_defaults(func=Handler(run_mirror, WheelhouseMirrorArgs))
 
     i = wsub.add_parser("index", help="write PEP 503 pages over a wheelhouse folder")
     i.add_argument("dir", type=path_arg, metavar="DIR")
     i.add_argument("--json", action="store_true", help="print JSON on stdout")
-    i.set_defaults(func=run_index)
+    i.set_defaults(func=Handler(run_index, WheelhouseIndexArgs))
 
 
 # ----------------------------------------------------------------------------- build
 
 
-def _target_python(args: argparse.Namespace) -> Path:
+def _target_python(args: WheelhouseBuildArgs) -> Path:
     if args.python:
         return Path(args.python)
     venv = args.venv or (Path(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None)
@@ -99,7 +138,7 @@ def _target_python(args: argparse.Namespace) -> Path:
     return python
 
 
-def run_build(args: argparse.Namespace) -> int:
+def run_build(args: WheelhouseBuildArgs) -> int:
     from envbuild.wheelhouse.build import BuildOptions, build, default_cache
     from envbuild.wheelhouse.spec import find_spec_file, load_wheel_spec
 
@@ -136,7 +175,7 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_another_torch(args: argparse.Namespace, python: Path) -> None:
+def _refuse_another_torch(args: WheelhouseBuildArgs, python: Path) -> None:
     """The wheels must be built against the torch the stack's lock pins: a target venv still on the
     torch the lock moved away from would make (or take from the cache) wheels for the old one."""
     from envbuild.errors import WheelhouseError
@@ -158,15 +197,15 @@ def _refuse_another_torch(args: argparse.Namespace, python: Path) -> None:
 # ----------------------------------------------------------------------------- mirror / index
 
 
-def run_mirror(args: argparse.Namespace) -> int:
+def run_mirror(args: WheelhouseMirrorArgs) -> int:
     if not (args.lock is not None and args.lock.is_file()):
         from envbuild.commands.lockfile import refuse_lock_options
 
-        refuse_lock_options(args)
+        refuse_lock_options(args, have=args.have)
     if args.lock is not None and args.lock.is_file():
         from envbuild.commands import lockfile as fromlock
 
-        return fromlock.mirror(args)
+        return fromlock.mirror(args, args.lock)
     from envbuild.wheelhouse.stackmirror import StackMirrorRequest, mirror_stack
 
     done = mirror_stack(StackMirrorRequest(
@@ -201,7 +240,7 @@ def run_mirror(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_index(args: argparse.Namespace) -> int:
+def run_index(args: WheelhouseIndexArgs) -> int:
     from envbuild.wheelhouse.pages import write_index
 
     result = write_index(args.dir)

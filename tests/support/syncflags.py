@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from envbuild.commands.lockfile import add_selection_args, sync_flags
+from envbuild.commands.common import typed
+from envbuild.commands.lockfile import SelectionArgs, add_selection_args, sync_flags
 from envbuild.fromlock.uvsync import SyncFlags
 
 __all__ = ["flags_of"]
@@ -14,4 +15,4 @@ def flags_of(argv: list[str]) -> SyncFlags:
     """``argv`` (``["--extra", "cu128", "--no-dev"]``) parsed as ``plan --lock`` parses it."""
     parser = argparse.ArgumentParser()
     add_selection_args(parser)
-    return sync_flags(parser.parse_args(argv))
+    return sync_flags(typed(SelectionArgs, parser.parse_args(argv)))
