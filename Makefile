@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := .demo
 
-.PHONY: demo test test-all fuzz lint docs docs-reference check-lock bench clean image image-h200-twin bootstrap test-images docs-snippets
+.PHONY: demo test test-thorough test-all fuzz lint docs docs-reference check-lock bench clean image image-h200-twin bootstrap test-images docs-snippets
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ check: $(BIN)/.installed
 ## install real packages from pip's sources (pip_sources: the torch CPU venv, Poetry, a build backend) and
 ## the h200-cu132 stack on its twin (seed_twin, a few minutes; it skips itself when PyPI does not answer).
 test: $(BIN)/.installed
-	$(PYTEST) -m "not image and (not network or pip_sources or seed_twin)"
+	$(PYTEST) -m "not image and not thorough and (not network or pip_sources or seed_twin)"
 	$(BIN)/envbuild check-lock --offline
 
 ## fuzz: the input fuzzing (damaged specs, locks, receipts) and the round trips of every rendered file
@@ -58,6 +58,11 @@ docs-reference: $(BIN)/.installed
 ## test-images: the real image build and the fresh-host (Ubuntu 22.04, Python 3.10) operator path
 test-images: $(BIN)/.installed
 	$(BIN)/python -m pytest -m image -p no:cacheprovider
+
+## test-thorough: the long end-to-end runs whose ground make test already covers (marker thorough: the pages
+## that install, the Dockerfile's layers run outside an image, the gloo step on 5 to 7 processes; about 10 minutes)
+test-thorough: $(BIN)/.installed
+	$(PYTEST) -m "thorough"
 
 ## test-all: every test: also those that read real PyPI metadata (network) and the image builds (image)
 test-all: $(BIN)/.installed

@@ -31,7 +31,12 @@ HERE = Path(__file__).resolve().parent
 
 
 def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", *args], check=True)
+    """pip, its output shown only when it fails: the notes a host's pip configuration makes it print
+    (an extra index folder without the project, say) are not the build's output."""
+    done = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"pip {args[0]} failed (exit {done.returncode}); its output is above")
 
 
 def build(out: Path, python_version: str, platform: str) -> Path:

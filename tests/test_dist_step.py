@@ -62,7 +62,8 @@ def test_two_process_gloo(torch_venv: Path, tmp_path: Path, capsys: pytest.Captu
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", range(1, 9))
+# 1-4 and 8 (the reference host) in make test; 5-7 (no new shape: odd or even dp, tp 1 or 2) in make test-thorough
+@pytest.mark.parametrize("nproc", [*range(1, 5), *(pytest.param(n, marks=pytest.mark.thorough) for n in (5, 6, 7)), 8])
 def test_every_default_mesh_1_to_8(torch_venv: Path, tmp_path: Path, nproc: int,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """The default mesh of 1-8 gloo processes matches the single-process reference. Before the

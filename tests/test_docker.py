@@ -168,6 +168,7 @@ def test_adopt_renders_into_the_base_environment(tmp_path: Path) -> None:
     assert ins[first + 1][0] == "ENV" and "PIP_CONSTRAINT=" in ins[first + 1][1]
 
 
+@pytest.mark.thorough  # make test-images builds this Dockerfile for real (buildah), its layers and guard
 @pytest.mark.slow
 def test_dockerfile_step_sequence_runs_outside_docker(tmp_path: Path) -> None:
     """Render for `cpu`, then run its COPY + `envbuild provision --step` lines in order, here."""

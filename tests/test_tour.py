@@ -75,6 +75,7 @@ def test_a_tutorial_runs_as_written(page: str, tmp_path: Path) -> None:
     _page(PAGES[page], tmp_path, PAGE_ROOTS.get(page, []))
 
 
+@pytest.mark.thorough  # the README walk (make test) provisions, smokes and runs the step as these pages do
 @pytest.mark.pip_sources
 @pytest.mark.parametrize("page", sorted(SOURCE_PAGES))
 def test_a_page_that_installs_runs_as_written(page: str, tmp_path: Path) -> None:
