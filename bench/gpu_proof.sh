@@ -20,7 +20,7 @@ if [ "${1:-}" = "prepare" ]; then
   "$PY" -m build -q --wheel --outdir "$WHEELS" "$REPO" >/dev/null || exit 1
   "$PY" -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation py \
       --abi none --platform any -d "$WHEELS" packaging requests rich urllib3 idna certifi \
-      charset-normalizer markdown-it-py mdurl pygments || exit 1
+      charset-normalizer markdown-it-py mdurl pygments truststore || exit 1
   ls -la "$WHEELS"
   exit 0
 fi
@@ -76,6 +76,11 @@ T0=$SECONDS
 "${EB[@]}" smoke "${COMMON[@]}" --venv "$VENV" --json > "$OUT/smoke.json" 2> "$OUT/smoke.stderr"
 echo "smoke exit $? in $((SECONDS - T0)) s" | tee "$OUT/smoke.rc"
 
+section "smoke, every kernel's output perturbed by 3x its tolerance (planted): exit 7 expected"
+ENVBUILD_SMOKE_PERTURB=all "${EB[@]}" smoke "${COMMON[@]}" --venv "$VENV" --quick --no-receipt --json \
+    > "$OUT/smoke-planted.json" 2> "$OUT/smoke-planted.stderr"
+echo "planted smoke exit $?" | tee "$OUT/smoke-planted.rc"
+
 section "dist-step (NCCL, fp32)"
 T0=$SECONDS
 "${EB[@]}" dist-step "${COMMON[@]}" --venv "$VENV" --json > "$OUT/dist-step.json" 2> "$OUT/dist-step.stderr"
@@ -115,6 +120,11 @@ for c in sm.get("checks", []):
     err = c.get("rel_err")
     note = f"{c['tflops']:.0f} TFLOP/s of {c.get('datasheet_tflops')}" if c.get("tflops") and c.get("datasheet_tflops") else (c.get("reason") or "")
     print(f"  {c['name']:26} {c['verdict']:7} {'-' if err is None else format(err, '.2e'):>9} {c.get('seconds', 0):7.2f}  {note[:90]}")
+pl = load("smoke-planted.json")
+failed = [c["name"] for c in pl.get("checks", []) if c["verdict"] == "fail"]
+ran = [c["name"] for c in pl.get("checks", []) if c["verdict"] in ("pass", "fail")]
+print(f"\nplanted smoke: ok={pl.get('ok')}; {len(failed)} of {len(ran)} checks that ran failed; "
+      f"{(out / 'smoke-planted.rc').read_text().strip() if (out / 'smoke-planted.rc').exists() else ''}")
 for name in ("dist-step.json", "dist-step-bf16.json", "dist-step-gloo.json"):
     d = load(name)
     if "_error" in d and not (out / name).exists():
