@@ -3,14 +3,14 @@ environment installs.
 
 A lock is not one environment. uv.lock forks per platform (``resolution-markers``) and per
 conflicting extra or group; poetry.lock, pylock.toml and ``uv pip compile --universal`` output
-carry markers. Each format module turns its file into a ``Lock``: a flat list of ``Entry`` and a
-``members(env)`` function that says which entries one concrete ``Environment`` installs (and,
-where the format records it, which entry of a name another entry's edge points at).
+carry markers. Each format module turns its file into a ``ParsedLock``: a flat list of ``Entry``
+and ``members(env)``, which says which entries one concrete ``Environment`` installs: by each
+entry's marker, or, for a format that records its edges (uv.lock), along them (its ``LockGraph``,
+which also says which entry of a name another entry's edge points at).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
@@ -20,7 +20,7 @@ from envbuild.gate.markers import InvalidMarker, MarkerCache
 Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock"]
 FORMATS: tuple[str, ...] = get_args(Format)
 
-__all__ = ["FORMATS", "Entry", "EnvList", "Environment", "Format", "Grid", "Item", "ParsedLock", "LockParseError", "Members", "Reach"]
+__all__ = ["FORMATS", "Entry", "EnvList", "Environment", "Format", "Grid", "Item", "LockGraph", "ParsedLock", "LockParseError", "Members", "Reach"]
 
 
 class LockParseError(Exception):
@@ -178,21 +178,31 @@ class Reach:
                        self.edge_masks, bit)
 
 
+class LockGraph(Protocol):
+    """A lock's own edges between its entries (uv.lock), when the format records them."""
+
+    def walk(self, grid: Grid, markers: MarkerCache) -> Reach:
+        """Which of ``grid``'s environments install each entry, along the edges whose marker holds."""
+        ...
+
+    def reaches(self, item: Item) -> set[str]:
+        """The names ``item`` switches on, along every edge whatever its marker."""
+        ...
+
+
 @dataclass
 class ParsedLock:
     path: Path
     format: Format
     entries: list[Entry]
     indexes: list[str] = field(default_factory=list)
-    walker: Callable[[Grid], Reach] | None = None  # the format's own walk (uv.lock: along its edges)
+    graph: LockGraph | None = None  # the format's own edges (uv.lock): walked along them; None: by markers
     # what the environments are made of
     requires_python: str | None = None
     environments: list[str] = field(default_factory=list)  # markers the lock is limited to
     conflicts: list[list[Item]] = field(default_factory=list)  # each set: at most one item on
     always_extras: frozenset[str] = frozenset()  # extras/groups that conflict with nothing: always on
     always_groups: frozenset[str] = frozenset()
-    # names an item switches on, along every edge (None: the format records no graph)
-    reaches: Callable[[Item], set[str]] | None = None
     marker_texts: list[str] = field(default_factory=list)  # every marker in the file (platform/python hints)
     notes: list[str] = field(default_factory=list)
     markers: MarkerCache = field(default_factory=MarkerCache)
@@ -203,8 +213,8 @@ class ParsedLock:
 
     def walk(self, grid: Grid) -> Reach:
         """Which of ``grid``'s environments install each entry."""
-        if self.walker is not None:
-            return self.walker(grid)
+        if self.graph is not None:
+            return self.graph.walk(grid, self.markers)
         masks = {}
         for e in self.entries:
             try:
