@@ -53,10 +53,9 @@ from packaging.utils import (
 )
 
 from envbuild._io import atomic_write_json, sha256_file
-from envbuild.errors import PreflightError
 from envbuild.index import metacache
 from envbuild.index.metacache import cache_dir, cached_requires
-from envbuild.index.net import deadline_seconds, redact, retrying
+from envbuild.index.net import SourceError, deadline_seconds, redact, retrying
 
 if TYPE_CHECKING:
     import requests
@@ -76,10 +75,6 @@ __all__ = [
     "find_links_files", "index_files", "local_sha256", "page_files", "parse_filename", "project_of", "read_bytes",
     "requires_of", "same_version", "session",
 ]
-
-
-class SourceError(PreflightError):
-    """A package source (index, find-links page, artifact URL) did not answer, or answered an error."""
 
 
 @dataclass(frozen=True)

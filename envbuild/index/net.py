@@ -34,6 +34,13 @@ from typing import Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from envbuild import events
+from envbuild.errors import PreflightError
+from envbuild.index.redaction import redact as redact  # re-exported: every source message uses it
+
+
+class SourceError(PreflightError):
+    """A package source (index, find-links page, artifact URL) did not answer, or answered an error."""
+
 
 DEFAULT_TIMEOUT = 3.0  # seconds of a probe's first attempt (to connect; of silence while reading)
 DEFAULT_DEADLINE = 30.0  # seconds a probe goes on retrying
@@ -42,14 +49,8 @@ GROW = 1.6  # each attempt's timeout is this much longer than the last one's ...
 _MAX_ATTEMPT = 15.0  # ... up to this (or the first attempt's own timeout, when that is longer)
 _REFUSED_FOR = 1.5  # seconds a refused connection is retried: a proxy restarting, not a dead host
 _MIN_ATTEMPT = 0.5  # an attempt with less time than this left is not worth starting
-_CRED = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^/@\s]+)@")
 _DNS = ("Name or service not known", "Temporary failure in name resolution", "NameResolutionError",
         "nodename nor servname", "No address associated with hostname")
-
-
-def redact(text: str) -> str:
-    """Replace ``user:secret@`` in every URL inside ``text`` with ``***@``."""
-    return _CRED.sub(lambda m: f"{m.group('scheme')}***@", text)
 
 
 def is_url(location: str) -> bool:

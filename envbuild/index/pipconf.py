@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild._io import atomic_write_json
-from envbuild.index.net import redact
+from envbuild.index.redaction import redact
 
 __all__ = ["KEYS", "PipNetwork", "pip_config_values", "pip_network"]
 

@@ -72,8 +72,7 @@ class RangeFile(io.RawIOBase):
         if resp.status_code != 206:
             resp.close()  # a 200 is the whole file: not read here
             if resp.status_code >= 400 and resp.status_code != 416:
-                from envbuild.index.client import SourceError
-                from envbuild.index.net import redact
+                from envbuild.index.net import SourceError, redact
 
                 raise SourceError(f"{redact(self.url)} answered HTTP {resp.status_code}")
             raise _NoRanges()
@@ -161,8 +160,7 @@ def remote_metadata(url: str, sha256: str | None, *, http: Any, timeout: Any, wh
     """A remote wheel's METADATA text, or (None, a temporary file holding the whole distribution,
     hash-checked) for an sdist or a server that neither serves a metadata file nor answers ranges
     where the caller must read the file itself (an sdist). The caller deletes the file."""
-    from envbuild.index.client import SourceError
-    from envbuild.index.net import redact
+    from envbuild.index.net import SourceError, redact
 
     read = read if read is not None else Read()
     if wheel:
@@ -201,8 +199,7 @@ def stream_to_file(url: str, sha256: str | None, *, http: Any, timeout: Any, rea
     """``url`` into a temporary file (in ``folder``, else the system's), 1 MiB at a time, never in
     memory, its sha256 checked as it streams where one is given. The caller moves or deletes it."""
     read = read if read is not None else Read()
-    from envbuild.index.client import SourceError
-    from envbuild.index.net import redact
+    from envbuild.index.net import SourceError, redact
 
     h = hashlib.sha256()
     fd, name = tempfile.mkstemp(prefix="envbuild-dist-", dir=folder)
