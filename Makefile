@@ -91,7 +91,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_provision.py
 
 clean:
-	rm -rf $(DEMO) .cache/tests build dist site *.egg-info
+	rm -rf $(DEMO) .cache/tests build dist site *.egg-info "$${ENVBUILD_TEST_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/envbuild-tests}"
 
 ## docs-snippets: run the README's tour and the tutorials' commands as written and write each command's
 ## output into the page

@@ -16,15 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cachedir import TEST_CACHE
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = REPO / ".cache" / "tests"
+CACHE = TEST_CACHE
 TORCH_VERSION = "2.13.0"
 
 pytest_plugins = ["support.fixtures", "support.twin", "support.gatelocks"]
 
 # Fixtures that install real packages from the host's pip sources (PyPI, or the mirror pip.conf
-# names), once per machine into .cache/tests: a test that uses one is marked pip_sources (and so network).
+# names), once per machine into the test cache (~/.cache/envbuild-tests, support/cachedir.py): a test that uses one is marked pip_sources (and so network).
 PIP_SOURCES_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index"})
 # The local indexes' wheel sets and real venvs: a test that uses one runs real pip/uv (seconds
 # each, a minute for some), so it is marked slow and stays out of `make check`; so does the strict

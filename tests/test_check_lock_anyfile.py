@@ -239,7 +239,7 @@ priority = "primary"
     return folder / "poetry.lock"
 
 
-@pytest.mark.pip_sources  # Poetry, installed from pip's sources once into .cache/tests
+@pytest.mark.pip_sources  # Poetry, installed from pip's sources once into the test cache (~/.cache/envbuild-tests, support/cachedir.py)
 def test_poetry_lock(run_envbuild: Run, scenario_index: ScenarioIndex, tmp_path: Path) -> None:
     healthy = _poetry_lock(tmp_path, scenario_index, "healthy", {"torch": NIGHTLY_TORCH, "fla-core-like": "0.5.0"})
     ok = _check(run_envbuild, healthy, "--torch-local", "cu132", "--offline", "--json")

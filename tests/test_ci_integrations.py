@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cachedir import TEST_CACHE
 from support.fixtures import cache_lock, installer_env
 from support.gatelocks import GateIndex, uv_platform_lock
 
@@ -23,7 +24,7 @@ from envbuild.gate.changed import LOCK_NAME
 yaml = pytest.importorskip("yaml")  # PyYAML ships with pre-commit (the test extra)
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = REPO / ".cache" / "tests" / "pre-commit"
+CACHE = TEST_CACHE / "pre-commit"
 LOOSE_REQUIREMENTS = "torch>=2.4\nnumpy\n"  # an input file, not a lock: the hook and the action leave it out
 
 
@@ -109,7 +110,7 @@ def _envbuild_snapshot(dest: Path) -> str:
 def test_pre_commit_runs_the_hook_on_changed_lockfiles(locks: dict[str, Path], tmp_path: Path) -> None:
     """Real pre-commit, the hook from this checkout: a healthy lock and an input requirements file
     pass (exit 0), a planted extension mismatch fails the commit with the finding on its line.
-    The hook's environment (envbuild installed by pre-commit) is kept under .cache/tests/pre-commit
+    The hook's environment (envbuild installed by pre-commit) is kept under the test cache's pre-commit/ (support/cachedir.py)
     and reused while envbuild's files are unchanged."""
     with cache_lock(CACHE):  # two test runs share the cache: one snapshot and one pre-commit at a time
         _pre_commit_scenario(locks, tmp_path)

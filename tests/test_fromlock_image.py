@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cachedir import TEST_CACHE
 from support.fixtures import cache_lock, run_cli
 from support.gatelocks import _run, uv_bin
 from support.wheels import build_wheel
@@ -53,7 +54,7 @@ def base() -> Iterator[str]:
     if sys.version_info[:2] != (3, 11):
         pytest.skip("the lock pins this Python's wheels; the bookworm base has Python 3.11")
     env = {**os.environ, "BASE_ONLY": "1", "STORE": STORE, "BASE_TAG": BASE_TAG}
-    with cache_lock(REPO / ".cache" / "tests" / "envbuild-base-image"):
+    with cache_lock(TEST_CACHE / "envbuild-base-image"):
         made = subprocess.run(["bash", str(REPO / "docker" / "build-image.sh")], env=env, capture_output=True,
                               text=True, timeout=1200)
     assert made.returncode == 0, made.stdout[-4000:] + made.stderr[-3000:]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.cachedir import TEST_CACHE
 from support.fixtures import EnvbuildResult, cache_lock
 from support.gatelocks import _run, uv_bin
 from support.wheels import build_wheel
@@ -25,7 +26,7 @@ from support.wheels import build_wheel
 from envbuild.wheelhouse.pages import write_index
 
 TORCH_VERSION = "2.13.0"
-CACHE = Path(__file__).resolve().parent.parent / ".cache" / "tests"
+CACHE = TEST_CACHE
 PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
 

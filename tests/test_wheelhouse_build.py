@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.cachedir import TEST_CACHE
 from support.fixtures import cache_lock
 
 from envbuild.cli import main
@@ -29,7 +30,7 @@ from envbuild.wheelhouse.spec import load_wheel_spec
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = REPO / "tests" / "packages"
-CACHE = REPO / ".cache" / "tests"
+CACHE = TEST_CACHE
 TORCH = "2.13.0+cpu"
 
 pytestmark = pytest.mark.slow

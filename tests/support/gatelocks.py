@@ -76,6 +76,8 @@ from pathlib import Path
 
 import pytest
 
+from support.cachedir import TEST_CACHE
+
 from .fixtures import PY_MAJOR_MINOR, cache_lock, installer_env
 from .index import IndexServer
 from .wheels import WheelSpec
@@ -87,7 +89,7 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-POETRY_VENV = REPO_ROOT / ".cache" / "tests" / "poetry-venv"  # poetry_bin(): test_check_lock_anyfile.py uses it too
+POETRY_VENV = TEST_CACHE / "poetry-venv"  # poetry_bin(): test_check_lock_anyfile.py uses it too
 PROJECT = "trainer"  # the project name in every generated pyproject.toml: uv's pseudo-extras are extra-7-trainer-<extra>
 REQUIRES_PYTHON = ">=3.10"
 

@@ -53,13 +53,13 @@ import pytest
 
 from envbuild.wheelhouse import local_tag
 from envbuild.wheelhouse.repack import repack_wheel
+from support.cachedir import TEST_CACHE
 
 from .fixtures import (
     NIGHTLY_CUDA,
     NIGHTLY_TORCH,
     PY_MAJOR_MINOR,
     PYTORCH_TRITON,
-    REPO_ROOT,
     cache_lock,
     installer_env,
 )
@@ -67,7 +67,7 @@ from .index import IndexServer
 from .wheels import WheelSpec
 
 TWIN_VERSION = 1
-CACHE = REPO_ROOT / ".cache" / "tests" / "seed-twin"
+CACHE = TEST_CACHE / "seed-twin"
 FLA_URL = "https://github.com/fla-org/flash-linear-attention"
 TORCH_GIT_VERSION = "5a8e1f2c0b7d4e9f8a6b3c2d1e0f9a8b7c6d5e4f"  # the twin build's torch.version.git_version
 PY_TAGS = tuple(sorted({"cp313", "cp" + PY_MAJOR_MINOR.replace(".", "")}))
