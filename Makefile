@@ -21,9 +21,11 @@ demo: $(BIN)/.installed
 	$(BIN)/envbuild smoke --profile cpu --root $(DEMO)/data
 	$(BIN)/envbuild dist-step --profile cpu --root $(DEMO)/data --nproc 2
 
-# The tests run on every core (pytest-xdist; `make test JOBS=4` to choose), a test file on one worker
-# (--dist loadfile: its module fixtures are built once). Each test has 10 minutes (pyproject.toml).
-JOBS   ?= auto
+# The tests run on every core and one worker more (pytest-xdist; `make test JOBS=4` to choose): many
+# tests wait on a child (a hung rank, a stalled download, a deadline) and the extra worker fills
+# that time. A test file stays on one worker (--dist loadfile: its module fixtures are built once).
+# Each test has 10 minutes (pyproject.toml).
+JOBS   ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile
 
 .PHONY: check
