@@ -62,7 +62,7 @@ test-images: $(BIN)/.installed
 	$(BIN)/python -m pytest -m image -p no:cacheprovider
 
 ## test-thorough: the long end-to-end runs whose ground make test already covers (marker thorough: the pages
-## that install, the Dockerfile's layers run outside an image, the gloo step on 5 to 7 processes; about 10 minutes)
+## that install, the Dockerfile's layers run outside an image, the gloo step on 5 to 7 processes; about 3 minutes)
 test-thorough: $(BIN)/.installed
 	$(PYTEST) -m "thorough"
 
