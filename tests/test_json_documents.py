@@ -93,6 +93,24 @@ def check(stdout: str, cls: type) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the types themselves
 
 
+def test_the_checker_fails_a_document_that_does_not_fit_its_type() -> None:
+    """The planted bad cases: a key the type does not declare, a required key missing, a value of
+    the wrong type, another schema string; each is named (the tests below would catch a command
+    whose output drifted from its type)."""
+    good = {"schema": "envbuild.receipt.list/1", "folder": "/r", "receipts": []}
+    assert _problems(good, ReceiptListDocument, "doc") == []
+    assert _problems({**good, "extra": 1}, ReceiptListDocument, "doc") == [
+        "doc: 'extra' is not a field of ReceiptListDocument"]
+    assert _problems({k: v for k, v in good.items() if k != "folder"}, ReceiptListDocument, "doc") == [
+        "doc: ReceiptListDocument needs 'folder'"]
+    assert _problems({**good, "folder": 3}, ReceiptListDocument, "doc") == ["doc.folder: 3 is not str"]
+    assert _problems({**good, "schema": "envbuild.receipt.list/2"}, ReceiptListDocument, "doc")
+    with pytest.raises(AssertionError):
+        check(json.dumps({"folder": "/r", "schema": "envbuild.receipt.list/1", "receipts": []}),
+              ReceiptListDocument)  # the schema not first
+
+
+
 def test_every_document_declares_its_schema_first() -> None:
     schemas = []
     for entry in DOCUMENTS:

@@ -64,6 +64,7 @@ class Handler(Generic[A]):
     def __call__(self, ns: argparse.Namespace) -> int:
         return self.run(typed(self.args, ns))
 
+
 ROOT_ENV = "ENVBUILD_ROOT"
 ENVIRONMENT_RECORD = "envbuild-environment.json"  # in a venv envbuild made: where it belongs
 RECORD_SCHEMA = "envbuild.environment/1"
