@@ -25,7 +25,7 @@ demo: $(BIN)/.installed
 # tests wait on a child (a hung rank, a stalled download, a deadline) and the extra worker fills
 # that time. A test file stays on one worker (--dist loadfile: its module fixtures are built once).
 # Each test has 10 minutes (pyproject.toml).
-JOBS   ?= $(shell echo $$(( $$(nproc) + 1 )))
+JOBS   ?= $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 1) + 1)')
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile
 
 .PHONY: check
