@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envbuild import events
 from envbuild.commands import ui
 from envbuild.commands.common import (
     Handler,
@@ -122,8 +123,16 @@ def run(args: DistStepArgs) -> int:
     r = res.result
     mesh = r.get("mesh", {})
     regime += f" dp{mesh.get('dp')}xtp{mesh.get('tp')} ep{mesh.get('ep')}"
-    payload: DistStepPayload = {**r, "ok": res.ok, "returncode": res.returncode, "torchrun_seconds": res.seconds,
-                                "torchrun_launched_at": res.started, "launch_regime": regime}
+    payload: DistStepPayload = {  # allreduce_expected: below
+        **r, "ok": res.ok, "returncode": res.returncode,  # type: ignore[typeddict-item]
+        "torchrun_seconds": res.seconds, "torchrun_launched_at": res.started, "launch_regime": regime}
+    if not opts.cpu:
+        from envbuild.proof.diststep import topology
+
+        expected = topology.judge(r)
+        if expected is not None:
+            payload["allreduce_expected"] = expected
+            events.emit("warn" if expected["verdict"] == "warn" else "info", topology.describe(expected))
     receipt = save_receipt(paths, "dist-step", payload, spec=spec, python=python, facts=facts)
     if args.json:
         doc: DistStepDocument = {"schema": "envbuild.dist-step/1", **payload, "receipt": receipt}

@@ -33,11 +33,13 @@ from envbuild.commands.common import (
 from envbuild.errors import ExitCode, PreflightError
 from envbuild.layout import Paths, overlay_env
 from envbuild.proof.provenance import Provenance, capture
+from envbuild.proof.smoke.gpus import DEFAULT_SLOW_MARGIN
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import SmokeDocument
     from envbuild.proof.receipt import HostSnapshot, ReceiptKind, ReceiptPayload, SmokePayload
+    from envbuild.proof.smoke import SmokeResult
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class SmokeArgs(TargetArgs):
     only: list[str]
     quick: bool
     timeout: float
+    gpus: tuple[int, ...] | None
+    slow_margin: float | None
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
@@ -172,12 +176,40 @@ def register(sub: Subparsers) -> None:
                    help=f"run only these checks (repeatable): {', '.join(CHECK_NAMES)}")
     p.add_argument("--quick", action="store_true", help="a shorter matmul benchmark")
     p.add_argument("--timeout", type=seconds_arg(), default=900.0, metavar="S", help="give up after S seconds (default 900)")
+    p.add_argument("--gpus", type=_gpus_arg, default=None, metavar="LIST",
+                   help="the GPUs to test, one worker process each, all at once: nvidia-smi indices "
+                        "(0,3) or all (the default: every visible GPU)")
+    p.add_argument("--slow-margin", type=_margin_arg, default=DEFAULT_SLOW_MARGIN, metavar="F",
+                   help="a GPU this fraction below its peers' median TFLOP/s is slow and fails smoke "
+                        "(default 0.1; 10%% works too; off: no comparison)")
     p.set_defaults(func=Handler(run, SmokeArgs))
+
+
+def _gpus_arg(text: str) -> tuple[int, ...] | None:
+    from envbuild.proof.smoke.gpus import parse_gpu_list
+
+    try:
+        return parse_gpu_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _margin_arg(text: str) -> float | None:
+    if text.strip() == "off":
+        return None
+    try:
+        value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a fraction such as 0.1, 10% or off") from exc
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the margin is a fraction between 0 and 1 (or off)")
+    return value
 
 
 def run(args: SmokeArgs) -> int:
     from envbuild.fromlock.record import read_record, smoke_selection
     from envbuild.proof.smoke import run_smoke
+    from envbuild.proof.smoke.gpus import select, visible_gpus
 
     spec, paths, python = resolve_target(args)
     facts = ReceiptFacts.start(args, spec, python, "single-process")
@@ -191,30 +223,73 @@ def run(args: SmokeArgs) -> int:
         only, imports = chosen.only, chosen.imports
         events.emit("info", f"checks for what {chosen.lock_file} installed: {', '.join(only)}"
                     + (f"; imports of {', '.join(imports)}" if imports else ""))
-    res = run_smoke(python, only=only, imports=imports, quick=args.quick, log_file=log,
-                    env=target_env(spec, paths), timeout=args.timeout)
+    env = target_env(spec, paths)
+    gpus = select(visible_gpus(env), args.gpus)
+    if args.gpus is not None or len(gpus) > 1 or any(g.fake for g in gpus):
+        events.emit("info", f"one worker per GPU, at once: {', '.join(g.describe() for g in gpus)}")
+    else:
+        gpus = []  # one GPU (or none): one worker, as CUDA sees the host
+    res = run_smoke(python, only=only, imports=imports, quick=args.quick, log_file=log, env=env,
+                    timeout=args.timeout, gpus=gpus, slow_margin=args.slow_margin)
+    regime = f"per-gpu {len(gpus)} workers" if gpus else "single-process"
     payload: SmokePayload = {
         "ok": res.ok, "seconds": res.seconds, "environment": res.environment,
         "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
-        "launch_regime": "single-process", "timing": {"launched_at": res.started, "timeline": res.timeline}}
+        "launch_regime": regime, "timing": {"launched_at": res.started, "timeline": res.timeline},
+        "slow": res.slow, "slow_margin": args.slow_margin}
+    if res.gpus:
+        payload["gpus"] = [{**g, "checks": [{k: v for k, v in c.items() if k != "traceback"}  # type: ignore[typeddict-item]
+                                             for c in g["checks"]]} for g in res.gpus]
     if chosen:
         payload["selection"] = chosen.to_json()
     receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
     if args.json:
         doc: SmokeDocument = {"schema": "envbuild.smoke/1", **payload, "checks": res.checks, "receipt": receipt}
+        if res.gpus:
+            doc["gpus"] = res.gpus  # type: ignore[typeddict-item]
         ui.print_json(doc)
     else:
-        ui.print_text(_summary(res.ok, res.checks, res.seconds, res.environment, python))
-        for what, where in (("receipt", receipt), ("log", log)):
+        for line in gpu_lines(res):
+            ui.print_text(line)
+        ui.print_text(_summary(res.ok, res.checks, res.seconds, res.environment, python, res.slow))
+        logs = log.with_name(f"{log.stem}-gpu*.log") if log and res.gpus else log
+        for what, where in (("receipt", receipt), ("log", logs)):
             if where:
                 ui.print_text(f"  {what:<8}{where}")
     return 0 if res.ok else int(ExitCode.VERIFY)
 
 
-def _summary(ok: bool, checks: list[dict[str, Any]], seconds: float, env: dict[str, Any], python: Path) -> str:
+def gpu_lines(res: SmokeResult) -> list[str]:
+    """Per GPU, one line (which GPU, its verdict, its failed checks or its matmul rate), then the
+    slow GPUs; nothing for one worker (its checks' lines said it all)."""
+    from envbuild.proof.smoke import rate
+    from envbuild.proof.smoke.gpus import describe_finding
+
+    lines = []
+    for g in res.gpus:
+        checks = g["checks"]
+        failed = [c for c in checks if c.get("verdict") == "fail"]
+        passed = sum(c.get("verdict") == "pass" for c in checks)
+        mm: dict[str, Any] = next((c for c in checks if c.get("name") == "matmul"), {})
+        what = ("FAILED: " + "; ".join(f"{c.get('name')}: {c.get('reason') or ''}"[:120] for c in failed)
+                if failed else f"ok, {passed} passed" + (f", matmul {rate(mm.get('tflops'))}" if rate(mm.get("tflops")) else ""))
+        lines.append(f"  GPU {g['index']}  {g['uuid']}  PCI {g['bus_id']}  {g['seconds']:.1f} s  {what}")
+    for f in res.slow:
+        lines.append(("  SLOW " if f.get("verdict") == "fail" else "  warn ") + describe_finding(f))
+    return lines
+
+
+def _summary(ok: bool, checks: list[dict[str, Any]], seconds: float, env: dict[str, Any], python: Path,
+             slow: list[dict[str, Any]] | None = None) -> str:
     """The verdict first, then the counts: each check's own line was printed as it finished."""
     counts = {word: sum(c.get("verdict") == v for c in checks)
               for v, word in (("pass", "passed"), ("fail", "failed"), ("skip", "skipped"))}
     shown = ", ".join(f"{n} {word}" for word, n in counts.items() if n) or "no checks"
+    bad = sorted({i for c in checks for i in c.get("failed_gpus", [])})
+    if bad:
+        shown += f" (failed on GPU {', '.join(map(str, bad))})"
+    slow_gpus = sorted({f["index"] for f in slow or () if f.get("verdict") == "fail"})
+    if slow_gpus:
+        shown += f"; GPU {', '.join(map(str, slow_gpus))} slow"
     where = f"torch {env.get('torch')} on {env.get('device') or 'CPU'}" if env.get("torch") else str(python)
     return f"{'smoke passed' if ok else 'smoke FAILED'}: {shown} in {seconds:.1f} s ({where})"

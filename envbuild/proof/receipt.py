@@ -169,17 +169,44 @@ class _SmokePayload(TypedDict):
     # each check's result: name, verdict (pass, fail, skip), rel_err, tol, seconds, reason, ...
     # (the receipt leaves out a failed check's traceback; `smoke --json` prints it)
     checks: list[dict[str, Any]]
-    launch_regime: str  # single-process
+    launch_regime: str  # single-process, or one worker per GPU (`per-gpu 4 workers`)
     timing: SmokeTimingJSON  # when it ran and where the seconds went
+
+
+class SmokeGpuJSON(TypedDict):
+    """One GPU's smoke worker: which GPU, and its own results."""
+
+    index: int  # nvidia-smi's index
+    uuid: str  # the GPU's UUID
+    bus_id: str  # its PCI bus id
+    name: str  # its name
+    ok: bool  # every check passed or was skipped on it
+    seconds: float  # its worker's wall time
+    environment: dict[str, Any]  # torch, CUDA and the device, as its worker saw them
+    checks: list[dict[str, Any]]  # its checks' results, as `checks` above
+    log: str | None  # its worker's log
 
 
 class SmokePayload(_SmokePayload, total=False):
     """A `smoke` receipt's payload."""
 
     selection: SmokeSelectionJSON  # provisioned from a lock: the checks for what it installed
+    # one worker per GPU (`--gpus`): each GPU's results; `checks` then holds, per check, its
+    # first failure (`failed_gpus`: where it failed) or the first GPU's result (`gpu`: which)
+    gpus: list[SmokeGpuJSON]
+    # slow GPUs: index, uuid, bus_id, name, check, tflops, compared_with, reference_tflops,
+    # below (a fraction), verdict (fail: below its peers; warn: below its model's figure), nvml
+    slow: list[dict[str, Any]]
+    slow_margin: float | None  # how far below its peers' median a GPU is slow (null: not compared)
 
 
-class DistStepPayload(WorkerResult):
+class _DistStepExtra(TypedDict, total=False):
+    # the all-reduce bus bandwidth against what the ranks' GPU links should give (one host):
+    # measured_busbw_gbps, expected_busbw_gbps, basis, gpus, links, verdict (warn: far below)
+    allreduce_expected: dict[str, Any]
+
+
+class DistStepPayload(WorkerResult, _DistStepExtra):
     """A `dist-step` receipt's payload: what the workers measured, then how torchrun ended."""
 
     returncode: int  # torchrun's exit status

@@ -616,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
 
     me = {"rank": rank, "local_rank": local_rank, "host": os.uname().nodename,
           "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
+          "gpu_uuid": f"GPU-{torch.cuda.get_device_properties(dev).uuid}" if use_cuda else None,
           "step_seconds": step_times, "peak_memory": peak, "timeline": beat.timeline}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
     dist.all_gather_object(everyone, me)

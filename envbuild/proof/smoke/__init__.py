@@ -1,24 +1,31 @@
 """Kernel smoke tests: ``checks.py`` runs inside the target venv; this side launches it.
 
 The checks import torch and the CUDA extensions, so they run as a subprocess of the venv's
-interpreter (``<venv>/bin/python checks.py``); envbuild itself never imports torch.
+interpreter (``<venv>/bin/python checks.py``); envbuild itself never imports torch. With GPUs,
+one such worker per GPU, all at once (``gpus.py``: which GPUs, the slow one, planted faults);
+their results are kept per GPU and merged (a check failed on any GPU failed).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envbuild import events
 from envbuild.errors import PreflightError, VerifyError
+from envbuild.proof.smoke.gpus import SmokeGPU, load_gpus, slow_findings, worker_env
 from envbuild.run import run
 
 CHECKS_SCRIPT = Path(__file__).resolve().parent / "checks.py"
+LOAD_SCRIPT = Path(__file__).resolve().parent / "load.py"
 INVENTORY_SCRIPT = Path(__file__).resolve().parents[1] / "inventory.py"
 RESULT_MARK = "ENVBUILD_SMOKE "
 CHECK_NAMES = ("matmul", "sdpa", "triton", "torch.compile", "flash_attn", "causal_conv1d",
@@ -39,30 +46,38 @@ class SmokeResult:
     log_file: Path | None
     started: float = 0.0  # time.time() at the launch: with ``timeline``, where the seconds went
     timeline: list[Any] = field(default_factory=list)  # checks.py's phases: [name, time.time(), CPU s]
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # per GPU: index, uuid, ..., ok, checks
+    slow: list[dict[str, Any]] = field(default_factory=list)  # slow GPUs (gpus.slow_findings)
+
+    @property
+    def failed_gpus(self) -> list[dict[str, Any]]:
+        return [g for g in self.gpus if not g.get("ok")]
 
 
-def describe(res: dict[str, Any]) -> tuple[events.Level, str]:
+def describe(res: dict[str, Any], where: str = "") -> tuple[events.Level, str]:
     """One check's result as one line, printed once when it finishes: pass (``ok``) with its error
     against the tolerance, time and measured rate; fail with its reason; skip (``info``) with its
-    reason. The names line up under the CLI's prefixes (``ok ``, ``FAIL ``, and ``skip`` here)."""
-    verdict, name = str(res.get("verdict")), str(res.get("name"))
+    reason. The names line up under the CLI's prefixes (``ok ``, ``FAIL ``, and ``skip`` here);
+    ``where`` (``GPU 3``) goes before the name."""
+    verdict, name = str(res.get("verdict")), (f"{where}  " if where else "") + str(res.get("name"))
+    width = NAME_WIDTH + (len(where) + 2 if where else 0)
     err, tol = res.get("rel_err"), res.get("tol")
     parts = []
     if isinstance(err, (int, float)) and isinstance(tol, (int, float)):
         parts.append(f"rel err {err:.1e} (tol {tol:.1e})")
     if verdict == "skip":
-        return "info", f"skip {name:<{NAME_WIDTH}}{res.get('reason') or ''}"
+        return "info", f"skip {name:<{width}}{res.get('reason') or ''}"
     parts.append(f"{float(res.get('seconds') or 0):.2f} s")
     if verdict == "fail":
         reason = " ".join(str(res.get("reason") or "").split())
         parts.append(reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "...")
-        return "fail", f"{name:<{NAME_WIDTH}}" + "  ".join(parts)
+        return "fail", f"{name:<{width}}" + "  ".join(parts)
     shown_rate = rate(res.get("tflops"), res.get("datasheet_tflops"))
     if shown_rate:
         parts.append(shown_rate)
     if res.get("version"):
         parts.append(f"version {res['version']}")
-    return "ok", f"  {name:<{NAME_WIDTH}}" + "  ".join(parts)
+    return "ok", f"  {name:<{width}}" + "  ".join(parts)
 
 
 def rate(tflops: Any, datasheet: Any = None) -> str:
@@ -85,24 +100,117 @@ def run_smoke(
     log_file: Path | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 900.0,
+    gpus: Sequence[SmokeGPU] = (),
+    slow_margin: float | None = None,
 ) -> SmokeResult:
     """Run the checks with ``python`` (``only``: these checks; ``imports``: also import each of these
-    distributions' modules); raises ``PreflightError`` when it or torch is missing,
-    ``VerifyError`` when the checks crashed without a result. Failed checks are returned."""
+    distributions' modules), one worker per GPU of ``gpus`` at once (none: one worker, as CUDA
+    sees the host); raises ``PreflightError`` when it or torch is missing, ``VerifyError`` when
+    every worker crashed without a result (one GPU's crash or hang is that GPU's failure).
+    Failed checks are returned; ``slow_margin`` (None: off) names slow GPUs."""
     if not python.exists():
         raise PreflightError(
             f"no Python interpreter at {python}: the venv is missing or incomplete",
             hint="Provision it first (envbuild provision), or point --venv at an existing venv.",
         )
+    base = dict(os.environ if env is None else env)
+    start, started = time.monotonic(), time.time()
     with tempfile.TemporaryDirectory(prefix="envbuild-smoke-") as tmp:
-        out = Path(tmp) / "smoke.json"
-        argv: list[str] = [str(python), str(CHECKS_SCRIPT), "--out", str(out)]
+        # inductor's cache in this run's temporary folder when the overlay names none (no /tmp
+        # leftovers); the workers share it either way: N GPUs compile once
+        base.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor"))
+        argv: list[str] = [str(python), str(CHECKS_SCRIPT)]
         for name in only:
             argv += ["--only", name]
         for dist in imports:
             argv += ["--import", dist]
         if quick:
             argv.append("--quick")
+        jobs: list[SmokeGPU | None] = [*gpus] if gpus else [None]
+        loads = _start_loads(python, base, load_gpus(base, list(gpus)))
+        outcomes: dict[int, _Outcome] = {}
+        try:
+            threads = []
+            for n, gpu in enumerate(jobs):
+                log = log_file if gpu is None or len(jobs) == 1 else \
+                    None if log_file is None else log_file.with_name(f"{log_file.stem}-gpu{gpu.index}.log")
+                job = _Job(python, argv + ["--out", str(Path(tmp) / f"smoke-{n}.json")], gpu,
+                           worker_env(base, gpu), log, timeout, len(jobs) > 1)
+                threads.append(threading.Thread(target=lambda n=n, job=job: outcomes.__setitem__(n, job.run()),
+                                                name=f"envbuild-smoke-{n}", daemon=True))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            for proc in loads:
+                proc.kill()
+                proc.wait()
+    results = [outcomes[n] for n in range(len(jobs))]
+    if all(o.doc is None for o in results):
+        first = results[0]
+        if "No module named 'torch'" in first.tail:
+            raise PreflightError(f"torch is not installed in {python}; smoke needs the venv's torch")
+        raise VerifyError(first.error or "the smoke checks crashed")
+    if gpus:
+        per_gpu = [_gpu_result(g, o) for g, o in zip(gpus, results, strict=True)]
+        slow = slow_findings([(g, o.checks) for g, o in zip(gpus, results, strict=True)], slow_margin)
+    else:
+        per_gpu, slow = [], slow_findings([(_THIS_HOST, results[0].checks)], slow_margin) \
+            if results[0].environment.get("device") else []
+    lead = next(o for o in results if o.doc is not None)
+    slow_failed = any(f.get("verdict") == "fail" for f in slow)
+    return SmokeResult(ok=all(o.ok for o in results) and not slow_failed, checks=merge_checks(results, gpus),
+                       environment=lead.environment, seconds=time.monotonic() - start,
+                       returncode=max(o.returncode for o in results), log_file=log_file, started=started,
+                       timeline=lead.timeline, gpus=per_gpu, slow=slow)
+
+
+_THIS_HOST = SmokeGPU(0, "", "", "the SmokeGPU CUDA sees first")
+_emit_lock = threading.Lock()
+
+
+@dataclass
+class _Outcome:
+    doc: dict[str, Any] | None  # checks.py's result; None: it crashed or hung without one
+    returncode: int
+    tail: str
+    error: str | None  # why there is no result
+    seconds: float
+    log_file: Path | None
+
+    @property
+    def checks(self) -> list[dict[str, Any]]:
+        if self.doc is None:
+            return [{"name": "smoke worker", "verdict": "fail", "reason": self.error or "no result"}]
+        return list(self.doc.get("checks", []))
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        return dict((self.doc or {}).get("environment", {}))
+
+    @property
+    def timeline(self) -> list[Any]:
+        return list((self.doc or {}).get("timeline", []))
+
+    @property
+    def ok(self) -> bool:
+        return self.doc is not None and bool(self.doc.get("ok")) and self.returncode == 0
+
+
+@dataclass(frozen=True)
+class _Job:
+    python: Path
+    argv: list[str]
+    gpu: SmokeGPU | None
+    env: dict[str, str]
+    log_file: Path | None
+    timeout: float
+    labelled: bool  # several workers: each line says which GPU
+
+    def run(self) -> _Outcome:
+        where = self.gpu.label if self.gpu is not None and self.labelled else ""
+        out = Path(self.argv[-1])
 
         def on_line(line: str) -> None:
             if line.startswith(RESULT_MARK):
@@ -110,33 +218,70 @@ def run_smoke(
                     res = json.loads(line[len(RESULT_MARK):])
                 except ValueError:
                     return
-                level, text = describe(res)
-                events.emit(level, text, result=res)
+                level, text = describe(res, where)
+                with _emit_lock:
+                    events.emit(level, text, result=res, gpu=None if self.gpu is None else self.gpu.index)
             else:
-                events.emit("debug", line)
+                with _emit_lock:
+                    events.emit("debug", f"[{where}] {line}" if where else line)
 
-        run_env = dict(os.environ if env is None else env)
-        # inductor's cache in this run's temporary folder when the overlay names none (no /tmp leftovers)
-        run_env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor"))
-        start, started = time.monotonic(), time.time()
+        t0 = time.monotonic()
         try:
-            res = run(argv, log_file=log_file, env=run_env, timeout=timeout, on_line=on_line)
+            res = run(self.argv, log_file=self.log_file, env=self.env, timeout=self.timeout, on_line=on_line)
         except FileNotFoundError as exc:
-            raise PreflightError(f"cannot run {python}") from exc
+            raise PreflightError(f"cannot run {self.python}") from exc
+        seconds = time.monotonic() - t0
+        on = f" on {self.gpu.describe()}" if self.gpu is not None else ""
         if res.timed_out:
-            raise VerifyError(res.hung_message(f"the smoke checks ({python} checks.py)"),
-                              hint="A hang in `import torch` or a first CUDA call is usually the driver or a GPU "
-                                   "held by another process (see nvidia-smi); raise --timeout for a slow first compile.")
+            return _Outcome(None, res.returncode, res.tail, res.hung_message(f"the smoke checks{on}") +
+                            " A hang in `import torch` or a first CUDA call is usually the driver or a GPU held "
+                            "by another process (see nvidia-smi); raise --timeout for a slow first compile.",
+                            seconds, self.log_file)
         if not out.is_file():
-            if "No module named 'torch'" in res.tail:
-                raise PreflightError(f"torch is not installed in {python}; smoke needs the venv's torch")
-            where = f"; full log: {log_file}" if log_file else ""
-            raise VerifyError(
-                f"the smoke checks crashed (exit {res.returncode}) before writing a result{where}. "
-                f"Last lines:\n{res.tail}"
-            )
+            where_log = f"; full log: {self.log_file}" if self.log_file else ""
+            return _Outcome(None, res.returncode, res.tail,
+                            f"the smoke checks{on} crashed (exit {res.returncode}) before writing a result"
+                            f"{where_log}. Last lines:\n{res.tail}", seconds, self.log_file)
         doc = json.loads(out.read_text(encoding="utf-8"))
-    return SmokeResult(ok=bool(doc.get("ok")) and res.returncode == 0, checks=doc.get("checks", []),
-                       environment=doc.get("environment", {}), seconds=time.monotonic() - start,
-                       returncode=res.returncode, log_file=log_file, started=started,
-                       timeline=doc.get("timeline", []))
+        return _Outcome(doc, res.returncode, res.tail, None, seconds, self.log_file)
+
+
+def _gpu_result(gpu: SmokeGPU, o: _Outcome) -> dict[str, Any]:
+    return {**gpu.to_json(), "ok": o.ok, "seconds": o.seconds, "environment": o.environment,
+            "checks": o.checks, "log": None if o.log_file is None else str(o.log_file)}
+
+
+def merge_checks(results: Sequence[_Outcome], gpus: Sequence[SmokeGPU]) -> list[dict[str, Any]]:
+    """One result per check for every GPU: where it failed on any, the first failure (with
+    ``failed_gpus``), else the first GPU's; each names its GPU (``gpu``). One worker: its own."""
+    if not gpus:
+        return results[0].checks
+    merged: dict[str, dict[str, Any]] = {}
+    failed: dict[str, list[int]] = {}
+    for gpu, o in zip(gpus, results, strict=True):
+        for c in o.checks:
+            name = str(c.get("name"))
+            if c.get("verdict") == "fail":
+                failed.setdefault(name, []).append(gpu.index)
+                if merged.get(name, {}).get("verdict") != "fail":
+                    merged[name] = {**c, "gpu": gpu.index}
+            elif name not in merged:
+                merged[name] = {**c, "gpu": gpu.index}
+    for name, where in failed.items():
+        merged[name]["failed_gpus"] = where
+    return list(merged.values())
+
+
+def _start_loads(python: Path, base: dict[str, str], targets: Sequence[SmokeGPU]) -> list[subprocess.Popen[str]]:
+    """The planted competing loads (``ENVBUILD_SMOKE_LOAD_GPUS``), running before this returns."""
+    procs = []
+    for gpu in targets:
+        env = {**base, "CUDA_VISIBLE_DEVICES": "" if gpu.fake else gpu.uuid}
+        proc = subprocess.Popen([str(python), str(LOAD_SCRIPT)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        procs.append(proc)
+        events.emit("warn", f"planted: a competing matmul load on {gpu.describe()} (pid {proc.pid})")
+    for proc in procs:
+        if proc.stdout is not None:
+            proc.stdout.readline()  # "ENVBUILD_LOAD ready" (or the end of a load that failed)
+    return procs

@@ -89,8 +89,9 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float, **extra
     return res
 
 
-def timed_ms(fn: Callable[[], Any], iters: int = 10) -> float:
-    """Mean milliseconds of ``fn`` after one warm-up call (CUDA events on a GPU)."""
+def timed_ms(fn: Callable[[], Any], iters: int = 10, during: Callable[[], Any] | None = None) -> float:
+    """Mean milliseconds of ``fn`` after one warm-up call (CUDA events on a GPU); ``during`` is
+    called once the timed calls are queued, while the GPU runs them (NVML's clocks then)."""
     fn()
     sync()
     if torch.cuda.is_available():
@@ -99,12 +100,55 @@ def timed_ms(fn: Callable[[], Any], iters: int = 10) -> float:
         for _ in range(iters):
             fn()
         end.record()
+        if during is not None:
+            during()
         sync()
         return float(start.elapsed_time(end)) / iters
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
     return (time.perf_counter() - t0) * 1e3 / iters
+
+
+# NVML's clock event ("throttle") reasons, by bit
+THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                    0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+                    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+                    0x100: "display_clock_setting"}
+
+
+def nvml_sample() -> dict[str, Any] | None:
+    """This GPU's SM clock (and its maximum), throttle reasons, temperature, power and compute
+    processes, from NVML (nvidia-ml-py in the venv) or else ``nvidia-smi``; None without either."""
+    uuid = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    try:
+        import pynvml as nv
+
+        nv.nvmlInit()
+        h = nv.nvmlDeviceGetHandleByUUID(uuid) if uuid.startswith(("GPU-", "MIG-")) else \
+            nv.nvmlDeviceGetHandleByIndex(0)
+        reasons = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+        return {"source": "nvml", "sm_clock_mhz": int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                "sm_clock_max_mhz": int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+                "throttle_reasons": [w for bit, w in THROTTLE_REASONS.items() if reasons & bit],
+                "temperature_c": float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+                "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                "processes": len(nv.nvmlDeviceGetComputeRunningProcesses(h))}
+    except Exception:  # noqa: BLE001 - no NVML here: try nvidia-smi
+        pass
+    import subprocess
+
+    query = "clocks.sm,clocks.max.sm,clocks_throttle_reasons.active,temperature.gpu,power.draw"
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", uuid or "0", f"--query-gpu={query}",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        sm, sm_max, reasons, temp, power = (v.strip() for v in out.stdout.strip().split(","))
+        bits = int(reasons, 16)
+        return {"source": "nvidia-smi", "sm_clock_mhz": int(sm), "sm_clock_max_mhz": int(sm_max),
+                "throttle_reasons": [w for bit, w in THROTTLE_REASONS.items() if bits & bit],
+                "temperature_c": float(temp), "power_w": float(power)}
+    except Exception:  # noqa: BLE001 - neither: the finding has no clocks
+        return None
 
 
 def need_gpu() -> None:
@@ -221,11 +265,13 @@ def check_matmul(quick: bool) -> Result:
         res = compare("matmul", a @ b, a.double() @ b.double(), tol, dtype="bf16", reference="float64 matmul")
         n = 4096 if quick else 8192
         x, y = torch.randn(n, n, device=d, dtype=torch.bfloat16), torch.randn(n, n, device=d, dtype=torch.bfloat16)
-        ms = timed_ms(lambda: x @ y, 10 if quick else 50)
+        sample: list[Any] = []
+        ms = timed_ms(lambda: x @ y, 10 if quick else 50, during=lambda: sample.append(nvml_sample()))
         tflops = 2 * n**3 / (ms / 1e3) / 1e12
         sheet = datasheet_rate(torch.cuda.get_device_name())
         return {**res, "kernel_ms": ms, "tflops": tflops, "datasheet_tflops": sheet,
-                "fraction_of_datasheet": tflops / sheet if sheet else None, "size": n}
+                "fraction_of_datasheet": tflops / sheet if sheet else None, "size": n,
+                **({"nvml": sample[0]} if sample and sample[0] else {})}
     # On CPU the check is the answer only: no throughput is measured (a CPU matmul's rate says
     # nothing about the stack, and a figure near 0 TFLOP/s would read as a measurement).
     a, b = torch.randn(512, 384), torch.randn(384, 256)
@@ -415,6 +461,8 @@ def start_fla_precompile() -> int:
         return 0
     if os.path.exists(_fla_stamp()):
         return 0  # an earlier run compiled and autotuned this call into this cache
+    if not _fla_lead(wait=False):
+        return 0  # another GPU's worker compiles it into the shared cache: its fla check waits
     n = int(wanted) if wanted.isdigit() else min(8, (os.cpu_count() or 2) - 2)
     if n < 2:
         return 0
@@ -423,6 +471,30 @@ def start_fla_precompile() -> int:
         _FLA_PARTS.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--fla-part", str(i), str(n)],
                                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     return n
+
+
+_FLA_LEAD: list[Any] = []  # the lock file this worker holds while it compiles fla's kernels
+
+
+def _fla_lead(wait: bool) -> bool:
+    """Take the shared cache's fla lock: one worker of a multi-GPU smoke compiles and autotunes
+    fla's kernels, the others wait for it and find them cached (N GPUs, one compile)."""
+    import fcntl
+
+    if _FLA_LEAD:
+        return True
+    path = _fla_stamp() + ".lock"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until the process ends
+        fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        return False  # held elsewhere (or a read-only cache): not this worker's to do
+    if wait:
+        f.close()  # the leader is done (or gone): on with the cache as it is
+    else:
+        _FLA_LEAD.append(f)
+    return True
 
 
 def _fla_stamp() -> str:
@@ -486,6 +558,8 @@ def check_fla(quick: bool) -> Result:
     except ImportError as exc:
         raise Skip(f"fla {version} has no chunk_simple_gla: {exc}") from exc
     precompiled = _wait_fla_parts()
+    if not os.path.exists(_fla_stamp()):
+        _fla_lead(wait=True)  # another worker compiling: its kernels, cached, when it is done
     q, k, v, g = fla_inputs()
     scale = q.shape[-1] ** -0.5
 
@@ -505,6 +579,9 @@ def check_fla(quick: bool) -> Result:
             f.write("fla's chunk_simple_gla compiled and autotuned here by envbuild smoke\n")
     except OSError:
         pass  # a read-only cache: the next run starts the compile processes again
+    for f in _FLA_LEAD:  # the waiting workers go on
+        f.close()
+    _FLA_LEAD.clear()
     return {**res, "kernel_ms": timed_ms(run), **precompiled}
 
 
@@ -567,7 +644,12 @@ def environment() -> dict[str, Any]:
         info["device"] = torch.cuda.get_device_name()
         info["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
         info["device_count"] = torch.cuda.device_count()
-        info["memory_gb"] = torch.cuda.get_device_properties(0).total_memory / 1e9
+        props = torch.cuda.get_device_properties(0)
+        info["memory_gb"] = props.total_memory / 1e9
+        if getattr(props, "uuid", None) is not None:
+            info["uuid"] = f"GPU-{props.uuid}"
+    if os.environ.get("ENVBUILD_SMOKE_GPU"):
+        info["gpu_index"] = int(os.environ["ENVBUILD_SMOKE_GPU"])  # nvidia-smi's, set by the launcher
     return info
 
 
