@@ -146,6 +146,8 @@ def run_smoke(
             for proc in loads:
                 proc.kill()
                 proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
     results = [outcomes[n] for n in range(len(jobs))]
     if all(o.doc is None for o in results):
         first = results[0]
