@@ -7,7 +7,8 @@
 # every step's per-GPU results; $OUT also gets run.log if tee'd there, the cold run's receipt and JSON):
 #   cold1    --gpus 0 alone, empty Triton/inductor caches under a fresh data root
 #   cold     every GPU, empty caches under another fresh data root: N GPUs compile once
-#   warm     every GPU again: the caches the first one left
+#   warm     every GPU again: the caches the first one left (twice, and twice more with
+#            ENVBUILD_SMOKE_PREIMPORT=0: warm0, warm0b, the imports not overlapped with the matmul)
 #   one      --gpus 0 alone, warm: what N GPUs cost over one
 #   wrong    ENVBUILD_SMOKE_PERTURB_GPUS=1: GPU 1's answers perturbed: exit 7 naming GPU 1 only
 #   slow     ENVBUILD_SMOKE_LOAD_GPUS=1: a competing matmul loop on GPU 1: exit 7, GPU 1 slow
@@ -41,6 +42,9 @@ step() {  # step NAME [ENV=...] -- ARGS: envbuild with ARGS, JSON to $OUT/NAME.j
 step cold1 -- smoke --python "$PY" --profile gpu-base-cu130 --root "$R/root1" --no-receipt --gpus 0
 step cold -- smoke "${COMMON[@]}"
 step warm -- smoke "${COMMON[@]}" --no-receipt
+step warm0 ENVBUILD_SMOKE_PREIMPORT=0 -- smoke "${COMMON[@]}" --no-receipt
+step warmb -- smoke "${COMMON[@]}" --no-receipt
+step warm0b ENVBUILD_SMOKE_PREIMPORT=0 -- smoke "${COMMON[@]}" --no-receipt
 step one -- smoke "${COMMON[@]}" --no-receipt --gpus 0
 if [ "$NGPU" -ge 2 ]; then
   step wrong ENVBUILD_SMOKE_PERTURB_GPUS=1 ENVBUILD_SMOKE_PERTURB=matmul -- smoke "${COMMON[@]}" --no-receipt
@@ -73,7 +77,7 @@ def load(name):
 print(f"\n{'step':8} {'exit':>4} {'wall s':>7} {'smoke s':>7}  per GPU (matmul TFLOP/s, failed checks)  slow")
 summary = {"gpus": (out / "gpus.txt").read_text().strip().splitlines(),
            "topology": (out / "topo.txt").read_text().splitlines()[:12], "steps": {}}
-for name in ("cold1", "cold", "warm", "one", "wrong", "slow"):
+for name in ("cold1", "cold", "warm", "warm0", "warmb", "warm0b", "one", "wrong", "slow"):
     if name not in steps:
         continue
     d = load(name)
