@@ -265,6 +265,7 @@ def check_matmul(quick: bool) -> Result:
         res = compare("matmul", a @ b, a.double() @ b.double(), tol, dtype="bf16", reference="float64 matmul")
         n = 4096 if quick else 8192
         x, y = torch.randn(n, n, device=d, dtype=torch.bfloat16), torch.randn(n, n, device=d, dtype=torch.bfloat16)
+        settle_imports()
         sample: list[Any] = []
         ms = timed_ms(lambda: x @ y, 10 if quick else 50, during=lambda: sample.append(nvml_sample()))
         tflops = 2 * n**3 / (ms / 1e3) / 1e12
@@ -687,15 +688,25 @@ PREIMPORT_MODULES = ("triton", "triton.language", "torch._dynamo", "torch._induc
                      "torch._inductor.codecache")
 
 
-def start_preimport(only: list[str]) -> Any:
+_PREIMPORT: list[Any] = []
+
+
+def settle_imports() -> None:
+    """Wait for the import thread (before any timing: a thread holding the GIL delays the timed
+    kernels' launches, and the GPU looked up to 75% slower than its peers on 4x H200)."""
+    while _PREIMPORT:
+        _PREIMPORT.pop().join()
+
+
+def start_preimport(only: list[str]) -> None:
     """On a GPU, import what the triton and torch.compile checks need (about a second) on a thread
-    while the matmul check waits for the GPU (its CUDA start and timed products); the thread is
-    joined before the next check, so nothing else imports meanwhile. None: nothing to do."""
+    while the matmul check starts CUDA and checks its answer; ``settle_imports`` waits for it
+    before the timed products and before the next check, so nothing else imports meanwhile."""
     import threading
 
     wanted = not only or bool({"triton", "torch.compile"} & set(only))
     if os.environ.get(PREIMPORT_ENV) == "0" or not wanted or not torch.cuda.is_available():
-        return None
+        return
 
     def work() -> None:
         for module in PREIMPORT_MODULES:
@@ -706,7 +717,7 @@ def start_preimport(only: list[str]) -> Any:
 
     thread = threading.Thread(target=work, name="envbuild-preimport", daemon=True)
     thread.start()
-    return thread
+    _PREIMPORT.append(thread)
 
 
 def process_started() -> float:
@@ -749,14 +760,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     if not args.only or "fla" in args.only:
         start_fla_precompile()
-    preimport = start_preimport(args.only)
+    start_preimport(args.only)
     try:
         for name, fn in CHECKS.items():
             if args.only and name not in args.only:
                 continue
-            if name != "matmul" and preimport is not None:
-                preimport.join()  # only the matmul overlaps the imports: no two threads import at once
-                preimport = None
+            if name != "matmul":
+                settle_imports()  # only the matmul's start overlaps them: no two threads import at once
             timeline.append((name, time.time(), time.process_time()))
             res = run_one(name, fn, args.quick)
             results.append(res)
