@@ -6,6 +6,7 @@ outputs. The real GPUs' run is bench/gpu_smoke_all.sh (bench/README.md)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,48 @@ def test_allreduce_is_judged_against_the_gpu_links() -> None:
     # ranks on two hosts go through the network: nothing to compare
     assert topology.judge(_dist_result(5.0, ("a", "b")), query=QUERY_2XH200, topo=nv18, host="a") is None
     assert topology.expected_busbw(["NV18", "SYS"]) == (12.0, "PCIe (SYS): about 12 GB/s")
+
+
+FLA_LEAD_SCRIPT = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import checks
+first = checks._fla_lead(wait=False)
+print("lead" if first else "follow", flush=True)
+if sys.argv[2] == "hold":
+    sys.stdin.readline()  # holds the lock until the test lets go
+else:
+    t0 = time.monotonic()
+    checks._fla_lead(wait=True)  # waits for the leader, then goes on
+    print(f"waited {time.monotonic() - t0:.1f}", flush=True)
+"""
+
+
+def test_one_worker_compiles_fla_and_the_others_wait(torch_venv: Path, tmp_path: Path) -> None:
+    """fla's kernels are compiled once for all GPUs: the first worker takes the shared cache's
+    lock and compiles, the others find it taken and wait for it before their fla check."""
+    import subprocess
+    import time
+
+    checks_dir = Path(__file__).resolve().parents[1] / "envbuild" / "proof" / "smoke"
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    python = str(torch_venv / "bin" / "python")
+    leader = subprocess.Popen([python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "hold"], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert leader.stdin is not None and leader.stdout is not None
+    assert leader.stdout.readline().strip() == "lead"
+    other = subprocess.Popen([python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "wait"], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    assert other.stdout is not None
+    assert other.stdout.readline().strip() == "follow"  # the lock is taken: not its to compile
+    time.sleep(1.0)
+    leader.stdin.close()  # the leader is done
+    leader.wait(timeout=60)
+    leader.stdout.close()
+    waited = other.stdout.readline().split()
+    other.wait(timeout=60)
+    other.stdout.close()
+    assert waited[0] == "waited" and float(waited[1]) >= 0.9  # it waited for the leader to let go
+    alone = subprocess.run([python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "wait"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert alone.stdout.split()[0] == "lead"  # nobody else: it leads
