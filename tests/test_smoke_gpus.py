@@ -27,8 +27,10 @@ from envbuild.proof.smoke.gpus import (
 
 DATA = Path(__file__).parent / "data"
 # nvidia-smi --query-gpu=index,uuid,pci.bus_id,name on the 2x H200 of bench/gpu_smoke_all.sh
-QUERY_2XH200 = ("0, GPU-f0a8dbf6-34b2-3b10-0d51-58b812ce2437, 00000000:00:06.0, NVIDIA H200\n"
-                "1, GPU-d5235e89-aa43-fae5-e5ee-a519c0156373, 00000000:00:07.0, NVIDIA H200\n")
+QUERY_2XH200 = (
+    "0, GPU-f0a8dbf6-34b2-3b10-0d51-58b812ce2437, 00000000:00:06.0, NVIDIA H200\n"
+    "1, GPU-d5235e89-aa43-fae5-e5ee-a519c0156373, 00000000:00:07.0, NVIDIA H200\n"
+)
 
 
 def _smoke(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
@@ -36,32 +38,58 @@ def _smoke(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, di
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_one_wrong_gpu_fails_smoke_naming_only_it(torch_venv: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_wrong_gpu_fails_smoke_naming_only_it(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("ENVBUILD_SMOKE_FAKE_GPUS", "3")
     monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB_GPUS", "1")
     monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB", "matmul")
-    code, doc = _smoke(["--venv", str(torch_venv), "--root", str(tmp_path), "--only", "matmul",
-                        "--only", "sdpa"], capsys)
+    code, doc = _smoke(
+        ["--venv", str(torch_venv), "--root", str(tmp_path), "--only", "matmul", "--only", "sdpa"],
+        capsys,
+    )
     assert code == 7 and doc["ok"] is False
     assert doc["launch_regime"] == "per-gpu 3 workers"
     by_gpu = {g["index"]: g for g in doc["gpus"]}
     assert sorted(by_gpu) == [0, 1, 2]
-    assert by_gpu[1]["ok"] is False and by_gpu[1]["uuid"] == "FAKE-GPU-1" and by_gpu[1]["bus_id"] == "fake:01"
+    assert (
+        by_gpu[1]["ok"] is False
+        and by_gpu[1]["uuid"] == "FAKE-GPU-1"
+        and by_gpu[1]["bus_id"] == "fake:01"
+    )
     verdicts = {i: {c["name"]: c["verdict"] for c in g["checks"]} for i, g in by_gpu.items()}
-    assert verdicts == {0: {"matmul": "pass", "sdpa": "pass"}, 1: {"matmul": "fail", "sdpa": "pass"},
-                        2: {"matmul": "pass", "sdpa": "pass"}}  # the others' results still there
+    assert verdicts == {
+        0: {"matmul": "pass", "sdpa": "pass"},
+        1: {"matmul": "fail", "sdpa": "pass"},
+        2: {"matmul": "pass", "sdpa": "pass"},
+    }  # the others' results still there
     matmul = next(c for c in doc["checks"] if c["name"] == "matmul")
     assert matmul["verdict"] == "fail" and matmul["failed_gpus"] == [1] and matmul["gpu"] == 1
-    assert all(g["environment"]["gpu_index"] == i for i, g in by_gpu.items())  # each worker knew its GPU
+    assert all(
+        g["environment"]["gpu_index"] == i for i, g in by_gpu.items()
+    )  # each worker knew its GPU
     receipt = json.loads(Path(doc["receipt"]).read_text())
     assert [g["index"] for g in receipt["payload"]["gpus"]] == [0, 1, 2]
     assert (tmp_path / "logs" / "smoke-gpu1.log").is_file()
 
     # the text names the GPU by index, UUID and PCI bus id, and says where it failed
-    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "matmul",
-                 "--no-receipt", "--gpus", "0,1"])
+    code = main(
+        [
+            "smoke",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--only",
+            "matmul",
+            "--no-receipt",
+            "--gpus",
+            "0,1",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 7
     assert "GPU 1  FAKE-GPU-1  PCI fake:01" in out and "FAILED: matmul" in out
@@ -69,20 +97,39 @@ def test_one_wrong_gpu_fails_smoke_naming_only_it(torch_venv: Path, tmp_path: Pa
     assert "GPU 0  FAKE-GPU-0  PCI fake:00" in out and "ok, 1 passed" in out
 
 
-def test_healthy_gpus_pass_and_gpus_picks_them(torch_venv: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_healthy_gpus_pass_and_gpus_picks_them(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("ENVBUILD_SMOKE_FAKE_GPUS", "4")
     monkeypatch.delenv("ENVBUILD_SMOKE_PERTURB", raising=False)
     # a competing load pinned to GPU 3 (the CPU's here): started before, stopped after
     monkeypatch.setenv("ENVBUILD_SMOKE_LOAD_GPUS", "3")
-    code, doc = _smoke(["--venv", str(torch_venv), "--root", str(tmp_path), "--only", "sdpa",
-                        "--gpus", "3,1", "--no-receipt"], capsys)
+    code, doc = _smoke(
+        [
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--only",
+            "sdpa",
+            "--gpus",
+            "3,1",
+            "--no-receipt",
+        ],
+        capsys,
+    )
     assert code == 0 and doc["ok"] is True and doc["slow"] == []
     assert [g["index"] for g in doc["gpus"]] == [3, 1]  # in --gpus's order, GPU 0 and 2 left out
     assert all(g["ok"] and g["checks"][0]["verdict"] == "pass" for g in doc["gpus"])
     # (no process of load.py outlives the run)
-    loads = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).endswith("smoke/load.py")]
+    loads = [
+        p
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and _cmdline(p).endswith("smoke/load.py")
+    ]
     assert loads == []
 
 
@@ -93,8 +140,9 @@ def _cmdline(proc: Path) -> str:
         return ""
 
 
-def test_gpus_and_slow_margin_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_gpus_and_slow_margin_are_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("ENVBUILD_SMOKE_FAKE_GPUS", "2")
     python = Path(sys.executable)
     code = main(["smoke", "--python", str(python), "--root", str(tmp_path), "--gpus", "0,5"])
@@ -109,8 +157,10 @@ def test_gpus_and_slow_margin_are_checked(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_visible_gpus_follow_cuda_visible_devices() -> None:
     gpus = parse_query(QUERY_2XH200)
-    assert [(g.index, g.bus_id, g.name) for g in gpus] == [(0, "00000000:00:06.0", "NVIDIA H200"),
-                                                          (1, "00000000:00:07.0", "NVIDIA H200")]
+    assert [(g.index, g.bus_id, g.name) for g in gpus] == [
+        (0, "00000000:00:06.0", "NVIDIA H200"),
+        (1, "00000000:00:07.0", "NVIDIA H200"),
+    ]
     assert narrow(gpus, None) == gpus
     assert narrow(gpus, "1") == [gpus[1]]
     assert narrow(gpus, "GPU-d5235e89,0") == [gpus[1], gpus[0]]
@@ -123,7 +173,9 @@ def test_a_planted_wrong_answer_goes_to_the_chosen_gpu_only() -> None:
     assert "ENVBUILD_SMOKE_PERTURB" not in worker_env(base, a)
     assert worker_env(base, b)["ENVBUILD_SMOKE_PERTURB"] == "sdpa"
     assert worker_env({"ENVBUILD_SMOKE_PERTURB_GPUS": "1"}, b)["ENVBUILD_SMOKE_PERTURB"] == "all"
-    assert worker_env(base, b)["CUDA_VISIBLE_DEVICES"] == "GPU-1"  # by UUID: no ordering to get wrong
+    assert (
+        worker_env(base, b)["CUDA_VISIBLE_DEVICES"] == "GPU-1"
+    )  # by UUID: no ordering to get wrong
 
 
 def _gpu(i: int) -> SmokeGPU:
@@ -131,18 +183,29 @@ def _gpu(i: int) -> SmokeGPU:
 
 
 def _matmul(tflops: float, **extra: Any) -> list[dict[str, Any]]:
-    return [{"name": "matmul", "verdict": "pass", "tflops": tflops, "datasheet_tflops": 989.0, **extra},
-            {"name": "sdpa", "verdict": "pass"}]
+    return [
+        {"name": "matmul", "verdict": "pass", "tflops": tflops, "datasheet_tflops": 989.0, **extra},
+        {"name": "sdpa", "verdict": "pass"},
+    ]
 
 
 def test_the_slow_gpu_is_named_and_healthy_spread_is_not() -> None:
     # healthy: 2x H100 and 2x H200 as measured (issue 43, bench/results-gpu-smoke-all-*.json)
     for healthy in ([752.0, 771.0], [758.0, 785.0, 770.0, 790.0], [773.0, 806.0]):
         assert slow_findings([(_gpu(i), _matmul(r)) for i, r in enumerate(healthy)], 0.10) == []
-    nvml = {"sm_clock_mhz": 1110, "sm_clock_max_mhz": 1980, "throttle_reasons": ["hw_thermal_slowdown"],
-            "temperature_c": 91.0, "power_w": 402.0}
-    rates = [(_gpu(0), _matmul(780.0)), (_gpu(1), _matmul(790.0)), (_gpu(2), _matmul(401.0, nvml=nvml)),
-             (_gpu(3), _matmul(770.0))]
+    nvml = {
+        "sm_clock_mhz": 1110,
+        "sm_clock_max_mhz": 1980,
+        "throttle_reasons": ["hw_thermal_slowdown"],
+        "temperature_c": 91.0,
+        "power_w": 402.0,
+    }
+    rates = [
+        (_gpu(0), _matmul(780.0)),
+        (_gpu(1), _matmul(790.0)),
+        (_gpu(2), _matmul(401.0, nvml=nvml)),
+        (_gpu(3), _matmul(770.0)),
+    ]
     found = slow_findings(rates, 0.10)
     assert [(f["index"], f["check"], f["verdict"]) for f in found] == [(2, "matmul", "fail")]
     assert found[0]["reference_tflops"] == 780.0 and found[0]["uuid"] == "GPU-2"
@@ -161,7 +224,9 @@ def test_the_slow_gpu_is_named_and_healthy_spread_is_not() -> None:
 def test_one_gpu_is_compared_with_its_model() -> None:
     assert slow_findings([(_gpu(0), _matmul(780.0))], 0.10) == []
     found = slow_findings([(_gpu(0), _matmul(500.0))], 0.10)
-    assert [(f["verdict"], f["compared_with"]) for f in found] == [("warn", "figure expected of its model")]
+    assert [(f["verdict"], f["compared_with"]) for f in found] == [
+        ("warn", "figure expected of its model")
+    ]
     assert found[0]["reference_tflops"] == pytest.approx(0.75 * 989.0)
     no_sheet = [{"name": "matmul", "verdict": "pass", "tflops": 10.0, "datasheet_tflops": None}]
     assert slow_findings([(_gpu(0), no_sheet)], 0.10) == []
@@ -169,8 +234,10 @@ def test_one_gpu_is_compared_with_its_model() -> None:
 
 def _dist_result(busbw: float, hosts: tuple[str, str] = ("h", "h")) -> dict[str, Any]:
     uuids = [line.split(", ")[1] for line in QUERY_2XH200.splitlines()]
-    return {"allreduce": {"busbw_gbps": busbw},
-            "ranks": [{"rank": i, "host": hosts[i], "gpu_uuid": uuids[i]} for i in range(2)]}
+    return {
+        "allreduce": {"busbw_gbps": busbw},
+        "ranks": [{"rank": i, "host": hosts[i], "gpu_uuid": uuids[i]} for i in range(2)],
+    }
 
 
 def test_allreduce_is_judged_against_the_gpu_links() -> None:
@@ -180,12 +247,19 @@ def test_allreduce_is_judged_against_the_gpu_links() -> None:
     assert fine["expected_busbw_gbps"] == pytest.approx(18 * 25 * 0.75)
     slow = topology.judge(_dist_result(40.0), query=QUERY_2XH200, topo=nv18, host="h")
     assert slow is not None and slow["verdict"] == "warn"
-    assert "far below the 338 GB/s the links between GPU 0, 1 should give" in topology.describe(slow)
+    assert "far below the 338 GB/s the links between GPU 0, 1 should give" in topology.describe(
+        slow
+    )
     pcie = (DATA / "topo_pcie_4gpu.txt").read_text()
     over_pcie = topology.judge(_dist_result(11.0), query=QUERY_2XH200, topo=pcie, host="h")
-    assert over_pcie is not None and over_pcie["verdict"] == "pass" and over_pcie["links"] == ["PHB"]
+    assert (
+        over_pcie is not None and over_pcie["verdict"] == "pass" and over_pcie["links"] == ["PHB"]
+    )
     # ranks on two hosts go through the network: nothing to compare
-    assert topology.judge(_dist_result(5.0, ("a", "b")), query=QUERY_2XH200, topo=nv18, host="a") is None
+    assert (
+        topology.judge(_dist_result(5.0, ("a", "b")), query=QUERY_2XH200, topo=nv18, host="a")
+        is None
+    )
     assert topology.expected_busbw(["NV18", "SYS"]) == (12.0, "PCIe (SYS): about 12 GB/s")
 
 
@@ -213,12 +287,21 @@ def test_one_worker_compiles_fla_and_the_others_wait(torch_venv: Path, tmp_path:
     checks_dir = Path(__file__).resolve().parents[1] / "envbuild" / "proof" / "smoke"
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     python = str(torch_venv / "bin" / "python")
-    leader = subprocess.Popen([python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "hold"], env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    leader = subprocess.Popen(
+        [python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "hold"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert leader.stdin is not None and leader.stdout is not None
     assert leader.stdout.readline().strip() == "lead"
-    other = subprocess.Popen([python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "wait"], env=env,
-                             stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen(
+        [python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "wait"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert other.stdout is not None
     assert other.stdout.readline().strip() == "follow"  # the lock is taken: not its to compile
     time.sleep(1.0)
@@ -229,6 +312,11 @@ def test_one_worker_compiles_fla_and_the_others_wait(torch_venv: Path, tmp_path:
     other.wait(timeout=60)
     other.stdout.close()
     assert waited[0] == "waited" and float(waited[1]) >= 0.9  # it waited for the leader to let go
-    alone = subprocess.run([python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "wait"], env=env,
-                           capture_output=True, text=True, timeout=120)
+    alone = subprocess.run(
+        [python, "-c", FLA_LEAD_SCRIPT, str(checks_dir), "wait"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert alone.stdout.split()[0] == "lead"  # nobody else: it leads

@@ -125,14 +125,16 @@ def run(args: DistStepArgs) -> int:
     regime += f" dp{mesh.get('dp')}xtp{mesh.get('tp')} ep{mesh.get('ep')}"
     payload: DistStepPayload = {  # allreduce_expected: below
         **r, "ok": res.ok, "returncode": res.returncode,  # type: ignore[typeddict-item]
-        "torchrun_seconds": res.seconds, "torchrun_launched_at": res.started, "launch_regime": regime}
+        "torchrun_seconds": res.seconds, "torchrun_launched_at": res.started,
+        "launch_regime": regime}
     if not opts.cpu:
         from envbuild.proof.diststep import topology
 
         expected = topology.judge(r)
         if expected is not None:
             payload["allreduce_expected"] = expected
-            events.emit("warn" if expected["verdict"] == "warn" else "info", topology.describe(expected))
+            level: events.Level = "warn" if expected["verdict"] == "warn" else "info"
+            events.emit(level, topology.describe(expected))
     receipt = save_receipt(paths, "dist-step", payload, spec=spec, python=python, facts=facts)
     if args.json:
         doc: DistStepDocument = {"schema": "envbuild.dist-step/1", **payload, "receipt": receipt}

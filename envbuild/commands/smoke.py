@@ -177,11 +177,11 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="a shorter matmul benchmark")
     p.add_argument("--timeout", type=seconds_arg(), default=900.0, metavar="S", help="give up after S seconds (default 900)")
     p.add_argument("--gpus", type=_gpus_arg, default=None, metavar="LIST",
-                   help="the GPUs to test, one worker process each, all at once: nvidia-smi indices "
-                        "(0,3) or all (the default: every visible GPU)")
+                   help="the GPUs to test, one worker process each, all at once: nvidia-smi "
+                        "indices (0,3) or all (the default: every visible GPU)")
     p.add_argument("--slow-margin", type=_margin_arg, default=DEFAULT_SLOW_MARGIN, metavar="F",
-                   help="a GPU this fraction below its peers' median TFLOP/s is slow and fails smoke "
-                        "(default 0.1; 10%% works too; off: no comparison)")
+                   help="a GPU this fraction below its peers' median TFLOP/s is slow and fails "
+                        "smoke (default 0.1; 10%% works too; off: no comparison)")
     p.set_defaults(func=Handler(run, SmokeArgs))
 
 
@@ -200,9 +200,11 @@ def _margin_arg(text: str) -> float | None:
     try:
         value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a fraction such as 0.1, 10% or off") from exc
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a fraction such as 0.1, 10% or off") from exc
     if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the margin is a fraction between 0 and 1 (or off)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the margin is a fraction between 0 and 1 (or off)")
     return value
 
 
@@ -212,7 +214,12 @@ def run(args: SmokeArgs) -> int:
     from envbuild.proof.smoke.gpus import select, visible_gpus
 
     spec, paths, python = resolve_target(args)
-    facts = ReceiptFacts.start(args, spec, python, "single-process")
+    env = target_env(spec, paths)
+    gpus = select(visible_gpus(env), args.gpus)
+    if args.gpus is None and len(gpus) == 1 and not gpus[0].fake:
+        gpus = []  # one GPU (or none): one worker, as CUDA sees the host
+    regime = f"per-gpu {len(gpus)} workers" if gpus else "single-process"
+    facts = ReceiptFacts.start(args, spec, python, regime)
     log = log_path(paths, "smoke.log")
     only: tuple[str, ...] = tuple(args.only)
     imports: tuple[str, ...] = ()
@@ -223,23 +230,20 @@ def run(args: SmokeArgs) -> int:
         only, imports = chosen.only, chosen.imports
         events.emit("info", f"checks for what {chosen.lock_file} installed: {', '.join(only)}"
                     + (f"; imports of {', '.join(imports)}" if imports else ""))
-    env = target_env(spec, paths)
-    gpus = select(visible_gpus(env), args.gpus)
-    if args.gpus is not None or len(gpus) > 1 or any(g.fake for g in gpus):
+    if gpus:
         events.emit("info", f"one worker per GPU, at once: {', '.join(g.describe() for g in gpus)}")
-    else:
-        gpus = []  # one GPU (or none): one worker, as CUDA sees the host
     res = run_smoke(python, only=only, imports=imports, quick=args.quick, log_file=log, env=env,
                     timeout=args.timeout, gpus=gpus, slow_margin=args.slow_margin)
-    regime = f"per-gpu {len(gpus)} workers" if gpus else "single-process"
     payload: SmokePayload = {
         "ok": res.ok, "seconds": res.seconds, "environment": res.environment,
         "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
         "launch_regime": regime, "timing": {"launched_at": res.started, "timeline": res.timeline},
         "slow": res.slow, "slow_margin": args.slow_margin}
     if res.gpus:
-        payload["gpus"] = [{**g, "checks": [{k: v for k, v in c.items() if k != "traceback"}  # type: ignore[typeddict-item]
-                                             for c in g["checks"]]} for g in res.gpus]
+        payload["gpus"] = [
+            {**g, "checks": [  # type: ignore[typeddict-item]
+                {k: v for k, v in c.items() if k != "traceback"} for c in g["checks"]]}
+            for g in res.gpus]
     if chosen:
         payload["selection"] = chosen.to_json()
     receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
@@ -271,16 +275,21 @@ def gpu_lines(res: SmokeResult) -> list[str]:
         failed = [c for c in checks if c.get("verdict") == "fail"]
         passed = sum(c.get("verdict") == "pass" for c in checks)
         mm: dict[str, Any] = next((c for c in checks if c.get("name") == "matmul"), {})
-        what = ("FAILED: " + "; ".join(f"{c.get('name')}: {c.get('reason') or ''}"[:120] for c in failed)
-                if failed else f"ok, {passed} passed" + (f", matmul {rate(mm.get('tflops'))}" if rate(mm.get("tflops")) else ""))
-        lines.append(f"  GPU {g['index']}  {g['uuid']}  PCI {g['bus_id']}  {g['seconds']:.1f} s  {what}")
+        if failed:
+            what = "FAILED: " + "; ".join(f"{c.get('name')}: {c.get('reason') or ''}"[:120]
+                                          for c in failed)
+        else:
+            shown = rate(mm.get("tflops"))
+            what = f"ok, {passed} passed" + (f", matmul {shown}" if shown else "")
+        lines.append(f"  GPU {g['index']}  {g['uuid']}  PCI {g['bus_id']}  "
+                     f"{g['seconds']:.1f} s  {what}")
     for f in res.slow:
         lines.append(("  SLOW " if f.get("verdict") == "fail" else "  warn ") + describe_finding(f))
     return lines
 
 
-def _summary(ok: bool, checks: list[dict[str, Any]], seconds: float, env: dict[str, Any], python: Path,
-             slow: list[dict[str, Any]] | None = None) -> str:
+def _summary(ok: bool, checks: list[dict[str, Any]], seconds: float, env: dict[str, Any],
+             python: Path, slow: list[dict[str, Any]] | None = None) -> str:
     """The verdict first, then the counts: each check's own line was printed as it finished."""
     counts = {word: sum(c.get("verdict") == v for c in checks)
               for v, word in (("pass", "passed"), ("fail", "failed"), ("skip", "skipped"))}

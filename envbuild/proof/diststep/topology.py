@@ -45,14 +45,21 @@ def expected_busbw(links: Sequence[str]) -> tuple[float, str] | None:
     nv = [int(m.group(1)) for m in (re.fullmatch(r"NV(\d+)", link) for link in links) if m]
     if len(nv) == len(links):
         n = min(nv)
-        return (n * NVLINK_GBPS_PER_LINK * NCCL_EFFICIENCY,
-                f"NVLink NV{n}: {n} x {NVLINK_GBPS_PER_LINK:g} GB/s x {NCCL_EFFICIENCY:g}")
+        return (
+            n * NVLINK_GBPS_PER_LINK * NCCL_EFFICIENCY,
+            f"NVLink NV{n}: {n} x {NVLINK_GBPS_PER_LINK:g} GB/s x {NCCL_EFFICIENCY:g}",
+        )
     slow = sorted({link for link in links if not re.fullmatch(r"NV\d+", link)})
     return PCIE_BUSBW_GBPS, f"PCIe ({', '.join(slow)}): about {PCIE_BUSBW_GBPS:g} GB/s"
 
 
-def judge(result: Mapping[str, Any], *, query: str | None = None, topo: str | None = None,
-          host: str | None = None) -> dict[str, Any] | None:
+def judge(
+    result: Mapping[str, Any],
+    *,
+    query: str | None = None,
+    topo: str | None = None,
+    host: str | None = None,
+) -> dict[str, Any] | None:
     """The measured all-reduce bus bandwidth against the ranks' links: measured, expected, links,
     basis, verdict (``pass``, or ``warn`` far below); None where there is nothing to compare (one
     rank, CPU, several hosts, no nvidia-smi). ``query``/``topo``/``host``: given, not read."""
@@ -63,8 +70,17 @@ def judge(result: Mapping[str, Any], *, query: str | None = None, topo: str | No
     here = host or os.uname().nodename
     if any(r.get("host") != here for r in ranks) or any(not r.get("gpu_uuid") for r in ranks):
         return None
-    query = query if query is not None else _capture(
-        ["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id,name", "--format=csv,noheader,nounits"])
+    query = (
+        query
+        if query is not None
+        else _capture(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,uuid,pci.bus_id,name",
+                "--format=csv,noheader,nounits",
+            ]
+        )
+    )
     topo = topo if topo is not None else _capture(["nvidia-smi", "topo", "-m"])
     if not query or not topo:
         return None
@@ -73,18 +89,29 @@ def judge(result: Mapping[str, Any], *, query: str | None = None, topo: str | No
     if len(indices) < 2:
         return None
     cells = parse_topo(topo).cells
-    links = [cells.get((f"GPU{a}", f"GPU{b}"), "?") for i, a in enumerate(indices) for b in indices[i + 1:]]
+    links = [
+        cells.get((f"GPU{a}", f"GPU{b}"), "?")
+        for i, a in enumerate(indices)
+        for b in indices[i + 1 :]
+    ]
     expected = expected_busbw([link for link in links if link != "?"])
     if expected is None:
         return None
     measured = float(bw["busbw_gbps"])
-    return {"measured_busbw_gbps": measured, "expected_busbw_gbps": expected[0], "basis": expected[1],
-            "gpus": indices, "links": links,
-            "verdict": "warn" if measured < FAR_BELOW * expected[0] else "pass"}
+    return {
+        "measured_busbw_gbps": measured,
+        "expected_busbw_gbps": expected[0],
+        "basis": expected[1],
+        "gpus": indices,
+        "links": links,
+        "verdict": "warn" if measured < FAR_BELOW * expected[0] else "pass",
+    }
 
 
 def describe(j: Mapping[str, Any]) -> str:
     word = "far below" if j["verdict"] == "warn" else "in line with"
-    return (f"all-reduce busbw {j['measured_busbw_gbps']:.0f} GB/s, {word} the "
-            f"{j['expected_busbw_gbps']:.0f} GB/s the links between GPU "
-            f"{', '.join(map(str, j['gpus']))} should give ({j['basis']})")
+    return (
+        f"all-reduce busbw {j['measured_busbw_gbps']:.0f} GB/s, {word} the "
+        f"{j['expected_busbw_gbps']:.0f} GB/s the links between GPU "
+        f"{', '.join(map(str, j['gpus']))} should give ({j['basis']})"
+    )

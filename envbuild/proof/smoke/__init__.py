@@ -46,7 +46,7 @@ class SmokeResult:
     log_file: Path | None
     started: float = 0.0  # time.time() at the launch: with ``timeline``, where the seconds went
     timeline: list[Any] = field(default_factory=list)  # checks.py's phases: [name, time.time(), CPU s]
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # per GPU: index, uuid, ..., ok, checks
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # per GPU: index, uuid, ok, checks...
     slow: list[dict[str, Any]] = field(default_factory=list)  # slow GPUs (gpus.slow_findings)
 
     @property
@@ -132,12 +132,14 @@ def run_smoke(
         try:
             threads = []
             for n, gpu in enumerate(jobs):
-                log = log_file if gpu is None or len(jobs) == 1 else \
-                    None if log_file is None else log_file.with_name(f"{log_file.stem}-gpu{gpu.index}.log")
+                log = log_file
+                if gpu is not None and len(jobs) > 1 and log_file is not None:
+                    log = log_file.with_name(f"{log_file.stem}-gpu{gpu.index}.log")
                 job = _Job(python, argv + ["--out", str(Path(tmp) / f"smoke-{n}.json")], gpu,
                            worker_env(base, gpu), log, timeout, len(jobs) > 1)
-                threads.append(threading.Thread(target=lambda n=n, job=job: outcomes.__setitem__(n, job.run()),
-                                                name=f"envbuild-smoke-{n}", daemon=True))
+                threads.append(threading.Thread(
+                    target=lambda n=n, job=job: outcomes.__setitem__(n, job.run()),
+                    name=f"envbuild-smoke-{n}", daemon=True))
             for t in threads:
                 t.start()
             for t in threads:
@@ -152,20 +154,23 @@ def run_smoke(
     if all(o.doc is None for o in results):
         first = results[0]
         if "No module named 'torch'" in first.tail:
-            raise PreflightError(f"torch is not installed in {python}; smoke needs the venv's torch")
+            raise PreflightError(
+                f"torch is not installed in {python}; smoke needs the venv's torch")
         raise VerifyError(first.error or "the smoke checks crashed")
     if gpus:
         per_gpu = [_gpu_result(g, o) for g, o in zip(gpus, results, strict=True)]
-        slow = slow_findings([(g, o.checks) for g, o in zip(gpus, results, strict=True)], slow_margin)
+        pairs = [(g, o.checks) for g, o in zip(gpus, results, strict=True)]
+        slow = slow_findings(pairs, slow_margin)
     else:
         per_gpu, slow = [], slow_findings([(_THIS_HOST, results[0].checks)], slow_margin) \
             if results[0].environment.get("device") else []
     lead = next(o for o in results if o.doc is not None)
     slow_failed = any(f.get("verdict") == "fail" for f in slow)
-    return SmokeResult(ok=all(o.ok for o in results) and not slow_failed, checks=merge_checks(results, gpus),
-                       environment=lead.environment, seconds=time.monotonic() - start,
-                       returncode=max(o.returncode for o in results), log_file=log_file, started=started,
-                       timeline=lead.timeline, gpus=per_gpu, slow=slow)
+    return SmokeResult(ok=all(o.ok for o in results) and not slow_failed,
+                       checks=merge_checks(results, gpus), environment=lead.environment,
+                       seconds=time.monotonic() - start,
+                       returncode=max(o.returncode for o in results), log_file=log_file,
+                       started=started, timeline=lead.timeline, gpus=per_gpu, slow=slow)
 
 
 _THIS_HOST = SmokeGPU(0, "", "", "the SmokeGPU CUDA sees first")
@@ -184,7 +189,8 @@ class _Outcome:
     @property
     def checks(self) -> list[dict[str, Any]]:
         if self.doc is None:
-            return [{"name": "smoke worker", "verdict": "fail", "reason": self.error or "no result"}]
+            return [{"name": "smoke worker", "verdict": "fail",
+                     "reason": self.error or "no result"}]
         return list(self.doc.get("checks", []))
 
     @property
@@ -222,28 +228,31 @@ class _Job:
                     return
                 level, text = describe(res, where)
                 with _emit_lock:
-                    events.emit(level, text, result=res, gpu=None if self.gpu is None else self.gpu.index)
+                    events.emit(level, text, result=res,
+                                gpu=None if self.gpu is None else self.gpu.index)
             else:
                 with _emit_lock:
                     events.emit("debug", f"[{where}] {line}" if where else line)
 
         t0 = time.monotonic()
         try:
-            res = run(self.argv, log_file=self.log_file, env=self.env, timeout=self.timeout, on_line=on_line)
+            res = run(self.argv, log_file=self.log_file, env=self.env, timeout=self.timeout,
+                      on_line=on_line)
         except FileNotFoundError as exc:
             raise PreflightError(f"cannot run {self.python}") from exc
         seconds = time.monotonic() - t0
         on = f" on {self.gpu.describe()}" if self.gpu is not None else ""
         if res.timed_out:
-            return _Outcome(None, res.returncode, res.tail, res.hung_message(f"the smoke checks{on}") +
-                            " A hang in `import torch` or a first CUDA call is usually the driver or a GPU held "
-                            "by another process (see nvidia-smi); raise --timeout for a slow first compile.",
-                            seconds, self.log_file)
+            why = res.hung_message(f"the smoke checks{on}") + (
+                " A hang in `import torch` or a first CUDA call is usually the driver or a GPU "
+                "held by another process (see nvidia-smi); raise --timeout for a slow first "
+                "compile.")
+            return _Outcome(None, res.returncode, res.tail, why, seconds, self.log_file)
         if not out.is_file():
             where_log = f"; full log: {self.log_file}" if self.log_file else ""
-            return _Outcome(None, res.returncode, res.tail,
-                            f"the smoke checks{on} crashed (exit {res.returncode}) before writing a result"
-                            f"{where_log}. Last lines:\n{res.tail}", seconds, self.log_file)
+            why = (f"the smoke checks{on} crashed (exit {res.returncode}) before writing a "
+                   f"result{where_log}. Last lines:\n{res.tail}")
+            return _Outcome(None, res.returncode, res.tail, why, seconds, self.log_file)
         doc = json.loads(out.read_text(encoding="utf-8"))
         return _Outcome(doc, res.returncode, res.tail, None, seconds, self.log_file)
 
@@ -274,7 +283,8 @@ def merge_checks(results: Sequence[_Outcome], gpus: Sequence[SmokeGPU]) -> list[
     return list(merged.values())
 
 
-def _start_loads(python: Path, base: dict[str, str], targets: Sequence[SmokeGPU]) -> list[subprocess.Popen[str]]:
+def _start_loads(python: Path, base: dict[str, str],
+                 targets: Sequence[SmokeGPU]) -> list[subprocess.Popen[str]]:
     """The planted competing loads (``ENVBUILD_SMOKE_LOAD_GPUS``), running before this returns."""
     procs = []
     for gpu in targets:
@@ -282,7 +292,8 @@ def _start_loads(python: Path, base: dict[str, str], targets: Sequence[SmokeGPU]
         proc = subprocess.Popen([str(python), str(LOAD_SCRIPT)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         procs.append(proc)
-        events.emit("warn", f"planted: a competing matmul load on {gpu.describe()} (pid {proc.pid})")
+        events.emit("warn",
+                    f"planted: a competing matmul load on {gpu.describe()} (pid {proc.pid})")
     for proc in procs:
         if proc.stdout is not None:
             proc.stdout.readline()  # "ENVBUILD_LOAD ready" (or the end of a load that failed)

@@ -89,7 +89,8 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float, **extra
     return res
 
 
-def timed_ms(fn: Callable[[], Any], iters: int = 10, during: Callable[[], Any] | None = None) -> float:
+def timed_ms(fn: Callable[[], Any], iters: int = 10,
+             during: Callable[[], Any] | None = None) -> float:
     """Mean milliseconds of ``fn`` after one warm-up call (CUDA events on a GPU); ``during`` is
     called once the timed calls are queued, while the GPU runs them (NVML's clocks then)."""
     fn()
@@ -128,7 +129,8 @@ def nvml_sample() -> dict[str, Any] | None:
         h = nv.nvmlDeviceGetHandleByUUID(uuid) if uuid.startswith(("GPU-", "MIG-")) else \
             nv.nvmlDeviceGetHandleByIndex(0)
         reasons = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-        return {"source": "nvml", "sm_clock_mhz": int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+        return {"source": "nvml",
+                "sm_clock_mhz": int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
                 "sm_clock_max_mhz": int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
                 "throttle_reasons": [w for bit, w in THROTTLE_REASONS.items() if reasons & bit],
                 "temperature_c": float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
@@ -141,7 +143,8 @@ def nvml_sample() -> dict[str, Any] | None:
     query = "clocks.sm,clocks.max.sm,clocks_throttle_reasons.active,temperature.gpu,power.draw"
     try:
         out = subprocess.run(["nvidia-smi", "-i", uuid or "0", f"--query-gpu={query}",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
         sm, sm_max, reasons, temp, power = (v.strip() for v in out.stdout.strip().split(","))
         bits = int(reasons, 16)
         return {"source": "nvidia-smi", "sm_clock_mhz": int(sm), "sm_clock_max_mhz": int(sm_max),
@@ -267,7 +270,8 @@ def check_matmul(quick: bool) -> Result:
         x, y = torch.randn(n, n, device=d, dtype=torch.bfloat16), torch.randn(n, n, device=d, dtype=torch.bfloat16)
         settle_imports()
         sample: list[Any] = []
-        ms = timed_ms(lambda: x @ y, 10 if quick else 50, during=lambda: sample.append(nvml_sample()))
+        ms = timed_ms(lambda: x @ y, 10 if quick else 50,
+                      during=lambda: sample.append(nvml_sample()))
         tflops = 2 * n**3 / (ms / 1e3) / 1e12
         sheet = datasheet_rate(torch.cuda.get_device_name())
         return {**res, "kernel_ms": ms, "tflops": tflops, "datasheet_tflops": sheet,
@@ -650,7 +654,7 @@ def environment() -> dict[str, Any]:
         if getattr(props, "uuid", None) is not None:
             info["uuid"] = f"GPU-{props.uuid}"
     if os.environ.get("ENVBUILD_SMOKE_GPU"):
-        info["gpu_index"] = int(os.environ["ENVBUILD_SMOKE_GPU"])  # nvidia-smi's, set by the launcher
+        info["gpu_index"] = int(os.environ["ENVBUILD_SMOKE_GPU"])  # nvidia-smi's, from envbuild
     return info
 
 
@@ -766,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and name not in args.only:
                 continue
             if name != "matmul":
-                settle_imports()  # only the matmul's start overlaps them: no two threads import at once
+                settle_imports()  # only the matmul's start overlaps them: one importer at once
             timeline.append((name, time.time(), time.process_time()))
             res = run_one(name, fn, args.quick)
             results.append(res)

@@ -42,8 +42,15 @@ EXPECTED_MATMUL_FRACTION = 0.75
 _QUERY = "index,uuid,pci.bus_id,name"
 PEERS = "median of its peers"
 
-__all__ = ["DEFAULT_SLOW_MARGIN", "SmokeGPU", "parse_gpu_list", "select", "slow_findings", "visible_gpus",
-           "worker_env"]
+__all__ = [
+    "DEFAULT_SLOW_MARGIN",
+    "SmokeGPU",
+    "parse_gpu_list",
+    "select",
+    "slow_findings",
+    "visible_gpus",
+    "worker_env",
+]
 
 
 @dataclass(frozen=True)
@@ -64,8 +71,13 @@ class SmokeGPU:
         return f"GPU {self.index} ({self.name}, {self.uuid}, PCI {self.bus_id})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "uuid": self.uuid, "bus_id": self.bus_id, "name": self.name,
-                **({"fake": True} if self.fake else {})}
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "bus_id": self.bus_id,
+            "name": self.name,
+            **({"fake": True} if self.fake else {}),
+        }
 
 
 def parse_query(text: str) -> list[SmokeGPU]:
@@ -84,11 +96,17 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[SmokeGPU]:
     env = os.environ if env is None else env
     fake = env.get(FAKE_GPUS_ENV, "").strip()
     if fake.isdigit() and int(fake) > 0:
-        return [SmokeGPU(i, f"FAKE-GPU-{i}", f"fake:{i:02x}", "CPU standing in for a GPU", fake=True)
-                for i in range(int(fake))]
+        return [
+            SmokeGPU(i, f"FAKE-GPU-{i}", f"fake:{i:02x}", "CPU standing in for a GPU", fake=True)
+            for i in range(int(fake))
+        ]
     try:
-        res = run(["nvidia-smi", f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"], capture=True,
-                  timeout=30, env=env)
+        res = run(
+            ["nvidia-smi", f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"],
+            capture=True,
+            timeout=30,
+            env=env,
+        )
     except (FileNotFoundError, PermissionError):
         return []
     if res.returncode != 0 or res.timed_out:
@@ -104,8 +122,12 @@ def narrow(gpus: Sequence[SmokeGPU], wanted: str | None) -> list[SmokeGPU]:
     for item in (w.strip() for w in wanted.split(",")):
         if not item or item == "-1":
             break  # CUDA stops at the first entry it cannot use
-        match = [g for g in gpus if (item.isdigit() and g.index == int(item))
-                 or (not item.isdigit() and g.uuid.startswith(item))]
+        match = [
+            g
+            for g in gpus
+            if (item.isdigit() and g.index == int(item))
+            or (not item.isdigit() and g.uuid.startswith(item))
+        ]
         if not match:
             break
         out += [g for g in match if g not in out]
@@ -131,9 +153,11 @@ def select(gpus: Sequence[SmokeGPU], wanted: tuple[int, ...] | None) -> list[Smo
     missing = [i for i in wanted if i not in by_index]
     if missing:
         shown = ", ".join(str(g.index) for g in gpus) or "none"
-        raise PreflightError(f"--gpus names GPU {', '.join(map(str, missing))}, which this process cannot see "
-                         f"(visible GPUs: {shown})",
-                         hint="Check nvidia-smi and CUDA_VISIBLE_DEVICES, or leave --gpus out for all of them.")
+        raise PreflightError(
+            f"--gpus names GPU {', '.join(map(str, missing))}, which this process cannot see "
+            f"(visible GPUs: {shown})",
+            hint="Check nvidia-smi and CUDA_VISIBLE_DEVICES, or leave --gpus out for all of them.",
+        )
     return [by_index[i] for i in wanted]
 
 
@@ -176,10 +200,12 @@ def _rates(checks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-def slow_findings(per_gpu: Sequence[tuple[SmokeGPU, Sequence[Mapping[str, Any]]]],
-                  margin: float | None) -> list[dict[str, Any]]:
+def slow_findings(
+    per_gpu: Sequence[tuple[SmokeGPU, Sequence[Mapping[str, Any]]]], margin: float | None
+) -> list[dict[str, Any]]:
     """Each (GPU, timed check) more than ``margin`` below the median of the other GPUs' figures;
-    with one GPU, its matmul against ``EXPECTED_MATMUL_FRACTION`` of the datasheet rate. None: off."""
+    with one GPU, its matmul against ``EXPECTED_MATMUL_FRACTION`` of the datasheet rate.
+    ``margin`` None: off."""
     if margin is None:
         return []
     rates = [(gpu, _rates(checks), checks) for gpu, checks in per_gpu]
@@ -191,7 +217,11 @@ def slow_findings(per_gpu: Sequence[tuple[SmokeGPU, Sequence[Mapping[str, Any]]]
         if "matmul" in mine and isinstance(sheet, (int, float)) and sheet > 0:
             expected = EXPECTED_MATMUL_FRACTION * float(sheet)
             if mine["matmul"] < (1 - margin) * expected:
-                found.append(_finding(gpu, "matmul", mine["matmul"], expected, "figure expected of its model", mm))
+                found.append(
+                    _finding(
+                        gpu, "matmul", mine["matmul"], expected, "figure expected of its model", mm
+                    )
+                )
         return found
     for i, (gpu, mine, checks) in enumerate(rates):
         for name, rate in mine.items():
@@ -205,13 +235,20 @@ def slow_findings(per_gpu: Sequence[tuple[SmokeGPU, Sequence[Mapping[str, Any]]]
     return found
 
 
-def _finding(gpu: SmokeGPU, check: str, rate: float, against: float, what: str,
-             result: Mapping[str, Any]) -> dict[str, Any]:
+def _finding(
+    gpu: SmokeGPU, check: str, rate: float, against: float, what: str, result: Mapping[str, Any]
+) -> dict[str, Any]:
     below = 1 - rate / against
     # slower than its peers fails smoke; below the model's expected figure (an estimate) warns
-    finding: dict[str, Any] = {**gpu.to_json(), "check": check, "tflops": rate, "compared_with": what,
-                               "reference_tflops": against, "below": below,
-                               "verdict": "fail" if what == PEERS else "warn"}
+    finding: dict[str, Any] = {
+        **gpu.to_json(),
+        "check": check,
+        "tflops": rate,
+        "compared_with": what,
+        "reference_tflops": against,
+        "below": below,
+        "verdict": "fail" if what == PEERS else "warn",
+    }
     nvml = result.get("nvml")
     if isinstance(nvml, Mapping):
         finding["nvml"] = dict(nvml)
@@ -220,14 +257,18 @@ def _finding(gpu: SmokeGPU, check: str, rate: float, against: float, what: str,
 
 def describe_finding(f: Mapping[str, Any]) -> str:
     """A slow GPU in one line: which, how slow against what, and NVML's clocks and reasons."""
-    text = (f"GPU {f['index']} ({f['uuid']}, PCI {f['bus_id']}) is slow: {f['check']} "
-            f"{f['tflops']:.0f} TFLOP/s, {100 * f['below']:.0f}% below the {f['compared_with']} "
-            f"{f['reference_tflops']:.0f}")
+    text = (
+        f"GPU {f['index']} ({f['uuid']}, PCI {f['bus_id']}) is slow: {f['check']} "
+        f"{f['tflops']:.0f} TFLOP/s, {100 * f['below']:.0f}% below the {f['compared_with']} "
+        f"{f['reference_tflops']:.0f}"
+    )
     nvml = f.get("nvml")
     if isinstance(nvml, Mapping):
         parts = []
         if nvml.get("sm_clock_mhz") is not None:
-            parts.append(f"SM clock {nvml['sm_clock_mhz']} of {nvml.get('sm_clock_max_mhz', '?')} MHz")
+            parts.append(
+                f"SM clock {nvml['sm_clock_mhz']} of {nvml.get('sm_clock_max_mhz', '?')} MHz"
+            )
         if nvml.get("throttle_reasons") is not None:
             parts.append("throttle reasons: " + (", ".join(nvml["throttle_reasons"]) or "none"))
         for key, unit in (("temperature_c", " C"), ("power_w", " W")):

@@ -1,4 +1,4 @@
-"""A competing load pinned to one GPU (``ENVBUILD_SMOKE_LOAD_GPUS``, standalone: no envbuild import).
+"""A competing load pinned to one GPU (``ENVBUILD_SMOKE_LOAD_GPUS``; standalone: no envbuild).
 
 Runs bf16 matrix products back to back on the GPU ``CUDA_VISIBLE_DEVICES`` names (the CPU without
 one) until it is stopped or ``--seconds`` pass, so a smoke worker sharing that GPU measures it slow
@@ -20,7 +20,9 @@ def main() -> int:
     args = p.parse_args()
     cuda = torch.cuda.is_available()
     n = 8192 if cuda else 256
-    x = torch.randn(n, n, device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else torch.float32)
+    x = torch.randn(
+        n, n, device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else torch.float32
+    )
     end = time.monotonic() + args.seconds
     ready = False
     while time.monotonic() < end:
