@@ -654,7 +654,7 @@ def environment() -> dict[str, Any]:
         if getattr(props, "uuid", None) is not None:
             info["uuid"] = f"GPU-{props.uuid}"
     if os.environ.get("ENVBUILD_SMOKE_GPU"):
-        info["gpu_index"] = int(os.environ["ENVBUILD_SMOKE_GPU"])  # nvidia-smi's, from envbuild
+        info["gpu_index"] = int(os.environ["ENVBUILD_SMOKE_GPU"])  # nvidia-smi's, set by smoke
     return info
 
 
