@@ -141,16 +141,13 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
 def _installable(view: View, torch_name: str) -> bool:
     """Whether the view's torch has a file that installs there: a wheel whose tags fit its platform
     and Python, or an sdist (True where the lock names no files: a git pin, a folder)."""
-    from envbuild.gate.tags import installs_on
+    from envbuild.index.wheeltags import installs_on
 
     entries = view.by_name.get(torch_name) or []
     files = [f for e in entries for f, _ in e.files]
     if not entries or not files:
         return True
-    from urllib.parse import unquote
-
-    return any(installs_on(unquote(f.rsplit("/", 1)[-1].split("#", 1)[0]), view.env.platform, view.env.python)
-               for f in files)
+    return any(installs_on(f, view.env.python, view.env.platform) for f in files)
 
 
 def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozenset[str] = frozenset()) -> list[EnvRow]:
