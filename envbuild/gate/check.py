@@ -115,6 +115,8 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
                   sources=MetadataSources(offline=offline, use_cache=use_cache))
     for family in FAMILIES:
         family.check(ctx)
+    for text in ctx.no_file_notes():
+        ctx.note(text)
     for text in ctx.sources.notes():
         ctx.note(text)
     if base:
@@ -190,12 +192,18 @@ def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozens
 
 def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None,
              space: Space) -> None:
-    rel, text = history.file_at_ref(path, ref)
+    given = Path(ref).expanduser()
+    if given.is_file():  # a file (a release's lock): read as it is, no git needed
+        rel, text = str(given), read_lockfile(given)
+        where, base_kind = given, detect(given, text)
+    else:
+        rel, text = history.file_at_ref(path, ref)
+        where, base_kind = Path(f"{ref}:{rel}"), kind
     if text is None:
         ctx.note(f"--base {ref}: {rel} does not exist there; nothing to compare")
         return
     try:
-        old = parse(Path(f"{ref}:{rel}"), text, kind)
+        old = parse(where, text, base_kind)
     except LockParseError as exc:
         ctx.note(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return

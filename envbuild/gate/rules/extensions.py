@@ -156,6 +156,8 @@ def check(ctx: Context) -> None:
             claim = claims[entry.key]
             if claim is None and entry.key not in unread and entry.name not in KNOWN_EXTENSIONS and not entry.url:
                 continue
+            if ctx.no_file(entry, view):
+                continue
             torch = view.torch_for(entry, ctx.lock, torch_name)
             if torch is None or torch.version is None:
                 if claim is not None:
