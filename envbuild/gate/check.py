@@ -193,6 +193,7 @@ def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozens
 def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None,
              space: Space) -> None:
     given = Path(ref).expanduser()
+    text: str | None
     if given.is_file():  # a file (a release's lock): read as it is, no git needed
         rel, text = str(given), read_lockfile(given)
         where, base_kind = given, detect(given, text)
