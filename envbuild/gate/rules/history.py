@@ -56,11 +56,9 @@ def moved(name: str, before: str, after: str, ref: str) -> tuple[str, str] | Non
     lb, la = local_of(before), local_of(after)
     if pb > pa:
         retag = ""
-        if lb != la:  # a downgrade that also changes the build: both are said
-            build = "another CUDA build" if (lb or "").startswith("cu") and (la or "").startswith("cu") \
-                else "another build"
-            retag = (f", and re-tagged ({'+' + lb if lb else 'none'} -> {'+' + la if la else 'none'}: "
-                     f"{build})")
+        if lb and la and lb != la:  # a downgrade that also changes the named build: both are said
+            build = "another CUDA build" if lb.startswith("cu") and la.startswith("cu") else "another build"
+            retag = f", and re-tagged (+{lb} -> +{la}: {build})"
         return "torch-downgrade", f"{name} {before} at {ref} -> {after} here: a downgrade{retag}"
     if pb == pa and lb != la:
         return "torch-swap", (f"{name} {before} at {ref} -> {after} here: the same version with another local tag "
