@@ -8,18 +8,28 @@
   2.10.0+cu128), a downgrade alone as one, a re-tag alone as a swap; and it takes a file as well as
   a git ref.
 
-The locks are uv.lock files in the shape uv writes (a virtual project, a URL wheel, a registry
+- A requirements lock's rows are true: online, a hash-pinned torch's files are found on its index
+  by hash (no wheel downloaded), so a Linux-only torch is "ok" on Linux and "no file for this
+  platform" elsewhere; offline every row says "not known offline"; a hash no file on the index has
+  (planted) leaves every row "not known: no file found" (``uv pip compile --generate-hashes``).
+
+The locks of the first two are uv.lock files in the shape uv writes (a virtual project, a URL wheel, a registry
 torch with a wheel per platform); the rules read them as any other uv.lock (quick: no index).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from support.fixtures import EnvbuildResult
+from support.gatelocks import uv_bin
+from support.index import IndexServer
+from support.wheels import build_wheel
 
 from envbuild.errors import ExitCode
 from envbuild.gate import Policy, check_file
@@ -146,3 +156,46 @@ def test_base_takes_a_file_and_a_git_ref(run_envbuild: Run, tmp_path: Path) -> N
     assert r.rc == ExitCode.OK, r.output
     r = run_envbuild("check-lock", lock, "--offline", "--base", str(tmp_path / "nowhere.lock"))
     assert r.rc == ExitCode.CONFIG and "no such git revision" in r.stderr and "Traceback" not in r.output, r.output
+
+
+# ----------------------------------------------------------------------------- requirements rows
+
+
+@pytest.fixture(scope="module")
+def cu130_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    """torch 2.11.0+cu130 with a Linux x86_64 wheel only (as the CUDA index serves it), colorama."""
+    folder = tmp_path_factory.mktemp("cu130")
+    build_wheel(folder, "torch", "2.11.0+cu130", platform_tag="manylinux_2_28_x86_64",
+                python_tag="py3", abi_tag="none")
+    build_wheel(folder, "colorama", "0.4.6")
+    with IndexServer({"cu130": folder}) as server:
+        yield server
+
+
+def _compiled(tmp: Path, index: IndexServer) -> Path:
+    """``uv pip compile --universal --generate-hashes`` of torch and a Windows-only colorama."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "requirements.in").write_text("torch==2.11.0+cu130\ncolorama==0.4.6 ; sys_platform == 'win32'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    got = subprocess.run([uv_bin(), "pip", "compile", "requirements.in", "--universal", "--generate-hashes",
+                          "--python-version", "3.12", "--index-url", index.simple_url("cu130"),
+                          "--emit-index-url", "-o", "requirements.txt", "--no-header"], cwd=tmp,
+                         env={**env, "UV_CACHE_DIR": str(tmp / "uv-cache"), "XDG_CONFIG_HOME": str(tmp)},
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    return tmp / "requirements.txt"
+
+
+def test_requirements_rows_say_what_the_hashes_show(cu130_index: IndexServer, tmp_path: Path) -> None:
+    lock = _compiled(tmp_path, cu130_index)
+    online = {r.name: r.result for r in check_file(lock, Policy(python="3.12"), use_cache=False).environments}
+    assert online["linux x86_64"] == "ok", online
+    assert {online[p] for p in ("linux aarch64", "macos arm64", "macos x86_64", "windows amd64")} == \
+        {"no file for this platform"}, online
+    offline = {r.name: r.result for r in check_file(lock, Policy(python="3.12"), offline=True).environments}
+    assert set(offline.values()) == {"not known offline"}, offline  # never "ok" without evidence
+    # planted: a hash no file on the index has
+    lock.write_text(re.sub(r"(torch==2\.11\.0\+cu130 \\\n\s+--hash=sha256:)[0-9a-f]{64}", r"\g<1>" + "0" * 64,
+                           lock.read_text()))
+    planted = check_file(lock, Policy(python="3.12"), use_cache=False)
+    assert {r.result for r in planted.environments} == {"not known: no file found"}, planted.environments

@@ -59,6 +59,7 @@ class Context:
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
     _no_file: dict[str, list[str]] = field(default_factory=dict)  # entry label -> environments
     _installs: dict[tuple[int, str, str], bool] = field(default_factory=dict)
+    index_files: dict[int, list[str] | None] = field(default_factory=dict)  # a pin's files, from its index
 
     def add(self, package: str, rule: str, reason: str, env: Environment | None = None,
             entry: Entry | None = None) -> None:
