@@ -23,6 +23,8 @@ RULES: dict[str, str] = {
     "torch-requirement": "a locked package requires a torch (or protected package) the locked one does not satisfy",
     "extension-abi": "a prebuilt extension was built for another torch minor, CUDA major or C++ ABI "
                      "than the torch it is installed with",
+    "conda-torch-build": "a conda package (pixi.lock) depends on another pytorch or libtorch build than "
+                         "the one the environment installs",
     "torch-runtime": "torch declares runtime requirements (nvidia-*, cuda-toolkit, triton) the lock does not "
                      "install, or installs at another version",
     "torch-downgrade": "with --base: an environment's torch is older than at the base revision",

@@ -144,10 +144,13 @@ def check(ctx: Context) -> None:
     claims: dict[int, AbiClaim | None] = {}
     unread: dict[int, str] = {}  # entry key -> label
     runtimes: dict[tuple[int, int], tuple[int, str] | None] = {}
+    from envbuild.gate.formats.pixi import conda_packages
+
+    conda = conda_packages(ctx.lock)  # conda packages: ``rules.conda`` reads their depends
     for v, view in enumerate(ctx.views):
         platform = "linux" if view.env.system == "linux" else view.env.system or "linux"
         for entry in view.members.entries:
-            if entry.name in protected or entry.key in view.members.roots:
+            if entry.name in protected or entry.key in view.members.roots or entry.key in conda:
                 continue
             if entry.key not in claims:
                 claims[entry.key] = claim_of(entry)
