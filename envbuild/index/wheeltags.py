@@ -26,14 +26,16 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms, sys_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuild import events
-from envbuild._io import sha256_file
-from envbuild.index.client import Artifact, find_links_files, parse_filename
+
+if TYPE_CHECKING:  # the index client (requests) only where a wheelhouse is read: the gate starts without it
+    from envbuild.index.client import Artifact
 
 __all__ = ["NEWEST_GLIBC", "SDIST_SUFFIXES", "fits_target", "host_tags", "installs_on", "platform_tags",
            "select_target", "tag_rank", "target_tags", "wheel_tags", "wheelhouse_files"]
@@ -161,6 +163,9 @@ def wheelhouse_files(location: str) -> dict[str, str]:
     """{sha256: file name} of every distribution file in a wheelhouse folder (hashes from its
     ``wheelhouse.json`` / ``.envbuild-hashes.json`` where name and size agree, else read) or on a
     find-links page (its ``#sha256=`` fragments)."""
+    from envbuild._io import sha256_file
+    from envbuild.index.client import find_links_files, parse_filename
+
     parts = urlsplit(location)
     if parts.scheme not in ("", "file"):
         return {a.sha256: a.filename for a in find_links_files(location) if a.sha256}
