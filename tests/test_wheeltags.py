@@ -110,3 +110,23 @@ def test_python_and_sdists() -> None:
     assert pure is not None and built is not None and built < pure  # pip prefers the built wheel
     with pytest.raises(ValueError):
         platform_tags("3.12", "plan9 mips")
+
+
+def extension_lists_in(source: str) -> int:
+    """How many literal collections name two CUDA-extension projects (a list of them)."""
+    found = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+            names = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            found += {"flash-attn", "causal-conv1d"} <= names or {"mamba-ssm", "xformers"} <= names
+    return found
+
+
+def test_one_list_of_extension_projects() -> None:
+    owner = PACKAGE / "gate" / "rules" / "extensions.py"
+    seconds = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py"))
+               if p != owner and extension_lists_in(p.read_text(encoding="utf-8"))]
+    assert not seconds, f"the extension projects are listed in gate/rules/extensions.py only: {seconds}"
+    assert extension_lists_in(owner.read_text(encoding="utf-8")) == 1
+    planted = 'BUILDS = frozenset({"flash-attn", "mamba-ssm", "causal-conv1d", "xformers"})\n'
+    assert extension_lists_in(planted) == 1
