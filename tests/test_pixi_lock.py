@@ -54,36 +54,59 @@ def _plant(tmp: Path, *, listed: list[str], described: str, text: str | None = N
 
 
 def test_public_lock_every_platform(run_envbuild: Run, tmp_path: Path) -> None:
-    assert _rows(GPU) == {"linux x86_64, python 3.13": ("2.8.0+cu129", "ok"),
-                          "macos arm64, python 3.13": ("2.8.0+cpu", "ok"),
-                          "windows amd64, python 3.13": ("2.8.0+cu128", "ok")}
+    assert _rows(GPU) == {
+        "linux x86_64, python 3.13": ("2.8.0+cu129", "ok"),
+        "macos arm64, python 3.13": ("2.8.0+cpu", "ok"),
+        "windows amd64, python 3.13": ("2.8.0+cu128", "ok"),
+    }
     r = run_envbuild("check-lock", GPU, "--offline")
     assert r.rc == ExitCode.OK and "(pixi.lock)" in r.stdout, r.output
     renamed = tmp_path / "environment.lock"
     shutil.copy(GPU, renamed)
     assert check_file(renamed, Policy(), offline=True).format == "pixi.lock"  # told by its content
-    r = run_envbuild("check-lock", renamed, "--offline", "--format", "pixi.lock", "--torch-local", "cu129")
-    assert r.rc == ExitCode.LOCK and "[torch-local]" in r.stdout and "macos arm64" in r.stdout, r.output
-    assert "windows amd64" in r.stdout and "linux x86_64" not in r.stdout.split("[torch-local]")[-1], r.output
+    r = run_envbuild(
+        "check-lock", renamed, "--offline", "--format", "pixi.lock", "--torch-local", "cu129"
+    )
+    assert r.rc == ExitCode.LOCK and "[torch-local]" in r.stdout and "macos arm64" in r.stdout, (
+        r.output
+    )
+    assert (
+        "windows amd64" in r.stdout and "linux x86_64" not in r.stdout.split("[torch-local]")[-1]
+    ), r.output
 
 
 def test_pypi_torch_inside_a_pixi_lock() -> None:
-    assert _rows(LLAMA) == {"linux x86_64, python 3.11": ("2.4.0", "ok"),
-                            "macos arm64, python 3.11": ("2.4.0", "ok")}
+    assert _rows(LLAMA) == {
+        "linux x86_64, python 3.11": ("2.4.0", "ok"),
+        "macos arm64, python 3.11": ("2.4.0", "ok"),
+    }
 
 
-@pytest.mark.parametrize(("depends", "finding"), [
-    (["pytorch >=2.8.0,<2.9.0a0", "libtorch 2.8.0.* cuda129*"], False),
-    (["pytorch >=2.7.1,<2.8.0a0"], True),  # built for torch 2.7
-    (["pytorch >=2.8.0,<2.9.0a0", "libtorch 2.8.0.* cpu*"], True),  # a CPU build's extension beside CUDA
-])
-def test_conda_extension_pins_its_pytorch(tmp_path: Path, depends: list[str], finding: bool) -> None:
+@pytest.mark.parametrize(
+    ("depends", "finding"),
+    [
+        (["pytorch >=2.8.0,<2.9.0a0", "libtorch 2.8.0.* cuda129*"], False),
+        (["pytorch >=2.7.1,<2.8.0a0"], True),  # built for torch 2.7
+        (
+            ["pytorch >=2.8.0,<2.9.0a0", "libtorch 2.8.0.* cpu*"],
+            True,
+        ),  # a CPU build's extension beside CUDA
+    ],
+)
+def test_conda_extension_pins_its_pytorch(
+    tmp_path: Path, depends: list[str], finding: bool
+) -> None:
     url = f"{CF}/linux-64/flash-attn-2.7.4-py313h0000000_0.conda"
     libtorch = f"{CF}/linux-64/libtorch-2.8.0-cuda129_mkl_hf53477d_302.conda"
-    described = (f"- conda: {url}\n  sha256: {SHA}\n  depends:\n"
-                 + "".join(f"  - {d}\n" for d in depends) + "  license: BSD-3-Clause\n")
+    described = (
+        f"- conda: {url}\n  sha256: {SHA}\n  depends:\n"
+        + "".join(f"  - {d}\n" for d in depends)
+        + "  license: BSD-3-Clause\n"
+    )
     lock = _plant(tmp_path, listed=[f"conda: {url}"], described=described)
-    assert libtorch.rsplit("/", 1)[1] in lock.read_text()  # the lock's own libtorch, which the pin names
+    assert (
+        libtorch.rsplit("/", 1)[1] in lock.read_text()
+    )  # the lock's own libtorch, which the pin names
     report = check_file(lock, Policy(), offline=True)
     found = [(f.rule, f.package, f.environments) for f in report.findings]
     if not finding:
@@ -91,20 +114,29 @@ def test_conda_extension_pins_its_pytorch(tmp_path: Path, depends: list[str], fi
         return
     assert found == [("conda-torch-build", "flash-attn", ["linux x86_64, python 3.13"])], found
     assert report.findings[0].line == lock.read_text().splitlines().index(f"- conda: {url}") + 1
-    assert "pytorch 2.8.0 (cuda129_mkl_py313_h7947483_302)" in report.findings[0].reason or \
-        "libtorch 2.8.0" in report.findings[0].reason
+    assert (
+        "pytorch 2.8.0 (cuda129_mkl_py313_h7947483_302)" in report.findings[0].reason
+        or "libtorch 2.8.0" in report.findings[0].reason
+    )
 
 
-@pytest.mark.parametrize(("local", "finding"), [("cu12torch2.8cxx11abiTRUE", False),
-                                                ("cu12torch2.7cxx11abiTRUE", True)])
-def test_pypi_extension_wheel_against_the_conda_torch(tmp_path: Path, local: str, finding: bool) -> None:
+@pytest.mark.parametrize(
+    ("local", "finding"), [("cu12torch2.8cxx11abiTRUE", False), ("cu12torch2.7cxx11abiTRUE", True)]
+)
+def test_pypi_extension_wheel_against_the_conda_torch(
+    tmp_path: Path, local: str, finding: bool
+) -> None:
     wheel = f"https://example.org/flash_attn-2.8.3+{local}-cp313-cp313-linux_x86_64.whl"
-    described = (f"- pypi: {wheel}\n  name: flash-attn\n  version: 2.8.3+{local.lower()}\n"
-                 f"  sha256: {SHA}\n  requires_dist:\n  - torch\n  - einops\n")
+    described = (
+        f"- pypi: {wheel}\n  name: flash-attn\n  version: 2.8.3+{local.lower()}\n"
+        f"  sha256: {SHA}\n  requires_dist:\n  - torch\n  - einops\n"
+    )
     lock = _plant(tmp_path, listed=[f"pypi: {wheel}"], described=described)
     report = check_file(lock, Policy(), offline=True)
     found = [(f.rule, f.package, f.environments) for f in report.findings]
-    assert found == ([("extension-abi", "flash-attn", ["linux x86_64, python 3.13"])] if finding else []), found
+    assert found == (
+        [("extension-abi", "flash-attn", ["linux x86_64, python 3.13"])] if finding else []
+    ), found
 
 
 def test_a_second_environment_is_rows_of_its_own(tmp_path: Path) -> None:
@@ -115,7 +147,9 @@ def test_a_second_environment_is_rows_of_its_own(tmp_path: Path) -> None:
     linux = text[start:end].replace(LINUX_TORCH, old_torch)
     channels = "  old:\n    channels:\n    - url: https://conda.anaconda.org/conda-forge/\n"
     text = text.replace("packages:\n- conda:", channels + linux + "packages:\n- conda:", 1)
-    text += f"- conda: {old_torch}\n  sha256: {SHA}\n  depends:\n  - __cuda\n  license: BSD-3-Clause\n"
+    text += (
+        f"- conda: {old_torch}\n  sha256: {SHA}\n  depends:\n  - __cuda\n  license: BSD-3-Clause\n"
+    )
     lock = tmp_path / "pixi.lock"
     lock.write_text(text)
     rows = _rows(lock)
@@ -124,22 +158,31 @@ def test_a_second_environment_is_rows_of_its_own(tmp_path: Path) -> None:
     assert len(rows) == 4, rows  # the old environment records linux-64 only
 
 
-@pytest.mark.parametrize(("head_torch", "rule"), [
-    ("pytorch-2.8.0-cuda128_mkl_py313_h7947483_302", "torch-swap"),
-    ("pytorch-2.7.1-cuda129_mkl_py313_h7947483_302", "torch-downgrade"),
-    ("pytorch-2.8.0-cuda129_mkl_py313_h7947483_302", None),
-])
-def test_base_on_pixi_locks(run_envbuild: Run, tmp_path: Path, head_torch: str, rule: str | None) -> None:
+@pytest.mark.parametrize(
+    ("head_torch", "rule"),
+    [
+        ("pytorch-2.8.0-cuda128_mkl_py313_h7947483_302", "torch-swap"),
+        ("pytorch-2.7.1-cuda129_mkl_py313_h7947483_302", "torch-downgrade"),
+        ("pytorch-2.8.0-cuda129_mkl_py313_h7947483_302", None),
+    ],
+)
+def test_base_on_pixi_locks(
+    run_envbuild: Run, tmp_path: Path, head_torch: str, rule: str | None
+) -> None:
     head = tmp_path / "today" / "pixi.lock"
     head.parent.mkdir()
-    head.write_text(GPU.read_text().replace("pytorch-2.8.0-cuda129_mkl_py313_h7947483_302", head_torch))
+    head.write_text(
+        GPU.read_text().replace("pytorch-2.8.0-cuda129_mkl_py313_h7947483_302", head_torch)
+    )
     report = check_file(head, Policy(), offline=True, base=str(GPU))
     found = [(f.rule, f.environments) for f in report.findings]
     assert found == ([(rule, ["linux x86_64, python 3.13"])] if rule else []), found
 
 
 def test_conda_torch_variants_and_specs() -> None:
-    def pkg(version: str, build: str, depends: tuple[str, ...] = (), cuda: str | None = None) -> CondaPackage:
+    def pkg(
+        version: str, build: str, depends: tuple[str, ...] = (), cuda: str | None = None
+    ) -> CondaPackage:
         return CondaPackage("pytorch", version, build, "u", depends, cuda)
 
     assert torch_version(pkg("2.8.0", "cuda129_mkl_py313_h7947483_302")) == "2.8.0+cu129"
@@ -149,7 +192,13 @@ def test_conda_torch_variants_and_specs() -> None:
     built = pkg("2.8.0", "cuda129_mkl_py313_h7947483_302")
     assert spec_matches("pytorch >=2.8.0,<2.9.0a0", built) is True
     assert spec_matches("pytorch >=2.7.1,<2.8.0a0", built) is False
-    assert spec_matches("pytorch 2.8.*", built) is True and spec_matches("pytorch 2.7.*", built) is False
-    assert spec_matches("pytorch * cuda*", built) is True and spec_matches("pytorch * cpu*", built) is False
+    assert (
+        spec_matches("pytorch 2.8.*", built) is True
+        and spec_matches("pytorch 2.7.*", built) is False
+    )
+    assert (
+        spec_matches("pytorch * cuda*", built) is True
+        and spec_matches("pytorch * cpu*", built) is False
+    )
     assert spec_matches("pytorch 2.7.*|2.8.*", built) is True
     assert spec_matches("pytorch >=2.8.0,<2.9.0a0 *_302", built) is True

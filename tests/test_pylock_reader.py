@@ -50,12 +50,22 @@ def index(wheels: Path) -> Iterator[IndexServer]:
 
 def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "XDG_CONFIG_HOME": str(tmp / "config"), "UV_CACHE_DIR": str(tmp / "uv-cache"),
-            "PIP_CACHE_DIR": str(tmp / "pip-cache"), "UV_PYTHON_DOWNLOADS": "never"}
+    return {
+        **env,
+        "PIP_CONFIG_FILE": os.devnull,
+        "XDG_CONFIG_HOME": str(tmp / "config"),
+        "UV_CACHE_DIR": str(tmp / "uv-cache"),
+        "PIP_CACHE_DIR": str(tmp / "pip-cache"),
+        "UV_PYTHON_DOWNLOADS": "never",
+    }
 
 
 def _sources(wheels: Path, index: IndexServer | None) -> list[str]:
-    return ["--index-url", index.simple_url("pypi")] if index else ["--no-index", "--find-links", str(wheels)]
+    return (
+        ["--index-url", index.simple_url("pypi")]
+        if index
+        else ["--no-index", "--find-links", str(wheels)]
+    )
 
 
 def _run(argv: list[str], tmp: Path) -> None:
@@ -65,56 +75,88 @@ def _run(argv: list[str], tmp: Path) -> None:
 
 def pip_lock(tmp: Path, wheels: Path, index: IndexServer | None, flash: str) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "pip", "lock", "torch==2.10.0+cu128", f"flash-attn=={flash}",
-          "-o", "pylock.toml", *_sources(wheels, index)], tmp)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "lock",
+            "torch==2.10.0+cu128",
+            f"flash-attn=={flash}",
+            "-o",
+            "pylock.toml",
+            *_sources(wheels, index),
+        ],
+        tmp,
+    )
     return tmp / "pylock.toml"
 
 
 def uv_export(tmp: Path, wheels: Path, index: IndexServer | None, flash: str) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     py = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    where = (f'[[tool.uv.index]]\nname = "local"\nurl = "{index.simple_url("pypi")}"\ndefault = true\n' if index
-             else f'[tool.uv]\nno-index = true\nfind-links = ["{wheels}"]\n')
+    where = (
+        f'[[tool.uv.index]]\nname = "local"\nurl = "{index.simple_url("pypi")}"\ndefault = true\n'
+        if index
+        else f'[tool.uv]\nno-index = true\nfind-links = ["{wheels}"]\n'
+    )
     (tmp / "pyproject.toml").write_text(
         f'[project]\nname = "demo"\nversion = "0.1.0"\nrequires-python = "=={py}.*"\n'
         f'dependencies = ["torch==2.10.0+cu128", "flash-attn=={flash}"]\n\n'
-        f'[tool.uv]\npackage = false\nenvironments = ["sys_platform == \'linux\' and platform_machine == \'x86_64\'"]\n'
-        + where.replace("[tool.uv]\n", ""))
-    for argv in (["lock"], ["export", "--format", "pylock.toml", "-o", "pylock.toml", "--no-header"]):
+        "[tool.uv]\npackage = false\n"
+        "environments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]\n"
+        + where.replace("[tool.uv]\n", "")
+    )
+    for argv in (
+        ["lock"],
+        ["export", "--format", "pylock.toml", "-o", "pylock.toml", "--no-header"],
+    ):
         _run([uv_bin(), *argv, "--python", sys.executable], tmp)
     return tmp / "pylock.toml"
 
 
 @pytest.mark.parametrize("tool", [pip_lock, uv_export], ids=["pip-lock", "uv-export"])
 @pytest.mark.parametrize("with_index", [True, False], ids=["index", "find-links"])
-def test_pylock_from_real_tools(tool: object, with_index: bool, wheels: Path, index: IndexServer,
-                                tmp_path: Path) -> None:
+def test_pylock_from_real_tools(
+    tool: object, with_index: bool, wheels: Path, index: IndexServer, tmp_path: Path
+) -> None:
     assert callable(tool)
     good = tool(tmp_path / "good", wheels, index if with_index else None, HEALTHY)
     lock = parse(good, good.read_text(), "pylock")
     typing_ext = next(e for e in lock.entries if e.name == "typing-extensions")
-    assert typing_ext.url is None and typing_ext.files, typing_ext  # a file of it, not a direct reference
+    assert typing_ext.url is None and typing_ext.files, (
+        typing_ext
+    )  # a file of it, not a direct reference
     # pip lock names no index even when it used one (the issue's case); uv names the index, or
     # the find-links folder as a file:// one
     assert (typing_ext.index is not None) is (tool is uv_export), typing_ext
     report = check_file(good, Policy(), offline=True)
     assert not report.findings, report.findings
-    said = [n for n in [*report.notices, *report.unverified] if "typing-extensions" in n and "ABI" in n]
-    assert not said, said  # before: "typing-extensions 4.15.0 with torch ...: no ABI tag envbuild reads"
+    said = [
+        n for n in [*report.notices, *report.unverified] if "typing-extensions" in n and "ABI" in n
+    ]
+    assert not said, (
+        said
+    )  # before: "typing-extensions 4.15.0 with torch ...: no ABI tag envbuild reads"
     bad = tool(tmp_path / "bad", wheels, index if with_index else None, PLANTED)
     report = check_file(bad, Policy(), offline=True)
-    assert [(f.rule, f.package) for f in report.findings] == [("extension-abi", "flash-attn")], report.findings
+    assert [(f.rule, f.package) for f in report.findings] == [("extension-abi", "flash-attn")], (
+        report.findings
+    )
     assert "built for torch 2.9" in report.findings[0].reason
 
 
-ARCHIVE_LOCK = '''lock-version = "1.0"
+ARCHIVE_LOCK = """lock-version = "1.0"
 created-by = "hand"
 requires-python = ">=3.9"
 
 [[packages]]
 name = "torch"
 version = "2.10.0+cu128"
-wheels = [{{ url = "https://files.example/torch-2.10.0%2Bcu128-py3-none-{linux}.whl", hashes = {{ sha256 = "{h1}" }} }}]
+wheels = [
+  {{ url = "https://files.example/torch-2.10.0%2Bcu128-py3-none-{linux}.whl",
+     hashes = {{ sha256 = "{h1}" }} }},
+]
 
 [[packages]]
 name = "flash-attn"
@@ -124,18 +166,31 @@ name = "flash-attn"
 name = "old-only"
 version = "1.0"
 requires-python = "<3.9"
-wheels = [{{ url = "https://files.example/old_only-1.0-py3-none-any.whl", hashes = {{ sha256 = "{h3}" }} }}]
-'''
+wheels = [
+  {{ url = "https://files.example/old_only-1.0-py3-none-any.whl", hashes = {{ sha256 = "{h3}" }} }},
+]
+"""
 
 
-@pytest.mark.parametrize(("what", "url"), [
-    # a wheel with no index: its url is a file, the entry is no direct reference
-    (f'version = "{PLANTED}"\nwheels = [{{{{ url = "https://files.example/flash_attn-{PLANTED}-py3-none-linux_x86_64.whl",'
-     ' hashes = {{ sha256 = "{h2}" }} }}]', False),
-    # the same bytes as a direct reference
-    ('archive = {{ url = "https://files.example/flash_attn-' + PLANTED + '-py3-none-linux_x86_64.whl", '
-     'hashes = {{ sha256 = "{h2}" }} }}', True),
-])
+@pytest.mark.parametrize(
+    ("what", "url"),
+    [
+        # a wheel with no index: its url is a file, the entry is no direct reference
+        (
+            f'version = "{PLANTED}"\nwheels = [{{{{ url = "https://files.example/flash_attn-{PLANTED}-py3-none-linux_x86_64.whl",'
+            ' hashes = {{ sha256 = "{h2}" }} }}]',
+            False,
+        ),
+        # the same bytes as a direct reference
+        (
+            'archive = {{ url = "https://files.example/flash_attn-'
+            + PLANTED
+            + '-py3-none-linux_x86_64.whl", '
+            'hashes = {{ sha256 = "{h2}" }} }}',
+            True,
+        ),
+    ],
+)
 def test_archive_and_requires_python(what: str, url: bool, tmp_path: Path) -> None:
     text = ARCHIVE_LOCK.format(what=what.format(h2="2" * 64), linux=LINUX, h1="1" * 64, h3="3" * 64)
     path = tmp_path / "pylock.toml"
@@ -146,5 +201,7 @@ def test_archive_and_requires_python(what: str, url: bool, tmp_path: Path) -> No
     old = next(e for e in lock.entries if e.name == "old-only")
     assert old.marker == "python_full_version < '3.9'"
     report = check_file(path, Policy(), offline=True)
-    assert [(f.rule, f.package) for f in report.findings] == [("extension-abi", "flash-attn")], report.findings
+    assert [(f.rule, f.package) for f in report.findings] == [("extension-abi", "flash-attn")], (
+        report.findings
+    )
     assert not [n for n in report.unverified if "old-only" in n]

@@ -21,8 +21,16 @@ from envbuild.index.wheeltags import fits_target, installs_on, platform_tags, ta
 PACKAGE = Path(__file__).resolve().parents[1] / "envbuild"
 OWNER = PACKAGE / "index" / "wheeltags.py"
 # the names of packaging.tags that generate tags; only the owner may call them
-GENERATORS = {"sys_tags", "cpython_tags", "compatible_tags", "generic_tags", "mac_platforms",
-              "platform_tags", "android_platforms", "ios_platforms"}
+GENERATORS = {
+    "sys_tags",
+    "cpython_tags",
+    "compatible_tags",
+    "generic_tags",
+    "mac_platforms",
+    "platform_tags",
+    "android_platforms",
+    "ios_platforms",
+}
 
 MAC_OLD = "numpy-2.2.0-cp312-cp312-macosx_10_9_x86_64.whl"
 MAC_UNIVERSAL = "regex-2024.1.1-cp312-cp312-macosx_10_9_universal2.whl"
@@ -39,65 +47,96 @@ def generators_in(source: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "packaging.tags":
             found |= {a.name for a in node.names if a.name in GENERATORS}
-        elif isinstance(node, ast.Attribute) and node.attr in GENERATORS \
-                and isinstance(node.value, ast.Name) and node.value.id == "tags":
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in GENERATORS
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "tags"
+        ):
             found.add(node.attr)
         elif isinstance(node, ast.JoinedStr):
-            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+            text = "".join(
+                v.value
+                for v in node.values
+                if isinstance(v, ast.Constant) and isinstance(v.value, str)
+            )
             if text.startswith(("manylinux_2_", "macosx_")) and any(
-                    isinstance(v, ast.FormattedValue) for v in node.values):
+                isinstance(v, ast.FormattedValue) for v in node.values
+            ):
                 found.add("a platform-tag f-string")
     return found
 
 
 def test_no_second_tag_generator() -> None:
-    seconds = {str(p.relative_to(PACKAGE)): got for p in sorted(PACKAGE.rglob("*.py"))
-               if p != OWNER and (got := generators_in(p.read_text(encoding="utf-8")))}
+    seconds = {
+        str(p.relative_to(PACKAGE)): got
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != OWNER and (got := generators_in(p.read_text(encoding="utf-8")))
+    }
     assert not seconds, f"tags are generated only in envbuild/index/wheeltags.py: {seconds}"
     assert generators_in(OWNER.read_text(encoding="utf-8")) >= {"cpython_tags", "compatible_tags"}
 
 
-@pytest.mark.parametrize("planted", [
-    "from packaging.tags import cpython_tags\n",
-    "import packaging.tags as tags\nx = list(tags.sys_tags())\n",
-    "def plats(arch: str) -> list[str]:\n    return [f'manylinux_2_{n}_{arch}' for n in range(28, 4, -1)]\n",
-])
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "from packaging.tags import cpython_tags\n",
+        "import packaging.tags as tags\nx = list(tags.sys_tags())\n",
+        "def plats(arch: str) -> list[str]:\n"
+        "    return [f'manylinux_2_{n}_{arch}' for n in range(28, 4, -1)]\n",
+    ],
+)
 def test_the_guard_sees_a_planted_generator(planted: str) -> None:
     assert generators_in(planted)
     assert not generators_in("from packaging.tags import Tag\nname = f'{1}-manylinux'\n")
 
 
-@pytest.mark.parametrize(("wheel", "platform", "installs"), [
-    (MAC_OLD, "macos x86_64", True),
-    (MAC_OLD, "macos arm64", False),  # x86_64 code on an arm64 host: not pip's pick
-    (MAC_UNIVERSAL, "macos arm64", True),
-    (MUSL, "linux x86_64", False),  # the lockers' Linux is glibc Linux
-    (GLIBC_39, "linux x86_64", True),
-    (GLIBC_39, "linux aarch64", False),
-    (WIN, "windows amd64", True),
-    (WIN, "linux x86_64", False),
-])
-def test_gate_and_provision_agree(wheel: str, platform: str, installs: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("wheel", "platform", "installs"),
+    [
+        (MAC_OLD, "macos x86_64", True),
+        (MAC_OLD, "macos arm64", False),  # x86_64 code on an arm64 host: not pip's pick
+        (MAC_UNIVERSAL, "macos arm64", True),
+        (MUSL, "linux x86_64", False),  # the lockers' Linux is glibc Linux
+        (GLIBC_39, "linux x86_64", True),
+        (GLIBC_39, "linux aarch64", False),
+        (WIN, "windows amd64", True),
+        (WIN, "linux x86_64", False),
+    ],
+)
+def test_gate_and_provision_agree(
+    wheel: str, platform: str, installs: bool, tmp_path: Path
+) -> None:
     assert installs_on(wheel, "3.12", platform) is installs
     assert installs_on(f"https://files.example/x/{wheel}#sha256=00", "3.12", platform) is installs
     order = {t: i for i, t in enumerate(target_tag_order("3.12", platform, glibc=45))}
-    entry = Entry(key=0, name="pkg", version="1", files=((f"https://files.example/{wheel}", "0" * 64),))
+    entry = Entry(
+        key=0, name="pkg", version="1", files=((f"https://files.example/{wheel}", "0" * 64),)
+    )
     picked = pick_artifact(entry, tmp_path, order)
     assert (picked is not None) is installs, (wheel, platform)
 
 
 def test_provision_takes_the_best_tag_and_glibc_limits_linux(tmp_path: Path) -> None:
     old = "torch-2.11.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
-    entry = Entry(key=0, name="torch", version="2.11.0", files=(
-        (f"https://f/{old}", "1" * 64), (f"https://f/{GLIBC_39}", "2" * 64)))
+    entry = Entry(
+        key=0,
+        name="torch",
+        version="2.11.0",
+        files=((f"https://f/{old}", "1" * 64), (f"https://f/{GLIBC_39}", "2" * 64)),
+    )
     newest = {t: i for i, t in enumerate(target_tag_order("3.12", "linux x86_64", glibc=45))}
     host_28 = {t: i for i, t in enumerate(target_tag_order("3.12", "linux x86_64", glibc=28))}
     best = pick_artifact(entry, tmp_path, newest)
-    assert best is not None and best.filename == GLIBC_39  # the newer manylinux ranks first, as pip's
+    assert (
+        best is not None and best.filename == GLIBC_39
+    )  # the newer manylinux ranks first, as pip's
     on_28 = pick_artifact(entry, tmp_path, host_28)
     assert on_28 is not None and on_28.filename == old  # manylinux_2_39 needs glibc 2.39
     assert not installs_on(GLIBC_39, "3.12", "linux x86_64", glibc=28)
-    assert fits_target(old, "3.12", "manylinux_2_28_x86_64") and not fits_target(GLIBC_39, "3.12", "manylinux_2_28_x86_64")
+    assert fits_target(old, "3.12", "manylinux_2_28_x86_64") and not fits_target(
+        GLIBC_39, "3.12", "manylinux_2_28_x86_64"
+    )
 
 
 def test_python_and_sdists() -> None:
@@ -117,16 +156,25 @@ def extension_lists_in(source: str) -> int:
     found = 0
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Set, ast.List, ast.Tuple)):
-            names = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            names = {
+                e.value
+                for e in node.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
             found += {"flash-attn", "causal-conv1d"} <= names or {"mamba-ssm", "xformers"} <= names
     return found
 
 
 def test_one_list_of_extension_projects() -> None:
     owner = PACKAGE / "gate" / "rules" / "extensions.py"
-    seconds = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py"))
-               if p != owner and extension_lists_in(p.read_text(encoding="utf-8"))]
-    assert not seconds, f"the extension projects are listed in gate/rules/extensions.py only: {seconds}"
+    seconds = [
+        str(p.relative_to(PACKAGE))
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != owner and extension_lists_in(p.read_text(encoding="utf-8"))
+    ]
+    assert not seconds, (
+        f"the extension projects are listed in gate/rules/extensions.py only: {seconds}"
+    )
     assert extension_lists_in(owner.read_text(encoding="utf-8")) == 1
     planted = 'BUILDS = frozenset({"flash-attn", "mamba-ssm", "causal-conv1d", "xformers"})\n'
     assert extension_lists_in(planted) == 1

@@ -136,7 +136,8 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         how = ("--offline: its pins name no file, so which platforms they install on is not known "
                "(online, their hashes are looked up on the index)" if offline else
                "its pins name no file and the index did not say which files they are")
-        ctx.note(f"{policy.torch} on {', '.join(unknown)}: {how} (rows \"{_unknown_words(offline)}\")")
+        ctx.note(f"{policy.torch} on {', '.join(unknown)}: {how} "
+                 f"(rows \"{_unknown_words(offline)}\")")
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
     report.environments = _rows(views, findings, installable, _unknown_words(offline))
     report.findings = findings
@@ -209,7 +210,8 @@ def _rows(views: list[View], findings: list[Finding], installable: dict[str, boo
                 rename[v.env.name] = env.name
             position = views.index(run[0])
             rows.append((position, EnvRow(env.name, torch, selections=max(v.selections for v in run),
-                                          count=sum(v.environments for v in run), installable=can, unknown=unknown)))
+                                          count=sum(v.environments for v in run), installable=can,
+                                          unknown=unknown)))
     for f in findings:
         f.environments = list(dict.fromkeys(rename.get(n, n) for n in f.environments))
     out = [row for _, row in sorted(rows, key=lambda x: x[0])]

@@ -59,7 +59,8 @@ class Context:
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
     _no_file: dict[str, list[str]] = field(default_factory=dict)  # entry label -> environments
     _installs: dict[tuple[int, str, str], bool] = field(default_factory=dict)
-    index_files: dict[int, list[str] | None] = field(default_factory=dict)  # a pin's files, from its index
+    # a pin's files, as its index lists them (``check._installable``)
+    index_files: dict[int, list[str] | None] = field(default_factory=dict)
 
     def add(self, package: str, rule: str, reason: str, env: Environment | None = None,
             entry: Entry | None = None) -> None:
@@ -85,8 +86,9 @@ class Context:
         return True
 
     def no_file_notes(self) -> list[str]:
-        return [f"{label}: no file of it installs on {'; '.join(where)} (no file for this platform: "
-                "judged only where one does)" for label, where in self._no_file.items()]
+        return [f"{label}: no file of it installs on {'; '.join(where)} "
+                "(no file for this platform: judged only where one does)"
+                for label, where in self._no_file.items()]
 
     def note(self, text: str) -> None:
         if text not in self.notices:

@@ -23,8 +23,8 @@ RULES: dict[str, str] = {
     "torch-requirement": "a locked package requires a torch (or protected package) the locked one does not satisfy",
     "extension-abi": "a prebuilt extension was built for another torch minor, CUDA major or C++ ABI "
                      "than the torch it is installed with",
-    "conda-torch-build": "a conda package (pixi.lock) depends on another pytorch or libtorch build than "
-                         "the one the environment installs",
+    "conda-torch-build": "a conda package (pixi.lock) depends on another pytorch or libtorch "
+                         "build than the one the environment installs",
     "torch-runtime": "torch declares runtime requirements (nvidia-*, cuda-toolkit, triton) the lock does not "
                      "install, or installs at another version",
     "torch-downgrade": "with --base: an environment's torch is older than at the base revision",
@@ -104,7 +104,8 @@ class EnvRowJSON(TypedDict):
     findings: int  # how many findings it has
     selections: int  # how many selections of conflicting extras or groups it stands for
     environments: int  # how many environments it stands for
-    installable: bool | None  # false: no file of its torch installs there; null: not known (offline, the lock names no file)
+    # false: no file of its torch installs there; null: not known (offline, the lock names no file)
+    installable: bool | None
 
 
 class _OwnLockJSON(TypedDict, total=False):

@@ -170,7 +170,8 @@ def files_on_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...],
     from envbuild.index.client import ArtifactFinder, same_version
     from envbuild.index.client import Sources as IndexSources
 
-    indexes = tuple(dict.fromkeys([x for x in (entry.index, *index_urls, *lock.indexes) if x] or [PYPI]))
+    named = [x for x in (entry.index, *index_urls, *lock.indexes) if x]
+    indexes = tuple(dict.fromkeys(named or [PYPI]))
     live = tuple(u for u in indexes if sources.reachable(u))
     if not live:
         sources.skip(indexes[0], entry)
@@ -183,5 +184,6 @@ def files_on_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...],
     if entry.hashes:
         names = [a.filename for a in found if a.sha256 in set(entry.hashes)]
     else:
-        names = [a.filename for a in found if entry.version and a.version and same_version(a.version, entry.version)]
+        names = [a.filename for a in found
+                 if entry.version and a.version and same_version(a.version, entry.version)]
     return names or None

@@ -170,7 +170,8 @@ def table(report: FileReport) -> Any:
     for c in columns:
         t.add_column(c)
     for row in rows:
-        t.add_row(*row, style=None if row[2] == "ok" else "red" if row[2].endswith("finding(s)") else "yellow")
+        bad = row[2].endswith("finding(s)")
+        t.add_row(*row, style=None if row[2] == "ok" else "red" if bad else "yellow")
     return t
 
 

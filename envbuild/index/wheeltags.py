@@ -34,11 +34,13 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuild import events
 
-if TYPE_CHECKING:  # the index client (requests) only where a wheelhouse is read: the gate starts without it
+# the index client (requests) only where a wheelhouse is read: the gate starts without it
+if TYPE_CHECKING:
     from envbuild.index.client import Artifact
 
-__all__ = ["NEWEST_GLIBC", "SDIST_SUFFIXES", "fits_target", "host_tags", "installs_on", "platform_tags",
-           "select_target", "tag_rank", "target_tags", "wheel_tags", "wheelhouse_files"]
+__all__ = ["NEWEST_GLIBC", "SDIST_SUFFIXES", "fits_target", "host_tags", "installs_on",
+           "platform_tags", "select_target", "tag_rank", "target_tags", "wheel_tags",
+           "wheelhouse_files"]
 
 NEWEST_GLIBC = 45  # manylinux_2_45 and older: what a Linux host newer than any wheel installs
 SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")

@@ -1,4 +1,4 @@
-"""pixi.lock (format 6; 5 and 7 where they share its layout): every environment x platform it records.
+"""pixi.lock (format 6; 5 and 7 where they share its layout): each environment x platform in it.
 
 A pixi.lock is YAML: ``environments`` name, per platform, the files each installs (``- conda:
 URL`` and ``- pypi: URL``), and the top-level ``packages`` list describes each file once (its
@@ -36,8 +36,13 @@ from envbuild.gate.names import canonical
 __all__ = ["CONDA_TORCH", "CondaPackage", "SUBDIRS", "conda_packages", "parse"]
 
 # conda subdir -> the gate's platform key
-SUBDIRS = {"linux-64": "linux-x86_64", "linux-aarch64": "linux-aarch64", "osx-arm64": "macos-arm64",
-           "osx-64": "macos-x86_64", "win-64": "windows-amd64"}
+SUBDIRS = {
+    "linux-64": "linux-x86_64",
+    "linux-aarch64": "linux-aarch64",
+    "osx-arm64": "macos-arm64",
+    "osx-64": "macos-x86_64",
+    "win-64": "windows-amd64",
+}
 CONDA_TORCH = "pytorch"  # conda-forge's name of torch (``libtorch`` is its C++ half)
 READ_VERSIONS = (5, 6, 7)
 _CONDA_FILE = re.compile(r"^(?P<name>.+)-(?P<version>[^-]+)-(?P<build>[^-]+)\.(?:conda|tar\.bz2)$")
@@ -90,7 +95,7 @@ def _yaml(text: str) -> dict[str, Any]:
 
 
 def torch_version(pkg: CondaPackage) -> str:
-    """conda-forge pytorch as a torch version: ``2.8.0`` built ``cuda129_mkl_…`` -> ``2.8.0+cu129``,
+    """conda-forge pytorch as a torch version: ``2.8.0`` built ``cuda129_mkl_…`` -> ``+cu129``,
     ``cpu_…`` -> ``2.8.0+cpu``; a CUDA build naming no version takes its ``cuda-version``'s."""
     m = re.match(r"cuda(\d{2,3})(?:_|$)", pkg.build)
     if m:
@@ -104,7 +109,7 @@ def torch_version(pkg: CondaPackage) -> str:
 
 
 def _depends(info: dict[str, Any]) -> tuple[tuple[str, ...], str | None, bool]:
-    """(the ``pytorch``/``libtorch`` specs, the ``cuda-version`` lower bound, whether ``__cuda``)."""
+    """(its ``pytorch``/``libtorch`` specs, ``cuda-version``'s lower bound, whether ``__cuda``)."""
     torch: list[str] = []
     cuda: str | None = None
     needs_cuda = False
@@ -123,7 +128,7 @@ def _depends(info: dict[str, Any]) -> tuple[tuple[str, ...], str | None, bool]:
 
 
 def _platforms(data: dict[str, Any]) -> dict[str, str]:
-    """Platform name -> conda subdir (format 7 names platforms; before it the name is the subdir)."""
+    """Platform name -> conda subdir (format 7 names platforms; before, the name is the subdir)."""
     out: dict[str, str] = {}
     for p in data.get("platforms") or ():
         if isinstance(p, dict) and isinstance(p.get("name"), str):
@@ -156,8 +161,10 @@ def parse(path: Path, text: str) -> ParsedLock:
     if not isinstance(version, int) or not isinstance(data.get("environments"), dict):
         raise LockParseError("not a pixi lock (no `version` number and `environments` mapping)")
     if version not in READ_VERSIONS:
-        raise LockParseError(f"pixi lock format {version}: envbuild reads formats "
-                             f"{', '.join(map(str, READ_VERSIONS))}")
+        raise LockParseError(
+            f"pixi lock format {version}: envbuild reads formats "
+            f"{', '.join(map(str, READ_VERSIONS))}"
+        )
     names = _platforms(data)
     pairs: list[_Pair] = []
     indexes: list[str] = []
@@ -171,7 +178,9 @@ def parse(path: Path, text: str) -> ParsedLock:
             if subdir not in SUBDIRS:
                 skipped.add(subdir)
                 continue
-            urls = [str(v) for item in listed or () if isinstance(item, dict) for v in item.values()]
+            urls = [
+                str(v) for item in listed or () if isinstance(item, dict) for v in item.values()
+            ]
             pairs.append(_Pair(str(env), str(plat), subdir, _python_of(urls), urls))
     envs = sorted({p.env for p in pairs}, key=lambda e: (e != "default", e))
     custom = sorted({p.platform for p in pairs if p.platform != p.subdir})
@@ -181,8 +190,10 @@ def parse(path: Path, text: str) -> ParsedLock:
 
     def where(pair: _Pair) -> str:
         values = PLATFORMS[SUBDIRS[pair.subdir]][1]
-        clauses = [f"sys_platform == '{values['sys_platform']}'",
-                   f"platform_machine == '{values['platform_machine']}'"]
+        clauses = [
+            f"sys_platform == '{values['sys_platform']}'",
+            f"platform_machine == '{values['platform_machine']}'",
+        ]
         if pair.python:
             clauses.append(f"python_version == '{pair.python}'")
         return " and ".join(clauses)
@@ -196,8 +207,11 @@ def parse(path: Path, text: str) -> ParsedLock:
         if pair.platform in plat_tag:
             clauses.append(f"extra == '{plat_tag[pair.platform]}'")
         else:
-            clauses += [f"extra != '{plat_tag[p]}'" for p in custom
-                        if next(x.subdir for x in pairs if x.platform == p) == pair.subdir]
+            clauses += [
+                f"extra != '{plat_tag[p]}'"
+                for p in custom
+                if next(x.subdir for x in pairs if x.platform == p) == pair.subdir
+            ]
         return " and ".join(clauses)
 
     described: dict[str, dict[str, Any]] = {}
@@ -226,15 +240,31 @@ def parse(path: Path, text: str) -> ParsedLock:
             if m is None:
                 continue
             torch_deps, cuda, needs_cuda = _depends(info)
-            pkg = CondaPackage(m.group("name"), m.group("version"), m.group("build"), url,
-                               torch_deps + (("__cuda",) if needs_cuda else ()), cuda)
+            pkg = CondaPackage(
+                m.group("name"),
+                m.group("version"),
+                m.group("build"),
+                url,
+                torch_deps + (("__cuda",) if needs_cuda else ()),
+                cuda,
+            )
             name, version = canonical(pkg.name), pkg.version
             if pkg.name == CONDA_TORCH:
                 name, version = "torch", torch_version(pkg)
             conda[key] = pkg
-            entries.append(Entry(key=key, name=name, version=version, raw=f"{pkg.name} {pkg.version} {pkg.build}",
-                                 line=lines.get(url), hashes=(sha,) if sha else (), files=((url, sha),),
-                                 requires=(), marker=marker))
+            entries.append(
+                Entry(
+                    key=key,
+                    name=name,
+                    version=version,
+                    raw=f"{pkg.name} {pkg.version} {pkg.build}",
+                    line=lines.get(url),
+                    hashes=(sha,) if sha else (),
+                    files=((url, sha),),
+                    requires=(),
+                    marker=marker,
+                )
+            )
         else:
             pypi_name = info.get("name")
             if not isinstance(pypi_name, str):
@@ -242,21 +272,57 @@ def parse(path: Path, text: str) -> ParsedLock:
             name = pypi_name
             requires = tuple(str(r) for r in info.get("requires_dist") or ())
             version = str(info["version"]) if info.get("version") is not None else None
-            entries.append(Entry(key=key, name=canonical(name), version=version,
-                                 raw=f"{name}=={version}" if version else name, line=lines.get(url),
-                                 hashes=(sha,) if sha else (), files=((url, sha),), requires=requires,
-                                 marker=marker))
+            entries.append(
+                Entry(
+                    key=key,
+                    name=canonical(name),
+                    version=version,
+                    raw=f"{name}=={version}" if version else name,
+                    line=lines.get(url),
+                    hashes=(sha,) if sha else (),
+                    files=((url, sha),),
+                    requires=requires,
+                    marker=marker,
+                )
+            )
         marker_texts.append(marker)
-    out = ParsedLock(path, "pixi.lock", entries, list(dict.fromkeys(indexes)),
-                     environments=list(dict.fromkeys(" and ".join(x for x in m if x) for m in pair_markers)),
-                     marker_texts=list(dict.fromkeys(marker_texts)))
+    out = ParsedLock(
+        path,
+        "pixi.lock",
+        entries,
+        list(dict.fromkeys(indexes)),
+        environments=list(dict.fromkeys(" and ".join(x for x in m if x) for m in pair_markers)),
+        marker_texts=list(dict.fromkeys(marker_texts)),
+    )
     out.extra["conda"] = conda
     if env_tag:
-        out.conflicts.append([Item(f"pixi:{e}", f"environment {e}", frozenset({tag}), name=canonical(e),
-                                   kind="group") for e, tag in env_tag.items()])
+        out.conflicts.append(
+            [
+                Item(
+                    f"pixi:{e}",
+                    f"environment {e}",
+                    frozenset({tag}),
+                    name=canonical(e),
+                    kind="group",
+                )
+                for e, tag in env_tag.items()
+            ]
+        )
     if plat_tag:
-        out.conflicts.append([Item(f"pixi-platform:{p}", f"platform {p}", frozenset({tag}), name=canonical(p),
-                                   kind="group") for p, tag in plat_tag.items()])
+        out.conflicts.append(
+            [
+                Item(
+                    f"pixi-platform:{p}",
+                    f"platform {p}",
+                    frozenset({tag}),
+                    name=canonical(p),
+                    kind="group",
+                )
+                for p, tag in plat_tag.items()
+            ]
+        )
     if skipped:
-        out.notes.append(f"platforms envbuild does not judge were left out: {', '.join(sorted(skipped))}")
+        out.notes.append(
+            f"platforms envbuild does not judge were left out: {', '.join(sorted(skipped))}"
+        )
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from envbuild.gate.rules import conda, extensions, pins, requirements, runtime
 
-FAMILIES = (pins, requirements, extensions, runtime, conda)  # history runs apart: it needs the base lock
+# history runs apart: it needs the base lock
+FAMILIES = (pins, requirements, extensions, runtime, conda)
 
 __all__ = ["FAMILIES"]

@@ -103,7 +103,13 @@ def check(ctx: Context) -> None:
                 target = parts.get(spec.split(" ", 1)[0])
                 if target is None or spec_matches(spec, target) is not False:
                     continue
-                ctx.add(entry.name, "conda-torch-build",
-                        f"conda {pkg.words()} depends on `{spec}`, but the lock installs {target.words()} "
-                        "beside it: it was built for another torch build and will fail to import or "
-                        "crash; re-solve the environment (pixi lock) so both agree", view.env, entry)
+                ctx.add(
+                    entry.name,
+                    "conda-torch-build",
+                    f"conda {pkg.words()} depends on `{spec}`, but the lock installs "
+                    f"{target.words()} "
+                    "beside it: it was built for another torch build and will fail to import or "
+                    "crash; re-solve the environment (pixi lock) so both agree",
+                    view.env,
+                    entry,
+                )

@@ -39,8 +39,8 @@ def file_at_ref(path: Path, ref: str) -> tuple[str, str | None]:
         raise ConfigError(f"--base {ref}: {path.resolve().parent} is not inside a git repository")
     if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
         raise ConfigError(f"--base {ref}: no such git revision, nor a file",
-                          hint="Fetch it first (CI: fetch-depth: 0), or name a branch, tag or commit "
-                          "that exists, or a lockfile.")
+                          hint="Fetch it first (CI: fetch-depth: 0), or name a branch, tag or "
+                          "commit that exists, or a lockfile.")
     rel = path.resolve().relative_to(Path(top.strip()).resolve()).as_posix()
     rc, text = git("show", f"{ref}:{rel}")
     return rel, (text if rc == 0 else None)
@@ -57,7 +57,8 @@ def moved(name: str, before: str, after: str, ref: str) -> tuple[str, str] | Non
     if pb > pa:
         retag = ""
         if lb and la and lb != la:  # a downgrade that also changes the named build: both are said
-            build = "another CUDA build" if lb.startswith("cu") and la.startswith("cu") else "another build"
+            cuda = lb.startswith("cu") and la.startswith("cu")
+            build = "another CUDA build" if cuda else "another build"
             retag = f", and re-tagged (+{lb} -> +{la}: {build})"
         return "torch-downgrade", f"{name} {before} at {ref} -> {after} here: a downgrade{retag}"
     if pb == pa and lb != la:
