@@ -202,3 +202,25 @@ def test_conda_torch_variants_and_specs() -> None:
     )
     assert spec_matches("pytorch 2.7.*|2.8.*", built) is True
     assert spec_matches("pytorch >=2.8.0,<2.9.0a0 *_302", built) is True
+
+
+def test_a_conda_package_in_one_environment_is_judged_there(tmp_path: Path) -> None:
+    """Environment ``vision`` is default's linux-64 plus a conda torchvision pinned to pytorch 2.7
+    (a name no extension list holds): judged apart from default, the finding is its alone."""
+    text = GPU.read_text()
+    start = text.index("    packages:\n      linux-64:\n")
+    end = text.index("      osx-arm64:\n")
+    vision = f"{CF}/linux-64/torchvision-0.22.1-cuda129_py313_h2222222_0.conda"
+    linux = text[start:end] + f"      - conda: {vision}\n"
+    channels = "  vision:\n    channels:\n    - url: https://conda.anaconda.org/conda-forge/\n"
+    text = text.replace("packages:\n- conda:", channels + linux + "packages:\n- conda:", 1)
+    text += f"- conda: {vision}\n  sha256: {SHA}\n  depends:\n  - pytorch 2.7.* cuda*\n"
+    lock = tmp_path / "pixi.lock"
+    lock.write_text(text)
+    report = check_file(lock, Policy(), offline=True)
+    found = [(f.rule, f.package, f.environments) for f in report.findings]
+    assert found == [
+        ("conda-torch-build", "torchvision", ["linux x86_64, python 3.13, environment vision"])
+    ], found
+    rows = {r.name: r.result for r in report.environments}
+    assert rows["linux x86_64, python 3.13, default"] == "ok", rows

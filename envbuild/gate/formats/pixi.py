@@ -17,8 +17,9 @@ conda-forge ``pytorch`` is the lock's torch: ``pytorch 2.8.0`` built ``cuda129_m
 torch ``2.8.0+cu129``, ``cpu_…`` as ``2.8.0+cpu`` (a CUDA build that names no version in its
 build string takes it from its ``cuda-version`` dependency), so the torch rules, the extension
 ABI of PyPI wheels beside it and ``--base`` judge it as any torch. What each conda package
-``depends`` on of ``pytorch``/``libtorch`` is kept (``CondaPackage``) for ``rules.conda``; a
-conda package declares no PyPI requirements (``requires = ()``).
+``depends`` on of ``pytorch``/``libtorch`` is kept (``CondaPackage``) for ``rules.conda``, and
+its ``depends`` names are its entry's ``dependencies`` (so environments that differ in one are
+judged apart); a conda package declares no PyPI requirements (``requires = ()``).
 """
 
 from __future__ import annotations
@@ -125,6 +126,17 @@ def _depends(info: dict[str, Any]) -> tuple[tuple[str, ...], str | None, bool]:
         elif name == "__cuda":
             needs_cuda = True
     return tuple(torch), cuda, needs_cuda
+
+
+def _dependency_names(info: dict[str, Any]) -> tuple[str, ...]:
+    """The names a conda package depends on (``pytorch`` as ``torch``; virtual ``__*`` left out):
+    what tells the gate's grouping that a package built against torch is judged."""
+    names = []
+    for dep in info.get("depends") or ():
+        if isinstance(dep, str) and not dep.startswith("__"):
+            name = dep.split(" ", 1)[0]
+            names.append("torch" if name == CONDA_TORCH else canonical(name))
+    return tuple(dict.fromkeys(names))
 
 
 def _platforms(data: dict[str, Any]) -> dict[str, str]:
@@ -262,6 +274,7 @@ def parse(path: Path, text: str) -> ParsedLock:
                     hashes=(sha,) if sha else (),
                     files=((url, sha),),
                     requires=(),
+                    dependencies=_dependency_names(info),
                     marker=marker,
                 )
             )
