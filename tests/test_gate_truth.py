@@ -251,6 +251,7 @@ def _compiled(tmp: Path, index: IndexServer) -> Path:
     return tmp / "requirements.txt"
 
 
+@pytest.mark.slow  # uv pip compile against a local index (20 s on 2 loaded cores)
 def test_requirements_rows_say_what_the_hashes_show(
     cu130_index: IndexServer, tmp_path: Path
 ) -> None:

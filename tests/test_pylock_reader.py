@@ -115,6 +115,7 @@ def uv_export(tmp: Path, wheels: Path, index: IndexServer | None, flash: str) ->
     return tmp / "pylock.toml"
 
 
+@pytest.mark.slow  # real pip lock and uv against a local index (15 s on 2 cores)
 @pytest.mark.parametrize("tool", [pip_lock, uv_export], ids=["pip-lock", "uv-export"])
 @pytest.mark.parametrize("with_index", [True, False], ids=["index", "find-links"])
 def test_pylock_from_real_tools(
