@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from support.fixtures import EnvbuildResult
 from support.gatelocks import uv_bin
-from support.index import IndexServer
+from support.index import IndexServer, UnreachablePort
 from support.wheels import build_wheel
 
 from envbuild.errors import ExitCode
@@ -280,3 +280,11 @@ def test_requirements_rows_say_what_the_hashes_show(
     assert {r.result for r in planted.environments} == {"not known: no file found"}, (
         planted.environments
     )
+    # the index gone: the rows say so, never "ok"
+    dead = UnreachablePort()
+    try:
+        lock.write_text(lock.read_text().replace(cu130_index.simple_url("cu130"), dead.url))
+        gone = check_file(lock, Policy(python="3.12"), use_cache=False)
+    finally:
+        dead.close()
+    assert {r.result for r in gone.environments} == {"not known: the index did not answer"}, gone

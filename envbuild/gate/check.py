@@ -117,8 +117,6 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         family.check(ctx)
     for text in ctx.no_file_notes():
         ctx.note(text)
-    for text in ctx.sources.notes():
-        ctx.note(text)
     if base:
         _history(ctx, path, kind, base, narrow, names, space)
     installable = {v.env.name: _installable(ctx, v) for v in views}
@@ -132,14 +130,16 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         ctx.note(f"no {policy.torch} file installs on {', '.join(where)} (rows \"no file for this platform\"; "
                  "--environment makes it a finding)")
     unknown = sorted({v.env.platform for v in views if installable[v.env.name] is None})
+    unknown_words = _unknown_words(offline, bool(ctx.sources.dead))
     if unknown:
         how = ("--offline: its pins name no file, so which platforms they install on is not known "
                "(online, their hashes are looked up on the index)" if offline else
                "its pins name no file and the index did not say which files they are")
-        ctx.note(f"{policy.torch} on {', '.join(unknown)}: {how} "
-                 f"(rows \"{_unknown_words(offline)}\")")
+        ctx.note(f"{policy.torch} on {', '.join(unknown)}: {how} (rows \"{unknown_words}\")")
+    for text in ctx.sources.notes():  # after every lookup, the torch files' included
+        ctx.note(text)
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
-    report.environments = _rows(views, findings, installable, _unknown_words(offline))
+    report.environments = _rows(views, findings, installable, unknown_words)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]
     report.unverified = ctx.explanations()
@@ -148,8 +148,10 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     return report
 
 
-def _unknown_words(offline: bool) -> str:
-    return "not known offline" if offline else "not known: no file found"
+def _unknown_words(offline: bool, unanswered: bool) -> str:
+    if offline:
+        return "not known offline"
+    return "not known: the index did not answer" if unanswered else "not known: no file found"
 
 
 def _installable(ctx: Context, view: View) -> bool | None:
