@@ -8,7 +8,8 @@ copies with planted mismatches. Each statement both ways:
 - a conda package whose ``depends`` pin another pytorch/libtorch build is a ``conda-torch-build``
   finding where both install (one pinning this build passes);
 - a PyPI extension wheel inside the lock is judged against the conda torch (built for torch 2.8
-  passes, for 2.7 is ``extension-abi``); PyPI torch inside a pixi lock is the environment's torch;
+  passes, for 2.7 is ``extension-abi``), and a PyPI package's torch requirement too (``torch>=2.9``
+  is ``torch-requirement``); PyPI torch inside a pixi lock is the environment's torch;
 - ``--base`` on pixi locks: a CUDA re-tag of the conda pytorch is a swap, a lower version a
   downgrade; the unchanged lock passes.
 """
@@ -224,3 +225,17 @@ def test_a_conda_package_in_one_environment_is_judged_there(tmp_path: Path) -> N
     ], found
     rows = {r.name: r.result for r in report.environments}
     assert rows["linux x86_64, python 3.13, default"] == "ok", rows
+
+
+@pytest.mark.parametrize(("requires", "finding"), [("torch>=2.8", False), ("torch>=2.9", True)])
+def test_a_pypi_package_requiring_another_torch(tmp_path: Path, requires: str, finding: bool) -> None:
+    wheel = "https://example.org/trainer_utils-1.0-py3-none-any.whl"
+    described = (
+        f"- pypi: {wheel}\n  name: trainer-utils\n  version: '1.0'\n  sha256: {SHA}\n"
+        f"  requires_dist:\n  - {requires}\n"
+    )
+    lock = _plant(tmp_path, listed=[f"pypi: {wheel}"], described=described)
+    report = check_file(lock, Policy(), offline=True)
+    found = [(f.rule, f.package, f.environments) for f in report.findings]
+    want = [("torch-requirement", "trainer-utils", ["linux x86_64, python 3.13"])]
+    assert found == (want if finding else []), found
