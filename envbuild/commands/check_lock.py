@@ -107,7 +107,9 @@ def register(sub: Subparsers) -> None:
                    help="a profile to check (repeatable; default: every profile that has a lock)")
     p.add_argument("--stack", metavar="FILE", type=path_arg, action="append", default=[],
                    help="a stack spec whose lock (beside it) to check (repeatable)")
-    p.add_argument("--base", metavar="GIT_REF", help="fail on a torch downgrade or re-tag against the lock at this ref")
+    p.add_argument("--base", metavar="REF_OR_FILE",
+                   help="fail on a torch downgrade or re-tag against the lock at this git ref, "
+                   "or in this file (a release's lock)")
     p.add_argument("--offline", action="store_true", help="static rules only (no dry-run resolution, no index)")
     p.add_argument("--no-cache", action="store_true",
                    help="FILE mode: do not read the metadata cache (with --offline: judge from the lock alone)")

@@ -32,7 +32,6 @@ sha256 (``name @ URL --hash=sha256:...``).
 from __future__ import annotations
 
 import platform as host_platform
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -44,6 +43,8 @@ from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError
 from envbuild.gate.names import canonical
+from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
+from envbuild.index.wheeltags import NEWEST_GLIBC, SDIST_SUFFIXES, wheel_tags
 
 __all__ = ["ORDER", "LockedFile", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
 
@@ -57,9 +58,6 @@ STAGE_WORDS: dict[Stage, str] = {
     "project": "the project itself, editable",
 }
 _RUNTIME_PREFIXES = ("nvidia-", "triton", "pytorch-triton", "cuda-")
-_KNOWN_BUILDS = frozenset({"flash-attn", "flash-attn-3", "mamba-ssm", "causal-conv1d", "natten", "apex", "xformers",
-                           "deepspeed", "transformer-engine", "grouped-gemm", "flashinfer-python", "torch-scatter",
-                           "torch-sparse", "torch-cluster", "gptqmodel", "auto-gptq", "sageattention"})
 
 
 @dataclass(frozen=True)
@@ -168,31 +166,16 @@ def _package_json(p: Placed) -> StagePackageJSON:
 
 
 def target_tag_order(python: str, platform_name: str, *, glibc: int | None = None) -> list[str]:
-    """The wheel tags the target installs, best first (pip's order), as ``py-abi-plat`` strings.
+    """The wheel tags the target installs, best first (pip's order), as ``py-abi-plat`` strings,
+    from the one owner of tags (``envbuild.index.wheeltags``): this interpreter's own on this host;
     Linux: manylinux up to this host's glibc (2.28 on another system), or up to 2.``glibc``."""
-    from packaging.tags import compatible_tags, cpython_tags, sys_tags
+    from envbuild.index.wheeltags import host_python, host_tags, platform_tags
 
-    major, minor = (int(x) for x in python.split(".")[:2])
-    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    system, _, arch = platform_name.partition(" ")
-    if python == here and _host_words() == platform_name and glibc is None:
-        return [str(t) for t in sys_tags()]
-    if system == "linux":
-        if glibc is None:
-            glibc = (host_glibc() if _host_words().startswith("linux") else None) or 28
-        plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc, 4, -1)]
-        plats += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}", f"linux_{arch}"]
-    elif system == "macos":
-        mac_arch = "arm64" if arch == "arm64" else "x86_64"
-        plats = [f"macosx_{v}_0_{a}" for v in range(15, 10, -1) for a in (mac_arch, "universal2")]
-    else:
-        plats = ["win_amd64"]
-    tags = list(cpython_tags((major, minor), platforms=plats))
-    tags += list(compatible_tags((major, minor), interpreter=f"cp{major}{minor}", platforms=plats))
-    return [str(t) for t in tags]
-
-
-NEWEST_GLIBC = 45  # manylinux_2_45 and older: what a newer Linux host than this one may install
+    if python == host_python() and _host_words() == platform_name and glibc is None:
+        return [str(t) for t in host_tags()]
+    if platform_name.startswith("linux") and glibc is None:
+        glibc = (host_glibc() if _host_words().startswith("linux") else None) or 28
+    return [str(t) for t in platform_tags(python, platform_name, glibc=glibc)]
 
 
 def _glibc_of(filename: str) -> int | None:
@@ -221,12 +204,7 @@ def _host_words() -> str:
 
 
 def _wheel_tags(filename: str) -> list[str]:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-    try:
-        return [str(t) for t in parse_wheel_filename(filename)[3]]
-    except InvalidWheelFilename:
-        return []
+    return [str(t) for t in wheel_tags(filename)]
 
 
 def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> list[LockedFile]:
@@ -286,7 +264,7 @@ def pick_artifact(entry: Entry, folder: Path, order: dict[str, int], path_source
 
 
 def is_sdist(filename: str) -> bool:
-    return filename.lower().endswith((".tar.gz", ".zip", ".tar.bz2", ".tgz"))
+    return filename.lower().endswith(SDIST_SUFFIXES)
 
 
 # ----------------------------------------------------------------------------- the project's build settings
@@ -516,7 +494,7 @@ def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
         return "[tool.uv] no-build-isolation-package names it: its build imports torch"
     if e.name in settings.extra_build:
         return "[tool.uv] extra-build-dependencies names it: its build needs the installed torch"
-    if _depends_on_torch(e) or e.name in _KNOWN_BUILDS:
+    if _depends_on_torch(e) or e.name in KNOWN_EXTENSIONS:
         return "it depends on torch: its build compiles against torch"
     return None
 

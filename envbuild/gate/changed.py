@@ -6,6 +6,7 @@ on the files a commit or a pull request changed. It keeps the ones that are lock
 requirements file left out is named, with the reason:
 
 - by name (``LOCK_NAME``, the hook's ``files`` pattern): ``uv.lock``, ``poetry.lock``,
+  ``pixi.lock``,
   ``pylock.toml``, ``pylock.<name>.toml`` (PEP 751) and ``requirements*.txt``;
 - a requirements file only when it is a resolution: at least one requirement, and every one pinned
   to one version (``==``) or to a URL, as pip-compile, ``uv pip compile`` and ``pip freeze`` write
@@ -26,7 +27,8 @@ from pathlib import Path
 __all__ = ["LOCK_NAME", "lock_candidates", "not_a_lock"]
 
 # A path (relative, "/"-separated) whose file name a lock may have; the hook's `files` pattern.
-LOCK_NAME = r"(^|/)(uv\.lock|poetry\.lock|pylock(\.[^/]+)?\.toml|requirements[^/]*\.txt)$"
+LOCK_NAME = (r"(^|/)(uv\.lock|poetry\.lock|pixi\.lock|pylock(\.[^/]+)?\.toml"
+             r"|requirements[^/]*\.txt)$")
 
 
 def lock_candidates(paths: Sequence[str]) -> list[str]:

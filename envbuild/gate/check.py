@@ -115,11 +115,12 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
                   sources=MetadataSources(offline=offline, use_cache=use_cache))
     for family in FAMILIES:
         family.check(ctx)
-    for text in ctx.sources.notes():
+    for text in ctx.no_file_notes():
         ctx.note(text)
     if base:
         _history(ctx, path, kind, base, narrow, names, space)
-    nofile = {v.env.name for v in views if not _installable(v, policy.torch)}
+    installable = {v.env.name: _installable(ctx, v) for v in views}
+    nofile = {name for name, ok in installable.items() if ok is False}
     for v in views:
         if v.env.name in nofile and narrow.environment:  # asked for by name: a finding, not a note
             ctx.add(policy.torch, "no-file", f"the lock has no file of {policy.torch} that installs on "
@@ -128,8 +129,17 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         where = sorted({v.env.platform for v in views if v.env.name in nofile})
         ctx.note(f"no {policy.torch} file installs on {', '.join(where)} (rows \"no file for this platform\"; "
                  "--environment makes it a finding)")
+    unknown = sorted({v.env.platform for v in views if installable[v.env.name] is None})
+    unknown_words = _unknown_words(offline, bool(ctx.sources.dead))
+    if unknown:
+        how = ("--offline: its pins name no file, so which platforms they install on is not known "
+               "(online, their hashes are looked up on the index)" if offline else
+               "its pins name no file and the index did not say which files they are")
+        ctx.note(f"{policy.torch} on {', '.join(unknown)}: {how} (rows \"{unknown_words}\")")
+    for text in ctx.sources.notes():  # after every lookup, the torch files' included
+        ctx.note(text)
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
-    report.environments = _rows(views, findings, nofile)
+    report.environments = _rows(views, findings, installable, unknown_words)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]
     report.unverified = ctx.explanations()
@@ -138,22 +148,42 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     return report
 
 
-def _installable(view: View, torch_name: str) -> bool:
+def _unknown_words(offline: bool, unanswered: bool) -> str:
+    if offline:
+        return "not known offline"
+    return "not known: the index did not answer" if unanswered else "not known: no file found"
+
+
+def _installable(ctx: Context, view: View) -> bool | None:
     """Whether the view's torch has a file that installs there: a wheel whose tags fit its platform
-    and Python, or an sdist (True where the lock names no files: a git pin, a folder)."""
-    from envbuild.gate.tags import installs_on
+    and Python, or an sdist (True where the lock names no files of a git pin or a folder). A
+    requirements pin names no file: online its files are looked up on its index by hash (by
+    version when unhashed); offline, or when nothing is found there, None: not known."""
+    from envbuild.gate.metadata import files_on_index
+    from envbuild.index.wheeltags import installs_on
 
-    entries = view.by_name.get(torch_name) or []
-    files = [f for e in entries for f, _ in e.files]
-    if not entries or not files:
+    entries = view.by_name.get(ctx.policy.torch) or []
+    if not entries:
         return True
-    from urllib.parse import unquote
+    files = [f for e in entries for f, _ in e.files]
+    if not files and ctx.lock.format == "requirements" and not any(e.url for e in entries):
+        if ctx.offline:
+            return None
+        cache = ctx.index_files
+        for e in entries:
+            if e.key not in cache:
+                cache[e.key] = files_on_index(e, ctx.lock, ctx.index_urls, ctx.sources)
+            got = cache[e.key]
+            if got is None:
+                return None
+            files += got
+    if not files:
+        return True
+    return any(installs_on(f, view.env.python, view.env.platform) for f in files)
 
-    return any(installs_on(unquote(f.rsplit("/", 1)[-1].split("#", 1)[0]), view.env.platform, view.env.python)
-               for f in files)
 
-
-def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozenset[str] = frozenset()) -> list[EnvRow]:
+def _rows(views: list[View], findings: list[Finding], installable: dict[str, bool | None],
+          unknown: str = "not known offline") -> list[EnvRow]:
     """A table row per view, except that views of one platform and selection, with the same torch
     and the same findings, on consecutive Pythons, read as one row ("python 3.10–3.12"): they were
     judged apart (a torch dependency differs by Python) and answered alike. Findings name the rows."""
@@ -163,10 +193,10 @@ def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozens
     for view in views:
         said = frozenset(i for i, f in enumerate(findings) if view.env.name in f.environments)
         keyed.setdefault((view.env.platform, view.env.selection, view.torch.version if view.torch else None, said,
-                          view.env.name in nofile), []).append(view)
+                          installable.get(view.env.name, True)), []).append(view)
     rename: dict[str, str] = {}
     rows: list[tuple[int, EnvRow]] = []
-    for (_, _, torch, _, no_file), views_alike in keyed.items():
+    for (_, _, torch, _, can), views_alike in keyed.items():
         views_alike.sort(key=lambda v: order.index((v.env.pythons or (v.env.python,))[0]))
         runs: list[list[View]] = []
         for v in views_alike:
@@ -182,7 +212,8 @@ def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozens
                 rename[v.env.name] = env.name
             position = views.index(run[0])
             rows.append((position, EnvRow(env.name, torch, selections=max(v.selections for v in run),
-                                          count=sum(v.environments for v in run), installable=not no_file)))
+                                          count=sum(v.environments for v in run), installable=can,
+                                          unknown=unknown)))
     for f in findings:
         f.environments = list(dict.fromkeys(rename.get(n, n) for n in f.environments))
     out = [row for _, row in sorted(rows, key=lambda x: x[0])]
@@ -193,12 +224,19 @@ def _rows(views: list[View], findings: list[Finding], nofile: set[str] | frozens
 
 def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None,
              space: Space) -> None:
-    rel, text = history.file_at_ref(path, ref)
+    given = Path(ref).expanduser()
+    text: str | None
+    if given.is_file():  # a file (a release's lock): read as it is, no git needed
+        rel, text = str(given), read_lockfile(given)
+        where, base_kind = given, detect(given, text)
+    else:
+        rel, text = history.file_at_ref(path, ref)
+        where, base_kind = Path(f"{ref}:{rel}"), kind
     if text is None:
         ctx.note(f"--base {ref}: {rel} does not exist there; nothing to compare")
         return
     try:
-        old = parse(Path(f"{ref}:{rel}"), text, kind)
+        old = parse(where, text, base_kind)
     except LockParseError as exc:
         ctx.note(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return

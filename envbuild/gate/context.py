@@ -29,6 +29,15 @@ class View:
     environments: int = 1  # how many platform x Python x selection environments
     mask: int = 0  # the environments it stands for, as bits of the check's space (``--base`` maps onto them)
 
+    def installs(self, entry: Entry) -> bool:
+        """Whether a file the lock records of ``entry`` installs here (its wheel tags against this
+        platform and Python, as the locker picks; an sdist always may; True where no file is named:
+        a git pin, a folder, a requirements pin)."""
+        from envbuild.index.wheeltags import installs_on
+
+        files = [f for f, _ in entry.files] or ([entry.url] if entry.url else [])
+        return not files or any(installs_on(f, self.env.python, self.env.platform) for f in files)
+
     def torch_for(self, entry: Entry, lock: ParsedLock, torch_name: str) -> Entry | None:
         """The torch ``entry`` is installed with: the lock's own edge where it records one."""
         return self.members.target_of(entry, torch_name, lock.entries) or self.torch
@@ -48,6 +57,10 @@ class Context:
     unchecked: list[str] = field(default_factory=list)
     sources: MetadataSources = field(default_factory=MetadataSources)  # where metadata came from; hosts that did not answer
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
+    _no_file: dict[str, list[str]] = field(default_factory=dict)  # entry label -> environments
+    _installs: dict[tuple[int, str, str], bool] = field(default_factory=dict)
+    # a pin's files, as its index lists them (``check._installable``)
+    index_files: dict[int, list[str] | None] = field(default_factory=dict)
 
     def add(self, package: str, rule: str, reason: str, env: Environment | None = None,
             entry: Entry | None = None) -> None:
@@ -58,6 +71,24 @@ class Context:
                                             line=entry.line if entry is not None else None)
         if env is not None and env.name not in f.environments:
             f.environments.append(env.name)
+
+    def no_file(self, entry: Entry, view: View) -> bool:
+        """True (and the environment named in a note) when no file of ``entry`` installs in
+        ``view``: nothing of it is judged there, since nothing of it installs."""
+        key = (entry.key, view.env.platform, view.env.python)
+        if key not in self._installs:
+            self._installs[key] = view.installs(entry)
+        if self._installs[key]:
+            return False
+        where = self._no_file.setdefault(entry.label(), [])
+        if view.env.name not in where:
+            where.append(view.env.name)
+        return True
+
+    def no_file_notes(self) -> list[str]:
+        return [f"{label}: no file of it installs on {'; '.join(where)} "
+                "(no file for this platform: judged only where one does)"
+                for label, where in self._no_file.items()]
 
     def note(self, text: str) -> None:
         if text not in self.notices:

@@ -23,6 +23,8 @@ RULES: dict[str, str] = {
     "torch-requirement": "a locked package requires a torch (or protected package) the locked one does not satisfy",
     "extension-abi": "a prebuilt extension was built for another torch minor, CUDA major or C++ ABI "
                      "than the torch it is installed with",
+    "conda-torch-build": "a conda package (pixi.lock) depends on another pytorch or libtorch "
+                         "build than the one the environment installs",
     "torch-runtime": "torch declares runtime requirements (nvidia-*, cuda-toolkit, triton) the lock does not "
                      "install, or installs at another version",
     "torch-downgrade": "with --base: an environment's torch is older than at the base revision",
@@ -102,7 +104,8 @@ class EnvRowJSON(TypedDict):
     findings: int  # how many findings it has
     selections: int  # how many selections of conflicting extras or groups it stands for
     environments: int  # how many environments it stands for
-    installable: bool  # false: the lock has no file of its torch that installs there
+    # false: no file of its torch installs there; null: not known (offline, the lock names no file)
+    installable: bool | None
 
 
 class _OwnLockJSON(TypedDict, total=False):
@@ -164,7 +167,8 @@ class EnvRow:
     findings: int = 0
     selections: int = 1
     count: int = 1
-    installable: bool = True  # False: the lock has no file of its torch that installs here
+    installable: bool | None = True  # False: no file of its torch installs here; None: not known
+    unknown: str = "not known offline"  # what the result says when ``installable`` is None
 
     def to_json(self) -> EnvRowJSON:
         return {"name": self.name, "torch": self.torch, "findings": self.findings,
@@ -175,6 +179,8 @@ class EnvRow:
         """What the table's result column says of it."""
         if self.findings:
             return f"{self.findings} finding(s)"
+        if self.installable is None:
+            return self.unknown
         return "ok" if self.installable else "no file for this platform"
 
 

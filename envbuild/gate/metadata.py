@@ -17,7 +17,7 @@ from envbuild import events
 from envbuild.gate.model import Entry, ParsedLock
 from envbuild.index import PYPI
 
-__all__ = ["PROBE_BUDGET", "PYPI", "MetadataSources", "declared_requirements"]
+__all__ = ["PROBE_BUDGET", "PYPI", "MetadataSources", "declared_requirements", "files_on_index"]
 
 PROBE_SECONDS = 3.0  # one host's probe
 PROBE_BUDGET = 8.0  # every probe of a run together
@@ -158,3 +158,32 @@ def _from_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sou
         return tuple(requires_of(next((a for a in arts if a.is_wheel), arts[0])))
     except (EnvbuildError, OSError, ValueError):
         return None
+
+
+def files_on_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...],
+                   sources: MetadataSources) -> list[str] | None:
+    """The names of the files a pin that names none (a requirements line, hash-pinned or not) can
+    install: its ``--hash`` values looked up on its index's project page (the sha256 the page
+    states; no file is downloaded), else every file of its version there. None when no index
+    answered or nothing there matches (then nothing says where it installs)."""
+    from envbuild.errors import EnvbuildError
+    from envbuild.index.client import ArtifactFinder, same_version
+    from envbuild.index.client import Sources as IndexSources
+
+    named = [x for x in (entry.index, *index_urls, *lock.indexes) if x]
+    indexes = tuple(dict.fromkeys(named or [PYPI]))
+    live = tuple(u for u in indexes if sources.reachable(u))
+    if not live:
+        sources.skip(indexes[0], entry)
+        return None
+    events.emit("debug", f"reading the files of {entry.name} {entry.version} on its index")
+    try:
+        found = ArtifactFinder(IndexSources(index_urls=live)).files(entry.name)
+    except (EnvbuildError, OSError, ValueError):
+        return None
+    if entry.hashes:
+        names = [a.filename for a in found if a.sha256 in set(entry.hashes)]
+    else:
+        names = [a.filename for a in found
+                 if entry.version and a.version and same_version(a.version, entry.version)]
+    return names or None

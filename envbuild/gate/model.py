@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from envbuild.gate.markers import InvalidMarker, MarkerCache
 
-Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock"]
+Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock", "pixi.lock"]
 FORMATS: tuple[str, ...] = get_args(Format)
 
 __all__ = ["FORMATS", "Entry", "EnvList", "Environment", "Format", "Grid", "Item", "LockGraph", "ParsedLock", "LockParseError", "Members", "Reach"]

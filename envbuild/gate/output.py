@@ -119,8 +119,7 @@ def markdown(reports: list[FileReport], *, explain: bool = False) -> str:
         title = f"`{r.stack}` ({r.file})" if r.stack is not None else f"`{r.file}` ({r.format})"
         lines += [f"#### {title}", "", "| environment | torch | result |", "|---|---|---|"]
         for row in r.environments:
-            lines.append(f"| {_md(row.name)} | {_md(row.torch or '-')} | "
-                         f"{'ok' if not row.findings else str(row.findings) + ' finding(s)'} |")
+            lines.append(f"| {_md(row.name)} | {_md(row.torch or '-')} | {_md(row.result)} |")
         if not r.environments:
             lines.append("| - | - | " + ("not readable" if r.findings else "no environment") + " |")
         lines.append("")
@@ -171,7 +170,8 @@ def table(report: FileReport) -> Any:
     for c in columns:
         t.add_column(c)
     for row in rows:
-        t.add_row(*row, style=None if row[2] == "ok" else "yellow" if row[2] == "no file for this platform" else "red")
+        bad = row[2].endswith("finding(s)")
+        t.add_row(*row, style=None if row[2] == "ok" else "red" if bad else "yellow")
     return t
 
 

@@ -1,12 +1,21 @@
-"""Which wheels a target takes (the lock's Python and ``[target]`` platform), and what a wheelhouse holds.
+"""The one owner of wheel tags: which files of a package install in an environment.
 
-Below the lock and the wheelhouse (beside ``index.py``): ``gate.rules.ownlock.online``, ``wheelhouse.mirror``
-and ``provision.offline`` all ask it.
+Every caller asks here: the gate (``check-lock``: does a file of an entry install on ``linux
+x86_64``, Python 3.12?), ``provision --lock`` (which of an entry's wheels to take on the target,
+best tag first), ``wheelhouse mirror`` and ``provision --offline`` (which wheels a ``[target]
+platform`` such as ``manylinux_2_28_x86_64`` takes). The tags are ``packaging.tags``' own, as pip
+computes them: CPython and the compatible tags of a Python minor, on a platform's tags
+(``platform_tags``); no other module generates tags (``tests/test_wheeltags.py`` fails if one does).
 
-``wheelhouse mirror`` keeps, per locked project and version, the wheels that install on the
-target (``target_tags``: the tags pip on that host accepts, from ``packaging.tags``), and the
-sdist only where no wheel does. ``provision --offline`` and ``check-lock --online`` read what a
-wheelhouse holds by sha256 (``wheelhouse_files``).
+A platform is named in the gate's words (``linux x86_64``, ``macos arm64``, ``windows amd64``; the
+key form ``linux-x86_64`` too) or by a manylinux tag (``manylinux_2_28_x86_64``). Linux is glibc
+Linux, as the lockers resolve it: every manylinux tag up to ``glibc`` (default ``NEWEST_GLIBC``, a
+host newer than any wheel; ``provision --lock`` passes its host's), the legacy aliases and
+``linux_<cpu>``; macOS: ``packaging.tags.mac_platforms`` from macOS 16 down (so a
+``macosx_10_9_x86_64`` wheel installs on ``macos x86_64``, and a universal2 one on both).
+
+Also what a wheelhouse holds (``wheelhouse_files``) and which of a locked project's files a
+wheelhouse keeps for its target (``select_target``).
 """
 
 from __future__ import annotations
@@ -14,52 +23,123 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms, sys_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuild import events
-from envbuild._io import sha256_file
-from envbuild.index.client import Artifact, find_links_files, parse_filename
 
-__all__ = ["fits_target", "select_target", "target_tags", "wheelhouse_files"]
+# the index client (requests) only where a wheelhouse is read: the gate starts without it
+if TYPE_CHECKING:
+    from envbuild.index.client import Artifact
 
+__all__ = ["NEWEST_GLIBC", "SDIST_SUFFIXES", "fits_target", "host_tags", "installs_on",
+           "platform_tags", "select_target", "tag_rank", "target_tags", "wheel_tags",
+           "wheelhouse_files"]
 
+NEWEST_GLIBC = 45  # manylinux_2_45 and older: what a Linux host newer than any wheel installs
+SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
 _MANYLINUX = re.compile(r"^manylinux_2_(?P<glibc>\d+)_(?P<arch>\w+)$")
 _LEGACY = (("manylinux2014", 17), ("manylinux2010", 12), ("manylinux1", 5))
+_MAC_ARCH = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "x86_64"}
 
 
-@functools.lru_cache(maxsize=16)
-def target_tags(python: str, platform: str) -> frozenset[Tag]:
-    """Every wheel tag pip on the target installs: CPython ``python`` (``3.11``) on a host of the
-    ``[target] platform`` (``manylinux_2_28_x86_64``: every manylinux tag of that glibc or older,
-    the legacy aliases, ``linux_<cpu>``), from ``packaging.tags``, as pip itself computes them."""
+def _plats(platform: str, glibc: int | None) -> list[str]:
     m = _MANYLINUX.match(platform)
-    if m is None:
-        raise ValueError(f"not a manylinux platform tag: {platform!r}")
-    glibc, arch = int(m.group("glibc")), m.group("arch")
-    plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc, 4, -1)]
-    plats += [alias + f"_{arch}" for alias, n in _LEGACY if n <= glibc] + [f"linux_{arch}"]
+    if m is not None:
+        system, arch = "linux", m.group("arch")
+        glibc = int(m.group("glibc")) if glibc is None else glibc
+    else:
+        system, _, arch = platform.replace("-", " ", 1).partition(" ")
+    if system == "linux":
+        newest = NEWEST_GLIBC if glibc is None else glibc
+        out = [f"manylinux_2_{n}_{arch}" for n in range(newest, 4, -1)]
+        return out + [f"{alias}_{arch}" for alias, n in _LEGACY if n <= newest] + [f"linux_{arch}"]
+    if system == "macos":
+        return list(mac_platforms((16, 0), _MAC_ARCH.get(arch, arch)))
+    if system == "windows":
+        return ["win_arm64"] if arch == "arm64" else ["win_amd64"]
+    raise ValueError(f"not a platform envbuild knows: {platform!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def platform_tags(python: str, platform: str, *, glibc: int | None = None) -> tuple[Tag, ...]:
+    """Every wheel tag CPython ``python`` (``3.12``) installs on ``platform``, best first (pip's
+    order). ``glibc``: the newest manylinux minor a Linux host takes (default: the platform tag's,
+    else ``NEWEST_GLIBC``). ValueError for a platform that is none of the above."""
+    plats = _plats(platform, glibc)
     major, minor = (int(x) for x in python.split(".")[:2])
-    version = (major, minor)
-    found = set(cpython_tags(version, platforms=plats))
-    found |= set(compatible_tags(version, interpreter=f"cp{major}{minor}", platforms=plats))
-    return frozenset(found)
+    tags = list(cpython_tags((major, minor), platforms=plats))
+    tags += list(compatible_tags((major, minor), interpreter=f"cp{major}{minor}", platforms=plats))
+    return tuple(dict.fromkeys(tags))
+
+
+def host_tags() -> tuple[Tag, ...]:
+    """The tags this interpreter installs, best first (``packaging.tags.sys_tags``)."""
+    return tuple(sys_tags())
+
+
+def host_python() -> str:
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+@functools.lru_cache(maxsize=64)
+def _ranks(python: str, platform: str, glibc: int | None) -> dict[Tag, int]:
+    return {t: i for i, t in enumerate(platform_tags(python, platform, glibc=glibc))}
+
+
+def wheel_tags(filename: str) -> frozenset[Tag]:
+    """The tags of a wheel file name (empty for anything else)."""
+    if not filename.endswith(".whl"):
+        return frozenset()
+    try:
+        return parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return frozenset()
+
+
+def _name_of(file: str) -> str:
+    """A file name from a file name, path or URL (its query and fragment dropped, unquoted)."""
+    return unquote(file.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1])
+
+
+def tag_rank(filename: str, python: str, platform: str, *, glibc: int | None = None,
+             order: dict[Tag, int] | None = None) -> int | None:
+    """How good a wheel is on the target: the position of its best tag in ``platform_tags`` (0 is
+    best), or None when it does not install there (an sdist, or a wheel of another platform).
+    ``order``: another ranking to use (``host_tags``')."""
+    ranks = order if order is not None else _ranks(python, platform, glibc)
+    return min((ranks[t] for t in wheel_tags(_name_of(filename)) if t in ranks), default=None)
+
+
+def installs_on(file: str, python: str, platform: str, *, glibc: int | None = None) -> bool:
+    """Whether a distribution file (a name, path or URL) installs in the environment: an sdist
+    always may (it is built there), a wheel when one of its tags is the platform's; a name that
+    is neither (a URL naming no file) is not said to be missing."""
+    name = _name_of(file)
+    if name.lower().endswith(SDIST_SUFFIXES) or not name.endswith(".whl"):
+        return True
+    if not wheel_tags(name):
+        return True  # a wheel name that does not parse: not said to be missing
+    return tag_rank(name, python, platform, glibc=glibc) is not None
+
+
+def target_tags(python: str, platform: str) -> frozenset[Tag]:
+    """Every wheel tag pip on a ``[target] platform`` (``manylinux_2_28_x86_64``) installs.
+    ValueError when ``platform`` is not a manylinux tag."""
+    if _MANYLINUX.match(platform) is None:
+        raise ValueError(f"not a manylinux platform tag: {platform!r}")
+    return frozenset(platform_tags(python, platform))
 
 
 def fits_target(filename: str, python: str, platform: str) -> bool:
-    """Whether a wheel installs on the target (an sdist: whether it is one; see ``select_target``)."""
-    if not filename.endswith(".whl"):
-        return False
-    try:
-        tags = parse_wheel_filename(filename)[3]
-    except InvalidWheelFilename:
-        return False
-    wanted = target_tags(python, platform)
-    return any(t in wanted for t in tags)
+    """Whether a wheel installs on the target (an sdist: False; see ``select_target``)."""
+    return filename.endswith(".whl") and tag_rank(filename, python, platform) is not None
 
 
 def select_target(artifacts: Iterable[Artifact], python: str, platform: str) -> tuple[list[Artifact], list[Artifact]]:
@@ -85,6 +165,9 @@ def wheelhouse_files(location: str) -> dict[str, str]:
     """{sha256: file name} of every distribution file in a wheelhouse folder (hashes from its
     ``wheelhouse.json`` / ``.envbuild-hashes.json`` where name and size agree, else read) or on a
     find-links page (its ``#sha256=`` fragments)."""
+    from envbuild._io import sha256_file
+    from envbuild.index.client import find_links_files, parse_filename
+
     parts = urlsplit(location)
     if parts.scheme not in ("", "file"):
         return {a.sha256: a.filename for a in find_links_files(location) if a.sha256}

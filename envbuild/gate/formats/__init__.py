@@ -4,6 +4,7 @@
 - ``pylock``        PEP 751 pylock.toml (``pip lock``, ``uv export``, ``uv pip compile -o pylock.toml``)
 - ``requirements``  pip-compile / ``uv pip compile`` (``--universal``) / pip freeze output
 - ``poetry``        poetry.lock
+- ``pixi``          pixi.lock (conda-forge and PyPI packages, every environment x platform)
 
 A new format is one module with ``parse(path, text) -> Lock`` and a line in ``detect``.
 """
@@ -25,6 +26,8 @@ def detect(path: Path, text: str) -> Format:
         return "uv.lock"
     if name == "poetry.lock":
         return "poetry.lock"
+    if name == "pixi.lock":
+        return "pixi.lock"
     if re.fullmatch(r"pylock(\.[^.]+)?\.toml", name):
         return "pylock"
     if name.endswith((".txt", ".in")) or "requirements" in name:
@@ -37,6 +40,8 @@ def detect(path: Path, text: str) -> Format:
         return "uv.lock"
     if "[metadata]" in text and "content-hash" in text and "[[package]]" in text:
         return "poetry.lock"
+    if re.match(r"version: \d+\s*$", head, re.M) and re.search(r"^environments:\s*$", head, re.M):
+        return "pixi.lock"
     if re.search(r"^[A-Za-z0-9][A-Za-z0-9._-]*\s*(==|@|>=|~=)", text, re.M):
         return "requirements"
     raise ConfigError(f"{path}: cannot tell which kind of lockfile this is",
@@ -51,6 +56,8 @@ def parse(path: Path, text: str, fmt: Format) -> ParsedLock:
         from envbuild.gate.formats import uvlock as reader  # type: ignore[no-redef]
     elif fmt == "poetry.lock":
         from envbuild.gate.formats import poetry as reader  # type: ignore[no-redef]
+    elif fmt == "pixi.lock":
+        from envbuild.gate.formats import pixi as reader  # type: ignore[no-redef]
     else:
         from envbuild.gate.formats import pylock as reader  # type: ignore[no-redef]
     return reader.parse(path, text)

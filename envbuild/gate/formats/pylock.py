@@ -1,5 +1,10 @@
 """PEP 751 ``pylock.toml`` / ``pylock.*.toml``, read and validated by ``packaging.pylock``.
 
+Read as the PEP writes it: ``wheels`` and ``sdist`` are the package's files, where its bytes are
+(``url`` or ``path``), whether an ``index`` is named or not (``pip lock --no-index`` names none);
+a direct reference is ``[packages.archive]`` (its URL is the entry's), ``vcs`` or ``directory``
+(built from source: no file is recorded); a package's ``requires-python`` joins its ``marker``.
+
 Each package applies where its ``marker`` holds (markers may test ``'cu128' in extras`` and
 ``'dev' in dependency_groups``); the lock's ``environments`` limit where it installs at all.
 PEP 751 does not record which extras conflict, so the lock's extras are taken as one choice (one
@@ -36,17 +41,20 @@ def parse(path: Path, text: str) -> ParsedLock:
             (w.url or (str(w.path) if w.path else w.name or ""), w.hashes.get("sha256")) for w in p.wheels or ()]
         if p.sdist is not None:
             files.append((p.sdist.url or (str(p.sdist.path) if p.sdist.path else ""), p.sdist.hashes.get("sha256")))
+        # PEP 751: a wheel's or sdist's ``url`` is where its bytes are (from an index or not); a
+        # direct reference is ``[packages.archive]``, ``vcs`` or ``directory``
+        url = None
+        if p.archive is not None:
+            url = p.archive.url or (str(p.archive.path) if p.archive.path else None)
+            if url:
+                files.append((url, p.archive.hashes.get("sha256")))
         deps = None
         if p.dependencies is not None:
             deps = tuple(canonical(str(d.get("name"))) for d in p.dependencies if d.get("name"))
-        marker = str(p.marker) if p.marker is not None else None
+        marker = _marker(str(p.marker) if p.marker is not None else None,
+                         str(p.requires_python) if p.requires_python is not None else None)
         if marker:
             markers.append(marker)
-        url = None
-        if p.archive is not None and p.archive.url:
-            url = p.archive.url
-        elif p.wheels and len(p.wheels) == 1 and p.wheels[0].url and p.index is None:
-            url = p.wheels[0].url
         entries.append(Entry(
             key=i, name=canonical(p.name), version=str(p.version) if p.version else None,
             raw=f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else ""),
@@ -68,3 +76,21 @@ def parse(path: Path, text: str) -> ParsedLock:
         out.conflicts.append([Item(f"group:{g}", f"group {g}", groups=frozenset({g}), name=g, kind="group")
                               for g in others])
     return out
+
+
+def _marker(marker: str | None, requires_python: str | None) -> str | None:
+    """The package's ``marker`` and its ``requires-python`` (PEP 751: where it installs at all),
+    as one marker: ``python_full_version`` clauses joined to it."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if not requires_python:
+        return marker
+    try:
+        specs = list(SpecifierSet(requires_python))
+    except InvalidSpecifier:
+        return marker
+    clauses = [f"python_full_version {s.operator} '{s.version}'" for s in specs]
+    if not clauses:
+        return marker
+    joined = " and ".join(clauses)
+    return f"({marker}) and {joined}" if marker else joined

@@ -5,6 +5,7 @@
 - ``requirements``  declared requirements on torch that the environment's torch does not satisfy
 - ``extensions``    prebuilt extensions against the torch they are installed with (``envbuild.abitag``)
 - ``runtime``       torch's own runtime requirements are locked
+- ``conda``         conda packages (pixi.lock) whose ``depends`` pin another pytorch build
 - ``history``       ``--base REF``: downgrades, re-tags and lost torches, per environment
 - ``ownlock``       envbuild's own locks (a stack's lock.json and step files): a family of its own,
                     on the steps in order, run by ``ownlock.check_stack``; it shares ``history``'s
@@ -16,8 +17,9 @@ plus a line in ``envbuild.gate.findings.RULES`` (``OWN_RULES`` for envbuild's ow
 
 from __future__ import annotations
 
-from envbuild.gate.rules import extensions, pins, requirements, runtime
+from envbuild.gate.rules import conda, extensions, pins, requirements, runtime
 
-FAMILIES = (pins, requirements, extensions, runtime)  # history runs apart: it needs the base lock
+# history runs apart: it needs the base lock
+FAMILIES = (pins, requirements, extensions, runtime, conda)
 
 __all__ = ["FAMILIES"]

@@ -31,15 +31,17 @@ from envbuild.gate.names import canonical
 
 __all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "torch_runtime", "unread_tag"]
 
-# Projects that ship compiled torch extensions; one of these without a readable claim is listed
-# by --explain (a wheel from PyPI or a source build carries none), and in a notice when it is a
-# prebuilt wheel (``unread_tag``).
+# Projects that ship compiled torch extensions, the one list of them: one of these without a
+# readable claim is listed by --explain (a wheel from PyPI or a source build carries none), and in
+# a notice when it is a prebuilt wheel (``unread_tag``); ``provision --lock`` builds their sdists
+# against the installed torch (``fromlock.stages``); a conda package of one of these names is
+# checked against the pytorch build it pins (``gate.formats.pixi``).
 KNOWN_EXTENSIONS = frozenset({
     "flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "flash-attn-3-nv", "mamba-ssm", "causal-conv1d",
     "flashinfer-python", "xformers", "apex", "transformer-engine", "transformer-engine-torch", "deepspeed",
     "vllm-flash-attn", "sageattention", "sageattn3", "torch-scatter", "torch-sparse", "torch-cluster",
     "torch-spline-conv", "pyg-lib", "grouped-gemm", "deep-gemm", "natten", "fused-dense-lib", "dropout-layer-norm",
-    "rotary-emb", "qoptim-cuda", "bitsandbytes",
+    "rotary-emb", "qoptim-cuda", "bitsandbytes", "gptqmodel", "auto-gptq",
 })
 
 NOTICE_NAMES = 5  # a notice names this many wheels, then counts the rest (--explain and JSON list each)
@@ -142,10 +144,13 @@ def check(ctx: Context) -> None:
     claims: dict[int, AbiClaim | None] = {}
     unread: dict[int, str] = {}  # entry key -> label
     runtimes: dict[tuple[int, int], tuple[int, str] | None] = {}
+    from envbuild.gate.formats.pixi import conda_packages
+
+    conda = conda_packages(ctx.lock)  # conda packages: ``rules.conda`` reads their depends
     for v, view in enumerate(ctx.views):
         platform = "linux" if view.env.system == "linux" else view.env.system or "linux"
         for entry in view.members.entries:
-            if entry.name in protected or entry.key in view.members.roots:
+            if entry.name in protected or entry.key in view.members.roots or entry.key in conda:
                 continue
             if entry.key not in claims:
                 claims[entry.key] = claim_of(entry)
@@ -153,6 +158,8 @@ def check(ctx: Context) -> None:
                     unread[entry.key] = entry.label()
             claim = claims[entry.key]
             if claim is None and entry.key not in unread and entry.name not in KNOWN_EXTENSIONS and not entry.url:
+                continue
+            if ctx.no_file(entry, view):
                 continue
             torch = view.torch_for(entry, ctx.lock, torch_name)
             if torch is None or torch.version is None:

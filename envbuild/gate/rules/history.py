@@ -1,4 +1,5 @@
-"""``--base REF``: per environment, torch must not move down, be re-tagged or disappear.
+"""``--base REF``: per environment, torch must not move down, be re-tagged or disappear. REF is a
+git revision, or a file (``--base old/uv.lock``: the lock as a release shipped it).
 
 Both locks are evaluated in the same concrete environments (the base's), so a downgrade in one
 fork is a finding naming that fork even when every other environment is unchanged.
@@ -37,8 +38,9 @@ def file_at_ref(path: Path, ref: str) -> tuple[str, str | None]:
     if rc != 0:
         raise ConfigError(f"--base {ref}: {path.resolve().parent} is not inside a git repository")
     if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
-        raise ConfigError(f"--base {ref}: no such git revision", hint="Fetch it first (CI: fetch-depth: 0), "
-                          "or name a branch, tag or commit that exists.")
+        raise ConfigError(f"--base {ref}: no such git revision, nor a file",
+                          hint="Fetch it first (CI: fetch-depth: 0), or name a branch, tag or "
+                          "commit that exists, or a lockfile.")
     rel = path.resolve().relative_to(Path(top.strip()).resolve()).as_posix()
     rc, text = git("show", f"{ref}:{rel}")
     return rel, (text if rc == 0 else None)
@@ -46,14 +48,19 @@ def file_at_ref(path: Path, ref: str) -> tuple[str, str | None]:
 
 def moved(name: str, before: str, after: str, ref: str) -> tuple[str, str] | None:
     """(rule, reason) when ``name`` going from ``before`` (at ``ref``) to ``after`` is a downgrade
-    or the same version under another local tag (a swapped build); None for anything else,
-    versions that do not parse included."""
+    or the same version under another local tag (a swapped build); a downgrade that changes the
+    local tag too says both; None for anything else, versions that do not parse included."""
     pb, pa = public_of(before), public_of(after)
     if pb is None or pa is None or before == after:
         return None
-    if pb > pa:
-        return "torch-downgrade", f"{name} {before} at {ref} -> {after} here: a downgrade"
     lb, la = local_of(before), local_of(after)
+    if pb > pa:
+        retag = ""
+        if lb and la and lb != la:  # a downgrade that also changes the named build: both are said
+            cuda = lb.startswith("cu") and la.startswith("cu")
+            build = "another CUDA build" if cuda else "another build"
+            retag = f", and re-tagged (+{lb} -> +{la}: {build})"
+        return "torch-downgrade", f"{name} {before} at {ref} -> {after} here: a downgrade{retag}"
     if pb == pa and lb != la:
         return "torch-swap", (f"{name} {before} at {ref} -> {after} here: the same version with another local tag "
                               f"({'+' + lb if lb else 'none'} -> {'+' + la if la else 'none'}), a swapped build")

@@ -29,6 +29,8 @@ def check(ctx: Context) -> None:
                 continue  # `uv sync --only-group ...`: the project's own requirements are not installed
             if dependents is not None and entry.name not in dependents:
                 continue
+            if ctx.no_file(entry, view):
+                continue
             if entry.key not in read:
                 read[entry.key] = declared_requirements(entry, ctx.lock, offline=ctx.offline, index_urls=ctx.index_urls,
                                                          sources=ctx.sources)
