@@ -13,7 +13,7 @@ import pytest
 from envbuild.cli import main
 from envbuild.layout import Paths
 from envbuild.proof.backend import detect
-from envbuild.proof.receipt import diff_receipts, load_receipt, write_receipt
+from envbuild.proof.receipt import backend_diff, diff_receipts, load_receipt, write_receipt
 from envbuild.spec import resolve_spec
 
 MACHINE_ID = "0123456789abcdef0123456789abcdef"
@@ -176,7 +176,7 @@ def test_slurm_job_on_the_same_host_image_is_a_run_change(tmp_path: Path) -> Non
     """A Slurm job on a bare node has the node's image: only the run differs (fleet diffs stay 0)."""
     host = detect({}, fake_root(tmp_path)).to_dict()
     job = detect({"SLURM_JOB_ID": "77", "SLURM_PROCID": "0"}, fake_root(tmp_path)).to_dict()
-    diffs = diff_receipts({"backend": host}, {"backend": job})
+    diffs = backend_diff(host, job)  # diff_receipts' backend part (a receipt's other sections: typed)
     assert {(d.section, d.key, d.drift) for d in diffs} == {
         ("run", "backend kind", False), ("run", "slurm_job_id", False), ("run", "slurm_procid", False)}
 

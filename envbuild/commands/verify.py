@@ -12,7 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envbuild import events, guard, layout
 from envbuild.commands import ui
@@ -36,6 +36,7 @@ from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import VerifyDocument
+    from envbuild.proof.receipt import SoftwareJSON
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def run(args: VerifyArgs) -> int:
     return 0
 
 
-def changed_on_disk(inventory: dict[str, Any], baseline: guard.Baseline) -> list[str]:
+def changed_on_disk(inventory: SoftwareJSON, baseline: guard.Baseline) -> list[str]:
     """One message per distribution of torch and its protected set with files whose bytes on disk
     are not the ones RECORD lists (an edit in place, a truncated copy), naming the first few."""
     guarded = {baseline.package, *baseline.protected}

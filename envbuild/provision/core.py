@@ -63,7 +63,7 @@ from envbuild.provision.verify import (
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
-    from envbuild.proof.receipt import HostSnapshot, ProvisionPayload
+    from envbuild.proof.receipt import HostSnapshot, ProvisionPayload, SoftwareJSON
 
 T = TypeVar("T")
 
@@ -234,7 +234,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
             run.warmup.stop()
             result.warmup = run.warmup.to_json()
     if check is not None and check.cached and check.software is not None:
-        software: dict[str, Any] | None = check.software
+        software: SoftwareJSON | None = check.software
     else:
         futures = [f for f in run.inventory if f is not None]
         if not futures:
@@ -455,7 +455,8 @@ def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None =
     return check
 
 
-def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None, software: dict[str, Any] | None = None) -> Path:
+def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None,
+                   software: SoftwareJSON | None = None) -> Path:
     from envbuild.proof.receipt import write_receipt
 
     result, paths = run.result, run.paths
