@@ -66,6 +66,7 @@ from envbuild.proof.receipt.diff import (
     image_changed,
     outcome,
     run_changed,
+    stopped_short,
     summary,
 )
 from envbuild.proof.receipt.schema import (
@@ -95,6 +96,7 @@ from envbuild.proof.receipt.schema import (
 )
 from envbuild.proof.receipt.store import (
     VERIFIED_LOG,
+    last_provision,
     load_receipt,
     receipt_files,
     verifications,
@@ -136,6 +138,7 @@ __all__ = [
     "hardware",
     "image_changed",
     "inventory",
+    "last_provision",
     "load_receipt",
     "outcome",
     "receipt_files",
@@ -143,6 +146,7 @@ __all__ = [
     "redact_env",
     "run_changed",
     "snapshot_host",
+    "stopped_short",
     "summary",
     "validate",
     "verifications",

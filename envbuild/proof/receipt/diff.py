@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from envbuild.proof.backend import BackendJSON
@@ -63,6 +64,24 @@ def outcome(doc: ReceiptBody) -> str:
         return "finished"
     how = "interrupted" if failed.get("interrupted") else "failed"
     return f"{how} in {failed['stage']} (exit {failed['exit_code']})"
+
+
+def stopped_short(doc: LoadedReceipt) -> str | None:
+    """One paragraph on a provision that stopped short (None for one that finished): where, the
+    exit code, the first line of why, the steps done, the lock it was of (and whether it is still
+    there) and the receipt."""
+    failed = failure(doc)
+    if failed is None:
+        return None
+    why = (failed["reason"].strip().splitlines() or ["-"])[0].rstrip(".")
+    done = ", ".join(failed["completed"]) or "none"
+    lock = cast("ProvisionPayload", doc["payload"]).get("lock") or {}
+    lock_file = lock.get("lock_file")
+    of = ""
+    if isinstance(lock_file, str):
+        of = f" from {lock_file}" + ("" if Path(lock_file).is_file() else " (not there any more)")
+    return (f"the last provision{of} {outcome(doc)}: {why}; steps done: {done} "
+            f"(receipt {doc['_path']}). Run provision again to finish it")
 
 
 def _packages(doc: ReceiptBody) -> dict[str, DistributionJSON]:

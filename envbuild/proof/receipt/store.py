@@ -203,3 +203,14 @@ def load_receipt(path: Path) -> LoadedReceipt:
         raise ConfigError(f"{path} is not valid JSON ({exc}); "
                           "it is not an envbuild receipt") from exc
     return validate(doc, path)
+
+
+def last_provision(folder: Path) -> LoadedReceipt | None:
+    """The newest readable ``provision`` receipt in ``folder`` (None: none there): how the last
+    provision of the data root ended (``diff.failure``)."""
+    for path in receipt_files(folder, kinds=("provision",)):
+        try:
+            return load_receipt(path)
+        except ConfigError:
+            continue
+    return None
