@@ -138,7 +138,8 @@ class VerifyDocument(TypedDict):
     schema: Literal["envbuild.verify/1"]  # this document's format
     venv: str  # the environment verified
     baseline_from: str  # where its baseline came from (the manifest, or the environment itself)
-    # no violation, no file changed on disk (exit 6 otherwise) and the last provision finished (exit 7)
+    # no violation, no file changed on disk (exit 6 otherwise), and the last provision finished
+    # (exit 7)
     ok: bool
     # the last provision of the environment stopped short: where, why and the steps done (null: it
     # finished)

@@ -122,7 +122,7 @@ def run(args: ProvisionArgs) -> int:
     try:
         result = provision(spec, opts)
     except (KeyboardInterrupt, EnvbuildError) as exc:
-        if began(spec, args.root):  # finished or not, the venv names its stack (verify, receipt find it)
+        if began(spec, args.root):  # finished or not, the venv names its stack (verify finds it)
             record_environment(spec, paths_for(spec, args.root))
         if isinstance(exc, EnvbuildError) and not isinstance(exc, Interrupted):
             raise

@@ -103,7 +103,7 @@ def run(args: VerifyArgs) -> int:
     if record:
         payload: receipts.VerifyPayload = {"ok": not messages and not unfinished, "venv": str(venv),
                                            "baseline_from": source,
-                                           "violations": [*messages, *([unfinished] if unfinished else [])],
+                                           "violations": [*messages, *filter(None, [unfinished])],
                                            "torch": check.data,
                                            "guard_seconds": round(check.report.seconds, 4)}
         receipt = receipts.write_receipt(paths, "verify", payload, spec=spec, python=python,
@@ -117,10 +117,12 @@ def run(args: VerifyArgs) -> int:
             "guard_seconds": round(check.report.seconds, 4), "receipt": str(receipt) if receipt else None}
         ui.print_json(doc)
     if messages:
-        raise ABIViolation(f"{venv}: " + "; ".join(messages) + (f". Also: {unfinished}" if unfinished else ""))
+        also = f". Also: {unfinished}" if unfinished else ""
+        raise ABIViolation(f"{venv}: " + "; ".join(messages) + also)
     if unfinished:
         raise VerifyError(f"{venv}: {spec.abi.package} {baseline.version} intact, but {unfinished}",
-                          hint="Run the same provision command again: it resumes at the step that stopped.")
+                          hint="Run the same provision command again: it resumes at the step that "
+                          "stopped.")
     if not args.json:
         events.emit("ok", f"{venv}: {spec.abi.package} {baseline.version} intact "
                     f"(guard {1000 * check.report.seconds:.0f} ms; baseline from {source})")

@@ -595,8 +595,9 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             check_files(plan, folder, todo)
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         try:
-            result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
-        except (EnvbuildError, KeyboardInterrupt):  # finished or not, the venv names the lock it is of
+            result = provision(spec, replace(run_opts, locked=locked,
+                                             prepare_steps={"builds": builds}))
+        except (EnvbuildError, KeyboardInterrupt):  # finished or not, the venv names its lock
             if began(spec, opts.root):
                 write_record(opts.venv or paths.venv, paths.root, spec,
                              {**prepared.chosen.to_json(), "adopted_torch": prepared.adopted})

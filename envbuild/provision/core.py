@@ -235,7 +235,8 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
 
 
 def _venv_steps_check(run: ProvisionRun, base_python: Interpreter | None, laps: _Laps,
-                      pool: ThreadPoolExecutor, host_facts: Future[HostSnapshot]) -> ProvisionResult:
+                      pool: ThreadPoolExecutor,
+                      host_facts: Future[HostSnapshot]) -> ProvisionResult:
     from envbuild.proof import receipt as receipts
 
     spec, opts, paths, manifest, result = run.spec, run.opts, run.paths, run.manifest, run.result
@@ -254,7 +255,8 @@ def _venv_steps_check(run: ProvisionRun, base_python: Interpreter | None, laps: 
                                  hint="Move the venv away; the next run makes a new one.")
         manifest.marker_env = probed.marker_env
     run.site = guard.site_packages(paths.venv)
-    run.env = run.installer.install_env(_install_env(paths), run.python, compile_option=opts.compile_bytecode,
+    run.env = run.installer.install_env(_install_env(paths), run.python,
+                                        compile_option=opts.compile_bytecode,
                                     adopted=opts.venv is not None)
     if spec.abi.adopt and manifest.baseline is None:
         manifest.baseline = freeze_baseline(run, adopted=True)
@@ -517,7 +519,8 @@ def _failure_receipt(run: ProvisionRun, exc: EnvbuildError | KeyboardInterrupt, 
     try:
         return _write_receipt(run, host=_or_none(host_facts), failure=failure)
     except (OSError, EnvbuildError, KeyboardInterrupt) as err:  # a full disk, a second Ctrl-C
-        events.emit("warn", f"could not write the receipt of the failed run under {run.paths.receipts}: {err}")
+        events.emit("warn", "could not write the receipt of the failed run under "
+                            f"{run.paths.receipts}: {err}")
         return None
 
 
@@ -544,6 +547,6 @@ def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None,
     }
     if failure is not None:
         payload["failure"] = failure
-    python = run.python if run.python.is_file() else None  # a run that stopped before its venv: none
+    python = run.python if run.python.is_file() else None  # none: it stopped before its venv
     return write_receipt(paths, "provision", payload, spec=run.spec, python=python, host=host,
                          software=software)

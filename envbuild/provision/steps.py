@@ -44,7 +44,8 @@ class ProvisionRun:
     site: Path = Path()
     env: dict[str, str] | None = None  # the installers' environment (caches on the data root)
     warmup: warmup.Warmup | None = None  # the background `import torch` once the baseline is in
-    inventory: list[Future[SoftwareJSON]] = field(default_factory=list)  # the receipt's, beside the import check
+    # the receipt's, beside the import check
+    inventory: list[Future[SoftwareJSON]] = field(default_factory=list)
     unmet_names: list[str] = field(default_factory=list)  # the --no-deps steps' packages: unmet requirements said once, at the end
 
     @property

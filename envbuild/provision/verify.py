@@ -52,7 +52,8 @@ class FinalCheck:
     cached: bool = False  # the import verdict was reused (the fingerprint matched)
     fingerprint: str | None = None
     import_seconds: float = 0.0
-    software: SoftwareJSON | None = None  # with a cached verdict: the receipt's inventory recorded with it
+    # with a cached verdict: the receipt's inventory recorded with it
+    software: SoftwareJSON | None = None
     modules: list[str] | None = None  # a fresh import's loaded source files, relative to site-packages
 
     @property
