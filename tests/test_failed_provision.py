@@ -25,7 +25,13 @@ from support.fixtures import EnvbuildResult, installer_env
 from support.gatelocks import GateIndex, uv_platform_lock
 
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.proof.receipt import load_receipt, receipt_files
+from envbuild.proof.receipt import (
+    diff_receipts,
+    failure,
+    load_receipt,
+    receipt_files,
+    summary,
+)
 
 REST_WHEEL = r'trainer_utils-1\.0-py3-none-any\.whl", hash = "sha256:([0-9a-f]{64})"'
 
@@ -173,17 +179,45 @@ def test_an_interrupted_lock_provision_leaves_a_receipt_saying_so(
     assert "Traceback" not in stderr
 
 
-def test_a_damaged_failure_section_is_named(tmp_path: Path) -> None:
-    """The readers rely on ``payload.failure``'s types: a receipt edited into another shape is a
-    usage error naming the key; the same receipt as written loads."""
-    lock_free: dict[str, Any] = {
+def _failed_doc() -> dict[str, Any]:
+    """A provision receipt's sections as ``write_receipt`` writes them (the few the readers read),
+    its run stopped in the rest stage."""
+    return {
         "schema": "envbuild.receipt/1", "kind": "provision", "created": "2026-01-01T00:00:00Z",
         "names": {}, "provenance": {"hostname": "h"}, "hardware": {"gpus": []}, "spec": None,
         "software": {"distributions": [{"name": "torch", "version": "2.10.0"}]},
         "env": {"overlay": {}, "in_force": {}}, "digest": "0",
         "payload": {"ran": [], "failure": {"stage": "rest", "exit_code": 5, "error": "InstallError",
                                            "reason": "why", "hint": None, "interrupted": False,
-                                           "completed": ["torch"]}}}
+                                           "completed": ["torch"]}},
+    }
+
+
+def test_the_outcome_is_drift_only_where_it_differs(tmp_path: Path) -> None:
+    """Two runs that stopped in the same stage with the same exit code do not differ in outcome;
+    a run that stopped and one that finished do, as drift."""
+    paths = []
+    for name, doc in (("a", _failed_doc()), ("b", _failed_doc())):
+        paths.append(tmp_path / f"provision-{name}.json")
+        paths[-1].write_text(json.dumps(doc))
+    finished = _failed_doc()
+    del finished["payload"]["failure"]
+    paths.append(tmp_path / "provision-finished.json")
+    paths[-1].write_text(json.dumps(finished))
+    a, b, done = (load_receipt(p) for p in paths)
+    assert diff_receipts(a, b) == []
+    [outcome] = diff_receipts(a, done)
+    assert (outcome.section, outcome.a, outcome.b, outcome.drift) == (
+        "outcome", "failed in rest (exit 5)", "finished", True)
+    assert failure(done) is None and summary(done).get("outcome") is None
+    shown = summary(a)
+    assert shown["outcome"] == "failed in rest (exit 5)" and shown["steps done"] == "torch"
+
+
+def test_a_damaged_failure_section_is_named(tmp_path: Path) -> None:
+    """The readers rely on ``payload.failure``'s types: a receipt edited into another shape is a
+    usage error naming the key; the same receipt as written loads."""
+    lock_free = _failed_doc()
     good = tmp_path / "provision-good.json"
     good.write_text(json.dumps(lock_free))
     assert load_receipt(good)["payload"]["failure"]["stage"] == "rest"  # type: ignore[typeddict-item]

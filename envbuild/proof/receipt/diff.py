@@ -142,7 +142,7 @@ def diff_receipts(a: ReceiptBody, b: ReceiptBody) -> list[Difference]:
             out.append(Difference("env", f"{sub}.{key}", u, v))
     out += _hardware_diff(a, b)
     out += backend_diff(a.get("backend"), b.get("backend"))
-    if failure(a) is not None or failure(b) is not None:  # a run that stopped short is not the same
+    if outcome(a) != outcome(b):  # a run that stopped short is not one that finished
         out.append(Difference("outcome", str(b["kind"]), outcome(a), outcome(b)))
     va, vb = a["provenance"], b["provenance"]
     both = bool(a.get("backend") and b.get("backend"))  # then the host name is in the run group
