@@ -257,7 +257,7 @@ def _venv_steps_check(run: ProvisionRun, base_python: Interpreter | None, laps: 
     run.site = guard.site_packages(paths.venv)
     run.env = run.installer.install_env(_install_env(paths), run.python,
                                         compile_option=opts.compile_bytecode,
-                                    adopted=opts.venv is not None)
+                                        adopted=opts.venv is not None)
     if spec.abi.adopt and manifest.baseline is None:
         manifest.baseline = freeze_baseline(run, adopted=True)
     manifest.save()
@@ -496,7 +496,6 @@ def _failure_receipt(run: ProvisionRun, exc: EnvbuildError | KeyboardInterrupt, 
     """The receipt of a run that stopped short: the stage (the step that failed or was running, or
     the phase: venv, import_check), the exit code, the paragraph envbuild prints and the steps done;
     its software is what is installed now. None where it cannot be written (the error stands)."""
-
     steps = run.manifest.steps
     if "venv" not in laps.seconds:
         stage = "venv"

@@ -42,7 +42,7 @@ A provision that stops short (an error, Ctrl-C, SIGTERM) writes a ``provision`` 
 payload's ``failure`` says the stage, the exit code, the paragraph envbuild printed and the steps
 done by then; its ``software`` is what was installed at that point. It never confirms nor is
 confirmed by a verification, ``receipt show`` and ``verify`` say how the run ended, and
-``receipt diff`` shows the difference in the ``outcome`` section (drift).
+``receipt diff`` shows two runs that ended differently in the ``outcome`` section (drift).
 """
 
 from __future__ import annotations
