@@ -230,3 +230,24 @@ def test_a_damaged_failure_section_is_named(tmp_path: Path) -> None:
     bad.write_text(json.dumps(lock_free))
     with pytest.raises(ConfigError, match=r"software: must be a table, not missing"):
         load_receipt(bad)
+
+
+def test_backend_pip_on_a_venv_uv_made_is_refused_before_anything_runs(
+        gate_index: GateIndex, tmp_path: Path,
+        run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """A root uv provisioned has a venv without pip: ``--backend pip`` is refused (exit 2) with
+    nothing run or written; the same root with the backend that made it re-verifies (exit 0)."""
+    lock = uv_platform_lock(tmp_path, gate_index)
+    data = tmp_path / "data"
+    res = run_envbuild("provision", "--lock", lock, "--root", data, "--backend", "uv")
+    assert res.rc == 0, res.output
+    manifest = (data / ".envbuild" / "manifest.json").read_text()
+    receipts = sorted(p.name for p in (data / "receipts").iterdir())
+    res = run_envbuild("provision", "--lock", lock, "--root", data, "--backend", "pip")
+    assert res.rc == ExitCode.CONFIG, res.output
+    assert "--backend pip: the venv at" in res.stderr and "has no pip" in res.stderr
+    assert "--backend uv" in res.stderr and "Traceback" not in res.output
+    assert (data / ".envbuild" / "manifest.json").read_text() == manifest
+    assert sorted(p.name for p in (data / "receipts").iterdir()) == receipts
+    res = run_envbuild("provision", "--lock", lock, "--root", data, "--backend", "uv")
+    assert res.rc == 0 and "nothing to do" in res.output, res.output
