@@ -197,7 +197,7 @@ def run_diff(args: ReceiptDiffArgs) -> int:
             "schema": "envbuild.receipt.diff/1", "reference": ref["_path"], "drift": bool(drifted),
             "image_changed": any(image_changed(diffs) for _, diffs in results),
             "run_changed": any(run_changed(diffs) for _, diffs in results), "receipts": [
-                {"file": doc["_path"], "host": doc.get("provenance", {}).get("hostname"),
+                {"file": doc["_path"], "host": doc["provenance"].get("hostname"),
                  "drift": any(d.drift for d in diffs), "image_changed": image_changed(diffs),
                  "run_changed": run_changed(diffs), "differences": [d.to_dict() for d in diffs],
                  "groups": _groups(diffs)}
@@ -205,7 +205,7 @@ def run_diff(args: ReceiptDiffArgs) -> int:
         ui.print_json(out)
     else:
         for doc, diffs in results:
-            host = doc.get("provenance", {}).get("hostname")
+            host = doc["provenance"].get("hostname")
             title = f"{ref['_path']} -> {doc['_path']} ({host})"
             if not diffs:
                 ui.print_text(f"{title}: identical")
@@ -220,7 +220,7 @@ def run_diff(args: ReceiptDiffArgs) -> int:
                                    max_width=ui.WIDTH, keep=2)
         if len(results) > 1:
             ui.print_table("fleet", ["receipt", "host", "drifted items"],
-                           [[doc["_path"], str(doc.get("provenance", {}).get("hostname")),
+                           [[doc["_path"], str(doc["provenance"].get("hostname")),
                              str(sum(d.drift for d in diffs))] for doc, diffs in results])
         ui.print_text(f"{len(drifted)} of {len(results)} receipt(s) drifted" if drifted else "no drift")
     return int(ExitCode.DRIFT) if drifted else 0
