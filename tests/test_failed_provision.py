@@ -232,6 +232,7 @@ def test_a_damaged_failure_section_is_named(tmp_path: Path) -> None:
         load_receipt(bad)
 
 
+@pytest.mark.slow
 def test_backend_pip_on_a_venv_uv_made_is_refused_before_anything_runs(
         gate_index: GateIndex, tmp_path: Path,
         run_envbuild: Callable[..., EnvbuildResult]) -> None:
