@@ -13,7 +13,14 @@ import pytest
 from envbuild.cli import main
 from envbuild.layout import Paths
 from envbuild.proof.backend import detect
-from envbuild.proof.receipt import backend_diff, diff_receipts, load_receipt, write_receipt
+from envbuild.proof.receipt import (
+    SoftwareJSON,
+    VerifyPayload,
+    backend_diff,
+    diff_receipts,
+    load_receipt,
+    write_receipt,
+)
 from envbuild.spec import resolve_spec
 
 MACHINE_ID = "0123456789abcdef0123456789abcdef"
@@ -107,8 +114,9 @@ def test_this_machine() -> None:
 
 # ----------------------------------------------------------------------------- receipts and diff
 
-SOFTWARE = {"python": "3.11.9", "torch": {"version": "2.13.0+cpu"},
-            "distributions": [{"name": "torch", "version": "2.13.0+cpu", "record_sha256": "1" * 64}]}
+SOFTWARE: SoftwareJSON = {"python": "3.11.9", "torch": {"version": "2.13.0+cpu"},
+                          "distributions": [{"name": "torch", "version": "2.13.0+cpu",
+                                             "record_sha256": "1" * 64}]}
 
 
 @pytest.fixture
@@ -118,7 +126,9 @@ def modal_receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MODAL_TASK_ID", "ta-AAA")
     monkeypatch.setenv("MODAL_IMAGE_ID", "im-111")
     monkeypatch.setenv("MODAL_REGION", "us-east-1")
-    return write_receipt(Paths(root=tmp_path / "data"), "verify", {"ok": True}, spec=resolve_spec("cpu", None),
+    payload: VerifyPayload = {"ok": True, "venv": "-", "baseline_from": "-", "violations": [],
+                              "torch": None, "guard_seconds": 0.0}
+    return write_receipt(Paths(root=tmp_path / "data"), "verify", payload, spec=resolve_spec("cpu", None),
                          software=copy.deepcopy(SOFTWARE))
 
 
