@@ -17,7 +17,7 @@ class ExitCode(IntEnum):
     LAYOUT = 4  # data root / $HOME links conflict with something of the user's
     INSTALL = 5  # an installer step failed (pip/uv error, hash mismatch, disk full)
     ABI = 6  # the ABI guard found torch or the protected set changed
-    VERIFY = 7  # smoke test or distributed step failed
+    VERIFY = 7  # smoke test or distributed step failed; verify: import hung, provision unfinished
     LOCK = 8  # check-lock findings, stale lock, missing hash
     WHEELHOUSE = 9  # wheel build, repack or mirror failed
     DRIFT = 10  # receipt diff found differences
@@ -84,7 +84,8 @@ EXIT_CODE_DOCS: dict[ExitCode, str] = {
     ExitCode.LAYOUT: "data layout conflict: a real file or folder of the user's is where a link or folder must go",
     ExitCode.INSTALL: "an install step failed (installer error, resolution conflict, hash mismatch, disk full); its log is kept",
     ExitCode.ABI: "ABI violation: torch or a protected package was replaced, reinstalled or shadowed",
-    ExitCode.VERIFY: "smoke test or distributed step failed",
+    ExitCode.VERIFY: "smoke test or distributed step failed; verify: the import hung, or the last provision "
+                     "of the environment stopped short",
     ExitCode.LOCK: "check-lock findings, stale lock or missing/broken hash",
     ExitCode.WHEELHOUSE: "wheelhouse build, repack or mirror failed",
     ExitCode.DRIFT: "receipt diff found differences",

@@ -13,7 +13,14 @@ import pytest
 from envbuild.cli import main
 from envbuild.layout import Paths
 from envbuild.proof.backend import detect
-from envbuild.proof.receipt import diff_receipts, load_receipt, write_receipt
+from envbuild.proof.receipt import (
+    SoftwareJSON,
+    VerifyPayload,
+    backend_diff,
+    diff_receipts,
+    load_receipt,
+    write_receipt,
+)
 from envbuild.spec import resolve_spec
 
 MACHINE_ID = "0123456789abcdef0123456789abcdef"
@@ -107,8 +114,9 @@ def test_this_machine() -> None:
 
 # ----------------------------------------------------------------------------- receipts and diff
 
-SOFTWARE = {"python": "3.11.9", "torch": {"version": "2.13.0+cpu"},
-            "distributions": [{"name": "torch", "version": "2.13.0+cpu", "record_sha256": "1" * 64}]}
+SOFTWARE: SoftwareJSON = {"python": "3.11.9", "torch": {"version": "2.13.0+cpu"},
+                          "distributions": [{"name": "torch", "version": "2.13.0+cpu",
+                                             "record_sha256": "1" * 64}]}
 
 
 @pytest.fixture
@@ -118,7 +126,9 @@ def modal_receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MODAL_TASK_ID", "ta-AAA")
     monkeypatch.setenv("MODAL_IMAGE_ID", "im-111")
     monkeypatch.setenv("MODAL_REGION", "us-east-1")
-    return write_receipt(Paths(root=tmp_path / "data"), "verify", {"ok": True}, spec=resolve_spec("cpu", None),
+    payload: VerifyPayload = {"ok": True, "venv": "-", "baseline_from": "-", "violations": [],
+                              "torch": None, "guard_seconds": 0.0}
+    return write_receipt(Paths(root=tmp_path / "data"), "verify", payload, spec=resolve_spec("cpu", None),
                          software=copy.deepcopy(SOFTWARE))
 
 
@@ -176,7 +186,7 @@ def test_slurm_job_on_the_same_host_image_is_a_run_change(tmp_path: Path) -> Non
     """A Slurm job on a bare node has the node's image: only the run differs (fleet diffs stay 0)."""
     host = detect({}, fake_root(tmp_path)).to_dict()
     job = detect({"SLURM_JOB_ID": "77", "SLURM_PROCID": "0"}, fake_root(tmp_path)).to_dict()
-    diffs = diff_receipts({"backend": host}, {"backend": job})
+    diffs = backend_diff(host, job)  # diff_receipts' backend part (a receipt's other sections: typed)
     assert {(d.section, d.key, d.drift) for d in diffs} == {
         ("run", "backend kind", False), ("run", "slurm_job_id", False), ("run", "slurm_procid", False)}
 

@@ -21,7 +21,13 @@ from envbuild.cli import main
 from envbuild.commands.common import ENVIRONMENT_RECORD
 from envbuild.errors import ExitCode
 from envbuild.layout import Paths
-from envbuild.proof.receipt import VERIFIED_LOG, inventory, snapshot_host, write_receipt
+from envbuild.proof.receipt import (
+    VERIFIED_LOG,
+    DistributionJSON,
+    inventory,
+    snapshot_host,
+    write_receipt,
+)
 from envbuild.spec import resolve_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,10 +41,10 @@ def _flip_a_byte(path: Path, after: bytes) -> None:
     path.write_bytes(bytes(data))
 
 
-def _dists(venv: Venv) -> dict[str, dict[str, object]]:
+def _dists(venv: Venv) -> dict[str, DistributionJSON]:
     doc = inventory(venv.python)
     assert "error" not in doc, doc
-    return {d["name"]: d for d in doc["distributions"]}
+    return {d["name"]: d for d in doc.get("distributions", [])}
 
 
 def test_a_distribution_is_what_was_installed_not_where(tmp_path: Path, make_venv: Callable[..., Venv]) -> None:

@@ -138,7 +138,12 @@ class VerifyDocument(TypedDict):
     schema: Literal["envbuild.verify/1"]  # this document's format
     venv: str  # the environment verified
     baseline_from: str  # where its baseline came from (the manifest, or the environment itself)
-    ok: bool  # no violation and no file changed on disk (exit 6 otherwise)
+    # no violation, no file changed on disk (exit 6 otherwise), and the last provision finished
+    # (exit 7)
+    ok: bool
+    # the last provision of the environment stopped short: where, why and the steps done (null: it
+    # finished)
+    unfinished: str | None
     violations: list[ViolationJSON]  # the guard's violations, then the import check's findings
     changed_on_disk: list[str]  # torch and its protected set: files whose bytes are not the ones RECORD lists
     torch: dict[str, Any] | None  # the `import torch` check's answer (version, cuda, file, ...)
@@ -298,7 +303,10 @@ class ReceiptListEntry(TypedDict):
     kind: ReceiptKind | None  # the command that wrote it
     created: str | None  # when (UTC, ISO 8601)
     host: str | None  # the host it was written on
-    ok: bool | None  # its payload's verdict (a provision receipt is written when it passed)
+    # its payload's verdict (a provision: false where it stopped short, else true)
+    ok: bool | None
+    # a provision that stopped short: how (`failed in rest (exit 5)`); null otherwise
+    stopped: str | None
     confirmed: int  # how many later runs found nothing new and confirmed it (`verified.jsonl`)
     last_confirmed: str | None  # when the last of them ran
 

@@ -21,10 +21,11 @@ from envbuild.commands.common import (
     seconds_arg,
 )
 from envbuild.commands.lockfile import InstallArgs, add_lock_args
-from envbuild.errors import ConfigError, Interrupted
+from envbuild.errors import ConfigError, EnvbuildError, Interrupted
+from envbuild.layout import paths_for
 from envbuild.lock.serve import locked_requirements
 from envbuild.plan import BACKENDS
-from envbuild.provision.core import pending_steps, provision
+from envbuild.provision.core import began, pending_steps, provision
 from envbuild.provision.options import Choice, ProvisionOptions
 from envbuild.provision.verify import IMPORT_TIMEOUT
 from envbuild.spec import StackSpec
@@ -120,7 +121,11 @@ def run(args: ProvisionArgs) -> int:
     check_env_from(spec, tuple(pending_steps(spec, opts)))
     try:
         result = provision(spec, opts)
-    except (KeyboardInterrupt, Interrupted) as exc:
+    except (KeyboardInterrupt, EnvbuildError) as exc:
+        if began(spec, args.root):  # finished or not, the venv names its stack (verify finds it)
+            record_environment(spec, paths_for(spec, args.root))
+        if isinstance(exc, EnvbuildError) and not isinstance(exc, Interrupted):
+            raise
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
         raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from exc
     found_by = record_environment(spec, result.paths)  # the venv records its root: activated, it is found

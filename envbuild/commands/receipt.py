@@ -33,10 +33,13 @@ from envbuild.proof.receipt import (
     VERIFIED_LOG,
     Difference,
     diff_receipts,
+    failure,
     image_changed,
     load_receipt,
+    outcome,
     receipt_files,
     run_changed,
+    stopped_short,
     summary,
     verifications,
 )
@@ -132,6 +135,9 @@ def run_show(args: ReceiptShowArgs) -> int:
     ok = payload.get("ok")
     if ok is not None:
         ui.print_text(f"result: {'ok' if ok else 'FAILED'}")
+    said = stopped_short(doc)
+    if said is not None:
+        ui.print_text(f"result: FAILED: {said}")
     return 0
 
 
@@ -145,11 +151,14 @@ def run_list(args: ReceiptListArgs) -> int:
         except ConfigError as exc:
             rows.append({"file": path.name, "error": exc.message})
             continue
-        ok = (doc.get("payload") or {}).get("ok", True if doc.get("kind") == "provision" else None)  # written when done
+        payload: Mapping[str, Any] = doc["payload"]  # its shape is the kind's
+        stopped = failure(doc) is not None
+        ok = payload.get("ok", not stopped if doc["kind"] == "provision" else None)
         seen = confirmed.get(path.name, [])
-        rows.append({"file": path.name, "kind": doc.get("kind"), "created": doc.get("created"),
-                     "host": (doc.get("provenance") or {}).get("hostname"),
-                     "ok": ok if isinstance(ok, bool) else None, "confirmed": len(seen),
+        rows.append({"file": path.name, "kind": doc["kind"], "created": doc["created"],
+                     "host": doc["provenance"].get("hostname"),
+                     "ok": ok if isinstance(ok, bool) else None,
+                     "stopped": outcome(doc) if stopped else None, "confirmed": len(seen),
                      "last_confirmed": seen[-1].get("created") if seen else None})
     if args.json:
         listed: ReceiptListDocument = {"schema": "envbuild.receipt.list/1", "folder": str(folder), "receipts": rows}
@@ -166,7 +175,8 @@ def run_list(args: ReceiptListArgs) -> int:
         when = str(row["created"] or "-").replace("T", " ").rstrip("Z")
         result = {True: "ok", False: "FAILED", None: "-"}[row["ok"]]
         again = f"  +{row['confirmed']} verified, last {str(row['last_confirmed'])[11:19]}" if row["confirmed"] else ""
-        ui.print_text(f"  {when}  {str(row['kind']):<9}  {result:<6}  {row['file']}{again}")
+        how = f"  ({row['stopped']})" if row["stopped"] else ""
+        ui.print_text(f"  {when}  {str(row['kind']):<9}  {result:<6}  {row['file']}{again}{how}")
     return 0
 
 
@@ -187,7 +197,7 @@ def run_diff(args: ReceiptDiffArgs) -> int:
             "schema": "envbuild.receipt.diff/1", "reference": ref["_path"], "drift": bool(drifted),
             "image_changed": any(image_changed(diffs) for _, diffs in results),
             "run_changed": any(run_changed(diffs) for _, diffs in results), "receipts": [
-                {"file": doc["_path"], "host": doc.get("provenance", {}).get("hostname"),
+                {"file": doc["_path"], "host": doc["provenance"].get("hostname"),
                  "drift": any(d.drift for d in diffs), "image_changed": image_changed(diffs),
                  "run_changed": run_changed(diffs), "differences": [d.to_dict() for d in diffs],
                  "groups": _groups(diffs)}
@@ -195,7 +205,7 @@ def run_diff(args: ReceiptDiffArgs) -> int:
         ui.print_json(out)
     else:
         for doc, diffs in results:
-            host = doc.get("provenance", {}).get("hostname")
+            host = doc["provenance"].get("hostname")
             title = f"{ref['_path']} -> {doc['_path']} ({host})"
             if not diffs:
                 ui.print_text(f"{title}: identical")
@@ -210,7 +220,7 @@ def run_diff(args: ReceiptDiffArgs) -> int:
                                    max_width=ui.WIDTH, keep=2)
         if len(results) > 1:
             ui.print_table("fleet", ["receipt", "host", "drifted items"],
-                           [[doc["_path"], str(doc.get("provenance", {}).get("hostname")),
+                           [[doc["_path"], str(doc["provenance"].get("hostname")),
                              str(sum(d.drift for d in diffs))] for doc, diffs in results])
         ui.print_text(f"{len(drifted)} of {len(results)} receipt(s) drifted" if drifted else "no drift")
     return int(ExitCode.DRIFT) if drifted else 0

@@ -38,7 +38,13 @@ from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import SmokeDocument
-    from envbuild.proof.receipt import HostSnapshot, ReceiptKind, ReceiptPayload, SmokePayload
+    from envbuild.proof.receipt import (
+        HostSnapshot,
+        ReceiptKind,
+        ReceiptPayload,
+        SmokePayload,
+        SoftwareJSON,
+    )
     from envbuild.proof.smoke import SmokeResult
 
 
@@ -99,7 +105,7 @@ class ReceiptFacts:
         self.spec, self.python, self.regime = spec, python, regime
         self.provenance: Provenance | None = None
         self.host: HostSnapshot | None = None
-        self.software: dict[str, Any] | None = None
+        self.software: SoftwareJSON | None = None
         self._thread = threading.Thread(target=self._take, name="envbuild-receipt-facts", daemon=True)
 
     @classmethod

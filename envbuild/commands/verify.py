@@ -12,7 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envbuild import events, guard, layout
 from envbuild.commands import ui
@@ -36,6 +36,7 @@ from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import VerifyDocument
+    from envbuild.proof.receipt import SoftwareJSON
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def run(args: VerifyArgs) -> int:
                           hint="Provision it first, activate the venv it made or set ENVBUILD_ROOT, or pass --venv.")
     site = guard.site_packages(venv)
     manifest = Manifest.load(paths.manifest)
+    last = receipts.last_provision(paths.receipts) if Path(manifest.venv) == venv else None
+    unfinished = receipts.stopped_short(last) if last is not None else None
     if manifest.baseline is not None and Path(manifest.venv) == venv:
         baseline = guard.Baseline.from_json(manifest.baseline)
         source = f"manifest {paths.manifest}"
@@ -76,7 +79,8 @@ def run(args: VerifyArgs) -> int:
         try:
             baseline = guard.take_baseline(spec.abi, site, manifest.marker_env or {})
         except LookupError as exc:
-            raise ABIViolation(f"{spec.abi.package} is not installed in {venv}") from exc
+            raise ABIViolation(f"{spec.abi.package} is not installed in {venv}"
+                               + (f": {unfinished}" if unfinished else "")) from exc
         source = "the environment itself (no manifest)"
         if baseline.version != spec.abi.version:
             raise ABIViolation(f"{spec.abi.package} {baseline.version} is installed; the spec says {spec.abi.version}")
@@ -97,27 +101,35 @@ def run(args: VerifyArgs) -> int:
     messages = [f.message for f in check.findings] + changed_on_disk(inventory, baseline)
     receipt = None
     if record:
-        payload: receipts.VerifyPayload = {"ok": not messages, "venv": str(venv), "baseline_from": source,
-                                           "violations": messages, "torch": check.data,
+        payload: receipts.VerifyPayload = {"ok": not messages and not unfinished, "venv": str(venv),
+                                           "baseline_from": source,
+                                           "violations": [*messages, *filter(None, [unfinished])],
+                                           "torch": check.data,
                                            "guard_seconds": round(check.report.seconds, 4)}
         receipt = receipts.write_receipt(paths, "verify", payload, spec=spec, python=python,
                                          host=host.result() if host else None, software=inventory)
     if args.json:
         doc: VerifyDocument = {
-            "schema": "envbuild.verify/1", "venv": str(venv), "baseline_from": source, "ok": not messages,
+            "schema": "envbuild.verify/1", "venv": str(venv), "baseline_from": source,
+            "ok": not messages and not unfinished, "unfinished": unfinished,
             "violations": [{"rule": f.rule, "package": f.package, "message": f.message} for f in check.findings],
             "changed_on_disk": messages[len(check.findings):], "torch": check.data,
             "guard_seconds": round(check.report.seconds, 4), "receipt": str(receipt) if receipt else None}
         ui.print_json(doc)
     if messages:
-        raise ABIViolation(f"{venv}: " + "; ".join(messages))
+        also = f". Also: {unfinished}" if unfinished else ""
+        raise ABIViolation(f"{venv}: " + "; ".join(messages) + also)
+    if unfinished:
+        raise VerifyError(f"{venv}: {spec.abi.package} {baseline.version} intact, but {unfinished}",
+                          hint="Run the same provision command again: it resumes at the step that "
+                          "stopped.")
     if not args.json:
         events.emit("ok", f"{venv}: {spec.abi.package} {baseline.version} intact "
                     f"(guard {1000 * check.report.seconds:.0f} ms; baseline from {source})")
     return 0
 
 
-def changed_on_disk(inventory: dict[str, Any], baseline: guard.Baseline) -> list[str]:
+def changed_on_disk(inventory: SoftwareJSON, baseline: guard.Baseline) -> list[str]:
     """One message per distribution of torch and its protected set with files whose bytes on disk
     are not the ones RECORD lists (an edit in place, a truncated copy), naming the first few."""
     guarded = {baseline.package, *baseline.protected}

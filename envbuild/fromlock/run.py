@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from envbuild import events, guard, layout
-from envbuild.errors import ABIViolation, ConfigError, InstallError, LockError, PreflightError
+from envbuild.errors import (
+    ABIViolation,
+    ConfigError,
+    EnvbuildError,
+    InstallError,
+    LockError,
+    PreflightError,
+)
+from envbuild.fromlock.record import write_record
 from envbuild.fromlock.select import (
     Chosen,
     Request,
@@ -526,7 +534,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
-    from envbuild.provision.core import pending_steps, provision
+    from envbuild.provision.core import began, pending_steps, provision
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
     python = target_python(req, opts.python, opts.venv)
@@ -586,7 +594,14 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         else:  # the offline check hashes the files of the steps still to run: a finished root re-verifies
             check_files(plan, folder, todo)
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
-        result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
+        try:
+            result = provision(spec, replace(run_opts, locked=locked,
+                                             prepare_steps={"builds": builds}))
+        except (EnvbuildError, KeyboardInterrupt):  # finished or not, the venv names its lock
+            if began(spec, opts.root):
+                write_record(opts.venv or paths.venv, paths.root, spec,
+                             {**prepared.chosen.to_json(), "adopted_torch": prepared.adopted})
+            raise
     if opts.venv is not None:
         _record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if it did not finish
     return prepared, result

@@ -34,7 +34,15 @@ from packaging.utils import canonicalize_name
 
 from envbuild import events, guard, layout
 from envbuild._io import atomic_write_json
-from envbuild.errors import ABIViolation, ConfigError, InstallError, PreflightError
+from envbuild.errors import (
+    ABIViolation,
+    ConfigError,
+    EnvbuildError,
+    ExitCode,
+    InstallError,
+    Interrupted,
+    PreflightError,
+)
 from envbuild.installer import (
     Interpreter,
     find_interpreter,
@@ -63,7 +71,12 @@ from envbuild.provision.verify import (
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
-    from envbuild.proof.receipt import HostSnapshot, ProvisionPayload
+    from envbuild.proof.receipt import (
+        HostSnapshot,
+        ProvisionFailureJSON,
+        ProvisionPayload,
+        SoftwareJSON,
+    )
 
 T = TypeVar("T")
 
@@ -125,6 +138,18 @@ def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _refuse_pip_without_pip(plan: Plan, paths: layout.Paths) -> None:
+    """``--backend pip`` runs the venv's own pip: a venv made by uv has none (exit 2, before
+    anything is made)."""
+    if plan.options.backend != "pip" or not paths.python.exists():
+        return
+    if not (guard.site_packages(paths.venv) / "pip").is_dir():
+        raise ConfigError(f"--backend pip: the venv at {paths.venv} has no pip (uv made it without "
+                          "one), and the pip backend installs with the venv's own pip",
+                          hint="Provision it with --backend uv, the installer that made it, or move "
+                          "the venv away to have it made again with pip.")
+
+
 def _identities(plan: Plan) -> list[tuple[str, str, str]]:
     """(name, ``step_identity``, ``PlannedStep.digest``) of every step, in order, for ``_sync``."""
     return [(s.name, step_identity(s), s.digest) for s in plan.steps]
@@ -146,6 +171,16 @@ def pending_steps(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths |
     return snapshot.pending(_identities(plan), opts.only_step)[0]
 
 
+def began(spec: StackSpec, root: Path | None) -> bool:
+    """Whether a provision of ``spec`` began under the data root: its manifest names this spec (a
+    refusal leaves the root as it was). After a run that raised, the venv is then this spec's,
+    finished or not, and the venv's record may say so."""
+    try:
+        return Manifest.load(layout.paths_for(spec, root).manifest).spec_digest == spec.digest
+    except ConfigError:
+        return False
+
+
 def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan: Plan,
               identities: list[tuple[str, str, str]]) -> tuple[Interpreter | None, Plan]:
     """Every check that can refuse the run, before anything is made. Returns the interpreter a
@@ -154,6 +189,8 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
     _check_data_root(spec, paths)
     layout.check_links(spec, paths, (opts.home or Path.home()).expanduser(), force=opts.force_links)
     snapshot = Manifest.load(paths.manifest)  # read only: the real one is loaded under the lock
+    if not snapshot.violation or opts.venv is not None:  # else the venv is moved aside, made anew
+        _refuse_pip_without_pip(plan, paths)
     if snapshot.violation:
         snapshot = Manifest(path=paths.manifest)
     pending = set(snapshot.pending(identities, opts.only_step)[0])
@@ -204,7 +241,19 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
     run = ProvisionRun(spec=spec, opts=opts, plan=plan, paths=paths, installer=installer, manifest=manifest,
                        result=result, lock_fd=lock_fd)
     laps.lap("prepare")
+    try:
+        return _venv_steps_check(run, base_python, laps, pool, host_facts)
+    except (EnvbuildError, KeyboardInterrupt) as exc:  # the run stopped short: a receipt says so
+        result.receipt = _failure_receipt(run, exc, laps, host_facts)
+        raise
 
+
+def _venv_steps_check(run: ProvisionRun, base_python: Interpreter | None, laps: _Laps,
+                      pool: ThreadPoolExecutor,
+                      host_facts: Future[HostSnapshot]) -> ProvisionResult:
+    from envbuild.proof import receipt as receipts
+
+    spec, opts, paths, manifest, result = run.spec, run.opts, run.paths, run.manifest, run.result
     # layout first: the venv, caches and logs all live on the data root
     layout.create_folders(paths)
     home = (opts.home or Path.home()).expanduser()
@@ -220,8 +269,9 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
                                  hint="Move the venv away; the next run makes a new one.")
         manifest.marker_env = probed.marker_env
     run.site = guard.site_packages(paths.venv)
-    run.env = installer.install_env(_install_env(paths), run.python, compile_option=opts.compile_bytecode,
-                                    adopted=opts.venv is not None)
+    run.env = run.installer.install_env(_install_env(paths), run.python,
+                                        compile_option=opts.compile_bytecode,
+                                        adopted=opts.venv is not None)
     if spec.abi.adopt and manifest.baseline is None:
         manifest.baseline = freeze_baseline(run, adopted=True)
     manifest.save()
@@ -234,7 +284,7 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
             run.warmup.stop()
             result.warmup = run.warmup.to_json()
     if check is not None and check.cached and check.software is not None:
-        software: dict[str, Any] | None = check.software
+        software: SoftwareJSON | None = check.software
     else:
         futures = [f for f in run.inventory if f is not None]
         if not futures:
@@ -455,7 +505,41 @@ def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None =
     return check
 
 
-def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None, software: dict[str, Any] | None = None) -> Path:
+def _failure_receipt(run: ProvisionRun, exc: EnvbuildError | KeyboardInterrupt, laps: _Laps,
+                     host_facts: Future[HostSnapshot]) -> Path | None:
+    """The receipt of a run that stopped short: the stage (the step that failed or was running, or
+    the phase: venv, import_check), the exit code, the paragraph envbuild prints and the steps done;
+    its software is what is installed now. None where it cannot be written (the error stands)."""
+    steps = run.manifest.steps
+    if "venv" not in laps.seconds:
+        stage = "venv"
+    elif "steps" not in laps.seconds:
+        stage = next((s.name for s in steps if s.status in ("failed", "running")),
+                     next((s.name for s in steps if s.status != "ok"), "steps"))
+    else:
+        stage = "import_check"
+    interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
+    failure: ProvisionFailureJSON = {
+        "stage": stage,
+        "exit_code": int(exc.exit_code if isinstance(exc, EnvbuildError) else ExitCode.INTERRUPTED),
+        "error": type(exc).__name__,
+        "reason": exc.message if isinstance(exc, EnvbuildError) else "interrupted",
+        "hint": exc.hint if isinstance(exc, EnvbuildError) else None,
+        "interrupted": interrupted,
+        "completed": [s.name for s in steps if s.status == "ok"],
+    }
+    run.result.seconds = time.monotonic() - laps.t0
+    try:
+        return _write_receipt(run, host=_or_none(host_facts), failure=failure)
+    except (OSError, EnvbuildError, KeyboardInterrupt) as err:  # a full disk, a second Ctrl-C
+        events.emit("warn", "could not write the receipt of the failed run under "
+                            f"{run.paths.receipts}: {err}")
+        return None
+
+
+def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None,
+                   software: SoftwareJSON | None = None,
+                   failure: ProvisionFailureJSON | None = None) -> Path:
     from envbuild.proof.receipt import write_receipt
 
     result, paths = run.result, run.paths
@@ -474,4 +558,8 @@ def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None, software
         "timings": result.timings,
         "lock": result.lock,
     }
-    return write_receipt(paths, "provision", payload, spec=run.spec, python=run.python, host=host, software=software)
+    if failure is not None:
+        payload["failure"] = failure
+    python = run.python if run.python.is_file() else None  # none: it stopped before its venv
+    return write_receipt(paths, "provision", payload, spec=run.spec, python=python, host=host,
+                         software=software)

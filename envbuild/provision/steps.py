@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envbuild import events, guard, layout
 from envbuild._io import atomic_write_text
@@ -24,6 +24,7 @@ from envbuild.provision.state import Manifest, now
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
+    from envbuild.proof.receipt import SoftwareJSON
     from envbuild.provision.options import ProvisionOptions, ProvisionResult
 
 
@@ -43,7 +44,8 @@ class ProvisionRun:
     site: Path = Path()
     env: dict[str, str] | None = None  # the installers' environment (caches on the data root)
     warmup: warmup.Warmup | None = None  # the background `import torch` once the baseline is in
-    inventory: list[Future[dict[str, Any]]] = field(default_factory=list)  # the receipt's, beside the import check
+    # the receipt's, beside the import check
+    inventory: list[Future[SoftwareJSON]] = field(default_factory=list)
     unmet_names: list[str] = field(default_factory=list)  # the --no-deps steps' packages: unmet requirements said once, at the end
 
     @property

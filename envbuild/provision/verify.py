@@ -24,12 +24,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from envbuild import guard
 from envbuild._io import atomic_write_json
 from envbuild.installer import run_python_json
 from envbuild.spec import StackSpec
+
+if TYPE_CHECKING:
+    from envbuild.proof.receipt import SoftwareJSON
 
 __all__ = ["IMPORT_TIMEOUT", "FinalCheck", "ImportHang", "final_check", "fingerprint"]
 
@@ -49,7 +52,8 @@ class FinalCheck:
     cached: bool = False  # the import verdict was reused (the fingerprint matched)
     fingerprint: str | None = None
     import_seconds: float = 0.0
-    software: dict[str, Any] | None = None  # with a cached verdict: the receipt's inventory recorded with it
+    # with a cached verdict: the receipt's inventory recorded with it
+    software: SoftwareJSON | None = None
     modules: list[str] | None = None  # a fresh import's loaded source files, relative to site-packages
 
     @property
@@ -102,7 +106,8 @@ def final_check(spec: StackSpec, *, baseline: guard.Baseline, site: Path, python
         doc = _load_verdict(verdict_file, key)
         if doc is not None:
             out.data, out.cached = doc["data"], True
-            out.software = doc.get("software") if isinstance(doc.get("software"), dict) else None
+            found = doc.get("software")
+            out.software = cast("SoftwareJSON", found) if isinstance(found, dict) else None
             out.findings += guard.full_check_result(spec, out.data)
             return out
     if on_fresh_import is not None:
@@ -143,7 +148,7 @@ def _under(site: Path, files: list[Any]) -> list[str]:
     return out
 
 
-def remember_software(path: Path, check: FinalCheck, software: dict[str, Any]) -> None:
+def remember_software(path: Path, check: FinalCheck, software: SoftwareJSON) -> None:
     """Keep the receipt's inventory beside a fresh passing verdict: a run that reuses the
     verdict (the same distributions) reuses it too, instead of a subprocess listing them again."""
     if check.cached or not check.ok or check.fingerprint is None:
