@@ -56,6 +56,10 @@ PRINT_EXCEPTIONS = {
         "the smoke checks, run by the target venv's python as a child process (no envbuild import): each "
         "result is one ``ENVBUILD_SMOKE`` line on stdout, which ``proof.smoke`` reads as the checks finish; "
         "a usage error goes to stderr"),
+    "envbuild.proof.smoke.load": (
+        "the planted competing load of ``ENVBUILD_SMOKE_LOAD_GPUS``, run by the target venv's python as "
+        "a child process (no envbuild import): it says ``ENVBUILD_LOAD ready`` on stdout once its "
+        "matrix products run, which ``proof.smoke.gpus`` waits for"),
 }
 
 # What the scan counts as printing, by the qualified name a call or attribute resolves to (through
