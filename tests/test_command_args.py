@@ -88,7 +88,7 @@ def _built(argv: list[str], cls: type) -> object:
     return args
 
 
-def test_every_command_is_found():
+def test_every_command_is_found() -> None:
     names = {" ".join(path) for path, _, _ in LEAVES}
     assert {"plan", "provision", "verify", "smoke", "dist-step", "preflight", "docker", "modal", "lock", "check-lock",
             "ansible-vars", "receipt show", "receipt list", "receipt diff", "wheelhouse build", "wheelhouse mirror",
@@ -97,7 +97,7 @@ def test_every_command_is_found():
 
 
 @pytest.mark.parametrize(("path", "parser", "above"), LEAVES, ids=[" ".join(p) for p, _, _ in LEAVES])
-def test_the_handler_takes_exactly_the_parsers_options(path, parser, above):
+def test_the_handler_takes_exactly_the_parsers_options(path, parser, above) -> None:
     handler = parser.get_default("func")
     assert isinstance(handler, Handler), f"{' '.join(path)}: set_defaults(func=Handler(run, ...Args))"
     cls = handler.args
@@ -111,27 +111,27 @@ def test_the_handler_takes_exactly_the_parsers_options(path, parser, above):
 
 
 @pytest.mark.parametrize(("path", "parser", "above"), LEAVES, ids=[" ".join(p) for p, _, _ in LEAVES])
-def test_each_field_is_typed_as_argparse_makes_it(path, parser, above):
+def test_each_field_is_typed_as_argparse_makes_it(path, parser, above) -> None:
     cls = parser.get_default("func").args
     hints = get_type_hints(cls)
     for dest, action in _dests(parser).items():
         assert hints[dest] == _expected_hint(action), f"{cls.__name__}.{dest}: {hints[dest]} != {_expected_hint(action)}"
 
 
-def test_the_options_are_frozen():
+def test_the_options_are_frozen() -> None:
     args = _built(["plan"], PlanArgs)
     with pytest.raises(dataclasses.FrozenInstanceError):
         args.json = True
 
 
-def test_handler_hands_run_the_typed_options():
+def test_handler_hands_run_the_typed_options() -> None:
     seen = []
     ns = cli.build_parser("plan").parse_args(["plan", "--profile", "cpu"])
     assert Handler(lambda a: seen.append(a) or 3, PlanArgs)(ns) == 3
     assert seen == [typed(PlanArgs, ns)] and isinstance(seen[0], PlanArgs)
 
 
-def test_plan():
+def test_plan() -> None:
     args = _built(["plan", "--profile", "cpu", "--backend", "uv", "--root", "/data", "--venv", "/v", "--json",
                    "--offline", "--wheelhouse", "/wh", "--python", "/usr/bin/python3"], PlanArgs)
     assert args == PlanArgs(
@@ -143,7 +143,7 @@ def test_plan():
         no_install_workspace=False)
 
 
-def test_provision_lock():
+def test_provision_lock() -> None:
     args = _built(["provision", "--lock", "proj/uv.lock", "--extra", "cu128", "--extra", "train", "--no-dev",
                    "--format", "uv.lock", "--replace-torch", "--venv", "/opt/venv", "--step-timeout", "90",
                    "--compile-bytecode", "yes", "--no-project", "--accept", "ok.toml"], ProvisionArgs)
@@ -158,7 +158,7 @@ def test_provision_lock():
     assert flags.extras == ("cu128", "train") and flags.no_dev and flags.no_install_project and not flags.all_extras
 
 
-def test_check_lock():
+def test_check_lock() -> None:
     args = _built(["check-lock", "uv.lock", "reqs/requirements.txt", "--format", "uv.lock", "--protect", "numpy",
                    "--python", "3.12", "--environment", "linux-x86_64", "--profile", "cpu", "--stack", "s.toml",
                    "--annotations", "github", "--markdown-file", "report.md", "--offline"], CheckLockArgs)
@@ -172,7 +172,7 @@ def test_check_lock():
     assert isinstance(bare, CheckLockArgs) and bare.files == [] and bare.profile == [] and bare.annotations is None
 
 
-def test_wheelhouse_mirror():
+def test_wheelhouse_mirror() -> None:
     args = _built(["wheelhouse", "mirror", "--lock", "uv.lock", "--out", "wh", "-j", "8", "--retries", "0",
                    "--group", "docs", "--have", "freeze.txt", "--all-extras"], WheelhouseMirrorArgs)
     assert isinstance(args, WheelhouseMirrorArgs)

@@ -34,7 +34,7 @@ def _spec(tmp_path: Path, packages: list[str], **step: object) -> object:
     return parse_spec(data, tmp_path / "stack.toml", {})
 
 
-def _planned(tmp_path: Path, packages: list[str], backend: str = "pip", **step: object):  # type: ignore[no-untyped-def]
+def _planned(tmp_path: Path, packages: list[str], backend: str = "pip", **step: object):
     spec = _spec(tmp_path, packages, **step)
     return make_plan(spec, PlanOptions(backend=backend, wheelhouse="http://127.0.0.1:1/flat/")).steps[1]  # type: ignore[arg-type]
 

@@ -46,7 +46,7 @@ def test_write_receipt_contents(receipt: Path) -> None:
     assert len(doc["digest"]) == 64
 
 
-def _variant(src: Path, dst: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+def _variant(src: Path, dst: Path, edit) -> Path:
     doc = json.loads(src.read_text())
     edit(doc)
     dst.write_text(json.dumps(doc))
@@ -56,7 +56,7 @@ def _variant(src: Path, dst: Path, edit) -> Path:  # type: ignore[no-untyped-def
 def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     same = _variant(receipt, tmp_path / "same.json", lambda d: d["provenance"].update(hostname="other-host"))
 
-    def drift(d):  # type: ignore[no-untyped-def]
+    def drift(d):
         pkgs = d["software"]["distributions"]
         torch = next(p for p in pkgs if p["name"] == "torch")
         torch["record_sha256"] = "0" * 64

@@ -66,7 +66,7 @@ def sha256_of(path: Path) -> str:
 class _ReproducibleWheelFile(WheelFile):
     """WheelFile with fixed timestamps and modes, RECORD included (it is written by close())."""
 
-    def writestr(self, zinfo_or_arcname, data, compress_type=None):  # type: ignore[no-untyped-def]
+    def writestr(self, zinfo_or_arcname, data, compress_type=None):
         if isinstance(zinfo_or_arcname, str):
             info = ZipInfo(zinfo_or_arcname, date_time=_DATE)
             info.compress_type = self.compression
