@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lockhelpers import lock_env, manifest, resync, save_manifest, step_file
@@ -19,7 +20,7 @@ GOOD = [
 ]
 
 
-def _lock(run_envbuild, stack: Path, tmp_path: Path) -> Path:
+def _lock(run_envbuild: Callable[..., EnvbuildResult], stack: Path, tmp_path: Path) -> Path:
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     return stack.parent
@@ -32,7 +33,8 @@ def good(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildR
     return stack, _lock(run_envbuild, stack, tmp_path)
 
 
-def check(run_envbuild, tmp_path, stack, *extra):
+def check(run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path, stack: Path,
+          *extra: str) -> tuple[int, list[dict[str, Any]], list[str]]:
     r = run_envbuild("check-lock", "--stack", stack, "--json", *extra, env=lock_env(tmp_path))
     assert "Traceback" not in r.output, r.output
     data = json.loads(r.stdout)
@@ -52,13 +54,14 @@ def test_a_good_lock_passes_static_and_dry_run(good: tuple[Path, Path],
     assert any("dry-run resolution skipped" in n for n in notices)
 
 
-def _culprit(write_stack, run_envbuild, tmp_path, package: str) -> tuple[Path, Path]:
+def _culprit(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+             tmp_path: Path, package: str) -> tuple[Path, Path]:
     """A step with dependencies whose lock was made by hand: locked as no_deps, then flipped."""
     stack = write_stack([{"name": "culprit", "packages": [package], "no_deps": True}])
     folder = _lock(run_envbuild, stack, tmp_path)
     stack.write_text(stack.read_text().replace("no_deps = true\n", ""))
 
-    def flip(data):
+    def flip(data: dict[str, Any]) -> None:
         data["steps"][1]["flags"]["no_deps"] = False
 
     resync(folder, stack, flip)
@@ -75,7 +78,8 @@ def _culprit(write_stack, run_envbuild, tmp_path, package: str) -> tuple[Path, P
 ])
 def test_static_rules_on_torch_requirements(write_stack: Callable[..., Path],
                                             run_envbuild: Callable[..., EnvbuildResult],
-                                            tmp_path: Path, package, rule, reason) -> None:
+                                            tmp_path: Path, package: str, rule: str,
+                                            reason: str) -> None:
     stack, _ = _culprit(write_stack, run_envbuild, tmp_path, package)
     rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
     assert rc == 8
@@ -89,7 +93,8 @@ def test_static_rules_on_torch_requirements(write_stack: Callable[..., Path],
                                                ("mamba-like==1.0", "PyPI triton 3.8.0")])
 def test_dry_run_finds_what_the_resolver_would_install(write_stack: Callable[..., Path],
                                                        run_envbuild: Callable[..., EnvbuildResult],
-                                                       tmp_path: Path, package, installs) -> None:
+                                                       tmp_path: Path, package: str,
+                                                       installs: str) -> None:
     stack, _ = _culprit(write_stack, run_envbuild, tmp_path, package)
     rc, findings, _ = check(run_envbuild, tmp_path, stack)
     assert rc == 8
@@ -175,7 +180,8 @@ def _git(folder: Path, *args: str) -> str:
 ])
 def test_base_ref_downgrade_or_swap(good: tuple[Path, Path],
                                     run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path,
-                                    base_version, rule, words) -> None:
+                                    base_version: str, rule: str | None,
+                                    words: str | None) -> None:
     stack, folder = good
     real = (folder / "lock.json").read_text()
     data = manifest(folder)
@@ -192,7 +198,7 @@ def test_base_ref_downgrade_or_swap(good: tuple[Path, Path],
     if rule is None:
         assert (rc, findings) == (0, [])
         return
-    assert rc == 8 and [f["rule"] for f in findings] == [rule]
+    assert rc == 8 and [f["rule"] for f in findings] == [rule] and words is not None
     assert findings[0]["reason"] == (f"torch {base_version} at HEAD -> {NIGHTLY_TORCH} here: "
                                      + (words if rule == "torch-downgrade" else f"the same version with {words}, a swapped build"))
 
@@ -266,7 +272,8 @@ def test_own_lock_findings_go_through_the_gate_writers(good: tuple[Path, Path],
                                               "another local tag (none -> +cu132), a swapped build")),
     ("2.11.0", "2.12.0", None), ("2.12.0+cu132", "2.12.0+cu132", None), ("not a version", "2.12.0", None),
 ])
-def test_one_judgement_of_a_torch_move_for_both_kinds_of_lock(before, after, want) -> None:
+def test_one_judgement_of_a_torch_move_for_both_kinds_of_lock(
+        before: str, after: str, want: tuple[str, str] | None) -> None:
     """``--base``: envbuild's own locks and any lockfile judge a torch move by the same function."""
     from envbuild.gate.rules.history import moved
 

@@ -33,14 +33,15 @@ STEPS = [
 
 @pytest.fixture
 def locked(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
-           tmp_path: Path):
+           tmp_path: Path) -> Path:
     stack = write_stack(STEPS)
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     return stack
 
 
-def test_lock_writes_hash_pinned_files_and_manifest(locked, scenario_index: ScenarioIndex) -> None:
+def test_lock_writes_hash_pinned_files_and_manifest(locked: Path,
+                                                    scenario_index: ScenarioIndex) -> None:
     folder = locked.parent
     data = manifest(folder)
     assert [s["name"] for s in data["steps"]] == ["torch", "helpers", "fla"]
@@ -65,7 +66,7 @@ def test_lock_writes_hash_pinned_files_and_manifest(locked, scenario_index: Scen
     assert entry["requires_dist"] == ["fla-core-like==0.5.0", "einops-like"]
 
 
-def test_lock_files_install_by_hand_with_require_hashes(locked, nightly_venv: Venv) -> None:
+def test_lock_files_install_by_hand_with_require_hashes(locked: Path, nightly_venv: Venv) -> None:
     folder = locked.parent
     data = manifest(folder)
     src = data["steps"][1]["sources"]
@@ -79,7 +80,7 @@ def test_lock_files_install_by_hand_with_require_hashes(locked, nightly_venv: Ve
     assert nightly_venv.version("needs-fla-core") == "1.0"
 
 
-def test_provision_installs_from_the_lock(locked, provision: Callable[..., EnvbuildResult],
+def test_provision_installs_from_the_lock(locked: Path, provision: Callable[..., EnvbuildResult],
                                           provisioned_venv: Venv) -> None:
     r = provision(locked)
     assert r.rc == 0, r.output
@@ -88,7 +89,8 @@ def test_provision_installs_from_the_lock(locked, provision: Callable[..., Envbu
     assert "--require-hashes" in (locked.parent / "data" / "logs" / "02-helpers.log").read_text()
 
 
-def test_provision_refuses_a_stale_lock(locked, provision: Callable[..., EnvbuildResult]) -> None:
+def test_provision_refuses_a_stale_lock(locked: Path,
+                                        provision: Callable[..., EnvbuildResult]) -> None:
     text = locked.read_text().replace('"needs-fla-core==1.0"', '"needs-fla-core==1.0", "einops-like==0.8.1"')
     locked.write_text(text)
     r = provision(locked)
@@ -103,8 +105,8 @@ def test_provision_refuses_a_stale_lock(locked, provision: Callable[..., Envbuil
     ("missing", "is missing"),
     ("option", "an option line without a requirement"),
 ])
-def test_provision_refuses_a_broken_lock(locked, provision: Callable[..., EnvbuildResult], damage,
-                                         message) -> None:
+def test_provision_refuses_a_broken_lock(locked: Path, provision: Callable[..., EnvbuildResult],
+                                         damage: str, message: str) -> None:
     folder = locked.parent
     path = step_file(folder, "helpers")
     if damage == "missing":
@@ -120,7 +122,7 @@ def test_provision_refuses_a_broken_lock(locked, provision: Callable[..., Envbui
     assert message in r.stderr and "02-helpers.txt" in r.stderr
 
 
-def test_pylock_export_installs_with_uv(locked, make_venv: Callable[..., Venv],
+def test_pylock_export_installs_with_uv(locked: Path, make_venv: Callable[..., Venv],
                                         tmp_path: Path) -> None:
     from uv import find_uv_bin
 
@@ -176,7 +178,7 @@ def test_lock_to_an_unwritable_folder_fails_before_resolving(
     assert f"cannot write the lock to {blocker / 'lock'}" in r.stderr and "Traceback" not in r.output
 
 
-def _git_repo(tmp_path: Path, wheel_factory) -> Path:
+def _git_repo(tmp_path: Path, wheel_factory: Callable[..., Path]) -> Path:
     repo = tmp_path / "gitpkg"
     (repo / "gitpkg").mkdir(parents=True)
     (repo / "gitpkg" / "__init__.py").write_text("")
@@ -204,8 +206,8 @@ def test_git_head_resolves_to_a_commit(write_stack: Callable[..., Path],
 @pytest.mark.parametrize("ref, rc, message", [("no-such-branch", 2, "does not exist"), (None, 3, "cannot read")])
 def test_git_ref_that_does_not_resolve(write_stack: Callable[..., Path],
                                        run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path,
-                                       wheel_factory: Callable[..., Path], ref, rc,
-                                       message) -> None:
+                                       wheel_factory: Callable[..., Path], ref: str | None, rc: int,
+                                       message: str) -> None:
     repo = _git_repo(tmp_path, wheel_factory) if ref else tmp_path / "nowhere"
     url = f"git+file://{repo}@{ref or 'HEAD'}"
     stack = write_stack([{"name": "g", "packages": [f"gitpkg @ {url}"], "no_deps": True}])

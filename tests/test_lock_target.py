@@ -48,7 +48,7 @@ def _binary_wheels(folder: Path) -> None:
         build_wheel(folder, name, "1.0")
 
 
-def _stack(tmp_path: Path, index, python: str, target: str | None = None) -> Path:
+def _stack(tmp_path: Path, index: ScenarioIndex, python: str, target: str | None = None) -> Path:
     text = stack_toml([{"name": "app", "packages": ["binpkg==1.0"]}], index=index)
     text = text.replace(f'python = "{PY_MAJOR_MINOR}"', f'python = "{python}"')
     if target is not None:
@@ -59,7 +59,7 @@ def _stack(tmp_path: Path, index, python: str, target: str | None = None) -> Pat
 
 
 @pytest.fixture
-def target_index(private_scenario_index: ScenarioIndex):
+def target_index(private_scenario_index: ScenarioIndex) -> ScenarioIndex:
     _binary_wheels(private_scenario_index.wheels.pypi)
     return private_scenario_index
 
@@ -69,7 +69,8 @@ def _names(folder: Path, step: str) -> dict[str, str | None]:
 
 
 def test_lock_for_another_python_uses_uv_and_installs_on_the_target(
-        target_index, run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path) -> None:
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     stack = _stack(tmp_path, target_index, OTHER_PY)
     r = run_envbuild("-v", "lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
@@ -143,7 +144,7 @@ def dry_run_on_target(path: Path, python: str, platform: str, indexes: list[str]
     return chosen
 
 
-def test_target_platform_changes_the_resolution(target_index,
+def test_target_platform_changes_the_resolution(target_index: ScenarioIndex,
                                                 run_envbuild: Callable[..., EnvbuildResult],
                                                 tmp_path: Path) -> None:
     stack = _stack(tmp_path, target_index, OTHER_PY, target="manylinux_2_28_aarch64")
@@ -153,7 +154,7 @@ def test_target_platform_changes_the_resolution(target_index,
     assert manifest(stack.parent)["target"]["platform"] == "manylinux_2_28_aarch64"
 
 
-def test_lock_for_this_interpreter_uses_pip_compile(target_index,
+def test_lock_for_this_interpreter_uses_pip_compile(target_index: ScenarioIndex,
                                                     run_envbuild: Callable[..., EnvbuildResult],
                                                     tmp_path: Path) -> None:
     stack = _stack(tmp_path, target_index, PY_MAJOR_MINOR)
@@ -177,7 +178,7 @@ def test_lock_for_this_interpreter_uses_pip_compile(target_index,
     ("platform = 3", "target.platform: must be a string"),
     ('platfrom = "manylinux_2_28_x86_64"', "target.platfrom: unknown key (did you mean 'platform'?)"),
 ])
-def test_target_table_is_validated_with_key_paths(tmp_path: Path, table, message) -> None:
+def test_target_table_is_validated_with_key_paths(tmp_path: Path, table: str, message: str) -> None:
     path = tmp_path / "stack.toml"
     text = stack_toml([], index=None, baseline=False, abi={"adopt": True})
     path.write_text(text.replace("\n[layout]", f"\n[target]\n{table}\n\n[layout]", 1)
@@ -206,7 +207,8 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def test_check_lock_fails_a_pull_request_that_changes_the_spec_without_its_lock(
-        target_index, run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path) -> None:
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     profile = repo / "lockfiles" / "demo"
     profile.mkdir(parents=True)
@@ -239,7 +241,8 @@ def test_check_lock_fails_a_pull_request_that_changes_the_spec_without_its_lock(
     ("torchao-0.17.0-cp310-abi3-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl", "cp313", True),
     ("tqdm-4.70.1-py3-none-any.whl", "cp313", True),
 ])
-def test_mirror_keeps_every_wheel_the_target_python_takes(filename, python, kept) -> None:
+def test_mirror_keeps_every_wheel_the_target_python_takes(filename: str, python: str,
+                                                          kept: bool) -> None:
     """A lock for one Python mirrors the abi3 and pyXY wheels it installs (cp37 is older than cp311)."""
     from envbuild.wheelhouse.mirror import Artifact, select
 
@@ -248,7 +251,8 @@ def test_mirror_keeps_every_wheel_the_target_python_takes(filename, python, kept
 
 
 def test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package(
-        target_index, run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path) -> None:
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     """GH200/GB200/GB10 hosts are aarch64: the lock is resolved for it by real uv
     (``--python-platform aarch64-manylinux_2_28``) and check-lock reads the stack's markers for
     aarch64, so a protected package only aarch64 installs (in the baseline step, marked
@@ -267,7 +271,8 @@ def test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package(
 
 
 def test_check_lock_reads_requirements_for_the_target_cpu(
-        target_index, run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path) -> None:
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     """A requirement only x86_64 installs (``only-old>=2 ; platform_machine == "x86_64"``) does not
     apply to an aarch64 target: its lock, made by uv for aarch64 with only-old 1.0, passes the
     gate's requirement rule (judged as x86_64 it was a false unmet-requirement)."""
