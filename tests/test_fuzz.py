@@ -248,7 +248,8 @@ def test_fuzz_plan_check_lock_and_docker(sandbox: Path, capsys: pytest.CaptureFi
         if rc == 0:
             from dockerfile_parse import DockerfileParser
 
-            parsed = DockerfileParser(fileobj=io.BytesIO())
+            # its stub says IO[str]; the parser reads and writes the file object in bytes (u2b, b2u)
+            parsed = DockerfileParser(fileobj=io.BytesIO())  # type: ignore[arg-type]
             parsed.content = out.read_text()
             for ins in parsed.structure:  # a spec value may only be an ENV value, never its own instruction
                 assert ins["instruction"] in {"COMMENT", "ARG", "FROM", "SHELL", "ENV", "RUN", "COPY", "WORKDIR", "CMD"}

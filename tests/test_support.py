@@ -13,6 +13,7 @@ import urllib.request
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.utils import parse_wheel_filename
@@ -43,7 +44,7 @@ def _get(url: str, timeout: float = 5) -> tuple[int, str]:
 
 
 def test_wheel_is_valid_and_reproducible(tmp_path: Path) -> None:
-    kwargs = dict(requires=["pytorch-triton==3.7.0+git9c288bc5", "extra-thing; extra == 'full'"],
+    kwargs: dict[str, Any] = dict(requires=["pytorch-triton==3.7.0+git9c288bc5", "extra-thing; extra == 'full'"],
                   files={"torch/__init__.py": "x = 1\n", "torch/version.py": "cuda = '13.2'\n"})
     first = build_wheel(tmp_path / "a", "torch", NIGHTLY_TORCH, **kwargs)
     second = build_wheel(tmp_path / "b", "torch", NIGHTLY_TORCH, **kwargs)
