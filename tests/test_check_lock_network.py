@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lockhelpers import lock_env, resync
@@ -37,7 +38,7 @@ def test_seed_packages_on_a_stand_in_nightly(write_stack: Callable[..., Path],
     text = stack.read_text().replace("no_deps = true\n", "", 2)
     stack.write_text(text)
 
-    def flip(data):
+    def flip(data: dict[str, Any]) -> None:
         for s in data["steps"][1:3]:
             s["flags"]["no_deps"] = False
 

@@ -45,7 +45,7 @@ def _stack(write_stack: Callable[..., Path], index: IndexServer, steps: list[dic
 def test_pins_move_only_when_asked(write_stack: Callable[..., Path],
                                    run_envbuild: Callable[..., EnvbuildResult],
                                    day2_index: IndexServer, wheel_factory: Callable[..., Path],
-                                   tmp_path: Path, resolver) -> None:
+                                   tmp_path: Path, resolver: str) -> None:
     env = lock_env(tmp_path)
     steps: list[dict[str, object]] = [{"name": "rest", "packages": ["tqdm-like>=4.60,<4.67", "app-like"]}]
     stack = _stack(write_stack, day2_index, steps)
