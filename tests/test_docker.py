@@ -74,7 +74,8 @@ def test_committed_dockerfile_is_current(tmp_path: Path) -> None:
 def test_check_fails_when_stale(tmp_path: Path) -> None:
     stack = tmp_path / "stack.toml"
     shutil.copy(profile_path("cpu"), stack)
-    args = ["docker", "--stack", stack, "-o", tmp_path / "docker" / "Dockerfile", "--context", tmp_path]
+    args: list[str | Path] = ["docker", "--stack", stack, "-o", tmp_path / "docker" / "Dockerfile",
+                              "--context", tmp_path]
     assert run_cli(args, home=tmp_path / "home", cwd=tmp_path).rc == 0
     assert run_cli([*args, "--check"], home=tmp_path / "home", cwd=tmp_path).rc == 0
     stack.write_text(stack.read_text().replace("tqdm==4.70.1", "tqdm==4.70.0"))

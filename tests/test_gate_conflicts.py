@@ -12,7 +12,7 @@ import itertools
 import json
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,8 @@ LINUX = "linux-x86_64"
 TORCHES = ("2.10.0", "2.9.1")  # both on the PyPI stand-in
 
 
-def _project(tmp: Path, idx: GateIndex, *, extras: dict[str, Sequence[str]], groups: dict[str, Sequence[str]],
+def _project(tmp: Path, idx: GateIndex, *, extras: Mapping[str, Sequence[str]],
+             groups: Mapping[str, Sequence[str]],
              conflicts: Sequence[Sequence[tuple[str, str]]], deps: Sequence[str] = ("einops-like==0.8.1",),
              default_groups: Sequence[str] | None = None) -> Path:
     """A pyproject + ``uv lock``: ``conflicts`` items are (kind, name): ("extra", "a"), ("group", "dev"), ("project", "")."""
