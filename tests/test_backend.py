@@ -7,13 +7,14 @@ import copy
 import json
 import socket
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from envbuild.cli import main
 from envbuild.layout import Paths
 from envbuild.proof.backend import detect
-from envbuild.proof.receipt import diff_receipts, load_receipt, write_receipt
+from envbuild.proof.receipt import ReceiptPayload, diff_receipts, load_receipt, write_receipt
 from envbuild.spec import resolve_spec
 
 MACHINE_ID = "0123456789abcdef0123456789abcdef"
@@ -118,7 +119,9 @@ def modal_receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MODAL_TASK_ID", "ta-AAA")
     monkeypatch.setenv("MODAL_IMAGE_ID", "im-111")
     monkeypatch.setenv("MODAL_REGION", "us-east-1")
-    return write_receipt(Paths(root=tmp_path / "data"), "verify", {"ok": True}, spec=resolve_spec("cpu", None),
+    payload = cast(ReceiptPayload, {"ok": True})  # a payload cut to what is read
+    return write_receipt(Paths(root=tmp_path / "data"), "verify", payload,
+                         spec=resolve_spec("cpu", None),
                          software=copy.deepcopy(SOFTWARE))
 
 
