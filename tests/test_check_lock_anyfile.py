@@ -308,8 +308,10 @@ def test_the_github_workflow_calls_options_that_exist() -> None:
     passed = " ".join(re.findall(r"args\+=\(([^)]*)\)", scripts)) + " " + gate["with"].get("args", "")
     used = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", passed))
     parser = build_parser("check_lock")
-    known = {o for a in parser._subparsers._group_actions[0].choices["check-lock"]._actions  # type: ignore[union-attr]
-             for o in a.option_strings}
+    assert parser._subparsers is not None
+    commands = parser._subparsers._group_actions[0].choices  # argparse's own: {command: its parser}
+    assert isinstance(commands, dict)
+    known = {o for a in commands["check-lock"]._actions for o in a.option_strings}
     assert {"--base", "--annotations", "--markdown-file"} <= used, used
     assert used <= known, used - known
     assert any("github-script" in s.get("uses", "") for s in steps)  # the comment on the pull request
