@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -126,7 +126,8 @@ def test_pip_compile_without_hashes(run_envbuild: Run, scenario_index: ScenarioI
 # ----------------------------------------------------------------------------- uv.lock
 
 
-def _uv_project(tmp: Path, idx: ScenarioIndex, name: str, deps: list[str], overrides: list[str] = ()) -> Path:  # type: ignore[assignment]
+def _uv_project(tmp: Path, idx: ScenarioIndex, name: str, deps: list[str],
+                overrides: Sequence[str] = ()) -> Path:
     folder = tmp / name
     folder.mkdir(parents=True)
     (folder / "pyproject.toml").write_text(f"""[project]

@@ -92,7 +92,7 @@ def test_every_install_goes_through_envbuild() -> None:
     installers = [r for r in runs if INSTALLS.search(r)]
     assert len(installers) == 1 and "pip install /src/envbuild" in installers[0], installers
     steps = [r for r in runs if "envbuild provision" in r]
-    names = [re.search(r"--step (\S+)", s).group(1) for s in steps]  # type: ignore[union-attr]
+    names = [re.findall(r"--step (\S+)", s)[0] for s in steps]
     assert names == [s.name for s in resolve_spec("h200-cu132", None, {}).steps]
     assert runs[-1].startswith("envbuild smoke --stack /etc/envbuild/stack.toml --root /opt/envbuild --venv /opt/envbuild/venv")
     # caches are BuildKit cache mounts; the prebuilt step mounts the wheelhouse context

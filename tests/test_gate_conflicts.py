@@ -147,8 +147,8 @@ def test_selections_equal_what_uv_export_accepts_and_installs(
     shutil.rmtree(lock.parent)
 
 
-def _json(r: object) -> dict[str, object]:
-    data: dict[str, object] = json.loads(r.stdout)  # type: ignore[attr-defined]
+def _json(r: EnvbuildResult) -> dict[str, object]:
+    data: dict[str, object] = json.loads(r.stdout)
     return data
 
 

@@ -78,13 +78,17 @@ def test_sdist_layout(tmp_path: Path) -> None:
     assert sha256_of(path) == sha256_of(again)
     with tarfile.open(path) as tf:
         names = tf.getnames()
-        pyproject = tf.extractfile("tiny_sdist-0.1/pyproject.toml").read().decode()  # type: ignore[union-attr]
+        member = tf.extractfile("tiny_sdist-0.1/pyproject.toml")
+        assert member is not None
+        pyproject = member.read().decode()
     assert "tiny_sdist-0.1/tiny_sdist/__init__.py" in names
     assert 'dependencies = ["einops-like"]' in pyproject
     assert 'backend-path = ["_backend"]' in pyproject
     st = build_sdist(tmp_path / "st", "tiny-sdist", "0.1", backend="setuptools")
     with tarfile.open(st) as tf:
-        pyproject = tf.extractfile("tiny_sdist-0.1/pyproject.toml").read().decode()  # type: ignore[union-attr]
+        member = tf.extractfile("tiny_sdist-0.1/pyproject.toml")
+        assert member is not None
+        pyproject = member.read().decode()
     assert 'build-backend = "setuptools.build_meta"' in pyproject and 'packages = ["tiny_sdist"]' in pyproject
 
 
