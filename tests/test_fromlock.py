@@ -110,7 +110,8 @@ def uv_sync(lock: Path, venv: Path, home: Path, *args: str) -> None:
                    cwd=lock.parent, env=env, check=True, capture_output=True, text=True, timeout=300)
 
 
-def lock_json(run_envbuild: Callable[..., EnvbuildResult], lock: Path, *args: str) -> dict[str, Any]:
+def lock_json(run_envbuild: Callable[..., EnvbuildResult], lock: Path,
+              *args: str) -> dict[str, Any]:
     res = run_envbuild("plan", "--lock", lock, "--json", *args)
     assert res.rc == 0, res.output
     doc: dict[str, Any] = json.loads(res.stdout)

@@ -37,7 +37,8 @@ def _spec(tmp_path: Path, packages: list[str], **step: object) -> StackSpec:
 def _planned(tmp_path: Path, packages: list[str], backend: Backend = "pip",
              **step: object) -> PlannedStep:
     spec = _spec(tmp_path, packages, **step)
-    return make_plan(spec, PlanOptions(backend=backend, wheelhouse="http://127.0.0.1:1/flat/")).steps[1]
+    options = PlanOptions(backend=backend, wheelhouse="http://127.0.0.1:1/flat/")
+    return make_plan(spec, options).steps[1]
 
 
 def test_exact_pins_keep_only_single_equality(tmp_path: Path) -> None:
@@ -63,8 +64,10 @@ def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
 def test_auto_prefetches_only_for_remote_sources(tmp_path: Path) -> None:
     spec = _spec(tmp_path, ["a==1.0"])
     local = make_plan(spec, PlanOptions(backend="uv", wheelhouse=str(tmp_path / "wh"))).steps
-    loopback = make_plan(spec, PlanOptions(backend="uv", wheelhouse="http://127.0.0.1:8080/flat/")).steps
-    remote = make_plan(spec, PlanOptions(backend="uv", wheelhouse="https://mirror.example.org/flat/")).steps
+    loopback = make_plan(spec,
+                         PlanOptions(backend="uv", wheelhouse="http://127.0.0.1:8080/flat/")).steps
+    mirror = "https://mirror.example.org/flat/"
+    remote = make_plan(spec, PlanOptions(backend="uv", wheelhouse=mirror)).steps
     assert remote_sources(remote[1]) == ["https://mirror.example.org/flat/"]
     assert remote_sources(loopback[1]) == [] and remote_sources(local[1]) == []
     assert wanted("auto", remote) and not wanted("auto", loopback) and not wanted("auto", local)

@@ -44,8 +44,9 @@ def _get(url: str, timeout: float = 5) -> tuple[int, str]:
 
 
 def test_wheel_is_valid_and_reproducible(tmp_path: Path) -> None:
-    kwargs: dict[str, Any] = dict(requires=["pytorch-triton==3.7.0+git9c288bc5", "extra-thing; extra == 'full'"],
-                  files={"torch/__init__.py": "x = 1\n", "torch/version.py": "cuda = '13.2'\n"})
+    kwargs: dict[str, Any] = dict(
+        requires=["pytorch-triton==3.7.0+git9c288bc5", "extra-thing; extra == 'full'"],
+        files={"torch/__init__.py": "x = 1\n", "torch/version.py": "cuda = '13.2'\n"})
     first = build_wheel(tmp_path / "a", "torch", NIGHTLY_TORCH, **kwargs)
     second = build_wheel(tmp_path / "b", "torch", NIGHTLY_TORCH, **kwargs)
     assert first.name == f"torch-{NIGHTLY_TORCH}-py3-none-any.whl"

@@ -254,7 +254,8 @@ def apply_tp_sp(model: Transformer, tp_mesh: DeviceMesh) -> None:
         parallelize_module(block, tp_mesh, plan)
 
 
-def set_divide_factor(module: Any, factor: int, shard_size: int, gloo: bool) -> None:  # an FSDPModule
+def set_divide_factor(module: Any, factor: int, shard_size: int,  # module: an FSDPModule
+                      gloo: bool) -> None:
     """Expert grads sum over all dp ranks' tokens: divide by dp, not by the efsdp size: each rank's expert gradient already summed over the experts' data-parallel group."""
     if factor == shard_size:
         return  # FSDP's default average is right
