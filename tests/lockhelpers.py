@@ -39,7 +39,8 @@ def resync(folder: Path, stack: Path | None = None, edit: Callable[[dict[str, An
 
 def step_file(folder: Path, step: str) -> Path:
     entry = next(s for s in manifest(folder)["steps"] if s["name"] == step)
-    return folder / entry["file"]
+    file: str = entry["file"]
+    return folder / file
 
 
 _GIT_BACKEND = '''

@@ -544,7 +544,8 @@ def test_natten_puts_torch_first() -> None:
     (NVIDIA/physicsnemo's uv.lock pairs them with a newer torch, which this catches)."""
     claim = parse_claim("https://whl.natten.org/cu130/torch2.10.0/natten-0.21.6+torch2100cu130-cp312-cp312-linux_x86_64.whl")
     assert claim is not None and (claim.torch, claim.cuda, claim.style) == ((2, 10), (13, 0), "natten")
-    assert parse_claim("0.21.6+torch260cu126").torch == (2, 6)  # type: ignore[union-attr]
+    old = parse_claim("0.21.6+torch260cu126")
+    assert old is not None and old.torch == (2, 6)
     assert [m.kind for m in mismatches(claim, torch_build("2.12.0+cu130"))] == ["torch-minor"]
     assert mismatches(claim, torch_build("2.10.0+cu130")) == []
     assert parse_claim("0.21.6+torch2100") is None  # no accelerator: not this format

@@ -6,11 +6,13 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lockhelpers import lock_env, manifest, resync, save_manifest, step_file
-from support.fixtures import NIGHTLY_TORCH, installer_env
+from support.fixtures import NIGHTLY_TORCH, EnvbuildResult, installer_env
 
 GOOD = [
     {"name": "helpers", "packages": ["fla-core-like==0.4.2"]},
@@ -18,19 +20,21 @@ GOOD = [
 ]
 
 
-def _lock(run_envbuild, stack: Path, tmp_path: Path) -> Path:
+def _lock(run_envbuild: Callable[..., EnvbuildResult], stack: Path, tmp_path: Path) -> Path:
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     return stack.parent
 
 
 @pytest.fixture
-def good(write_stack, run_envbuild, tmp_path) -> tuple[Path, Path]:
+def good(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+         tmp_path: Path) -> tuple[Path, Path]:
     stack = write_stack(GOOD)
     return stack, _lock(run_envbuild, stack, tmp_path)
 
 
-def check(run_envbuild, tmp_path, stack, *extra):
+def check(run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path, stack: Path,
+          *extra: str) -> tuple[int, list[dict[str, Any]], list[str]]:
     r = run_envbuild("check-lock", "--stack", stack, "--json", *extra, env=lock_env(tmp_path))
     assert "Traceback" not in r.output, r.output
     data = json.loads(r.stdout)
@@ -39,7 +43,9 @@ def check(run_envbuild, tmp_path, stack, *extra):
     return r.rc, findings, notices
 
 
-def test_a_good_lock_passes_static_and_dry_run(good, run_envbuild, tmp_path):
+def test_a_good_lock_passes_static_and_dry_run(good: tuple[Path, Path],
+                                               run_envbuild: Callable[..., EnvbuildResult],
+                                               tmp_path: Path) -> None:
     stack, _ = good
     rc, findings, notices = check(run_envbuild, tmp_path, stack)
     assert (rc, findings) == (0, [])
@@ -48,13 +54,14 @@ def test_a_good_lock_passes_static_and_dry_run(good, run_envbuild, tmp_path):
     assert any("dry-run resolution skipped" in n for n in notices)
 
 
-def _culprit(write_stack, run_envbuild, tmp_path, package: str) -> tuple[Path, Path]:
+def _culprit(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+             tmp_path: Path, package: str) -> tuple[Path, Path]:
     """A step with dependencies whose lock was made by hand: locked as no_deps, then flipped."""
     stack = write_stack([{"name": "culprit", "packages": [package], "no_deps": True}])
     folder = _lock(run_envbuild, stack, tmp_path)
     stack.write_text(stack.read_text().replace("no_deps = true\n", ""))
 
-    def flip(data):
+    def flip(data: dict[str, Any]) -> None:
         data["steps"][1]["flags"]["no_deps"] = False
 
     resync(folder, stack, flip)
@@ -69,7 +76,10 @@ def _culprit(write_stack, run_envbuild, tmp_path, package: str) -> tuple[Path, P
     ("mamba-like==1.0", "pypi-triton",
      "mamba-like 1.0 requires triton (PyPI triton), which installs next to pytorch-triton from the baseline"),
 ])
-def test_static_rules_on_torch_requirements(write_stack, run_envbuild, tmp_path, package, rule, reason):
+def test_static_rules_on_torch_requirements(write_stack: Callable[..., Path],
+                                            run_envbuild: Callable[..., EnvbuildResult],
+                                            tmp_path: Path, package: str, rule: str,
+                                            reason: str) -> None:
     stack, _ = _culprit(write_stack, run_envbuild, tmp_path, package)
     rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
     assert rc == 8
@@ -81,7 +91,10 @@ def test_static_rules_on_torch_requirements(write_stack, run_envbuild, tmp_path,
 
 @pytest.mark.parametrize("package, installs", [("needs-torch-212==1.0", "torch 2.13.0"),
                                                ("mamba-like==1.0", "PyPI triton 3.8.0")])
-def test_dry_run_finds_what_the_resolver_would_install(write_stack, run_envbuild, tmp_path, package, installs):
+def test_dry_run_finds_what_the_resolver_would_install(write_stack: Callable[..., Path],
+                                                       run_envbuild: Callable[..., EnvbuildResult],
+                                                       tmp_path: Path, package: str,
+                                                       installs: str) -> None:
     stack, _ = _culprit(write_stack, run_envbuild, tmp_path, package)
     rc, findings, _ = check(run_envbuild, tmp_path, stack)
     assert rc == 8
@@ -95,7 +108,8 @@ def _add_line(folder: Path, step: str, line: str) -> None:
     resync(folder)
 
 
-def test_torch_in_a_later_step(good, run_envbuild, tmp_path):
+def test_torch_in_a_later_step(good: tuple[Path, Path], run_envbuild: Callable[..., EnvbuildResult],
+                               tmp_path: Path) -> None:
     stack, folder = good
     torch = step_file(folder, "torch").read_text()
     block = re.search(r"^torch==.*?(?=^\S|\Z)", torch, re.M | re.S)
@@ -107,7 +121,9 @@ def test_torch_in_a_later_step(good, run_envbuild, tmp_path):
     assert findings[0]["reason"].startswith(f"torch {NIGHTLY_TORCH} is in step 'helpers', after the baseline")
 
 
-def test_torch_pinned_twice_differently(good, run_envbuild, tmp_path):
+def test_torch_pinned_twice_differently(good: tuple[Path, Path],
+                                        run_envbuild: Callable[..., EnvbuildResult],
+                                        tmp_path: Path) -> None:
     stack, folder = good
     _add_line(folder, "helpers", "torch==2.13.0 --hash=sha256:" + "0" * 64)
     rc, findings, _ = check(run_envbuild, tmp_path, stack, "--offline")
@@ -119,7 +135,9 @@ def test_torch_pinned_twice_differently(good, run_envbuild, tmp_path):
     assert "protected-after-baseline" in {f["rule"] for f in findings}
 
 
-def test_stale_lock_missing_hash_and_missing_file(good, run_envbuild, tmp_path):
+def test_stale_lock_missing_hash_and_missing_file(good: tuple[Path, Path],
+                                                  run_envbuild: Callable[..., EnvbuildResult],
+                                                  tmp_path: Path) -> None:
     stack, folder = good
     helpers = step_file(folder, "helpers")
     text = re.sub(r"(einops-like==0\.8\.1) \\\n(\s+--hash=\S+ \\\n)*\s+--hash=\S+\n", r"\1\n", helpers.read_text())
@@ -138,7 +156,9 @@ def test_stale_lock_missing_hash_and_missing_file(good, run_envbuild, tmp_path):
     assert any("run `envbuild lock" in f["reason"] for f in findings if f["rule"] == "stale-lock")
 
 
-def test_hand_edited_file_is_stale(good, run_envbuild, tmp_path):
+def test_hand_edited_file_is_stale(good: tuple[Path, Path],
+                                   run_envbuild: Callable[..., EnvbuildResult],
+                                   tmp_path: Path) -> None:
     stack, folder = good
     path = step_file(folder, "fla")
     path.write_text(path.read_text() + "\n")
@@ -158,7 +178,10 @@ def _git(folder: Path, *args: str) -> str:
     ("2.12.0.dev20260405+cu130", "torch-swap", "another local tag (+cu130 -> +cu132)"),
     ("2.11.0", None, None),
 ])
-def test_base_ref_downgrade_or_swap(good, run_envbuild, tmp_path, base_version, rule, words):
+def test_base_ref_downgrade_or_swap(good: tuple[Path, Path],
+                                    run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path,
+                                    base_version: str, rule: str | None,
+                                    words: str | None) -> None:
     stack, folder = good
     real = (folder / "lock.json").read_text()
     data = manifest(folder)
@@ -175,19 +198,23 @@ def test_base_ref_downgrade_or_swap(good, run_envbuild, tmp_path, base_version, 
     if rule is None:
         assert (rc, findings) == (0, [])
         return
-    assert rc == 8 and [f["rule"] for f in findings] == [rule]
+    assert rc == 8 and [f["rule"] for f in findings] == [rule] and words is not None
     assert findings[0]["reason"] == (f"torch {base_version} at HEAD -> {NIGHTLY_TORCH} here: "
                                      + (words if rule == "torch-downgrade" else f"the same version with {words}, a swapped build"))
 
 
-def test_base_ref_that_does_not_exist(good, run_envbuild, tmp_path):
+def test_base_ref_that_does_not_exist(good: tuple[Path, Path],
+                                      run_envbuild: Callable[..., EnvbuildResult],
+                                      tmp_path: Path) -> None:
     stack, folder = good
     _git(folder, "init", "-q", "-b", "main")
     r = run_envbuild("check-lock", "--stack", stack, "--offline", "--base", "nope", env=lock_env(tmp_path))
     assert r.rc == 2 and "no such git revision" in r.stderr and "Traceback" not in r.output
 
 
-def test_text_output_is_one_line_per_finding(write_stack, run_envbuild, tmp_path):
+def test_text_output_is_one_line_per_finding(write_stack: Callable[..., Path],
+                                             run_envbuild: Callable[..., EnvbuildResult],
+                                             tmp_path: Path) -> None:
     stack, _ = _culprit(write_stack, run_envbuild, tmp_path, "vision-pin==1.0")
     r = run_envbuild("check-lock", "--stack", stack, "--offline", env=lock_env(tmp_path))
     assert r.rc == 8
@@ -197,7 +224,8 @@ def test_text_output_is_one_line_per_finding(write_stack, run_envbuild, tmp_path
                      "step no_deps or pin another version) [torch-requirement]"]
 
 
-def test_shipped_profiles_pass_offline_fast(run_envbuild, tmp_path):
+def test_shipped_profiles_pass_offline_fast(run_envbuild: Callable[..., EnvbuildResult],
+                                            tmp_path: Path) -> None:
     from support.fixtures import REPO_ROOT
 
     t0 = time.monotonic()
@@ -207,7 +235,9 @@ def test_shipped_profiles_pass_offline_fast(run_envbuild, tmp_path):
     assert time.monotonic() - t0 < 10  # the process; the check itself is benchmarked in bench/
 
 
-def test_own_lock_findings_go_through_the_gate_writers(good, run_envbuild, tmp_path):
+def test_own_lock_findings_go_through_the_gate_writers(good: tuple[Path, Path],
+                                                       run_envbuild: Callable[..., EnvbuildResult],
+                                                       tmp_path: Path) -> None:
     """A line without a hash is named by file and line, in the console line, the GitHub annotation
     and the markdown report, the same writers as for any lockfile's findings."""
     stack, folder = good
@@ -242,7 +272,8 @@ def test_own_lock_findings_go_through_the_gate_writers(good, run_envbuild, tmp_p
                                               "another local tag (none -> +cu132), a swapped build")),
     ("2.11.0", "2.12.0", None), ("2.12.0+cu132", "2.12.0+cu132", None), ("not a version", "2.12.0", None),
 ])
-def test_one_judgement_of_a_torch_move_for_both_kinds_of_lock(before, after, want):
+def test_one_judgement_of_a_torch_move_for_both_kinds_of_lock(
+        before: str, after: str, want: tuple[str, str] | None) -> None:
     """``--base``: envbuild's own locks and any lockfile judge a torch move by the same function."""
     from envbuild.gate.rules.history import moved
 

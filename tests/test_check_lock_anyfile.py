@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -126,7 +126,8 @@ def test_pip_compile_without_hashes(run_envbuild: Run, scenario_index: ScenarioI
 # ----------------------------------------------------------------------------- uv.lock
 
 
-def _uv_project(tmp: Path, idx: ScenarioIndex, name: str, deps: list[str], overrides: list[str] = ()) -> Path:  # type: ignore[assignment]
+def _uv_project(tmp: Path, idx: ScenarioIndex, name: str, deps: list[str],
+                overrides: Sequence[str] = ()) -> Path:
     folder = tmp / name
     folder.mkdir(parents=True)
     (folder / "pyproject.toml").write_text(f"""[project]
@@ -308,8 +309,10 @@ def test_the_github_workflow_calls_options_that_exist() -> None:
     passed = " ".join(re.findall(r"args\+=\(([^)]*)\)", scripts)) + " " + gate["with"].get("args", "")
     used = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", passed))
     parser = build_parser("check_lock")
-    known = {o for a in parser._subparsers._group_actions[0].choices["check-lock"]._actions  # type: ignore[union-attr]
-             for o in a.option_strings}
+    assert parser._subparsers is not None
+    commands = parser._subparsers._group_actions[0].choices  # argparse's own: {command: its parser}
+    assert isinstance(commands, dict)
+    known = {o for a in commands["check-lock"]._actions for o in a.option_strings}
     assert {"--base", "--annotations", "--markdown-file"} <= used, used
     assert used <= known, used - known
     assert any("github-script" in s.get("uses", "") for s in steps)  # the comment on the pull request

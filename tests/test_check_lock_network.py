@@ -8,15 +8,21 @@ needs fla-core 0.5.0, not the 0.4.2 the seed pins beside it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from lockhelpers import lock_env, resync
+from support.fixtures import EnvbuildResult
 
 pytestmark = pytest.mark.network
 PYPI = "https://pypi.org/simple"
 
 
-def test_seed_packages_on_a_stand_in_nightly(write_stack, run_envbuild, tmp_path):
+def test_seed_packages_on_a_stand_in_nightly(write_stack: Callable[..., Path],
+                                             run_envbuild: Callable[..., EnvbuildResult],
+                                             tmp_path: Path) -> None:
     steps = [
         {"name": "mamba", "packages": ["mamba-ssm==2.3.1"], "index_url": PYPI, "no_deps": True},
         {"name": "others", "index_url": PYPI, "no_deps": True,
@@ -32,7 +38,7 @@ def test_seed_packages_on_a_stand_in_nightly(write_stack, run_envbuild, tmp_path
     text = stack.read_text().replace("no_deps = true\n", "", 2)
     stack.write_text(text)
 
-    def flip(data):
+    def flip(data: dict[str, Any]) -> None:
         for s in data["steps"][1:3]:
             s["flags"]["no_deps"] = False
 

@@ -155,7 +155,7 @@ def _pre_commit_scenario(locks: dict[str, Path], tmp_path: Path) -> None:
 
 
 def _action() -> dict[str, Any]:
-    action = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
+    action: dict[str, Any] = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
     assert action["runs"]["using"] == "composite"
     return action
 

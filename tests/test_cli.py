@@ -79,7 +79,7 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path: Path) -> None:
     assert "Traceback" not in err and "permissions" not in err, err
 
 
-def test_a_mistyped_flag_prints_the_commands_usage_and_the_nearest_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_mistyped_flag_prints_the_commands_usage_and_the_nearest_flag(tmp_path: Path) -> None:
     from support.fixtures import run_cli
 
     r = run_cli(["provision", "--profle", "cpu"], home=tmp_path / "home", cwd=tmp_path)
@@ -88,7 +88,8 @@ def test_a_mistyped_flag_prints_the_commands_usage_and_the_nearest_flag(tmp_path
     assert "unrecognized arguments: --profle cpu (did you mean '--profile'?)" in r.stderr
 
 
-def test_empty_paths_and_an_unwritable_markdown_file_are_refused_before_checking(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_empty_paths_and_an_unwritable_markdown_file_are_refused_before_checking(
+        tmp_path: Path) -> None:
     from support.fixtures import run_cli
 
     lock = "lockfiles/examples/vision/uv.lock"
@@ -100,7 +101,7 @@ def test_empty_paths_and_an_unwritable_markdown_file_are_refused_before_checking
     assert r.rc == 2 and "its folder" in r.stderr and "checking" not in r.stderr + r.stdout
 
 
-def test_verbose_prints_the_cause_under_the_one_paragraph(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_verbose_prints_the_cause_under_the_one_paragraph(tmp_path: Path) -> None:
     from support.fixtures import run_cli
 
     notes = tmp_path / "notes.md"
@@ -112,7 +113,7 @@ def test_verbose_prints_the_cause_under_the_one_paragraph(tmp_path) -> None:  # 
     assert "caused by envbuild.errors.ConfigError: " in loud.stderr and "cannot tell which kind of lockfile" in loud.stderr
 
 
-def test_verbose_shows_the_operating_system_error_under_a_missing_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_verbose_shows_the_operating_system_error_under_a_missing_file(tmp_path: Path) -> None:
     """The one paragraph names the file; `-v` adds what the system said (`raise ... from exc`)."""
     from support.fixtures import run_cli
 

@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import types
 from pathlib import Path
-from typing import Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import pytest
 
@@ -20,6 +20,11 @@ from envbuild.commands.lockfile import sync_flags
 from envbuild.commands.plan import PlanArgs
 from envbuild.commands.provision import ProvisionArgs
 from envbuild.commands.wheelhouse import WheelhouseMirrorArgs
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+A = TypeVar("A", bound="DataclassInstance")
 
 _NOT_DESTS = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
 
@@ -48,14 +53,14 @@ def _expected_hint(action: argparse.Action) -> object:
         return bool
     many = isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+")
     if action.choices is not None and not many:
-        element: object = Literal[tuple(action.choices)]
+        element: Any = Literal[tuple(action.choices)]
     elif action.type is None:
         element = str
     elif isinstance(action.type, type):
         element = action.type
     else:
         element = get_type_hints(action.type)["return"]
-    hint = list[element] if many else element
+    hint: Any = types.GenericAlias(list, element) if many else element
     maybe_none = action.default is None and not action.required and (action.option_strings or action.nargs == "?")
     return hint | None if maybe_none else hint
 
@@ -76,7 +81,7 @@ def _conforms(value: object, hint: object) -> bool:
     return isinstance(value, hint)
 
 
-def _built(argv: list[str], cls: type) -> object:
+def _built(argv: list[str], cls: type[A]) -> A:
     ns = cli.build_parser().parse_args(argv)
     handler = ns.func
     assert isinstance(handler, Handler) and handler.args is cls
@@ -88,7 +93,7 @@ def _built(argv: list[str], cls: type) -> object:
     return args
 
 
-def test_every_command_is_found():
+def test_every_command_is_found() -> None:
     names = {" ".join(path) for path, _, _ in LEAVES}
     assert {"plan", "provision", "verify", "smoke", "dist-step", "preflight", "docker", "modal", "lock", "check-lock",
             "ansible-vars", "receipt show", "receipt list", "receipt diff", "wheelhouse build", "wheelhouse mirror",
@@ -97,11 +102,13 @@ def test_every_command_is_found():
 
 
 @pytest.mark.parametrize(("path", "parser", "above"), LEAVES, ids=[" ".join(p) for p, _, _ in LEAVES])
-def test_the_handler_takes_exactly_the_parsers_options(path, parser, above):
+def test_the_handler_takes_exactly_the_parsers_options(path: tuple[str, ...],
+                                                       parser: argparse.ArgumentParser,
+                                                       above: frozenset[str]) -> None:
     handler = parser.get_default("func")
     assert isinstance(handler, Handler), f"{' '.join(path)}: set_defaults(func=Handler(run, ...Args))"
     cls = handler.args
-    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+    assert dataclasses.is_dataclass(cls) and vars(cls)["__dataclass_params__"].frozen
     fields = {f.name for f in dataclasses.fields(cls)}
     dests = _dests(parser)
     # the parsers above (-v/-q, the command words) only where the handler reads them
@@ -111,27 +118,34 @@ def test_the_handler_takes_exactly_the_parsers_options(path, parser, above):
 
 
 @pytest.mark.parametrize(("path", "parser", "above"), LEAVES, ids=[" ".join(p) for p, _, _ in LEAVES])
-def test_each_field_is_typed_as_argparse_makes_it(path, parser, above):
+def test_each_field_is_typed_as_argparse_makes_it(path: tuple[str, ...],
+                                                  parser: argparse.ArgumentParser,
+                                                  above: frozenset[str]) -> None:
     cls = parser.get_default("func").args
     hints = get_type_hints(cls)
     for dest, action in _dests(parser).items():
         assert hints[dest] == _expected_hint(action), f"{cls.__name__}.{dest}: {hints[dest]} != {_expected_hint(action)}"
 
 
-def test_the_options_are_frozen():
+def test_the_options_are_frozen() -> None:
     args = _built(["plan"], PlanArgs)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        args.json = True
+        args.json = True  # type: ignore[misc]  # the assignment a frozen dataclass refuses
 
 
-def test_handler_hands_run_the_typed_options():
-    seen = []
+def test_handler_hands_run_the_typed_options() -> None:
+    seen: list[PlanArgs] = []
+
+    def run(a: PlanArgs) -> int:
+        seen.append(a)
+        return 3
+
     ns = cli.build_parser("plan").parse_args(["plan", "--profile", "cpu"])
-    assert Handler(lambda a: seen.append(a) or 3, PlanArgs)(ns) == 3
+    assert Handler(run, PlanArgs)(ns) == 3
     assert seen == [typed(PlanArgs, ns)] and isinstance(seen[0], PlanArgs)
 
 
-def test_plan():
+def test_plan() -> None:
     args = _built(["plan", "--profile", "cpu", "--backend", "uv", "--root", "/data", "--venv", "/v", "--json",
                    "--offline", "--wheelhouse", "/wh", "--python", "/usr/bin/python3"], PlanArgs)
     assert args == PlanArgs(
@@ -143,7 +157,7 @@ def test_plan():
         no_install_workspace=False)
 
 
-def test_provision_lock():
+def test_provision_lock() -> None:
     args = _built(["provision", "--lock", "proj/uv.lock", "--extra", "cu128", "--extra", "train", "--no-dev",
                    "--format", "uv.lock", "--replace-torch", "--venv", "/opt/venv", "--step-timeout", "90",
                    "--compile-bytecode", "yes", "--no-project", "--accept", "ok.toml"], ProvisionArgs)
@@ -158,7 +172,7 @@ def test_provision_lock():
     assert flags.extras == ("cu128", "train") and flags.no_dev and flags.no_install_project and not flags.all_extras
 
 
-def test_check_lock():
+def test_check_lock() -> None:
     args = _built(["check-lock", "uv.lock", "reqs/requirements.txt", "--format", "uv.lock", "--protect", "numpy",
                    "--python", "3.12", "--environment", "linux-x86_64", "--profile", "cpu", "--stack", "s.toml",
                    "--annotations", "github", "--markdown-file", "report.md", "--offline"], CheckLockArgs)
@@ -172,7 +186,7 @@ def test_check_lock():
     assert isinstance(bare, CheckLockArgs) and bare.files == [] and bare.profile == [] and bare.annotations is None
 
 
-def test_wheelhouse_mirror():
+def test_wheelhouse_mirror() -> None:
     args = _built(["wheelhouse", "mirror", "--lock", "uv.lock", "--out", "wh", "-j", "8", "--retries", "0",
                    "--group", "docs", "--have", "freeze.txt", "--all-extras"], WheelhouseMirrorArgs)
     assert isinstance(args, WheelhouseMirrorArgs)

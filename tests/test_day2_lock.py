@@ -42,7 +42,10 @@ def _stack(write_stack: Callable[..., Path], index: IndexServer, steps: list[dic
 
 
 @pytest.mark.parametrize("resolver", ["pip-compile", "uv"])
-def test_pins_move_only_when_asked(write_stack, run_envbuild, day2_index, wheel_factory, tmp_path, resolver):
+def test_pins_move_only_when_asked(write_stack: Callable[..., Path],
+                                   run_envbuild: Callable[..., EnvbuildResult],
+                                   day2_index: IndexServer, wheel_factory: Callable[..., Path],
+                                   tmp_path: Path, resolver: str) -> None:
     env = lock_env(tmp_path)
     steps: list[dict[str, object]] = [{"name": "rest", "packages": ["tqdm-like>=4.60,<4.67", "app-like"]}]
     stack = _stack(write_stack, day2_index, steps)
@@ -102,7 +105,9 @@ def test_pins_move_only_when_asked(write_stack, run_envbuild, day2_index, wheel_
     assert r.rc == 2 and "did you mean 'tqdm-like'" in r.stderr, r.output
 
 
-def test_needed_by_another_pin_and_spec_changed(write_stack, run_envbuild, day2_index, tmp_path):
+def test_needed_by_another_pin_and_spec_changed(write_stack: Callable[..., Path],
+                                                run_envbuild: Callable[..., EnvbuildResult],
+                                                day2_index: IndexServer, tmp_path: Path) -> None:
     env = lock_env(tmp_path)
     stack = _stack(write_stack, day2_index, [{"name": "rest", "packages": ["tool-like==1.0", "numpy-like<2.4"]}])
     assert run_envbuild("lock", "--stack", stack, env=env).rc == 0
@@ -117,8 +122,11 @@ def test_needed_by_another_pin_and_spec_changed(write_stack, run_envbuild, day2_
     assert changes["numpy-like"]["reason"] == "spec changed"  # the step named it, and no longer does
 
 
-def test_a_later_step_agrees_with_the_earlier_ones(write_stack, run_envbuild, day2_index, tmp_path,
-                                                   provision: Callable[..., EnvbuildResult], provisioned_venv: Venv):
+def test_a_later_step_agrees_with_the_earlier_ones(write_stack: Callable[..., Path],
+                                                   run_envbuild: Callable[..., EnvbuildResult],
+                                                   day2_index: IndexServer, tmp_path: Path,
+                                                   provision: Callable[..., EnvbuildResult],
+                                                   provisioned_venv: Venv) -> None:
     env = lock_env(tmp_path)
     steps: list[dict[str, object]] = [
         {"name": "a", "packages": ["numpy-like==2.2.6"]},
@@ -156,7 +164,10 @@ def test_a_later_step_agrees_with_the_earlier_ones(write_stack, run_envbuild, da
     assert "pinned to 2.4.6 here, but step 'a' installs numpy-like 2.2.6" in r.stdout
 
 
-def test_a_later_step_does_not_carry_the_earlier_pins(write_stack, run_envbuild, day2_index, tmp_path):
+def test_a_later_step_does_not_carry_the_earlier_pins(write_stack: Callable[..., Path],
+                                                      run_envbuild: Callable[..., EnvbuildResult],
+                                                      day2_index: IndexServer,
+                                                      tmp_path: Path) -> None:
     env = lock_env(tmp_path)
     steps: list[dict[str, object]] = [
         {"name": "a", "packages": ["numpy-like==2.2.6"]},
@@ -169,7 +180,8 @@ def test_a_later_step_does_not_carry_the_earlier_pins(write_stack, run_envbuild,
     assert _pins(stack.parent, "b") == {"tool-like": "1.0"}
 
 
-def test_no_op_relock_is_fast(locked_cpu_like, run_envbuild, tmp_path):
+def test_no_op_relock_is_fast(locked_cpu_like: Path, run_envbuild: Callable[..., EnvbuildResult],
+                              tmp_path: Path) -> None:
     t0 = time.monotonic()
     r = run_envbuild("lock", "--stack", locked_cpu_like, env=lock_env(tmp_path))
     elapsed = time.monotonic() - t0
@@ -178,7 +190,8 @@ def test_no_op_relock_is_fast(locked_cpu_like, run_envbuild, tmp_path):
 
 
 @pytest.fixture
-def locked_cpu_like(write_stack, run_envbuild, day2_index, tmp_path) -> Path:
+def locked_cpu_like(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+                    day2_index: IndexServer, tmp_path: Path) -> Path:
     stack = _stack(write_stack, day2_index, [{"name": "a", "packages": ["numpy-like==2.2.6"]},
                                              {"name": "b", "packages": ["app-like"]}])
     assert run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path)).rc == 0

@@ -75,7 +75,8 @@ def _seed_wheels(wheelhouse: Path, wheel_factory: Callable[..., Path]) -> None:
 
 @pytest.mark.parametrize("backend", ["pip", "uv"])
 def test_git_requirement_reaches_an_offline_host(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
-                                                 private_scenario_index: ScenarioIndex, git_http, tmp_path: Path,
+                                                 private_scenario_index: ScenarioIndex,
+                                                 git_http: tuple[str, StaticServer], tmp_path: Path,
                                                  provisioned_venv: Venv, wheel_factory: Callable[..., Path],
                                                  backend: str) -> None:
     url, httpd = git_http

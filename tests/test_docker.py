@@ -74,7 +74,8 @@ def test_committed_dockerfile_is_current(tmp_path: Path) -> None:
 def test_check_fails_when_stale(tmp_path: Path) -> None:
     stack = tmp_path / "stack.toml"
     shutil.copy(profile_path("cpu"), stack)
-    args = ["docker", "--stack", stack, "-o", tmp_path / "docker" / "Dockerfile", "--context", tmp_path]
+    args: list[str | Path] = ["docker", "--stack", stack, "-o", tmp_path / "docker" / "Dockerfile",
+                              "--context", tmp_path]
     assert run_cli(args, home=tmp_path / "home", cwd=tmp_path).rc == 0
     assert run_cli([*args, "--check"], home=tmp_path / "home", cwd=tmp_path).rc == 0
     stack.write_text(stack.read_text().replace("tqdm==4.70.1", "tqdm==4.70.0"))
@@ -91,7 +92,7 @@ def test_every_install_goes_through_envbuild() -> None:
     installers = [r for r in runs if INSTALLS.search(r)]
     assert len(installers) == 1 and "pip install /src/envbuild" in installers[0], installers
     steps = [r for r in runs if "envbuild provision" in r]
-    names = [re.search(r"--step (\S+)", s).group(1) for s in steps]  # type: ignore[union-attr]
+    names = [re.findall(r"--step (\S+)", s)[0] for s in steps]
     assert names == [s.name for s in resolve_spec("h200-cu132", None, {}).steps]
     assert runs[-1].startswith("envbuild smoke --stack /etc/envbuild/stack.toml --root /opt/envbuild --venv /opt/envbuild/venv")
     # caches are BuildKit cache mounts; the prebuilt step mounts the wheelhouse context

@@ -96,7 +96,10 @@ def test_regenerate_makes_the_committed_locks(tmp_path: Path) -> None:
     if out.returncode != 0 and "urlopen error" in out.stderr:
         pytest.skip(f"PyPI does not answer: {out.stderr.strip().splitlines()[-1]}")
     assert out.returncode == 0, out.stdout + out.stderr
-    port = re.search(r"http://127\.0\.0\.1:(\d+)/", (tmp_path / "vision" / "pyproject.toml").read_text()).group(1)  # type: ignore[union-attr]
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/",
+                      (tmp_path / "vision" / "pyproject.toml").read_text())
+    assert found is not None
+    port = found.group(1)
     for name in module.EXAMPLES:
         for file in ("pyproject.toml", "uv.lock"):
             made = re.sub(rf"127\.0\.0\.1:{port}(?!\d)", f"127.0.0.1:{module.PORT}", (tmp_path / name / file).read_text(encoding="utf-8"))

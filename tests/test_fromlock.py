@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.backend import BACKEND
@@ -109,14 +110,16 @@ def uv_sync(lock: Path, venv: Path, home: Path, *args: str) -> None:
                    cwd=lock.parent, env=env, check=True, capture_output=True, text=True, timeout=300)
 
 
-def lock_json(run_envbuild: Callable[..., EnvbuildResult], lock: Path, *args: str) -> dict[str, object]:
+def lock_json(run_envbuild: Callable[..., EnvbuildResult], lock: Path,
+              *args: str) -> dict[str, Any]:
     res = run_envbuild("plan", "--lock", lock, "--json", *args)
     assert res.rc == 0, res.output
-    return json.loads(res.stdout)  # type: ignore[no-any-return]
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
 
 
-def stages_of(doc: dict[str, object]) -> dict[str, list[str]]:
-    return {s["name"]: [p["name"] for p in s["packages"]] for s in doc["stages"]}  # type: ignore[attr-defined, index]
+def stages_of(doc: dict[str, Any]) -> dict[str, list[str]]:
+    return {s["name"]: [p["name"] for p in s["packages"]] for s in doc["stages"]}
 
 
 # ----------------------------------------------------------------------------- plan --lock
@@ -132,7 +135,7 @@ def test_plan_lock_names_each_stage_and_why(gate_index: GateIndex, tmp_path: Pat
         "extensions": ["einops-like", "flash-attn"],
         "rest": ["trainer-utils"],
     }
-    why = {p["name"]: p["why"] for s in doc["stages"] for p in s["packages"]}  # type: ignore[attr-defined]
+    why = {p["name"]: p["why"] for s in doc["stages"] for p in s["packages"]}
     assert why["nvidia-nccl-cu12"] == "torch depends on it"
     assert "+cu12torch2.10cxx11abitrue" in why["flash-attn"] and why["einops-like"] == "flash-attn depends on it"
     assert doc["lock_sha256"] and doc["left_out"] == [{"name": "trainer", "why": (
@@ -168,7 +171,7 @@ class _StandIn(GateIndex):
         return self.url(self.pypi)
 
 
-def pypi_with_sdist(tmp: Path, idx: GateIndex) -> tuple[GateIndex, Path]:
+def pypi_with_sdist(tmp: Path, idx: GateIndex) -> tuple[_StandIn, Path]:
     """A PyPI stand-in that also serves flash-attn 2.8.3's sdist (its build imports torch, as the
     real one's does), as PyPI serves the sdist of each release whose wheels are on GitHub."""
     folder = tmp / "pypi-with-sdist"
@@ -195,7 +198,7 @@ def test_rebuild_mismatched_plans_the_sdist_from_the_lock_index(
     assert stages_of(doc) == {
         "torch": ["filelock-like", "nvidia-cuda-runtime-cu12", "nvidia-nccl-cu12", "torch"],
         "extensions": ["einops-like"], "rest": ["trainer-utils"], "builds": ["flash-attn"]}
-    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "flash-attn"]  # type: ignore[attr-defined]
+    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "flash-attn"]
     host = f"127.0.0.1:{gate_index.server.port}"
     assert placed["why"] == (
         "rebuilt (--rebuild-mismatched): the lock's wheel is built for torch 2.9, locked with torch 2.10.0+cu128; "
@@ -204,7 +207,7 @@ def test_rebuild_mismatched_plans_the_sdist_from_the_lock_index(
     assert placed["version"] == "2.8.3" and placed["file"] == sdist.name and placed["sha256"] == sha
     assert placed["rebuilt"] == {
         "lock_version": "2.8.3+cu12torch2.9cxx11abitrue", "version": "2.8.3", "sdist": sdist.name,
-        "url": standin.server.file_url(standin.pypi, sdist.name), "sha256": sha, "origin": "index",  # type: ignore[attr-defined]
+        "url": standin.server.file_url(standin.pypi, sdist.name), "sha256": sha, "origin": "index",
         "where": host, "in_lock": False}
     assert doc["builds"] == {"flash-attn": "no built wheel in cache for this key: compiles from the sdist"}
     text = run_envbuild("plan", "--lock", lock, "--rebuild-mismatched")
@@ -241,7 +244,7 @@ def test_rebuild_mismatched_installs_the_sdist_built_against_the_locks_torch(
     venv = Venv(tmp_path / "one" / "venv", home=tmp_path / "home")
     assert json.loads(venv.read("flash_attn/_build_env.json")) == {"torch": "2.10.0+cu128"}
     sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    url = gate_index.server.file_url(standin.pypi, sdist.name)  # type: ignore[attr-defined]
+    url = gate_index.server.file_url(standin.pypi, sdist.name)
     provenance = json.loads(venv.read("flash_attn-2.8.3.dist-info/envbuild_provenance.json"))
     assert provenance["source"]["location"] == url and provenance["source"]["sha256"] == sha
     assert provenance["torch"]["version"] == "2.10.0+cu128"
@@ -256,7 +259,7 @@ def test_rebuild_mismatched_installs_the_sdist_built_against_the_locks_torch(
     wheelhouse = tmp_path / "wheelhouse"
     res = run_envbuild("wheelhouse", "mirror", "--lock", lock, "--rebuild-mismatched", "--out", wheelhouse)
     assert res.rc == 0 and (wheelhouse / sdist.name).is_file(), res.output
-    page = f"/{standin.pypi}/simple/flash-attn/"  # type: ignore[attr-defined]
+    page = f"/{standin.pypi}/simple/flash-attn/"
     asked = len(gate_index.server.requested(page))
     assert asked > 0  # online, the sdist was found on its project page
     res = run_envbuild("provision", "--lock", lock, "--rebuild-mismatched", "--offline", "--wheelhouse", wheelhouse,
@@ -265,7 +268,7 @@ def test_rebuild_mismatched_installs_the_sdist_built_against_the_locks_torch(
     assert "from the build cache (no compile)" in res.output and len(compiles.read_text().splitlines()) == 1
     assert len(gate_index.server.requested(page)) == asked  # offline: the index was not asked
     doc = lock_json(run_envbuild, lock, "--rebuild-mismatched", "--offline", "--wheelhouse", str(wheelhouse))
-    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "flash-attn"]  # type: ignore[attr-defined]
+    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "flash-attn"]
     assert placed["rebuilt"]["origin"] == "wheelhouse" and placed["rebuilt"]["url"] == url
     assert placed["rebuilt"]["sha256"] == sha
 
@@ -372,7 +375,7 @@ def test_a_torch_sdist_is_built_against_the_installed_torch(gate_index: GateInde
     lock = uv_sdist_lock(tmp_path, gate_index)
     doc = lock_json(run_envbuild, lock)
     assert stages_of(doc)["builds"] == ["flash-attn"]
-    assert [s["name"] for s in doc["stages"]] == ["torch", "rest", "builds"]  # type: ignore[attr-defined]
+    assert [s["name"] for s in doc["stages"]] == ["torch", "rest", "builds"]
     theirs = tmp_path / "uv-venv"
     uv_sync(lock, theirs, tmp_path / "home", "--no-install-package", "flash-attn")
     uv_sync(lock, theirs, tmp_path / "home")
@@ -611,7 +614,7 @@ def test_a_wheel_for_a_newer_glibc_is_planned_and_refused_before_anything_is_mad
     lock = torch_project_lock(tmp_path, gate_index, "uv-newer", deps,
                               "environments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]")
     doc = lock_json(run_envbuild, lock)
-    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "newer-glibc-lib"]  # type: ignore[attr-defined]
+    [placed] = [p for s in doc["stages"] for p in s["packages"] if p["name"] == "newer-glibc-lib"]
     assert f"needs glibc 2.40 (this host has 2.{have})" in placed["why"]
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 2, res.output

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import distributions
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from support.backend import BACKEND
-from support.fixtures import installer_env
+from support.fixtures import EnvbuildResult, installer_env
 from support.gatelocks import GateIndex, ToolFailed, _run, _toml_list, uv_bin
 from support.syncflags import flags_of
 
@@ -217,7 +218,8 @@ def test_plan_selects_what_uv_sync_installs(shape: Shape, gate_index: GateIndex,
         pytest.fail(f"uv lock refused a generated project {shape}: {exc.output[-500:]}")
 
 
-def test_the_plan_prints_the_uv_sync_command(gate_index: GateIndex, tmp_path: Path, run_envbuild) -> None:  # type: ignore[no-untyped-def]
+def test_the_plan_prints_the_uv_sync_command(gate_index: GateIndex, tmp_path: Path,
+                                             run_envbuild: Callable[..., EnvbuildResult]) -> None:
     shape = Shape(base=(), torch_in="extra", self_extra=True, member=True, default_groups=None, packaged=True,
                   path_torch=False, url_utils=False)
     project = write_project(tmp_path, shape, gate_index)
@@ -254,8 +256,8 @@ def _locked(tmp: Path, shape: Shape, idx: GateIndex) -> Path:
 
 
 @pytest.mark.slow
-def test_torch_as_the_index_publishes_it_is_the_locks_baseline(gate_index: GateIndex, tmp_path: Path,
-                                                                run_envbuild) -> None:  # type: ignore[no-untyped-def]
+def test_torch_as_the_index_publishes_it_is_the_locks_baseline(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     """torch from the package index: ``2.10.0`` in its metadata and the lock, ``2.10.0+cu128`` at run
     time. provision --lock installs what uv sync installs, freezes that torch as the baseline with no
     false alarm, and the guard still fails a torch swapped in afterwards."""
@@ -286,8 +288,8 @@ def test_torch_as_the_index_publishes_it_is_the_locks_baseline(gate_index: GateI
 
 
 @pytest.mark.slow
-def test_path_sources_install_the_files_the_lock_names(gate_index: GateIndex, tmp_path: Path,
-                                                       run_envbuild) -> None:  # type: ignore[no-untyped-def]
+def test_path_sources_install_the_files_the_lock_names(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     """torch locked from a wheel in the project (a relative path source) and trainer-utils by URL:
     provision --lock installs those bytes, as uv sync does."""
     shape = Shape(base=("filelock-like==3.0",), torch_in="base", self_extra=False, member=False, default_groups=None,
@@ -345,8 +347,8 @@ default = true
 
 
 @pytest.mark.slow
-def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(gate_index: GateIndex, tmp_path: Path,
-                                                                    run_envbuild) -> None:  # type: ignore[no-untyped-def]
+def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     lock = _unhashed_lock(tmp_path, gate_index)
     text = lock.read_text()
     assert '{ path = "torch-2.10.0+cpu-py3-none-any.whl" }' in text
@@ -376,8 +378,8 @@ def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(gate_index: 
     assert "its bytes changed since they were first installed here" in again.stderr and "Traceback" not in again.output
 
 
-def test_the_interpreter_comes_from_the_locks_requires_python(gate_index: GateIndex, tmp_path: Path,
-                                                              run_envbuild) -> None:  # type: ignore[no-untyped-def]
+def test_the_interpreter_comes_from_the_locks_requires_python(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     """A lock that needs a newer Python than the one envbuild runs on is planned for an interpreter
     that fits (found here, named in the output); one that nothing here fits is refused (exit 3)
     naming its requires-python, not a package."""
@@ -426,7 +428,7 @@ def _torch_venv(tmp: Path, idx: GateIndex) -> Path:
 
 @pytest.mark.slow
 def test_a_lock_that_leaves_torch_to_the_base_image_provisions_onto_its_torch(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild) -> None:  # type: ignore[no-untyped-def]
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     """The NGC pattern (Megatron-LM, Model-Optimizer): ``override-dependencies = ["torch; sys_platform
     == 'never'"]``. Onto an environment that has torch (--venv), the rest installs and that torch is
     the baseline, untouched; a locked package whose requirement on torch it does not meet is refused
@@ -453,8 +455,8 @@ def test_a_lock_that_leaves_torch_to_the_base_image_provisions_onto_its_torch(
 
 
 @pytest.mark.slow
-def test_home_links_and_unmet_requirements_said_once(gate_index: GateIndex, tmp_path: Path,
-                                                     run_envbuild) -> None:  # type: ignore[no-untyped-def]
+def test_home_links_and_unmet_requirements_said_once(
+        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
     """--home with --lock makes $HOME/venv and $HOME/data as a stack's layout does (an existing file
     where a link goes is refused, exit 4, and kept); no requirement a later stage meets is warned of."""
     from support.gatelocks import uv_platform_lock

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -248,7 +248,8 @@ def test_fuzz_plan_check_lock_and_docker(sandbox: Path, capsys: pytest.CaptureFi
         if rc == 0:
             from dockerfile_parse import DockerfileParser
 
-            parsed = DockerfileParser(fileobj=io.BytesIO())
+            # its stub says IO[str]; the parser reads and writes the file object in bytes (u2b, b2u)
+            parsed = DockerfileParser(fileobj=io.BytesIO())  # type: ignore[arg-type]
             parsed.content = out.read_text()
             for ins in parsed.structure:  # a spec value may only be an ENV value, never its own instruction
                 assert ins["instruction"] in {"COMMENT", "ARG", "FROM", "SHELL", "ENV", "RUN", "COPY", "WORKDIR", "CMD"}
@@ -348,11 +349,12 @@ def test_fuzz_wheelhouse_spec(sandbox: Path, capsys: pytest.CaptureFixture[str],
 def real_receipt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A receipt written by envbuild for this interpreter (no torch in it: the inventory says so)."""
     from envbuild.layout import Paths
-    from envbuild.proof.receipt import write_receipt
+    from envbuild.proof.receipt import ReceiptPayload, write_receipt
     from envbuild.spec import resolve_spec
 
     root = tmp_path_factory.mktemp("receipt")
-    return write_receipt(Paths(root=root), "provision", {"ran": ["torch"], "seconds": 1.0},
+    payload = cast(ReceiptPayload, {"ran": ["torch"], "seconds": 1.0})  # cut to what is read
+    return write_receipt(Paths(root=root), "provision", payload,
                          spec=resolve_spec("cpu", None, {"ENVBUILD_TORCH_INDEX": ""}), python=Path(sys.executable))
 
 

@@ -12,12 +12,13 @@ import itertools
 import json
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.fixtures import EnvbuildResult
 from support.gatelocks import PROJECT, GateIndex, _folder, _run, _toml_list, _uv_indexes, uv_bin
 
 from envbuild.errors import ExitCode
@@ -30,7 +31,8 @@ LINUX = "linux-x86_64"
 TORCHES = ("2.10.0", "2.9.1")  # both on the PyPI stand-in
 
 
-def _project(tmp: Path, idx: GateIndex, *, extras: dict[str, Sequence[str]], groups: dict[str, Sequence[str]],
+def _project(tmp: Path, idx: GateIndex, *, extras: Mapping[str, Sequence[str]],
+             groups: Mapping[str, Sequence[str]],
              conflicts: Sequence[Sequence[tuple[str, str]]], deps: Sequence[str] = ("einops-like==0.8.1",),
              default_groups: Sequence[str] | None = None) -> Path:
     """A pyproject + ``uv lock``: ``conflicts`` items are (kind, name): ("extra", "a"), ("group", "dev"), ("project", "")."""
@@ -145,8 +147,8 @@ def test_selections_equal_what_uv_export_accepts_and_installs(
     shutil.rmtree(lock.parent)
 
 
-def _json(r: object) -> dict[str, object]:
-    data: dict[str, object] = json.loads(r.stdout)  # type: ignore[attr-defined]
+def _json(r: EnvbuildResult) -> dict[str, object]:
+    data: dict[str, object] = json.loads(r.stdout)
     return data
 
 
@@ -156,7 +158,8 @@ def _rows(doc: dict[str, object]) -> dict[str, str | None]:
     return {row["name"]: row["torch"] for row in files[0]["environments"]}
 
 
-def test_overlapping_conflicts_judge_only_what_uv_allows(run_envbuild, gate_index: GateIndex, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_overlapping_conflicts_judge_only_what_uv_allows(
+        run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path) -> None:
     """SkyRL's shape: [[fsdp, jax, megatron], [gpu, megatron, miniswe, tpu]]; megatron pins another torch.
     "fsdp + megatron" is refused by uv, so the gate never reports "3 torch builds in one environment"."""
     extras = {"fsdp": ["torch==2.10.0"], "jax": ["filelock-like==3.0"], "megatron": ["torch==2.9.1"],
@@ -179,8 +182,8 @@ def test_overlapping_conflicts_judge_only_what_uv_allows(run_envbuild, gate_inde
     assert "install no torch" in " ".join(files[0]["notices"])
 
 
-def test_package_level_conflict_and_the_default_environment(run_envbuild, gate_index: GateIndex,  # type: ignore[no-untyped-def]
-                                                            tmp_path: Path) -> None:
+def test_package_level_conflict_and_the_default_environment(
+        run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path) -> None:
     """``{ package = "trainer" }`` conflicting with a group: plain ``uv sync`` installs the project's
     torch (2.10.0, under ``extra == 'project-7-trainer'``); ``--only-group docs`` installs 2.9.1.
     Both are judged, the default labelled; a downgrade of the default's torch against --base fails."""
@@ -220,7 +223,8 @@ def test_package_level_conflict_and_the_default_environment(run_envbuild, gate_i
     assert rows[row]["findings"] == 1 and rows[row]["torch"] == "2.9.1"
 
 
-def test_default_groups_are_the_default_selection(run_envbuild, gate_index: GateIndex, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_default_groups_are_the_default_selection(run_envbuild: Callable[..., EnvbuildResult],
+                                                  gate_index: GateIndex, tmp_path: Path) -> None:
     """A default group that conflicts with an extra: ``uv export --extra a`` is refused unless the
     default groups are turned off; the gate's default is the dev group's torch."""
     lock = _project(tmp_path, gate_index, extras={"a": ["torch==2.9.1"]}, groups={"dev": ["torch==2.10.0"]},

@@ -18,6 +18,7 @@ from support.gatelocks import GateIndex, uv_groups_lock
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.gate import Policy, check_file
 from envbuild.gate.check import MAX_PACKAGES
+from envbuild.gate.model import Format
 
 Run = Callable[..., EnvbuildResult]
 
@@ -103,11 +104,11 @@ def test_mutated_tool_made_locks_never_crash(groups_lock_text: str, tmp_path: Pa
             lines[i] = lines[i][: len(lines[i]) // 2]
         if not lines:
             lines = [""]
-    fmt = data.draw(st.sampled_from(["uv.lock", "pylock", "poetry.lock", "requirements"]))
+    fmt: Format = data.draw(st.sampled_from(["uv.lock", "pylock", "poetry.lock", "requirements"]))
     path = tmp_path / "lockfile"
     path.write_bytes("\n".join(lines).encode("utf-8", "replace"))
     try:
-        report = check_file(path, Policy(), fmt=fmt, offline=True)  # type: ignore[arg-type]
+        report = check_file(path, Policy(), fmt=fmt, offline=True)
     except ConfigError:
         return
     assert report.format == fmt

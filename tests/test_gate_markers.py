@@ -50,7 +50,8 @@ def test_agrees_with_packaging(text: str, env: dict[str, str], extra: str) -> No
 
 class _Env:
     def __init__(self, values: dict[str, str], extra: str) -> None:
-        self.values, self.extras, self.groups = values, frozenset({extra} if extra else ()), frozenset()
+        self.values, self.extras = values, frozenset({extra} if extra else ())
+        self.groups = frozenset[str]()
 
 
 def test_several_active_extras_and_broken_markers() -> None:

@@ -4,17 +4,19 @@ verdicts say what they took from the metadata cache; --no-cache judges from the 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.fixtures import EnvbuildResult
 from support.gatelocks import GateIndex, uv_platform_lock
 from support.index import BlackHole
 
 pytestmark = pytest.mark.slow
 
 
-def test_an_index_that_never_answers_is_named_once_and_costs_seconds(run_envbuild, gate_index: GateIndex,  # type: ignore[no-untyped-def]
-                                                                       tmp_path: Path) -> None:
+def test_an_index_that_never_answers_is_named_once_and_costs_seconds(
+        run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path) -> None:
     lock = uv_platform_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
     cache = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
     with BlackHole() as hole:
@@ -36,8 +38,8 @@ def test_an_index_that_never_answers_is_named_once_and_costs_seconds(run_envbuil
     assert t_online - t_offline < 10, (t_online, t_offline)
 
 
-def test_offline_says_what_came_from_the_cache_and_no_cache_ignores_it(run_envbuild, gate_index: GateIndex,  # type: ignore[no-untyped-def]
-                                                                       tmp_path: Path) -> None:
+def test_offline_says_what_came_from_the_cache_and_no_cache_ignores_it(
+        run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path) -> None:
     lock = uv_platform_lock(tmp_path, gate_index)
     cache = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
     online = run_envbuild("check-lock", str(lock), env=cache)  # reads torch's metadata from the index, caches it
@@ -57,7 +59,8 @@ def test_offline_says_what_came_from_the_cache_and_no_cache_ignores_it(run_envbu
     ('source = { registry = ', 'source = { registry = 7, x = ', "`registry` is a int"),
     ('resolution-markers = [', 'resolution-markers = [1, ', "`resolution-markers` is not an array of strings"),
 ])
-def test_a_lock_shaped_wrong_is_a_located_finding(run_envbuild, gate_index: GateIndex, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_lock_shaped_wrong_is_a_located_finding(run_envbuild: Callable[..., EnvbuildResult],
+                                                  gate_index: GateIndex, tmp_path: Path,
                                                   old: str, new: str, said: str) -> None:
     lock = uv_platform_lock(tmp_path, gate_index)
     text = lock.read_text()
@@ -85,7 +88,8 @@ def test_a_parser_bug_is_an_internal_error_not_a_finding(gate_index: GateIndex, 
     assert "this is a bug" in r.stderr and "planted bug" in r.stderr and "broken-lock" not in r.stdout
 
 
-def test_a_person_reads_findings_in_100_columns(run_envbuild, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_person_reads_findings_in_100_columns(run_envbuild: Callable[..., EnvbuildResult],
+                                                tmp_path: Path) -> None:
     """On a terminal (FORCE_COLOR stands for one) a finding wraps at 100 columns under its
     ``FILE:LINE: PACKAGE:`` head; in a pipe it stays one line for grep, editors and CI logs."""
     from support.fixtures import REPO_ROOT

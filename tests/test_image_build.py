@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 from support.fixtures import run_cli
@@ -49,11 +50,11 @@ def _cannot_build() -> str | None:
     return None
 
 
-def buildah(*args: str, check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
+def buildah(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
     cmd = ["buildah", "--root", STORE, "--runroot", RUNROOT, "--storage-driver", os.environ.get("DRIVER", "overlay"),
            *args]
     return subprocess.run(cmd, check=check, capture_output=True, text=True,
-                          env={**os.environ, "BUILDAH_ISOLATION": "chroot"}, **kw)  # type: ignore[call-overload]
+                          env={**os.environ, "BUILDAH_ISOLATION": "chroot"}, **kw)
 
 
 class Container:
@@ -86,8 +87,15 @@ def layers(image: str) -> list[tuple[str, str]]:
     return list(zip(diff_ids, made, strict=True))
 
 
+class BuiltImage(TypedDict):
+    stack: Path
+    out: Path
+    seconds: float
+    layers: list[tuple[str, str]]
+
+
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImage]:
     reason = _cannot_build()
     if reason:
         pytest.skip(reason)
@@ -102,7 +110,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
 
 @pytest.mark.slow
 @pytest.mark.image
-def test_verify_smoke_and_receipts_inside_the_image(image: dict[str, object]) -> None:
+def test_verify_smoke_and_receipts_inside_the_image(image: BuiltImage) -> None:
     c = Container(TAG)
     try:
         args = ("--stack", "/etc/envbuild/stack.toml", "--root", "/opt/envbuild")
@@ -125,7 +133,7 @@ def test_verify_smoke_and_receipts_inside_the_image(image: dict[str, object]) ->
 
 @pytest.mark.slow
 @pytest.mark.image
-def test_a_reinstall_of_torch_inside_the_image_is_caught(image: dict[str, object]) -> None:
+def test_a_reinstall_of_torch_inside_the_image_is_caught(image: BuiltImage) -> None:
     wheels = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
     if not wheels:
         pytest.skip("no local torch CPU wheel in /opt/wheels to reinstall from")
@@ -143,9 +151,9 @@ def test_a_reinstall_of_torch_inside_the_image_is_caught(image: dict[str, object
 
 @pytest.mark.slow
 @pytest.mark.image
-def test_torch_layer_is_kept_by_a_rebuild_and_untouched_by_later_layers(image: dict[str, object],
+def test_torch_layer_is_kept_by_a_rebuild_and_untouched_by_later_layers(image: BuiltImage,
                                                                           tmp_path: Path) -> None:
-    first: list[tuple[str, str]] = image["layers"]  # type: ignore[assignment]
+    first: list[tuple[str, str]] = image["layers"]
     torch_at = next(i for i, (_, made) in enumerate(first) if "--step torch" in made and "torch-users" not in made)
     rest_at = next(i for i, (_, made) in enumerate(first) if "--step rest" in made)
 
@@ -177,10 +185,10 @@ def test_torch_layer_is_kept_by_a_rebuild_and_untouched_by_later_layers(image: d
         c.remove()
 
     # a change to the last step: every layer before it comes from the cache
-    stack: Path = image["stack"]  # type: ignore[assignment]
+    stack: Path = image["stack"]
     text = stack.read_text()
     stack.write_text(text.replace('name = "rest"\n', f'name = "rest"\n# rebuilt by test_image_build {time.time_ns()}\n'))
-    seconds, r = build(stack, image["out"])  # type: ignore[arg-type]
+    seconds, r = build(stack, image["out"])
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     second = layers(TAG)
     users_at = next(i for i, (_, made) in enumerate(first) if "--step torch-users" in made)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.fixtures import PY_MAJOR_MINOR, EnvbuildResult, installer_env
@@ -182,11 +183,12 @@ def test_a_passing_warmup_does_not_hide_a_later_break(tmp_path: Path, run_envbui
 
 
 def test_wanted_reads_the_switches() -> None:
-    on = {"install_env": {}, "import_env": {}, "compiles_at_install": False, "single_step": False}
-    assert warmup.wanted(**on)  # type: ignore[arg-type]
-    assert not warmup.wanted(**{**on, "import_env": {"ENVBUILD_IMPORT_WARMUP": "0"}})  # type: ignore[arg-type]
-    assert not warmup.wanted(**{**on, "import_env": {"PYTHONDONTWRITEBYTECODE": "1"}})  # type: ignore[arg-type]
-    assert warmup.wanted(**{**on, "import_env": {"PYTHONDONTWRITEBYTECODE": ""}})  # type: ignore[arg-type]
-    assert not warmup.wanted(**{**on, "install_env": {"UV_COMPILE_BYTECODE": "1"}})  # type: ignore[arg-type]
-    assert not warmup.wanted(**{**on, "compiles_at_install": True})  # type: ignore[arg-type]
-    assert not warmup.wanted(**{**on, "single_step": True})  # type: ignore[arg-type]
+    on: dict[str, Any] = {"install_env": {}, "import_env": {}, "compiles_at_install": False,
+                          "single_step": False}
+    assert warmup.wanted(**on)
+    assert not warmup.wanted(**{**on, "import_env": {"ENVBUILD_IMPORT_WARMUP": "0"}})
+    assert not warmup.wanted(**{**on, "import_env": {"PYTHONDONTWRITEBYTECODE": "1"}})
+    assert warmup.wanted(**{**on, "import_env": {"PYTHONDONTWRITEBYTECODE": ""}})
+    assert not warmup.wanted(**{**on, "install_env": {"UV_COMPILE_BYTECODE": "1"}})
+    assert not warmup.wanted(**{**on, "compiles_at_install": True})
+    assert not warmup.wanted(**{**on, "single_step": True})

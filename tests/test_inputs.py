@@ -58,7 +58,7 @@ def spec_with(tmp_path: Path, *, top: str = "", env: str = "", step: str = "", n
     return path
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def run(args: list[str | Path], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     capsys.readouterr()
     rc = main([str(a) for a in args])
     out = capsys.readouterr()

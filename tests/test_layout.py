@@ -9,7 +9,7 @@ import pytest
 
 from envbuild import layout
 from envbuild.errors import LayoutError
-from envbuild.spec import load_spec
+from envbuild.spec import StackSpec, load_spec
 
 SPEC = """schema = 1
 name = "t"
@@ -26,24 +26,24 @@ packages = ["torch==2.13.0"]
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> tuple[object, layout.Paths, Path]:
+def setup(tmp_path: Path) -> tuple[StackSpec, layout.Paths, Path]:
     (tmp_path / "s.toml").write_text(SPEC.format(root=tmp_path / "data"))
     spec = load_spec(tmp_path / "s.toml", {})
     paths = layout.paths_for(spec)
     return spec, paths, tmp_path / "home"
 
 
-def test_folders_links_and_overlay(setup: tuple[object, layout.Paths, Path]) -> None:
+def test_folders_links_and_overlay(setup: tuple[StackSpec, layout.Paths, Path]) -> None:
     spec, paths, home = setup
     layout.create_folders(paths)
-    done = layout.link_home(spec, paths, home)  # type: ignore[arg-type]
+    done = layout.link_home(spec, paths, home)
     assert len(done) == 3
     for name in ("venv", "data", "nanochat"):
         assert os.readlink(home / name) == str(paths.root / name)
     for sub in ("pip", "uv", "triton", "inductor", "huggingface"):
         assert (paths.cache / sub).is_dir()
     assert paths.receipts.is_dir() and paths.logs.is_dir() and paths.checkpoints.is_dir()
-    overlay = layout.write_overlay(spec, paths).read_text()  # type: ignore[arg-type]
+    overlay = layout.write_overlay(spec, paths).read_text()
     assert "export TORCH_NCCL_HIGH_PRIORITY=1" in overlay
     assert "export PYTORCH_ALLOC_CONF=expandable_segments:True" in overlay
     assert "export TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=7200" in overlay
@@ -51,17 +51,18 @@ def test_folders_links_and_overlay(setup: tuple[object, layout.Paths, Path]) -> 
     assert f"export TRITON_CACHE_DIR={paths.cache / 'triton'}" in overlay
     assert "NCCL_MNNVL_ENABLE" not in overlay
     # idempotent: a second run changes nothing
-    assert layout.link_home(spec, paths, home) == []  # type: ignore[arg-type]
+    assert layout.link_home(spec, paths, home) == []
 
 
-def test_a_real_file_in_the_way_is_never_replaced(setup: tuple[object, layout.Paths, Path]) -> None:
+def test_a_real_file_in_the_way_is_never_replaced(
+        setup: tuple[StackSpec, layout.Paths, Path]) -> None:
     spec, paths, home = setup
     home.mkdir()
     (home / "data").mkdir()
     (home / "data" / "precious.txt").write_text("mine")
     (home / "venv").write_text("also mine")
     with pytest.raises(LayoutError) as info:
-        layout.link_home(spec, paths, home)  # type: ignore[arg-type]
+        layout.link_home(spec, paths, home)
     message = str(info.value)
     assert f"{home / 'data'} (a folder)" in message and f"{home / 'venv'} (a file)" in message
     assert "--force-links" in message
@@ -71,12 +72,13 @@ def test_a_real_file_in_the_way_is_never_replaced(setup: tuple[object, layout.Pa
     assert not (home / "nanochat").exists()
 
 
-def test_force_links_moves_aside_and_says_where(setup: tuple[object, layout.Paths, Path]) -> None:
+def test_force_links_moves_aside_and_says_where(
+        setup: tuple[StackSpec, layout.Paths, Path]) -> None:
     spec, paths, home = setup
     home.mkdir()
     (home / "data").mkdir()
     (home / "data" / "precious.txt").write_text("mine")
-    done = layout.link_home(spec, paths, home, force=True)  # type: ignore[arg-type]
+    done = layout.link_home(spec, paths, home, force=True)
     moved = [line for line in done if line.startswith("moved")]
     assert len(moved) == 1
     aside = Path(moved[0].split(" aside to ")[1])
@@ -84,7 +86,7 @@ def test_force_links_moves_aside_and_says_where(setup: tuple[object, layout.Path
     assert os.readlink(home / "data") == str(paths.root / "data")
 
 
-def test_file_where_a_data_folder_goes(setup: tuple[object, layout.Paths, Path]) -> None:
+def test_file_where_a_data_folder_goes(setup: tuple[StackSpec, layout.Paths, Path]) -> None:
     spec, paths, home = setup
     paths.root.mkdir(parents=True)
     (paths.root / "receipts").write_text("not a folder")
@@ -93,9 +95,9 @@ def test_file_where_a_data_folder_goes(setup: tuple[object, layout.Paths, Path])
     assert (paths.root / "receipts").read_text() == "not a folder"
 
 
-def test_home_that_is_a_file(setup: tuple[object, layout.Paths, Path]) -> None:
+def test_home_that_is_a_file(setup: tuple[StackSpec, layout.Paths, Path]) -> None:
     spec, paths, home = setup
     home.write_text("not a folder")
     with pytest.raises(LayoutError, match="is not a folder"):
-        layout.link_home(spec, paths, home)  # type: ignore[arg-type]
+        layout.link_home(spec, paths, home)
     assert home.read_text() == "not a folder"

@@ -5,11 +5,20 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from lockhelpers import lock_env, manifest, resync, step_file
-from support.fixtures import NIGHTLY_TORCH, PYTORCH_TRITON, installer_env
+from support.fixtures import (
+    NIGHTLY_TORCH,
+    PYTORCH_TRITON,
+    EnvbuildResult,
+    ScenarioIndex,
+    ScenarioWheels,
+    Venv,
+    installer_env,
+)
 from support.index import UnreachablePort
 
 from envbuild.lock.model import parse_requirements_text
@@ -23,14 +32,16 @@ STEPS = [
 
 
 @pytest.fixture
-def locked(write_stack, run_envbuild, tmp_path):
+def locked(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+           tmp_path: Path) -> Path:
     stack = write_stack(STEPS)
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     return stack
 
 
-def test_lock_writes_hash_pinned_files_and_manifest(locked, scenario_index):
+def test_lock_writes_hash_pinned_files_and_manifest(locked: Path,
+                                                    scenario_index: ScenarioIndex) -> None:
     folder = locked.parent
     data = manifest(folder)
     assert [s["name"] for s in data["steps"]] == ["torch", "helpers", "fla"]
@@ -55,7 +66,7 @@ def test_lock_writes_hash_pinned_files_and_manifest(locked, scenario_index):
     assert entry["requires_dist"] == ["fla-core-like==0.5.0", "einops-like"]
 
 
-def test_lock_files_install_by_hand_with_require_hashes(locked, nightly_venv):
+def test_lock_files_install_by_hand_with_require_hashes(locked: Path, nightly_venv: Venv) -> None:
     folder = locked.parent
     data = manifest(folder)
     src = data["steps"][1]["sources"]
@@ -69,7 +80,8 @@ def test_lock_files_install_by_hand_with_require_hashes(locked, nightly_venv):
     assert nightly_venv.version("needs-fla-core") == "1.0"
 
 
-def test_provision_installs_from_the_lock(locked, provision, provisioned_venv):
+def test_provision_installs_from_the_lock(locked: Path, provision: Callable[..., EnvbuildResult],
+                                          provisioned_venv: Venv) -> None:
     r = provision(locked)
     assert r.rc == 0, r.output
     assert provisioned_venv.version("torch") == NIGHTLY_TORCH
@@ -77,7 +89,8 @@ def test_provision_installs_from_the_lock(locked, provision, provisioned_venv):
     assert "--require-hashes" in (locked.parent / "data" / "logs" / "02-helpers.log").read_text()
 
 
-def test_provision_refuses_a_stale_lock(locked, provision):
+def test_provision_refuses_a_stale_lock(locked: Path,
+                                        provision: Callable[..., EnvbuildResult]) -> None:
     text = locked.read_text().replace('"needs-fla-core==1.0"', '"needs-fla-core==1.0", "einops-like==0.8.1"')
     locked.write_text(text)
     r = provision(locked)
@@ -92,7 +105,8 @@ def test_provision_refuses_a_stale_lock(locked, provision):
     ("missing", "is missing"),
     ("option", "an option line without a requirement"),
 ])
-def test_provision_refuses_a_broken_lock(locked, provision, damage, message):
+def test_provision_refuses_a_broken_lock(locked: Path, provision: Callable[..., EnvbuildResult],
+                                         damage: str, message: str) -> None:
     folder = locked.parent
     path = step_file(folder, "helpers")
     if damage == "missing":
@@ -108,7 +122,8 @@ def test_provision_refuses_a_broken_lock(locked, provision, damage, message):
     assert message in r.stderr and "02-helpers.txt" in r.stderr
 
 
-def test_pylock_export_installs_with_uv(locked, make_venv, tmp_path):
+def test_pylock_export_installs_with_uv(locked: Path, make_venv: Callable[..., Venv],
+                                        tmp_path: Path) -> None:
     from uv import find_uv_bin
 
     pylock = locked.parent / "pylock.toml"
@@ -122,7 +137,10 @@ def test_pylock_export_installs_with_uv(locked, make_venv, tmp_path):
     assert venv.version("needs-fla-core") == "1.0"
 
 
-def test_lock_offline_from_a_find_links_folder(write_stack, run_envbuild, scenario_wheels, tmp_path):
+def test_lock_offline_from_a_find_links_folder(write_stack: Callable[..., Path],
+                                               run_envbuild: Callable[..., EnvbuildResult],
+                                               scenario_wheels: ScenarioWheels,
+                                               tmp_path: Path) -> None:
     house = tmp_path / "house"
     house.mkdir()
     for folder in (scenario_wheels.nightly, scenario_wheels.pypi):
@@ -137,7 +155,9 @@ def test_lock_offline_from_a_find_links_folder(write_stack, run_envbuild, scenar
     assert all(a["url"].startswith("file://") for p in torch for a in p["artifacts"])
 
 
-def test_lock_fails_fast_on_an_unreachable_index(write_stack, run_envbuild, tmp_path):
+def test_lock_fails_fast_on_an_unreachable_index(write_stack: Callable[..., Path],
+                                                 run_envbuild: Callable[..., EnvbuildResult],
+                                                 tmp_path: Path) -> None:
     with UnreachablePort() as dead:
         stack = write_stack([{"name": "x", "packages": ["einops-like==0.8.1"], "index_url": dead.url + "/simple"}])
         t0 = time.monotonic()
@@ -147,7 +167,9 @@ def test_lock_fails_fast_on_an_unreachable_index(write_stack, run_envbuild, tmp_
     assert "do not answer" in r.stderr and "Traceback" not in r.output
 
 
-def test_lock_to_an_unwritable_folder_fails_before_resolving(write_stack, run_envbuild, tmp_path):
+def test_lock_to_an_unwritable_folder_fails_before_resolving(
+        write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     stack = write_stack([{"name": "x", "packages": ["einops-like==0.8.1"]}])
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -156,7 +178,7 @@ def test_lock_to_an_unwritable_folder_fails_before_resolving(write_stack, run_en
     assert f"cannot write the lock to {blocker / 'lock'}" in r.stderr and "Traceback" not in r.output
 
 
-def _git_repo(tmp_path: Path, wheel_factory) -> Path:
+def _git_repo(tmp_path: Path, wheel_factory: Callable[..., Path]) -> Path:
     repo = tmp_path / "gitpkg"
     (repo / "gitpkg").mkdir(parents=True)
     (repo / "gitpkg" / "__init__.py").write_text("")
@@ -168,7 +190,9 @@ def _git_repo(tmp_path: Path, wheel_factory) -> Path:
     return repo
 
 
-def test_git_head_resolves_to_a_commit(write_stack, run_envbuild, tmp_path, wheel_factory):
+def test_git_head_resolves_to_a_commit(write_stack: Callable[..., Path],
+                                       run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path,
+                                       wheel_factory: Callable[..., Path]) -> None:
     repo = _git_repo(tmp_path, wheel_factory)
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     stack = write_stack([{"name": "g", "packages": [f"gitpkg @ git+file://{repo}@HEAD"], "no_deps": True}])
@@ -180,7 +204,10 @@ def test_git_head_resolves_to_a_commit(write_stack, run_envbuild, tmp_path, whee
 
 
 @pytest.mark.parametrize("ref, rc, message", [("no-such-branch", 2, "does not exist"), (None, 3, "cannot read")])
-def test_git_ref_that_does_not_resolve(write_stack, run_envbuild, tmp_path, wheel_factory, ref, rc, message):
+def test_git_ref_that_does_not_resolve(write_stack: Callable[..., Path],
+                                       run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path,
+                                       wheel_factory: Callable[..., Path], ref: str | None, rc: int,
+                                       message: str) -> None:
     repo = _git_repo(tmp_path, wheel_factory) if ref else tmp_path / "nowhere"
     url = f"git+file://{repo}@{ref or 'HEAD'}"
     stack = write_stack([{"name": "g", "packages": [f"gitpkg @ {url}"], "no_deps": True}])
@@ -189,7 +216,7 @@ def test_git_ref_that_does_not_resolve(write_stack, run_envbuild, tmp_path, whee
     assert message in r.stderr and "Traceback" not in r.output
 
 
-def test_committed_cpu_lock_matches_its_spec():
+def test_committed_cpu_lock_matches_its_spec() -> None:
     from envbuild.lock.serve import locked_requirements
     from envbuild.spec import resolve_spec
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lockhelpers import lock_env, manifest, save_manifest
-from support.fixtures import NIGHTLY_TORCH
+from support.fixtures import NIGHTLY_TORCH, EnvbuildResult, Venv
 
 from envbuild.cli import main
 from envbuild.errors import LockError
@@ -125,8 +126,9 @@ def test_check_lock_and_provision_refuse_damage_with_exit_8(cpu_lock: Path, tmp_
     assert not root.exists()  # refused before anything was made
 
 
-def test_a_bypassed_lock_is_refused_and_no_lock_is_recorded(write_stack, run_envbuild, provision,
-                                                           provisioned_venv, tmp_path: Path) -> None:
+def test_a_bypassed_lock_is_refused_and_no_lock_is_recorded(
+        write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+        provision: Callable[..., EnvbuildResult], provisioned_venv: Venv, tmp_path: Path) -> None:
     """A step whose lock entry lost its "file" must not quietly install from the spec, unpinned."""
     stack = write_stack(STEPS)
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))

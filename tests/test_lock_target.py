@@ -11,12 +11,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 from lockhelpers import lock_env, manifest, step_file
-from support.fixtures import NIGHTLY_TORCH, PY_MAJOR_MINOR, installer_env, stack_toml
+from support.fixtures import (
+    NIGHTLY_TORCH,
+    PY_MAJOR_MINOR,
+    EnvbuildResult,
+    ScenarioIndex,
+    installer_env,
+    stack_toml,
+)
 from support.wheels import build_wheel
 
 from envbuild.errors import ConfigError
@@ -40,7 +48,7 @@ def _binary_wheels(folder: Path) -> None:
         build_wheel(folder, name, "1.0")
 
 
-def _stack(tmp_path: Path, index, python: str, target: str | None = None) -> Path:  # type: ignore[no-untyped-def]
+def _stack(tmp_path: Path, index: ScenarioIndex, python: str, target: str | None = None) -> Path:
     text = stack_toml([{"name": "app", "packages": ["binpkg==1.0"]}], index=index)
     text = text.replace(f'python = "{PY_MAJOR_MINOR}"', f'python = "{python}"')
     if target is not None:
@@ -51,7 +59,7 @@ def _stack(tmp_path: Path, index, python: str, target: str | None = None) -> Pat
 
 
 @pytest.fixture
-def target_index(private_scenario_index):  # type: ignore[no-untyped-def]
+def target_index(private_scenario_index: ScenarioIndex) -> ScenarioIndex:
     _binary_wheels(private_scenario_index.wheels.pypi)
     return private_scenario_index
 
@@ -60,7 +68,9 @@ def _names(folder: Path, step: str) -> dict[str, str | None]:
     return {r.name: r.version for r in parse_requirements_text(step_file(folder, step).read_text(), step)}
 
 
-def test_lock_for_another_python_uses_uv_and_installs_on_the_target(target_index, run_envbuild, tmp_path):
+def test_lock_for_another_python_uses_uv_and_installs_on_the_target(
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     stack = _stack(tmp_path, target_index, OTHER_PY)
     r = run_envbuild("-v", "lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
@@ -134,7 +144,9 @@ def dry_run_on_target(path: Path, python: str, platform: str, indexes: list[str]
     return chosen
 
 
-def test_target_platform_changes_the_resolution(target_index, run_envbuild, tmp_path):
+def test_target_platform_changes_the_resolution(target_index: ScenarioIndex,
+                                                run_envbuild: Callable[..., EnvbuildResult],
+                                                tmp_path: Path) -> None:
     stack = _stack(tmp_path, target_index, OTHER_PY, target="manylinux_2_28_aarch64")
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
@@ -142,7 +154,9 @@ def test_target_platform_changes_the_resolution(target_index, run_envbuild, tmp_
     assert manifest(stack.parent)["target"]["platform"] == "manylinux_2_28_aarch64"
 
 
-def test_lock_for_this_interpreter_uses_pip_compile(target_index, run_envbuild, tmp_path):
+def test_lock_for_this_interpreter_uses_pip_compile(target_index: ScenarioIndex,
+                                                    run_envbuild: Callable[..., EnvbuildResult],
+                                                    tmp_path: Path) -> None:
     stack = _stack(tmp_path, target_index, PY_MAJOR_MINOR)
     r = run_envbuild("-v", "lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
@@ -164,7 +178,7 @@ def test_lock_for_this_interpreter_uses_pip_compile(target_index, run_envbuild, 
     ("platform = 3", "target.platform: must be a string"),
     ('platfrom = "manylinux_2_28_x86_64"', "target.platfrom: unknown key (did you mean 'platform'?)"),
 ])
-def test_target_table_is_validated_with_key_paths(tmp_path, table, message):
+def test_target_table_is_validated_with_key_paths(tmp_path: Path, table: str, message: str) -> None:
     path = tmp_path / "stack.toml"
     text = stack_toml([], index=None, baseline=False, abi={"adopt": True})
     path.write_text(text.replace("\n[layout]", f"\n[target]\n{table}\n\n[layout]", 1)
@@ -174,7 +188,7 @@ def test_target_table_is_validated_with_key_paths(tmp_path, table, message):
     assert str(path) in str(err.value) and message in str(err.value)
 
 
-def test_target_defaults_to_manylinux_x86_64(tmp_path):
+def test_target_defaults_to_manylinux_x86_64(tmp_path: Path) -> None:
     path = tmp_path / "stack.toml"
     path.write_text(stack_toml([{"name": "x", "packages": ["x==1"]}], index=None, baseline=False,
                                abi={"adopt": True}))
@@ -193,7 +207,8 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def test_check_lock_fails_a_pull_request_that_changes_the_spec_without_its_lock(
-        target_index, run_envbuild, tmp_path):
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     profile = repo / "lockfiles" / "demo"
     profile.mkdir(parents=True)
@@ -226,7 +241,8 @@ def test_check_lock_fails_a_pull_request_that_changes_the_spec_without_its_lock(
     ("torchao-0.17.0-cp310-abi3-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl", "cp313", True),
     ("tqdm-4.70.1-py3-none-any.whl", "cp313", True),
 ])
-def test_mirror_keeps_every_wheel_the_target_python_takes(filename, python, kept):
+def test_mirror_keeps_every_wheel_the_target_python_takes(filename: str, python: str,
+                                                          kept: bool) -> None:
     """A lock for one Python mirrors the abi3 and pyXY wheels it installs (cp37 is older than cp311)."""
     from envbuild.wheelhouse.mirror import Artifact, select
 
@@ -234,7 +250,9 @@ def test_mirror_keeps_every_wheel_the_target_python_takes(filename, python, kept
     assert bool(got) is kept
 
 
-def test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package(target_index, run_envbuild, tmp_path):
+def test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package(
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     """GH200/GB200/GB10 hosts are aarch64: the lock is resolved for it by real uv
     (``--python-platform aarch64-manylinux_2_28``) and check-lock reads the stack's markers for
     aarch64, so a protected package only aarch64 installs (in the baseline step, marked
@@ -252,7 +270,9 @@ def test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package(t
     assert r.rc == 0, r.output
 
 
-def test_check_lock_reads_requirements_for_the_target_cpu(target_index, run_envbuild, tmp_path):
+def test_check_lock_reads_requirements_for_the_target_cpu(
+        target_index: ScenarioIndex, run_envbuild: Callable[..., EnvbuildResult],
+        tmp_path: Path) -> None:
     """A requirement only x86_64 installs (``only-old>=2 ; platform_machine == "x86_64"``) does not
     apply to an aarch64 target: its lock, made by uv for aarch64 with only-old 1.0, passes the
     gate's requirement rule (judged as x86_64 it was a false unmet-requirement)."""

@@ -11,7 +11,7 @@ import pytest
 from support.fixtures import EnvbuildResult, Venv
 
 from envbuild.installer import PipInstaller, UvInstaller
-from envbuild.plan import PlanOptions, make_plan
+from envbuild.plan import Backend, PlannedStep, PlanOptions, make_plan
 from envbuild.provision import prefetch
 from envbuild.provision.prefetch import (
     Prefetcher,
@@ -20,10 +20,10 @@ from envbuild.provision.prefetch import (
     remote_sources,
     wanted,
 )
-from envbuild.spec import parse_spec
+from envbuild.spec import StackSpec, parse_spec
 
 
-def _spec(tmp_path: Path, packages: list[str], **step: object) -> object:
+def _spec(tmp_path: Path, packages: list[str], **step: object) -> StackSpec:
     data = {
         "schema": 1, "name": "t", "python": "3.11",
         "layout": {"root": str(tmp_path / "root"), "min_free_gb": 0},
@@ -34,9 +34,11 @@ def _spec(tmp_path: Path, packages: list[str], **step: object) -> object:
     return parse_spec(data, tmp_path / "stack.toml", {})
 
 
-def _planned(tmp_path: Path, packages: list[str], backend: str = "pip", **step: object):  # type: ignore[no-untyped-def]
+def _planned(tmp_path: Path, packages: list[str], backend: Backend = "pip",
+             **step: object) -> PlannedStep:
     spec = _spec(tmp_path, packages, **step)
-    return make_plan(spec, PlanOptions(backend=backend, wheelhouse="http://127.0.0.1:1/flat/")).steps[1]  # type: ignore[arg-type]
+    options = PlanOptions(backend=backend, wheelhouse="http://127.0.0.1:1/flat/")
+    return make_plan(spec, options).steps[1]
 
 
 def test_exact_pins_keep_only_single_equality(tmp_path: Path) -> None:
@@ -61,9 +63,11 @@ def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
 
 def test_auto_prefetches_only_for_remote_sources(tmp_path: Path) -> None:
     spec = _spec(tmp_path, ["a==1.0"])
-    local = make_plan(spec, PlanOptions(backend="uv", wheelhouse=str(tmp_path / "wh"))).steps  # type: ignore[arg-type]
-    loopback = make_plan(spec, PlanOptions(backend="uv", wheelhouse="http://127.0.0.1:8080/flat/")).steps  # type: ignore[arg-type]
-    remote = make_plan(spec, PlanOptions(backend="uv", wheelhouse="https://mirror.example.org/flat/")).steps  # type: ignore[arg-type]
+    local = make_plan(spec, PlanOptions(backend="uv", wheelhouse=str(tmp_path / "wh"))).steps
+    loopback = make_plan(spec,
+                         PlanOptions(backend="uv", wheelhouse="http://127.0.0.1:8080/flat/")).steps
+    mirror = "https://mirror.example.org/flat/"
+    remote = make_plan(spec, PlanOptions(backend="uv", wheelhouse=mirror)).steps
     assert remote_sources(remote[1]) == ["https://mirror.example.org/flat/"]
     assert remote_sources(loopback[1]) == [] and remote_sources(local[1]) == []
     assert wanted("auto", remote) and not wanted("auto", loopback) and not wanted("auto", local)
@@ -80,7 +84,7 @@ def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Pa
         wf.writestr("tiny-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n\n")
         wf.writestr("tiny-1.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
     spec = _spec(tmp_path, ["tiny==1.0"])
-    step = make_plan(spec, PlanOptions(backend="pip", wheelhouse=str(wh))).steps[1]  # type: ignore[arg-type]
+    step = make_plan(spec, PlanOptions(backend="pip", wheelhouse=str(wh))).steps[1]
     env = {"PIP_CONFIG_FILE": "/dev/null", "PIP_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
     pre = Prefetcher(installer=PipInstaller(), python=Path(sys.executable), scratch_root=tmp_path / "scratch",
                      logs=tmp_path / "logs", env=env)
@@ -98,7 +102,7 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     import time
 
     spec = _spec(tmp_path, ["tiny==1.0"])
-    step = make_plan(spec, PlanOptions(backend="pip")).steps[1]  # type: ignore[arg-type]
+    step = make_plan(spec, PlanOptions(backend="pip")).steps[1]
     monkeypatch.setattr(prefetch, "prefetch_argv",
                         lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)"])
     pre = Prefetcher(installer=PipInstaller(), python=Path(sys.executable), scratch_root=tmp_path / "s",

@@ -7,6 +7,7 @@ import os
 import stat
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.index import IndexServer
@@ -21,8 +22,8 @@ from envbuild.host.preflight import (
     parse_topo,
     run_preflight,
 )
-from envbuild.layout import paths_for, write_overlay
-from envbuild.spec import Host, resolve_spec
+from envbuild.layout import Paths, paths_for, write_overlay
+from envbuild.spec import Host, StackSpec, resolve_spec
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,16 +32,17 @@ def read(name: str) -> str:
     return (DATA / name).read_text()
 
 
-def facts(query: str | None, topo: str | None, **kw: object) -> HostFacts:
-    base = dict(gpu_query=read(query) if query else None, topo=read(topo) if topo else None,
-                gpu_error=None if query else "nvidia-smi not found (no NVIDIA driver on this host)",
-                numa_balancing="0", gcc="12.2.0", nvcc=read("nvcc_13_0.txt"), environ={})
+def facts(query: str | None, topo: str | None, **kw: Any) -> HostFacts:
+    base: dict[str, Any] = dict(
+        gpu_query=read(query) if query else None, topo=read(topo) if topo else None,
+        gpu_error=None if query else "nvidia-smi not found (no NVIDIA driver on this host)",
+        numa_balancing="0", gcc="12.2.0", nvcc=read("nvcc_13_0.txt"), environ={})
     base.update(kw)
-    return HostFacts(**base)  # type: ignore[arg-type]
+    return HostFacts(**base)
 
 
 @pytest.fixture
-def h200(tmp_path: Path):  # type: ignore[no-untyped-def]
+def h200(tmp_path: Path) -> tuple[StackSpec, Paths]:
     spec = resolve_spec("h200-cu132", None)
     return spec, paths_for(spec, tmp_path / "root")
 
@@ -67,7 +69,7 @@ def test_parse_gpus() -> None:
     assert nvcc_release(read("nvcc_13_0.txt")) == "13.0"
 
 
-def test_healthy_8x_h200_passes_gpu_checks(h200) -> None:  # type: ignore[no-untyped-def]
+def test_healthy_8x_h200_passes_gpu_checks(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
     report = run_preflight(spec, paths, checks=["driver", "gpus", "topology", "numa"],
                            facts=facts("nvidia_smi_query_8xh200.csv", "topo_nv18_8gpu.txt"))
@@ -78,7 +80,7 @@ def test_healthy_8x_h200_passes_gpu_checks(h200) -> None:  # type: ignore[no-unt
     assert by["driver"].expected == ">= 590.48"
 
 
-def test_pcie_fallback_fails_topology(h200) -> None:  # type: ignore[no-untyped-def]
+def test_pcie_fallback_fails_topology(h200: tuple[StackSpec, Paths]) -> None:
     spec, _ = h200
     [check] = check_topology(spec, facts("nvidia_smi_query_4xpcie.csv", "topo_pcie_4gpu.txt"))
     assert check.verdict == "fail"
@@ -88,7 +90,7 @@ def test_pcie_fallback_fails_topology(h200) -> None:  # type: ignore[no-untyped-
     assert "GPU0-GPU5 SYS" in one.detail
 
 
-def test_old_driver_wrong_gpus_fail(h200) -> None:  # type: ignore[no-untyped-def]
+def test_old_driver_wrong_gpus_fail(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
     report = run_preflight(spec, paths, checks=["driver", "gpus", "topology"],
                            facts=facts("nvidia_smi_query_2xh100.csv", "topo_nv18_2gpu.txt"))
@@ -99,7 +101,7 @@ def test_old_driver_wrong_gpus_fail(h200) -> None:  # type: ignore[no-untyped-de
     assert report.verdict == "fail"
 
 
-def test_no_gpu_skips_with_reason(h200) -> None:  # type: ignore[no-untyped-def]
+def test_no_gpu_skips_with_reason(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
     cpu = resolve_spec("cpu", None)
     report = run_preflight(cpu, paths_for(cpu, paths.root), checks=["driver", "gpus", "topology"],
@@ -137,7 +139,7 @@ def test_gather_real_executables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert len(parse_gpus(got.gpu_query or "")) == 8 and len(parse_topo(got.topo or "").gpus) == 8
 
 
-def test_env_baseline_uses_overlay(h200) -> None:  # type: ignore[no-untyped-def]
+def test_env_baseline_uses_overlay(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
     # before provisioning: the overlay provision will write, over the current shell
     checks = {c.name: c for c in check_env(spec, paths, facts(None, None))}
@@ -158,7 +160,7 @@ def test_env_baseline_uses_overlay(h200) -> None:  # type: ignore[no-untyped-def
     assert str(paths.overlay) in checks["env:NCCL_MNNVL_ENABLE"].detail
 
 
-def test_disk_and_versions(h200) -> None:  # type: ignore[no-untyped-def]
+def test_disk_and_versions(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
     big = replace(spec, host=Host(root_min_free_gb=1e9, data_min_free_gb=1e9, gcc="99.1", cuda_toolkit="12.8"))
     report = run_preflight(big, paths, checks=["disk", "gcc", "cuda-toolkit"], facts=facts(None, None))

@@ -11,13 +11,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 from lockhelpers import lock_env
 from packaging.version import Version
 from support.fixtures import EnvbuildResult, installer_env
+from support.index import IndexServer
 
 from envbuild.commands.progress import InstallProgress
 from envbuild.commands.ui import live_wanted
@@ -43,19 +44,20 @@ def _provision_args(stack: Path, tmp_path: Path, backend: str) -> list[str]:
 
 
 def _stack(write_stack: Callable[..., Path], wheel_factory: Callable[..., Path],
-           index_server: Callable[..., object]) -> Path:
+           index_server: Callable[[Mapping[str, Path]], IndexServer]) -> Path:
     """The nightly baseline, then a step downloading a 3 MB wheel (big enough for uv to announce)."""
     folder = wheel_factory("bulky-data", "1.0", files={"bulky_data/blob.bin": os.urandom(BIG)}).parent
     server = index_server({"bulk": folder})
-    return write_stack([{"name": "bulky", "packages": ["bulky-data==1.0"], "index_url": server.simple_url("bulk")}])  # type: ignore[attr-defined]
+    return write_stack([{"name": "bulky", "packages": ["bulky-data==1.0"],
+                         "index_url": server.simple_url("bulk")}])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pip", "uv"])
-def test_a_person_sees_each_step_download_and_end_ok(write_stack: Callable[..., Path],
-                                                     wheel_factory: Callable[..., Path],
-                                                     index_server: Callable[..., object],
-                                                     tmp_path: Path, backend: str) -> None:
+def test_a_person_sees_each_step_download_and_end_ok(
+        write_stack: Callable[..., Path], wheel_factory: Callable[..., Path],
+        index_server: Callable[[Mapping[str, Path]], IndexServer], tmp_path: Path,
+        backend: str) -> None:
     stack = _stack(write_stack, wheel_factory, index_server)
     screen = run_on_terminal(_provision_args(stack, tmp_path, backend), env=_terminal_env(tmp_path))
     assert screen.rc == 0, screen.text
@@ -130,9 +132,10 @@ def test_install_phases_read_from_pip_and_uv_output() -> None:
 
 
 @pytest.mark.slow
-def test_mirror_draws_a_transfer_bar(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
-                                     wheel_factory: Callable[..., Path], index_server: Callable[..., object],
-                                     tmp_path: Path) -> None:
+def test_mirror_draws_a_transfer_bar(
+        write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
+        wheel_factory: Callable[..., Path],
+        index_server: Callable[[Mapping[str, Path]], IndexServer], tmp_path: Path) -> None:
     stack = _stack(write_stack, wheel_factory, index_server)
     locked = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert locked.rc == 0, locked.output
@@ -164,7 +167,8 @@ def test_a_wheel_build_shows_its_last_log_line_and_elapsed_time(tmp_path: Path, 
 
 @pytest.mark.slow
 def test_real_pip_reports_bytes_when_asked_and_the_line_follows_them(
-        wheel_factory: Callable[..., Path], index_server: Callable[..., object], tmp_path: Path,
+        wheel_factory: Callable[..., Path],
+        index_server: Callable[[Mapping[str, Path]], IndexServer], tmp_path: Path,
         base_venv_template: Path) -> None:
     """pip >= 24.1 prints `Progress N of M` with PIP_PROGRESS_BAR=raw (only asked for while a display is
     live, and only of a venv whose pip knows it); its real output moves the step's line."""
@@ -186,7 +190,8 @@ def test_real_pip_reports_bytes_when_asked_and_the_line_follows_them(
         events.set_live(False)
     assert asked == {"PIP_PROGRESS_BAR": "raw"} and progress_env("pip", here) == {}  # not without a display
     out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d",
-                          str(tmp_path / "dl"), "--index-url", server.simple_url("bulk"), "bulky-data==1.0"],  # type: ignore[attr-defined]
+                          str(tmp_path / "dl"), "--index-url", server.simple_url("bulk"),
+                          "bulky-data==1.0"],
                          capture_output=True, text=True, env=installer_env(tmp_path / "home", asked))
     assert out.returncode == 0, out.stderr
     state = InstallProgress()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,9 +25,9 @@ from envbuild.errors import ExitCode
 pytestmark = pytest.mark.slow
 
 
-def envbuild(*args: str, env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+def envbuild(*args: str, env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
-                          env=env, timeout=900, **kw)  # type: ignore[call-overload,no-any-return]
+                          env=env, timeout=900, **kw)
 
 
 @pytest.fixture
@@ -34,8 +35,9 @@ def env(cpu_torch_index: str) -> dict[str, str]:
     return {**os.environ, "ENVBUILD_TORCH_INDEX": cpu_torch_index}
 
 
-def manifest(root: Path) -> dict[str, object]:
-    return json.loads((root / ".envbuild" / "manifest.json").read_text())  # type: ignore[no-any-return]
+def manifest(root: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((root / ".envbuild" / "manifest.json").read_text())
+    return data
 
 
 def _unshare_works() -> bool:
@@ -73,9 +75,9 @@ def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str], c
     assert (root / ".envbuild" / "constraints.txt").read_text().splitlines()[-1] == "torch==2.13.0+cpu"
     # the manifest
     m = manifest(root)
-    assert [s["status"] for s in m["steps"]] == ["ok"] * 5  # type: ignore[index]
-    assert m["baseline"]["version"] == "2.13.0+cpu"  # type: ignore[index]
-    assert all(s["guard_seconds"] < 1.0 for s in m["steps"][1:])  # type: ignore[index]
+    assert [s["status"] for s in m["steps"]] == ["ok"] * 5
+    assert m["baseline"]["version"] == "2.13.0+cpu"
+    assert all(s["guard_seconds"] < 1.0 for s in m["steps"][1:])
     # the packages are really there, and the overlay is what activate gives a shell
     py = root / "venv" / "bin" / "python"
     check = subprocess.run([str(py), "-c", "import torch, torchmetrics, fla; print(torch.__version__)"],
@@ -123,7 +125,7 @@ def test_killed_mid_step_resumes_and_converges(tmp_path: Path, env: dict[str, st
     killed_in = None
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            steps = {s["name"]: s["status"] for s in manifest(root)["steps"]}  # type: ignore[union-attr]
+            steps = {s["name"]: s["status"] for s in manifest(root)["steps"]}
         except (FileNotFoundError, json.JSONDecodeError):
             steps = {}
         if steps.get("torch") == "running":
@@ -134,14 +136,14 @@ def test_killed_mid_step_resumes_and_converges(tmp_path: Path, env: dict[str, st
         time.sleep(0.05)
     proc.wait()
     assert killed_in == "torch", "provision finished before it could be killed"
-    assert {s["name"]: s["status"] for s in manifest(root)["steps"]}["torch"] == "running"  # type: ignore[union-attr]
+    assert {s["name"]: s["status"] for s in manifest(root)["steps"]}["torch"] == "running"
     # the orphaned pip may still be running: the resumed run waits for the data-root lock
     out = envbuild(*argv[3:], "--json", env=env)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["skipped"] == ["bootstrap"]
     assert result["ran"] == ["torch", "fla", "torch-users", "rest"]
-    assert [s["status"] for s in manifest(root)["steps"]] == ["ok"] * 5  # type: ignore[index]
+    assert [s["status"] for s in manifest(root)["steps"]] == ["ok"] * 5
     out = envbuild("verify", "--profile", "cpu", "--root", str(root), env=env)
     assert out.returncode == 0, out.stderr
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from envbuild.cli import main
 from envbuild.layout import Paths
 from envbuild.proof.provenance import capture, machine_class
-from envbuild.proof.receipt import diff_receipts, load_receipt, write_receipt
+from envbuild.proof.receipt import ReceiptPayload, diff_receipts, load_receipt, write_receipt
 from envbuild.spec import resolve_spec
 
 
@@ -23,7 +25,10 @@ def receipt(torch_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("PIP_INDEX_URL", "https://alice:pa55word@mirror.example/simple")
     spec = resolve_spec("cpu", None)
     paths = Paths(root=tmp_path / "root")
-    return write_receipt(paths, "smoke", {"ok": True, "checks": [], "note": "https://bob:tok@x.example/y"},
+    # a payload cut to what is read, with a credential-bearing URL that must come out redacted
+    payload = cast(ReceiptPayload,
+                   {"ok": True, "checks": [], "note": "https://bob:tok@x.example/y"})
+    return write_receipt(paths, "smoke", payload,
                          spec=spec, python=torch_venv / "bin" / "python")
 
 
@@ -46,7 +51,7 @@ def test_write_receipt_contents(receipt: Path) -> None:
     assert len(doc["digest"]) == 64
 
 
-def _variant(src: Path, dst: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+def _variant(src: Path, dst: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
     doc = json.loads(src.read_text())
     edit(doc)
     dst.write_text(json.dumps(doc))
@@ -56,7 +61,7 @@ def _variant(src: Path, dst: Path, edit) -> Path:  # type: ignore[no-untyped-def
 def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     same = _variant(receipt, tmp_path / "same.json", lambda d: d["provenance"].update(hostname="other-host"))
 
-    def drift(d):  # type: ignore[no-untyped-def]
+    def drift(d: dict[str, Any]) -> None:
         pkgs = d["software"]["distributions"]
         torch = next(p for p in pkgs if p["name"] == "torch")
         torch["record_sha256"] = "0" * 64

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 from support.fixtures import Venv
@@ -24,6 +25,8 @@ from envbuild.layout import Paths
 from envbuild.proof.receipt import (
     VERIFIED_LOG,
     DistributionJSON,
+    ReceiptKind,
+    ReceiptPayload,
     inventory,
     snapshot_host,
     write_receipt,
@@ -91,8 +94,9 @@ def test_a_verification_that_finds_nothing_new_is_a_line(tmp_path: Path, make_ve
     host = snapshot_host(spec)
     environ = dict(os.environ)
 
-    def record(kind: str, payload: dict[str, object]) -> Path:
-        return write_receipt(paths, kind, payload, spec=spec, python=venv.python, host=host, environ=environ)
+    def record(kind: ReceiptKind, payload: dict[str, object]) -> Path:  # cut to what is read
+        return write_receipt(paths, kind, cast(ReceiptPayload, payload), spec=spec,
+                             python=venv.python, host=host, environ=environ)
 
     first = record("provision", {"ran": ["bootstrap"], "skipped": []})
     assert record("provision", {"ran": [], "skipped": ["bootstrap"]}) == first
@@ -125,8 +129,10 @@ def _root_with_receipts(tmp_path: Path, name: str) -> tuple[Path, Path]:
         "stack": str(REPO / "lockfiles" / "cpu" / "stack.toml"), "stack_name": "cpu"}))
     spec = resolve_spec("cpu", None)
     host = snapshot_host(spec)
-    for kind in ("provision", "smoke"):
-        write_receipt(paths, kind, {"ok": True}, spec=spec, software={"distributions": []}, host=host)
+    kinds: tuple[ReceiptKind, ...] = ("provision", "smoke")
+    for kind in kinds:  # payloads cut to what finding the receipts reads
+        write_receipt(paths, kind, cast(ReceiptPayload, {"ok": True}), spec=spec,
+                      software={"distributions": []}, host=host)
     return root, venv
 
 

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -272,7 +272,8 @@ def constants(source: str) -> tuple[str | None, dict[str, Any], list[str]]:
             assert isinstance(target, ast.Name)
             names.append(target.id)
             if target.id not in ("HERE", "CONTEXT"):
-                values[target.id] = ast.literal_eval(node.value)  # type: ignore[arg-type]
+                assert node.value is not None  # an annotation alone assigns nothing
+                values[target.id] = ast.literal_eval(node.value)
         elif isinstance(node, (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Expr)):
             names.append(getattr(node, "name", type(node).__name__))
         else:
@@ -319,7 +320,8 @@ class AnsibleLoader(yaml.SafeLoader):
     """yaml.safe_load's loader, plus Ansible's ``!unsafe`` tag (a string Ansible never templates)."""
 
 
-AnsibleLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))  # type: ignore[arg-type]
+AnsibleLoader.add_constructor(  # !unsafe tags a scalar
+    "!unsafe", lambda loader, node: loader.construct_scalar(cast(yaml.ScalarNode, node)))
 
 
 @PROPERTY

@@ -165,7 +165,7 @@ def test_a_locked_step_is_the_same_step_from_any_source(tmp_path: Path) -> None:
     """A locked step's identity in the manifest leaves its sources out (an unlocked step's keeps
     them: there they decide what resolves); a manifest that recorded the step's plan digest is
     taken as the same step, not run again."""
-    from envbuild.plan import PlanOptions, make_plan
+    from envbuild.plan import PlannedStep, PlanOptions, make_plan
     from envbuild.provision.core import _identities
     from envbuild.provision.sources import step_identity
     from envbuild.provision.state import Manifest
@@ -177,16 +177,16 @@ def test_a_locked_step_is_the_same_step_from_any_source(tmp_path: Path) -> None:
     pins = tmp_path / "01-torch.txt"
     pins.write_text("torch==2.13.0 --hash=sha256:" + "0" * 64 + "\n")
 
-    def step(index: str, locked: bool, wheelhouse: str | None = None) -> object:
+    def step(index: str, locked: bool, wheelhouse: str | None = None) -> PlannedStep:
         spec = load_spec(stack, {"T_INDEX": index})
         return make_plan(spec, PlanOptions(backend="uv", wheelhouse=wheelhouse,
                                            locked={"torch": pins} if locked else {})).steps[0]
 
     a, b = step("https://a.example/simple", True), step("https://b.example/simple", True)
-    assert a.digest != b.digest and step_identity(a) == step_identity(b)  # type: ignore[attr-defined,arg-type]
-    assert step_identity(step("https://a.example/simple", True, "/wheelhouse")) == step_identity(a)  # type: ignore[arg-type]
+    assert a.digest != b.digest and step_identity(a) == step_identity(b)
+    assert step_identity(step("https://a.example/simple", True, "/wheelhouse")) == step_identity(a)
     u1, u2 = step("https://a.example/simple", False), step("https://b.example/simple", False)
-    assert step_identity(u1) != step_identity(u2)  # type: ignore[arg-type]
+    assert step_identity(u1) != step_identity(u2)
 
     plan = make_plan(load_spec(stack, {"T_INDEX": "https://a.example/simple"}),
                      PlanOptions(backend="uv", locked={"torch": pins}))

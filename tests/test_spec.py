@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,8 +88,9 @@ def test_shipped_profiles_load() -> None:
          "step[3].find_links[1]: environment variable WHEELS is not set"),
     ],
 )
-def test_bad_specs_name_the_key_path(tmp_path: Path, edit: object, expected: str) -> None:
-    message = error_of(tmp_path, edit(GOOD))  # type: ignore[operator]
+def test_bad_specs_name_the_key_path(tmp_path: Path, edit: Callable[[str], str],
+                                     expected: str) -> None:
+    message = error_of(tmp_path, edit(GOOD))
     assert str(tmp_path / "stack.toml") in message
     assert expected in message
 

@@ -13,6 +13,7 @@ import urllib.request
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.utils import parse_wheel_filename
@@ -43,8 +44,9 @@ def _get(url: str, timeout: float = 5) -> tuple[int, str]:
 
 
 def test_wheel_is_valid_and_reproducible(tmp_path: Path) -> None:
-    kwargs = dict(requires=["pytorch-triton==3.7.0+git9c288bc5", "extra-thing; extra == 'full'"],
-                  files={"torch/__init__.py": "x = 1\n", "torch/version.py": "cuda = '13.2'\n"})
+    kwargs: dict[str, Any] = dict(
+        requires=["pytorch-triton==3.7.0+git9c288bc5", "extra-thing; extra == 'full'"],
+        files={"torch/__init__.py": "x = 1\n", "torch/version.py": "cuda = '13.2'\n"})
     first = build_wheel(tmp_path / "a", "torch", NIGHTLY_TORCH, **kwargs)
     second = build_wheel(tmp_path / "b", "torch", NIGHTLY_TORCH, **kwargs)
     assert first.name == f"torch-{NIGHTLY_TORCH}-py3-none-any.whl"
@@ -77,13 +79,17 @@ def test_sdist_layout(tmp_path: Path) -> None:
     assert sha256_of(path) == sha256_of(again)
     with tarfile.open(path) as tf:
         names = tf.getnames()
-        pyproject = tf.extractfile("tiny_sdist-0.1/pyproject.toml").read().decode()  # type: ignore[union-attr]
+        member = tf.extractfile("tiny_sdist-0.1/pyproject.toml")
+        assert member is not None
+        pyproject = member.read().decode()
     assert "tiny_sdist-0.1/tiny_sdist/__init__.py" in names
     assert 'dependencies = ["einops-like"]' in pyproject
     assert 'backend-path = ["_backend"]' in pyproject
     st = build_sdist(tmp_path / "st", "tiny-sdist", "0.1", backend="setuptools")
     with tarfile.open(st) as tf:
-        pyproject = tf.extractfile("tiny_sdist-0.1/pyproject.toml").read().decode()  # type: ignore[union-attr]
+        member = tf.extractfile("tiny_sdist-0.1/pyproject.toml")
+        assert member is not None
+        pyproject = member.read().decode()
     assert 'build-backend = "setuptools.build_meta"' in pyproject and 'packages = ["tiny_sdist"]' in pyproject
 
 

@@ -16,6 +16,7 @@ import tarfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.cachedir import TEST_CACHE
@@ -66,8 +67,8 @@ def _spec(tmp_path: Path, name: str, version: str, source: str, extra: str = "")
     return path
 
 
-def _opts(tmp_path: Path, python: Path, **kw: object) -> BuildOptions:
-    return BuildOptions(python=python, out=tmp_path / "out", cache=tmp_path / "cache", **kw)  # type: ignore[arg-type]
+def _opts(tmp_path: Path, python: Path, **kw: Any) -> BuildOptions:
+    return BuildOptions(python=python, out=tmp_path / "out", cache=tmp_path / "cache", **kw)
 
 
 @pytest.mark.parametrize(("project", "name", "version", "module", "check"), [

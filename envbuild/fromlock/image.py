@@ -29,7 +29,7 @@ from typing import Any, TypedDict
 from envbuild import layout
 from envbuild.errors import ConfigError
 from envbuild.fromlock.stack import stack_for
-from envbuild.fromlock.stages import STAGE_WORDS, StagePlan
+from envbuild.fromlock.stages import ORDER, STAGE_WORDS, StagePlan
 from envbuild.images.docker import (
     CUDA_BASE_TAGS,
     SECRETS,
@@ -73,9 +73,11 @@ def stage_slices(plan: StagePlan, spec: StackSpec) -> list[tuple[str, str]]:
     for step in spec.steps:
         if step.name == "project":
             continue
+        stage = step.name
+        assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
         wanted = {p.split("==")[0] for p in step.packages}
-        lines = [p.line for p in plan.stage(step.name) if p.entry.name in wanted]  # type: ignore[arg-type]
-        stages.append({"name": step.name, "what": STAGE_WORDS[step.name],  # type: ignore[index]
+        lines = [p.line for p in plan.stage(stage) if p.entry.name in wanted]
+        stages.append({"name": step.name, "what": STAGE_WORDS[stage],
                        "packages": list(step.packages), "lines": lines,
                        "no_build_isolation": step.no_build_isolation})
         doc = {"schema": SCHEMA, "name": spec.name, "environment": plan.chosen.env.name, "python": spec.python,

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild._io import sha256_file
 from envbuild.errors import ConfigError, InstallError
-from envbuild.fromlock.stages import Placed, StagePlan
+from envbuild.fromlock.stages import LockedFile, Placed, StagePlan
 
 __all__ = ["LockMirror", "check_files", "in_wheelhouse", "mirror_lock", "read_installed", "wheelhouse_folder",
            "without_installed"]
@@ -139,7 +139,7 @@ def check_files(plan: StagePlan, folder: Path, stages: Collection[str]) -> None:
     """The files of ``stages`` (the stages still to run) are in ``folder`` with the sha256 the lock
     pins; InstallError (exit 5) naming each missing or changed file otherwise."""
     missing: list[str] = []
-    todo: list[Placed] = []
+    todo: list[LockedFile] = []
     for p in plan.placed:
         if p.stage not in stages:
             continue
@@ -150,7 +150,7 @@ def check_files(plan: StagePlan, folder: Path, stages: Collection[str]) -> None:
         if not (folder / p.artifact.filename).is_file():
             missing.append(f"{p.entry.name}=={p.entry.version}: {p.artifact.filename}")
         else:
-            todo.append(p)
+            todo.append(p.artifact)
     where = f"the wheelhouse {folder}"
     lock = plan.chosen.path
     if missing:
@@ -168,9 +168,9 @@ def check_files(plan: StagePlan, folder: Path, stages: Collection[str]) -> None:
             "hash is wrong), or restore the wheelhouse from a good copy.")
 
 
-def _changed(folder: Path, placed: list[Placed]) -> list[str]:
+def _changed(folder: Path, files: list[LockedFile]) -> list[str]:
     """``"<file>: the lock pins sha256 <a>, the file has <b>"`` for each file whose bytes differ."""
-    names = sorted({p.artifact.filename: p.artifact.sha256 for p in placed}.items())  # type: ignore[union-attr]
+    names = sorted({f.filename: f.sha256 for f in files}.items())
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         actual = list(pool.map(lambda item: sha256_file(folder / item[0]), names))
     return [f"{name}: the lock pins sha256 {want}, the file has {got}"

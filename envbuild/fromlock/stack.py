@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
+from envbuild.fromlock.stages import ORDER, STAGE_WORDS, Placed, StagePlan
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
 
 __all__ = ["stage_files", "stack_for"]
@@ -84,12 +84,14 @@ def stage_files(plan: StagePlan, spec: StackSpec, folder: Path, *, pip_backend: 
     for n, step in enumerate(spec.steps, 1):
         if step.name == "project" and pip_backend:
             continue
+        stage = step.name
+        assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
         wanted = {canonical_name(p) for p in step.packages}
-        lines = [p.line for p in plan.stage(step.name)  # type: ignore[arg-type]
+        lines = [p.line for p in plan.stage(stage)
                  if p.entry.name in wanted]
         path = folder / f"{n:02d}-{step.name}.txt"
         text = (f"# envbuild provision --lock {plan.chosen.path} ({plan.chosen.env.name}), lock sha256 "
-                f"{plan.chosen.sha256}\n# stage {step.name}: {STAGE_WORDS[step.name]}\n"  # type: ignore[index]
+                f"{plan.chosen.sha256}\n# stage {step.name}: {STAGE_WORDS[stage]}\n"
                 + "\n".join(lines) + "\n")
         path.write_text(text, encoding="utf-8")
         out[step.name] = path

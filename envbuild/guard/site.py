@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
@@ -55,22 +55,22 @@ class Dist:
     def files(self) -> dict[str, str]:
         """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see ``_cached``)."""
         path = self.dist_info / "RECORD"
-        hit = _cached(path, "files", self.record_key)
+        hit: dict[str, str] | None = _cached(path, "files", self.record_key)
         if hit is None:
             hit = _remember(path, "files", self.record_key, _read_record(path))
-        return hit  # type: ignore[no-any-return]
+        return hit
 
     def payload_sha256(self) -> str:
         """sha256 of the RECORD rows for the wheel's own files (not the dist-info, not ``.pyc``, not
         the console scripts each installer writes its own way under ``../bin``): equal for two
         installs of the same build, whatever installer and whenever."""
-        hit = _cached(self.dist_info / "RECORD", "payload", self.record_key)
+        hit: str | None = _cached(self.dist_info / "RECORD", "payload", self.record_key)
         if hit is None:
             rows = sorted(f"{p},{h}" for p, h in self.files().items()
                           if ".dist-info/" not in p and "__pycache__" not in p and not p.startswith("../"))
             hit = _remember(self.dist_info / "RECORD", "payload", self.record_key,
                             hashlib.sha256("\n".join(rows).encode()).hexdigest())
-        return hit  # type: ignore[no-any-return]
+        return hit
 
 
 def site_packages(venv: Path) -> Path:
@@ -129,14 +129,16 @@ def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
 # an installer that touches a distribution writes a new RECORD (a new file, a new mtime), so a
 # changed RECORD never hits the cache. Results are identical to reading the file again.
 _RECORD_CACHE: dict[tuple[str, str], tuple[tuple[int, int, int], object]] = {}
+_T = TypeVar("_T")
 
 
 def _cached(path: Path, kind: str, key: tuple[int, int, int]) -> Any:
+    """What ``_remember`` kept for ``kind`` (the caller's variable says its type), or None."""
     hit = _RECORD_CACHE.get((str(path), kind))
     return hit[1] if hit is not None and hit[0] == tuple(key) else None
 
 
-def _remember(path: Path, kind: str, key: tuple[int, int, int], value: Any) -> Any:
+def _remember(path: Path, kind: str, key: tuple[int, int, int], value: _T) -> _T:
     if tuple(key) == (0, 0, 0):
         return value
     try:
@@ -144,7 +146,7 @@ def _remember(path: Path, kind: str, key: tuple[int, int, int], value: Any) -> A
     except OSError:
         return value
     if (st.st_ino, st.st_mtime_ns, st.st_size) == tuple(key):
-        _RECORD_CACHE[(str(path), kind)] = (tuple(key), value)  # type: ignore[assignment]
+        _RECORD_CACHE[(str(path), kind)] = (key, value)
     return value
 
 
@@ -220,9 +222,9 @@ def files_differ(d: Dist, site: Path, *, hash_limit: int | None = None) -> list[
     limit = LAZY_HASH_LIMIT if hash_limit is None else hash_limit
     record = d.dist_info / "RECORD"
     kind = "differ" if limit == LAZY_HASH_LIMIT else f"differ-{limit}"
-    hit = _cached(record, kind, d.record_key)
+    hit: list[str] | None = _cached(record, kind, d.record_key)
     if hit is not None:
-        return hit  # type: ignore[no-any-return]
+        return hit
     bad: list[str] = []
     for row in csv.reader(io.StringIO(record.read_text(encoding="utf-8", errors="replace"))):
         if len(row) < 3 or not row[1].startswith("sha256=") or "__pycache__" in row[0] or row[0].startswith("../"):
@@ -236,7 +238,7 @@ def files_differ(d: Dist, site: Path, *, hash_limit: int | None = None) -> list[
         wrong_size = row[2].isdigit() and int(row[2]) != size
         if wrong_size or (size <= limit and row[1] != record_hash(path)):
             bad.append(row[0])
-    return _remember(record, kind, d.record_key, bad)  # type: ignore[no-any-return]
+    return _remember(record, kind, d.record_key, bad)
 
 
 def record_hash(path: Path) -> str:

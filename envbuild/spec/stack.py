@@ -49,7 +49,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 SCHEMA_VERSION = 1
 UpgradeStrategy = Literal["only-if-needed", "eager"]
-UPGRADE_STRATEGIES: tuple[str, ...] = get_args(UpgradeStrategy)
+UPGRADE_STRATEGIES: tuple[UpgradeStrategy, ...] = get_args(UpgradeStrategy)
 
 _PY = re.compile(r"^3\.\d{1,2}$")
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -566,7 +566,7 @@ def _parse_step(r: TomlReader, s: Any, i: int, warnings: list[str] | None = None
         no_deps=r.bool_(s, "no_deps", where),
         no_build_isolation=r.bool_(s, "no_build_isolation", where),
         upgrade=r.bool_(s, "upgrade", where),
-        upgrade_strategy=strategy,  # type: ignore[arg-type]
+        upgrade_strategy=strategy,
         reinstall=r.bool_(s, "reinstall", where),
         no_index=r.bool_(s, "no_index", where),
         env=env,

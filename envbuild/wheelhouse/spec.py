@@ -43,7 +43,7 @@ from envbuild.spec._toml import TomlReader, did_you_mean, read_toml
 SCHEMA_VERSION = 1
 SourceKind = Literal["sdist", "git", "path"]
 Backend = Literal["pip", "build", "uv"]
-BACKENDS: tuple[str, ...] = get_args(Backend)
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
 
 _TOP_KEYS = ("schema", "name", "version", "description", "source", "build")
 _SOURCE_KEYS = ("sdist", "sha256", "git", "commit", "path", "from_env", "subdirectory")
@@ -162,7 +162,7 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
         description=r.str_(data, "description", "", ""),
         source=source,
         from_env=from_env,
-        backend=backend,  # type: ignore[arg-type]
+        backend=backend,
         requires=r.str_list(b, "requires", "build"),
         env=r.str_map(b, "env", "build"),
         arch_list=archs,

@@ -113,8 +113,8 @@ def private_roots(roots: Sequence[Path]) -> Iterator[dict[str, str]]:
                 break
         yield made
     finally:
-        for mine in made.values():
-            shutil.rmtree(mine, ignore_errors=True)
+        for folder in made.values():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def run(text: str, scratch: Path, timeout: float = 900,

@@ -23,12 +23,16 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zipfile import ZIP_DEFLATED, ZipInfo
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
+
+if TYPE_CHECKING:
+    from _typeshed import SizedBuffer
 
 __all__ = ["WheelSpec", "build_sdist", "bundled_setuptools_wheel", "build_wheel", "dist_info_name", "sha256_of", "wheel_filename"]
 
@@ -66,7 +70,9 @@ def sha256_of(path: Path) -> str:
 class _ReproducibleWheelFile(WheelFile):
     """WheelFile with fixed timestamps and modes, RECORD included (it is written by close())."""
 
-    def writestr(self, zinfo_or_arcname, data, compress_type=None):  # type: ignore[no-untyped-def]
+    def writestr(self, zinfo_or_arcname: str | ZipInfo, data: SizedBuffer | str,
+                 compress_type: int | None = None, compresslevel: int | None = None) -> None:
+        # compresslevel: ZipFile.writestr's; WheelFile's takes none (nothing here passes one)
         if isinstance(zinfo_or_arcname, str):
             info = ZipInfo(zinfo_or_arcname, date_time=_DATE)
             info.compress_type = self.compression

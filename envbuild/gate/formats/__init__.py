@@ -51,13 +51,21 @@ def detect(path: Path, text: str) -> Format:
 def parse(path: Path, text: str, fmt: Format) -> ParsedLock:
     """Read a lock of ``fmt``; raises ``LockParseError`` with the reason when it is not one."""
     if fmt == "requirements":
-        from envbuild.gate.formats import requirements as reader
-    elif fmt == "uv.lock":
-        from envbuild.gate.formats import uvlock as reader  # type: ignore[no-redef]
-    elif fmt == "poetry.lock":
-        from envbuild.gate.formats import poetry as reader  # type: ignore[no-redef]
-    elif fmt == "pixi.lock":
-        from envbuild.gate.formats import pixi as reader  # type: ignore[no-redef]
-    else:
-        from envbuild.gate.formats import pylock as reader  # type: ignore[no-redef]
-    return reader.parse(path, text)
+        from envbuild.gate.formats import requirements
+
+        return requirements.parse(path, text)
+    if fmt == "uv.lock":
+        from envbuild.gate.formats import uvlock
+
+        return uvlock.parse(path, text)
+    if fmt == "poetry.lock":
+        from envbuild.gate.formats import poetry
+
+        return poetry.parse(path, text)
+    if fmt == "pixi.lock":
+        from envbuild.gate.formats import pixi
+
+        return pixi.parse(path, text)
+    from envbuild.gate.formats import pylock
+
+    return pylock.parse(path, text)

@@ -39,19 +39,24 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed._functional_collectives import all_to_all_single_autograd
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 try:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-except ImportError:  # torch 2.4 / 2.5
-    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore
+except ImportError:  # torch 2.4 / 2.5 (newer torch re-exports them from here without __all__)
+    from torch.distributed._composable.fsdp import (  # type: ignore[attr-defined]
+        MixedPrecisionPolicy,
+        fully_shard,
+    )
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -192,11 +197,12 @@ class Transformer(nn.Module):
 class ExpertParallel(ParallelStyle):
     """Experts' weights Shard(0) on the ep mesh; all-to-all token dispatch in, combine out."""
 
-    def _partition_fn(self, name: str, module: nn.Module, mesh) -> None:  # type: ignore[no-untyped-def]
+    def _partition_fn(self, name: str, module: nn.Module, mesh: DeviceMesh) -> None:
         for pname, p in list(module.named_parameters(recurse=False)):
             module.register_parameter(pname, nn.Parameter(distribute_tensor(p, mesh, [Shard(0)])))
 
-    def _dispatch(self, mod, inputs, mesh):  # type: ignore[no-untyped-def]
+    def _dispatch(self, mod: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor],
+                  mesh: DeviceMesh) -> tuple[torch.Tensor, torch.Tensor]:
         x, counts = inputs
         ep, group = mesh.size(), mesh.get_group()
         recv = torch.empty_like(counts)
@@ -210,17 +216,18 @@ class ExpertParallel(ParallelStyle):
         self.perm = torch.argsort(labels, stable=True)  # rank-major -> expert-major
         return x[self.perm], c.sum(0)
 
-    def _combine(self, mod, out, mesh):  # type: ignore[no-untyped-def]
+    def _combine(self, mod: nn.Module, out: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
         inv = torch.empty_like(self.perm)
         inv[self.perm] = torch.arange(len(self.perm), device=self.perm.device)
         return all_to_all_single_autograd(out[inv], self.in_splits, self.out_splits, mesh.get_group())
 
-    def _apply(self, module: nn.Module, mesh) -> nn.Module:  # type: ignore[no-untyped-def]
+    def _apply(self, module: nn.Module, mesh: DeviceMesh) -> nn.Module:
+        # torch types input_fn and output_fn as returning None; it uses what they return
         return distribute_module(module, mesh, self._partition_fn,
-                                 input_fn=self._dispatch, output_fn=self._combine)
+                                 input_fn=self._dispatch, output_fn=self._combine)  # type: ignore[arg-type]
 
 
-def apply_tp_sp(model: Transformer, tp_mesh) -> None:  # type: ignore[no-untyped-def]
+def apply_tp_sp(model: Transformer, tp_mesh: DeviceMesh) -> None:
     parallelize_module(model, tp_mesh, {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
@@ -247,7 +254,8 @@ def apply_tp_sp(model: Transformer, tp_mesh) -> None:  # type: ignore[no-untyped
         parallelize_module(block, tp_mesh, plan)
 
 
-def set_divide_factor(module, factor: int, shard_size: int, gloo: bool) -> None:  # type: ignore[no-untyped-def]
+def set_divide_factor(module: Any, factor: int, shard_size: int,  # module: an FSDPModule
+                      gloo: bool) -> None:
     """Expert grads sum over all dp ranks' tokens: divide by dp, not by the efsdp size: each rank's expert gradient already summed over the experts' data-parallel group."""
     if factor == shard_size:
         return  # FSDP's default average is right
@@ -272,8 +280,8 @@ class Heartbeat:
 
     def __init__(self, folder: str | None, rank: int, interval: float = 1.0) -> None:
         self.path = os.path.join(folder, f"rank-{rank}.json") if folder else None
-        self.state = {"rank": rank, "pid": os.getpid(), "host": os.uname().nodename, "phase": "start",
-                      "op": None, "op_seq": 0, "in_op": False}
+        self.state: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "host": os.uname().nodename,
+                                      "phase": "start", "op": None, "op_seq": 0, "in_op": False}
         self.interval = interval
         # each phase, the time.time() it began and this process's CPU seconds by then: where the
         # run's seconds went (bench/bench_rerun.py). The first, from the process's start: the
@@ -281,7 +289,7 @@ class Heartbeat:
         self.timeline: list[tuple[str, float, float]] = [("imports", process_started(), 0.0),
                                                          ("start", time.time(), time.process_time())]
         if self.path:
-            os.makedirs(folder, exist_ok=True)  # type: ignore[arg-type]
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self.write()
             threading.Thread(target=self._loop, daemon=True, name="envbuild-heartbeat").start()
             for name in self.OPS:
@@ -300,8 +308,8 @@ class Heartbeat:
         self.timeline.append((text, time.time(), time.process_time()))
         self.write()
 
-    def _wrap(self, name: str, fn):  # type: ignore[no-untyped-def]
-        def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             self.state.update(op=name, op_seq=int(self.state["op_seq"]) + 1, in_op=True)
             try:
                 return fn(*args, **kwargs)
@@ -618,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
           "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
           "gpu_uuid": f"GPU-{torch.cuda.get_device_properties(dev).uuid}" if use_cuda else None,
           "step_seconds": step_times, "peak_memory": peak, "timeline": beat.timeline}
-    everyone: list[dict] = [None] * world  # type: ignore[list-item]
+    everyone: list[Any] = [None] * world  # all_gather_object fills it with each rank's `me`
     dist.all_gather_object(everyone, me)
 
     checks = {
