@@ -22,10 +22,10 @@ from support.cachedir import TEST_CACHE
 from support.gatelocks import REPOS, GateIndex
 from support.index import IndexServer
 
-__all__ = ["BACKENDS", "Backend", "backend_wheels", "build_index", "write_package"]
+__all__ = ["BACKENDS", "Backend", "backend_wheels", "build_index", "write_package", "write_sdist"]
 
 _FOLDER = TEST_CACHE / "build-backends"
-_STAMP = "complete-2"  # bump when the list below changes
+_STAMP = "complete-3"  # bump when the list below changes
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
 )}
 
 
+# what a backend asks for beyond its build-system.requires (PEP 517's get_requires_for_build_*):
+# hatchling's editable build wants `editables`
+_DYNAMIC = ("editables",)
+
+
 def backend_wheels() -> Path:
     """The folder of the backends' wheels (and their dependencies'), downloaded once per user."""
     from support.fixtures import cache_lock
@@ -57,7 +62,7 @@ def backend_wheels() -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             out = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:",
                                   "--disable-pip-version-check", "-d", str(tmp),
-                                  *(b.name for b in BACKENDS.values())],
+                                  *(b.name for b in BACKENDS.values()), *_DYNAMIC],
                                  capture_output=True, text=True, timeout=300)
             if out.returncode != 0:
                 pytest.skip(f"the build backends' wheels could not be downloaded: {out.stderr[-300:]}")
@@ -77,6 +82,7 @@ def build_index(gate_index: GateIndex, tmp_path_factory: pytest.TempPathFactory)
     shutil.copytree(gate_index.root / "pypi", root / "pypi")
     for wheel in backend_wheels().glob("*.whl"):
         shutil.copy(wheel, root / "pypi")
+    write_sdist(root / "pypi", "sdist-only", "1.0")
     with IndexServer({repo: root / repo for repo in REPOS}) as server:
         yield GateIndex(server=server, root=root)
 
@@ -87,5 +93,30 @@ def write_package(folder: Path, name: str, backend: str) -> str:
     module = name.replace("-", "_")
     (folder / "src" / module).mkdir(parents=True, exist_ok=True)
     (folder / "src" / module / "__init__.py").write_text(f'"""{name}: a generated test package."""\n')
+    return _build_system(backend)
+
+
+def write_sdist(folder: Path, name: str, version: str, backend: str = "setuptools") -> Path:
+    """An sdist only (no wheel), built by ``backend``: as ``antlr4-python3-runtime`` is published."""
+    import io
+    import tarfile
+
+    module = name.replace("-", "_")
+    base = f"{module}-{version}"
+    pyproject = (_build_system(backend) + f'[project]\nname = "{name}"\nversion = "{version}"\n'
+                 'requires-python = ">=3.8"\n')
+    files = {"pyproject.toml": pyproject, f"src/{module}/__init__.py": f'"""{name}."""\n',
+             "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
+    out = folder / f"{base}.tar.gz"
+    with tarfile.open(out, "w:gz", format=tarfile.PAX_FORMAT) as tf:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}/{path}")
+            info.size, info.mtime, info.mode = len(data), 1_700_000_000, 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return out
+
+
+def _build_system(backend: str) -> str:
     b = BACKENDS[backend]
     return f'[build-system]\nrequires = ["{b.requires}"]\nbuild-backend = "{b.build_backend}"\n\n'
