@@ -100,3 +100,36 @@ def test_build_constraints_bind_the_build_requirements(build_index: GateIndex, t
                       tool_uv='build-constraint-dependencies = ["pdm-backend<0.1"]')
     no = run_envbuild("provision", "--lock", pinned, "--root", tmp_path / "data2")
     assert no.rc == 5 and "could not get its build requirements" in no.stderr, no.output
+
+
+@pytest.mark.slow
+def test_offline_builds_from_the_mirrored_build_requirements(build_index: GateIndex, tmp_path: Path,
+                                                             run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    """``wheelhouse mirror --lock`` carries the backends of the root (setuptools), the member
+    (hatchling, and the `editables` its editable build asks for) and the sdist, recorded in
+    wheelhouse.json; the offline provision builds from them and asks no index. A wheelhouse that
+    lacks one is refused before anything is made (exit 5), naming the package and the command."""
+    lock = _project(tmp_path / "p", build_index, "setuptools", deps=("sdist-only==1.0",), member="hatchling")
+    house = tmp_path / "house"
+    mirrored = run_envbuild("wheelhouse", "mirror", "--lock", lock, "--out", house)
+    assert mirrored.rc == 0, mirrored.output
+    doc = json.loads((house / "wheelhouse.json").read_text())
+    builds = {b["package"]: b for b in doc["builds"].values()}
+    assert set(builds) == {"trainer", "helper", "sdist-only"}
+    assert any(f.startswith("editables-") for f in builds["helper"]["files"]), builds["helper"]
+    recorded = {a["filename"]: a["sha256"] for a in doc["artifacts"]}
+    assert all(f in recorded for b in builds.values() for f in b["files"])
+    setuptools = next(f for f in builds["trainer"]["files"] if f.startswith("setuptools-"))
+    # planted: the setuptools wheel is gone
+    (house / setuptools).rename(tmp_path / setuptools)
+    bad = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "bad", "--offline", "--wheelhouse", house)
+    assert bad.rc == 5, bad.output
+    assert f"trainer: {setuptools}" in bad.stderr and "wheelhouse mirror --lock" in bad.stderr
+    assert not (tmp_path / "bad").exists() and "Traceback" not in bad.output
+    (tmp_path / setuptools).rename(house / setuptools)
+    want = uv_sync(lock.parent, tmp_path / "uv-venv", tmp_path / "home")
+    build_index.server.clear_requests()
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--offline", "--wheelhouse", house)
+    assert res.rc == 0, res.output
+    assert build_index.server.requested() == []
+    assert uv_pip_list(tmp_path / "data" / "venv") == want

@@ -361,7 +361,10 @@ def provision(args: ProvisionArgs, lock: Path) -> int:
 
 def mirror(args: WheelhouseMirrorArgs, lock: Path) -> int:
     """``wheelhouse mirror --lock FILE``: every file the chosen environment installs, into ``--out``."""
+    from envbuild.fromlock.buildmirror import mirror_builds
+    from envbuild.fromlock.buildreqs import build_sources
     from envbuild.fromlock.offline import mirror_lock, read_installed, without_installed
+    from envbuild.wheelhouse.pages import write_index
 
     # options of ``wheelhouse mirror`` that choose files of a stack's lock; a lock file's environment chooses them
     used = _given({"--python-tag": args.python_tag, "--platform": args.platform, "--all-platforms": args.all_platforms,
@@ -380,6 +383,12 @@ def mirror(args: WheelhouseMirrorArgs, lock: Path) -> int:
                     f"{len(prepared.plan.placed)} locked packages are there at the locked version; not mirrored")
     events.emit("step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}")
     done = mirror_lock(plan, args.out, jobs=args.jobs, retries=args.retries)
+    built = mirror_builds(plan, args.out, build_sources(lock, req.build_constraints), jobs=args.jobs,
+                          retries=args.retries)
+    if built:
+        write_index(args.out)  # the build requirements in the pages too
+        for line in built:
+            events.emit("info", f"build requirements of {line}")
     for line in done.not_mirrored:
         events.emit("warn", f"not mirrored: {line}")
     if args.json:

@@ -525,6 +525,7 @@ def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
     from envbuild.fromlock.builds import BuildCache, caches
+    from envbuild.fromlock.buildmirror import check_builds
     from envbuild.fromlock.buildreqs import build_sources
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
@@ -557,6 +558,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
     links = HOME_LINKS if opts.home is not None else None  # --home: $HOME/venv and $HOME/data, as the stacks make them
     build = build_sources(req.lock, req.build_constraints)  # where isolated builds get their requirements
+    if folder is not None:  # offline: from the wheelhouse alone (``--no-index --find-links DIR``)
+        build = replace(build, index_url=None, extra_index_urls=(), find_links=(str(folder),), no_index=True)
     spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
                      torch_version=prepared.adopted, digest_plan=prepared.full, links=links, build=build)
     paths = layout.paths_for(spec, opts.root)
@@ -589,6 +592,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                                      hint="Check the network (or a proxy), or provision where they can be reached.")
         else:  # the offline check hashes the files of the steps still to run: a finished root re-verifies
             check_files(plan, folder, todo)
+            check_builds(plan, folder, todo, build)  # and what their isolated builds need
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
     if opts.venv is not None:
