@@ -44,7 +44,9 @@ class BuildSources:
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     no_index: bool = False  # [tool.uv] no-index: only find-links
-    constraints: tuple[str, ...] = ()  # requirement lines: build-constraint-dependencies, --build-constraints
+    constraints: tuple[
+        str, ...
+    ] = ()  # requirement lines: build-constraint-dependencies, --build-constraints
     where: str = "the user's index configuration (uv.toml / UV_*, pip.conf / PIP_*)"
 
 
@@ -63,7 +65,9 @@ def build_sources(lock_path: Path, constraint_files: Sequence[Path] = ()) -> Bui
 
     folder = lock_path.parent
     uv = table(read_pyproject(folder), "tool", "uv")
-    lines = [str(x).strip() for x in uv.get("build-constraint-dependencies") or () if isinstance(x, str)]
+    lines = [
+        str(x).strip() for x in uv.get("build-constraint-dependencies") or () if isinstance(x, str)
+    ]
     for f in constraint_files:
         lines += _constraint_lines(f)
     index, extras, links = _indexes(uv, folder)
@@ -73,10 +77,16 @@ def build_sources(lock_path: Path, constraint_files: Sequence[Path] = ()) -> Bui
     extras += [_located(u, folder) for u in _strings(uv.get("extra-index-url"))]
     links += [_located(u, folder) for u in _strings(uv.get("find-links"))]
     configured = index is not None or bool(extras or links) or uv.get("no-index") is True
-    return BuildSources(index_url=index, extra_index_urls=tuple(extras), find_links=tuple(links),
-                        no_index=uv.get("no-index") is True, constraints=tuple(dict.fromkeys(x for x in lines if x)),
-                        where=f"the indexes of {folder / 'pyproject.toml'} ([tool.uv])" if configured
-                        else BuildSources.where)
+    return BuildSources(
+        index_url=index,
+        extra_index_urls=tuple(extras),
+        find_links=tuple(links),
+        no_index=uv.get("no-index") is True,
+        constraints=tuple(dict.fromkeys(x for x in lines if x)),
+        where=f"the indexes of {folder / 'pyproject.toml'} ([tool.uv])"
+        if configured
+        else BuildSources.where,
+    )
 
 
 def _indexes(uv: dict[str, Any], folder: Path) -> tuple[str | None, list[str], list[str]]:
@@ -84,7 +94,11 @@ def _indexes(uv: dict[str, Any], folder: Path) -> tuple[str | None, list[str], l
     extras: list[str] = []
     links: list[str] = []
     for t in uv.get("index") or ():
-        if not isinstance(t, dict) or not isinstance(t.get("url"), str) or t.get("explicit") is True:
+        if (
+            not isinstance(t, dict)
+            or not isinstance(t.get("url"), str)
+            or t.get("explicit") is True
+        ):
             continue
         url = _located(t["url"], folder)
         if t.get("format") == "flat":
@@ -118,12 +132,15 @@ def _constraint_lines(path: Path) -> list[str]:
 
 
 def constraints_file(lines: Sequence[str]) -> Path:
-    """The build constraints as one file named by its content, in envbuild's cache (written once)."""
+    """The build constraints as one file named by its content, in envbuild's cache (written
+    once)."""
     from envbuild._io import atomic_write_text
     from envbuild.index.metacache import cache_dir
 
     text = "".join(f"{ln}\n" for ln in lines)
-    path = cache_dir() / "build-constraints" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.txt"
+    path = (
+        cache_dir() / "build-constraints" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.txt"
+    )
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)

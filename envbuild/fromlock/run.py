@@ -524,9 +524,9 @@ def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
 
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
-    from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.buildmirror import check_builds
     from envbuild.fromlock.buildreqs import build_sources
+    from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
     from envbuild.provision.core import pending_steps, provision

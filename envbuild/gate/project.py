@@ -27,14 +27,20 @@ def read_pyproject(folder: Path) -> dict[str, Any]:
     path = folder / "pyproject.toml"
     if not path.is_file():
         return {}
-    hint = "Fix the project's pyproject.toml (uv reads it too: `uv lock --check` says what it finds)."
+    hint = (
+        "Fix the project's pyproject.toml (uv reads it too: `uv lock --check` says what it finds)."
+    )
     try:
         size = path.stat().st_size
         if size > _MAX_BYTES:
-            raise ConfigError(f"{path}: {size} bytes; a project's pyproject.toml is at most 4 MiB", hint=hint)
+            raise ConfigError(
+                f"{path}: {size} bytes; a project's pyproject.toml is at most 4 MiB", hint=hint
+            )
         return toml_loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: the project's pyproject.toml cannot be read ({exc})", hint=hint) from exc
+        raise ConfigError(
+            f"{path}: the project's pyproject.toml cannot be read ({exc})", hint=hint
+        ) from exc
     except LockParseError as exc:
         raise ConfigError(f"{path}: the project's pyproject.toml is {exc}", hint=hint) from exc
 

@@ -37,14 +37,17 @@ class Backend:
     build_backend: str
 
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    Backend("setuptools", "setuptools>=61", "setuptools.build_meta"),
-    Backend("hatchling", "hatchling", "hatchling.build"),
-    Backend("flit-core", "flit_core>=3.4,<5", "flit_core.buildapi"),
-    Backend("pdm-backend", "pdm-backend", "pdm.backend"),
-    Backend("poetry-core", "poetry-core>=2", "poetry.core.masonry.api"),
-    Backend("uv-build", "uv_build>=0.8,<0.20", "uv_build"),
-)}
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("setuptools", "setuptools>=61", "setuptools.build_meta"),
+        Backend("hatchling", "hatchling", "hatchling.build"),
+        Backend("flit-core", "flit_core>=3.4,<5", "flit_core.buildapi"),
+        Backend("pdm-backend", "pdm-backend", "pdm.backend"),
+        Backend("poetry-core", "poetry-core>=2", "poetry.core.masonry.api"),
+        Backend("uv-build", "uv_build>=0.8,<0.20", "uv_build"),
+    )
+}
 
 
 # what a backend asks for beyond its build-system.requires (PEP 517's get_requires_for_build_*):
@@ -60,12 +63,29 @@ def backend_wheels() -> Path:
         if not (_FOLDER / _STAMP).exists():
             tmp = _FOLDER.with_name(_FOLDER.name + ".partial")
             shutil.rmtree(tmp, ignore_errors=True)
-            out = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:",
-                                  "--disable-pip-version-check", "-d", str(tmp),
-                                  *(b.name for b in BACKENDS.values()), *_DYNAMIC],
-                                 capture_output=True, text=True, timeout=300)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--only-binary",
+                    ":all:",
+                    "--disable-pip-version-check",
+                    "-d",
+                    str(tmp),
+                    *(b.name for b in BACKENDS.values()),
+                    *_DYNAMIC,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if out.returncode != 0:
-                pytest.skip(f"the build backends' wheels could not be downloaded: {out.stderr[-300:]}")
+                pytest.skip(
+                    f"the build backends' wheels could not be downloaded: {out.stderr[-300:]}"
+                )
             shutil.rmtree(_FOLDER, ignore_errors=True)
             tmp.rename(_FOLDER)
             (_FOLDER / _STAMP).write_text("")
@@ -73,7 +93,9 @@ def backend_wheels() -> Path:
 
 
 @pytest.fixture(scope="session")
-def build_index(gate_index: GateIndex, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GateIndex]:
+def build_index(
+    gate_index: GateIndex, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GateIndex]:
     """The gate's stand-in repos, its ``pypi`` also serving the real build backends."""
     root = tmp_path_factory.mktemp("build-index")
     for repo in REPOS:
@@ -88,25 +110,34 @@ def build_index(gate_index: GateIndex, tmp_path_factory: pytest.TempPathFactory)
 
 
 def write_package(folder: Path, name: str, backend: str) -> str:
-    """The package source of ``name`` under ``folder`` (``src/<module>/__init__.py``, the layout every
+    """The package source of ``name`` under ``folder`` (``src/<module>/__init__.py``, the layout
+    every
     backend finds by itself); returns the ``[build-system]`` table of ``backend``."""
     module = name.replace("-", "_")
     (folder / "src" / module).mkdir(parents=True, exist_ok=True)
-    (folder / "src" / module / "__init__.py").write_text(f'"""{name}: a generated test package."""\n')
+    (folder / "src" / module / "__init__.py").write_text(
+        f'"""{name}: a generated test package."""\n'
+    )
     return _build_system(backend)
 
 
 def write_sdist(folder: Path, name: str, version: str, backend: str = "setuptools") -> Path:
-    """An sdist only (no wheel), built by ``backend``: as ``antlr4-python3-runtime`` is published."""
+    """An sdist only (no wheel), built by ``backend``, as ``antlr4-python3-runtime`` is
+    published."""
     import io
     import tarfile
 
     module = name.replace("-", "_")
     base = f"{module}-{version}"
-    pyproject = (_build_system(backend) + f'[project]\nname = "{name}"\nversion = "{version}"\n'
-                 'requires-python = ">=3.8"\n')
-    files = {"pyproject.toml": pyproject, f"src/{module}/__init__.py": f'"""{name}."""\n',
-             "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
+    pyproject = (
+        _build_system(backend) + f'[project]\nname = "{name}"\nversion = "{version}"\n'
+        'requires-python = ">=3.8"\n'
+    )
+    files = {
+        "pyproject.toml": pyproject,
+        f"src/{module}/__init__.py": f'"""{name}."""\n',
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    }
     out = folder / f"{base}.tar.gz"
     with tarfile.open(out, "w:gz", format=tarfile.PAX_FORMAT) as tf:
         for path, text in files.items():
