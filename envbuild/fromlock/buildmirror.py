@@ -7,9 +7,9 @@ or from the sdist itself; setuptools' legacy backend when it has none, as uv and
 the backend asks for beyond them (PEP 517's ``get_requires_for_build_editable`` / ``_wheel``: the
 mirror runs that hook in a throwaway venv of the target's Python, as a build front end does;
 hatchling's editable build wants ``editables``), resolved for the target by ``uv pip compile
---format pylock.toml`` from the build's sources and constraints (``fromlock.buildreqs``). Every file is
-downloaded by the wheelhouse mirror (sha256-checked) and recorded in ``wheelhouse.json``, the
-build's pins under ``builds`` by its key (the package, its requirements, its backend and the
+--format pylock.toml`` from the build's sources and constraints (``fromlock.buildreqs``). Every
+file is downloaded by the wheelhouse mirror (sha256-checked) and recorded in ``wheelhouse.json``,
+the build's pins under ``builds`` by its key (the package, its requirements, its backend and the
 constraints): a build whose settings changed since the mirror is not found, not guessed.
 
 Offline, before anything is made (``check_builds``): every isolated build of the stages still to
