@@ -188,3 +188,67 @@ def test_offline_builds_from_the_mirrored_build_requirements(
     assert res.rc == 0, res.output
     assert build_index.server.requested() == []
     assert uv_pip_list(tmp_path / "data" / "venv") == want
+
+
+def test_build_sources_are_the_projects_indexes(tmp_path: Path) -> None:
+    """The default index, the others in order, flat ones as find-links (a relative path the
+    project's), explicit ones left out (they serve only what is pinned to them), and the build
+    constraints of the project and of ``--build-constraints``; without any: the user's config."""
+    from envbuild.fromlock.buildreqs import build_sources, step_env
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "1"\n[tool.uv]\n'
+        'build-constraint-dependencies = ["setuptools<80"]\n'
+        '[[tool.uv.index]]\nname = "cu128"\nurl = "https://example.org/cu128"\nexplicit = true\n'
+        '[[tool.uv.index]]\nname = "extra"\nurl = "https://example.org/extra/simple"\n'
+        '[[tool.uv.index]]\nname = "local"\nurl = "./wheels"\nformat = "flat"\n'
+        '[[tool.uv.index]]\nname = "mirror"\nurl = "https://example.org/simple"\ndefault = true\n'
+    )
+    more = tmp_path / "more.txt"
+    more.write_text("hatchling==1.27.0  # pinned\n\n")
+    got = build_sources(tmp_path / "uv.lock", (more,))
+    assert got.index_url == "https://example.org/simple"
+    assert got.extra_index_urls == ("https://example.org/extra/simple",)
+    assert got.find_links == (str(tmp_path / "wheels"),)
+    assert got.constraints == ("setuptools<80", "hatchling==1.27.0")
+    path = Path(step_env(got)["UV_BUILD_CONSTRAINT"])
+    assert path.read_text() == "setuptools<80\nhatchling==1.27.0\n"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n')
+    plain = build_sources(tmp_path / "uv.lock")
+    assert plain.index_url is None and not plain.constraints and step_env(plain) == {}
+    assert "user's index configuration" in plain.where
+
+
+def test_one_pyproject_reader_one_error_rule(tmp_path: Path, run_envbuild) -> None:  # type: ignore[no-untyped-def]
+    """Every reader of the project's pyproject.toml refuses a malformed one (exit 2, naming the
+    file), where four readers had three rules (one raised, three read it as empty)."""
+    from envbuild.errors import ConfigError
+    from envbuild.fromlock.buildreqs import build_sources
+    from envbuild.fromlock.stages import build_settings
+    from envbuild.gate.accept import load_for
+    from envbuild.gate.formats.uvlock import _default_groups
+    from envbuild.gate.project import read_pyproject
+
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("filelock==3.0.0\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\n[tool.uv]\ndefault-groups = ["tools"]\nno-build-isolation-package = ["Flash_Attn"]\n'
+    )
+    assert read_pyproject(tmp_path)["project"]["name"] == "p"
+    assert _default_groups(lock) == ("tools",)
+    assert build_settings(lock).no_isolation == {"flash-attn"}
+    assert load_for(lock) == []
+    assert read_pyproject(tmp_path / "nowhere") == {}
+    (tmp_path / "pyproject.toml").write_text('[project\nname = "p"\n')
+    for reader in (
+        read_pyproject,
+        lambda _: _default_groups(lock),
+        lambda _: build_settings(lock),
+        lambda _: load_for(lock),
+        lambda _: build_sources(lock),
+    ):
+        with pytest.raises(ConfigError, match="pyproject.toml is not valid TOML"):
+            reader(tmp_path)
+    res = run_envbuild("check-lock", lock)
+    assert res.rc == 2, res.output
+    assert "pyproject.toml is not valid TOML" in res.stderr and "Traceback" not in res.output
