@@ -68,12 +68,18 @@ class Installer(Protocol):
         ...
 
 
+_FILE_LISTS = frozenset({"UV_BUILD_CONSTRAINT", "PIP_BUILD_CONSTRAINT"})  # space-separated files
+
+
 def run_step_commands(installer: Installer, planned: PlannedStep, *, spec: StackSpec, python: Path, uv: str | None,
                       steps_dir: Path, constraints: Path | None, log_file: Path, env: Mapping[str, str],
                       pass_fds: Sequence[int] = (), timeout: float | None = None) -> StepRun:
     """Run a step's commands (``plan.step_commands``: what ``plan --json`` shows) in order."""
     step_env = dict(env)
-    step_env.update(planned.env)
+    for key, value in planned.env.items():
+        # a step's own build constraints join the baseline's (both installers take a list of files)
+        joined = key in _FILE_LISTS and step_env.get(key) and value not in step_env[key].split()
+        step_env[key] = f"{step_env[key]} {value}" if joined else value
     step_env["VIRTUAL_ENV"] = str(python.parent.parent)
     step_env.update(progress_env(installer.name, python))  # byte progress for a live display, never in argv
     step_run = None
