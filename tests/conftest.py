@@ -30,7 +30,8 @@ PIP_SOURCES_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index
 # The local indexes' wheel sets and real venvs: a test that uses one runs real pip/uv (seconds
 # each, a minute for some), so it is marked slow and stays out of `make check`; so does the strict
 # mkdocs build of the documentation site (test_docs.py's `site`, 7 s).
-SLOW_FIXTURES = frozenset({"scenario_wheels", "gate_index", "build_index", "index_server", "base_venv_template", "site"})
+SLOW_FIXTURES = frozenset({"scenario_wheels", "gate_index", "build_index", "index_server",
+                           "base_venv_template", "site"})
 # Whole runs that may take longer than the default per-test timeout on 2 loaded cores (an image
 # build is 10-25 minutes; the seed twin provisions the h200 stack, its first test builds the twin).
 LONG_TIMEOUTS = {"image": 3600, "seed_twin": 1800}

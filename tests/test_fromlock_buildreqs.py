@@ -219,7 +219,8 @@ def test_build_sources_are_the_projects_indexes(tmp_path: Path) -> None:
     assert "user's index configuration" in plain.where
 
 
-def test_one_pyproject_reader_one_error_rule(tmp_path: Path, run_envbuild) -> None:  # type: ignore[no-untyped-def]
+def test_one_pyproject_reader_one_error_rule(
+        tmp_path: Path, run_envbuild) -> None:  # type: ignore[no-untyped-def]
     """Every reader of the project's pyproject.toml refuses a malformed one (exit 2, naming the
     file), where four readers had three rules (one raised, three read it as empty)."""
     from envbuild.errors import ConfigError
@@ -232,7 +233,8 @@ def test_one_pyproject_reader_one_error_rule(tmp_path: Path, run_envbuild) -> No
     lock = tmp_path / "requirements.txt"
     lock.write_text("filelock==3.0.0\n")
     (tmp_path / "pyproject.toml").write_text(
-        '[project]\nname = "p"\n[tool.uv]\ndefault-groups = ["tools"]\nno-build-isolation-package = ["Flash_Attn"]\n'
+        '[project]\nname = "p"\n[tool.uv]\ndefault-groups = ["tools"]\n'
+        'no-build-isolation-package = ["Flash_Attn"]\n'
     )
     assert read_pyproject(tmp_path)["project"]["name"] == "p"
     assert _default_groups(lock) == ("tools",)

@@ -51,9 +51,9 @@ class Shape:
     packaged: bool  # the root is a package (installed editable) or virtual
     path_torch: bool  # torch locked from a wheel file in the project (the accelerators shape aside)
     url_utils: bool  # trainer-utils by direct URL
-    backend: str = "custom"  # the root's build backend: "custom" (stdlib, kept in the project) or a real one
+    backend: str = "custom"  # the root's build backend: "custom" (stdlib, in the project) or real
     member_backend: str = "custom"  # the member's
-    sdist: bool = False  # a dependency published as an sdist only (built in isolation by the installer)
+    sdist: bool = False  # a dependency published as an sdist only (built in isolation)
 
 
 @dataclass
@@ -71,7 +71,8 @@ shapes = st.builds(
     self_extra=st.booleans(), member=st.booleans(),
     default_groups=st.sampled_from([None, (), ("tools",), ("dev", "tools")]),
     packaged=st.booleans(), path_torch=st.booleans(), url_utils=st.booleans(),
-    backend=st.sampled_from(["custom", *BACKENDS]), member_backend=st.sampled_from(["custom", *BACKENDS]),
+    backend=st.sampled_from(["custom", *BACKENDS]),
+    member_backend=st.sampled_from(["custom", *BACKENDS]),
     sdist=st.booleans())
 
 
@@ -81,7 +82,7 @@ def _backend(folder: Path) -> None:
 
 
 def _build_system(folder: Path, name: str, backend: str) -> str:
-    """The ``[build-system]`` table of a package built by ``backend`` (its source written under ``folder``)."""
+    """The ``[build-system]`` table of a package built by ``backend`` (its source in ``folder``)."""
     if backend == "custom":
         _backend(folder)
         return _BUILD
@@ -120,8 +121,8 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
         member = folder / "packages" / "helper"
         member.mkdir(parents=True)
         build = _build_system(member, "helper", shape.member_backend)
-        (member / "pyproject.toml").write_text(build + '[project]\nname = "helper"\nversion = "0.2.0"\n'
-                                               'description = "A helper."\n'
+        (member / "pyproject.toml").write_text(build + '[project]\nname = "helper"\n'
+                                               'version = "0.2.0"\ndescription = "A helper."\n'
                                                'requires-python = ">=3.10"\ndependencies = ["filelock-like==3.0"]\n\n'
                                                f'[project.optional-dependencies]\nfast = {_toml_list([utils])}\n')
         extras["helpers"] = ["helper[fast]"]
@@ -132,7 +133,8 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
         uv.append(f"default-groups = {_toml_list(list(shape.default_groups))}")
     if shape.torch_in == "accelerators":
         uv.append('conflicts = [[{ extra = "cpu" }, { extra = "cu128" }]]')
-    text = root_build + '[project]\nname = "trainer"\nversion = "0.1.0"\ndescription = "A trainer."\n' \
+    text = root_build + '[project]\nname = "trainer"\nversion = "0.1.0"\n' \
+        'description = "A trainer."\n' \
         f'requires-python = ">=3.10"\ndependencies = {_toml_list(deps)}\n\n'
     if extras:
         text += "[project.optional-dependencies]\n" + "".join(f"{k} = {_toml_list(v)}\n" for k, v in extras.items()) + "\n"
@@ -246,7 +248,8 @@ _TORCH_SELECTION = {"base": [], "extra": ["--extra", "train"], "group": ["--grou
                      packaged=True, path_torch=True, url_utils=False, backend="poetry-core",
                      member_backend="uv-build", sdist=True))
 @example(shape=Shape(base=("einops-like==0.8.1",), torch_in="extra", self_extra=True, member=True,
-                     default_groups=("dev", "tools"), packaged=True, path_torch=False, url_utils=True,
+                     default_groups=("dev", "tools"), packaged=True, path_torch=False,
+                     url_utils=True,
                      backend="pdm-backend", member_backend="flit-core"))
 def test_provision_installs_what_uv_sync_installs(shape: Shape, build_index: GateIndex,
                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -262,15 +265,17 @@ def test_provision_installs_what_uv_sync_installs(shape: Shape, build_index: Gat
     argv = _TORCH_SELECTION[shape.torch_in]
     uv = uv_sync_installs(project.folder, argv, tmp / "uv-venv", tmp / "home")
     assert not isinstance(uv, str), (shape, uv)
-    res = run_cli(("provision", "--lock", project.folder / "uv.lock", "--root", tmp / "data", *argv),
-                  home=tmp / "home", cwd=tmp)
+    lock = project.folder / "uv.lock"
+    res = run_cli(("provision", "--lock", lock, "--root", tmp / "data", *argv), home=tmp / "home",
+                  cwd=tmp)
     assert res.rc == 0, (shape, res.output)
     assert uv_pip_list(tmp / "data" / "venv") == uv_pip_list(tmp / "uv-venv"), shape
 
 
 def uv_pip_list(venv: Path) -> list[tuple[str, str]]:
     """(name, version) of every distribution in ``venv``, as ``uv pip list`` says."""
-    out = subprocess.run([uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
+    python = str(venv / "bin" / "python")
+    out = subprocess.run([uv_bin(), "pip", "list", "--python", python, "--format", "json"],
                          capture_output=True, text=True, check=True, env=installer_env())
     return sorted((d["name"], d["version"]) for d in json.loads(out.stdout))
 

@@ -210,10 +210,10 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
                    "does, pin the sha256 of the bytes installed, and require it from then on)")
     g.add_argument("--no-install-workspace", action="store_true",
                    help="--lock: install no workspace member, the project included (as uv sync)")
-    g.add_argument("--build-constraints", metavar="FILE", type=path_arg, action="append", default=[],
-                   help="--lock: constrain the build requirements of the project, its workspace members and the "
-                   "sdists built in isolation (as uv sync --build-constraints; with [tool.uv] "
-                   "build-constraint-dependencies)")
+    g.add_argument("--build-constraints", metavar="FILE", type=path_arg, action="append",
+                   default=[], help="--lock: constrain the build requirements of the project, its "
+                   "workspace members and the sdists built in isolation (as uv sync "
+                   "--build-constraints; with [tool.uv] build-constraint-dependencies)")
 
 
 def _request(args: InstallArgs, lock: Path, *, step: str | None = None, replace_torch: bool = False) -> LockRequest:
@@ -383,8 +383,8 @@ def mirror(args: WheelhouseMirrorArgs, lock: Path) -> int:
                     f"{len(prepared.plan.placed)} locked packages are there at the locked version; not mirrored")
     events.emit("step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}")
     done = mirror_lock(plan, args.out, jobs=args.jobs, retries=args.retries)
-    built = mirror_builds(plan, args.out, build_sources(lock, req.build_constraints), jobs=args.jobs,
-                          retries=args.retries)
+    sources = build_sources(lock, req.build_constraints)
+    built = mirror_builds(plan, args.out, sources, jobs=args.jobs, retries=args.retries)
     if built:
         write_index(args.out)  # the build requirements in the pages too
         for line in built:

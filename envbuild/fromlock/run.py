@@ -69,7 +69,8 @@ class LockRequest:
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
     rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
     sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
-    build_constraints: tuple[Path, ...] = ()  # --build-constraints: files constraining isolated builds' requirements
+    # --build-constraints: files constraining the requirements of isolated builds
+    build_constraints: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -557,19 +558,23 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
     links = HOME_LINKS if opts.home is not None else None  # --home: $HOME/venv and $HOME/data, as the stacks make them
-    build = build_sources(req.lock, req.build_constraints)  # where isolated builds get their requirements
+    build = build_sources(req.lock, req.build_constraints)  # where isolated builds get theirs
     if folder is not None:  # offline: from the wheelhouse alone (``--no-index --find-links DIR``)
-        build = replace(build, index_url=None, extra_index_urls=(), find_links=(str(folder),), no_index=True)
+        build = replace(build, index_url=None, extra_index_urls=(), find_links=(str(folder),),
+                        no_index=True)
     spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
-                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links, build=build)
+                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links,
+                     build=build)
     paths = layout.paths_for(spec, opts.root)
-    refuse_pip_without_pip(opts.venv.expanduser() / "bin" / "python" if opts.venv else paths.python, backend)
+    venv_python = opts.venv.expanduser() / "bin" / "python" if opts.venv else paths.python
+    refuse_pip_without_pip(venv_python, backend)
     if prepared.full is not None and opts.venv is not None:
         kept = _first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:
             prepared = kept
             spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
-                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links, build=build)
+                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links,
+                             build=build)
     source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
               "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None,
               # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)

@@ -51,7 +51,7 @@ def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: b
         if not placed:
             continue
         packages = tuple(_shown(p, pip_backend) for p in placed)
-        if any(builds_isolated(p) for p in placed):  # its builds resolve their requirements, as uv's do
+        if any(builds_isolated(p) for p in placed):  # builds resolve their requirements, as uv's
             steps.append(Step(name=stage, packages=packages, no_deps=True, no_index=build.no_index,
                               index_url=build.index_url, extra_index_urls=build.extra_index_urls,
                               find_links=build.find_links, env=step_env(build)))
@@ -119,9 +119,11 @@ def refuse_pip_without_pip(python: Path, backend: str) -> None:
     from envbuild.errors import ConfigError
 
     venv = python.parent.parent
-    if backend != "pip" or not python.exists() or any(venv.glob("lib/python3*/site-packages/pip/__init__.py")):
+    if backend != "pip" or not python.exists() \
+            or any(venv.glob("lib/python3*/site-packages/pip/__init__.py")):
         return
-    raise ConfigError(f"--backend pip: the environment at {venv} has no pip (the uv backend makes a venv bare, as "
-                      "uv sync does), and the pip backend installs with the venv's own pip; nothing was changed",
-                      hint="Keep the backend that made it (--backend uv, the default), or move the venv away to "
-                      "have it made again with pip (`--backend pip` seeds a new one).")
+    raise ConfigError(f"--backend pip: the environment at {venv} has no pip (the uv backend "
+                      "makes a venv bare, as uv sync does), and the pip backend installs with the "
+                      "venv's own pip; nothing was changed",
+                      hint="Keep the backend that made it (--backend uv, the default), or move the "
+                      "venv away to have it made again with pip (`--backend pip` seeds a new one).")

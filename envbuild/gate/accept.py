@@ -110,7 +110,8 @@ def load_for(lockfile: Path, explicit: Path | None = None) -> list[Exception_]:
 
     settings = table(read_pyproject(folder), "tool", "envbuild", "check-lock")
     if "accept" in settings:
-        return _parse(settings["accept"], str(folder / "pyproject.toml"), "tool.envbuild.check-lock.accept")
+        where = str(folder / "pyproject.toml")
+        return _parse(settings["accept"], where, "tool.envbuild.check-lock.accept")
     return []
 
 

@@ -378,7 +378,7 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: 
 
 def _write_manifest(path: Path, artifacts: Sequence[Artifact], out: Path) -> None:
     existing: dict[str, Any] = {}
-    kept: dict[str, Any] = {}  # what other writers record beside the artifacts (the lock mirror's builds)
+    kept: dict[str, Any] = {}  # what other writers record beside the artifacts (lock builds)
     if path.is_file():
         try:
             doc = json.loads(path.read_text())
@@ -391,5 +391,5 @@ def _write_manifest(path: Path, artifacts: Sequence[Artifact], out: Path) -> Non
             existing[a.filename] = {"name": a.project or "", "version": a.version or "", "filename": a.filename,
                                     "sha256": a.sha256, "size": (out / a.filename).stat().st_size,
                                     "url": redact(a.url or "")}
-    atomic_write_json(path, {"schema": 1, "artifacts": sorted(existing.values(), key=lambda x: x["filename"]),
-                             **kept})
+    rows = sorted(existing.values(), key=lambda x: x["filename"])
+    atomic_write_json(path, {"schema": 1, "artifacts": rows, **kept})
