@@ -151,6 +151,7 @@ def test_build_constraints_bind_the_build_requirements(
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # a minute on 2 loaded cores: make test-thorough
 def test_offline_builds_from_the_mirrored_build_requirements(
     build_index: GateIndex, tmp_path: Path, run_envbuild
 ) -> None:  # type: ignore[no-untyped-def]
