@@ -154,7 +154,7 @@ def test_plan() -> None:
         environment=[], accept=None, rebuild_mismatched=False, no_project=False, all_extras=False, no_extra=[],
         only_group=[], no_group=[], all_groups=False, no_default_groups=False, no_dev=False, only_dev=False,
         package=[], all_packages=False, no_editable=False, no_install_project=False, require_hashes=False,
-        no_install_workspace=False)
+        no_install_workspace=False, build_constraints=[])
 
 
 def test_provision_lock() -> None:

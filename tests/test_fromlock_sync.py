@@ -6,6 +6,11 @@ project, a workspace member with an extra of its own switched on by the root, pa
 sources) are locked by real ``uv lock`` against the stand-in index, then for each selection the
 plan's packages are compared with what real ``uv sync --frozen`` with the same flags installs into
 a fresh venv; a selection uv refuses is refused by envbuild with uv's reason.
+
+Installed for real too: projects whose root and workspace member are built by each common backend
+(setuptools, hatchling, flit-core, pdm-backend, poetry-core, uv_build: their real wheels from a
+local index, ``support.buildbackends``) and that depend on an sdist are ``uv sync --frozen``-ed and
+``provision --lock``-ed, and ``uv pip list`` of the two venvs compared.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import distributions
 from pathlib import Path
 
@@ -25,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from support.backend import BACKEND
+from support.buildbackends import BACKENDS, write_package
 from support.fixtures import EnvbuildResult, installer_env
 from support.gatelocks import GateIndex, ToolFailed, _run, _toml_list, uv_bin
 from support.syncflags import flags_of
@@ -51,6 +57,9 @@ class Shape:
     packaged: bool  # the root is a package (installed editable) or virtual
     path_torch: bool  # torch locked from a wheel file in the project (the accelerators shape aside)
     url_utils: bool  # trainer-utils by direct URL
+    backend: str = "custom"  # the root's build backend: "custom" (stdlib, in the project) or real
+    member_backend: str = "custom"  # the member's
+    sdist: bool = False  # a dependency published as an sdist only (built in isolation)
 
 
 @dataclass
@@ -67,12 +76,28 @@ shapes = st.builds(
     torch_in=st.sampled_from(["base", "extra", "group", "accelerators"]),
     self_extra=st.booleans(), member=st.booleans(),
     default_groups=st.sampled_from([None, (), ("tools",), ("dev", "tools")]),
-    packaged=st.booleans(), path_torch=st.booleans(), url_utils=st.booleans())
+    packaged=st.booleans(), path_torch=st.booleans(), url_utils=st.booleans(),
+    backend=st.sampled_from(["custom", *BACKENDS]),
+    member_backend=st.sampled_from(["custom", *BACKENDS]),
+    sdist=st.booleans())
+
+
+# make test's share: the selection sweep with the stand-in backend (the real backends and sdists
+# rebuild at every uv sync: 3x its time); make fuzz sweeps them too, and the installs below use them
+_plain_shapes = shapes.map(lambda s: replace(s, backend="custom", member_backend="custom", sdist=False))
 
 
 def _backend(folder: Path) -> None:
     (folder / "_backend").mkdir(parents=True)
     (folder / "_backend" / "backend.py").write_text(BACKEND)
+
+
+def _build_system(folder: Path, name: str, backend: str) -> str:
+    """The ``[build-system]`` table of a package built by ``backend`` (its source in ``folder``)."""
+    if backend == "custom":
+        _backend(folder)
+        return _BUILD
+    return write_package(folder, name, backend)
 
 
 def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
@@ -81,7 +106,7 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
     folder.mkdir(parents=True)
     extras: dict[str, list[str]] = {}
     groups: dict[str, list[str]] = {"dev": ["einops-like==0.8.1"], "tools": ["filelock-like==3.0"]}
-    deps = list(shape.base)
+    deps = list(shape.base) + (["sdist-only==1.0"] if shape.sdist else [])
     torch = "torch==2.10.0"
     sources: list[str] = []
     utils = "trainer-utils==1.0"
@@ -106,20 +131,21 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
     if shape.member:
         member = folder / "packages" / "helper"
         member.mkdir(parents=True)
-        _backend(member)
-        (member / "pyproject.toml").write_text(_BUILD + '[project]\nname = "helper"\nversion = "0.2.0"\n'
+        build = _build_system(member, "helper", shape.member_backend)
+        (member / "pyproject.toml").write_text(build + '[project]\nname = "helper"\n'
+                                               'version = "0.2.0"\ndescription = "A helper."\n'
                                                'requires-python = ">=3.10"\ndependencies = ["filelock-like==3.0"]\n\n'
                                                f'[project.optional-dependencies]\nfast = {_toml_list([utils])}\n')
         extras["helpers"] = ["helper[fast]"]
         sources.append("helper = { workspace = true }")
-    if shape.packaged:
-        _backend(folder)
+    root_build = _build_system(folder, "trainer", shape.backend) if shape.packaged else ""
     uv = ["package = false"] if not shape.packaged else []
     if shape.default_groups is not None:
         uv.append(f"default-groups = {_toml_list(list(shape.default_groups))}")
     if shape.torch_in == "accelerators":
         uv.append('conflicts = [[{ extra = "cpu" }, { extra = "cu128" }]]')
-    text = (_BUILD if shape.packaged else "") + f'[project]\nname = "trainer"\nversion = "0.1.0"\n' \
+    text = root_build + '[project]\nname = "trainer"\nversion = "0.1.0"\n' \
+        'description = "A trainer."\n' \
         f'requires-python = ">=3.10"\ndependencies = {_toml_list(deps)}\n\n'
     if extras:
         text += "[project.optional-dependencies]\n" + "".join(f"{k} = {_toml_list(v)}\n" for k, v in extras.items()) + "\n"
@@ -204,18 +230,65 @@ def compare(project: Project, tmp: Path) -> None:
 @pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(shape=shapes)
+@given(shape=shapes if EXAMPLES > 8 else _plain_shapes)
 @example(shape=Shape(base=("filelock-like==3.0",), torch_in="base", self_extra=False, member=True,
                      default_groups=("dev", "tools"), packaged=True, path_torch=True, url_utils=True))
 @example(shape=Shape(base=(), torch_in="accelerators", self_extra=False, member=True, default_groups=None,
                      packaged=False, path_torch=False, url_utils=True))
-def test_plan_selects_what_uv_sync_installs(shape: Shape, gate_index: GateIndex, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_plan_selects_what_uv_sync_installs(shape: Shape, build_index: GateIndex,
+                                            tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("sync")
-    project = write_project(tmp, shape, gate_index)
+    project = write_project(tmp, shape, build_index)
     try:
         compare(project, tmp)
     except ToolFailed as exc:
         pytest.fail(f"uv lock refused a generated project {shape}: {exc.output[-500:]}")
+
+
+# generated projects installed for real per run (make fuzz: ENVBUILD_PROPERTY_EXAMPLES / 50)
+INSTALL_EXAMPLES = max(1, min(EXAMPLES // 50, 100)) if EXAMPLES > 8 else 1
+_TORCH_SELECTION = {"base": [], "extra": ["--extra", "train"], "group": ["--group", "gpu"],
+                    "accelerators": ["--extra", "cpu"]}
+
+
+@pytest.mark.slow
+@settings(max_examples=INSTALL_EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(shape=shapes.filter(lambda s: s.packaged or s.member or s.sdist))
+@example(shape=Shape(base=(), torch_in="base", self_extra=False, member=True, default_groups=None,
+                     packaged=True, path_torch=True, url_utils=False, backend="poetry-core",
+                     member_backend="uv-build", sdist=True))
+@example(shape=Shape(base=("einops-like==0.8.1",), torch_in="extra", self_extra=True, member=True,
+                     default_groups=("dev", "tools"), packaged=True, path_torch=False,
+                     url_utils=True,
+                     backend="pdm-backend", member_backend="flit-core"))
+def test_provision_installs_what_uv_sync_installs(shape: Shape, build_index: GateIndex,
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Installed for real: the generated project (its root and member built by each common
+    backend from the local index, an sdist-only dependency) ``uv sync --frozen``-ed and
+    ``provision --lock``-ed with the selection that installs torch; ``uv pip list`` of both venvs
+    (names and versions) is the same."""
+    from support.fixtures import run_cli
+
+    tmp = tmp_path_factory.mktemp("install")
+    project = write_project(tmp, shape, build_index)
+    _run([uv_bin(), "lock", "--no-cache"], project.folder, tmp, project_config=True)
+    argv = _TORCH_SELECTION[shape.torch_in]
+    uv = uv_sync_installs(project.folder, argv, tmp / "uv-venv", tmp / "home")
+    assert not isinstance(uv, str), (shape, uv)
+    lock = project.folder / "uv.lock"
+    res = run_cli(("provision", "--lock", lock, "--root", tmp / "data", *argv), home=tmp / "home",
+                  cwd=tmp)
+    assert res.rc == 0, (shape, res.output)
+    assert uv_pip_list(tmp / "data" / "venv") == uv_pip_list(tmp / "uv-venv"), shape
+
+
+def uv_pip_list(venv: Path) -> list[tuple[str, str]]:
+    """(name, version) of every distribution in ``venv``, as ``uv pip list`` says."""
+    python = str(venv / "bin" / "python")
+    out = subprocess.run([uv_bin(), "pip", "list", "--python", python, "--format", "json"],
+                         capture_output=True, text=True, check=True, env=installer_env())
+    return sorted((d["name"], d["version"]) for d in json.loads(out.stdout))
 
 
 def test_the_plan_prints_the_uv_sync_command(gate_index: GateIndex, tmp_path: Path,

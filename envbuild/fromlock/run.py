@@ -43,7 +43,7 @@ from envbuild.fromlock.select import (
     read_lock,
     refuse,
 )
-from envbuild.fromlock.stack import HOME_LINKS, stack_for, stage_files
+from envbuild.fromlock.stack import HOME_LINKS, refuse_pip_without_pip, stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.check import FileReport
@@ -77,6 +77,8 @@ class LockRequest:
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
     rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
     sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
+    # --build-constraints: files constraining the requirements of isolated builds
+    build_constraints: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -531,6 +533,8 @@ def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
 
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
+    from envbuild.fromlock.buildmirror import check_builds
+    from envbuild.fromlock.buildreqs import build_sources
     from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
@@ -562,15 +566,23 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
     links = HOME_LINKS if opts.home is not None else None  # --home: $HOME/venv and $HOME/data, as the stacks make them
+    build = build_sources(req.lock, req.build_constraints)  # where isolated builds get theirs
+    if folder is not None:  # offline: from the wheelhouse alone (``--no-index --find-links DIR``)
+        build = replace(build, index_url=None, extra_index_urls=(), find_links=(str(folder),),
+                        no_index=True)
     spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
-                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links)
+                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links,
+                     build=build)
     paths = layout.paths_for(spec, opts.root)
+    venv_python = opts.venv.expanduser() / "bin" / "python" if opts.venv else paths.python
+    refuse_pip_without_pip(venv_python, backend)
     if prepared.full is not None and opts.venv is not None:
         kept = _first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:
             prepared = kept
             spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
-                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links)
+                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links,
+                             build=build)
     source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
               "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None,
               # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)
@@ -593,6 +605,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                                      hint="Check the network (or a proxy), or provision where they can be reached.")
         else:  # the offline check hashes the files of the steps still to run: a finished root re-verifies
             check_files(plan, folder, todo)
+            check_builds(plan, folder, todo, build)  # and what their isolated builds need
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         try:
             result = provision(spec, replace(run_opts, locked=locked,

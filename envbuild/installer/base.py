@@ -68,12 +68,18 @@ class Installer(Protocol):
         ...
 
 
+_FILE_LISTS = frozenset({"UV_BUILD_CONSTRAINT", "PIP_BUILD_CONSTRAINT"})  # space-separated files
+
+
 def run_step_commands(installer: Installer, planned: PlannedStep, *, spec: StackSpec, python: Path, uv: str | None,
                       steps_dir: Path, constraints: Path | None, log_file: Path, env: Mapping[str, str],
                       pass_fds: Sequence[int] = (), timeout: float | None = None) -> StepRun:
     """Run a step's commands (``plan.step_commands``: what ``plan --json`` shows) in order."""
     step_env = dict(env)
-    step_env.update(planned.env)
+    for key, value in planned.env.items():
+        # a step's own build constraints join the baseline's (both installers take a list of files)
+        joined = key in _FILE_LISTS and step_env.get(key) and value not in step_env[key].split()
+        step_env[key] = f"{step_env[key]} {value}" if joined else value
     step_env["VIRTUAL_ENV"] = str(python.parent.parent)
     step_env.update(progress_env(installer.name, python))  # byte progress for a live display, never in argv
     step_run = None
@@ -138,6 +144,17 @@ def classify_failure(planned: PlannedStep, spec: StackSpec, result: RunResult) -
         return InstallError(f"{step}: a download was cut short (the index closed the connection mid-file).\n{tail}",
                             hint=f"Run provision again: the step is retried from the start. If it keeps happening, "
                             f"check the index or a proxy between. {where}")
+    if re.search(r"(requirements from `build-system\.requires`|"
+                 r"install build dependencies did not run)", text):
+        return InstallError(
+            f"{step}: a package built from source could not get its build requirements (its "
+            f"build-system.requires: the build backend).\n{tail}",
+            hint="An isolated build resolves them from the project's indexes ([[tool.uv.index]] in "
+            "the pyproject.toml beside the lock), else from uv's and pip's configured ones "
+            "(uv.toml, pip.conf, UV_*/PIP_*), as uv sync does: make the backend available there, "
+            "or pin it to one that is with --build-constraints FILE or [tool.uv] "
+            "build-constraint-dependencies. Offline, `envbuild wheelhouse mirror --lock LOCK` "
+            f"carries them. {where}")
     if re.search(r"(No matching distribution|not found in the package registry|No solution found|"
                  r"ResolutionImpossible|Could not find a version)", text):
         return InstallError(f"{step}: the installer could not find or resolve a package.\n{tail}",

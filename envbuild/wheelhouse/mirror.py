@@ -378,9 +378,12 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: 
 
 def _write_manifest(path: Path, artifacts: Sequence[Artifact], out: Path) -> None:
     existing: dict[str, Any] = {}
+    kept: dict[str, Any] = {}  # what other writers record beside the artifacts (lock builds)
     if path.is_file():
         try:
-            existing = {a["filename"]: a for a in json.loads(path.read_text()).get("artifacts", [])}
+            doc = json.loads(path.read_text())
+            existing = {a["filename"]: a for a in doc.get("artifacts", [])}
+            kept = {k: v for k, v in doc.items() if k not in ("schema", "artifacts")}
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
             existing = {}
     for a in artifacts:
@@ -388,4 +391,5 @@ def _write_manifest(path: Path, artifacts: Sequence[Artifact], out: Path) -> Non
             existing[a.filename] = {"name": a.project or "", "version": a.version or "", "filename": a.filename,
                                     "sha256": a.sha256, "size": (out / a.filename).stat().st_size,
                                     "url": redact(a.url or "")}
-    atomic_write_json(path, {"schema": 1, "artifacts": sorted(existing.values(), key=lambda x: x["filename"])})
+    rows = sorted(existing.values(), key=lambda x: x["filename"])
+    atomic_write_json(path, {"schema": 1, "artifacts": rows, **kept})

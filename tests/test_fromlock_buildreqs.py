@@ -1,0 +1,258 @@
+"""``provision --lock`` builds a packaged project, its workspace members and plain sdists as
+``uv sync`` builds them: isolated, each build's ``build-system.requires`` resolved from the
+project's indexes (not ``--no-index``), under its build constraints; the installed set is uv's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.buildbackends import write_package
+from support.fixtures import EnvbuildResult, installer_env
+from support.gatelocks import GateIndex, _run, uv_bin
+
+
+def _project(
+    folder: Path,
+    idx: GateIndex,
+    backend: str,
+    *,
+    deps: tuple[str, ...] = (),
+    tool_uv: str = "",
+    member: str | None = None,
+) -> Path:
+    """A packaged project ``trainer`` built by ``backend`` (and a workspace member ``helper`` built
+    by ``member``), locked by real ``uv lock`` against the stand-in index."""
+    folder.mkdir(parents=True)
+    build = write_package(folder, "trainer", backend)
+    all_deps = ["torch==2.10.0", "filelock-like==3.0", *deps]
+    sources = ""
+    if member is not None:
+        helper = folder / "packages" / "helper"
+        helper.mkdir(parents=True)
+        (helper / "pyproject.toml").write_text(
+            write_package(helper, "helper", member)
+            + '[project]\nname = "helper"\nversion = "0.2.0"\ndescription = "A helper."\n'
+            'requires-python = ">=3.10"\ndependencies = ["einops-like==0.8.1"]\n'
+        )
+        all_deps.append("helper")
+        sources = (
+            '[tool.uv.workspace]\nmembers = ["packages/helper"]\n\n'
+            "[tool.uv.sources]\nhelper = { workspace = true }\n\n"
+        )
+    (folder / "pyproject.toml").write_text(
+        build
+        + '[project]\nname = "trainer"\nversion = "0.1.0"\ndescription = "A trainer."\n'
+        + 'requires-python = ">=3.10"\n'
+        f"dependencies = {json.dumps(all_deps)}\n\n[tool.uv]\n{tool_uv}\n\n{sources}"
+        f'[[tool.uv.index]]\nname = "pypi"\nurl = "{idx.pypi_url}"\ndefault = true\n'
+    )
+    _run([uv_bin(), "lock", "--no-cache"], folder, folder.parent, project_config=True)
+    return folder / "uv.lock"
+
+
+def uv_pip_list(venv: Path) -> dict[str, str]:
+    """{name: version} of ``venv``, as ``uv pip list`` says."""
+    out = subprocess.run(
+        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=installer_env(),
+    )
+    return {d["name"]: d["version"] for d in json.loads(out.stdout)}
+
+
+def uv_sync(folder: Path, venv: Path, home: Path, *argv: str) -> dict[str, str]:
+    """What real ``uv sync --frozen ARGV`` installs into a fresh ``venv``."""
+    env = installer_env(home, {"UV_PROJECT_ENVIRONMENT": str(venv)})
+    env.pop("UV_NO_CONFIG")
+    out = subprocess.run(
+        [uv_bin(), "sync", "--frozen", "--python", sys.executable, *argv],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    return uv_pip_list(venv)
+
+
+@pytest.mark.slow
+def test_packaged_root_member_and_sdist_install_as_uv_sync_installs_them(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """A setuptools root, a hatchling workspace member and an sdist-only dependency (setuptools):
+    each backend comes from the project's index, the build constraints of the project hold, and
+    the venv holds what uv sync's holds. ``--backend pip`` on that root (made bare by the uv
+    backend) is refused before anything runs (exit 2), the venv unchanged."""
+    lock = _project(
+        tmp_path / "p",
+        build_index,
+        "setuptools",
+        deps=("sdist-only==1.0",),
+        member="hatchling",
+        tool_uv='build-constraint-dependencies = ["setuptools>=61"]',
+    )
+    want = uv_sync(lock.parent, tmp_path / "uv-venv", tmp_path / "home")
+    assert {"trainer", "helper", "sdist-only", "torch"} <= set(want)
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    venv = tmp_path / "data" / "venv"
+    assert uv_pip_list(venv) == want
+    pip = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--backend", "pip")
+    assert pip.rc == 2, pip.output
+    assert (
+        "has no pip" in pip.stderr
+        and "--backend uv" in pip.stderr
+        and "Traceback" not in pip.output
+    )
+    assert uv_pip_list(venv) == want
+
+
+@pytest.mark.slow
+def test_build_constraints_bind_the_build_requirements(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """``--build-constraints FILE`` and ``[tool.uv] build-constraint-dependencies`` constrain the
+    backend: one no index serves stops the project stage (exit 5) with a hint a lock user can act
+    on; one that is served builds."""
+    lock = _project(tmp_path / "p", build_index, "flit-core")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("flit-core<1  # no such flit-core\n")
+    res = run_envbuild(
+        "provision", "--lock", lock, "--root", tmp_path / "data", "--build-constraints", bad
+    )
+    assert res.rc == 5, res.output
+    assert (
+        "could not get its build requirements" in res.stderr
+        and "build-constraint-dependencies" in res.stderr
+    )
+    assert "Traceback" not in res.output
+    good = tmp_path / "good.txt"
+    good.write_text("flit-core>=3.4\n")
+    ok = run_envbuild(
+        "provision", "--lock", lock, "--root", tmp_path / "data", "--build-constraints", good
+    )
+    assert ok.rc == 0, ok.output
+    assert "trainer" in uv_pip_list(tmp_path / "data" / "venv")
+    pinned = _project(
+        tmp_path / "q",
+        build_index,
+        "pdm-backend",
+        tool_uv='build-constraint-dependencies = ["pdm-backend<0.1"]',
+    )
+    no = run_envbuild("provision", "--lock", pinned, "--root", tmp_path / "data2")
+    assert no.rc == 5 and "could not get its build requirements" in no.stderr, no.output
+
+
+@pytest.mark.slow
+@pytest.mark.thorough  # a minute on 2 loaded cores: make test-thorough
+def test_offline_builds_from_the_mirrored_build_requirements(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """``wheelhouse mirror --lock`` carries the backends of the root (setuptools), the member
+    (hatchling, and the `editables` its editable build asks for) and the sdist, recorded in
+    wheelhouse.json; the offline provision builds from them and asks no index. A wheelhouse that
+    lacks one is refused before anything is made (exit 5), naming the package and the command."""
+    lock = _project(
+        tmp_path / "p", build_index, "setuptools", deps=("sdist-only==1.0",), member="hatchling"
+    )
+    house = tmp_path / "house"
+    mirrored = run_envbuild("wheelhouse", "mirror", "--lock", lock, "--out", house)
+    assert mirrored.rc == 0, mirrored.output
+    doc = json.loads((house / "wheelhouse.json").read_text())
+    builds = {b["package"]: b for b in doc["builds"].values()}
+    assert set(builds) == {"trainer", "helper", "sdist-only"}
+    assert any(f.startswith("editables-") for f in builds["helper"]["files"]), builds["helper"]
+    recorded = {a["filename"]: a["sha256"] for a in doc["artifacts"]}
+    assert all(f in recorded for b in builds.values() for f in b["files"])
+    setuptools = next(f for f in builds["trainer"]["files"] if f.startswith("setuptools-"))
+    # planted: the setuptools wheel is gone
+    (house / setuptools).rename(tmp_path / setuptools)
+    bad = run_envbuild(
+        "provision", "--lock", lock, "--root", tmp_path / "bad", "--offline", "--wheelhouse", house
+    )
+    assert bad.rc == 5, bad.output
+    assert f"trainer: {setuptools}" in bad.stderr and "wheelhouse mirror --lock" in bad.stderr
+    assert not (tmp_path / "bad").exists() and "Traceback" not in bad.output
+    (tmp_path / setuptools).rename(house / setuptools)
+    want = uv_sync(lock.parent, tmp_path / "uv-venv", tmp_path / "home")
+    build_index.server.clear_requests()
+    res = run_envbuild(
+        "provision", "--lock", lock, "--root", tmp_path / "data", "--offline", "--wheelhouse", house
+    )
+    assert res.rc == 0, res.output
+    assert build_index.server.requested() == []
+    assert uv_pip_list(tmp_path / "data" / "venv") == want
+
+
+def test_build_sources_are_the_projects_indexes(tmp_path: Path) -> None:
+    """The default index, the others in order, flat ones as find-links (a relative path the
+    project's), explicit ones left out (they serve only what is pinned to them), and the build
+    constraints of the project and of ``--build-constraints``; without any: the user's config."""
+    from envbuild.fromlock.buildreqs import build_sources, step_env
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "1"\n[tool.uv]\n'
+        'build-constraint-dependencies = ["setuptools<80"]\n'
+        '[[tool.uv.index]]\nname = "cu128"\nurl = "https://example.org/cu128"\nexplicit = true\n'
+        '[[tool.uv.index]]\nname = "extra"\nurl = "https://example.org/extra/simple"\n'
+        '[[tool.uv.index]]\nname = "local"\nurl = "./wheels"\nformat = "flat"\n'
+        '[[tool.uv.index]]\nname = "mirror"\nurl = "https://example.org/simple"\ndefault = true\n'
+    )
+    more = tmp_path / "more.txt"
+    more.write_text("hatchling==1.27.0  # pinned\n\n")
+    got = build_sources(tmp_path / "uv.lock", (more,))
+    assert got.index_url == "https://example.org/simple"
+    assert got.extra_index_urls == ("https://example.org/extra/simple",)
+    assert got.find_links == (str(tmp_path / "wheels"),)
+    assert got.constraints == ("setuptools<80", "hatchling==1.27.0")
+    path = Path(step_env(got)["UV_BUILD_CONSTRAINT"])
+    assert path.read_text() == "setuptools<80\nhatchling==1.27.0\n"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n')
+    plain = build_sources(tmp_path / "uv.lock")
+    assert plain.index_url is None and not plain.constraints and step_env(plain) == {}
+    assert "user's index configuration" in plain.where
+
+
+def test_one_pyproject_reader_one_error_rule(
+        tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """Every reader of the project's pyproject.toml refuses a malformed one (exit 2, naming the
+    file), where four readers had three rules (one raised, three read it as empty)."""
+    from envbuild.errors import ConfigError
+    from envbuild.fromlock.buildreqs import build_sources
+    from envbuild.fromlock.stages import build_settings
+    from envbuild.gate.accept import load_for
+    from envbuild.gate.formats.uvlock import _default_groups
+    from envbuild.gate.project import read_pyproject
+
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("filelock==3.0.0\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\n[tool.uv]\ndefault-groups = ["tools"]\n'
+        'no-build-isolation-package = ["Flash_Attn"]\n'
+    )
+    assert read_pyproject(tmp_path)["project"]["name"] == "p"
+    assert _default_groups(lock) == ("tools",)
+    assert build_settings(lock).no_isolation == {"flash-attn"}
+    assert load_for(lock) == []
+    assert read_pyproject(tmp_path / "nowhere") == {}
+    (tmp_path / "pyproject.toml").write_text('[project\nname = "p"\n')
+    for reader in (
+        read_pyproject,
+        lambda _: _default_groups(lock),
+        lambda _: build_settings(lock),
+        lambda _: load_for(lock),
+        lambda _: build_sources(lock),
+    ):
+        with pytest.raises(ConfigError, match="pyproject.toml is not valid TOML"):
+            reader(tmp_path)
+    res = run_envbuild("check-lock", lock)
+    assert res.rc == 2, res.output
+    assert "pyproject.toml is not valid TOML" in res.stderr and "Traceback" not in res.output
