@@ -249,17 +249,11 @@ def _as_uv_selects(lock: ParsedLock, sha256: str, envs: list[Environment], expor
 def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[Entry]:
     """The project's own entries uv's export leaves out because they are virtual (``package =
     false``): kept, so the plan says why the project is not installed."""
-    from envbuild.gate.formats._common import toml_loads
+    from envbuild.gate.formats.uvlock import sources_of
 
-    roots = [e for e in members.entries if e.key in members.roots and e.key not in keys]
-    if not roots:
-        return []
-    try:
-        raw = toml_loads(lock.path.read_text(encoding="utf-8")).get("package", []) or []
-    except (OSError, UnicodeDecodeError, LockParseError):
-        return []
-    return [e for e in roots if e.key < len(raw) and isinstance(raw[e.key], dict)
-            and isinstance(raw[e.key].get("source"), dict) and "virtual" in raw[e.key]["source"]]
+    sources = sources_of(lock)
+    return [e for e in members.entries if e.key in members.roots and e.key not in keys
+            and "virtual" in sources.get(e.key, {})]
 
 
 def _holds_word(words: str, want: tuple[str, str]) -> bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import platform as host_platform
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -320,19 +321,12 @@ def build_settings(lock_path: Path) -> BuildSettings:
 # ----------------------------------------------------------------------------- classification
 
 
-def _raw_sources(chosen: Chosen) -> dict[int, dict[str, Any]]:
-    """uv.lock: each entry's ``source`` table (editable / virtual / git), by entry key."""
-    if chosen.lock.format != "uv.lock":
-        return {}
-    try:
-        data = toml_loads(chosen.path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, LockParseError):
-        return {}
-    out = {}
-    for i, p in enumerate(data.get("package", []) or []):
-        if isinstance(p, dict) and isinstance(p.get("source"), dict):
-            out[i] = p["source"]
-    return out
+def _raw_sources(chosen: Chosen) -> Mapping[int, Mapping[str, str]]:
+    """uv.lock: each entry's ``source`` table (editable / virtual / git), by entry key (the typed
+    reader's)."""
+    from envbuild.gate.formats.uvlock import sources_of
+
+    return sources_of(chosen.lock)
 
 
 def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
@@ -531,7 +525,7 @@ def _project_name(lock_path: Path) -> str | None:
     return str(canonical(project["name"])) if isinstance(project, dict) and isinstance(project.get("name"), str) else None
 
 
-def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool, flags: SyncFlags,
+def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path, wanted: bool, flags: SyncFlags,
              root_name: str | None) -> None:
     """The project, a workspace member or a local folder the lock points at, as ``uv sync`` installs it:
     editable where the lock says so (unless ``--no-editable``), left out by ``--no-install-project``
@@ -556,7 +550,7 @@ def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wa
                               f"-e {where}" if editable else f"{e.name} @ {where.as_uri()}"))
 
 
-def _git(e: Entry, source: dict[str, Any], runtime: dict[str, str], settings: BuildSettings) -> Placed:
+def _git(e: Entry, source: Mapping[str, str], runtime: dict[str, str], settings: BuildSettings) -> Placed:
     """A git pin: installed from its commit. One whose build needs torch (as ``_classify`` says of an
     sdist: named in the project's no-build-isolation settings, depending on torch, or a known CUDA
     extension) goes to the builds stage, built without isolation against the installed torch."""
