@@ -200,3 +200,81 @@ def test_a_finding_refuses_only_the_selections_that_install_it(
     uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home")
     assert installed(tmp_path / "data" / "venv") == installed(tmp_path / "uv-venv")
     assert "flash-attn" not in installed(tmp_path / "data" / "venv")
+
+
+# ----------------------------------------------------------------------------- exact sync
+
+
+def _receipt(res: EnvbuildResult) -> Path:
+    found = [line.split("receipt: ", 1)[1].strip() for line in res.stdout.splitlines()
+             if line.startswith("receipt: ")]
+    assert found, res.output
+    return Path(found[-1])
+
+
+def test_a_narrower_selection_removes_what_it_no_longer_installs(
+        accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """A root provisioned with the dev group, then ``--no-dev``: the dev package is gone, the venv
+    holds what ``uv sync --frozen --no-dev`` leaves, and ``receipt diff`` names the change. A package
+    installed by hand is drift for ``verify``; ``--inexact`` keeps it, an exact run removes it."""
+    lock = accel_lock(tmp_path, accel_index)
+    root, venv = tmp_path / "data", tmp_path / "data" / "venv"
+    first = run_envbuild("provision", "--lock", lock, "--root", root)
+    assert first.rc == 0, first.output
+    assert "einops-like" in installed(venv)
+
+    narrow = run_envbuild("provision", "--lock", lock, "--no-dev", "--root", root)
+    assert narrow.rc == 0, narrow.output
+    assert "removed einops-like 0.8.1" in narrow.output
+    uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home", "--no-dev")
+    assert installed(venv) == installed(tmp_path / "uv-venv")
+    assert "einops-like" not in installed(venv)
+    receipt = json.loads(_receipt(narrow).read_text())
+    sync = receipt["payload"]["lock"]["sync"]
+    assert sync["exact"] is True and sync["removed"] == ["einops-like 0.8.1"]
+    assert "einops-like" not in sync["installs"] and "audio-like" in sync["installs"]
+    diff = run_envbuild("receipt", "diff", _receipt(first), _receipt(narrow))
+    assert diff.rc == 10 and "einops-like" in diff.stdout and "identical" not in diff.stdout, diff.output
+
+    assert run_envbuild("verify", "--root", root, "--no-receipt").rc == 0
+    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--index-url",
+                    accel_index.simple_url("pypi"), "einops-like==0.8.1"], check=True, capture_output=True,
+                   env=installer_env(tmp_path / "home"))
+    drift = run_envbuild("verify", "--root", root, "--no-receipt", "--json")
+    assert drift.rc == 6, drift.output
+    doc = json.loads(drift.stdout)
+    assert doc["ok"] is False and len(doc["extraneous"]) == 1 and doc["extraneous"][0].startswith("einops-like 0.8.1")
+
+    kept = run_envbuild("provision", "--lock", lock, "--no-dev", "--inexact", "--root", root)
+    assert kept.rc == 0, kept.output
+    assert "einops-like" in installed(venv)
+    assert run_envbuild("verify", "--root", root, "--no-receipt").rc == 0  # --inexact: kept on purpose
+
+    exact = run_envbuild("provision", "--lock", lock, "--no-dev", "--root", root)
+    assert exact.rc == 0 and "removed einops-like 0.8.1" in exact.output, exact.output
+    assert installed(venv) == installed(tmp_path / "uv-venv")
+
+
+def test_exact_sync_never_removes_the_baseline(accel_index: IndexServer, tmp_path: Path) -> None:
+    """Removing torch (or its protected set) is refused before anything is uninstalled (exit 6)."""
+    from envbuild import guard
+    from envbuild.errors import ABIViolation
+    from envbuild.provision.exact import extraneous, remove
+
+    venv = tmp_path / "venv"
+    env = installer_env(tmp_path / "home")
+    subprocess.run([uv_bin(), "venv", "--python", sys.executable, str(venv)], check=True, capture_output=True, env=env)
+    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--index-url",
+                    accel_index.simple_url("pypi"), "torch==2.10.0", "einops-like==0.8.1"], check=True,
+                   capture_output=True, env=env)
+    [site] = (venv / "lib").glob("python3.*/site-packages")
+    record = {"exact": True, "installs": ["einops-like"], "seeded": False}
+    extra = extraneous(record, guard.scan(site))
+    assert [d.name for d in extra] == ["filelock-like", "torch"]
+    with pytest.raises(ABIViolation, match="part of the ABI baseline"):
+        remove(venv / "bin" / "python", extra, ["torch", "filelock-like"], backend="uv", env=env,
+               log_file=tmp_path / "log")
+    assert set(guard.scan(site)) == {"torch", "filelock-like", "einops-like"}
+    gone = remove(venv / "bin" / "python", [d for d in extra if d.name == "filelock-like"], ["torch"],
+                  backend="uv", env=env, log_file=tmp_path / "log")
+    assert gone == ["filelock-like 3.0"] and set(guard.scan(site)) == {"torch", "einops-like"}

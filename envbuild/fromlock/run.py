@@ -69,6 +69,7 @@ class LockRequest:
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
     rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
     sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
+    inexact: bool = False  # keep what the selection does not install (``provision.exact``; uv sync --inexact)
 
 
 @dataclass
@@ -568,7 +569,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
               # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)
               "kept": {p.entry.name: p.stage for p in (prepared.full.placed if prepared.full else ())
                        if p.entry.name in prepared.already}, **rebuilt_record(prepared.plan)}
-    run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source)
+    run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source,
+                       selection=selected_names(prepared), exact=not req.inexact)
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
             plan, pinned = pin_unhashed(prepared.plan, paths.state)
@@ -590,6 +592,13 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     if opts.venv is not None:
         _record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if it did not finish
     return prepared, result
+
+
+def selected_names(prepared: Prepared) -> tuple[str, ...]:
+    """The names the chosen selection installs (torch, every stage, what an adopted venv already held
+    of it): what an exact sync keeps."""
+    plan = prepared.full or prepared.plan
+    return tuple(sorted({plan.torch.name, *(p.entry.name for p in plan.placed)}))
 
 
 def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, SliceSourceJSON, ProvisionResult]:
