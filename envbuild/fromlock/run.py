@@ -17,7 +17,6 @@ is refused with both versions named, or replaced with ``--replace-torch``.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -115,82 +114,20 @@ def target_python(req: LockRequest, python: str | None, venv: Path | None) -> st
 
 
 def _requires_python(lock: Path) -> str | None:
-    """The lock's top-level ``requires-python`` (uv.lock, pylock.toml), read without parsing the whole file."""
-    import re
-
+    """The lock's ``requires-python`` (uv.lock, pylock.toml), from the typed reader (None: a lock
+    that says none, or one ``prepare`` then refuses with the reason)."""
     try:
-        with lock.open(encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("["):
-                    return None
-                m = re.match(r'\s*requires-python\s*=\s*["\']([^"\']*)["\']', line)
-                if m:
-                    return m.group(1)
-    except (OSError, UnicodeDecodeError):
+        return read_lock(lock)[0].requires_python
+    except ConfigError:
         return None
-    return None
 
 
 def python_for_lock(lock: Path) -> str:
-    """The Python minor a lock is installed with, as uv chooses: this interpreter's when it fits the
-    lock's ``requires-python``; else the newest that does among the interpreters found (``python3.N``
-    on PATH, pyenv's, ``/usr/bin``, then ``uv python find``). PreflightError (exit 3) naming
-    ``requires-python`` and what was looked at when none fits."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    """The Python minor a lock is installed with, as uv chooses (``installer.python.python_for``
+    of the lock's ``requires-python``)."""
+    from envbuild.installer.python import python_for
 
-    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    text = _requires_python(lock)
-    try:
-        spec = SpecifierSet(text) if text else None
-    except InvalidSpecifier:
-        spec = None
-    if spec is None or spec.contains(f"{here}.{sys.version_info[2]}", prereleases=True):
-        return here
-    from envbuild.installer.python import _candidates, probe_python
-
-    looked: list[str] = [f"{sys.executable} ({here})"]
-    for minor in range(20, 7, -1):
-        version = f"3.{minor}"
-        if not any(spec.contains(f"{version}.{patch}", prereleases=True) for patch in (0, 5, 20)):
-            continue
-        for exe in dict.fromkeys(_candidates(version)):
-            if not Path(exe).exists():
-                continue
-            info = probe_python(exe)
-            if info is None:
-                continue
-            got = ".".join(info.version.split(".")[:2])
-            if got == version and spec.contains(info.version, prereleases=True):
-                events.emit("info", f"the lock requires Python {text}, and this interpreter is {here}: installing for "
-                            f"Python {version} ({info.executable}); --python chooses another")
-                return version
-            looked.append(f"{exe} ({got})")
-    found = _uv_python_find(text or "")
-    if found is not None:
-        events.emit("info", f"the lock requires Python {text}: installing for Python {found[0]} ({found[1]}, found by "
-                    "uv python find)")
-        return found[0]
-    raise PreflightError(f"{lock}: the lock requires Python {text}, and no interpreter here fits it (looked at: "
-                         f"{', '.join(dict.fromkeys(looked))}, and uv python find)",
-                         hint="Install a Python the lock allows (e.g. `uv python install`), or name one with --python.")
-
-
-def _uv_python_find(requires: str) -> tuple[str, str] | None:
-    """``uv python find REQUIRES``: (minor, executable) of an interpreter uv knows, else None."""
-    from envbuild.installer.python import find_uv, probe_python
-    from envbuild.run import run
-
-    uv = find_uv()
-    if uv is None or not requires:
-        return None
-    try:
-        out = run([uv, "python", "find", "--no-python-downloads", requires], capture=True, separate_stderr=True,
-                  timeout=30)
-    except OSError:
-        return None
-    exe = (out.output or "").strip().splitlines()[-1] if out.ok and out.output else ""
-    info = probe_python(exe) if exe else None
-    return (".".join(info.version.split(".")[:2]), str(info.executable)) if info is not None else None
+    return python_for(_requires_python(lock), str(lock))
 
 
 def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared:
