@@ -431,7 +431,7 @@ def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None 
 
 def _hash_local(art: LockedFile) -> LockedFile:
     """A file the lock records no hash for: a local one is hashed now (the bytes the installer reads);
-    a remote one keeps ``sha256=None`` until provision downloads it (``fromlock.run.pin_unhashed``)."""
+    a remote one keeps ``sha256=None`` until provision downloads it (``fromlock.unhashed.pin_unhashed``)."""
     from dataclasses import replace as _replace
 
     from envbuild.index.client import local_sha256
