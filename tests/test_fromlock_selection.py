@@ -154,6 +154,37 @@ def test_the_entry_of_the_index_uv_installs(accel_index: IndexServer, tmp_path: 
     assert cpu.rc == 2 and "audio-like 2.8.0: the lock has no file that installs" in cpu.stderr, cpu.output
 
 
+def test_a_lock_with_no_hashes_is_named_without_downloading(
+        accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    """A lock from a find-links page that serves no hashes: uv's pylock export would download every
+    file to hash it, so it runs offline and the requirements export names the selection instead;
+    ``plan --lock`` downloads nothing, and ``provision --lock`` installs what ``uv sync`` does."""
+    folder = _folder(tmp_path, "uv-bare")
+    (folder / "pyproject.toml").write_text(f"""[project]
+name = "{PROJECT}"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = ["torch==2.10.0", "einops-like==0.8.1"]
+
+[tool.uv]
+package = false
+no-index = true
+find-links = ["{accel_index.bare_url("pypi")}"]
+""")
+    lock = _uv_lock(folder, tmp_path)
+    assert "sha256" not in lock.read_text()
+    accel_index.clear_requests()
+    plan = run_envbuild("plan", "--lock", lock, "--json")
+    assert plan.rc == 0, plan.output
+    assert {p["name"] for s in json.loads(plan.stdout)["stages"] for p in s["packages"]} == {
+        "torch", "filelock-like", "einops-like"}
+    assert accel_index.requested("*/files/*") == []
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home")
+    assert installed(tmp_path / "data" / "venv") == installed(tmp_path / "uv-venv")
+
+
 # ----------------------------------------------------------------------------- the gate per selection
 
 

@@ -33,7 +33,8 @@ from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.gate.names import canonical
 from envbuild.installer.python import find_uv
 
-__all__ = ["Exported", "SyncFlags", "export", "match_entries", "parse_pylock", "sync_refusal"]
+__all__ = ["Exported", "SyncFlags", "export", "match_entries", "parse_pylock", "parse_requirements",
+           "sync_refusal"]
 
 
 @dataclass(frozen=True)
@@ -105,33 +106,48 @@ class Exported:
     directory: str | None = None  # a local folder (the project, a workspace member)
     vcs: str | None = None  # a git URL
     files: frozenset[str] = frozenset()  # its wheels' and sdist's URLs or paths
+    hashes: frozenset[str] = frozenset()  # the requirements export: its files' sha256 (no source named)
 
 
 def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     """uv's export of ``flags``' selection of the lock at ``lock_path`` (``uv export --frozen
     --format pylock.toml``); None where uv cannot say (no pyproject.toml beside the lock, a lock not
-    named uv.lock, or no uv). ConfigError (exit 2): uv refuses the selection."""
+    named uv.lock, or no uv). ConfigError (exit 2): uv refuses the selection.
+
+    uv's pylock export downloads every file the lock records no hash for, to write one: it runs
+    offline, and where it cannot (a file from a find-links page that serves no hashes, not in uv's
+    cache) the requirements export answers instead, which names no source: an entry is then told
+    apart from another of its name and version by its files' hashes (``_same_place``)."""
     folder = lock_path.parent
     if not (folder / "pyproject.toml").is_file() or lock_path.name != "uv.lock":
         return None
     uv = find_uv()
     if uv is None:
         return None
-    argv = [uv, "export", "--frozen", "--format", "pylock.toml", "--no-header", "--quiet",
-            *flags.selection_argv()]
     env = {k: v for k, v in os.environ.items()
            if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")}
-    env["NO_COLOR"] = "1"
+    env.update({"NO_COLOR": "1", "UV_OFFLINE": "1"})
+    out = _uv_export(lock_path, uv, "pylock.toml", flags, env)
+    if out.returncode == 0:
+        return parse_pylock(out.stdout)
+    plain = _uv_export(lock_path, uv, "requirements.txt", flags, env)
+    if plain.returncode != 0:
+        raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): "
+                          f"{_uv_reason(plain.stderr)}", hint=_flag_hint(folder))
+    return parse_requirements(plain.stdout)
+
+
+def _uv_export(lock_path: Path, uv: str, fmt: str, flags: SyncFlags,
+               env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    argv = [uv, "export", "--frozen", "--format", fmt, "--no-header", "--quiet", *flags.selection_argv()]
+    if fmt == "requirements.txt":
+        argv.append("--no-annotate")
     try:
-        out = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(argv, cwd=lock_path.parent, env=env, capture_output=True, text=True,
+                              timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(f"{lock_path}: uv export could not run ({exc}), so the selection cannot "
                           "be read") from exc
-    if out.returncode != 0:
-        reason = _uv_reason(out.stderr)
-        raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): "
-                          f"{reason}", hint=_flag_hint(folder))
-    return parse_pylock(out.stdout)
 
 
 def _norm(path: str) -> str:
@@ -172,6 +188,49 @@ def parse_pylock(text: str) -> list[Exported]:
             index=_text(p, "index"), archive=_text(archive, "url") or _text(archive, "path"),
             directory=_norm(path) if path is not None else None, vcs=_text(vcs, "url"),
             files=frozenset(files)))
+    return out
+
+
+def parse_requirements(text: str) -> list[Exported]:
+    """uv's requirements export: ``name==version ; marker`` (with ``--hash`` options), ``name @ URL``,
+    ``-e ./member`` and ``./folder`` lines (a local one named by its folder), continued with
+    backslashes."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    logical: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        current = f"{current} {line}".strip()
+        if current.endswith("\\"):
+            current = current[:-1].strip()
+            continue
+        logical.append(current)
+        current = ""
+    if current:
+        logical.append(current)
+    out: list[Exported] = []
+    for line in logical:
+        parts = line.split()
+        hashes = frozenset(p.split(":", 1)[1] for p in parts if p.startswith("--hash=sha256:"))
+        body = " ".join(p for p in parts if not p.startswith("--hash="))
+        editable = body.startswith("-e ")
+        body = body.removeprefix("-e ").strip()
+        where, _, marker = body.partition(" ; ")
+        if editable or where.startswith((".", "/", "file:")):
+            out.append(Exported(name="", version=None, marker=marker.strip() or None,
+                                directory=_norm(where.strip())))
+            continue
+        try:
+            req = Requirement(body)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"uv export wrote a line envbuild cannot read: {body!r} ({exc})") from exc
+        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        out.append(Exported(name=str(canonical(req.name)), version=pins[0] if pins else None,
+                            marker=str(req.marker) if req.marker else None,
+                            archive=req.url or None, hashes=hashes))
     return out
 
 
@@ -251,7 +310,7 @@ def holds(marker: str | None, values: dict[str, str]) -> bool:
 def _same_place(p: Exported, e: Entry, source: Mapping[str, str]) -> bool:
     """Whether the entry ``e`` (its uv.lock ``source``) is where uv's export takes ``p`` from."""
     if p.directory is not None:
-        return any(_norm(source[k]) == p.directory for k in ("editable", "directory", "virtual")
+        return any(_norm(source[k]) == p.directory for k in ("editable", "directory", "virtual", "path")
                    if k in source)
     if p.vcs is not None:
         return "git" in source and source["git"].split("#")[0].split("?")[0] == p.vcs.split("#")[0]
@@ -261,6 +320,8 @@ def _same_place(p: Exported, e: Entry, source: Mapping[str, str]) -> bool:
     if p.index is not None and "registry" in source:
         return source["registry"].rstrip("/") == p.index.rstrip("/") or \
             bool(p.files) and p.files <= {f for f, _ in e.files}
+    if p.hashes:  # the requirements export: the entry whose files are exactly those
+        return p.hashes == set(e.hashes)
     return bool(p.files) and p.files <= {f for f, _ in e.files}
 
 
@@ -278,7 +339,8 @@ def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, 
     for p in exported:
         if not holds(p.marker, values):
             continue
-        same = [e for e in by_name.get(p.name, []) if p.version is None or e.version == p.version]
+        named = by_name.get(p.name, []) if p.name else lock.entries  # "": a local folder, by its path
+        same = [e for e in named if p.version is None or e.version == p.version]
         if len(same) > 1 or p.directory is not None:
             same = [e for e in same if _same_place(p, e, sources.get(e.key, {}))]
         if len(same) != 1:
@@ -286,6 +348,8 @@ def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, 
             raise ConfigError(f"{lock.path}: uv export lists {p.name} {p.version or ''} from "
                               f"{p.index or p.archive or p.directory or p.vcs or 'somewhere'}, "
                               f"which the lock has {what} for (a lock older than its "
-                              "pyproject.toml?)", hint="Re-lock with `uv lock`.")
+                              "pyproject.toml?)", hint="Re-lock with `uv lock` (an index that serves "
+                              "no hashes: uv names the entry only where it can hash its files)."
+                              if same else "Re-lock with `uv lock`.")
         out.append(same[0])
     return out
