@@ -32,14 +32,25 @@ MISMATCHED = "flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE"  # built for torch 2.9,
 
 def _audio(platform: str, index: str) -> WheelSpec:
     """audio-like 2.8.0 for ``platform``; its module says which index built it."""
-    return WheelSpec("audio-like", "2.8.0", ("torch",), {"audio_like/__init__.py": f"INDEX = {index!r}\n"},
-                     platform_tag=platform)
+    return WheelSpec(
+        "audio-like",
+        "2.8.0",
+        ("torch",),
+        {"audio_like/__init__.py": f"INDEX = {index!r}\n"},
+        platform_tag=platform,
+    )
 
 
 def _torch(version: str) -> WheelSpec:
-    return WheelSpec("torch", version, ("filelock-like",), {
-        "torch/__init__.py": "from .version import __version__ as __version__\n",
-        "torch/version.py": f"__version__ = {version!r}\ncuda = None\n"})
+    return WheelSpec(
+        "torch",
+        version,
+        ("filelock-like",),
+        {
+            "torch/__init__.py": "from .version import __version__ as __version__\n",
+            "torch/version.py": f"__version__ = {version!r}\ncuda = None\n",
+        },
+    )
 
 
 MAC = "macosx_11_0_arm64"
@@ -53,8 +64,13 @@ def accel_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServe
     mirrors PyPI's macOS wheels); cu128: torch 2.10.0+cu128 and a Linux audio-like of its own."""
     root = tmp_path_factory.mktemp("accel-index")
     plain = WheelSpec("filelock-like", "3.0", (), {"filelock_like/__init__.py": ""})
-    for spec in (_torch("2.10.0"), _audio(LINUX, "pypi"), _audio(MAC, "pypi"), plain,
-                 WheelSpec("einops-like", "0.8.1", (), {"einops_like/__init__.py": ""})):
+    for spec in (
+        _torch("2.10.0"),
+        _audio(LINUX, "pypi"),
+        _audio(MAC, "pypi"),
+        plain,
+        WheelSpec("einops-like", "0.8.1", (), {"einops_like/__init__.py": ""}),
+    ):
         spec.build(root / "pypi")
     for spec in (_torch("2.10.0+cpu"), _audio(MAC, "pypi"), plain):
         spec.build(root / "cpu")
@@ -70,8 +86,10 @@ def accel_lock(tmp: Path, server: IndexServer) -> Path:
     dev group (einops-like), by real ``uv lock``."""
     folder = _folder(tmp, "uv-accel")
     deps = ["torch==2.10.0", "audio-like==2.8.0"]
-    indexes = "".join(f'[[tool.uv.index]]\nname = "{r}"\nurl = "{server.simple_url(r)}"\nexplicit = true\n\n'
-                      for r in ("cpu", "cu128"))
+    indexes = "".join(
+        f'[[tool.uv.index]]\nname = "{r}"\nurl = "{server.simple_url(r)}"\nexplicit = true\n\n'
+        for r in ("cpu", "cu128")
+    )
     routed = '[{ index = "cpu", extra = "cpu" }, { index = "cu128", extra = "cu128" }]'
     (folder / "pyproject.toml").write_text(f"""[project]
 name = "{PROJECT}"
@@ -105,14 +123,26 @@ default = true
 def uv_sync(lock: Path, venv: Path, home: Path, *args: str) -> None:
     env = installer_env(home, {"UV_PROJECT_ENVIRONMENT": str(venv)})
     env.pop("UV_NO_CONFIG")  # the project's own [tool.uv] is part of what uv sync reads
-    subprocess.run([uv_bin(), "sync", "--frozen", "--no-cache", "--python", sys.executable, *args],
-                   cwd=lock.parent, env=env, check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [uv_bin(), "sync", "--frozen", "--no-cache", "--python", sys.executable, *args],
+        cwd=lock.parent,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def installed(venv: Path) -> dict[str, str]:
     """{name: version} of what ``venv`` holds, as ``uv pip list`` says."""
-    out = subprocess.run([uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format",
-                          "json"], capture_output=True, text=True, check=True, env=installer_env())
+    out = subprocess.run(
+        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=installer_env(),
+    )
     return {d["name"]: d["version"] for d in json.loads(out.stdout)}
 
 
@@ -121,11 +151,12 @@ def module_text(venv: Path, relative: str) -> str:
     return (site / relative).read_text()
 
 
-# ----------------------------------------------------------------------------- the entry uv installs
+# ------------------------------------------------------------------------- the entry uv installs
 
 
-def test_the_entry_of_the_index_uv_installs(accel_index: IndexServer, tmp_path: Path,
-                                            run_envbuild: Callable[..., EnvbuildResult]) -> None:
+def test_the_entry_of_the_index_uv_installs(
+    accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """audio-like 2.8.0 is locked from pypi, cpu and cu128; cpu's entry shares its macOS wheel with
     pypi's. The default selection installs pypi's (its Linux wheel), ``--extra cu128`` cu128's, each
     what ``uv sync`` installs; ``--extra cpu``, whose entry has no Linux wheel, is refused as uv
@@ -151,11 +182,14 @@ def test_the_entry_of_the_index_uv_installs(accel_index: IndexServer, tmp_path: 
     assert installed(tmp_path / "cu" / "venv")["torch"] == "2.10.0+cu128"
 
     cpu = run_envbuild("plan", "--lock", lock, "--extra", "cpu")
-    assert cpu.rc == 2 and "audio-like 2.8.0: the lock has no file that installs" in cpu.stderr, cpu.output
+    assert cpu.rc == 2 and "audio-like 2.8.0: the lock has no file that installs" in cpu.stderr, (
+        cpu.output
+    )
 
 
 def test_a_lock_with_no_hashes_is_named_without_downloading(
-        accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """A lock from a find-links page that serves no hashes: uv's pylock export would download every
     file to hash it, so it runs offline and the requirements export names the selection instead;
     ``plan --lock`` downloads nothing, and ``provision --lock`` installs what ``uv sync`` does."""
@@ -177,7 +211,10 @@ find-links = ["{accel_index.bare_url("pypi")}"]
     plan = run_envbuild("plan", "--lock", lock, "--json")
     assert plan.rc == 0, plan.output
     assert {p["name"] for s in json.loads(plan.stdout)["stages"] for p in s["packages"]} == {
-        "torch", "filelock-like", "einops-like"}
+        "torch",
+        "filelock-like",
+        "einops-like",
+    }
     assert accel_index.requested("*/files/*") == []
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 0, res.output
@@ -185,7 +222,7 @@ find-links = ["{accel_index.bare_url("pypi")}"]
     assert installed(tmp_path / "data" / "venv") == installed(tmp_path / "uv-venv")
 
 
-# ----------------------------------------------------------------------------- the gate per selection
+# ------------------------------------------------------------------------ the gate per selection
 
 
 def extra_extension_lock(tmp: Path, idx: GateIndex) -> Path:
@@ -212,18 +249,25 @@ torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
 
 
 def test_a_finding_refuses_only_the_selections_that_install_it(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """The mismatched flash-attn is in the extra ``flash`` alone: the default selection plans and
     provisions (what uv sync installs), ``--extra flash`` is refused by the gate (exit 8), before
     anything is made."""
     lock = extra_extension_lock(tmp_path, gate_index)
     assert run_envbuild("check-lock", lock).rc == 8  # the lock as a whole holds the bad wheel
     plan = run_envbuild("plan", "--lock", lock)
-    assert plan.rc == 0 and "gate: ok" in plan.stdout and "flash-attn" not in plan.stdout, plan.output
+    assert plan.rc == 0 and "gate: ok" in plan.stdout and "flash-attn" not in plan.stdout, (
+        plan.output
+    )
 
     flash = run_envbuild("plan", "--lock", lock, "--extra", "flash")
-    assert flash.rc == 8 and "flash-attn" in flash.stderr and "[extension-abi]" in flash.stderr, flash.output
-    refused = run_envbuild("provision", "--lock", lock, "--extra", "flash", "--root", tmp_path / "bad")
+    assert flash.rc == 8 and "flash-attn" in flash.stderr and "[extension-abi]" in flash.stderr, (
+        flash.output
+    )
+    refused = run_envbuild(
+        "provision", "--lock", lock, "--extra", "flash", "--root", tmp_path / "bad"
+    )
     assert refused.rc == 8 and not (tmp_path / "bad" / "venv").exists(), refused.output
 
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
@@ -237,17 +281,22 @@ def test_a_finding_refuses_only_the_selections_that_install_it(
 
 
 def _receipt(res: EnvbuildResult) -> Path:
-    found = [line.split("receipt: ", 1)[1].strip() for line in res.stdout.splitlines()
-             if line.startswith("receipt: ")]
+    found = [
+        line.split("receipt: ", 1)[1].strip()
+        for line in res.stdout.splitlines()
+        if line.startswith("receipt: ")
+    ]
     assert found, res.output
     return Path(found[-1])
 
 
 def test_a_narrower_selection_removes_what_it_no_longer_installs(
-        accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """A root provisioned with the dev group, then ``--no-dev``: the dev package is gone, the venv
-    holds what ``uv sync --frozen --no-dev`` leaves, and ``receipt diff`` names the change. A package
-    installed by hand is drift for ``verify``; ``--inexact`` keeps it, an exact run removes it."""
+    holds what ``uv sync --frozen --no-dev`` leaves, and ``receipt diff`` names the change. A
+    package installed by hand is drift for ``verify``; ``--inexact`` keeps it, an exact run
+    removes it."""
     lock = accel_lock(tmp_path, accel_index)
     root, venv = tmp_path / "data", tmp_path / "data" / "venv"
     first = run_envbuild("provision", "--lock", lock, "--root", root)
@@ -265,21 +314,41 @@ def test_a_narrower_selection_removes_what_it_no_longer_installs(
     assert sync["exact"] is True and sync["removed"] == ["einops-like 0.8.1"]
     assert "einops-like" not in sync["installs"] and "audio-like" in sync["installs"]
     diff = run_envbuild("receipt", "diff", _receipt(first), _receipt(narrow))
-    assert diff.rc == 10 and "einops-like" in diff.stdout and "identical" not in diff.stdout, diff.output
+    assert diff.rc == 10 and "einops-like" in diff.stdout and "identical" not in diff.stdout, (
+        diff.output
+    )
 
     assert run_envbuild("verify", "--root", root, "--no-receipt").rc == 0
-    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--index-url",
-                    accel_index.simple_url("pypi"), "einops-like==0.8.1"], check=True, capture_output=True,
-                   env=installer_env(tmp_path / "home"))
+    subprocess.run(
+        [
+            uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--index-url",
+            accel_index.simple_url("pypi"),
+            "einops-like==0.8.1",
+        ],
+        check=True,
+        capture_output=True,
+        env=installer_env(tmp_path / "home"),
+    )
     drift = run_envbuild("verify", "--root", root, "--no-receipt", "--json")
     assert drift.rc == 6, drift.output
     doc = json.loads(drift.stdout)
-    assert doc["ok"] is False and len(doc["extraneous"]) == 1 and doc["extraneous"][0].startswith("einops-like 0.8.1")
+    assert (
+        doc["ok"] is False
+        and len(doc["extraneous"]) == 1
+        and doc["extraneous"][0].startswith("einops-like 0.8.1")
+    )
 
     kept = run_envbuild("provision", "--lock", lock, "--no-dev", "--inexact", "--root", root)
     assert kept.rc == 0, kept.output
     assert "einops-like" in installed(venv)
-    assert run_envbuild("verify", "--root", root, "--no-receipt").rc == 0  # --inexact: kept on purpose
+    assert (
+        run_envbuild("verify", "--root", root, "--no-receipt").rc == 0
+    )  # --inexact: kept on purpose
 
     exact = run_envbuild("provision", "--lock", lock, "--no-dev", "--root", root)
     assert exact.rc == 0 and "removed einops-like 0.8.1" in exact.output, exact.output
@@ -294,18 +363,48 @@ def test_exact_sync_never_removes_the_baseline(accel_index: IndexServer, tmp_pat
 
     venv = tmp_path / "venv"
     env = installer_env(tmp_path / "home")
-    subprocess.run([uv_bin(), "venv", "--python", sys.executable, str(venv)], check=True, capture_output=True, env=env)
-    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--index-url",
-                    accel_index.simple_url("pypi"), "torch==2.10.0", "einops-like==0.8.1"], check=True,
-                   capture_output=True, env=env)
+    subprocess.run(
+        [uv_bin(), "venv", "--python", sys.executable, str(venv)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    subprocess.run(
+        [
+            uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--index-url",
+            accel_index.simple_url("pypi"),
+            "torch==2.10.0",
+            "einops-like==0.8.1",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
     [site] = (venv / "lib").glob("python3.*/site-packages")
     record = {"exact": True, "installs": ["einops-like"], "seeded": False}
     extra = extraneous(record, guard.scan(site))
     assert [d.name for d in extra] == ["filelock-like", "torch"]
     with pytest.raises(ABIViolation, match="part of the ABI baseline"):
-        remove(venv / "bin" / "python", extra, ["torch", "filelock-like"], backend="uv", env=env,
-               log_file=tmp_path / "log")
+        remove(
+            venv / "bin" / "python",
+            extra,
+            ["torch", "filelock-like"],
+            backend="uv",
+            env=env,
+            log_file=tmp_path / "log",
+        )
     assert set(guard.scan(site)) == {"torch", "filelock-like", "einops-like"}
-    gone = remove(venv / "bin" / "python", [d for d in extra if d.name == "filelock-like"], ["torch"],
-                  backend="uv", env=env, log_file=tmp_path / "log")
+    gone = remove(
+        venv / "bin" / "python",
+        [d for d in extra if d.name == "filelock-like"],
+        ["torch"],
+        backend="uv",
+        env=env,
+        log_file=tmp_path / "log",
+    )
     assert gone == ["filelock-like 3.0"] and set(guard.scan(site)) == {"torch", "einops-like"}

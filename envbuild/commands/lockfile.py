@@ -119,8 +119,9 @@ def add_lock_args(p: argparse.ArgumentParser, *, provision: bool) -> None:
         g.add_argument("--replace-torch", action="store_true",
                        help="--lock --venv: replace a torch the venv has that is not the lock's (refused otherwise)")
         g.add_argument("--inexact", action="store_true",
-                       help="--lock: keep packages the selection does not install (default: remove them, as "
-                       "uv sync does; never torch and its protected set, nor what an adopted --venv held)")
+                       help="--lock: keep packages the selection does not install (default: remove "
+                       "them, as uv sync does; never torch and its protected set, nor what an "
+                       "adopted --venv held)")
 
 
 def _lock_only(args: SelectionArgs, *, replace_torch: bool, have: Path | None,
@@ -159,8 +160,8 @@ def sync_flags(args: SelectionArgs) -> SyncFlags:
         no_install_project=args.no_install_project or args.no_project, no_install_workspace=args.no_install_workspace)
 
 
-def refuse_lock_options(args: SelectionArgs, *, replace_torch: bool = False, have: Path | None = None,
-                        inexact: bool = False) -> None:
+def refuse_lock_options(args: SelectionArgs, *, replace_torch: bool = False,
+                        have: Path | None = None, inexact: bool = False) -> None:
     """Exit 2 when an option of ``--lock FILE`` is given without it (it would be ignored silently);
     ``replace_torch`` and ``have``: the command's own (provision's, wheelhouse mirror's)."""
     used = _given(_lock_only(args, replace_torch=replace_torch, have=have, inexact=inexact))
@@ -347,8 +348,8 @@ def provision(args: ProvisionArgs, lock: Path) -> int:
         return 0
     where = f"{chosen.path} ({chosen.env.name})"
     if result.removed:
-        events.emit("ok", f"{where}: {result.paths.venv} holds the selection and nothing else: removed "
-                    f"{', '.join(result.removed)} ({len(result.ran)} stages run)")
+        events.emit("ok", f"{where}: {result.paths.venv} holds the selection and nothing else: "
+                    f"removed {', '.join(result.removed)} ({len(result.ran)} stages run)")
     elif not result.ran:
         events.emit("ok", f"{where}: already provisioned and verified at {result.paths.venv}; nothing to do")
     else:

@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from envbuild.fromlock.image import SliceSourceJSON
 
 
-__all__ = ["LockRequest", "Prepared", "adopt", "base_torch_of", "prepare", "provision_lock", "provision_slice",
-           "unreachable_hosts", "verify_adoption"]
+__all__ = ["LockRequest", "Prepared", "adopt", "base_torch_of", "prepare", "provision_lock",
+           "provision_slice", "unreachable_hosts", "verify_adoption"]
 
 
 DEFAULT_ROOT = "/mnt/data"
@@ -231,7 +231,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                           hint="Provision on a host with that glibc (or in an image based on one: `envbuild docker "
                           "--lock`), or re-lock with an older manylinux wheel of them.")
     if opts.venv is not None:
-        prepared = adopt(prepared, opts.venv, req.replace_torch, verify=False)  # the files: first_adoption
+        # the files: first_adoption
+        prepared = adopt(prepared, opts.venv, req.replace_torch, verify=False)
     elif opts.python is not None:
         say_python_has_torch(opts.python, prepared.plan.torch.version or "")
     backend = installer_for(opts.backend).name
@@ -273,13 +274,13 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
         result = provision(spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds}))
     if opts.venv is not None:
-        record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if it did not finish
+        record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if unfinished
     return prepared, result
 
 
 def selected_names(prepared: Prepared) -> tuple[str, ...]:
-    """The names the chosen selection installs (torch, every stage, what an adopted venv already held
-    of it): what an exact sync keeps."""
+    """The names the chosen selection installs (torch, every stage, what an adopted venv already
+    held of it): what an exact sync keeps."""
     plan = prepared.full or prepared.plan
     return tuple(sorted({plan.torch.name, *(p.entry.name for p in plan.placed)}))
 

@@ -431,7 +431,8 @@ def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None 
 
 def _hash_local(art: LockedFile) -> LockedFile:
     """A file the lock records no hash for: a local one is hashed now (the bytes the installer reads);
-    a remote one keeps ``sha256=None`` until provision downloads it (``fromlock.unhashed.pin_unhashed``)."""
+    a remote one keeps ``sha256=None`` until provision downloads it
+    (``fromlock.unhashed.pin_unhashed``)."""
     from dataclasses import replace as _replace
 
     from envbuild.index.client import local_sha256
@@ -525,7 +526,8 @@ def _project_name(lock_path: Path) -> str | None:
     return str(canonical(project["name"])) if isinstance(project, dict) and isinstance(project.get("name"), str) else None
 
 
-def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path, wanted: bool, flags: SyncFlags,
+def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path, wanted: bool,
+             flags: SyncFlags,
              root_name: str | None) -> None:
     """The project, a workspace member or a local folder the lock points at, as ``uv sync`` installs it:
     editable where the lock says so (unless ``--no-editable``), left out by ``--no-install-project``
@@ -550,7 +552,8 @@ def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path,
                               f"-e {where}" if editable else f"{e.name} @ {where.as_uri()}"))
 
 
-def _git(e: Entry, source: Mapping[str, str], runtime: dict[str, str], settings: BuildSettings) -> Placed:
+def _git(e: Entry, source: Mapping[str, str], runtime: dict[str, str],
+         settings: BuildSettings) -> Placed:
     """A git pin: installed from its commit. One whose build needs torch (as ``_classify`` says of an
     sdist: named in the project's no-build-isolation settings, depending on torch, or a known CUDA
     extension) goes to the builds stage, built without isolation against the installed torch."""

@@ -106,7 +106,7 @@ class Exported:
     directory: str | None = None  # a local folder (the project, a workspace member)
     vcs: str | None = None  # a git URL
     files: frozenset[str] = frozenset()  # its wheels' and sdist's URLs or paths
-    hashes: frozenset[str] = frozenset()  # the requirements export: its files' sha256 (no source named)
+    hashes: frozenset[str] = frozenset()  # the requirements export: its files' sha256 (no source)
 
 
 def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
@@ -139,7 +139,8 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
 
 def _uv_export(lock_path: Path, uv: str, fmt: str, flags: SyncFlags,
                env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    argv = [uv, "export", "--frozen", "--format", fmt, "--no-header", "--quiet", *flags.selection_argv()]
+    argv = [uv, "export", "--frozen", "--format", fmt, "--no-header", "--quiet",
+            *flags.selection_argv()]
     if fmt == "requirements.txt":
         argv.append("--no-annotate")
     try:
@@ -310,8 +311,8 @@ def holds(marker: str | None, values: dict[str, str]) -> bool:
 def _same_place(p: Exported, e: Entry, source: Mapping[str, str]) -> bool:
     """Whether the entry ``e`` (its uv.lock ``source``) is where uv's export takes ``p`` from."""
     if p.directory is not None:
-        return any(_norm(source[k]) == p.directory for k in ("editable", "directory", "virtual", "path")
-                   if k in source)
+        return any(_norm(source[k]) == p.directory
+                   for k in ("editable", "directory", "virtual", "path") if k in source)
     if p.vcs is not None:
         return "git" in source and source["git"].split("#")[0].split("?")[0] == p.vcs.split("#")[0]
     if p.archive is not None:
@@ -339,7 +340,7 @@ def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, 
     for p in exported:
         if not holds(p.marker, values):
             continue
-        named = by_name.get(p.name, []) if p.name else lock.entries  # "": a local folder, by its path
+        named = by_name.get(p.name, []) if p.name else lock.entries  # "": a local folder, by path
         same = [e for e in named if p.version is None or e.version == p.version]
         if len(same) > 1 or p.directory is not None:
             same = [e for e in same if _same_place(p, e, sources.get(e.key, {}))]
@@ -348,8 +349,9 @@ def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, 
             raise ConfigError(f"{lock.path}: uv export lists {p.name} {p.version or ''} from "
                               f"{p.index or p.archive or p.directory or p.vcs or 'somewhere'}, "
                               f"which the lock has {what} for (a lock older than its "
-                              "pyproject.toml?)", hint="Re-lock with `uv lock` (an index that serves "
-                              "no hashes: uv names the entry only where it can hash its files)."
+                              "pyproject.toml?)",
+                              hint="Re-lock with `uv lock` (an index that serves no hashes: uv "
+                              "names the entry only where it can hash its files)."
                               if same else "Re-lock with `uv lock`.")
         out.append(same[0])
     return out

@@ -20,7 +20,8 @@ from envbuild import events
 from envbuild.errors import PreflightError
 from envbuild.run import run
 
-__all__ = ["Interpreter", "find_interpreter", "find_python", "find_uv", "probe_python", "python_for", "python_version_of",
+__all__ = ["Interpreter", "find_interpreter", "find_python", "find_uv", "probe_python", "python_for",
+           "python_version_of",
            "run_python_json", "unfit_reason", "UnfitInterpreter"]
 
 
@@ -250,8 +251,8 @@ def run_python_json(python: Path, code: str, timeout: float = 120, what: str | N
 
 def python_for(requires: str | None, what: str) -> str:
     """The Python minor to install for ``requires`` (a ``requires-python``), as uv chooses: this
-    interpreter's when it fits; else the newest that does among the interpreters found (``_candidates``),
-    then ``uv python find``. PreflightError (exit 3) naming ``requires`` and what was looked at when
+    interpreter's when it fits; else the newest that does among the interpreters found
+    (``_candidates``), then ``uv python find``. PreflightError (exit 3) naming ``requires`` and what was looked at when
     none fits; ``what``: whose requirement it is (a lock file)."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -275,19 +276,20 @@ def python_for(requires: str | None, what: str) -> str:
                 continue
             got = ".".join(info.version.split(".")[:2])
             if got == version and spec.contains(info.version, prereleases=True):
-                events.emit("info", f"the lock requires Python {requires}, and this interpreter is {here}: "
-                            f"installing for Python {version} ({info.executable}); --python chooses another")
+                events.emit("info", f"the lock requires Python {requires}, and this interpreter "
+                            f"is {here}: installing for Python {version} ({info.executable}); "
+                            "--python chooses another")
                 return version
             looked.append(f"{exe} ({got})")
     found = _uv_python_find(requires or "")
     if found is not None:
-        events.emit("info", f"the lock requires Python {requires}: installing for Python {found[0]} "
-                    f"({found[1]}, found by uv python find)")
+        events.emit("info", f"the lock requires Python {requires}: installing for Python "
+                    f"{found[0]} ({found[1]}, found by uv python find)")
         return found[0]
-    raise PreflightError(f"{what}: the lock requires Python {requires}, and no interpreter here fits it "
-                         f"(looked at: {', '.join(dict.fromkeys(looked))}, and uv python find)",
-                         hint="Install a Python the lock allows (e.g. `uv python install`), or name one "
-                         "with --python.")
+    raise PreflightError(f"{what}: the lock requires Python {requires}, and no interpreter here "
+                         f"fits it (looked at: {', '.join(dict.fromkeys(looked))}, and uv python "
+                         "find)", hint="Install a Python the lock allows (e.g. `uv python "
+                         "install`), or name one with --python.")
 
 
 def _uv_python_find(requires: str) -> tuple[str, str] | None:
@@ -302,4 +304,6 @@ def _uv_python_find(requires: str) -> tuple[str, str] | None:
         return None
     exe = (out.output or "").strip().splitlines()[-1] if out.ok and out.output else ""
     info = probe_python(exe) if exe else None
-    return (".".join(info.version.split(".")[:2]), str(info.executable)) if info is not None else None
+    if info is None:
+        return None
+    return ".".join(info.version.split(".")[:2]), str(info.executable)

@@ -456,7 +456,8 @@ def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None =
         raise ABIViolation(f"no baseline was recorded for {spec.abi.package}; the environment cannot be verified")
     # The last step's guard has just checked this very state; a run that installed nothing
     # (a re-run, --step of the last step only after a stop) checks it here.
-    guarded_now = bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name and not result.removed
+    guarded_now = (bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name
+                   and not result.removed)
     try:
         check = final_check(spec, baseline=guard.Baseline.from_json(manifest.baseline), site=run.site,
                             python=run.python, marker_env=manifest.marker_env,

@@ -38,15 +38,26 @@ class SyncJSON(_SyncJSON, total=False):
     """The selection a root was provisioned with, in the manifest and the receipt's lock record."""
 
     base: list[str]  # an adopted environment: what it held before envbuild first provisioned it
-    removed: list[str]  # `name version` of what the last run removed (not installed by the selection)
+    removed: list[
+        str
+    ]  # `name version` of what the last run removed (not installed by the selection)
 
 
-def sync_record(installs: Iterable[str], *, exact: bool, seeded: bool,
-                previous: Mapping[str, object] | None, site: Path | None) -> SyncJSON:
+def sync_record(
+    installs: Iterable[str],
+    *,
+    exact: bool,
+    seeded: bool,
+    previous: Mapping[str, object] | None,
+    site: Path | None,
+) -> SyncJSON:
     """The manifest's record of a selection. ``site``: an adopted environment's site-packages
     (None: a venv envbuild made), whose own packages are recorded once, on the first run."""
-    out: SyncJSON = {"exact": exact, "installs": sorted({str(canonicalize_name(n)) for n in installs}),
-                     "seeded": seeded}
+    out: SyncJSON = {
+        "exact": exact,
+        "installs": sorted({str(canonicalize_name(n)) for n in installs}),
+        "seeded": seeded,
+    }
     base = previous.get("base") if previous else None
     if isinstance(base, list):
         out["base"] = [str(n) for n in base]
@@ -67,8 +78,15 @@ def extraneous(record: Mapping[str, object], dists: Mapping[str, guard.Dist]) ->
     return [d for name, d in sorted(dists.items()) if name not in keep]
 
 
-def remove(python: Path, dists: list[guard.Dist], protected: Iterable[str], *, backend: str,
-           env: Mapping[str, str], log_file: Path) -> list[str]:
+def remove(
+    python: Path,
+    dists: list[guard.Dist],
+    protected: Iterable[str],
+    *,
+    backend: str,
+    env: Mapping[str, str],
+    log_file: Path,
+) -> list[str]:
     """Uninstall ``dists`` from the venv of ``python`` with the run's installer; returns ``name
     version`` of each. ABIViolation (exit 6): one of them is torch or its protected set."""
     from envbuild.installer.python import find_uv
@@ -79,10 +97,11 @@ def remove(python: Path, dists: list[guard.Dist], protected: Iterable[str], *, b
     guarded = {str(canonicalize_name(n)) for n in protected}
     hit = [f"{d.name} {d.version}" for d in dists if d.name in guarded]
     if hit:
-        raise ABIViolation(f"the selection no longer installs {', '.join(hit)}, part of the ABI baseline: "
-                           "removing it would take the baseline away, so nothing was removed",
-                           hint="Provision this selection into a new root, or keep what is there with "
-                           "--inexact.")
+        raise ABIViolation(
+            f"the selection no longer installs {', '.join(hit)}, part of the ABI baseline: "
+            "removing it would take the baseline away, so nothing was removed",
+            hint="Provision this selection into a new root, or keep what is there with --inexact.",
+        )
     names = [d.name for d in dists]
     uv = find_uv() if backend == "uv" else None
     if uv is not None:
@@ -91,9 +110,16 @@ def remove(python: Path, dists: list[guard.Dist], protected: Iterable[str], *, b
         argv = [python, "-m", "pip", "uninstall", "--yes", *names]
     out = run(argv, env=env, log_file=log_file)
     if not out.ok:
-        raise InstallError(f"removing what the selection no longer installs ({', '.join(names)}) "
-                           f"failed; see {log_file}", hint="Run provision again, or keep them with --inexact.")
+        raise InstallError(
+            f"removing what the selection no longer installs ({', '.join(names)}) "
+            f"failed; see {log_file}",
+            hint="Run provision again, or keep them with --inexact.",
+        )
     gone = [f"{d.name} {d.version}" for d in dists]
-    events.emit("info", f"exact sync: removed {len(gone)} package(s) the selection does not install: "
-                + ", ".join(gone) + " (--inexact keeps them)")
+    events.emit(
+        "info",
+        f"exact sync: removed {len(gone)} package(s) the selection does not install: "
+        + ", ".join(gone)
+        + " (--inexact keeps them)",
+    )
     return gone

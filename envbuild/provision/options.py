@@ -63,7 +63,7 @@ class ProvisionResult:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
     lock: dict[str, object] = field(default_factory=dict)  # how the lock was used: the receipt's "lock"
-    removed: list[str] = field(default_factory=list)  # exact sync: `name version` of what was removed
+    removed: list[str] = field(default_factory=list)  # exact sync: `name version` of each removed
 
 
 __all__ = ["Choice", "ProvisionOptions", "ProvisionResult"]
