@@ -154,6 +154,7 @@ def module_text(venv: Path, relative: str) -> str:
 # ------------------------------------------------------------------------- the entry uv installs
 
 
+@pytest.mark.slow
 def test_the_entry_of_the_index_uv_installs(
     accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
 ) -> None:
@@ -187,6 +188,7 @@ def test_the_entry_of_the_index_uv_installs(
     )
 
 
+@pytest.mark.slow
 def test_a_lock_with_no_hashes_is_named_without_downloading(
     accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
 ) -> None:
@@ -248,6 +250,7 @@ torch = [{{ index = "cu128", marker = "sys_platform == 'linux'" }}]
     return _uv_lock(folder, tmp)
 
 
+@pytest.mark.slow
 def test_a_finding_refuses_only_the_selections_that_install_it(
     gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
 ) -> None:
@@ -290,6 +293,7 @@ def _receipt(res: EnvbuildResult) -> Path:
     return Path(found[-1])
 
 
+@pytest.mark.slow
 def test_a_narrower_selection_removes_what_it_no_longer_installs(
     accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
 ) -> None:
