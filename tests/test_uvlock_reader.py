@@ -33,6 +33,7 @@ from envbuild.gate.formats.uvlock import (
     UvSupplied,
     conflict_items,
     pseudo,
+    sources_of,
 )
 from envbuild.gate.markers import MarkerCache
 from envbuild.gate.model import Environment, EnvList, Item, LockParseError, ParsedLock
@@ -504,4 +505,6 @@ def test_the_gate_gets_a_parsed_lock(tmp_path: Path) -> None:
                          "extra == 'extra-3-app-gpu'": 7},
         "supplied_requires": {("vision", "1.0"): ("torchy",)},
         "implies": {"extra-3-app-cpu": frozenset({"extra-4-liba-fast"})},
+        "sources": {0: {"virtual": "."}, **{k: {"registry": "../wheels"} for k in range(1, 8)}},
     }
+    assert sources_of(lock) is lock.extra["sources"]

@@ -146,6 +146,8 @@ class VerifyDocument(TypedDict):
     unfinished: str | None
     violations: list[ViolationJSON]  # the guard's violations, then the import check's findings
     changed_on_disk: list[str]  # torch and its protected set: files whose bytes are not the ones RECORD lists
+    # a root provisioned from a lock with exact sync: packages its selection does not install
+    extraneous: list[str]
     torch: dict[str, Any] | None  # the `import torch` check's answer (version, cuda, file, ...)
     guard_seconds: float  # how long the guard took
     receipt: str | None  # the receipt written (null: --no-receipt, or no manifest)

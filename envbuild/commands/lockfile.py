@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,9 +119,14 @@ def add_lock_args(p: argparse.ArgumentParser, *, provision: bool) -> None:
     if provision:
         g.add_argument("--replace-torch", action="store_true",
                        help="--lock --venv: replace a torch the venv has that is not the lock's (refused otherwise)")
+        g.add_argument("--inexact", action="store_true",
+                       help="--lock: keep packages the selection does not install (default: remove "
+                       "them, as uv sync does; never torch and its protected set, nor what an "
+                       "adopted --venv held)")
 
 
-def _lock_only(args: SelectionArgs, *, replace_torch: bool, have: Path | None) -> dict[str, object]:
+def _lock_only(args: SelectionArgs, *, replace_torch: bool, have: Path | None,
+               inexact: bool = False) -> dict[str, object]:
     """The options that choose or shape an environment of a lock file: meaningless without --lock FILE
     (``--replace-torch``: provision's; ``--have``: wheelhouse mirror's)."""
     return {"--format": args.lock_format, "--extra": args.extra, "--group": args.group,
@@ -132,7 +137,8 @@ def _lock_only(args: SelectionArgs, *, replace_torch: bool, have: Path | None) -
             "--no-default-groups": args.no_default_groups, "--no-dev": args.no_dev, "--only-dev": args.only_dev,
             "--package": args.package, "--all-packages": args.all_packages, "--no-editable": args.no_editable,
             "--no-install-project": args.no_install_project, "--no-install-workspace": args.no_install_workspace,
-            "--require-hashes": args.require_hashes, "--build-constraints": args.build_constraints}
+            "--require-hashes": args.require_hashes, "--build-constraints": args.build_constraints,
+            "--inexact": inexact}
 
 
 def _selection(args: SelectionArgs, lock: Path, *, wheelhouse: str | None = None,
@@ -157,10 +163,11 @@ def sync_flags(args: SelectionArgs) -> SyncFlags:
         no_install_project=args.no_install_project or args.no_project, no_install_workspace=args.no_install_workspace)
 
 
-def refuse_lock_options(args: SelectionArgs, *, replace_torch: bool = False, have: Path | None = None) -> None:
+def refuse_lock_options(args: SelectionArgs, *, replace_torch: bool = False,
+                        have: Path | None = None, inexact: bool = False) -> None:
     """Exit 2 when an option of ``--lock FILE`` is given without it (it would be ignored silently);
     ``replace_torch`` and ``have``: the command's own (provision's, wheelhouse mirror's)."""
-    used = _given(_lock_only(args, replace_torch=replace_torch, have=have))
+    used = _given(_lock_only(args, replace_torch=replace_torch, have=have, inexact=inexact))
     if used:
         raise ConfigError(f"{', '.join(used)} {'goes' if len(used) == 1 else 'go'} with --lock FILE (a uv.lock or "
                           "pylock.toml): without it there is no lock environment to choose",
@@ -329,8 +336,9 @@ def provision(args: ProvisionArgs, lock: Path) -> int:
                 events.emit("ok", f"{lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
                             f"({result.seconds:.1f} s)")
             return 0
-        prepared, result = provision_lock(_request(args, lock, step=args.step, replace_torch=args.replace_torch),
-                                          options)
+        req = replace(_request(args, lock, step=args.step, replace_torch=args.replace_torch),
+                      inexact=args.inexact)
+        prepared, result = provision_lock(req, options)
     except (KeyboardInterrupt, Interrupted) as exc:
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
         raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from exc
@@ -346,7 +354,10 @@ def provision(args: ProvisionArgs, lock: Path) -> int:
         ui.print_json(doc)
         return 0
     where = f"{chosen.path} ({chosen.env.name})"
-    if not result.ran:
+    if result.removed:
+        events.emit("ok", f"{where}: {result.paths.venv} holds the selection and nothing else: "
+                    f"removed {', '.join(result.removed)} ({len(result.ran)} stages run)")
+    elif not result.ran:
         events.emit("ok", f"{where}: already provisioned and verified at {result.paths.venv}; nothing to do")
     else:
         events.emit("ok", f"{where}: provisioned {result.paths.venv} in {result.seconds:.1f} s "

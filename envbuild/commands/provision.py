@@ -47,6 +47,7 @@ class ProvisionArgs(InstallArgs):
     step_timeout: float | None
     import_timeout: float
     replace_torch: bool
+    inexact: bool
 
 
 def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
@@ -98,7 +99,7 @@ def run(args: ProvisionArgs) -> int:
 
     if args.lock is not None:
         return fromlock.provision(args, args.lock)
-    fromlock.refuse_lock_options(args, replace_torch=args.replace_torch)
+    fromlock.refuse_lock_options(args, replace_torch=args.replace_torch, inexact=args.inexact)
     spec = load_stack(args)
     if args.offline and not args.wheelhouse:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")

@@ -98,7 +98,9 @@ def run(args: VerifyArgs) -> int:
             raise VerifyError(f"{venv}: {exc}", hint="A hang in `import torch` is usually a driver or a network file "
                               "system: check `nvidia-smi` and the mounts, or raise --timeout.") from exc
         inventory = software.result()
-    messages = [f.message for f in check.findings] + changed_on_disk(inventory, baseline)
+    changed = changed_on_disk(inventory, baseline)
+    extra = extraneous_of(manifest, venv, site)
+    messages = [f.message for f in check.findings] + changed + extra
     receipt = None
     if record:
         payload: receipts.VerifyPayload = {"ok": not messages and not unfinished, "venv": str(venv),
@@ -113,7 +115,7 @@ def run(args: VerifyArgs) -> int:
             "schema": "envbuild.verify/1", "venv": str(venv), "baseline_from": source,
             "ok": not messages and not unfinished, "unfinished": unfinished,
             "violations": [{"rule": f.rule, "package": f.package, "message": f.message} for f in check.findings],
-            "changed_on_disk": messages[len(check.findings):], "torch": check.data,
+            "changed_on_disk": changed, "extraneous": extra, "torch": check.data,
             "guard_seconds": round(check.report.seconds, 4), "receipt": str(receipt) if receipt else None}
         ui.print_json(doc)
     if messages:
@@ -127,6 +129,18 @@ def run(args: VerifyArgs) -> int:
         events.emit("ok", f"{venv}: {spec.abi.package} {baseline.version} intact "
                     f"(guard {1000 * check.report.seconds:.0f} ms; baseline from {source})")
     return 0
+
+
+def extraneous_of(manifest: Manifest, venv: Path, site: Path) -> list[str]:
+    """A root provisioned from a lock's selection with exact sync: one message per package the venv
+    holds that the selection does not install (``provision.exact``)."""
+    from envbuild.provision.exact import extraneous
+
+    if manifest.sync is None or not manifest.sync.get("exact") or Path(manifest.venv) != venv:
+        return []
+    return [f"{d.name} {d.version} is installed, and the lock's selection this root holds does not "
+            "install it (extraneous: `provision --lock` removes it, --inexact keeps it)"
+            for d in extraneous(manifest.sync, guard.scan(site))]
 
 
 def changed_on_disk(inventory: SoftwareJSON, baseline: guard.Baseline) -> list[str]:

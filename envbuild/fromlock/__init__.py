@@ -3,15 +3,18 @@
 The data flow, one module each:
 
 - ``select``  read the lock (uv.lock, pylock.toml), choose one environment of it (this host's
-              platform and Python, the locker's default selection or ``--extra``/``--group``), run
-              the gate's rules on it (``envbuild.gate``);
+              platform and Python, the selection uv's export names, entry by entry: ``uvsync``),
+              run the gate's rules on it (``envbuild.gate``), keeping the findings about what it
+              installs;
 - ``stages``  the install stages of that environment, each package with the reason it is there:
               torch and its runtime, prebuilt extensions, the rest, source builds against the
               installed torch, the project;
 - ``rebuild`` ``--rebuild-mismatched``: a prebuilt extension the gate fails for its ABI moves to the
               source builds, from its sdist (the lock's, else its index's, pinned by sha256);
 - ``stack``   the stages as a stack of hash-pinned steps for ``envbuild.provision``;
-- ``run``     adopt the torch a venv already has, then provision (guard after every stage).
+- ``run``     prepare (``request``), adopt the torch a venv already has (``adopt``), pin the
+              files the lock has no hash for (``unhashed``), then provision (guard after every
+              stage; exact sync after the last: ``envbuild.provision.exact``).
 """
 
 from __future__ import annotations

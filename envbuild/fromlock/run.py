@@ -4,38 +4,40 @@ Every refusal comes before anything is made: an unreadable or unsupported lock a
 selection (exit 2), a lock the gate fails (exit 8), a venv whose torch is not the lock's (exit 6),
 file hosts that do not answer (exit 3), an offline wheelhouse that lacks a file or holds other
 bytes than the lock pins (exit 5, ``fromlock.offline``). Then ``envbuild.provision.provision``
-runs the stages as steps (``fromlock.stack``).
+runs the stages as steps (``fromlock.stack``), and removes what the selection does not install
+(``provision.exact``, unless ``--inexact``).
 
-Adopting the torch that is there: a ``--venv`` that already holds the lock's exact torch
-(version and local tag, every file as its RECORD lists it) keeps it as the baseline, unstamped
-and with no download. Every other locked package the venv already holds at the locked version,
-each of its files present at the size its RECORD lists, is kept too (as ``uv sync`` keeps an
-installed package of the right version): in a base image that has the stack, the stages install
-only what it lacks. What was kept is decided once per root (``adopted.json``). A different torch
-is refused with both versions named, or replaced with ``--replace-torch``.
+Beside it: ``request`` (what is asked, what is prepared), ``adopt`` (the torch a ``--venv``
+already has, kept as the baseline), ``unhashed`` (files the lock records no sha256 for); the
+interpreter for a lock's ``requires-python`` is ``installer.python.python_for``'s choice.
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from envbuild import events, guard, layout
+from envbuild import events, layout
 from envbuild.errors import (
-    ABIViolation,
     ConfigError,
     EnvbuildError,
-    InstallError,
     LockError,
     PreflightError,
 )
+from envbuild.fromlock.adopt import (
+    adopt,
+    base_torch_of,
+    first_adoption,
+    record_adoption,
+    say_python_has_torch,
+    verify_adoption,
+)
 from envbuild.fromlock.record import write_record
+from envbuild.fromlock.request import LockRequest, Prepared
 from envbuild.fromlock.select import (
-    Chosen,
     Request,
     choose,
     gate,
@@ -45,51 +47,19 @@ from envbuild.fromlock.select import (
 )
 from envbuild.fromlock.stack import HOME_LINKS, refuse_pip_without_pip, stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
-from envbuild.fromlock.uvsync import SyncFlags
-from envbuild.gate.check import FileReport
-from envbuild.gate.findings import Finding
-from envbuild.gate.model import Format
+from envbuild.fromlock.unhashed import pin_unhashed, say_unhashed
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from envbuild.fromlock.image import SliceSourceJSON
 
-__all__ = ["LockRequest", "Prepared", "adopt", "prepare", "provision_lock", "provision_slice", "unreachable_hosts"]
+
+__all__ = ["LockRequest", "Prepared", "adopt", "base_torch_of", "prepare", "provision_lock",
+           "provision_slice", "unreachable_hosts", "verify_adoption"]
+
 
 DEFAULT_ROOT = "/mnt/data"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LockRequest:
-    """What ``provision --lock`` / ``plan --lock`` are asked, beside provision's own options."""
-
-    lock: Path
-    fmt: Format | None = None
-    extras: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
-    environment: tuple[str, ...] = ()
-    accept: Path | None = None
-    project: bool = True
-    replace_torch: bool = False
-    require_hashes: bool = False  # refuse a lock that records no sha256 for a file it installs (before anything is made)
-    base_torch: str | None = None  # the torch the --venv already has: the baseline of a lock that leaves torch to it
-    wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
-    rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
-    sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
-    # --build-constraints: files constraining the requirements of isolated builds
-    build_constraints: tuple[Path, ...] = ()
-
-
-@dataclass
-class Prepared:
-    chosen: Chosen
-    report: FileReport
-    plan: StagePlan
-    adopted: str | None = None  # the venv's torch, kept as the baseline
-    already: tuple[str, ...] = ()  # packages the adopted venv holds at the locked version
-    full: StagePlan | None = None  # the plan before adoption left out what the venv holds (the spec digest's)
-    failing: tuple[Finding, ...] = ()  # the gate's failing findings (``prepare(refusing=False)`` only)
 
 
 def target_python(req: LockRequest, python: str | None, venv: Path | None) -> str:
@@ -124,82 +94,20 @@ def target_python(req: LockRequest, python: str | None, venv: Path | None) -> st
 
 
 def _requires_python(lock: Path) -> str | None:
-    """The lock's top-level ``requires-python`` (uv.lock, pylock.toml), read without parsing the whole file."""
-    import re
-
+    """The lock's ``requires-python`` (uv.lock, pylock.toml), from the typed reader (None: a lock
+    that says none, or one ``prepare`` then refuses with the reason)."""
     try:
-        with lock.open(encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("["):
-                    return None
-                m = re.match(r'\s*requires-python\s*=\s*["\']([^"\']*)["\']', line)
-                if m:
-                    return m.group(1)
-    except (OSError, UnicodeDecodeError):
+        return read_lock(lock)[0].requires_python
+    except ConfigError:
         return None
-    return None
 
 
 def python_for_lock(lock: Path) -> str:
-    """The Python minor a lock is installed with, as uv chooses: this interpreter's when it fits the
-    lock's ``requires-python``; else the newest that does among the interpreters found (``python3.N``
-    on PATH, pyenv's, ``/usr/bin``, then ``uv python find``). PreflightError (exit 3) naming
-    ``requires-python`` and what was looked at when none fits."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    """The Python minor a lock is installed with, as uv chooses (``installer.python.python_for``
+    of the lock's ``requires-python``)."""
+    from envbuild.installer.python import python_for
 
-    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    text = _requires_python(lock)
-    try:
-        spec = SpecifierSet(text) if text else None
-    except InvalidSpecifier:
-        spec = None
-    if spec is None or spec.contains(f"{here}.{sys.version_info[2]}", prereleases=True):
-        return here
-    from envbuild.installer.python import _candidates, probe_python
-
-    looked: list[str] = [f"{sys.executable} ({here})"]
-    for minor in range(20, 7, -1):
-        version = f"3.{minor}"
-        if not any(spec.contains(f"{version}.{patch}", prereleases=True) for patch in (0, 5, 20)):
-            continue
-        for exe in dict.fromkeys(_candidates(version)):
-            if not Path(exe).exists():
-                continue
-            info = probe_python(exe)
-            if info is None:
-                continue
-            got = ".".join(info.version.split(".")[:2])
-            if got == version and spec.contains(info.version, prereleases=True):
-                events.emit("info", f"the lock requires Python {text}, and this interpreter is {here}: installing for "
-                            f"Python {version} ({info.executable}); --python chooses another")
-                return version
-            looked.append(f"{exe} ({got})")
-    found = _uv_python_find(text or "")
-    if found is not None:
-        events.emit("info", f"the lock requires Python {text}: installing for Python {found[0]} ({found[1]}, found by "
-                    "uv python find)")
-        return found[0]
-    raise PreflightError(f"{lock}: the lock requires Python {text}, and no interpreter here fits it (looked at: "
-                         f"{', '.join(dict.fromkeys(looked))}, and uv python find)",
-                         hint="Install a Python the lock allows (e.g. `uv python install`), or name one with --python.")
-
-
-def _uv_python_find(requires: str) -> tuple[str, str] | None:
-    """``uv python find REQUIRES``: (minor, executable) of an interpreter uv knows, else None."""
-    from envbuild.installer.python import find_uv, probe_python
-    from envbuild.run import run
-
-    uv = find_uv()
-    if uv is None or not requires:
-        return None
-    try:
-        out = run([uv, "python", "find", "--no-python-downloads", requires], capture=True, separate_stderr=True,
-                  timeout=30)
-    except OSError:
-        return None
-    exe = (out.output or "").strip().splitlines()[-1] if out.ok and out.output else ""
-    info = probe_python(exe) if exe else None
-    return (".".join(info.version.split(".")[:2]), str(info.executable)) if info is not None else None
+    return python_for(_requires_python(lock), str(lock))
 
 
 def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared:
@@ -216,7 +124,7 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
             refuse(chosen, failing, req.accept)
         prepared = Prepared(chosen, report, plan_stages(chosen, project=req.project, base_torch=req.base_torch),
                             failing=tuple(failing))
-        _say_unhashed(prepared, req)
+        say_unhashed(prepared, req)
         _check_base_torch(prepared)
         return prepared
     from envbuild.fromlock.offline import wheelhouse_folder
@@ -230,35 +138,9 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     if refusing:
         refuse(chosen, failing, req.accept, rebuild=True)
     prepared = Prepared(chosen, report, plan, failing=tuple(failing))
-    _say_unhashed(prepared, req)
+    say_unhashed(prepared, req)
     _check_base_torch(prepared)
     return prepared
-
-
-def _say_unhashed(prepared: Prepared, req: LockRequest) -> None:
-    """One notice naming the files the lock records no sha256 for (uv installs them as they are);
-    with ``--require-hashes`` a refusal before anything is made (exit 8)."""
-    from envbuild.fromlock.stages import unhashed
-
-    found = unhashed(prepared.plan)
-    if not found:
-        return
-    names = ", ".join(f"{p.label} ({p.artifact.filename if p.artifact else '?'})" for p in found[:6])
-    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
-    if req.require_hashes:
-        raise LockError(f"{prepared.chosen.path}: the lock records no sha256 for {len(found)} file(s) it installs, and "
-                        f"--require-hashes was given, so nothing was installed: {names}{more}",
-                        hint="Re-lock from an index that serves hashes (uv records none for a local flat index or a "
-                        "find-links folder), or drop --require-hashes to pin the files' sha256 on first install.")
-    events.emit("warn", f"the lock records no sha256 for {len(found)} file(s): {names}{more}; they install as uv "
-                "installs them, and the sha256 of the bytes installed is recorded (manifest and receipt) and required "
-                "from then on")
-
-
-def base_torch_of(venv: Path | None) -> str | None:
-    """The distribution version of the torch ``venv`` already has (None: no venv, or no torch in it)."""
-    env = _env(venv) if venv is not None else None
-    return env.torch.version if env is not None and env.torch is not None else None
 
 
 def _check_base_torch(prepared: Prepared) -> None:
@@ -308,213 +190,11 @@ def _check_base_torch(prepared: Prepared) -> None:
                         hint="Use a base image with a torch they accept, or re-lock them for this torch.")
 
 
-def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dict[str, str]]]:
-    """The files the lock records no sha256 for, pinned: a remote one is downloaded (streamed) into
-    ``state/unhashed/`` and installed from there, so the bytes hashed are the bytes installed. The
-    sha256 of each is recorded in ``state/unhashed.json`` on first install and required from then on
-    (InstallError, exit 5, when a file changed). Returns the plan and {name: {url, file, sha256}}."""
-    import json
-
-    from envbuild._io import atomic_write_json, sha256_file
-    from envbuild.fromlock.stages import LockedFile, Placed
-
-    found = [p for p in plan.placed if p.unhashed and p.artifact is not None]
-    if not found:
-        return plan, {}
-    record_path = state / "unhashed.json"
-    try:
-        known = json.loads(record_path.read_text(encoding="utf-8"))
-        known = known if isinstance(known, dict) else {}
-    except (OSError, ValueError):
-        known = {}
-    pinned: dict[str, dict[str, str]] = {}
-    placed = list(plan.placed)
-    for i, p in enumerate(placed):
-        if not (p.unhashed and p.artifact is not None):
-            continue
-        art = p.artifact
-        if art.sha256 is None:
-            local = _download(art.url, state / "unhashed" / art.filename)
-            art = LockedFile(local.as_uri(), sha256_file(local), art.filename)
-        assert art.sha256 is not None
-        was = known.get(p.artifact.url)
-        if isinstance(was, str) and was != art.sha256:
-            raise InstallError(f"{p.artifact.url}: the lock records no sha256 for {p.label}, and its bytes changed since "
-                               f"they were first installed here (sha256 {was[:16]}... then, {art.sha256[:16]}... now); "
-                               "nothing was installed", hint="Find out why the file changed; re-lock with hashes, or "
-                               f"delete {record_path} to accept the new bytes.")
-        known[p.artifact.url] = art.sha256
-        pinned[p.entry.name] = {"url": p.artifact.url, "file": art.filename, "sha256": art.sha256}
-        placed[i] = Placed(p.entry, p.stage, p.why, art, f"{p.entry.name} @ {art.url} --hash=sha256:{art.sha256}",
-                           needs_glibc=p.needs_glibc, rebuilt=p.rebuilt, unhashed=True)
-    state.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(record_path, known)
-    return replace(plan, placed=placed), pinned
-
-
-def _download(url: str, dest: Path) -> Path:
-    """``url`` streamed to ``dest`` (``index.remotezip.stream_to_file``: never held in memory);
-    PreflightError naming the host when it cannot be reached, InstallError when the disk is full."""
-    import requests
-
-    from envbuild.index.client import session
-    from envbuild.index.net import failure, redact
-    from envbuild.index.remotezip import stream_to_file
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        part = stream_to_file(url, None, http=session(), timeout=(10, 60), folder=dest.parent)
-    except requests.exceptions.RequestException as exc:
-        raise PreflightError(f"cannot reach {urlsplit(url).hostname}: {redact(failure(exc)[1])}",
-                             hint="Check the network (or a proxy), or provision where the host can be reached.") from exc
-    except OSError as exc:
-        raise InstallError(f"{dest}: cannot write the download of {redact(url)} ({exc.strerror or exc})",
-                           hint="Free space on the data root.") from exc
-    part.replace(dest)
-    return dest
-
-
 def rebuilt_record(plan: StagePlan) -> dict[str, object]:
     """What a receipt's lock record says of ``--rebuild-mismatched`` builds: {name: where its sdist
     came from, and that the lock does not pin it} ({} where nothing was rebuilt)."""
     rebuilt = {p.entry.name: p.rebuilt for p in plan.placed if p.rebuilt}
     return {"rebuilt": rebuilt} if rebuilt else {}
-
-
-@dataclass(frozen=True)
-class _Env:
-    """An environment's site-packages, its distributions and its torch (None without)."""
-
-    site: Path
-    dists: dict[str, guard.Dist]
-
-    @property
-    def torch(self) -> guard.Dist | None:
-        return self.dists.get("torch")
-
-    def torch_versions(self) -> tuple[str, ...]:
-        """torch's version as its metadata and as its runtime (``version.py``) say; () without torch."""
-        if self.torch is None:
-            return ()
-        return (self.torch.version, guard.read_runtime_version(self.site) or self.torch.version)
-
-
-def _env(prefix: Path) -> _Env | None:
-    """The environment at ``prefix`` (a venv, or a base image's prefix); None where there is none."""
-    try:
-        site = guard.site_packages(prefix.expanduser())
-    except FileNotFoundError:
-        return None
-    return _Env(site, guard.scan(site))
-
-
-def adopt(prepared: Prepared, venv: Path, replace_torch: bool, *, verify: bool = True) -> Prepared:
-    """Keep the venv's torch when it is the lock's (see the module docstring). ``verify`` off: by
-    versions alone, the files looked at later by ``verify_adoption`` (unless a finished root's
-    record says what was kept, with torch's RECORD unchanged since)."""
-    env = _env(venv)
-    if env is None or env.torch is None:
-        return prepared
-    have_version, runtime = env.torch_versions()
-    want = prepared.plan.torch.version or ""
-    if want not in (have_version, runtime):
-        if replace_torch:
-            events.emit("warn", f"--replace-torch: {venv} has torch {runtime}; the lock's {want} replaces it")
-            return prepared
-        raise ABIViolation(f"{venv} has torch {runtime}, the lock installs torch {want}: provisioning would replace "
-                           "the environment's torch (and every extension built against it); nothing was changed",
-                           hint="Use an environment with the lock's torch, re-lock for the torch that is there, or "
-                           "replace it knowingly with --replace-torch.")
-    plan = prepared.plan
-    already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
-                    and (d := env.dists.get(p.entry.name)) is not None and d.version == p.entry.version)
-    events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
-    adopted = _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
-    return verify_adoption(adopted, venv) if verify else adopted
-
-
-def verify_adoption(prepared: Prepared, venv: Path) -> Prepared:
-    """torch's files as its RECORD lists them (exit 6 otherwise), and of the packages kept by version
-    only those whose RECORD files are all there at their size: a base image holds thousands of
-    files, and the guard watches torch's."""
-    env = _env(venv)
-    assert env is not None and env.torch is not None  # adopt() found them
-    bad = guard.files_differ(env.torch, env.site)
-    if bad:
-        raise ABIViolation(f"{venv} has torch {prepared.adopted}, the lock's version, but {len(bad)} of its files "
-                           f"differ from its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; "
-                           "nothing was changed", hint="Reinstall torch there, or replace it with --replace-torch.")
-    intact = tuple(n for n in prepared.already if not guard.files_differ(env.dists[n], env.site, hash_limit=0))
-    if intact == prepared.already:
-        return prepared
-    return _keeping(prepared, intact, f"{venv} already has torch {prepared.adopted}")
-
-
-def _keeping(prepared: Prepared, already: tuple[str, ...], torch_why: str) -> Prepared:
-    """``prepared`` whose plan leaves out the adopted torch and ``already`` (of its full plan)."""
-    plan = prepared.full or prepared.plan
-    kept = [p for p in plan.placed if p.entry is not plan.torch and p.entry.name not in already]
-    left = [*plan.left_out, ("torch", f"adopted: {torch_why} (RECORD intact)"),
-            *((n, "already in the adopted environment at the locked version (its RECORD's files present)") for n in already)]
-    return replace(prepared, plan=replace(plan, placed=kept, left_out=left), already=already)
-
-
-def _first_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: Path) -> Prepared:
-    """What the first provision of this root kept, on a re-run of the same lock environment; the
-    files looked at (``verify_adoption``) on a first run.
-
-    A re-run finds in the venv what the first run installed, at the locked version: left out
-    again, the stages would shrink and the steps look changed. What was kept is therefore decided
-    once per root and lock environment (``<root>/.envbuild/adopted.json``, with torch's RECORD
-    sha256 then); a re-run with torch's RECORD unchanged keeps the same packages without looking
-    at their files again, and a finished environment is a no-op."""
-    import json
-
-    record = paths.state / "adopted.json"
-    try:
-        doc = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        doc = None
-    if isinstance(doc, dict) and doc.get("digest") == digest and isinstance(doc.get("already"), list) \
-            and doc.get("torch_record_sha256") == _torch_record(venv):
-        names = tuple(n for n in doc["already"] if isinstance(n, str))
-        return prepared if set(names) == set(prepared.already) else \
-            _keeping(prepared, names, f"the environment's torch {prepared.adopted}")
-    return verify_adoption(prepared, venv)
-
-
-def _torch_record(venv: Path) -> str | None:
-    env = _env(venv)
-    return env.torch.record_sha256 if env is not None and env.torch is not None else None
-
-
-def _record_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: Path) -> None:
-    """After a provision that adopted: what it kept, for ``_first_adoption`` (a re-run keeps the same)."""
-    from envbuild._io import atomic_write_json
-
-    record = paths.state / "adopted.json"
-    if prepared.full is not None and paths.state.is_dir():
-        atomic_write_json(record, {"digest": digest, "torch": prepared.adopted, "already": list(prepared.already),
-                                   "torch_record_sha256": _torch_record(venv)})
-
-
-def _say_python_has_torch(python: str, want: str) -> None:
-    """``--python`` whose own environment (a base image's) already holds the lock's torch: the venv
-    made with it gets a second copy; say how to keep the one that is there (``--venv PREFIX``)."""
-    from envbuild.run import run
-
-    try:
-        out = run([python, "-I", "-c", "import sys; print(sys.prefix)"], capture=True, separate_stderr=True,
-                  timeout=20)
-    except OSError:
-        return
-    prefix = Path((out.output or "").strip().splitlines()[-1]) if out.ok and out.output else None
-    env = _env(prefix) if prefix is not None else None
-    have = env.torch_versions() if env is not None else ()
-    if have and want in have:
-        events.emit("warn", f"--python {python}: its environment ({prefix}) already has the lock's torch {have[-1]}; "
-                    f"the venv made with it installs torch again. To keep the one that is there as the baseline (no "
-                    f"download), provision into that environment: --venv {prefix}")
 
 
 def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
@@ -559,9 +239,10 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                           hint="Provision on a host with that glibc (or in an image based on one: `envbuild docker "
                           "--lock`), or re-lock with an older manylinux wheel of them.")
     if opts.venv is not None:
-        prepared = adopt(prepared, opts.venv, req.replace_torch, verify=False)  # the files: _first_adoption
+        # the files: first_adoption
+        prepared = adopt(prepared, opts.venv, req.replace_torch, verify=False)
     elif opts.python is not None:
-        _say_python_has_torch(opts.python, prepared.plan.torch.version or "")
+        say_python_has_torch(opts.python, prepared.plan.torch.version or "")
     backend = installer_for(opts.backend).name
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
@@ -577,7 +258,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     venv_python = opts.venv.expanduser() / "bin" / "python" if opts.venv else paths.python
     refuse_pip_without_pip(venv_python, backend)
     if prepared.full is not None and opts.venv is not None:
-        kept = _first_adoption(prepared, spec.digest, paths, opts.venv)
+        kept = first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:
             prepared = kept
             spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
@@ -588,10 +269,11 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
               # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)
               "kept": {p.entry.name: p.stage for p in (prepared.full.placed if prepared.full else ())
                        if p.entry.name in prepared.already}, **rebuilt_record(prepared.plan)}
-    run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source)
+    run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source,
+                       selection=selected_names(prepared), exact=not req.inexact)
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
-            plan, pinned = pin_unhashed(prepared.plan, paths.state)
+            plan, pinned = pin_unhashed(prepared.plan, paths.state)  # fromlock.unhashed
             if pinned:
                 source["unhashed"] = pinned
                 run_opts = replace(run_opts, lock_source=source)
@@ -616,8 +298,15 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                              {**prepared.chosen.to_json(), "adopted_torch": prepared.adopted})
             raise
     if opts.venv is not None:
-        _record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if it did not finish
+        record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if unfinished
     return prepared, result
+
+
+def selected_names(prepared: Prepared) -> tuple[str, ...]:
+    """The names the chosen selection installs (torch, every stage, what an adopted venv already
+    held of it): what an exact sync keeps."""
+    plan = prepared.full or prepared.plan
+    return tuple(sorted({plan.torch.name, *(p.entry.name for p in plan.placed)}))
 
 
 def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, SliceSourceJSON, ProvisionResult]:

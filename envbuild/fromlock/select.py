@@ -249,17 +249,11 @@ def _as_uv_selects(lock: ParsedLock, sha256: str, envs: list[Environment], expor
 def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[Entry]:
     """The project's own entries uv's export leaves out because they are virtual (``package =
     false``): kept, so the plan says why the project is not installed."""
-    from envbuild.gate.formats._common import toml_loads
+    from envbuild.gate.formats.uvlock import sources_of
 
-    roots = [e for e in members.entries if e.key in members.roots and e.key not in keys]
-    if not roots:
-        return []
-    try:
-        raw = toml_loads(lock.path.read_text(encoding="utf-8")).get("package", []) or []
-    except (OSError, UnicodeDecodeError, LockParseError):
-        return []
-    return [e for e in roots if e.key < len(raw) and isinstance(raw[e.key], dict)
-            and isinstance(raw[e.key].get("source"), dict) and "virtual" in raw[e.key]["source"]]
+    sources = sources_of(lock)
+    return [e for e in members.entries if e.key in members.roots and e.key not in keys
+            and "virtual" in sources.get(e.key, {})]
 
 
 def _holds_word(words: str, want: tuple[str, str]) -> bool:
@@ -294,7 +288,9 @@ def selection_marker(lock: ParsedLock, env: Environment) -> str | None:
 
 
 def gate(chosen: Chosen, request: Request, accept: Path | None) -> tuple[FileReport, list[Finding]]:
-    """The gate's rules on the chosen environment alone: (the report, the findings that refuse it)."""
+    """The gate's rules on the chosen environment alone: (the report, the findings that refuse it).
+    A finding about a package this selection does not install (a mismatched wheel in an extra
+    that is not asked for) refuses only the selections that install it (``installed_by``)."""
     env = chosen.env
     where = [request.environment[0] if request.environment else host_platform_key()]
     marker = selection_marker(chosen.lock, env)
@@ -310,7 +306,27 @@ def gate(chosen: Chosen, request: Request, accept: Path | None) -> tuple[FileRep
         report = check_file(chosen.path, Policy(python=env.python), fmt=chosen.lock.format, offline=True,
                             narrow=Narrow(environment=tuple(where[:1]), python=(env.python,),
                                           default_python=env.python), accept_file=accept)
-    return report, report.failing
+    return report, installed_by(chosen, report.failing)
+
+
+def installed_by(chosen: Chosen, findings: list[Finding]) -> list[Finding]:
+    """The findings about what ``chosen`` installs: a finding on a locked entry (by its line in
+    the lock, else by its name) counts where the selection installs that entry; one about no
+    entry (the lock as a whole) always counts."""
+    keys = {e.key for e in chosen.members.entries}
+    names = {e.name for e in chosen.members.entries}
+    at_line = {e.line: e for e in chosen.lock.entries if e.line is not None}
+    locked = {e.name for e in chosen.lock.entries}
+    out = []
+    for f in findings:
+        entry = at_line.get(f.line) if f.line is not None else None
+        name = str(canonical(f.package.split()[0])) if f.package.strip() else ""
+        if entry is not None and entry.name == name:
+            if entry.key in keys:
+                out.append(f)
+        elif name not in locked or name in names:
+            out.append(f)
+    return out
 
 
 def refuse(chosen: Chosen, failing: list[Finding], accept: Path | None, *, rebuild: bool = False) -> None:

@@ -32,16 +32,16 @@ sha256 (``name @ URL --hash=sha256:...``).
 from __future__ import annotations
 
 import platform as host_platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 from urllib.parse import unquote, urlsplit
 
 from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.select import Chosen, ChosenJSON
 from envbuild.fromlock.uvsync import SyncFlags
-from envbuild.gate.formats._common import toml_loads
-from envbuild.gate.model import Entry, LockParseError
+from envbuild.gate.model import Entry
 from envbuild.gate.names import canonical
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 from envbuild.index.wheeltags import NEWEST_GLIBC, SDIST_SUFFIXES, wheel_tags
@@ -294,19 +294,12 @@ def build_settings(lock_path: Path) -> BuildSettings:
 # ----------------------------------------------------------------------------- classification
 
 
-def _raw_sources(chosen: Chosen) -> dict[int, dict[str, Any]]:
-    """uv.lock: each entry's ``source`` table (editable / virtual / git), by entry key."""
-    if chosen.lock.format != "uv.lock":
-        return {}
-    try:
-        data = toml_loads(chosen.path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, LockParseError):
-        return {}
-    out = {}
-    for i, p in enumerate(data.get("package", []) or []):
-        if isinstance(p, dict) and isinstance(p.get("source"), dict):
-            out[i] = p["source"]
-    return out
+def _raw_sources(chosen: Chosen) -> Mapping[int, Mapping[str, str]]:
+    """uv.lock: each entry's ``source`` table (editable / virtual / git), by entry key (the typed
+    reader's)."""
+    from envbuild.gate.formats.uvlock import sources_of
+
+    return sources_of(chosen.lock)
 
 
 def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
@@ -411,7 +404,8 @@ def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None 
 
 def _hash_local(art: LockedFile) -> LockedFile:
     """A file the lock records no hash for: a local one is hashed now (the bytes the installer reads);
-    a remote one keeps ``sha256=None`` until provision downloads it (``fromlock.run.pin_unhashed``)."""
+    a remote one keeps ``sha256=None`` until provision downloads it
+    (``fromlock.unhashed.pin_unhashed``)."""
     from dataclasses import replace as _replace
 
     from envbuild.index.client import local_sha256
@@ -503,7 +497,8 @@ def _project_name(lock_path: Path) -> str | None:
     return str(canonical(name)) if isinstance(name, str) else None
 
 
-def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool, flags: SyncFlags,
+def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path, wanted: bool,
+             flags: SyncFlags,
              root_name: str | None) -> None:
     """The project, a workspace member or a local folder the lock points at, as ``uv sync`` installs it:
     editable where the lock says so (unless ``--no-editable``), left out by ``--no-install-project``
@@ -528,7 +523,8 @@ def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wa
                               f"-e {where}" if editable else f"{e.name} @ {where.as_uri()}"))
 
 
-def _git(e: Entry, source: dict[str, Any], runtime: dict[str, str], settings: BuildSettings) -> Placed:
+def _git(e: Entry, source: Mapping[str, str], runtime: dict[str, str],
+         settings: BuildSettings) -> Placed:
     """A git pin: installed from its commit. One whose build needs torch (as ``_classify`` says of an
     sdist: named in the project's no-build-isolation settings, depending on torch, or a known CUDA
     extension) goes to the builds stage, built without isolation against the installed torch."""

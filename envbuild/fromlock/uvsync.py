@@ -4,11 +4,13 @@ The selection flags are uv sync's, flag for flag (``SyncFlags``): ``--extra``, `
 ``--no-extra``, ``--group``, ``--only-group``, ``--no-group``, ``--all-groups``,
 ``--no-default-groups``, ``--no-dev``, ``--only-dev``, ``--package``. Rather than a second reading
 of uv's rules (default groups, extras switched on through other extras, workspace members and
-their extras, conflicts), the locker answers: ``uv export --frozen`` (requirements format) with the
-same flags lists every package the selection installs, each with the marker that says where. The
-markers are evaluated here for the target platform and Python, and what holds is matched to the
-uv.lock's own entries (name, version, and the file hashes where a name has several entries), so
-the stages keep the lock's edges, sources and hashes. A selection uv refuses (conflicting extras,
+their extras, conflicts), the locker answers: ``uv export --frozen --format pylock.toml`` with the
+same flags lists every package the selection installs, each with the marker that says where and
+the source uv takes it from (its index, URL, path, folder or git URL). The markers are evaluated
+here for the target platform and Python, and what holds is the uv.lock entry of that name,
+version and source (a name locked once per accelerator index is told apart by its index, as uv
+tells it apart, never by the files two indexes share), so the stages keep the lock's edges,
+sources and hashes. A selection uv refuses (conflicting extras,
 an extra the project does not define) is refused with uv's own reason.
 
 uv reads the project's ``pyproject.toml`` (and its workspace members') beside the lock; where it is
@@ -20,8 +22,10 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from envbuild.errors import ConfigError
 from envbuild.gate.formats._common import toml_loads
@@ -29,7 +33,8 @@ from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.gate.names import canonical
 from envbuild.installer.python import find_uv
 
-__all__ = ["Exported", "SyncFlags", "export", "match_entries", "sync_refusal"]
+__all__ = ["Exported", "SyncFlags", "export", "match_entries", "parse_pylock", "parse_requirements",
+           "sync_refusal"]
 
 
 @dataclass(frozen=True)
@@ -87,59 +92,63 @@ class SyncFlags:
 
 @dataclass(frozen=True)
 class Exported:
-    """One package of uv's export: name, version (None: a local folder), marker, the sha256 of its
-    files (how an entry is told apart from another of the same name and version)."""
+    """One package of uv's pylock.toml export, as uv names it: name, version (None: a local
+    folder), marker, and where it comes from: its index, its archive's URL or path, its folder,
+    its VCS URL, the URLs (or paths) of its files. That is what tells an entry apart from another
+    of the same name and version (one per accelerator index): uv says which one, nothing is
+    matched back by hash."""
 
     name: str
     version: str | None
     marker: str | None
-    hashes: frozenset[str]
+    index: str | None = None
+    archive: str | None = None  # a direct URL or a path (relative to the lock's folder)
+    directory: str | None = None  # a local folder (the project, a workspace member)
+    vcs: str | None = None  # a git URL
+    files: frozenset[str] = frozenset()  # its wheels' and sdist's URLs or paths
+    hashes: frozenset[str] = frozenset()  # the requirements export: its files' sha256 (no source)
 
 
 def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
-    """uv's export of ``flags``' selection of the lock at ``lock_path``; None where uv cannot say
-    (no pyproject.toml beside the lock, a lock not named uv.lock, or no uv). ConfigError (exit 2):
-    uv refuses the selection.
+    """uv's export of ``flags``' selection of the lock at ``lock_path`` (``uv export --frozen
+    --format pylock.toml``); None where uv cannot say (no pyproject.toml beside the lock, a lock not
+    named uv.lock, or no uv). ConfigError (exit 2): uv refuses the selection.
 
-    The requirements format, not pylock.toml: uv's pylock export downloads every file the lock
-    records no hash for (to write one), so it needs the network where the install itself may not
-    (a wheel from a host this machine cannot reach, for another platform)."""
+    uv's pylock export downloads every file the lock records no hash for, to write one: it runs
+    offline, and where it cannot (a file from a find-links page that serves no hashes, not in uv's
+    cache) the requirements export answers instead, which names no source: an entry is then told
+    apart from another of its name and version by its files' hashes (``_same_place``)."""
     folder = lock_path.parent
     if not (folder / "pyproject.toml").is_file() or lock_path.name != "uv.lock":
         return None
     uv = find_uv()
     if uv is None:
         return None
-    argv = [uv, "export", "--frozen", "--format", "requirements.txt", "--no-header", "--no-annotate", "--quiet",
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")}
+    env.update({"NO_COLOR": "1", "UV_OFFLINE": "1"})
+    out = _uv_export(lock_path, uv, "pylock.toml", flags, env)
+    if out.returncode == 0:
+        return parse_pylock(out.stdout)
+    plain = _uv_export(lock_path, uv, "requirements.txt", flags, env)
+    if plain.returncode != 0:
+        raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): "
+                          f"{_uv_reason(plain.stderr)}", hint=_flag_hint(folder))
+    return parse_requirements(plain.stdout)
+
+
+def _uv_export(lock_path: Path, uv: str, fmt: str, flags: SyncFlags,
+               env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    argv = [uv, "export", "--frozen", "--format", fmt, "--no-header", "--quiet",
             *flags.selection_argv()]
-    env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")}
-    env["NO_COLOR"] = "1"
+    if fmt == "requirements.txt":
+        argv.append("--no-annotate")
     try:
-        out = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(argv, cwd=lock_path.parent, env=env, capture_output=True, text=True,
+                              timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"{lock_path}: uv export could not run ({exc}), so the selection cannot be read") from exc
-    if out.returncode != 0:
-        reason = _uv_reason(out.stderr)
-        raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): {reason}",
-                          hint=_flag_hint(folder))
-    return parse_requirements(out.stdout, _local_names(lock_path))
-
-
-def _local_names(lock_path: Path) -> dict[str, str]:
-    """{a local package's folder, normalised: its name} of the lock's editable/directory/virtual/path sources."""
-    try:
-        data = toml_loads(lock_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, LockParseError):
-        return {}
-    out: dict[str, str] = {}
-    for p in data.get("package", []) or []:
-        source = p.get("source") if isinstance(p, dict) else None
-        if not isinstance(source, dict) or not isinstance(p.get("name"), str):
-            continue
-        for key in ("editable", "directory", "virtual", "path"):
-            if isinstance(source.get(key), str):
-                out[_norm(source[key])] = str(canonical(p["name"]))
-    return out
+        raise ConfigError(f"{lock_path}: uv export could not run ({exc}), so the selection cannot "
+                          "be read") from exc
 
 
 def _norm(path: str) -> str:
@@ -148,9 +157,45 @@ def _norm(path: str) -> str:
     return posixpath.normpath(path.removeprefix("file://"))
 
 
-def parse_requirements(text: str, local: dict[str, str]) -> list[Exported]:
+def _text(table: dict[str, Any], key: str) -> str | None:
+    value = table.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _table(table: dict[str, Any], key: str) -> dict[str, Any]:
+    value = table.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def parse_pylock(text: str) -> list[Exported]:
+    """uv's pylock.toml export: each ``[[packages]]`` with where uv takes it from."""
+    try:
+        data = toml_loads(text)
+    except LockParseError as exc:
+        raise ConfigError(f"uv export wrote a pylock.toml envbuild cannot read ({exc})") from exc
+    out: list[Exported] = []
+    for p in data.get("packages") or []:
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+            raise ConfigError(f"uv export wrote a package envbuild cannot read: {p!r}")
+        files: set[str] = set()
+        for f in [*(p.get("wheels") or []), p.get("sdist") or {}]:
+            where = (_text(f, "url") or _text(f, "path")) if isinstance(f, dict) else None
+            if where:
+                files.add(where)
+        archive, folder, vcs = (_table(p, k) for k in ("archive", "directory", "vcs"))
+        path = _text(folder, "path")
+        out.append(Exported(
+            name=str(canonical(p["name"])), version=_text(p, "version"), marker=_text(p, "marker"),
+            index=_text(p, "index"), archive=_text(archive, "url") or _text(archive, "path"),
+            directory=_norm(path) if path is not None else None, vcs=_text(vcs, "url"),
+            files=frozenset(files)))
+    return out
+
+
+def parse_requirements(text: str) -> list[Exported]:
     """uv's requirements export: ``name==version ; marker`` (with ``--hash`` options), ``name @ URL``,
-    ``-e ./member`` and ``./folder`` lines, continued with backslashes."""
+    ``-e ./member`` and ``./folder`` lines (a local one named by its folder), continued with
+    backslashes."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     logical: list[str] = []
@@ -176,11 +221,8 @@ def parse_requirements(text: str, local: dict[str, str]) -> list[Exported]:
         body = body.removeprefix("-e ").strip()
         where, _, marker = body.partition(" ; ")
         if editable or where.startswith((".", "/", "file:")):
-            name = local.get(_norm(where.strip()))
-            if name is None:
-                raise ConfigError(f"uv export lists the local package {where.strip()}, which the lock names no package "
-                                  "at (a lock older than its pyproject.toml?)", hint="Re-lock with `uv lock`.")
-            out.append(Exported(name=name, version=None, marker=marker.strip() or None, hashes=hashes))
+            out.append(Exported(name="", version=None, marker=marker.strip() or None,
+                                directory=_norm(where.strip())))
             continue
         try:
             req = Requirement(body)
@@ -188,7 +230,8 @@ def parse_requirements(text: str, local: dict[str, str]) -> list[Exported]:
             raise ConfigError(f"uv export wrote a line envbuild cannot read: {body!r} ({exc})") from exc
         pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
         out.append(Exported(name=str(canonical(req.name)), version=pins[0] if pins else None,
-                            marker=str(req.marker) if req.marker else None, hashes=hashes))
+                            marker=str(req.marker) if req.marker else None,
+                            archive=req.url or None, hashes=hashes))
     return out
 
 
@@ -264,9 +307,31 @@ def holds(marker: str | None, values: dict[str, str]) -> bool:
         raise ConfigError(f"uv export wrote a marker envbuild cannot read: {marker!r} ({exc})") from exc
 
 
+def _same_place(p: Exported, e: Entry, source: Mapping[str, str]) -> bool:
+    """Whether the entry ``e`` (its uv.lock ``source``) is where uv's export takes ``p`` from."""
+    if p.directory is not None:
+        return any(_norm(source[k]) == p.directory
+                   for k in ("editable", "directory", "virtual", "path") if k in source)
+    if p.vcs is not None:
+        return "git" in source and source["git"].split("#")[0].split("?")[0] == p.vcs.split("#")[0]
+    if p.archive is not None:
+        return p.archive in (source.get("url"), source.get("path")) or \
+            ("path" in source and _norm(source["path"]) == _norm(p.archive))
+    if p.index is not None and "registry" in source:
+        return source["registry"].rstrip("/") == p.index.rstrip("/") or \
+            bool(p.files) and p.files <= {f for f, _ in e.files}
+    if p.hashes:  # the requirements export: the entry whose files are exactly those
+        return p.hashes == set(e.hashes)
+    return bool(p.files) and p.files <= {f for f, _ in e.files}
+
+
 def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, str]) -> list[Entry]:
     """The lock's entries of the exported packages whose marker holds for ``values`` (a target
-    platform and Python). ConfigError: an exported package the lock has no entry for."""
+    platform and Python): the entry of that name, version and source uv names. ConfigError: an
+    exported package the lock has no entry for, or several it cannot tell apart."""
+    from envbuild.gate.formats.uvlock import sources_of
+
+    sources = sources_of(lock)
     by_name: dict[str, list[Entry]] = {}
     for e in lock.entries:
         by_name.setdefault(e.name, []).append(e)
@@ -274,13 +339,18 @@ def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, 
     for p in exported:
         if not holds(p.marker, values):
             continue
-        named = by_name.get(p.name, [])
-        same = [e for e in named if p.version is None or e.version == p.version] or named
-        if len(same) > 1 and p.hashes:
-            same = [e for e in same if p.hashes & set(e.hashes)] or same
-        if not same:
-            raise ConfigError(f"{lock.path}: uv export lists {p.name} {p.version or ''}, which the lock has no entry "
-                              "for (a lock older than its pyproject.toml?)", hint="Re-lock with `uv lock`.")
-        if same[0] not in out:
-            out.append(same[0])
+        named = by_name.get(p.name, []) if p.name else lock.entries  # "": a local folder, by path
+        same = [e for e in named if p.version is None or e.version == p.version]
+        if len(same) > 1 or p.directory is not None:
+            same = [e for e in same if _same_place(p, e, sources.get(e.key, {}))]
+        if len(same) != 1:
+            what = "no entry" if not same else f"{len(same)} entries it cannot tell apart"
+            raise ConfigError(f"{lock.path}: uv export lists {p.name} {p.version or ''} from "
+                              f"{p.index or p.archive or p.directory or p.vcs or 'somewhere'}, "
+                              f"which the lock has {what} for (a lock older than its "
+                              "pyproject.toml?)",
+                              hint="Re-lock with `uv lock` (an index that serves no hashes: uv "
+                              "names the entry only where it can hash its files)."
+                              if same else "Re-lock with `uv lock`.")
+        out.append(same[0])
     return out

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,8 @@ from envbuild import events
 from envbuild.errors import PreflightError
 from envbuild.run import run
 
-__all__ = ["Interpreter", "find_interpreter", "find_python", "find_uv", "probe_python", "python_version_of",
+__all__ = ["Interpreter", "find_interpreter", "find_python", "find_uv", "probe_python", "python_for",
+           "python_version_of",
            "run_python_json", "unfit_reason", "UnfitInterpreter"]
 
 
@@ -245,3 +247,63 @@ def run_python_json(python: Path, code: str, timeout: float = 120, what: str | N
     data = json.loads((out.output or "").strip().splitlines()[-1])
     assert isinstance(data, dict)
     return data
+
+
+def python_for(requires: str | None, what: str) -> str:
+    """The Python minor to install for ``requires`` (a ``requires-python``), as uv chooses: this
+    interpreter's when it fits; else the newest that does among the interpreters found
+    (``_candidates``), then ``uv python find``. PreflightError (exit 3) naming ``requires`` and what was looked at when
+    none fits; ``what``: whose requirement it is (a lock file)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    try:
+        spec = SpecifierSet(requires) if requires else None
+    except InvalidSpecifier:
+        spec = None
+    if spec is None or spec.contains(f"{here}.{sys.version_info[2]}", prereleases=True):
+        return here
+    looked: list[str] = [f"{sys.executable} ({here})"]
+    for minor in range(20, 7, -1):
+        version = f"3.{minor}"
+        if not any(spec.contains(f"{version}.{patch}", prereleases=True) for patch in (0, 5, 20)):
+            continue
+        for exe in dict.fromkeys(_candidates(version)):
+            if not Path(exe).exists():
+                continue
+            info = probe_python(exe)
+            if info is None:
+                continue
+            got = ".".join(info.version.split(".")[:2])
+            if got == version and spec.contains(info.version, prereleases=True):
+                events.emit("info", f"the lock requires Python {requires}, and this interpreter "
+                            f"is {here}: installing for Python {version} ({info.executable}); "
+                            "--python chooses another")
+                return version
+            looked.append(f"{exe} ({got})")
+    found = _uv_python_find(requires or "")
+    if found is not None:
+        events.emit("info", f"the lock requires Python {requires}: installing for Python "
+                    f"{found[0]} ({found[1]}, found by uv python find)")
+        return found[0]
+    raise PreflightError(f"{what}: the lock requires Python {requires}, and no interpreter here "
+                         f"fits it (looked at: {', '.join(dict.fromkeys(looked))}, and uv python "
+                         "find)", hint="Install a Python the lock allows (e.g. `uv python "
+                         "install`), or name one with --python.")
+
+
+def _uv_python_find(requires: str) -> tuple[str, str] | None:
+    """``uv python find REQUIRES``: (minor, executable) of an interpreter uv knows, else None."""
+    uv = find_uv()
+    if uv is None or not requires:
+        return None
+    try:
+        out = run([uv, "python", "find", "--no-python-downloads", requires], capture=True,
+                  separate_stderr=True, timeout=30)
+    except OSError:
+        return None
+    exe = (out.output or "").strip().splitlines()[-1] if out.ok and out.output else ""
+    info = probe_python(exe) if exe else None
+    if info is None:
+        return None
+    return ".".join(info.version.split(".")[:2]), str(info.executable)

@@ -5,5 +5,5 @@ OWNS: tuple[str, ...] = (
     "``<root>/.envbuild/{manifest.json,lock,constraints.txt,import-verdict.json,python-probe.json}``",
     "``<root>/cache/envbuild/import-*.json``",
     "``<root>/cache/prefetch/``",
-    "``<root>/logs/import-warmup.log``",
+    "``<root>/logs/{import-warmup.log,exact-sync.log}``",
 )

@@ -272,6 +272,13 @@ def _venv_steps_check(run: ProvisionRun, base_python: Interpreter | None, laps: 
     run.env = run.installer.install_env(_install_env(paths), run.python,
                                         compile_option=opts.compile_bytecode,
                                         adopted=opts.venv is not None)
+    if opts.selection is not None:
+        from envbuild.provision.exact import sync_record
+
+        manifest.sync = dict(sync_record(opts.selection, exact=opts.exact, seeded=opts.seed,
+                                         previous=manifest.sync,
+                                         site=run.site if opts.venv is not None else None))
+        result.lock["sync"] = manifest.sync
     if spec.abi.adopt and manifest.baseline is None:
         manifest.baseline = freeze_baseline(run, adopted=True)
     manifest.save()
@@ -303,6 +310,10 @@ def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -
 
     run_steps(run)
     laps.lap("steps")
+    last = run.opts.only_step is None or run.opts.only_step == run.plan.steps[-1].name
+    if last and run.manifest.sync is not None and run.manifest.sync.get("exact"):
+        _sync_exact(run)
+        laps.lap("exact_sync")
     # the environment is final: its inventory for the receipt runs beside the import check, or is
     # the one recorded with a cached verdict (same fingerprint: the same distributions)
     def start_inventory() -> None:
@@ -319,6 +330,27 @@ def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -
         run.manifest.save()
         laps.lap("import_check")
     return check
+
+
+def _sync_exact(run: ProvisionRun) -> None:
+    """Remove what the selection does not install (``provision.exact``); the guard then runs again
+    in the final check."""
+    from envbuild.provision.exact import extraneous, remove
+
+    assert run.manifest.sync is not None
+    extra = extraneous(run.manifest.sync, guard.scan(run.site))
+    if not extra:
+        run.manifest.sync.pop("removed", None)
+        return
+    protected = [run.spec.abi.package]
+    if run.manifest.baseline is not None:
+        protected += list(guard.Baseline.from_json(run.manifest.baseline).protected)
+    gone = remove(run.python, extra, protected, backend=run.installer.name, env=run.env or {},
+                  log_file=run.paths.logs / "exact-sync.log")
+    run.result.removed = gone
+    run.manifest.sync["removed"] = gone
+    run.manifest.finished = None
+    run.manifest.save()
 
 
 def _frozen_files(run: ProvisionRun, files: list[str]) -> list[str]:
@@ -474,7 +506,8 @@ def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None =
         raise ABIViolation(f"no baseline was recorded for {spec.abi.package}; the environment cannot be verified")
     # The last step's guard has just checked this very state; a run that installed nothing
     # (a re-run, --step of the last step only after a stop) checks it here.
-    guarded_now = bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name
+    guarded_now = (bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name
+                   and not result.removed)
     try:
         check = final_check(spec, baseline=guard.Baseline.from_json(manifest.baseline), site=run.site,
                             python=run.python, marker_env=manifest.marker_env,

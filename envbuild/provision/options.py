@@ -43,6 +43,9 @@ class ProvisionOptions:
     # {step: hook}: the step as it installs, made just before it runs from the venv's python (provision
     # --lock's builds: wheels from the build cache, built on a miss); such a step is never prefetched
     prepare_steps: Mapping[str, Callable[[PlannedStep, Path], PlannedStep]] = field(default_factory=dict)
+    # provision --lock: the names the selection installs (``provision.exact``); None: no selection
+    selection: tuple[str, ...] | None = None
+    exact: bool = True  # with a selection: remove what it does not install (False: --inexact)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class ProvisionResult:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
     lock: dict[str, object] = field(default_factory=dict)  # how the lock was used: the receipt's "lock"
+    removed: list[str] = field(default_factory=list)  # exact sync: `name version` of each removed
 
 
 __all__ = ["Choice", "ProvisionOptions", "ProvisionResult"]

@@ -55,6 +55,8 @@ class Manifest:
     violation: str | None = None  # set when the last run stopped on an ABI violation
     steps: list[StepState] = field(default_factory=list)
     finished: str | None = None
+    # provision --lock: the selection the root holds (``provision.exact.SyncJSON``)
+    sync: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, path: Path) -> Manifest:

@@ -600,7 +600,18 @@ def parse(path: Path, text: str) -> ParsedLock:
         path, "uv.lock", entries, sorted({e.index for e in entries if e.index}), graph=graph,
         requires_python=lock.requires_python, environments=list(lock.supported_markers), conflicts=sets,
         always_extras=always, marker_texts=marker_texts,
-        extra={"marker_owner": owners, "supplied_requires": supplied, "implies": graph.implies()})
+        extra={"marker_owner": owners, "supplied_requires": supplied, "implies": graph.implies(),
+               SOURCES: {i: dict(p.source.identity) for i, p in enumerate(lock.packages)}})
+
+
+SOURCES = "sources"  # ParsedLock.extra: {entry key: its ``source`` table, every value as text}
+
+
+def sources_of(lock: ParsedLock) -> Mapping[int, Mapping[str, str]]:
+    """Each entry's ``source`` table (``editable``, ``virtual``, ``directory``, ``path``, ``git``,
+    ``registry``, ``url``) by entry key, as the typed reader read it; {} for another format."""
+    got = lock.extra.get(SOURCES) if lock.format == "uv.lock" else None
+    return got if isinstance(got, dict) else {}
 
 
 def _edge_markers(lock: UvLock) -> Iterator[tuple[str, int]]:
