@@ -45,7 +45,7 @@ from envbuild.fromlock.select import (
     read_lock,
     refuse,
 )
-from envbuild.fromlock.stack import HOME_LINKS, refuse_pip_without_pip, stack_for, stage_files
+from envbuild.fromlock.stack import HOME_LINKS, stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
 from envbuild.fromlock.unhashed import pin_unhashed, say_unhashed
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
@@ -218,6 +218,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
+    from envbuild.installer.pip import refuse_without_pip
     from envbuild.provision.core import began, pending_steps, provision
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
@@ -256,7 +257,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
                      build=build)
     paths = layout.paths_for(spec, opts.root)
     venv_python = opts.venv.expanduser() / "bin" / "python" if opts.venv else paths.python
-    refuse_pip_without_pip(venv_python, backend)
+    refuse_without_pip(venv_python, backend)
     if prepared.full is not None and opts.venv is not None:
         kept = first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:

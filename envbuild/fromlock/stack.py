@@ -112,20 +112,3 @@ def canonical_name(package: str) -> str:
     from packaging.utils import canonicalize_name
 
     return canonicalize_name(re.split(r"[\s=<>!~@\[;]", package, maxsplit=1)[0])
-
-
-def refuse_pip_without_pip(python: Path, backend: str) -> None:
-    """``--backend pip`` runs the venv's own pip; a venv the uv backend made (bare, as ``uv sync``
-    makes one) or a ``--venv`` without pip has none. ConfigError (exit 2) before anything runs,
-    rather than a stage failing on "No module named pip"."""
-    from envbuild.errors import ConfigError
-
-    venv = python.parent.parent
-    if backend != "pip" or not python.exists() \
-            or any(venv.glob("lib/python3*/site-packages/pip/__init__.py")):
-        return
-    raise ConfigError(f"--backend pip: the environment at {venv} has no pip (the uv backend "
-                      "makes a venv bare, as uv sync does), and the pip backend installs with the "
-                      "venv's own pip; nothing was changed",
-                      hint="Keep the backend that made it (--backend uv, the default), or move the "
-                      "venv away to have it made again with pip (`--backend pip` seeds a new one).")

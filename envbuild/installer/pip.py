@@ -11,7 +11,25 @@ from envbuild.installer.base import StepRun, create_venv_with, run_step_commands
 from envbuild.plan import Backend, InstallerSources, PlannedStep
 from envbuild.spec import StackSpec
 
-__all__ = ["PipInstaller", "pip_config_sources"]
+__all__ = ["PipInstaller", "pip_config_sources", "refuse_without_pip"]
+
+
+def refuse_without_pip(python: Path, backend: str) -> None:
+    """``--backend pip`` runs the venv's own pip; a venv the uv backend made (bare, as ``uv sync``
+    makes one) or a ``--venv`` without pip has none: ConfigError (exit 2) before anything runs,
+    rather than a step failing on "No module named pip". The one check, for ``provision`` and
+    ``provision --lock`` alike."""
+    from envbuild.errors import ConfigError
+
+    venv = python.parent.parent
+    if backend != "pip" or not python.exists() \
+            or any(venv.glob("lib/python3*/site-packages/pip/__init__.py")):
+        return
+    raise ConfigError(f"--backend pip: the venv at {venv} has no pip (the uv backend makes a venv "
+                      "bare, as uv sync does), and the pip backend installs with the venv's own "
+                      "pip; nothing was changed",
+                      hint="Keep the backend that made it (--backend uv, the default), or move the "
+                      "venv away to have it made again with pip (`--backend pip` seeds a new one).")
 
 
 def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources:

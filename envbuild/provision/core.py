@@ -50,6 +50,7 @@ from envbuild.installer import (
     probe_python,
     resolve_plan,
 )
+from envbuild.installer.pip import refuse_without_pip
 from envbuild.plan import Plan
 from envbuild.provision import warmup
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
@@ -138,18 +139,6 @@ def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _refuse_pip_without_pip(plan: Plan, paths: layout.Paths) -> None:
-    """``--backend pip`` runs the venv's own pip: a venv made by uv has none (exit 2, before
-    anything is made)."""
-    if plan.options.backend != "pip" or not paths.python.exists():
-        return
-    if not (guard.site_packages(paths.venv) / "pip").is_dir():
-        raise ConfigError(f"--backend pip: the venv at {paths.venv} has no pip (uv made it without "
-                          "one), and the pip backend installs with the venv's own pip",
-                          hint="Provision it with --backend uv, the installer that made it, or move "
-                          "the venv away to have it made again with pip.")
-
-
 def _identities(plan: Plan) -> list[tuple[str, str, str]]:
     """(name, ``step_identity``, ``PlannedStep.digest``) of every step, in order, for ``_sync``."""
     return [(s.name, step_identity(s), s.digest) for s in plan.steps]
@@ -190,7 +179,7 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
     layout.check_links(spec, paths, (opts.home or Path.home()).expanduser(), force=opts.force_links)
     snapshot = Manifest.load(paths.manifest)  # read only: the real one is loaded under the lock
     if not snapshot.violation or opts.venv is not None:  # else the venv is moved aside, made anew
-        _refuse_pip_without_pip(plan, paths)
+        refuse_without_pip(paths.python, plan.options.backend)
     if snapshot.violation:
         snapshot = Manifest(path=paths.manifest)
     pending = set(snapshot.pending(identities, opts.only_step)[0])
