@@ -190,7 +190,10 @@ def _uv() -> str:
 
 
 def _export(rev: str, into: Path) -> Path:
-    """envbuild's tree at ``rev`` (``git archive``), to run as the ``envbuild-before`` variant."""
+    """envbuild's tree at ``rev`` (``git archive``), to run as the ``envbuild-before`` variant; a
+    folder holding an ``envbuild`` package is taken as it is."""
+    if (Path(rev) / "envbuild" / "__init__.py").is_file():
+        return Path(rev).resolve()
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "envbuild"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
@@ -204,7 +207,7 @@ def main() -> int:
     # and open-instruct need GitHub or the PyTorch index on Linux, which this machine cannot reach either
     ap.add_argument("--locks", nargs="+", default=["docling", "transformer-lens", "cosmos-reason2"])
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--before", metavar="REV", help="also time envbuild as it was at REV (git archive)")
+    ap.add_argument("--before", metavar="REV", help="also time envbuild as it was at REV (git archive), or in a folder REV")
     ap.add_argument("--no-install-workspace", action="store_true",
                     help="leave the packaged root and workspace members out (both tools)")
     ap.add_argument("--out", type=Path)
