@@ -59,18 +59,30 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.monotonic() - t
     if out.returncode != 0:
-        raise SystemExit(f"failed ({out.returncode}): {' '.join(argv)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+        tail = f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+        raise SystemExit(f"failed ({out.returncode}): {' '.join(argv)}\n{tail}")
     return seconds, out.stdout + out.stderr
 
 
 def _pip_list(venv: Path) -> list[tuple[str, str]]:
-    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv), "list", "--format", "json"],
-                         capture_output=True, text=True, check=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
-    return sorted((d["name"].lower().replace("_", "-"), d["version"]) for d in json.loads(out.stdout))
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv), "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
+    return sorted(
+        (d["name"].lower().replace("_", "-"), d["version"]) for d in json.loads(out.stdout)
+    )
 
 
 def _source(name: str) -> str:
-    lines = dict(ln.split(": ", 1) for ln in (LOCKS / name / "SOURCE.txt").read_text().splitlines() if ": " in ln)
+    lines = dict(
+        ln.split(": ", 1)
+        for ln in (LOCKS / name / "SOURCE.txt").read_text().splitlines()
+        if ": " in ln
+    )
     return f"{lines['repo']} {lines['commit'][:7]}"
 
 
@@ -85,8 +97,9 @@ def _phases(root: Path) -> dict[str, float]:
     return out
 
 
-def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str], *, workspace: bool,
-               before: Path | None) -> dict[str, object]:
+def bench_lock(
+    name: str, rounds: int, work: Path, env: dict[str, str], *, workspace: bool, before: Path | None
+) -> dict[str, object]:
     from envbuild.installer.python import find_interpreter
 
     project = work / name / "project"
@@ -108,20 +121,42 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str], *, works
         seconds = _run([_uv(), "sync", "--frozen", "--python", exe, *selection], e, cwd=project)[0]
         # envbuild's provision ends with torch imported (which compiles its bytecode in a new venv):
         # uv's side with its venv's first `import torch` is the like-for-like figure
-        times[f"{case}-uv-import"].append(_run([str(venv / "bin" / "python"), "-c", "import torch"], env)[0])
+        times[f"{case}-uv-import"].append(
+            _run([str(venv / "bin" / "python"), "-c", "import torch"], env)[0]
+        )
         return seconds, venv
 
     def provision(root: Path, variant: str, check: bool = True) -> tuple[float, Path]:
         tree = before if variant == "envbuild-before" and before is not None else REPO
         e = {**env, "PYTHONPATH": str(tree)}
-        seconds, output = _run([sys.executable, "-m", "envbuild", "provision", "--lock", str(lock), "--root", str(root),
-                                "--python", exe, *selection], e, cwd=tree)
+        seconds, output = _run(
+            [
+                sys.executable,
+                "-m",
+                "envbuild",
+                "provision",
+                "--lock",
+                str(lock),
+                "--root",
+                str(root),
+                "--python",
+                exe,
+                *selection,
+            ],
+            e,
+            cwd=tree,
+        )
         if check:
             steps = [ln for ln in output.splitlines() if "step 1/" in ln]
-            assert steps and " torch: " in steps[0], f"{name}: envbuild's first step is not torch: {steps[:1]}"
+            assert steps and " torch: " in steps[0], (
+                f"{name}: envbuild's first step is not torch: {steps[:1]}"
+            )
             manifest = json.loads((root / ".envbuild" / "manifest.json").read_text())
-            unguarded = [s["name"] for s in manifest["steps"]
-                         if s.get("status") == "ok" and s.get("guard_seconds") is None]
+            unguarded = [
+                s["name"]
+                for s in manifest["steps"]
+                if s.get("status") == "ok" and s.get("guard_seconds") is None
+            ]
             assert not unguarded, f"{name}: no guard recorded after {unguarded}"
         return seconds, root / "venv"
 
@@ -133,7 +168,9 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str], *, works
     keys = ["uv", "uv-import", *ours]
     times: dict[str, list[float]] = {f"{c}-{k}": [] for c in ("cold", "warm") for k in keys}
     times.update({f"noop-{v}": [] for v in ours})
-    phases: dict[str, list[dict[str, float]]] = {f"{c}-{v}": [] for c in ("cold", "warm") for v in ours}
+    phases: dict[str, list[dict[str, float]]] = {
+        f"{c}-{v}": [] for c in ("cold", "warm") for v in ours
+    }
     packages = 0
     same: list[bool] = []
     for r in range(rounds):
@@ -141,7 +178,8 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str], *, works
         roots = {v: fresh(f"root-{v}") for v in ours}
         cold: list[tuple[str, Callable[[], tuple[float, Path]]]] = [
             ("uv", lambda c=uv_cache: uv_sync(c, "cold")),
-            *((v, lambda v=v: provision(roots[v], v)) for v in ours)]
+            *((v, lambda v=v, rt=roots[v]: provision(rt, v)) for v in ours),
+        ]
         shift = r % len(cold)
         for key, fn in cold[shift:] + cold[:shift]:
             seconds, venv = fn()
@@ -157,13 +195,18 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str], *, works
         same.append(all(_pip_list(work / name / v) == want for v in ours))
         warm: list[tuple[str, Callable[[], tuple[float, Path]]]] = [
             ("uv", lambda c=uv_cache: uv_sync(c, "warm")),
-            *((v, lambda v=v: (forget_venv(roots[v]), provision(roots[v], v))[1]) for v in ours)]
+            *((v, lambda v=v, rt=roots[v]: (forget_venv(rt), provision(rt, v))[1]) for v in ours),
+        ]
         for key, fn in warm[shift:] + warm[:shift]:
             times[f"warm-{key}"].append(fn()[0])
             if key != "uv":
                 phases[f"warm-{key}"].append(_phases(roots[key]))
-        print(f"{name} round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items() if v) +
-              f"; same distributions: {same[-1]}", flush=True)
+        print(
+            f"{name} round {r + 1}: "
+            + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items() if v)
+            + f"; same distributions: {same[-1]}",
+            flush=True,
+        )
         for p in (uv_cache, *roots.values()):
             shutil.rmtree(p, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items() if v}
@@ -173,14 +216,28 @@ def bench_lock(name: str, rounds: int, work: Path, env: dict[str, str], *, works
         for case in ("cold", "warm"):
             ratios[f"{case}{tag}"] = round(med[f"{case}-{v}"] / med[f"{case}-uv"], 3)
             ratios[f"{case}_with_import{tag}"] = round(
-                med[f"{case}-{v}"] / (med[f"{case}-uv"] + med[f"{case}-uv-import"]), 3)
+                med[f"{case}-{v}"] / (med[f"{case}-uv"] + med[f"{case}-uv-import"]), 3
+            )
         # per round, against that round's own uv run (the network changes between rounds)
         ratios[f"cold_with_import_per_round{tag}"] = [  # type: ignore[assignment]
-            round(a / (b + c), 3) for a, b, c in zip(times[f"cold-{v}"], times["cold-uv"], times["cold-uv-import"])]
-    return {"lock": _source(name), "selection": selection, "python": python, "packages": packages,
-            "same_distributions": all(same), "median_s": {k: round(v, 2) for k, v in med.items()},
-            "ratios": ratios, "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
-            "phases_s": {k: [{p: round(x, 2) for p, x in d.items()} for d in v] for k, v in phases.items()}}
+            round(a / (b + c), 3)
+            for a, b, c in zip(
+                times[f"cold-{v}"], times["cold-uv"], times["cold-uv-import"], strict=True
+            )
+        ]
+    return {
+        "lock": _source(name),
+        "selection": selection,
+        "python": python,
+        "packages": packages,
+        "same_distributions": all(same),
+        "median_s": {k: round(v, 2) for k, v in med.items()},
+        "ratios": ratios,
+        "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
+        "phases_s": {
+            k: [{p: round(x, 2) for p, x in d.items()} for d in v] for k, v in phases.items()
+        },
+    }
 
 
 def _uv() -> str:
@@ -195,54 +252,92 @@ def _export(rev: str, into: Path) -> Path:
     if (Path(rev) / "envbuild" / "__init__.py").is_file():
         return Path(rev).resolve()
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "envbuild"], capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "envbuild"], capture_output=True, check=True
+    )
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # zonos bc40d98 does not install here: its sudachidict-full sdist downloads its dictionary from a host
-    # this machine cannot reach at build time (uv sync fails the same way); cosmos-transfer2.5, lerobot
-    # and open-instruct need GitHub or the PyTorch index on Linux, which this machine cannot reach either
+    # zonos bc40d98 does not install here: its sudachidict-full sdist downloads its dictionary
+    # from a host this machine cannot reach at build time (uv sync fails the same way);
+    # cosmos-transfer2.5, lerobot and open-instruct need GitHub or the PyTorch index on Linux,
+    # which this machine cannot reach either
     ap.add_argument("--locks", nargs="+", default=["docling", "transformer-lens", "cosmos-reason2"])
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--before", metavar="REV", help="also time envbuild as it was at REV (git archive), or in a folder REV")
-    ap.add_argument("--no-install-workspace", action="store_true",
-                    help="leave the packaged root and workspace members out (both tools)")
+    ap.add_argument(
+        "--before",
+        metavar="REV",
+        help="also time envbuild as it was at REV (git archive), or in a folder REV",
+    )
+    ap.add_argument(
+        "--no-install-workspace",
+        action="store_true",
+        help="leave the packaged root and workspace members out (both tools)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "UV_")) and k not in ("PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "UV_")) and k not in ("PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV")
+    }
     env.update({"NO_COLOR": "1", "PIP_CONFIG_FILE": os.devnull})
     work = Path(tempfile.mkdtemp(prefix="bench-publocks-"))
     results = {}
     try:
         before = _export(args.before, work / "before") if args.before else None
         for name in args.locks:
-            results[name] = bench_lock(name, args.rounds, work, env, workspace=not args.no_install_workspace,
-                                       before=before)
+            results[name] = bench_lock(
+                name, args.rounds, work, env, workspace=not args.no_install_workspace, before=before
+            )
             shutil.rmtree(work / name, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'lock':<36}{'pkgs':>5}{'same':>5}  {'case':<5}{'uv sync':>8}{'+import':>9}{'envbuild':>9}"
-          f"{'/ uv+imp':>9}{'before':>8}{'/ uv+imp':>9}{'noop':>6}")
+    print(
+        f"{'lock':<36}{'pkgs':>5}{'same':>5}  {'case':<5}{'uv sync':>8}{'+import':>9}"
+        f"{'envbuild':>9}{'/ uv+imp':>9}{'before':>8}{'/ uv+imp':>9}{'noop':>6}"
+    )
     for r in results.values():
         m, q = r["median_s"], r["ratios"]  # type: ignore[index]
         for case in ("cold", "warm"):
-            head = (f"{r['lock']:<36}{r['packages']!s:>5}{'yes' if r['same_distributions'] else 'NO':>5}"
-                    if case == "cold" else " " * 46)
-            b = (f"{m[f'{case}-envbuild-before']:>7.1f}s{q[f'{case}_with_import_before']:>8.2f}x"
-                 if f"{case}-envbuild-before" in m else " " * 17)
+            head = (
+                f"{r['lock']:<36}{r['packages']!s:>5}"
+                f"{'yes' if r['same_distributions'] else 'NO':>5}"
+                if case == "cold"
+                else " " * 46
+            )
+            b = (
+                f"{m[f'{case}-envbuild-before']:>7.1f}s{q[f'{case}_with_import_before']:>8.2f}x"
+                if f"{case}-envbuild-before" in m
+                else " " * 17
+            )
             noop = f"{m['noop-envbuild']:>5.1f}s" if case == "cold" else ""
-            print(f"{head}  {case:<5}{m[f'{case}-uv']:>7.1f}s{m[f'{case}-uv-import']:>8.1f}s"
-                  f"{m[f'{case}-envbuild']:>8.1f}s{q[f'{case}_with_import']:>8.2f}x{b}{noop}")
+            print(
+                f"{head}  {case:<5}{m[f'{case}-uv']:>7.1f}s{m[f'{case}-uv-import']:>8.1f}s"
+                f"{m[f'{case}-envbuild']:>8.1f}s{q[f'{case}_with_import']:>8.2f}x{b}{noop}"
+            )
     if args.out:
-        args.out.write_text(json.dumps({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                                    "platform": platform.platform(), "host": platform.node()},
-                                        "rounds": args.rounds, "before": args.before,
-                                        "install_workspace": not args.no_install_workspace,
-                                        "locks": results}, indent=2) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "machine": {
+                        "python": platform.python_version(),
+                        "cpus": os.cpu_count(),
+                        "platform": platform.platform(),
+                        "host": platform.node(),
+                    },
+                    "rounds": args.rounds,
+                    "before": args.before,
+                    "install_workspace": not args.no_install_workspace,
+                    "locks": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

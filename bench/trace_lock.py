@@ -40,7 +40,12 @@ def _short(argv: object) -> str:
 
 class _Tapped(subprocess.Popen):  # type: ignore[type-arg]
     def __init__(self, args: Any, *a: Any, **kw: Any) -> None:
-        self._rec = {"kind": "proc", "argv": _short(args), "start": _now(), "thread": threading.current_thread().name}
+        self._rec = {
+            "kind": "proc",
+            "argv": _short(args),
+            "start": _now(),
+            "thread": threading.current_thread().name,
+        }
         super().__init__(args, *a, **kw)
 
     def _ended(self, rc: int | None) -> None:
@@ -63,7 +68,7 @@ class _Tapped(subprocess.Popen):  # type: ignore[type-arg]
 
 def main() -> int:
     out = Path(sys.argv[1])
-    argv = sys.argv[sys.argv.index("--") + 1:]
+    argv = sys.argv[sys.argv.index("--") + 1 :]
     subprocess.Popen = _Tapped  # type: ignore[misc]
     from envbuild import events
 
@@ -73,10 +78,17 @@ def main() -> int:
         def tapped(event: events.Event) -> None:
             if event.level != "debug":
                 with _LOCK:
-                    RECORDS.append({"kind": "event", "level": event.level, "at": _now(),
-                                    "message": event.message[:100]})
+                    RECORDS.append(
+                        {
+                            "kind": "event",
+                            "level": event.level,
+                            "at": _now(),
+                            "message": event.message[:100],
+                        }
+                    )
             if sink is not None:
                 sink(event)
+
         real_set_sink(tapped)
 
     events.set_sink = set_sink  # type: ignore[assignment]
@@ -91,10 +103,15 @@ def main() -> int:
         rows = sorted(RECORDS, key=lambda r: r.get("start", r.get("at", 0)))
         for r in rows:
             if r["kind"] == "proc":
-                print(f"{r['start']:8.2f} {r['end']:8.2f} {r['end'] - r['start']:7.2f}s  {r['argv']}",
-                      file=sys.stderr)
+                print(
+                    f"{r['start']:8.2f} {r['end']:8.2f} {r['end'] - r['start']:7.2f}s  {r['argv']}",
+                    file=sys.stderr,
+                )
             else:
-                print(f"{r['at']:8.2f}                   [{r['level']}] {r['message']}", file=sys.stderr)
+                print(
+                    f"{r['at']:8.2f}                   [{r['level']}] {r['message']}",
+                    file=sys.stderr,
+                )
     return int(rc or 0)
 
 

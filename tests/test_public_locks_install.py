@@ -33,7 +33,10 @@ pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 # lock folder -> (uv sync's selection flags, the packaged projects that selection installs)
 PACKAGED: dict[str, tuple[list[str], list[str]]] = {
-    "docling": (["--no-default-groups", "--all-packages"], ["docling-slim", "docling", "docling-client"]),
+    "docling": (
+        ["--no-default-groups", "--all-packages"],
+        ["docling-slim", "docling", "docling-client"],
+    ),
     "transformer-lens": (["--no-default-groups"], ["transformer-lens"]),
     "cosmos-reason2": ([], ["cosmos-reason2-utils"]),
 }
@@ -42,9 +45,14 @@ PYENV = {"PYENV_ROOT": os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv
 
 def installed(venv: Path, env: dict[str, str]) -> dict[str, str]:
     """{name: version} of what ``uv pip list`` says ``venv`` holds."""
-    out = subprocess.run([uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"),
-                          "--format", "json"], env=env, capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = subprocess.run(
+        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(out.stdout)}
 
 
@@ -71,30 +79,72 @@ def test_public_packaged_lock_installs_what_uv_sync_installs(name: str, tmp_path
     exe = interpreter(project)
     root = tmp_path / "root"
     env = installer_env(tmp_path / "home", PYENV)
-    ours = subprocess.run([sys.executable, "-m", "envbuild", "provision", "--lock", str(project / "uv.lock"),
-                           "--root", str(root), "--python", exe, *argv], env=env, capture_output=True,
-                          text=True, timeout=1500)
+    ours = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envbuild",
+            "provision",
+            "--lock",
+            str(project / "uv.lock"),
+            "--root",
+            str(root),
+            "--python",
+            exe,
+            *argv,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert ours.returncode == 0, (name, ours.stdout[-2000:], ours.stderr[-4000:])
     steps = [ln for ln in ours.stderr.splitlines() if ln.startswith("==> step ")]
     assert steps and " torch: " in steps[0], (name, steps[:1])
     manifest = json.loads((root / ".envbuild" / "manifest.json").read_text())
-    unguarded = [s["name"] for s in manifest["steps"]
-                 if s.get("status") == "ok" and s.get("guard_seconds") is None]
+    unguarded = [
+        s["name"]
+        for s in manifest["steps"]
+        if s.get("status") == "ok" and s.get("guard_seconds") is None
+    ]
     assert not unguarded, (name, unguarded)
 
-    uv_env = {**env, "UV_PROJECT_ENVIRONMENT": str(tmp_path / "uv-venv"),
-              "UV_CACHE_DIR": str(root / "cache" / "uv")}
+    uv_env = {
+        **env,
+        "UV_PROJECT_ENVIRONMENT": str(tmp_path / "uv-venv"),
+        "UV_CACHE_DIR": str(root / "cache" / "uv"),
+    }
     uv_env.pop("UV_NO_CONFIG")  # the project's own [tool.uv] settings, as a user's sync reads them
-    theirs = subprocess.run([uv_bin(), "sync", "--frozen", "--python", exe, *argv], cwd=project,
-                            env=uv_env, capture_output=True, text=True, timeout=1500)
+    theirs = subprocess.run(
+        [uv_bin(), "sync", "--frozen", "--python", exe, *argv],
+        cwd=project,
+        env=uv_env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert theirs.returncode == 0, (name, theirs.stderr[-4000:])
 
     got, want = installed(root / "venv", env), installed(tmp_path / "uv-venv", env)
     assert "torch" in want and all(p in want for p in projects), (name, sorted(want))
-    assert got == want, (name, {k: (got.get(k), want.get(k)) for k in set(got) | set(want)
-                                if got.get(k) != want.get(k)})
+    assert got == want, (
+        name,
+        {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)},
+    )
 
     # the planted difference: one package fewer on envbuild's side is seen
-    subprocess.run([uv_bin(), "pip", "uninstall", "--python", str(root / "venv" / "bin" / "python"),
-                    projects[0]], env=env, capture_output=True, check=True, timeout=120)
+    subprocess.run(
+        [
+            uv_bin(),
+            "pip",
+            "uninstall",
+            "--python",
+            str(root / "venv" / "bin" / "python"),
+            projects[0],
+        ],
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
     assert installed(root / "venv", env) != want

@@ -54,7 +54,7 @@ _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 _SOURCE_FLAGS_WITH_VALUE = ("--index-url", "--extra-index-url", "--find-links", "--index-strategy", "--prerelease")
 _SOURCE_FLAGS = ("--no-index", "--pre")
 _EXACT = re.compile(r"^===?[^*,<>!~=]+$")
-# a locked line naming one wheel by URL: ``name @ https://host/.../x-1.0-py3-none-any.whl --hash=...``
+# a locked line naming one wheel by URL: ``name @ https://host/.../x-1.0-py3-none-any.whl --hash=``
 _WHEEL_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\s*@\s*(https?://\S+?\.whl)(?:#\S*)?(?:\s|$)")
 
 
@@ -65,6 +65,15 @@ def remote_sources(planned: PlannedStep) -> list[str]:
     candidates = [*_source_args(planned.args), *(url for url, _ in _locked_wheels(planned))]
     return [v for v in candidates if v.startswith(("http://", "https://"))
             and (urlsplit(v).hostname or "") not in _LOCAL_HOSTS]
+
+
+def _names_by_reference(planned: PlannedStep) -> bool:
+    """Whether the step's locked file names anything by URL or path (``name @ ...``, ``-e ...``)."""
+    try:
+        text = planned.locked_file.read_text(encoding="utf-8") if planned.locked_file else ""
+    except OSError:
+        return False
+    return any(" @ " in ln or ln.startswith(("-e ", "--editable")) for ln in text.splitlines())
 
 
 def _locked_wheels(planned: PlannedStep) -> list[tuple[str, str]]:
@@ -131,9 +140,11 @@ def prefetch_argv(planned: PlannedStep, *, installer: Installer, python: Path, s
     """The command that warms the cache for ``planned``, or None when it names nothing exact."""
     sources = _source_args(planned.args)
     wheels = _locked_wheels(planned)
-    if wheels:
-        # a lock's stage: its wheel URLs only, hashes and all (a local project, an editable, an sdist
-        # or a git pin is the real step's to build; the prefetch downloads, it builds nothing)
+    if wheels or _names_by_reference(planned):
+        # a lock's stage: its wheel URLs only, hashes and all (a local project, an editable, an
+        # sdist or a git pin is the real step's to build; the prefetch downloads, builds nothing)
+        if not wheels:
+            return None
         listed = scratch.parent / f"{scratch.name}.txt"
         listed.parent.mkdir(parents=True, exist_ok=True)
         listed.write_text("".join(line + "\n" for _, line in wheels), encoding="utf-8")
