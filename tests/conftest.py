@@ -22,15 +22,15 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = TEST_CACHE
 TORCH_VERSION = "2.13.0"
 
-pytest_plugins = ["support.fixtures", "support.twin", "support.gatelocks"]
+pytest_plugins = ["support.fixtures", "support.twin", "support.gatelocks", "support.buildbackends"]
 
 # Fixtures that install real packages from the host's pip sources (PyPI, or the mirror pip.conf
 # names), once per machine into the test cache (~/.cache/envbuild-tests, support/cachedir.py): a test that uses one is marked pip_sources (and so network).
-PIP_SOURCES_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index"})
+PIP_SOURCES_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index", "build_index"})
 # The local indexes' wheel sets and real venvs: a test that uses one runs real pip/uv (seconds
 # each, a minute for some), so it is marked slow and stays out of `make check`; so does the strict
 # mkdocs build of the documentation site (test_docs.py's `site`, 7 s).
-SLOW_FIXTURES = frozenset({"scenario_wheels", "gate_index", "index_server", "base_venv_template", "site"})
+SLOW_FIXTURES = frozenset({"scenario_wheels", "gate_index", "build_index", "index_server", "base_venv_template", "site"})
 # Whole runs that may take longer than the default per-test timeout on 2 loaded cores (an image
 # build is 10-25 minutes; the seed twin provisions the h200 stack, its first test builds the twin).
 LONG_TIMEOUTS = {"image": 3600, "seed_twin": 1800}

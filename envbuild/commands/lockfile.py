@@ -82,6 +82,7 @@ class SelectionArgs:
     no_install_project: bool
     require_hashes: bool
     no_install_workspace: bool
+    build_constraints: list[Path]
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _lock_only(args: SelectionArgs, *, replace_torch: bool, have: Path | None) -
             "--no-default-groups": args.no_default_groups, "--no-dev": args.no_dev, "--only-dev": args.only_dev,
             "--package": args.package, "--all-packages": args.all_packages, "--no-editable": args.no_editable,
             "--no-install-project": args.no_install_project, "--no-install-workspace": args.no_install_workspace,
-            "--require-hashes": args.require_hashes}
+            "--require-hashes": args.require_hashes, "--build-constraints": args.build_constraints}
 
 
 def _selection(args: SelectionArgs, lock: Path, *, wheelhouse: str | None = None,
@@ -142,7 +143,8 @@ def _selection(args: SelectionArgs, lock: Path, *, wheelhouse: str | None = None
                        environment=tuple(args.environment), accept=args.accept,
                        project=not (args.no_project or args.no_install_project),
                        rebuild_mismatched=args.rebuild_mismatched, wheelhouse=wheelhouse, replace_torch=replace_torch,
-                       sync=sync, require_hashes=args.require_hashes)
+                       sync=sync, require_hashes=args.require_hashes,
+                       build_constraints=tuple(args.build_constraints))
 
 
 def sync_flags(args: SelectionArgs) -> SyncFlags:
@@ -208,6 +210,10 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
                    "does, pin the sha256 of the bytes installed, and require it from then on)")
     g.add_argument("--no-install-workspace", action="store_true",
                    help="--lock: install no workspace member, the project included (as uv sync)")
+    g.add_argument("--build-constraints", metavar="FILE", type=path_arg, action="append", default=[],
+                   help="--lock: constrain the build requirements of the project, its workspace members and the "
+                   "sdists built in isolation (as uv sync --build-constraints; with [tool.uv] "
+                   "build-constraint-dependencies)")
 
 
 def _request(args: InstallArgs, lock: Path, *, step: str | None = None, replace_torch: bool = False) -> LockRequest:

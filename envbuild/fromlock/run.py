@@ -35,7 +35,7 @@ from envbuild.fromlock.select import (
     read_lock,
     refuse,
 )
-from envbuild.fromlock.stack import HOME_LINKS, stack_for, stage_files
+from envbuild.fromlock.stack import HOME_LINKS, refuse_pip_without_pip, stack_for, stage_files
 from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.check import FileReport
@@ -69,6 +69,7 @@ class LockRequest:
     wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
     rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
     sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
+    build_constraints: tuple[Path, ...] = ()  # --build-constraints: files constraining isolated builds' requirements
 
 
 @dataclass
@@ -524,6 +525,7 @@ def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
     from envbuild.fromlock.builds import BuildCache, caches
+    from envbuild.fromlock.buildreqs import build_sources
     from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
     from envbuild.provision.core import pending_steps, provision
@@ -554,15 +556,17 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
     links = HOME_LINKS if opts.home is not None else None  # --home: $HOME/venv and $HOME/data, as the stacks make them
+    build = build_sources(req.lock, req.build_constraints)  # where isolated builds get their requirements
     spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
-                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links)
+                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links, build=build)
     paths = layout.paths_for(spec, opts.root)
+    refuse_pip_without_pip(opts.venv.expanduser() / "bin" / "python" if opts.venv else paths.python, backend)
     if prepared.full is not None and opts.venv is not None:
         kept = _first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:
             prepared = kept
             spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
-                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links)
+                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links, build=build)
     source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
               "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None,
               # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)

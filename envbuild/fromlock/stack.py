@@ -1,5 +1,7 @@
 """The stages as a stack that ``envbuild.provision`` runs: one step per stage, each from a
-hash-pinned file of the lock's exact URLs, ``--no-deps --no-index``.
+hash-pinned file of the lock's exact URLs, ``--no-deps``; ``--no-index`` unless the stage builds
+something in isolation, whose build requirements then come from the project's indexes
+(``fromlock.buildreqs``).
 
 Nothing new runs the install: the data root, the venv, the manifest (resume, and the no-op
 re-run of a finished environment), the baseline frozen after the torch stage, the ABI guard after
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
 from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
 
@@ -27,27 +30,34 @@ HOME_LINKS = {"venv": "venv", "data": "data"}
 
 def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: bool = False,
               torch_version: str | None = None, digest_plan: StagePlan | None = None,
-              links: dict[str, str] | None = None) -> StackSpec:
+              links: dict[str, str] | None = None, build: BuildSources | None = None) -> StackSpec:
     """The stack provision runs for ``plan``. ``adopt``: the venv's torch is the lock's and is kept
     (no stage installs it; the packages already there are left out of ``plan``);
     ``torch_version``: what the adopted torch says at run time (the baseline's version);
     ``digest_plan``: the plan before adoption left anything out. The spec's digest is taken of it,
     so a re-run, which finds what the first run installed already there, is the same stack (and a
-    finished one is a no-op)."""
+    finished one is a no-op). ``build``: where isolated builds get their requirements
+    (``fromlock.buildreqs``; by default the project's indexes beside the lock)."""
     chosen = plan.chosen
     torch = plan.torch
     version = torch_version or torch.version or ""
     local = version.split("+", 1)[1] if "+" in version else None
     runtime = [p.entry.name for p in plan.stage("torch") if p.entry is not torch]
     triton = next((n for n in runtime if n in ("triton", "pytorch-triton", "pytorch-triton-rocm")), None)
+    build = build or build_sources(chosen.path)
     steps = []
     for stage in plan.stages:
         placed = [p for p in plan.stage(stage) if not (adopt and p.entry is torch)]
         if not placed:
             continue
-        steps.append(Step(
-            name=stage, packages=tuple(_shown(p, pip_backend) for p in placed), no_deps=True, no_index=True,
-            no_build_isolation=stage == "builds"))
+        packages = tuple(_shown(p, pip_backend) for p in placed)
+        if any(builds_isolated(p) for p in placed):  # its builds resolve their requirements, as uv's do
+            steps.append(Step(name=stage, packages=packages, no_deps=True, no_index=build.no_index,
+                              index_url=build.index_url, extra_index_urls=build.extra_index_urls,
+                              find_links=build.find_links, env=step_env(build)))
+        else:
+            steps.append(Step(name=stage, packages=packages, no_deps=True, no_index=True,
+                              no_build_isolation=stage == "builds"))
     name = _NAME.sub("-", f"lock-{chosen.path.parent.name or 'project'}").strip("-.")[:60] or "lock"
     return StackSpec(
         path=chosen.path, name=name, description=f"{chosen.path} ({chosen.env.name})",
@@ -100,3 +110,18 @@ def canonical_name(package: str) -> str:
     from packaging.utils import canonicalize_name
 
     return canonicalize_name(re.split(r"[\s=<>!~@\[;]", package, maxsplit=1)[0])
+
+
+def refuse_pip_without_pip(python: Path, backend: str) -> None:
+    """``--backend pip`` runs the venv's own pip; a venv the uv backend made (bare, as ``uv sync``
+    makes one) or a ``--venv`` without pip has none. ConfigError (exit 2) before anything runs,
+    rather than a stage failing on "No module named pip"."""
+    from envbuild.errors import ConfigError
+
+    venv = python.parent.parent
+    if backend != "pip" or not python.exists() or any(venv.glob("lib/python3*/site-packages/pip/__init__.py")):
+        return
+    raise ConfigError(f"--backend pip: the environment at {venv} has no pip (the uv backend makes a venv bare, as "
+                      "uv sync does), and the pip backend installs with the venv's own pip; nothing was changed",
+                      hint="Keep the backend that made it (--backend uv, the default), or move the venv away to "
+                      "have it made again with pip (`--backend pip` seeds a new one).")

@@ -302,13 +302,9 @@ class BuildSettings:
 
 
 def build_settings(lock_path: Path) -> BuildSettings:
-    project = lock_path.parent / "pyproject.toml"
-    try:
-        data = toml_loads(project.read_text(encoding="utf-8")) if project.is_file() else {}
-    except (OSError, UnicodeDecodeError, LockParseError) as exc:
-        raise ConfigError(f"{project}: cannot read the project's settings ({exc})") from exc
-    tool: dict[str, Any] = data["tool"] if isinstance(data.get("tool"), dict) else {}
-    uv: dict[str, Any] = tool["uv"] if isinstance(tool.get("uv"), dict) else {}
+    from envbuild.gate.project import read_pyproject, table
+
+    uv = table(read_pyproject(lock_path.parent), "tool", "uv")
     names = uv.get("no-build-isolation-package") or []
     extra = uv.get("extra-build-dependencies") or {}
     return BuildSettings(
@@ -523,12 +519,10 @@ def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
 
 def _project_name(lock_path: Path) -> str | None:
     """The canonical name of the project beside the lock (its pyproject's ``[project] name``)."""
-    try:
-        data = toml_loads((lock_path.parent / "pyproject.toml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, LockParseError):
-        return None
-    project = data.get("project")
-    return str(canonical(project["name"])) if isinstance(project, dict) and isinstance(project.get("name"), str) else None
+    from envbuild.gate.project import read_pyproject, table
+
+    name = table(read_pyproject(lock_path.parent), "project").get("name")
+    return str(canonical(name)) if isinstance(name, str) else None
 
 
 def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool, flags: SyncFlags,

@@ -22,7 +22,6 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envbuild.errors import ConfigError
 from envbuild.gate.formats._common import toml_loads
@@ -208,11 +207,10 @@ def _uv_reason(stderr: str) -> str:
 
 def _flag_hint(folder: Path) -> str:
     """The extras and groups the project beside the lock defines (what --extra / --group can name)."""
-    try:
-        data = toml_loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, LockParseError):
-        return "Check the project's pyproject.toml beside the lock."
-    project: dict[str, Any] = data["project"] if isinstance(data.get("project"), dict) else {}
+    from envbuild.gate.project import read_pyproject, table
+
+    data = read_pyproject(folder)
+    project = table(data, "project")
     extras = sorted(project.get("optional-dependencies") or {}) if isinstance(project.get("optional-dependencies"), dict) else []
     groups = sorted(data["dependency-groups"]) if isinstance(data.get("dependency-groups"), dict) else []
     parts = []

@@ -106,12 +106,11 @@ def load_for(lockfile: Path, explicit: Path | None = None) -> list[Exception_]:
     beside = folder / BESIDE
     if beside.is_file():
         return _parse(_read_toml(beside).get("accept", []), str(beside), "accept")
-    pyproject = folder / "pyproject.toml"
-    if pyproject.is_file():
-        data = _read_toml(pyproject)
-        table = data.get("tool", {}).get("envbuild", {}).get("check-lock", {}) if isinstance(data.get("tool"), dict) else {}
-        if isinstance(table, dict) and "accept" in table:
-            return _parse(table["accept"], str(pyproject), "tool.envbuild.check-lock.accept")
+    from envbuild.gate.project import read_pyproject, table
+
+    settings = table(read_pyproject(folder), "tool", "envbuild", "check-lock")
+    if "accept" in settings:
+        return _parse(settings["accept"], str(folder / "pyproject.toml"), "tool.envbuild.check-lock.accept")
     return []
 
 

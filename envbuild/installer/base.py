@@ -138,6 +138,15 @@ def classify_failure(planned: PlannedStep, spec: StackSpec, result: RunResult) -
         return InstallError(f"{step}: a download was cut short (the index closed the connection mid-file).\n{tail}",
                             hint=f"Run provision again: the step is retried from the start. If it keeps happening, "
                             f"check the index or a proxy between. {where}")
+    if re.search(r"(requirements from `build-system\.requires`|install build dependencies did not run)", text):
+        return InstallError(
+            f"{step}: a package built from source could not get its build requirements (its build-system.requires: "
+            f"the build backend).\n{tail}",
+            hint="An isolated build resolves them from the project's indexes ([[tool.uv.index]] in the pyproject.toml "
+            "beside the lock), else from uv's and pip's configured ones (uv.toml, pip.conf, UV_*/PIP_*), as uv sync "
+            "does: make the backend available there, or pin it to one that is with --build-constraints FILE or "
+            "[tool.uv] build-constraint-dependencies. Offline, `envbuild wheelhouse mirror --lock LOCK` carries "
+            f"them. {where}")
     if re.search(r"(No matching distribution|not found in the package registry|No solution found|"
                  r"ResolutionImpossible|Could not find a version)", text):
         return InstallError(f"{step}: the installer could not find or resolve a package.\n{tail}",

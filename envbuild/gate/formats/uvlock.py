@@ -652,14 +652,9 @@ def conflict_items(lock: UvLock, graph: UvGraph,
 
 def _default_groups(path: Path) -> bool | tuple[str, ...]:
     """``[tool.uv] default-groups`` of the project beside the lock (True: "all"); uv's ``dev`` without one."""
-    project = path.parent / "pyproject.toml"
-    try:
-        data: Table = toml_loads(project.read_text(encoding="utf-8")) if project.is_file() else {}
-    except (OSError, UnicodeDecodeError, LockParseError):
-        data = {}
-    tool = data.get("tool")
-    uv = tool.get("uv") if isinstance(tool, dict) else None
-    got = uv.get("default-groups") if isinstance(uv, dict) else None
+    from envbuild.gate.project import read_pyproject, table
+
+    got = table(read_pyproject(path.parent), "tool", "uv").get("default-groups")
     if got == "all":
         return True
     if isinstance(got, list):
