@@ -99,7 +99,7 @@ def test_public_packaged_lock_installs_what_uv_sync_installs(name: str, tmp_path
         timeout=1500,
     )
     assert ours.returncode == 0, (name, ours.stdout[-2000:], ours.stderr[-4000:])
-    steps = [ln for ln in ours.stderr.splitlines() if ln.startswith("==> step ")]
+    steps = [ln for ln in (ours.stdout + ours.stderr).splitlines() if "step 1/" in ln]
     assert steps and " torch: " in steps[0], (name, steps[:1])
     manifest = json.loads((root / ".envbuild" / "manifest.json").read_text())
     unguarded = [
