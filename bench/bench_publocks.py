@@ -259,6 +259,24 @@ def _export(rev: str, into: Path) -> Path:
     return into
 
 
+def _write(args: argparse.Namespace, results: dict[str, dict[str, object]]) -> None:
+    machine = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "load_avg_at_end": os.getloadavg(),
+    }
+    doc = {
+        "machine": machine,
+        "rounds": args.rounds,
+        "before": args.before,
+        "install_workspace": not args.no_install_workspace,
+        "locks": results,
+    }
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # zonos bc40d98 does not install here: its sudachidict-full sdist downloads its dictionary
@@ -294,6 +312,8 @@ def main() -> int:
                 name, args.rounds, work, env, workspace=not args.no_install_workspace, before=before
             )
             shutil.rmtree(work / name, ignore_errors=True)
+            if args.out:  # after each lock: a run cut short keeps what it measured
+                _write(args, results)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(
@@ -319,25 +339,6 @@ def main() -> int:
                 f"{head}  {case:<5}{m[f'{case}-uv']:>7.1f}s{m[f'{case}-uv-import']:>8.1f}s"
                 f"{m[f'{case}-envbuild']:>8.1f}s{q[f'{case}_with_import']:>8.2f}x{b}{noop}"
             )
-    if args.out:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "machine": {
-                        "python": platform.python_version(),
-                        "cpus": os.cpu_count(),
-                        "platform": platform.platform(),
-                        "host": platform.node(),
-                    },
-                    "rounds": args.rounds,
-                    "before": args.before,
-                    "install_workspace": not args.no_install_workspace,
-                    "locks": results,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
     return 0
 
 
