@@ -173,7 +173,7 @@ def test_provision_with_prefetch(write_stack: Callable[..., Path], provision: Ca
     dists = provisioned_venv.dists()
     assert dists["einops-like"].version == "0.8.1" and dists["fla-core-like"].version == "0.4.2"
     logs = tmp_path / "data" / "logs"
-    # each later step was fetched in the background while the one before it installed
+    # each later step was fetched in the background (all of them from the first step on)
     for name in ("02-helpers", "03-more"):
         text = (logs / f"{name}.prefetch.log").read_text()
         assert "[envbuild] exit status 0" in text, text
