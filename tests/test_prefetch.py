@@ -75,6 +75,51 @@ def test_auto_prefetches_only_for_remote_sources(tmp_path: Path) -> None:
     assert wanted("yes", local) and not wanted("no", remote)
 
 
+_WHL = "https://files.example.org/packages/ab/cd/{n}-1.0-py3-none-any.whl --hash=sha256:" + "0" * 64
+
+
+def _lock_stage(tmp_path: Path, lines: list[str]) -> list[PlannedStep]:
+    """A ``provision --lock`` stage: its locked file names each file by URL, ``--no-index``."""
+    import dataclasses
+
+    locked = tmp_path / "02-rest.txt"
+    locked.write_text("".join(f"{ln}\n" for ln in lines))
+    options = PlanOptions(backend="uv", wheelhouse=str(tmp_path / "wh"))
+    steps = make_plan(_spec(tmp_path, ["a==1.0"]), options).steps
+    rest = dataclasses.replace(steps[1], locked_file=locked, args=("--no-index", "--no-deps"))
+    return [steps[0], rest]
+
+
+def test_a_lock_stage_of_remote_wheel_urls_is_prefetched_and_builds_nothing(tmp_path: Path) -> None:
+    steps = _lock_stage(tmp_path, [f"a @ {_WHL.format(n='a')}", f"b @ {_WHL.format(n='b')}",
+                                   "-e file:///src/project",
+                                   "c @ https://files.example.org/c-1.0.tar.gz --hash=sha256:1",
+                                   "d @ git+https://github.com/x/d@0123abc"])
+    assert remote_sources(steps[1])[0].startswith("https://files.example.org/")
+    assert wanted("auto", steps)
+    scratch = tmp_path / "prefetch" / "02-rest"
+    argv = prefetch_argv(steps[1], installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"),
+                         scratch=scratch)
+    listed_file = tmp_path / "prefetch" / "02-rest.txt"
+    assert argv is not None and argv[argv.index("-r") + 1] == str(listed_file)
+    listed = listed_file.read_text().splitlines()
+    # the wheels, hashes and all; the editable project, the sdist and the git pin are the real
+    # step's to build
+    assert listed == [f"a @ {_WHL.format(n='a')}", f"b @ {_WHL.format(n='b')}"]
+
+
+def test_a_lock_stage_from_this_host_or_of_builds_only_is_not_prefetched(tmp_path: Path) -> None:
+    here = "a @ http://127.0.0.1:8080/a-1.0-py3-none-any.whl --hash=sha256:1"
+    loopback = _lock_stage(tmp_path, [here])
+    assert remote_sources(loopback[1]) == [] and not wanted("auto", loopback)
+    builds = _lock_stage(tmp_path, ["-e file:///src/project", "d @ git+https://github.com/x/d@0123abc"])
+    assert remote_sources(builds[1]) == [] and not wanted("auto", builds)
+    # even where another stage makes prefetching worth it, a stage of builds only is left to the
+    # real step
+    assert prefetch_argv(builds[1], installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"),
+                         scratch=tmp_path / "s") is None
+
+
 def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Path) -> None:
     wheel = pytest.importorskip("wheel.wheelfile")
     wh = tmp_path / "wh"
@@ -132,7 +177,7 @@ def test_provision_with_prefetch(write_stack: Callable[..., Path], provision: Ca
     dists = provisioned_venv.dists()
     assert dists["einops-like"].version == "0.8.1" and dists["fla-core-like"].version == "0.4.2"
     logs = tmp_path / "data" / "logs"
-    # each later step was fetched in the background while the one before it installed
+    # each later step was fetched in the background (all of them from the first step on)
     for name in ("02-helpers", "03-more"):
         text = (logs / f"{name}.prefetch.log").read_text()
         assert "[envbuild] exit status 0" in text, text

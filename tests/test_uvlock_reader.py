@@ -508,3 +508,24 @@ def test_the_gate_gets_a_parsed_lock(tmp_path: Path) -> None:
         "sources": {0: {"virtual": "."}, **{k: {"registry": "../wheels"} for k in range(1, 8)}},
     }
     assert sources_of(lock) is lock.extra["sources"]
+
+
+def test_a_lock_read_again_is_the_same_tables_and_a_copy_of_its_own() -> None:
+    """``toml_loads`` keeps the last texts' tables (a command parses its lock several times): a
+    second read of the same text equals a fresh parse, and a caller changing what it got changes
+    nothing another caller gets; a broken text is refused every time, never remembered."""
+    import tomli
+
+    from envbuild.gate.model import LockParseError
+
+    text = (PUBLOCKS / "cosmos-reason2" / "uv.lock").read_text()
+    first = toml_loads(text)
+    first["package"].clear()
+    first["planted"] = True
+    second, third = toml_loads(text), toml_loads(text)
+    assert second == tomli.loads(text) and "planted" not in second and second["package"]
+    assert second is not third and second["package"] is not third["package"]
+    broken = text + "\n[[package]\n"
+    for _ in range(2):
+        with pytest.raises(LockParseError, match="not valid TOML"):
+            toml_loads(broken)

@@ -85,7 +85,7 @@ def register(sub: Subparsers) -> None:
                    "import warm-up and check)")
     p.add_argument("--prefetch", choices=("auto", "yes", "no"), default="auto",
                    help="download the next step's exact pins while a step installs "
-                   "(auto: when a later step reads a remote index)")
+                   "(auto: when a later step reads a remote index or a lock's remote wheel URLs)")
     p.add_argument("--step-timeout", type=seconds_arg(), metavar="S",
                    help="stop an installer run that takes more than S seconds (default: no limit; exit 5)")
     p.add_argument("--import-timeout", type=seconds_arg(), default=IMPORT_TIMEOUT, metavar="S",

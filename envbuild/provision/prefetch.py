@@ -54,16 +54,41 @@ _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 _SOURCE_FLAGS_WITH_VALUE = ("--index-url", "--extra-index-url", "--find-links", "--index-strategy", "--prerelease")
 _SOURCE_FLAGS = ("--no-index", "--pre")
 _EXACT = re.compile(r"^===?[^*,<>!~=]+$")
+# a locked line naming one wheel by URL: ``name @ https://host/.../x-1.0-py3-none-any.whl --hash=``
+_WHEEL_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\s*@\s*(https?://\S+?\.whl)(?:#\S*)?(?:\s|$)")
 
 
 def remote_sources(planned: PlannedStep) -> list[str]:
-    """The step's package sources that are on another host (http(s), not localhost)."""
+    """The step's package sources that are on another host (http(s), not localhost): its index
+    options, and the direct wheel URLs of a locked file (``provision --lock``'s stages name each
+    file by URL under ``--no-index``)."""
+    candidates = [*_source_args(planned.args), *(url for url, _ in _locked_wheels(planned))]
+    return [v for v in candidates if v.startswith(("http://", "https://"))
+            and (urlsplit(v).hostname or "") not in _LOCAL_HOSTS]
+
+
+def _names_by_reference(planned: PlannedStep) -> bool:
+    """Whether the step's locked file names anything by URL or path (``name @ ...``, ``-e ...``)."""
+    try:
+        text = planned.locked_file.read_text(encoding="utf-8") if planned.locked_file else ""
+    except OSError:
+        return False
+    return any(" @ " in ln or ln.startswith(("-e ", "--editable")) for ln in text.splitlines())
+
+
+def _locked_wheels(planned: PlannedStep) -> list[tuple[str, str]]:
+    """(URL, line) of each ``name @ URL-of-a-wheel`` line of the step's locked file."""
+    if planned.locked_file is None:
+        return []
+    try:
+        text = planned.locked_file.read_text(encoding="utf-8")
+    except OSError:
+        return []
     out = []
-    for flag_value in _source_args(planned.args):
-        if flag_value.startswith(("http://", "https://")):
-            host = urlsplit(flag_value).hostname or ""
-            if host not in _LOCAL_HOSTS:
-                out.append(flag_value)
+    for line in text.splitlines():
+        m = _WHEEL_LINE.match(line)
+        if m:
+            out.append((m.group(1), line))
     return out
 
 
@@ -114,7 +139,17 @@ def _source_args(args: Sequence[str]) -> list[str]:
 def prefetch_argv(planned: PlannedStep, *, installer: Installer, python: Path, scratch: Path) -> list[str] | None:
     """The command that warms the cache for ``planned``, or None when it names nothing exact."""
     sources = _source_args(planned.args)
-    if planned.locked_file is not None:
+    wheels = _locked_wheels(planned)
+    if wheels or _names_by_reference(planned):
+        # a lock's stage: its wheel URLs only, hashes and all (a local project, an editable, an
+        # sdist or a git pin is the real step's to build; the prefetch downloads, builds nothing)
+        if not wheels:
+            return None
+        listed = scratch.parent / f"{scratch.name}.txt"
+        listed.parent.mkdir(parents=True, exist_ok=True)
+        listed.write_text("".join(line + "\n" for _, line in wheels), encoding="utf-8")
+        reqs = ["-r", str(listed)]
+    elif planned.locked_file is not None:
         reqs = ["-r", str(planned.locked_file)]
     else:
         pins = exact_pins(planned)
@@ -180,6 +215,7 @@ class Prefetcher:
         finally:
             job.seconds = time.monotonic() - job.started
             shutil.rmtree(job.scratch, ignore_errors=True)
+            job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             job.done.set()
 
     def wait(self, step: str, timeout: float | None = None) -> PrefetchJob | None:

@@ -99,8 +99,14 @@ def run_steps(run: ProvisionRun) -> None:
             if prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
                 later = todo[todo.index(planned) + 1:] if planned in todo else []
-                if later and later[0].name not in opts.prepare_steps and prefetcher.start(later[0]) is not None:
-                    events.emit("debug", f"prefetching step {later[0].name} while {planned.name} installs")
+                # every later step's files, not only the next one's: a lock's rest stage comes after
+                # a short one (extensions, builds), and waiting to start it there serialised its
+                # downloads behind torch's (docling: 28 s)
+                for ahead in later:
+                    if ahead.name not in opts.prepare_steps and ahead.name not in prefetcher.jobs \
+                            and prefetcher.start(ahead) is not None:
+                        events.emit("debug", f"prefetching step {ahead.name} while {planned.name} "
+                                    "installs")
             run_one(run, planned)
             done = planned.name
         say_unmet(run)

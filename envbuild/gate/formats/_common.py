@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 from typing import Any
 
@@ -20,9 +21,27 @@ except ImportError:  # pragma: no cover
 __all__ = ["entry_lines", "exact", "sha", "toml_loads"]
 
 
+# The same lock is read by several passes of one command (the gate's parse, the selection's roots,
+# the stages' sources, the export's local names): parsing a 2 MB uv.lock costs about six times
+# what unpickling its tables does, so the last few texts' tables are kept, pickled, and each caller
+# gets a fresh copy it may change (a provision --lock no-op: five parses of the lock became one;
+# the pickles never leave this process).
+_PARSED: dict[str, bytes] = {}
+_PARSED_KEEP = 4
+_PARSED_MIN_CHARS = 20_000  # a small file parses faster than its copy is made
+
+
 def toml_loads(text: str) -> dict[str, Any]:
+    blob = _PARSED.get(text) if len(text) >= _PARSED_MIN_CHARS else None
+    if blob is not None:
+        kept: dict[str, Any] = pickle.loads(blob)
+        return kept
     try:
         data: dict[str, Any] = tomllib.loads(text)
+        if len(text) >= _PARSED_MIN_CHARS:
+            while len(_PARSED) >= _PARSED_KEEP:
+                _PARSED.pop(next(iter(_PARSED)))
+            _PARSED[text] = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
         return data
     except tomllib.TOMLDecodeError as exc:
         raise LockParseError(f"not valid TOML: {exc}") from exc
