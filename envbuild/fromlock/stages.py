@@ -38,12 +38,13 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 from urllib.parse import unquote, urlsplit
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.select import Chosen, ChosenJSON
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError
-from envbuild.gate.names import canonical
 
 __all__ = ["ORDER", "LockedFile", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
 
@@ -312,9 +313,9 @@ def build_settings(lock_path: Path) -> BuildSettings:
     names = uv.get("no-build-isolation-package") or []
     extra = uv.get("extra-build-dependencies") or {}
     return BuildSettings(
-        no_isolation=frozenset(str(canonical(str(n))) for n in names if isinstance(n, str)),
+        no_isolation=frozenset(str(canonicalize_name(str(n))) for n in names if isinstance(n, str)),
         all_without_isolation=uv.get("no-build-isolation") is True,
-        extra_build=frozenset(str(canonical(str(n))) for n in extra) if isinstance(extra, dict) else frozenset())
+        extra_build=frozenset(str(canonicalize_name(str(n))) for n in extra) if isinstance(extra, dict) else frozenset())
 
 
 # ----------------------------------------------------------------------------- classification
@@ -528,7 +529,7 @@ def _project_name(lock_path: Path) -> str | None:
     except (OSError, UnicodeDecodeError, LockParseError):
         return None
     project = data.get("project")
-    return str(canonical(project["name"])) if isinstance(project, dict) and isinstance(project.get("name"), str) else None
+    return str(canonicalize_name(project["name"])) if isinstance(project, dict) and isinstance(project.get("name"), str) else None
 
 
 def _project(plan: StagePlan, e: Entry, source: dict[str, Any], folder: Path, wanted: bool, flags: SyncFlags,

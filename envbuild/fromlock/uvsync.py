@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
-from envbuild.gate.names import canonical
 from envbuild.installer.python import find_uv
 
 __all__ = ["Exported", "SyncFlags", "export", "match_entries", "sync_refusal"]
@@ -139,7 +140,7 @@ def _local_names(lock_path: Path) -> dict[str, str]:
             continue
         for key in ("editable", "directory", "virtual", "path"):
             if isinstance(source.get(key), str):
-                out[_norm(source[key])] = str(canonical(p["name"]))
+                out[_norm(source[key])] = str(canonicalize_name(p["name"]))
     return out
 
 
@@ -188,7 +189,7 @@ def parse_requirements(text: str, local: dict[str, str]) -> list[Exported]:
         except InvalidRequirement as exc:
             raise ConfigError(f"uv export wrote a line envbuild cannot read: {body!r} ({exc})") from exc
         pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
-        out.append(Exported(name=str(canonical(req.name)), version=pins[0] if pins else None,
+        out.append(Exported(name=str(canonicalize_name(req.name)), version=pins[0] if pins else None,
                             marker=str(req.marker) if req.marker else None, hashes=hashes))
     return out
 

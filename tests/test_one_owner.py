@@ -1,0 +1,97 @@
+"""One owner for each fact: a second copy of a thing the tree already has fails here.
+
+Each check reads the tree's source (AST, no import) for the shape a copy takes, and is shown to
+find a planted copy as well as to pass the tree:
+
+- project names: ``packaging.utils.canonicalize_name`` (PEP 503). An inline
+  ``.lower().replace("_", "-")`` chain or a ``[-_.]+`` pattern is a second normaliser, and the
+  inline chain is not even PEP 503 (``a__b`` stays ``a--b``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+SCANNED = ("envbuild", "tests", "docs/hooks", "bench", "lockfiles")
+
+# path -> why it keeps its own copy. Each one runs where envbuild's dependencies are not installed.
+OWN_NORMALISER = {
+    "envbuild/proof/inventory.py": "standalone: runs in the target interpreter, which need not have packaging",
+    "bench/repack_installed.py": "stdlib only: runs with the interpreter whose distributions it packs",
+}
+
+
+def _sources() -> Iterator[tuple[str, ast.Module]]:
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if "__pycache__" in path.parts or ".venv" in path.parts:
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            yield rel, ast.parse(path.read_text(encoding="utf-8"), rel)
+
+
+def _chain(node: ast.expr) -> list[ast.Call]:
+    """The method calls of ``x.a(..).b(..).c(..)``, outermost first."""
+    calls = []
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        calls.append(node)
+        node = node.func.value
+    return calls
+
+
+def _literal(node: ast.expr) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def name_normalisers(tree: ast.Module) -> list[int]:
+    """Lines of inline project-name normalisers: a ``.lower()`` chained with a ``.replace`` of
+    ``_`` or ``.`` by ``-`` (either order), or a regex of the separators ``[-_.]+``."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            calls = _chain(node)
+            methods = {c.func.attr for c in calls if isinstance(c.func, ast.Attribute)}
+            dashes = any(isinstance(c.func, ast.Attribute) and c.func.attr == "replace" and len(c.args) == 2
+                         and _literal(c.args[0]) in ("_", ".") and _literal(c.args[1]) == "-" for c in calls)
+            if "lower" in methods and dashes and node is calls[0]:
+                lines.append(node.lineno)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and sorted(node.value.removesuffix("+").strip("[]")) == sorted("-_.") \
+                and node.value.startswith("[") and "]" in node.value:
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_inline_name_normaliser() -> None:
+    found = [f"{rel}:{line}" for rel, tree in _sources() if rel not in OWN_NORMALISER
+             for line in name_normalisers(tree)]
+    assert not found, ("project names normalised inline; use packaging.utils.canonicalize_name "
+                       "(PEP 503): " + ", ".join(found))
+    assert all(name_normalisers(ast.parse((ROOT / rel).read_text(encoding="utf-8"))) for rel in OWN_NORMALISER), \
+        "an exempted module no longer normalises names itself: remove it from OWN_NORMALISER"
+
+
+def test_the_name_check_finds_a_planted_normaliser() -> None:
+    planted = [
+        'n = name.lower().replace("_", "-").replace(".", "-")',
+        'n = name.replace(".", "-").lower()',
+        'n = re.sub(r"[-_.]+", "-", name).lower()',
+        '_SEP = re.compile(r"[._-]+")',
+    ]
+    for source in planted:
+        assert name_normalisers(ast.parse(source)), source
+    clean = ['n = canonicalize_name(name)', 'k = text.lower().replace(" ", "-")', 'm = name.replace("-", "_")']
+    for source in clean:
+        assert not name_normalisers(ast.parse(source)), source
+
+
+def test_canonicalize_name_is_pep_503() -> None:
+    """What the inline chain got wrong: runs of separators collapse to one dash."""
+    assert canonicalize_name("a__b") == "a-b"
+    assert canonicalize_name("Flash_Attn") == canonicalize_name("flash.attn") == "flash-attn"
+
