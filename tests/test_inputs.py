@@ -16,13 +16,9 @@ import sys
 import threading
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 import pytest
 
+from envbuild._io import parse_toml
 from envbuild.cli import main
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.spec import load_spec, parse_spec
@@ -270,7 +266,7 @@ def test_good_locations_load(tmp_path: Path) -> None:
 ])
 def test_the_stack_name_names_files(tmp_path: Path, line: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
-        parse_spec(tomllib.loads(GOOD.replace('name = "t"', line)), tmp_path / "s.toml", {})
+        parse_spec(parse_toml(GOOD.replace('name = "t"', line)), tmp_path / "s.toml", {})
 
 
 @pytest.mark.parametrize("venv", ["/etc", "../outside", "a/../../b", ".", "v env", "venv/"])

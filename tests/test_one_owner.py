@@ -6,6 +6,8 @@ find a planted copy as well as to pass the tree:
 - project names: ``packaging.utils.canonicalize_name`` (PEP 503). An inline
   ``.lower().replace("_", "-")`` chain or a ``[-_.]+`` pattern is a second normaliser, and the
   inline chain is not even PEP 503 (``a__b`` stays ``a--b``).
+- TOML: ``envbuild._io.parse_toml`` (compiled tomli, tomllib where tomli is absent). An import of
+  tomli or tomllib anywhere else is a second shim, free to prefer the other library.
 """
 
 from __future__ import annotations
@@ -95,3 +97,34 @@ def test_canonicalize_name_is_pep_503() -> None:
     assert canonicalize_name("a__b") == "a-b"
     assert canonicalize_name("Flash_Attn") == canonicalize_name("flash.attn") == "flash-attn"
 
+
+TOML_OWNER = "envbuild/_io.py"
+OWN_TOML = {"bench/bench_gate.py": "measures the gate against the standard library's tomllib"}
+
+
+def toml_imports(tree: ast.Module) -> list[int]:
+    """Lines importing a TOML parser (tomli, tomllib) directly."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(n.split(".")[0] in ("tomli", "tomllib") for n in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_one_toml_import() -> None:
+    found = [f"{rel}:{line}" for rel, tree in _sources() if rel != TOML_OWNER and rel not in OWN_TOML for line in toml_imports(tree)]
+    assert not found, "TOML imported outside envbuild/_io.py; use envbuild._io.parse_toml: " + ", ".join(found)
+    assert toml_imports(ast.parse((ROOT / TOML_OWNER).read_text(encoding="utf-8")))
+
+
+def test_the_toml_check_finds_a_planted_shim() -> None:
+    planted = "if sys.version_info >= (3, 11):\n    import tomllib\nelse:\n    import tomli as tomllib\n"
+    assert toml_imports(ast.parse(planted)) == [2, 4]
+    assert toml_imports(ast.parse("def f():\n    from tomli import loads\n")) == [2]
+    assert not toml_imports(ast.parse("from envbuild._io import parse_toml\nimport tomlkit\n"))

@@ -42,12 +42,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from envbuild import layout
+from envbuild._io import parse_toml
 from envbuild.errors import ConfigError
 from envbuild.lock.model import Lock, lock_dir, read_lock
 from envbuild.lock.serve import locked_requirements, prefix_manifest
@@ -62,11 +62,6 @@ from envbuild.quoting import (
 )
 from envbuild.spec import SECRET_NAME, StackSpec, parse_spec
 from envbuild.spec._toml import read_bounded
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 DEFAULT_ROOT = "/opt/envbuild"
 TOOL_VENV = "/opt/envbuild-tool"
@@ -251,7 +246,7 @@ def slice_spec(spec: StackSpec) -> list[str]:
     text = read_bounded(spec.path, "stack spec").decode("utf-8")
     lines = text.splitlines(keepends=True)
     headers = [i for i, line in enumerate(lines) if _STEP_HEADER.match(line)]
-    full = tomllib.loads(text)
+    full = parse_toml(text)
     cuts = []
     for h in headers[1:]:
         start = h
@@ -266,7 +261,7 @@ def slice_spec(spec: StackSpec) -> list[str]:
         n_cut = max(n, first)
         piece = "".join(lines[:cuts[n_cut - 1]]).rstrip("\n") + "\n"
         expected = dict(full, step=full["step"][:n_cut])
-        if len(headers) != len(spec.steps) or tomllib.loads(piece) != expected:
+        if len(headers) != len(spec.steps) or parse_toml(piece) != expected:
             raise ConfigError(
                 f"{spec.path}: cannot cut the spec after step {n_cut}; put every [[step]] table last, "
                 "after the other tables, so each image layer can carry the spec up to its step")
@@ -442,7 +437,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         files[rel] = text
         lock_copies: list[str] = []
         if lock is not None:
-            count = len(tomllib.loads(text)["step"])
+            count = len(parse_toml(text)["step"])
             rel_lock = docker_path(f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.lock.json", "a lock slice")
             files[rel_lock] = json.dumps(prefix_manifest(lock, count), indent=2) + "\n"
             lock_copies.append(f"COPY {rel_lock} {IMAGE_LOCK_DIR}/lock.json")

@@ -34,12 +34,12 @@ the file (``modal.Secret.from_local_environ``), never as ``.env()`` or a literal
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from envbuild import layout
+from envbuild._io import parse_toml
 from envbuild.errors import ConfigError
 from envbuild.images.docker import (
     CPU_BASE,
@@ -58,11 +58,6 @@ from envbuild.images.docker import (
 from envbuild.plan import make_plan
 from envbuild.quoting import check_env_name, py_docstring, py_literal, sh_join, sh_word
 from envbuild.spec import StackSpec
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 Mode = Literal["dockerfile", "steps"]
 MODES: tuple[Mode, ...] = ("steps", "dockerfile")
@@ -109,7 +104,7 @@ def step_layers(spec: StackSpec, rendered: Rendered, opts: DockerOptions) -> tup
         lock_rel, new = None, []
         if lock is not None:
             lock_rel = f"{stem}.lock.json"
-            count = len(tomllib.loads(text)["step"])
+            count = len(parse_toml(text)["step"])
             new = [s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied]
             copied.update(n for n in new if n)
         out.append(StepLayer(planned.name, f"{stem}.toml", lock_rel,

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from envbuild._io import TOMLDecodeError, parse_toml
 from envbuild.gate.model import LockParseError
-
-# tomli's wheels are compiled with mypyc: three times tomllib's speed on a large uv.lock, which is
-# most of the gate's time (the same parser, the same errors; tomllib where tomli is absent)
-try:
-    import tomli as tomllib
-except ImportError:  # pragma: no cover
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        raise
 
 __all__ = ["entry_lines", "exact", "sha", "toml_loads"]
 
 
 def toml_loads(text: str) -> dict[str, Any]:
     try:
-        data: dict[str, Any] = tomllib.loads(text)
+        data: dict[str, Any] = parse_toml(text)
         return data
-    except tomllib.TOMLDecodeError as exc:
+    except TOMLDecodeError as exc:
         raise LockParseError(f"not valid TOML: {exc}") from exc
     except RecursionError as exc:
         raise LockParseError("not valid TOML: nested too deeply") from exc
