@@ -135,7 +135,7 @@ def test_every_argument_check_comes_before_the_host(tmp_path: Path, capsys: pyte
 
 
 def test_mirror_counts_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--jobs", "0"], ["--jobs", "1e9"], ["--retries", "-1"]):
+    for argv in (["--jobs", "0"], ["--jobs", "1e9"], ["--deadline", "-1"]):
         with pytest.raises(SystemExit) as info:
             main(["wheelhouse", "mirror", "--out", str(tmp_path / "w"), *argv])
         assert info.value.code == ExitCode.CONFIG

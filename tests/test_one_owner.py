@@ -8,6 +8,10 @@ find a planted copy as well as to pass the tree:
   inline chain is not even PEP 503 (``a__b`` stays ``a--b``).
 - TOML: ``envbuild._io.parse_toml`` (compiled tomli, tomllib where tomli is absent). An import of
   tomli or tomllib anywhere else is a second shim, free to prefer the other library.
+- downloads: ``envbuild.index.download.download``, retried by ``envbuild.index.net.retrying``
+  (the one retry rule: its deadline, its backoff). A body streamed to a file elsewhere
+  (``iter_content``, ``urlretrieve``) is a second downloader; a ``sleep`` in a loop that catches
+  a network error is a second retry loop.
 """
 
 from __future__ import annotations
@@ -128,3 +132,73 @@ def test_the_toml_check_finds_a_planted_shim() -> None:
     assert toml_imports(ast.parse(planted)) == [2, 4]
     assert toml_imports(ast.parse("def f():\n    from tomli import loads\n")) == [2]
     assert not toml_imports(ast.parse("from envbuild._io import parse_toml\nimport tomlkit\n"))
+
+
+DOWNLOADER = "envbuild/index/download.py"
+RETRY_RULE = "envbuild/index/net.py"
+_STREAMING = {"iter_content", "iter_raw", "urlretrieve"}
+_NETWORK_ERRORS = {"ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout", "RequestException",
+                   "ChunkedEncodingError", "HTTPError", "URLError", "_Retry"}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+def downloaders(tree: ast.Module) -> list[int]:
+    """Lines that stream a response body (a downloader of their own)."""
+    return sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and (
+        isinstance(n.func, ast.Attribute) and n.func.attr in _STREAMING
+        or isinstance(n.func, ast.Name) and n.func.id in _STREAMING)})
+
+
+def retry_loops(tree: ast.Module) -> list[int]:
+    """Lines of loops that catch a network error and sleep: a retry rule of their own."""
+    lines = []
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.While, ast.For)):
+            continue
+        sleeps = any(isinstance(n, ast.Call) and "sleep" in _names(n.func) for n in ast.walk(loop))
+        catches = any(isinstance(n, ast.ExceptHandler) and n.type is not None and _names(n.type) & _NETWORK_ERRORS
+                      for n in ast.walk(loop))
+        if sleeps and catches:
+            lines.append(loop.lineno)
+    return lines
+
+
+def test_one_downloader_and_one_retry_rule() -> None:
+    package = [(rel, tree) for rel, tree in _sources() if rel.startswith("envbuild/")]
+    streams = [f"{rel}:{line}" for rel, tree in package if rel != DOWNLOADER for line in downloaders(tree)]
+    assert not streams, "a body streamed outside envbuild/index/download.py; call its download(): " + ", ".join(
+        streams)
+    loops = [f"{rel}:{line}" for rel, tree in package if rel != RETRY_RULE for line in retry_loops(tree)]
+    assert not loops, "a retry loop outside envbuild/index/net.py; use net.retrying: " + ", ".join(loops)
+    owner = {rel: tree for rel, tree in package}
+    assert downloaders(owner[DOWNLOADER])
+    assert "retrying" in {f.name for f in ast.walk(owner[RETRY_RULE]) if isinstance(f, ast.FunctionDef)}
+
+
+def test_the_download_check_finds_the_mirrors_old_loop() -> None:
+    """The wheelhouse mirror's own downloader, as it was: both checks see it."""
+    planted = ast.parse('''
+def download_one(url, dest, sha256, *, http, retries=4, backoff=0.5):
+    attempt = 0
+    while True:
+        try:
+            with http.get(url, stream=True, timeout=TIMEOUT) as resp:
+                with dest.open("wb") as f:
+                    for chunk in resp.iter_content(CHUNK):
+                        f.write(chunk)
+        except (_Retry, requests.ConnectionError, requests.Timeout) as exc:
+            if attempt >= retries:
+                raise
+            attempt += 1
+            time.sleep(backoff * 2 ** attempt)
+            continue
+        return dest
+''')
+    assert downloaders(planted) == [8] and retry_loops(planted) == [4]
+    polling = ast.parse("while proc.poll() is None:\n    try:\n        x()\n    except OSError:\n        pass\n"
+                        "    time.sleep(0.05)\n")
+    assert not retry_loops(polling) and not downloaders(polling)

@@ -373,7 +373,7 @@ def mirror(args: WheelhouseMirrorArgs, lock: Path) -> int:
         events.emit("info", f"--have {args.have}: {len(prepared.plan.placed) - len(plan.placed)} of "
                     f"{len(prepared.plan.placed)} locked packages are there at the locked version; not mirrored")
     events.emit("step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}")
-    done = mirror_lock(plan, args.out, jobs=args.jobs, retries=args.retries)
+    done = mirror_lock(plan, args.out, jobs=args.jobs, deadline=args.deadline)
     for line in done.not_mirrored:
         events.emit("warn", f"not mirrored: {line}")
     if args.json:

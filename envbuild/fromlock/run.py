@@ -41,6 +41,8 @@ from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.check import FileReport
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
+from envbuild.index.download import download
+from envbuild.index.net import redact
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
 
@@ -324,7 +326,11 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
             continue
         art = p.artifact
         if art.sha256 is None:
-            local = _download(art.url, state / "unhashed" / art.filename)
+            try:  # index.download: a source that does not answer is a PreflightError (exit 3)
+                local = download(art.url, state / "unhashed" / art.filename)
+            except OSError as exc:
+                raise InstallError(f"{state}: cannot write the download of {redact(art.url)} "
+                                   f"({exc.strerror or exc})", hint="Free space on the data root.") from exc
             art = LockedFile(local.as_uri(), sha256_file(local), art.filename)
         assert art.sha256 is not None
         was = known.get(p.artifact.url)
@@ -340,28 +346,6 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
     state.mkdir(parents=True, exist_ok=True)
     atomic_write_json(record_path, known)
     return replace(plan, placed=placed), pinned
-
-
-def _download(url: str, dest: Path) -> Path:
-    """``url`` streamed to ``dest`` (``index.remotezip.stream_to_file``: never held in memory);
-    PreflightError naming the host when it cannot be reached, InstallError when the disk is full."""
-    import requests
-
-    from envbuild.index.client import session
-    from envbuild.index.net import failure, redact
-    from envbuild.index.remotezip import stream_to_file
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        part = stream_to_file(url, None, http=session(), timeout=(10, 60), folder=dest.parent)
-    except requests.exceptions.RequestException as exc:
-        raise PreflightError(f"cannot reach {urlsplit(url).hostname}: {redact(failure(exc)[1])}",
-                             hint="Check the network (or a proxy), or provision where the host can be reached.") from exc
-    except OSError as exc:
-        raise InstallError(f"{dest}: cannot write the download of {redact(url)} ({exc.strerror or exc})",
-                           hint="Free space on the data root.") from exc
-    part.replace(dest)
-    return dest
 
 
 def rebuilt_record(plan: StagePlan) -> dict[str, object]:

@@ -81,6 +81,10 @@ class Deadline:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def renew(self) -> None:
+        """Progress was made (a download's bytes came): the deadline starts again from now."""
+        self.started = time.monotonic()
+
 
 class Answer(Protocol):
     """What ``retrying`` needs of a response (``requests.Response`` is one)."""
