@@ -1,9 +1,11 @@
-"""Command line entry point: argparse, event rendering and exit codes live here only.
+"""Command line entry point: the top-level parser (the command table, the global flags, the
+exit-code epilog), and the one place where errors become exit statuses.
 
-Each subcommand lives in ``envbuild/commands/<name>.py`` and exposes
-``register(subparsers)``; its handler returns an exit code or raises an
-``EnvbuildError``, which ``main`` turns into one paragraph on stderr and the
-documented exit status. Tracebacks are shown only for bugs (exit 1).
+Each subcommand lives in ``envbuild/commands/<name>.py`` and exposes ``register(subparsers)``
+(its own arguments; the types several commands share are in ``commands/common.py``); its handler
+returns an exit code or raises an ``EnvbuildError``, which ``main`` turns into one paragraph on
+stderr and the documented exit status (the codes: ``envbuild.errors``). Events are drawn by
+``commands/ui.py``. Tracebacks are shown only for bugs (exit 1).
 """
 
 from __future__ import annotations

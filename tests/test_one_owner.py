@@ -12,11 +12,14 @@ find a planted copy as well as to pass the tree:
   (the one retry rule: its deadline, its backoff). A body streamed to a file elsewhere
   (``iter_content``, ``urlretrieve``) is a second downloader; a ``sleep`` in a loop that catches
   a network error is a second retry loop.
+- subprocesses: ``envbuild.run.run``. A ``subprocess`` call elsewhere in the package is listed
+  below with its reason (``run.py``'s docstring names the same ones).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +35,12 @@ OWN_NORMALISER = {
 }
 
 
-def _sources() -> Iterator[tuple[str, ast.Module]]:
+@functools.cache
+def _sources() -> tuple[tuple[str, ast.Module], ...]:
+    return tuple(_parse_all())
+
+
+def _parse_all() -> Iterator[tuple[str, ast.Module]]:
     for top in SCANNED:
         for path in sorted((ROOT / top).rglob("*.py")):
             if "__pycache__" in path.parts or ".venv" in path.parts:
@@ -202,3 +210,43 @@ def download_one(url, dest, sha256, *, http, retries=4, backoff=0.5):
     polling = ast.parse("while proc.poll() is None:\n    try:\n        x()\n    except OSError:\n        pass\n"
                         "    time.sleep(0.05)\n")
     assert not retry_loops(polling) and not downloaders(polling)
+
+
+RUNNER = "envbuild/run.py"
+# path -> why it starts a child without envbuild.run
+OWN_SUBPROCESS = {
+    "envbuild/index/pipconf.py": "below the runner: envbuild.run imports the package sources' redaction",
+    "envbuild/provision/warmup.py": "a background child left running while the steps go on",
+    "envbuild/proof/smoke/checks.py": "standalone: runs in the target interpreter without envbuild",
+}
+_SPAWN = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "system",
+          "popen", "execv", "execvp", "spawnv"}
+
+
+def spawns(tree: ast.Module) -> list[int]:
+    """Lines that start a child process through ``subprocess`` or ``os`` directly."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SPAWN \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in ("subprocess", "os") or isinstance(node, ast.ImportFrom) and node.module == "subprocess" \
+                and {a.name for a in node.names} & _SPAWN:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_one_runner() -> None:
+    found = [f"{rel}:{line}" for rel, tree in _sources() if rel.startswith("envbuild/")
+             and rel != RUNNER and rel not in OWN_SUBPROCESS for line in spawns(tree)]
+    assert not found, "a subprocess started outside envbuild/run.py; use envbuild.run.run: " + ", ".join(found)
+    stale = [rel for rel in OWN_SUBPROCESS if not spawns(ast.parse((ROOT / rel).read_text(encoding="utf-8")))]
+    assert not stale, f"no longer starts a child itself, remove from OWN_SUBPROCESS: {stale}"
+    doc = ast.get_docstring(ast.parse((ROOT / RUNNER).read_text(encoding="utf-8"))) or ""
+    missing = [rel for rel in OWN_SUBPROCESS if rel.removeprefix("envbuild/") not in doc]
+    assert not missing, f"envbuild/run.py's docstring does not name these exceptions: {missing}"
+
+
+def test_the_runner_check_finds_a_planted_call() -> None:
+    assert spawns(ast.parse("out = subprocess.run([uv, '--version'], capture_output=True)")) == [1]
+    assert spawns(ast.parse("from subprocess import check_output\n")) == [1]
+    assert spawns(ast.parse("os.system('ls')")) == [1]
+    assert not spawns(ast.parse("out = run([uv, '--version'], capture=True)\nx = subprocess.DEVNULL"))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from envbuild.errors import ConfigError
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.installer.python import find_uv
+from envbuild.run import run
 
 __all__ = ["Exported", "SyncFlags", "export", "match_entries", "sync_refusal"]
 
@@ -117,14 +117,16 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")}
     env["NO_COLOR"] = "1"
     try:
-        out = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        out = run(argv, cwd=folder, env=env, capture=True, separate_stderr=True, timeout=120)
+    except OSError as exc:
         raise ConfigError(f"{lock_path}: uv export could not run ({exc}), so the selection cannot be read") from exc
+    if out.timed_out:
+        raise ConfigError(f"{lock_path}: uv export did not finish in 120 s, so the selection cannot be read")
     if out.returncode != 0:
-        reason = _uv_reason(out.stderr)
+        reason = _uv_reason(out.stderr or "")
         raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): {reason}",
                           hint=_flag_hint(folder))
-    return parse_requirements(out.stdout, _local_names(lock_path))
+    return parse_requirements(out.output or "", _local_names(lock_path))
 
 
 def _local_names(lock_path: Path) -> dict[str, str]:
@@ -245,13 +247,14 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
         env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "VIRTUAL_ENV")}
         env.update({"UV_PROJECT_ENVIRONMENT": str(Path(tmp) / "venv"), "UV_OFFLINE": "1", "NO_COLOR": "1"})
         try:
-            out = subprocess.run([uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *flags.selection_argv()],
-                                 cwd=lock_path.parent, env=env, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired):
+            out = run([uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *flags.selection_argv()],
+                      cwd=lock_path.parent, env=env, capture=True, separate_stderr=True, timeout=120)
+        except OSError:
             return None
-    if out.returncode == 0:
+    if out.returncode == 0 or out.timed_out:
         return None
-    return _uv_reason(out.stderr) if "error:" in out.stderr else None
+    err = out.stderr or ""
+    return _uv_reason(err) if "error:" in err else None
 
 
 def holds(marker: str | None, values: dict[str, str]) -> bool:
