@@ -12,6 +12,8 @@ find a planted copy as well as to pass the tree:
   (the one retry rule: its deadline, its backoff). A body streamed to a file elsewhere
   (``iter_content``, ``urlretrieve``) is a second downloader; a ``sleep`` in a loop that catches
   a network error is a second retry loop.
+- the in-image install of envbuild: ``envbuild.images.tool`` (tests/test_image_tool.py reads the
+  rendered images back); its ``pip install /src/envbuild`` written anywhere else is a copy.
 - subprocesses: ``envbuild.run.run``. A ``subprocess`` call elsewhere in the package is listed
   below with its reason (``run.py``'s docstring names the same ones).
 """
@@ -250,3 +252,20 @@ def test_the_runner_check_finds_a_planted_call() -> None:
     assert spawns(ast.parse("from subprocess import check_output\n")) == [1]
     assert spawns(ast.parse("os.system('ls')")) == [1]
     assert not spawns(ast.parse("out = run([uv, '--version'], capture=True)\nx = subprocess.DEVNULL"))
+
+
+TOOL_SNIPPET = "envbuild/images/tool.py"
+
+
+def install_snippets(tree: ast.Module) -> list[int]:
+    """Lines of string constants that install envbuild from its copied source."""
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and "pip install /src/envbuild" in n.value]
+
+
+def test_one_in_image_install() -> None:
+    found = [f"{rel}:{line}" for rel, tree in _sources() if rel.startswith("envbuild/") and rel != TOOL_SNIPPET
+             for line in install_snippets(tree)]
+    assert not found, "envbuild installed in an image outside envbuild/images/tool.py: " + ", ".join(found)
+    planted = ast.parse('cmd = f"{TOOL_VENV}/bin/python -m pip install /src/envbuild && envbuild --version"')
+    assert install_snippets(planted) == [1]

@@ -49,6 +49,9 @@ from pathlib import Path, PurePosixPath
 from envbuild import layout
 from envbuild._io import parse_toml
 from envbuild.errors import ConfigError
+from envbuild.images.tool import SECRETS as SECRETS  # re-exported: fromlock.image's RUN lines
+from envbuild.images.tool import TOOL_VENV as TOOL_VENV
+from envbuild.images.tool import tool_dockerfile
 from envbuild.lock.model import Lock, lock_dir, read_lock
 from envbuild.lock.serve import locked_requirements, prefix_manifest
 from envbuild.plan import make_plan
@@ -64,7 +67,6 @@ from envbuild.spec import SECRET_NAME, StackSpec, parse_spec
 from envbuild.spec._toml import read_bounded
 
 DEFAULT_ROOT = "/opt/envbuild"
-TOOL_VENV = "/opt/envbuild-tool"
 IMAGE_SPEC = "/etc/envbuild/stack.toml"
 IMAGE_LOCK_DIR = "/etc/envbuild"  # lock_dir of IMAGE_SPEC: lock.json and the step files go beside it
 STEP_FILE_GLOBS = ("*.toml", "*.lock.json", "*.txt")  # what a rendered steps folder holds
@@ -72,10 +74,6 @@ IMAGE_WHEELHOUSE = "/wheelhouse"
 SECRETS_DIR = "/run/secrets"  # where RUN --mount=type=secret,id=NAME puts a secret (BuildKit, buildah)
 WHEELHOUSE_CONTEXT = "wheelhouse"
 SYNTAX = "docker/dockerfile:1.7"
-# Build-time package sources and credentials reach a RUN as secrets, never as ARG/ENV or COPY, so
-# no layer keeps them: `docker build --secret id=pip.conf,src=...` (buildah: the same flag).
-SECRETS = ("--mount=type=secret,id=pip.conf,target=/etc/pip.conf "
-           "--mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml")
 # What the image needs at run time besides Python: a C++ compiler (torch.compile's Inductor
 # compiles its CPU kernels with it) and git (git-pinned steps).
 RUNTIME_APT = "ca-certificates git g++ make"
@@ -388,20 +386,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
             "",
         ]
     out += [
-        "# envbuild first, in its own venv (never in the training venv). Only the package code is",
-        "# copied: the stack specs come per layer below, so a spec edit does not reinstall envbuild",
-        "# (the profile folders pyproject.toml lists are made empty; the image uses --stack).",
-        f"COPY {docker_path(opts.tool_src + 'pyproject.toml', 'envbuild source')} /src/envbuild/",
-        f"COPY {docker_path(opts.tool_src + 'envbuild/', 'envbuild source')} /src/envbuild/envbuild/",
-        f"RUN --mount=type=cache,target=/root/.cache/pip {SECRETS} \\",
-        "    mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md \\",
-        "    && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"' \\",
-        "       | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p \\",
-        f"    && {tool_python} -m venv {TOOL_VENV} \\",
-        f"    && {TOOL_VENV}/bin/python -m pip install /src/envbuild \\",
-        f"    && ln -s {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild \\",
-        "    && envbuild --version",
-        "",
+        *tool_dockerfile(opts.tool_src, tool_python),
     ]
     overlay = layout.overlay_env(spec, paths)
     overlay.pop("PIP_CACHE_DIR", None)

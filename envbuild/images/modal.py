@@ -47,7 +47,6 @@ from envbuild.images.docker import (
     IMAGE_SPEC,
     IMAGE_WHEELHOUSE,
     RUNTIME_APT,
-    TOOL_VENV,
     DockerOptions,
     Rendered,
     choose_base,
@@ -55,6 +54,7 @@ from envbuild.images.docker import (
     spec_vars,
     stack_lock,
 )
+from envbuild.images.tool import tool_shell
 from envbuild.plan import make_plan
 from envbuild.quoting import check_env_name, py_docstring, py_literal, sh_join, sh_word
 from envbuild.spec import StackSpec
@@ -183,15 +183,8 @@ _ANNOTATIONS = {"STEPS": ": list[tuple[str, str, str | None, list[str], bool]]",
 
 
 def _tool_install(python: str | None, venv: str) -> str:
-    """envbuild in its own venv, as in the Dockerfile (the profile folders pyproject lists made empty)."""
-    interpreter = sh_word(f"python{python}" if python else f"{venv}/bin/python", "--venv")
-    return (
-        "mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md"
-        " && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"'"
-        " | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p"
-        f" && {interpreter} -m venv {TOOL_VENV} && {TOOL_VENV}/bin/python -m pip install /src/envbuild"
-        f" && ln -sf {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild && envbuild --version"
-    )
+    """envbuild in its own venv, as in the Dockerfile (``images.tool``: the one snippet)."""
+    return tool_shell(sh_word(f"python{python}" if python else f"{venv}/bin/python", "--venv"))
 
 
 def module_name_ok(path: Path) -> bool:
