@@ -16,9 +16,9 @@ import pytest
 from envbuild import cli
 from envbuild.commands.check_lock import CheckLockArgs
 from envbuild.commands.common import Handler, typed
-from envbuild.commands.lockfile import sync_flags
 from envbuild.commands.plan import PlanArgs
 from envbuild.commands.provision import ProvisionArgs
+from envbuild.commands.selection import sync_flags
 from envbuild.commands.wheelhouse import WheelhouseMirrorArgs
 
 _NOT_DESTS = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)

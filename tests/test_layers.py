@@ -164,9 +164,9 @@ def _unit(module: str) -> str:
     return ".".join(parts[:2])
 
 
-def test_no_import_cycle_below_the_front_ends() -> None:
-    """No two top-level modules or packages import each other, directly or through others, unless
-    both are front ends (stage top): a cycle below them would make the stage order a lie."""
+def test_no_import_cycle_between_top_level_units() -> None:
+    """No two top-level modules or packages import each other, directly or through others, the
+    front ends included: a cycle would make the stage order a lie."""
     edges: dict[str, set[str]] = {}
     for path in _modules():
         importer = _module_name(path)
@@ -185,7 +185,7 @@ def test_no_import_cycle_below_the_front_ends() -> None:
         return seen
 
     cycles = sorted(f"{a} <-> {b}" for a, targets in edges.items() for b in targets
-                    if a < b and a in reach(b) and not _stage(a) == _stage(b) == "top")
+                    if a < b and a in reach(b))
     assert not cycles, f"import cycles between envbuild's modules: {cycles}"
 
 
@@ -256,9 +256,9 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_between_modules_faces_included() -> None:
     """No module imports another that imports it back, directly or through others, package faces
-    (``__init__``) included, unless every module of the circle is a front end (stage top). The
-    check above looks at top-level packages; this one at every module inside them."""
-    cycles = [c for c in _cycles(_module_edges()) if not all(_stage(m) == "top" for m in c)]
+    (``__init__``) and the front ends (``commands/``) included. The check above looks at
+    top-level packages; this one at every module inside them."""
+    cycles = _cycles(_module_edges())
     assert not cycles, "import cycles between modules (move the shared piece below both): " + "; ".join(
         " <-> ".join(c) for c in cycles)
 
@@ -327,3 +327,19 @@ def test_no_module_imports_its_own_package_face() -> None:
                     bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} takes {', '.join(names)} "
                                f"from {node.module}")
     assert not bad, "modules that import their own package's face: " + "; ".join(sorted(bad))
+
+
+def test_no_command_imports_the_console_script() -> None:
+    """``envbuild.cli`` is the console script on top of ``commands/``; a command that imported it
+    would close a circle through the parser that imports every command."""
+    bad = sorted(f"{_module_name(p)}:{line}" for p in _modules() if _module_name(p).startswith("envbuild.commands")
+                 for m, line in _imports(p) if m == "envbuild.cli")
+    assert not bad, "commands that import envbuild.cli (use envbuild.commands.parser): " + ", ".join(bad)
+
+
+def test_the_cycle_check_sees_the_old_circle_between_two_commands() -> None:
+    """The circle this tree had: commands.lockfile (the --lock branches) imported commands.docker,
+    which imported it back; both front ends, and still a circle."""
+    edges = {"envbuild.commands.lockfile": {"envbuild.commands.docker", "envbuild.commands.common"},
+             "envbuild.commands.docker": {"envbuild.commands.lockfile"}, "envbuild.commands.common": set()}
+    assert _cycles(edges) == [["envbuild.commands.docker", "envbuild.commands.lockfile"]]

@@ -18,7 +18,7 @@ from envbuild.commands.common import (
     path_arg,
     seconds_arg,
 )
-from envbuild.commands.lockfile import LockArgs, add_selection_args
+from envbuild.commands.selection import WheelhouseMirrorArgs, add_selection_args
 from envbuild.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,23 +44,6 @@ class WheelhouseBuildArgs(StackArgs, JsonArgs):
     source: list[str]
     no_cache: bool
     keep_work: bool
-
-
-@dataclass(frozen=True)
-class WheelhouseMirrorArgs(LockArgs, JsonArgs):
-    """``wheelhouse mirror``'s options (``--lock`` takes a lock folder too)."""
-
-    profile: str | None
-    requirements: list[Path] | None
-    out: Path
-    index_url: list[str]
-    python_tag: str | None
-    platform: str | None
-    all_platforms: bool
-    python: Path | None
-    jobs: int
-    deadline: float | None
-    have: Path | None
 
 
 @dataclass(frozen=True)
@@ -209,13 +192,13 @@ def _refuse_another_torch(args: WheelhouseBuildArgs, python: Path) -> None:
 
 def run_mirror(args: WheelhouseMirrorArgs) -> int:
     if not (args.lock is not None and args.lock.is_file()):
-        from envbuild.commands.lockfile import refuse_lock_options
+        from envbuild.commands.selection import refuse_lock_options
 
         refuse_lock_options(args, have=args.have)
     if args.lock is not None and args.lock.is_file():
-        from envbuild.commands import lockfile as fromlock
+        from envbuild.commands.mirror_lock import mirror_from_lock
 
-        return fromlock.mirror(args, args.lock)
+        return mirror_from_lock(args, args.lock)
     from envbuild.wheelhouse.stackmirror import StackMirrorRequest, mirror_stack
 
     done = mirror_stack(StackMirrorRequest(

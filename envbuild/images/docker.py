@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from envbuild import layout
-from envbuild._io import parse_toml
+from envbuild._io import atomic_write_text, parse_toml
 from envbuild.errors import ConfigError
 from envbuild.images.tool import SECRETS as SECRETS  # re-exported: fromlock.image's RUN lines
 from envbuild.images.tool import TOOL_VENV as TOOL_VENV
-from envbuild.images.tool import tool_dockerfile
+from envbuild.images.tool import copy_tool_source, tool_dockerfile
 from envbuild.lock.model import Lock, lock_dir, read_lock
 from envbuild.lock.serve import locked_requirements, prefix_manifest
 from envbuild.plan import make_plan
@@ -518,3 +518,17 @@ def stale_files(rendered: Rendered, dockerfile: Path, context: Path, steps_dir: 
         stale += [str(p) for p in sorted({p for g in STEP_FILE_GLOBS for p in folder.glob(g)}) if p not in wanted]
     return stale
 
+
+def write_build_files(files: Mapping[str, str], context: Path, steps_folder: Path, tool_src: Path) -> None:
+    """The spec slices and lock files a rendered image reads (``files``, relative to ``context``),
+    in ``steps_folder`` with nothing stale left beside them; and envbuild's source at ``tool_src``
+    when the context is outside a checkout."""
+    steps_folder.mkdir(parents=True, exist_ok=True)
+    wanted = {context / rel for rel in files}
+    for old in {p for g in STEP_FILE_GLOBS for p in steps_folder.glob(g)}:
+        if old not in wanted:
+            old.unlink()
+    for rel, text in files.items():
+        atomic_write_text(context / rel, text)
+    if tool_src != context:
+        copy_tool_source(tool_src)

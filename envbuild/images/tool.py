@@ -4,14 +4,20 @@ Dockerfile, ``fromlock.image``'s lock Dockerfile, ``images.modal``'s ``run_comma
 envbuild goes into its own venv (``TOOL_VENV``, never the training venv) from its package code
 copied to ``/src/envbuild``: the stack specs come per layer later, so a spec edit does not
 reinstall envbuild (the profile folders pyproject.toml lists are made empty; the image uses
-``--stack``). ``envbuild`` and the ``uv`` it depends on are linked onto ``PATH``.
+``--stack``). ``envbuild`` and the ``uv`` it depends on are linked onto ``PATH``. Where the build
+context is no envbuild checkout, the running envbuild's source is copied beside the Dockerfile
+(``tool_source``, ``copy_tool_source``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from envbuild.errors import ConfigError
 from envbuild.quoting import docker_path
 
-__all__ = ["SECRETS", "TOOL_SRC_DIR", "TOOL_VENV", "tool_copies", "tool_dockerfile", "tool_shell", "tool_steps"]
+__all__ = ["SECRETS", "TOOL_SRC", "TOOL_SRC_DIR", "TOOL_VENV", "checkout", "copy_tool_source", "tool_copies",
+           "tool_dockerfile", "tool_shell", "tool_source", "tool_steps"]
 
 TOOL_VENV = "/opt/envbuild-tool"
 TOOL_SRC_DIR = "/src/envbuild"
@@ -62,3 +68,40 @@ def tool_dockerfile(tool_src: str, interpreter: str) -> list[str]:
         run[-1],
         "",
     ]
+
+
+TOOL_SRC = "envbuild-src"
+
+
+def tool_source(context: Path, beside: Path) -> Path:
+    """Where the image's ``COPY`` of envbuild's own source reads from: the context itself when it
+    is an envbuild checkout, else ``<Dockerfile folder>/envbuild-src`` (a copy made on write)."""
+    if (context / "pyproject.toml").is_file() and (context / "envbuild" / "__init__.py").is_file():
+        return context
+    if checkout() is None:
+        raise ConfigError(
+            f"the build context {context} holds no envbuild source (pyproject.toml and envbuild/) for the image's "
+            "envbuild, and this envbuild is not running from a checkout to copy it from",
+            hint="Render from an envbuild checkout (cd into it, or pass --context CHECKOUT).")
+    return beside / TOOL_SRC
+
+
+def checkout() -> Path | None:
+    import envbuild
+
+    root = Path(envbuild.__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def copy_tool_source(dest: Path) -> None:
+    """Copy the running envbuild's package and pyproject.toml to ``dest`` (replacing an old copy)."""
+    import shutil
+
+    root = checkout()
+    assert root is not None
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(root / "envbuild", tmp / "envbuild", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(root / "pyproject.toml", tmp / "pyproject.toml")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
