@@ -14,15 +14,18 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "envbuild"
 
 # The one stage list: (stage, what it holds), in import order. docs/architecture.md shows it,
-# generated from here by `make docs-reference` (docs/hooks/reference.py); test_the_architecture_page_shows_these_stages
+# generated from here by `make docs-reference` (docs/hooks/reference.py); test_the_pages_show_these_stages
 # fails when the page's copy is stale.
 STAGES_DOC = (
-    ("foundation", "errors, events, I/O, quoting, the one runner, the package sources (`index/`: the index "
-                   "client, its network and its caches), the ABI-label parser; they import no later stage"),
-    ("spec", "the stack spec and its readers: `stack.toml`, the step files, TOML"),
+    ("foundation", "errors, events, I/O (atomic writes, hashes, the one TOML parser), quoting, the one "
+                   "runner, the package sources (`index/`: the index client, the one downloader, its "
+                   "network and its caches), the ABI-label parser; they import no later stage"),
+    ("spec", "the stack spec and its readers: `stack.toml` (bounded, dotted-path errors), the step files"),
     ("plan", "spec (+ options, + lock) to ordered steps with their installer argv"),
     ("installer", "pip and uv behind one protocol; the data root and `$HOME` links"),
     ("guard", "the ABI guard: reading site-packages, the baseline, the rules"),
@@ -32,8 +35,8 @@ STAGES_DOC = (
     ("proof", "preflight, smoke, the distributed step, receipts"),
     ("orchestrators", "provision, provision --lock (`fromlock/`), images: libraries that return results; "
                       "they import no front end"),
-    ("top", "the front ends (`commands/`, `cli.py`): they parse, call the orchestrators and print; "
-            "they may import anything"),
+    ("top", "the front ends (`commands/`, and `cli.py`, the console script on `commands/parser.py`): "
+            "they parse, call the orchestrators and print; no command imports `cli.py`"),
 )
 STAGES = tuple(name for name, _ in STAGES_DOC)
 
@@ -301,12 +304,14 @@ def stage_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def test_the_architecture_page_shows_these_stages() -> None:
-    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("name", ["architecture.md", "development.md"])
+def test_the_pages_show_these_stages(name: str) -> None:
+    """docs/architecture.md and docs/development.md list the stages' modules from here, never by hand."""
+    page = (PACKAGE.parent / "docs" / name).read_text(encoding="utf-8")
     begin, end = "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n", "<!-- end stages -->"
-    assert begin in page and end in page, "docs/architecture.md lost its stage table markers"
+    assert begin in page and end in page, f"docs/{name} lost its stage table markers"
     shown = page.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
-    assert shown == stage_table(), "docs/architecture.md's stage table is stale: run `make docs-reference`"
+    assert shown == stage_table(), f"docs/{name}'s stage table is stale: run `make docs-reference`"
 
 
 def test_no_module_imports_its_own_package_face() -> None:
