@@ -37,7 +37,9 @@ def test_the_modal_file_installs_envbuild_with_the_snippet() -> None:
     tree = ast.parse(rendered.source)
     values = {t.id: node.value for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
               for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
-    command = ast.literal_eval(values["TOOL_INSTALL"])
+    node = values["TOOL_INSTALL"]
+    assert node is not None
+    command = ast.literal_eval(node)
     assert isinstance(command, str) and is_the_one_snippet(command), command
 
 
