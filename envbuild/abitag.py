@@ -68,6 +68,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from packaging.utils import canonicalize_name
+
 __all__ = [
     "AbiClaim",
     "Mismatch",
@@ -352,7 +354,7 @@ def runtime_cuda(packages: Iterable[tuple[str, str | None]]) -> tuple[int, str] 
     with the package that says so; None when none of them says, or they disagree."""
     majors: dict[int, str] = {}
     for name, version in packages:
-        n = name.lower().replace("_", "-").replace(".", "-")
+        n = canonicalize_name(name)
         m = _NVIDIA_CU.fullmatch(n)
         if m is not None:
             major = int(m.group(1))

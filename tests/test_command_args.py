@@ -16,10 +16,8 @@ import pytest
 from envbuild import cli
 from envbuild.commands.check_lock import CheckLockArgs
 from envbuild.commands.common import Handler, typed
-from envbuild.commands.lockfile import sync_flags
 from envbuild.commands.plan import PlanArgs
-from envbuild.commands.provision import ProvisionArgs
-from envbuild.commands.wheelhouse import WheelhouseMirrorArgs
+from envbuild.commands.selection import ProvisionArgs, WheelhouseMirrorArgs, sync_flags
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -187,11 +185,11 @@ def test_check_lock() -> None:
 
 
 def test_wheelhouse_mirror() -> None:
-    args = _built(["wheelhouse", "mirror", "--lock", "uv.lock", "--out", "wh", "-j", "8", "--retries", "0",
+    args = _built(["wheelhouse", "mirror", "--lock", "uv.lock", "--out", "wh", "-j", "8", "--deadline", "5",
                    "--group", "docs", "--have", "freeze.txt", "--all-extras"], WheelhouseMirrorArgs)
     assert isinstance(args, WheelhouseMirrorArgs)
     assert args.lock == Path("uv.lock") and args.out == Path("wh") and args.have == Path("freeze.txt")
-    assert args.jobs == 8 and args.retries == 0 and args.group == ["docs"] and args.all_extras
+    assert args.jobs == 8 and args.deadline == 5 and args.group == ["docs"] and args.all_extras
     assert args.requirements is None and args.index_url == [] and args.python is None and args.profile is None
     stack = _built(["wheelhouse", "mirror", "-r", "a.txt", "-r", "b.txt"], WheelhouseMirrorArgs)
     assert isinstance(stack, WheelhouseMirrorArgs)

@@ -81,10 +81,19 @@ def test_every_default_mesh_1_to_8(torch_venv: Path, tmp_path: Path, nproc: int,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc,dp,tp,ep", [(2, 2, 1, 1), (4, 2, 2, 2)])
-def test_layouts(torch_venv: Path, tmp_path: Path, nproc: int, dp: int, tp: int, ep: int) -> None:
+def test_layouts(torch_venv: Path, tmp_path: Path, nproc: int, dp: int, tp: int, ep: int,
+                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The mesh asked for is the mesh the ranks ran (the document says what was used), and it
+    passes every check against the single-process reference."""
     code = main(["dist-step", "--venv", str(torch_venv), "--root", str(tmp_path), "--steps", "2", "--no-receipt",
-                 "--nproc", str(nproc), "--dp", str(dp), "--tp", str(tp), "--ep", str(ep), "--bw-mb", "0"])
-    assert code == 0
+                 "--nproc", str(nproc), "--dp", str(dp), "--tp", str(tp), "--ep", str(ep), "--bw-mb", "0",
+                 "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, (doc.get("checks"), doc.get("parity"))
+    assert doc["world_size"] == nproc and len(doc["ranks"]) == nproc
+    assert (doc["mesh"]["dp"], doc["mesh"]["tp"], doc["mesh"]["ep"]) == (dp, tp, ep), doc["mesh"]
+    assert doc["checks"] and all(doc["checks"].values()), doc["checks"]
+    assert doc["parity"]["max_loss_diff"] <= doc["parity"]["tolerance"]["loss"]
 
 
 MESH_SCRIPT = r"""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.dockerfiles import is_the_one_snippet, tool_installs
 from support.fixtures import EnvbuildResult
 from support.gatelocks import GateIndex, _uv_lock, uv_platform_lock
 from support.wheels import build_wheel
@@ -66,6 +67,8 @@ def test_docker_lock_renders_one_layer_per_stage_and_a_rest_change_keeps_the_ear
     text2, files2 = _render(run_envbuild, lock, second)
     assert sorted(files1) == ["01-torch.json", "02-extensions.json", "03-rest.json"]
 
+    [install] = tool_installs(text1)  # envbuild installed by images.tool's one snippet
+    assert is_the_one_snippet(install), install
     layers = _layers(text1)
     copies = [v for k, v in layers if k == "COPY" and "/etc/envbuild/lock-stages.json" in v]
     assert [c.split()[0].rsplit("/", 1)[1] for c in copies] == sorted(files1)

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from packaging.utils import canonicalize_name
 from support.backend import BACKEND
 from support.buildbackends import BACKENDS, write_package
 from support.fixtures import EnvbuildResult, installer_env
@@ -189,7 +190,7 @@ def uv_sync_installs(folder: Path, argv: list[str], venv: Path, home: Path) -> d
     if out.returncode != 0:
         return out.stderr
     site = next(venv.glob("lib/python*/site-packages"))
-    return {d.metadata["Name"].lower().replace("_", "-"): d.version for d in distributions(path=[str(site)])}
+    return {canonicalize_name(d.metadata["Name"]): d.version for d in distributions(path=[str(site)])}
 
 
 def planned(lock: Path, argv: list[str]) -> dict[str, str] | EnvbuildError:

@@ -36,12 +36,8 @@ from support.gatelocks import (
 )
 from support.wheels import build_sdist, build_wheel
 
+from envbuild._io import parse_toml
 from envbuild.errors import ExitCode
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 pytestmark = pytest.mark.slow
 
@@ -209,7 +205,7 @@ def test_many_unread_tags_are_counted_and_each_listed_under_explain(gate_index: 
 def test_torch_without_a_local_tag_is_compared_by_its_runtime(gate_index: GateIndex, tmp_path: Path, kwargs: dict[str, Any],
                                                                extension: str, says: list[str]) -> None:
     lock = uv_platform_lock(tmp_path, gate_index, extension=extension, **kwargs)
-    linux_torch = [p for p in tomllib.loads(lock.read_text())["package"]
+    linux_torch = [p for p in parse_toml(lock.read_text())["package"]
                    if p["name"] == "torch" and p["source"] == {"registry": gate_index.url("plain")}]
     assert [p["version"] for p in linux_torch] == [kwargs.get("torch", "2.10.0")]  # no local tag
     r = _envbuild(tmp_path, "check-lock", lock, "--offline", "--json")

@@ -1,11 +1,10 @@
 """support.gatelocks: each lock maker really makes, with the real tool, the lock its docstring claims.
 
-Read with tomllib and as text only: the check-lock gate itself is not imported here.
+Read with envbuild's TOML parser and as text only: the check-lock gate itself is not imported here.
 """
 
 from __future__ import annotations
 
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,7 @@ from support.gatelocks import (
     uv_universal_requirements,
 )
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuild._io import parse_toml
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +32,7 @@ LINUX, NOT_LINUX = "sys_platform == 'linux'", "sys_platform != 'linux'"
 
 def _load(path: Path) -> dict[str, Any]:
     assert path.is_file(), path
-    data: dict[str, Any] = tomllib.loads(path.read_text())
+    data: dict[str, Any] = parse_toml(path.read_text())
     return data
 
 

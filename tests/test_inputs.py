@@ -16,13 +16,9 @@ import sys
 import threading
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 import pytest
 
+from envbuild._io import parse_toml
 from envbuild.cli import main
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.spec import load_spec, parse_spec
@@ -139,7 +135,7 @@ def test_every_argument_check_comes_before_the_host(tmp_path: Path, capsys: pyte
 
 
 def test_mirror_counts_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--jobs", "0"], ["--jobs", "1e9"], ["--retries", "-1"]):
+    for argv in (["--jobs", "0"], ["--jobs", "1e9"], ["--deadline", "-1"]):
         with pytest.raises(SystemExit) as info:
             main(["wheelhouse", "mirror", "--out", str(tmp_path / "w"), *argv])
         assert info.value.code == ExitCode.CONFIG
@@ -270,7 +266,7 @@ def test_good_locations_load(tmp_path: Path) -> None:
 ])
 def test_the_stack_name_names_files(tmp_path: Path, line: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
-        parse_spec(tomllib.loads(GOOD.replace('name = "t"', line)), tmp_path / "s.toml", {})
+        parse_spec(parse_toml(GOOD.replace('name = "t"', line)), tmp_path / "s.toml", {})
 
 
 @pytest.mark.parametrize("venv", ["/etc", "../outside", "a/../../b", ".", "v env", "venv/"])

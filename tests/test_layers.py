@@ -14,15 +14,18 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "envbuild"
 
 # The one stage list: (stage, what it holds), in import order. docs/architecture.md shows it,
-# generated from here by `make docs-reference` (docs/hooks/reference.py); test_the_architecture_page_shows_these_stages
+# generated from here by `make docs-reference` (docs/hooks/reference.py); test_the_pages_show_these_stages
 # fails when the page's copy is stale.
 STAGES_DOC = (
-    ("foundation", "errors, events, I/O, quoting, the one runner, the package sources (`index/`: the index "
-                   "client, its network and its caches), the ABI-label parser; they import no later stage"),
-    ("spec", "the stack spec and its readers: `stack.toml`, the step files, TOML"),
+    ("foundation", "errors, events, I/O (atomic writes, hashes, the one TOML parser), quoting, the one "
+                   "runner, the package sources (`index/`: the index client, the one downloader, its "
+                   "network and its caches), the ABI-label parser; they import no later stage"),
+    ("spec", "the stack spec and its readers: `stack.toml` (bounded, dotted-path errors), the step files"),
     ("plan", "spec (+ options, + lock) to ordered steps with their installer argv"),
     ("installer", "pip and uv behind one protocol; the data root and `$HOME` links"),
     ("guard", "the ABI guard: reading site-packages, the baseline, the rules"),
@@ -32,8 +35,8 @@ STAGES_DOC = (
     ("proof", "preflight, smoke, the distributed step, receipts"),
     ("orchestrators", "provision, provision --lock (`fromlock/`), images: libraries that return results; "
                       "they import no front end"),
-    ("top", "the front ends (`commands/`, `cli.py`): they parse, call the orchestrators and print; "
-            "they may import anything"),
+    ("top", "the front ends (`commands/`, and `cli.py`, the console script on `commands/parser.py`): "
+            "they parse, call the orchestrators and print; no command imports `cli.py`"),
 )
 STAGES = tuple(name for name, _ in STAGES_DOC)
 
@@ -164,9 +167,9 @@ def _unit(module: str) -> str:
     return ".".join(parts[:2])
 
 
-def test_no_import_cycle_below_the_front_ends() -> None:
-    """No two top-level modules or packages import each other, directly or through others, unless
-    both are front ends (stage top): a cycle below them would make the stage order a lie."""
+def test_no_import_cycle_between_top_level_units() -> None:
+    """No two top-level modules or packages import each other, directly or through others, the
+    front ends included: a cycle would make the stage order a lie."""
     edges: dict[str, set[str]] = {}
     for path in _modules():
         importer = _module_name(path)
@@ -185,7 +188,7 @@ def test_no_import_cycle_below_the_front_ends() -> None:
         return seen
 
     cycles = sorted(f"{a} <-> {b}" for a, targets in edges.items() for b in targets
-                    if a < b and a in reach(b) and not _stage(a) == _stage(b) == "top")
+                    if a < b and a in reach(b))
     assert not cycles, f"import cycles between envbuild's modules: {cycles}"
 
 
@@ -256,9 +259,9 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_between_modules_faces_included() -> None:
     """No module imports another that imports it back, directly or through others, package faces
-    (``__init__``) included, unless every module of the circle is a front end (stage top). The
-    check above looks at top-level packages; this one at every module inside them."""
-    cycles = [c for c in _cycles(_module_edges()) if not all(_stage(m) == "top" for m in c)]
+    (``__init__``) and the front ends (``commands/``) included. The check above looks at
+    top-level packages; this one at every module inside them."""
+    cycles = _cycles(_module_edges())
     assert not cycles, "import cycles between modules (move the shared piece below both): " + "; ".join(
         " <-> ".join(c) for c in cycles)
 
@@ -301,12 +304,14 @@ def stage_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def test_the_architecture_page_shows_these_stages() -> None:
-    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("name", ["architecture.md", "development.md"])
+def test_the_pages_show_these_stages(name: str) -> None:
+    """docs/architecture.md and docs/development.md list the stages' modules from here, never by hand."""
+    page = (PACKAGE.parent / "docs" / name).read_text(encoding="utf-8")
     begin, end = "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n", "<!-- end stages -->"
-    assert begin in page and end in page, "docs/architecture.md lost its stage table markers"
+    assert begin in page and end in page, f"docs/{name} lost its stage table markers"
     shown = page.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
-    assert shown == stage_table(), "docs/architecture.md's stage table is stale: run `make docs-reference`"
+    assert shown == stage_table(), f"docs/{name}'s stage table is stale: run `make docs-reference`"
 
 
 def test_no_module_imports_its_own_package_face() -> None:
@@ -327,3 +332,19 @@ def test_no_module_imports_its_own_package_face() -> None:
                     bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} takes {', '.join(names)} "
                                f"from {node.module}")
     assert not bad, "modules that import their own package's face: " + "; ".join(sorted(bad))
+
+
+def test_no_command_imports_the_console_script() -> None:
+    """``envbuild.cli`` is the console script on top of ``commands/``; a command that imported it
+    would close a circle through the parser that imports every command."""
+    bad = sorted(f"{_module_name(p)}:{line}" for p in _modules() if _module_name(p).startswith("envbuild.commands")
+                 for m, line in _imports(p) if m == "envbuild.cli")
+    assert not bad, "commands that import envbuild.cli (use envbuild.commands.parser): " + ", ".join(bad)
+
+
+def test_the_cycle_check_sees_the_old_circle_between_two_commands() -> None:
+    """The circle this tree had: commands.lockfile (the --lock branches) imported commands.docker,
+    which imported it back; both front ends, and still a circle."""
+    edges = {"envbuild.commands.lockfile": {"envbuild.commands.docker", "envbuild.commands.common"},
+             "envbuild.commands.docker": {"envbuild.commands.lockfile"}, "envbuild.commands.common": set()}
+    assert _cycles(edges) == [["envbuild.commands.docker", "envbuild.commands.lockfile"]]

@@ -9,10 +9,7 @@ from pathlib import Path
 
 import pytest
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuild._io import parse_toml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +19,7 @@ def test_every_profile_folder_that_looks_like_a_package_is_listed() -> None:
     is an identifier and package data comes from it, and warns at every install unless it is in
     `packages`. A folder that is no profile (lockfiles/examples/: check-lock's example locks, for
     a checkout only) is deliberately not shipped: nothing directly in it matches the data globs."""
-    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    setuptools = parse_toml((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = setuptools["packages"]
     data_globs = [g.split("/", 1)[1] for g in setuptools["package-data"]["envbuild._lockfiles"]]  # "*/*.toml" -> "*.toml"
     folders = [p for p in (REPO / "lockfiles").iterdir() if p.is_dir() and p.name.isidentifier()]
@@ -38,7 +35,7 @@ def test_every_profile_folder_that_looks_like_a_package_is_listed() -> None:
 def test_every_envbuild_package_is_listed() -> None:
     """`packages` is an explicit list: a package left out is missing from every non-editable
     install (the wheel, the GitHub Action's `pip install`), while an editable one still works."""
-    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = parse_toml((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     found = sorted(".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "envbuild").rglob("__init__.py"))
     missing = [name for name in found if name not in packages]
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"

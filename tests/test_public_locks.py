@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 from support.fixtures import installer_env
 from support.gatelocks import uv_bin
 from support.syncflags import flags_of
@@ -68,7 +69,7 @@ def uv_would_install(folder: Path, argv: list[str], python: str, tmp: Path) -> d
     for line in out.stderr.splitlines() + out.stdout.splitlines():
         m = _LINE.match(line)
         if m:  # a version, or "@ URL" for a direct URL, a git pin or a local folder
-            got[m.group(1).lower().replace("_", "-")] = m.group(2) or f"@ {m.group(3)}"
+            got[str(canonicalize_name(m.group(1)))] = m.group(2) or f"@ {m.group(3)}"
     return got
 
 

@@ -10,7 +10,8 @@ locked by uv as well), and every seed trap as
 the real host shows it.
 
 Marked ``network`` and ``slow`` (deselect with ``-m 'not seed_twin'``); ``make test`` runs it,
-and it skips by itself when PyPI does not answer. Phase times go to
+and it skips by itself when PyPI does not answer (asked with urllib, never through envbuild's
+own probe: a failure of envbuild's code is a failure, never a skip). Phase times go to
 ``.cache/tests/seed-twin/timings.json``.
 """
 
@@ -22,6 +23,8 @@ import json
 import shutil
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,6 @@ from support.twin import CACHE, FLA_URL, LOCAL, SeedTwin
 from test_lock_target import dry_run_on_target
 
 from envbuild.errors import ExitCode
-from envbuild.index.net import probe
 from envbuild.lock.model import parse_requirements_text
 from envbuild.spec import load_spec, profile_path
 
@@ -49,15 +51,44 @@ PROFILE = "h200-cu132"
 PLATFORM = "manylinux_2_28_x86_64"
 SDIST_ONLY = ("dualpipe",)  # PyPI has no wheel of dualpipe 1.0.0
 TIMES: dict[str, float] = {}
+PYPI_PAGE = "https://pypi.org/simple/pip/"  # the first package of the profile
+
+
+def pypi_absent(url: str = PYPI_PAGE, attempts: int = 3) -> str | None:
+    """Why PyPI does not answer, asked without envbuild (the standard library's urllib, so a bug
+    in envbuild's own probe cannot pass for a network without PyPI); None when it answers."""
+    why = ""
+    for n in range(attempts):
+        try:
+            req = urllib.request.Request(url, method="HEAD")
+            with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a fixed https URL
+                if resp.status < 500:
+                    return None
+                why = f"HTTP {resp.status}"
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500:
+                return None
+            why = f"HTTP {exc.code}"
+        except (OSError, TimeoutError) as exc:
+            why = str(exc) or type(exc).__name__
+        time.sleep(2 * (n + 1))
+    return why
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _pypi_answers() -> None:
-    """envbuild's own rule (``net.probe``: a project page, retried within the deadline), so a
-    network that does not answer skips the module instead of failing its set-up."""
-    answer = probe("https://pypi.org/simple", project="pip")  # the first package of the profile
-    if not answer.ok:
-        pytest.skip(f"PyPI does not answer ({answer.detail}): the seed twin needs it for everything PyPI has")
+    """A network without PyPI skips the module instead of failing its set-up; it is the only
+    skip here, and it is asked independently of envbuild."""
+    why = pypi_absent()
+    if why is not None:
+        pytest.skip(f"PyPI does not answer ({why}): the seed twin needs it for everything PyPI has")
+
+
+def test_the_skip_rule_tells_an_answer_from_silence() -> None:
+    """Both ways: PyPI answering is no reason to skip (the fixture above got here), a port where
+    nothing listens is one."""
+    assert pypi_absent() is None
+    assert pypi_absent("http://127.0.0.1:9/simple/pip/", attempts=1)
 
 
 @pytest.fixture(scope="module")
@@ -86,16 +117,16 @@ def world(tmp_path_factory: pytest.TempPathFactory, seed_twin: SeedTwin) -> Iter
 
 
 def envbuild(world: dict[str, Any], *args: str | Path, phase: str | None = None) -> EnvbuildResult:
-    """Run the CLI; a package source that envbuild's probe finds silent is a skip (the network,
-    not the code under test: the same rule as ``_pypi_answers``, which only asked earlier)."""
+    """Run the CLI. Where envbuild says a package source does not answer (exit 3), PyPI is asked
+    again without envbuild (``pypi_absent``): a skip only when it is really gone; when it answers,
+    the exit stands and the test fails on it (envbuild's own probe is code under test)."""
     t0 = time.monotonic()
     r = run_cli(args, home=world["home"], cwd=world["tmp"], env=world["env"], timeout=1500)
     if phase:
         TIMES[phase] = TIMES.get(phase, 0.0) + time.monotonic() - t0
-    if r.rc == ExitCode.PREFLIGHT and "do not answer" in r.stderr:
+    if r.rc == ExitCode.PREFLIGHT and "do not answer" in r.stderr and (gone := pypi_absent()) is not None:
         command = next(str(a) for a in args if not str(a).startswith("-"))
-        why = next(line for line in r.stderr.splitlines() if "do not answer" in line)
-        pytest.skip(f"envbuild {command}: {why.removeprefix('error: ')}")
+        pytest.skip(f"envbuild {command}: PyPI does not answer ({gone})")
     return r
 
 
@@ -247,6 +278,12 @@ def test_verify_passes(provisioned: dict[str, Any], world: dict[str, Any]) -> No
     r = envbuild(world, "verify", "--profile", provisioned["name"], "--root", provisioned["root"], "--json",
                  phase="verify")
     assert r.rc == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "envbuild.verify/1" and doc["ok"] is True, doc
+    assert doc["violations"] == [] and doc["changed_on_disk"] == [], doc
+    assert Path(doc["venv"]) == provisioned["venv"].path, doc["venv"]
+    assert doc["torch"] and doc["receipt"] and Path(doc["receipt"]).is_file()
+    assert json.loads(Path(doc["receipt"]).read_text())["kind"] == "verify"
 
 
 def _record_sha(venv: Venv, name: str) -> str:

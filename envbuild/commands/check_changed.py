@@ -16,13 +16,14 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from envbuild import cli
     from envbuild.commands.check_lock import CheckLockArgs
     from envbuild.commands.common import typed
+    from envbuild.commands.parser import build_parser
+    from envbuild.commands.parser import main as run_cli
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        parsed = typed(CheckLockArgs, cli.build_parser("check_lock").parse_args(["check-lock", *args]))
+        parsed = typed(CheckLockArgs, build_parser("check_lock").parse_args(["check-lock", *args]))
     except SystemExit as exc:  # a usage error, already printed by argparse
         return int(exc.code or 0)
     files = [str(f) for f in parsed.files]
@@ -38,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ok: no lockfile among the {len(files)} file(s) given; nothing to check")
         return 0
     options = [a for a in args if str(Path(a)) not in set(files)]  # pre-commit and the action put the files last
-    return cli.main(["check-lock", *options, *locks])
+    return run_cli(["check-lock", *options, *locks])
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ Every handler takes a frozen dataclass of exactly the options its parser defines
 ``ProvisionArgs``, ...; ``tests/test_command_args.py`` keeps the two equal), built from
 argparse's namespace at the edge (``typed``; ``Handler`` wires it to ``set_defaults(func=...)``).
 An option group added by a helper has its base class beside it: ``StackArgs``, ``JsonArgs`` and
-``RootArgs`` here, ``SelectionArgs`` and ``LockArgs`` in ``commands/lockfile.py``; the helpers that
-read a group take its base class.
+``RootArgs`` here; ``SelectionArgs``, ``LockArgs`` and the ``--lock`` commands' own in
+``commands/selection.py``. The helpers that read a group take its base class.
 
 The environment is found (``find_environment``): the commands that work on a provisioned
 environment (``smoke``, ``dist-step``, ``verify``, ``receipt``) take its data root from, in this

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,42 +12,30 @@ from envbuild._io import atomic_write_text
 from envbuild.commands import ui
 from envbuild.commands.common import (
     Handler,
-    JsonArgs,
-    StackArgs,
     Subparsers,
     add_json_arg,
     add_stack_args,
     load_stack,
     path_arg,
 )
-from envbuild.commands.lockfile import LockArgs, add_selection_args
+from envbuild.commands.selection import (
+    DockerArgs,
+    add_selection_args,
+    refuse_lock_options,
+)
 from envbuild.errors import ConfigError, LockError
 from envbuild.images.docker import (
     DEFAULT_ROOT,
     DOCKERIGNORE,
-    STEP_FILE_GLOBS,
     DockerOptions,
     render,
     stale_files,
+    write_build_files,
 )
+from envbuild.images.tool import tool_source
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import DockerCheckDocument, DockerDocument
-
-
-@dataclass(frozen=True)
-class DockerArgs(LockArgs, StackArgs, JsonArgs):
-    """``docker``'s options."""
-
-    base: str | None
-    venv: str | None  # a path inside the base image, kept as written
-    root: str  # the image's data root, kept as written
-    offline: bool
-    output: Path | None
-    context: Path | None
-    check: bool
-    dockerignore: bool
-    no_lock: bool
 
 
 def register(sub: Subparsers) -> None:
@@ -85,11 +71,11 @@ def register(sub: Subparsers) -> None:
 
 
 def run(args: DockerArgs) -> int:
-    from envbuild.commands import lockfile as fromlock
-
     if args.lock is not None:
-        return fromlock.docker(args, args.lock)
-    fromlock.refuse_lock_options(args)
+        from envbuild.commands.docker_lock import docker_from_lock
+
+        return docker_from_lock(args, args.lock)
+    refuse_lock_options(args)
     spec = load_stack(args)
     given = args.output
     if given is None:
@@ -160,58 +146,6 @@ def default_output(folder: Path, stack: str) -> Path:
 
 
 STACK_HEADER = re.compile(r"^# Stack (\S+) \(sha256:", re.M)
-TOOL_SRC = "envbuild-src"
-
-
-def tool_source(context: Path, beside: Path) -> Path:
-    """Where the image's ``COPY`` of envbuild's own source reads from: the context itself when it
-    is an envbuild checkout, else ``<Dockerfile folder>/envbuild-src`` (a copy made on write)."""
-    if (context / "pyproject.toml").is_file() and (context / "envbuild" / "__init__.py").is_file():
-        return context
-    if _checkout() is None:
-        raise ConfigError(
-            f"the build context {context} holds no envbuild source (pyproject.toml and envbuild/) for the image's "
-            "envbuild, and this envbuild is not running from a checkout to copy it from",
-            hint="Render from an envbuild checkout (cd into it, or pass --context CHECKOUT).")
-    return beside / TOOL_SRC
-
-
-def _checkout() -> Path | None:
-    import envbuild
-
-    root = Path(envbuild.__file__).resolve().parent.parent
-    return root if (root / "pyproject.toml").is_file() else None
-
-
-def write_build_files(files: Mapping[str, str], context: Path, steps_folder: Path, tool_src: Path) -> None:
-    """The spec slices and lock files a rendered image reads (``files``, relative to ``context``),
-    in ``steps_folder`` with nothing stale left beside them; and envbuild's source at ``tool_src``
-    when the context is outside a checkout."""
-    steps_folder.mkdir(parents=True, exist_ok=True)
-    wanted = {context / rel for rel in files}
-    for old in {p for g in STEP_FILE_GLOBS for p in steps_folder.glob(g)}:
-        if old not in wanted:
-            old.unlink()
-    for rel, text in files.items():
-        atomic_write_text(context / rel, text)
-    if tool_src != context:
-        copy_tool_source(tool_src)
-
-
-def copy_tool_source(dest: Path) -> None:
-    """Copy the running envbuild's package and pyproject.toml to ``dest`` (replacing an old copy)."""
-    import shutil
-
-    root = _checkout()
-    assert root is not None
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(root / "envbuild", tmp / "envbuild", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copy2(root / "pyproject.toml", tmp / "pyproject.toml")
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-
-
 def _command_line(args: DockerArgs, name: str, output: Path) -> str:
     """The command that renders this file again, as written in its header (``output``: ``-o``, or
     the default the file went to)."""

@@ -25,10 +25,10 @@ from envbuild.commands.common import (
     load_stack,
     path_arg,
 )
-from envbuild.commands.docker import tool_source, write_build_files
 from envbuild.errors import ConfigError
-from envbuild.images.docker import DEFAULT_ROOT, DockerOptions
+from envbuild.images.docker import DEFAULT_ROOT, DockerOptions, write_build_files
 from envbuild.images.modal import MODES, ModalOptions, Mode, module_name_ok, render_modal
+from envbuild.images.tool import tool_source
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import ModalDocument

@@ -22,7 +22,7 @@ from envbuild.commands.common import (
     load_stack,
     path_arg,
 )
-from envbuild.commands.lockfile import InstallArgs, add_lock_args
+from envbuild.commands.selection import InstallArgs, add_lock_args, refuse_lock_options
 from envbuild.errors import ConfigError, PreflightError
 from envbuild.index.net import redact
 from envbuild.installer import find_uv, resolve_plan
@@ -66,11 +66,11 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
 
 
 def run(args: PlanArgs) -> int:
-    from envbuild.commands import lockfile as fromlock
-
     if args.lock is not None:
-        return fromlock.plan(args, args.lock)
-    fromlock.refuse_lock_options(args)
+        from envbuild.commands.plan_lock import plan_from_lock
+
+        return plan_from_lock(args, args.lock)
+    refuse_lock_options(args)
     spec = load_stack(args)
     if args.wheelhouse and not args.offline:
         raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild.commands import ui
 from envbuild.commands.common import (
     Handler,
-    JsonArgs,
-    RootArgs,
-    StackArgs,
     Subparsers,
     add_json_arg,
     add_stack_args,
     load_stack,
     seconds_arg,
 )
-from envbuild.commands.lockfile import LockArgs, add_selection_args
+from envbuild.commands.selection import PreflightArgs, add_selection_args
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.host.preflight import CHECK_GROUPS, run_preflight
 from envbuild.layout import paths_for
@@ -27,16 +23,6 @@ if TYPE_CHECKING:
     from envbuild.commands.documents import PreflightDocument
 
 _MARK = {"pass": "pass", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
-
-
-@dataclass(frozen=True)
-class PreflightArgs(LockArgs, StackArgs, JsonArgs, RootArgs):
-    """``preflight``'s options."""
-
-    only: list[str]
-    skip: list[str]
-    python: str | None
-    index_timeout: float
 
 
 def register(sub: Subparsers) -> None:
@@ -68,13 +54,13 @@ def run(args: PreflightArgs) -> int:
             raise ConfigError(f"unknown check {name!r}; checks are: {', '.join(CHECK_GROUPS)}")
     groups = [g for g in (args.only or CHECK_GROUPS) if g not in args.skip]
     if args.lock is None:
-        from envbuild.commands.lockfile import refuse_lock_options
+        from envbuild.commands.selection import refuse_lock_options
 
         refuse_lock_options(args)
     if args.lock is not None:
-        from envbuild.commands.lockfile import preflight_spec
+        from envbuild.commands.preflight_lock import preflight_from_lock
 
-        spec, paths, report = preflight_spec(args, args.lock, groups)
+        spec, paths, report = preflight_from_lock(args, args.lock, groups)
     else:
         spec = load_stack(args)
         paths = paths_for(spec, args.root)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild import events
@@ -20,34 +18,22 @@ from envbuild.commands.common import (
     record_environment,
     seconds_arg,
 )
-from envbuild.commands.lockfile import InstallArgs, add_lock_args
+from envbuild.commands.selection import (
+    ProvisionArgs,
+    add_lock_args,
+    refuse_lock_options,
+)
 from envbuild.errors import ConfigError, EnvbuildError, Interrupted
 from envbuild.layout import paths_for
 from envbuild.lock.serve import locked_requirements
 from envbuild.plan import BACKENDS
 from envbuild.provision.core import began, pending_steps, provision
-from envbuild.provision.options import Choice, ProvisionOptions
+from envbuild.provision.options import ProvisionOptions
 from envbuild.provision.verify import IMPORT_TIMEOUT
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import ProvisionDocument
-
-
-@dataclass(frozen=True)
-class ProvisionArgs(InstallArgs):
-    """``provision``'s options: those ``plan`` shares (``InstallArgs``) and its own."""
-
-    home: Path | None
-    step: str | None
-    force_links: bool
-    strict: bool
-    compile_bytecode: Choice
-    prefetch: Choice
-    step_timeout: float | None
-    import_timeout: float
-    replace_torch: bool
-    inexact: bool
 
 
 def check_env_from(spec: StackSpec, steps: tuple[str, ...] | None) -> None:
@@ -95,11 +81,11 @@ def register(sub: Subparsers) -> None:
 
 
 def run(args: ProvisionArgs) -> int:
-    from envbuild.commands import lockfile as fromlock
-
     if args.lock is not None:
-        return fromlock.provision(args, args.lock)
-    fromlock.refuse_lock_options(args, replace_torch=args.replace_torch, inexact=args.inexact)
+        from envbuild.commands.provision_lock import provision_from_lock
+
+        return provision_from_lock(args, args.lock)
+    refuse_lock_options(args, replace_torch=args.replace_torch, inexact=args.inexact)
     spec = load_stack(args)
     if args.offline and not args.wheelhouse:
         raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")

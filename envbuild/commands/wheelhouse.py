@@ -9,8 +9,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild.commands import ui
-from envbuild.commands.common import Handler, JsonArgs, StackArgs, Subparsers, count_arg, path_arg
-from envbuild.commands.lockfile import LockArgs, add_selection_args
+from envbuild.commands.common import (
+    Handler,
+    JsonArgs,
+    StackArgs,
+    Subparsers,
+    count_arg,
+    path_arg,
+    seconds_arg,
+)
+from envbuild.commands.selection import WheelhouseMirrorArgs, add_selection_args
 from envbuild.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,23 +44,6 @@ class WheelhouseBuildArgs(StackArgs, JsonArgs):
     source: list[str]
     no_cache: bool
     keep_work: bool
-
-
-@dataclass(frozen=True)
-class WheelhouseMirrorArgs(LockArgs, JsonArgs):
-    """``wheelhouse mirror``'s options (``--lock`` takes a lock folder too)."""
-
-    profile: str | None
-    requirements: list[Path] | None
-    out: Path
-    index_url: list[str]
-    python_tag: str | None
-    platform: str | None
-    all_platforms: bool
-    python: Path | None
-    jobs: int
-    retries: int
-    have: Path | None
 
 
 @dataclass(frozen=True)
@@ -107,7 +98,9 @@ def register(sub: Subparsers) -> None:
                    help="the interpreter that builds the lock's git requirements into wheels (default: python<lock's "
                    "Python>)")
     m.add_argument("--jobs", "-j", type=count_arg(1, 64), default=4, help="parallel downloads (default: 4)")
-    m.add_argument("--retries", type=count_arg(0, 100), default=4, help="retries per file (default: 4)")
+    m.add_argument("--deadline", type=seconds_arg(maximum=86400), default=None, metavar="SECONDS",
+                   help="how long a download may go without progress, retried meanwhile (default: "
+                   "$ENVBUILD_NET_DEADLINE or 30)")
     m.add_argument("--json", action="store_true", help="print JSON on stdout")
     g = m.add_argument_group("--lock FILE: the environment of a uv.lock / pylock.toml to mirror")
     add_selection_args(g)
@@ -199,20 +192,20 @@ def _refuse_another_torch(args: WheelhouseBuildArgs, python: Path) -> None:
 
 def run_mirror(args: WheelhouseMirrorArgs) -> int:
     if not (args.lock is not None and args.lock.is_file()):
-        from envbuild.commands.lockfile import refuse_lock_options
+        from envbuild.commands.selection import refuse_lock_options
 
         refuse_lock_options(args, have=args.have)
     if args.lock is not None and args.lock.is_file():
-        from envbuild.commands import lockfile as fromlock
+        from envbuild.commands.mirror_lock import mirror_from_lock
 
-        return fromlock.mirror(args, args.lock)
+        return mirror_from_lock(args, args.lock)
     from envbuild.wheelhouse.stackmirror import StackMirrorRequest, mirror_stack
 
     done = mirror_stack(StackMirrorRequest(
         out=args.out, lock_dir=args.lock, profile=args.profile, requirements=tuple(args.requirements or ()),
         index_urls=tuple(args.index_url), python_tag=args.python_tag, platform=args.platform,
         all_platforms=args.all_platforms, python=Path(args.python) if args.python else None,
-        jobs=args.jobs, retries=args.retries))
+        jobs=args.jobs, deadline=args.deadline))
     result, target, built = done.result, done.target, done.built
     if args.json:
         doc: WheelhouseMirrorDocument = {

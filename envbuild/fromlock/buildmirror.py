@@ -175,7 +175,8 @@ def _build(p: Placed, source: Path, editable: bool, data: dict[str, Any]) -> Bui
 
 
 def mirror_builds(
-    plan: StagePlan, out: Path, sources: BuildSources, *, jobs: int = 4, retries: int = 4
+    plan: StagePlan, out: Path, sources: BuildSources, *, jobs: int = 4,
+    deadline: float | None = None,
 ) -> list[str]:
     """Mirror the build requirements of every isolated build of ``plan`` into ``out`` (the lock's
     files already there) and record them in ``wheelhouse.json``; returns what was recorded, in
@@ -190,11 +191,11 @@ def mirror_builds(
         key = b.key(constraints)
         if key in records:
             continue
-        files = _resolve_and_mirror(plan, b.requires, out, sources, cfile, jobs, retries)
+        files = _resolve_and_mirror(plan, b.requires, out, sources, cfile, jobs, deadline)
         extra = _hook_requires(plan, b, out, files)
         if extra:
             files = _resolve_and_mirror(
-                plan, (*b.requires, *extra), out, sources, cfile, jobs, retries
+                plan, (*b.requires, *extra), out, sources, cfile, jobs, deadline
             )
         records[key] = {
             "package": b.package,
@@ -215,7 +216,7 @@ def _resolve_and_mirror(
     sources: BuildSources,
     cfile: Path | None,
     jobs: int,
-    retries: int,
+    deadline: float | None,
 ) -> dict[str, str]:
     """{filename: sha256} of the wheels ``requires`` resolve to for the target, downloaded into
     ``out``."""
@@ -223,7 +224,7 @@ def _resolve_and_mirror(
     from envbuild.wheelhouse.mirror import mirror
 
     pins = _compile(plan, requires, sources, cfile)
-    mirror([Artifact(f, u, s) for f, (u, s) in pins.items()], out, jobs=jobs, retries=retries)
+    mirror([Artifact(f, u, s) for f, (u, s) in pins.items()], out, jobs=jobs, deadline=deadline)
     return {f: s for f, (_, s) in pins.items()}
 
 

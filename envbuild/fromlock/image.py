@@ -35,13 +35,13 @@ from envbuild.images.docker import (
     SECRETS,
     SYNTAX,
     SYSTEM_PYTHON,
-    TOOL_VENV,
     DockerOptions,
     Rendered,
     choose_base,
     cuda_check,
     image_path,
 )
+from envbuild.images.tool import tool_dockerfile
 from envbuild.quoting import docker_comment, docker_env, docker_path, docker_run, sh_word
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
 
@@ -171,7 +171,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
         "",
         *cuda_check(spec),
         *_python(py, base.ubuntu),
-        *_tool(opts.tool_src, py),
+        *tool_dockerfile(opts.tool_src, f"python{py}"),
     ]
     overlay = layout.overlay_env(spec, paths)
     overlay.pop("PIP_CACHE_DIR", None)
@@ -243,22 +243,5 @@ def _python(py: str, ubuntu: str | None) -> list[str]:
         "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
         f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT}{ppa} \\",
         f"    && apt-get install -y --no-install-recommends python{py} python{py}-venv python{py}-dev",
-        "",
-    ]
-
-
-def _tool(tool_src: str, py: str) -> list[str]:
-    return [
-        "# envbuild in its own venv (never in the training venv).",
-        f"COPY {docker_path(tool_src + 'pyproject.toml', 'envbuild source')} /src/envbuild/",
-        f"COPY {docker_path(tool_src + 'envbuild/', 'envbuild source')} /src/envbuild/envbuild/",
-        f"RUN --mount=type=cache,target=/root/.cache/pip {SECRETS} \\",
-        "    mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md \\",
-        "    && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"' \\",
-        "       | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p \\",
-        f"    && python{py} -m venv {TOOL_VENV} \\",
-        f"    && {TOOL_VENV}/bin/python -m pip install /src/envbuild \\",
-        f"    && ln -s {TOOL_VENV}/bin/envbuild {TOOL_VENV}/bin/uv /usr/local/bin/ \\",
-        "    && envbuild --version",
         "",
     ]

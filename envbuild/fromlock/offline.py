@@ -50,14 +50,14 @@ class LockMirror:
     bytes: int
 
 
-def mirror_lock(plan: StagePlan, out: Path, *, jobs: int = 4, retries: int = 4) -> LockMirror:
+def mirror_lock(plan: StagePlan, out: Path, *, jobs: int = 4, deadline: float | None = None) -> LockMirror:
     """Download every file ``plan`` installs into ``out`` (sha256-checked), then index the folder."""
     from envbuild.index.client import Artifact
     from envbuild.wheelhouse.mirror import mirror
     from envbuild.wheelhouse.pages import write_index
 
     files = [p.artifact for p in plan.placed if p.artifact is not None]
-    result = mirror([Artifact(a.filename, a.url, a.sha256) for a in files], out, jobs=jobs, retries=retries)
+    result = mirror([Artifact(a.filename, a.url, a.sha256) for a in files], out, jobs=jobs, deadline=deadline)
     index = write_index(out)
     skipped = tuple(f"{p.entry.name}: {p.why}; a git pin has no file to mirror (installing it clones the repository)"
                     for p in plan.placed if p.artifact is None and p.stage != "project")

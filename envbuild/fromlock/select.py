@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 from envbuild.gate.check import FileReport, check_file, read_lockfile
@@ -33,7 +35,6 @@ from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.model import Entry, Environment, Format, LockParseError, Members, ParsedLock
-from envbuild.gate.names import canonical
 
 __all__ = ["Chosen", "Request", "choose", "gate", "host_platform_key", "read_lock"]
 
@@ -151,7 +152,7 @@ def _names(words: str) -> tuple[str, str]:
     """``extra cu128`` -> ("extra", "cu128"); ``extra trainer[cu128]`` -> ("extra", "cu128")."""
     kind, _, name = words.partition(" ")
     m = re.fullmatch(r".*\[(.+)\]", name)
-    return kind, str(canonical(m.group(1) if m else name))
+    return kind, str(canonicalize_name(m.group(1) if m else name))
 
 
 def _holds(env: Environment, want: tuple[str, str]) -> bool:
@@ -192,7 +193,7 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
         raise ConfigError(f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
                           hint="Keep the lock beside its pyproject.toml (and its workspace members'), or choose between "
                           "the lock's conflicting extras/groups with --extra / --group alone.")
-    wanted = [("extra", str(canonical(x))) for x in request.extras] + [("any", str(canonical(g))) for g in request.groups]
+    wanted = [("extra", str(canonicalize_name(x))) for x in request.extras] + [("any", str(canonicalize_name(g))) for g in request.groups]
     candidates = [e for e in envs if all(_holds(e, w) for w in wanted)]
     if not candidates:
         raise ConfigError(f"{path}: no selection of this lock holds {_asked(request)}",
@@ -320,7 +321,7 @@ def installed_by(chosen: Chosen, findings: list[Finding]) -> list[Finding]:
     out = []
     for f in findings:
         entry = at_line.get(f.line) if f.line is not None else None
-        name = str(canonical(f.package.split()[0])) if f.package.strip() else ""
+        name = str(canonicalize_name(f.package.split()[0])) if f.package.strip() else ""
         if entry is not None and entry.name == name:
             if entry.key in keys:
                 out.append(f)

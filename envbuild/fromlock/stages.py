@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import Literal, TypedDict
 from urllib.parse import unquote, urlsplit
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.select import Chosen, ChosenJSON
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.model import Entry
-from envbuild.gate.names import canonical
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 from envbuild.index.wheeltags import NEWEST_GLIBC, SDIST_SUFFIXES, wheel_tags
 
@@ -286,9 +287,9 @@ def build_settings(lock_path: Path) -> BuildSettings:
     names = uv.get("no-build-isolation-package") or []
     extra = uv.get("extra-build-dependencies") or {}
     return BuildSettings(
-        no_isolation=frozenset(str(canonical(str(n))) for n in names if isinstance(n, str)),
+        no_isolation=frozenset(str(canonicalize_name(str(n))) for n in names if isinstance(n, str)),
         all_without_isolation=uv.get("no-build-isolation") is True,
-        extra_build=frozenset(str(canonical(str(n))) for n in extra) if isinstance(extra, dict) else frozenset())
+        extra_build=frozenset(str(canonicalize_name(str(n))) for n in extra) if isinstance(extra, dict) else frozenset())
 
 
 # ----------------------------------------------------------------------------- classification
@@ -494,7 +495,7 @@ def _project_name(lock_path: Path) -> str | None:
     from envbuild.gate.project import read_pyproject, table
 
     name = table(read_pyproject(lock_path.parent), "project").get("name")
-    return str(canonical(name)) if isinstance(name, str) else None
+    return str(canonicalize_name(name)) if isinstance(name, str) else None
 
 
 def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path, wanted: bool,

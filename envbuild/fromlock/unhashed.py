@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from envbuild import events
-from envbuild.errors import InstallError, LockError, PreflightError
+from envbuild.errors import InstallError, LockError
 from envbuild.fromlock.request import LockRequest, Prepared
 from envbuild.fromlock.stages import StagePlan
+from envbuild.index.download import download
+from envbuild.index.net import redact
 
 __all__ = ["pin_unhashed", "say_unhashed"]
 
@@ -62,7 +63,11 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
             continue
         art = p.artifact
         if art.sha256 is None:
-            local = _download(art.url, state / "unhashed" / art.filename)
+            try:  # index.download: a source that does not answer is a PreflightError (exit 3)
+                local = download(art.url, state / "unhashed" / art.filename)
+            except OSError as exc:
+                raise InstallError(f"{state}: cannot write the download of {redact(art.url)} "
+                                   f"({exc.strerror or exc})", hint="Free space on the data root.") from exc
             art = LockedFile(local.as_uri(), sha256_file(local), art.filename)
         assert art.sha256 is not None
         was = known.get(p.artifact.url)
@@ -78,25 +83,3 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
     state.mkdir(parents=True, exist_ok=True)
     atomic_write_json(record_path, known)
     return replace(plan, placed=placed), pinned
-
-
-def _download(url: str, dest: Path) -> Path:
-    """``url`` streamed to ``dest`` (``index.remotezip.stream_to_file``: never held in memory);
-    PreflightError naming the host when it cannot be reached, InstallError when the disk is full."""
-    import requests
-
-    from envbuild.index.client import session
-    from envbuild.index.net import failure, redact
-    from envbuild.index.remotezip import stream_to_file
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        part = stream_to_file(url, None, http=session(), timeout=(10, 60), folder=dest.parent)
-    except requests.exceptions.RequestException as exc:
-        raise PreflightError(f"cannot reach {urlsplit(url).hostname}: {redact(failure(exc)[1])}",
-                             hint="Check the network (or a proxy), or provision where the host can be reached.") from exc
-    except OSError as exc:
-        raise InstallError(f"{dest}: cannot write the download of {redact(url)} ({exc.strerror or exc})",
-                           hint="Free space on the data root.") from exc
-    part.replace(dest)
-    return dest

@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError
 from envbuild.gate.formats._common import toml_loads
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
-from envbuild.gate.names import canonical
 from envbuild.installer.python import find_uv
+from envbuild.run import run
 
 __all__ = ["Exported", "SyncFlags", "export", "match_entries", "parse_pylock", "parse_requirements",
            "sync_refusal"]
@@ -137,18 +138,31 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     return parse_requirements(plain.stdout)
 
 
+@dataclass(frozen=True)
+class _Exported:
+    """What one ``uv export`` said: its exit status, its output (the export) and its stderr."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def _uv_export(lock_path: Path, uv: str, fmt: str, flags: SyncFlags,
-               env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+               env: dict[str, str]) -> _Exported:
     argv = [uv, "export", "--frozen", "--format", fmt, "--no-header", "--quiet",
             *flags.selection_argv()]
     if fmt == "requirements.txt":
         argv.append("--no-annotate")
     try:
-        return subprocess.run(argv, cwd=lock_path.parent, env=env, capture_output=True, text=True,
-                              timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        out = run(argv, cwd=lock_path.parent, env=env, capture=True, separate_stderr=True,
+                  timeout=120)
+    except OSError as exc:
         raise ConfigError(f"{lock_path}: uv export could not run ({exc}), so the selection cannot "
                           "be read") from exc
+    if out.timed_out:
+        raise ConfigError(f"{lock_path}: uv export did not finish in 120 s, so the selection "
+                          "cannot be read")
+    return _Exported(out.returncode, out.output or "", out.stderr or "")
 
 
 def _norm(path: str) -> str:
@@ -185,7 +199,7 @@ def parse_pylock(text: str) -> list[Exported]:
         archive, folder, vcs = (_table(p, k) for k in ("archive", "directory", "vcs"))
         path = _text(folder, "path")
         out.append(Exported(
-            name=str(canonical(p["name"])), version=_text(p, "version"), marker=_text(p, "marker"),
+            name=str(canonicalize_name(p["name"])), version=_text(p, "version"), marker=_text(p, "marker"),
             index=_text(p, "index"), archive=_text(archive, "url") or _text(archive, "path"),
             directory=_norm(path) if path is not None else None, vcs=_text(vcs, "url"),
             files=frozenset(files)))
@@ -229,7 +243,7 @@ def parse_requirements(text: str) -> list[Exported]:
         except InvalidRequirement as exc:
             raise ConfigError(f"uv export wrote a line envbuild cannot read: {body!r} ({exc})") from exc
         pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
-        out.append(Exported(name=str(canonical(req.name)), version=pins[0] if pins else None,
+        out.append(Exported(name=str(canonicalize_name(req.name)), version=pins[0] if pins else None,
                             marker=str(req.marker) if req.marker else None,
                             archive=req.url or None, hashes=hashes))
     return out
@@ -285,13 +299,14 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
         env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "VIRTUAL_ENV")}
         env.update({"UV_PROJECT_ENVIRONMENT": str(Path(tmp) / "venv"), "UV_OFFLINE": "1", "NO_COLOR": "1"})
         try:
-            out = subprocess.run([uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *flags.selection_argv()],
-                                 cwd=lock_path.parent, env=env, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired):
+            out = run([uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *flags.selection_argv()],
+                      cwd=lock_path.parent, env=env, capture=True, separate_stderr=True, timeout=120)
+        except OSError:
             return None
-    if out.returncode == 0:
+    if out.returncode == 0 or out.timed_out:
         return None
-    return _uv_reason(out.stderr) if "error:" in out.stderr else None
+    err = out.stderr or ""
+    return _uv_reason(err) if "error:" in err else None
 
 
 def holds(marker: str | None, values: dict[str, str]) -> bool:

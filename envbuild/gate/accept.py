@@ -25,9 +25,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError
 from envbuild.gate.findings import RULES, Finding
-from envbuild.gate.names import canonical
 
 __all__ = ["Exception_", "apply", "load_for"]
 
@@ -45,7 +46,7 @@ class Exception_:
     def matches(self, finding: Finding, environment: str | None) -> bool:
         if self.rule != finding.rule:
             return False
-        if self.package != "*" and canonical(self.package) != canonical(finding.package):
+        if self.package != "*" and canonicalize_name(self.package) != canonicalize_name(finding.package):
             return False
         if self.environment is None:
             return True

@@ -33,10 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError
 from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare, _decide
 from envbuild.gate.model import Environment, Item, ParsedLock
-from envbuild.gate.names import canonical
 
 __all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "Space", "covers", "enumerate_environments", "make_space"]
 
@@ -94,7 +95,7 @@ class Narrow:
 
 
 def _shorthand(text: str) -> list[str] | None:
-    key = text.strip().lower().replace(" ", "-").replace("_", "-").replace("darwin", "macos").replace("win32", "windows")
+    key = re.sub(r"[ _]", "-", text.strip().lower()).replace("darwin", "macos").replace("win32", "windows")
     key = key.replace("x86-64", "x86_64")
     hits = [k for k in PLATFORMS if k == key or k.split("-")[0] == key]
     return hits or None
@@ -331,7 +332,7 @@ class Space:
     def _atom_mask(self, atom: tuple[str, str, str, bool]) -> int:
         key, op, literal, _ = atom
         if key in ("extra", "extras", "dependency_groups"):
-            on = self._tag_sel("group" if key == "dependency_groups" else "extra", str(canonical(literal)))
+            on = self._tag_sel("group" if key == "dependency_groups" else "extra", str(canonicalize_name(literal)))
             if op in ("==", "in"):
                 return self._repeat(on)
             if op in ("!=", "not in"):
@@ -510,7 +511,7 @@ def _default(lock: ParsedLock, items: list[Item], sets: list[int]) -> int | None
 
 
 def _chose(items: list[Item], chosen: int, want: str, kind: str) -> bool:
-    want = canonical(want.strip())
+    want = canonicalize_name(want.strip())
     for i, it in enumerate(items):
         if chosen >> i & 1 and it.name == want and (kind == "any" or it.kind == kind):
             return True

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from envbuild.gate.names import canonical
+from packaging.utils import canonicalize_name
 
 __all__ = ["OWN_RULES", "RULES", "EnvRow", "FileReport", "Finding", "Policy"]
 
@@ -77,11 +77,11 @@ class Policy:
 
     @property
     def torch(self) -> str:
-        return canonical(self.package)
+        return canonicalize_name(self.package)
 
     @property
     def protected(self) -> set[str]:
-        return {self.torch, *(canonical(n) for n in self.protect)}
+        return {self.torch, *(canonicalize_name(n) for n in self.protect)}
 
 
 class FindingJSON(TypedDict):

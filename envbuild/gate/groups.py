@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.environments import Space
 from envbuild.gate.findings import Policy
 from envbuild.gate.model import Environment, ParsedLock, Reach
@@ -46,7 +48,7 @@ def _names_torch(requirement: str, protected: set[str]) -> bool:
     head = requirement.split(";", 1)[0]
     for sep in "<>=!~[ (@":
         head = head.split(sep, 1)[0]
-    return head.strip().lower().replace("_", "-").replace(".", "-") in protected
+    return canonicalize_name(head.strip()) in protected
 
 
 @dataclass

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from envbuild.gate.names import canonical
+from packaging.utils import canonicalize_name
 
 __all__ = ["InvalidMarker", "MarkerCache"]
 
@@ -259,10 +259,10 @@ def _decide(atom: tuple[str, str, str, bool], values: dict[str, str], extras: fr
             groups: frozenset[str]) -> bool:
     key, op, literal, variable_left = atom
     if key == "extra":  # one of the active extras (uv's pseudo-extras included)
-        hit = canonical(literal) in extras
+        hit = canonicalize_name(literal) in extras
         return hit if op == "==" else (not hit if op == "!=" else False)
     if key in _SET_KEYS:  # PEP 751: 'cu128' in extras, 'dev' in dependency_groups
-        hit = canonical(literal) in (extras if key == "extras" else groups)
+        hit = canonicalize_name(literal) in (extras if key == "extras" else groups)
         return hit if op == "in" else (not hit if op == "not in" else False)
     value = values.get(key, "")
     return _compare(key, op, value, literal) if variable_left else _compare(key, op, literal, value)

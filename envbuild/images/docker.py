@@ -42,13 +42,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from envbuild import layout
+from envbuild._io import atomic_write_text, parse_toml
 from envbuild.errors import ConfigError
+from envbuild.images.tool import SECRETS as SECRETS  # re-exported: fromlock.image's RUN lines
+from envbuild.images.tool import TOOL_VENV as TOOL_VENV
+from envbuild.images.tool import copy_tool_source, tool_dockerfile
 from envbuild.lock.model import Lock, lock_dir, read_lock
 from envbuild.lock.serve import locked_requirements, prefix_manifest
 from envbuild.plan import make_plan
@@ -63,13 +66,7 @@ from envbuild.quoting import (
 from envbuild.spec import SECRET_NAME, StackSpec, parse_spec
 from envbuild.spec._toml import read_bounded
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 DEFAULT_ROOT = "/opt/envbuild"
-TOOL_VENV = "/opt/envbuild-tool"
 IMAGE_SPEC = "/etc/envbuild/stack.toml"
 IMAGE_LOCK_DIR = "/etc/envbuild"  # lock_dir of IMAGE_SPEC: lock.json and the step files go beside it
 STEP_FILE_GLOBS = ("*.toml", "*.lock.json", "*.txt")  # what a rendered steps folder holds
@@ -77,10 +74,6 @@ IMAGE_WHEELHOUSE = "/wheelhouse"
 SECRETS_DIR = "/run/secrets"  # where RUN --mount=type=secret,id=NAME puts a secret (BuildKit, buildah)
 WHEELHOUSE_CONTEXT = "wheelhouse"
 SYNTAX = "docker/dockerfile:1.7"
-# Build-time package sources and credentials reach a RUN as secrets, never as ARG/ENV or COPY, so
-# no layer keeps them: `docker build --secret id=pip.conf,src=...` (buildah: the same flag).
-SECRETS = ("--mount=type=secret,id=pip.conf,target=/etc/pip.conf "
-           "--mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml")
 # What the image needs at run time besides Python: a C++ compiler (torch.compile's Inductor
 # compiles its CPU kernels with it) and git (git-pinned steps).
 RUNTIME_APT = "ca-certificates git g++ make"
@@ -251,7 +244,7 @@ def slice_spec(spec: StackSpec) -> list[str]:
     text = read_bounded(spec.path, "stack spec").decode("utf-8")
     lines = text.splitlines(keepends=True)
     headers = [i for i, line in enumerate(lines) if _STEP_HEADER.match(line)]
-    full = tomllib.loads(text)
+    full = parse_toml(text)
     cuts = []
     for h in headers[1:]:
         start = h
@@ -266,7 +259,7 @@ def slice_spec(spec: StackSpec) -> list[str]:
         n_cut = max(n, first)
         piece = "".join(lines[:cuts[n_cut - 1]]).rstrip("\n") + "\n"
         expected = dict(full, step=full["step"][:n_cut])
-        if len(headers) != len(spec.steps) or tomllib.loads(piece) != expected:
+        if len(headers) != len(spec.steps) or parse_toml(piece) != expected:
             raise ConfigError(
                 f"{spec.path}: cannot cut the spec after step {n_cut}; put every [[step]] table last, "
                 "after the other tables, so each image layer can carry the spec up to its step")
@@ -393,20 +386,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
             "",
         ]
     out += [
-        "# envbuild first, in its own venv (never in the training venv). Only the package code is",
-        "# copied: the stack specs come per layer below, so a spec edit does not reinstall envbuild",
-        "# (the profile folders pyproject.toml lists are made empty; the image uses --stack).",
-        f"COPY {docker_path(opts.tool_src + 'pyproject.toml', 'envbuild source')} /src/envbuild/",
-        f"COPY {docker_path(opts.tool_src + 'envbuild/', 'envbuild source')} /src/envbuild/envbuild/",
-        f"RUN --mount=type=cache,target=/root/.cache/pip {SECRETS} \\",
-        "    mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md \\",
-        "    && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"' \\",
-        "       | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p \\",
-        f"    && {tool_python} -m venv {TOOL_VENV} \\",
-        f"    && {TOOL_VENV}/bin/python -m pip install /src/envbuild \\",
-        f"    && ln -s {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild \\",
-        "    && envbuild --version",
-        "",
+        *tool_dockerfile(opts.tool_src, tool_python),
     ]
     overlay = layout.overlay_env(spec, paths)
     overlay.pop("PIP_CACHE_DIR", None)
@@ -442,7 +422,7 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         files[rel] = text
         lock_copies: list[str] = []
         if lock is not None:
-            count = len(tomllib.loads(text)["step"])
+            count = len(parse_toml(text)["step"])
             rel_lock = docker_path(f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.lock.json", "a lock slice")
             files[rel_lock] = json.dumps(prefix_manifest(lock, count), indent=2) + "\n"
             lock_copies.append(f"COPY {rel_lock} {IMAGE_LOCK_DIR}/lock.json")
@@ -538,3 +518,17 @@ def stale_files(rendered: Rendered, dockerfile: Path, context: Path, steps_dir: 
         stale += [str(p) for p in sorted({p for g in STEP_FILE_GLOBS for p in folder.glob(g)}) if p not in wanted]
     return stale
 
+
+def write_build_files(files: Mapping[str, str], context: Path, steps_folder: Path, tool_src: Path) -> None:
+    """The spec slices and lock files a rendered image reads (``files``, relative to ``context``),
+    in ``steps_folder`` with nothing stale left beside them; and envbuild's source at ``tool_src``
+    when the context is outside a checkout."""
+    steps_folder.mkdir(parents=True, exist_ok=True)
+    wanted = {context / rel for rel in files}
+    for old in {p for g in STEP_FILE_GLOBS for p in steps_folder.glob(g)}:
+        if old not in wanted:
+            old.unlink()
+    for rel, text in files.items():
+        atomic_write_text(context / rel, text)
+    if tool_src != context:
+        copy_tool_source(tool_src)

@@ -34,12 +34,12 @@ the file (``modal.Secret.from_local_environ``), never as ``.env()`` or a literal
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from envbuild import layout
+from envbuild._io import parse_toml
 from envbuild.errors import ConfigError
 from envbuild.images.docker import (
     CPU_BASE,
@@ -47,7 +47,6 @@ from envbuild.images.docker import (
     IMAGE_SPEC,
     IMAGE_WHEELHOUSE,
     RUNTIME_APT,
-    TOOL_VENV,
     DockerOptions,
     Rendered,
     choose_base,
@@ -55,14 +54,10 @@ from envbuild.images.docker import (
     spec_vars,
     stack_lock,
 )
+from envbuild.images.tool import tool_shell
 from envbuild.plan import make_plan
 from envbuild.quoting import check_env_name, py_docstring, py_literal, sh_join, sh_word
 from envbuild.spec import StackSpec
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 Mode = Literal["dockerfile", "steps"]
 MODES: tuple[Mode, ...] = ("steps", "dockerfile")
@@ -109,7 +104,7 @@ def step_layers(spec: StackSpec, rendered: Rendered, opts: DockerOptions) -> tup
         lock_rel, new = None, []
         if lock is not None:
             lock_rel = f"{stem}.lock.json"
-            count = len(tomllib.loads(text)["step"])
+            count = len(parse_toml(text)["step"])
             new = [s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied]
             copied.update(n for n in new if n)
         out.append(StepLayer(planned.name, f"{stem}.toml", lock_rel,
@@ -188,15 +183,8 @@ _ANNOTATIONS = {"STEPS": ": list[tuple[str, str, str | None, list[str], bool]]",
 
 
 def _tool_install(python: str | None, venv: str) -> str:
-    """envbuild in its own venv, as in the Dockerfile (the profile folders pyproject lists made empty)."""
-    interpreter = sh_word(f"python{python}" if python else f"{venv}/bin/python", "--venv")
-    return (
-        "mkdir -p /src/envbuild/lockfiles && touch /src/envbuild/README.md"
-        " && grep -o '\"envbuild\\._lockfiles\\.[A-Za-z0-9_]*\"' /src/envbuild/pyproject.toml | tr -d '\"'"
-        " | sed 's|^envbuild\\._lockfiles\\.|/src/envbuild/lockfiles/|' | xargs -r mkdir -p"
-        f" && {interpreter} -m venv {TOOL_VENV} && {TOOL_VENV}/bin/python -m pip install /src/envbuild"
-        f" && ln -sf {TOOL_VENV}/bin/envbuild /usr/local/bin/envbuild && envbuild --version"
-    )
+    """envbuild in its own venv, as in the Dockerfile (``images.tool``: the one snippet)."""
+    return tool_shell(sh_word(f"python{python}" if python else f"{venv}/bin/python", "--venv"))
 
 
 def module_name_ok(path: Path) -> bool:

@@ -2,6 +2,7 @@
 
 - ``client.py``     pages, ``Artifact``, file names, one timeout, ``SourceError``
 - ``index/net.py``        the network rule: deadlines, retries, reachability probes, redaction
+- ``index/download.py``   the one downloader: streamed, retried by net's rule, resumed, sha256-checked
 - ``index/metacache.py``  the metadata cache by sha256 (light: check-lock reads it without the client)
 - ``index/wheeltags.py``  which wheels install on a lock's target; what a wheelhouse holds
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
+
+from packaging.utils import canonicalize_name
 
 from envbuild import events
 from envbuild.errors import PreflightError
@@ -79,6 +80,10 @@ class Deadline:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def renew(self) -> None:
+        """Progress was made (a download's bytes came): the deadline starts again from now."""
+        self.started = time.monotonic()
 
 
 class Answer(Protocol):
@@ -208,7 +213,7 @@ class Probe:
 
 def project_page(index_url: str, project: str) -> str:
     """``<index>/<project>/`` with the PEP 503 normalized name."""
-    return index_url.rstrip("/") + "/" + re.sub(r"[-_.]+", "-", project).lower() + "/"
+    return index_url.rstrip("/") + "/" + canonicalize_name(project) + "/"
 
 
 def probe(location: str, timeout: float = DEFAULT_TIMEOUT, *, project: str | None = None,

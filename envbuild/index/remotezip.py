@@ -8,8 +8,8 @@ In order, as pip reads it (``pip._internal.network.lazy_wheel`` does the second 
    whose reads are ranges of the remote file (``RangeFile``), so only the zip's end records,
    its central directory and the ``METADATA`` member cross the network (kilobytes of a 900 MB
    torch wheel);
-3. otherwise the file streamed to a temporary file in 1 MiB chunks, its sha256 checked against
-   the lock's as it streams, then read from disk.
+3. otherwise the file downloaded to a temporary file (``index.download``: streamed, retried, its
+   sha256 checked against the lock's), then read from disk.
 
 Memory stays at a few MB whatever the file's size; what each path read is counted (``Read``) so
 the bench can say it. The caller caches the result by the file's sha256 (``index.client``).
@@ -17,8 +17,8 @@ the bench can say it. The caller caches the result by the file's sha256 (``index
 
 from __future__ import annotations
 
-import hashlib
 import io
+import os
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     pass
 
-__all__ = ["RangeFile", "Read", "remote_metadata", "stream_to_file"]
+__all__ = ["RangeFile", "Read", "remote_metadata"]
 
 BLOCK = 64 * 1024  # a range request reads at least this much (the zip's end records fit in one)
 CHUNK = 1 << 20
@@ -181,7 +181,19 @@ def remote_metadata(url: str, sha256: str | None, *, http: Any, timeout: Any, wh
             pass
         except zipfile.BadZipFile as exc:
             raise SourceError(f"{redact(url)}: not a readable wheel ({exc})") from exc
-    path = stream_to_file(url, sha256, http=http, timeout=timeout, read=read)
+    from envbuild.index.download import download
+
+    read.requests += 1
+    fd, name = tempfile.mkstemp(prefix="envbuild-dist-")
+    os.close(fd)
+    path = Path(name)
+    try:
+        download(url, path, sha256, http=http, timeout=timeout)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + ".partial").unlink(missing_ok=True)
+        raise
+    read.bytes += path.stat().st_size
     read.how = "stream"
     if not wheel:
         return None, path
@@ -192,32 +204,3 @@ def remote_metadata(url: str, sha256: str | None, *, http: Any, timeout: Any, wh
         raise SourceError(f"{redact(url)}: not a readable wheel ({exc})") from exc
     finally:
         path.unlink(missing_ok=True)
-
-
-def stream_to_file(url: str, sha256: str | None, *, http: Any, timeout: Any, read: Read | None = None,
-                   folder: Path | None = None) -> Path:
-    """``url`` into a temporary file (in ``folder``, else the system's), 1 MiB at a time, never in
-    memory, its sha256 checked as it streams where one is given. The caller moves or deletes it."""
-    read = read if read is not None else Read()
-    from envbuild.index.net import SourceError, redact
-
-    h = hashlib.sha256()
-    fd, name = tempfile.mkstemp(prefix="envbuild-dist-", dir=folder)
-    path = Path(name)
-    try:
-        read.requests += 1
-        with open(fd, "wb") as tmp, http.get(url, timeout=timeout, stream=True) as resp:
-            if resp.status_code >= 400:
-                raise SourceError(f"{redact(url)} answered HTTP {resp.status_code}")
-            for chunk in resp.iter_content(CHUNK):
-                tmp.write(chunk)
-                h.update(chunk)
-                read.bytes += len(chunk)
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    if sha256 and h.hexdigest() != sha256:
-        path.unlink(missing_ok=True)
-        raise SourceError(f"{redact(url)}: the download does not match its sha256 {sha256} (tampered or "
-                          "re-uploaded file)")
-    return path

@@ -24,7 +24,6 @@ at the first index that has the name: the PyTorch nightly index serves ``numpy``
 from __future__ import annotations
 
 import platform
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,9 +72,9 @@ def uv_version() -> str:
     uv = find_uv()
     if uv is None:
         return ""
-    out = subprocess.run([uv, "--version"], capture_output=True, text=True, timeout=60)
-    parts = out.stdout.split()
-    return parts[1] if out.returncode == 0 and len(parts) > 1 else ""
+    out = run([uv, "--version"], capture=True, separate_stderr=True, timeout=60)
+    parts = (out.output or "").split()
+    return parts[1] if out.ok and len(parts) > 1 else ""
 
 
 def uv_source_args(sources: Sources, step: Step, wheelhouse: str | None) -> list[str]:

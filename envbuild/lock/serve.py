@@ -20,13 +20,12 @@ installed; ``provision --no-lock`` is the one way past a lock.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from envbuild import events
-from envbuild._io import sha256_file
+from envbuild._io import TOMLDecodeError, parse_toml, sha256_file
 from envbuild.errors import LockError
 from envbuild.lock.model import (
     MANIFEST,
@@ -39,11 +38,6 @@ from envbuild.lock.model import (
 )
 from envbuild.spec import StackSpec, spec_digest
 from envbuild.spec.stepfile import line_problems
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["built_wheels", "locked_requirements", "prefix_manifest", "stale_reason", "step_digests"]
 
@@ -58,8 +52,8 @@ def step_digests(spec: StackSpec) -> list[str] | None:
     file; None when that file no longer holds the spec ``spec`` was loaded from.
     """
     try:
-        data = tomllib.loads(spec.path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = parse_toml(spec.path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, TOMLDecodeError):
         return None
     steps = data.get("step")
     if spec_digest(data) != spec.digest or not isinstance(steps, list) or len(steps) != len(spec.steps):

@@ -17,18 +17,13 @@ import difflib
 import os
 import re
 import stat
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from envbuild._io import TOMLDecodeError, parse_toml
 from envbuild.errors import ConfigError
 from envbuild.quoting import shown, unsafe_character
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["MAX_BYTES", "TomlReader", "did_you_mean", "read_bounded", "read_toml"]
 
@@ -192,8 +187,8 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     """Parse a TOML file; a missing, unreadable, oversized or invalid file is a ``ConfigError`` naming it."""
     raw = read_bounded(path, what)
     try:
-        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data: dict[str, Any] = parse_toml(raw.decode("utf-8"))
+    except (TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except RecursionError as exc:
         raise ConfigError(f"{path}: not valid TOML for envbuild: arrays or tables nested too deeply") from exc

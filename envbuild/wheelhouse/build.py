@@ -257,12 +257,13 @@ def fetch_sdist(source: BuildSource, opts: BuildOptions) -> Path:
             shutil.copyfile(cand, cached)
             return cached
     if source.location.startswith(("http://", "https://")):
-        from envbuild.wheelhouse.mirror import (
-            download_one,  # requests is imported only when downloading
-        )
+        from envbuild.index.download import download
+        from envbuild.index.net import SourceError
 
-        download_one(source.location, cached, source.sha256)
-        return cached
+        try:
+            return download(source.location, cached, source.sha256)
+        except SourceError as exc:
+            raise WheelhouseError(exc.message, hint=exc.hint) from exc
     looked = ", ".join(str(c) for c in candidates) or source.shown
     raise WheelhouseError(f"sdist not found: {source.shown} (looked at {looked})",
                           hint="Download it into a folder and pass --sources DIR, or fix source.sdist.")

@@ -5,10 +5,10 @@ Input is a list of ``Artifact`` (name, version, url, sha256). Hash-pinned requir
 project's page from the lock's indexes (PEP 691 JSON when offered, PEP 503 HTML otherwise) and
 find-links, and keeps the files whose sha256 is pinned.
 
-Downloads use ``requests``: the sha256 is checked against the lock (a mismatching file is
-deleted, and the error names the URL and both hashes), transient failures are retried with
-exponential backoff, an interrupted download resumes from its ``.partial`` file with an HTTP
-Range request, and several files download in parallel. URLs may carry credentials
+Downloads go through the one downloader (``index.download``): the sha256 is checked against the
+lock (a mismatching file is deleted, and the error names the URL and both hashes), transient
+failures are retried by ``index.net``'s rule within its deadline, an interrupted download resumes
+from its ``.partial`` file with an HTTP Range request, and several files download in parallel. URLs may carry credentials
 (``https://user:token@host/simple``): they are used, and only ``redact``-ed forms are shown or
 written.
 """
@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,8 @@ from envbuild import events
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.errors import LockError, WheelhouseError
 from envbuild.index.client import TIMEOUT, Artifact, ArtifactFinder, Sources, session
-from envbuild.index.net import redact
+from envbuild.index.download import download
+from envbuild.index.net import SourceError, redact
 from envbuild.index.wheeltags import fits_target, select_target
 from envbuild.lock.model import MANIFEST, read_lock
 from envbuild.spec.stepfile import parse_requirements, read_text
@@ -41,10 +41,8 @@ from envbuild.spec.stepfile import parse_requirements, read_text
 if TYPE_CHECKING:
     import requests
 
-CHUNK = 1 << 16
-_RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
-__all__ = ["Artifact", "LockSources", "MirrorPackage", "MirrorResult", "download_one", "fits_target", "lock_sources",
+__all__ = ["Artifact", "LockSources", "MirrorPackage", "MirrorResult", "fits_target", "lock_sources",
            "manifest_artifacts", "mirror", "read_requirements", "resolve", "select", "select_target", "sizes"]
 
 
@@ -69,10 +67,6 @@ class MirrorResult:
     downloaded: tuple[Path, ...]
     present: tuple[Path, ...]
     manifest: Path
-
-
-class _Retry(Exception):
-    pass
 
 
 # ----------------------------------------------------------------------------- lock input
@@ -246,80 +240,10 @@ def select(artifacts: Iterable[Artifact], python: str | None = None, platform: s
 # ----------------------------------------------------------------------------- download
 
 
-def download_one(url: str, dest: Path, sha256: str, *, http: requests.Session | None = None, retries: int = 4,
-                 backoff: float = 0.5, on_bytes: Callable[[int, int | None], None] | None = None) -> Path:
-    """Download ``url`` to ``dest`` (resuming ``dest``'s partial file), check its sha256."""
-    import requests
-
-    http = http or session()
-    shown = redact(url)
-    if url.startswith("file:"):
-        import shutil
-
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(unquote(urlsplit(url).path), dest.with_name(dest.name + ".partial"))
-        return _finish(dest, sha256, shown)
-    part = dest.with_name(dest.name + ".partial")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fresh_retry = True
-    attempt = 0
-    while True:
-        have = part.stat().st_size if part.exists() else 0
-        try:
-            headers = {"Range": f"bytes={have}-"} if have else {}
-            with http.get(url, headers=headers, stream=True, timeout=TIMEOUT) as resp:
-                if resp.status_code == 416:
-                    part.unlink(missing_ok=True)
-                    raise _Retry("range not satisfiable")
-                if resp.status_code in _RETRY_STATUS:
-                    raise _Retry(f"HTTP {resp.status_code}")
-                if resp.status_code >= 400:
-                    raise WheelhouseError(f"{shown}: HTTP {resp.status_code} (expected sha256 {sha256})")
-                resumed = have > 0 and resp.status_code == 206
-                length = resp.headers.get("Content-Length")
-                total = (int(length) + (have if resumed else 0)) if length and length.isdigit() else None
-                done = have if resumed else 0
-                with part.open("ab" if resumed else "wb") as f:
-                    for chunk in resp.iter_content(CHUNK):
-                        f.write(chunk)
-                        done += len(chunk)
-                        if on_bytes is not None:
-                            on_bytes(done, total)
-                if total is not None and done < total:
-                    raise _Retry(f"connection closed after {done} of {total} bytes")
-        except (_Retry, requests.ConnectionError, requests.Timeout,
-                requests.exceptions.ChunkedEncodingError) as exc:
-            if attempt >= retries:
-                raise WheelhouseError(f"{shown}: download failed after {attempt + 1} attempts: {redact(str(exc))[:300]}",
-                                      hint=f"The partial file is kept ({part}); run the mirror again to resume.") from exc
-            delay = backoff * (2 ** attempt)
-            attempt += 1
-            events.emit("warn", f"{dest.name}: {redact(str(exc))[:200]}; retry {attempt}/{retries} in {delay:.1f} s")
-            time.sleep(delay)
-            continue
-        try:
-            return _finish(dest, sha256, shown)
-        except WheelhouseError:
-            if resumed and fresh_retry:  # a stale partial may be the culprit: once more from zero
-                fresh_retry = False
-                continue
-            raise
-
-
-def _finish(dest: Path, sha256: str, shown: str) -> Path:
-    part = dest.with_name(dest.name + ".partial")
-    actual = sha256_file(part)
-    if actual != sha256:
-        part.unlink(missing_ok=True)
-        raise WheelhouseError(f"sha256 mismatch for {shown}: expected {sha256}, got {actual}; "
-                              "the file was not kept")
-    os.replace(part, dest)
-    return dest
-
-
-def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: int = 4,
-           backoff: float = 0.5) -> MirrorResult:
-    """Download every artifact into ``out``; errors are collected and raised together at the end."""
+def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, deadline: float | None = None) -> MirrorResult:
+    """Download every artifact into ``out`` (``index.download``: its retries; ``deadline``: the
+    seconds a file may go without progress, default ``ENVBUILD_NET_DEADLINE`` or 30); errors are
+    collected and raised together at the end."""
     out.mkdir(parents=True, exist_ok=True)
     http = session()
     todo: list[Artifact] = []
@@ -350,8 +274,10 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, retries: 
                 last[0] = now
                 events.emit("debug", f"{a.filename} {done}/{total}", download=a.filename, completed=done, total=total)
 
-        return download_one(a.url, out / a.filename, a.sha256, http=http, retries=retries,
-                            backoff=backoff, on_bytes=on_bytes)
+        try:
+            return download(a.url, out / a.filename, a.sha256, http=http, deadline=deadline, on_bytes=on_bytes)
+        except SourceError as exc:
+            raise WheelhouseError(exc.message, hint=exc.hint) from exc
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(one, a): a for a in todo}

@@ -40,7 +40,7 @@ class StackMirrorRequest:
     all_platforms: bool = False  # every file, for every Python and platform
     python: Path | None = None  # the interpreter that builds git pins (default: the lock's Python)
     jobs: int = 4
-    retries: int = 4
+    deadline: float | None = None  # seconds a file may go without progress (index.net's rule)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def mirror_stack(req: StackMirrorRequest) -> StackMirror:
     events.emit("step", f"mirroring {len(artifacts)} artifacts into {req.out}"
                 + (f" (for Python {target[0]} on {target[1]}; {len(left)} files for other targets left out)"
                    if target else ""))
-    result = m.mirror(artifacts, req.out, jobs=req.jobs, retries=req.retries)  # bars: the front end's display
+    result = m.mirror(artifacts, req.out, jobs=req.jobs, deadline=req.deadline)  # bars: the front end's display
     built: list[Built] = []
     if lock is not None and (vcs := vcs_packages(lock)):
         python = req.python or _builder(lock.python or "")

@@ -75,6 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from support.cachedir import TEST_CACHE
 
@@ -232,7 +233,7 @@ class GateIndex:
 
     def extension_name(self, key: str) -> str:
         """The distribution's canonical name: ``flash-attn``, ``mamba-ssm``, ``flash-attn-3``."""
-        return EXTENSIONS[key].name.replace("_", "-").lower()
+        return canonicalize_name(EXTENSIONS[key].name)
 
     def extension_requirement(self, key: str, marker: str | None = None) -> str:
         """``flash-attn @ http://.../releases/files/flash_attn-...whl`` (``; marker`` when given)."""

@@ -1,11 +1,11 @@
-"""uv sync's selection flags as envbuild's own command line parses them (``commands.lockfile``)."""
+"""uv sync's selection flags as envbuild's own command line parses them (``commands.selection``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from envbuild.commands.common import typed
-from envbuild.commands.lockfile import SelectionArgs, add_selection_args, sync_flags
+from envbuild.commands.selection import SelectionArgs, add_selection_args, sync_flags
 from envbuild.fromlock.uvsync import SyncFlags
 
 __all__ = ["flags_of"]

@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import pickle
-import sys
 from typing import Any
 
+from envbuild._io import TOMLDecodeError, parse_toml
 from envbuild.gate.model import LockParseError
-
-# tomli's wheels are compiled with mypyc: three times tomllib's speed on a large uv.lock, which is
-# most of the gate's time (the same parser, the same errors; tomllib where tomli is absent)
-try:
-    import tomli as tomllib
-except ImportError:  # pragma: no cover
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        raise
 
 __all__ = ["entry_lines", "exact", "sha", "toml_loads"]
 
@@ -37,13 +27,13 @@ def toml_loads(text: str) -> dict[str, Any]:
         kept: dict[str, Any] = pickle.loads(blob)
         return kept
     try:
-        data: dict[str, Any] = tomllib.loads(text)
+        data: dict[str, Any] = parse_toml(text)
         if len(text) >= _PARSED_MIN_CHARS:
             while len(_PARSED) >= _PARSED_KEEP:
                 _PARSED.pop(next(iter(_PARSED)))
             _PARSED[text] = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
         return data
-    except tomllib.TOMLDecodeError as exc:
+    except TOMLDecodeError as exc:
         raise LockParseError(f"not valid TOML: {exc}") from exc
     except RecursionError as exc:
         raise LockParseError("not valid TOML: nested too deeply") from exc

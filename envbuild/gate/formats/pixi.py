@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.environments import PLATFORMS
 from envbuild.gate.model import Entry, Item, LockParseError, ParsedLock
-from envbuild.gate.names import canonical
 
 __all__ = ["CONDA_TORCH", "CondaPackage", "SUBDIRS", "conda_packages", "parse"]
 
@@ -135,7 +136,7 @@ def _dependency_names(info: dict[str, Any]) -> tuple[str, ...]:
     for dep in info.get("depends") or ():
         if isinstance(dep, str) and not dep.startswith("__"):
             name = dep.split(" ", 1)[0]
-            names.append("torch" if name == CONDA_TORCH else canonical(name))
+            names.append("torch" if name == CONDA_TORCH else canonicalize_name(name))
     return tuple(dict.fromkeys(names))
 
 
@@ -197,8 +198,8 @@ def parse(path: Path, text: str) -> ParsedLock:
     envs = sorted({p.env for p in pairs}, key=lambda e: (e != "default", e))
     custom = sorted({p.platform for p in pairs if p.platform != p.subdir})
     base = "default" if "default" in envs else (envs[0] if envs else "")  # the selection of none
-    env_tag = {e: f"pixi-env-{canonical(e)}" for e in envs if e != base}
-    plat_tag = {p: f"pixi-platform-{canonical(p)}" for p in custom}
+    env_tag = {e: f"pixi-env-{canonicalize_name(e)}" for e in envs if e != base}
+    plat_tag = {p: f"pixi-platform-{canonicalize_name(p)}" for p in custom}
 
     def where(pair: _Pair) -> str:
         values = PLATFORMS[SUBDIRS[pair.subdir]][1]
@@ -260,7 +261,7 @@ def parse(path: Path, text: str) -> ParsedLock:
                 torch_deps + (("__cuda",) if needs_cuda else ()),
                 cuda,
             )
-            name, version = canonical(pkg.name), pkg.version
+            name, version = str(canonicalize_name(pkg.name)), pkg.version
             if pkg.name == CONDA_TORCH:
                 name, version = "torch", torch_version(pkg)
             conda[key] = pkg
@@ -288,7 +289,7 @@ def parse(path: Path, text: str) -> ParsedLock:
             entries.append(
                 Entry(
                     key=key,
-                    name=canonical(name),
+                    name=canonicalize_name(name),
                     version=version,
                     raw=f"{name}=={version}" if version else name,
                     line=lines.get(url),
@@ -315,7 +316,7 @@ def parse(path: Path, text: str) -> ParsedLock:
                     f"pixi:{e}",
                     f"environment {e}",
                     frozenset({tag}),
-                    name=canonical(e),
+                    name=canonicalize_name(e),
                     kind="group",
                 )
                 for e, tag in env_tag.items()
@@ -328,7 +329,7 @@ def parse(path: Path, text: str) -> ParsedLock:
                     f"pixi-platform:{p}",
                     f"platform {p}",
                     frozenset({tag}),
-                    name=canonical(p),
+                    name=canonicalize_name(p),
                     kind="group",
                 )
                 for p, tag in plat_tag.items()

@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
-from envbuild.gate.names import canonical
 
 __all__ = ["parse", "poetry_requirement"]
 
@@ -53,12 +54,12 @@ def parse(path: Path, text: str) -> ParsedLock:
             markers_seen.append(marker)
         version = str(p.get("version")) if p.get("version") is not None else None
         entries.append(Entry(
-            key=i, name=canonical(p["name"]), version=version, raw=f"{p['name']}=={version}" if version is not None else p["name"],
+            key=i, name=canonicalize_name(p["name"]), version=version, raw=f"{p['name']}=={version}" if version is not None else p["name"],
             line=headers[i] if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
             index=source.get("url") if source.get("type") == "legacy" else None, url=url,
             files=tuple((url or f, h) for f, h in files if f) if url is None else ((url, files[0][1] if files else None),),
             requires=tuple(requires),
-            dependencies=tuple(canonical(d) for d in declared), marker=marker))
+            dependencies=tuple(canonicalize_name(d) for d in declared), marker=marker))
     names = [e.name for e in entries]
     unmarked_twice = any(names.count(e.name) > 1 and not e.marker for e in entries)
     meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.formats._common import entry_lines, toml_loads
 from envbuild.gate.model import Entry, Item, LockParseError, ParsedLock
-from envbuild.gate.names import canonical
 
 __all__ = ["parse"]
 
@@ -50,13 +51,13 @@ def parse(path: Path, text: str) -> ParsedLock:
                 files.append((url, p.archive.hashes.get("sha256")))
         deps = None
         if p.dependencies is not None:
-            deps = tuple(canonical(str(d.get("name"))) for d in p.dependencies if d.get("name"))
+            deps = tuple(canonicalize_name(str(d.get("name"))) for d in p.dependencies if d.get("name"))
         marker = _marker(str(p.marker) if p.marker is not None else None,
                          str(p.requires_python) if p.requires_python is not None else None)
         if marker:
             markers.append(marker)
         entries.append(Entry(
-            key=i, name=canonical(p.name), version=str(p.version) if p.version else None,
+            key=i, name=canonicalize_name(p.name), version=str(p.version) if p.version else None,
             raw=f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else ""),
             line=headers[i] if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
             index=p.index, url=url, files=tuple((u, h) for u, h in files if u), dependencies=deps, marker=marker))
@@ -64,9 +65,9 @@ def parse(path: Path, text: str) -> ParsedLock:
     out = ParsedLock(path, "pylock", entries, sorted({e.index for e in entries if e.index}),
                requires_python=str(lock.requires_python) if lock.requires_python else None,
                environments=envs, marker_texts=markers + envs)
-    extras = [canonical(x) for x in lock.extras or ()]
-    default = frozenset(canonical(g) for g in lock.default_groups or ())
-    others = [canonical(g) for g in lock.dependency_groups or () if canonical(g) not in default]
+    extras = [canonicalize_name(x) for x in lock.extras or ()]
+    default = frozenset(canonicalize_name(g) for g in lock.default_groups or ())
+    others = [canonicalize_name(g) for g in lock.dependency_groups or () if canonicalize_name(g) not in default]
     out.always_groups = default
     # PEP 751 lists the extras and groups an installer may be asked for, not which go together:
     # each is judged on its own (a set of one-of), beside the default groups

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.formats._common import exact
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
-from envbuild.gate.names import canonical
 from envbuild.spec.stepfile import logical_lines
 
 __all__ = ["parse"]
@@ -36,7 +37,7 @@ def _via(comments: list[str]) -> tuple[str, ...] | None:
             names.append(c.split()[0])
     if not found:
         return None
-    return tuple(canonical(n) for n in names if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", n))
+    return tuple(canonicalize_name(n) for n in names if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", n))
 
 
 def parse(path: Path, text: str) -> ParsedLock:
@@ -65,7 +66,7 @@ def parse(path: Path, text: str) -> ParsedLock:
             markers.append(marker)
         hashes = tuple(m.group(2).lower() for o in opts if (m := _HASH.match(o)))
         version = exact(str(req.specifier)) if not req.url else _url_version(req.url, req.name)
-        entries.append(Entry(key=len(entries), name=canonical(req.name), version=version, raw=raw,
+        entries.append(Entry(key=len(entries), name=canonicalize_name(req.name), version=version, raw=raw,
                              line=lineno, hashes=hashes, url=req.url, via=_via(comments), marker=marker,
                              files=((req.url, hashes[0] if hashes else None),) if req.url else ()))
     return ParsedLock(path, "requirements", entries, indexes, marker_texts=markers)
@@ -82,7 +83,7 @@ def _url_version(url: str, name: str) -> str | None:
         parsed = parse_wheel_filename(_unquote(filename))
     except InvalidWheelFilename:
         return None
-    return str(parsed[1]) if parsed[0] == canonical(name) else None
+    return str(parsed[1]) if parsed[0] == canonicalize_name(name) else None
 
 
 def _unquote(text: str) -> str:

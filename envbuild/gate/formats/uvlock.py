@@ -26,10 +26,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.markers import InvalidMarker, MarkerCache
 from envbuild.gate.model import Entry, Grid, Item, LockParseError, ParsedLock, Reach
-from envbuild.gate.names import canonical
 
 __all__ = ["UvConflict", "UvEdge", "UvFile", "UvGraph", "UvIndex", "UvLink", "UvLock", "UvManifest", "UvPackage",
            "UvSource", "UvSupplied", "parse", "pseudo"]
@@ -43,10 +44,10 @@ _SOURCE_KEYS = ("registry", "url", "git", "path", "editable", "virtual", "direct
 
 def pseudo(project: str, name: str, kind: str) -> str:
     """uv's encoding of a conflict item in markers: ``extra-7-trainer-cu128``, ``project-7-trainer``."""
-    project = canonical(project)
+    project = canonicalize_name(project)
     if kind == "project":
         return f"project-{len(project)}-{project}"
-    return f"{kind}-{len(project)}-{project}-{canonical(name)}"
+    return f"{kind}-{len(project)}-{project}-{canonicalize_name(name)}"
 
 
 # ----------------------------------------------------------------------------- checked getters
@@ -231,11 +232,11 @@ class UvPackage:
     def entry(self, key: int, line: int | None) -> Entry:
         files = self.files
         return Entry(
-            key=key, name=canonical(self.name), version=self.version,
+            key=key, name=canonicalize_name(self.name), version=self.version,
             raw=f"{self.name}=={self.version}" if self.version is not None else self.name, line=line,
             hashes=tuple(h for _, h in files if h), index=self.source.registry, url=self.source.url,
             files=tuple((u, h) for u, h in files if u), requires=self.requires_dist,
-            dependencies=tuple(canonical(d.name) for d in self.dependencies))
+            dependencies=tuple(canonicalize_name(d.name) for d in self.dependencies))
 
 
 def _requires_dist(metadata: Table, where: str) -> tuple[str, ...] | None:
@@ -381,7 +382,7 @@ class UvIndex:
 
     def targets(self, edge: UvEdge) -> tuple[int, ...]:
         """The entry the edge's version and source name, else every entry of its name (of its version)."""
-        name = canonical(edge.name)
+        name = canonicalize_name(edge.name)
         if not edge.pinned:
             return tuple(self.by_name.get(name, []))
         hit = self.by_exact.get((name, edge.version or "", edge.source.identity if edge.source else ()))
@@ -391,7 +392,7 @@ class UvIndex:
                      if edge.version is None or self.entries[k].version == edge.version)
 
     def link(self, edge: UvEdge) -> UvLink:
-        return UvLink(self.targets(edge), edge.marker or None, frozenset(canonical(x) for x in edge.extra))
+        return UvLink(self.targets(edge), edge.marker or None, frozenset(canonicalize_name(x) for x in edge.extra))
 
     def links(self, edges: Iterable[UvEdge]) -> tuple[UvLink, ...]:
         return tuple(self.link(e) for e in edges)
@@ -444,9 +445,11 @@ class UvGraph:
     def of(cls, lock: UvLock, entries: list[Entry]) -> UvGraph:
         index = UvIndex(entries, [p.source for p in lock.packages])
         plain = tuple(index.links(p.dependencies) for p in lock.packages)
-        optional = tuple({canonical(k): index.links(v) for k, v in p.optional_dependencies.items()}
-                         for p in lock.packages)
-        dev = tuple({canonical(k): index.links(v) for k, v in p.dev_dependencies.items()} for p in lock.packages)
+        optional: tuple[dict[str, tuple[UvLink, ...]], ...] = tuple(
+            {canonicalize_name(k): index.links(v) for k, v in p.optional_dependencies.items()}
+            for p in lock.packages)
+        dev: tuple[dict[str, tuple[UvLink, ...]], ...] = tuple(
+            {canonicalize_name(k): index.links(v) for k, v in p.dev_dependencies.items()} for p in lock.packages)
         forks = {k: p.resolution_markers for k, p in enumerate(lock.packages) if p.resolution_markers}
         return cls(entries, _roots(lock, entries, plain), plain, optional, dev, forks)
 
@@ -549,7 +552,7 @@ class UvGraph:
 def _roots(lock: UvLock, entries: list[Entry], plain: Sequence[Sequence[UvLink]]) -> tuple[int, ...]:
     """Where ``uv sync`` starts: the workspace members' own trees (every such tree when no member
     is recorded), else everything nothing depends on."""
-    members = {canonical(m) for m in lock.manifest.members}
+    members = {canonicalize_name(m) for m in lock.manifest.members}
     roots = [e.key for e, p in zip(entries, lock.packages, strict=True)
              if (e.name in members or not members) and p.source.is_project]
     if not roots:
@@ -594,7 +597,7 @@ def parse(path: Path, text: str) -> ParsedLock:
     for marker, owner in _edge_markers(lock):
         marker_texts.append(marker)
         owners.setdefault(marker, owner)
-    supplied = {(canonical(s.name), s.version): s.requires_dist for s in lock.manifest.dependency_metadata}
+    supplied = {(canonicalize_name(s.name), s.version): s.requires_dist for s in lock.manifest.dependency_metadata}
     sets, always = conflict_items(lock, graph, _default_groups(path))
     return ParsedLock(
         path, "uv.lock", entries, sorted({e.index for e in entries if e.index}), graph=graph,
@@ -637,9 +640,9 @@ def conflict_items(lock: UvLock, graph: UvGraph,
     for group in lock.conflicts:
         items = []
         for c in group:
-            project = canonical(c.package or (root_names[0] if root_names else ""))
+            project: str = canonicalize_name(c.package or (root_names[0] if root_names else ""))
             kind = c.kind
-            name = canonical(c.extra if c.extra is not None else c.group or "") if kind != "project" else project
+            name = canonicalize_name(c.extra if c.extra is not None else c.group or "") if kind != "project" else project
             tag = pseudo(project, name if kind != "project" else "", kind)
             conflicting.add(tag)
             if kind == "project":
@@ -669,5 +672,5 @@ def _default_groups(path: Path) -> bool | tuple[str, ...]:
     if got == "all":
         return True
     if isinstance(got, list):
-        return tuple(canonical(str(g)) for g in got)
+        return tuple(canonicalize_name(str(g)) for g in got)
     return ("dev",)

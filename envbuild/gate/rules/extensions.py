@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from packaging.utils import canonicalize_name
+
 from envbuild.abitag import (
     AbiClaim,
     mismatches,
@@ -27,7 +29,6 @@ from envbuild.abitag import (
 )
 from envbuild.gate.context import Context, View
 from envbuild.gate.model import Entry, ParsedLock
-from envbuild.gate.names import canonical
 
 __all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "torch_runtime", "unread_tag"]
 
@@ -126,7 +127,8 @@ def torch_runtime(view: View, torch: Entry, lock: ParsedLock) -> tuple[int, str]
         if target is not None:
             linked.append(target)
     for entries in view.by_name.values():
-        linked += [e for e in entries if e.via and _runtime_like(e.name) and torch.name in map(canonical, e.via)]
+        linked += [e for e in entries if e.via and _runtime_like(e.name) and
+                   any(canonicalize_name(v) == torch.name for v in e.via)]
     return runtime_cuda(_versions(linked))
 
 

@@ -5,6 +5,8 @@ index (``envbuild.index.client``, cached by sha256); what could not be read is l
 
 from __future__ import annotations
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.context import Context
 from envbuild.gate.metadata import declared_requirements
 from envbuild.gate.model import Entry
@@ -46,7 +48,7 @@ def check(ctx: Context) -> None:
                 req = ctx.requirement(raw)
                 if req is None or not req.specifier:
                     continue
-                name = req.name.lower().replace("_", "-").replace(".", "-")
+                name = canonicalize_name(req.name)
                 if name not in pinned or not ctx.applies(req, view):
                     continue
                 target = view.members.target_of(entry, name, ctx.lock.entries) if name == torch_name else None

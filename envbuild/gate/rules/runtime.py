@@ -10,6 +10,8 @@ else from the metadata cache by the locked wheel's sha256, else from its index (
 
 from __future__ import annotations
 
+from packaging.utils import canonicalize_name
+
 from envbuild.gate.context import Context
 from envbuild.gate.metadata import declared_requirements
 
@@ -35,7 +37,7 @@ def check(ctx: Context) -> None:
             req = ctx.requirement(raw)
             if req is None or not ctx.applies(req, view):
                 continue
-            name = req.name.lower().replace("_", "-").replace(".", "-")
+            name = canonicalize_name(req.name)
             got = view.by_name.get(name, [])
             if not got:
                 ctx.add(torch.name, "torch-runtime", f"{torch.label()} requires {req.name}{req.specifier} here, which the lock "

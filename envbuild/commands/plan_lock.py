@@ -1,0 +1,101 @@
+"""``plan --lock FILE``: the stages a lock installs here, and what each prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envbuild.commands import ui
+from envbuild.commands.selection import (
+    InstallArgs,
+    lock_request,
+)
+from envbuild.fromlock.run import (
+    DEFAULT_ROOT,
+    LockRequest,
+    Prepared,
+    adopt,
+    base_torch_of,
+    prepare,
+    target_python,
+)
+from envbuild.fromlock.select import refuse
+from envbuild.fromlock.stages import STAGE_WORDS
+
+if TYPE_CHECKING:
+    from envbuild.commands.documents import (
+        PlanLockDocument,
+    )
+
+
+
+def plan_from_lock(args: InstallArgs, lock: Path) -> int:
+    """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network, no venv)."""
+    req = lock_request(args, lock)
+    python = target_python(req, args.python, args.venv)
+    if args.venv is not None:
+        from dataclasses import replace as _replace
+
+        req = _replace(req, base_torch=base_torch_of(Path(args.venv)))
+    prepared = prepare(req, python, refusing=False)  # the stages first, then the refusal (exit 8)
+    if args.venv is not None:  # what provision --venv would keep there is not installed (nor checked offline)
+        prepared = adopt(prepared, Path(args.venv), req.replace_torch)
+    if req.wheelhouse:  # every file from the wheelhouse, each checked as provision checks it
+        from dataclasses import replace
+
+        from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
+
+        folder = wheelhouse_folder(req.wheelhouse)
+        check_files(prepared.plan, folder, prepared.plan.stages)
+        prepared = replace(prepared, plan=in_wheelhouse(prepared.plan, folder))
+    builds = _build_notes(args, prepared, req)
+    if args.json:
+        doc: PlanLockDocument = {"schema": "envbuild.plan.lock/1", **prepared.plan.to_json(), "builds": builds,
+                                 "gate": prepared.report.to_json()}
+        ui.print_json(doc)
+    else:
+        _print_plan(prepared)
+        for name, note in builds.items():
+            ui.print_text(f"build {name}: {note}")
+    # exit 8 after the stages, as provision would
+    refuse(prepared.chosen, list(prepared.failing), req.accept, rebuild=req.rebuild_mismatched)
+    return 0
+
+
+def _build_notes(args: InstallArgs, prepared: Prepared, req: LockRequest) -> dict[str, str]:
+    """{name: a cached built wheel, or that it compiles} of the builds stage (``fromlock.builds``)."""
+    from envbuild.fromlock.builds import caches, plan_notes
+    from envbuild.fromlock.offline import wheelhouse_folder
+
+    if not prepared.plan.stage("builds"):
+        return {}
+    root = Path(args.root or DEFAULT_ROOT).expanduser()
+    venv = Path(args.venv).expanduser() if args.venv else root / "venv"
+    folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
+    return plan_notes(prepared.plan, caches(root, folder), venv / "bin" / "python")
+
+
+def _print_plan(prepared: Prepared) -> None:
+    from rich.markup import escape  # a cell is text, never markup: "[tool.uv]" stays as written
+
+    chosen, plan, report = prepared.chosen, prepared.plan, prepared.report
+    ui.print_text(f"lock {chosen.path} ({chosen.lock.format}, sha256 {chosen.sha256[:16]}...)")
+    ui.print_text(f"environment: {chosen.env.name} (python {chosen.env.python}); torch {plan.torch.version}")
+    if chosen.sync:
+        ui.print_text(f"selection: what `{chosen.sync}` installs (uv export says which packages)")
+    accepted = "; ".join([*(f"{f.package} [{f.rule}] accepted: {f.accepted}" for f in report.accepted),
+                          *(f"{p.entry.name} [extension-abi] rebuilt from its sdist: --rebuild-mismatched"
+                            for p in plan.placed if p.rebuilt)])
+    if prepared.failing:
+        ui.print_text(f"gate: FAIL ({len(prepared.failing)} finding(s) below): provision --lock refuses this environment")
+    else:
+        ui.print_text("gate: ok" + (f" ({accepted})" if accepted else ""))
+    stages = plan.stages
+    for n, stage in enumerate(stages, 1):
+        rows = [[escape(c) for c in (p.entry.name, p.entry.version or "",
+                                     p.artifact.filename if p.artifact else p.line, p.why)]
+                for p in plan.stage(stage)]
+        ui.print_table(f"stage {n}/{len(stages)} {stage}: {STAGE_WORDS[stage]}", ["package", "version", "file", "why"],
+                       rows, max_width=100, keep=1)
+    for name, why in plan.left_out:
+        ui.print_text(f"not installed: {name}: {why}")
