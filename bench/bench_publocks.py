@@ -45,6 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "tests" / "data" / "publocks"
 sys.path.insert(0, str(REPO))
 
+from packaging.utils import canonicalize_name  # noqa: E402
+
 # lock folder -> uv sync's selection flags (the same flags on envbuild's side)
 SELECTIONS: dict[str, list[str]] = {
     "docling": ["--no-default-groups", "--all-packages"],  # hatchling root + two hatchling members
@@ -73,7 +75,7 @@ def _pip_list(venv: Path) -> list[tuple[str, str]]:
         env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
     )
     return sorted(
-        (d["name"].lower().replace("_", "-"), d["version"]) for d in json.loads(out.stdout)
+        (str(canonicalize_name(d["name"])), d["version"]) for d in json.loads(out.stdout)
     )
 
 

@@ -102,7 +102,7 @@ def test_finder_hashes_matches_and_reads_metadata(repo: dict[str, Path], tmp_pat
         # a file whose bytes are not the ones the index states is refused
         srv.fail(f"*/{repo['other'].name}", "corrupt")
         other = Artifact(repo["other"].name, srv.file_url("r", repo["other"].name), sha256_of(repo["other"]))
-        with pytest.raises(SourceError, match="does not match its sha256"):
+        with pytest.raises(SourceError, match="sha256 mismatch"):
             requires_of(other)
 
 

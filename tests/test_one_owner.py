@@ -220,6 +220,8 @@ OWN_SUBPROCESS = {
     "envbuild/index/pipconf.py": "below the runner: envbuild.run imports the package sources' redaction",
     "envbuild/provision/warmup.py": "a background child left running while the steps go on",
     "envbuild/proof/smoke/checks.py": "standalone: runs in the target interpreter without envbuild",
+    "envbuild/proof/smoke/__init__.py": "the planted competing loads: children left running while "
+    "the smoke workers run, stopped after them",
 }
 _SPAWN = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "system",
           "popen", "execv", "execvp", "spawnv"}

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 from support.fixtures import installer_env
 from support.gatelocks import uv_bin
 
@@ -53,7 +54,7 @@ def installed(venv: Path, env: dict[str, str]) -> dict[str, str]:
         timeout=120,
         check=True,
     )
-    return {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(out.stdout)}
+    return {str(canonicalize_name(d["name"])): d["version"] for d in json.loads(out.stdout)}
 
 
 def interpreter(folder: Path) -> str:
