@@ -32,8 +32,10 @@ def main() -> int:
             report = check_stack(spec, Options(offline=True))
             times.append(time.perf_counter() - t0)
         total += statistics.median(times)
-        print(f"{name:12s} median {statistics.median(times) * 1000:7.1f} ms  worst {max(times) * 1000:7.1f} ms  "
-              f"findings {len(report.findings)}")
+        print(
+            f"{name:12s} median {statistics.median(times) * 1000:7.1f} ms  worst"
+            f" {max(times) * 1000:7.1f} ms  findings {len(report.findings)}"
+        )
     print(f"{'all':12s} median total {total * 1000:7.1f} ms (budget 1000 ms)")
     return 0 if total < 1.0 else 1
 

@@ -64,8 +64,14 @@ def make_wheel(folder: Path, size_mb: int) -> Path:
     name = "big_ext-1.0-cp312-cp312-linux_x86_64.whl"
     path = folder / name
     info = "big_ext-1.0.dist-info"
-    meta = "Metadata-Version: 2.1\nName: big-ext\nVersion: 1.0\nRequires-Dist: torch>=2.10\nRequires-Dist: einops\n"
-    wheel = "Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: false\nTag: cp312-cp312-linux_x86_64\n"
+    meta = (
+        "Metadata-Version: 2.1\nName: big-ext\nVersion: 1.0\nRequires-Dist:"
+        " torch>=2.10\nRequires-Dist: einops\n"
+    )
+    wheel = (
+        "Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: false\nTag:"
+        " cp312-cp312-linux_x86_64\n"
+    )
     payload = folder / "payload.bin"
     digest = hashlib.sha256()
     with payload.open("wb") as f:
@@ -76,8 +82,10 @@ def make_wheel(folder: Path, size_mb: int) -> Path:
     rows = []
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.write(payload, "big_ext/_C.so")
-        rows.append(f"big_ext/_C.so,sha256={base64.urlsafe_b64encode(digest.digest()).rstrip(b'=').decode()},"
-                    f"{payload.stat().st_size}")
+        rows.append(
+            f"big_ext/_C.so,sha256={base64.urlsafe_b64encode(digest.digest()).rstrip(b'=').decode()},"
+            f"{payload.stat().st_size}"
+        )
         for member, text in ((f"{info}/METADATA", meta), (f"{info}/WHEEL", wheel)):
             zf.writestr(member, text)
             rows.append(f"{member},,")
@@ -88,12 +96,27 @@ def make_wheel(folder: Path, size_mb: int) -> Path:
 
 
 def _timed_check(lock: Path, *args: str) -> tuple[float, float]:
-    """(seconds, peak RSS MB) of ``envbuild check-lock ARGS LOCK`` with an empty metadata cache (GNU time)."""
+    """(seconds, peak RSS MB) of ``envbuild check-lock ARGS LOCK`` with an empty metadata cache (GNU
+    time)."""
     with tempfile.TemporaryDirectory(prefix="bench-gate-cache-") as cache:
         env = {**os.environ, "ENVBUILD_CACHE_DIR": cache}
         t = time.monotonic()
-        out = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "envbuild", "check-lock", *args,
-                              str(lock)], env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                "/usr/bin/time",
+                "-f",
+                "%M",
+                sys.executable,
+                "-m",
+                "envbuild",
+                "check-lock",
+                *args,
+                str(lock),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.monotonic() - t
     peak_kb = int(out.stderr.strip().splitlines()[-1])
     return seconds, peak_kb / 1024
@@ -105,11 +128,22 @@ def public_locks(names: list[str]) -> list[dict[str, object]]:
     out = []
     for name in names:
         lock = REPO / "tests" / "data" / "publocks" / name / "uv.lock"
-        source = dict(ln.split(": ", 1) for ln in (lock.parent / "SOURCE.txt").read_text().splitlines() if ": " in ln)
+        source = dict(
+            ln.split(": ", 1)
+            for ln in (lock.parent / "SOURCE.txt").read_text().splitlines()
+            if ": " in ln
+        )
         offline, _ = _timed_check(lock, "--offline")
         online, peak = _timed_check(lock)
-        out.append({"lock": f"{source['repo']} {source['commit'][:7]}", "offline_s": round(offline, 2),
-                    "online_s": round(online, 2), "ratio": round(online / offline, 1), "online_peak_mb": round(peak, 1)})
+        out.append(
+            {
+                "lock": f"{source['repo']} {source['commit'][:7]}",
+                "offline_s": round(offline, 2),
+                "online_s": round(online, 2),
+                "ratio": round(online / offline, 1),
+                "online_peak_mb": round(peak, 1),
+            }
+        )
     return out
 
 
@@ -120,47 +154,86 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=320)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--locks", nargs="+", default=["zonos", "nanochat", "open-instruct"],
-                    help="public locks (tests/data/publocks) to time check-lock online against --offline")
-    ap.add_argument("--no-public", action="store_true", help="leave out the public locks (no network)")
+    ap.add_argument(
+        "--locks",
+        nargs="+",
+        default=["zonos", "nanochat", "open-instruct"],
+        help="public locks (tests/data/publocks) to time check-lock online against --offline",
+    )
+    ap.add_argument(
+        "--no-public", action="store_true", help="leave out the public locks (no network)"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-gate-metadata-"))
     rows = []
     try:
         wheel = make_wheel(work, args.size_mb)
         sha = sha256_of(wheel)
-        for how, ranges, metadata in (("metadata-file", True, True), ("range", True, False),
-                                      ("no-range", False, False), ("in-memory (old)", False, False)):
+        for how, ranges, metadata in (
+            ("metadata-file", True, True),
+            ("range", True, False),
+            ("no-range", False, False),
+            ("in-memory (old)", False, False),
+        ):
             cache = work / f"cache-{len(rows)}"
             env = {**os.environ, "ENVBUILD_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
             with RangeServer(work, ranges=ranges, metadata_files=metadata) as server:
                 t = time.monotonic()
-                out = subprocess.run([sys.executable, "-c", CHILD, f"{server.url}/{wheel.name}", sha, how], env=env,
-                                     capture_output=True, text=True)
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, f"{server.url}/{wheel.name}", sha, how],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
                 wall = time.monotonic() - t
                 sent = server.sent
             if out.returncode != 0:
                 raise SystemExit(f"{how}: failed\n{out.stderr[-2000:]}")
             doc = json.loads(out.stdout.strip().splitlines()[-1])
             assert any("torch>=2.10" in r for r in doc["requires"]), doc
-            rows.append({"how": how, "wheel_mb": round(wheel.stat().st_size / 1e6, 1), "read_mb": round(sent / 1e6, 3),
-                         "peak_rss_mb": round(doc["peak_rss_mb"], 1), "seconds": round(doc["seconds"], 3),
-                         "wall_s": round(wall, 3)})
+            rows.append(
+                {
+                    "how": how,
+                    "wheel_mb": round(wheel.stat().st_size / 1e6, 1),
+                    "read_mb": round(sent / 1e6, 3),
+                    "peak_rss_mb": round(doc["peak_rss_mb"], 1),
+                    "seconds": round(doc["seconds"], 3),
+                    "wall_s": round(wall, 3),
+                }
+            )
             shutil.rmtree(cache, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{'read':<18}{'wheel MB':>9}{'read MB':>10}{'peak RSS MB':>13}{'seconds':>9}")
     for r in rows:
-        print(f"{r['how']:<18}{r['wheel_mb']:>9}{r['read_mb']:>10}{r['peak_rss_mb']:>13}{r['seconds']:>9}")
+        print(
+            f"{r['how']:<18}{r['wheel_mb']:>9}{r['read_mb']:>10}{r['peak_rss_mb']:>13}{r['seconds']:>9}"
+        )
     locks = [] if args.no_public else public_locks(args.locks)
     if locks:
-        print(f"\n{'check-lock (empty cache)':<40}{'offline':>9}{'online':>9}{'ratio':>7}{'online peak MB':>16}")
+        print(
+            f"\n{'check-lock (empty cache)':<40}{'offline':>9}{'online':>9}{'ratio':>7}{'online peak MB':>16}"
+        )
         for r in locks:
-            print(f"{r['lock']:<40}{r['offline_s']:>8.2f}s{r['online_s']:>8.2f}s{r['ratio']:>6.1f}x{r['online_peak_mb']:>16}")
+            print(
+                f"{r['lock']:<40}{r['offline_s']:>8.2f}s{r['online_s']:>8.2f}s{r['ratio']:>6.1f}x{r['online_peak_mb']:>16}"
+            )
     if args.out:
-        args.out.write_text(json.dumps({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                                    "platform": platform.platform()}, "rows": rows,
-                                        "public_locks": locks}, indent=2) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "machine": {
+                        "python": platform.python_version(),
+                        "cpus": os.cpu_count(),
+                        "platform": platform.platform(),
+                    },
+                    "rows": rows,
+                    "public_locks": locks,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -3,8 +3,9 @@
 
     python bench/bench_noop.py [--rounds 5] [--root DIR] [--out results.json]
 
-Provisions the cpu profile once into ``--root`` (default ``.cache/bench/noop``; ``ENVBUILD_TORCH_INDEX``
-as for the tests), then, round by round and interleaved so a noisy neighbour hits all alike:
+Provisions the cpu profile once into ``--root`` (default ``.cache/bench/noop``;
+``ENVBUILD_TORCH_INDEX`` as for the tests), then, round by round and interleaved so a noisy
+neighbour hits all alike:
 
 - ``noop-cached``: ``envbuild provision`` on the finished environment (the verdict is reused);
 - ``noop-import``: the same with the verdict file removed first (the import check runs, as
@@ -49,12 +50,27 @@ def main() -> int:
     args = ap.parse_args()
     # PYTHONDONTWRITEBYTECODE is dropped (some sandboxes set it): with it every `import torch`
     # compiles torch again, a baseline no user sees
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "UV_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "UV_")) and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env.setdefault("NO_COLOR", "1")
     root = args.root.absolute()
-    provision = [sys.executable, "-m", "envbuild", "provision", "--profile", "cpu", "--root", str(root),
-                 "--home", str(root.parent / "noop-home"), "--backend", args.backend]
+    provision = [
+        sys.executable,
+        "-m",
+        "envbuild",
+        "provision",
+        "--profile",
+        "cpu",
+        "--root",
+        str(root),
+        "--home",
+        str(root.parent / "noop-home"),
+        "--backend",
+        args.backend,
+    ]
     print(f"provisioning (once) into {root} ...", flush=True)
     first = _timed(provision, env)
     python = root / "venv" / "bin" / "python"
@@ -71,13 +87,22 @@ def main() -> int:
     for r in range(args.rounds):
         for name, fn in variants.items():
             times[name].append(fn())
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
+        print(
+            f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()),
+            flush=True,
+        )
     _timed(provision, env)  # leave the verdict in place for the next run
     med = {k: statistics.median(v) for k, v in times.items()}
     bare = med["bare-import"]
     result = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-        "backend": args.backend, "rounds": args.rounds, "first_provision_s": round(first, 2),
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        "backend": args.backend,
+        "rounds": args.rounds,
+        "first_provision_s": round(first, 2),
         "median_s": {k: round(v, 3) for k, v in med.items()},
         "ratio_to_bare_import": {k: round(v / bare, 2) for k, v in med.items()},
         "all_s": {k: [round(x, 3) for x in v] for k, v in times.items()},

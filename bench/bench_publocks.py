@@ -74,9 +74,7 @@ def _pip_list(venv: Path) -> list[tuple[str, str]]:
         check=True,
         env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
     )
-    return sorted(
-        (str(canonicalize_name(d["name"])), d["version"]) for d in json.loads(out.stdout)
-    )
+    return sorted((str(canonicalize_name(d["name"])), d["version"]) for d in json.loads(out.stdout))
 
 
 def _source(name: str) -> str:

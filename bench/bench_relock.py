@@ -45,11 +45,23 @@ def _times(fn: object, repeat: int) -> list[float]:
 
 def _cli(args: list[str]) -> float:
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "NO_COLOR": "1"})
+    res = subprocess.run(
+        [sys.executable, "-m", "envbuild", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     elapsed = time.perf_counter() - t0
-    if args[-1] == "--check" and res.returncode not in (0, 1) or args[-1] != "--check" and res.returncode != 0:
-        raise SystemExit(f"envbuild {' '.join(args)} failed ({res.returncode}):\n{res.stdout}{res.stderr}")
+    if (
+        args[-1] == "--check"
+        and res.returncode not in (0, 1)
+        or args[-1] != "--check"
+        and res.returncode != 0
+    ):
+        raise SystemExit(
+            f"envbuild {' '.join(args)} failed ({res.returncode}):\n{res.stdout}{res.stderr}"
+        )
     return elapsed
 
 
@@ -62,27 +74,50 @@ def main() -> int:
     spec = resolve_spec(args.profile, None)
     status = lock_status(spec)
     if not status.current:
-        raise SystemExit(f"the {args.profile} lock is not current ({[s.reason for s in status.steps if not s.current]}); "
-                         "run `envbuild lock` first: this bench times the no-op")
+        raise SystemExit(
+            f"the {args.profile} lock is not current"
+            f" ({[s.reason for s in status.steps if not s.current]}); run `envbuild lock` first:"
+            " this bench times the no-op"
+        )
     result = lock_stack(spec, LockOptions())
     assert not result.written, "a no-op relock wrote files"
     rows = {
         "library lock (no-op)": _times(lambda: lock_stack(spec, LockOptions()), args.repeat),
         "library lock --check": _times(lambda: lock_status(spec), args.repeat),
         "cli lock (no-op)": [_cli(["lock", "--profile", args.profile]) for _ in range(args.repeat)],
-        "cli lock --check": [_cli(["lock", "--profile", args.profile, "--check"]) for _ in range(args.repeat)],
+        "cli lock --check": [
+            _cli(["lock", "--profile", args.profile, "--check"]) for _ in range(args.repeat)
+        ],
         "cli --version (interpreter + imports)": [_cli(["--version"]) for _ in range(args.repeat)],
     }
     for name, times in rows.items():
-        print(f"{name:40s} median {statistics.median(times) * 1000:7.1f} ms  worst {max(times) * 1000:7.1f} ms")
+        print(
+            f"{name:40s} median {statistics.median(times) * 1000:7.1f} ms  worst"
+            f" {max(times) * 1000:7.1f} ms"
+        )
     cli = statistics.median(rows["cli lock (no-op)"])
-    print(f"{'budget':40s} {BUDGET * 1000:7.0f} ms for the CLI no-op relock: {'ok' if cli <= BUDGET else 'OVER'}")
+    print(
+        f"{'budget':40s} {BUDGET * 1000:7.0f} ms for the CLI no-op relock:"
+        f" {'ok' if cli <= BUDGET else 'OVER'}"
+    )
     if args.out:
-        args.out.write_text(json.dumps({
-            "profile": args.profile, "repeat": args.repeat, "machine": platform.machine(), "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "seconds": {k: {"median": round(statistics.median(v), 4), "worst": round(max(v), 4)} for k, v in rows.items()},
-        }, indent=1) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "profile": args.profile,
+                    "repeat": args.repeat,
+                    "machine": platform.machine(),
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "seconds": {
+                        k: {"median": round(statistics.median(v), 4), "worst": round(max(v), 4)}
+                        for k, v in rows.items()
+                    },
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0 if cli <= BUDGET else 1
 
 

@@ -26,13 +26,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--python", type=Path, default=REPO / ".cache/tests/wheelhouse-build-venv/bin/python")
+    ap.add_argument(
+        "--python", type=Path, default=REPO / ".cache/tests/wheelhouse-build-venv/bin/python"
+    )
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec_file = Path(tmp) / "c-ext.toml"
-        spec_file.write_text('schema = 1\nname = "c-ext"\nversion = "1.2.0"\n[source]\n'
-                             f'path = "{REPO / "tests/packages/c_ext"}"\n[build]\nrequires = ["setuptools", "wheel"]\n')
+        spec_file.write_text(
+            'schema = 1\nname = "c-ext"\nversion = "1.2.0"\n[source]\npath ='
+            f' "{REPO / "tests/packages/c_ext"}"\n[build]\nrequires = ["setuptools", "wheel"]\n'
+        )
         spec = load_wheel_spec(spec_file)
         opts = BuildOptions(python=args.python, out=Path(tmp) / "out", cache=Path(tmp) / "cache")
         t0 = time.perf_counter()
@@ -48,8 +52,14 @@ def main() -> int:
     hit = statistics.median(hits)
     print(f"target: torch {target.torch_version}, {target.info['python_tag']}, cc {target.cc}")
     print(f"first build (compile + repack): {first_s:8.3f} s  -> {first.wheel.name}")
-    print(f"cache hit, median of {args.repeat}:   {hit:8.3f} s  (min {min(hits):.3f}, max {max(hits):.3f})")
-    print(f"ratio first/hit: {first_s / hit:.1f}x; cache hit <= 1 s: {'yes' if max(hits) <= 1.0 else 'NO'}")
+    print(
+        f"cache hit, median of {args.repeat}:   {hit:8.3f} s  (min {min(hits):.3f}, max"
+        f" {max(hits):.3f})"
+    )
+    print(
+        f"ratio first/hit: {first_s / hit:.1f}x; cache hit <= 1 s:"
+        f" {'yes' if max(hits) <= 1.0 else 'NO'}"
+    )
     return 0 if max(hits) <= 1.0 else 1
 
 

@@ -32,16 +32,37 @@ def uv_bin() -> str:
 def _marker_holds(marker: str, platform: str, python: str) -> bool:
     from packaging.markers import Marker
 
-    values = {**PLATFORMS[platform][1], "python_version": python, "python_full_version": python + ".0",
-              "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    values = {
+        **PLATFORMS[platform][1],
+        "python_version": python,
+        "python_full_version": python + ".0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
     return Marker(marker).evaluate(values)
 
 
 def uv_torch(project: Path, args: list[str], platform: str, python: str) -> str | None:
-    """uv's torch for the selection on ``platform`` ("" none); None when uv refuses the selection."""
-    out = subprocess.run([uv_bin(), "export", "--frozen", "--no-hashes", "--no-header", "--no-annotate",
-                          "--no-default-groups", "--python", python, *args],
-                         cwd=project, capture_output=True, text=True, timeout=300)
+    """uv's torch for the selection on ``platform`` ("" none); None when uv refuses the
+    selection."""
+    out = subprocess.run(
+        [
+            uv_bin(),
+            "export",
+            "--frozen",
+            "--no-hashes",
+            "--no-header",
+            "--no-annotate",
+            "--no-default-groups",
+            "--python",
+            python,
+            *args,
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode != 0:
         said = " ".join(out.stderr.split())  # uv wraps its message at the terminal's width
         if "incompatible with the" in said and "conflicts" in said:
@@ -61,16 +82,29 @@ def main() -> int:
     ap.add_argument("project", type=Path)
     ap.add_argument("--platform", default="linux-x86_64", choices=sorted(PLATFORMS))
     ap.add_argument("--python", default="3.12")
-    ap.add_argument("--max-items", type=int, default=8, help="at most this many items (2^n uv exports)")
+    ap.add_argument(
+        "--max-items", type=int, default=8, help="at most this many items (2^n uv exports)"
+    )
     args = ap.parse_args()
     lock_path = args.project / "uv.lock"
     lock = parse(lock_path, lock_path.read_text(), "uv.lock")
     space = make_space(lock, Narrow(environment=(args.platform,), python=(args.python,)))
     reach = lock.walk(space)
-    root = next((e.name for e in lock.entries if e.key in reach.roots and
-                 (args.project / "pyproject.toml").read_text().find(f'name = "{e.name}"') >= 0), None)
-    items = [i for i, it in enumerate(space.items) if it.key.startswith(f"extra-{len(root or '')}-{root}-")
-             or it.key.startswith(f"group-{len(root or '')}-{root}-")]
+    root = next(
+        (
+            e.name
+            for e in lock.entries
+            if e.key in reach.roots
+            and (args.project / "pyproject.toml").read_text().find(f'name = "{e.name}"') >= 0
+        ),
+        None,
+    )
+    items = [
+        i
+        for i, it in enumerate(space.items)
+        if it.key.startswith(f"extra-{len(root or '')}-{root}-")
+        or it.key.startswith(f"group-{len(root or '')}-{root}-")
+    ]
     items = items[: args.max_items]
     gate: dict[int, str] = {}
     for j in space.bits(space.active):
@@ -95,9 +129,12 @@ def main() -> int:
             disagree += not ok
             if not ok:
                 rows.append(f"  DISAGREE {' '.join(flags) or '(none)'}: uv {uv!r}, gate {mine!r}")
-    print(f"{args.project.name}: {len(items)} items ({', '.join(space.items[i].words for i in items)}), "
-          f"{agree + disagree} selections asked of uv export in {time.monotonic() - t0:.0f} s: "
-          f"{refused} refused by uv, {agree} agree, {disagree} disagree")
+    print(
+        f"{args.project.name}: {len(items)} items"
+        f" ({', '.join(space.items[i].words for i in items)}), {agree + disagree} selections asked"
+        f" of uv export in {time.monotonic() - t0:.0f} s: {refused} refused by uv, {agree} agree,"
+        f" {disagree} disagree"
+    )
     print("\n".join(rows))
     return 1 if disagree else 0
 

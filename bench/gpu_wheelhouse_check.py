@@ -34,11 +34,19 @@ def main() -> int:
     for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 1e-2)):
         x = torch.randn(1 << 20, device=dev, dtype=dtype)
         y = torch.randn_like(x)
-        results.append((f"envbuild_cuda_ext.saxpy {dtype}", rel(ext.saxpy(1.5, x, y), 1.5 * x.float() + y.float()), tol))
+        results.append(
+            (
+                f"envbuild_cuda_ext.saxpy {dtype}",
+                rel(ext.saxpy(1.5, x, y), 1.5 * x.float() + y.float()),
+                tol,
+            )
+        )
         h = torch.randn(64, 4096, device=dev, dtype=dtype)
         w = torch.randn(4096, device=dev, dtype=dtype)
         ref = h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
-        results.append((f"envbuild_cuda_ext.rmsnorm {dtype}", rel(ext.rmsnorm(h, w, 1e-6), ref), tol))
+        results.append(
+            (f"envbuild_cuda_ext.rmsnorm {dtype}", rel(ext.rmsnorm(h, w, 1e-6), ref), tol)
+        )
 
         if causal_conv1d is None:
             continue
@@ -47,7 +55,11 @@ def main() -> int:
         wc = torch.randn(d, width, device=dev, dtype=dtype)
         bc = torch.randn(d, device=dev, dtype=dtype)
         out = causal_conv1d_fn(xc, wc, bc, activation="silu")
-        ref = F.silu(F.conv1d(xc.float(), wc.float().unsqueeze(1), bc.float(), padding=width - 1, groups=d)[..., :length])
+        ref = F.silu(
+            F.conv1d(xc.float(), wc.float().unsqueeze(1), bc.float(), padding=width - 1, groups=d)[
+                ..., :length
+            ]
+        )
         results.append((f"causal_conv1d_fn(silu) {dtype}", rel(out, ref), tol))
     ok = True
     for name, err, tol in results:
@@ -64,9 +76,11 @@ def main() -> int:
         prov = read_provenance(Path(str(d._path)))  # type: ignore[attr-defined]
         requires = d.requires or []
         mismatch = provenance_mismatch(prov, torch.__version__, torch.version.git_version)
-        print(f"{dist} {d.version}: Requires-Dist={requires} built against torch "
-              f"{prov and prov['torch']['version']} arch_list={prov and prov['arch_list']} "
-              f"nvcc={prov and prov['compiler']['nvcc']} -> ABI check: {mismatch or 'ok'}")
+        print(
+            f"{dist} {d.version}: Requires-Dist={requires} built against torch "
+            f"{prov and prov['torch']['version']} arch_list={prov and prov['arch_list']} "
+            f"nvcc={prov and prov['compiler']['nvcc']} -> ABI check: {mismatch or 'ok'}"
+        )
         ok &= prov is not None and mismatch is None and not requires
     print("ALL OK" if ok else "FAILED")
     return 0 if ok else 1

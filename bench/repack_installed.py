@@ -39,8 +39,10 @@ def canonical(name: str) -> str:
 
 
 def closure(roots: list[str]) -> list[metadata.Distribution]:
-    """The installed part of the roots' Requires-Dist closure, extras followed where they are asked for
-    (torch 2.11 asks for ``cuda-toolkit[cudart,cublas,...]``; the runtime wheels hang off those extras)."""
+    """The installed part of the roots' Requires-Dist closure, extras followed where they are asked
+    for (torch 2.11 asks for ``cuda-toolkit[cudart,cublas,...]``; the runtime wheels hang off those
+    extras).
+    """
     installed = {canonical(d.metadata["Name"]): d for d in metadata.distributions()}
     out: dict[str, metadata.Distribution] = {}
     extras_done: dict[str, set[str]] = {}
@@ -70,7 +72,9 @@ def closure(roots: list[str]) -> list[metadata.Distribution]:
 
 
 def _tags(wheel_text: str) -> str:
-    tags = [line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")]
+    tags = [
+        line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")
+    ]
     parts = [t.split("-") for t in tags] or [["py3", "none", "any"]]
     return "-".join(".".join(dict.fromkeys(p[i] for p in parts)) for i in range(3))
 
@@ -94,7 +98,12 @@ def pack(dist_path: str, out: str, new_version: str | None) -> tuple[str, int, f
         listed = [r[0] for r in csv.reader(f) if r]
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         for rel in listed:
-            if rel.startswith("..") or "__pycache__" in rel or rel.endswith(".pyc") or os.path.isabs(rel):
+            if (
+                rel.startswith("..")
+                or "__pycache__" in rel
+                or rel.endswith(".pyc")
+                or os.path.isabs(rel)
+            ):
                 continue
             top, _, leaf = rel.partition("/")
             if top == info.name:
@@ -124,7 +133,9 @@ def pack(dist_path: str, out: str, new_version: str | None) -> tuple[str, int, f
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("names", nargs="+")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--set-version", action="append", default=[], metavar="NAME=VERSION")
@@ -134,11 +145,18 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     dists = closure(args.names)
     # biggest first, so the long poles start at once
-    dists.sort(key=lambda d: -sum(int(f.size or 0) for f in (d.files or [])))
+    dists.sort(key=lambda d: -sum(int(f.size or 0) for f in d.files or []))
     t = time.monotonic()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futs = [pool.submit(pack, str(d._path), str(args.out),  # type: ignore[attr-defined]
-                            versions.get(canonical(d.metadata["Name"]))) for d in dists]
+        futs = [
+            pool.submit(
+                pack,
+                str(d._path),
+                str(args.out),  # type: ignore[attr-defined]
+                versions.get(canonical(d.metadata["Name"])),
+            )
+            for d in dists
+        ]
         total = 0
         for fut in futs:
             name, size, secs = fut.result()

@@ -5,7 +5,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # What each module at the top of envbuild/ owns on disk (docs/architecture.md's file table; a
-# package says it in its own __init__.py, as OWNS; ``()``: nothing). Every top-level module has a key.
+# package says it in its own __init__.py, as OWNS; ``()``: nothing). Every top-level module has a
+# key.
 TOP_LEVEL_OWNS: dict[str, tuple[str, ...]] = {
     "__init__": (),
     "__main__": (),

@@ -50,7 +50,9 @@ def atomic_write_text(path: Path, text: str, *, private: bool = False) -> None:
 
 
 def atomic_write_json(path: Path, data: Any, *, private: bool = False) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", private=private)
+    atomic_write_text(
+        path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", private=private
+    )
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

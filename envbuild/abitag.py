@@ -15,11 +15,12 @@ each with one real published example:
   ``flash_attn-2.8.3+cu128torch2.7-cp312-cp312-linux_x86_64.whl`` (mjun0812's prebuilt wheels),
   ``flashinfer_python-0.2.5+cu128torch2.7-cp38-abi3-linux_x86_64.whl`` (download.pytorch.org):
   CUDA major.minor, torch major.minor.
-- ``fa3``: FA3 wheel builds, ``flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61-cp39-abi3-win_amd64.whl``
-  (windreamer's flash-attention3-wheels; date and commit optional): CUDA, torch as digits (first
-  the major, last the patch, the middle the minor: ``260`` = 2.6.0, ``271`` = 2.7.1, ``2100`` =
-  2.10.0), C++ ABI. Only major.minor is kept: ``torch_version`` (compared exactly) is for
-  envbuild's labels alone.
+- ``fa3``: FA3 wheel builds,
+  ``flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61-cp39-abi3-win_amd64.whl``
+  (windreamer's flash-attention3-wheels; date and commit optional): CUDA, torch as digits (first the
+  major, last the patch, the middle the minor: ``260`` = 2.6.0, ``271`` = 2.7.1, ``2100`` = 2.10.0),
+  C++ ABI. Only major.minor is kept: ``torch_version`` (compared exactly) is for envbuild's labels
+  alone.
 - ``envbuild``: envbuild's wheelhouse (``format_label``), ``cu132torch2.12.0.dev20260405``,
   ``cputorch2.13.0``: CUDA major.minor or CPU, the full torch version.
 - ``natten``: NATTEN's wheels (whl.natten.org), torch first,
@@ -39,9 +40,9 @@ each with one real published example:
   all without a CUDA major.minor.
 - ``astral``: the index of uv-built extension wheels (wheels.astral.sh/simple/cu130/), numeric
   segments separated by dots,
-  ``sageattention-2.2.0+cu.13.0.torch.2.11-cp313-cp313-manylinux_2_24_x86_64.whl``, ``+cpu.torch.2.10``
-  (its CPU index), and the ``cu128.torch.2.8.0`` variant its collector accepts: CUDA major.minor
-  (or CPU, or ROCm), torch major.minor.
+  ``sageattention-2.2.0+cu.13.0.torch.2.11-cp313-cp313-manylinux_2_24_x86_64.whl``,
+  ``+cpu.torch.2.10`` (its CPU index), and the ``cu128.torch.2.8.0`` variant its collector accepts:
+  CUDA major.minor (or CPU, or ROCm), torch major.minor.
 
 Any ``cu…`` may instead be ``rocm6.2`` (a ROCm claim, not CUDA). CUDA digits: two digits starting
 with 1 are a major only (``cu12`` -> (12, None)); otherwise the last digit is the minor
@@ -49,9 +50,10 @@ with 1 are a major only (``cu12`` -> (12, None)); otherwise the last digit is th
 ``pt`` compact digits are major then minor (``pt25`` = 2.5, ``pt113`` = 1.13, ``pt210`` = 2.10),
 as PyG publishes them; four or more digits are refused as ambiguous. A ``cu…torchM.m`` label with
 a patch or a pre-/dev-release part, and any ``cputorch…``, is read as envbuild's (a full torch
-version); ``cu…torchM.m`` is the community form. A label that is only an accelerator (torch's own ``+cu128``)
-claims no torch and reads as None, and so does every other label (``+das.opt1.dtk2604.torch271``,
-a DTK build): the gate says which extension wheels carry a tag it does not read.
+version); ``cu…torchM.m`` is the community form. A label that is only an accelerator (torch's own
+``+cu128``) claims no torch and reads as None, and so does every other label
+(``+das.opt1.dtk2604.torch271``, a DTK build): the gate says which extension wheels carry a tag it
+does not read.
 
 torch's own CUDA: from its local tag (``+cu128``); a torch without one (PyPI's default build,
 which on Linux is a CUDA build) takes the CUDA major of the runtime the lock installs with it
@@ -90,11 +92,13 @@ class AbiClaim:
 
     torch: tuple[int, int] | None  # torch major.minor the wheel was built against
     torch_version: str | None  # the full torch version (envbuild's labels only), else None
-    cuda: tuple[int, int | None] | None  # (12, 8) for cu128, (12, None) for cu12; None: no CUDA claim
+    # (12, 8) for cu128, (12, None) for cu12; None: no CUDA claim
+    cuda: tuple[int, int | None] | None
     cpu: bool  # explicitly built for CPU
     rocm: str | None  # "6.2" for rocm6.2
     cxx11abi: bool | None  # None: not claimed
-    style: str  # "dao-ailab" | "community" | "fa3" | "envbuild" | "pt" | "natten" | "cosmos" | "astral"
+    # "dao-ailab" | "community" | "fa3" | "envbuild" | "pt" | "natten" | "cosmos" | "astral"
+    style: str
     text: str  # the local label it was read from, as written
 
 
@@ -108,13 +112,15 @@ class TorchBuild:
     cpu: bool  # +cpu (also +cpu.cxx11.abi)
     rocm: str | None  # +rocm6.2 -> "6.2"
     local: str | None  # the normalized local label ("cu128"), None without one
-    runtime: int | None = None  # CUDA major of the runtime locked with it, where its local tag names none
+    # CUDA major of the runtime locked with it, where its local tag names none
+    runtime: int | None = None
     runtime_from: str | None = None  # what said so: "nvidia-cuda-runtime-cu12 12.8.90"
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    kind: str  # "torch-minor" | "torch-version" | "cuda-major" | "cuda-vs-cpu" | "rocm" | "cxx11abi"
+    # "torch-minor" | "torch-version" | "cuda-major" | "cuda-vs-cpu" | "rocm" | "cxx11abi"
+    kind: str
     message: str  # one sentence naming both sides
 
 
@@ -136,17 +142,24 @@ _TORCHVER = re.compile(
 )
 # FA3: 20260318.cu128torch2100cxx11abitrue.8afc61 (date and commit optional)
 _FA3 = re.compile(
-    r"(?:\d{8}\.)?" + _ACC + r"torch(?P<maj>\d)(?P<min>\d{1,2})(?P<pat>\d)" + _ABI
+    r"(?:\d{8}\.)?"
+    + _ACC
+    + r"torch(?P<maj>\d)(?P<min>\d{1,2})(?P<pat>\d)"
+    + _ABI
     + r"(?:\.[0-9a-f]{4,40})?",
     re.ASCII,
 )
 # NATTEN (whl.natten.org): torch first, then the accelerator: 0.21.6+torch2100cu130, +torch260cu126
 _TORCH_FIRST = re.compile(
-    r"torch(?:(?P<cmaj>\d)(?P<cmin>\d{1,2})(?P<cpat>\d)|(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)?)" + _ACC, re.ASCII)
+    r"torch(?:(?P<cmaj>\d)(?P<cmin>\d{1,2})(?P<cpat>\d)|(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)?)"
+    + _ACC,
+    re.ASCII,
+)
 _PT = r"pt(?:(?P<cmaj>\d)(?P<cmin>\d{1,2})|(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)?)"
 _PT_FIRST = re.compile(_PT + _ACC, re.ASCII)  # pt25cu124, pt2.10cu128, pt25cpu
 _PT_LAST = re.compile(_ACC + _PT, re.ASCII)  # cu128pt2.10, cu128pt210
-# NVIDIA cosmos-dependencies: cu128.torch271, cu128.torch27, cu128.torch210 (the torch version, dots removed)
+# NVIDIA cosmos-dependencies: cu128.torch271, cu128.torch27, cu128.torch210 (the torch version, dots
+# removed)
 _COSMOS = re.compile(_ACC + r"\.torch(?P<digits>\d{2,4})", re.ASCII)
 # wheels.astral.sh: cu.13.0.torch.2.11, cpu.torch.2.10; the collector also takes cu128.torch.2.8.0
 _ASTRAL = re.compile(
@@ -278,7 +291,8 @@ def _torch_claim(label: str, raw: str) -> AbiClaim | None:
 
 
 def _cosmos_torch(digits: str, cuda: tuple[int, int | None] | None) -> tuple[int, int] | None:
-    """torch major.minor from cosmos-dependencies' dot-less torch version (``27``, ``271``, ``2100``).
+    """torch major.minor from cosmos-dependencies' dot-less torch version (``27``, ``271``,
+    ``2100``).
 
     Three digits are major, minor, patch, except that ``21x`` is also torch 2.1x: the CUDA it was
     built with decides (torch 2.1 had CUDA 11.8 and 12.1 builds only, 2.10 and later none older
@@ -308,7 +322,8 @@ def _pt_claim(label: str, raw: str) -> AbiClaim | None:
 
 
 def torch_build(version: str, runtime: tuple[int, str] | None = None) -> TorchBuild:
-    """torch's version taken apart (``"2.10.0+cu128"``); never raises, an invalid one gives minor None.
+    """torch's version taken apart (``"2.10.0+cu128"``); never raises, an invalid one gives minor
+    None.
 
     ``runtime`` (``runtime_cuda``'s answer for the packages locked with it) is kept where the
     version's local tag names no CUDA, CPU or ROCm build: PyPI's ``2.8.0`` is a CUDA 12.8 build
@@ -345,7 +360,9 @@ def torch_build(version: str, runtime: tuple[int, str] | None = None) -> TorchBu
 _NVIDIA_CU = re.compile(r"nvidia-[a-z0-9-]+-cu(\d{2})", re.ASCII)
 # CUDA 13's toolkit wheels dropped the suffix (torch 2.11: nvidia-cuda-runtime 13.0.96); only
 # these few carry the CUDA version itself (nvidia-cublas and nvidia-cufft number their own releases)
-_CUDA_VERSIONED = frozenset({"nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-cuda-cupti", "cuda-toolkit"})
+_CUDA_VERSIONED = frozenset(
+    {"nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-cuda-cupti", "cuda-toolkit"}
+)
 _LEADING_INT = re.compile(r"\d{1,3}", re.ASCII)
 
 
@@ -390,7 +407,8 @@ def torch_cxx11abi(build: TorchBuild, platform: str = "linux") -> bool | None:
     # PyPI and download.pytorch.org used the old ABI.
     if build.minor >= (2, 7):
         return True
-    if "aarch64" in p or "arm64" in p:  # aarch64 wheels took the new ABI earlier; when is not pinned here
+    # aarch64 wheels took the new ABI earlier; when is not pinned here
+    if "aarch64" in p or "arm64" in p:
         return None
     if build.rocm is not None:  # ROCm wheels switched on their own schedule
         return None
@@ -432,69 +450,91 @@ def mismatches(claim: AbiClaim, torch: TorchBuild, platform: str = "linux") -> l
     found: list[Mismatch] = []
     locked = f"torch {torch.version}"
     if claim.torch is not None and torch.minor is not None and claim.torch != torch.minor:
-        found.append(Mismatch(
-            "torch-minor",
-            f"built for torch {claim.torch[0]}.{claim.torch[1]}, locked with {locked}",
-        ))
+        found.append(
+            Mismatch(
+                "torch-minor",
+                f"built for torch {claim.torch[0]}.{claim.torch[1]}, locked with {locked}",
+            )
+        )
     elif claim.torch_version is not None and torch.minor is not None:
         public = torch.version.split("+", 1)[0]
         if not _same_version(claim.torch_version, public):
-            found.append(Mismatch(
-                "torch-version", f"built for torch {claim.torch_version}, locked with {locked}"
-            ))
+            found.append(
+                Mismatch(
+                    "torch-version", f"built for torch {claim.torch_version}, locked with {locked}"
+                )
+            )
     if claim.cuda is not None:
         if torch.cpu:
-            found.append(Mismatch(
-                "cuda-vs-cpu",
-                f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a CPU-only build",
-            ))
+            found.append(
+                Mismatch(
+                    "cuda-vs-cpu",
+                    f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a CPU-only build",
+                )
+            )
         elif torch.rocm is not None:
-            found.append(Mismatch(
-                "rocm", f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a ROCm build"
-            ))
+            found.append(
+                Mismatch(
+                    "rocm",
+                    f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a ROCm build",
+                )
+            )
         elif torch.cuda is not None and claim.cuda[0] != torch.cuda[0]:
-            found.append(Mismatch(
-                "cuda-major",
-                f"built for {_cuda_text(claim.cuda)}, locked with {locked} "
-                f"({_cuda_text(torch.cuda)})",
-            ))
+            found.append(
+                Mismatch(
+                    "cuda-major",
+                    f"built for {_cuda_text(claim.cuda)}, locked with {locked} "
+                    f"({_cuda_text(torch.cuda)})",
+                )
+            )
         elif torch.cuda is None and torch.runtime is not None and claim.cuda[0] != torch.runtime:
-            found.append(Mismatch(
-                "cuda-major",
-                f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a CUDA {torch.runtime} build "
-                f"(its runtime: {torch.runtime_from})",
-            ))
+            found.append(
+                Mismatch(
+                    "cuda-major",
+                    f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a CUDA"
+                    f" {torch.runtime} build (its runtime: {torch.runtime_from})",
+                )
+            )
     elif claim.cpu:
         if torch.cuda is not None:
-            found.append(Mismatch(
-                "cuda-vs-cpu",
-                f"built for CPU only, locked with {locked} ({_cuda_text(torch.cuda)})",
-            ))
+            found.append(
+                Mismatch(
+                    "cuda-vs-cpu",
+                    f"built for CPU only, locked with {locked} ({_cuda_text(torch.cuda)})",
+                )
+            )
         elif torch.rocm is not None:
-            found.append(Mismatch("rocm", f"built for CPU only, locked with {locked}, a ROCm build"))
+            found.append(
+                Mismatch("rocm", f"built for CPU only, locked with {locked}, a ROCm build")
+            )
     elif claim.rocm is not None:
         if torch.cuda is not None or torch.cpu:
             found.append(Mismatch("rocm", f"built for ROCm {claim.rocm}, locked with {locked}"))
         elif torch.rocm is not None and claim.rocm.split(".")[0] != torch.rocm.split(".")[0]:
-            found.append(Mismatch(
-                "rocm", f"built for ROCm {claim.rocm}, locked with {locked} (ROCm {torch.rocm})"
-            ))
+            found.append(
+                Mismatch(
+                    "rocm", f"built for ROCm {claim.rocm}, locked with {locked} (ROCm {torch.rocm})"
+                )
+            )
     if claim.cxx11abi is not None:
         theirs = torch_cxx11abi(torch, platform)
         if theirs is not None and theirs != claim.cxx11abi:
-            found.append(Mismatch(
-                "cxx11abi",
-                f"built with cxx11abi{str(claim.cxx11abi).upper()}, locked with {locked}, "
-                f"whose wheels use {'the C++11 ABI' if theirs else 'the pre-C++11 ABI'} "
-                f"(cxx11abi{str(theirs).upper()})",
-            ))
+            found.append(
+                Mismatch(
+                    "cxx11abi",
+                    f"built with cxx11abi{str(claim.cxx11abi).upper()}, locked with {locked}, "
+                    f"whose wheels use {'the C++11 ABI' if theirs else 'the pre-C++11 ABI'} "
+                    f"(cxx11abi{str(theirs).upper()})",
+                )
+            )
     return found
 
 
 def unverifiable_reason(
     claim: AbiClaim | None, torch: TorchBuild, platform: str = "linux"
 ) -> str | None:
-    """Why a claim cannot be (fully) checked against ``torch``, for ``--explain``; None: fully checked."""
+    """Why a claim cannot be (fully) checked against ``torch``, for ``--explain``; None: fully
+    checked."""
     if claim is None:
         return "no ABI tag envbuild reads in its version or file name"
     if torch.minor is None:
@@ -502,12 +542,18 @@ def unverifiable_reason(
     reasons: list[str] = []
     if claim.torch is None:
         reasons.append("its tag names no torch version")
-    known_accelerator = (torch.cuda is not None or torch.cpu or torch.rocm is not None
-                         or (torch.runtime is not None and claim.cuda is not None))
+    known_accelerator = (
+        torch.cuda is not None
+        or torch.cpu
+        or torch.rocm is not None
+        or (torch.runtime is not None and claim.cuda is not None)
+    )
     if (claim.cuda is not None or claim.cpu or claim.rocm is not None) and not known_accelerator:
         what = "the CUDA major" if claim.cuda is not None else "CPU vs CUDA"
         if torch.local is None:
-            reasons.append(f"torch {torch.version} carries no local CUDA tag, so {what} was not compared")
+            reasons.append(
+                f"torch {torch.version} carries no local CUDA tag, so {what} was not compared"
+            )
         else:
             reasons.append(
                 f"torch {torch.version}'s local tag +{torch.local} names no CUDA, CPU or ROCm "

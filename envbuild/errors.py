@@ -1,7 +1,8 @@
 """Every fatal condition envbuild knows, with its documented exit code.
 
 Library code raises these; only ``envbuild.cli.main`` turns them into an exit status.
-The table below is the contract; the documentation's exit-code reference (docs, generated) is made from it.
+The table below is the contract; the documentation's exit-code reference (docs, generated) is made
+from it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ class ExitCode(IntEnum):
     OK = 0
     INTERNAL = 1  # a bug in envbuild: please report it with the traceback
     CONFIG = 2  # bad command line, stack spec, profile, lock or wheelhouse spec
-    PREFLIGHT = 3  # the host cannot run this: python missing, disk, unreachable index, GPUs, unwritable paths
+    # the host cannot run this: python missing, disk, unreachable index, GPUs, unwritable paths
+    PREFLIGHT = 3
     LAYOUT = 4  # data root / $HOME links conflict with something of the user's
     INSTALL = 5  # an installer step failed (pip/uv error, hash mismatch, disk full)
     ABI = 6  # the ABI guard found torch or the protected set changed
@@ -79,15 +81,33 @@ class Interrupted(EnvbuildError):
 EXIT_CODE_DOCS: dict[ExitCode, str] = {
     ExitCode.OK: "success",
     ExitCode.INTERNAL: "internal error (a bug in envbuild; the traceback is printed)",
-    ExitCode.CONFIG: "usage or configuration error: command line, stack spec, profile, lock file, wheelhouse spec",
-    ExitCode.PREFLIGHT: "host preflight failed: interpreter missing, data root or output folder not writable or full, index unreachable, GPU/driver/topology checks",
-    ExitCode.LAYOUT: "data layout conflict: a real file or folder of the user's is where a link or folder must go",
-    ExitCode.INSTALL: "an install step failed (installer error, resolution conflict, hash mismatch, disk full); its log is kept",
-    ExitCode.ABI: "ABI violation: torch or a protected package was replaced, reinstalled or shadowed",
-    ExitCode.VERIFY: "smoke test or distributed step failed; verify: the import hung, or the last provision "
-                     "of the environment stopped short",
+    ExitCode.CONFIG: (
+        "usage or configuration error: command line, stack spec, profile, lock file, wheelhouse"
+        " spec"
+    ),
+    ExitCode.PREFLIGHT: (
+        "host preflight failed: interpreter missing, data root or output folder not writable or"
+        " full, index unreachable, GPU/driver/topology checks"
+    ),
+    ExitCode.LAYOUT: (
+        "data layout conflict: a real file or folder of the user's is where a link or folder"
+        " must go"
+    ),
+    ExitCode.INSTALL: (
+        "an install step failed (installer error, resolution conflict, hash mismatch, disk full);"
+        " its log is kept"
+    ),
+    ExitCode.ABI: (
+        "ABI violation: torch or a protected package was replaced, reinstalled or shadowed"
+    ),
+    ExitCode.VERIFY: (
+        "smoke test or distributed step failed; verify: the import hung, or the last provision "
+        "of the environment stopped short"
+    ),
     ExitCode.LOCK: "check-lock findings, stale lock or missing/broken hash",
     ExitCode.WHEELHOUSE: "wheelhouse build, repack or mirror failed",
     ExitCode.DRIFT: "receipt diff found differences",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); provision resumes where it stopped when run again",
+    ExitCode.INTERRUPTED: (
+        "interrupted (Ctrl-C or SIGTERM); provision resumes where it stopped when run again"
+    ),
 }

@@ -103,19 +103,31 @@ class Paths:
 
     @property
     def constraints(self) -> Path:
-        """The file that pins the protected set; every later install reads it (PIP_CONSTRAINT too)."""
+        """The file that pins the protected set; every later install reads it (PIP_CONSTRAINT
+        too)."""
         return self.state / "constraints.txt"
 
     def cache_env(self) -> dict[str, str]:
         return {var: str(self.cache / sub) for var, sub in CACHE_DIRS.items()}
 
     def folders(self) -> list[Path]:
-        return [self.root, self.data, self.checkpoints, self.receipts, self.logs, self.state,
-                *(self.cache / sub for sub in CACHE_DIRS.values())]
+        return [
+            self.root,
+            self.data,
+            self.checkpoints,
+            self.receipts,
+            self.logs,
+            self.state,
+            *(self.cache / sub for sub in CACHE_DIRS.values()),
+        ]
 
 
 def paths_for(spec: StackSpec, root: Path | None = None) -> Paths:
-    chosen = checked_path(root, "--root") if root is not None else checked_path(spec.layout.root, "layout.root")
+    chosen = (
+        checked_path(root, "--root")
+        if root is not None
+        else checked_path(spec.layout.root, "layout.root")
+    )
     return Paths(root=chosen, venv_name=spec.layout.venv)
 
 
@@ -123,13 +135,19 @@ def checked_path(path: Path | str, what: str) -> Path:
     """``path`` made absolute; an empty one is refused (``Path("")`` is the current folder, and an
     unset shell variable in ``--root "$DATA"`` must not provision into it)."""
     if not str(path).strip():
-        raise ConfigError(f"{what} is empty (an unset shell variable?)",
-                          hint=f"Give {what} a path; envbuild does not take an empty one to mean the current folder.")
+        raise ConfigError(
+            f"{what} is empty (an unset shell variable?)",
+            hint=(
+                f"Give {what} a path; envbuild does not take an empty one to mean the current"
+                " folder."
+            ),
+        )
     return Path(path).expanduser().absolute()
 
 
 def overlay_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
-    """The environment overlay: cache dirs on the data root, the runtime baseline, the spec's env."""
+    """The environment overlay: cache dirs on the data root, the runtime baseline, the spec's
+    env."""
     env = dict(paths.cache_env())
     env.update(RUNTIME_BASELINE)
     env.update(spec.env)
@@ -162,8 +180,10 @@ def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False)
     try:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LayoutError(f"cannot create the home folder for the links, {home}: {exc.strerror}",
-                          hint="Pass --home DIR.") from exc
+        raise LayoutError(
+            f"cannot create the home folder for the links, {home}: {exc.strerror}",
+            hint="Pass --home DIR.",
+        ) from exc
     for link, target in plans:
         target.mkdir(parents=True, exist_ok=True)
         if link.is_symlink() or link.exists():
@@ -175,13 +195,17 @@ def link_home(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False)
     return done
 
 
-def check_links(spec: StackSpec, paths: Paths, home: Path, *, force: bool = False) -> list[tuple[Path, Path]]:
+def check_links(
+    spec: StackSpec, paths: Paths, home: Path, *, force: bool = False
+) -> list[tuple[Path, Path]]:
     """The links still to make, ``(link, target)``; a LayoutError for a conflict (unless ``force``).
 
     Reads only: provision calls it before it makes anything, so a refused run leaves nothing.
     """
     if home.exists() and not home.is_dir():
-        raise LayoutError(f"the home folder for the links, {home}, is not a folder", hint="Pass --home DIR.")
+        raise LayoutError(
+            f"the home folder for the links, {home}, is not a folder", hint="Pass --home DIR."
+        )
     conflicts: list[str] = []
     plans: list[tuple[Path, Path]] = []
     for name, rel in spec.layout.links.items():
@@ -196,9 +220,12 @@ def check_links(spec: StackSpec, paths: Paths, home: Path, *, force: bool = Fals
         raise LayoutError(
             "cannot create the $HOME links: "
             + "; ".join(conflicts)
-            + " already exist and are not links into the data root. envbuild never deletes or replaces them.",
-            hint="Move them away yourself, or re-run with --force-links to have envbuild rename them to "
-            "<name>.envbuild-moved-<time> and link in their place.",
+            + " already exist and are not links into the data root. envbuild never deletes or"
+            " replaces them.",
+            hint=(
+                "Move them away yourself, or re-run with --force-links to have envbuild rename them"
+                " to <name>.envbuild-moved-<time> and link in their place."
+            ),
         )
     return plans
 
@@ -216,14 +243,18 @@ def overlay_text(spec: StackSpec, paths: Paths) -> str:
     sourcing it sets exactly these variables and runs nothing. ``from_env`` values are not in it:
     they stay in the environment of whoever sources it."""
     env = overlay_env(spec, paths)
-    lines = ["# Written by envbuild: cache folders on the data root and the NCCL/allocator baseline.",
-             "# Sourced by the venv's bin/activate. Edit the stack spec's [env] instead of this file."]
+    lines = [
+        "# Written by envbuild: cache folders on the data root and the NCCL/allocator baseline.",
+        "# Sourced by the venv's bin/activate. Edit the stack spec's [env] instead of this file.",
+    ]
     lines += [sh_export(k, v, f"{spec.path}: env.{k}") for k, v in env.items()]
     lines += [f"unset {check_env_name(k, 'the runtime baseline')}" for k in UNSET_IN_BASELINE]
     lines.append(sh_export("PIP_CONSTRAINT", str(paths.constraints), "the constraints file's path"))
     if spec.env_from:
-        lines.append("# From the environment of the shell that sources this, never stored here (from_env): "
-                     + " ".join(check_env_name(k, "env") for k in spec.env_from))
+        lines.append(
+            "# From the environment of the shell that sources this, never stored here (from_env): "
+            + " ".join(check_env_name(k, "env") for k in spec.env_from)
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -244,6 +275,6 @@ def hook_activate(paths: Paths) -> bool:
     if marker in text:
         return True
     overlay = sh_word(str(paths.overlay), "the overlay's path")
-    line = f'\n{marker}\n[ -f {overlay} ] && . {overlay}\n'
+    line = f"\n{marker}\n[ -f {overlay} ] && . {overlay}\n"
     atomic_write_text(activate, text + line)
     return True

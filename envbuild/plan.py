@@ -1,4 +1,5 @@
-"""Plan: a pure function from a stack spec (+ options) to ordered steps with exact installer arguments.
+"""Plan: a pure function from a stack spec (+ options) to ordered steps with exact installer
+arguments.
 
 Nothing here runs anything. ``envbuild plan`` prints the result; ``provision`` executes it.
 The argument lists are backend-specific (pip or uv) but mean the same thing:
@@ -42,7 +43,8 @@ class PlanOptions:
     backend: Backend = "pip"
     wheelhouse: str | None = None  # --offline --wheelhouse DIR|URL: the only source
     default_sources: InstallerSources = field(default_factory=InstallerSources)
-    locked: Mapping[str, Path] = field(default_factory=dict)  # step name -> hash-pinned requirement file
+    # step name -> hash-pinned requirement file
+    locked: Mapping[str, Path] = field(default_factory=dict)
     # --offline: the lock's git/URL pins the wheelhouse built into wheels, {step: {name: line}}
     # (``lock.serve.built_wheels``; the caller reads the lock, the plan only uses what it is given)
     built_wheels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -76,8 +78,12 @@ class PlannedStep:
     @property
     def digest(self) -> str:
         """Identity of what this step installs and how: a change re-runs it on resume."""
-        payload: dict[str, object] = {"req": self.requirements, "args": self.args, "env": dict(self.env),
-                                      "locked": self.locked_file.read_text() if self.locked_file else None}
+        payload: dict[str, object] = {
+            "req": self.requirements,
+            "args": self.args,
+            "env": dict(self.env),
+            "locked": self.locked_file.read_text() if self.locked_file else None,
+        }
         if self.offline_pins:
             payload["offline"] = dict(self.offline_pins)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -102,7 +108,10 @@ class Plan:
         for s in self.steps:
             args = list(s.args)
             for i, a in enumerate(args[:-1]):
-                if a in ("--index-url", "--extra-index-url", "--find-links") and args[i + 1] not in seen:
+                if (
+                    a in ("--index-url", "--extra-index-url", "--find-links")
+                    and args[i + 1] not in seen
+                ):
                     seen.append(args[i + 1])
         return seen
 
@@ -221,7 +230,7 @@ def progress_env(backend: Backend, python: Path) -> dict[str, str]:
         return {}
     for info in python.parent.parent.glob("lib/python3*/site-packages/pip-*.dist-info"):
         try:
-            version = tuple(int(x) for x in info.name[4:-len(".dist-info")].split(".")[:2])
+            version = tuple(int(x) for x in info.name[4 : -len(".dist-info")].split(".")[:2])
         except ValueError:
             continue
         if version >= PIP_RAW_PROGRESS:
@@ -241,12 +250,22 @@ class StepCommand:
         if self.text is None:
             return
         self.requirements_file.parent.mkdir(parents=True, exist_ok=True)
-        if not self.requirements_file.exists() or self.requirements_file.read_text(encoding="utf-8") != self.text:
+        if (
+            not self.requirements_file.exists()
+            or self.requirements_file.read_text(encoding="utf-8") != self.text
+        ):
             self.requirements_file.write_text(self.text, encoding="utf-8")
 
 
-def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: str | None, steps_dir: Path,
-                  constraints: Path | None) -> list[StepCommand]:
+def step_commands(
+    planned: PlannedStep,
+    *,
+    backend: Backend,
+    python: Path,
+    uv: str | None,
+    steps_dir: Path,
+    constraints: Path | None,
+) -> list[StepCommand]:
     """The exact commands one step runs (``provision`` runs these; ``plan --json`` shows them).
 
     Unlocked: the step's packages, written to ``NN-name.in``. Locked: the lock file; with pip, a
@@ -266,12 +285,27 @@ def step_commands(planned: PlannedStep, *, backend: Backend, python: Path, uv: s
         files = _winners_last(planned, files, steps_dir)
     out = []
     for path, content, vcs in files:
-        argv = installer_argv(planned, backend=backend, python=python, uv=uv, requirements_file=path,
-                              constraints_file=constraints)
-        if vcs:  # pinned to a commit, not hashable: no hash mode; its dependencies are the lock's other lines
-            argv = [a for a in argv if a != "--require-hashes"] + ([] if "--no-deps" in argv else ["--no-deps"])
-        elif planned.locked_file is not None and path.name.endswith(".last.txt") and "--no-deps" not in argv:
-            argv = [*argv, "--no-deps"]  # the winners' dependencies are the lock's other lines, installed before
+        argv = installer_argv(
+            planned,
+            backend=backend,
+            python=python,
+            uv=uv,
+            requirements_file=path,
+            constraints_file=constraints,
+        )
+        # pinned to a commit, not hashable: no hash mode; its dependencies are the lock's other
+        # lines
+        if vcs:
+            argv = [a for a in argv if a != "--require-hashes"] + (
+                [] if "--no-deps" in argv else ["--no-deps"]
+            )
+        elif (
+            planned.locked_file is not None
+            and path.name.endswith(".last.txt")
+            and "--no-deps" not in argv
+        ):
+            # the winners' dependencies are the lock's other lines, installed before
+            argv = [*argv, "--no-deps"]
         out.append(StepCommand(tuple(argv), path, content))
     return out
 
@@ -281,11 +315,22 @@ def _offline_file(planned: PlannedStep, steps_dir: Path) -> tuple[Path, str | No
     from envbuild.spec.stepfile import parse_requirements_text
 
     assert planned.locked_file is not None
-    reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))
-    lines = [planned.offline_pins[r.name] if r.name in planned.offline_pins
-             else r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in reqs]
-    text = (f"# envbuild: {planned.locked_file.name} for an offline install: git/URL requirements replaced by "
-            "the wheels `wheelhouse mirror` built from them (lock.json records their hashes)\n" + "\n".join(lines) + "\n")
+    reqs = parse_requirements_text(
+        planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file)
+    )
+    lines = [
+        (
+            planned.offline_pins[r.name]
+            if r.name in planned.offline_pins
+            else r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes)
+        )
+        for r in reqs
+    ]
+    text = (
+        f"# envbuild: {planned.locked_file.name} for an offline install: git/URL requirements"
+        " replaced by the wheels `wheelhouse mirror` built from them (lock.json records their"
+        " hashes)\n" + "\n".join(lines) + "\n"
+    )
     return steps_dir / f"{planned.number:02d}-{planned.name}.offline.txt", text, False
 
 
@@ -307,13 +352,25 @@ def _unlocked_runs(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, st
         text = head + "\n" + "\n".join(planned.requirements) + "\n"
         return [(steps_dir / f"{planned.number:02d}-{planned.name}.in", text, False)]
     stem = f"{planned.number:02d}-{planned.name}"
-    return [(steps_dir / f"{stem}.in", head + " (overlap winners follow)\n" + "\n".join(first) + "\n", False),
-            (steps_dir / f"{stem}.last.in", head + ": overlap winners, installed last\n" + "\n".join(last) + "\n", False)]
+    return [
+        (
+            steps_dir / f"{stem}.in",
+            head + " (overlap winners follow)\n" + "\n".join(first) + "\n",
+            False,
+        ),
+        (
+            steps_dir / f"{stem}.last.in",
+            head + ": overlap winners, installed last\n" + "\n".join(last) + "\n",
+            False,
+        ),
+    ]
 
 
-def _winners_last(planned: PlannedStep, files: list[tuple[Path, str | None, bool]],
-                  steps_dir: Path) -> list[tuple[Path, str | None, bool]]:
-    """Locked runs with the overlap winners' lines moved into one run of their own, installed last."""
+def _winners_last(
+    planned: PlannedStep, files: list[tuple[Path, str | None, bool]], steps_dir: Path
+) -> list[tuple[Path, str | None, bool]]:
+    """Locked runs with the overlap winners' lines moved into one run of their own, installed
+    last."""
     from envbuild.spec.stepfile import parse_requirements_text
 
     first: list[tuple[Path, str | None, bool]] = []
@@ -324,19 +381,38 @@ def _winners_last(planned: PlannedStep, files: list[tuple[Path, str | None, bool
         keep = [r for r in reqs if r.name not in planned.install_last]
         moved = [r for r in reqs if r.name in planned.install_last]
         render = [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in keep]
-        last_lines += [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in moved]
+        last_lines += [
+            r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in moved
+        ]
         if not moved:
             first.append((path, content, vcs))
         elif keep:
             part = steps_dir / f"{planned.number:02d}-{planned.name}.first{k}.txt"
-            first.append((part, f"# envbuild: {path.name} without its overlap winners\n" + "\n".join(render) + "\n", vcs))
+            first.append(
+                (
+                    part,
+                    f"# envbuild: {path.name} without its overlap winners\n"
+                    + "\n".join(render)
+                    + "\n",
+                    vcs,
+                )
+            )
     if not last_lines:
         return files
     last = steps_dir / f"{planned.number:02d}-{planned.name}.last.txt"
-    return [*first, (last, "# envbuild: overlap winners, installed last\n" + "\n".join(last_lines) + "\n", False)]
+    return [
+        *first,
+        (
+            last,
+            "# envbuild: overlap winners, installed last\n" + "\n".join(last_lines) + "\n",
+            False,
+        ),
+    ]
 
 
-def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str | None, bool]] | None:
+def pip_run_parts(
+    planned: PlannedStep, steps_dir: Path
+) -> list[tuple[Path, str | None, bool]] | None:
     """A locked step file that mixes VCS and hash-pinned lines, cut into runs of one kind for pip.
 
     pip's hash-checking mode is all-or-nothing: one ``--hash`` (or ``--require-hashes``) and a VCS
@@ -350,7 +426,9 @@ def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str
     from envbuild.spec.stepfile import LockedReq, parse_requirements_text
 
     assert planned.locked_file is not None
-    reqs = parse_requirements_text(planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file))
+    reqs = parse_requirements_text(
+        planned.locked_file.read_text(encoding="utf-8"), str(planned.locked_file)
+    )
     if not any(r.is_vcs for r in reqs):
         return None
     position: dict[str, int] = {}
@@ -359,7 +437,8 @@ def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str
             position.setdefault(canonicalize_name(Requirement(raw).name), i)
         except InvalidRequirement:
             continue
-    reqs.sort(key=lambda r: position.get(r.name, len(position)))  # stable: dependencies keep the lock's order
+    # stable: dependencies keep the lock's order
+    reqs.sort(key=lambda r: position.get(r.name, len(position)))
     runs: list[list[LockedReq]] = []
     for r in reqs:
         if runs and runs[-1][0].is_vcs == r.is_vcs:
@@ -370,8 +449,10 @@ def pip_run_parts(planned: PlannedStep, steps_dir: Path) -> list[tuple[Path, str
     for k, group in enumerate(runs, 1):
         path = steps_dir / f"{planned.number:02d}-{planned.name}.part{k}.txt"
         lines = [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in group]
-        text = (f"# envbuild: part {k} of {planned.locked_file.name} (pip cannot mix VCS and hashed lines)\n"
-                + "\n".join(lines) + "\n")
+        text = (
+            f"# envbuild: part {k} of {planned.locked_file.name} (pip cannot mix VCS and hashed"
+            " lines)\n" + "\n".join(lines) + "\n"
+        )
         out.append((path, text, group[0].is_vcs))
     return out
 
@@ -418,7 +499,8 @@ class PlanStepJSON(TypedDict):
     role: Literal["pre-baseline", "baseline", "guarded"]  # where it stands to the baseline
     requirements: list[str]  # what goes into the step's requirements file
     locked_file: str | None  # the hash-pinned file the step installs from, when the lock has one
-    installer_args: list[str]  # installer options, without the program, requirements and constraints
+    # installer options, without the program, requirements and constraints
+    installer_args: list[str]
     constraints: bool  # true: installed under the constraints file that pins the protected set
     replaces: list[str]  # the distributions this step may replace (the spec's `replaces`)
     env: dict[str, str]  # the step's own environment variables
@@ -443,9 +525,14 @@ def plan_to_json(plan: Plan) -> PlanJSON:
         "spec_digest": plan.spec.digest,
         "python": plan.spec.python,
         "backend": plan.options.backend,
-        "abi": {"package": plan.spec.abi.package, "version": plan.spec.abi.version,
-                "local": plan.spec.abi.local, "cuda": plan.spec.abi.cuda,
-                "protect": list(plan.spec.abi.protect), "adopt": plan.spec.abi.adopt},
+        "abi": {
+            "package": plan.spec.abi.package,
+            "version": plan.spec.abi.version,
+            "local": plan.spec.abi.local,
+            "cuda": plan.spec.abi.cuda,
+            "protect": list(plan.spec.abi.protect),
+            "adopt": plan.spec.abi.adopt,
+        },
         "steps": [
             {
                 "number": s.number,

@@ -9,8 +9,8 @@ of this module for its target; no renderer builds a line by formatting a value i
 Each function either returns text that the target reads back as exactly the value it was given,
 or raises ``ConfigError`` naming the value (``what``: a key path such as ``env.HF_HOME`` or an
 option such as ``--root``): exit 2, before anything is written. The stack spec refuses the same
-characters when it is loaded (``spec/stack.py``), so a refusal here is a second line of defence, and the
-first for values that come from the command line.
+characters when it is loaded (``spec/stack.py``), so a refusal here is a second line of defence, and
+the first for values that come from the command line.
 
 Refused everywhere (``unsafe_character``): control characters (C0 but tab, DEL, C1), the Unicode
 line and paragraph separators (some readers end a line there), the bidirectional embedding,
@@ -31,15 +31,40 @@ from typing import Any
 from envbuild.errors import ConfigError
 
 __all__ = [
-    "ENV_NAME", "check_env_name", "check_text", "docker_comment", "docker_env", "docker_env_value",
-    "docker_path", "docker_run", "py_docstring", "py_literal", "sh_export", "sh_join", "sh_word",
-    "shown", "unsafe_character", "yaml_key", "yaml_str",
+    "ENV_NAME",
+    "check_env_name",
+    "check_text",
+    "docker_comment",
+    "docker_env",
+    "docker_env_value",
+    "docker_path",
+    "docker_run",
+    "py_docstring",
+    "py_literal",
+    "sh_export",
+    "sh_join",
+    "sh_word",
+    "shown",
+    "unsafe_character",
+    "yaml_key",
+    "yaml_str",
 ]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_NAMES = {"\x00": "NUL", "\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\x1b": "ESCAPE",
-          "\x7f": "DELETE", "\x85": "NEXT LINE", "\x0b": "VERTICAL TAB", "\x0c": "FORM FEED"}
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_NAMES = {
+    "\x00": "NUL",
+    "\t": "TAB",
+    "\n": "LINE FEED",
+    "\r": "CARRIAGE RETURN",
+    "\x1b": "ESCAPE",
+    "\x7f": "DELETE",
+    "\x85": "NEXT LINE",
+    "\x0b": "VERTICAL TAB",
+    "\x0c": "FORM FEED",
+}
 _BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
@@ -72,17 +97,20 @@ def check_text(value: str, what: str) -> str:
     bad = unsafe_character(value)
     if bad is not None:
         raise ConfigError(
-            f"{what}: holds {bad}; envbuild refuses these in anything it writes into a Dockerfile, a "
-            "shell file, Python or YAML, or passes on a command line (a line break there ends the line "
-            "and can start a command)")
+            f"{what}: holds {bad}; envbuild refuses these in anything it writes into a Dockerfile,"
+            " a shell file, Python or YAML, or passes on a command line (a line break there ends"
+            " the line and can start a command)"
+        )
     return value
 
 
 def check_env_name(name: str, what: str) -> str:
     """An environment variable name, ``[A-Za-z_][A-Za-z0-9_]*``; else ``ConfigError``."""
     if not ENV_NAME.match(name):
-        raise ConfigError(f"{what}: {shown(name)!r} is not an environment variable name "
-                          "(letters, digits and '_', not starting with a digit)")
+        raise ConfigError(
+            f"{what}: {shown(name)!r} is not an environment variable name "
+            "(letters, digits and '_', not starting with a digit)"
+        )
     return name
 
 
@@ -158,8 +186,10 @@ def docker_path(path: str, what: str) -> str:
     escape for each, such paths are limited to letters, digits and ``_ . / + @ : -``.
     """
     if not _DOCKER_PATH.match(path):
-        raise ConfigError(f"{what}: {shown(path)!r} cannot be written into the Dockerfile as a path: use "
-                          "letters, digits and _ . / + @ : - only (no spaces, quotes, '$' or ',')")
+        raise ConfigError(
+            f"{what}: {shown(path)!r} cannot be written into the Dockerfile as a path: use "
+            "letters, digits and _ . / + @ : - only (no spaces, quotes, '$' or ',')"
+        )
     return path
 
 
@@ -172,7 +202,8 @@ def docker_comment(text: str, what: str) -> str:
 
 
 def py_literal(value: Any, width: int = 100) -> str:
-    """A Python literal (str, int, bool, None, list, tuple, dict of those) that evaluates to ``value``.
+    """A Python literal (str, int, bool, None, list, tuple, dict of those) that evaluates to
+    ``value``.
 
     ``repr`` of these types is exact for every string; ``pprint`` only lays it out on lines.
     """
@@ -190,7 +221,9 @@ def py_docstring(text: str, what: str) -> str:
 
 # What YAML lets a double-quoted scalar hold unescaped (YAML 1.1, as PyYAML reads it), less the
 # characters YAML 1.1 takes for line breaks (NEL, LS, PS: folded away) and the byte order mark.
-_YAML_PRINTABLE = re.compile("(?![\x85\u2028\u2029\ufeff])[\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_YAML_PRINTABLE = re.compile(
+    "(?![\x85\u2028\u2029\ufeff])[\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
 
 
 def yaml_str(value: str) -> str:

@@ -56,9 +56,11 @@ class RunResult:
     seconds: float
     tail: str
     log_file: Path | None
-    output: str | None = None  # the whole output (stdout, and stderr unless separate), when capture=True
+    # the whole output (stdout, and stderr unless separate), when capture=True
+    output: str | None = None
     stderr: str | None = None  # only with separate_stderr=True
-    timed_out: bool = False  # stopped at its deadline: ``returncode`` is then the signal's, not the child's
+    # stopped at its deadline: ``returncode`` is then the signal's, not the child's
+    timed_out: bool = False
     timeout: float | None = None
     cancelled: bool = False  # stopped through ``cancel``
     grace: float = GRACE_SECONDS
@@ -72,8 +74,10 @@ class RunResult:
         last = self.tail.strip().splitlines()[-1:] if self.tail.strip() else []
         said = f" Its last output: {redact(last[0])[:300]!r}." if last else " It printed nothing."
         where = f" Full log: {self.log_file}." if self.log_file else ""
-        return (f"{what} did not finish within {self.timeout:g} s and was stopped (its process group was sent "
-                f"SIGTERM, then SIGKILL after {self.grace:g} s).{said}{where}")
+        return (
+            f"{what} did not finish within {self.timeout:g} s and was stopped (its process group"
+            f" was sent SIGTERM, then SIGKILL after {self.grace:g} s).{said}{where}"
+        )
 
     def describe(self, what: str) -> str:
         """``what`` hung / was cancelled / exited N: the words for any unsuccessful run."""
@@ -105,7 +109,8 @@ def open_private(path: Path, mode: str = "a") -> IO[str]:
 
 
 _EOF = None
-Outcome = Literal["timed_out", "cancelled"] | None  # why a run was stopped; None: it ended by itself
+# why a run was stopped; None: it ended by itself
+Outcome = Literal["timed_out", "cancelled"] | None
 
 
 def run(
@@ -143,7 +148,9 @@ def run(
     output = _Output(log_file, capture=capture, separate_stderr=separate_stderr, on_line=on_line)
     output.command(args)
     start = time.monotonic()
-    child = _spawn(args, output, env=env, cwd=cwd, separate_stderr=separate_stderr, pass_fds=pass_fds)
+    child = _spawn(
+        args, output, env=env, cwd=cwd, separate_stderr=separate_stderr, pass_fds=pass_fds
+    )
     limit = _Limit(None if timeout is None else start + timeout, cancel)
     outcome: Outcome = None
     try:
@@ -156,12 +163,16 @@ def run(
     except KeyboardInterrupt as exc:
         _stop(child.proc, grace)
         output.note("\n[envbuild] interrupted by the user\n")
-        raise Interrupted(f"interrupted while running: {redact(format_argv(args))}", hint=interrupt_hint) from exc
+        raise Interrupted(
+            f"interrupted while running: {redact(format_argv(args))}", hint=interrupt_hint
+        ) from exc
     finally:
         returncode = child.returncode()
         output.close(_footer(outcome, timeout, returncode))
         child.join()
-    return _result(args, returncode, start, output, outcome, timeout=timeout, grace=grace, log_file=log_file)
+    return _result(
+        args, returncode, start, output, outcome, timeout=timeout, grace=grace, log_file=log_file
+    )
 
 
 # ----------------------------------------------------------------------------- stream and log
@@ -170,8 +181,14 @@ def run(
 class _Output:
     """Where the child's lines go: the log (redacted), the tail, the capture, ``on_line``."""
 
-    def __init__(self, log_file: Path | None, *, capture: bool, separate_stderr: bool,
-                 on_line: Callable[[str], None] | None) -> None:
+    def __init__(
+        self,
+        log_file: Path | None,
+        *,
+        capture: bool,
+        separate_stderr: bool,
+        on_line: Callable[[str], None] | None,
+    ) -> None:
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.captured: list[str] | None = [] if capture else None
         self.errors: list[str] | None = [] if separate_stderr else None
@@ -240,11 +257,19 @@ class _Child:
 
     def join(self) -> None:
         for t in self.readers:
-            t.join(timeout=0.5)  # a reader still blocked (a grandchild holds the pipe) closes it at EOF
+            # a reader still blocked (a grandchild holds the pipe) closes it at EOF
+            t.join(timeout=0.5)
 
 
-def _spawn(args: tuple[str, ...], output: _Output, *, env: Mapping[str, str] | None, cwd: Path | None,
-           separate_stderr: bool, pass_fds: Sequence[int]) -> _Child:
+def _spawn(
+    args: tuple[str, ...],
+    output: _Output,
+    *,
+    env: Mapping[str, str] | None,
+    cwd: Path | None,
+    separate_stderr: bool,
+    pass_fds: Sequence[int],
+) -> _Child:
     """Start ``args`` in a session of its own (Ctrl-C reaches us, and we stop the whole child
     group), stdin closed, and one reader thread per output stream."""
     try:
@@ -267,11 +292,20 @@ def _spawn(args: tuple[str, ...], output: _Output, *, env: Mapping[str, str] | N
         output.close()
         raise
     lines: queue.Queue[tuple[bool, str] | None] = queue.Queue()
-    readers = [threading.Thread(target=_pump, args=(proc.stdout, False, lines), daemon=True,
-                                name="envbuild-run-stdout")]
+    readers = [
+        threading.Thread(
+            target=_pump, args=(proc.stdout, False, lines), daemon=True, name="envbuild-run-stdout"
+        )
+    ]
     if separate_stderr:
-        readers.append(threading.Thread(target=_pump, args=(proc.stderr, True, lines), daemon=True,
-                                        name="envbuild-run-stderr"))
+        readers.append(
+            threading.Thread(
+                target=_pump,
+                args=(proc.stderr, True, lines),
+                daemon=True,
+                name="envbuild-run-stderr",
+            )
+        )
     for t in readers:
         t.start()
     return _Child(proc, lines, readers)
@@ -357,8 +391,17 @@ def _await_exit(proc: subprocess.Popen[str], limit: _Limit) -> Outcome:
 # ----------------------------------------------------------------------------- result
 
 
-def _result(args: tuple[str, ...], returncode: int | None, start: float, output: _Output, outcome: Outcome, *,
-            timeout: float | None, grace: float, log_file: Path | None) -> RunResult:
+def _result(
+    args: tuple[str, ...],
+    returncode: int | None,
+    start: float,
+    output: _Output,
+    outcome: Outcome,
+    *,
+    timeout: float | None,
+    grace: float,
+    log_file: Path | None,
+) -> RunResult:
     return RunResult(
         argv=args,
         returncode=returncode if returncode is not None else -int(signal.SIGKILL),
@@ -378,7 +421,8 @@ def _result(args: tuple[str, ...], returncode: int | None, start: float, output:
 
 
 def _stop(proc: subprocess.Popen[str], grace: float = GRACE_SECONDS) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left of it after ``grace`` seconds."""
+    """SIGTERM the child's process group, then SIGKILL what is left of it after ``grace``
+    seconds."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:

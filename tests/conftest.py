@@ -25,13 +25,15 @@ TORCH_VERSION = "2.13.0"
 pytest_plugins = ["support.fixtures", "support.twin", "support.gatelocks", "support.buildbackends"]
 
 # Fixtures that install real packages from the host's pip sources (PyPI, or the mirror pip.conf
-# names), once per machine into the test cache (~/.cache/envbuild-tests, support/cachedir.py): a test that uses one is marked pip_sources (and so network).
+# names), once per machine into the test cache (~/.cache/envbuild-tests, support/cachedir.py): a
+# test that uses one is marked pip_sources (and so network).
 PIP_SOURCES_FIXTURES = frozenset({"torch_venv", "build_python", "cpu_torch_index", "build_index"})
 # The local indexes' wheel sets and real venvs: a test that uses one runs real pip/uv (seconds
 # each, a minute for some), so it is marked slow and stays out of `make check`; so does the strict
 # mkdocs build of the documentation site (test_docs.py's `site`, 7 s).
-SLOW_FIXTURES = frozenset({"scenario_wheels", "gate_index", "build_index", "index_server",
-                           "base_venv_template", "site"})
+SLOW_FIXTURES = frozenset(
+    {"scenario_wheels", "gate_index", "build_index", "index_server", "base_venv_template", "site"}
+)
 # Whole runs that may take longer than the default per-test timeout on 2 loaded cores (an image
 # build is 10-25 minutes; the seed twin provisions the h200 stack, its first test builds the twin).
 LONG_TIMEOUTS = {"image": 3600, "seed_twin": 1800}
@@ -41,7 +43,8 @@ LONG_TIMEOUTS = {"image": 3600, "seed_twin": 1800}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what a test needs from the fixtures it uses, so that a new test of a real install
     needs no mark to stay out of `make check`: slow and pip_sources for the fixtures above,
-    network for every pip_sources test; and the longer timeouts above. Then the slowest files first."""
+    network for every pip_sources test; and the longer timeouts above. Then the slowest files first.
+    """
     for item in items:
         used = frozenset(getattr(item, "fixturenames", ()))
         if used & SLOW_FIXTURES and not item.get_closest_marker("slow"):
@@ -61,7 +64,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # stay whole and a file's tests keep their order.
     weight: Counter[Path] = Counter()
     for item in items:
-        weight[item.path] += 4 if item.get_closest_marker("network") else 1 if item.get_closest_marker("slow") else 0
+        weight[item.path] += (
+            4 if item.get_closest_marker("network") else 1 if item.get_closest_marker("slow") else 0
+        )
     items.sort(key=lambda item: -weight[item.path])
 
 
@@ -82,7 +87,11 @@ def _ctrl_c_as_at_a_terminal() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _clean_installer_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for key in list(os.environ):
-        if key.startswith(("PIP_", "UV_")) or key in ("PYTHONPATH", "VIRTUAL_ENV", "ENVBUILD_LOCKFILES"):
+        if key.startswith(("PIP_", "UV_")) or key in (
+            "PYTHONPATH",
+            "VIRTUAL_ENV",
+            "ENVBUILD_LOCKFILES",
+        ):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     monkeypatch.setenv("NO_COLOR", "1")
@@ -93,8 +102,12 @@ def _python311() -> str:
     """An interpreter for which the local torch CPU wheel exists (cp311), else this one."""
     for candidate in ("python3.11", "/usr/bin/python3.11", sys.executable):
         try:
-            out = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
-                                 capture_output=True, text=True, timeout=30)
+            out = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if out.returncode == 0 and out.stdout.strip() == "True":
@@ -113,14 +126,21 @@ def torch_venv() -> Path:
 
     venv = CACHE / f"torch-{TORCH_VERSION}-venv"
     python = venv / "bin" / "python"
-    check = [str(python), "-c", f"import torch; assert torch.__version__.startswith('{TORCH_VERSION}')"]
+    check = [
+        str(python),
+        "-c",
+        f"import torch; assert torch.__version__.startswith('{TORCH_VERSION}')",
+    ]
     with cache_lock(venv):
         if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
             return venv
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
         subprocess.run([_python311(), "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={TORCH_VERSION}", "numpy"],
-                       check=True, env=env)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", f"torch=={TORCH_VERSION}", "numpy"],
+            check=True,
+            env=env,
+        )
         subprocess.run(check, check=True)
     return venv
 
@@ -131,7 +151,8 @@ def cpu_torch_index() -> str:
     (pip's configured sources, which hold the CPU wheel on machines without that index).
 
     "Answers" is provision's own rule (``net.probe`` of the torch page, retried within its
-    deadline), so a slow first answer picks the index rather than a source the tests did not mean."""
+    deadline), so a slow first answer picks the index rather than a source the tests did not mean.
+    """
     if "ENVBUILD_TORCH_INDEX" in os.environ:
         return os.environ["ENVBUILD_TORCH_INDEX"]
     from envbuild.index.net import probe

@@ -1,4 +1,5 @@
-"""Helpers for lock/check-lock tests: make locks with the real CLI, then hand-edit them coherently."""
+"""Helpers for lock/check-lock tests: make locks with the real CLI, then hand-edit them
+coherently."""
 
 from __future__ import annotations
 
@@ -24,8 +25,11 @@ def save_manifest(folder: Path, data: dict[str, Any]) -> None:
     (folder / "lock.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
-def resync(folder: Path, stack: Path | None = None, edit: Callable[[dict[str, Any]], None] | None = None) -> None:
-    """After a hand edit: make lock.json agree with the spec and the step files (digest, file sha256)."""
+def resync(
+    folder: Path, stack: Path | None = None, edit: Callable[[dict[str, Any]], None] | None = None
+) -> None:
+    """After a hand edit: make lock.json agree with the spec and the step files (digest, file
+    sha256)."""
     data = manifest(folder)
     if edit:
         edit(data)
@@ -84,9 +88,15 @@ def make_git_repo(tmp_path: Path) -> Path:
     (repo / "backend.py").write_text(_GIT_BACKEND)
     (repo / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
-        '[project]\nname = "gitpkg-like"\nversion = "0.1"\n')
-    env = {**installer_env(tmp_path / "home"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+        '[project]\nname = "gitpkg-like"\nversion = "0.1"\n'
+    )
+    env = {
+        **installer_env(tmp_path / "home"),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for cmd in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "x"]):
         subprocess.run(["git", *cmd], cwd=repo, check=True, env=env)
     return repo

@@ -1,4 +1,5 @@
-"""Run a command on a real pseudo-terminal and keep what a person would have seen (pyte emulates the screen)."""
+"""Run a command on a real pseudo-terminal and keep what a person would have seen (pyte emulates the
+screen)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,27 @@ class Screen:
         return "\n".join(self.final)
 
 
-def run_on_terminal(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
-                    cols: int = 150, rows: int = 80, timeout: float = 600) -> Screen:
+def run_on_terminal(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None = None,
+    cols: int = 150,
+    rows: int = 80,
+    timeout: float = 600,
+) -> Screen:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    proc = subprocess.Popen(list(argv), stdin=slave, stdout=slave, stderr=slave, env=dict(env), cwd=cwd,
-                            close_fds=True, start_new_session=True)
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=dict(env),
+        cwd=cwd,
+        close_fds=True,
+        start_new_session=True,
+    )
     os.close(slave)
     screen = pyte.Screen(cols, rows)
     stream = pyte.ByteStream(screen)

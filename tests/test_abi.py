@@ -1,4 +1,5 @@
-"""The guard's metadata reading, on real wheels installed by real pip (fast: no resolver, no index)."""
+"""The guard's metadata reading, on real wheels installed by real pip (fast: no resolver, no
+index)."""
 
 from __future__ import annotations
 
@@ -26,17 +27,37 @@ packages = ["x"]
 
 
 def install(target: Path, *wheels: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--upgrade", "--no-deps", "--no-index", "--target",
-                    str(target), *map(str, wheels)], check=True, env={"PIP_CONFIG_FILE": "/dev/null", "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--upgrade",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            *map(str, wheels),
+        ],
+        check=True,
+        env={"PIP_CONFIG_FILE": "/dev/null", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_runtime_version_differs_from_metadata(tmp_path: Path) -> None:
     """Some torch builds say 2.11.0 in their dist-info and 2.11.0+cu130 at run time (this
     workplace's GPU image does): the baseline keeps both, the constraint names the dist version."""
-    wheel = build_wheel(tmp_path / "w", "torch", "2.11.0", files={
-        "torch/__init__.py": "from .version import __version__\n",
-        "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n",
-    })
+    wheel = build_wheel(
+        tmp_path / "w",
+        "torch",
+        "2.11.0",
+        files={
+            "torch/__init__.py": "from .version import __version__\n",
+            "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n",
+        },
+    )
     site = tmp_path / "site"
     install(site, wheel)
     (tmp_path / "s.toml").write_text(SPEC)
@@ -54,9 +75,11 @@ def test_runtime_version_differs_from_metadata(tmp_path: Path) -> None:
 
 def test_unmet_requirements_of_a_no_deps_step(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    install(site,
-            build_wheel(tmp_path / "w", "fla", "0.5.0", requires=["fla-core==0.5.0", "transformers"]),
-            build_wheel(tmp_path / "w", "fla-core", "0.4.2"))
+    install(
+        site,
+        build_wheel(tmp_path / "w", "fla", "0.5.0", requires=["fla-core==0.5.0", "transformers"]),
+        build_wheel(tmp_path / "w", "fla-core", "0.4.2"),
+    )
     found = guard.unmet_requirements(guard.scan(site), ["fla"], {})
     assert sorted(f.message for f in found) == [
         "fla 0.5.0 requires fla-core==0.5.0, but fla-core 0.4.2 is installed",
@@ -66,18 +89,48 @@ def test_unmet_requirements_of_a_no_deps_step(tmp_path: Path) -> None:
 
 def test_a_prebuilt_extension_for_another_torch_is_a_violation(tmp_path: Path) -> None:
     """A release wheel carries no provenance record, only its ABI claim (``+cu13torch2.10…``): the
-    guard reads it with the gate's parser (``envbuild.abitag``) and compares it with the installed torch."""
+    guard reads it with the gate's parser (``envbuild.abitag``) and compares it with the installed
+    torch.
+    """
     site = tmp_path / "site"
-    install(site, build_wheel(tmp_path / "w", "torch", "2.11.0+cu130", files={
-        "torch/__init__.py": "from .version import __version__\n",
-        "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda = '13.0'\n"}))
+    install(
+        site,
+        build_wheel(
+            tmp_path / "w",
+            "torch",
+            "2.11.0+cu130",
+            files={
+                "torch/__init__.py": "from .version import __version__\n",
+                "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda = '13.0'\n",
+            },
+        ),
+    )
     (tmp_path / "s.toml").write_text(SPEC)
     spec = load_spec(tmp_path / "s.toml", {})
     base = guard.take_baseline(spec.abi, site, {}, stamp=True)
-    install(site, build_wheel(tmp_path / "w", "flash-attn", "2.8.3+cu13torch2.11cxx11abiTRUE", files={"flash_attn/__init__.py": ""}))
+    install(
+        site,
+        build_wheel(
+            tmp_path / "w",
+            "flash-attn",
+            "2.8.3+cu13torch2.11cxx11abiTRUE",
+            files={"flash_attn/__init__.py": ""},
+        ),
+    )
     assert guard.check(spec, base, site).ok
-    install(site, build_wheel(tmp_path / "w", "flash-attn", "2.8.3+cu12torch2.10cxx11abiTRUE", files={"flash_attn/__init__.py": ""}))
+    install(
+        site,
+        build_wheel(
+            tmp_path / "w",
+            "flash-attn",
+            "2.8.3+cu12torch2.10cxx11abiTRUE",
+            files={"flash_attn/__init__.py": ""},
+        ),
+    )
     report = guard.check(spec, base, site)
-    assert [(f.rule, f.package) for f in report.violations] == [("provenance", "flash-attn"), ("provenance", "flash-attn")]
+    assert [(f.rule, f.package) for f in report.violations] == [
+        ("provenance", "flash-attn"),
+        ("provenance", "flash-attn"),
+    ]
     assert "built for torch 2.10, locked with torch 2.11.0+cu130" in report.violations[0].message
     assert "CUDA 12" in report.violations[1].message

@@ -59,7 +59,8 @@ def _torch_record(env: Path) -> tuple[bytes, int]:
 
 def _envbuild(*args: str | Path, home: Path) -> EnvbuildResult:
     argv = [*args, "--home", home] if args[0] == "provision" else list(args)
-    return run_cli(argv, home=None, pip_config=True, timeout=900)  # pip.conf: the sources these packages come from
+    # pip.conf: the sources these packages come from
+    return run_cli(argv, home=None, pip_config=True, timeout=900)
 
 
 @pytest.fixture
@@ -74,8 +75,18 @@ def test_adopt_installs_around_torch(adopted_env: Path, tmp_path: Path, backend:
     stack.write_text(STACK.format(culprit=""))
     before = _torch_record(adopted_env)
     root = tmp_path / "root"
-    r = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--backend", backend,
-                  home=tmp_path / "home")
+    r = _envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        root,
+        "--venv",
+        adopted_env,
+        "--backend",
+        backend,
+        home=tmp_path / "home",
+    )
     assert r.rc == 0, r.stdout + r.stderr
     assert _torch_record(adopted_env) == before  # untouched: same bytes, same file
     manifest = json.loads((root / ".envbuild" / "manifest.json").read_text())
@@ -83,13 +94,27 @@ def test_adopt_installs_around_torch(adopted_env: Path, tmp_path: Path, backend:
     assert (root / ".envbuild" / "constraints.txt").read_text().count("torch==2.13.0+cpu") == 1
     assert not (root / "venv").exists()  # nothing was created beside the adopted environment
     site = next((adopted_env / "lib").glob("python3*/site-packages"))
-    assert any(site.glob("torchmetrics-1.9.0.dist-info")) and any(site.glob("fla_core-0.4.2.dist-info"))
-    v = _envbuild("verify", "--stack", stack, "--root", root, "--venv", adopted_env, home=tmp_path / "home")
+    assert any(site.glob("torchmetrics-1.9.0.dist-info")) and any(
+        site.glob("fla_core-0.4.2.dist-info")
+    )
+    v = _envbuild(
+        "verify", "--stack", stack, "--root", root, "--venv", adopted_env, home=tmp_path / "home"
+    )
     assert v.rc == 0, v.stdout + v.stderr
     assert "baseline from manifest" in v.stdout + v.stderr  # the baseline recorded before step 1
     # run again: nothing to do, torch still untouched
-    again = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--backend", backend,
-                      home=tmp_path / "home")
+    again = _envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        root,
+        "--venv",
+        adopted_env,
+        "--backend",
+        backend,
+        home=tmp_path / "home",
+    )
     assert again.rc == 0 and "nothing to do" in again.stdout + again.stderr
     assert _torch_record(adopted_env) == before
 
@@ -99,12 +124,32 @@ def test_adopt_step_by_step_like_the_image(adopted_env: Path, tmp_path: Path) ->
     stack.write_text(STACK.format(culprit=""))
     root = tmp_path / "root"
     before = _torch_record(adopted_env)
-    early = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--step", "torch-users",
-                      home=tmp_path / "home")
+    early = _envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        root,
+        "--venv",
+        adopted_env,
+        "--step",
+        "torch-users",
+        home=tmp_path / "home",
+    )
     assert early.rc == 3 and "'fla' has not run" in early.stderr, early.stderr
     for step in ("fla", "torch-users"):
-        r = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--step", step,
-                      home=tmp_path / "home")
+        r = _envbuild(
+            "provision",
+            "--stack",
+            stack,
+            "--root",
+            root,
+            "--venv",
+            adopted_env,
+            "--step",
+            step,
+            home=tmp_path / "home",
+        )
         assert r.rc == 0, r.stdout + r.stderr
     assert _torch_record(adopted_env) == before
 
@@ -113,8 +158,18 @@ def test_a_step_that_reinstalls_adopted_torch_exits_6(adopted_env: Path, tmp_pat
     stack = tmp_path / "stack.toml"
     stack.write_text(STACK.format(culprit=CULPRIT))
     root = tmp_path / "root"
-    r = _envbuild("provision", "--stack", stack, "--root", root, "--venv", adopted_env, "--backend", "pip",
-                  home=tmp_path / "home")
+    r = _envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        root,
+        "--venv",
+        adopted_env,
+        "--backend",
+        "pip",
+        home=tmp_path / "home",
+    )
     assert r.rc == 6, r.stdout + r.stderr
     assert "ABI guard after step 3 ('culprit')" in r.stderr and "torch" in r.stderr
     assert "Traceback" not in r.stderr
@@ -124,15 +179,28 @@ def test_a_step_that_reinstalls_adopted_torch_exits_6(adopted_env: Path, tmp_pat
 
 def test_adopt_spec_may_not_install_torch(tmp_path: Path) -> None:
     stack = tmp_path / "stack.toml"
-    stack.write_text(STACK.format(culprit='\n[[step]]\nname = "bad"\npackages = ["torch==2.13.0"]\n'))
+    stack.write_text(
+        STACK.format(culprit='\n[[step]]\nname = "bad"\npackages = ["torch==2.13.0"]\n')
+    )
     r = _envbuild("plan", "--stack", stack, home=tmp_path / "home")
     assert r.rc == 2 and "abi.adopt = true" in r.stderr, r.stderr
 
 
 def test_adopt_without_torch_in_the_environment_exits_6(tmp_path: Path) -> None:
     env = tmp_path / "empty-env"
-    subprocess.run([shutil.which("python3.11") or sys.executable, "-m", "venv", str(env)], check=True)
+    subprocess.run(
+        [shutil.which("python3.11") or sys.executable, "-m", "venv", str(env)], check=True
+    )
     stack = tmp_path / "stack.toml"
     stack.write_text(STACK.format(culprit=""))
-    r = _envbuild("provision", "--stack", stack, "--root", tmp_path / "root", "--venv", env, home=tmp_path / "home")
+    r = _envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        tmp_path / "root",
+        "--venv",
+        env,
+        home=tmp_path / "home",
+    )
     assert r.rc == 6 and "torch is not installed in the environment" in r.stderr, r.stderr

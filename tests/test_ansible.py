@@ -25,14 +25,19 @@ PLAYBOOK = REPO / "ansible" / "provision.yml"
 def _ansible_playbook() -> str:
     exe = Path(sys.executable).parent / "ansible-playbook"
     if not exe.exists():  # not in the test extra's environment yet: install it (Ansible from PyPI)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ansible-core"], check=True, timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "ansible-core"], check=True, timeout=600
+        )
     return str(exe)
 
 
 def _play(tmp_path: Path, wheel: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_HOME=str(tmp_path / "ansible-home"))
+    env.update(
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+    )
     extra_vars = {
         "ansible_python_interpreter": sys.executable,
         "envbuild_hosts": "localhost",
@@ -44,9 +49,20 @@ def _play(tmp_path: Path, wheel: Path, *extra: str) -> subprocess.CompletedProce
         "envbuild_wheel": str(wheel),
         "envbuild_receipts_dir": str(tmp_path / "receipts"),
         "envbuild_controller_bin": str(tmp_path / "tool" / "bin" / "envbuild"),
-        "envbuild_environment": {"ENVBUILD_TORCH_INDEX": ""},  # pip's configured sources (cpu profile)
+        # pip's configured sources (cpu profile)
+        "envbuild_environment": {"ENVBUILD_TORCH_INDEX": ""},
     }
-    argv = [_ansible_playbook(), "-i", "localhost,", "-c", "local", str(PLAYBOOK), "-e", json.dumps(extra_vars), *extra]
+    argv = [
+        _ansible_playbook(),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(PLAYBOOK),
+        "-e",
+        json.dumps(extra_vars),
+        *extra,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1200)
 
 
@@ -54,9 +70,16 @@ def _play(tmp_path: Path, wheel: Path, *extra: str) -> subprocess.CompletedProce
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     src = tmp_path_factory.mktemp("src") / "envbuild"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".cache", ".git", ".gpu", "build", "*.egg-info"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
-                   check=True, timeout=600)
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(".venv", ".cache", ".git", ".gpu", "build", "*.egg-info"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
+        check=True,
+        timeout=600,
+    )
     return next(out.glob("envbuild-*.whl"))
 
 
@@ -77,7 +100,9 @@ def test_playbook_provisions_localhost_and_diffs_receipts(tmp_path: Path, wheel:
         if dist["name"] == "einops":
             dist["version"] = "0.8.0"
     (tmp_path / "reference.json").write_text(json.dumps(ref))
-    again = _play(tmp_path, wheel, "-e", f"envbuild_reference_receipt={tmp_path / 'reference.json'}")
+    again = _play(
+        tmp_path, wheel, "-e", f"envbuild_reference_receipt={tmp_path / 'reference.json'}"
+    )
     assert again.returncode != 0
     assert "receipts differ from the reference" in again.stdout, again.stdout[-6000:]
     assert "einops" in again.stdout

@@ -27,8 +27,13 @@ def test_only_yes_compiles_and_never_for_pip() -> None:
 
 
 @pytest.mark.parametrize(("choice", "compiled"), [("yes", True), ("no", False)])
-def test_uv_compile_bytecode(write_stack: Callable[..., Path], provision: Callable[..., EnvbuildResult],
-                             provisioned_venv: Venv, choice: str, compiled: bool) -> None:
+def test_uv_compile_bytecode(
+    write_stack: Callable[..., Path],
+    provision: Callable[..., EnvbuildResult],
+    provisioned_venv: Venv,
+    choice: str,
+    compiled: bool,
+) -> None:
     stack = write_stack([{"name": "helpers", "packages": ["einops-like==0.8.1"]}])
     result = provision(stack, "--backend", "uv", "--compile-bytecode", choice)
     assert result.rc == 0, result.stderr

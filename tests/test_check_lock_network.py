@@ -20,16 +20,29 @@ pytestmark = pytest.mark.network
 PYPI = "https://pypi.org/simple"
 
 
-def test_seed_packages_on_a_stand_in_nightly(write_stack: Callable[..., Path],
-                                             run_envbuild: Callable[..., EnvbuildResult],
-                                             tmp_path: Path) -> None:
+def test_seed_packages_on_a_stand_in_nightly(
+    write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
+) -> None:
     steps = [
         {"name": "mamba", "packages": ["mamba-ssm==2.3.1"], "index_url": PYPI, "no_deps": True},
-        {"name": "others", "index_url": PYPI, "no_deps": True,
-         "packages": ["flash-attn-4==4.0.0b7", "torchao==0.17.0", "quack-kernels==0.3.9",
-                      "causal-conv1d==1.6.1", "fla-core==0.5.0"]},
-        {"name": "fla", "packages": ["flash-linear-attention==0.5.0", "fla-core==0.4.2"],
-         "index_url": PYPI, "no_deps": True},
+        {
+            "name": "others",
+            "index_url": PYPI,
+            "no_deps": True,
+            "packages": [
+                "flash-attn-4==4.0.0b7",
+                "torchao==0.17.0",
+                "quack-kernels==0.3.9",
+                "causal-conv1d==1.6.1",
+                "fla-core==0.5.0",
+            ],
+        },
+        {
+            "name": "fla",
+            "packages": ["flash-linear-attention==0.5.0", "fla-core==0.4.2"],
+            "index_url": PYPI,
+            "no_deps": True,
+        },
     ]
     stack = write_stack(steps)
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path), timeout=900)
@@ -50,5 +63,7 @@ def test_seed_packages_on_a_stand_in_nightly(write_stack: Callable[..., Path],
     assert r.rc == 8
     assert [(f["rule"], f["package"]) for f in findings] == [("pypi-triton", "mamba-ssm")], findings
     assert "mamba-ssm 2.3.1 requires triton (PyPI triton)" in findings[0]["reason"]
-    assert any("flash-linear-attention 0.5.0 requires fla-core==0.5.0, but fla-core 0.4.2 is locked" in n
-               for n in notices), notices
+    assert any(
+        "flash-linear-attention 0.5.0 requires fla-core==0.5.0, but fla-core 0.4.2 is locked" in n
+        for n in notices
+    ), notices

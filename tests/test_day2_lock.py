@@ -1,4 +1,5 @@
-"""Day 2 of a lock (issue 24): pins move only when asked, and every step agrees with the ones before it.
+"""Day 2 of a lock (issue 24): pins move only when asked, and every step agrees with the ones before
+it.
 
 Real pip-compile and uv against the local HTTP index. A package gets a new release between two
 locks (new wheels dropped into the served folder); a step pair fights over ``numpy-like``.
@@ -20,12 +21,16 @@ from envbuild.lock.model import parse_requirements_text
 
 
 def _pins(folder: Path, step: str) -> dict[str, str | None]:
-    return {r.name: r.version for r in parse_requirements_text(step_file(folder, step).read_text(), step)}
+    return {
+        r.name: r.version
+        for r in parse_requirements_text(step_file(folder, step).read_text(), step)
+    }
 
 
 @pytest.fixture
-def day2_index(tmp_path: Path, wheel_factory: Callable[..., Path],
-               index_server: Callable[..., IndexServer]) -> IndexServer:
+def day2_index(
+    tmp_path: Path, wheel_factory: Callable[..., Path], index_server: Callable[..., IndexServer]
+) -> IndexServer:
     wheel_factory("tqdm-like", "4.66.6", repo="day2")
     wheel_factory("app-like", "1.0", repo="day2", requires=["helper-like>=1.0"])
     wheel_factory("helper-like", "1.0", repo="day2")
@@ -36,25 +41,35 @@ def day2_index(tmp_path: Path, wheel_factory: Callable[..., Path],
     return index_server({"day2": tmp_path / "wheels" / "day2"})
 
 
-def _stack(write_stack: Callable[..., Path], index: IndexServer, steps: list[dict[str, object]]) -> Path:
+def _stack(
+    write_stack: Callable[..., Path], index: IndexServer, steps: list[dict[str, object]]
+) -> Path:
     url = index.simple_url("day2")
     return write_stack([{**s, "index_url": url} for s in steps])
 
 
 @pytest.mark.parametrize("resolver", ["pip-compile", "uv"])
-def test_pins_move_only_when_asked(write_stack: Callable[..., Path],
-                                   run_envbuild: Callable[..., EnvbuildResult],
-                                   day2_index: IndexServer, wheel_factory: Callable[..., Path],
-                                   tmp_path: Path, resolver: str) -> None:
+def test_pins_move_only_when_asked(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    day2_index: IndexServer,
+    wheel_factory: Callable[..., Path],
+    tmp_path: Path,
+    resolver: str,
+) -> None:
     env = lock_env(tmp_path)
-    steps: list[dict[str, object]] = [{"name": "rest", "packages": ["tqdm-like>=4.60,<4.67", "app-like"]}]
+    steps: list[dict[str, object]] = [
+        {"name": "rest", "packages": ["tqdm-like>=4.60,<4.67", "app-like"]}
+    ]
     stack = _stack(write_stack, day2_index, steps)
     lock = ("lock", "--stack", stack, "--resolver", resolver)
     r = run_envbuild(*lock, env=env)
     assert r.rc == 0, r.output
     folder = stack.parent
     assert _pins(folder, "rest") == {"tqdm-like": "4.66.6", "app-like": "1.0", "helper-like": "1.0"}
-    before = {p: p.read_bytes() for p in folder.glob("*.txt")} | {folder / "lock.json": (folder / "lock.json").read_bytes()}
+    before = {p: p.read_bytes() for p in folder.glob("*.txt")} | {
+        folder / "lock.json": (folder / "lock.json").read_bytes()
+    }
 
     # new releases appear on the index between two locks
     wheel_factory("tqdm-like", "4.70.1", repo="day2")
@@ -87,8 +102,17 @@ def test_pins_move_only_when_asked(write_stack: Callable[..., Path],
     assert r.rc == 0, r.output
     out = json.loads(r.stdout)
     assert _pins(folder, "rest") == {"tqdm-like": "4.70.1", "app-like": "1.0", "helper-like": "1.0"}
-    assert out["changes"] == [{"step": "rest", "package": "tqdm-like", "change": "changed", "old": "4.66.6",
-                               "new": "4.70.1", "reason": "upgrade asked", "by": []}]
+    assert out["changes"] == [
+        {
+            "step": "rest",
+            "package": "tqdm-like",
+            "change": "changed",
+            "old": "4.66.6",
+            "new": "4.70.1",
+            "reason": "upgrade asked",
+            "by": [],
+        }
+    ]
 
     # NAME==VERSION moves it to exactly that version; --upgrade moves the rest; the table says why
     r = run_envbuild(*lock, "-P", "tqdm-like==4.66.6", env=env)
@@ -105,28 +129,47 @@ def test_pins_move_only_when_asked(write_stack: Callable[..., Path],
     assert r.rc == 2 and "did you mean 'tqdm-like'" in r.stderr, r.output
 
 
-def test_needed_by_another_pin_and_spec_changed(write_stack: Callable[..., Path],
-                                                run_envbuild: Callable[..., EnvbuildResult],
-                                                day2_index: IndexServer, tmp_path: Path) -> None:
+def test_needed_by_another_pin_and_spec_changed(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    day2_index: IndexServer,
+    tmp_path: Path,
+) -> None:
     env = lock_env(tmp_path)
-    stack = _stack(write_stack, day2_index, [{"name": "rest", "packages": ["tool-like==1.0", "numpy-like<2.4"]}])
+    stack = _stack(
+        write_stack,
+        day2_index,
+        [{"name": "rest", "packages": ["tool-like==1.0", "numpy-like<2.4"]}],
+    )
     assert run_envbuild("lock", "--stack", stack, env=env).rc == 0
     assert _pins(stack.parent, "rest")["numpy-like"] == "2.2.6"
-    stack.write_text(stack.read_text().replace('"tool-like==1.0", "numpy-like<2.4"', '"pandas-like==2.2.3"'))
+    stack.write_text(
+        stack.read_text().replace('"tool-like==1.0", "numpy-like<2.4"', '"pandas-like==2.2.3"')
+    )
     r = run_envbuild("lock", "--stack", stack, "--json", env=env)
     assert r.rc == 0, r.output
     changes = {c["package"]: c for c in json.loads(r.stdout)["changes"]}
-    assert changes["pandas-like"]["change"] == "added" and changes["pandas-like"]["reason"] == "spec changed"
-    assert changes["tool-like"]["change"] == "removed" and changes["tool-like"]["reason"] == "spec changed"
+    assert (
+        changes["pandas-like"]["change"] == "added"
+        and changes["pandas-like"]["reason"] == "spec changed"
+    )
+    assert (
+        changes["tool-like"]["change"] == "removed"
+        and changes["tool-like"]["reason"] == "spec changed"
+    )
     assert changes["numpy-like"]["old"] == "2.2.6" and changes["numpy-like"]["new"] == "2.4.6"
-    assert changes["numpy-like"]["reason"] == "spec changed"  # the step named it, and no longer does
+    # the step named it, and no longer does
+    assert changes["numpy-like"]["reason"] == "spec changed"
 
 
-def test_a_later_step_agrees_with_the_earlier_ones(write_stack: Callable[..., Path],
-                                                   run_envbuild: Callable[..., EnvbuildResult],
-                                                   day2_index: IndexServer, tmp_path: Path,
-                                                   provision: Callable[..., EnvbuildResult],
-                                                   provisioned_venv: Venv) -> None:
+def test_a_later_step_agrees_with_the_earlier_ones(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    day2_index: IndexServer,
+    tmp_path: Path,
+    provision: Callable[..., EnvbuildResult],
+    provisioned_venv: Venv,
+) -> None:
     env = lock_env(tmp_path)
     steps: list[dict[str, object]] = [
         {"name": "a", "packages": ["numpy-like==2.2.6"]},
@@ -135,18 +178,25 @@ def test_a_later_step_agrees_with_the_earlier_ones(write_stack: Callable[..., Pa
     stack = _stack(write_stack, day2_index, steps)
     r = run_envbuild("lock", "--stack", stack, env=env)
     assert r.rc == 8, r.output
-    assert ("step 'b' does not agree with the steps before it: it needs numpy-like 2.4.6 (pandas-like 2.2.3 "
-            "requires numpy-like>=2.3), and step 'a' pinned numpy-like 2.2.6") in r.stderr
+    assert (
+        "step 'b' does not agree with the steps before it: it needs numpy-like 2.4.6 (pandas-like"
+        " 2.2.3 requires numpy-like>=2.3), and step 'a' pinned numpy-like 2.2.6" in r.stderr
+    )
     assert 'replaces = ["numpy-like"]' in r.stderr and "Traceback" not in r.output
 
-    # without a lock, the guard catches what the lock would have refused: step b replaced a's numpy-like
+    # without a lock, the guard catches what the lock would have refused: step b replaced a's
+    # numpy-like
     r = provision(stack, "--no-lock")
     assert r.rc == 6, r.output
     assert "step 'b' changed numpy-like 2.2.6 -> 2.4.6, which step 'a' installed" in r.stderr
 
     # the spec says so for step b: the lock pins b's numpy-like, plan shows it, provision allows it
-    stack.write_text(stack.read_text().replace('packages = ["pandas-like==2.2.3"]',
-                                               'packages = ["pandas-like==2.2.3"]\nreplaces = ["numpy-like"]'))
+    stack.write_text(
+        stack.read_text().replace(
+            'packages = ["pandas-like==2.2.3"]',
+            'packages = ["pandas-like==2.2.3"]\nreplaces = ["numpy-like"]',
+        )
+    )
     r = run_envbuild("lock", "--stack", stack, env=env)
     assert r.rc == 0, r.output
     assert _pins(stack.parent, "b") == {"pandas-like": "2.2.3", "numpy-like": "2.4.6"}
@@ -164,10 +214,12 @@ def test_a_later_step_agrees_with_the_earlier_ones(write_stack: Callable[..., Pa
     assert "pinned to 2.4.6 here, but step 'a' installs numpy-like 2.2.6" in r.stdout
 
 
-def test_a_later_step_does_not_carry_the_earlier_pins(write_stack: Callable[..., Path],
-                                                      run_envbuild: Callable[..., EnvbuildResult],
-                                                      day2_index: IndexServer,
-                                                      tmp_path: Path) -> None:
+def test_a_later_step_does_not_carry_the_earlier_pins(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    day2_index: IndexServer,
+    tmp_path: Path,
+) -> None:
     env = lock_env(tmp_path)
     steps: list[dict[str, object]] = [
         {"name": "a", "packages": ["numpy-like==2.2.6"]},
@@ -180,19 +232,28 @@ def test_a_later_step_does_not_carry_the_earlier_pins(write_stack: Callable[...,
     assert _pins(stack.parent, "b") == {"tool-like": "1.0"}
 
 
-def test_no_op_relock_is_fast(locked_cpu_like: Path, run_envbuild: Callable[..., EnvbuildResult],
-                              tmp_path: Path) -> None:
+def test_no_op_relock_is_fast(
+    locked_cpu_like: Path, run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
+) -> None:
     t0 = time.monotonic()
     r = run_envbuild("lock", "--stack", locked_cpu_like, env=lock_env(tmp_path))
     elapsed = time.monotonic() - t0
     assert r.rc == 0 and "nothing to do" in r.output, r.output
-    assert elapsed < 3.0  # the CLI's start included; bench/bench_relock.py measures the library call
+    # the CLI's start included; bench/bench_relock.py measures the library call
+    assert elapsed < 3.0
 
 
 @pytest.fixture
-def locked_cpu_like(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
-                    day2_index: IndexServer, tmp_path: Path) -> Path:
-    stack = _stack(write_stack, day2_index, [{"name": "a", "packages": ["numpy-like==2.2.6"]},
-                                             {"name": "b", "packages": ["app-like"]}])
+def locked_cpu_like(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    day2_index: IndexServer,
+    tmp_path: Path,
+) -> Path:
+    stack = _stack(
+        write_stack,
+        day2_index,
+        [{"name": "a", "packages": ["numpy-like==2.2.6"]}, {"name": "b", "packages": ["app-like"]}],
+    )
     assert run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path)).rc == 0
     return stack

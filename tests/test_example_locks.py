@@ -23,7 +23,9 @@ REGENERATE = "python lockfiles/examples/regenerate.py"
 
 
 def _regenerate_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("envbuild_examples_regenerate", EXAMPLES / "regenerate.py")
+    spec = importlib.util.spec_from_file_location(
+        "envbuild_examples_regenerate", EXAMPLES / "regenerate.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -31,10 +33,17 @@ def _regenerate_module() -> ModuleType:
 
 
 def _check_lock(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``envbuild check-lock ARGS`` from the repository root, as the tour runs it (a private HOME: no metadata cache)."""
+    """``envbuild check-lock ARGS`` from the repository root, as the tour runs it (a private HOME:
+    no metadata cache)."""
     env = installer_env(tmp_path / "home")
-    return subprocess.run([sys.executable, "-m", "envbuild", "check-lock", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "envbuild", "check-lock", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _package_block(lock: Path, name: str) -> range:
@@ -50,20 +59,37 @@ def _package_block(lock: Path, name: str) -> range:
 
 def test_the_examples_are_the_ones_regenerate_writes() -> None:
     module = _regenerate_module()
-    folders = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
-    assert folders == sorted(module.EXAMPLES), f"lockfiles/examples/ holds {folders}; run {REGENERATE}"
+    folders = sorted(
+        p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+    )
+    assert folders == sorted(module.EXAMPLES), (
+        f"lockfiles/examples/ holds {folders}; run {REGENERATE}"
+    )
     for name in module.EXAMPLES:
-        assert sorted(p.name for p in (EXAMPLES / name).iterdir()) == ["pyproject.toml", "uv.lock"], name
+        assert sorted(p.name for p in (EXAMPLES / name).iterdir()) == [
+            "pyproject.toml",
+            "uv.lock",
+        ], name
 
 
 @pytest.mark.parametrize("name", ["vision", "vision-mismatch"])
 def test_each_lock_is_current_with_its_pyproject_for_uv(name: str, tmp_path: Path) -> None:
-    """``uv lock --check --offline``: uv itself finds the committed lock up to date (no network, an empty cache)."""
+    """``uv lock --check --offline``: uv itself finds the committed lock up to date (no network, an
+    empty cache)."""
     env = installer_env(tmp_path / "home", {"UV_CACHE_DIR": str(tmp_path / "uv-cache")})
-    env.pop("UV_NO_CONFIG")  # it would also hide the project's own [tool.uv] (its index and sources)
-    out = subprocess.run([uv_bin(), "lock", "--check", "--offline", "--python", sys.executable],
-                         cwd=EXAMPLES / name, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, f"{name}/uv.lock is stale for its pyproject.toml; run {REGENERATE}\n{out.stderr}"
+    # it would also hide the project's own [tool.uv] (its index and sources)
+    env.pop("UV_NO_CONFIG")
+    out = subprocess.run(
+        [uv_bin(), "lock", "--check", "--offline", "--python", sys.executable],
+        cwd=EXAMPLES / name,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, (
+        f"{name}/uv.lock is stale for its pyproject.toml; run {REGENERATE}\n{out.stderr}"
+    )
 
 
 def test_check_lock_passes_the_healthy_example(tmp_path: Path) -> None:
@@ -77,12 +103,24 @@ def test_check_lock_fails_the_twin_on_the_extension_line(tmp_path: Path) -> None
     out = _check_lock(tmp_path, lock, "--offline", "--annotations", "github")
     assert out.returncode == 8, out.stdout + out.stderr
     block = _package_block(REPO / lock, "flash-attn")
-    found = re.search(rf"^{re.escape(lock)}:(\d+): flash-attn: flash-attn 2\.8\.3\+cu12torch2\.9\S* is built for torch 2\.9.*"
-                      r"\[extension-abi\]", out.stdout, re.M)
+    found = re.search(
+        rf"^{re.escape(lock)}:(\d+): flash-attn: flash-attn 2\.8\.3\+cu12torch2\.9\S* is built for"
+        r" torch 2\.9.*"
+        r"\[extension-abi\]",
+        out.stdout,
+        re.M,
+    )
     assert found, out.stdout
-    assert int(found.group(1)) in block, f"line {found.group(1)} is outside flash-attn's entry ({block.start}-{block.stop - 1})"
-    assert f"::error file={lock},line={found.group(1)},title=envbuild check-lock [extension-abi]::flash-attn" in out.stdout
-    assert len(re.findall(r"^\S+:\d+: ", out.stdout, re.M)) == 1, "the twin differs in one planted fault only"
+    assert int(found.group(1)) in block, (
+        f"line {found.group(1)} is outside flash-attn's entry ({block.start}-{block.stop - 1})"
+    )
+    assert (
+        f"::error file={lock},line={found.group(1)},title=envbuild check-lock"
+        " [extension-abi]::flash-attn" in out.stdout
+    )
+    assert len(re.findall(r"^\S+:\d+: ", out.stdout, re.M)) == 1, (
+        "the twin differs in one planted fault only"
+    )
 
 
 @pytest.mark.network
@@ -91,17 +129,30 @@ def test_regenerate_makes_the_committed_locks(tmp_path: Path) -> None:
     the committed files byte for byte once the port is put back."""
     module = _regenerate_module()
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    out = subprocess.run([sys.executable, str(EXAMPLES / "regenerate.py"), "--out", str(tmp_path), "--port", "0"],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "regenerate.py"), "--out", str(tmp_path), "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if out.returncode != 0 and "urlopen error" in out.stderr:
         pytest.skip(f"PyPI does not answer: {out.stderr.strip().splitlines()[-1]}")
     assert out.returncode == 0, out.stdout + out.stderr
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/",
-                      (tmp_path / "vision" / "pyproject.toml").read_text())
+    found = re.search(
+        r"http://127\.0\.0\.1:(\d+)/", (tmp_path / "vision" / "pyproject.toml").read_text()
+    )
     assert found is not None
     port = found.group(1)
     for name in module.EXAMPLES:
         for file in ("pyproject.toml", "uv.lock"):
-            made = re.sub(rf"127\.0\.0\.1:{port}(?!\d)", f"127.0.0.1:{module.PORT}", (tmp_path / name / file).read_text(encoding="utf-8"))
+            made = re.sub(
+                rf"127\.0\.0\.1:{port}(?!\d)",
+                f"127.0.0.1:{module.PORT}",
+                (tmp_path / name / file).read_text(encoding="utf-8"),
+            )
             committed = (EXAMPLES / name / file).read_text(encoding="utf-8")
-            assert made == committed, f"lockfiles/examples/{name}/{file} is not what the script makes now; run {REGENERATE}"
+            assert made == committed, (
+                f"lockfiles/examples/{name}/{file} is not what the script makes now; run"
+                f" {REGENERATE}"
+            )

@@ -55,8 +55,8 @@ def _names(receipt: dict[str, Any]) -> set[str]:
 
 
 def test_a_failed_lock_provision_leaves_the_truth(
-        gate_index: GateIndex, tmp_path: Path,
-        run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     lock = uv_platform_lock(tmp_path, gate_index)
     healthy = _plant_rest_hash(lock)
     data = tmp_path / "data"
@@ -130,14 +130,25 @@ def test_a_failed_lock_provision_leaves_the_truth(
 
 
 def test_a_failed_plain_provision_names_its_stack_file(
-        tmp_path: Path, write_stack: Callable[..., Path],
-        run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    tmp_path: Path, write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """A stack file's step that cannot resolve: the receipt says so, and verify and receipt find the
     stack file that is there (not "provisioned from scenario, which is not there any more")."""
     stack = write_stack([{"name": "rest", "packages": ["no-such-project-anywhere==1.0"]}])
     data = tmp_path / "data"
-    res = run_envbuild("provision", "--stack", stack, "--root", data, "--home", tmp_path / "home",
-                       "--python", sys.executable, "--backend", "uv")
+    res = run_envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        data,
+        "--home",
+        tmp_path / "home",
+        "--python",
+        sys.executable,
+        "--backend",
+        "uv",
+    )
     assert res.rc == ExitCode.INSTALL, res.output
     [failed] = _provision_receipts(data)
     failure = failed["payload"]["failure"]
@@ -151,17 +162,32 @@ def test_a_failed_plain_provision_names_its_stack_file(
 
 @pytest.mark.slow
 def test_an_interrupted_lock_provision_leaves_a_receipt_saying_so(
-        gate_index: GateIndex, tmp_path: Path) -> None:
+    gate_index: GateIndex, tmp_path: Path
+) -> None:
     """SIGTERM while the rest stage downloads: exit 130 and a receipt: interrupted in rest."""
     lock = uv_platform_lock(tmp_path, gate_index)
     gate_index.server.clear_requests()  # uv lock read trainer-utils' wheel too
     gate_index.server.fail("*trainer_utils-*", "stall", times=1, seconds=60)
     data = tmp_path / "data"
     try:
-        argv = [sys.executable, "-m", "envbuild", "provision", "--lock", str(lock),
-                "--root", str(data)]
-        proc = subprocess.Popen(argv, env=installer_env(tmp_path / "home"), cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "envbuild",
+            "provision",
+            "--lock",
+            str(lock),
+            "--root",
+            str(data),
+        ]
+        proc = subprocess.Popen(
+            argv,
+            env=installer_env(tmp_path / "home"),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline:
             if any("trainer_utils-" in r.path for r in gate_index.server.requested()):
@@ -183,13 +209,28 @@ def _failed_doc() -> dict[str, Any]:
     """A provision receipt's sections as ``write_receipt`` writes them (the few the readers read),
     its run stopped in the rest stage."""
     return {
-        "schema": "envbuild.receipt/1", "kind": "provision", "created": "2026-01-01T00:00:00Z",
-        "names": {}, "provenance": {"hostname": "h"}, "hardware": {"gpus": []}, "spec": None,
+        "schema": "envbuild.receipt/1",
+        "kind": "provision",
+        "created": "2026-01-01T00:00:00Z",
+        "names": {},
+        "provenance": {"hostname": "h"},
+        "hardware": {"gpus": []},
+        "spec": None,
         "software": {"distributions": [{"name": "torch", "version": "2.10.0"}]},
-        "env": {"overlay": {}, "in_force": {}}, "digest": "0",
-        "payload": {"ran": [], "failure": {"stage": "rest", "exit_code": 5, "error": "InstallError",
-                                           "reason": "why", "hint": None, "interrupted": False,
-                                           "completed": ["torch"]}},
+        "env": {"overlay": {}, "in_force": {}},
+        "digest": "0",
+        "payload": {
+            "ran": [],
+            "failure": {
+                "stage": "rest",
+                "exit_code": 5,
+                "error": "InstallError",
+                "reason": "why",
+                "hint": None,
+                "interrupted": False,
+                "completed": ["torch"],
+            },
+        },
     }
 
 
@@ -208,7 +249,11 @@ def test_the_outcome_is_drift_only_where_it_differs(tmp_path: Path) -> None:
     assert diff_receipts(a, b) == []
     [outcome] = diff_receipts(a, done)
     assert (outcome.section, outcome.a, outcome.b, outcome.drift) == (
-        "outcome", "failed in rest (exit 5)", "finished", True)
+        "outcome",
+        "failed in rest (exit 5)",
+        "finished",
+        True,
+    )
     assert failure(done) is None and summary(done).get("outcome") is None
     shown = summary(a)
     assert shown["outcome"] == "failed in rest (exit 5)" and shown["steps done"] == "torch"
@@ -234,8 +279,8 @@ def test_a_damaged_failure_section_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_backend_pip_on_a_venv_uv_made_is_refused_before_anything_runs(
-        gate_index: GateIndex, tmp_path: Path,
-        run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """A root uv provisioned has a venv without pip: ``--backend pip`` is refused (exit 2) with
     nothing run or written; the same root with the backend that made it re-verifies (exit 0)."""
     lock = uv_platform_lock(tmp_path, gate_index)

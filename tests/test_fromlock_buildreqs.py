@@ -222,7 +222,8 @@ def test_build_sources_are_the_projects_indexes(tmp_path: Path) -> None:
 
 
 def test_one_pyproject_reader_one_error_rule(
-        tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """Every reader of the project's pyproject.toml refuses a malformed one (exit 2, naming the
     file), where four readers had three rules (one raised, three read it as empty)."""
     from envbuild.errors import ConfigError

@@ -1,4 +1,5 @@
-"""``envbuild docker --lock FILE``: one layer per stage, read back with dockerfile-parse and hadolint.
+"""``envbuild docker --lock FILE``: one layer per stage, read back with dockerfile-parse and
+hadolint.
 
 The lock is a real ``uv lock`` (torch, a prebuilt flash-attn, trainer-utils and an application
 package ``app-utils``); relocking with another ``app-utils`` (a change in stage ``rest``) must
@@ -24,22 +25,33 @@ from support.gatelocks import GateIndex, _uv_lock, uv_platform_lock
 from support.wheels import build_wheel
 from test_fromlock import HEALTHY
 
-dockerfile_parse = pytest.importorskip("dockerfile_parse", reason="dockerfile-parse is a test extra")
+dockerfile_parse = pytest.importorskip(
+    "dockerfile_parse", reason="dockerfile-parse is a test extra"
+)
 
 
 def _app_lock(tmp: Path, idx: GateIndex) -> Path:
     """The lock with ``app-utils==1.0``; its pyproject's pin is what the test edits and relocks."""
     folder = tmp / "app-wheels"
     for version in ("1.0", "1.1"):
-        build_wheel(folder, "app-utils", version, files={"app_utils/__init__.py": f"VERSION = {version!r}\n"})
+        build_wheel(
+            folder,
+            "app-utils",
+            version,
+            files={"app_utils/__init__.py": f"VERSION = {version!r}\n"},
+        )
     repo = f"app-{tmp.name}".replace("_", "-")
     idx.server.add_repo(repo, folder)
-    extra = (f'[[tool.uv.index]]\nname = "app"\nurl = "{idx.url(repo)}"\nexplicit = true\n\n'
-             '[tool.uv.sources.app-utils]\nindex = "app"\n')
+    extra = (
+        f'[[tool.uv.index]]\nname = "app"\nurl = "{idx.url(repo)}"\nexplicit = true\n\n'
+        '[tool.uv.sources.app-utils]\nindex = "app"\n'
+    )
     return uv_platform_lock(tmp, idx, extension=HEALTHY, deps=["app-utils==1.0"], extra_toml=extra)
 
 
-def _render(run_envbuild: Callable[..., EnvbuildResult], lock: Path, out: Path) -> tuple[str, dict[str, str]]:
+def _render(
+    run_envbuild: Callable[..., EnvbuildResult], lock: Path, out: Path
+) -> tuple[str, dict[str, str]]:
     res = run_envbuild("docker", "--lock", lock, "-o", out / "Dockerfile", "--json", cwd=out)
     assert res.rc == 0, res.output
     doc = json.loads(res.stdout)
@@ -48,14 +60,18 @@ def _render(run_envbuild: Callable[..., EnvbuildResult], lock: Path, out: Path) 
 
 
 def _layers(text: str) -> list[tuple[str, str]]:
-    """The instructions, as dockerfile-parse reads them (comments are no part of a layer's cache key)."""
+    """The instructions, as dockerfile-parse reads them (comments are no part of a layer's cache
+    key)."""
     parser = dockerfile_parse.DockerfileParser(fileobj=io.BytesIO())
     parser.content = text
-    return [(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+    return [
+        (i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"
+    ]
 
 
 def test_docker_lock_renders_one_layer_per_stage_and_a_rest_change_keeps_the_earlier_layers(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     first, second = tmp_path / "one", tmp_path / "two"
     first.mkdir()
     second.mkdir()
@@ -72,30 +88,57 @@ def test_docker_lock_renders_one_layer_per_stage_and_a_rest_change_keeps_the_ear
     layers = _layers(text1)
     copies = [v for k, v in layers if k == "COPY" and "/etc/envbuild/lock-stages.json" in v]
     assert [c.split()[0].rsplit("/", 1)[1] for c in copies] == sorted(files1)
-    runs = [v for k, v in layers if k == "RUN" and "provision --lock /etc/envbuild/lock-stages.json" in v]
-    assert len(runs) == 3 and layers[-3][0] == "RUN" and "envbuild smoke --root /opt/envbuild" in layers[-3][1]
-    assert dict(layers)["FROM"] == "${BASE_IMAGE}" and "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04" in text1
+    runs = [
+        v
+        for k, v in layers
+        if k == "RUN" and "provision --lock /etc/envbuild/lock-stages.json" in v
+    ]
+    assert (
+        len(runs) == 3
+        and layers[-3][0] == "RUN"
+        and "envbuild smoke --root /opt/envbuild" in layers[-3][1]
+    )
+    assert (
+        dict(layers)["FROM"] == "${BASE_IMAGE}"
+        and "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04" in text1
+    )
     torch_slice = json.loads(files1["01-torch.json"])
     assert [s["name"] for s in torch_slice["stages"]] == ["torch"]
-    assert any(line.startswith("torch @ http") and "--hash=sha256:" in line for line in torch_slice["stages"][0]["lines"])
-    assert [s["name"] for s in json.loads(files1["03-rest.json"])["stages"]] == ["torch", "extensions", "rest"]
+    assert any(
+        line.startswith("torch @ http") and "--hash=sha256:" in line
+        for line in torch_slice["stages"][0]["lines"]
+    )
+    assert [s["name"] for s in json.loads(files1["03-rest.json"])["stages"]] == [
+        "torch",
+        "extensions",
+        "rest",
+    ]
 
-    # app-utils 1.0 -> 1.1 (stage rest): the torch and extension slices and the text up to the rest layer are equal
+    # app-utils 1.0 -> 1.1 (stage rest): the torch and extension slices and the text up to the rest
+    # layer are equal
     assert files1["01-torch.json"] == files2["01-torch.json"]
     assert files1["02-extensions.json"] == files2["02-extensions.json"]
-    assert files1["03-rest.json"] != files2["03-rest.json"] and "app-utils==1.1" in files2["03-rest.json"]
-    assert _layers(text2) == layers  # the same instructions: only the rest layer's input (its slice) changed
+    assert (
+        files1["03-rest.json"] != files2["03-rest.json"]
+        and "app-utils==1.1" in files2["03-rest.json"]
+    )
+    # the same instructions: only the rest layer's input (its slice) changed
+    assert _layers(text2) == layers
 
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     if Path(hadolint).exists():
-        out = subprocess.run([hadolint, "--no-color", "-"], input=text1, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [hadolint, "--no-color", "-"], input=text1, capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stdout + out.stderr
 
 
 @pytest.mark.slow
-def test_the_slices_provision_layer_by_layer(gate_index: GateIndex, tmp_path: Path,
-                                            run_envbuild: Callable[..., EnvbuildResult]) -> None:
-    """What each layer's RUN does, on the host: slice 1 installs torch, slice 2 verifies it and adds the extensions."""
+def test_the_slices_provision_layer_by_layer(
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """What each layer's RUN does, on the host: slice 1 installs torch, slice 2 verifies it and adds
+    the extensions."""
     out = tmp_path / "render"
     out.mkdir()
     lock = uv_platform_lock(tmp_path, gate_index, extension=HEALTHY)
@@ -109,5 +152,7 @@ def test_the_slices_provision_layer_by_layer(gate_index: GateIndex, tmp_path: Pa
         assert res.rc == 0, res.output
         ran.append(res.output.count("==> step "))
     assert ran == [1, 1, 1]  # each layer installs its own stage only
-    res = run_envbuild("provision", "--lock", slices[-1], "--root", root, "--python", sys.executable)
+    res = run_envbuild(
+        "provision", "--lock", slices[-1], "--root", root, "--python", sys.executable
+    )
     assert res.rc == 0 and "0 stages run, 3 already done" in res.output, res.output

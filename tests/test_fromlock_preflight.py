@@ -19,7 +19,8 @@ from support.gatelocks import GateIndex, uv_groups_lock
 
 
 def _nvidia_smi(folder: Path, name: str, driver: str, cap: str) -> str:
-    """A PATH whose nvidia-smi answers for one GPU ``name`` (compute capability ``cap``) on ``driver``."""
+    """A PATH whose nvidia-smi answers for one GPU ``name`` (compute capability ``cap``) on
+    ``driver``."""
     folder.mkdir(parents=True, exist_ok=True)
     tool = folder / "nvidia-smi"
     tool.write_text(f"""#!/bin/sh
@@ -38,58 +39,117 @@ def _checks(res: EnvbuildResult) -> dict[str, dict[str, str]]:
     return {c["name"]: c for c in doc["checks"]}
 
 
-def test_preflight_lock_on_a_host_without_a_gpu(gate_index: GateIndex, tmp_path: Path,
-                                                 run_envbuild: Callable[..., EnvbuildResult]) -> None:
+def test_preflight_lock_on_a_host_without_a_gpu(
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     if any((Path(p) / "nvidia-smi").exists() for p in os.environ["PATH"].split(os.pathsep)):
         pytest.skip("this host has nvidia-smi")
     lock = uv_groups_lock(tmp_path, gate_index)
-    res = run_envbuild("preflight", "--lock", lock, "--extra", "cu130", "--root", tmp_path / "data", "--json")
+    res = run_envbuild(
+        "preflight", "--lock", lock, "--extra", "cu130", "--root", tmp_path / "data", "--json"
+    )
     assert res.rc == 0, res.output
     checks = _checks(res)
     cuda = checks["lock-cuda"]
     assert cuda["verdict"] == "warn" and cuda["expected"] == "driver >= 580.65.06 (CUDA 13.0)"
-    assert "no NVIDIA driver on this host" in cuda["detail"] and "torch 2.10.0+cu130 installs here" in cuda["detail"]
+    assert (
+        "no NVIDIA driver on this host" in cuda["detail"]
+        and "torch 2.10.0+cu130 installs here" in cuda["detail"]
+    )
     assert checks["lock-arch"]["verdict"] == "skip" and checks["driver"]["verdict"] == "skip"
     assert checks["lock-hosts"]["verdict"] == "pass" and "index" not in checks
     assert json.loads(res.stdout)["verdict"] == "warn" and not (tmp_path / "data").exists()
-    cpu = run_envbuild("preflight", "--lock", lock, "--extra", "cpu", "--root", tmp_path / "data", "--json")
+    cpu = run_envbuild(
+        "preflight", "--lock", lock, "--extra", "cpu", "--root", tmp_path / "data", "--json"
+    )
     assert cpu.rc == 0, cpu.output
     assert _checks(cpu)["lock-cuda"]["detail"] == "a CPU (or non-CUDA) build: no driver needed"
-    text = run_envbuild("preflight", "--lock", lock, "--extra", "cu130", "--root", tmp_path / "data")
-    assert text.rc == 0 and "lock-cuda" in text.stdout and "verdict: warn" in text.stdout, text.output
+    text = run_envbuild(
+        "preflight", "--lock", lock, "--extra", "cu130", "--root", tmp_path / "data"
+    )
+    assert text.rc == 0 and "lock-cuda" in text.stdout and "verdict: warn" in text.stdout, (
+        text.output
+    )
 
 
 def test_preflight_lock_checks_the_driver_and_the_gpu_architecture(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     lock = uv_groups_lock(tmp_path, gate_index)
     h200_570 = {"PATH": _nvidia_smi(tmp_path / "h200", "NVIDIA H200", "570.86.15", "9.0")}
-    res = run_envbuild("preflight", "--lock", lock, "--extra", "cu130", "--root", tmp_path / "data", "--json",
-                       env=h200_570)
+    res = run_envbuild(
+        "preflight",
+        "--lock",
+        lock,
+        "--extra",
+        "cu130",
+        "--root",
+        tmp_path / "data",
+        "--json",
+        env=h200_570,
+    )
     assert res.rc == 3, res.output
     checks = _checks(res)
-    assert checks["lock-cuda"]["verdict"] == "fail" and "needs driver >= 580.65.06" in checks["lock-cuda"]["detail"]
+    assert (
+        checks["lock-cuda"]["verdict"] == "fail"
+        and "needs driver >= 580.65.06" in checks["lock-cuda"]["detail"]
+    )
     assert checks["driver"]["verdict"] == "fail" and checks["lock-arch"]["verdict"] == "pass"
 
-    res = run_envbuild("preflight", "--lock", lock, "--extra", "cu128", "--root", tmp_path / "data", "--json",
-                       env=h200_570)
+    res = run_envbuild(
+        "preflight",
+        "--lock",
+        lock,
+        "--extra",
+        "cu128",
+        "--root",
+        tmp_path / "data",
+        "--json",
+        env=h200_570,
+    )
     assert res.rc == 0, res.output
-    assert _checks(res)["lock-cuda"]["verdict"] == "pass" and _checks(res)["lock-cuda"]["measured"] == "570.86.15"
+    assert (
+        _checks(res)["lock-cuda"]["verdict"] == "pass"
+        and _checks(res)["lock-cuda"]["measured"] == "570.86.15"
+    )
 
     v100 = {"PATH": _nvidia_smi(tmp_path / "v100", "Tesla V100-SXM2-32GB", "580.95.05", "7.0")}
-    res = run_envbuild("preflight", "--lock", lock, "--extra", "cu130", "--root", tmp_path / "data", "--json",
-                       env=v100)
+    res = run_envbuild(
+        "preflight",
+        "--lock",
+        lock,
+        "--extra",
+        "cu130",
+        "--root",
+        tmp_path / "data",
+        "--json",
+        env=v100,
+    )
     assert res.rc == 3, res.output
     arch = _checks(res)["lock-arch"]
     assert arch["verdict"] == "fail" and "compute capability 7.0: CUDA 13.0" in arch["detail"]
 
 
 def test_preflight_lock_reads_the_cuda_of_a_torch_without_a_local_tag(
-        tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
-    """PyPI's torch 2.11.0 (no ``+cu130``) with the cuda-toolkit 13.0.2 its lock installs: a CUDA 13.0 build
-    (the real uv.lock the GPU proof provisions, bench/stacks/fromlock-gpu)."""
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """PyPI's torch 2.11.0 (no ``+cu130``) with the cuda-toolkit 13.0.2 its lock installs: a CUDA
+    13.0 build (the real uv.lock the GPU proof provisions, bench/stacks/fromlock-gpu)."""
     lock = Path(__file__).parents[1] / "bench" / "stacks" / "fromlock-gpu" / "uv.lock"
-    args = ("preflight", "--lock", lock, "--environment", "linux-x86_64", "--skip", "index", "--skip", "python",
-            "--root", tmp_path / "data", "--json")
+    args = (
+        "preflight",
+        "--lock",
+        lock,
+        "--environment",
+        "linux-x86_64",
+        "--skip",
+        "index",
+        "--skip",
+        "python",
+        "--root",
+        tmp_path / "data",
+        "--json",
+    )
     h200 = {"PATH": _nvidia_smi(tmp_path / "h200", "NVIDIA H200", "580.159.04", "9.0")}
     res = run_envbuild(*args, env=h200)
     assert res.rc == 0, res.output

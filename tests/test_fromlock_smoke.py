@@ -32,19 +32,35 @@ PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
 @pytest.fixture(scope="session")
 def torch_wheels() -> Path:
-    """torch 2.13.0 (the CPU build pip's configuration serves) and its dependencies, as wheels, once."""
+    """torch 2.13.0 (the CPU build pip's configuration serves) and its dependencies, as wheels,
+    once."""
     folder = CACHE / f"torch-{TORCH_VERSION}-{PY}-wheels"
     with cache_lock(folder):
         if not list(folder.glob(f"torch-{TORCH_VERSION}*.whl")):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(folder),
-                            f"torch=={TORCH_VERSION}"], check=True, env=env, timeout=900)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--only-binary",
+                    ":all:",
+                    "-d",
+                    str(folder),
+                    f"torch=={TORCH_VERSION}",
+                ],
+                check=True,
+                env=env,
+                timeout=900,
+            )
     return folder
 
 
 def lock_on_wheelhouse(project: Path, wheelhouse: Path, deps: list[str], tmp: Path) -> Path:
-    """uv.lock (real ``uv lock``) of a virtual project of torch and ``deps``, for this Python, from the
-    PEP 503 pages of ``wheelhouse`` alone."""
+    """uv.lock (real ``uv lock``) of a virtual project of torch and ``deps``, for this Python, from
+    the PEP 503 pages of ``wheelhouse`` alone."""
     project.mkdir(exist_ok=True)
     (project / "pyproject.toml").write_text(f"""[project]
 name = "trainer"
@@ -56,30 +72,60 @@ dependencies = {json.dumps([f"torch=={TORCH_VERSION}", *deps])}
 package = false
 
 [[tool.uv.index]]
-url = "{(wheelhouse / 'simple').as_uri()}"
+url = "{(wheelhouse / "simple").as_uri()}"
 default = true
 """)
-    _run([uv_bin(), "lock", "--no-cache", "--python", sys.executable], project, tmp, project_config=True)
+    _run(
+        [uv_bin(), "lock", "--no-cache", "--python", sys.executable],
+        project,
+        tmp,
+        project_config=True,
+    )
     return project / "uv.lock"
 
 
 @pytest.mark.slow
 def test_smoke_after_a_lock_provision_checks_what_the_lock_installed(
-        torch_wheels: Path, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    torch_wheels: Path, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     wheelhouse = tmp_path / "index"
     wheelhouse.mkdir()
     for wheel in torch_wheels.glob("*.whl"):
         (wheelhouse / wheel.name).symlink_to(wheel)
     plat = "linux_x86_64"
-    build_wheel(wheelhouse, "causal-conv1d", "1.5.0", requires=["torch"], python_tag=PY, abi_tag=PY, platform_tag=plat,
-                files={"causal_conv1d/__init__.py": "import torch\n"})
-    build_wheel(wheelhouse, "bad-ext", "1.0", requires=["torch"], python_tag=PY, abi_tag=PY, platform_tag=plat,
-                files={"bad_ext/__init__.py": "import torch\nraise ImportError("
-                       "'bad_ext/_C.so: undefined symbol: _ZN3c104cuda9SetDeviceEi')\n"})
+    build_wheel(
+        wheelhouse,
+        "causal-conv1d",
+        "1.5.0",
+        requires=["torch"],
+        python_tag=PY,
+        abi_tag=PY,
+        platform_tag=plat,
+        files={"causal_conv1d/__init__.py": "import torch\n"},
+    )
+    build_wheel(
+        wheelhouse,
+        "bad-ext",
+        "1.0",
+        requires=["torch"],
+        python_tag=PY,
+        abi_tag=PY,
+        platform_tag=plat,
+        files={
+            "bad_ext/__init__.py": (
+                "import torch\nraise ImportError("
+                "'bad_ext/_C.so: undefined symbol: _ZN3c104cuda9SetDeviceEi')\n"
+            )
+        },
+    )
     write_index(wheelhouse)
-    lock = lock_on_wheelhouse(tmp_path / "project", wheelhouse, ["causal-conv1d==1.5.0", "bad-ext==1.0"], tmp_path)
+    lock = lock_on_wheelhouse(
+        tmp_path / "project", wheelhouse, ["causal-conv1d==1.5.0", "bad-ext==1.0"], tmp_path
+    )
 
-    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--python", sys.executable)
+    res = run_envbuild(
+        "provision", "--lock", lock, "--root", tmp_path / "data", "--python", sys.executable
+    )
     assert res.rc == 0, res.output
     assert "smoke, verify and receipt then find this environment" in res.stdout
 
@@ -87,26 +133,49 @@ def test_smoke_after_a_lock_provision_checks_what_the_lock_installed(
     assert res.rc == 7, res.output
     doc = json.loads(res.stdout)
     by = {c["name"]: c for c in doc["checks"]}
-    assert list(by) == ["matmul", "sdpa", "triton", "torch.compile", "causal_conv1d",
-                        "import bad-ext", "import causal-conv1d"]
-    assert by["import causal-conv1d"]["verdict"] == "pass" and by["import causal-conv1d"]["version"] == "1.5.0"
+    assert list(by) == [
+        "matmul",
+        "sdpa",
+        "triton",
+        "torch.compile",
+        "causal_conv1d",
+        "import bad-ext",
+        "import causal-conv1d",
+    ]
+    assert (
+        by["import causal-conv1d"]["verdict"] == "pass"
+        and by["import causal-conv1d"]["version"] == "1.5.0"
+    )
     bad = by["import bad-ext"]
-    assert bad["verdict"] == "fail" and "undefined symbol: _ZN3c104cuda9SetDeviceEi" in bad["reason"]
+    assert (
+        bad["verdict"] == "fail" and "undefined symbol: _ZN3c104cuda9SetDeviceEi" in bad["reason"]
+    )
     assert by["matmul"]["verdict"] == "pass"
-    assert doc["selection"] == {"lock_file": str(lock), "checks": list(by)[:5],
-                                "imports": ["bad-ext", "causal-conv1d"]}
+    assert doc["selection"] == {
+        "lock_file": str(lock),
+        "checks": list(by)[:5],
+        "imports": ["bad-ext", "causal-conv1d"],
+    }
     receipt = json.loads(Path(doc["receipt"]).read_text())
     assert receipt["payload"]["selection"]["imports"] == ["bad-ext", "causal-conv1d"]
 
 
 def test_an_adopted_venv_is_checked_for_what_it_already_held() -> None:
-    """provision --lock into a base image keeps what the image has at the locked version (``kept`` in
-    the venv's record): smoke checks those extensions as if the lock had installed them."""
+    """provision --lock into a base image keeps what the image has at the locked version (``kept``
+    in the venv's record): smoke checks those extensions as if the lock had installed them."""
     from envbuild.fromlock.record import smoke_selection
 
-    lock = {"lock_file": "uv.lock", "stack": {"steps": [{"name": "rest", "packages": ["certifi==2026.1"]}]},
-            "kept": {"fla-core": "rest", "causal-conv1d": "extensions", "einops": "rest"}}
+    lock = {
+        "lock_file": "uv.lock",
+        "stack": {"steps": [{"name": "rest", "packages": ["certifi==2026.1"]}]},
+        "kept": {"fla-core": "rest", "causal-conv1d": "extensions", "einops": "rest"},
+    }
     chosen = smoke_selection(lock)
     assert chosen.only == ("matmul", "sdpa", "triton", "torch.compile", "causal_conv1d", "fla")
     assert chosen.imports == ("causal-conv1d",)
-    assert smoke_selection({**lock, "kept": None}).only == ("matmul", "sdpa", "triton", "torch.compile")
+    assert smoke_selection({**lock, "kept": None}).only == (
+        "matmul",
+        "sdpa",
+        "triton",
+        "torch.compile",
+    )

@@ -40,7 +40,8 @@ from envbuild.errors import EnvbuildError
 from envbuild.fromlock.run import LockRequest, prepare
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
-# generated projects per run, beside the two fixed examples (make fuzz sets ENVBUILD_PROPERTY_EXAMPLES higher)
+# generated projects per run, beside the two fixed examples (make fuzz sets
+# ENVBUILD_PROPERTY_EXAMPLES higher)
 EXAMPLES = min(int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "8")), 200)
 
 _BUILD = '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["_backend"]\n\n'
@@ -53,7 +54,9 @@ class Shape:
     base: tuple[str, ...]  # the project's own dependencies besides torch's placement
     torch_in: str  # "base" | "extra" | "group" | "accelerators" (conflicting cpu/cu128 extras)
     self_extra: bool  # extra "all" = ["trainer[train]"]: an extra switched on through another
-    member: bool  # workspace member "helper" (its extra "fast" = trainer-utils), root extra "helpers" = helper[fast]
+    # workspace member "helper" (its extra "fast" = trainer-utils), root extra "helpers" =
+    # helper[fast]
+    member: bool
     default_groups: tuple[str, ...] | None  # [tool.uv] default-groups (None: uv's default, dev)
     packaged: bool  # the root is a package (installed editable) or virtual
     path_torch: bool  # torch locked from a wheel file in the project (the accelerators shape aside)
@@ -73,19 +76,27 @@ class Project:
 
 shapes = st.builds(
     Shape,
-    base=st.lists(st.sampled_from(["einops-like==0.8.1", "filelock-like==3.0"]), unique=True, max_size=2).map(tuple),
+    base=st.lists(
+        st.sampled_from(["einops-like==0.8.1", "filelock-like==3.0"]), unique=True, max_size=2
+    ).map(tuple),
     torch_in=st.sampled_from(["base", "extra", "group", "accelerators"]),
-    self_extra=st.booleans(), member=st.booleans(),
+    self_extra=st.booleans(),
+    member=st.booleans(),
     default_groups=st.sampled_from([None, (), ("tools",), ("dev", "tools")]),
-    packaged=st.booleans(), path_torch=st.booleans(), url_utils=st.booleans(),
+    packaged=st.booleans(),
+    path_torch=st.booleans(),
+    url_utils=st.booleans(),
     backend=st.sampled_from(["custom", *BACKENDS]),
     member_backend=st.sampled_from(["custom", *BACKENDS]),
-    sdist=st.booleans())
+    sdist=st.booleans(),
+)
 
 
 # make test's share: the selection sweep with the stand-in backend (the real backends and sdists
 # rebuild at every uv sync: 3x its time); make fuzz sweeps them too, and the installs below use them
-_plain_shapes = shapes.map(lambda s: replace(s, backend="custom", member_backend="custom", sdist=False))
+_plain_shapes = shapes.map(
+    lambda s: replace(s, backend="custom", member_backend="custom", sdist=False)
+)
 
 
 def _backend(folder: Path) -> None:
@@ -102,7 +113,8 @@ def _build_system(folder: Path, name: str, backend: str) -> str:
 
 
 def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
-    """The project of ``shape`` under ``root`` (pyproject, backend, member, wheel files), not yet locked."""
+    """The project of ``shape`` under ``root`` (pyproject, backend, member, wheel files), not yet
+    locked."""
     folder = root / "project"
     folder.mkdir(parents=True)
     extras: dict[str, list[str]] = {}
@@ -112,7 +124,9 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
     sources: list[str] = []
     utils = "trainer-utils==1.0"
     if shape.url_utils:
-        utils = f"trainer-utils @ {idx.server.file_url('pypi', 'trainer_utils-1.0-py3-none-any.whl')}"
+        utils = (
+            f"trainer-utils @ {idx.server.file_url('pypi', 'trainer_utils-1.0-py3-none-any.whl')}"
+        )
     if shape.torch_in == "base":
         deps.append(torch)
     elif shape.torch_in == "extra":
@@ -122,7 +136,9 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
     else:
         extras["cpu"] = [torch, utils]
         extras["cu128"] = [torch, utils]
-        sources.append('torch = [{ index = "cpu", extra = "cpu" }, { index = "cu128", extra = "cu128" }]')
+        sources.append(
+            'torch = [{ index = "cpu", extra = "cpu" }, { index = "cu128", extra = "cu128" }]'
+        )
     if shape.path_torch and shape.torch_in != "accelerators":
         (folder / "wheels").mkdir()
         shutil.copy(idx.root / "cpu" / "torch-2.10.0+cpu-py3-none-any.whl", folder / "wheels")
@@ -133,10 +149,12 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
         member = folder / "packages" / "helper"
         member.mkdir(parents=True)
         build = _build_system(member, "helper", shape.member_backend)
-        (member / "pyproject.toml").write_text(build + '[project]\nname = "helper"\n'
-                                               'version = "0.2.0"\ndescription = "A helper."\n'
-                                               'requires-python = ">=3.10"\ndependencies = ["filelock-like==3.0"]\n\n'
-                                               f'[project.optional-dependencies]\nfast = {_toml_list([utils])}\n')
+        (member / "pyproject.toml").write_text(
+            build + '[project]\nname = "helper"\n'
+            'version = "0.2.0"\ndescription = "A helper."\n'
+            'requires-python = ">=3.10"\ndependencies = ["filelock-like==3.0"]\n\n'
+            f"[project.optional-dependencies]\nfast = {_toml_list([utils])}\n"
+        )
         extras["helpers"] = ["helper[fast]"]
         sources.append("helper = { workspace = true }")
     root_build = _build_system(folder, "trainer", shape.backend) if shape.packaged else ""
@@ -145,12 +163,22 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
         uv.append(f"default-groups = {_toml_list(list(shape.default_groups))}")
     if shape.torch_in == "accelerators":
         uv.append('conflicts = [[{ extra = "cpu" }, { extra = "cu128" }]]')
-    text = root_build + '[project]\nname = "trainer"\nversion = "0.1.0"\n' \
-        'description = "A trainer."\n' \
+    text = (
+        root_build + '[project]\nname = "trainer"\nversion = "0.1.0"\n'
+        'description = "A trainer."\n'
         f'requires-python = ">=3.10"\ndependencies = {_toml_list(deps)}\n\n'
+    )
     if extras:
-        text += "[project.optional-dependencies]\n" + "".join(f"{k} = {_toml_list(v)}\n" for k, v in extras.items()) + "\n"
-    text += "[dependency-groups]\n" + "".join(f"{k} = {_toml_list(v)}\n" for k, v in groups.items()) + "\n"
+        text += (
+            "[project.optional-dependencies]\n"
+            + "".join(f"{k} = {_toml_list(v)}\n" for k, v in extras.items())
+            + "\n"
+        )
+    text += (
+        "[dependency-groups]\n"
+        + "".join(f"{k} = {_toml_list(v)}\n" for k, v in groups.items())
+        + "\n"
+    )
     text += "[tool.uv]\n" + "\n".join(uv) + "\n\n"
     if shape.member:
         text += '[tool.uv.workspace]\nmembers = ["packages/helper"]\n\n'
@@ -166,13 +194,25 @@ def write_project(root: Path, shape: Shape, idx: GateIndex) -> Project:
 def selections(project: Project) -> list[list[str]]:
     """The flag sets asked of every project: the default, each extra and group alone, the
     all-* flags, and the group switches."""
-    out: list[list[str]] = [[], ["--all-groups"], ["--no-dev"], ["--no-default-groups"], ["--only-group", "dev"]]
+    out: list[list[str]] = [
+        [],
+        ["--all-groups"],
+        ["--no-dev"],
+        ["--no-default-groups"],
+        ["--only-group", "dev"],
+    ]
     out += [["--extra", x] for x in project.extras] + [["--group", g] for g in project.groups]
-    out += [["--all-extras"], ["--all-extras", "--no-extra", project.extras[0]]] if project.extras else []
+    out += (
+        [["--all-extras"], ["--all-extras", "--no-extra", project.extras[0]]]
+        if project.extras
+        else []
+    )
     if project.shape.member:
         out += [["--package", "helper"], ["--extra", "helpers", "--no-install-workspace"]]
     if project.shape.packaged:
-        out += [["--no-install-project"] + (["--extra", project.extras[0]] if project.extras else [])]
+        out += [
+            ["--no-install-project"] + (["--extra", project.extras[0]] if project.extras else [])
+        ]
     if project.shape.torch_in == "accelerators":
         out += [["--extra", "cpu", "--extra", "cu128"]]
     return out
@@ -185,19 +225,32 @@ def uv_sync_installs(folder: Path, argv: list[str], venv: Path, home: Path) -> d
         shutil.rmtree(venv)
     env = installer_env(home, {"UV_PROJECT_ENVIRONMENT": str(venv), "UV_OFFLINE": "0"})
     env.pop("UV_NO_CONFIG")
-    out = subprocess.run([uv_bin(), "sync", "--frozen", "--python", sys.executable, *argv], cwd=folder, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [uv_bin(), "sync", "--frozen", "--python", sys.executable, *argv],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode != 0:
         return out.stderr
     site = next(venv.glob("lib/python*/site-packages"))
-    return {canonicalize_name(d.metadata["Name"]): d.version for d in distributions(path=[str(site)])}
+    return {
+        canonicalize_name(d.metadata["Name"]): d.version for d in distributions(path=[str(site)])
+    }
 
 
 def planned(lock: Path, argv: list[str]) -> dict[str, str] | EnvbuildError:
     """{name: version} the plan installs (every stage), or the error that refuses it."""
     flags = flags_of(argv)
-    req = LockRequest(lock=lock, extras=flags.extras, groups=flags.groups, sync=flags,
-                      project=not flags.no_install_project)
+    req = LockRequest(
+        lock=lock,
+        extras=flags.extras,
+        groups=flags.groups,
+        sync=flags,
+        project=not flags.no_install_project,
+    )
     try:
         prepared = prepare(req, PY, refusing=False)
     except EnvbuildError as exc:
@@ -214,30 +267,67 @@ def compare(project: Project, tmp: Path) -> None:
         ours = planned(lock, argv)
         what = f"{project.shape} {argv}"
         if isinstance(uv, str):
-            assert isinstance(ours, EnvbuildError) and "uv refuses this selection" in ours.message, what
-            reason = " ".join(re.split(r"\n\s*\n|\nhint:|\nUsage:", uv[uv.rindex("error:") + len("error:"):])[0].split())  # uv folds long lines
+            assert (
+                isinstance(ours, EnvbuildError) and "uv refuses this selection" in ours.message
+            ), what
+            # uv folds long lines
+            reason = " ".join(
+                re.split(r"\n\s*\n|\nhint:|\nUsage:", uv[uv.rindex("error:") + len("error:") :])[
+                    0
+                ].split()
+            )
             assert reason in ours.message, (what, reason, ours.message)
             continue
-        if "torch" not in uv:  # a provision --lock installs a torch stack: refused, naming the choices
-            assert isinstance(ours, EnvbuildError) and "installs no torch" in ours.message, (what, ours)
+        # a provision --lock installs a torch stack: refused, naming the choices
+        if "torch" not in uv:
+            assert isinstance(ours, EnvbuildError) and "installs no torch" in ours.message, (
+                what,
+                ours,
+            )
             continue
         assert not isinstance(ours, EnvbuildError), (what, ours.message)
         assert ours == uv, what
         compared += 1
-    if project.shape.torch_in == "base":  # torch in the project's own dependencies: every selection uv
+    # torch in the project's own dependencies: every selection uv
+    if project.shape.torch_in == "base":
         assert compared >= 3, (project.shape, compared)  # accepts installs it, and was compared
 
 
 @pytest.mark.slow
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(shape=shapes if EXAMPLES > 8 else _plain_shapes)
-@example(shape=Shape(base=("filelock-like==3.0",), torch_in="base", self_extra=False, member=True,
-                     default_groups=("dev", "tools"), packaged=True, path_torch=True, url_utils=True))
-@example(shape=Shape(base=(), torch_in="accelerators", self_extra=False, member=True, default_groups=None,
-                     packaged=False, path_torch=False, url_utils=True))
-def test_plan_selects_what_uv_sync_installs(shape: Shape, build_index: GateIndex,
-                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+@example(
+    shape=Shape(
+        base=("filelock-like==3.0",),
+        torch_in="base",
+        self_extra=False,
+        member=True,
+        default_groups=("dev", "tools"),
+        packaged=True,
+        path_torch=True,
+        url_utils=True,
+    )
+)
+@example(
+    shape=Shape(
+        base=(),
+        torch_in="accelerators",
+        self_extra=False,
+        member=True,
+        default_groups=None,
+        packaged=False,
+        path_torch=False,
+        url_utils=True,
+    )
+)
+def test_plan_selects_what_uv_sync_installs(
+    shape: Shape, build_index: GateIndex, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     tmp = tmp_path_factory.mktemp("sync")
     project = write_project(tmp, shape, build_index)
     try:
@@ -248,23 +338,54 @@ def test_plan_selects_what_uv_sync_installs(shape: Shape, build_index: GateIndex
 
 # generated projects installed for real per run (make fuzz: ENVBUILD_PROPERTY_EXAMPLES / 50)
 INSTALL_EXAMPLES = max(1, min(EXAMPLES // 50, 100)) if EXAMPLES > 8 else 1
-_TORCH_SELECTION = {"base": [], "extra": ["--extra", "train"], "group": ["--group", "gpu"],
-                    "accelerators": ["--extra", "cpu"]}
+_TORCH_SELECTION = {
+    "base": [],
+    "extra": ["--extra", "train"],
+    "group": ["--group", "gpu"],
+    "accelerators": ["--extra", "cpu"],
+}
 
 
 @pytest.mark.slow
-@settings(max_examples=INSTALL_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=INSTALL_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(shape=shapes.filter(lambda s: s.packaged or s.member or s.sdist))
-@example(shape=Shape(base=(), torch_in="base", self_extra=False, member=True, default_groups=None,
-                     packaged=True, path_torch=True, url_utils=False, backend="poetry-core",
-                     member_backend="uv-build", sdist=True))
-@example(shape=Shape(base=("einops-like==0.8.1",), torch_in="extra", self_extra=True, member=True,
-                     default_groups=("dev", "tools"), packaged=True, path_torch=False,
-                     url_utils=True,
-                     backend="pdm-backend", member_backend="flit-core"))
-def test_provision_installs_what_uv_sync_installs(shape: Shape, build_index: GateIndex,
-                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+@example(
+    shape=Shape(
+        base=(),
+        torch_in="base",
+        self_extra=False,
+        member=True,
+        default_groups=None,
+        packaged=True,
+        path_torch=True,
+        url_utils=False,
+        backend="poetry-core",
+        member_backend="uv-build",
+        sdist=True,
+    )
+)
+@example(
+    shape=Shape(
+        base=("einops-like==0.8.1",),
+        torch_in="extra",
+        self_extra=True,
+        member=True,
+        default_groups=("dev", "tools"),
+        packaged=True,
+        path_torch=False,
+        url_utils=True,
+        backend="pdm-backend",
+        member_backend="flit-core",
+    )
+)
+def test_provision_installs_what_uv_sync_installs(
+    shape: Shape, build_index: GateIndex, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Installed for real: the generated project (its root and member built by each common
     backend from the local index, an sdist-only dependency) ``uv sync --frozen``-ed and
     ``provision --lock``-ed with the selection that installs torch; ``uv pip list`` of both venvs
@@ -278,8 +399,9 @@ def test_provision_installs_what_uv_sync_installs(shape: Shape, build_index: Gat
     uv = uv_sync_installs(project.folder, argv, tmp / "uv-venv", tmp / "home")
     assert not isinstance(uv, str), (shape, uv)
     lock = project.folder / "uv.lock"
-    res = run_cli(("provision", "--lock", lock, "--root", tmp / "data", *argv), home=tmp / "home",
-                  cwd=tmp)
+    res = run_cli(
+        ("provision", "--lock", lock, "--root", tmp / "data", *argv), home=tmp / "home", cwd=tmp
+    )
     assert res.rc == 0, (shape, res.output)
     assert uv_pip_list(tmp / "data" / "venv") == uv_pip_list(tmp / "uv-venv"), shape
 
@@ -287,39 +409,74 @@ def test_provision_installs_what_uv_sync_installs(shape: Shape, build_index: Gat
 def uv_pip_list(venv: Path) -> list[tuple[str, str]]:
     """(name, version) of every distribution in ``venv``, as ``uv pip list`` says."""
     python = str(venv / "bin" / "python")
-    out = subprocess.run([uv_bin(), "pip", "list", "--python", python, "--format", "json"],
-                         capture_output=True, text=True, check=True, env=installer_env())
+    out = subprocess.run(
+        [uv_bin(), "pip", "list", "--python", python, "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=installer_env(),
+    )
     return sorted((d["name"], d["version"]) for d in json.loads(out.stdout))
 
 
-def test_the_plan_prints_the_uv_sync_command(gate_index: GateIndex, tmp_path: Path,
-                                             run_envbuild: Callable[..., EnvbuildResult]) -> None:
-    shape = Shape(base=(), torch_in="extra", self_extra=True, member=True, default_groups=None, packaged=True,
-                  path_torch=False, url_utils=False)
+def test_the_plan_prints_the_uv_sync_command(
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    shape = Shape(
+        base=(),
+        torch_in="extra",
+        self_extra=True,
+        member=True,
+        default_groups=None,
+        packaged=True,
+        path_torch=False,
+        url_utils=False,
+    )
     project = write_project(tmp_path, shape, gate_index)
     _run([uv_bin(), "lock", "--no-cache"], project.folder, tmp_path, project_config=True)
-    res = run_envbuild("plan", "--lock", project.folder / "uv.lock", "--extra", "all", "--extra", "helpers",
-                       "--no-dev", "--json")
+    res = run_envbuild(
+        "plan",
+        "--lock",
+        project.folder / "uv.lock",
+        "--extra",
+        "all",
+        "--extra",
+        "helpers",
+        "--no-dev",
+        "--json",
+    )
     assert res.rc == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["uv_sync"] == "uv sync --frozen --extra all --extra helpers --no-dev"
     stages = {s["name"]: {p["name"]: p["why"] for p in s["packages"]} for s in doc["stages"]}
-    assert "torch" in stages["torch"] and "trainer-utils" in stages["rest"]  # through all -> train, and helper[fast]
-    assert stages["project"] == {"helper": "a workspace member, editable, as uv sync installs it",
-                                 "trainer": "the project itself, editable, as uv sync installs it"}
+    # through all -> train, and helper[fast]
+    assert "torch" in stages["torch"] and "trainer-utils" in stages["rest"]
+    assert stages["project"] == {
+        "helper": "a workspace member, editable, as uv sync installs it",
+        "trainer": "the project itself, editable, as uv sync installs it",
+    }
     text = run_envbuild("plan", "--lock", project.folder / "uv.lock", "--extra", "all")
     assert "selection: what `uv sync --frozen --extra all` installs" in text.stdout
     bad = run_envbuild("plan", "--lock", project.folder / "uv.lock", "--extra", "rocm")
     assert bad.rc == 2 and "Traceback" not in bad.output
-    assert "Extra `rocm` is not defined" in bad.stderr and "its extras: all, helpers, train" in bad.stderr
+    assert (
+        "Extra `rocm` is not defined" in bad.stderr
+        and "its extras: all, helpers, train" in bad.stderr
+    )
 
 
-# ----------------------------------------------------------------------------- provision --lock against uv sync
+# ----------------------------------------------------------------------------- provision --lock
+# against uv sync
 
 
 def pip_list(venv: Path) -> list[dict[str, str]]:
-    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv), "list", "--format", "json"],
-                         capture_output=True, text=True, check=True, env=installer_env())
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv), "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=installer_env(),
+    )
     return sorted(json.loads(out.stdout), key=lambda d: d["name"].lower())
 
 
@@ -331,31 +488,54 @@ def _locked(tmp: Path, shape: Shape, idx: GateIndex) -> Path:
 
 @pytest.mark.slow
 def test_torch_as_the_index_publishes_it_is_the_locks_baseline(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
-    """torch from the package index: ``2.10.0`` in its metadata and the lock, ``2.10.0+cu128`` at run
-    time. provision --lock installs what uv sync installs, freezes that torch as the baseline with no
-    false alarm, and the guard still fails a torch swapped in afterwards."""
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """torch from the package index: ``2.10.0`` in its metadata and the lock, ``2.10.0+cu128`` at
+    run time. provision --lock installs what uv sync installs, freezes that torch as the baseline
+    with no false alarm, and the guard still fails a torch swapped in afterwards."""
     from support.gatelocks import uv_platform_lock
 
     lock = uv_platform_lock(tmp_path, gate_index, linux_index="plain")
     env = installer_env(tmp_path / "home", {"UV_PROJECT_ENVIRONMENT": str(tmp_path / "uv-venv")})
     env.pop("UV_NO_CONFIG")
-    subprocess.run([uv_bin(), "sync", "--frozen", "--python", sys.executable], cwd=lock.parent, env=env, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [uv_bin(), "sync", "--frozen", "--python", sys.executable],
+        cwd=lock.parent,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 0, res.output
     assert "baseline frozen: torch==2.10.0" in res.output and "abi.version" not in res.output
     venv = tmp_path / "data" / "venv"
     assert pip_list(venv) == pip_list(tmp_path / "uv-venv")
-    runtime = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    runtime = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert runtime == "2.10.0+cu128"
     ok = run_envbuild("verify", "--root", tmp_path / "data")
     assert ok.rc == 0, ok.output
     # planted: another torch of the same public version over it (a CPU build): the guard names it
-    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps", "--reinstall",
-                    str(gate_index.root / "cpu" / "torch-2.10.0+cpu-py3-none-any.whl")], check=True,
-                   capture_output=True, env=installer_env(tmp_path / "home"))
+    subprocess.run(
+        [
+            uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--no-deps",
+            "--reinstall",
+            str(gate_index.root / "cpu" / "torch-2.10.0+cpu-py3-none-any.whl"),
+        ],
+        check=True,
+        capture_output=True,
+        env=installer_env(tmp_path / "home"),
+    )
     bad = run_envbuild("verify", "--root", tmp_path / "data")
     assert bad.rc == 6, bad.output
     assert "torch" in bad.output and "Traceback" not in bad.output
@@ -363,11 +543,20 @@ def test_torch_as_the_index_publishes_it_is_the_locks_baseline(
 
 @pytest.mark.slow
 def test_path_sources_install_the_files_the_lock_names(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """torch locked from a wheel in the project (a relative path source) and trainer-utils by URL:
     provision --lock installs those bytes, as uv sync does."""
-    shape = Shape(base=("filelock-like==3.0",), torch_in="base", self_extra=False, member=False, default_groups=None,
-                  packaged=False, path_torch=True, url_utils=True)
+    shape = Shape(
+        base=("filelock-like==3.0",),
+        torch_in="base",
+        self_extra=False,
+        member=False,
+        default_groups=None,
+        packaged=False,
+        path_torch=True,
+        url_utils=True,
+    )
     lock = _locked(tmp_path, shape, gate_index)
     assert 'source = { path = "wheels/torch-2.10.0+cpu-py3-none-any.whl" }' in lock.read_text()
     uv_sync_installs(lock.parent, [], tmp_path / "uv-venv", tmp_path / "home")
@@ -380,8 +569,8 @@ def test_path_sources_install_the_files_the_lock_names(
 
 
 def _unhashed_lock(tmp: Path, idx: GateIndex) -> Path:
-    """uv.lock of torch from a local flat index (a folder beside the project) and trainer-utils from a
-    remote find-links page that gives no hashes: uv records no sha256 for either."""
+    """uv.lock of torch from a local flat index (a folder beside the project) and trainer-utils from
+    a remote find-links page that gives no hashes: uv records no sha256 for either."""
     folder = tmp / "unhashed"
     (folder / "wheels").mkdir(parents=True)
     for name in ("torch-2.10.0+cpu-py3-none-any.whl", "filelock_like-3.0-py3-none-any.whl"):
@@ -407,7 +596,7 @@ explicit = true
 
 [[tool.uv.index]]
 name = "bare"
-url = "{idx.server.bare_url('pypi')}"
+url = "{idx.server.bare_url("pypi")}"
 format = "flat"
 explicit = true
 
@@ -422,13 +611,23 @@ default = true
 
 @pytest.mark.slow
 def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     lock = _unhashed_lock(tmp_path, gate_index)
     text = lock.read_text()
     assert '{ path = "torch-2.10.0+cpu-py3-none-any.whl" }' in text
-    assert f'{{ url = "{gate_index.server.file_url("pypi", "trainer_utils-1.0-py3-none-any.whl")}" }}' in text
-    refused = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "strict", "--require-hashes")
-    assert refused.rc == 8 and "--require-hashes" in refused.stderr and not (tmp_path / "strict").exists()
+    assert (
+        f'{{ url = "{gate_index.server.file_url("pypi", "trainer_utils-1.0-py3-none-any.whl")}" }}'
+        in text
+    )
+    refused = run_envbuild(
+        "provision", "--lock", lock, "--root", tmp_path / "strict", "--require-hashes"
+    )
+    assert (
+        refused.rc == 8
+        and "--require-hashes" in refused.stderr
+        and not (tmp_path / "strict").exists()
+    )
     uv_sync_installs(lock.parent, [], tmp_path / "uv-venv", tmp_path / "home")
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--json")
     assert res.rc == 0, res.output
@@ -438,10 +637,15 @@ def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(
     pinned = receipt["payload"]["lock"]["unhashed"]
     from support.wheels import sha256_of
 
-    assert pinned["torch"]["sha256"] == sha256_of(lock.parent / "wheels" / "torch-2.10.0+cpu-py3-none-any.whl")
-    assert pinned["trainer-utils"]["sha256"] == sha256_of(gate_index.root / "pypi" / "trainer_utils-1.0-py3-none-any.whl")
+    assert pinned["torch"]["sha256"] == sha256_of(
+        lock.parent / "wheels" / "torch-2.10.0+cpu-py3-none-any.whl"
+    )
+    assert pinned["trainer-utils"]["sha256"] == sha256_of(
+        gate_index.root / "pypi" / "trainer_utils-1.0-py3-none-any.whl"
+    )
     same = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data", "--json")
-    assert same.rc == 0 and json.loads(same.stdout)["ran"] == [], same.output  # the same bytes: a no-op
+    # the same bytes: a no-op
+    assert same.rc == 0 and json.loads(same.stdout)["ran"] == [], same.output
     # the file changes under the same name: required from then on, so the re-run refuses it
     import zipfile
 
@@ -449,37 +653,67 @@ def test_files_the_lock_has_no_hash_for_are_pinned_on_first_install(
         zf.comment = b"rebuilt"
     again = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert again.rc == 5, again.output
-    assert "its bytes changed since they were first installed here" in again.stderr and "Traceback" not in again.output
+    assert (
+        "its bytes changed since they were first installed here" in again.stderr
+        and "Traceback" not in again.output
+    )
 
 
 def test_the_interpreter_comes_from_the_locks_requires_python(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """A lock that needs a newer Python than the one envbuild runs on is planned for an interpreter
     that fits (found here, named in the output); one that nothing here fits is refused (exit 3)
     naming its requires-python, not a package."""
-    shape = Shape(base=(), torch_in="base", self_extra=False, member=False, default_groups=None, packaged=False,
-                  path_torch=False, url_utils=False)
+    shape = Shape(
+        base=(),
+        torch_in="base",
+        self_extra=False,
+        member=False,
+        default_groups=None,
+        packaged=False,
+        path_torch=False,
+        url_utils=False,
+    )
     project = write_project(tmp_path, shape, gate_index)
     pyproject = project.folder / "pyproject.toml"
     newer = f"3.{sys.version_info[1] + 1}"
-    pyproject.write_text(pyproject.read_text().replace('requires-python = ">=3.10"', f'requires-python = ">={newer}"'))
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'requires-python = ">=3.10"', f'requires-python = ">={newer}"'
+        )
+    )
     from envbuild.installer.python import find_interpreter
 
     try:
         fits = find_interpreter(newer, require_fit=False)
     except EnvbuildError:
         fits = None
-    _run([uv_bin(), "lock", "--no-cache", "--python", str(fits.executable) if fits else sys.executable],
-         project.folder, tmp_path, project_config=True)
+    _run(
+        [
+            uv_bin(),
+            "lock",
+            "--no-cache",
+            "--python",
+            str(fits.executable) if fits else sys.executable,
+        ],
+        project.folder,
+        tmp_path,
+        project_config=True,
+    )
     lock = project.folder / "uv.lock"
-    # HOME is the test's own: pyenv's interpreters are found through PYENV_ROOT, as pyenv itself finds them
+    # HOME is the test's own: pyenv's interpreters are found through PYENV_ROOT, as pyenv itself
+    # finds them
     pyenv = {"PYENV_ROOT": os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")}
     res = run_envbuild("plan", "--lock", lock, "--json", env=pyenv)
     if fits is not None:
         assert res.rc == 0, res.output
         got = json.loads(res.stdout)["python"]
         assert tuple(int(x) for x in got.split(".")) >= tuple(int(x) for x in newer.split("."))
-        assert f"the lock requires Python >={newer}" in res.stderr and "installing for Python" in res.stderr
+        assert (
+            f"the lock requires Python >={newer}" in res.stderr
+            and "installing for Python" in res.stderr
+        )
     text = lock.read_text().replace(f'requires-python = ">={newer}"', 'requires-python = ">=3.99"')
     lock.write_text(text)
     bad = run_envbuild("plan", "--lock", lock)
@@ -492,21 +726,42 @@ def _torch_venv(tmp: Path, idx: GateIndex) -> Path:
     """A venv holding torch 2.10.0+cu128 and its runtime, as a base image's environment would."""
     venv = tmp / "base-env"
     env = installer_env(tmp / "home")
-    subprocess.run([uv_bin(), "venv", "--python", sys.executable, str(venv)], check=True, capture_output=True, env=env)
-    subprocess.run([uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--index-url",
-                    idx.url("cu128"), "--extra-index-url", idx.pypi_url, "--index-strategy", "unsafe-best-match",
-                    "torch==2.10.0+cu128"], check=True,
-                   capture_output=True, env=env)
+    subprocess.run(
+        [uv_bin(), "venv", "--python", sys.executable, str(venv)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    subprocess.run(
+        [
+            uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--index-url",
+            idx.url("cu128"),
+            "--extra-index-url",
+            idx.pypi_url,
+            "--index-strategy",
+            "unsafe-best-match",
+            "torch==2.10.0+cu128",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
     return venv
 
 
 @pytest.mark.slow
 def test_a_lock_that_leaves_torch_to_the_base_image_provisions_onto_its_torch(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
-    """The NGC pattern (Megatron-LM, Model-Optimizer): ``override-dependencies = ["torch; sys_platform
-    == 'never'"]``. Onto an environment that has torch (--venv), the rest installs and that torch is
-    the baseline, untouched; a locked package whose requirement on torch it does not meet is refused
-    (exit 8) before anything is installed."""
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """The NGC pattern (Megatron-LM, Model-Optimizer): ``override-dependencies = ["torch;
+    sys_platform == 'never'"]``. Onto an environment that has torch (--venv), the rest installs and
+    that torch is the baseline, untouched; a locked package whose requirement on torch it does not
+    meet is refused (exit 8) before anything is installed."""
     from support.gatelocks import uv_platform_lock
 
     never = "torch; sys_platform == 'never'"
@@ -521,18 +776,27 @@ def test_a_lock_that_leaves_torch_to_the_base_image_provisions_onto_its_torch(
     assert after["torch"] == before["torch"] == "2.10.0+cu128" and after["trainer-utils"] == "1.0"
     assert "adopting" in res.output
     # planted: a locked package that needs a newer torch than the image's
-    bad_lock = uv_platform_lock(tmp_path, gate_index, overrides=[never], deps=["needs-torch-211==1.0"])
-    bad = run_envbuild("provision", "--lock", bad_lock, "--venv", venv, "--root", tmp_path / "data2")
+    bad_lock = uv_platform_lock(
+        tmp_path, gate_index, overrides=[never], deps=["needs-torch-211==1.0"]
+    )
+    bad = run_envbuild(
+        "provision", "--lock", bad_lock, "--venv", venv, "--root", tmp_path / "data2"
+    )
     assert bad.rc == 8, bad.output
-    assert "needs-torch-211 1.0 requires torch>=2.11" in bad.stderr and "Traceback" not in bad.output
+    assert (
+        "needs-torch-211 1.0 requires torch>=2.11" in bad.stderr and "Traceback" not in bad.output
+    )
     assert "needs-torch-211" not in {d["name"] for d in pip_list(venv)}
 
 
 @pytest.mark.slow
 def test_home_links_and_unmet_requirements_said_once(
-        gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """--home with --lock makes $HOME/venv and $HOME/data as a stack's layout does (an existing file
-    where a link goes is refused, exit 4, and kept); no requirement a later stage meets is warned of."""
+    where a link goes is refused, exit 4, and kept); no requirement a later stage meets is warned
+    of.
+    """
     from support.gatelocks import uv_platform_lock
 
     lock = uv_platform_lock(tmp_path, gate_index, linux_index="plain")
@@ -548,4 +812,5 @@ def test_home_links_and_unmet_requirements_said_once(
     assert res.rc == 0, res.output
     assert (home / "venv").resolve() == (tmp_path / "data" / "venv").resolve()
     assert (home / "data").is_symlink()
-    assert "left unmet by --no-deps" not in res.output  # trainer-utils' einops-like and torch came in other stages
+    # trainer-utils' einops-like and torch came in other stages
+    assert "left unmet by --no-deps" not in res.output

@@ -25,8 +25,12 @@ Run = Callable[..., EnvbuildResult]
 _HEAD = 'version = 1\nrevision = 3\nrequires-python = ">=3.10"\n\n'
 
 
-def _pkg(name: str, version: str, source: str = 'source = { registry = "https://pypi.org/simple" }',
-         deps: str = "") -> str:
+def _pkg(
+    name: str,
+    version: str,
+    source: str = 'source = { registry = "https://pypi.org/simple" }',
+    deps: str = "",
+) -> str:
     return f'[[package]]\nname = "{name}"\nversion = "{version}"\n{source}\n{deps}\n'
 
 
@@ -46,26 +50,61 @@ def test_unreadable_files_are_usage_errors(run_envbuild: Run, tmp_path: Path) ->
     assert r.rc == ExitCode.CONFIG and "--python 'three'" in r.stderr, r.output
 
 
-def test_a_marker_that_does_not_parse_is_a_finding_on_its_line(run_envbuild: Run, tmp_path: Path) -> None:
+def test_a_marker_that_does_not_parse_is_a_finding_on_its_line(
+    run_envbuild: Run, tmp_path: Path
+) -> None:
     lock = tmp_path / "uv.lock"
-    lock.write_text(_HEAD + _pkg("trainer", "0.1", 'source = { virtual = "." }',
-                                 "dependencies = [\n    { name = \"torch\", marker = \"sys_platform == 'linux' and and\" },\n]")
-                    + _pkg("torch", "2.10.0"))
+    lock.write_text(
+        _HEAD
+        + _pkg(
+            "trainer",
+            "0.1",
+            'source = { virtual = "." }',
+            'dependencies = [\n    { name = "torch", marker = "sys_platform == \'linux\' and and"'
+            " },\n]",
+        )
+        + _pkg("torch", "2.10.0")
+    )
     r = run_envbuild("check-lock", str(lock), "--offline")
     assert r.rc == ExitCode.LOCK, r.output
-    assert f"{lock}:7: trainer: a dependency marker of trainer 0.1 `sys_platform == 'linux' and and` does not " \
-           "parse" in r.stdout and "[broken-marker]" in r.stdout and "Traceback" not in r.output
+    assert (
+        f"{lock}:7: trainer: a dependency marker of trainer 0.1 `sys_platform == 'linux' and and`"
+        " does not parse"
+        in r.stdout
+        and "[broken-marker]" in r.stdout
+        and "Traceback" not in r.output
+    )
 
 
 def test_a_fork_without_torch_is_named_not_failed(tmp_path: Path) -> None:
     lock = tmp_path / "uv.lock"
-    lock.write_text(_HEAD + _pkg("trainer", "0.1", 'source = { virtual = "." }',
-                                 "dependencies = [\n    { name = \"torch\", marker = \"sys_platform == 'linux'\" },\n]")
-                    + _pkg("torch", "2.10.0+cu128", 'source = { registry = "https://download.pytorch.org/whl/cu128" }'))
+    lock.write_text(
+        _HEAD
+        + _pkg(
+            "trainer",
+            "0.1",
+            'source = { virtual = "." }',
+            'dependencies = [\n    { name = "torch", marker = "sys_platform == \'linux\'" },\n]',
+        )
+        + _pkg(
+            "torch",
+            "2.10.0+cu128",
+            'source = { registry = "https://download.pytorch.org/whl/cu128" }',
+        )
+    )
     report = check_file(lock, Policy(), offline=True)
     assert report.ok, report.findings
-    assert [r.torch for r in report.environments] == ["2.10.0+cu128", "2.10.0+cu128", None, None, None]
-    assert any(n.startswith("no torch in 3 environment(s): macos arm64; macos x86_64; windows amd64") for n in report.notices)
+    assert [r.torch for r in report.environments] == [
+        "2.10.0+cu128",
+        "2.10.0+cu128",
+        None,
+        None,
+        None,
+    ]
+    assert any(
+        n.startswith("no torch in 3 environment(s): macos arm64; macos x86_64; windows amd64")
+        for n in report.notices
+    )
 
 
 def test_a_lock_of_100k_packages_answers_within_seconds(run_envbuild: Run, tmp_path: Path) -> None:
@@ -85,9 +124,13 @@ def groups_lock_text(gate_index: GateIndex, tmp_path_factory: pytest.TempPathFac
     return uv_groups_lock(tmp_path_factory.mktemp("groups"), gate_index).read_text()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
-def test_mutated_tool_made_locks_never_crash(groups_lock_text: str, tmp_path: Path, data: st.DataObject) -> None:
+def test_mutated_tool_made_locks_never_crash(
+    groups_lock_text: str, tmp_path: Path, data: st.DataObject
+) -> None:
     """Lines of a real uv.lock deleted, duplicated or overwritten with arbitrary text, then read
     as each format: a report (findings or not) or a ConfigError, nothing else."""
     lines = groups_lock_text.splitlines()
@@ -120,12 +163,25 @@ def test_a_python_3_marker_and_an_unversioned_entry_read_plainly(tmp_path: Path)
     """``python_version >= '3'`` tells no Python 3 apart (no "python 3.0-3.1" environments), and an
     entry without a version is named by its name (never ``==None``)."""
     lock = tmp_path / "uv.lock"
-    lock.write_text(_HEAD + _pkg("trainer", "0.1", 'source = { virtual = "." }',
-                                 "dependencies = [\n    { name = \"torch\", marker = \"python_version >= '3'\" },\n"
-                                 "    { name = \"helper\" },\n]")
-                    + _pkg("torch", "2.10.0+cu128", 'source = { registry = "https://download.pytorch.org/whl/cu128" }')
-                    + '[[package]]\nname = "helper"\nsource = { git = "https://example.com/helper?rev=1#abc" }\n'
-                    + 'dependencies = [\n    { name = "torch" },\n]\n')
+    lock.write_text(
+        _HEAD
+        + _pkg(
+            "trainer",
+            "0.1",
+            'source = { virtual = "." }',
+            'dependencies = [\n    { name = "torch", marker = "python_version >= \'3\'" },\n'
+            '    { name = "helper" },\n]',
+        )
+        + _pkg(
+            "torch",
+            "2.10.0+cu128",
+            'source = { registry = "https://download.pytorch.org/whl/cu128" }',
+        )
+        + '[[package]]\nname = "helper"\nsource = { git ='
+        ' "https://example.com/helper?rev=1#abc" }\n'
+        + 'dependencies = [\n    { name = "torch" },\n]\n'
+    )
     report = check_file(lock, Policy(), offline=True)
     assert [r.name for r in report.environments] == ["linux x86_64"], report.environments
-    assert report.unchecked == ["helper"], report.unchecked  # a torch dependent whose requirements are unknown
+    # a torch dependent whose requirements are unknown
+    assert report.unchecked == ["helper"], report.unchecked

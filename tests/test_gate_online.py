@@ -16,11 +16,15 @@ pytestmark = pytest.mark.slow
 
 
 def test_an_index_that_never_answers_is_named_once_and_costs_seconds(
-        run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path) -> None:
-    lock = uv_platform_lock(tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE")
+    run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path
+) -> None:
+    lock = uv_platform_lock(
+        tmp_path, gate_index, extension="flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE"
+    )
     cache = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
     with BlackHole() as hole:
-        # the lock's packages now say they come from a host that accepts connections and never answers
+        # the lock's packages now say they come from a host that accepts connections and never
+        # answers
         dead = hole.url.removesuffix("/simple")
         lock.write_text(lock.read_text().replace(gate_index.server.url, dead))
         t0 = time.monotonic()
@@ -34,34 +38,56 @@ def test_an_index_that_never_answers_is_named_once_and_costs_seconds(
     notes = [ln for ln in online.stdout.splitlines() if f"index at {host} did not answer" in ln]
     assert len(notes) == 1, online.output
     assert "package(s) not checked" in notes[0] and "torch 2.10.0+cu128" in notes[0]
-    assert "no metadata in the lock or on its index" not in online.stdout  # the host is the reason, said once
+    # the host is the reason, said once
+    assert "no metadata in the lock or on its index" not in online.stdout
     assert t_online - t_offline < 10, (t_online, t_offline)
 
 
 def test_offline_says_what_came_from_the_cache_and_no_cache_ignores_it(
-        run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path) -> None:
+    run_envbuild: Callable[..., EnvbuildResult], gate_index: GateIndex, tmp_path: Path
+) -> None:
     lock = uv_platform_lock(tmp_path, gate_index)
     cache = {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
-    online = run_envbuild("check-lock", str(lock), env=cache)  # reads torch's metadata from the index, caches it
+    # reads torch's metadata from the index, caches it
+    online = run_envbuild("check-lock", str(lock), env=cache)
     assert online.rc == 0, online.output
     offline = run_envbuild("check-lock", str(lock), "--offline", env=cache)
-    assert offline.rc == 0 and "judged with requirements from the metadata cache" in offline.stdout, offline.output
+    assert (
+        offline.rc == 0 and "judged with requirements from the metadata cache" in offline.stdout
+    ), offline.output
     lone = run_envbuild("check-lock", str(lock), "--offline", "--no-cache", env=cache)
     assert lone.rc == 0 and "metadata cache" not in lone.stdout, lone.output
     assert "torch's runtime requirements were not checked" in lone.stdout
 
 
-# ----------------------------------------------------------------------------- a lock's shape vs envbuild's bugs
+# ----------------------------------------------------------------------------- a lock's shape vs
+# envbuild's bugs
 
 
-@pytest.mark.parametrize(("old", "new", "said"), [
-    ('name = "torch"\nversion = "2.10.0+cu128"', 'name = "torch"\nversion = 2', "`version` is a int, where uv writes a string"),
-    ('source = { registry = ', 'source = { registry = 7, x = ', "`registry` is a int"),
-    ('resolution-markers = [', 'resolution-markers = [1, ', "`resolution-markers` is not an array of strings"),
-])
-def test_a_lock_shaped_wrong_is_a_located_finding(run_envbuild: Callable[..., EnvbuildResult],
-                                                  gate_index: GateIndex, tmp_path: Path,
-                                                  old: str, new: str, said: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (
+            'name = "torch"\nversion = "2.10.0+cu128"',
+            'name = "torch"\nversion = 2',
+            "`version` is a int, where uv writes a string",
+        ),
+        ("source = { registry = ", "source = { registry = 7, x = ", "`registry` is a int"),
+        (
+            "resolution-markers = [",
+            "resolution-markers = [1, ",
+            "`resolution-markers` is not an array of strings",
+        ),
+    ],
+)
+def test_a_lock_shaped_wrong_is_a_located_finding(
+    run_envbuild: Callable[..., EnvbuildResult],
+    gate_index: GateIndex,
+    tmp_path: Path,
+    old: str,
+    new: str,
+    said: str,
+) -> None:
     lock = uv_platform_lock(tmp_path, gate_index)
     text = lock.read_text()
     assert old in text
@@ -71,31 +97,42 @@ def test_a_lock_shaped_wrong_is_a_located_finding(run_envbuild: Callable[..., En
     assert "[broken-lock]" in r.stdout and said in r.stdout, r.output
 
 
-def test_a_parser_bug_is_an_internal_error_not_a_finding(gate_index: GateIndex, tmp_path: Path) -> None:
+def test_a_parser_bug_is_an_internal_error_not_a_finding(
+    gate_index: GateIndex, tmp_path: Path
+) -> None:
     """An exception of the reader itself (here: a TypeError planted in it) must not read as the
     user's broken lock: exit 1, the traceback, "this is a bug"."""
     import subprocess
     import sys
 
     lock = uv_platform_lock(tmp_path, gate_index)
-    prog = ("import sys; import envbuild.gate.formats.uvlock as u\n"
-            "def bug(data): raise TypeError('planted bug')\n"
-            "u._shape = bug\n"
-            "from envbuild.cli import main\n"
-            "sys.exit(main(['check-lock', '--offline', sys.argv[1]]))\n")
-    r = subprocess.run([sys.executable, "-c", prog, str(lock)], capture_output=True, text=True, timeout=120)
+    prog = (
+        "import sys; import envbuild.gate.formats.uvlock as u\n"
+        "def bug(data): raise TypeError('planted bug')\n"
+        "u._shape = bug\n"
+        "from envbuild.cli import main\n"
+        "sys.exit(main(['check-lock', '--offline', sys.argv[1]]))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", prog, str(lock)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "this is a bug" in r.stderr and "planted bug" in r.stderr and "broken-lock" not in r.stdout
+    assert (
+        "this is a bug" in r.stderr and "planted bug" in r.stderr and "broken-lock" not in r.stdout
+    )
 
 
-def test_a_person_reads_findings_in_100_columns(run_envbuild: Callable[..., EnvbuildResult],
-                                                tmp_path: Path) -> None:
+def test_a_person_reads_findings_in_100_columns(
+    run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
+) -> None:
     """On a terminal (FORCE_COLOR stands for one) a finding wraps at 100 columns under its
     ``FILE:LINE: PACKAGE:`` head; in a pipe it stays one line for grep, editors and CI logs."""
     from support.fixtures import REPO_ROOT
 
     twin = REPO_ROOT / "lockfiles" / "examples" / "vision-mismatch" / "uv.lock"
-    tty = run_envbuild("check-lock", "--offline", str(twin), env={"FORCE_COLOR": "1", "NO_COLOR": ""})
+    tty = run_envbuild(
+        "check-lock", "--offline", str(twin), env={"FORCE_COLOR": "1", "NO_COLOR": ""}
+    )
     piped = run_envbuild("check-lock", "--offline", str(twin))
     assert tty.rc == piped.rc == 8
     import re

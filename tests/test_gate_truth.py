@@ -59,7 +59,7 @@ def uv_lock(torch: str = "2.10.0", flash_plats: tuple[str, ...] = ("linux_x86_64
         f'hash = "sha256:{i + 20:064x}" }},\n'
         for i, tag in enumerate(TORCH_WHEELS)
     )
-    return f'''version = 1
+    return f"""version = 1
 revision = 3
 requires-python = "==3.12.*"
 
@@ -104,7 +104,7 @@ version = "{torch}"
 source = {{ registry = "https://pypi.org/simple" }}
 wheels = [
 {torch_wheels}]
-'''
+"""
 
 
 def _write(folder: Path, text: str) -> Path:

@@ -24,7 +24,9 @@ SPEC = ROOT / "lockfiles" / "cpu" / "stack.toml"
 
 
 def test_the_stack_dockerfile_installs_envbuild_with_the_snippet() -> None:
-    text = render(load_spec(SPEC, os.environ), DockerOptions(lock=False, steps_dir="steps")).dockerfile
+    text = render(
+        load_spec(SPEC, os.environ), DockerOptions(lock=False, steps_dir="steps")
+    ).dockerfile
     [command] = tool_installs(text)
     assert is_the_one_snippet(command), command
     copies = [v for k, v in instructions(text) if k == "COPY" and "/src/envbuild" in v]
@@ -32,11 +34,22 @@ def test_the_stack_dockerfile_installs_envbuild_with_the_snippet() -> None:
 
 
 def test_the_modal_file_installs_envbuild_with_the_snippet() -> None:
-    rendered = render_modal(load_spec(SPEC, os.environ), ModalOptions(
-        docker=DockerOptions(lock=False, steps_dir="steps"), context=".", dockerfile="x.Dockerfile"))
+    rendered = render_modal(
+        load_spec(SPEC, os.environ),
+        ModalOptions(
+            docker=DockerOptions(lock=False, steps_dir="steps"),
+            context=".",
+            dockerfile="x.Dockerfile",
+        ),
+    )
     tree = ast.parse(rendered.source)
-    values = {t.id: node.value for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
-              for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    values = {
+        t.id: node.value
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
     node = values["TOOL_INSTALL"]
     assert node is not None
     command = ast.literal_eval(node)
@@ -49,7 +62,11 @@ def test_the_snippet_reads_back_and_a_drifted_copy_fails() -> None:
     assert command == tool_shell("python3.12")
     assert is_the_one_snippet(command)
     # the drift the three copies had: ln -s of envbuild only, or no uv on PATH
-    for old, new in ((" -sf ", " -s "), (" /opt/envbuild-tool/bin/uv", ""), ("envbuild --version", "true")):
+    for old, new in (
+        (" -sf ", " -s "),
+        (" /opt/envbuild-tool/bin/uv", ""),
+        ("envbuild --version", "true"),
+    ):
         drifted = text.replace(old, new, 1)
         assert drifted != text
         assert not is_the_one_snippet(tool_installs(drifted)[0]), old

@@ -25,29 +25,38 @@ from envbuild.errors import ExitCode
 from envbuild.provision import warmup
 
 pytestmark = pytest.mark.slow  # real provisions
-# The sandbox sets PYTHONDONTWRITEBYTECODE=1; with it nothing would be written. "" unsets it for Python.
+# The sandbox sets PYTHONDONTWRITEBYTECODE=1; with it nothing would be written. "" unsets it for
+# Python.
 BYTECODE_ON = {"PYTHONDONTWRITEBYTECODE": ""}
 TORCH = "2.12.0+cpu"
 
 
-def _stack(tmp_path: Path, torch_init: str, later: list[tuple[str, str, dict[str, str]]],
-           submodules: int = 0) -> Path:
+def _stack(
+    tmp_path: Path,
+    torch_init: str,
+    later: list[tuple[str, str, dict[str, str]]],
+    submodules: int = 0,
+) -> Path:
     """A stack whose baseline is a stand-in torch with ``torch_init`` as its __init__ (importing
     ``submodules`` more modules of its own), then one step per ``later`` wheel (name, version,
     files), all from a local find-links folder."""
     wheels = tmp_path / "wheels"
     files = {f"torch/_m{i}.py": f"X = {i}\n" for i in range(submodules)}
-    files["torch/__init__.py"] = "".join(f"from . import _m{i}\n" for i in range(submodules)) + torch_init
+    files["torch/__init__.py"] = (
+        "".join(f"from . import _m{i}\n" for i in range(submodules)) + torch_init
+    )
     files["torch/version.py"] = f"__version__ = {TORCH!r}\ncuda = None\n"
     files["torch/_never_imported.py"] = "Y = 1\n"
     build_wheel(wheels, "torch", TORCH, files=files)
     for name, version, files in later:
         build_wheel(wheels, name, version, files=files)
     src = f'find_links = ["{wheels}"]\nno_index = true\n'
-    text = (f'schema = 1\nname = "warmup"\npython = "{PY_MAJOR_MINOR}"\n'
-            '[layout]\nroot = "/mnt/data"\nlinks = { venv = "venv" }\nmin_free_gb = 0\n'
-            f'[abi]\npackage = "torch"\nversion = "{TORCH}"\nlocal = "cpu"\n'
-            f'[[step]]\nname = "torch"\npackages = ["torch=={TORCH}"]\n{src}')
+    text = (
+        f'schema = 1\nname = "warmup"\npython = "{PY_MAJOR_MINOR}"\n'
+        '[layout]\nroot = "/mnt/data"\nlinks = { venv = "venv" }\nmin_free_gb = 0\n'
+        f'[abi]\npackage = "torch"\nversion = "{TORCH}"\nlocal = "cpu"\n'
+        f'[[step]]\nname = "torch"\npackages = ["torch=={TORCH}"]\n{src}'
+    )
     for i, (name, version, _) in enumerate(later):
         text += f'[[step]]\nname = "later-{i}"\npackages = ["{name}=={version}"]\n{src}'
     path = tmp_path / "stack.toml"
@@ -55,23 +64,58 @@ def _stack(tmp_path: Path, torch_init: str, later: list[tuple[str, str, dict[str
     return path
 
 
-# The import mode runs only on hosts with 4+ cores; forced here so these tests mean the same on any host.
+# The import mode runs only on hosts with 4+ cores; forced here so these tests mean the same on any
+# host.
 FORCE_IMPORT = {"ENVBUILD_IMPORT_WARMUP": "import"}
 ARGS = ("--backend", "uv", "--compile-bytecode", "no", "--json")
 
 
-def _provision(run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path, stack: Path, *extra: str,
-               env: dict[str, str] | None = None) -> EnvbuildResult:
-    return run_envbuild("provision", "--stack", stack, "--root", tmp_path / "data", "--home", tmp_path / "home",
-                        *ARGS, *extra, env={**BYTECODE_ON, **FORCE_IMPORT, **(env or {})})
+def _provision(
+    run_envbuild: Callable[..., EnvbuildResult],
+    tmp_path: Path,
+    stack: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> EnvbuildResult:
+    return run_envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        tmp_path / "data",
+        "--home",
+        tmp_path / "home",
+        *ARGS,
+        *extra,
+        env={**BYTECODE_ON, **FORCE_IMPORT, **(env or {})},
+    )
 
 
 def _provision_on_one_cpu(tmp_path: Path, stack: Path) -> EnvbuildResult:
     """The default (auto) warm-up, with envbuild and its children pinned to one CPU by taskset."""
-    argv = ["taskset", "-c", "0", sys.executable, "-m", "envbuild", "provision", "--stack", str(stack),
-            "--root", str(tmp_path / "data"), "--home", str(tmp_path / "home"), *ARGS]
-    out = subprocess.run(argv, capture_output=True, text=True, env=installer_env(tmp_path / "home", BYTECODE_ON),
-                         timeout=600)
+    argv = [
+        "taskset",
+        "-c",
+        "0",
+        sys.executable,
+        "-m",
+        "envbuild",
+        "provision",
+        "--stack",
+        str(stack),
+        "--root",
+        str(tmp_path / "data"),
+        "--home",
+        str(tmp_path / "home"),
+        *ARGS,
+    ]
+    out = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=installer_env(tmp_path / "home", BYTECODE_ON),
+        timeout=600,
+    )
     return EnvbuildResult(out.returncode, out.stdout, out.stderr)
 
 
@@ -82,8 +126,12 @@ def _site(tmp_path: Path) -> Path:
 PLAIN_TORCH = "from .version import __version__\n"
 
 
-def test_warmup_writes_torch_bytecode_while_later_steps_install(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
-    stack = _stack(tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})])
+def test_warmup_writes_torch_bytecode_while_later_steps_install(
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    stack = _stack(
+        tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})]
+    )
     result = _provision(run_envbuild, tmp_path, stack)
     assert result.rc == ExitCode.OK, result.output
     doc = json.loads(result.stdout)
@@ -98,23 +146,32 @@ def test_warmup_writes_torch_bytecode_while_later_steps_install(tmp_path: Path, 
     assert receipt["payload"]["import_warmup"]["module"] == "torch"
 
 
-@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux) to pin envbuild to one CPU")
+@pytest.mark.skipif(
+    shutil.which("taskset") is None, reason="needs taskset (util-linux) to pin envbuild to one CPU"
+)
 def test_a_later_provision_compiles_what_the_import_loaded_on_every_core(tmp_path: Path) -> None:
     """The first provision records the files import torch loaded (in the data root's cache); the
     next one of the same torch compiles exactly those, in parallel, while it installs. On one CPU
-    the first run has no warm-up at all (the import mode needs spare cores); the compile mode runs."""
+    the first run has no warm-up at all (the import mode needs spare cores); the compile mode runs.
+    """
     # torch imports helper_a when present (as torch does numpy): a later step installs it, so the
     # listing leaves it out (only torch's and its protected set's files: constraints freeze them)
     optional = "try:\n    import helper_a\nexcept ImportError:\n    pass\n"
-    stack = _stack(tmp_path, optional + PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})],
-                   submodules=80)
+    stack = _stack(
+        tmp_path,
+        optional + PLAIN_TORCH,
+        [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})],
+        submodules=80,
+    )
     first = _provision_on_one_cpu(tmp_path, stack)
     assert first.rc == ExitCode.OK, first.output
     assert json.loads(first.stdout)["import_warmup"] is None
     listing = next((tmp_path / "data" / "cache" / "envbuild").glob("import-torch-*.json"))
     files = json.loads(listing.read_text())["files"]
     assert {"torch/__init__.py", "torch/version.py", "torch/_m79.py"} <= set(files)
-    assert "torch/_never_imported.py" not in files and not any(f.startswith("helper_a/") for f in files)
+    assert "torch/_never_imported.py" not in files and not any(
+        f.startswith("helper_a/") for f in files
+    )
 
     # a new venv on the same data root (caches kept), as a warm re-provision makes
     shutil.rmtree(tmp_path / "data" / "venv")
@@ -130,14 +187,19 @@ def test_a_later_provision_compiles_what_the_import_loaded_on_every_core(tmp_pat
     pyc = next(cache.glob("_m0.cpython-*.pyc"))
     before = pyc.stat().st_mtime_ns
     venv_python = tmp_path / "data" / "venv" / "bin" / "python"
-    subprocess.run([str(venv_python), "-c", "import torch"], check=True, env={**os.environ, **BYTECODE_ON})
+    subprocess.run(
+        [str(venv_python), "-c", "import torch"], check=True, env={**os.environ, **BYTECODE_ON}
+    )
     assert pyc.stat().st_mtime_ns == before
 
 
 @pytest.mark.parametrize("how", ["variable", "pip", "compile", "no-bytecode"])
-def test_warmup_stays_off_where_it_cannot_help(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult],
-                                               how: str) -> None:
-    stack = _stack(tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})])
+def test_warmup_stays_off_where_it_cannot_help(
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult], how: str
+) -> None:
+    stack = _stack(
+        tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})]
+    )
     extra: tuple[str, ...] = ()
     env: dict[str, str] = {}
     if how == "variable":
@@ -154,28 +216,51 @@ def test_warmup_stays_off_where_it_cannot_help(tmp_path: Path, run_envbuild: Cal
     assert not (tmp_path / "data" / "logs" / "import-warmup.log").exists()
 
 
-def test_a_failing_warmup_is_not_a_verdict(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+def test_a_failing_warmup_is_not_a_verdict(
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """torch needs a module that only a later step installs: the warm-up fails, the run does not."""
     # three later steps: the warm-up's failed import (a tenth of a second) is over long before the
-    # check; on a machine so loaded that it is not, it is killed at the end, which is no verdict either
-    stack = _stack(tmp_path, "import late_dep\n" + PLAIN_TORCH,
-                   [("filler-a", "1.0", {"filler_a/__init__.py": ""}), ("filler-b", "1.0", {"filler_b/__init__.py": ""}),
-                    ("late-dep", "1.0", {"late_dep/__init__.py": "OK = True\n"})])
+    # check; on a machine so loaded that it is not, it is killed at the end, which is no verdict
+    # either
+    stack = _stack(
+        tmp_path,
+        "import late_dep\n" + PLAIN_TORCH,
+        [
+            ("filler-a", "1.0", {"filler_a/__init__.py": ""}),
+            ("filler-b", "1.0", {"filler_b/__init__.py": ""}),
+            ("late-dep", "1.0", {"late_dep/__init__.py": "OK = True\n"}),
+        ],
+    )
     result = _provision(run_envbuild, tmp_path, stack)
     assert result.rc == ExitCode.OK, result.output
     doc = json.loads(result.stdout)
     assert doc["full_check"]["version"] == TORCH
     assert doc["import_warmup"]["exit"] != 0, doc["import_warmup"]
     if doc["import_warmup"]["exit"] == 1:
-        assert "ModuleNotFoundError: No module named 'late_dep'" in (tmp_path / "data" / "logs" / "import-warmup.log").read_text()
+        assert (
+            "ModuleNotFoundError: No module named 'late_dep'"
+            in (tmp_path / "data" / "logs" / "import-warmup.log").read_text()
+        )
 
 
-def test_a_passing_warmup_does_not_hide_a_later_break(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+def test_a_passing_warmup_does_not_hide_a_later_break(
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     """torch imports an optional module when present (as torch does numpy); a later step installs a
     version that breaks the import. The warm-up ran before it and passed; the final check fails."""
     torch_init = "try:\n    import optional_dep\nexcept ImportError:\n    pass\n" + PLAIN_TORCH
-    stack = _stack(tmp_path, torch_init,
-                   [("optional-dep", "2.0", {"optional_dep/__init__.py": "raise RuntimeError('built against API 1')\n"})])
+    stack = _stack(
+        tmp_path,
+        torch_init,
+        [
+            (
+                "optional-dep",
+                "2.0",
+                {"optional_dep/__init__.py": "raise RuntimeError('built against API 1')\n"},
+            )
+        ],
+    )
     result = _provision(run_envbuild, tmp_path, stack)
     assert result.rc == ExitCode.ABI, result.output
     assert "built against API 1" in result.stderr
@@ -183,8 +268,12 @@ def test_a_passing_warmup_does_not_hide_a_later_break(tmp_path: Path, run_envbui
 
 
 def test_wanted_reads_the_switches() -> None:
-    on: dict[str, Any] = {"install_env": {}, "import_env": {}, "compiles_at_install": False,
-                          "single_step": False}
+    on: dict[str, Any] = {
+        "install_env": {},
+        "import_env": {},
+        "compiles_at_install": False,
+        "single_step": False,
+    }
     assert warmup.wanted(**on)
     assert not warmup.wanted(**{**on, "import_env": {"ENVBUILD_IMPORT_WARMUP": "0"}})
     assert not warmup.wanted(**{**on, "import_env": {"PYTHONDONTWRITEBYTECODE": "1"}})

@@ -39,4 +39,3 @@ def test_find_interpreter_override(tmp_path: Path) -> None:
     assert info.version == version
     with pytest.raises(PreflightError, match="no such interpreter"):
         find_interpreter(version, str(tmp_path / "nope"))
-

@@ -31,7 +31,7 @@ from envbuild.installer.python import (
 
 HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
-_LAUNCHER = '''import sys, types
+_LAUNCHER = """import sys, types
 from collections import namedtuple
 args = sys.argv[1:]
 code = args[args.index("-c") + 1]
@@ -43,7 +43,7 @@ sys.implementation = types.SimpleNamespace(**{{**vars(sys.implementation), "vers
 sys.executable = {exe!r}
 del sys.get_int_max_str_digits, sys.set_int_max_str_digits
 exec(compile(code, "<string>", "exec"), {{"__name__": "__main__"}})
-'''
+"""
 
 
 def prerelease(folder: Path, version: str = HERE) -> Path:
@@ -52,7 +52,7 @@ def prerelease(folder: Path, version: str = HERE) -> Path:
     exe = folder / f"python{version}"
     major, minor = version.split(".")
     (folder / "launcher.py").write_text(_LAUNCHER.format(major=major, minor=minor, exe=str(exe)))
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S {folder / 'launcher.py'} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {folder / "launcher.py"} "$@"\n')
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
 
@@ -60,7 +60,12 @@ def prerelease(folder: Path, version: str = HERE) -> Path:
 def test_the_probe_reads_a_prerelease_and_what_it_lacks(tmp_path: Path) -> None:
     rc1 = probe_python(prerelease(tmp_path / "rc"))
     assert rc1 is not None
-    assert (rc1.version, rc1.release, rc1.releaselevel, rc1.int_max_str_digits) == (HERE, f"{HERE}.0rc1", "candidate", False)
+    assert (rc1.version, rc1.release, rc1.releaselevel, rc1.int_max_str_digits) == (
+        HERE,
+        f"{HERE}.0rc1",
+        "candidate",
+        False,
+    )
     reason = unfit_reason(rc1)
     assert reason is not None and "a release candidate, a pre-release" in reason
     assert "torch._dynamo calls sys.get_int_max_str_digits at import" in reason
@@ -82,43 +87,56 @@ def test_python_override_to_a_prerelease_is_refused_with_the_fix(tmp_path: Path)
 
 
 def test_the_search_takes_a_final_release_over_a_prerelease_found_first(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rc1 = prerelease(tmp_path / "rc")
     final_dir = tmp_path / "final"
     final_dir.mkdir()
     (final_dir / f"python{HERE}").symlink_to(sys.executable)
-    monkeypatch.setenv("PATH", f"{rc1.parent}{os.pathsep}{final_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(
+        "PATH", f"{rc1.parent}{os.pathsep}{final_dir}{os.pathsep}{os.environ['PATH']}"
+    )
     chosen = find_interpreter(HERE)
     assert chosen.releaselevel == "final" and chosen.executable != rc1
     assert unfit_reason(chosen) is None
 
 
-def test_the_search_refuses_when_only_a_prerelease_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_search_refuses_when_only_a_prerelease_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rc1 = prerelease(tmp_path / "rc", "3.97")  # a version nothing else here is
     monkeypatch.setenv("PATH", f"{rc1.parent}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(UnfitInterpreter) as err:
         find_interpreter("3.97")
-    assert f"{rc1} (found as {rc1}), the only Python 3.97 here, is Python 3.97.0rc1" in str(err.value)
+    assert f"{rc1} (found as {rc1}), the only Python 3.97 here, is Python 3.97.0rc1" in str(
+        err.value
+    )
 
 
-def test_lock_resolves_with_a_prerelease_when_it_is_the_only_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lock_resolves_with_a_prerelease_when_it_is_the_only_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Resolving never runs torch: `lock` (find_python) takes the pre-release the search found,
     and an explicit --python to one, where provision refuses both."""
     rc1 = prerelease(tmp_path / "rc", "3.97")
     monkeypatch.setenv("PATH", f"{rc1.parent}{os.pathsep}{os.environ['PATH']}")
     assert find_python("3.97") == rc1
     assert find_python("3.97", str(rc1)) == rc1
-    # where both are found, the final release still comes first (the rc1 of this Python is on PATH first)
+    # where both are found, the final release still comes first (the rc1 of this Python is on PATH
+    # first)
     rc_here = prerelease(tmp_path / "rc-here")
     final_dir = tmp_path / "final"
     final_dir.mkdir()
     (final_dir / f"python{HERE}").symlink_to(sys.executable)
-    monkeypatch.setenv("PATH", f"{rc_here.parent}{os.pathsep}{final_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(
+        "PATH", f"{rc_here.parent}{os.pathsep}{final_dir}{os.pathsep}{os.environ['PATH']}"
+    )
     assert find_python(HERE) != rc_here
 
 
 def test_provision_refuses_a_prerelease_before_making_anything_and_plan_preflight_say_it(
-        tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
     rc1 = prerelease(tmp_path / "rc")
     stack = Path(__file__).resolve().parent.parent / "lockfiles" / "cpu" / "stack.toml"
     text = stack.read_text()
@@ -127,19 +145,24 @@ def test_provision_refuses_a_prerelease_before_making_anything_and_plan_prefligh
     copy.write_text(text.replace('python = "3.11"', f'python = "{HERE}"', 1))
     data = tmp_path / "data"
     home = tmp_path / "operator"
-    out = run_envbuild("provision", "--stack", copy, "--root", data, "--home", home,
-                       "--python", rc1, "--no-lock")
+    out = run_envbuild(
+        "provision", "--stack", copy, "--root", data, "--home", home, "--python", rc1, "--no-lock"
+    )
     assert out.rc == ExitCode.PREFLIGHT, out.output
     assert f"is Python {HERE}.0rc1, a release candidate, a pre-release" in out.stderr
     assert "Pass --python PATH to a final release" in out.stderr
     assert "Traceback" not in out.output
     assert not data.exists() and not home.exists()  # no data root, no venv, no links
     print(out.stderr)
-    pre = run_envbuild("preflight", "--stack", copy, "--root", data, "--only", "python", "--python", rc1)
+    pre = run_envbuild(
+        "preflight", "--stack", copy, "--root", data, "--only", "python", "--python", rc1
+    )
     assert pre.rc == ExitCode.PREFLIGHT, pre.output
     assert "FAIL" in pre.stdout and f"{HERE}.0rc1" in pre.stdout.replace("\n", " ")
     plan = run_envbuild("plan", "--stack", copy, "--root", data, "--python", rc1, "--no-lock")
     assert plan.rc == 0, plan.output
     assert "python: provision refuses it (exit 3)" in plan.stdout
-    ok = run_envbuild("preflight", "--stack", copy, "--root", data, "--only", "python", "--python", sys.executable)
+    ok = run_envbuild(
+        "preflight", "--stack", copy, "--root", data, "--only", "python", "--python", sys.executable
+    )
     assert ok.rc == 0, ok.output

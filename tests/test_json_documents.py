@@ -51,8 +51,14 @@ def _problems(value: Any, hint: Any, where: str) -> list[str]:
         if not isinstance(value, dict):
             return [f"{where}: {type(value).__name__}, not an object ({hint.__name__})"]
         hints = typing.get_type_hints(hint)
-        out = [f"{where}: {hint.__name__} needs {k!r}" for k in sorted(hint.__required_keys__ - set(value))]
-        out += [f"{where}: {k!r} is not a field of {hint.__name__}" for k in sorted(set(value) - set(hints))]
+        out = [
+            f"{where}: {hint.__name__} needs {k!r}"
+            for k in sorted(hint.__required_keys__ - set(value))
+        ]
+        out += [
+            f"{where}: {k!r} is not a field of {hint.__name__}"
+            for k in sorted(set(value) - set(hints))
+        ]
         for key in value.keys() & hints.keys():
             out += _problems(value[key], hints[key], f"{where}.{key}")
         return out
@@ -67,20 +73,28 @@ def _problems(value: Any, hint: Any, where: str) -> list[str]:
     if origin is list:
         if not isinstance(value, list):
             return [f"{where}: {type(value).__name__}, not an array"]
-        return [p for i, item in enumerate(value) for p in _problems(item, args[0], f"{where}[{i}]")]
+        return [
+            p for i, item in enumerate(value) for p in _problems(item, args[0], f"{where}[{i}]")
+        ]
     if origin is dict:
         if not isinstance(value, dict):
             return [f"{where}: {type(value).__name__}, not an object"]
         return [p for k, v in value.items() for p in _problems(v, args[1], f"{where}.{k}")]
     if hint is type(None):
         return [] if value is None else [f"{where}: {value!r} is not null"]
-    kinds: dict[Any, tuple[type, ...]] = {str: (str,), bool: (bool,), int: (int,), float: (int, float)}
+    kinds: dict[Any, tuple[type, ...]] = {
+        str: (str,),
+        bool: (bool,),
+        int: (int,),
+        float: (int, float),
+    }
     fits = isinstance(value, kinds[hint]) and (hint is bool or not isinstance(value, bool))
     return [] if fits else [f"{where}: {value!r} is not {hint.__name__}"]
 
 
 def check(stdout: str, cls: type) -> dict[str, Any]:
-    """The one document on ``stdout``, held to ``cls``: schema first and as declared, then the type."""
+    """The one document on ``stdout``, held to ``cls``: schema first and as declared, then the
+    type."""
     doc = json.loads(stdout)
     assert isinstance(doc, dict), doc
     assert next(iter(doc)) == "schema", list(doc)[:3]
@@ -100,15 +114,20 @@ def test_the_checker_fails_a_document_that_does_not_fit_its_type() -> None:
     good = {"schema": "envbuild.receipt.list/1", "folder": "/r", "receipts": []}
     assert _problems(good, ReceiptListDocument, "doc") == []
     assert _problems({**good, "extra": 1}, ReceiptListDocument, "doc") == [
-        "doc: 'extra' is not a field of ReceiptListDocument"]
-    assert _problems({k: v for k, v in good.items() if k != "folder"}, ReceiptListDocument, "doc") == [
-        "doc: ReceiptListDocument needs 'folder'"]
-    assert _problems({**good, "folder": 3}, ReceiptListDocument, "doc") == ["doc.folder: 3 is not str"]
+        "doc: 'extra' is not a field of ReceiptListDocument"
+    ]
+    assert _problems(
+        {k: v for k, v in good.items() if k != "folder"}, ReceiptListDocument, "doc"
+    ) == ["doc: ReceiptListDocument needs 'folder'"]
+    assert _problems({**good, "folder": 3}, ReceiptListDocument, "doc") == [
+        "doc.folder: 3 is not str"
+    ]
     assert _problems({**good, "schema": "envbuild.receipt.list/2"}, ReceiptListDocument, "doc")
     with pytest.raises(AssertionError):
-        check(json.dumps({"folder": "/r", "schema": "envbuild.receipt.list/1", "receipts": []}),
-              ReceiptListDocument)  # the schema not first
-
+        check(
+            json.dumps({"folder": "/r", "schema": "envbuild.receipt.list/1", "receipts": []}),
+            ReceiptListDocument,
+        )  # the schema not first
 
 
 def test_every_document_declares_its_schema_first() -> None:
@@ -122,8 +141,11 @@ def test_every_document_declares_its_schema_first() -> None:
         assert "schema" in entry.document.__dict__["__required_keys__"], entry.command
         schemas.append(_schema(entry.document))
     kept = {1, "envbuild.receipt/1"}  # check-lock's number and the receipts' own, from before
-    assert all(s in kept or re.fullmatch(r"envbuild\.[a-z][a-z.-]*/\d+", str(s)) for s in schemas), schemas
-    assert schemas.count(1) == 2  # check-lock FILE... and check-lock (own locks): two shapes of schema 1
+    assert all(
+        s in kept or re.fullmatch(r"envbuild\.[a-z][a-z.-]*/\d+", str(s)) for s in schemas
+    ), schemas
+    # check-lock FILE... and check-lock (own locks): two shapes of schema 1
+    assert schemas.count(1) == 2
     others = [s for s in schemas if s != 1]
     assert len(set(others)) == len(others), "two documents share a schema"
 
@@ -148,14 +170,20 @@ def test_plan(run_envbuild: Run) -> None:
 
 
 def test_lock_check(run_envbuild: Run) -> None:
-    """The committed cpu lock is current: exit 0 and ``current`` true (8 would be a stale commit)."""
+    """The committed cpu lock is current: exit 0 and ``current`` true (8 would be a stale
+    commit)."""
     r = run_envbuild("lock", "--profile", "cpu", "--check", "--json")
     assert r.rc == 0, r.output
     assert check(r.stdout, LockCheckDocument)["current"] is True
 
 
 def test_check_lock_on_a_lockfile(run_envbuild: Run) -> None:
-    r = run_envbuild("check-lock", "--offline", "--json", ROOT / "tests" / "data" / "publocks" / "zonos" / "uv.lock")
+    r = run_envbuild(
+        "check-lock",
+        "--offline",
+        "--json",
+        ROOT / "tests" / "data" / "publocks" / "zonos" / "uv.lock",
+    )
     assert r.rc == 0, r.output  # the committed zonos lock passes the gate
     doc = check(r.stdout, CheckLockDocument)
     assert len(doc["files"]) == 1 and doc["files"][0]["environments"]
@@ -169,15 +197,35 @@ def test_check_lock_on_a_stacks_own_lock(run_envbuild: Run) -> None:
 
 
 def test_preflight(run_envbuild: Run, tmp_path: Path) -> None:
-    r = run_envbuild("preflight", "--profile", "cpu", "--root", tmp_path / "data", "--only", "python",
-                     "--only", "disk", "--json")
+    r = run_envbuild(
+        "preflight",
+        "--profile",
+        "cpu",
+        "--root",
+        tmp_path / "data",
+        "--only",
+        "python",
+        "--only",
+        "disk",
+        "--json",
+    )
     assert r.rc in (0, 3), r.output
     doc = check(r.stdout, PreflightDocument)
-    assert {c["name"].split(":")[0] for c in doc["checks"]} <= {"python", "disk"}  # disk:/, disk:ROOT
+    # disk:/, disk:ROOT
+    assert {c["name"].split(":")[0] for c in doc["checks"]} <= {"python", "disk"}
 
 
 def test_docker_and_its_check(run_envbuild: Run, tmp_path: Path) -> None:
-    args = ("docker", "--profile", "cpu", "-o", tmp_path / "docker" / "Dockerfile", "--context", tmp_path, "--json")
+    args = (
+        "docker",
+        "--profile",
+        "cpu",
+        "-o",
+        tmp_path / "docker" / "Dockerfile",
+        "--context",
+        tmp_path,
+        "--json",
+    )
     r = run_envbuild(*args)
     assert r.rc == 0, r.output
     assert check(r.stdout, DockerDocument)["files"]
@@ -188,7 +236,15 @@ def test_docker_and_its_check(run_envbuild: Run, tmp_path: Path) -> None:
 
 def test_modal(run_envbuild: Run, tmp_path: Path) -> None:
     (tmp_path / "images").mkdir()
-    r = run_envbuild("modal", "--profile", "cpu", "-o", tmp_path / "images" / "cpu_image.py", "--json", cwd=tmp_path)
+    r = run_envbuild(
+        "modal",
+        "--profile",
+        "cpu",
+        "-o",
+        tmp_path / "images" / "cpu_image.py",
+        "--json",
+        cwd=tmp_path,
+    )
     assert r.rc == 0, r.output
     assert check(r.stdout, ModalDocument)["module"] == "images.cpu_image"
 
@@ -201,11 +257,24 @@ def test_wheelhouse_index(run_envbuild: Run, tmp_path: Path) -> None:
 
 
 def _receipt(root: Path, note: str) -> Path:
-    """A real smoke receipt, written by ``write_receipt`` (the software section given: no venv to read)."""
-    payload: SmokePayload = {"ok": True, "seconds": 1.5, "environment": {"torch": "2.13.0+cpu"}, "checks": [],
-                             "launch_regime": "single-process", "timing": {"launched_at": 0.0, "timeline": []}}
-    return write_receipt(Paths(root=root), "smoke", payload, spec=resolve_spec("cpu", None),
-                         python=Path(sys.executable), software={"python": note, "distributions": []})
+    """A real smoke receipt, written by ``write_receipt`` (the software section given: no venv to
+    read)."""
+    payload: SmokePayload = {
+        "ok": True,
+        "seconds": 1.5,
+        "environment": {"torch": "2.13.0+cpu"},
+        "checks": [],
+        "launch_regime": "single-process",
+        "timing": {"launched_at": 0.0, "timeline": []},
+    }
+    return write_receipt(
+        Paths(root=root),
+        "smoke",
+        payload,
+        spec=resolve_spec("cpu", None),
+        python=Path(sys.executable),
+        software={"python": note, "distributions": []},
+    )
 
 
 def test_receipt_list_show_and_diff(run_envbuild: Run, tmp_path: Path) -> None:

@@ -19,13 +19,24 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "envbuild"
 
 # The one stage list: (stage, what it holds), in import order. docs/architecture.md shows it,
-# generated from here by `make docs-reference` (docs/hooks/reference.py); test_the_pages_show_these_stages
-# fails when the page's copy is stale.
+# generated from here by `make docs-reference` (docs/hooks/reference.py);
+# test_the_pages_show_these_stages fails when the page's copy is stale.
 STAGES_DOC = (
-    ("foundation", "errors, events, I/O (atomic writes, hashes, the one TOML parser), quoting, the one "
-                   "runner, the package sources (`index/`: the index client, the one downloader, its "
-                   "network and its caches), the ABI-label parser; they import no later stage"),
-    ("spec", "the stack spec and its readers: `stack.toml` (bounded, dotted-path errors), the step files"),
+    (
+        "foundation",
+        (
+            "errors, events, I/O (atomic writes, hashes, the one TOML parser), quoting, the one "
+            "runner, the package sources (`index/`: the index client, the one downloader, its "
+            "network and its caches), the ABI-label parser; they import no later stage"
+        ),
+    ),
+    (
+        "spec",
+        (
+            "the stack spec and its readers: `stack.toml` (bounded, dotted-path errors), the step"
+            " files"
+        ),
+    ),
     ("plan", "spec (+ options, + lock) to ordered steps with their installer argv"),
     ("installer", "pip and uv behind one protocol; the data root and `$HOME` links"),
     ("guard", "the ABI guard: reading site-packages, the baseline, the rules"),
@@ -33,10 +44,21 @@ STAGES_DOC = (
     ("gate", "`check-lock`: any lockfile judged (envbuild's own too)"),
     ("wheelhouse", "extension wheels built, every locked file mirrored"),
     ("proof", "preflight, smoke, the distributed step, receipts"),
-    ("orchestrators", "provision, provision --lock (`fromlock/`), images: libraries that return results; "
-                      "they import no front end"),
-    ("top", "the front ends (`commands/`, and `cli.py`, the console script on `commands/parser.py`): "
-            "they parse, call the orchestrators and print; no command imports `cli.py`"),
+    (
+        "orchestrators",
+        (
+            "provision, provision --lock (`fromlock/`), images: libraries that return results; "
+            "they import no front end"
+        ),
+    ),
+    (
+        "top",
+        (
+            "the front ends (`commands/`, and `cli.py`, the console script on"
+            " `commands/parser.py`): they parse, call the orchestrators and print; no command"
+            " imports `cli.py`"
+        ),
+    ),
 )
 STAGES = tuple(name for name, _ in STAGES_DOC)
 
@@ -49,8 +71,10 @@ STAGE_OF = {
     "envbuild.quoting": "foundation",
     "envbuild.run": "foundation",
     "envbuild.index": "foundation",  # client, net, metacache, wheeltags: every package source
-    "envbuild.abitag": "foundation",  # the gate reads ABI claims, the wheelhouse writes them, the guard checks them
-    "envbuild.spec": "spec",  # stack.py, stepfile.py (the plan writes step files, the lock makes them), _toml.py
+    # the gate reads ABI claims, the wheelhouse writes them, the guard checks them
+    "envbuild.abitag": "foundation",
+    # stack.py, stepfile.py (the plan writes step files, the lock makes them), _toml.py
+    "envbuild.spec": "spec",
     "envbuild.plan": "plan",
     "envbuild.installer": "installer",
     "envbuild.layout": "installer",  # the data root and $HOME links the venv goes into
@@ -71,8 +95,7 @@ MAX_TOP_LEVEL_MODULES = 12  # __init__ and __main__ count: a new module joins a 
 
 # (importer, imported) -> why it is allowed for now. Each one is a debt with its fix written down;
 # the test fails when one is no longer needed, so the list only shrinks.
-KNOWN_UPHILL: dict[tuple[str, str], str] = {
-}
+KNOWN_UPHILL: dict[tuple[str, str], str] = {}
 
 
 def _module_name(path: Path) -> str:
@@ -94,7 +117,9 @@ def _imports(path: Path) -> set[tuple[str, int]]:
     found: set[tuple[str, int]] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            found |= {(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "envbuild"}
+            found |= {
+                (a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "envbuild"
+            }
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
@@ -105,7 +130,11 @@ def _imports(path: Path) -> set[tuple[str, int]]:
                 continue
             found.add((target, node.lineno))
             # `from envbuild import abi`: the submodule is what is imported
-            found |= {(f"{target}.{a.name}", node.lineno) for a in node.names if _exists(f"{target}.{a.name}")}
+            found |= {
+                (f"{target}.{a.name}", node.lineno)
+                for a in node.names
+                if _exists(f"{target}.{a.name}")
+            }
     return found
 
 
@@ -113,7 +142,8 @@ def _stage(module: str) -> str | None:
     if module in STAGE_OF:
         return STAGE_OF[module]
     parts = module.split(".")
-    for n in range(len(parts) - 1, 1, -1):  # never the bare package: a new top-level module needs a stage
+    # never the bare package: a new top-level module needs a stage
+    for n in range(len(parts) - 1, 1, -1):
         if ".".join(parts[:n]) in STAGE_OF:
             return STAGE_OF[".".join(parts[:n])]
     return None
@@ -141,10 +171,13 @@ def test_imports_run_downhill() -> None:
                 uphill.setdefault((importer, imported), []).append(line)
     new = {
         f"{a} ({_stage(a)}, line {', '.join(map(str, sorted(lines)))}) imports {b} ({_stage(b)})"
-        for (a, b), lines in uphill.items() if (a, b) not in KNOWN_UPHILL
+        for (a, b), lines in uphill.items()
+        if (a, b) not in KNOWN_UPHILL
     }
-    assert not new, ("imports that run back up a stage (pass the value down from the caller, or move the "
-                     "shared piece below both):\n" + "\n".join(sorted(new)))
+    assert not new, (
+        "imports that run back up a stage (pass the value down from the caller, or move the "
+        "shared piece below both):\n" + "\n".join(sorted(new))
+    )
     fixed = sorted(f"{a} -> {b}" for (a, b) in KNOWN_UPHILL if (a, b) not in uphill)
     assert not fixed, f"no longer uphill, remove from KNOWN_UPHILL in tests/test_layers.py: {fixed}"
 
@@ -158,7 +191,9 @@ def test_the_guard_imports_nothing_of_the_wheelhouse() -> None:
 
 def test_the_stages_are_listed_once() -> None:
     assert len(set(STAGES)) == len(STAGES)
-    assert set(STAGE_OF.values()) == set(STAGES), "a stage without a module, or a module of no stage"
+    assert set(STAGE_OF.values()) == set(STAGES), (
+        "a stage without a module, or a module of no stage"
+    )
 
 
 def _unit(module: str) -> str:
@@ -187,8 +222,9 @@ def test_no_import_cycle_between_top_level_units() -> None:
                     todo.append(nxt)
         return seen
 
-    cycles = sorted(f"{a} <-> {b}" for a, targets in edges.items() for b in targets
-                    if a < b and a in reach(b))
+    cycles = sorted(
+        f"{a} <-> {b}" for a, targets in edges.items() for b in targets if a < b and a in reach(b)
+    )
     assert not cycles, f"import cycles between envbuild's modules: {cycles}"
 
 
@@ -205,8 +241,16 @@ def _module_edges() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = {a.name for a in node.names if a.name.split(".")[0] == "envbuild"}
             elif isinstance(node, ast.ImportFrom):
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
-                target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+                base = (
+                    package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    if node.level
+                    else []
+                )
+                target = (
+                    ".".join(base + ([node.module] if node.module else []))
+                    if node.level
+                    else node.module or ""
+                )
                 if target.split(".")[0] != "envbuild":
                     continue
                 subs = {f"{target}.{a.name}" for a in node.names if _exists(f"{target}.{a.name}")}
@@ -262,23 +306,33 @@ def test_no_import_cycle_between_modules_faces_included() -> None:
     (``__init__``) and the front ends (``commands/``) included. The check above looks at
     top-level packages; this one at every module inside them."""
     cycles = _cycles(_module_edges())
-    assert not cycles, "import cycles between modules (move the shared piece below both): " + "; ".join(
-        " <-> ".join(c) for c in cycles)
+    assert not cycles, (
+        "import cycles between modules (move the shared piece below both): "
+        + "; ".join(" <-> ".join(c) for c in cycles)
+    )
 
 
 def test_the_cycle_check_sees_a_circle_through_a_package_face() -> None:
-    edges = {"envbuild.gate": {"envbuild.gate.check"}, "envbuild.gate.check": {"envbuild.gate"},
-             "envbuild.index.a": {"envbuild.index.b"}, "envbuild.index.b": {"envbuild.index.c"},
-             "envbuild.index.c": {"envbuild.index.a"}, "envbuild.spec": set()}
-    assert sorted(_cycles(edges)) == [["envbuild.gate", "envbuild.gate.check"],
-                                      ["envbuild.index.a", "envbuild.index.b", "envbuild.index.c"]]
+    edges = {
+        "envbuild.gate": {"envbuild.gate.check"},
+        "envbuild.gate.check": {"envbuild.gate"},
+        "envbuild.index.a": {"envbuild.index.b"},
+        "envbuild.index.b": {"envbuild.index.c"},
+        "envbuild.index.c": {"envbuild.index.a"},
+        "envbuild.spec": set(),
+    }
+    assert sorted(_cycles(edges)) == [
+        ["envbuild.gate", "envbuild.gate.check"],
+        ["envbuild.index.a", "envbuild.index.b", "envbuild.index.c"],
+    ]
 
 
 def test_at_most_12_modules_at_the_top() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, (
         f"{len(top)} modules at the top of envbuild/ (at most {MAX_TOP_LEVEL_MODULES}): {top}; "
-        "put the new one in the package of its stage")
+        "put the new one in the package of its stage"
+    )
 
 
 def test_no_two_public_classes_share_a_name() -> None:
@@ -290,25 +344,35 @@ def test_no_two_public_classes_share_a_name() -> None:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 where.setdefault(node.name, []).append(_module_name(path))
     shared = {name: mods for name, mods in where.items() if len(mods) > 1}
-    assert not shared, f"public classes of one name in two modules (rename one to say what it is): {shared}"
+    assert not shared, (
+        f"public classes of one name in two modules (rename one to say what it is): {shared}"
+    )
 
 
 def stage_table() -> str:
     """The stage list as docs/architecture.md shows it (docs/hooks/reference.py writes it there)."""
     rows = ["| stage | modules and packages | holds |", "| --- | --- | --- |"]
     for n, (stage, what) in enumerate(STAGES_DOC, 1):
-        mods = [m.removeprefix("envbuild.") or "envbuild" for m, s in STAGE_OF.items() if s == stage]
-        shown = ", ".join(f"`{m}/`" if (PACKAGE / m.replace(".", "/")).is_dir() and m != "envbuild"
-                          else f"`{m}`" for m in mods)
+        mods = [
+            m.removeprefix("envbuild.") or "envbuild" for m, s in STAGE_OF.items() if s == stage
+        ]
+        shown = ", ".join(
+            f"`{m}/`" if (PACKAGE / m.replace(".", "/")).is_dir() and m != "envbuild" else f"`{m}`"
+            for m in mods
+        )
         rows.append(f"| {n}. {stage} | {shown} | {what} |")
     return "\n".join(rows) + "\n"
 
 
 @pytest.mark.parametrize("name", ["architecture.md", "development.md"])
 def test_the_pages_show_these_stages(name: str) -> None:
-    """docs/architecture.md and docs/development.md list the stages' modules from here, never by hand."""
+    """docs/architecture.md and docs/development.md list the stages' modules from here, never by
+    hand."""
     page = (PACKAGE.parent / "docs" / name).read_text(encoding="utf-8")
-    begin, end = "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n", "<!-- end stages -->"
+    begin, end = (
+        "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n",
+        "<!-- end stages -->",
+    )
     assert begin in page and end in page, f"docs/{name} lost its stage table markers"
     shown = page.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
     assert shown == stage_table(), f"docs/{name}'s stage table is stale: run `make docs-reference`"
@@ -329,22 +393,34 @@ def test_no_module_imports_its_own_package_face() -> None:
             if isinstance(node, ast.ImportFrom) and not node.level and node.module in parents:
                 names = [a.name for a in node.names if not _exists(f"{node.module}.{a.name}")]
                 if names:
-                    bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} takes {', '.join(names)} "
-                               f"from {node.module}")
+                    bad.append(
+                        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} takes {', '.join(names)}"
+                        f" from {node.module}"
+                    )
     assert not bad, "modules that import their own package's face: " + "; ".join(sorted(bad))
 
 
 def test_no_command_imports_the_console_script() -> None:
     """``envbuild.cli`` is the console script on top of ``commands/``; a command that imported it
     would close a circle through the parser that imports every command."""
-    bad = sorted(f"{_module_name(p)}:{line}" for p in _modules() if _module_name(p).startswith("envbuild.commands")
-                 for m, line in _imports(p) if m == "envbuild.cli")
-    assert not bad, "commands that import envbuild.cli (use envbuild.commands.parser): " + ", ".join(bad)
+    bad = sorted(
+        f"{_module_name(p)}:{line}"
+        for p in _modules()
+        if _module_name(p).startswith("envbuild.commands")
+        for m, line in _imports(p)
+        if m == "envbuild.cli"
+    )
+    assert not bad, (
+        "commands that import envbuild.cli (use envbuild.commands.parser): " + ", ".join(bad)
+    )
 
 
 def test_the_cycle_check_sees_the_old_circle_between_two_commands() -> None:
     """The circle this tree had: commands.lockfile (the --lock branches) imported commands.docker,
     which imported it back; both front ends, and still a circle."""
-    edges = {"envbuild.commands.lockfile": {"envbuild.commands.docker", "envbuild.commands.common"},
-             "envbuild.commands.docker": {"envbuild.commands.lockfile"}, "envbuild.commands.common": set()}
+    edges = {
+        "envbuild.commands.lockfile": {"envbuild.commands.docker", "envbuild.commands.common"},
+        "envbuild.commands.docker": {"envbuild.commands.lockfile"},
+        "envbuild.commands.common": set(),
+    }
     assert _cycles(edges) == [["envbuild.commands.docker", "envbuild.commands.lockfile"]]

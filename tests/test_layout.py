@@ -55,7 +55,8 @@ def test_folders_links_and_overlay(setup: tuple[StackSpec, layout.Paths, Path]) 
 
 
 def test_a_real_file_in_the_way_is_never_replaced(
-        setup: tuple[StackSpec, layout.Paths, Path]) -> None:
+    setup: tuple[StackSpec, layout.Paths, Path],
+) -> None:
     spec, paths, home = setup
     home.mkdir()
     (home / "data").mkdir()
@@ -73,7 +74,8 @@ def test_a_real_file_in_the_way_is_never_replaced(
 
 
 def test_force_links_moves_aside_and_says_where(
-        setup: tuple[StackSpec, layout.Paths, Path]) -> None:
+    setup: tuple[StackSpec, layout.Paths, Path],
+) -> None:
     spec, paths, home = setup
     home.mkdir()
     (home / "data").mkdir()

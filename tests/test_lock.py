@@ -1,4 +1,5 @@
-"""envbuild lock: real pip-compile against the local HTTP index, then installs from what it wrote."""
+"""envbuild lock: real pip-compile against the local HTTP index, then installs from what it
+wrote."""
 
 from __future__ import annotations
 
@@ -32,29 +33,38 @@ STEPS = [
 
 
 @pytest.fixture
-def locked(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
-           tmp_path: Path) -> Path:
+def locked(
+    write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
+) -> Path:
     stack = write_stack(STEPS)
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     return stack
 
 
-def test_lock_writes_hash_pinned_files_and_manifest(locked: Path,
-                                                    scenario_index: ScenarioIndex) -> None:
+def test_lock_writes_hash_pinned_files_and_manifest(
+    locked: Path, scenario_index: ScenarioIndex
+) -> None:
     folder = locked.parent
     data = manifest(folder)
     assert [s["name"] for s in data["steps"]] == ["torch", "helpers", "fla"]
     assert data["spec_digest"].startswith("sha256:") and data["tools"]["pip-tools"]
-    # one digest per step (python + [abi] + the steps up to it): a prefix of the spec is checked by them
+    # one digest per step (python + [abi] + the steps up to it): a prefix of the spec is checked by
+    # them
     assert [s["step_digest"] for s in data["steps"]] == step_digests(load_spec(locked, {}))
     torch_reqs = parse_requirements_text(step_file(folder, "torch").read_text(), "torch")
     assert {r.name: r.version for r in torch_reqs} == {
-        "torch": NIGHTLY_TORCH, "pytorch-triton": PYTORCH_TRITON, "nvidia-nccl-cu13": "2.29.7"}
+        "torch": NIGHTLY_TORCH,
+        "pytorch-triton": PYTORCH_TRITON,
+        "nvidia-nccl-cu13": "2.29.7",
+    }
     assert all(r.hashes for r in torch_reqs)
     assert sorted(data["abi"]["protected"]) == ["nvidia-nccl-cu13", "pytorch-triton", "torch"]
     # a guarded step never carries torch: resolved against it, and left out
-    helpers = {r.name: r.version for r in parse_requirements_text(step_file(folder, "helpers").read_text(), "h")}
+    helpers = {
+        r.name: r.version
+        for r in parse_requirements_text(step_file(folder, "helpers").read_text(), "h")
+    }
     assert helpers == {"fla-core-like": "0.4.2", "einops-like": "0.8.1"}
     # no_deps: exactly the named package, nothing transitive
     fla = parse_requirements_text(step_file(folder, "fla").read_text(), "fla")
@@ -70,18 +80,32 @@ def test_lock_files_install_by_hand_with_require_hashes(locked: Path, nightly_ve
     folder = locked.parent
     data = manifest(folder)
     src = data["steps"][1]["sources"]
-    out = nightly_venv.pip("install", "--require-hashes", "--index-url", src["index_url"],
-                           "-r", step_file(folder, "helpers"))
+    out = nightly_venv.pip(
+        "install",
+        "--require-hashes",
+        "--index-url",
+        src["index_url"],
+        "-r",
+        step_file(folder, "helpers"),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    out = nightly_venv.pip("install", "--require-hashes", "--no-deps", "--index-url", src["index_url"],
-                           "-r", step_file(folder, "fla"))
+    out = nightly_venv.pip(
+        "install",
+        "--require-hashes",
+        "--no-deps",
+        "--index-url",
+        src["index_url"],
+        "-r",
+        step_file(folder, "fla"),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert nightly_venv.version("torch") == NIGHTLY_TORCH
     assert nightly_venv.version("needs-fla-core") == "1.0"
 
 
-def test_provision_installs_from_the_lock(locked: Path, provision: Callable[..., EnvbuildResult],
-                                          provisioned_venv: Venv) -> None:
+def test_provision_installs_from_the_lock(
+    locked: Path, provision: Callable[..., EnvbuildResult], provisioned_venv: Venv
+) -> None:
     r = provision(locked)
     assert r.rc == 0, r.output
     assert provisioned_venv.version("torch") == NIGHTLY_TORCH
@@ -89,9 +113,12 @@ def test_provision_installs_from_the_lock(locked: Path, provision: Callable[...,
     assert "--require-hashes" in (locked.parent / "data" / "logs" / "02-helpers.log").read_text()
 
 
-def test_provision_refuses_a_stale_lock(locked: Path,
-                                        provision: Callable[..., EnvbuildResult]) -> None:
-    text = locked.read_text().replace('"needs-fla-core==1.0"', '"needs-fla-core==1.0", "einops-like==0.8.1"')
+def test_provision_refuses_a_stale_lock(
+    locked: Path, provision: Callable[..., EnvbuildResult]
+) -> None:
+    text = locked.read_text().replace(
+        '"needs-fla-core==1.0"', '"needs-fla-core==1.0", "einops-like==0.8.1"'
+    )
     locked.write_text(text)
     r = provision(locked)
     assert r.rc == 8, r.output
@@ -100,13 +127,17 @@ def test_provision_refuses_a_stale_lock(locked: Path,
     assert "Traceback" not in r.output
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("hash", "malformed" ),
-    ("missing", "is missing"),
-    ("option", "an option line without a requirement"),
-])
-def test_provision_refuses_a_broken_lock(locked: Path, provision: Callable[..., EnvbuildResult],
-                                         damage: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("hash", "malformed"),
+        ("missing", "is missing"),
+        ("option", "an option line without a requirement"),
+    ],
+)
+def test_provision_refuses_a_broken_lock(
+    locked: Path, provision: Callable[..., EnvbuildResult], damage: str, message: str
+) -> None:
     folder = locked.parent
     path = step_file(folder, "helpers")
     if damage == "missing":
@@ -122,25 +153,33 @@ def test_provision_refuses_a_broken_lock(locked: Path, provision: Callable[..., 
     assert message in r.stderr and "02-helpers.txt" in r.stderr
 
 
-def test_pylock_export_installs_with_uv(locked: Path, make_venv: Callable[..., Venv],
-                                        tmp_path: Path) -> None:
+def test_pylock_export_installs_with_uv(
+    locked: Path, make_venv: Callable[..., Venv], tmp_path: Path
+) -> None:
     from uv import find_uv_bin
 
     pylock = locked.parent / "pylock.toml"
     assert pylock.is_file()
     venv = make_venv("uv-target")
-    out = subprocess.run([find_uv_bin(), "pip", "install", "--python", str(venv.python), "-r", str(pylock)],
-                         capture_output=True, text=True, env=installer_env(tmp_path / "home"), timeout=300)
+    out = subprocess.run(
+        [find_uv_bin(), "pip", "install", "--python", str(venv.python), "-r", str(pylock)],
+        capture_output=True,
+        text=True,
+        env=installer_env(tmp_path / "home"),
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert venv.version("torch") == NIGHTLY_TORCH
     assert venv.version("pytorch-triton") == PYTORCH_TRITON
     assert venv.version("needs-fla-core") == "1.0"
 
 
-def test_lock_offline_from_a_find_links_folder(write_stack: Callable[..., Path],
-                                               run_envbuild: Callable[..., EnvbuildResult],
-                                               scenario_wheels: ScenarioWheels,
-                                               tmp_path: Path) -> None:
+def test_lock_offline_from_a_find_links_folder(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    scenario_wheels: ScenarioWheels,
+    tmp_path: Path,
+) -> None:
     house = tmp_path / "house"
     house.mkdir()
     for folder in (scenario_wheels.nightly, scenario_wheels.pypi):
@@ -155,11 +194,13 @@ def test_lock_offline_from_a_find_links_folder(write_stack: Callable[..., Path],
     assert all(a["url"].startswith("file://") for p in torch for a in p["artifacts"])
 
 
-def test_lock_fails_fast_on_an_unreachable_index(write_stack: Callable[..., Path],
-                                                 run_envbuild: Callable[..., EnvbuildResult],
-                                                 tmp_path: Path) -> None:
+def test_lock_fails_fast_on_an_unreachable_index(
+    write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
+) -> None:
     with UnreachablePort() as dead:
-        stack = write_stack([{"name": "x", "packages": ["einops-like==0.8.1"], "index_url": dead.url + "/simple"}])
+        stack = write_stack(
+            [{"name": "x", "packages": ["einops-like==0.8.1"], "index_url": dead.url + "/simple"}]
+        )
         t0 = time.monotonic()
         r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 3, r.output
@@ -168,14 +209,16 @@ def test_lock_fails_fast_on_an_unreachable_index(write_stack: Callable[..., Path
 
 
 def test_lock_to_an_unwritable_folder_fails_before_resolving(
-        write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
-        tmp_path: Path) -> None:
+    write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
+) -> None:
     stack = write_stack([{"name": "x", "packages": ["einops-like==0.8.1"]}])
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     r = run_envbuild("lock", "--stack", stack, "--output", blocker / "lock", env=lock_env(tmp_path))
     assert r.rc == 2, r.output
-    assert f"cannot write the lock to {blocker / 'lock'}" in r.stderr and "Traceback" not in r.output
+    assert (
+        f"cannot write the lock to {blocker / 'lock'}" in r.stderr and "Traceback" not in r.output
+    )
 
 
 def _git_repo(tmp_path: Path, wheel_factory: Callable[..., Path]) -> Path:
@@ -183,19 +226,31 @@ def _git_repo(tmp_path: Path, wheel_factory: Callable[..., Path]) -> Path:
     (repo / "gitpkg").mkdir(parents=True)
     (repo / "gitpkg" / "__init__.py").write_text("")
     (repo / "pyproject.toml").write_text('[project]\nname = "gitpkg"\nversion = "0.1"\n')
-    env = {**installer_env(tmp_path / "home"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **installer_env(tmp_path / "home"),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for cmd in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "x"]):
         subprocess.run(["git", *cmd], cwd=repo, check=True, env=env)
     return repo
 
 
-def test_git_head_resolves_to_a_commit(write_stack: Callable[..., Path],
-                                       run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path,
-                                       wheel_factory: Callable[..., Path]) -> None:
+def test_git_head_resolves_to_a_commit(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    tmp_path: Path,
+    wheel_factory: Callable[..., Path],
+) -> None:
     repo = _git_repo(tmp_path, wheel_factory)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    stack = write_stack([{"name": "g", "packages": [f"gitpkg @ git+file://{repo}@HEAD"], "no_deps": True}])
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    stack = write_stack(
+        [{"name": "g", "packages": [f"gitpkg @ git+file://{repo}@HEAD"], "no_deps": True}]
+    )
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     text = step_file(stack.parent, "g").read_text()
@@ -203,11 +258,18 @@ def test_git_head_resolves_to_a_commit(write_stack: Callable[..., Path],
     assert manifest(stack.parent)["steps"][1]["packages"][0]["vcs"]["commit"] == sha
 
 
-@pytest.mark.parametrize("ref, rc, message", [("no-such-branch", 2, "does not exist"), (None, 3, "cannot read")])
-def test_git_ref_that_does_not_resolve(write_stack: Callable[..., Path],
-                                       run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path,
-                                       wheel_factory: Callable[..., Path], ref: str | None, rc: int,
-                                       message: str) -> None:
+@pytest.mark.parametrize(
+    "ref, rc, message", [("no-such-branch", 2, "does not exist"), (None, 3, "cannot read")]
+)
+def test_git_ref_that_does_not_resolve(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    tmp_path: Path,
+    wheel_factory: Callable[..., Path],
+    ref: str | None,
+    rc: int,
+    message: str,
+) -> None:
     repo = _git_repo(tmp_path, wheel_factory) if ref else tmp_path / "nowhere"
     url = f"git+file://{repo}@{ref or 'HEAD'}"
     stack = write_stack([{"name": "g", "packages": [f"gitpkg @ {url}"], "no_deps": True}])

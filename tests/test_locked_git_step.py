@@ -22,21 +22,38 @@ from support.fixtures import EnvbuildResult, Venv
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.mark.parametrize("backend", ["pip", "uv"])
-def test_locked_git_step_installs(write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult],
-                                  provision: Callable[..., EnvbuildResult], provisioned_venv: Venv,
-                                  tmp_path: Path, backend: str) -> None:
+def test_locked_git_step_installs(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    provision: Callable[..., EnvbuildResult],
+    provisioned_venv: Venv,
+    tmp_path: Path,
+    backend: str,
+) -> None:
     repo = make_git_repo(tmp_path)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    stack = write_stack([
-        {"name": "helpers", "packages": ["einops-like==0.8.1"]},
-        {"name": "fla", "packages": [f"gitpkg-like @ git+file://localhost{repo}@HEAD", "fla-core-like==0.4.2"],
-         "no_deps": True},
-    ])
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    stack = write_stack(
+        [
+            {"name": "helpers", "packages": ["einops-like==0.8.1"]},
+            {
+                "name": "fla",
+                "packages": [
+                    f"gitpkg-like @ git+file://localhost{repo}@HEAD",
+                    "fla-core-like==0.4.2",
+                ],
+                "no_deps": True,
+            },
+        ]
+    )
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     text = step_file(stack.parent, "fla").read_text()
-    assert f"gitpkg-like @ git+file://localhost{repo}@{sha}" in text and "--hash=sha256:" in text  # both kinds in one file
+    # both kinds in one file
+    assert f"gitpkg-like @ git+file://localhost{repo}@{sha}" in text and "--hash=sha256:" in text
 
     result = provision(stack, "--backend", backend)
     assert result.rc == 0, result.stderr
@@ -51,4 +68,6 @@ def test_locked_git_step_installs(write_stack: Callable[..., Path], run_envbuild
         assert len(commands) == 2, log
         assert "--require-hashes" not in commands[0] and "--require-hashes" in commands[1]
         parts = sorted((tmp_path / "data" / ".envbuild" / "steps").glob("03-fla.part*.txt"))
-        assert "git+file://" in parts[0].read_text() and "fla-core-like==0.4.2" in parts[1].read_text()
+        assert (
+            "git+file://" in parts[0].read_text() and "fla-core-like==0.4.2" in parts[1].read_text()
+        )

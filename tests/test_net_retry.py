@@ -1,5 +1,5 @@
-"""The reachability rule (envbuild.index.net): a slow source is retried within a deadline, a dead one
-fails within it, and a probe asks for a project page, never for the index root.
+"""The reachability rule (envbuild.index.net): a slow source is retried within a deadline, a dead
+one fails within it, and a probe asks for a project page, never for the index root.
 
 Everything runs against the local index (support.index): stalls, black holes and refused
 ports are real sockets, no network. Times are asserted only as upper bounds on failures (and
@@ -44,16 +44,23 @@ def _retries(seen: list[events.Event]) -> list[str]:
     return [e.message for e in seen if "retrying" in e.message]
 
 
-def test_an_index_that_stalls_then_answers_is_reachable(pypi: IndexServer, said: list[events.Event]) -> None:
+def test_an_index_that_stalls_then_answers_is_reachable(
+    pypi: IndexServer, said: list[events.Event]
+) -> None:
     pypi.fail("/pypi/simple/einops-like/", "stall", times=1, seconds=4)
     url = pypi.simple_url("pypi").replace("http://", "http://user:s3cret@")
     result = net.probe(url, project="einops-like")
     assert result.ok, result.detail
     assert "2 attempts" in result.detail
-    assert [(r.method, r.status) for r in pypi.requested("/pypi/simple/einops-like/")] == [("HEAD", 0), ("HEAD", 200)]
+    assert [(r.method, r.status) for r in pypi.requested("/pypi/simple/einops-like/")] == [
+        ("HEAD", 0),
+        ("HEAD", 200),
+    ]
     [message] = _retries(said)
-    assert message.startswith(f"http://127.0.0.1:{pypi.port}/pypi/simple/einops-like/ slow (no answer within 3 s), "
-                              "retrying (attempt 2, ")
+    assert message.startswith(
+        f"http://127.0.0.1:{pypi.port}/pypi/simple/einops-like/ slow (no answer within 3 s), "
+        "retrying (attempt 2, "
+    )
     assert all(e.level == "info" for e in said if "retrying" in e.message)
     assert "s3cret" not in message + result.location + result.detail
 
@@ -71,20 +78,28 @@ def test_a_project_probe_never_asks_for_the_index_root(pypi: IndexServer) -> Non
     pypi.clear_requests()
     pypi.fail("/pypi/simple/", 405, times=1)
     assert net.probe(index).ok
-    assert [(r.method, r.status) for r in pypi.requested("/pypi/simple/")] == [("HEAD", 405), ("GET", 200)]
+    assert [(r.method, r.status) for r in pypi.requested("/pypi/simple/")] == [
+        ("HEAD", 405),
+        ("GET", 200),
+    ]
 
 
-def test_a_missing_index_is_final_at_once_and_5xx_is_retried(pypi: IndexServer, said: list[events.Event]) -> None:
+def test_a_missing_index_is_final_at_once_and_5xx_is_retried(
+    pypi: IndexServer, said: list[events.Event]
+) -> None:
     missing = f"{pypi.url}/nope/simple"
     result = net.probe(missing, project="einops-like")
     assert not result.ok and result.detail == "HTTP 404"
-    assert len(pypi.requests) == 2 and not _retries(said)  # the page, then the index's own URL; no retry
+    # the page, then the index's own URL; no retry
+    assert len(pypi.requests) == 2 and not _retries(said)
     pypi.clear_requests()
     pypi.fail("/pypi/simple/einops-like/", 503, times=2)
     result = net.probe(pypi.simple_url("pypi"), project="einops-like")
     assert result.ok and "3 attempts" in result.detail, result.detail
     assert [r.status for r in pypi.requests] == [503, 503, 200]
-    assert len(_retries(said)) == 2 and "answered HTTP 503, retrying (attempt 2, " in _retries(said)[0]
+    assert (
+        len(_retries(said)) == 2 and "answered HTTP 503, retrying (attempt 2, " in _retries(said)[0]
+    )
 
 
 def test_a_black_hole_fails_within_the_deadline(said: list[events.Event]) -> None:
@@ -93,7 +108,9 @@ def test_a_black_hole_fails_within_the_deadline(said: list[events.Event]) -> Non
         result = net.probe(hole.url, project="torch", deadline=6)
         took = time.monotonic() - t0
     assert not result.ok
-    assert result.detail.startswith("accepted the connection but sent no answer within"), result.detail
+    assert result.detail.startswith("accepted the connection but sent no answer within"), (
+        result.detail
+    )
     assert 5.0 <= took < 6 + SLACK  # it kept trying for the deadline, and stopped there
     assert _retries(said)
 
@@ -104,29 +121,36 @@ def test_the_deadline_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -
         t0 = time.monotonic()
         bad = net.unreachable([hole.url])
         took = time.monotonic() - t0
-    assert len(bad) == 1 and bad[0].startswith(f"{hole.url} (accepted the connection but sent no answer within")
+    assert len(bad) == 1 and bad[0].startswith(
+        f"{hole.url} (accepted the connection but sent no answer within"
+    )
     assert took < 4 + SLACK
 
 
-def test_refused_fails_fast_and_a_name_that_does_not_resolve_at_once(said: list[events.Event],
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_fails_fast_and_a_name_that_does_not_resolve_at_once(
+    said: list[events.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(key, raising=False)  # a proxy would answer for the host that does not resolve
+        # a proxy would answer for the host that does not resolve
+        monkeypatch.delenv(key, raising=False)
     with UnreachablePort() as dead:
         t0 = time.monotonic()
         result = net.probe(dead.url, project="torch")
         took = time.monotonic() - t0
     assert (result.ok, result.detail) == (False, "connection refused")
     assert took < 2 + SLACK
-    assert all(e.level == "debug" for e in said)  # a second and a half of retries is not worth a line
+    # a second and a half of retries is not worth a line
+    assert all(e.level == "debug" for e in said)
     said.clear()
-    result = net.probe("http://no-such-host.invalid/simple", project="torch")  # RFC 6761: never resolves
+    # RFC 6761: never resolves
+    result = net.probe("http://no-such-host.invalid/simple", project="torch")
     assert (result.ok, result.detail) == (False, "host name does not resolve")
     assert not said  # not retried
 
 
-def test_index_pages_are_retried_the_same_way(pypi: IndexServer, said: list[events.Event],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_index_pages_are_retried_the_same_way(
+    pypi: IndexServer, said: list[events.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pypi.fail("/pypi/simple/einops-like/", "reset", times=1)
     pypi.fail("/pypi/simple/einops-like/", 502, times=1)
     files = index_files(pypi.simple_url("pypi"), "einops-like")
@@ -143,15 +167,22 @@ def test_index_pages_are_retried_the_same_way(pypi: IndexServer, said: list[even
 
 
 def test_lock_with_an_index_that_stalls_first_does_not_fail(
-        tmp_path: Path, private_scenario_index: ScenarioIndex,
-        run_envbuild: Callable[..., EnvbuildResult]) -> None:
+    tmp_path: Path,
+    private_scenario_index: ScenarioIndex,
+    run_envbuild: Callable[..., EnvbuildResult],
+) -> None:
     index = private_scenario_index
     stack = tmp_path / "stack.toml"
-    stack.write_text(stack_toml([{"name": "helpers", "packages": ["einops-like==0.8.1"]}], index=index))
-    index.server.fail("/nightly/simple/torch/", "stall", times=1, seconds=4)  # the probe's first request
+    stack.write_text(
+        stack_toml([{"name": "helpers", "packages": ["einops-like==0.8.1"]}], index=index)
+    )
+    # the probe's first request
+    index.server.fail("/nightly/simple/torch/", "stall", times=1, seconds=4)
     r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 0, r.output
     assert "do not answer" not in r.output and "Traceback" not in r.output
-    assert f"{index.nightly_url}/torch/ slow (no answer within 3 s), retrying (attempt 2, " in r.stdout, r.output
+    assert (
+        f"{index.nightly_url}/torch/ slow (no answer within 3 s), retrying (attempt 2, " in r.stdout
+    ), r.output
     assert [s["name"] for s in manifest(tmp_path)["steps"]] == ["torch", "helpers"]
     assert not index.server.requested("/*/simple/")  # no probe (nor resolver) read an index root

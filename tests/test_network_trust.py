@@ -20,9 +20,11 @@ from support.wheels import build_wheel
 
 pytestmark = pytest.mark.slow  # real pip runs beside envbuild's own client
 
-ENVBUILD_GET = ("import sys\nfrom envbuild.index.client import read_bytes\nfrom envbuild.errors import EnvbuildError\n"
-                "try:\n    print('ok', len(read_bytes(sys.argv[1])))\n"
-                "except EnvbuildError as exc:\n    print('error', exc.message)\n")
+ENVBUILD_GET = (
+    "import sys\nfrom envbuild.index.client import read_bytes\nfrom envbuild.errors import"
+    " EnvbuildError\ntry:\n    print('ok', len(read_bytes(sys.argv[1])))\nexcept EnvbuildError as"
+    " exc:\n    print('error', exc.message)\n"
+)
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -30,9 +32,26 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def _ca(folder: Path, name: str) -> tuple[Path, Path]:
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
-             "-keyout", f"{name}.key", "-out", f"{name}.pem", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=folder)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=folder,
+    )
     return folder / f"{name}.pem", folder / f"{name}.key"
 
 
@@ -43,14 +62,49 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         pytest.skip("no openssl here to make a CA")
     ca, ca_key = _ca(folder, "test-ca")
     other, _ = _ca(folder, "other-ca")
-    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key",
-             "-out", "server.csr", cwd=folder)
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
-             "-days", "2", "-out", "server.pem", "-extfile", "san.ext", cwd=folder)
+    (folder / "san.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+    )
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        cwd=folder,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        "server.pem",
+        "-extfile",
+        "san.ext",
+        cwd=folder,
+    )
     wheels = folder / "files"
     build_wheel(wheels, "tiny", "1.0")
-    return {"ca": ca, "other": other, "cert": folder / "server.pem", "key": folder / "server.key", "files": wheels}
+    return {
+        "ca": ca,
+        "other": other,
+        "cert": folder / "server.pem",
+        "key": folder / "server.key",
+        "files": wheels,
+    }
 
 
 def _https(tls: dict[str, Path]) -> RangeServer:
@@ -64,24 +118,61 @@ def _https(tls: dict[str, Path]) -> RangeServer:
 def _env(tmp: Path, pip_conf: str, **extra: str) -> dict[str, str]:
     conf = tmp / "pip.conf"
     conf.write_text(pip_conf)
-    env = installer_env(tmp / "home", {"PIP_CONFIG_FILE": str(conf), "ENVBUILD_CACHE_DIR": str(tmp / "cache"), **extra})
-    for k in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY",
-              "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"):
+    env = installer_env(
+        tmp / "home",
+        {"PIP_CONFIG_FILE": str(conf), "ENVBUILD_CACHE_DIR": str(tmp / "cache"), **extra},
+    )
+    for k in (
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ):
         if k not in extra:
             env.pop(k, None)
     return env
 
 
 def _both(url: str, env: dict[str, str], tmp: Path) -> tuple[str, subprocess.CompletedProcess[str]]:
-    ours = subprocess.run([sys.executable, "-c", ENVBUILD_GET, url], env=env, capture_output=True, text=True,
-                          timeout=120)
-    pip = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "--retries", "0",
-                          "-d", str(tmp / "dl"), url], env=env, capture_output=True, text=True, timeout=120)
+    ours = subprocess.run(
+        [sys.executable, "-c", ENVBUILD_GET, url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-index",
+            "--retries",
+            "0",
+            "-d",
+            str(tmp / "dl"),
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return ours.stdout.strip() or ours.stderr, pip
 
 
 @pytest.mark.parametrize("how", ["pip-cert", "system-store"])
-def test_a_private_ca_pip_trusts_envbuild_trusts(tls: dict[str, Path], tmp_path: Path, how: str) -> None:
+def test_a_private_ca_pip_trusts_envbuild_trusts(
+    tls: dict[str, Path], tmp_path: Path, how: str
+) -> None:
     pip_conf = f"[global]\ncert = {tls['ca']}\n" if how == "pip-cert" else "[global]\n"
     extra = {"SSL_CERT_FILE": str(tls["ca"])} if how == "system-store" else {}
     with _https(tls) as server:
@@ -97,7 +188,10 @@ def test_a_wrong_ca_fails_both_naming_the_host(tls: dict[str, Path], tmp_path: P
         ours, pip = _both(url, _env(tmp_path, f"[global]\ncert = {tls['other']}\n"), tmp_path)
     assert pip.returncode != 0
     assert ours.startswith("error cannot reach https://127.0.0.1:"), ours
-    assert "its TLS certificate is not trusted (CERTIFICATE_VERIFY_FAILED)" in ours and "Traceback" not in ours
+    assert (
+        "its TLS certificate is not trusted (CERTIFICATE_VERIFY_FAILED)" in ours
+        and "Traceback" not in ours
+    )
 
 
 class _Proxy(BaseHTTPRequestHandler):
@@ -117,7 +211,9 @@ class _Proxy(BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("how", ["pip-proxy", "env-proxy"])
-def test_the_proxy_pip_goes_through_envbuild_goes_through(tls: dict[str, Path], tmp_path: Path, how: str) -> None:
+def test_the_proxy_pip_goes_through_envbuild_goes_through(
+    tls: dict[str, Path], tmp_path: Path, how: str
+) -> None:
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}"
@@ -133,4 +229,5 @@ def test_the_proxy_pip_goes_through_envbuild_goes_through(tls: dict[str, Path], 
         proxy.server_close()
     assert pip.returncode == 0, pip.stderr
     assert ours.startswith("ok "), ours
-    assert sum(1 for p in _Proxy.seen if p.endswith("tiny-1.0-py3-none-any.whl")) >= 2, _Proxy.seen  # both went through it
+    # both went through it
+    assert sum(1 for p in _Proxy.seen if p.endswith("tiny-1.0-py3-none-any.whl")) >= 2, _Proxy.seen

@@ -32,8 +32,12 @@ SCANNED = ("envbuild", "tests", "docs/hooks", "bench", "lockfiles")
 
 # path -> why it keeps its own copy. Each one runs where envbuild's dependencies are not installed.
 OWN_NORMALISER = {
-    "envbuild/proof/inventory.py": "standalone: runs in the target interpreter, which need not have packaging",
-    "bench/repack_installed.py": "stdlib only: runs with the interpreter whose distributions it packs",
+    "envbuild/proof/inventory.py": (
+        "standalone: runs in the target interpreter, which need not have packaging"
+    ),
+    "bench/repack_installed.py": (
+        "stdlib only: runs with the interpreter whose distributions it packs"
+    ),
 }
 
 
@@ -72,24 +76,42 @@ def name_normalisers(tree: ast.Module) -> list[int]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             calls = _chain(node)
             methods = {c.func.attr for c in calls if isinstance(c.func, ast.Attribute)}
-            dashes = any(isinstance(c.func, ast.Attribute) and c.func.attr == "replace" and len(c.args) == 2
-                         and _literal(c.args[0]) in ("_", ".") and _literal(c.args[1]) == "-" for c in calls)
+            dashes = any(
+                isinstance(c.func, ast.Attribute)
+                and c.func.attr == "replace"
+                and len(c.args) == 2
+                and _literal(c.args[0]) in ("_", ".")
+                and _literal(c.args[1]) == "-"
+                for c in calls
+            )
             if "lower" in methods and dashes and node is calls[0]:
                 lines.append(node.lineno)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and sorted(node.value.removesuffix("+").strip("[]")) == sorted("-_.") \
-                and node.value.startswith("[") and "]" in node.value:
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and sorted(node.value.removesuffix("+").strip("[]")) == sorted("-_.")
+            and node.value.startswith("[")
+            and "]" in node.value
+        ):
             lines.append(node.lineno)
     return sorted(set(lines))
 
 
 def test_no_inline_name_normaliser() -> None:
-    found = [f"{rel}:{line}" for rel, tree in _sources() if rel not in OWN_NORMALISER
-             for line in name_normalisers(tree)]
-    assert not found, ("project names normalised inline; use packaging.utils.canonicalize_name "
-                       "(PEP 503): " + ", ".join(found))
-    assert all(name_normalisers(ast.parse((ROOT / rel).read_text(encoding="utf-8"))) for rel in OWN_NORMALISER), \
-        "an exempted module no longer normalises names itself: remove it from OWN_NORMALISER"
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel not in OWN_NORMALISER
+        for line in name_normalisers(tree)
+    ]
+    assert not found, (
+        "project names normalised inline; use packaging.utils.canonicalize_name (PEP 503): "
+        + ", ".join(found)
+    )
+    assert all(
+        name_normalisers(ast.parse((ROOT / rel).read_text(encoding="utf-8")))
+        for rel in OWN_NORMALISER
+    ), "an exempted module no longer normalises names itself: remove it from OWN_NORMALISER"
 
 
 def test_the_name_check_finds_a_planted_normaliser() -> None:
@@ -101,7 +123,11 @@ def test_the_name_check_finds_a_planted_normaliser() -> None:
     ]
     for source in planted:
         assert name_normalisers(ast.parse(source)), source
-    clean = ['n = canonicalize_name(name)', 'k = text.lower().replace(" ", "-")', 'm = name.replace("-", "_")']
+    clean = [
+        "n = canonicalize_name(name)",
+        'k = text.lower().replace(" ", "-")',
+        'm = name.replace("-", "_")',
+    ]
     for source in clean:
         assert not name_normalisers(ast.parse(source)), source
 
@@ -132,13 +158,22 @@ def toml_imports(tree: ast.Module) -> list[int]:
 
 
 def test_one_toml_import() -> None:
-    found = [f"{rel}:{line}" for rel, tree in _sources() if rel != TOML_OWNER and rel not in OWN_TOML for line in toml_imports(tree)]
-    assert not found, "TOML imported outside envbuild/_io.py; use envbuild._io.parse_toml: " + ", ".join(found)
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel != TOML_OWNER and rel not in OWN_TOML
+        for line in toml_imports(tree)
+    ]
+    assert not found, (
+        "TOML imported outside envbuild/_io.py; use envbuild._io.parse_toml: " + ", ".join(found)
+    )
     assert toml_imports(ast.parse((ROOT / TOML_OWNER).read_text(encoding="utf-8")))
 
 
 def test_the_toml_check_finds_a_planted_shim() -> None:
-    planted = "if sys.version_info >= (3, 11):\n    import tomllib\nelse:\n    import tomli as tomllib\n"
+    planted = (
+        "if sys.version_info >= (3, 11):\n    import tomllib\nelse:\n    import tomli as tomllib\n"
+    )
     assert toml_imports(ast.parse(planted)) == [2, 4]
     assert toml_imports(ast.parse("def f():\n    from tomli import loads\n")) == [2]
     assert not toml_imports(ast.parse("from envbuild._io import parse_toml\nimport tomlkit\n"))
@@ -147,20 +182,40 @@ def test_the_toml_check_finds_a_planted_shim() -> None:
 DOWNLOADER = "envbuild/index/download.py"
 RETRY_RULE = "envbuild/index/net.py"
 _STREAMING = {"iter_content", "iter_raw", "urlretrieve"}
-_NETWORK_ERRORS = {"ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout", "RequestException",
-                   "ChunkedEncodingError", "HTTPError", "URLError", "_Retry"}
+_NETWORK_ERRORS = {
+    "ConnectionError",
+    "Timeout",
+    "ReadTimeout",
+    "ConnectTimeout",
+    "RequestException",
+    "ChunkedEncodingError",
+    "HTTPError",
+    "URLError",
+    "_Retry",
+}
 
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
 
 
 def downloaders(tree: ast.Module) -> list[int]:
     """Lines that stream a response body (a downloader of their own)."""
-    return sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and (
-        isinstance(n.func, ast.Attribute) and n.func.attr in _STREAMING
-        or isinstance(n.func, ast.Name) and n.func.id in _STREAMING)})
+    return sorted(
+        {
+            n.lineno
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            and (
+                isinstance(n.func, ast.Attribute)
+                and n.func.attr in _STREAMING
+                or isinstance(n.func, ast.Name)
+                and n.func.id in _STREAMING
+            )
+        }
+    )
 
 
 def retry_loops(tree: ast.Module) -> list[int]:
@@ -170,8 +225,12 @@ def retry_loops(tree: ast.Module) -> list[int]:
         if not isinstance(loop, (ast.While, ast.For)):
             continue
         sleeps = any(isinstance(n, ast.Call) and "sleep" in _names(n.func) for n in ast.walk(loop))
-        catches = any(isinstance(n, ast.ExceptHandler) and n.type is not None and _names(n.type) & _NETWORK_ERRORS
-                      for n in ast.walk(loop))
+        catches = any(
+            isinstance(n, ast.ExceptHandler)
+            and n.type is not None
+            and _names(n.type) & _NETWORK_ERRORS
+            for n in ast.walk(loop)
+        )
         if sleeps and catches:
             lines.append(loop.lineno)
     return lines
@@ -179,19 +238,29 @@ def retry_loops(tree: ast.Module) -> list[int]:
 
 def test_one_downloader_and_one_retry_rule() -> None:
     package = [(rel, tree) for rel, tree in _sources() if rel.startswith("envbuild/")]
-    streams = [f"{rel}:{line}" for rel, tree in package if rel != DOWNLOADER for line in downloaders(tree)]
-    assert not streams, "a body streamed outside envbuild/index/download.py; call its download(): " + ", ".join(
-        streams)
-    loops = [f"{rel}:{line}" for rel, tree in package if rel != RETRY_RULE for line in retry_loops(tree)]
-    assert not loops, "a retry loop outside envbuild/index/net.py; use net.retrying: " + ", ".join(loops)
+    streams = [
+        f"{rel}:{line}" for rel, tree in package if rel != DOWNLOADER for line in downloaders(tree)
+    ]
+    assert not streams, (
+        "a body streamed outside envbuild/index/download.py; call its download(): "
+        + ", ".join(streams)
+    )
+    loops = [
+        f"{rel}:{line}" for rel, tree in package if rel != RETRY_RULE for line in retry_loops(tree)
+    ]
+    assert not loops, "a retry loop outside envbuild/index/net.py; use net.retrying: " + ", ".join(
+        loops
+    )
     owner = {rel: tree for rel, tree in package}
     assert downloaders(owner[DOWNLOADER])
-    assert "retrying" in {f.name for f in ast.walk(owner[RETRY_RULE]) if isinstance(f, ast.FunctionDef)}
+    assert "retrying" in {
+        f.name for f in ast.walk(owner[RETRY_RULE]) if isinstance(f, ast.FunctionDef)
+    }
 
 
 def test_the_download_check_finds_the_mirrors_old_loop() -> None:
     """The wheelhouse mirror's own downloader, as it was: both checks see it."""
-    planted = ast.parse('''
+    planted = ast.parse("""
 def download_one(url, dest, sha256, *, http, retries=4, backoff=0.5):
     attempt = 0
     while True:
@@ -207,42 +276,77 @@ def download_one(url, dest, sha256, *, http, retries=4, backoff=0.5):
             time.sleep(backoff * 2 ** attempt)
             continue
         return dest
-''')
+""")
     assert downloaders(planted) == [8] and retry_loops(planted) == [4]
-    polling = ast.parse("while proc.poll() is None:\n    try:\n        x()\n    except OSError:\n        pass\n"
-                        "    time.sleep(0.05)\n")
+    polling = ast.parse(
+        "while proc.poll() is None:\n    try:\n        x()\n    except OSError:\n        pass\n"
+        "    time.sleep(0.05)\n"
+    )
     assert not retry_loops(polling) and not downloaders(polling)
 
 
 RUNNER = "envbuild/run.py"
 # path -> why it starts a child without envbuild.run
 OWN_SUBPROCESS = {
-    "envbuild/index/pipconf.py": "below the runner: envbuild.run imports the package sources' redaction",
+    "envbuild/index/pipconf.py": (
+        "below the runner: envbuild.run imports the package sources' redaction"
+    ),
     "envbuild/provision/warmup.py": "a background child left running while the steps go on",
     "envbuild/proof/smoke/checks.py": "standalone: runs in the target interpreter without envbuild",
-    "envbuild/proof/smoke/__init__.py": "the planted competing loads: children left running while "
-    "the smoke workers run, stopped after them",
+    "envbuild/proof/smoke/__init__.py": (
+        "the planted competing loads: children left running while "
+        "the smoke workers run, stopped after them"
+    ),
 }
-_SPAWN = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "system",
-          "popen", "execv", "execvp", "spawnv"}
+_SPAWN = {
+    "run",
+    "Popen",
+    "call",
+    "check_call",
+    "check_output",
+    "getoutput",
+    "getstatusoutput",
+    "system",
+    "popen",
+    "execv",
+    "execvp",
+    "spawnv",
+}
 
 
 def spawns(tree: ast.Module) -> list[int]:
     """Lines that start a child process through ``subprocess`` or ``os`` directly."""
     lines = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SPAWN \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id in ("subprocess", "os") or isinstance(node, ast.ImportFrom) and node.module == "subprocess" \
-                and {a.name for a in node.names} & _SPAWN:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _SPAWN
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in ("subprocess", "os")
+            or isinstance(node, ast.ImportFrom)
+            and node.module == "subprocess"
+            and {a.name for a in node.names} & _SPAWN
+        ):
             lines.append(node.lineno)
     return lines
 
 
 def test_one_runner() -> None:
-    found = [f"{rel}:{line}" for rel, tree in _sources() if rel.startswith("envbuild/")
-             and rel != RUNNER and rel not in OWN_SUBPROCESS for line in spawns(tree)]
-    assert not found, "a subprocess started outside envbuild/run.py; use envbuild.run.run: " + ", ".join(found)
-    stale = [rel for rel in OWN_SUBPROCESS if not spawns(ast.parse((ROOT / rel).read_text(encoding="utf-8")))]
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel.startswith("envbuild/") and rel != RUNNER and rel not in OWN_SUBPROCESS
+        for line in spawns(tree)
+    ]
+    assert not found, (
+        "a subprocess started outside envbuild/run.py; use envbuild.run.run: " + ", ".join(found)
+    )
+    stale = [
+        rel
+        for rel in OWN_SUBPROCESS
+        if not spawns(ast.parse((ROOT / rel).read_text(encoding="utf-8")))
+    ]
     assert not stale, f"no longer starts a child itself, remove from OWN_SUBPROCESS: {stale}"
     doc = ast.get_docstring(ast.parse((ROOT / RUNNER).read_text(encoding="utf-8"))) or ""
     missing = [rel for rel in OWN_SUBPROCESS if rel.removeprefix("envbuild/") not in doc]
@@ -253,7 +357,9 @@ def test_the_runner_check_finds_a_planted_call() -> None:
     assert spawns(ast.parse("out = subprocess.run([uv, '--version'], capture_output=True)")) == [1]
     assert spawns(ast.parse("from subprocess import check_output\n")) == [1]
     assert spawns(ast.parse("os.system('ls')")) == [1]
-    assert not spawns(ast.parse("out = run([uv, '--version'], capture=True)\nx = subprocess.DEVNULL"))
+    assert not spawns(
+        ast.parse("out = run([uv, '--version'], capture=True)\nx = subprocess.DEVNULL")
+    )
 
 
 TOOL_SNIPPET = "envbuild/images/tool.py"
@@ -261,13 +367,26 @@ TOOL_SNIPPET = "envbuild/images/tool.py"
 
 def install_snippets(tree: ast.Module) -> list[int]:
     """Lines of string constants that install envbuild from its copied source."""
-    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and "pip install /src/envbuild" in n.value]
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and "pip install /src/envbuild" in n.value
+    ]
 
 
 def test_one_in_image_install() -> None:
-    found = [f"{rel}:{line}" for rel, tree in _sources() if rel.startswith("envbuild/") and rel != TOOL_SNIPPET
-             for line in install_snippets(tree)]
-    assert not found, "envbuild installed in an image outside envbuild/images/tool.py: " + ", ".join(found)
-    planted = ast.parse('cmd = f"{TOOL_VENV}/bin/python -m pip install /src/envbuild && envbuild --version"')
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel.startswith("envbuild/") and rel != TOOL_SNIPPET
+        for line in install_snippets(tree)
+    ]
+    assert not found, (
+        "envbuild installed in an image outside envbuild/images/tool.py: " + ", ".join(found)
+    )
+    planted = ast.parse(
+        'cmd = f"{TOOL_VENV}/bin/python -m pip install /src/envbuild && envbuild --version"'
+    )
     assert install_snippets(planted) == [1]

@@ -228,7 +228,9 @@ def test_a_conda_package_in_one_environment_is_judged_there(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(("requires", "finding"), [("torch>=2.8", False), ("torch>=2.9", True)])
-def test_a_pypi_package_requiring_another_torch(tmp_path: Path, requires: str, finding: bool) -> None:
+def test_a_pypi_package_requiring_another_torch(
+    tmp_path: Path, requires: str, finding: bool
+) -> None:
     wheel = "https://example.org/trainer_utils-1.0-py3-none-any.whl"
     described = (
         f"- pypi: {wheel}\n  name: trainer-utils\n  version: '1.0'\n  sha256: {SHA}\n"

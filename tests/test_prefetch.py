@@ -25,17 +25,22 @@ from envbuild.spec import StackSpec, parse_spec
 
 def _spec(tmp_path: Path, packages: list[str], **step: object) -> StackSpec:
     data = {
-        "schema": 1, "name": "t", "python": "3.11",
+        "schema": 1,
+        "name": "t",
+        "python": "3.11",
         "layout": {"root": str(tmp_path / "root"), "min_free_gb": 0},
         "abi": {"package": "torch", "version": "2.13.0+cpu", "local": "cpu"},
-        "step": [{"name": "torch", "packages": ["torch==2.13.0+cpu"]},
-                 {"name": "next", "packages": packages, **step}],
+        "step": [
+            {"name": "torch", "packages": ["torch==2.13.0+cpu"]},
+            {"name": "next", "packages": packages, **step},
+        ],
     }
     return parse_spec(data, tmp_path / "stack.toml", {})
 
 
-def _planned(tmp_path: Path, packages: list[str], backend: Backend = "pip",
-             **step: object) -> PlannedStep:
+def _planned(
+    tmp_path: Path, packages: list[str], backend: Backend = "pip", **step: object
+) -> PlannedStep:
     spec = _spec(tmp_path, packages, **step)
     options = PlanOptions(backend=backend, wheelhouse="http://127.0.0.1:1/flat/")
     return make_plan(spec, options).steps[1]
@@ -48,24 +53,41 @@ def test_exact_pins_keep_only_single_equality(tmp_path: Path) -> None:
 
 def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
     s = _planned(tmp_path, ["a==1.0", "b>=2"], no_deps=True)
-    pip = prefetch_argv(s, installer=PipInstaller(), python=Path("/v/bin/python"), scratch=tmp_path / "s")
+    pip = prefetch_argv(
+        s, installer=PipInstaller(), python=Path("/v/bin/python"), scratch=tmp_path / "s"
+    )
     assert pip is not None
     assert pip[:4] == ["/v/bin/python", "-m", "pip", "download"]
     assert "--no-deps" in pip and pip[-1] == "a==1.0"
-    assert pip[pip.index("--no-index"):pip.index("--no-index") + 3] == ["--no-index", "--find-links", "http://127.0.0.1:1/flat/"]
+    assert pip[pip.index("--no-index") : pip.index("--no-index") + 3] == [
+        "--no-index",
+        "--find-links",
+        "http://127.0.0.1:1/flat/",
+    ]
     su = _planned(tmp_path, ["a==1.0"], backend="uv")
-    uv = prefetch_argv(su, installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"), scratch=tmp_path / "s")
+    uv = prefetch_argv(
+        su, installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"), scratch=tmp_path / "s"
+    )
     assert uv is not None and uv[:3] == ["/bin/uv", "pip", "install"]
     assert "--target" in uv and "--no-deps" in uv
     # nothing exact: nothing to prefetch
-    assert prefetch_argv(_planned(tmp_path, ["b>=2"]), installer=PipInstaller(), python=Path("p"), scratch=tmp_path) is None
+    assert (
+        prefetch_argv(
+            _planned(tmp_path, ["b>=2"]),
+            installer=PipInstaller(),
+            python=Path("p"),
+            scratch=tmp_path,
+        )
+        is None
+    )
 
 
 def test_auto_prefetches_only_for_remote_sources(tmp_path: Path) -> None:
     spec = _spec(tmp_path, ["a==1.0"])
     local = make_plan(spec, PlanOptions(backend="uv", wheelhouse=str(tmp_path / "wh"))).steps
-    loopback = make_plan(spec,
-                         PlanOptions(backend="uv", wheelhouse="http://127.0.0.1:8080/flat/")).steps
+    loopback = make_plan(
+        spec, PlanOptions(backend="uv", wheelhouse="http://127.0.0.1:8080/flat/")
+    ).steps
     mirror = "https://mirror.example.org/flat/"
     remote = make_plan(spec, PlanOptions(backend="uv", wheelhouse=mirror)).steps
     assert remote_sources(remote[1]) == ["https://mirror.example.org/flat/"]
@@ -91,15 +113,22 @@ def _lock_stage(tmp_path: Path, lines: list[str]) -> list[PlannedStep]:
 
 
 def test_a_lock_stage_of_remote_wheel_urls_is_prefetched_and_builds_nothing(tmp_path: Path) -> None:
-    steps = _lock_stage(tmp_path, [f"a @ {_WHL.format(n='a')}", f"b @ {_WHL.format(n='b')}",
-                                   "-e file:///src/project",
-                                   "c @ https://files.example.org/c-1.0.tar.gz --hash=sha256:1",
-                                   "d @ git+https://github.com/x/d@0123abc"])
+    steps = _lock_stage(
+        tmp_path,
+        [
+            f"a @ {_WHL.format(n='a')}",
+            f"b @ {_WHL.format(n='b')}",
+            "-e file:///src/project",
+            "c @ https://files.example.org/c-1.0.tar.gz --hash=sha256:1",
+            "d @ git+https://github.com/x/d@0123abc",
+        ],
+    )
     assert remote_sources(steps[1])[0].startswith("https://files.example.org/")
     assert wanted("auto", steps)
     scratch = tmp_path / "prefetch" / "02-rest"
-    argv = prefetch_argv(steps[1], installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"),
-                         scratch=scratch)
+    argv = prefetch_argv(
+        steps[1], installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"), scratch=scratch
+    )
     listed_file = tmp_path / "prefetch" / "02-rest.txt"
     assert argv is not None and argv[argv.index("-r") + 1] == str(listed_file)
     listed = listed_file.read_text().splitlines()
@@ -112,12 +141,21 @@ def test_a_lock_stage_from_this_host_or_of_builds_only_is_not_prefetched(tmp_pat
     here = "a @ http://127.0.0.1:8080/a-1.0-py3-none-any.whl --hash=sha256:1"
     loopback = _lock_stage(tmp_path, [here])
     assert remote_sources(loopback[1]) == [] and not wanted("auto", loopback)
-    builds = _lock_stage(tmp_path, ["-e file:///src/project", "d @ git+https://github.com/x/d@0123abc"])
+    builds = _lock_stage(
+        tmp_path, ["-e file:///src/project", "d @ git+https://github.com/x/d@0123abc"]
+    )
     assert remote_sources(builds[1]) == [] and not wanted("auto", builds)
     # even where another stage makes prefetching worth it, a stage of builds only is left to the
     # real step
-    assert prefetch_argv(builds[1], installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"),
-                         scratch=tmp_path / "s") is None
+    assert (
+        prefetch_argv(
+            builds[1],
+            installer=UvInstaller("/bin/uv"),
+            python=Path("/v/bin/python"),
+            scratch=tmp_path / "s",
+        )
+        is None
+    )
 
 
 def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Path) -> None:
@@ -126,13 +164,27 @@ def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Pa
     wh.mkdir()
     with wheel.WheelFile(wh / "tiny-1.0-py3-none-any.whl", "w") as wf:
         wf.writestr("tiny/__init__.py", b"")
-        wf.writestr("tiny-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n\n")
-        wf.writestr("tiny-1.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wf.writestr(
+            "tiny-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n\n"
+        )
+        wf.writestr(
+            "tiny-1.0.dist-info/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
     spec = _spec(tmp_path, ["tiny==1.0"])
     step = make_plan(spec, PlanOptions(backend="pip", wheelhouse=str(wh))).steps[1]
-    env = {"PIP_CONFIG_FILE": "/dev/null", "PIP_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    pre = Prefetcher(installer=PipInstaller(), python=Path(sys.executable), scratch_root=tmp_path / "scratch",
-                     logs=tmp_path / "logs", env=env)
+    env = {
+        "PIP_CONFIG_FILE": "/dev/null",
+        "PIP_CACHE_DIR": str(tmp_path / "cache"),
+        "PATH": "/usr/bin:/bin",
+    }
+    pre = Prefetcher(
+        installer=PipInstaller(),
+        python=Path(sys.executable),
+        scratch_root=tmp_path / "scratch",
+        logs=tmp_path / "logs",
+        env=env,
+    )
     with pre:
         job = pre.start(step)
         assert job is not None
@@ -148,10 +200,18 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
     spec = _spec(tmp_path, ["tiny==1.0"])
     step = make_plan(spec, PlanOptions(backend="pip")).steps[1]
-    monkeypatch.setattr(prefetch, "prefetch_argv",
-                        lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)"])
-    pre = Prefetcher(installer=PipInstaller(), python=Path(sys.executable), scratch_root=tmp_path / "s",
-                     logs=tmp_path / "logs", env={"PATH": "/usr/bin:/bin"})
+    monkeypatch.setattr(
+        prefetch,
+        "prefetch_argv",
+        lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)"],
+    )
+    pre = Prefetcher(
+        installer=PipInstaller(),
+        python=Path(sys.executable),
+        scratch_root=tmp_path / "s",
+        logs=tmp_path / "logs",
+        env={"PATH": "/usr/bin:/bin"},
+    )
     job = pre.start(step)
     assert job is not None
     for _ in range(100):  # the runner has started the child once the command line is in the log
@@ -166,12 +226,19 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["uv", "pip"])
-def test_provision_with_prefetch(write_stack: Callable[..., Path], provision: Callable[..., EnvbuildResult],
-                                 provisioned_venv: Venv, tmp_path: Path, backend: str) -> None:
-    stack = write_stack([
-        {"name": "helpers", "packages": ["einops-like==0.8.1"]},
-        {"name": "more", "packages": ["fla-core-like==0.4.2"], "no_deps": True},
-    ])
+def test_provision_with_prefetch(
+    write_stack: Callable[..., Path],
+    provision: Callable[..., EnvbuildResult],
+    provisioned_venv: Venv,
+    tmp_path: Path,
+    backend: str,
+) -> None:
+    stack = write_stack(
+        [
+            {"name": "helpers", "packages": ["einops-like==0.8.1"]},
+            {"name": "more", "packages": ["fla-core-like==0.4.2"], "no_deps": True},
+        ]
+    )
     result = provision(stack, "--backend", backend, "--prefetch", "yes")
     assert result.rc == 0, result.stderr
     dists = provisioned_venv.dists()

@@ -34,9 +34,14 @@ def read(name: str) -> str:
 
 def facts(query: str | None, topo: str | None, **kw: Any) -> HostFacts:
     base: dict[str, Any] = dict(
-        gpu_query=read(query) if query else None, topo=read(topo) if topo else None,
+        gpu_query=read(query) if query else None,
+        topo=read(topo) if topo else None,
         gpu_error=None if query else "nvidia-smi not found (no NVIDIA driver on this host)",
-        numa_balancing="0", gcc="12.2.0", nvcc=read("nvcc_13_0.txt"), environ={})
+        numa_balancing="0",
+        gcc="12.2.0",
+        nvcc=read("nvcc_13_0.txt"),
+        environ={},
+    )
     base.update(kw)
     return HostFacts(**base)
 
@@ -71,8 +76,12 @@ def test_parse_gpus() -> None:
 
 def test_healthy_8x_h200_passes_gpu_checks(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
-    report = run_preflight(spec, paths, checks=["driver", "gpus", "topology", "numa"],
-                           facts=facts("nvidia_smi_query_8xh200.csv", "topo_nv18_8gpu.txt"))
+    report = run_preflight(
+        spec,
+        paths,
+        checks=["driver", "gpus", "topology", "numa"],
+        facts=facts("nvidia_smi_query_8xh200.csv", "topo_nv18_8gpu.txt"),
+    )
     assert report.verdict == "pass", report.to_dict()
     by = {c.name: c for c in report.checks}
     assert by["topology"].measured == "all 28 pairs NV18"
@@ -92,8 +101,12 @@ def test_pcie_fallback_fails_topology(h200: tuple[StackSpec, Paths]) -> None:
 
 def test_old_driver_wrong_gpus_fail(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
-    report = run_preflight(spec, paths, checks=["driver", "gpus", "topology"],
-                           facts=facts("nvidia_smi_query_2xh100.csv", "topo_nv18_2gpu.txt"))
+    report = run_preflight(
+        spec,
+        paths,
+        checks=["driver", "gpus", "topology"],
+        facts=facts("nvidia_smi_query_2xh100.csv", "topo_nv18_2gpu.txt"),
+    )
     by = {c.name: c for c in report.checks}
     assert by["driver"].verdict == "fail" and by["driver"].measured == "570.133.20"
     assert by["gpus"].verdict == "fail" and "H200" in by["gpus"].detail
@@ -104,12 +117,18 @@ def test_old_driver_wrong_gpus_fail(h200: tuple[StackSpec, Paths]) -> None:
 def test_no_gpu_skips_with_reason(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
     cpu = resolve_spec("cpu", None)
-    report = run_preflight(cpu, paths_for(cpu, paths.root), checks=["driver", "gpus", "topology"],
-                           facts=facts(None, None))
+    report = run_preflight(
+        cpu,
+        paths_for(cpu, paths.root),
+        checks=["driver", "gpus", "topology"],
+        facts=facts(None, None),
+    )
     assert [c.verdict for c in report.checks] == ["skip", "skip", "skip"]
     assert all("nvidia-smi not found" in c.detail for c in report.checks)
     # a spec that asks for GPUs fails the count, but nothing crashes
-    report = run_preflight(spec, paths, checks=["driver", "gpus", "topology"], facts=facts(None, None))
+    report = run_preflight(
+        spec, paths, checks=["driver", "gpus", "topology"], facts=facts(None, None)
+    )
     assert [c.verdict for c in report.checks] == ["skip", "fail", "skip"]
 
 
@@ -130,10 +149,15 @@ def test_gather_real_executables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     _fake_nvidia_smi(broken, f"cat {DATA / 'nvidia_smi_no_driver.txt'}\nexit 9\n")
     monkeypatch.setenv("PATH", str(broken) + os.pathsep + os.environ["PATH"])
     got = HostFacts.gather()
-    assert got.gpu_query is None and "couldn't communicate with the NVIDIA driver" in (got.gpu_error or "")
+    assert got.gpu_query is None and "couldn't communicate with the NVIDIA driver" in (
+        got.gpu_error or ""
+    )
     good = tmp_path / "good"
-    _fake_nvidia_smi(good, f'if [ "$1" = topo ]; then cat {DATA / "topo_nv18_8gpu.txt"}; '
-                           f'else cat {DATA / "nvidia_smi_query_8xh200.csv"}; fi\n')
+    _fake_nvidia_smi(
+        good,
+        f'if [ "$1" = topo ]; then cat {DATA / "topo_nv18_8gpu.txt"}; '
+        f"else cat {DATA / 'nvidia_smi_query_8xh200.csv'}; fi\n",
+    )
     monkeypatch.setenv("PATH", str(good) + os.pathsep + os.environ["PATH"])
     got = HostFacts.gather()
     assert len(parse_gpus(got.gpu_query or "")) == 8 and len(parse_topo(got.topo or "").gpus) == 8
@@ -151,7 +175,9 @@ def test_env_baseline_uses_overlay(h200: tuple[StackSpec, Paths]) -> None:
     assert checks["env:CUDA_DEVICE_MAX_CONNECTIONS"].measured == "unset"
     # an overlay on disk that forces MNNVL and lost a baseline value is a failure
     write_overlay(spec, paths)
-    text = paths.overlay.read_text().replace("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=7200", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=600")
+    text = paths.overlay.read_text().replace(
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=7200", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=600"
+    )
     paths.overlay.write_text(text + "export NCCL_MNNVL_ENABLE=1\n")
     checks = {c.name: c for c in check_env(spec, paths, facts(None, None))}
     assert checks["env:TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"].verdict == "fail"
@@ -162,31 +188,53 @@ def test_env_baseline_uses_overlay(h200: tuple[StackSpec, Paths]) -> None:
 
 def test_disk_and_versions(h200: tuple[StackSpec, Paths]) -> None:
     spec, paths = h200
-    big = replace(spec, host=Host(root_min_free_gb=1e9, data_min_free_gb=1e9, gcc="99.1", cuda_toolkit="12.8"))
-    report = run_preflight(big, paths, checks=["disk", "gcc", "cuda-toolkit"], facts=facts(None, None))
+    big = replace(
+        spec, host=Host(root_min_free_gb=1e9, data_min_free_gb=1e9, gcc="99.1", cuda_toolkit="12.8")
+    )
+    report = run_preflight(
+        big, paths, checks=["disk", "gcc", "cuda-toolkit"], facts=facts(None, None)
+    )
     by = {c.name: c for c in report.checks}
     assert by["disk:/"].verdict == "fail" and by[f"disk:{paths.root}"].verdict == "fail"
     assert by["gcc"].verdict == "fail" and by["gcc"].measured == "12.2.0"
     assert by["cuda-toolkit"].verdict == "fail" and by["cuda-toolkit"].measured == "13.0"
     ok = replace(spec, host=Host(gcc="11.4", cuda_toolkit="13.0"))
-    report = run_preflight(ok, paths, checks=["gcc", "cuda-toolkit", "numa"], facts=facts(None, None))
+    report = run_preflight(
+        ok, paths, checks=["gcc", "cuda-toolkit", "numa"], facts=facts(None, None)
+    )
     assert report.verdict == "pass"
     report = run_preflight(ok, paths, checks=["numa"], facts=facts(None, None, numa_balancing="1"))
     assert report.checks[0].verdict == "warn" and "sysctl" in report.checks[0].detail
 
 
 def test_index_reachability_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server = IndexServer({"r": tmp_path}).start()  # https to it fails the handshake; /missing is a 404
+    # https to it fails the handshake; /missing is a 404
+    server = IndexServer({"r": tmp_path}).start()
     port = server.port
     spec_file = tmp_path / "stack.toml"
     spec_file.write_text(
-        (Path(__file__).parents[1] / "lockfiles" / "cpu" / "stack.toml").read_text()
-        .replace("${ENVBUILD_TORCH_INDEX-https://download.pytorch.org/whl/cpu}",
-                 f"https://user:s3cret@127.0.0.1:{port}/simple")
-        + f'\n[[step]]\nname = "extra"\npackages = ["tqdm"]\nindex_url = "http://127.0.0.1:{port}/missing"\n')
+        (Path(__file__).parents[1] / "lockfiles" / "cpu" / "stack.toml")
+        .read_text()
+        .replace(
+            "${ENVBUILD_TORCH_INDEX-https://download.pytorch.org/whl/cpu}",
+            f"https://user:s3cret@127.0.0.1:{port}/simple",
+        )
+        + '\n[[step]]\nname = "extra"\npackages = ["tqdm"]\nindex_url ='
+        f' "http://127.0.0.1:{port}/missing"\n'
+    )
     try:
-        code = main(["preflight", "--stack", str(spec_file), "--root", str(tmp_path / "root"),
-                     "--only", "index", "--json"])
+        code = main(
+            [
+                "preflight",
+                "--stack",
+                str(spec_file),
+                "--root",
+                str(tmp_path / "root"),
+                "--only",
+                "index",
+                "--json",
+            ]
+        )
     finally:
         server.stop()
     out = capsys.readouterr().out
@@ -194,7 +242,8 @@ def test_index_reachability_and_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 3 and doc["verdict"] == "fail"
     assert "s3cret" not in out
     verdicts = {c["name"]: c["verdict"] for c in doc["checks"]}
-    assert verdicts[f"index:https://***@127.0.0.1:{port}/simple"] == "fail"  # https to an http server
+    # https to an http server
+    assert verdicts[f"index:https://***@127.0.0.1:{port}/simple"] == "fail"
     assert verdicts[f"index:http://127.0.0.1:{port}/missing"] == "fail"
 
 
@@ -207,10 +256,11 @@ def test_cli_table_and_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "unknown check 'topolgy'" in err and "Traceback" not in err
 
 
-def test_an_index_only_locked_steps_read_is_a_warning_not_a_failure(tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """The cpu profile's torch step is locked (its files pinned by sha256): provision takes them from
-    any configured source that serves them, so its index not answering is a warning here, as
+def test_an_index_only_locked_steps_read_is_a_warning_not_a_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cpu profile's torch step is locked (its files pinned by sha256): provision takes them
+    from any configured source that serves them, so its index not answering is a warning here, as
     provision's own notice is, while an index an unlocked step reads stays a failure."""
     import shutil
 
@@ -223,8 +273,18 @@ def test_an_index_only_locked_steps_read_is_a_warning_not_a_failure(tmp_path: Pa
         with pytest.MonkeyPatch.context() as mp:
             for k, v in env_index.items():
                 mp.setenv(k, v)
-            code = main(["preflight", "--stack", str(profile / "stack.toml"), "--root", str(tmp_path / "root"),
-                         "--only", "index", "--json"])
+            code = main(
+                [
+                    "preflight",
+                    "--stack",
+                    str(profile / "stack.toml"),
+                    "--root",
+                    str(tmp_path / "root"),
+                    "--only",
+                    "index",
+                    "--json",
+                ]
+            )
     doc = json.loads(capsys.readouterr().out)
     verdicts = {c["name"]: (c["verdict"], c["detail"]) for c in doc["checks"]}
     verdict, detail = verdicts[f"index:{dead.url}"]

@@ -26,8 +26,14 @@ pytestmark = pytest.mark.slow
 
 
 def envbuild(*args: str, env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
-                          env=env, timeout=900, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "envbuild", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -42,19 +48,39 @@ def manifest(root: Path) -> dict[str, Any]:
 
 def _unshare_works() -> bool:
     try:
-        return subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=30).returncode == 0
+        return (
+            subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=30).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
-def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str], cpu_torch_index: str) -> None:
+def test_provision_cpu_profile_end_to_end(
+    tmp_path: Path, env: dict[str, str], cpu_torch_index: str
+) -> None:
     root, home = tmp_path / "data", tmp_path / "home"
-    as_written = {k: v for k, v in env.items() if k != "ENVBUILD_TORCH_INDEX"}  # the README's command
-    out = envbuild("provision", "--profile", "cpu", "--root", str(root), "--home", str(home), "--json",
-                   env=as_written)
+    # the README's command
+    as_written = {k: v for k, v in env.items() if k != "ENVBUILD_TORCH_INDEX"}
+    out = envbuild(
+        "provision",
+        "--profile",
+        "cpu",
+        "--root",
+        str(root),
+        "--home",
+        str(home),
+        "--json",
+        env=as_written,
+    )
     assert out.returncode == 0, out.stderr
-    notices = [line for line in out.stderr.splitlines() if line.startswith("notice: https://download.pytorch.org")]
-    assert len(notices) == (0 if cpu_torch_index else 1), out.stderr  # the index, or one line and the mirror
+    notices = [
+        line
+        for line in out.stderr.splitlines()
+        if line.startswith("notice: https://download.pytorch.org")
+    ]
+    # the index, or one line and the mirror
+    assert len(notices) == (0 if cpu_torch_index else 1), out.stderr
     result = json.loads(out.stdout)
     assert result["ran"] == ["bootstrap", "torch", "fla", "torch-users", "rest"]
     assert result["full_check"]["version"] == "2.13.0+cpu"
@@ -72,7 +98,9 @@ def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str], c
     assert (root / "cache" / "uv").is_dir() and (root / "logs" / "02-torch.log").is_file()
     activate = (root / "venv" / "bin" / "activate").read_text()
     assert str(root / ".envbuild" / "envbuild-env.sh") in activate
-    assert (root / ".envbuild" / "constraints.txt").read_text().splitlines()[-1] == "torch==2.13.0+cpu"
+    assert (root / ".envbuild" / "constraints.txt").read_text().splitlines()[
+        -1
+    ] == "torch==2.13.0+cpu"
     # the manifest
     m = manifest(root)
     assert [s["status"] for s in m["steps"]] == ["ok"] * 5
@@ -80,12 +108,21 @@ def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str], c
     assert all(s["guard_seconds"] < 1.0 for s in m["steps"][1:])
     # the packages are really there, and the overlay is what activate gives a shell
     py = root / "venv" / "bin" / "python"
-    check = subprocess.run([str(py), "-c", "import torch, torchmetrics, fla; print(torch.__version__)"],
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [str(py), "-c", "import torch, torchmetrics, fla; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+    )
     assert check.stdout.strip() == "2.13.0+cpu", check.stderr
-    shell = subprocess.run(["bash", "-c", f". {root}/venv/bin/activate && echo $PIP_CONSTRAINT $PYTORCH_ALLOC_CONF"],
-                           capture_output=True, text=True)
-    assert shell.stdout.split() == [str(root / ".envbuild" / "constraints.txt"), "expandable_segments:True"]
+    shell = subprocess.run(
+        ["bash", "-c", f". {root}/venv/bin/activate && echo $PIP_CONSTRAINT $PYTORCH_ALLOC_CONF"],
+        capture_output=True,
+        text=True,
+    )
+    assert shell.stdout.split() == [
+        str(root / ".envbuild" / "constraints.txt"),
+        "expandable_segments:True",
+    ]
     # the guard's verdict, as its own command
     out = envbuild("verify", "--profile", "cpu", "--root", str(root), env=env)
     assert out.returncode == 0, out.stderr
@@ -95,31 +132,70 @@ def test_provision_cpu_profile_end_to_end(tmp_path: Path, env: dict[str, str], c
     stat_before = next(record).stat()
     netns = ["unshare", "-rn"] if _unshare_works() else []
     for run_env in (as_written, env, {**env, "ENVBUILD_TORCH_INDEX": "http://torch.invalid/"}):
-        out = subprocess.run([*netns, sys.executable, "-m", "envbuild", "provision", "--profile", "cpu", "--root",
-                              str(root), "--home", str(home), "--json"], capture_output=True, text=True,
-                             env=run_env, timeout=300)
+        out = subprocess.run(
+            [
+                *netns,
+                sys.executable,
+                "-m",
+                "envbuild",
+                "provision",
+                "--profile",
+                "cpu",
+                "--root",
+                str(root),
+                "--home",
+                str(home),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=run_env,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr
         again = json.loads(out.stdout)
         assert again["ran"] == [] and len(again["skipped"]) == 5
         assert "notice:" not in out.stderr
-    stat_after = next((root / "venv" / "lib").glob("python3*/site-packages/torch-*.dist-info/RECORD")).stat()
-    assert (stat_before.st_ino, stat_before.st_mtime_ns) == (stat_after.st_ino, stat_after.st_mtime_ns)
+    stat_after = next(
+        (root / "venv" / "lib").glob("python3*/site-packages/torch-*.dist-info/RECORD")
+    ).stat()
+    assert (stat_before.st_ino, stat_before.st_mtime_ns) == (
+        stat_after.st_ino,
+        stat_after.st_mtime_ns,
+    )
     # something outside envbuild reinstalls torch: verify says so, with the ABI exit code
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", "torch==2.13.0"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", "torch==2.13.0"],
+        check=True,
+        capture_output=True,
+    )
     out = envbuild("verify", "--profile", "cpu", "--root", str(root), env=env)
     assert out.returncode == ExitCode.ABI
-    # uv wrote the original RECORD, pip the new one: "a different build"; same installer: "reinstalled"
-    # (the guard names the installer that wrote the new RECORD: "replaced by pip by a different build")
-    assert re.search(r"torch 2\.13\.0\+cpu was (replaced (by \S+ )?by a different build|reinstalled)",
-                     out.stderr), out.stderr
+    # uv wrote the original RECORD, pip the new one: "a different build"; same installer:
+    # "reinstalled" (the guard names the installer that wrote the new RECORD: "replaced by pip by a
+    # different build")
+    assert re.search(
+        r"torch 2\.13\.0\+cpu was (replaced (by \S+ )?by a different build|reinstalled)", out.stderr
+    ), out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_killed_mid_step_resumes_and_converges(tmp_path: Path, env: dict[str, str]) -> None:
     root, home = tmp_path / "data", tmp_path / "home"
-    argv = [sys.executable, "-m", "envbuild", "provision", "--profile", "cpu", "--root", str(root),
-            "--home", str(home), "--backend", "pip"]
+    argv = [
+        sys.executable,
+        "-m",
+        "envbuild",
+        "provision",
+        "--profile",
+        "cpu",
+        "--root",
+        str(root),
+        "--home",
+        str(home),
+        "--backend",
+        "pip",
+    ]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     killed_in = None
@@ -148,15 +224,30 @@ def test_killed_mid_step_resumes_and_converges(tmp_path: Path, env: dict[str, st
     assert out.returncode == 0, out.stderr
 
 
-def test_unreachable_index_and_no_other_source_fails_fast(tmp_path: Path, env: dict[str, str]) -> None:
+def test_unreachable_index_and_no_other_source_fails_fast(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     """The torch index refuses and pip is configured with an (empty) index of its own only: no
     source serves the locked torch wheel, which the error names with its sha256, in seconds."""
     empty = tmp_path / "empty-index"
     empty.mkdir()
-    env = {**env, "ENVBUILD_TORCH_INDEX": "http://127.0.0.1:9/simple",  # discard port: refused
-           "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": empty.as_uri()}
+    env = {
+        **env,
+        "ENVBUILD_TORCH_INDEX": "http://127.0.0.1:9/simple",  # discard port: refused
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": empty.as_uri(),
+    }
     start = time.monotonic()
-    out = envbuild("provision", "--profile", "cpu", "--root", str(tmp_path / "d"), "--home", str(tmp_path / "h"), env=env)
+    out = envbuild(
+        "provision",
+        "--profile",
+        "cpu",
+        "--root",
+        str(tmp_path / "d"),
+        "--home",
+        str(tmp_path / "h"),
+        env=env,
+    )
     assert out.returncode == ExitCode.PREFLIGHT, out.stderr
     assert time.monotonic() - start < 20
     lock = json.loads((Path(__file__).parents[1] / "lockfiles" / "cpu" / "lock.json").read_text())
@@ -170,10 +261,23 @@ def test_unreachable_index_and_no_other_source_fails_fast(tmp_path: Path, env: d
 
 
 def test_killed_while_creating_the_venv(tmp_path: Path, env: dict[str, str]) -> None:
-    """A venv cut short is never trusted: the next run moves it aside (nothing is deleted) and converges."""
+    """A venv cut short is never trusted: the next run moves it aside (nothing is deleted) and
+    converges."""
     root, home = tmp_path / "data", tmp_path / "home"
-    argv = [sys.executable, "-m", "envbuild", "provision", "--profile", "cpu", "--root", str(root),
-            "--home", str(home), "--backend", "pip"]
+    argv = [
+        sys.executable,
+        "-m",
+        "envbuild",
+        "provision",
+        "--profile",
+        "cpu",
+        "--root",
+        str(root),
+        "--home",
+        str(home),
+        "--backend",
+        "pip",
+    ]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (root / "venv" / "bin").is_dir():
@@ -196,9 +300,21 @@ def test_killed_while_creating_the_venv(tmp_path: Path, env: dict[str, str]) -> 
         assert "was never recorded as complete" in out.stderr
 
 
-def test_missing_interpreter_fails_before_anything_is_made(tmp_path: Path, env: dict[str, str]) -> None:
-    out = envbuild("provision", "--profile", "cpu", "--root", str(tmp_path / "d"), "--home", str(tmp_path / "h"),
-                   "--python", str(tmp_path / "no-such-python"), env=env)
+def test_missing_interpreter_fails_before_anything_is_made(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    out = envbuild(
+        "provision",
+        "--profile",
+        "cpu",
+        "--root",
+        str(tmp_path / "d"),
+        "--home",
+        str(tmp_path / "h"),
+        "--python",
+        str(tmp_path / "no-such-python"),
+        env=env,
+    )
     assert out.returncode == ExitCode.PREFLIGHT
     assert f"--python {tmp_path / 'no-such-python'}: no such interpreter" in out.stderr
     assert "Traceback" not in out.stderr

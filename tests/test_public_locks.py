@@ -34,15 +34,40 @@ LOCKS = Path(__file__).resolve().parent / "data" / "publocks"
 
 SELECTIONS: dict[str, list[list[str]]] = {
     "zonos": [[], ["--extra", "compile"], ["--all-extras"], ["--no-dev"]],
-    "nanochat": [[], ["--extra", "cpu"], ["--extra", "gpu"], ["--extra", "cpu", "--extra", "gpu"],
-                 ["--extra", "gpu", "--group", "dev"]],
-    "cosmos-reason2": [[], ["--extra", "cu128"], ["--extra", "cu130"], ["--extra", "cu128", "--no-dev"],
-                       ["--extra", "cu128", "--extra", "cu130"]],
-    "cosmos-transfer2.5": [[], ["--extra", "cu128"], ["--extra", "cu130"], ["--extra", "cu128", "--extra", "gradio"],
-                           ["--all-extras"]],
-    "lerobot": [[], ["--extra", "training"], ["--extra", "all"], ["--all-extras", "--no-extra", "all"]],
-    "open-instruct": [[], ["--group", "cuda13", "--no-group", "cuda12"], ["--no-default-groups"], ["--all-groups"],
-                      ["--extra", "code", "--only-group", "cuda12"]],
+    "nanochat": [
+        [],
+        ["--extra", "cpu"],
+        ["--extra", "gpu"],
+        ["--extra", "cpu", "--extra", "gpu"],
+        ["--extra", "gpu", "--group", "dev"],
+    ],
+    "cosmos-reason2": [
+        [],
+        ["--extra", "cu128"],
+        ["--extra", "cu130"],
+        ["--extra", "cu128", "--no-dev"],
+        ["--extra", "cu128", "--extra", "cu130"],
+    ],
+    "cosmos-transfer2.5": [
+        [],
+        ["--extra", "cu128"],
+        ["--extra", "cu130"],
+        ["--extra", "cu128", "--extra", "gradio"],
+        ["--all-extras"],
+    ],
+    "lerobot": [
+        [],
+        ["--extra", "training"],
+        ["--extra", "all"],
+        ["--all-extras", "--no-extra", "all"],
+    ],
+    "open-instruct": [
+        [],
+        ["--group", "cuda13", "--no-group", "cuda12"],
+        ["--no-default-groups"],
+        ["--all-groups"],
+        ["--extra", "code", "--only-group", "cuda12"],
+    ],
 }
 
 # HOME is the test's own: pyenv's shims find its interpreters through PYENV_ROOT
@@ -59,10 +84,18 @@ def python_of(folder: Path) -> str:
 
 def uv_would_install(folder: Path, argv: list[str], python: str, tmp: Path) -> dict[str, str] | str:
     """{name: version} of ``uv sync --frozen --dry-run ARGV`` into a new venv, or uv's refusal."""
-    env = installer_env(tmp / "home", {"UV_PROJECT_ENVIRONMENT": str(tmp / "venv"), "UV_OFFLINE": "1", **PYENV})
+    env = installer_env(
+        tmp / "home", {"UV_PROJECT_ENVIRONMENT": str(tmp / "venv"), "UV_OFFLINE": "1", **PYENV}
+    )
     env.pop("UV_NO_CONFIG")
-    out = subprocess.run([uv_bin(), "sync", "--frozen", "--dry-run", "--python", python, *argv], cwd=folder, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [uv_bin(), "sync", "--frozen", "--dry-run", "--python", python, *argv],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if out.returncode != 0:
         return out.stderr
     got = {}
@@ -74,7 +107,8 @@ def uv_would_install(folder: Path, argv: list[str], python: str, tmp: Path) -> d
 
 
 def _ours(p: Placed) -> str:
-    """A planned package as uv's dry run names it: its version, or ``@ URL`` where uv gives its source."""
+    """A planned package as uv's dry run names it: its version, or ``@ URL`` where uv gives its
+    source."""
     from urllib.parse import unquote
 
     if p.stage == "project" or p.line.startswith(("-e ", f"{p.entry.name} @ git+")):
@@ -97,7 +131,9 @@ def test_public_lock_selections_equal_uv_sync(name: str, tmp_path: Path) -> None
     python = python_of(folder)
     from envbuild.installer.python import find_interpreter
 
-    try:  # an interpreter of the lock's Python for uv sync (pyenv's are found here, as provision finds them)
+    # an interpreter of the lock's Python for uv sync (pyenv's are found here, as provision finds
+    # them)
+    try:
         exe = str(find_interpreter(python, require_fit=False).executable)
     except EnvbuildError:
         pytest.skip(f"no Python {python} here for uv sync (the lock's)")
@@ -106,35 +142,52 @@ def test_public_lock_selections_equal_uv_sync(name: str, tmp_path: Path) -> None
         what = f"{name} {argv}"
         uv = uv_would_install(folder, argv, exe, tmp_path)
         flags = flags_of(argv)
-        req = LockRequest(lock=folder / "uv.lock", extras=flags.extras, groups=flags.groups, sync=flags)
+        req = LockRequest(
+            lock=folder / "uv.lock", extras=flags.extras, groups=flags.groups, sync=flags
+        )
         try:
             ours: dict[str, str] | EnvbuildError = {
-                p.entry.name: _ours(p) for p in prepare(req, python, refusing=False).plan.placed}
+                p.entry.name: _ours(p) for p in prepare(req, python, refusing=False).plan.placed
+            }
         except EnvbuildError as exc:
             ours = exc
-        if isinstance(uv, str):  # refused: for uv's reason, or (a wheel for no Python here) for the lock's files
+        # refused: for uv's reason, or (a wheel for no Python here) for the lock's files
+        if isinstance(uv, str):
             assert isinstance(ours, EnvbuildError), (what, uv)
             no_wheel = "wheel" in uv and "has no file that installs on Python" in ours.message
             assert no_wheel or "uv refuses this selection" in ours.message, (what, uv, ours.message)
             # uv folds a long message to the terminal's width: compare the words
-            reason = " ".join(re.split(r"\n\s*\n|\nhint:|\nUsage:", uv[uv.rindex("error:") + len("error:"):])[0].split())
-            assert no_wheel or reason in " ".join(ours.message.split()), (what, reason, ours.message)
+            reason = " ".join(
+                re.split(r"\n\s*\n|\nhint:|\nUsage:", uv[uv.rindex("error:") + len("error:") :])[
+                    0
+                ].split()
+            )
+            assert no_wheel or reason in " ".join(ours.message.split()), (
+                what,
+                reason,
+                ours.message,
+            )
             continue
         if "torch" not in uv:
-            assert isinstance(ours, EnvbuildError) and "installs no torch" in ours.message, (what, ours)
+            assert isinstance(ours, EnvbuildError) and "installs no torch" in ours.message, (
+                what,
+                ours,
+            )
             continue
         assert not isinstance(ours, EnvbuildError), (what, ours.message)
         assert set(ours) == set(uv), (what, sorted(set(ours) ^ set(uv)))
-        assert all(_same(ours[k], uv[k]) for k in ours), (what, {k: (ours[k], uv[k]) for k in ours
-                                                               if not _same(ours[k], uv[k])})
+        assert all(_same(ours[k], uv[k]) for k in ours), (
+            what,
+            {k: (ours[k], uv[k]) for k in ours if not _same(ours[k], uv[k])},
+        )
         compared += 1
     assert compared >= 2, f"{name}: fewer than two selections installed torch"
 
 
 def test_an_environment_with_no_torch_file_is_said_so(tmp_path: Path) -> None:
-    """huggingface/lerobot 7427f31 locks torch 2.11.0, which PyPI publishes no macOS x86_64 wheel of:
-    that row says "no file for this platform" (a note, exit 0), and a finding where --environment
-    names that platform (exit 8)."""
+    """huggingface/lerobot 7427f31 locks torch 2.11.0, which PyPI publishes no macOS x86_64 wheel
+    of: that row says "no file for this platform" (a note, exit 0), and a finding where
+    --environment names that platform (exit 8)."""
     import json
     import sys
 
@@ -148,23 +201,34 @@ def test_an_environment_with_no_torch_file_is_said_so(tmp_path: Path) -> None:
     assert rows["linux x86_64, python 3.12–3.14"]["installable"] is True
     table = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
     assert "no file for this platform" in table.stdout
-    named = subprocess.run([*run, "--environment", "macos-x86_64"], capture_output=True, text=True, env=env,
-                           timeout=120)
+    named = subprocess.run(
+        [*run, "--environment", "macos-x86_64"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert named.returncode == 8, named.stdout + named.stderr
     assert "[no-file]" in named.stdout and "Traceback" not in named.stderr
 
 
 def test_the_gate_follows_an_extra_switched_on_through_another() -> None:
     """nvidia-cosmos/cosmos-transfer2.5 2ff49d0: the root extra ``cu128`` switches on the workspace
-    member's ``cosmos-oss[cu128-torch27]``. The gate's environments with ``--extra cu128`` are the one
-    uv installs (torch 2.7.0+cu128), not the root extra alone (torch 2.9.0) nor beside the member's
-    conflicting cu130 extra (uv refuses that). uv itself says the same (``uv sync --dry-run``, above)."""
+    member's ``cosmos-oss[cu128-torch27]``. The gate's environments with ``--extra cu128`` are the
+    one uv installs (torch 2.7.0+cu128), not the root extra alone (torch 2.9.0) nor beside the
+    member's conflicting cu130 extra (uv refuses that). uv itself says the same (``uv sync
+    --dry-run``, above).
+    """
     from envbuild.gate.check import check_file
     from envbuild.gate.environments import Narrow
     from envbuild.gate.findings import Policy
 
-    report = check_file(LOCKS / "cosmos-transfer2.5" / "uv.lock", Policy(), offline=True,
-                        narrow=Narrow(environment=("linux-x86_64",), extra=("cu128",)))
+    report = check_file(
+        LOCKS / "cosmos-transfer2.5" / "uv.lock",
+        Policy(),
+        offline=True,
+        narrow=Narrow(environment=("linux-x86_64",), extra=("cu128",)),
+    )
     assert [(e.torch, e.installable) for e in report.environments] == [("2.7.0+cu128", True)]
     (row,) = report.environments
     assert "cosmos-oss[cu128-torch27]" in row.name and "cu130" not in row.name

@@ -178,16 +178,18 @@ wheels = [
     [
         # a wheel with no index: its url is a file, the entry is no direct reference
         (
-            f'version = "{PLANTED}"\nwheels = [{{{{ url = "https://files.example/flash_attn-{PLANTED}-py3-none-linux_x86_64.whl",'
-            ' hashes = {{ sha256 = "{h2}" }} }}]',
+            (
+                f'version = "{PLANTED}"\nwheels = [{{{{ url ='
+                f' "https://files.example/flash_attn-{PLANTED}-py3-none-linux_x86_64.whl", hashes ='
+                ' {{ sha256 = "{h2}" }} }}]'
+            ),
             False,
         ),
         # the same bytes as a direct reference
         (
             'archive = {{ url = "https://files.example/flash_attn-'
             + PLANTED
-            + '-py3-none-linux_x86_64.whl", '
-            'hashes = {{ sha256 = "{h2}" }} }}',
+            + '-py3-none-linux_x86_64.whl", hashes = {{ sha256 = "{h2}" }} }}',
             True,
         ),
     ],

@@ -26,10 +26,10 @@ def receipt(torch_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     spec = resolve_spec("cpu", None)
     paths = Paths(root=tmp_path / "root")
     # a payload cut to what is read, with a credential-bearing URL that must come out redacted
-    payload = cast(ReceiptPayload,
-                   {"ok": True, "checks": [], "note": "https://bob:tok@x.example/y"})
-    return write_receipt(paths, "smoke", payload,
-                         spec=spec, python=torch_venv / "bin" / "python")
+    payload = cast(
+        ReceiptPayload, {"ok": True, "checks": [], "note": "https://bob:tok@x.example/y"}
+    )
+    return write_receipt(paths, "smoke", payload, spec=spec, python=torch_venv / "bin" / "python")
 
 
 def test_write_receipt_contents(receipt: Path) -> None:
@@ -38,9 +38,15 @@ def test_write_receipt_contents(receipt: Path) -> None:
         assert secret not in text
     doc = json.loads(text)
     assert doc["schema"] == "envbuild.receipt/1" and doc["kind"] == "smoke"
-    assert doc["names"] == {"host_lineage": "fleet-a", "profile": "cpu", "launch_regime": "single-process"}
+    assert doc["names"] == {
+        "host_lineage": "fleet-a",
+        "profile": "cpu",
+        "launch_regime": "single-process",
+    }
     prov = doc["provenance"]
-    assert prov["envbuild_version"] and prov["hostname"] and prov["machine_class"].startswith("cpu-")
+    assert (
+        prov["envbuild_version"] and prov["hostname"] and prov["machine_class"].startswith("cpu-")
+    )
     torch = {d["name"]: d for d in doc["software"]["distributions"]}["torch"]
     assert torch["version"].startswith("2.13.0") and len(torch["record_sha256"]) == 64
     assert doc["software"]["torch"]["version"].startswith("2.13.0")
@@ -59,7 +65,9 @@ def _variant(src: Path, dst: Path, edit: Callable[[dict[str, Any]], object]) -> 
 
 
 def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    same = _variant(receipt, tmp_path / "same.json", lambda d: d["provenance"].update(hostname="other-host"))
+    same = _variant(
+        receipt, tmp_path / "same.json", lambda d: d["provenance"].update(hostname="other-host")
+    )
 
     def drift(d: dict[str, Any]) -> None:
         pkgs = d["software"]["distributions"]
@@ -72,6 +80,7 @@ def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixt
         pkgs.append({"name": "triton", "version": "3.5.0", "record_sha256": "f" * 64})
         d["env"]["in_force"]["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
         d["hardware"]["driver"] = "570.10"
+
     drifted = _variant(receipt, tmp_path / "drift.json", drift)
 
     assert main(["receipt", "diff", str(receipt), str(same)]) == 0
@@ -80,10 +89,21 @@ def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixt
 
     assert main(["receipt", "diff", str(receipt), str(drifted)]) == 10
     out = capsys.readouterr().out
-    for needle in ("torch (files)", "torch/functional.py", "numpy", "triton", "CUDA_DEVICE_MAX_CONNECTIONS", "driver", "570.10"):
+    for needle in (
+        "torch (files)",
+        "torch/functional.py",
+        "numpy",
+        "triton",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "driver",
+        "570.10",
+    ):
         assert needle in out
 
-    assert main(["receipt", "diff", "--against", str(receipt), str(same), str(drifted), "--json"]) == 10
+    assert (
+        main(["receipt", "diff", "--against", str(receipt), str(same), str(drifted), "--json"])
+        == 10
+    )
     doc = json.loads(capsys.readouterr().out)
     assert [r["drift"] for r in doc["receipts"]] == [False, True]
     sections = {d["section"] for d in doc["receipts"][1]["differences"]}
@@ -92,7 +112,8 @@ def test_diff_and_show(receipt: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["receipt", "show", str(receipt)]) == 0
     out = capsys.readouterr().out
     assert "fleet-a / cpu / single-process" in out and "result: ok" in out
-    assert main(["receipt", "show", str(receipt.parent), "--json"]) == 0  # a folder: its newest receipt
+    # a folder: its newest receipt
+    assert main(["receipt", "show", str(receipt.parent), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "smoke"
 
 
@@ -113,7 +134,9 @@ def test_bad_receipts_are_user_errors(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_diff_is_symmetric_in_what_it_finds(receipt: Path) -> None:
     a = load_receipt(receipt)
     b = copy.deepcopy(a)
-    b["software"]["distributions"] = [d for d in b["software"]["distributions"] if d["name"] != "numpy"]
+    b["software"]["distributions"] = [
+        d for d in b["software"]["distributions"] if d["name"] != "numpy"
+    ]
     [d1] = diff_receipts(a, b)
     [d2] = diff_receipts(b, a)
     assert d1.key == d2.key == "numpy" and d1.b is None and d2.a is None
@@ -128,7 +151,9 @@ def test_provenance_git_and_machine_class(tmp_path: Path) -> None:
     subprocess.run([*git, "add", "f.txt"], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
     prov = capture(gpu_names=[], cwd=repo, environ={})
-    assert prov.repo is not None and prov.repo.dirty is False and len(prov.repo.revision or "") == 40
+    assert (
+        prov.repo is not None and prov.repo.dirty is False and len(prov.repo.revision or "") == 40
+    )
     (repo / "f.txt").write_text("b")
     prov = capture(gpu_names=[], cwd=repo, environ={"ENVBUILD_LAUNCH_REGIME": "srun"})
     assert prov.repo is not None and prov.repo.dirty is True and prov.repo.status == (" M f.txt",)

@@ -50,42 +50,61 @@ def _dists(venv: Venv) -> dict[str, DistributionJSON]:
     return {d["name"]: d for d in doc.get("distributions", [])}
 
 
-def test_a_distribution_is_what_was_installed_not_where(tmp_path: Path, make_venv: Callable[..., Venv]) -> None:
+def test_a_distribution_is_what_was_installed_not_where(
+    tmp_path: Path, make_venv: Callable[..., Venv]
+) -> None:
     """One wheel with a console script and a data file, installed by pip into two venvs at two
     paths: the scripts differ (their shebangs name their venv), the identity does not; a changed
     byte in a module or in a script's body is drift naming the file."""
     info = dist_info_name("toolpkg", "1.0")
-    wheel = build_wheel(tmp_path / "wheels", "toolpkg", "1.0", files={
-        "toolpkg/__init__.py": "def main() -> None:\n    print('tool')\n",
-        f"{info}/entry_points.txt": "[console_scripts]\ntoolpkg = toolpkg:main\n",
-        "toolpkg-1.0.data/data/share/toolpkg/notes.txt": "a data file outside site-packages\n",
-    })
+    wheel = build_wheel(
+        tmp_path / "wheels",
+        "toolpkg",
+        "1.0",
+        files={
+            "toolpkg/__init__.py": "def main() -> None:\n    print('tool')\n",
+            f"{info}/entry_points.txt": "[console_scripts]\ntoolpkg = toolpkg:main\n",
+            "toolpkg-1.0.data/data/share/toolpkg/notes.txt": "a data file outside site-packages\n",
+        },
+    )
     a, b = make_venv("a"), make_venv("a-venv-at-a-longer-path")
     for venv in (a, b):
         venv.pip("install", "--no-index", str(wheel), check=True)
     scripts = [(v.path / "bin" / "toolpkg").read_bytes() for v in (a, b)]
     assert scripts[0] != scripts[1] and scripts[0].startswith(f"#!{a.path}".encode())
     da, db = _dists(a)["toolpkg"], _dists(b)["toolpkg"]
-    assert da["record_sha256"] != db["record_sha256"]  # RECORD names the scripts' hashes: path-dependent
-    assert da["content_sha256"] == db["content_sha256"] and da["modified_count"] == db["modified_count"] == 0
-    assert (b.path / "share" / "toolpkg" / "notes.txt").is_file()  # a data file is part of it, by its place
+    # RECORD names the scripts' hashes: path-dependent
+    assert da["record_sha256"] != db["record_sha256"]
+    assert (
+        da["content_sha256"] == db["content_sha256"]
+        and da["modified_count"] == db["modified_count"] == 0
+    )
+    # a data file is part of it, by its place
+    assert (b.path / "share" / "toolpkg" / "notes.txt").is_file()
 
     _flip_a_byte(b.site_packages / "toolpkg" / "__init__.py", b"print('")
     db = _dists(b)["toolpkg"]
-    assert db["content_sha256"] != da["content_sha256"] and db["modified"] == ["toolpkg/__init__.py"]
+    assert db["content_sha256"] != da["content_sha256"] and db["modified"] == [
+        "toolpkg/__init__.py"
+    ]
 
     _flip_a_byte(a.path / "bin" / "toolpkg", b"import ")  # the body, not the shebang
     da = _dists(a)["toolpkg"]
     assert da["modified"] == ["<prefix>/bin/toolpkg"] and da["modified_count"] == 1
     (a.path / "share" / "toolpkg" / "notes.txt").unlink()
-    assert _dists(a)["toolpkg"]["modified"] == ["<prefix>/bin/toolpkg", "<prefix>/share/toolpkg/notes.txt"]
+    assert _dists(a)["toolpkg"]["modified"] == [
+        "<prefix>/bin/toolpkg",
+        "<prefix>/share/toolpkg/notes.txt",
+    ]
 
 
 def _receipts(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "receipts").glob("*.json"))
 
 
-def test_a_verification_that_finds_nothing_new_is_a_line(tmp_path: Path, make_venv: Callable[..., Venv]) -> None:
+def test_a_verification_that_finds_nothing_new_is_a_line(
+    tmp_path: Path, make_venv: Callable[..., Venv]
+) -> None:
     """write_receipt with a real inventory: a passing verify that differs in nothing from the newest
     provision/verify receipt confirms it in verified.jsonl; a change, or a failure, is a receipt."""
     venv = make_venv("venv")
@@ -95,21 +114,34 @@ def test_a_verification_that_finds_nothing_new_is_a_line(tmp_path: Path, make_ve
     environ = dict(os.environ)
 
     def record(kind: ReceiptKind, payload: dict[str, object]) -> Path:  # cut to what is read
-        return write_receipt(paths, kind, cast(ReceiptPayload, payload), spec=spec,
-                             python=venv.python, host=host, environ=environ)
+        return write_receipt(
+            paths,
+            kind,
+            cast(ReceiptPayload, payload),
+            spec=spec,
+            python=venv.python,
+            host=host,
+            environ=environ,
+        )
 
     first = record("provision", {"ran": ["bootstrap"], "skipped": []})
     assert record("provision", {"ran": [], "skipped": ["bootstrap"]}) == first
     assert record("verify", {"ok": True}) == first
     assert _receipts(paths.root) == [first.name]
     lines = [json.loads(line) for line in (paths.receipts / VERIFIED_LOG).read_text().splitlines()]
-    assert [(e["kind"], e["confirms"]) for e in lines] == [("provision", first.name), ("verify", first.name)]
+    assert [(e["kind"], e["confirms"]) for e in lines] == [
+        ("provision", first.name),
+        ("verify", first.name),
+    ]
     assert lines[0]["payload"]["skipped"] == ["bootstrap"]
 
     failed = record("verify", {"ok": False})  # a failure is always a receipt
     assert failed != first and failed.name.startswith("verify-")
-    venv.pip("install", "--no-index", str(build_wheel(tmp_path / "w", "extra-pkg", "1.0")), check=True)
-    changed = record("verify", {"ok": True})  # one more distribution: a receipt, and the next reference
+    venv.pip(
+        "install", "--no-index", str(build_wheel(tmp_path / "w", "extra-pkg", "1.0")), check=True
+    )
+    # one more distribution: a receipt, and the next reference
+    changed = record("verify", {"ok": True})
     assert changed not in (first, failed)
     assert record("verify", {"ok": True}) == changed
     assert record("smoke", {"ok": True}) != changed  # a smoke run is always a receipt
@@ -124,20 +156,35 @@ def _root_with_receipts(tmp_path: Path, name: str) -> tuple[Path, Path]:
     paths.manifest.write_text(json.dumps({"schema": 1, "stack": "cpu", "venv": str(venv)}))
     venv.mkdir()
     (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
-    (venv / ENVIRONMENT_RECORD).write_text(json.dumps({
-        "schema": "envbuild.environment/1", "root": str(root), "venv": str(venv),
-        "stack": str(REPO / "lockfiles" / "cpu" / "stack.toml"), "stack_name": "cpu"}))
+    (venv / ENVIRONMENT_RECORD).write_text(
+        json.dumps(
+            {
+                "schema": "envbuild.environment/1",
+                "root": str(root),
+                "venv": str(venv),
+                "stack": str(REPO / "lockfiles" / "cpu" / "stack.toml"),
+                "stack_name": "cpu",
+            }
+        )
+    )
     spec = resolve_spec("cpu", None)
     host = snapshot_host(spec)
     kinds: tuple[ReceiptKind, ...] = ("provision", "smoke")
     for kind in kinds:  # payloads cut to what finding the receipts reads
-        write_receipt(paths, kind, cast(ReceiptPayload, {"ok": True}), spec=spec,
-                      software={"distributions": []}, host=host)
+        write_receipt(
+            paths,
+            kind,
+            cast(ReceiptPayload, {"ok": True}),
+            spec=spec,
+            software={"distributions": []},
+            host=host,
+        )
     return root, venv
 
 
-def test_the_environment_is_found_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_environment_is_found_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--root, then ENVBUILD_ROOT, then the active venv's record; each run says which and why."""
     a, _ = _root_with_receipts(tmp_path, "a")
     b, b_venv = _root_with_receipts(tmp_path, "b")
@@ -176,12 +223,19 @@ def test_the_environment_is_found_and_said(tmp_path: Path, monkeypatch: pytest.M
 
 
 def envbuild(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "envbuild", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 @pytest.mark.slow
-def test_two_roots_compare_equal_and_a_changed_byte_is_drift(tmp_path: Path, cpu_torch_index: str) -> None:
+def test_two_roots_compare_equal_and_a_changed_byte_is_drift(
+    tmp_path: Path, cpu_torch_index: str
+) -> None:
     """The cpu profile provisioned at two roots: receipt diff exit 0 (torch's console scripts and
     the baseline stamp differ, what was installed does not); found without --root; a re-run
     records a line; one byte of one of torch's own files changed: verify exit 6, diff exit 10."""
@@ -190,8 +244,17 @@ def test_two_roots_compare_equal_and_a_changed_byte_is_drift(tmp_path: Path, cpu
     receipts, roots = {}, {}
     for name in ("a", "b"):
         roots[name] = root = tmp_path / name / "data"
-        out = envbuild("provision", "--profile", "cpu", "--root", str(root), "--home", str(tmp_path / name / "home"),
-                       "--json", env=env)
+        out = envbuild(
+            "provision",
+            "--profile",
+            "cpu",
+            "--root",
+            str(root),
+            "--home",
+            str(tmp_path / name / "home"),
+            "--json",
+            env=env,
+        )
         assert out.returncode == 0, out.stderr
         receipts[name] = json.loads(out.stdout)["receipt"]
     torchrun = [(roots[n] / "venv" / "bin" / "torchrun").read_text() for n in ("a", "b")]
@@ -201,10 +264,21 @@ def test_two_roots_compare_equal_and_a_changed_byte_is_drift(tmp_path: Path, cpu
     assert "no drift" in out.stdout
 
     # found from the activated venv; provision said how
-    out = envbuild("provision", "--profile", "cpu", "--root", str(roots["a"]), "--home", str(tmp_path / "a" / "home"),
-                   env=env)
+    out = envbuild(
+        "provision",
+        "--profile",
+        "cpu",
+        "--root",
+        str(roots["a"]),
+        "--home",
+        str(tmp_path / "a" / "home"),
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
-    assert f"next: . {roots['a'] / 'venv' / 'bin' / 'activate'}  (or: export ENVBUILD_ROOT={roots['a']})" in out.stdout
+    assert (
+        f"next: . {roots['a'] / 'venv' / 'bin' / 'activate'}  (or: export"
+        f" ENVBUILD_ROOT={roots['a']})" in out.stdout
+    )
     # ... and that re-run wrote no receipt: a line confirming the first
     assert _receipts(roots["a"]) == [Path(receipts["a"]).name]
     (line,) = (roots["a"] / "receipts" / VERIFIED_LOG).read_text().splitlines()
@@ -218,7 +292,10 @@ def test_two_roots_compare_equal_and_a_changed_byte_is_drift(tmp_path: Path, cpu
     _flip_a_byte(site / "torch" / "functional.py", b"# ")
     out = envbuild("verify", env={**env, "ENVBUILD_ROOT": str(roots["b"])})
     assert out.returncode == ExitCode.ABI, out.stdout + out.stderr
-    assert "torch 2.13.0+cpu: 1 file(s) changed on disk since it was installed (torch/functional.py)" in out.stderr
+    assert (
+        "torch 2.13.0+cpu: 1 file(s) changed on disk since it was installed (torch/functional.py)"
+        in out.stderr
+    )
     (verify_receipt,) = (roots["b"] / "receipts").glob("verify-*.json")
     out = envbuild("receipt", "diff", receipts["a"], str(verify_receipt), env=env)
     assert out.returncode == ExitCode.DRIFT, out.stdout + out.stderr

@@ -1,4 +1,5 @@
-"""Issue 23: every value a spec or the command line puts into a rendered file, read back by the real consumer.
+"""Issue 23: every value a spec or the command line puts into a rendered file, read back by the real
+consumer.
 
 Hypothesis writes arbitrary strings (unicode, quotes, ``$(...)``, backticks, backslashes, ``\\r``,
 line breaks, ``{{ ... }}``) into every field that reaches a rendered file: ``[env]`` names and
@@ -14,8 +15,8 @@ path, or the file, read by what reads it in earnest, gives back exactly the valu
 - the Modal file with ``ast.parse`` and ``ast.literal_eval`` of every constant;
 - the Ansible variables with ``yaml.safe_load`` (``!unsafe`` read as the text it marks).
 
-Plus, where the tools are here: a batch of the same values through buildah (a ``FROM scratch`` image's
-``ENV``, no network), and Ansible itself not templating an ``!unsafe`` value.
+Plus, where the tools are here: a batch of the same values through buildah (a ``FROM scratch``
+image's ``ENV``, no network), and Ansible itself not templating an ``!unsafe`` value.
 
 Bounded for ``make test`` (``ENVBUILD_PROPERTY_EXAMPLES``, default 60 per test); ``make fuzz`` runs
 more.
@@ -49,21 +50,80 @@ from envbuild.quoting import docker_env, shown
 from envbuild.spec import StackSpec, load_spec
 from envbuild.spec._toml import _VAR as VAR
 
-dockerfile_parse = pytest.importorskip("dockerfile_parse", reason="dockerfile-parse is a test extra")
+dockerfile_parse = pytest.importorskip(
+    "dockerfile_parse", reason="dockerfile-parse is a test extra"
+)
 
 EXAMPLES = int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "60"))
-PROPERTY = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
-NASTY = ["$(touch SENTINEL/sub)", "`touch SENTINEL/tick`", "'; touch SENTINEL/q; '", '"', "'", "\\", "\\\n",
-         "\r", "\n", "\n#", "\nRUN touch /x", "${HOME}", "$HOME", "${X:-d}", "\\$", "$", "{{ lookup('pipe', 'id') }}",
-         "{% raw %}", "#", " ", "\t", "é", "😀", "\u2028", "\u0085", "\u202e", "\x7f", "\x00", "<<EOF", "=", ",",
-         "a=b c=d", "\\'", "--mount=type=bind", "!unsafe", "- x", ": x", "*", "&a", "?", "[", "{", "%", "@", "~"]
+NASTY = [
+    "$(touch SENTINEL/sub)",
+    "`touch SENTINEL/tick`",
+    "'; touch SENTINEL/q; '",
+    '"',
+    "'",
+    "\\",
+    "\\\n",
+    "\r",
+    "\n",
+    "\n#",
+    "\nRUN touch /x",
+    "${HOME}",
+    "$HOME",
+    "${X:-d}",
+    "\\$",
+    "$",
+    "{{ lookup('pipe', 'id') }}",
+    "{% raw %}",
+    "#",
+    " ",
+    "\t",
+    "é",
+    "😀",
+    "\u2028",
+    "\u0085",
+    "\u202e",
+    "\x7f",
+    "\x00",
+    "<<EOF",
+    "=",
+    ",",
+    "a=b c=d",
+    "\\'",
+    "--mount=type=bind",
+    "!unsafe",
+    "- x",
+    ": x",
+    "*",
+    "&a",
+    "?",
+    "[",
+    "{",
+    "%",
+    "@",
+    "~",
+]
 text = st.lists(st.sampled_from(NASTY) | st.text(max_size=8), max_size=5).map("".join)
 env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True) | text
 # names the renderers write themselves (a spec may override them; that is not what is tested here)
-OWN = {"VIRTUAL_ENV", "PATH", "PIP_CONSTRAINT", "UV_CONSTRAINT", "DEBIAN_FRONTEND", "PYTHONDONTWRITEBYTECODE",
-       "PIP_DISABLE_PIP_VERSION_CHECK", "UV_LINK_MODE", *UNSET_IN_BASELINE}
+OWN = {
+    "VIRTUAL_ENV",
+    "PATH",
+    "PIP_CONSTRAINT",
+    "UV_CONSTRAINT",
+    "DEBIAN_FRONTEND",
+    "PYTHONDONTWRITEBYTECODE",
+    "PIP_DISABLE_PIP_VERSION_CHECK",
+    "UV_LINK_MODE",
+    *UNSET_IN_BASELINE,
+}
 
 BASE = """\
 schema = 1
@@ -99,7 +159,11 @@ def toml_str(value: str) -> str:
 
 
 def write_spec(folder: Path, env: dict[str, str], venv: str = "venv") -> Path:
-    table = "[env]\n" + "".join(f"{toml_str(k)} = {toml_str(v)}\n" for k, v in env.items()) if env else ""
+    table = (
+        "[env]\n" + "".join(f"{toml_str(k)} = {toml_str(v)}\n" for k, v in env.items())
+        if env
+        else ""
+    )
     path = folder / "stack.toml"
     path.write_text(BASE.format(venv=toml_str(venv), env=table), encoding="utf-8")
     return path
@@ -153,8 +217,13 @@ def run_words(value: str) -> str:
 def run_in_bash(command: str, cwd: Path) -> list[str]:
     """Run a RUN line's command in bash with `envbuild` a function that prints its argv."""
     script = 'envbuild() { printf "%s\\0" "$@"; }\n' + command
-    out = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", script], capture_output=True, cwd=cwd,
-                         env={"PATH": "/usr/bin:/bin"}, timeout=30)
+    out = subprocess.run(
+        ["/bin/bash", "-o", "pipefail", "-c", script],
+        capture_output=True,
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
 
@@ -163,9 +232,14 @@ def run_in_bash(command: str, cwd: Path) -> list[str]:
 
 
 @PROPERTY
-@given(env=st.dictionaries(env_names, text, max_size=4), venv=st.sampled_from(["venv", "envs/train"]) | text,
-       root=st.sampled_from(["/opt/envbuild", "/opt/e+v@1.0"]) | text)
-def test_dockerfile_env_and_run_lines_read_back_exactly(box: Path, env: dict[str, str], venv: str, root: str) -> None:
+@given(
+    env=st.dictionaries(env_names, text, max_size=4),
+    venv=st.sampled_from(["venv", "envs/train"]) | text,
+    root=st.sampled_from(["/opt/envbuild", "/opt/e+v@1.0"]) | text,
+)
+def test_dockerfile_env_and_run_lines_read_back_exactly(
+    box: Path, env: dict[str, str], venv: str, root: str
+) -> None:
     assume(not set(env) & OWN)
     folder = fresh(box)
     spec = load_or_refusal(write_spec(folder, env, venv), env, venv)
@@ -177,8 +251,15 @@ def test_dockerfile_env_and_run_lines_read_back_exactly(box: Path, env: dict[str
         assert "--root" in str(exc) and exc.exit_code == ExitCode.CONFIG
         return
     # the same spec with plain values: only its ${VAR} references kept (each one is an ARG)
-    refs = {k: "v" + "".join(m.group(0) for m in VAR.finditer(v)) for k, v in env.items() if k in spec.env}
-    plain = render(load_spec(write_spec(fresh(box), refs), os.environ), DockerOptions(lock=False, steps_dir="steps"))
+    refs = {
+        k: "v" + "".join(m.group(0) for m in VAR.finditer(v))
+        for k, v in env.items()
+        if k in spec.env
+    }
+    plain = render(
+        load_spec(write_spec(fresh(box), refs), os.environ),
+        DockerOptions(lock=False, steps_dir="steps"),
+    )
     parsed = parse_dockerfile(rendered.dockerfile, folder)
     assert instructions(parsed) == instructions(parse_dockerfile(plain.dockerfile, fresh(box)))
     envs = parsed.envs
@@ -192,33 +273,88 @@ def test_dockerfile_env_and_run_lines_read_back_exactly(box: Path, env: dict[str
     assert set(envs) == set(expected) | OWN - set(UNSET_IN_BASELINE)
     # the provision RUN lines, as bash runs them
     sentinel = fresh(box)
-    runs = [i["value"] for i in parsed.structure if i["instruction"] == "RUN" and "envbuild provision" in i["value"]]
+    runs = [
+        i["value"]
+        for i in parsed.structure
+        if i["instruction"] == "RUN" and "envbuild provision" in i["value"]
+    ]
     assert len(runs) == len(spec.steps)
     for step, value in zip(spec.steps, runs, strict=True):
         argv = run_in_bash(run_words(value), sentinel)
-        assert argv == ["provision", "--stack", IMAGE_SPEC, "--root", root, "--home", "/root", "--step", step.name]
+        assert argv == [
+            "provision",
+            "--stack",
+            IMAGE_SPEC,
+            "--root",
+            root,
+            "--home",
+            "/root",
+            "--step",
+            step.name,
+        ]
     assert list(sentinel.iterdir()) == []
 
 
 def test_docker_env_values_through_buildah(tmp_path: Path) -> None:
-    """The same escaping read by a real image builder: buildah (from_scratch, ENV only, no network)."""
+    """The same escaping read by a real image builder: buildah (from_scratch, ENV only, no
+    network)."""
     if shutil.which("buildah") is None or os.geteuid() != 0:
         pytest.skip("buildah (as root) is not here; dockerfile-parse above reads the same files")
-    values = [v for v in NASTY if "\n" not in v and "\r" not in v and "\x00" not in v and "\x7f" not in v
-              and "\u2028" not in v and "\u0085" not in v and "\u202e" not in v]
-    values += ["", "a b", "end\\", "\\\\", "'\\''", "$(id)", "it's \"quoted\" $HOME `x` \\$ \\\\n", "🙂 ünï"]
-    lines = ["FROM scratch", "ENV " + " \\\n    ".join(docker_env(f"V{i}", v, "test") for i, v in enumerate(values))]
+    values = [
+        v
+        for v in NASTY
+        if "\n" not in v
+        and "\r" not in v
+        and "\x00" not in v
+        and "\x7f" not in v
+        and "\u2028" not in v
+        and "\u0085" not in v
+        and "\u202e" not in v
+    ]
+    values += [
+        "",
+        "a b",
+        "end\\",
+        "\\\\",
+        "'\\''",
+        "$(id)",
+        'it\'s "quoted" $HOME `x` \\$ \\\\n',
+        "🙂 ünï",
+    ]
+    lines = [
+        "FROM scratch",
+        "ENV " + " \\\n    ".join(docker_env(f"V{i}", v, "test") for i, v in enumerate(values)),
+    ]
     (tmp_path / "Dockerfile").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    store = ["--root", str(tmp_path / "store"), "--runroot", str(tmp_path / "run"), "--storage-driver", "vfs"]
-    out = subprocess.run(["buildah", *store, "bud", "--layers=false", "-q", "-t", "envbuild-escape-test", "."],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    store = [
+        "--root",
+        str(tmp_path / "store"),
+        "--runroot",
+        str(tmp_path / "run"),
+        "--storage-driver",
+        "vfs",
+    ]
+    out = subprocess.run(
+        ["buildah", *store, "bud", "--layers=false", "-q", "-t", "envbuild-escape-test", "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode != 0 and "permission" in out.stderr.lower():
         pytest.skip(f"buildah cannot build here: {out.stderr[-300:]}")
     assert out.returncode == 0, out.stderr
-    info = subprocess.run(["buildah", *store, "inspect", "--type", "image", "envbuild-escape-test"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    info = subprocess.run(
+        ["buildah", *store, "inspect", "--type", "image", "envbuild-escape-test"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     got = dict(e.split("=", 1) for e in json.loads(info.stdout)["OCIv1"]["config"]["Env"])
-    assert {k: got.get(k) for k in (f"V{i}" for i in range(len(values)))} == {f"V{i}": v for i, v in enumerate(values)}
+    assert {k: got.get(k) for k in (f"V{i}" for i in range(len(values)))} == {
+        f"V{i}": v for i, v in enumerate(values)
+    }
     subprocess.run(["buildah", *store, "rmi", "-a", "-f"], capture_output=True, timeout=120)
 
 
@@ -226,17 +362,39 @@ def test_docker_env_values_through_buildah(tmp_path: Path) -> None:
 
 
 def sourced(file: Path, cwd: Path) -> dict[str, str]:
-    """The environment after ``. file`` in a bash started with none (``set -e``: any error fails)."""
-    out = subprocess.run(["/usr/bin/env", "-i", "/bin/bash", "--noprofile", "--norc", "-c",
-                          'set -e; . "$0"; exec /usr/bin/env -0', str(file)], capture_output=True, cwd=cwd, timeout=30)
+    """The environment after ``. file`` in a bash started with none (``set -e``: any error
+    fails)."""
+    out = subprocess.run(
+        [
+            "/usr/bin/env",
+            "-i",
+            "/bin/bash",
+            "--noprofile",
+            "--norc",
+            "-c",
+            'set -e; . "$0"; exec /usr/bin/env -0',
+            str(file),
+        ],
+        capture_output=True,
+        cwd=cwd,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
-    return dict(item.split("=", 1) for item in out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1])
+    return dict(
+        item.split("=", 1)
+        for item in out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+    )
 
 
 @PROPERTY
-@given(env=st.dictionaries(env_names, text, max_size=4),
-       root=st.sampled_from(["/mnt/data"]) | text.filter(lambda t: t.strip() != "" and "\x00" not in t))
-def test_overlay_sourced_by_bash_sets_exactly_the_variables(box: Path, env: dict[str, str], root: str) -> None:
+@given(
+    env=st.dictionaries(env_names, text, max_size=4),
+    root=st.sampled_from(["/mnt/data"])
+    | text.filter(lambda t: t.strip() != "" and "\x00" not in t),
+)
+def test_overlay_sourced_by_bash_sets_exactly_the_variables(
+    box: Path, env: dict[str, str], root: str
+) -> None:
     assume(not set(env) & OWN)
     folder = fresh(box)
     spec = load_or_refusal(write_spec(folder, env), env, "venv")
@@ -262,7 +420,8 @@ def test_overlay_sourced_by_bash_sets_exactly_the_variables(box: Path, env: dict
 
 
 def constants(source: str) -> tuple[str | None, dict[str, Any], list[str]]:
-    """The module docstring, every top-level constant (evaluated as a literal), every top-level name."""
+    """The module docstring, every top-level constant (evaluated as a literal), every top-level
+    name."""
     tree = ast.parse(source)
     values: dict[str, Any] = {}
     names: list[str] = []
@@ -283,7 +442,9 @@ def constants(source: str) -> tuple[str | None, dict[str, Any], list[str]]:
 
 @PROPERTY
 @given(env=st.dictionaries(env_names, text, max_size=4), command=text, root=text)
-def test_modal_file_literals_read_back_exactly(box: Path, env: dict[str, str], command: str, root: str) -> None:
+def test_modal_file_literals_read_back_exactly(
+    box: Path, env: dict[str, str], command: str, root: str
+) -> None:
     assume(not set(env) & OWN)
     folder = fresh(box)
     spec = load_or_refusal(write_spec(folder, env), env, "venv")
@@ -291,14 +452,23 @@ def test_modal_file_literals_read_back_exactly(box: Path, env: dict[str, str], c
         return
     docker = DockerOptions(lock=False, steps_dir="steps", command=command, root="/opt/" + root)
     try:
-        rendered = render_modal(spec, ModalOptions(docker=docker, context=".", dockerfile="x.Dockerfile"))
+        rendered = render_modal(
+            spec, ModalOptions(docker=docker, context=".", dockerfile="x.Dockerfile")
+        )
     except ConfigError as exc:
-        assert exc.exit_code == ExitCode.CONFIG and ("--root" in str(exc) or "command line" in str(exc)), str(exc)
+        assert exc.exit_code == ExitCode.CONFIG and (
+            "--root" in str(exc) or "command line" in str(exc)
+        ), str(exc)
         return
     doc, values, names = constants(rendered.source)
-    plain = render_modal(load_spec(write_spec(fresh(box), {}), os.environ),
-                         ModalOptions(docker=DockerOptions(lock=False, steps_dir="steps"), context=".",
-                                      dockerfile="x.Dockerfile"))
+    plain = render_modal(
+        load_spec(write_spec(fresh(box), {}), os.environ),
+        ModalOptions(
+            docker=DockerOptions(lock=False, steps_dir="steps"),
+            context=".",
+            dockerfile="x.Dockerfile",
+        ),
+    )
     assert names == constants(plain.source)[2]  # nothing added, nothing lost
     assert doc is not None and f"`{command}`" in doc
     root_path = "/opt/" + root
@@ -308,8 +478,16 @@ def test_modal_file_literals_read_back_exactly(box: Path, env: dict[str, str], c
     expected.pop("UV_CACHE_DIR")
     assert {k: v for k, v in values["ENV"].items() if k not in ("VIRTUAL_ENV", "PATH")} == expected
     assert values["ENV"]["VIRTUAL_ENV"] == f"{root_path}/venv"
-    assert shlex.split(values["PROVISION"]) == ["envbuild", "provision", "--stack", IMAGE_SPEC, "--root", root_path,
-                                                "--home", "/root"]
+    assert shlex.split(values["PROVISION"]) == [
+        "envbuild",
+        "provision",
+        "--stack",
+        IMAGE_SPEC,
+        "--root",
+        root_path,
+        "--home",
+        "/root",
+    ]
     assert values["STACK"] == spec.name and values["SECRETS"] == {}
 
 
@@ -317,11 +495,13 @@ def test_modal_file_literals_read_back_exactly(box: Path, env: dict[str, str], c
 
 
 class AnsibleLoader(yaml.SafeLoader):
-    """yaml.safe_load's loader, plus Ansible's ``!unsafe`` tag (a string Ansible never templates)."""
+    """yaml.safe_load's loader, plus Ansible's ``!unsafe`` tag (a string Ansible never
+    templates)."""
 
 
 AnsibleLoader.add_constructor(  # !unsafe tags a scalar
-    "!unsafe", lambda loader, node: loader.construct_scalar(cast(yaml.ScalarNode, node)))
+    "!unsafe", lambda loader, node: loader.construct_scalar(cast(yaml.ScalarNode, node))
+)
 
 
 @PROPERTY
@@ -339,22 +519,47 @@ def test_ansible_vars_read_back_exactly(box: Path, profile: str, root: str, comm
 
 
 def test_ansible_does_not_template_an_unsafe_value(tmp_path: Path) -> None:
-    """Ansible itself: a root of `{{ lookup('pipe', 'touch ...') }}` stays text, and runs nothing."""
+    """Ansible itself: a root of `{{ lookup('pipe', 'touch ...') }}` stays text, and runs
+    nothing."""
     playbook_bin = Path(sys.executable).parent / "ansible-playbook"
     if not playbook_bin.exists():
         pytest.skip("ansible-core is a test extra")
     sentinel = tmp_path / "sentinel"
     root = "{{ lookup('pipe', 'touch " + str(sentinel) + "') }}"
     spec = load_spec(write_spec(tmp_path, {}), os.environ)
-    (tmp_path / "vars.yml").write_text(render_vars(spec, profile="cpu", root=root, command="envbuild ansible-vars"))
+    (tmp_path / "vars.yml").write_text(
+        render_vars(spec, profile="cpu", root=root, command="envbuild ansible-vars")
+    )
     (tmp_path / "play.yml").write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.copy:\n        content: \"{{ envbuild_root }}\"\n        dest: " + str(tmp_path / "out") + "\n")
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "t"),
-           "ANSIBLE_HOME": str(tmp_path / "h")}
-    out = subprocess.run([str(playbook_bin), "-i", "localhost,", "-c", "local", "-e", f"@{tmp_path / 'vars.yml'}",
-                          "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
-                         capture_output=True, text=True, env=env, timeout=300)
+        '    - ansible.builtin.copy:\n        content: "{{ envbuild_root }}"\n        dest: '
+        + str(tmp_path / "out")
+        + "\n"
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "t"),
+        "ANSIBLE_HOME": str(tmp_path / "h"),
+    }
+    out = subprocess.run(
+        [
+            str(playbook_bin),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"@{tmp_path / 'vars.yml'}",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(tmp_path / "play.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert (tmp_path / "out").read_text() == root
     assert not sentinel.exists()
@@ -365,6 +570,17 @@ def test_the_playbook_parses() -> None:
     if not playbook_bin.exists():
         pytest.skip("ansible-core is a test extra")
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([str(playbook_bin), "--syntax-check", "-i", "localhost,", str(repo / "ansible" / "provision.yml")],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+    out = subprocess.run(
+        [
+            str(playbook_bin),
+            "--syntax-check",
+            "-i",
+            "localhost,",
+            str(repo / "ansible" / "provision.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -51,8 +51,16 @@ def test_a_grandchild_holding_the_pipe_does_not_hold_the_caller() -> None:
 
 def test_output_separate_stderr_and_exit_status(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "x.log"
-    res = run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
-              capture=True, separate_stderr=True, log_file=log)
+    res = run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)",
+        ],
+        capture=True,
+        separate_stderr=True,
+        log_file=log,
+    )
     assert res.returncode == 3 and not res.ok and not res.timed_out
     assert res.output == "out\n" and res.stderr == "err\n"
     text = log.read_text()
@@ -62,8 +70,10 @@ def test_output_separate_stderr_and_exit_status(tmp_path: Path) -> None:
 
 def test_on_line_is_called_on_the_calling_thread() -> None:
     seen: list[tuple[str, str]] = []
-    run([sys.executable, "-c", "print('a'); print('b')"],
-        on_line=lambda line: seen.append((line, threading.current_thread().name)))
+    run(
+        [sys.executable, "-c", "print('a'); print('b')"],
+        on_line=lambda line: seen.append((line, threading.current_thread().name)),
+    )
     assert seen == [("a", threading.current_thread().name), ("b", threading.current_thread().name)]
 
 

@@ -92,7 +92,9 @@ def test_the_skip_rule_tells_an_answer_from_silence() -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, seed_twin: SeedTwin) -> Iterator[dict[str, Any]]:
+def world(
+    tmp_path_factory: pytest.TempPathFactory, seed_twin: SeedTwin
+) -> Iterator[dict[str, Any]]:
     """The profile as committed in a lockfiles folder of its own, and a copy for this Python."""
     tmp = tmp_path_factory.mktemp("seed")
     real = profile_path(PROFILE)
@@ -105,15 +107,27 @@ def world(tmp_path_factory: pytest.TempPathFactory, seed_twin: SeedTwin) -> Iter
     assert 'python = "3.13"' in text
     # the copy differs in python and in the data disk it asks for (this machine's is not the H200's)
     assert "min_free_gb = 60\n" in text
-    copy = text.replace('python = "3.13"', f'python = "{PY_MAJOR_MINOR}"', 1).replace("min_free_gb = 60\n", "min_free_gb = 1\n")
+    copy = text.replace('python = "3.13"', f'python = "{PY_MAJOR_MINOR}"', 1).replace(
+        "min_free_gb = 60\n", "min_free_gb = 1\n"
+    )
     (host / "stack.toml").write_text(copy)
     cache = CACHE / "envbuild-cache"  # uv's and pip-tools' caches: later runs resolve from them
     env = seed_twin.env({"ENVBUILD_LOCKFILES": str(lockfiles), "ENVBUILD_CACHE_DIR": str(cache)})
     t0 = time.monotonic()
-    yield {"tmp": tmp, "lockfiles": lockfiles, "folder": lockfiles / PROFILE, "host": host, "env": env,
-           "twin": seed_twin, "home": tmp / "home", "wheelhouse": tmp / "wheelhouse"}
+    yield {
+        "tmp": tmp,
+        "lockfiles": lockfiles,
+        "folder": lockfiles / PROFILE,
+        "host": host,
+        "env": env,
+        "twin": seed_twin,
+        "home": tmp / "home",
+        "wheelhouse": tmp / "wheelhouse",
+    }
     TIMES["total"] = time.monotonic() - t0
-    (CACHE / "timings.json").write_text(json.dumps({k: round(v, 1) for k, v in TIMES.items()}, indent=2) + "\n")
+    (CACHE / "timings.json").write_text(
+        json.dumps({k: round(v, 1) for k, v in TIMES.items()}, indent=2) + "\n"
+    )
 
 
 def envbuild(world: dict[str, Any], *args: str | Path, phase: str | None = None) -> EnvbuildResult:
@@ -124,7 +138,11 @@ def envbuild(world: dict[str, Any], *args: str | Path, phase: str | None = None)
     r = run_cli(args, home=world["home"], cwd=world["tmp"], env=world["env"], timeout=1500)
     if phase:
         TIMES[phase] = TIMES.get(phase, 0.0) + time.monotonic() - t0
-    if r.rc == ExitCode.PREFLIGHT and "do not answer" in r.stderr and (gone := pypi_absent()) is not None:
+    if (
+        r.rc == ExitCode.PREFLIGHT
+        and "do not answer" in r.stderr
+        and (gone := pypi_absent()) is not None
+    ):
         command = next(str(a) for a in args if not str(a).startswith("-"))
         pytest.skip(f"envbuild {command}: PyPI does not answer ({gone})")
     return r
@@ -137,13 +155,19 @@ def _manifest(folder: Path) -> dict[str, Any]:
 
 def _pins(folder: Path, step: str) -> dict[str, str | None]:
     entry = next(s for s in _manifest(folder)["steps"] if s["name"] == step)
-    return {r.name: (r.version or r.url) for r in parse_requirements_text((folder / entry["file"]).read_text(), step)}
+    return {
+        r.name: r.version or r.url
+        for r in parse_requirements_text((folder / entry["file"]).read_text(), step)
+    }
 
 
 @pytest.fixture(scope="module")
 def locked(world: dict[str, Any]) -> Path:
     folder: Path = world["folder"]
-    assert load_spec(folder / "stack.toml", world["env"]).digest == load_spec(profile_path(PROFILE), world["env"]).digest
+    assert (
+        load_spec(folder / "stack.toml", world["env"]).digest
+        == load_spec(profile_path(PROFILE), world["env"]).digest
+    )
     r = envbuild(world, "-v", "lock", "--profile", PROFILE, phase="lock (3.13, uv)")
     assert r.rc == 0, r.output
     return folder
@@ -152,29 +176,59 @@ def locked(world: dict[str, Any]) -> Path:
 def test_lock_for_python_313_from_this_machine(locked: Path, world: dict[str, Any]) -> None:
     data = _manifest(locked)
     assert data["target"] == {"python": "3.13", "platform": PLATFORM, "resolver": "uv"}
-    assert [s["name"] for s in data["steps"]] == ["bootstrap", "torch", "prebuilt-cuda", "flash-attn-4", "fla", "rest"]
+    assert [s["name"] for s in data["steps"]] == [
+        "bootstrap",
+        "torch",
+        "prebuilt-cuda",
+        "flash-attn-4",
+        "fla",
+        "rest",
+    ]
     assert all(s["locked"] for s in data["steps"])
     torch = _pins(locked, "torch")
     assert torch["torch"] == NIGHTLY_TORCH and torch["pytorch-triton"] == PYTORCH_TRITON
     assert torch["nvidia-cudnn-cu13"] == "9.20.0.48" and torch["nvidia-nccl-cu13"] == "2.29.7"
-    assert torch["setuptools"] == "80.9.0"  # torch needs it on 3.13 (python_version >= "3.12"); bootstrap's pin
+    # torch needs it on 3.13 (python_version >= "3.12"); bootstrap's pin
+    assert torch["setuptools"] == "80.9.0"
     assert sorted(data["abi"]["protected"]) == sorted(
-        ["torch", "pytorch-triton", "nvidia-cublas", "nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-nccl-cu13",
-         "nvidia-nvshmem-cu13"])
-    # the prebuilt wheels: exact pins, --no-deps, from the wheelhouse; both interpreters' files hashed
+        [
+            "torch",
+            "pytorch-triton",
+            "nvidia-cublas",
+            "nvidia-cuda-runtime",
+            "nvidia-cudnn-cu13",
+            "nvidia-nccl-cu13",
+            "nvidia-nvshmem-cu13",
+        ]
+    )
+    # the prebuilt wheels: exact pins, --no-deps, from the wheelhouse; both interpreters' files
+    # hashed
     prebuilt = next(s for s in data["steps"] if s["name"] == "prebuilt-cuda")
-    assert prebuilt["flags"]["no_deps"] and {p["name"]: p["version"] for p in prebuilt["packages"]} == {
-        "flash-attn": f"2.8.3+{LOCAL}", "causal-conv1d": f"1.6.1+{LOCAL}", "mamba-ssm": f"2.3.1+{LOCAL}",
-        "qoptim-cuda": f"0.0.0+{LOCAL}"}
+    assert prebuilt["flags"]["no_deps"] and {
+        p["name"]: p["version"] for p in prebuilt["packages"]
+    } == {
+        "flash-attn": f"2.8.3+{LOCAL}",
+        "causal-conv1d": f"1.6.1+{LOCAL}",
+        "mamba-ssm": f"2.3.1+{LOCAL}",
+        "qoptim-cuda": f"0.0.0+{LOCAL}",
+    }
     # FA4 with the seed's pins: cutlass-dsl 4.4.2 and quack 0.3.9, not what FA4 alone resolves to
     fa4 = _pins(locked, "flash-attn-4")
-    assert (fa4["flash-attn-4"], fa4["nvidia-cutlass-dsl"], fa4["quack-kernels"]) == ("4.0.0b7", "4.4.2", "0.3.9")
+    assert (fa4["flash-attn-4"], fa4["nvidia-cutlass-dsl"], fa4["quack-kernels"]) == (
+        "4.0.0b7",
+        "4.4.2",
+        "0.3.9",
+    )
     # fla: the git requirement at the twin repository's commit (the URL as the profile has it)
     fla = _pins(locked, "fla")
     assert fla["flash-linear-attention"] == f"git+{FLA_URL}@{world['twin'].fla_commit}"
     assert fla["fla-core"] == "0.4.2"
     rest = _pins(locked, "rest")
-    assert rest["torchao"] == "0.17.0" and rest["transformers"] == "5.23.0" and rest["datasets"] == "5.2.0"
+    assert (
+        rest["torchao"] == "0.17.0"
+        and rest["transformers"] == "5.23.0"
+        and rest["datasets"] == "5.2.0"
+    )
     # the baseline never comes back in a later step, and no PyPI triton anywhere
     for step in ("flash-attn-4", "fla", "rest"):
         later = _pins(locked, step)
@@ -204,21 +258,38 @@ def test_each_file_installs_on_a_python_313_host(locked: Path, world: dict[str, 
     for step in data["steps"]:
         path = locked / step["file"]
         if step["name"] == "prebuilt-cuda":
-            chosen = dry_run_on_target(path, "3.13", PLATFORM, [], world["tmp"], find_links=[str(twin.prebuilt)],
-                                       no_deps_only=True)
+            chosen = dry_run_on_target(
+                path,
+                "3.13",
+                PLATFORM,
+                [],
+                world["tmp"],
+                find_links=[str(twin.prebuilt)],
+                no_deps_only=True,
+            )
             assert chosen["flash-attn"] == f"flash_attn-2.8.3+{LOCAL}-cp313-cp313-linux_x86_64.whl"
         elif step["name"] == "fla":
-            # a git line has no hash: pip's hash mode takes the hashed line alone (provision splits the file)
+            # a git line has no hash: pip's hash mode takes the hashed line alone (provision splits
+            # the file)
             hashed = path.with_name("fla-hashed.txt")
-            hashed.write_text("".join(f"{line}\n" for line in path.read_text().splitlines() if "git+" not in line))
+            hashed.write_text(
+                "".join(f"{line}\n" for line in path.read_text().splitlines() if "git+" not in line)
+            )
             dry_run_on_target(hashed, "3.13", PLATFORM, [pypi], world["tmp"], no_deps_only=True)
         else:
             indexes = [twin.nightly_url] if step["name"] == "torch" else [pypi, twin.nightly_url]
-            base = () if step["name"] in ("bootstrap", "torch") else (locked / "01-bootstrap.txt", locked / "02-torch.txt")
-            chosen = dry_run_on_target(path, "3.13", PLATFORM, indexes, world["tmp"], sdist_ok=SDIST_ONLY,
-                                       on_top_of=base)
+            base = (
+                ()
+                if step["name"] in ("bootstrap", "torch")
+                else (locked / "01-bootstrap.txt", locked / "02-torch.txt")
+            )
+            chosen = dry_run_on_target(
+                path, "3.13", PLATFORM, indexes, world["tmp"], sdist_ok=SDIST_ONLY, on_top_of=base
+            )
             if step["name"] == "torch":
-                assert chosen["torch"].endswith("-cp313-cp313-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
+                assert chosen["torch"].endswith(
+                    "-cp313-cp313-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+                )
     TIMES["dry runs (3.13)"] = time.monotonic() - t0
 
 
@@ -226,18 +297,37 @@ def test_each_file_installs_on_a_python_313_host(locked: Path, world: dict[str, 
 def mirrored(locked: Path, world: dict[str, Any]) -> Path:
     wh: Path = world["wheelhouse"]
     for platform in ("manylinux*_x86_64", "linux_x86_64"):  # PyPI's wheels, then the GPU-built ones
-        r = envbuild(world, "wheelhouse", "mirror", "--profile", PROFILE, "--out", wh, "--python-tag", "cp313",
-                     "--platform", platform, "--json", phase="mirror (3.13 lock)")
+        r = envbuild(
+            world,
+            "wheelhouse",
+            "mirror",
+            "--profile",
+            PROFILE,
+            "--out",
+            wh,
+            "--python-tag",
+            "cp313",
+            "--platform",
+            platform,
+            "--json",
+            phase="mirror (3.13 lock)",
+        )
         assert r.rc == 0, r.output
-    # the git requirement: built into a wheel at its locked commit (issue 24), so offline needs no clone
+    # the git requirement: built into a wheel at its locked commit (issue 24), so offline needs no
+    # clone
     built = json.loads(r.stdout)["built"]
-    assert [(b["name"], b["commit"]) for b in built] == [("flash-linear-attention", world["twin"].fla_commit)]
+    assert [(b["name"], b["commit"]) for b in built] == [
+        ("flash-linear-attention", world["twin"].fla_commit)
+    ]
     return wh
 
 
 def test_mirror_holds_every_locked_artifact_for_the_target(mirrored: Path, locked: Path) -> None:
     names = {p.name for p in mirrored.iterdir() if p.name.endswith((".whl", ".tar.gz"))}
-    assert f"torch-{NIGHTLY_TORCH}-cp313-cp313-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl" in names
+    assert (
+        f"torch-{NIGHTLY_TORCH}-cp313-cp313-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+        in names
+    )
     assert f"flash_attn-2.8.3+{LOCAL}-cp313-cp313-linux_x86_64.whl" in names
     assert "dualpipe-1.0.0.tar.gz" in names
     for step in _manifest(locked)["steps"]:
@@ -251,32 +341,77 @@ def test_mirror_holds_every_locked_artifact_for_the_target(mirrored: Path, locke
 def provisioned(world: dict[str, Any], mirrored: Path) -> dict[str, Any]:
     host: Path = world["host"]
     name = host.name
-    # uv, as for 3.13 (pip-compile, the default for this interpreter, takes ten minutes on this stack here)
-    r = envbuild(world, "lock", "--profile", name, "--resolver", "uv", phase=f"lock ({PY_MAJOR_MINOR})")
+    # uv, as for 3.13 (pip-compile, the default for this interpreter, takes ten minutes on this
+    # stack here)
+    r = envbuild(
+        world, "lock", "--profile", name, "--resolver", "uv", phase=f"lock ({PY_MAJOR_MINOR})"
+    )
     assert r.rc == 0, r.output
-    assert _manifest(host)["target"] == {"python": PY_MAJOR_MINOR, "platform": PLATFORM, "resolver": "uv"}
+    assert _manifest(host)["target"] == {
+        "python": PY_MAJOR_MINOR,
+        "platform": PLATFORM,
+        "resolver": "uv",
+    }
     r = envbuild(world, "check-lock", "--profile", name, "--offline", phase="check-lock")
     assert r.rc == 0, r.output
     for platform in ("manylinux*_x86_64", "linux_x86_64"):
-        r = envbuild(world, "wheelhouse", "mirror", "--profile", name, "--out", mirrored, "--python-tag",
-                     "cp" + PY_MAJOR_MINOR.replace(".", ""), "--platform", platform,
-                     phase=f"mirror ({PY_MAJOR_MINOR} lock)")
+        r = envbuild(
+            world,
+            "wheelhouse",
+            "mirror",
+            "--profile",
+            name,
+            "--out",
+            mirrored,
+            "--python-tag",
+            "cp" + PY_MAJOR_MINOR.replace(".", ""),
+            "--platform",
+            platform,
+            phase=f"mirror ({PY_MAJOR_MINOR} lock)",
+        )
         assert r.rc == 0, r.output
     root = world["tmp"] / "data"
     # The default backend (uv), as an operator runs it. uv installs a step's wheels concurrently;
     # the fla step still ends with fla-core's copies on disk, as [[abi.overlap]] says, because the
     # overlap's winner goes in a run of its own after the rest (plan.step_commands).
-    r = envbuild(world, "provision", "--profile", name, "--offline", "--wheelhouse", mirrored, "--root", root,
-                 "--home", world["home"], "--python", sys.executable, "--json",
-                 phase="provision (offline, uv)")
+    r = envbuild(
+        world,
+        "provision",
+        "--profile",
+        name,
+        "--offline",
+        "--wheelhouse",
+        mirrored,
+        "--root",
+        root,
+        "--home",
+        world["home"],
+        "--python",
+        sys.executable,
+        "--json",
+        phase="provision (offline, uv)",
+    )
     assert r.rc == 0, r.output
-    return {"root": root, "result": json.loads(r.stdout), "name": name, "output": r.output,
-            "venv": Venv(root / "venv", home=world["home"])}
+    return {
+        "root": root,
+        "result": json.loads(r.stdout),
+        "name": name,
+        "output": r.output,
+        "venv": Venv(root / "venv", home=world["home"]),
+    }
 
 
 def test_verify_passes(provisioned: dict[str, Any], world: dict[str, Any]) -> None:
-    r = envbuild(world, "verify", "--profile", provisioned["name"], "--root", provisioned["root"], "--json",
-                 phase="verify")
+    r = envbuild(
+        world,
+        "verify",
+        "--profile",
+        provisioned["name"],
+        "--root",
+        provisioned["root"],
+        "--json",
+        phase="verify",
+    )
     assert r.rc == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "envbuild.verify/1" and doc["ok"] is True, doc
@@ -302,13 +437,17 @@ def _on_disk(venv: Venv, path: str) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def test_the_seed_traps_show_up_as_on_the_host(provisioned: dict[str, Any], world: dict[str, Any]) -> None:
+def test_the_seed_traps_show_up_as_on_the_host(
+    provisioned: dict[str, Any], world: dict[str, Any]
+) -> None:
     venv: Venv = provisioned["venv"]
     state = json.loads((provisioned["root"] / ".envbuild" / "manifest.json").read_text())
     steps = {s["name"]: s for s in state["steps"]}
     assert all(s["status"] == "ok" for s in steps.values()), steps
     # torch: the nightly, and its RECORD unchanged from the torch step to the end
-    assert venv.version("torch") == NIGHTLY_TORCH and venv.version("pytorch-triton") == PYTORCH_TRITON
+    assert (
+        venv.version("torch") == NIGHTLY_TORCH and venv.version("pytorch-triton") == PYTORCH_TRITON
+    )
     tag = "cp" + PY_MAJOR_MINOR.replace(".", "")
     wheel = next(world["twin"].nightly.glob(f"torch-*-{tag}-*.whl"))
     shipped = {row.split(",", 1)[0] for row in world["twin"].record_of(wheel).decode().splitlines()}
@@ -333,14 +472,24 @@ def test_the_seed_traps_show_up_as_on_the_host(provisioned: dict[str, Any], worl
     assert all(_on_disk(venv, p) == core[p] for p in both)
     assert "__version__ = '0.4.2'" in venv.read("fla/__init__.py")
     assert venv.exists("fla/layers/moba.py") and venv.exists("fla/ops/moba/__init__.py")
-    # the git requirement came from the (twin) repository at the locked commit: offline, as the wheel
-    # `wheelhouse mirror` built from that commit, whose hash lock.json records (issue 24)
-    pin = next(p["vcs"] for s in _manifest(world["host"])["steps"] for p in s.get("packages", [])
-               if p["name"] == "flash-linear-attention")
+    # the git requirement came from the (twin) repository at the locked commit: offline, as the
+    # wheel `wheelhouse mirror` built from that commit, whose hash lock.json records (issue 24)
+    pin = next(
+        p["vcs"]
+        for s in _manifest(world["host"])["steps"]
+        for p in s.get("packages", [])
+        if p["name"] == "flash-linear-attention"
+    )
     assert pin["commit"] == world["twin"].fla_commit and pin["url"].startswith(f"git+{FLA_URL}@")
-    built = next(a for a in json.loads((world["wheelhouse"] / "wheelhouse.json").read_text())["artifacts"]
-                 if a["filename"] == pin["wheel"]["filename"])
-    assert built["built_from"]["commit"] == world["twin"].fla_commit and built["sha256"] == pin["wheel"]["sha256"]
+    built = next(
+        a
+        for a in json.loads((world["wheelhouse"] / "wheelhouse.json").read_text())["artifacts"]
+        if a["filename"] == pin["wheel"]["filename"]
+    )
+    assert (
+        built["built_from"]["commit"] == world["twin"].fla_commit
+        and built["sha256"] == pin["wheel"]["sha256"]
+    )
     assert venv.version("flash-linear-attention") == pin["wheel"]["version"]
     assert not (venv.dists()["flash-linear-attention"].dist_info / "direct_url.json").exists()
     # the prebuilt wheels carry no dependency metadata and name the torch they were built against

@@ -25,18 +25,31 @@ def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         assert 0 <= by[name]["rel_err"] <= by[name]["tol"]
         assert by[name]["seconds"] > 0
     assert by["torch.compile"]["backend"] == "inductor, C++ (CPU)"
-    assert "tflops" not in by["matmul"] and "kernel_ms" not in by["matmul"]  # nothing measured on CPU
+    # nothing measured on CPU
+    assert "tflops" not in by["matmul"] and "kernel_ms" not in by["matmul"]
     assert by["sdpa"]["reference"].startswith("explicit softmax")
-    for name in ("triton", "flash_attn", "causal_conv1d", "mamba_ssm.selective_scan", "fla", "flash_attn_4"):
-        assert by[name]["verdict"] == "skip" and by[name]["reason"] == "no CUDA GPU visible to torch"
+    for name in (
+        "triton",
+        "flash_attn",
+        "causal_conv1d",
+        "mamba_ssm.selective_scan",
+        "fla",
+        "flash_attn_4",
+    ):
+        assert (
+            by[name]["verdict"] == "skip" and by[name]["reason"] == "no CUDA GPU visible to torch"
+        )
     assert doc["environment"]["torch"].startswith("2.13.0")
     receipt = json.loads(Path(doc["receipt"]).read_text())
     assert receipt["kind"] == "smoke" and receipt["payload"]["ok"] is True
     assert receipt["names"]["launch_regime"] == "single-process"
     # taken on a thread while the checks ran: provenance, the venv's inventory
-    assert receipt["provenance"]["argv"] and any(d["name"] == "torch" for d in receipt["software"]["distributions"])
+    assert receipt["provenance"]["argv"] and any(
+        d["name"] == "torch" for d in receipt["software"]["distributions"]
+    )
     assert (tmp_path / "logs" / "smoke.log").is_file()
-    # where the seconds went: the process's start (interpreter, import torch), each check, the result
+    # where the seconds went: the process's start (interpreter, import torch), each check, the
+    # result
     timing = doc["timing"]
     names = [n for n, _, _ in timing["timeline"]]
     assert names == ["imports", "start", *(c["name"] for c in doc["checks"]), "result"]
@@ -47,33 +60,53 @@ def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.slow
-def test_smoke_fails_without_a_compiler(torch_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_smoke_fails_without_a_compiler(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """No C++ compiler on PATH: inductor cannot build the kernel, the check fails, exit 7."""
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     for var in ("CC", "CXX"):
         monkeypatch.delenv(var, raising=False)
-    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "torch.compile",
-                 "--only", "sdpa", "--no-receipt"])
+    code = main(
+        [
+            "smoke",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--only",
+            "torch.compile",
+            "--only",
+            "sdpa",
+            "--no-receipt",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 7, out
     assert "FAIL" in out and "FAILED" in out
     assert not (tmp_path / "receipts").exists()
 
 
-def test_smoke_missing_venv_and_torchless_python(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_smoke_missing_venv_and_torchless_python(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = main(["smoke", "--venv", str(tmp_path / "nope"), "--root", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 3 and "no Python interpreter at" in err and "Traceback" not in err
-    code = main(["smoke", "--python", sys.executable, "--root", str(tmp_path)])  # envbuild's venv: no torch
+    # envbuild's venv: no torch
+    code = main(["smoke", "--python", sys.executable, "--root", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 3 and "torch is not installed" in err and "Traceback" not in err
 
 
-def test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode(torch_venv: Path, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode(
+    torch_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """uv installs no bytecode and a caller's PYTHONDONTWRITEBYTECODE=1 would keep every run
     compiling torch from source: the proofs run with bytecode writing on. A module of this
     test's own that the proof's interpreter imports at start (sitecustomize, from PYTHONPATH)
@@ -83,8 +116,18 @@ def test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode(torch_venv
     (site / "sitecustomize.py").write_text("# imported by the proof's interpreter at its start\n")
     monkeypatch.setenv("PYTHONPATH", str(site))
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path / "root"), "--only", "sdpa",
-                 "--no-receipt"])
+    code = main(
+        [
+            "smoke",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path / "root"),
+            "--only",
+            "sdpa",
+            "--no-receipt",
+        ]
+    )
     assert code == 0
     assert list((site / "__pycache__").glob("sitecustomize.*.pyc"))
     assert os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
@@ -97,13 +140,30 @@ def test_checks_script_is_standalone() -> None:
     assert os.path.basename(__file__)
 
 
-def test_planted_wrong_answer_fails(torch_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_planted_wrong_answer_fails(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """ENVBUILD_SMOKE_PERTURB plants an error of 3x the tolerance in one kernel's output: that
     check fails (exit 7), the others still pass."""
     monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB", "sdpa")
-    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "sdpa",
-                 "--only", "matmul", "--no-receipt", "--json"])
+    code = main(
+        [
+            "smoke",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--only",
+            "sdpa",
+            "--only",
+            "matmul",
+            "--no-receipt",
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 7
     by = {c["name"]: c for c in doc["checks"]}
@@ -112,12 +172,23 @@ def test_planted_wrong_answer_fails(torch_venv: Path, tmp_path: Path, monkeypatc
     assert "planted error" in by["sdpa"]["reason"]
     assert by["matmul"]["verdict"] == "pass" and "perturbed" not in by["matmul"]
     monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB", "all")
-    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "matmul", "--no-receipt"])
+    code = main(
+        [
+            "smoke",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--only",
+            "matmul",
+            "--no-receipt",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 7 and "planted error" in out
 
 
-REFERENCES_SCRIPT = r'''
+REFERENCES_SCRIPT = r"""
 import sys, math, torch, torch.nn.functional as F
 sys.path.insert(0, sys.argv[1])
 import checks
@@ -164,7 +235,7 @@ mask = torch.tril(torch.exp(G[..., :, None] - G[..., None, :]))
 att = (q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2)) * mask * K ** -0.5
 out["simple_gla"] = err(checks.simple_gla_ref(q, k, v, g, K ** -0.5), (att @ v.transpose(1, 2)).transpose(1, 2))
 print(__import__("json").dumps(out))
-'''
+"""
 
 
 def test_float64_references_match_a_second_formula(torch_venv: Path) -> None:
@@ -173,8 +244,12 @@ def test_float64_references_match_a_second_formula(torch_venv: Path) -> None:
     import subprocess
 
     checks_dir = Path(__file__).parents[1] / "envbuild" / "proof" / "smoke"
-    proc = subprocess.run([str(torch_venv / "bin" / "python"), "-c", REFERENCES_SCRIPT, str(checks_dir)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(torch_venv / "bin" / "python"), "-c", REFERENCES_SCRIPT, str(checks_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     errs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(errs) == {"attention", "causal_conv1d", "selective_scan", "simple_gla"}
@@ -182,33 +257,77 @@ def test_float64_references_match_a_second_formula(torch_venv: Path) -> None:
         assert e < 1e-12, (name, e)
 
 
-def test_each_result_is_printed_once_with_its_reason(torch_venv: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_result_is_printed_once_with_its_reason(
+    torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """One line per check as it finishes (a skip with its reason, no throughput on CPU), then the
     verdict with the counts: no second table of the same results."""
-    code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--only", "matmul", "--only", "sdpa",
-                 "--only", "triton", "--only", "flash_attn", "--no-receipt"])
+    code = main(
+        [
+            "smoke",
+            "--venv",
+            str(torch_venv),
+            "--root",
+            str(tmp_path),
+            "--only",
+            "matmul",
+            "--only",
+            "sdpa",
+            "--only",
+            "triton",
+            "--only",
+            "flash_attn",
+            "--no-receipt",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     lines = (captured.out + captured.err).splitlines()
     for name in ("matmul", "sdpa", "triton", "flash_attn"):
         (line,) = [line for line in lines if name in line.split()]
         assert len(line) <= 100, line
-    assert re.search(r"^ok   matmul +rel err \d\.\de-\d\d \(tol 1\.2e-02\)  \d+\.\d\d s$", captured.out, re.M), captured.out
-    assert re.search(r"^skip triton +no CUDA GPU visible to torch$", captured.out, re.M), captured.out
+    assert re.search(
+        r"^ok   matmul +rel err \d\.\de-\d\d \(tol 1\.2e-02\)  \d+\.\d\d s$", captured.out, re.M
+    ), captured.out
+    assert re.search(r"^skip triton +no CUDA GPU visible to torch$", captured.out, re.M), (
+        captured.out
+    )
     assert "FLOP/s" not in captured.out and "┃" not in captured.out
-    assert re.search(r"^smoke passed: 2 passed, 2 skipped in \d+\.\d s \(torch 2\.13\.0\+cpu on CPU\)$",
-                     captured.out, re.M), captured.out
+    assert re.search(
+        r"^smoke passed: 2 passed, 2 skipped in \d+\.\d s \(torch 2\.13\.0\+cpu on CPU\)$",
+        captured.out,
+        re.M,
+    ), captured.out
 
 
 def test_a_rate_is_shown_only_where_one_was_measured() -> None:
     assert rate(None) == rate(0.0) == rate(float("nan")) == rate(-1) == ""
     assert rate(787.4, 989.0) == "787 TFLOP/s (80% of 989)"
     assert rate(0.35) == "0.35 TFLOP/s" and rate(0.004) == "4 GFLOP/s"
-    level, line = describe({"name": "matmul", "verdict": "pass", "rel_err": 2.3e-3, "tol": 1.2e-2, "seconds": 3.1,
-                            "tflops": 787.4, "datasheet_tflops": 989.0})
-    assert (level, line) == ("ok", "  matmul                    rel err 2.3e-03 (tol 1.2e-02)  3.10 s  "
-                                   "787 TFLOP/s (80% of 989)")
-    level, line = describe({"name": "flash_attn", "verdict": "fail", "seconds": 0.5,
-                            "reason": "ImportError: " + "undefined symbol " * 40})
+    level, line = describe(
+        {
+            "name": "matmul",
+            "verdict": "pass",
+            "rel_err": 2.3e-3,
+            "tol": 1.2e-2,
+            "seconds": 3.1,
+            "tflops": 787.4,
+            "datasheet_tflops": 989.0,
+        }
+    )
+    assert (level, line) == (
+        "ok",
+        (
+            "  matmul                    rel err 2.3e-03 (tol 1.2e-02)  3.10 s  "
+            "787 TFLOP/s (80% of 989)"
+        ),
+    )
+    level, line = describe(
+        {
+            "name": "flash_attn",
+            "verdict": "fail",
+            "seconds": 0.5,
+            "reason": "ImportError: " + "undefined symbol " * 40,
+        }
+    )
     assert level == "fail" and len(line) < 200 and line.endswith("...")

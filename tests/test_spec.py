@@ -52,7 +52,14 @@ def test_good_spec_loads(tmp_path: Path) -> None:
 def test_shipped_profiles_load() -> None:
     assert {"cpu", "h200-cu132"} <= set(available_profiles())
     h200 = resolve_spec("h200-cu132", None, {})
-    assert [s.name for s in h200.steps] == ["bootstrap", "torch", "prebuilt-cuda", "flash-attn-4", "fla", "rest"]
+    assert [s.name for s in h200.steps] == [
+        "bootstrap",
+        "torch",
+        "prebuilt-cuda",
+        "flash-attn-4",
+        "fla",
+        "rest",
+    ]
     assert h200.abi.version == "2.12.0.dev20260405+cu132"
     prebuilt = h200.step("prebuilt-cuda")
     assert prebuilt.no_deps and prebuilt.find_links == ("/mnt/data/wheelhouse",)
@@ -65,31 +72,74 @@ def test_shipped_profiles_load() -> None:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (lambda t: t.replace("no_deps = true", "no_deps = \"yes\""), "step[2].no_deps: must be true or false, got 'yes'"),
-        (lambda t: t.replace("no_deps = true", "no_dep = true"), "step[2].no_dep: unknown key (did you mean 'no_deps'?)"),
-        (lambda t: t.replace('packages = ["tqdm==4.70.1"]', "packages = []"), "step[2].packages: a step must install at least one package"),
-        (lambda t: t.replace("tqdm==4.70.1", "tqdm>>=1"), "step[2].packages[1]: not a valid requirement"),
-        (lambda t: t.replace('packages = ["tqdm==4.70.1"]', 'packages = ["torch==2.13.0+cpu"]'),
-         "step[2].packages: torch is installed by two steps, 'torch' (step[1]) and 'rest' (step[2])"),
-        (lambda t: t.replace('packages = ["torch==2.13.0+cpu"]', 'packages = ["numpy"]'),
-         "no step installs the ABI package 'torch': the baseline step is missing"),
-        (lambda t: t.replace('python = "3.11"', 'python = 3.11'), "python: must be a string"),
-        (lambda t: t.replace('python = "3.11"', 'python = "py3"'), "python: must be a major.minor version"),
+        (
+            lambda t: t.replace("no_deps = true", 'no_deps = "yes"'),
+            "step[2].no_deps: must be true or false, got 'yes'",
+        ),
+        (
+            lambda t: t.replace("no_deps = true", "no_dep = true"),
+            "step[2].no_dep: unknown key (did you mean 'no_deps'?)",
+        ),
+        (
+            lambda t: t.replace('packages = ["tqdm==4.70.1"]', "packages = []"),
+            "step[2].packages: a step must install at least one package",
+        ),
+        (
+            lambda t: t.replace("tqdm==4.70.1", "tqdm>>=1"),
+            "step[2].packages[1]: not a valid requirement",
+        ),
+        (
+            lambda t: t.replace('packages = ["tqdm==4.70.1"]', 'packages = ["torch==2.13.0+cpu"]'),
+            (
+                "step[2].packages: torch is installed by two steps, 'torch' (step[1]) and 'rest'"
+                " (step[2])"
+            ),
+        ),
+        (
+            lambda t: t.replace('packages = ["torch==2.13.0+cpu"]', 'packages = ["numpy"]'),
+            "no step installs the ABI package 'torch': the baseline step is missing",
+        ),
+        (lambda t: t.replace('python = "3.11"', "python = 3.11"), "python: must be a string"),
+        (
+            lambda t: t.replace('python = "3.11"', 'python = "py3"'),
+            "python: must be a major.minor version",
+        ),
         (lambda t: t.replace("schema = 1", "schema = 7"), "schema: must be 1"),
         (lambda t: t + "\n[layot]\n", "layot: unknown key (did you mean 'layout'?)"),
-        (lambda t: t.replace('version = "2.13.0+cpu"', 'version = "not a version"'), "abi.version: not a valid version"),
-        (lambda t: t.replace('packages = ["torch==2.13.0+cpu"]', 'packages = ["torch==2.12.0"]'),
-         "does not admit abi.version '2.13.0+cpu'"),
-        (lambda t: t.replace("[[step]]\nname = \"rest\"", "[[step]]\nname = \"torch\""), "step[2].name: duplicate step name 'torch'"),
-        (lambda t: t.replace('packages = ["tqdm==4.70.1"]', 'packages = ["tqdm"]\nupgrade_strategy = "eagr"'),
-         "step[2].upgrade_strategy: must be one of only-if-needed, eager, got 'eagr' (did you mean 'eager'?)"),
-        (lambda t: t.replace("schema = 1", "schema = 1\nname2 = 3"), "name2: unknown key (did you mean 'name'?)"),
-        (lambda t: t + "[[step]]\nname=\"x\"\npackages=[\"a\"]\nfind_links=[\"${WHEELS}\"]\n",
-         "step[3].find_links[1]: environment variable WHEELS is not set"),
+        (
+            lambda t: t.replace('version = "2.13.0+cpu"', 'version = "not a version"'),
+            "abi.version: not a valid version",
+        ),
+        (
+            lambda t: t.replace('packages = ["torch==2.13.0+cpu"]', 'packages = ["torch==2.12.0"]'),
+            "does not admit abi.version '2.13.0+cpu'",
+        ),
+        (
+            lambda t: t.replace('[[step]]\nname = "rest"', '[[step]]\nname = "torch"'),
+            "step[2].name: duplicate step name 'torch'",
+        ),
+        (
+            lambda t: t.replace(
+                'packages = ["tqdm==4.70.1"]', 'packages = ["tqdm"]\nupgrade_strategy = "eagr"'
+            ),
+            (
+                "step[2].upgrade_strategy: must be one of only-if-needed, eager, got 'eagr' (did"
+                " you mean 'eager'?)"
+            ),
+        ),
+        (
+            lambda t: t.replace("schema = 1", "schema = 1\nname2 = 3"),
+            "name2: unknown key (did you mean 'name'?)",
+        ),
+        (
+            lambda t: t + '[[step]]\nname="x"\npackages=["a"]\nfind_links=["${WHEELS}"]\n',
+            "step[3].find_links[1]: environment variable WHEELS is not set",
+        ),
     ],
 )
-def test_bad_specs_name_the_key_path(tmp_path: Path, edit: Callable[[str], str],
-                                     expected: str) -> None:
+def test_bad_specs_name_the_key_path(
+    tmp_path: Path, edit: Callable[[str], str], expected: str
+) -> None:
     message = error_of(tmp_path, edit(GOOD))
     assert str(tmp_path / "stack.toml") in message
     assert expected in message
@@ -100,10 +150,14 @@ def test_invalid_toml(tmp_path: Path) -> None:
 
 
 def test_variables_expand_with_defaults(tmp_path: Path) -> None:
-    text = GOOD.replace('packages = ["tqdm==4.70.1"]',
-                        'packages = ["tqdm==4.70.1"]\nfind_links = ["${A:-/a}", "${B-/b}", "${C}"]\nindex_url = "${D-}"')
+    text = GOOD.replace(
+        'packages = ["tqdm==4.70.1"]',
+        'packages = ["tqdm==4.70.1"]\nfind_links = ["${A:-/a}", "${B-/b}", "${C}"]\nindex_url ='
+        ' "${D-}"',
+    )
     spec = load_spec(write(tmp_path, text), {"B": "", "C": "/c"})
-    # ":-" falls back when empty or unset; "-" only when unset; an empty index_url means pip's own sources
+    # ":-" falls back when empty or unset; "-" only when unset; an empty index_url means pip's own
+    # sources
     assert spec.steps[1].find_links == ("/a", "/c")
     assert spec.steps[1].index_url is None
     spec = load_spec(write(tmp_path, text), {"A": "/x", "C": "/c", "D": "http://i/simple"})
@@ -112,7 +166,9 @@ def test_variables_expand_with_defaults(tmp_path: Path) -> None:
 
 
 def test_digest_ignores_environment(tmp_path: Path) -> None:
-    text = GOOD.replace('packages = ["tqdm==4.70.1"]', 'packages = ["tqdm==4.70.1"]\nfind_links = ["${W:-/w}"]')
+    text = GOOD.replace(
+        'packages = ["tqdm==4.70.1"]', 'packages = ["tqdm==4.70.1"]\nfind_links = ["${W:-/w}"]'
+    )
     a = load_spec(write(tmp_path, text), {"W": "/one"})
     b = load_spec(write(tmp_path, text), {"W": "/two"})
     assert a.digest == b.digest
@@ -120,7 +176,8 @@ def test_digest_ignores_environment(tmp_path: Path) -> None:
 
 def test_protected_package_in_a_later_step(tmp_path: Path) -> None:
     text = GOOD.replace('local = "cpu"', 'local = "cpu"\nprotect = ["pytorch-triton"]').replace(
-        "tqdm==4.70.1", "pytorch-triton==3.7.0")
+        "tqdm==4.70.1", "pytorch-triton==3.7.0"
+    )
     assert "step[2].packages[1]: pytorch-triton is in the protected set" in error_of(tmp_path, text)
 
 
@@ -134,4 +191,6 @@ def test_cli_config_errors_have_no_traceback(tmp_path: Path) -> None:
     out = run_cli(["plan", "--profile", "cpuu"], home=tmp_path / "home")
     assert out.rc == ExitCode.CONFIG
     assert "Traceback" not in out.stderr
-    assert out.stderr.startswith("error: unknown profile 'cpuu' (did you mean 'cpu'?); known profiles:")
+    assert out.stderr.startswith(
+        "error: unknown profile 'cpuu' (did you mean 'cpu'?); known profiles:"
+    )

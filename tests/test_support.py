@@ -1,4 +1,5 @@
-"""The test support code itself: wheels are valid, the index serves what pip expects, faults fire."""
+"""The test support code itself: wheels are valid, the index serves what pip expects, faults
+fire."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def _get(url: str, timeout: float = 5) -> tuple[int, str]:
 def test_wheel_is_valid_and_reproducible(tmp_path: Path) -> None:
     kwargs: dict[str, Any] = dict(
         requires=["pytorch-triton==3.7.0+git9c288bc5", "extra-thing; extra == 'full'"],
-        files={"torch/__init__.py": "x = 1\n", "torch/version.py": "cuda = '13.2'\n"})
+        files={"torch/__init__.py": "x = 1\n", "torch/version.py": "cuda = '13.2'\n"},
+    )
     first = build_wheel(tmp_path / "a", "torch", NIGHTLY_TORCH, **kwargs)
     second = build_wheel(tmp_path / "b", "torch", NIGHTLY_TORCH, **kwargs)
     assert first.name == f"torch-{NIGHTLY_TORCH}-py3-none-any.whl"
@@ -64,8 +66,14 @@ def test_wheel_is_valid_and_reproducible(tmp_path: Path) -> None:
 
 
 def test_wheel_defaults_and_tags(tmp_path: Path) -> None:
-    path = build_wheel(tmp_path, "Some.Name_pkg", "1.0rc1", python_tag="cp311", abi_tag="cp311",
-                       platform_tag="linux_x86_64")
+    path = build_wheel(
+        tmp_path,
+        "Some.Name_pkg",
+        "1.0rc1",
+        python_tag="cp311",
+        abi_tag="cp311",
+        platform_tag="linux_x86_64",
+    )
     assert path.name == "some_name_pkg-1.0rc1-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(path) as zf:
         assert "some_name_pkg/__init__.py" in zf.namelist()
@@ -90,7 +98,10 @@ def test_sdist_layout(tmp_path: Path) -> None:
         member = tf.extractfile("tiny_sdist-0.1/pyproject.toml")
         assert member is not None
         pyproject = member.read().decode()
-    assert 'build-backend = "setuptools.build_meta"' in pyproject and 'packages = ["tiny_sdist"]' in pyproject
+    assert (
+        'build-backend = "setuptools.build_meta"' in pyproject
+        and 'packages = ["tiny_sdist"]' in pyproject
+    )
 
 
 # ----------------------------------------------------------------------------- the index
@@ -128,46 +139,82 @@ def test_nightly_venv_has_the_baseline(nightly_venv: Venv) -> None:
     assert dists["pytorch-triton"].version == PYTORCH_TRITON
     assert "triton" not in dists
     assert nightly_venv.owners("triton/__init__.py") == ["pytorch-triton"]
-    out = nightly_venv.run("-c", "import torch; print(torch.__version__, torch.version.cuda)", check=True)
+    out = nightly_venv.run(
+        "-c", "import torch; print(torch.__version__, torch.version.cuda)", check=True
+    )
     assert out.stdout.split() == [NIGHTLY_TORCH, "13.2"]
 
 
-def test_pip_installs_from_find_links_offline(make_venv: Callable[..., Venv], scenario_index: ScenarioIndex) -> None:
+def test_pip_installs_from_find_links_offline(
+    make_venv: Callable[..., Venv], scenario_index: ScenarioIndex
+) -> None:
     venv = make_venv()
     scenario_index.server.clear_requests()
-    venv.pip("install", "--no-index", "--find-links", scenario_index.pypi_flat, "mamba-like==1.0",
-             "torch==2.12.0", check=True)
+    venv.pip(
+        "install",
+        "--no-index",
+        "--find-links",
+        scenario_index.pypi_flat,
+        "mamba-like==1.0",
+        "torch==2.12.0",
+        check=True,
+    )
     assert venv.version("mamba-like") == "1.0"
     assert venv.version("torch") == "2.12.0"
     assert venv.owners("triton/__init__.py") == ["triton"]
-    assert not scenario_index.server.requested("*/simple/*"), "find-links must not touch the simple index"
+    assert not scenario_index.server.requested("*/simple/*"), (
+        "find-links must not touch the simple index"
+    )
     assert scenario_index.server.requested("/pypi/flat/")
 
 
 def test_sdist_isolated_build_sees_the_index_torch_not_the_installed_one(
-    tmp_path: Path, nightly_venv: Venv, index_server: Callable[..., IndexServer], scenario_wheels: ScenarioWheels
+    tmp_path: Path,
+    nightly_venv: Venv,
+    index_server: Callable[..., IndexServer],
+    scenario_wheels: ScenarioWheels,
 ) -> None:
     """Why build isolation is a trap, for real: an sdist with torch in [build-system] requires,
     built with isolation, compiles against the newest stable torch from the index, not the
     installed nightly."""
-    build_sdist(tmp_path / "sdists", "ext-like", "0.1", requires=["torch"], build_requires=["torch"],
-                probe=["torch"])
+    build_sdist(
+        tmp_path / "sdists",
+        "ext-like",
+        "0.1",
+        requires=["torch"],
+        build_requires=["torch"],
+        probe=["torch"],
+    )
     srv = index_server({"pypi": scenario_wheels.pypi, "sdists": tmp_path / "sdists"})
-    nightly_venv.pip("install", "--index-url", srv.simple_url("sdists"), "--extra-index-url",
-                     srv.simple_url("pypi"), "ext-like==0.1", check=True)
+    nightly_venv.pip(
+        "install",
+        "--index-url",
+        srv.simple_url("sdists"),
+        "--extra-index-url",
+        srv.simple_url("pypi"),
+        "ext-like==0.1",
+        check=True,
+    )
     assert nightly_venv.version("torch") == NIGHTLY_TORCH  # the installed torch is untouched...
     built_against = json.loads(nightly_venv.read("ext_like/_build_env.json"))
     assert built_against == {"torch": "2.13.0"}  # ...but the extension was built against another
 
 
-def test_sdist_without_isolation_sees_the_installed_torch(tmp_path: Path, nightly_venv: Venv) -> None:
-    sdist = build_sdist(tmp_path, "ext-like", "0.1", requires=["torch"], build_requires=["torch"], probe=["torch"])
-    nightly_venv.pip("install", "--no-index", "--no-build-isolation", "--no-deps", sdist, check=True)
+def test_sdist_without_isolation_sees_the_installed_torch(
+    tmp_path: Path, nightly_venv: Venv
+) -> None:
+    sdist = build_sdist(
+        tmp_path, "ext-like", "0.1", requires=["torch"], build_requires=["torch"], probe=["torch"]
+    )
+    nightly_venv.pip(
+        "install", "--no-index", "--no-build-isolation", "--no-deps", sdist, check=True
+    )
     assert json.loads(nightly_venv.read("ext_like/_build_env.json")) == {"torch": NIGHTLY_TORCH}
 
 
-def test_private_index_can_lose_the_nightly(private_scenario_index: ScenarioIndex,
-                                            scenario_index: ScenarioIndex) -> None:
+def test_private_index_can_lose_the_nightly(
+    private_scenario_index: ScenarioIndex, scenario_index: ScenarioIndex
+) -> None:
     """A nightly leaving its index: deleting it from a private copy leaves the shared one alone."""
     private_scenario_index.wheels.wheel("torch", NIGHTLY_TORCH, repo="nightly").unlink()
     assert _get(private_scenario_index.nightly_url + "/torch/")[0] == 404
@@ -180,24 +227,37 @@ def test_private_index_can_lose_the_nightly(private_scenario_index: ScenarioInde
 
 @pytest.fixture
 def private_index(tmp_path: Path, index_server: Callable[..., IndexServer]) -> IndexServer:
-    build_wheel(tmp_path / "pypi", "einops-like", "0.8.1", files={"einops_like/__init__.py": "x = 1\n" * 4000})
+    build_wheel(
+        tmp_path / "pypi",
+        "einops-like",
+        "0.8.1",
+        files={"einops_like/__init__.py": "x = 1\n" * 4000},
+    )
     return index_server({"pypi": tmp_path / "pypi"})
 
 
-def test_fault_corrupt_fails_the_hash_check(private_index: IndexServer, make_venv: Callable[..., Venv]) -> None:
+def test_fault_corrupt_fails_the_hash_check(
+    private_index: IndexServer, make_venv: Callable[..., Venv]
+) -> None:
     private_index.fail("*/files/einops_like-*", "corrupt")
     out = make_venv().pip("install", "--index-url", private_index.simple_url("pypi"), "einops-like")
     assert out.returncode != 0
     assert "DO NOT MATCH THE HASHES" in out.stderr
 
 
-def test_fault_drop_mid_download(private_index: IndexServer, make_venv: Callable[..., Venv]) -> None:
+def test_fault_drop_mid_download(
+    private_index: IndexServer, make_venv: Callable[..., Venv]
+) -> None:
     private_index.fail("*/files/einops_like-*", "drop")
-    out = make_venv().pip("install", "--retries", "0", "--index-url", private_index.simple_url("pypi"), "einops-like")
+    out = make_venv().pip(
+        "install", "--retries", "0", "--index-url", private_index.simple_url("pypi"), "einops-like"
+    )
     assert out.returncode != 0
     # pip 23's vendored urllib3 does not enforce Content-Length: the short file fails the hash
     # check; newer pips report the broken connection itself. Either way nothing is installed.
-    assert re.search(r"IncompleteRead|Connection broken|ProtocolError|DO NOT MATCH THE HASHES", out.stderr), out.stderr
+    assert re.search(
+        r"IncompleteRead|Connection broken|ProtocolError|DO NOT MATCH THE HASHES", out.stderr
+    ), out.stderr
     assert [r.status for r in private_index.requested("*/files/*")] == [0]
 
 
@@ -235,7 +295,9 @@ def test_unreachable_port_and_black_hole(make_venv: Callable[..., Venv]) -> None
         urllib.request.urlopen(hole.url, timeout=0.5)
 
 
-def test_installer_env_cuts_off_host_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_installer_env_cuts_off_host_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", "file:///somewhere")
     monkeypatch.setenv("UV_INDEX_URL", "file:///somewhere")
     env = installer_env(tmp_path / "home")
@@ -247,11 +309,20 @@ def test_installer_env_cuts_off_host_config(tmp_path: Path, monkeypatch: pytest.
 # ----------------------------------------------------------------------------- stack specs
 
 
-def test_write_stack_is_a_valid_spec(write_stack: Callable[..., Path], scenario_index: ScenarioIndex) -> None:
+def test_write_stack_is_a_valid_spec(
+    write_stack: Callable[..., Path], scenario_index: ScenarioIndex
+) -> None:
     path = write_stack(
-        [{"name": "first-owner", "packages": ["overlap-a==1.0"]},
-         {"name": "tools", "packages": ["eager-upgrader==1.0"], "upgrade": True, "upgrade_strategy": "eager",
-          "env": {"MAX_JOBS": "2"}}],
+        [
+            {"name": "first-owner", "packages": ["overlap-a==1.0"]},
+            {
+                "name": "tools",
+                "packages": ["eager-upgrader==1.0"],
+                "upgrade": True,
+                "upgrade_strategy": "eager",
+                "env": {"MAX_JOBS": "2"},
+            },
+        ],
         overlaps=[{"packages": ["overlap-a", "overlap-b"], "winner": "overlap-b"}],
     )
     spec = load_spec(path, environ={})
@@ -260,6 +331,8 @@ def test_write_stack_is_a_valid_spec(write_stack: Callable[..., Path], scenario_
     assert spec.steps[0].index_url == scenario_index.nightly_url
     assert spec.steps[0].extra_index_urls == (scenario_index.pypi_url,)
     assert spec.steps[1].index_url == scenario_index.pypi_url
-    assert spec.steps[2].upgrade_strategy == "eager" and dict(spec.steps[2].env) == {"MAX_JOBS": "2"}
+    assert spec.steps[2].upgrade_strategy == "eager" and dict(spec.steps[2].env) == {
+        "MAX_JOBS": "2"
+    }
     assert spec.abi.version == NIGHTLY_TORCH and spec.abi.triton_provider == "pytorch-triton"
     assert spec.abi.overlaps[0].winner == "overlap-b"

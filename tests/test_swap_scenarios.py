@@ -1,4 +1,5 @@
-"""The real ways torch gets swapped, each shown twice with real pip, venvs, wheels and an HTTP index:
+"""The real ways torch gets swapped, each shown twice with real pip, venvs, wheels and an HTTP
+index:
 
 (a) the naive pip sequence (nightly torch first, then the culprit) breaks the environment;
 (b) ``envbuild provision`` of the same stack either prevents it (exit 0, torch intact, thanks to
@@ -32,7 +33,10 @@ Provision = Callable[..., EnvbuildResult]
 
 
 def _show(result: EnvbuildResult) -> str:
-    return f"exit {result.rc}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+    return (
+        f"exit {result.rc}\n--- stdout\n{result.stdout[-4000:]}\n---"
+        f" stderr\n{result.stderr[-4000:]}"
+    )
 
 
 def assert_stopped(result: EnvbuildResult, step: str, *culprits: str) -> None:
@@ -56,7 +60,9 @@ def _pypi(index: ScenarioIndex) -> list[str]:
 # ----------------------------------------------------------------------------- torch>=2.12
 
 
-def test_naive_torch_ge_212_swaps_the_nightly(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
+def test_naive_torch_ge_212_swaps_the_nightly(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
     """``torch>=2.12`` is not satisfied by 2.12.0.dev…: pip installs the newest stable torch."""
     nightly_venv.pip("install", *_pypi(scenario_index), "needs-torch-212==1.0", check=True)
     dists = nightly_venv.dists()
@@ -66,12 +72,15 @@ def test_naive_torch_ge_212_swaps_the_nightly(nightly_venv: Venv, scenario_index
     assert nightly_venv.owners("triton/__init__.py") == ["pytorch-triton", "triton"]
 
 
-def test_envbuild_stops_torch_ge_212(write_stack: WriteStack, provision: Provision,
-                                     provisioned_venv: Venv) -> None:
-    stack = write_stack([
-        {"name": "helpers", "packages": ["einops-like==0.8.1"]},
-        {"name": "late-extras", "packages": ["needs-torch-212==1.0"]},
-    ])
+def test_envbuild_stops_torch_ge_212(
+    write_stack: WriteStack, provision: Provision, provisioned_venv: Venv
+) -> None:
+    stack = write_stack(
+        [
+            {"name": "helpers", "packages": ["einops-like==0.8.1"]},
+            {"name": "late-extras", "packages": ["needs-torch-212==1.0"]},
+        ]
+    )
     result = provision(stack)
     assert_stopped(result, "late-extras", "needs-torch-212")
     assert_torch_intact(provisioned_venv)  # the constraint made pip fail instead of swapping
@@ -80,15 +89,18 @@ def test_envbuild_stops_torch_ge_212(write_stack: WriteStack, provision: Provisi
 # ----------------------------------------------------------------------------- exact pin
 
 
-def test_naive_exact_pin_swaps_the_nightly(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
+def test_naive_exact_pin_swaps_the_nightly(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
     """A torchvision-style ``torch==2.12.0`` pin: the dev nightly does not match, the decoy does."""
     nightly_venv.pip("install", *_pypi(scenario_index), "vision-pin==1.0", check=True)
     assert nightly_venv.version("torch") == "2.12.0"
     assert nightly_venv.version("triton") == "3.7.0"
 
 
-def test_envbuild_stops_exact_pin(write_stack: WriteStack, provision: Provision,
-                                  provisioned_venv: Venv) -> None:
+def test_envbuild_stops_exact_pin(
+    write_stack: WriteStack, provision: Provision, provisioned_venv: Venv
+) -> None:
     stack = write_stack([{"name": "vision-models", "packages": ["vision-pin==1.0"]}])
     result = provision(stack)
     assert_stopped(result, "vision-models", "vision-pin")
@@ -98,7 +110,9 @@ def test_envbuild_stops_exact_pin(write_stack: WriteStack, provision: Provision,
 # ----------------------------------------------------------------------------- PyPI triton
 
 
-def test_naive_pypi_triton_overwrites_pytorch_triton(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
+def test_naive_pypi_triton_overwrites_pytorch_triton(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
     """mamba-ssm declares ``triton``: torch's version stays, but its triton is silently replaced."""
     nightly_venv.pip("install", *_pypi(scenario_index), "mamba-like==1.0", check=True)
     assert nightly_venv.version("torch") == NIGHTLY_TORCH
@@ -108,8 +122,9 @@ def test_naive_pypi_triton_overwrites_pytorch_triton(nightly_venv: Venv, scenari
     assert out.stdout.strip() == "3.8.0"  # not the 3.7.0+git9c288bc5 the nightly was built with
 
 
-def test_envbuild_stops_pypi_triton(write_stack: WriteStack, provision: Provision,
-                                    provisioned_venv: Venv) -> None:
+def test_envbuild_stops_pypi_triton(
+    write_stack: WriteStack, provision: Provision, provisioned_venv: Venv
+) -> None:
     stack = write_stack([{"name": "ssm-kernels", "packages": ["mamba-like==1.0"]}])
     result = provision(stack)
     assert_stopped(result, "ssm-kernels", "triton", "mamba-like")
@@ -119,24 +134,44 @@ def test_envbuild_stops_pypi_triton(write_stack: WriteStack, provision: Provisio
 # ----------------------------------------------------------------------------- eager upgrade
 
 
-def test_naive_eager_upgrade_swaps_the_nightly(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
+def test_naive_eager_upgrade_swaps_the_nightly(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
     """A bare ``torch`` requirement, but ``-U --upgrade-strategy eager`` takes the newest stable."""
-    nightly_venv.pip("install", *_pypi(scenario_index), "-U", "--upgrade-strategy", "eager",
-                     "eager-upgrader==1.0", check=True)
+    nightly_venv.pip(
+        "install",
+        *_pypi(scenario_index),
+        "-U",
+        "--upgrade-strategy",
+        "eager",
+        "eager-upgrader==1.0",
+        check=True,
+    )
     assert nightly_venv.version("torch") == "2.13.0"
     assert nightly_venv.version("nvidia-nccl-cu13") == "2.30.3"
 
 
-def test_naive_default_strategy_keeps_the_nightly(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
+def test_naive_default_strategy_keeps_the_nightly(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
     """The control: the same package without eager leaves the nightly alone."""
     nightly_venv.pip("install", *_pypi(scenario_index), "-U", "eager-upgrader==1.0", check=True)
     assert_torch_intact(nightly_venv)
 
 
-def test_envbuild_prevents_eager_upgrade(write_stack: WriteStack, provision: Provision,
-                                         provisioned_venv: Venv) -> None:
-    stack = write_stack([{"name": "eager-tools", "packages": ["eager-upgrader==1.0"],
-                          "upgrade": True, "upgrade_strategy": "eager"}])
+def test_envbuild_prevents_eager_upgrade(
+    write_stack: WriteStack, provision: Provision, provisioned_venv: Venv
+) -> None:
+    stack = write_stack(
+        [
+            {
+                "name": "eager-tools",
+                "packages": ["eager-upgrader==1.0"],
+                "upgrade": True,
+                "upgrade_strategy": "eager",
+            }
+        ]
+    )
     result = provision(stack)
     assert result.rc == ExitCode.OK, _show(result)
     assert provisioned_venv.version("eager-upgrader") == "1.0"
@@ -147,7 +182,9 @@ def test_envbuild_prevents_eager_upgrade(write_stack: WriteStack, provision: Pro
 # ----------------------------------------------------------------------------- file overlap
 
 
-def test_naive_overlap_uninstall_breaks_the_winner(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
+def test_naive_overlap_uninstall_breaks_the_winner(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
     """flash-attn 2.8.3 ships an old flash_attn/cute/ that flash-attn-4 owns too."""
     nightly_venv.pip("install", *_pypi(scenario_index), "overlap-a==1.0", check=True)
     nightly_venv.pip("install", *_pypi(scenario_index), "overlap-b==1.0", check=True)
@@ -159,26 +196,35 @@ def test_naive_overlap_uninstall_breaks_the_winner(nightly_venv: Venv, scenario_
     assert not nightly_venv.exists("shared_pkg/cute/x.py")
 
 
-def test_naive_overlap_order_decides_the_content(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
+def test_naive_overlap_order_decides_the_content(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
     nightly_venv.pip("install", *_pypi(scenario_index), "overlap-b==1.0", check=True)
     nightly_venv.pip("install", *_pypi(scenario_index), "overlap-a==1.0", check=True)
     assert "overlap-a" in nightly_venv.read("shared_pkg/cute/x.py")  # the old copy won
 
 
-def test_envbuild_stops_unacknowledged_overlap(write_stack: WriteStack, provision: Provision) -> None:
-    stack = write_stack([
-        {"name": "first-owner", "packages": ["overlap-a==1.0"]},
-        {"name": "second-owner", "packages": ["overlap-b==1.0"]},
-    ])
+def test_envbuild_stops_unacknowledged_overlap(
+    write_stack: WriteStack, provision: Provision
+) -> None:
+    stack = write_stack(
+        [
+            {"name": "first-owner", "packages": ["overlap-a==1.0"]},
+            {"name": "second-owner", "packages": ["overlap-b==1.0"]},
+        ]
+    )
     result = provision(stack)
     assert_stopped(result, "second-owner", "overlap-a", "overlap-b")
 
 
-def test_envbuild_accepts_acknowledged_overlap(write_stack: WriteStack, provision: Provision,
-                                               provisioned_venv: Venv) -> None:
+def test_envbuild_accepts_acknowledged_overlap(
+    write_stack: WriteStack, provision: Provision, provisioned_venv: Venv
+) -> None:
     stack = write_stack(
-        [{"name": "first-owner", "packages": ["overlap-a==1.0"]},
-         {"name": "second-owner", "packages": ["overlap-b==1.0"]}],
+        [
+            {"name": "first-owner", "packages": ["overlap-a==1.0"]},
+            {"name": "second-owner", "packages": ["overlap-b==1.0"]},
+        ],
         overlaps=[{"packages": ["overlap-a", "overlap-b"], "winner": "overlap-b"}],
     )
     result = provision(stack)
@@ -192,8 +238,10 @@ def test_envbuild_stops_acknowledged_overlap_with_the_wrong_winner(
 ) -> None:
     """The acknowledgement names overlap-b the winner, but the order lets overlap-a win."""
     stack = write_stack(
-        [{"name": "first-owner", "packages": ["overlap-b==1.0"]},
-         {"name": "second-owner", "packages": ["overlap-a==1.0"]}],
+        [
+            {"name": "first-owner", "packages": ["overlap-b==1.0"]},
+            {"name": "second-owner", "packages": ["overlap-a==1.0"]},
+        ],
         overlaps=[{"packages": ["overlap-a", "overlap-b"], "winner": "overlap-b"}],
     )
     result = provision(stack)
@@ -203,10 +251,20 @@ def test_envbuild_stops_acknowledged_overlap_with_the_wrong_winner(
 # ----------------------------------------------------------------------------- force-reinstall
 
 
-def test_naive_force_reinstall_swaps_the_nightly(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
-    """``--force-reinstall`` hides the installed torch from the resolver: the newest one comes in."""
-    nightly_venv.pip("install", *_pypi(scenario_index), "--extra-index-url", scenario_index.nightly_url,
-                     "--force-reinstall", "reinstaller==1.0", check=True)
+def test_naive_force_reinstall_swaps_the_nightly(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
+    """``--force-reinstall`` hides the installed torch from the resolver: the newest one comes
+    in."""
+    nightly_venv.pip(
+        "install",
+        *_pypi(scenario_index),
+        "--extra-index-url",
+        scenario_index.nightly_url,
+        "--force-reinstall",
+        "reinstaller==1.0",
+        check=True,
+    )
     assert nightly_venv.version("torch") == "2.13.0"
 
 
@@ -221,34 +279,65 @@ def test_naive_force_reinstall_rewrites_torch_even_when_pinned(
     before = (record.read_bytes(), (site / "torch/__init__.py").stat().st_ino)
     pins = tmp_path / "constraints.txt"
     pins.write_text(f"torch=={NIGHTLY_TORCH}\npytorch-triton=={PYTORCH_TRITON}\n")
-    out = nightly_venv.pip("install", *_pypi(scenario_index), "--extra-index-url", scenario_index.nightly_url,
-                           "--force-reinstall", "-c", pins, "reinstaller==1.0", check=True)
+    out = nightly_venv.pip(
+        "install",
+        *_pypi(scenario_index),
+        "--extra-index-url",
+        scenario_index.nightly_url,
+        "--force-reinstall",
+        "-c",
+        pins,
+        "reinstaller==1.0",
+        check=True,
+    )
     assert "Attempting uninstall: torch" in out.stdout
     assert nightly_venv.version("torch") == NIGHTLY_TORCH
     record = nightly_venv.dists()["torch"].record
     assert (record.read_bytes(), (site / "torch/__init__.py").stat().st_ino) != before
 
 
-def test_envbuild_stops_force_reinstall(write_stack: WriteStack, provision: Provision,
-                                        scenario_index: ScenarioIndex, provisioned_venv: Venv) -> None:
+def test_envbuild_stops_force_reinstall(
+    write_stack: WriteStack,
+    provision: Provision,
+    scenario_index: ScenarioIndex,
+    provisioned_venv: Venv,
+) -> None:
     # the nightly index is listed so that pip *can* reinstall the pinned torch (else it would fail
     # to resolve, which is the needs-torch-212 case again)
-    stack = write_stack([{"name": "refresh-all", "packages": ["reinstaller==1.0"], "reinstall": True,
-                          "index_url": scenario_index.pypi_url,
-                          "extra_index_urls": [scenario_index.nightly_url]}])
+    stack = write_stack(
+        [
+            {
+                "name": "refresh-all",
+                "packages": ["reinstaller==1.0"],
+                "reinstall": True,
+                "index_url": scenario_index.pypi_url,
+                "extra_index_urls": [scenario_index.nightly_url],
+            }
+        ]
+    )
     result = provision(stack)
     assert_stopped(result, "refresh-all", "torch")
     assert re.search(r"reinstall", result.stderr, re.IGNORECASE), _show(result)
     assert provisioned_venv.version("torch") == NIGHTLY_TORCH
 
 
-# ----------------------------------------------------------------------------- --no-deps leaves requirements unmet
+# ----------------------------------------------------------------------------- --no-deps leaves
+# requirements unmet
 
 
-def test_naive_no_deps_leaves_an_unmet_requirement(nightly_venv: Venv, scenario_index: ScenarioIndex) -> None:
-    """The seed's fla pins: flash-linear-attention needs fla-core==0.5.0, --no-deps installs 0.4.2."""
-    nightly_venv.pip("install", *_pypi(scenario_index), "--no-deps", "needs-fla-core==1.0",
-                     "fla-core-like==0.4.2", check=True)
+def test_naive_no_deps_leaves_an_unmet_requirement(
+    nightly_venv: Venv, scenario_index: ScenarioIndex
+) -> None:
+    """The seed's fla pins: flash-linear-attention needs fla-core==0.5.0, --no-deps installs
+    0.4.2."""
+    nightly_venv.pip(
+        "install",
+        *_pypi(scenario_index),
+        "--no-deps",
+        "needs-fla-core==1.0",
+        "fla-core-like==0.4.2",
+        check=True,
+    )
     check = nightly_venv.pip("check")
     assert check.returncode != 0
     assert "needs-fla-core 1.0 has requirement fla-core-like==0.5.0" in check.stdout
@@ -258,12 +347,20 @@ def test_naive_no_deps_leaves_an_unmet_requirement(nightly_venv: Venv, scenario_
 
 @pytest.fixture
 def fla_stack(write_stack: WriteStack) -> Path:
-    return write_stack([{"name": "fla-layers", "packages": ["needs-fla-core==1.0", "fla-core-like==0.4.2"],
-                         "no_deps": True}])
+    return write_stack(
+        [
+            {
+                "name": "fla-layers",
+                "packages": ["needs-fla-core==1.0", "fla-core-like==0.4.2"],
+                "no_deps": True,
+            }
+        ]
+    )
 
 
-def test_envbuild_warns_on_unmet_requirement(fla_stack: Path, provision: Provision,
-                                             provisioned_venv: Venv) -> None:
+def test_envbuild_warns_on_unmet_requirement(
+    fla_stack: Path, provision: Provision, provisioned_venv: Venv
+) -> None:
     result = provision(fla_stack)
     assert result.rc == ExitCode.OK, _show(result)
     assert re.search(r"warn", result.output, re.IGNORECASE), _show(result)

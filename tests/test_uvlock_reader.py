@@ -40,7 +40,7 @@ from envbuild.gate.model import Environment, EnvList, Item, LockParseError, Pars
 
 PUBLOCKS = Path(__file__).resolve().parent / "data" / "publocks"
 
-APP_PYPROJECT = '''\
+APP_PYPROJECT = """\
 [project]
 name = "app"
 version = "0.1.0"
@@ -65,9 +65,9 @@ conflicts = [[{ extra = "cpu" }, { extra = "gpu" }]]
 name = "vision"
 version = "1.0"
 requires-dist = ["torchy"]
-'''
+"""
 
-APP_LOCK = '''\
+APP_LOCK = """\
 version = 1
 revision = 5
 requires-python = ">=3.10"
@@ -209,7 +209,7 @@ dependencies = [
 wheels = [
     { path = "vision-1.0-py3-none-any.whl" },
 ]
-'''
+"""
 
 
 def tables(text: str = APP_LOCK) -> UvLock:
@@ -246,21 +246,41 @@ def test_the_tables_hold_what_uv_wrote() -> None:
     assert lock.requires_python == ">=3.10"
     assert lock.resolution_markers == ("sys_platform == 'linux'", "sys_platform != 'linux'")
     assert lock.supported_markers == ()
-    assert lock.conflicts == ((UvConflict(package="app", extra="cpu"), UvConflict(package="app", extra="gpu")),)
-    assert lock.manifest == UvManifest(dependency_metadata=(UvSupplied(name="vision", version="1.0", requires_dist=("torchy",)),))
+    assert lock.conflicts == (
+        (UvConflict(package="app", extra="cpu"), UvConflict(package="app", extra="gpu")),
+    )
+    assert lock.manifest == UvManifest(
+        dependency_metadata=(UvSupplied(name="vision", version="1.0", requires_dist=("torchy",)),)
+    )
     assert [(p.name, p.version) for p in lock.packages] == [
-        ("app", "0.1.0"), ("liba", "1.0"), ("libb", "1.0"), ("libb", "2.0"), ("libc", "1.0"), ("torchy", "1.0"),
-        ("torchy", "2.0"), ("vision", "1.0")]
+        ("app", "0.1.0"),
+        ("liba", "1.0"),
+        ("libb", "1.0"),
+        ("libb", "2.0"),
+        ("libc", "1.0"),
+        ("torchy", "1.0"),
+        ("torchy", "2.0"),
+        ("vision", "1.0"),
+    ]
     app, liba, libb1 = lock.packages[:3]
     assert app.source.kinds == {"virtual"} and app.source.is_project and not liba.source.is_project
-    assert liba.source.registry == "../wheels" and liba.source.identity == (("registry", "../wheels"),)
+    assert liba.source.registry == "../wheels" and liba.source.identity == (
+        ("registry", "../wheels"),
+    )
     assert app.dependencies[0] == UvEdge(name="liba", extra=("fast",))
-    assert app.dependencies[1] == UvEdge(name="libb", version="1.0", source=liba.source, marker="sys_platform == 'linux'")
+    assert app.dependencies[1] == UvEdge(
+        name="libb", version="1.0", source=liba.source, marker="sys_platform == 'linux'"
+    )
     assert app.dependencies[1].pinned and not app.dependencies[0].pinned
-    assert list(app.optional_dependencies) == ["cpu", "gpu"] and list(app.dev_dependencies) == ["dev"]
+    assert list(app.optional_dependencies) == ["cpu", "gpu"] and list(app.dev_dependencies) == [
+        "dev"
+    ]
     assert [e.name for e in app.optional_dependencies["cpu"]] == ["liba", "torchy", "vision"]
     assert app.optional_dependencies["cpu"][0].marker == "extra == 'extra-3-app-cpu'"
-    assert app.requires_dist is not None and app.requires_dist[:2] == ("liba", "liba; extra == 'cpu'")
+    assert app.requires_dist is not None and app.requires_dist[:2] == (
+        "liba",
+        "liba; extra == 'cpu'",
+    )
     assert "libb==2.0; sys_platform != 'linux'" in app.requires_dist
     assert app.wheels == () and app.sdist is None
     assert liba.requires_dist is None  # uv records no metadata of a registry package
@@ -275,75 +295,172 @@ def test_a_package_with_files_and_hashes_becomes_an_entry() -> None:
     assert package.sdist is not None and package.sdist.url == table["sdist"]["url"]
     entry = package.entry(i, 42)
     wheel, sdist = table["wheels"][0], table["sdist"]
-    assert entry.files == ((wheel["url"], wheel["hash"].removeprefix("sha256:")),
-                           (sdist["url"], sdist["hash"].removeprefix("sha256:")))
+    assert entry.files == (
+        (wheel["url"], wheel["hash"].removeprefix("sha256:")),
+        (sdist["url"], sdist["hash"].removeprefix("sha256:")),
+    )
     assert entry.hashes == tuple(h for _, h in entry.files)
-    assert (entry.key, entry.name, entry.version, entry.raw, entry.line) == (i, "annotated-types", "0.7.0", "annotated-types==0.7.0", 42)
+    assert (entry.key, entry.name, entry.version, entry.raw, entry.line) == (
+        i,
+        "annotated-types",
+        "0.7.0",
+        "annotated-types==0.7.0",
+        42,
+    )
     assert entry.index == "https://pypi.org/simple" and entry.url is None
     assert entry.dependencies == () and entry.requires is None
 
 
 def test_an_entry_keeps_the_name_as_written_in_raw_and_canonical_in_name() -> None:
-    package = UvPackage.from_dict({"name": "Flash_Attn", "version": "2.8.3", "source": {"url": "https://example.org/f.whl"},
-                                   "dependencies": [{"name": "Torch"}, {"version": "1"}],
-                                   "wheels": [{"filename": "f.whl", "hash": "sha256:AB"}]}, 3)
+    package = UvPackage.from_dict(
+        {
+            "name": "Flash_Attn",
+            "version": "2.8.3",
+            "source": {"url": "https://example.org/f.whl"},
+            "dependencies": [{"name": "Torch"}, {"version": "1"}],
+            "wheels": [{"filename": "f.whl", "hash": "sha256:AB"}],
+        },
+        3,
+    )
     entry = package.entry(3, None)
-    assert (entry.name, entry.raw, entry.url, entry.index) == ("flash-attn", "Flash_Attn==2.8.3", "https://example.org/f.whl", None)
-    assert entry.files == (("f.whl", "ab"),) and entry.dependencies == ("torch",)  # an edge without a name is skipped
+    assert (entry.name, entry.raw, entry.url, entry.index) == (
+        "flash-attn",
+        "Flash_Attn==2.8.3",
+        "https://example.org/f.whl",
+        None,
+    )
+    # an edge without a name is skipped
+    assert entry.files == (("f.whl", "ab"),) and entry.dependencies == ("torch",)
 
 
-@pytest.mark.parametrize(("old", "new", "said"), [
-    ('requires-python = ">=3.10"', "requires-python = 310", "the lock: `requires-python` is a int, where uv writes a string"),
-    ("resolution-markers = [\n    \"sys_platform == 'linux'\",\n    \"sys_platform != 'linux'\",\n]\nconflicts",
-     "resolution-markers = [1]\nconflicts", "`resolution-markers` is not an array of strings"),
-    ('{ package = "app", extra = "gpu" }', '{ package = "app", extra = 7 }', "`conflicts[0]`: `extra` is not a string"),
-    ("conflicts = [[", 'conflicts = ["x", [', "`conflicts[0]` is not an array of tables"),
-    ('name = "vision"\nversion = "1.0"\nrequires-dist', 'name = "vision"\nversion = "1.0"\nrequires-dist = 1\nx',
-     "`manifest.dependency-metadata[0]`: `requires-dist` is a int, where uv writes a array"),
-    ('name = "liba"\nversion = "1.0"', 'name = "liba"\nversion = 1', "package[1] (liba): `version` is a int, where uv writes a string"),
-    ('name = "liba"\nversion = "1.0"', 'version = "1.0"', "package[1] has no name"),
-    ('name = "libc"\nversion = "1.0"\nsource = { registry = "../wheels" }', 'name = "libc"\nversion = "1.0"\nsource = { registry = 7 }',
-     "package[4] (libc): `source`: `registry` is a int, where uv writes a string"),
-    ('{ name = "liba", extra = ["fast"] },\n    { name = "libb", version = "1.0"', '{ name = "liba", extra = [1] },\n    { name = "libb", version = "1.0"',
-     "package[0] (app): `extra` of an edge in `dependencies` is not an array of strings"),
-    ('"../wheels" }\ndependencies = [\n    { name = "libb", version = "1.0"', '"../wheels" }\ndependencies = [\n    { name = "libb", version = 1.0',
-     "package[1] (liba): an edge in `dependencies`: `version` is a float, where uv writes a string"),
-    ('gpu = [\n    { name = "torchy", version = "2.0", source = { registry = "../wheels" } },\n    { name = "vision" },\n]',
-     'gpu = "torchy"', "package[0] (app): `optional-dependencies.gpu` is not an array of tables"),
-    ('dev = [\n    { name = "libc" },\n]', 'dev = ["libc"]', "package[0] (app): `dev-dependencies.dev` holds a value that is not a table"),
-    ('{ path = "libc-1.0-py3-none-any.whl" }', '{ path = 1 }', "package[4] (libc): a wheel: `path` is a int, where uv writes a string"),
-    ('wheels = [\n    { path = "libc-1.0-py3-none-any.whl" },\n]', 'wheels = ["libc.whl"]', "package[4] (libc): `wheels` holds a value that is not a table"),
-    ('[package.metadata]\nrequires-dist = [', '[package.metadata]\nrequires-dist = "liba"\nx = [', "package[0] (app): `metadata.requires-dist` is not an array"),
-])
-def test_a_value_shaped_wrong_is_named_with_its_path(tmp_path: Path, old: str, new: str, said: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (
+            'requires-python = ">=3.10"',
+            "requires-python = 310",
+            "the lock: `requires-python` is a int, where uv writes a string",
+        ),
+        (
+            (
+                'resolution-markers = [\n    "sys_platform == \'linux\'",\n    "sys_platform !='
+                " 'linux'\",\n]\nconflicts"
+            ),
+            "resolution-markers = [1]\nconflicts",
+            "`resolution-markers` is not an array of strings",
+        ),
+        (
+            '{ package = "app", extra = "gpu" }',
+            '{ package = "app", extra = 7 }',
+            "`conflicts[0]`: `extra` is not a string",
+        ),
+        ("conflicts = [[", 'conflicts = ["x", [', "`conflicts[0]` is not an array of tables"),
+        (
+            'name = "vision"\nversion = "1.0"\nrequires-dist',
+            'name = "vision"\nversion = "1.0"\nrequires-dist = 1\nx',
+            "`manifest.dependency-metadata[0]`: `requires-dist` is a int, where uv writes a array",
+        ),
+        (
+            'name = "liba"\nversion = "1.0"',
+            'name = "liba"\nversion = 1',
+            "package[1] (liba): `version` is a int, where uv writes a string",
+        ),
+        ('name = "liba"\nversion = "1.0"', 'version = "1.0"', "package[1] has no name"),
+        (
+            'name = "libc"\nversion = "1.0"\nsource = { registry = "../wheels" }',
+            'name = "libc"\nversion = "1.0"\nsource = { registry = 7 }',
+            "package[4] (libc): `source`: `registry` is a int, where uv writes a string",
+        ),
+        (
+            '{ name = "liba", extra = ["fast"] },\n    { name = "libb", version = "1.0"',
+            '{ name = "liba", extra = [1] },\n    { name = "libb", version = "1.0"',
+            "package[0] (app): `extra` of an edge in `dependencies` is not an array of strings",
+        ),
+        (
+            '"../wheels" }\ndependencies = [\n    { name = "libb", version = "1.0"',
+            '"../wheels" }\ndependencies = [\n    { name = "libb", version = 1.0',
+            (
+                "package[1] (liba): an edge in `dependencies`: `version` is a float, where uv"
+                " writes a string"
+            ),
+        ),
+        (
+            (
+                'gpu = [\n    { name = "torchy", version = "2.0", source = { registry = "../wheels"'
+                ' } },\n    { name = "vision" },\n]'
+            ),
+            'gpu = "torchy"',
+            "package[0] (app): `optional-dependencies.gpu` is not an array of tables",
+        ),
+        (
+            'dev = [\n    { name = "libc" },\n]',
+            'dev = ["libc"]',
+            "package[0] (app): `dev-dependencies.dev` holds a value that is not a table",
+        ),
+        (
+            '{ path = "libc-1.0-py3-none-any.whl" }',
+            "{ path = 1 }",
+            "package[4] (libc): a wheel: `path` is a int, where uv writes a string",
+        ),
+        (
+            'wheels = [\n    { path = "libc-1.0-py3-none-any.whl" },\n]',
+            'wheels = ["libc.whl"]',
+            "package[4] (libc): `wheels` holds a value that is not a table",
+        ),
+        (
+            "[package.metadata]\nrequires-dist = [",
+            '[package.metadata]\nrequires-dist = "liba"\nx = [',
+            "package[0] (app): `metadata.requires-dist` is not an array",
+        ),
+    ],
+)
+def test_a_value_shaped_wrong_is_named_with_its_path(
+    tmp_path: Path, old: str, new: str, said: str
+) -> None:
     assert APP_LOCK.count(old) == 1, old
     with pytest.raises(LockParseError) as err:
         tables(APP_LOCK.replace(old, new))
     assert str(err.value) == said
-    (tmp_path / "uv.lock").write_text(APP_LOCK.replace(old, new))  # what parse (and so check-lock) says too
+    # what parse (and so check-lock) says too
+    (tmp_path / "uv.lock").write_text(APP_LOCK.replace(old, new))
     with pytest.raises(LockParseError) as err:
         parse(tmp_path / "uv.lock", APP_LOCK.replace(old, new), "uv.lock")
     assert str(err.value) == said
 
 
 def test_each_table_checks_only_its_own_keys() -> None:
-    with pytest.raises(LockParseError, match=re.escape("w: `hash` is a list, where uv writes a string")):
+    with pytest.raises(
+        LockParseError, match=re.escape("w: `hash` is a list, where uv writes a string")
+    ):
         UvFile.from_dict({"url": "u", "hash": ["sha256:ab"]}, "w")
-    assert UvFile.from_dict({"url": "u", "size": 12, "upload-time": "2025"}, "w") == UvFile(url="u")  # keys it does not read
+    # keys it does not read
+    assert UvFile.from_dict({"url": "u", "size": 12, "upload-time": "2025"}, "w") == UvFile(url="u")
     with pytest.raises(LockParseError, match=re.escape("p: `source`: `path` is a int")):
         UvSource.from_dict({"path": 1}, "p: `source`")
-    assert UvSource.from_dict({"path": 1}).identity == (("path", "1"),)  # an edge's source is compared, not checked
+    # an edge's source is compared, not checked
+    assert UvSource.from_dict({"path": 1}).identity == (("path", "1"),)
     assert UvEdge.from_dict({"version": "1"}, "p", "dependencies") is None
-    with pytest.raises(LockParseError, match=re.escape("`conflicts[2]`: `package` is not a string")):
+    with pytest.raises(
+        LockParseError, match=re.escape("`conflicts[2]`: `package` is not a string")
+    ):
         UvConflict.from_dict({"package": 1, "extra": "cpu"}, 2)
-    assert [UvConflict.from_dict(d, 0).kind for d in ({"extra": "a"}, {"group": "b"}, {"package": "c"})] == ["extra", "group", "project"]
-    with pytest.raises(LockParseError, match=re.escape("`manifest.members` is not an array of strings")):
+    assert [
+        UvConflict.from_dict(d, 0).kind for d in ({"extra": "a"}, {"group": "b"}, {"package": "c"})
+    ] == ["extra", "group", "project"]
+    with pytest.raises(
+        LockParseError, match=re.escape("`manifest.members` is not an array of strings")
+    ):
         UvManifest.from_dict({"members": "app"})
-    with pytest.raises(LockParseError, match=re.escape("`manifest.dependency-metadata` is not an array of tables")):
+    with pytest.raises(
+        LockParseError, match=re.escape("`manifest.dependency-metadata` is not an array of tables")
+    ):
         UvManifest.from_dict({"dependency-metadata": {"name": "x"}})
-    assert UvSupplied.from_dict({"version": "1"}, 0) is None and UvSupplied.from_dict("x", 0) is None
-    assert UvSupplied.from_dict({"name": "x", "version": 2, "requires-dist": ["a", 3]}, 0) == UvSupplied(
-        name="x", version="2", requires_dist=("a",))
+    assert (
+        UvSupplied.from_dict({"version": "1"}, 0) is None and UvSupplied.from_dict("x", 0) is None
+    )
+    assert UvSupplied.from_dict(
+        {"name": "x", "version": 2, "requires-dist": ["a", 3]}, 0
+    ) == UvSupplied(name="x", version="2", requires_dist=("a",))
 
 
 def test_pseudo_is_uvs_encoding() -> None:
@@ -361,10 +478,14 @@ def test_an_edge_means_the_entry_its_version_and_source_name() -> None:
     index = UvIndex(entries, [p.source for p in lock.packages])
     registry = UvSource.from_dict({"registry": "../wheels"})
     assert index.targets(UvEdge(name="libb", version="2.0", source=registry)) == (3,)
-    assert index.targets(UvEdge(name="LibB", version="1.0")) == (2,)  # a version alone: the entries of it
-    assert index.targets(UvEdge(name="libb")) == (2, 3)  # the name alone: every entry, the forks decide
+    # a version alone: the entries of it
+    assert index.targets(UvEdge(name="LibB", version="1.0")) == (2,)
+    # the name alone: every entry, the forks decide
+    assert index.targets(UvEdge(name="libb")) == (2, 3)
     assert index.targets(UvEdge(name="libb", version="3.0", source=registry)) == ()
-    assert index.targets(UvEdge(name="libb", source=UvSource.from_dict({"registry": "https://pypi.org/simple"}))) == (2, 3)
+    assert index.targets(
+        UvEdge(name="libb", source=UvSource.from_dict({"registry": "https://pypi.org/simple"}))
+    ) == (2, 3)
     assert index.targets(UvEdge(name="nothing")) == ()
     link = index.link(UvEdge(name="Liba", marker="", extra=("Fast",)))
     assert link == ((1,), None, frozenset({"fast"}))
@@ -377,8 +498,12 @@ def test_every_pinned_edge_of_a_public_lock_finds_its_one_entry(project: str) ->
     lock = tables((PUBLOCKS / project / "uv.lock").read_text())
     entries = [p.entry(i, None) for i, p in enumerate(lock.packages)]
     index = UvIndex(entries, [p.source for p in lock.packages])
-    edges = [e for p in lock.packages for es in (p.dependencies, *p.optional_dependencies.values(),
-                                                 *p.dev_dependencies.values()) for e in es]
+    edges = [
+        e
+        for p in lock.packages
+        for es in (p.dependencies, *p.optional_dependencies.values(), *p.dev_dependencies.values())
+        for e in es
+    ]
     pinned = [e for e in edges if e.pinned]
     assert edges and all(index.targets(e) for e in edges)
     for edge in pinned:
@@ -392,7 +517,9 @@ def test_every_pinned_edge_of_a_public_lock_finds_its_one_entry(project: str) ->
 def test_the_walk_from_the_project_follows_markers_forks_and_extras(tmp_path: Path) -> None:
     lock = parsed(tmp_path)
     assert isinstance(lock.graph, UvGraph) and lock.graph.roots == (0,)
-    envs = envs_of(lock, "linux x86_64, extra cpu", "macos arm64, extra gpu", "windows amd64, default")
+    envs = envs_of(
+        lock, "linux x86_64, extra cpu", "macos arm64, extra gpu", "windows amd64, default"
+    )
     reach = lock.graph.walk(EnvList(envs), MarkerCache())
     installed = [sorted(e.label() for e in reach.members(j).entries) for j in range(len(envs))]
     assert installed == [
@@ -403,7 +530,8 @@ def test_the_walk_from_the_project_follows_markers_forks_and_extras(tmp_path: Pa
     assert reach.roots == {0} and reach.key_masks == lock.walk(EnvList(envs)).key_masks
     vision = lock.entries[7]
     cpu, gpu, plain = (reach.members(j) for j in range(3))
-    assert cpu.target_of(vision, "torchy", lock.entries) == lock.entries[5]  # the edge of uv's pseudo-extra
+    # the edge of uv's pseudo-extra
+    assert cpu.target_of(vision, "torchy", lock.entries) == lock.entries[5]
     assert gpu.target_of(vision, "torchy", lock.entries) == lock.entries[6]
     assert plain.target_of(vision, "torchy", lock.entries) is None  # vision is not installed there
     assert [m.entries for m in lock.members_of(envs)] == [cpu.entries, gpu.entries, plain.entries]
@@ -413,19 +541,27 @@ def test_an_edge_of_a_name_alone_goes_where_the_fork_holds(tmp_path: Path) -> No
     """liba's two pinned edges to libb made one edge of the name alone: the entries' forks
     (``resolution-markers``) decide which libb each platform gets."""
     text = APP_LOCK.replace(
-        '{ name = "libb", version = "1.0", source = { registry = "../wheels" }, marker = "sys_platform == \'linux\'" },\n'
-        '    { name = "libb", version = "2.0", source = { registry = "../wheels" }, marker = "sys_platform != \'linux\'" },\n',
-        "", 1)  # app's own: libb only through liba
+        '{ name = "libb", version = "1.0", source = { registry = "../wheels" }, marker ='
+        ' "sys_platform == \'linux\'" },\n    { name = "libb", version = "2.0", source = { registry'
+        ' = "../wheels" }, marker = "sys_platform != \'linux\'" },\n',
+        "",
+        1,
+    )  # app's own: libb only through liba
     text = text.replace(
-        '{ name = "libb", version = "1.0", source = { registry = "../wheels" }, marker = "sys_platform == \'linux\'" },\n'
-        '    { name = "libb", version = "2.0", source = { registry = "../wheels" }, marker = "sys_platform != \'linux\'" },\n',
-        '{ name = "libb" },\n', 1)
+        '{ name = "libb", version = "1.0", source = { registry = "../wheels" }, marker ='
+        ' "sys_platform == \'linux\'" },\n    { name = "libb", version = "2.0", source = { registry'
+        ' = "../wheels" }, marker = "sys_platform != \'linux\'" },\n',
+        '{ name = "libb" },\n',
+        1,
+    )
     lock = parsed(tmp_path, text)
     assert isinstance(lock.graph, UvGraph) and lock.graph.plain[1][0].targets == (2, 3)
     envs = envs_of(lock, "linux aarch64, default", "macos x86_64, default")
     linux, macos = lock.members_of(envs)
     liba = lock.entries[1]
-    assert [e.label() for e in linux.named("libb")] == ["libb 1.0"] and [e.label() for e in macos.named("libb")] == ["libb 2.0"]
+    assert [e.label() for e in linux.named("libb")] == ["libb 1.0"] and [
+        e.label() for e in macos.named("libb")
+    ] == ["libb 2.0"]
     assert linux.target_of(liba, "libb", lock.entries) == lock.entries[2]
     assert macos.target_of(liba, "libb", lock.entries) == lock.entries[3]
 
@@ -433,23 +569,47 @@ def test_an_edge_of_a_name_alone_goes_where_the_fork_holds(tmp_path: Path) -> No
 def test_an_item_reaches_along_every_edge_whatever_its_marker() -> None:
     graph = graph_of()
     assert graph.reaches(Item("extra-3-app-cpu", "extra cpu", frozenset({"extra-3-app-cpu"}))) == {
-        "liba", "libb", "libc", "torchy", "vision"}  # liba[fast] -> libc; both libbs, whatever the platform
-    assert graph.reaches(Item("extra-3-app-gpu", "extra gpu", frozenset({"extra-3-app-gpu"}))) == {"torchy", "vision"}
-    assert graph.reaches(Item("group-3-app-dev", "group dev", frozenset({"group-3-app-dev"}), kind="group")) == {"libc"}
-    assert graph.reaches(Item("project-3-app", "project app", frozenset({"project-3-app"}), kind="project")) == {
-        "liba", "libb", "libc"}
-    assert graph.reaches(Item("project-3-app", "project app", frozenset({"project-3-app"}))) == set()  # an extra's kind
-    assert graph.reaches(Item("extra-3-app-cuda", "extra cuda", frozenset({"extra-3-app-cuda"}))) == set()
+        # liba[fast] -> libc; both libbs, whatever the platform
+        "liba",
+        "libb",
+        "libc",
+        "torchy",
+        "vision",
+    }
+    assert graph.reaches(Item("extra-3-app-gpu", "extra gpu", frozenset({"extra-3-app-gpu"}))) == {
+        "torchy",
+        "vision",
+    }
+    assert graph.reaches(
+        Item("group-3-app-dev", "group dev", frozenset({"group-3-app-dev"}), kind="group")
+    ) == {"libc"}
+    assert graph.reaches(
+        Item("project-3-app", "project app", frozenset({"project-3-app"}), kind="project")
+    ) == {"liba", "libb", "libc"}
+    # an extra's kind
+    assert (
+        graph.reaches(Item("project-3-app", "project app", frozenset({"project-3-app"}))) == set()
+    )
+    assert (
+        graph.reaches(Item("extra-3-app-cuda", "extra cuda", frozenset({"extra-3-app-cuda"})))
+        == set()
+    )
 
 
 def test_the_walk_starts_at_the_workspace_members() -> None:
-    editable = APP_LOCK.replace('name = "liba"\nversion = "1.0"\nsource = { registry = "../wheels" }',
-                                'name = "liba"\nversion = "1.0"\nsource = { editable = "liba" }')
+    editable = APP_LOCK.replace(
+        'name = "liba"\nversion = "1.0"\nsource = { registry = "../wheels" }',
+        'name = "liba"\nversion = "1.0"\nsource = { editable = "liba" }',
+    )
     assert graph_of(editable).roots == (0, 1)  # no member recorded: every tree of the workspace
-    members = editable.replace("[[manifest.dependency-metadata]]", '[manifest]\nmembers = ["app"]\n\n[[manifest.dependency-metadata]]')
+    members = editable.replace(
+        "[[manifest.dependency-metadata]]",
+        '[manifest]\nmembers = ["app"]\n\n[[manifest.dependency-metadata]]',
+    )
     assert graph_of(members).roots == (0,)
     registry = APP_LOCK.replace('source = { virtual = "." }', 'source = { registry = "../wheels" }')
-    # no tree at all: what no entry's own dependencies point at (libc and vision come only through extras and groups)
+    # no tree at all: what no entry's own dependencies point at (libc and vision come only through
+    # extras and groups)
     assert graph_of(registry).roots == (0, 4, 7)
 
 
@@ -457,29 +617,54 @@ def test_an_extra_that_switches_on_an_extra_of_a_dependency_is_implied() -> None
     assert graph_of().implies() == {"extra-3-app-cpu": frozenset({"extra-4-liba-fast"})}
 
 
-# ----------------------------------------------------------------------------- conflicts, and what the gate gets
+# ----------------------------------------------------------------------------- conflicts, and what
+# the gate gets
 
 
 GROUP_CONFLICT = APP_LOCK.replace(
-    ']]\n\n[[manifest', '], [\n    { package = "app", group = "dev" },\n    { package = "liba" },\n]]\n\n[[manifest', 1)
+    "]]\n\n[[manifest",
+    '], [\n    { package = "app", group = "dev" },\n    { package = "liba" },\n]]\n\n[[manifest',
+    1,
+)
 
 
 @pytest.mark.parametrize(("defaults", "dev_default"), [(("dev",), True), ((), False), (True, True)])
-def test_conflict_sets_become_items_and_the_rest_is_always_on(defaults: bool | tuple[str, ...], dev_default: bool) -> None:
+def test_conflict_sets_become_items_and_the_rest_is_always_on(
+    defaults: bool | tuple[str, ...], dev_default: bool
+) -> None:
     lock = tables(GROUP_CONFLICT)
     graph = UvGraph.of(lock, [p.entry(i, None) for i, p in enumerate(lock.packages)])
     sets, always = conflict_items(lock, graph, defaults)
     assert [[(it.key, it.words, it.kind, it.name, it.default) for it in s] for s in sets] == [
-        [("extra-3-app-cpu", "extra cpu", "extra", "cpu", False), ("extra-3-app-gpu", "extra gpu", "extra", "gpu", False)],
-        [("group-3-app-dev", "group dev", "group", "dev", dev_default), ("project-4-liba", "project liba", "project", "liba", True)],
+        [
+            ("extra-3-app-cpu", "extra cpu", "extra", "cpu", False),
+            ("extra-3-app-gpu", "extra gpu", "extra", "gpu", False),
+        ],
+        [
+            ("group-3-app-dev", "group dev", "group", "dev", dev_default),
+            ("project-4-liba", "project liba", "project", "liba", True),
+        ],
     ]
-    assert sets[1][0].groups == {"dev"} and sets[1][0].extras == {"group-3-app-dev"} and sets[0][0].groups == set()
+    assert (
+        sets[1][0].groups == {"dev"}
+        and sets[1][0].extras == {"group-3-app-dev"}
+        and sets[0][0].groups == set()
+    )
     assert always == {"project-3-app"}  # app's dev group conflicts now
 
 
-@pytest.mark.parametrize(("tool_uv", "dev_default"), [("", True), ('default-groups = []\n', False),
-                                                       ('default-groups = "all"\n', True), ('default-groups = ["Dev"]\n', True)])
-def test_the_default_groups_come_from_the_project_beside_the_lock(tmp_path: Path, tool_uv: str, dev_default: bool) -> None:
+@pytest.mark.parametrize(
+    ("tool_uv", "dev_default"),
+    [
+        ("", True),
+        ("default-groups = []\n", False),
+        ('default-groups = "all"\n', True),
+        ('default-groups = ["Dev"]\n', True),
+    ],
+)
+def test_the_default_groups_come_from_the_project_beside_the_lock(
+    tmp_path: Path, tool_uv: str, dev_default: bool
+) -> None:
     pyproject = APP_PYPROJECT.replace("[tool.uv]\n", "[tool.uv]\n" + tool_uv)
     lock = parsed(tmp_path, GROUP_CONFLICT, pyproject)
     assert lock.conflicts[1][0].default is dev_default
@@ -487,22 +672,50 @@ def test_the_default_groups_come_from_the_project_beside_the_lock(tmp_path: Path
 
 def test_the_gate_gets_a_parsed_lock(tmp_path: Path) -> None:
     lock = parsed(tmp_path)
-    assert (lock.format, lock.requires_python, lock.environments, lock.indexes) == ("uv.lock", ">=3.10", [], ["../wheels"])
+    assert (lock.format, lock.requires_python, lock.environments, lock.indexes) == (
+        "uv.lock",
+        ">=3.10",
+        [],
+        ["../wheels"],
+    )
     lines = APP_LOCK.splitlines()
-    assert [lines[e.line - 1] for e in lock.entries if e.line] == [f'version = "{e.version}"' for e in lock.entries]
-    assert [e.dependencies for e in lock.entries[:2]] == [("liba", "libb", "libb"), ("libb", "libb")]
-    assert lock.always_extras == {"group-3-app-dev", "project-3-app"} and lock.always_groups == set()
+    assert [lines[e.line - 1] for e in lock.entries if e.line] == [
+        f'version = "{e.version}"' for e in lock.entries
+    ]
+    assert [e.dependencies for e in lock.entries[:2]] == [
+        ("liba", "libb", "libb"),
+        ("libb", "libb"),
+    ]
+    assert (
+        lock.always_extras == {"group-3-app-dev", "project-3-app"} and lock.always_groups == set()
+    )
     assert [it.key for s in lock.conflicts for it in s] == ["extra-3-app-cpu", "extra-3-app-gpu"]
     assert lock.marker_texts == [
-        "sys_platform == 'linux'", "sys_platform != 'linux'",  # the lock's forks
-        "sys_platform == 'linux'", "sys_platform != 'linux'",  # libb's
-        "sys_platform == 'linux'", "sys_platform != 'linux'", "sys_platform == 'linux'", "sys_platform != 'linux'",  # torchy's
-        "sys_platform == 'linux'", "sys_platform != 'linux'", "extra == 'extra-3-app-cpu'",  # app's edges
-        "sys_platform == 'linux'", "sys_platform != 'linux'",  # liba's
-        "extra == 'extra-3-app-cpu'", "extra == 'extra-3-app-gpu'"]  # vision's
+        "sys_platform == 'linux'",
+        "sys_platform != 'linux'",  # the lock's forks
+        "sys_platform == 'linux'",
+        "sys_platform != 'linux'",  # libb's
+        # torchy's
+        "sys_platform == 'linux'",
+        "sys_platform != 'linux'",
+        "sys_platform == 'linux'",
+        "sys_platform != 'linux'",
+        # app's edges
+        "sys_platform == 'linux'",
+        "sys_platform != 'linux'",
+        "extra == 'extra-3-app-cpu'",
+        "sys_platform == 'linux'",
+        "sys_platform != 'linux'",  # liba's
+        "extra == 'extra-3-app-cpu'",
+        "extra == 'extra-3-app-gpu'",
+    ]  # vision's
     assert lock.extra == {
-        "marker_owner": {"sys_platform == 'linux'": 0, "sys_platform != 'linux'": 0, "extra == 'extra-3-app-cpu'": 0,
-                         "extra == 'extra-3-app-gpu'": 7},
+        "marker_owner": {
+            "sys_platform == 'linux'": 0,
+            "sys_platform != 'linux'": 0,
+            "extra == 'extra-3-app-cpu'": 0,
+            "extra == 'extra-3-app-gpu'": 7,
+        },
         "supplied_requires": {("vision", "1.0"): ("torchy",)},
         "implies": {"extra-3-app-cpu": frozenset({"extra-4-liba-fast"})},
         "sources": {0: {"virtual": "."}, **{k: {"registry": "../wheels"} for k in range(1, 8)}},

@@ -82,8 +82,10 @@ def test_no_second_tag_generator() -> None:
     [
         "from packaging.tags import cpython_tags\n",
         "import packaging.tags as tags\nx = list(tags.sys_tags())\n",
-        "def plats(arch: str) -> list[str]:\n"
-        "    return [f'manylinux_2_{n}_{arch}' for n in range(28, 4, -1)]\n",
+        (
+            "def plats(arch: str) -> list[str]:\n"
+            "    return [f'manylinux_2_{n}_{arch}' for n in range(28, 4, -1)]\n"
+        ),
     ],
 )
 def test_the_guard_sees_a_planted_generator(planted: str) -> None:

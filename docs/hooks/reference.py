@@ -1,7 +1,8 @@
 """The reference pages, generated from envbuild's own code and committed under ``docs/reference/``.
 
-    make docs-reference                             # writes them (python docs/hooks/reference.py --write)
-    .venv/bin/python docs/hooks/reference.py --check  # exit 1 and the stale pages' names when one differs
+    make docs-reference                             # writes them (python docs/hooks/reference.py
+    --write) .venv/bin/python docs/hooks/reference.py --check  # exit 1 and the stale pages' names
+    when one differs
 
 Committed files, not pages that exist only in a site build: the documentation reads the same on
 a code host, offline and in ``mkdocs serve``, and every link to them resolves as a file. The
@@ -15,7 +16,8 @@ The same command refreshes the include blocks of every page under ``docs/``: a r
 shown in a page (a workflow, a profile, ``ansible/README.md``) is a copy between
 ``<!-- include PATH [as LANG] ... -->`` and ``<!-- end include -->``, checked like the pages above,
 so the page reads whole as a file too (a ``--8<--`` line shows as itself on a code host). So is
-the stage table of ``architecture.md``, from ``tests/test_layers.py`` (``STAGES_DOC``, ``STAGE_OF``).
+the stage table of ``architecture.md``, from ``tests/test_layers.py`` (``STAGES_DOC``,
+``STAGE_OF``).
 
 - ``reference/cli.md``: every command and option, from the argparse parsers
   (``envbuild.cli.build_parser()``), help text, choices and defaults as ``--help`` shows them.
@@ -26,7 +28,8 @@ the stage table of ``architecture.md``, from ``tests/test_layers.py`` (``STAGES_
   classes that carry each code.
 - ``reference/check-lock.md``: the gate's rules (``envbuild.gate.findings.RULES``), its JSON
   schema (``envbuild/gate/output.py``'s docstring), and the rules of envbuild's own locks
-  (``envbuild.gate.findings.OWN_RULES``) with how they run (``envbuild/gate/rules/ownlock``'s docstring).
+  (``envbuild.gate.findings.OWN_RULES``) with how they run (``envbuild/gate/rules/ownlock``'s
+  docstring).
 - ``reference/json.md``: every ``--json`` document, from the ``TypedDict`` classes that type it
   (``envbuild.commands.documents.DOCUMENTS``): each field's type, whether it is required, and the
   comment written beside it.
@@ -61,8 +64,10 @@ log = logging.getLogger("mkdocs.hooks.reference")
 
 ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "make docs-reference"  # the same as: python docs/hooks/reference.py --write
-GENERATED = ("<!-- Generated from the code by `make docs-reference` (docs/hooks/reference.py): edit {source}, "
-             "not this file. -->")
+GENERATED = (
+    "<!-- Generated from the code by `make docs-reference` (docs/hooks/reference.py): edit"
+    " {source}, not this file. -->"
+)
 
 
 def pages() -> dict[str, Callable[[], str]]:
@@ -78,8 +83,11 @@ def pages() -> dict[str, Callable[[], str]]:
 
 # A copy of a repository file inside a page, between these two comments; `make docs-reference`
 # refreshes it. `as LANG` fences it as code; without, the file is Markdown and goes in as it is.
-INCLUDE = re.compile(r"(?P<open><!-- include (?P<path>[\w./-]+)(?: as (?P<lang>\w+))? [^>]*-->\n)"
-                     r"(?P<body>.*?)(?P<close><!-- end include -->)", re.S)
+INCLUDE = re.compile(
+    r"(?P<open><!-- include (?P<path>[\w./-]+)(?: as (?P<lang>\w+))? [^>]*-->\n)"
+    r"(?P<body>.*?)(?P<close><!-- end include -->)",
+    re.S,
+)
 
 
 def _included(m: re.Match[str]) -> str:
@@ -87,7 +95,8 @@ def _included(m: re.Match[str]) -> str:
     if m["lang"]:
         fence = "````" if "```" in text else "```"
         text = f"{fence}{m['lang']}\n{text}{fence}\n"
-    return m["open"] + "\n" + text + "\n" + m["close"]  # blank lines: the comments stay HTML blocks of their own
+    # blank lines: the comments stay HTML blocks of their own
+    return m["open"] + "\n" + text + "\n" + m["close"]
 
 
 def refresh_includes(text: str) -> str:
@@ -103,7 +112,9 @@ STAGES_CLOSE = "<!-- end stages -->"
 
 def stage_table() -> str:
     """``tests/test_layers.py``'s ``stage_table()``: the stages in order and their modules."""
-    spec = importlib.util.spec_from_file_location("envbuild_test_layers", ROOT / "tests" / "test_layers.py")
+    spec = importlib.util.spec_from_file_location(
+        "envbuild_test_layers", ROOT / "tests" / "test_layers.py"
+    )
     assert spec is not None and spec.loader is not None
     layers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layers)
@@ -121,8 +132,11 @@ def refresh_stages(text: str) -> str:
 
 def refresh_architecture(text: str) -> str:
     """``text`` with docs/architecture.md's file table and "who prints" rule (where it has them) as
-    ``docs/hooks/architecture.py`` makes them now, from envbuild's docstrings, ``OWNS`` and a scan."""
-    spec = importlib.util.spec_from_file_location("envbuild_docs_architecture", Path(__file__).with_name("architecture.py"))
+    ``docs/hooks/architecture.py`` makes them now, from envbuild's docstrings, ``OWNS`` and a scan.
+    """
+    spec = importlib.util.spec_from_file_location(
+        "envbuild_docs_architecture", Path(__file__).with_name("architecture.py")
+    )
     assert spec is not None and spec.loader is not None
     architecture = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(architecture)
@@ -143,7 +157,10 @@ def stale_pages() -> dict[str, str]:
     for file in sorted((ROOT / "docs").rglob("*.md")):
         path = file.relative_to(ROOT / "docs").as_posix()
         text = file.read_text(encoding="utf-8")
-        if path not in out and (fresh := refresh_architecture(refresh_stages(refresh_includes(text)))) != text:
+        if (
+            path not in out
+            and (fresh := refresh_architecture(refresh_stages(refresh_includes(text)))) != text
+        ):
             out[path] = fresh
     return out
 
@@ -152,16 +169,25 @@ def on_pre_build(config: MkDocsConfig) -> None:
     """MkDocs hook: warn (fail a --strict build) when a committed reference page is stale."""
     stale = stale_pages()
     if stale:
-        log.warning("generated reference pages differ from the code: %s; run `%s`",
-                    ", ".join(f"docs/{p}" for p in stale), REGENERATE)
+        log.warning(
+            "generated reference pages differ from the code: %s; run `%s`",
+            ", ".join(f"docs/{p}" for p in stale),
+            REGENERATE,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write or check the generated reference pages under docs/reference/ "
-                                     "and the include blocks of every page under docs/.")
+    parser = argparse.ArgumentParser(
+        description=(
+            "Write or check the generated reference pages under docs/reference/ "
+            "and the include blocks of every page under docs/."
+        )
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="write the pages that differ")
-    mode.add_argument("--check", action="store_true", help="exit 1, naming them, when a page differs")
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1, naming them, when a page differs"
+    )
     args = parser.parse_args(argv)
     stale = stale_pages()
     for path, text in stale.items():
@@ -215,7 +241,8 @@ def _code(s: str) -> str:
 
 
 def _anchor(name: str) -> str:
-    """A link target as HTML: MkDocs and a code host's Markdown both honour it (``{#id}`` is MkDocs' only)."""
+    """A link target as HTML: MkDocs and a code host's Markdown both honour it (``{#id}`` is MkDocs'
+    only)."""
     return f'<a id="{name}"></a>'
 
 
@@ -239,17 +266,37 @@ def cli_page() -> str:
     from envbuild.cli import build_parser
 
     parser = build_parser()
-    out = ["# Command line", "", GENERATED.format(source="the parsers in `envbuild/commands/*.py`"), "",
-           "Every command takes `-h`/`--help`. `--profile NAME` reads `lockfiles/NAME/stack.toml` "
-           "(looked up in `$ENVBUILD_LOCKFILES`, `./lockfiles`, the checkout envbuild runs from, then the "
-           "copy inside the installed package); `--stack FILE` takes any spec file; with neither, the "
-           "`cpu` profile is used. Exit codes: [Exit codes](exit-codes.md).", ""]
+    out = [
+        "# Command line",
+        "",
+        GENERATED.format(source="the parsers in `envbuild/commands/*.py`"),
+        "",
+        (
+            "Every command takes `-h`/`--help`. `--profile NAME` reads `lockfiles/NAME/stack.toml`"
+            " (looked up in `$ENVBUILD_LOCKFILES`, `./lockfiles`, the checkout envbuild runs from,"
+            " then the copy inside the installed package); `--stack FILE` takes any spec file; with"
+            " neither, the `cpu` profile is used. Exit codes: [Exit codes](exit-codes.md)."
+        ),
+        "",
+    ]
     out += ["## Commands", "", "| command | what it does |", "|---|---|"]
     for path, _, summary in _commands(parser, ("envbuild",)):
         out.append(f"| [{_code(' '.join(path))}](#{'-'.join(path[1:])}) | {_text(summary)} |")
-    out += ["", _heading(2, "global", "envbuild"), "", *_usage(parser), *_options(parser, include_help=True)]
+    out += [
+        "",
+        _heading(2, "global", "envbuild"),
+        "",
+        *_usage(parser),
+        *_options(parser, include_help=True),
+    ]
     for path, sub, summary in _commands(parser, ("envbuild",)):
-        out += ["", _heading(min(len(path), 4), "-".join(path[1:]), " ".join(path)), "", _text(summary), ""]
+        out += [
+            "",
+            _heading(min(len(path), 4), "-".join(path[1:]), " ".join(path)),
+            "",
+            _text(summary),
+            "",
+        ]
         if sub.description:
             out += [_text(sub.description), ""]
         out += _usage(sub)
@@ -259,8 +306,9 @@ def cli_page() -> str:
     return "\n".join(out) + "\n"
 
 
-def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...]
-              ) -> list[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
     """(command path, its parser, its one-line help) for every subcommand, depth first."""
     found = []
     for action in parser._actions:
@@ -279,11 +327,17 @@ def _usage(parser: argparse.ArgumentParser) -> list[str]:
     return ["```text", formatter.format_help().strip("\n"), "```", ""]
 
 
-def documented_actions(parser: argparse.ArgumentParser, include_help: bool) -> list[argparse.Action]:
+def documented_actions(
+    parser: argparse.ArgumentParser, include_help: bool
+) -> list[argparse.Action]:
     """The arguments the reference lists for ``parser`` (tests/test_docs.py checks them all)."""
-    return [a for a in parser._actions
-            if not isinstance(a, argparse._SubParsersAction) and a.help != argparse.SUPPRESS
-            and (include_help or not isinstance(a, argparse._HelpAction))]
+    return [
+        a
+        for a in parser._actions
+        if not isinstance(a, argparse._SubParsersAction)
+        and a.help != argparse.SUPPRESS
+        and (include_help or not isinstance(a, argparse._HelpAction))
+    ]
 
 
 def _options(parser: argparse.ArgumentParser, *, include_help: bool) -> list[str]:
@@ -294,7 +348,12 @@ def _options(parser: argparse.ArgumentParser, *, include_help: bool) -> list[str
     rows = ["| argument | meaning |", "|---|---|"]
     for a in actions:
         invocation = formatter._format_action_invocation(a)
-        anchor = "-".join([*parser.prog.split()[1:], a.dest if not a.option_strings else a.option_strings[-1].lstrip("-")])
+        anchor = "-".join(
+            [
+                *parser.prog.split()[1:],
+                a.dest if not a.option_strings else a.option_strings[-1].lstrip("-"),
+            ]
+        )
         meaning = _text(formatter._expand_help(a) if a.help else "")
         notes = []
         if a.choices and "{" not in invocation:
@@ -338,18 +397,24 @@ SPEC_SECTIONS = (
 _REQUIRED_TABLES = {"abi": "required", "step": "required: at least one"}
 _SPEC_HELP = {
     "schema": "the spec's format; this envbuild reads schema 1",
-    "name": "the stack's name: letters, digits, `.`, `_`, `-`; it names files, folders and image tags",
+    "name": (
+        "the stack's name: letters, digits, `.`, `_`, `-`; it names files, folders and image tags"
+    ),
     "description": "one line for people",
-    "python": "major.minor of the venv's interpreter, such as `\"3.13\"`",
+    "python": 'major.minor of the venv\'s interpreter, such as `"3.13"`',
     "target": "what `envbuild lock` resolves for",
     "layout": "the data root, the venv in it and the `$HOME` links",
     "abi": "the ABI baseline (torch) and what is frozen with it",
     "host": "what `envbuild preflight` expects of the machine",
-    "env": "variables added to the env overlay (`<root>/.envbuild/envbuild-env.sh`, sourced by the venv's "
-           "`activate`): `NAME = \"value\"`, or `NAME = { from_env = \"NAME\" }` to pass the provisioning "
-           "process's own value on without writing it anywhere",
+    "env": (
+        "variables added to the env overlay (`<root>/.envbuild/envbuild-env.sh`, sourced by the"
+        ' venv\'s `activate`): `NAME = "value"`, or `NAME = { from_env = "NAME" }` to pass the'
+        " provisioning process's own value on without writing it anywhere"
+    ),
     "step": "the install steps, in order",
-    "target.platform": "the wheel platform tag of the hosts, `manylinux_2_<17..40>_<x86_64|aarch64>`",
+    "target.platform": (
+        "the wheel platform tag of the hosts, `manylinux_2_<17..40>_<x86_64|aarch64>`"
+    ),
     "layout.root": "the data root (`--root` overrides)",
     "abi.package": "the ABI baseline package",
     "abi.version": "its exact version once installed (`import torch; torch.__version__`)",
@@ -370,54 +435,93 @@ _SPEC_HELP = {
     "step.extra_index_urls": "more indexes",
     "step.find_links": "folders or pages of wheels",
     "step.pre": "allow pre-releases (`--pre`; uv: `--prerelease allow`)",
-    "step.no_deps": "install only the named packages (`--no-deps`); what they declare is left unmet, a warning "
-                    "(an error with `provision --strict`)",
+    "step.no_deps": (
+        "install only the named packages (`--no-deps`); what they declare is left unmet, a warning "
+        "(an error with `provision --strict`)"
+    ),
     "step.no_build_isolation": "build sdists against the venv (`--no-build-isolation`)",
     "step.upgrade": "`--upgrade`",
     "step.upgrade_strategy": "pip's `--upgrade-strategy`",
     "step.reinstall": "`--force-reinstall` (uv: `--reinstall`)",
     "step.no_index": "only `find_links` (`--no-index`)",
-    "step.env": "environment for this step's installer, as `[env]` (a value or `{ from_env = NAME }`)",
+    "step.env": (
+        "environment for this step's installer, as `[env]` (a value or `{ from_env = NAME }`)"
+    ),
 }
 
 
 def spec_page() -> str:
     spec = importlib.import_module("envbuild.spec.stack")
     comments = _field_comments(Path(inspect.getfile(spec)))
-    out = ["# Stack spec (`stack.toml`)", "",
-           GENERATED.format(source="`envbuild/spec/stack.py`: its key lists and dataclasses"), "",
-           "A stack spec is a TOML file, `lockfiles/<profile>/stack.toml` for `--profile`, any file for "
-           "`--stack`. Every key below is one the loader accepts; any other key is refused with a "
-           "\"did you mean\". Every error names the file and the key path as shown here "
-           "(`step[3].no_deps`: the third `[[step]]`, counting from 1).", "",
-           _heading(2, "checked", "Checked at load"), "", _rst(_docstring(spec)), ""]
+    out = [
+        "# Stack spec (`stack.toml`)",
+        "",
+        GENERATED.format(source="`envbuild/spec/stack.py`: its key lists and dataclasses"),
+        "",
+        (
+            "A stack spec is a TOML file, `lockfiles/<profile>/stack.toml` for `--profile`, any"
+            " file for `--stack`. Every key below is one the loader accepts; any other key is"
+            ' refused with a "did you mean". Every error names the file and the key path as shown'
+            " here (`step[3].no_deps`: the third `[[step]]`, counting from 1)."
+        ),
+        "",
+        _heading(2, "checked", "Checked at load"),
+        "",
+        _rst(_docstring(spec)),
+        "",
+    ]
     for table, keys_name, class_name, heading in SPEC_SECTIONS:
         keys: tuple[str, ...] = getattr(spec, keys_name)
         cls = getattr(spec, class_name)
         out += [_heading(2, f"section-{table or 'top'}", heading), ""]
-        doc = _docstring(cls) if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(") else ""
+        doc = (
+            _docstring(cls)
+            if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(")
+            else ""
+        )
         if doc:
             out += [_rst(doc), ""]
         out += ["| key | type | default | meaning |", "|---|---|---|---|"]
         out += [_spec_row(spec, table, key, cls, comments) for key in keys]
         out.append("")
     env_from = spec.EnvFrom
-    out += [_heading(2, "section-env", "Values from the environment"), "", _rst(_docstring(env_from)), "",
-            "| key | type | default | meaning |", "|---|---|---|---|"]
+    out += [
+        _heading(2, "section-env", "Values from the environment"),
+        "",
+        _rst(_docstring(env_from)),
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
     for f in dataclasses.fields(env_from):
         key = "from_env" if f.name == "name" else f.name
-        what = ("the variable's own name (envbuild passes it on, never copies it)" if key == "from_env"
-                else "refuse to provision when the variable is unset or empty")
-        out.append(f"| {_anchor(f'key-env.{key}')}{_code(key)} | {_type(_hints(env_from)[f.name])} | "
-                   f"{_default(f)} | {_text(what)} |")
+        what = (
+            "the variable's own name (envbuild passes it on, never copies it)"
+            if key == "from_env"
+            else "refuse to provision when the variable is unset or empty"
+        )
+        out.append(
+            f"| {_anchor(f'key-env.{key}')}{_code(key)} | {_type(_hints(env_from)[f.name])} | "
+            f"{_default(f)} | {_text(what)} |"
+        )
     example = (ROOT / "lockfiles" / "cpu" / "stack.toml").read_text(encoding="utf-8").rstrip("\n")
-    out += ["", _heading(2, "example", "An example: the `cpu` profile"), "",
-            "`lockfiles/cpu/stack.toml`, as committed:", "", "```toml", example, "```", ""]
+    out += [
+        "",
+        _heading(2, "example", "An example: the `cpu` profile"),
+        "",
+        "`lockfiles/cpu/stack.toml`, as committed:",
+        "",
+        "```toml",
+        example,
+        "```",
+        "",
+    ]
     return "\n".join(out)
 
 
 def spec_keys() -> list[str]:
-    """Every key path the loader accepts (``step.no_deps``); tests/test_docs.py checks each is documented."""
+    """Every key path the loader accepts (``step.no_deps``); tests/test_docs.py checks each is
+    documented."""
     spec = importlib.import_module("envbuild.spec.stack")
     out = []
     for table, keys_name, _, _ in SPEC_SECTIONS:
@@ -425,14 +529,20 @@ def spec_keys() -> list[str]:
     return out
 
 
-def _spec_row(spec: types.ModuleType, table: str, key: str, cls: type, comments: Mapping[tuple[str, str], str]) -> str:
+def _spec_row(
+    spec: types.ModuleType, table: str, key: str, cls: type, comments: Mapping[tuple[str, str], str]
+) -> str:
     path = f"{table}.{key}" if table else key
     hints = _hints(cls)
     field = next((f for f in dataclasses.fields(cls) if f.name in (key, key + "s")), None)
     if key == "schema":
         kind, default = "integer", f"**required**: `{spec.SCHEMA_VERSION}`"
     elif field is None:
-        log.warning("stack spec key %r has no field in %s: add one, or teach docs/hooks/reference.py", path, cls.__name__)
+        log.warning(
+            "stack spec key %r has no field in %s: add one, or teach docs/hooks/reference.py",
+            path,
+            cls.__name__,
+        )
         kind, default = "?", "?"
     else:
         hint = hints[field.name]
@@ -488,7 +598,7 @@ def _type(hint: Any) -> str:
     if origin is typing.Literal:
         return "one of " + ", ".join(_code(f'"{v}"') for v in typing.get_args(hint))
     if origin is tuple:
-        (item, *_) = typing.get_args(hint) or (str,)
+        item, *_ = typing.get_args(hint) or (str,)
         return "array of tables" if dataclasses.is_dataclass(item) else f"array of {_type(item)}s"
     if origin in (dict, Mapping):
         return "table"
@@ -558,16 +668,32 @@ def exit_codes_page() -> str:
 
     raised: dict[int, list[str]] = {}
     for name, obj in vars(errors).items():
-        if isinstance(obj, type) and issubclass(obj, errors.EnvbuildError) and obj is not errors.EnvbuildError:
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, errors.EnvbuildError)
+            and obj is not errors.EnvbuildError
+        ):
             raised.setdefault(int(obj.exit_code), []).append(name)
-    out = ["# Exit codes", "", GENERATED.format(source="`envbuild/errors.py`"), "",
-           "Every failure envbuild knows has a typed error with one exit code; only `envbuild.cli.main` turns "
-           "them into an exit status (`envbuild --help` lists them too). A message says what to try next.", "",
-           "| code | name | meaning | raised as |", "|---|---|---|---|"]
+    out = [
+        "# Exit codes",
+        "",
+        GENERATED.format(source="`envbuild/errors.py`"),
+        "",
+        (
+            "Every failure envbuild knows has a typed error with one exit code; only"
+            " `envbuild.cli.main` turns them into an exit status (`envbuild --help` lists them"
+            " too). A message says what to try next."
+        ),
+        "",
+        "| code | name | meaning | raised as |",
+        "|---|---|---|---|",
+    ]
     for code in errors.ExitCode:
         classes = ", ".join(_code(c) for c in raised.get(int(code), []))
-        out.append(f"| {_anchor(f'exit-{int(code)}')}{_code(str(int(code)))} | {_code(code.name)} | "
-                   f"{_text(errors.EXIT_CODE_DOCS.get(code, ''))} | {classes} |")
+        out.append(
+            f"| {_anchor(f'exit-{int(code)}')}{_code(str(int(code)))} | {_code(code.name)} | "
+            f"{_text(errors.EXIT_CODE_DOCS.get(code, ''))} | {classes} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -575,8 +701,12 @@ def exit_codes_page() -> str:
 
 
 # when each kind of own-lock rule runs (``OWN_RULES``' first field), in the page's words
-_OWN_RULE_KINDS = {"static": "static", "--base": "`--base REF`", "--online": "`--online`",
-                   "dry run": "dry run (not with `--offline`)"}
+_OWN_RULE_KINDS = {
+    "static": "static",
+    "--base": "`--base REF`",
+    "--online": "`--online`",
+    "dry run": "dry run (not with `--offline`)",
+}
 
 
 def own_lock_rules() -> dict[str, tuple[str, str]]:
@@ -606,20 +736,48 @@ def check_lock_page() -> str:
     findings = importlib.import_module("envbuild.gate.findings")
     output = importlib.import_module("envbuild.gate.output")
     ownlock = importlib.import_module("envbuild.gate.rules.ownlock")
-    out = ["# check-lock: rules and output", "",
-           GENERATED.format(source="`envbuild/gate/findings.py` (`RULES`, `OWN_RULES`), `envbuild/gate/output.py` "
-                            "and `envbuild/gate/rules/ownlock/__init__.py`"), "",
-           "`envbuild check-lock` has two modes. `check-lock FILE...` judges any lockfile (uv.lock, pylock.toml, "
-           "requirements, poetry.lock) per environment it installs: the [gate](#gate). `check-lock` with "
-           "`--profile`/`--stack` (or nothing: every profile) checks envbuild's own per-step locks: "
-           "[own locks](#own). Either exits 8 on a finding ([exit codes](exit-codes.md)). How to put it in CI: "
-           "[the CI gate tutorial](../tutorials/ci-gate.md).", "",
-           _heading(2, "gate", "The gate: any lockfile"), "",
-           "| rule | what it means |", "|---|---|"]
-    out += [f"| {_anchor(f'gate-{rule}')}{_code(rule)} | {_text(what)} |" for rule, what in findings.RULES.items()]
-    out += ["", _heading(2, "output", "Output"), "", _rst(_docstring(output).split("\n\n", 1)[0]), "",
-            _heading(2, "json", "JSON (`--json`)"), "", "One document on stdout:", ""]
-    schema = re.search(r"JSON \(``--json``\), schema \d+::\n\n(.*?)\n\n(?=\S)", inspect.getdoc(output) or "", re.S)
+    out = [
+        "# check-lock: rules and output",
+        "",
+        GENERATED.format(
+            source=(
+                "`envbuild/gate/findings.py` (`RULES`, `OWN_RULES`), `envbuild/gate/output.py` "
+                "and `envbuild/gate/rules/ownlock/__init__.py`"
+            )
+        ),
+        "",
+        (
+            "`envbuild check-lock` has two modes. `check-lock FILE...` judges any lockfile"
+            " (uv.lock, pylock.toml, requirements, poetry.lock) per environment it installs: the"
+            " [gate](#gate). `check-lock` with `--profile`/`--stack` (or nothing: every profile)"
+            " checks envbuild's own per-step locks: [own locks](#own). Either exits 8 on a finding"
+            " ([exit codes](exit-codes.md)). How to put it in CI: [the CI gate"
+            " tutorial](../tutorials/ci-gate.md)."
+        ),
+        "",
+        _heading(2, "gate", "The gate: any lockfile"),
+        "",
+        "| rule | what it means |",
+        "|---|---|",
+    ]
+    out += [
+        f"| {_anchor(f'gate-{rule}')}{_code(rule)} | {_text(what)} |"
+        for rule, what in findings.RULES.items()
+    ]
+    out += [
+        "",
+        _heading(2, "output", "Output"),
+        "",
+        _rst(_docstring(output).split("\n\n", 1)[0]),
+        "",
+        _heading(2, "json", "JSON (`--json`)"),
+        "",
+        "One document on stdout:",
+        "",
+    ]
+    schema = re.search(
+        r"JSON \(``--json``\), schema \d+::\n\n(.*?)\n\n(?=\S)", inspect.getdoc(output) or "", re.S
+    )
     if schema:
         out += ["```text", inspect.cleandoc(schema.group(1)), "```", ""]
     else:
@@ -627,13 +785,22 @@ def check_lock_page() -> str:
     tail = (inspect.getdoc(output) or "").rsplit("\n\n", 1)[-1]
     out += [_rst(tail), ""]
     blocks = _docstring_blocks(inspect.getdoc(ownlock) or "")
-    out += [_heading(2, "own", "envbuild's own locks"), "",
-            "Every rule of the check of a stack's own lock (`envbuild.gate.findings.OWN_RULES`), reported through "
-            "the same findings and output as the gate's.", "",
-            "| rule | kind | what it means |", "|---|---|---|"]
+    out += [
+        _heading(2, "own", "envbuild's own locks"),
+        "",
+        (
+            "Every rule of the check of a stack's own lock (`envbuild.gate.findings.OWN_RULES`),"
+            " reported through the same findings and output as the gate's."
+        ),
+        "",
+        "| rule | kind | what it means |",
+        "|---|---|---|",
+    ]
     for rule, (kind, what) in sorted(own_lock_rules().items()):
-        out.append(f"| {_anchor(f'own-{rule}')}{_code(rule)} | {_OWN_RULE_KINDS.get(kind, _code(kind))} | "
-                   f"{_text(what)} |")
+        out.append(
+            f"| {_anchor(f'own-{rule}')}{_code(rule)} | {_OWN_RULE_KINDS.get(kind, _code(kind))} | "
+            f"{_text(what)} |"
+        )
     out += ["", "How they run, in `envbuild/gate/rules/ownlock`'s words:", ""]
     out += [f"- {_text(_rst(b))}" for b in blocks if not b.startswith("- ")]
     out.append("")
@@ -644,24 +811,37 @@ def check_lock_page() -> str:
 
 
 def _json_anchor(command: str) -> str:
-    """``plan --lock FILE --json`` -> ``plan-lock-file``: the words of the command line, --json left out."""
+    """``plan --lock FILE --json`` -> ``plan-lock-file``: the words of the command line, --json left
+    out."""
     words = [w.lstrip("-").rstrip(".").lower() for w in command.split() if w != "--json"]
     return "-".join(w for w in words if w)
 
 
 def _typeddict_comments(cls: type) -> dict[str, str]:
-    """{field: the comment beside it (or right above it)} of a ``TypedDict`` and of the ``TypedDict``
-    classes it extends (their comments, in their own modules; the class's own win)."""
+    """{field: the comment beside it (or right above it)} of a ``TypedDict`` and of the
+    ``TypedDict`` classes it extends (their comments, in their own modules; the class's own win)."""
     module = sys.modules[cls.__module__]
     source = Path(inspect.getfile(module))
-    node = next((n for n in ast.parse(source.read_text(encoding="utf-8")).body
-                 if isinstance(n, ast.ClassDef) and n.name == cls.__name__), None)
+    node = next(
+        (
+            n
+            for n in ast.parse(source.read_text(encoding="utf-8")).body
+            if isinstance(n, ast.ClassDef) and n.name == cls.__name__
+        ),
+        None,
+    )
     out: dict[str, str] = {}
     for base in node.bases if node is not None else []:
         parent = getattr(module, base.id, None) if isinstance(base, ast.Name) else None
         if isinstance(parent, type) and typing.is_typeddict(parent):
             out.update(_typeddict_comments(parent))
-    out.update({field: words for (owner, field), words in _field_comments(source).items() if owner == cls.__name__})
+    out.update(
+        {
+            field: words
+            for (owner, field), words in _field_comments(source).items()
+            if owner == cls.__name__
+        }
+    )
     return out
 
 
@@ -680,7 +860,11 @@ def _json_type(hint: Any, objects: list[type], many: bool = False) -> str:
         kinds = [_json_type(a, objects, many) for a in args if a is not type(None)]
         return " or ".join(kinds + (["nulls" if many else "null"] if type(None) in args else []))
     if origin is list:
-        return ("arrays of " if many else "array of ") + _json_type(args[0], objects, True) if args else "array"
+        return (
+            ("arrays of " if many else "array of ") + _json_type(args[0], objects, True)
+            if args
+            else "array"
+        )
     if origin is dict or hint is dict:
         if not args or args[1] in (Any, object):
             return "objects (any keys and values)" if many else "object (any keys and values)"
@@ -698,10 +882,17 @@ def _json_fields(cls: type, objects: list[type]) -> list[str]:
     rows = ["| field | type | required | meaning |", "|---|---|---|---|"]
     for name, hint in hints.items():
         if name not in comments:
-            log.warning("%s.%s has no comment: write one beside the field (docs/reference/json.md shows it)",
-                        cls.__name__, name)
+            log.warning(
+                "%s.%s has no comment: write one beside the field (docs/reference/json.md"
+                " shows it)",
+                cls.__name__,
+                name,
+            )
         required = "yes" if name in cls.__required_keys__ else "no"
-        rows.append(f"| {_code(name)} | {_json_type(hint, objects)} | {required} | {_text(_rst(comments.get(name, '')))} |")
+        rows.append(
+            f"| {_code(name)} | {_json_type(hint, objects)} | {required} |"
+            f" {_text(_rst(comments.get(name, '')))} |"
+        )
     return rows
 
 
@@ -715,31 +906,60 @@ def json_page() -> str:
     documents = importlib.import_module("envbuild.commands.documents")
     entries = documents.DOCUMENTS
     intro = [_rst(b) for b in _docstring(documents).split("\n\n")[1:2]]
-    out = ["# JSON documents (`--json`)", "",
-           GENERATED.format(source="the `TypedDict`s of `envbuild/commands/documents.py` and the modules it names"), "",
-           "Every command that takes `--json` prints one JSON document on stdout and nothing else (its progress "
-           "and notes go to stderr); the exit code is the command's own ([exit codes](exit-codes.md)).", "",
-           *(" ".join(p.split()) for p in intro), "",
-           "| command | schema | document |", "|---|---|---|"]
+    out = [
+        "# JSON documents (`--json`)",
+        "",
+        GENERATED.format(
+            source="the `TypedDict`s of `envbuild/commands/documents.py` and the modules it names"
+        ),
+        "",
+        (
+            "Every command that takes `--json` prints one JSON document on stdout and nothing else"
+            " (its progress and notes go to stderr); the exit code is the command's own ([exit"
+            " codes](exit-codes.md))."
+        ),
+        "",
+        *(" ".join(p.split()) for p in intro),
+        "",
+        "| command | schema | document |",
+        "|---|---|---|",
+    ]
     for e in entries:
         schema = json_schema(e.document)
-        shown = _code(f'"{schema}"' if isinstance(schema, str) else str(schema)) if schema is not None else "none: a list"
-        out.append(f"| [{_code('envbuild ' + e.command)}](#{_json_anchor(e.command)}) | {shown} | "
-                   f"{_code(e.document.__name__)} |")
+        shown = (
+            _code(f'"{schema}"' if isinstance(schema, str) else str(schema))
+            if schema is not None
+            else "none: a list"
+        )
+        out.append(
+            f"| [{_code('envbuild ' + e.command)}](#{_json_anchor(e.command)}) | {shown} | "
+            f"{_code(e.document.__name__)} |"
+        )
     objects: list[type] = []
     for e in entries:
         schema = json_schema(e.document)
         out += ["", _heading(2, _json_anchor(e.command), _code(f"envbuild {e.command}")), ""]
         if e.many:
-            out.append(f"A JSON list, one [{e.document.__name__}](#obj-{e.document.__name__}) per item, with no "
-                       "`schema` key: the list it has always been, kept as it is.")
+            out.append(
+                f"A JSON list, one [{e.document.__name__}](#obj-{e.document.__name__}) per item,"
+                " with no `schema` key: the list it has always been, kept as it is."
+            )
             if e.document not in objects:
                 objects.append(e.document)
             continue
-        out += [f"Schema: {_code(repr(schema) if isinstance(schema, int) else str(schema))}. "
-                + _text(" ".join(_rst(_docstring(e.document)).split())), ""]
+        out += [
+            f"Schema: {_code(repr(schema) if isinstance(schema, int) else str(schema))}. "
+            + _text(" ".join(_rst(_docstring(e.document)).split())),
+            "",
+        ]
         out += _json_fields(e.document, objects)
-    out += ["", _heading(2, "objects", "Objects"), "", "The objects the documents hold, where their fields are fixed.", ""]
+    out += [
+        "",
+        _heading(2, "objects", "Objects"),
+        "",
+        "The objects the documents hold, where their fields are fixed.",
+        "",
+    ]
     done: set[type] = set()
     while len(done) < len(objects):
         cls = next(c for c in objects if c not in done)

@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not locks:
         print(f"ok: no lockfile among the {len(files)} file(s) given; nothing to check")
         return 0
-    options = [a for a in args if str(Path(a)) not in set(files)]  # pre-commit and the action put the files last
+    # pre-commit and the action put the files last
+    options = [a for a in args if str(Path(a)) not in set(files)]
     return run_cli(["check-lock", *options, *locks])
 
 

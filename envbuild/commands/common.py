@@ -74,14 +74,18 @@ def path_arg(text: str) -> Path:
     """``type=`` of every path option: an empty value (``--root "$UNSET"``) is refused, where
     ``Path("")`` would quietly mean the current folder."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?); give a path, or leave the option out")
+        raise argparse.ArgumentTypeError(
+            "an empty path (an unset shell variable?); give a path, or leave the option out"
+        )
     return Path(text)
 
 
 def nonempty_arg(text: str) -> str:
     """``type=`` of a path-or-URL option kept as text (``--python``, ``--wheelhouse``)."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty value (an unset shell variable?); give one, or leave the option out")
+        raise argparse.ArgumentTypeError(
+            "an empty value (an unset shell variable?); give one, or leave the option out"
+        )
     return text
 
 
@@ -102,7 +106,9 @@ def seconds_arg(*, maximum: float = WEEK, zero: bool = False) -> Callable[[str],
         low_ok = value >= 0 if zero else value > 0
         if not low_ok or value > maximum:
             low = "0" if zero else "above 0"
-            raise argparse.ArgumentTypeError(f"{text} seconds is out of range: give {low}, at most {maximum:g}")
+            raise argparse.ArgumentTypeError(
+                f"{text} seconds is out of range: give {low}, at most {maximum:g}"
+            )
         return value
 
     parse.__name__ = "seconds"
@@ -120,14 +126,18 @@ def count_arg(minimum: int, maximum: int, *, special: tuple[int, ...] = ()) -> C
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from exc
         if value not in special and not minimum <= value <= maximum:
             also = f" (or {', '.join(map(str, special))})" if special else ""
-            raise argparse.ArgumentTypeError(f"{value} is out of range: give {minimum} to {maximum}{also}")
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: give {minimum} to {maximum}{also}"
+            )
         return value
 
     parse.__name__ = "count"
     return parse
 
 
-def amount_arg(minimum: float, maximum: float, *, special: tuple[float, ...] = ()) -> Callable[[str], float]:
+def amount_arg(
+    minimum: float, maximum: float, *, special: tuple[float, ...] = ()
+) -> Callable[[str], float]:
     """``type=`` of a finite number from ``minimum`` to ``maximum`` (or one of ``special``)."""
 
     def parse(text: str) -> float:
@@ -137,7 +147,9 @@ def amount_arg(minimum: float, maximum: float, *, special: tuple[float, ...] = (
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
         if not math.isfinite(value) or (value not in special and not minimum <= value <= maximum):
             also = f" (or {', '.join(f'{v:g}' for v in special)})" if special else ""
-            raise argparse.ArgumentTypeError(f"{text} is out of range: give {minimum:g} to {maximum:g}{also}")
+            raise argparse.ArgumentTypeError(
+                f"{text} is out of range: give {minimum:g} to {maximum:g}{also}"
+            )
         return value
 
     parse.__name__ = "number"
@@ -168,8 +180,9 @@ class RootArgs:
 
 def add_stack_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--profile", metavar="NAME",
-                       help="a profile: lockfiles/NAME/stack.toml (default: cpu)")
+    group.add_argument(
+        "--profile", metavar="NAME", help="a profile: lockfiles/NAME/stack.toml (default: cpu)"
+    )
     group.add_argument("--stack", metavar="FILE", type=path_arg, help="any stack spec file")
 
 
@@ -194,15 +207,23 @@ class Found:
     why: str  # "from --root", "from ENVBUILD_ROOT", "from the active venv ...", or the default
 
 
-def add_root_arg(parser: argparse.ArgumentParser, what: str = "data root holding the venv, receipts and logs") -> None:
-    parser.add_argument("--root", type=path_arg,
-                        help=f"{what} (default: ${ROOT_ENV}, else the active venv's if envbuild made it, "
-                             "else the stack's layout.root)")
+def add_root_arg(
+    parser: argparse.ArgumentParser, what: str = "data root holding the venv, receipts and logs"
+) -> None:
+    parser.add_argument(
+        "--root",
+        type=path_arg,
+        help=(
+            f"{what} (default: ${ROOT_ENV}, else the active venv's if envbuild made it, "
+            "else the stack's layout.root)"
+        ),
+    )
 
 
 def find_environment(args: RootArgs, environ: Mapping[str, str] | None = None) -> Found:
     """The stack, root and venv ``args`` and the environment point at; says which root and why.
-    A command without ``--profile``/``--stack`` (not a ``StackArgs``: ``receipt``) names no stack."""
+    A command without ``--profile``/``--stack`` (not a ``StackArgs``: ``receipt``) names no stack.
+    """
     env = os.environ if environ is None else environ
     root, why, record = _find_root(args.root, env)
     stack = args if isinstance(args, StackArgs) else StackArgs(profile=None, stack=None)
@@ -216,14 +237,18 @@ def find_environment(args: RootArgs, environ: Mapping[str, str] | None = None) -
     return Found(spec=spec, paths=paths, venv=venv, why=why)
 
 
-def _find_root(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path | None, str, dict[str, Any] | None]:
+def _find_root(
+    explicit: Path | None, env: Mapping[str, str]
+) -> tuple[Path | None, str, dict[str, Any] | None]:
     if explicit is not None:
         return explicit, "from --root", _root_record(explicit)
     if ROOT_ENV in env:
         value = env[ROOT_ENV]
         if not value.strip():
-            raise ConfigError(f"{ROOT_ENV} is set but empty (an unset shell variable?)",
-                              hint="Set it to the data root provision used, unset it, or pass --root.")
+            raise ConfigError(
+                f"{ROOT_ENV} is set but empty (an unset shell variable?)",
+                hint="Set it to the data root provision used, unset it, or pass --root.",
+            )
         root = Path(value).expanduser()
         return root, f"from {ROOT_ENV}", _root_record(root)
     active = env.get("VIRTUAL_ENV")
@@ -232,7 +257,11 @@ def _find_root(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path | No
         record = _venv_record(venv)
         if record is not None:
             return Path(record["root"]), f"from the active venv {venv}", record
-    return None, "the stack's layout.root: no --root, no ENVBUILD_ROOT, no active venv made by envbuild", None
+    return (
+        None,
+        "the stack's layout.root: no --root, no ENVBUILD_ROOT, no active venv made by envbuild",
+        None,
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -279,9 +308,11 @@ def _recorded_spec(record: dict[str, Any], root: Path | None) -> StackSpec:
             return resolve_spec(name, None)
         except ConfigError:
             pass
-    raise ConfigError(f"the environment at {root} was provisioned from {stack or name or 'a stack'}, "
-                      "which is not there any more",
-                      hint="Name its stack with --profile NAME or --stack FILE.")
+    raise ConfigError(
+        f"the environment at {root} was provisioned from {stack or name or 'a stack'}, "
+        "which is not there any more",
+        hint="Name its stack with --profile NAME or --stack FILE.",
+    )
 
 
 def record_environment(spec: StackSpec, paths: Paths) -> list[str]:
@@ -289,13 +320,22 @@ def record_environment(spec: StackSpec, paths: Paths) -> list[str]:
     never a system or image interpreter's prefix), so the venv, once activated, is found. Returns
     the lines that tell the user how the next commands find the environment."""
     manifest = _read_json(paths.manifest) or {}
-    venv = Path(manifest["venv"]) if isinstance(manifest.get("venv"), str) and manifest["venv"] else paths.venv
+    venv = (
+        Path(manifest["venv"])
+        if isinstance(manifest.get("venv"), str) and manifest["venv"]
+        else paths.venv
+    )
     export = f"export {ROOT_ENV}={sh_word(str(paths.root), '--root')}"
     later = "then smoke, dist-step, verify and receipt find this environment without --root"
     if not (venv / "pyvenv.cfg").is_file():
         return [f"next: {export}", f"  {later}"]
-    doc = {"schema": RECORD_SCHEMA, "root": str(paths.root.absolute()), "venv": str(venv),
-           "stack": str(spec.path.absolute()), "stack_name": spec.name}
+    doc = {
+        "schema": RECORD_SCHEMA,
+        "root": str(paths.root.absolute()),
+        "venv": str(venv),
+        "stack": str(spec.path.absolute()),
+        "stack_name": spec.name,
+    }
     if _read_json(venv / ENVIRONMENT_RECORD) != doc:
         try:
             atomic_write_json(venv / ENVIRONMENT_RECORD, doc)

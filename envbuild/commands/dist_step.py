@@ -1,4 +1,5 @@
-"""``envbuild dist-step``: a short TP+SP+EP+FSDP2 training step under torchrun. Exit 7 on a failure."""
+"""``envbuild dist-step``: a short TP+SP+EP+FSDP2 training step under torchrun. Exit 7 on a
+failure."""
 
 from __future__ import annotations
 
@@ -62,29 +63,89 @@ class DistStepArgs(TargetArgs):
 
 def register(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "dist-step", help="a short TP+SP+EP+FSDP2 training step under torchrun",
-        description="torchrun one process per GPU (gloo processes on CPU): a small transformer with a MoE "
-                    "layer on a dp x tp mesh with expert parallel, checked against a single-process "
-                    "reference, a DCP round trip and an all-reduce bandwidth probe. Exit 7 on a failure.")
+        "dist-step",
+        help="a short TP+SP+EP+FSDP2 training step under torchrun",
+        description=(
+            "torchrun one process per GPU (gloo processes on CPU): a small transformer with a MoE "
+            "layer on a dp x tp mesh with expert parallel, checked against a single-process "
+            "reference, a DCP round trip and an all-reduce bandwidth probe. Exit 7 on a failure."
+        ),
+    )
     add_target_args(p)
-    p.add_argument("--nproc", type=count_arg(1, MAX_NPROC), help="processes on this node (default: one per GPU; 2 on CPU)")
-    p.add_argument("--nnodes", type=count_arg(1, MAX_NODES), default=1, help="nodes (default 1); >1 needs --rdzv-endpoint")
-    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for multi-node runs")
-    p.add_argument("--rdzv-id", default="envbuild-dist-step", help="rendezvous id, the same on every node")
-    p.add_argument("--dp", type=count_arg(1, MAX_WORLD, special=(0,)), default=0, help="data-parallel size (default: world / tp)")
-    p.add_argument("--tp", type=count_arg(1, MAX_WORLD, special=(0,)), default=0, help="tensor-parallel size (default: 2 if the world is even, else 1)")
-    p.add_argument("--ep", type=count_arg(1, MAX_WORLD, special=(0,)), default=0, help="expert-parallel size (default: the world size)")
-    p.add_argument("--steps", type=count_arg(2, 10_000), default=5, help="optimizer steps (default 5)")
+    p.add_argument(
+        "--nproc",
+        type=count_arg(1, MAX_NPROC),
+        help="processes on this node (default: one per GPU; 2 on CPU)",
+    )
+    p.add_argument(
+        "--nnodes",
+        type=count_arg(1, MAX_NODES),
+        default=1,
+        help="nodes (default 1); >1 needs --rdzv-endpoint",
+    )
+    p.add_argument(
+        "--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for multi-node runs"
+    )
+    p.add_argument(
+        "--rdzv-id", default="envbuild-dist-step", help="rendezvous id, the same on every node"
+    )
+    p.add_argument(
+        "--dp",
+        type=count_arg(1, MAX_WORLD, special=(0,)),
+        default=0,
+        help="data-parallel size (default: world / tp)",
+    )
+    p.add_argument(
+        "--tp",
+        type=count_arg(1, MAX_WORLD, special=(0,)),
+        default=0,
+        help="tensor-parallel size (default: 2 if the world is even, else 1)",
+    )
+    p.add_argument(
+        "--ep",
+        type=count_arg(1, MAX_WORLD, special=(0,)),
+        default=0,
+        help="expert-parallel size (default: the world size)",
+    )
+    p.add_argument(
+        "--steps", type=count_arg(2, 10_000), default=5, help="optimizer steps (default 5)"
+    )
     p.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
     p.add_argument("--bf16", action="store_true", help="bf16 parameters (looser parity tolerance)")
-    p.add_argument("--bw-mb", type=amount_arg(0, 65536, special=(-1.0,)), default=-1.0, metavar="MIB",
-                   help="all-reduce probe size in MiB (default 1024 on GPU, 8 on CPU; 0 skips)")
-    p.add_argument("--ckpt-dir", type=path_arg, metavar="DIR",
-                   help="DCP checkpoint folder for the round trip; must be shared by all nodes (default: a temporary "
-                        "folder on one node, <root>/checkpoints/envbuild-dist-step-<rdzv-id> across nodes)")
-    p.add_argument("--timeout", type=seconds_arg(), default=600.0, metavar="S", help="give up after S seconds (default 600)")
-    p.add_argument("--stall-timeout", type=seconds_arg(), default=60.0, metavar="S",
-                   help="stop when a rank sends no heartbeat for S seconds (stopped, killed or wedged; default 60)")
+    p.add_argument(
+        "--bw-mb",
+        type=amount_arg(0, 65536, special=(-1.0,)),
+        default=-1.0,
+        metavar="MIB",
+        help="all-reduce probe size in MiB (default 1024 on GPU, 8 on CPU; 0 skips)",
+    )
+    p.add_argument(
+        "--ckpt-dir",
+        type=path_arg,
+        metavar="DIR",
+        help=(
+            "DCP checkpoint folder for the round trip; must be shared by all nodes (default: a"
+            " temporary folder on one node, <root>/checkpoints/envbuild-dist-step-<rdzv-id> across"
+            " nodes)"
+        ),
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds_arg(),
+        default=600.0,
+        metavar="S",
+        help="give up after S seconds (default 600)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=seconds_arg(),
+        default=60.0,
+        metavar="S",
+        help=(
+            "stop when a rank sends no heartbeat for S seconds (stopped, killed or wedged;"
+            " default 60)"
+        ),
+    )
     p.set_defaults(func=Handler(run, DistStepArgs))
 
 
@@ -98,10 +159,22 @@ def visible_gpus() -> int:
 
 
 def _options(args: DistStepArgs, gpus: int, ckpt_dir: Path | None) -> DistOptions:
-    return DistOptions(nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
-                       dp=args.dp, tp=args.tp, ep=args.ep, steps=args.steps, cpu=args.cpu or gpus == 0,
-                       bf16=args.bf16, bw_mb=args.bw_mb, timeout=args.timeout, stall_timeout=args.stall_timeout,
-                       ckpt_dir=ckpt_dir)
+    return DistOptions(
+        nproc=args.nproc,
+        nnodes=args.nnodes,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+        dp=args.dp,
+        tp=args.tp,
+        ep=args.ep,
+        steps=args.steps,
+        cpu=args.cpu or gpus == 0,
+        bf16=args.bf16,
+        bw_mb=args.bw_mb,
+        timeout=args.timeout,
+        stall_timeout=args.stall_timeout,
+        ckpt_dir=ckpt_dir,
+    )
 
 
 def run(args: DistStepArgs) -> int:
@@ -110,23 +183,36 @@ def run(args: DistStepArgs) -> int:
         plan_mesh(args.nproc * args.nnodes, args.dp, args.tp, args.ep)
     spec, paths, python = resolve_target(args)
     gpus = 0 if args.cpu else visible_gpus()
-    opts = _options(args, gpus, args.ckpt_dir or (paths.checkpoints / f"envbuild-dist-step-{args.rdzv_id}"
-                                                  if args.nnodes > 1 else None))
+    opts = _options(
+        args,
+        gpus,
+        args.ckpt_dir
+        or (paths.checkpoints / f"envbuild-dist-step-{args.rdzv_id}" if args.nnodes > 1 else None),
+    )
     nproc = args.nproc or (gpus or 2)
     opts.validate()
-    plan_mesh(nproc * args.nnodes, args.dp, args.tp, args.ep)  # before anything is launched or written
-    regime = f"torchrun-{'standalone' if args.nnodes == 1 and not args.rdzv_endpoint else 'c10d'} " \
-             f"{args.nnodes}x{nproc} {'gloo' if opts.cpu else 'nccl'}"
+    # before anything is launched or written
+    plan_mesh(nproc * args.nnodes, args.dp, args.tp, args.ep)
+    regime = (
+        f"torchrun-{'standalone' if args.nnodes == 1 and not args.rdzv_endpoint else 'c10d'} "
+        f"{args.nnodes}x{nproc} {'gloo' if opts.cpu else 'nccl'}"
+    )
     facts = ReceiptFacts.start(args, spec, python, regime)
     log = log_path(paths, "dist-step.log")
-    res = run_dist_step(python, opts, gpu_count=gpus, log_file=log, base_env=target_env(spec, paths))
+    res = run_dist_step(
+        python, opts, gpu_count=gpus, log_file=log, base_env=target_env(spec, paths)
+    )
     r = res.result
     mesh = r.get("mesh", {})
     regime += f" dp{mesh.get('dp')}xtp{mesh.get('tp')} ep{mesh.get('ep')}"
     payload: DistStepPayload = {  # allreduce_expected: below
-        **r, "ok": res.ok, "returncode": res.returncode,  # type: ignore[typeddict-item]
-        "torchrun_seconds": res.seconds, "torchrun_launched_at": res.started,
-        "launch_regime": regime}
+        **r,  # type: ignore[typeddict-item]
+        "ok": res.ok,
+        "returncode": res.returncode,
+        "torchrun_seconds": res.seconds,
+        "torchrun_launched_at": res.started,
+        "launch_regime": regime,
+    }
     if not opts.cpu:
         from envbuild.proof.diststep import topology
 
@@ -142,8 +228,10 @@ def run(args: DistStepArgs) -> int:
     else:
         verdict = "dist-step passed" if res.ok else "dist-step FAILED"
         torchrun = f" (torchrun exit {res.returncode})" if res.returncode else ""
-        ui.print_text(f"{verdict} in {res.seconds:.1f} s{torchrun}: {regime}, world {r.get('world_size')}, "
-                      f"torch {r.get('versions', {}).get('torch')}")
+        ui.print_text(
+            f"{verdict} in {res.seconds:.1f} s{torchrun}: {regime}, world {r.get('world_size')}, "
+            f"torch {r.get('versions', {}).get('torch')}"
+        )
         ui.print_table(None, ["", "result"], result_rows(r), max_width=ui.WIDTH, keep=1)
         for what, where in (("receipt", receipt), ("log", log)):
             if where:
@@ -153,25 +241,67 @@ def run(args: DistStepArgs) -> int:
 
 def result_rows(r: Mapping[str, Any]) -> list[list[str]]:
     """The checks' verdicts, then what they measured: short cells, a table within ui.WIDTH."""
-    par, ck, t, bw = r.get("parity", {}), r.get("checkpoint", {}), r.get("timing", {}), r.get("allreduce")
+    par, ck, t, bw = (
+        r.get("parity", {}),
+        r.get("checkpoint", {}),
+        r.get("timing", {}),
+        r.get("allreduce"),
+    )
     rt = r.get("routing", {})
     tol = par.get("tolerance", {})
-    rows = [[name.replace("_", " "), "pass" if ok else "FAIL"] for name, ok in r.get("checks", {}).items()]
+    rows = [
+        [name.replace("_", " "), "pass" if ok else "FAIL"]
+        for name, ok in r.get("checks", {}).items()
+    ]
     rows += [
         ["losses", " ".join(f"{v:.4f}" for v in r.get("losses", []))],
-        ["vs reference", f"loss {par.get('max_loss_diff', 0):.1e} (tol {tol.get('loss')}), grad norm rel "
-                         f"{par.get('max_grad_norm_rel_diff', 0):.1e}, weights {par.get('max_weight_abs_diff', 0):.1e}"],
-        ["routing", f"{rt.get('flips', 0)} of {rt.get('tokens_routed', 0)} top-k choices differ from the reference's "
-                    f"(widest gap {rt.get('max_flip_gap', 0):.1e}, near-tie tol {rt.get('tolerance')})"],
-        ["checkpoint", "eval loss saved {}, perturbed {}, loaded {}".format(
-            *(_num(ck.get(k)) for k in ("eval_loss_saved", "eval_loss_perturbed", "eval_loss_loaded")))],
-        ["step time", f"first {1e3 * t.get('first_step_seconds', 0):.1f} ms, steady "
-                      f"{1e3 * t.get('steady_step_seconds', 0):.1f} ms (max {1e3 * t.get('steady_step_max_seconds', 0):.1f})"],
-        ["all-reduce", f"busbw {bw['busbw_gbps']:.1f} GB/s ({bw['bytes'] / 2**20:.0f} MiB)" if bw else "not measured (one rank)"],
+        [
+            "vs reference",
+            (
+                f"loss {par.get('max_loss_diff', 0):.1e} (tol {tol.get('loss')}), grad norm rel"
+                f" {par.get('max_grad_norm_rel_diff', 0):.1e}, weights"
+                f" {par.get('max_weight_abs_diff', 0):.1e}"
+            ),
+        ],
+        [
+            "routing",
+            (
+                f"{rt.get('flips', 0)} of {rt.get('tokens_routed', 0)} top-k choices differ from"
+                f" the reference's (widest gap {rt.get('max_flip_gap', 0):.1e}, near-tie tol"
+                f" {rt.get('tolerance')})"
+            ),
+        ],
+        [
+            "checkpoint",
+            "eval loss saved {}, perturbed {}, loaded {}".format(
+                *(
+                    _num(ck.get(k))
+                    for k in ("eval_loss_saved", "eval_loss_perturbed", "eval_loss_loaded")
+                )
+            ),
+        ],
+        [
+            "step time",
+            (
+                f"first {1e3 * t.get('first_step_seconds', 0):.1f} ms, steady"
+                f" {1e3 * t.get('steady_step_seconds', 0):.1f} ms (max"
+                f" {1e3 * t.get('steady_step_max_seconds', 0):.1f})"
+            ),
+        ],
+        [
+            "all-reduce",
+            (
+                f"busbw {bw['busbw_gbps']:.1f} GB/s ({bw['bytes'] / 2**20:.0f} MiB)"
+                if bw
+                else "not measured (one rank)"
+            ),
+        ],
     ]
     for rk in r.get("ranks", []):
         mem = ", ".join(f"{k} {v:.0f}" for k, v in rk.get("peak_memory", {}).items())
-        rows.append([f"rank {rk.get('rank')} peak", f"{mem} ({rk.get('host')}, {rk.get('device')})"])
+        rows.append(
+            [f"rank {rk.get('rank')} peak", f"{mem} ({rk.get('host')}, {rk.get('device')})"]
+        )
     return rows
 
 

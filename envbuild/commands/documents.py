@@ -37,7 +37,8 @@ from envbuild.proof.receipt import (
     WarmupJSON,
 )
 
-# ----------------------------------------------------------------------------- plan, provision, verify
+# ----------------------------------------------------------------------------- plan, provision,
+# verify
 
 
 class PlanStepDocument(PlanStepJSON):
@@ -70,7 +71,8 @@ class PlanLockDocument(_PlanLockSchema, StagePlanJSON):
     """`plan --lock FILE`: the environment chosen of a lockfile, its stages in install order, and
     the gate's verdict on it. Executes nothing."""
 
-    builds: dict[str, str]  # the builds stage: for each package, a cached built wheel or that it compiles
+    # the builds stage: for each package, a cached built wheel or that it compiles
+    builds: dict[str, str]
     gate: FileReportJSON  # the gate's verdict on the chosen environment (exit 8 when it fails)
 
 
@@ -85,7 +87,8 @@ class ProvisionDocument(TypedDict):
     warnings: list[str]  # the guard's warnings
     seconds: float  # the provision's wall time
     guard_seconds: list[float]  # each ABI guard run's time
-    full_check: dict[str, Any] | None  # the final `import torch`'s answer (version, cuda, file, ...)
+    # the final `import torch`'s answer (version, cuda, file, ...)
+    full_check: dict[str, Any] | None
     import_cached: bool  # true: the last import verdict was reused (nothing changed since)
     import_warmup: WarmupJSON | None  # the import warm-up (null: not run)
     receipt: str | None  # the receipt written, or the one this run confirms (null: not written)
@@ -110,7 +113,8 @@ class ProvisionLockDocument(_ProvisionLockSchema, StagePlanJSON):
 
 
 class ProvisionSliceDocument(TypedDict):
-    """`provision --lock SLICE`: one image layer of `docker --lock` installed (its Dockerfile's RUN line)."""
+    """`provision --lock SLICE`: one image layer of `docker --lock` installed (its Dockerfile's RUN
+    line)."""
 
     schema: Literal["envbuild.provision.slice/1"]  # this document's format
     lock_file: str  # the stage slice
@@ -127,7 +131,9 @@ class ProvisionSliceDocument(TypedDict):
 class ViolationJSON(TypedDict):
     """One way the environment departs from its baseline."""
 
-    rule: str  # the guard rule: version, local, cuda, reinstalled, protected, triton, overlap, provenance, unmet
+    # the guard rule: version, local, cuda, reinstalled, protected, triton, overlap, provenance,
+    # unmet
+    rule: str
     package: str  # the package it names
     message: str  # what happened
 
@@ -145,7 +151,8 @@ class VerifyDocument(TypedDict):
     # finished)
     unfinished: str | None
     violations: list[ViolationJSON]  # the guard's violations, then the import check's findings
-    changed_on_disk: list[str]  # torch and its protected set: files whose bytes are not the ones RECORD lists
+    # torch and its protected set: files whose bytes are not the ones RECORD lists
+    changed_on_disk: list[str]
     # a root provisioned from a lock with exact sync: packages its selection does not install
     extraneous: list[str]
     torch: dict[str, Any] | None  # the `import torch` check's answer (version, cuda, file, ...)
@@ -164,7 +171,8 @@ class SmokeDocument(_SmokeSchema, SmokePayload):
     """`smoke`: the kernel checks' results (exit 7 when one fails): the receipt's payload, with each
     failed check's traceback."""
 
-    receipt: str | None  # the receipt written (null: --no-receipt, or a data root that cannot take it)
+    # the receipt written (null: --no-receipt, or a data root that cannot take it)
+    receipt: str | None
 
 
 class _DistStepSchema(TypedDict):
@@ -172,9 +180,11 @@ class _DistStepSchema(TypedDict):
 
 
 class DistStepDocument(_DistStepSchema, DistStepPayload):
-    """`dist-step`: a real distributed training step (exit 7 when a check fails): the receipt's payload."""
+    """`dist-step`: a real distributed training step (exit 7 when a check fails): the receipt's
+    payload."""
 
-    receipt: str | None  # the receipt written (null: --no-receipt, or a data root that cannot take it)
+    # the receipt written (null: --no-receipt, or a data root that cannot take it)
+    receipt: str | None
 
 
 class _PreflightHead(TypedDict):
@@ -184,7 +194,8 @@ class _PreflightHead(TypedDict):
 
 
 class PreflightDocument(_PreflightHead, PreflightReportJSON):
-    """`preflight` (and `preflight --lock FILE`): the host checked against the stack (exit 3 on a fail)."""
+    """`preflight` (and `preflight --lock FILE`): the host checked against the stack (exit 3 on a
+    fail)."""
 
 
 # ----------------------------------------------------------------------------- images
@@ -196,7 +207,8 @@ class DockerDocument(TypedDict):
     schema: Literal["envbuild.docker/1"]  # this document's format
     stack: str  # the stack's name
     dockerfile: str  # the Dockerfile written
-    files: list[str]  # the spec slices and lock files written beside it, relative to the build context
+    # the spec slices and lock files written beside it, relative to the build context
+    files: list[str]
 
 
 class DockerCheckDocument(TypedDict):
@@ -210,7 +222,8 @@ class DockerCheckDocument(TypedDict):
 
 
 class DockerLockDocument(TypedDict):
-    """`docker --lock FILE`: the Dockerfile written, one layer per stage of the lock's environment."""
+    """`docker --lock FILE`: the Dockerfile written, one layer per stage of the lock's
+    environment."""
 
     schema: Literal["envbuild.docker.lock/1"]  # this document's format
     lock: str  # the lockfile, as given
@@ -286,7 +299,8 @@ class StaleStepJSON(TypedDict):
 
 
 class LockCheckDocument(TypedDict):
-    """`lock --check`: whether the lock is current for the spec (exit 8 when not, after the document)."""
+    """`lock --check`: whether the lock is current for the spec (exit 8 when not, after the
+    document)."""
 
     schema: Literal["envbuild.lock.check/1"]  # this document's format
     current: bool  # true: the lock is current
@@ -350,7 +364,8 @@ class ReceiptDiffEntry(TypedDict):
 
 
 class ReceiptDiffDocument(TypedDict):
-    """`receipt diff`: what changed between receipts (exit 10 when any drifted, after the document)."""
+    """`receipt diff`: what changed between receipts (exit 10 when any drifted, after the
+    document)."""
 
     schema: Literal["envbuild.receipt.diff/1"]  # this document's format
     reference: str  # the receipt the others are compared with
@@ -438,16 +453,37 @@ class WheelhouseIndexDocument(TypedDict):
 # ----------------------------------------------------------------------------- all of them
 
 Document = (
-    PlanDocument | PlanLockDocument | ProvisionDocument | ProvisionLockDocument | ProvisionSliceDocument
-    | VerifyDocument | SmokeDocument | DistStepDocument | PreflightDocument | DockerDocument | DockerCheckDocument
-    | DockerLockDocument | DockerLockCheckDocument | ModalDocument | LockDocument | LockCheckDocument
-    | CheckLockDocument | CheckLockOwnDocument | LoadedReceipt | ReceiptListDocument | ReceiptDiffDocument
-    | list[WheelhouseBuildItem] | WheelhouseMirrorDocument | WheelhouseMirrorLockDocument | WheelhouseIndexDocument
+    PlanDocument
+    | PlanLockDocument
+    | ProvisionDocument
+    | ProvisionLockDocument
+    | ProvisionSliceDocument
+    | VerifyDocument
+    | SmokeDocument
+    | DistStepDocument
+    | PreflightDocument
+    | DockerDocument
+    | DockerCheckDocument
+    | DockerLockDocument
+    | DockerLockCheckDocument
+    | ModalDocument
+    | LockDocument
+    | LockCheckDocument
+    | CheckLockDocument
+    | CheckLockOwnDocument
+    | LoadedReceipt
+    | ReceiptListDocument
+    | ReceiptDiffDocument
+    | list[WheelhouseBuildItem]
+    | WheelhouseMirrorDocument
+    | WheelhouseMirrorLockDocument
+    | WheelhouseIndexDocument
 )
 
 
 class DocumentEntry(NamedTuple):
-    """One document: the command line that prints it and its ``TypedDict`` (``many``: a list of them)."""
+    """One document: the command line that prints it and its ``TypedDict`` (``many``: a list of
+    them)."""
 
     command: str
     document: type

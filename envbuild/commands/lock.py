@@ -29,7 +29,8 @@ from envbuild.spec import StackSpec
 if TYPE_CHECKING:
     from envbuild.commands.documents import LockCheckDocument, LockDocument
 
-STALE = int(ExitCode.LOCK)  # `lock --check`: the lock is not current for the spec (8, as a stale lock is everywhere)
+# `lock --check`: the lock is not current for the spec (8, as a stale lock is everywhere)
+STALE = int(ExitCode.LOCK)
 
 
 @dataclass(frozen=True)
@@ -51,32 +52,93 @@ class LockCommandArgs(StackArgs, JsonArgs):
 
 
 def register(sub: Subparsers) -> None:
-    p = sub.add_parser("lock", help="compile each step into a hash-pinned requirements file (pip-tools)")
+    p = sub.add_parser(
+        "lock", help="compile each step into a hash-pinned requirements file (pip-tools)"
+    )
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--python", metavar="PATH", help="pip-compile under this interpreter (default: this one when it "
-                   "is the stack's Python, else uv resolves for the stack's Python and [target] platform)")
-    p.add_argument("--resolver", choices=RESOLVERS, default="auto",
-                   help="auto (default): pip-compile when this interpreter is the target, else uv pip compile")
-    p.add_argument("--wheelhouse", metavar="DIR|URL",
-                   help="resolve every step only from this find-links folder or page (offline)")
-    p.add_argument("--skip-step", metavar="NAME", action="append", default=[],
-                   help="leave this step out of the lock (it resolves from the spec); repeatable")
-    p.add_argument("--output", type=path_arg, metavar="DIR", help="write the lock here (default: beside the spec)")
-    p.add_argument("--no-pylock", action="store_true", help="do not write the PEP 751 pylock.toml export")
-    p.add_argument("--upgrade-package", "-P", metavar="NAME[==VERSION]", action="append", default=[],
-                   help="move this package (to its newest match, or to VERSION) in every step that pins it; "
-                   "nothing else moves; repeatable")
-    p.add_argument("--upgrade", "-U", action="store_true",
-                   help="move every package to its newest match (default: keep every pin that still satisfies the spec)")
-    p.add_argument("--resolve-all", action="store_true",
-                   help="resolve every step again, even the current ones (pins still kept unless --upgrade)")
-    p.add_argument("--check", action="store_true",
-                   help="exit 0 when the lock is current for the spec, 8 (a stale lock) listing the stale steps; resolves nothing")
-    p.add_argument("--markdown", action="store_true", help="print what moved as markdown (a PR description)")
-    p.add_argument("--built-wheels", type=path_arg, metavar="DIR", action="append", default=[],
-                   help="a wheelhouse whose `wheelhouse build` wheels are listed for a rebuild when torch moves "
-                   "(default: ./wheelhouse); repeatable")
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help=(
+            "pip-compile under this interpreter (default: this one when it "
+            "is the stack's Python, else uv resolves for the stack's Python and [target] platform)"
+        ),
+    )
+    p.add_argument(
+        "--resolver",
+        choices=RESOLVERS,
+        default="auto",
+        help="auto (default): pip-compile when this interpreter is the target, else uv pip compile",
+    )
+    p.add_argument(
+        "--wheelhouse",
+        metavar="DIR|URL",
+        help="resolve every step only from this find-links folder or page (offline)",
+    )
+    p.add_argument(
+        "--skip-step",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="leave this step out of the lock (it resolves from the spec); repeatable",
+    )
+    p.add_argument(
+        "--output",
+        type=path_arg,
+        metavar="DIR",
+        help="write the lock here (default: beside the spec)",
+    )
+    p.add_argument(
+        "--no-pylock", action="store_true", help="do not write the PEP 751 pylock.toml export"
+    )
+    p.add_argument(
+        "--upgrade-package",
+        "-P",
+        metavar="NAME[==VERSION]",
+        action="append",
+        default=[],
+        help=(
+            "move this package (to its newest match, or to VERSION) in every step that pins it; "
+            "nothing else moves; repeatable"
+        ),
+    )
+    p.add_argument(
+        "--upgrade",
+        "-U",
+        action="store_true",
+        help=(
+            "move every package to its newest match (default: keep every pin that still satisfies"
+            " the spec)"
+        ),
+    )
+    p.add_argument(
+        "--resolve-all",
+        action="store_true",
+        help="resolve every step again, even the current ones (pins still kept unless --upgrade)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help=(
+            "exit 0 when the lock is current for the spec, 8 (a stale lock) listing the stale"
+            " steps; resolves nothing"
+        ),
+    )
+    p.add_argument(
+        "--markdown", action="store_true", help="print what moved as markdown (a PR description)"
+    )
+    p.add_argument(
+        "--built-wheels",
+        type=path_arg,
+        metavar="DIR",
+        action="append",
+        default=[],
+        help=(
+            "a wheelhouse whose `wheelhouse build` wheels are listed for a rebuild when torch moves"
+            " (default: ./wheelhouse); repeatable"
+        ),
+    )
     p.set_defaults(func=Handler(run, LockCommandArgs))
 
 
@@ -84,17 +146,29 @@ def run(args: LockCommandArgs) -> int:
     spec = load_stack(args)
     if args.check:
         if args.upgrade_package or args.upgrade or args.resolve_all:
-            raise ConfigError("--check resolves nothing: it cannot be given with --upgrade, --upgrade-package or "
-                              "--resolve-all")
+            raise ConfigError(
+                "--check resolves nothing: it cannot be given with --upgrade, --upgrade-package or "
+                "--resolve-all"
+            )
         return _check(spec, args)
     upgrade = parse_upgrades(args.upgrade_package, args.upgrade)
     dirs = [*args.built_wheels] or [Path("wheelhouse")]
     if args.wheelhouse and Path(args.wheelhouse).is_dir():
         dirs.append(Path(args.wheelhouse))
-    result = lock_stack(spec, LockOptions(python=args.python, resolver=args.resolver, wheelhouse=args.wheelhouse,
-                                          skip=tuple(args.skip_step), output=args.output,
-                                          export_pylock=not args.no_pylock, upgrade=upgrade,
-                                          resolve_all=args.resolve_all, wheel_dirs=tuple(dirs)))
+    result = lock_stack(
+        spec,
+        LockOptions(
+            python=args.python,
+            resolver=args.resolver,
+            wheelhouse=args.wheelhouse,
+            skip=tuple(args.skip_step),
+            output=args.output,
+            export_pylock=not args.no_pylock,
+            upgrade=upgrade,
+            resolve_all=args.resolve_all,
+            wheel_dirs=tuple(dirs),
+        ),
+    )
     if args.json:
         ui.print_json(_json(result))
         return 0
@@ -102,12 +176,18 @@ def run(args: LockCommandArgs) -> int:
         ui.print_raw(markdown(spec, result))
         return 0
     if not result.written:
-        events.emit("ok", f"{spec.name}: the lock in {result.folder} is current for {spec.path.name}; nothing to do "
-                    f"({result.seconds:.2f} s)")
+        events.emit(
+            "ok",
+            f"{spec.name}: the lock in {result.folder} is current for {spec.path.name}; nothing to"
+            f" do ({result.seconds:.2f} s)",
+        )
         return 0
-    events.emit("ok", f"{spec.name}: locked {len(spec.steps) - len(result.skipped)} of {len(spec.steps)} steps "
-                f"into {result.folder} in {result.seconds:.1f} s (resolved {len(result.resolved)}, "
-                f"kept {len(result.kept)} as they were)")
+    events.emit(
+        "ok",
+        f"{spec.name}: locked {len(spec.steps) - len(result.skipped)} of {len(spec.steps)} steps "
+        f"into {result.folder} in {result.seconds:.1f} s (resolved {len(result.resolved)}, "
+        f"kept {len(result.kept)} as they were)",
+    )
     _print_changes(result.changes)
     _print_rebuild(result)
     for f in result.files:
@@ -122,9 +202,12 @@ def _check(spec: StackSpec, args: LockCommandArgs) -> int:
     status = lock_status(spec, args.output)
     stale = [s for s in status.steps if not s.current]
     if args.json:
-        doc: LockCheckDocument = {"schema": "envbuild.lock.check/1", "current": status.current,
-                                  "reason": status.reason or None,
-                                  "stale": [{"step": s.name, "reason": s.reason} for s in stale]}
+        doc: LockCheckDocument = {
+            "schema": "envbuild.lock.check/1",
+            "current": status.current,
+            "reason": status.reason or None,
+            "stale": [{"step": s.name, "reason": s.reason} for s in stale],
+        }
         ui.print_json(doc)
         return 0 if status.current else STALE
     if status.current:
@@ -134,19 +217,40 @@ def _check(spec: StackSpec, args: LockCommandArgs) -> int:
         ui.print_text(f"stale: step {s.name}: {s.reason}")
     if status.reason:
         ui.print_text(f"stale: {status.reason}")
-    events.emit("fail", f"{spec.name}: the lock is not current ({len(stale)} of {len(status.steps)} steps stale); "
-                f"run `envbuild lock --stack {spec.path}`")
+    events.emit(
+        "fail",
+        f"{spec.name}: the lock is not current ({len(stale)} of {len(status.steps)} steps stale); "
+        f"run `envbuild lock --stack {spec.path}`",
+    )
     return STALE
 
 
 def _json(result: LockResult) -> LockDocument:
-    return {"schema": "envbuild.lock/1", "folder": str(result.folder), "files": [str(f) for f in result.files],
-            "skipped": result.skipped, "seconds": round(result.seconds, 3), "up_to_date": not result.written,
-            "resolved": list(result.resolved), "kept": list(result.kept),
-            "changes": [c.to_json() for c in result.changes],
-            "torch": {"old": result.torch_moved[0], "new": result.torch_moved[1]} if result.torch_moved else None,
-            "rebuild": [{"wheel": str(w.path), "name": w.name, "version": w.version, "built_against": w.built_against}
-                        for w in result.rebuild]}
+    return {
+        "schema": "envbuild.lock/1",
+        "folder": str(result.folder),
+        "files": [str(f) for f in result.files],
+        "skipped": result.skipped,
+        "seconds": round(result.seconds, 3),
+        "up_to_date": not result.written,
+        "resolved": list(result.resolved),
+        "kept": list(result.kept),
+        "changes": [c.to_json() for c in result.changes],
+        "torch": (
+            {"old": result.torch_moved[0], "new": result.torch_moved[1]}
+            if result.torch_moved
+            else None
+        ),
+        "rebuild": [
+            {
+                "wheel": str(w.path),
+                "name": w.name,
+                "version": w.version,
+                "built_against": w.built_against,
+            }
+            for w in result.rebuild
+        ],
+    }
 
 
 def _version(v: str | None) -> str:
@@ -161,8 +265,11 @@ def _print_changes(changes: tuple[Change, ...]) -> None:
     if not changes:
         ui.print_text("no pin moved")
         return
-    ui.print_table(f"what moved ({len(changes)})", ["step", "package", "old", "new", "why"],
-                   [[c.step, c.package, _version(c.old), _version(c.new), _why(c)] for c in changes])
+    ui.print_table(
+        f"what moved ({len(changes)})",
+        ["step", "package", "old", "new", "why"],
+        [[c.step, c.package, _version(c.old), _version(c.new), _why(c)] for c in changes],
+    )
 
 
 def _print_rebuild(result: LockResult) -> None:
@@ -171,8 +278,10 @@ def _print_rebuild(result: LockResult) -> None:
     old, new = result.torch_moved
     ui.print_text(f"torch moved: {old} -> {new}")
     for w in result.rebuild:
-        ui.print_text(f"  rebuild: {w.path} (built against torch {w.built_against}): "
-                      f"envbuild wheelhouse build {w.name} --venv VENV (with torch {new})")
+        ui.print_text(
+            f"  rebuild: {w.path} (built against torch {w.built_against}): "
+            f"envbuild wheelhouse build {w.name} --venv VENV (with torch {new})"
+        )
     if not result.rebuild:
         ui.print_text("  no wheelhouse wheel built against the old torch was found")
 
@@ -183,13 +292,20 @@ def markdown(spec: StackSpec, result: LockResult) -> str:
     if not result.written:
         return "\n".join(lines + ["The lock is current for the spec: nothing moved.", ""])
     steps = sorted({c.step for c in result.changes})
-    lines.append(f"{len(result.changes)} pin(s) moved in {len(steps)} step(s); resolved again: "
-                 f"{', '.join(f'`{s}`' for s in result.resolved) or 'none'}.")
+    lines.append(
+        f"{len(result.changes)} pin(s) moved in {len(steps)} step(s); resolved again: "
+        f"{', '.join(f'`{s}`' for s in result.resolved) or 'none'}."
+    )
     if result.changes:
         lines += ["", "| step | package | old | new | why |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| `{c.step}` | `{c.package}` | {_version(c.old)} | {_version(c.new)} | {_why(c)} |"
-                  for c in result.changes]
+        lines += [
+            f"| `{c.step}` | `{c.package}` | {_version(c.old)} | {_version(c.new)} | {_why(c)} |"
+            for c in result.changes
+        ]
     if result.torch_moved is not None:
         lines += ["", f"**torch moved**: {result.torch_moved[0]} -> {result.torch_moved[1]}."]
-        lines += [f"- rebuild `{w.path.name}` (built against torch {w.built_against})" for w in result.rebuild]
+        lines += [
+            f"- rebuild `{w.path.name}` (built against torch {w.built_against})"
+            for w in result.rebuild
+        ]
     return "\n".join(lines) + "\n"

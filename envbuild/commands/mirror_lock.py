@@ -25,30 +25,47 @@ if TYPE_CHECKING:
     from envbuild.commands.selection import WheelhouseMirrorArgs
 
 
-
 def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
-    """``wheelhouse mirror --lock FILE``: every file the chosen environment installs, into ``--out``."""
+    """``wheelhouse mirror --lock FILE``: every file the chosen environment installs, into
+    ``--out``."""
     from envbuild.fromlock.buildmirror import mirror_builds
     from envbuild.fromlock.buildreqs import build_sources
     from envbuild.fromlock.offline import mirror_lock, read_installed, without_installed
     from envbuild.wheelhouse.pages import write_index
 
-    # options of ``wheelhouse mirror`` that choose files of a stack's lock; a lock file's environment chooses them
-    used = given_flags({"--python-tag": args.python_tag, "--platform": args.platform, "--all-platforms": args.all_platforms,
-                   "--index-url": args.index_url, "--requirements": args.requirements})
+    # options of ``wheelhouse mirror`` that choose files of a stack's lock; a lock file's
+    # environment chooses them
+    used = given_flags(
+        {
+            "--python-tag": args.python_tag,
+            "--platform": args.platform,
+            "--all-platforms": args.all_platforms,
+            "--index-url": args.index_url,
+            "--requirements": args.requirements,
+        }
+    )
     if used:
-        raise ConfigError(f"--lock {lock}: {', '.join(used)} cannot be used with a lock file: the environment "
-                          "chosen of it (this host, or --environment, --extra, --group) decides which files are mirrored",
-                          hint="Drop them; `envbuild plan --lock FILE` lists the files.")
+        raise ConfigError(
+            f"--lock {lock}: {', '.join(used)} cannot be used with a lock file: the environment"
+            " chosen of it (this host, or --environment, --extra, --group) decides which files are"
+            " mirrored",
+            hint="Drop them; `envbuild plan --lock FILE` lists the files.",
+        )
     req = lock_selection(args, lock)
     prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
     chosen = prepared.chosen
     plan = prepared.plan
     if args.have is not None:
         plan = without_installed(plan, read_installed(args.have))
-        events.emit("info", f"--have {args.have}: {len(prepared.plan.placed) - len(plan.placed)} of "
-                    f"{len(prepared.plan.placed)} locked packages are there at the locked version; not mirrored")
-    events.emit("step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}")
+        events.emit(
+            "info",
+            f"--have {args.have}: {len(prepared.plan.placed) - len(plan.placed)} of"
+            f" {len(prepared.plan.placed)} locked packages are there at the locked version; not"
+            " mirrored",
+        )
+    events.emit(
+        "step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}"
+    )
     done = mirror_lock(plan, args.out, jobs=args.jobs, deadline=args.deadline)
     sources = build_sources(lock, req.build_constraints)
     built = mirror_builds(plan, args.out, sources, jobs=args.jobs, deadline=args.deadline)
@@ -60,14 +77,36 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
         events.emit("warn", f"not mirrored: {line}")
     if args.json:
         doc: WheelhouseMirrorLockDocument = {
-            "schema": "envbuild.wheelhouse.mirror.lock/1", **chosen.to_json(), "out": str(done.out),
-            "downloaded": list(done.downloaded), "present": list(done.present),
-            "not_mirrored": list(done.not_mirrored), "index": str(done.index), "bytes_mirrored": done.bytes}
+            "schema": "envbuild.wheelhouse.mirror.lock/1",
+            **chosen.to_json(),
+            "out": str(done.out),
+            "downloaded": list(done.downloaded),
+            "present": list(done.present),
+            "not_mirrored": list(done.not_mirrored),
+            "index": str(done.index),
+            "bytes_mirrored": done.bytes,
+        }
         ui.print_json(doc)
         return 0
-    ui.print_text(f"{len(done.downloaded)} downloaded, {len(done.present)} already present ({done.bytes / 1e6:.1f} MB) "
-                  f"for {chosen.env.name}; index: {done.index}")
-    ui.print_text("offline: " + shlex.join(["envbuild", "provision", "--lock", str(chosen.path), "--offline", "--wheelhouse",
-                              str(done.out), *req.sync.selection_argv(), *req.sync.install_argv(),
-                              *(["--rebuild-mismatched"] if req.rebuild_mismatched else [])]))
+    ui.print_text(
+        f"{len(done.downloaded)} downloaded, {len(done.present)} already present"
+        f" ({done.bytes / 1e6:.1f} MB) for {chosen.env.name}; index: {done.index}"
+    )
+    ui.print_text(
+        "offline: "
+        + shlex.join(
+            [
+                "envbuild",
+                "provision",
+                "--lock",
+                str(chosen.path),
+                "--offline",
+                "--wheelhouse",
+                str(done.out),
+                *req.sync.selection_argv(),
+                *req.sync.install_argv(),
+                *(["--rebuild-mismatched"] if req.rebuild_mismatched else []),
+            ]
+        )
+    )
     return 0

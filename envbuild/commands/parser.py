@@ -52,7 +52,8 @@ COMMAND_NAMES = tuple(m.replace("_", "-") for m in COMMAND_MODULES)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The full parser; with ``only``, just that subcommand (the others' imports cost every start)."""
+    """The full parser; with ``only``, just that subcommand (the others' imports cost every
+    start)."""
     epilog = "exit codes:\n" + "\n".join(
         f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_DOCS.items()
     )
@@ -64,8 +65,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"envbuild {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug events")
-    parser.add_argument("-q", "--quiet", action="store_true",
-                        help="no live progress display and no informational lines (warnings and results still print)")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help=(
+            "no live progress display and no informational lines (warnings and results still print)"
+        ),
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in (only,) if only else COMMAND_MODULES:
@@ -95,8 +102,11 @@ def _unknown_command(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _unknown_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> int:
-    """Exit 2 for arguments no option of the command takes, naming the nearest flag of that command."""
+def _unknown_flags(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> int:
+    """Exit 2 for arguments no option of the command takes, naming the nearest flag of that
+    command."""
     command = getattr(args, "command", None)
     sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
     target = sub.choices.get(command, parser) if sub is not None and command else parser
@@ -131,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.CONFIG)
     parser = build_parser(_command_in(args_in))
     args, extra = parser.parse_known_args(args_in)
-    if extra:  # a mistyped flag: the command's own usage and the nearest flag, not the top-level usage
+    # a mistyped flag: the command's own usage and the nearest flag, not the top-level usage
+    if extra:
         return _unknown_flags(parser, args, extra)
     # --json / --markdown: stdout holds only the document; progress and notes go to stderr
     document = bool(getattr(args, "json", False) or getattr(args, "markdown", False))
@@ -154,12 +165,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except OSError as exc:
         # The file system said no (full disk, read-only, permissions, a missing folder): the host's
-        # problem, not a bug. Everything envbuild writes is written atomically, so nothing is half-done.
+        # problem, not a bug. Everything envbuild writes is written atomically, so nothing is
+        # half-done.
         where = f": {exc.filename}" if exc.filename else ""
-        reason = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or type(exc).__name__)
+        reason = (
+            "the disk is full"
+            if exc.errno == errno.ENOSPC
+            else (exc.strerror or type(exc).__name__)
+        )
         ui.error_text(f"{reason}{where}")
-        ui.error_text_plain("Check the path and its permissions and free space, or choose other folders "
-                            "(--root, --out, --output); then run the same command again.")
+        ui.error_text_plain(
+            "Check the path and its permissions and free space, or choose other folders "
+            "(--root, --out, --output); then run the same command again."
+        )
         return int(ExitCode.PREFLIGHT)
     except Exception:  # a bug: show everything
         traceback.print_exc()

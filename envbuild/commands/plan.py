@@ -39,16 +39,40 @@ class PlanArgs(InstallArgs):
 
 
 def register(sub: Subparsers) -> None:
-    p = sub.add_parser("plan", help="show the ordered install steps and the exact commands provision runs")
+    p = sub.add_parser(
+        "plan", help="show the ordered install steps and the exact commands provision runs"
+    )
     add_stack_args(p)
     add_json_arg(p)
-    p.add_argument("--backend", choices=BACKENDS, help="installer (default: as provision: uv when available, else pip)")
-    p.add_argument("--root", type=path_arg, help="data root the commands are shown for (default: the spec's layout.root)")
-    p.add_argument("--venv", type=path_arg, help="an existing environment provision --venv would install into")
-    p.add_argument("--no-lock", action="store_true", help="ignore the profile's lock (as provision --no-lock)")
-    p.add_argument("--offline", action="store_true", help="install only from --wheelhouse (as provision --offline)")
-    p.add_argument("--python", metavar="PATH", help="the interpreter provision --python would make the venv with")
-    p.add_argument("--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="installer (default: as provision: uv when available, else pip)",
+    )
+    p.add_argument(
+        "--root",
+        type=path_arg,
+        help="data root the commands are shown for (default: the spec's layout.root)",
+    )
+    p.add_argument(
+        "--venv", type=path_arg, help="an existing environment provision --venv would install into"
+    )
+    p.add_argument(
+        "--no-lock", action="store_true", help="ignore the profile's lock (as provision --no-lock)"
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="install only from --wheelhouse (as provision --offline)",
+    )
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the interpreter provision --python would make the venv with",
+    )
+    p.add_argument(
+        "--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse"
+    )
     add_lock_args(p, provision=False)
     p.set_defaults(func=Handler(run, PlanArgs))
 
@@ -58,9 +82,17 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
     backend = plan.options.backend
     uv = find_uv() if backend == "uv" else None
     return {
-        s.name: [list(c.argv) for c in step_commands(
-            s, backend=backend, python=paths.python, uv=uv, steps_dir=paths.state / "steps",
-            constraints=paths.constraints if s.constrained else None)]
+        s.name: [
+            list(c.argv)
+            for c in step_commands(
+                s,
+                backend=backend,
+                python=paths.python,
+                uv=uv,
+                steps_dir=paths.state / "steps",
+                constraints=paths.constraints if s.constrained else None,
+            )
+        ]
         for s in plan.steps
     }
 
@@ -73,14 +105,23 @@ def run(args: PlanArgs) -> int:
     refuse_lock_options(args)
     spec = load_stack(args)
     if args.wheelhouse and not args.offline:
-        raise ConfigError("--wheelhouse is used with --offline (an install only from the wheelhouse)")
+        raise ConfigError(
+            "--wheelhouse is used with --offline (an install only from the wheelhouse)"
+        )
     if args.offline and not args.wheelhouse:
-        raise ConfigError("--offline needs --wheelhouse DIR|URL: the only place packages may come from")
+        raise ConfigError(
+            "--offline needs --wheelhouse DIR|URL: the only place packages may come from"
+        )
     from envbuild.lock.serve import built_wheels, locked_requirements
 
     locked = {} if args.no_lock else locked_requirements(spec)
-    plan = resolve_plan(spec, backend=args.backend, wheelhouse=args.wheelhouse, locked=locked,
-                        built_wheels=built_wheels(locked) if args.wheelhouse and locked else {})
+    plan = resolve_plan(
+        spec,
+        backend=args.backend,
+        wheelhouse=args.wheelhouse,
+        locked=locked,
+        built_wheels=built_wheels(locked) if args.wheelhouse and locked else {},
+    )
     paths = layout.paths_for(spec, args.root)
     if args.venv is not None:
         paths = layout.Paths(root=paths.root, venv_name=str(args.venv.expanduser().absolute()))
@@ -95,32 +136,46 @@ def run(args: PlanArgs) -> int:
             pass  # none found: said by preflight and provision; the plan stays host-independent
     if args.json:
         base = plan_to_json(plan)
-        data: PlanDocument = {"schema": "envbuild.plan/1", **base,
-                              "steps": [{**step, "argv": commands[step["name"]]} for step in base["steps"]],
-                              "root": str(paths.root), "venv": str(paths.venv), "python_refused": refused}
+        data: PlanDocument = {
+            "schema": "envbuild.plan/1",
+            **base,
+            "steps": [{**step, "argv": commands[step["name"]]} for step in base["steps"]],
+            "root": str(paths.root),
+            "venv": str(paths.venv),
+            "python_refused": refused,
+        }
         ui.print_json(data)
         return 0
     abi = spec.abi
-    ui.print_text(f"stack {spec.name} ({spec.path}), Python {spec.python}, backend {plan.options.backend}, "
-                  f"venv {paths.venv}")
-    ui.print_text(f"ABI baseline: {abi.package} {abi.version}"
-                  + (f", cuda {abi.cuda}" if abi.cuda else "")
-                  + (f", protected: {', '.join(abi.protect)}" if abi.protect else "")
-                  + (" (adopted from the base environment)" if abi.adopt else ""))
+    ui.print_text(
+        f"stack {spec.name} ({spec.path}), Python {spec.python}, backend {plan.options.backend}, "
+        f"venv {paths.venv}"
+    )
+    ui.print_text(
+        f"ABI baseline: {abi.package} {abi.version}"
+        + (f", cuda {abi.cuda}" if abi.cuda else "")
+        + (f", protected: {', '.join(abi.protect)}" if abi.protect else "")
+        + (" (adopted from the base environment)" if abi.adopt else "")
+    )
     pinned = sum(1 for s in plan.steps if s.locked_file)
     if pinned:
         ui.print_text(f"lock: {pinned} of {len(plan.steps)} steps install from hash-pinned files")
     rows = []
     for s in plan.steps:
-        rows.append([
-            str(s.number),
-            s.name,
-            s.role + (", locked" if s.locked_file else "")
-            + (f"\nreplaces {', '.join(s.step.replaces)}" if s.step.replaces else ""),
-            "\n".join(s.requirements),
-            "\n".join(redact(shlex.join(argv)) for argv in commands[s.name]),
-        ])
-    ui.print_table(None, ["#", "step", "role", "packages", "command"], rows, max_width=ui.WIDTH, keep=2)
+        rows.append(
+            [
+                str(s.number),
+                s.name,
+                s.role
+                + (", locked" if s.locked_file else "")
+                + (f"\nreplaces {', '.join(s.step.replaces)}" if s.step.replaces else ""),
+                "\n".join(s.requirements),
+                "\n".join(redact(shlex.join(argv)) for argv in commands[s.name]),
+            ]
+        )
+    ui.print_table(
+        None, ["#", "step", "role", "packages", "command"], rows, max_width=ui.WIDTH, keep=2
+    )
     if refused:
         ui.print_text(f"python: provision refuses it (exit 3): {refused}")
     return 0

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     )
 
 
-
 def plan_from_lock(args: InstallArgs, lock: Path) -> int:
-    """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network, no venv)."""
+    """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network,
+    no venv)."""
     req = lock_request(args, lock)
     python = target_python(req, args.python, args.venv)
     if args.venv is not None:
@@ -38,7 +38,8 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
 
         req = _replace(req, base_torch=base_torch_of(Path(args.venv)))
     prepared = prepare(req, python, refusing=False)  # the stages first, then the refusal (exit 8)
-    if args.venv is not None:  # what provision --venv would keep there is not installed (nor checked offline)
+    # what provision --venv would keep there is not installed (nor checked offline)
+    if args.venv is not None:
         prepared = adopt(prepared, Path(args.venv), req.replace_torch)
     if req.wheelhouse:  # every file from the wheelhouse, each checked as provision checks it
         from dataclasses import replace
@@ -50,8 +51,12 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
         prepared = replace(prepared, plan=in_wheelhouse(prepared.plan, folder))
     builds = _build_notes(args, prepared, req)
     if args.json:
-        doc: PlanLockDocument = {"schema": "envbuild.plan.lock/1", **prepared.plan.to_json(), "builds": builds,
-                                 "gate": prepared.report.to_json()}
+        doc: PlanLockDocument = {
+            "schema": "envbuild.plan.lock/1",
+            **prepared.plan.to_json(),
+            "builds": builds,
+            "gate": prepared.report.to_json(),
+        }
         ui.print_json(doc)
     else:
         _print_plan(prepared)
@@ -63,7 +68,8 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
 
 
 def _build_notes(args: InstallArgs, prepared: Prepared, req: LockRequest) -> dict[str, str]:
-    """{name: a cached built wheel, or that it compiles} of the builds stage (``fromlock.builds``)."""
+    """{name: a cached built wheel, or that it compiles} of the builds stage
+    (``fromlock.builds``)."""
     from envbuild.fromlock.builds import caches, plan_notes
     from envbuild.fromlock.offline import wheelhouse_folder
 
@@ -80,22 +86,48 @@ def _print_plan(prepared: Prepared) -> None:
 
     chosen, plan, report = prepared.chosen, prepared.plan, prepared.report
     ui.print_text(f"lock {chosen.path} ({chosen.lock.format}, sha256 {chosen.sha256[:16]}...)")
-    ui.print_text(f"environment: {chosen.env.name} (python {chosen.env.python}); torch {plan.torch.version}")
+    ui.print_text(
+        f"environment: {chosen.env.name} (python {chosen.env.python}); torch {plan.torch.version}"
+    )
     if chosen.sync:
         ui.print_text(f"selection: what `{chosen.sync}` installs (uv export says which packages)")
-    accepted = "; ".join([*(f"{f.package} [{f.rule}] accepted: {f.accepted}" for f in report.accepted),
-                          *(f"{p.entry.name} [extension-abi] rebuilt from its sdist: --rebuild-mismatched"
-                            for p in plan.placed if p.rebuilt)])
+    accepted = "; ".join(
+        [
+            *(f"{f.package} [{f.rule}] accepted: {f.accepted}" for f in report.accepted),
+            *(
+                f"{p.entry.name} [extension-abi] rebuilt from its sdist: --rebuild-mismatched"
+                for p in plan.placed
+                if p.rebuilt
+            ),
+        ]
+    )
     if prepared.failing:
-        ui.print_text(f"gate: FAIL ({len(prepared.failing)} finding(s) below): provision --lock refuses this environment")
+        ui.print_text(
+            f"gate: FAIL ({len(prepared.failing)} finding(s) below): provision --lock refuses this"
+            " environment"
+        )
     else:
         ui.print_text("gate: ok" + (f" ({accepted})" if accepted else ""))
     stages = plan.stages
     for n, stage in enumerate(stages, 1):
-        rows = [[escape(c) for c in (p.entry.name, p.entry.version or "",
-                                     p.artifact.filename if p.artifact else p.line, p.why)]
-                for p in plan.stage(stage)]
-        ui.print_table(f"stage {n}/{len(stages)} {stage}: {STAGE_WORDS[stage]}", ["package", "version", "file", "why"],
-                       rows, max_width=100, keep=1)
+        rows = [
+            [
+                escape(c)
+                for c in (
+                    p.entry.name,
+                    p.entry.version or "",
+                    p.artifact.filename if p.artifact else p.line,
+                    p.why,
+                )
+            ]
+            for p in plan.stage(stage)
+        ]
+        ui.print_table(
+            f"stage {n}/{len(stages)} {stage}: {STAGE_WORDS[stage]}",
+            ["package", "version", "file", "why"],
+            rows,
+            max_width=100,
+            keep=1,
+        )
     for name, why in plan.left_out:
         ui.print_text(f"not installed: {name}: {why}")

@@ -21,26 +21,38 @@ if TYPE_CHECKING:
     from envbuild.spec import StackSpec
 
 
-
-def preflight_from_lock(args: PreflightArgs, lock: Path, groups: list[str]) -> tuple[StackSpec, Paths, PreflightReport]:
-    """``preflight --lock FILE``: the lock's stack and the host's report on it (``fromlock.preflight``)."""
+def preflight_from_lock(
+    args: PreflightArgs, lock: Path, groups: list[str]
+) -> tuple[StackSpec, Paths, PreflightReport]:
+    """``preflight --lock FILE``: the lock's stack and the host's report on it
+    (``fromlock.preflight``)."""
     from envbuild.fromlock.preflight import lock_preflight
     from envbuild.fromlock.stack import stack_for
     from envbuild.layout import paths_for
 
     if args.profile or args.stack:
-        raise ConfigError("preflight --lock checks the host against the lock: --profile and --stack cannot be used "
-                          "with it")
+        raise ConfigError(
+            "preflight --lock checks the host against the lock: --profile and --stack cannot be"
+            " used with it"
+        )
     req = lock_selection(args, lock)
     prepared = prepare(req, target_python(req, args.python, None))
     spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
     paths = paths_for(spec, args.root)
     builds = bool(prepared.plan.stage("builds"))
-    # nvcc matters where a stage compiles; the lock's files come from its own URLs, not from an index
+    # nvcc matters where a stage compiles; the lock's files come from its own URLs, not from an
+    # index
     checked = [g for g in groups if (g != "cuda-toolkit" or builds) and g != "index"]
     runtime = [(p.entry.name, p.entry.version) for p in prepared.plan.stage("torch")]
-    spec, report = lock_preflight(spec, paths, checks=checked, index_timeout=args.index_timeout, python=args.python,
-                                  builds=builds, runtime=runtime)
+    spec, report = lock_preflight(
+        spec,
+        paths,
+        checks=checked,
+        index_timeout=args.index_timeout,
+        python=args.python,
+        builds=builds,
+        runtime=runtime,
+    )
     if "index" in groups:
         from dataclasses import replace
 
@@ -49,8 +61,17 @@ def preflight_from_lock(args: PreflightArgs, lock: Path, groups: list[str]) -> t
 
         bad = unreachable_hosts(prepared, set(prepared.plan.stages))
         hosts = "the lock's file hosts"
-        check = (Check("lock-hosts", "fail", "; ".join(bad), "reachable", "provision --lock stops here (exit 3); "
-                       "mirror the files where they answer: envbuild wheelhouse mirror --lock FILE")
-                 if bad else Check("lock-hosts", "pass", "answer", "reachable", hosts))
+        check = (
+            Check(
+                "lock-hosts",
+                "fail",
+                "; ".join(bad),
+                "reachable",
+                "provision --lock stops here (exit 3); "
+                "mirror the files where they answer: envbuild wheelhouse mirror --lock FILE",
+            )
+            if bad
+            else Check("lock-hosts", "pass", "answer", "reachable", hosts)
+        )
         report = replace(report, checks=(*report.checks, check))
     return spec, paths, report

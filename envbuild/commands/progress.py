@@ -15,7 +15,16 @@ import re
 import time
 from dataclasses import dataclass, field
 
-_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_UNITS = {
+    "B": 1,
+    "kB": 1e3,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+}
 
 _PIP_COLLECT = re.compile(r"^Collecting (\S+)")
 _PIP_DOWNLOAD = re.compile(r"^\s*Downloading (\S+) \(([\d.]+) ?([kKMG]i?B|B)\)")
@@ -87,7 +96,8 @@ class InstallProgress:
             self._end_current()
             self.phase, self.subject = "resolving", m.group(1)
             return True
-        if m := _UV_RESOLVED.match(line):  # uv then downloads, unpacks or builds what is not in its cache
+        # uv then downloads, unpacks or builds what is not in its cache
+        if m := _UV_RESOLVED.match(line):
             self.phase, self.subject = "preparing", f"{m.group(1)} packages"
             return True
         if m := (_PIP_BUILD.match(line) or _UV_BUILD.match(line)):
@@ -124,9 +134,12 @@ class InstallProgress:
     def describe(self) -> str:
         if self.phase == "downloading":
             rate = self.rate()
-            return (f"downloading {self.finished}/{self.started} · {human_bytes(self.bytes_done)} of "
-                    f"{human_bytes(self.bytes_total)}" + (f" · {human_bytes(rate)}/s" if rate else "")
-                    + f" · {self.subject}")
+            return (
+                f"downloading {self.finished}/{self.started} · {human_bytes(self.bytes_done)} of "
+                f"{human_bytes(self.bytes_total)}"
+                + (f" · {human_bytes(rate)}/s" if rate else "")
+                + f" · {self.subject}"
+            )
         if self.phase == "starting":
             return "starting"
         return f"{self.phase} {self.subject}".strip()

@@ -27,15 +27,24 @@ if TYPE_CHECKING:
     from envbuild.commands.selection import ProvisionArgs
 
 
-
 def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
-    """``provision --lock FILE``, with provision's own options for the data root, venv and installer."""
+    """``provision --lock FILE``, with provision's own options for the data root, venv and
+    installer."""
     from envbuild.provision.options import ProvisionOptions
 
     options = ProvisionOptions(
-        root=args.root, home=args.home, python=args.python, venv=args.venv, backend=args.backend,
-        force_links=args.force_links, strict=args.strict, compile_bytecode=args.compile_bytecode,
-        prefetch=args.prefetch, step_timeout=args.step_timeout, import_timeout=args.import_timeout)
+        root=args.root,
+        home=args.home,
+        python=args.python,
+        venv=args.venv,
+        backend=args.backend,
+        force_links=args.force_links,
+        strict=args.strict,
+        compile_bytecode=args.compile_bytecode,
+        prefetch=args.prefetch,
+        step_timeout=args.step_timeout,
+        import_timeout=args.import_timeout,
+    )
     from envbuild.fromlock.image import is_slice
 
     try:
@@ -44,42 +53,76 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
             write_record(result.paths.venv, result.paths.root, spec, source)
             if args.json:
                 layer: ProvisionSliceDocument = {
-                    "schema": "envbuild.provision.slice/1", **source, "root": str(result.paths.root),
-                    "venv": str(result.paths.venv), "ran": result.ran, "skipped": result.skipped,
-                    "seconds": round(result.seconds, 3), "receipt": str(result.receipt) if result.receipt else None}
+                    "schema": "envbuild.provision.slice/1",
+                    **source,
+                    "root": str(result.paths.root),
+                    "venv": str(result.paths.venv),
+                    "ran": result.ran,
+                    "skipped": result.skipped,
+                    "seconds": round(result.seconds, 3),
+                    "receipt": str(result.receipt) if result.receipt else None,
+                }
                 ui.print_json(layer)
             else:
-                events.emit("ok", f"{lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
-                            f"({result.seconds:.1f} s)")
+                events.emit(
+                    "ok",
+                    f"{lock}: {len(result.ran)} stages run, {len(result.skipped)} already done "
+                    f"({result.seconds:.1f} s)",
+                )
             return 0
-        req = replace(lock_request(args, lock, step=args.step, replace_torch=args.replace_torch),
-                      inexact=args.inexact)
+        req = replace(
+            lock_request(args, lock, step=args.step, replace_torch=args.replace_torch),
+            inexact=args.inexact,
+        )
         prepared, result = provision_lock(req, options)
     except (KeyboardInterrupt, Interrupted) as exc:
         message = exc.message if isinstance(exc, Interrupted) else "interrupted"
-        raise Interrupted(message, hint="The state is saved: run the same command again to resume.") from exc
+        raise Interrupted(
+            message, hint="The state is saved: run the same command again to resume."
+        ) from exc
     chosen = prepared.chosen
-    recorded = write_record(result.paths.venv, result.paths.root, result.plan.spec,
-                            {**chosen.to_json(), "adopted_torch": prepared.adopted})
+    recorded = write_record(
+        result.paths.venv,
+        result.paths.root,
+        result.plan.spec,
+        {**chosen.to_json(), "adopted_torch": prepared.adopted},
+    )
     if args.json:
         doc: ProvisionLockDocument = {
-            "schema": "envbuild.provision.lock/1", **prepared.plan.to_json(), "root": str(result.paths.root),
-            "venv": str(result.paths.venv), "ran": result.ran, "skipped": result.skipped,
-            "adopted_torch": prepared.adopted, "warnings": result.warnings, "seconds": round(result.seconds, 3),
-            "receipt": str(result.receipt) if result.receipt else None}
+            "schema": "envbuild.provision.lock/1",
+            **prepared.plan.to_json(),
+            "root": str(result.paths.root),
+            "venv": str(result.paths.venv),
+            "ran": result.ran,
+            "skipped": result.skipped,
+            "adopted_torch": prepared.adopted,
+            "warnings": result.warnings,
+            "seconds": round(result.seconds, 3),
+            "receipt": str(result.receipt) if result.receipt else None,
+        }
         ui.print_json(doc)
         return 0
     where = f"{chosen.path} ({chosen.env.name})"
     if result.removed:
-        events.emit("ok", f"{where}: {result.paths.venv} holds the selection and nothing else: "
-                    f"removed {', '.join(result.removed)} ({len(result.ran)} stages run)")
+        events.emit(
+            "ok",
+            f"{where}: {result.paths.venv} holds the selection and nothing else: "
+            f"removed {', '.join(result.removed)} ({len(result.ran)} stages run)",
+        )
     elif not result.ran:
-        events.emit("ok", f"{where}: already provisioned and verified at {result.paths.venv}; nothing to do")
+        events.emit(
+            "ok", f"{where}: already provisioned and verified at {result.paths.venv}; nothing to do"
+        )
     else:
-        events.emit("ok", f"{where}: provisioned {result.paths.venv} in {result.seconds:.1f} s "
-                    f"({len(result.ran)} stages run, {len(result.skipped)} already done)")
-    ui.print_text(f"activate: . {sh_word(str(result.paths.venv / 'bin' / 'activate'), '--venv')}"
-                  + ("  (smoke, verify and receipt then find this environment)" if recorded else ""))
+        events.emit(
+            "ok",
+            f"{where}: provisioned {result.paths.venv} in {result.seconds:.1f} s "
+            f"({len(result.ran)} stages run, {len(result.skipped)} already done)",
+        )
+    ui.print_text(
+        f"activate: . {sh_word(str(result.paths.venv / 'bin' / 'activate'), '--venv')}"
+        + ("  (smoke, verify and receipt then find this environment)" if recorded else "")
+    )
     if result.receipt:
         ui.print_text(f"receipt: {result.receipt}")
     return 0

@@ -1,4 +1,5 @@
-"""``envbuild smoke``: kernel smoke tests inside the target venv, each against a reference. Exit 7 on a failure.
+"""``envbuild smoke``: kernel smoke tests inside the target venv, each against a reference. Exit 7
+on a failure.
 
 Also holds the target-venv arguments that ``dist-step`` shares (``--root``, ``--venv``,
 ``--python``, ``--no-receipt``).
@@ -73,7 +74,9 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
     add_root_arg(p, "data root: the venv, and where receipts and logs go")
     p.add_argument("--venv", type=path_arg, help="the venv to test (default: the root's venv)")
-    p.add_argument("--python", type=path_arg, help="an interpreter to test instead of a venv's bin/python")
+    p.add_argument(
+        "--python", type=path_arg, help="an interpreter to test instead of a venv's bin/python"
+    )
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt")
 
 
@@ -87,10 +90,13 @@ def resolve_target(args: TargetArgs) -> tuple[StackSpec, Paths, Path]:
         python = found.venv / "bin" / "python"
     if not python.exists():  # refused before anything is made under the data root
         raise PreflightError(
-            f"no Python interpreter at {python}: the venv is missing or incomplete (root {found.paths.root}, "
-            f"{found.why})",
-            hint="Provision it first (envbuild provision --root DIR), then activate the venv it made or export "
-                 f"{ROOT_ENV}=DIR; or point --venv at an existing venv.")
+            f"no Python interpreter at {python}: the venv is missing or incomplete (root"
+            f" {found.paths.root}, {found.why})",
+            hint=(
+                "Provision it first (envbuild provision --root DIR), then activate the venv it"
+                f" made or export {ROOT_ENV}=DIR; or point --venv at an existing venv."
+            ),
+        )
     return found.spec, found.paths, python
 
 
@@ -106,10 +112,14 @@ class ReceiptFacts:
         self.provenance: Provenance | None = None
         self.host: HostSnapshot | None = None
         self.software: SoftwareJSON | None = None
-        self._thread = threading.Thread(target=self._take, name="envbuild-receipt-facts", daemon=True)
+        self._thread = threading.Thread(
+            target=self._take, name="envbuild-receipt-facts", daemon=True
+        )
 
     @classmethod
-    def start(cls, args: TargetArgs, spec: StackSpec, python: Path, regime: str) -> ReceiptFacts | None:
+    def start(
+        cls, args: TargetArgs, spec: StackSpec, python: Path, regime: str
+    ) -> ReceiptFacts | None:
         """Start taking them; None with ``--no-receipt`` (nothing is taken)."""
         if args.no_receipt:
             return None
@@ -129,8 +139,15 @@ class ReceiptFacts:
         self._thread.join()
 
 
-def save_receipt(paths: Paths, kind: ReceiptKind, payload: ReceiptPayload, *, spec: StackSpec, python: Path,
-                 facts: ReceiptFacts | None) -> str | None:
+def save_receipt(
+    paths: Paths,
+    kind: ReceiptKind,
+    payload: ReceiptPayload,
+    *,
+    spec: StackSpec,
+    python: Path,
+    facts: ReceiptFacts | None,
+) -> str | None:
     """Write the receipt (None: ``--no-receipt``, whose ``facts`` are None, or a data root that
     cannot take it, said in a warning)."""
     if facts is None:
@@ -139,16 +156,30 @@ def save_receipt(paths: Paths, kind: ReceiptKind, payload: ReceiptPayload, *, sp
 
     facts.wait()
     try:
-        return str(write_receipt(paths, kind, payload, spec=spec, python=python, provenance=facts.provenance,
-                                 host=facts.host, software=facts.software))
+        return str(
+            write_receipt(
+                paths,
+                kind,
+                payload,
+                spec=spec,
+                python=python,
+                provenance=facts.provenance,
+                host=facts.host,
+                software=facts.software,
+            )
+        )
     except OSError as exc:
-        events.emit("warn", f"could not write the receipt under {paths.receipts}: {exc.strerror or exc}; "
-                            "pass --root DIR for a writable data root, or --no-receipt")
+        events.emit(
+            "warn",
+            f"could not write the receipt under {paths.receipts}: {exc.strerror or exc}; "
+            "pass --root DIR for a writable data root, or --no-receipt",
+        )
         return None
 
 
 def log_path(paths: Paths, name: str) -> Path | None:
-    """``<root>/logs/<name>`` when the data root can take it (the run goes on without a log otherwise)."""
+    """``<root>/logs/<name>`` when the data root can take it (the run goes on without a log
+    otherwise)."""
     try:
         paths.logs.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -175,19 +206,48 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
 def register(sub: Subparsers) -> None:
     from envbuild.proof.smoke import CHECK_NAMES
 
-    p = sub.add_parser("smoke", help="kernel smoke tests in the venv, each against a reference",
-                       description="Run kernel smoke tests with the venv's python. Exit 7 when a check fails.")
+    p = sub.add_parser(
+        "smoke",
+        help="kernel smoke tests in the venv, each against a reference",
+        description="Run kernel smoke tests with the venv's python. Exit 7 when a check fails.",
+    )
     add_target_args(p)
-    p.add_argument("--only", action="append", default=[], choices=CHECK_NAMES, metavar="CHECK",
-                   help=f"run only these checks (repeatable): {', '.join(CHECK_NAMES)}")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=CHECK_NAMES,
+        metavar="CHECK",
+        help=f"run only these checks (repeatable): {', '.join(CHECK_NAMES)}",
+    )
     p.add_argument("--quick", action="store_true", help="a shorter matmul benchmark")
-    p.add_argument("--timeout", type=seconds_arg(), default=900.0, metavar="S", help="give up after S seconds (default 900)")
-    p.add_argument("--gpus", type=_gpus_arg, default=None, metavar="LIST",
-                   help="the GPUs to test, one worker process each, all at once: nvidia-smi "
-                        "indices (0,3) or all (the default: every visible GPU)")
-    p.add_argument("--slow-margin", type=_margin_arg, default=DEFAULT_SLOW_MARGIN, metavar="F",
-                   help="a GPU this fraction below its peers' median TFLOP/s is slow and fails "
-                        "smoke (default 0.1; 10%% works too; off: no comparison)")
+    p.add_argument(
+        "--timeout",
+        type=seconds_arg(),
+        default=900.0,
+        metavar="S",
+        help="give up after S seconds (default 900)",
+    )
+    p.add_argument(
+        "--gpus",
+        type=_gpus_arg,
+        default=None,
+        metavar="LIST",
+        help=(
+            "the GPUs to test, one worker process each, all at once: nvidia-smi "
+            "indices (0,3) or all (the default: every visible GPU)"
+        ),
+    )
+    p.add_argument(
+        "--slow-margin",
+        type=_margin_arg,
+        default=DEFAULT_SLOW_MARGIN,
+        metavar="F",
+        help=(
+            "a GPU this fraction below its peers' median TFLOP/s is slow and fails "
+            "smoke (default 0.1; 10%% works too; off: no comparison)"
+        ),
+    )
     p.set_defaults(func=Handler(run, SmokeArgs))
 
 
@@ -207,10 +267,12 @@ def _margin_arg(text: str) -> float | None:
         value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected a fraction such as 0.1, 10% or off") from exc
+            f"{text!r}: expected a fraction such as 0.1, 10% or off"
+        ) from exc
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: the margin is a fraction between 0 and 1 (or off)")
+            f"{text!r}: the margin is a fraction between 0 and 1 (or off)"
+        )
     return value
 
 
@@ -234,27 +296,54 @@ def run(args: SmokeArgs) -> int:
     if lock is not None and not only:  # provisioned from a lock: the checks of what it installed
         chosen = smoke_selection(lock)
         only, imports = chosen.only, chosen.imports
-        events.emit("info", f"checks for what {chosen.lock_file} installed: {', '.join(only)}"
-                    + (f"; imports of {', '.join(imports)}" if imports else ""))
+        events.emit(
+            "info",
+            f"checks for what {chosen.lock_file} installed: {', '.join(only)}"
+            + (f"; imports of {', '.join(imports)}" if imports else ""),
+        )
     if gpus:
         events.emit("info", f"one worker per GPU, at once: {', '.join(g.describe() for g in gpus)}")
-    res = run_smoke(python, only=only, imports=imports, quick=args.quick, log_file=log, env=env,
-                    timeout=args.timeout, gpus=gpus, slow_margin=args.slow_margin)
+    res = run_smoke(
+        python,
+        only=only,
+        imports=imports,
+        quick=args.quick,
+        log_file=log,
+        env=env,
+        timeout=args.timeout,
+        gpus=gpus,
+        slow_margin=args.slow_margin,
+    )
     payload: SmokePayload = {
-        "ok": res.ok, "seconds": res.seconds, "environment": res.environment,
+        "ok": res.ok,
+        "seconds": res.seconds,
+        "environment": res.environment,
         "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
-        "launch_regime": regime, "timing": {"launched_at": res.started, "timeline": res.timeline},
-        "slow": res.slow, "slow_margin": args.slow_margin}
+        "launch_regime": regime,
+        "timing": {"launched_at": res.started, "timeline": res.timeline},
+        "slow": res.slow,
+        "slow_margin": args.slow_margin,
+    }
     if res.gpus:
         payload["gpus"] = [
-            {**g, "checks": [  # type: ignore[typeddict-item]
-                {k: v for k, v in c.items() if k != "traceback"} for c in g["checks"]]}
-            for g in res.gpus]
+            {
+                **g,  # type: ignore[typeddict-item]
+                "checks": [
+                    {k: v for k, v in c.items() if k != "traceback"} for c in g["checks"]
+                ],
+            }
+            for g in res.gpus
+        ]
     if chosen:
         payload["selection"] = chosen.to_json()
     receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
     if args.json:
-        doc: SmokeDocument = {"schema": "envbuild.smoke/1", **payload, "checks": res.checks, "receipt": receipt}
+        doc: SmokeDocument = {
+            "schema": "envbuild.smoke/1",
+            **payload,
+            "checks": res.checks,
+            "receipt": receipt,
+        }
         if res.gpus:
             doc["gpus"] = res.gpus  # type: ignore[typeddict-item]
         ui.print_json(doc)
@@ -282,23 +371,33 @@ def gpu_lines(res: SmokeResult) -> list[str]:
         passed = sum(c.get("verdict") == "pass" for c in checks)
         mm: dict[str, Any] = next((c for c in checks if c.get("name") == "matmul"), {})
         if failed:
-            what = "FAILED: " + "; ".join(f"{c.get('name')}: {c.get('reason') or ''}"[:120]
-                                          for c in failed)
+            what = "FAILED: " + "; ".join(
+                f"{c.get('name')}: {c.get('reason') or ''}"[:120] for c in failed
+            )
         else:
             shown = rate(mm.get("tflops"))
             what = f"ok, {passed} passed" + (f", matmul {shown}" if shown else "")
-        lines.append(f"  GPU {g['index']}  {g['uuid']}  PCI {g['bus_id']}  "
-                     f"{g['seconds']:.1f} s  {what}")
+        lines.append(
+            f"  GPU {g['index']}  {g['uuid']}  PCI {g['bus_id']}  {g['seconds']:.1f} s  {what}"
+        )
     for f in res.slow:
         lines.append(("  SLOW " if f.get("verdict") == "fail" else "  warn ") + describe_finding(f))
     return lines
 
 
-def _summary(ok: bool, checks: list[dict[str, Any]], seconds: float, env: dict[str, Any],
-             python: Path, slow: list[dict[str, Any]] | None = None) -> str:
+def _summary(
+    ok: bool,
+    checks: list[dict[str, Any]],
+    seconds: float,
+    env: dict[str, Any],
+    python: Path,
+    slow: list[dict[str, Any]] | None = None,
+) -> str:
     """The verdict first, then the counts: each check's own line was printed as it finished."""
-    counts = {word: sum(c.get("verdict") == v for c in checks)
-              for v, word in (("pass", "passed"), ("fail", "failed"), ("skip", "skipped"))}
+    counts = {
+        word: sum(c.get("verdict") == v for c in checks)
+        for v, word in (("pass", "passed"), ("fail", "failed"), ("skip", "skipped"))
+    }
     shown = ", ".join(f"{n} {word}" for word, n in counts.items() if n) or "no checks"
     bad = sorted({i for c in checks for i in c.get("failed_gpus", [])})
     if bad:
@@ -306,5 +405,9 @@ def _summary(ok: bool, checks: list[dict[str, Any]], seconds: float, env: dict[s
     slow_gpus = sorted({f["index"] for f in slow or () if f.get("verdict") == "fail"})
     if slow_gpus:
         shown += f"; GPU {', '.join(map(str, slow_gpus))} slow"
-    where = f"torch {env.get('torch')} on {env.get('device') or 'CPU'}" if env.get("torch") else str(python)
+    where = (
+        f"torch {env.get('torch')} on {env.get('device') or 'CPU'}"
+        if env.get("torch")
+        else str(python)
+    )
     return f"{'smoke passed' if ok else 'smoke FAILED'}: {shown} in {seconds:.1f} s ({where})"

@@ -46,10 +46,13 @@ class PlainConsole:
     width = 160  # a table's width where no terminal says (print_table's max_width lowers it)
 
     def print(self, text: Any = "", *, style: str | None = None, markup: bool = False) -> None:
-        if not isinstance(text, str):  # a rich renderable (a table): let rich lay it out, uncoloured
+        # a rich renderable (a table): let rich lay it out, uncoloured
+        if not isinstance(text, str):
             from rich.console import Console
 
-            Console(file=self.file, width=self.width, no_color=True, highlight=False, soft_wrap=True).print(text)
+            Console(
+                file=self.file, width=self.width, no_color=True, highlight=False, soft_wrap=True
+            ).print(text)
             return
         self.file.write(text + "\n")
         self.file.flush()
@@ -85,12 +88,23 @@ _json_mode = False
 _quiet = False
 
 
-def live_wanted(*, quiet: bool, json_mode: bool, environ: dict[str, str] | None = None,
-                isatty: bool | None = None) -> bool:
+def live_wanted(
+    *,
+    quiet: bool,
+    json_mode: bool,
+    environ: dict[str, str] | None = None,
+    isatty: bool | None = None,
+) -> bool:
     """A live display only for a person at a terminal that can redraw lines."""
     env = os.environ if environ is None else environ
     tty = sys.stdout.isatty() if isatty is None else isatty
-    return tty and not quiet and not json_mode and not env.get("NO_COLOR") and env.get("TERM", "") != "dumb"
+    return (
+        tty
+        and not quiet
+        and not json_mode
+        and not env.get("NO_COLOR")
+        and env.get("TERM", "") != "dumb"
+    )
 
 
 class LiveDisplay:
@@ -111,14 +125,34 @@ class LiveDisplay:
         from rich.table import Column
 
         self.console = console
-        self.tasks = Progress(SpinnerColumn(), TextColumn("{task.description}", table_column=Column(no_wrap=True)),
-                              TextColumn("{task.fields[detail]}", style="cyan",
-                                         table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
-                              TimeElapsedColumn(), console=console, expand=True)
-        self.transfers = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                  TransferSpeedColumn(), TimeElapsedColumn(), console=console)
-        self.live = Live(Group(self.tasks, self.transfers), console=console, refresh_per_second=8,
-                         transient=True, redirect_stdout=True, redirect_stderr=True)
+        self.tasks = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}", table_column=Column(no_wrap=True)),
+            TextColumn(
+                "{task.fields[detail]}",
+                style="cyan",
+                table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
+            ),
+            TimeElapsedColumn(),
+            console=console,
+            expand=True,
+        )
+        self.transfers = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.live = Live(
+            Group(self.tasks, self.transfers),
+            console=console,
+            refresh_per_second=8,
+            transient=True,
+            redirect_stdout=True,
+            redirect_stderr=True,
+        )
         self.lock = threading.RLock()
         self.current: TaskID | None = None
         self.install: InstallProgress | None = None
@@ -150,7 +184,9 @@ class LiveDisplay:
             if event.level == "step":
                 self._finish_current()
                 self._start()
-                self.current = self.tasks.add_task(event.message.split(": ", 1)[0], detail="starting")
+                self.current = self.tasks.add_task(
+                    event.message.split(": ", 1)[0], detail="starting"
+                )
                 self.install = InstallProgress() if event.message.startswith("step ") else None
                 self.live.refresh()
                 return False
@@ -166,7 +202,8 @@ class LiveDisplay:
                     self.tasks.update(self.current, detail=self.install.describe())
                     self.live.refresh()  # every phase is drawn at least once, however short
                 elif line and (self.install is None or self.install.phase == "starting"):
-                    self.tasks.update(self.current, detail=line[-100:])  # a build's or torchrun's last line
+                    # a build's or torchrun's last line
+                    self.tasks.update(self.current, detail=line[-100:])
                 return not _verbose
             return False
 
@@ -268,7 +305,10 @@ def error(exc: EnvbuildError, *, causes: bool = False) -> None:
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))
             text = str(cause).splitlines()[0] if str(cause) else ""
-            _err.print(f"  caused by {type(cause).__module__}.{type(cause).__qualname__}: {text}", markup=False)
+            _err.print(
+                f"  caused by {type(cause).__module__}.{type(cause).__qualname__}: {text}",
+                markup=False,
+            )
             cause = _cause_of(cause)
 
 
@@ -303,8 +343,14 @@ def print_text(text: str = "", style: str | None = None) -> None:
     _out.print(text, style=style, markup=False)
 
 
-def print_table(title: str | None, columns: list[str], rows: list[list[str]], *, max_width: int | None = None,
-                keep: int = 0) -> None:
+def print_table(
+    title: str | None,
+    columns: list[str],
+    rows: list[list[str]],
+    *,
+    max_width: int | None = None,
+    keep: int = 0,
+) -> None:
     """A table; with ``max_width`` no wider than that (long cells wrap), on a terminal too. The
     first ``keep`` columns (names, keys) are never wrapped: the others make room."""
     from rich.table import Table

@@ -18,12 +18,19 @@ from envbuild import events, guard, layout
 from envbuild.errors import ABIViolation
 from envbuild.fromlock.request import Prepared
 
-__all__ = ["adopt", "base_torch_of", "first_adoption", "record_adoption", "say_python_has_torch",
-           "verify_adoption"]
+__all__ = [
+    "adopt",
+    "base_torch_of",
+    "first_adoption",
+    "record_adoption",
+    "say_python_has_torch",
+    "verify_adoption",
+]
 
 
 def base_torch_of(venv: Path | None) -> str | None:
-    """The distribution version of the torch ``venv`` already has (None: no venv, or no torch in it)."""
+    """The distribution version of the torch ``venv`` already has (None: no venv, or no torch in
+    it)."""
     env = _env(venv) if venv is not None else None
     return env.torch.version if env is not None and env.torch is not None else None
 
@@ -40,14 +47,16 @@ class _Env:
         return self.dists.get("torch")
 
     def torch_versions(self) -> tuple[str, ...]:
-        """torch's version as its metadata and as its runtime (``version.py``) say; () without torch."""
+        """torch's version as its metadata and as its runtime (``version.py``) say; () without
+        torch."""
         if self.torch is None:
             return ()
         return (self.torch.version, guard.read_runtime_version(self.site) or self.torch.version)
 
 
 def _env(prefix: Path) -> _Env | None:
-    """The environment at ``prefix`` (a venv, or a base image's prefix); None where there is none."""
+    """The environment at ``prefix`` (a venv, or a base image's prefix); None where there is
+    none."""
     try:
         site = guard.site_packages(prefix.expanduser())
     except FileNotFoundError:
@@ -66,32 +75,58 @@ def adopt(prepared: Prepared, venv: Path, replace_torch: bool, *, verify: bool =
     want = prepared.plan.torch.version or ""
     if want not in (have_version, runtime):
         if replace_torch:
-            events.emit("warn", f"--replace-torch: {venv} has torch {runtime}; the lock's {want} replaces it")
+            events.emit(
+                "warn",
+                f"--replace-torch: {venv} has torch {runtime}; the lock's {want} replaces it",
+            )
             return prepared
-        raise ABIViolation(f"{venv} has torch {runtime}, the lock installs torch {want}: provisioning would replace "
-                           "the environment's torch (and every extension built against it); nothing was changed",
-                           hint="Use an environment with the lock's torch, re-lock for the torch that is there, or "
-                           "replace it knowingly with --replace-torch.")
+        raise ABIViolation(
+            f"{venv} has torch {runtime}, the lock installs torch {want}: provisioning would"
+            " replace the environment's torch (and every extension built against it); nothing was"
+            " changed",
+            hint=(
+                "Use an environment with the lock's torch, re-lock for the torch that is there, or "
+                "replace it knowingly with --replace-torch."
+            ),
+        )
     plan = prepared.plan
-    already = tuple(p.entry.name for p in plan.placed if p.entry is not plan.torch and p.stage != "project"
-                    and (d := env.dists.get(p.entry.name)) is not None and d.version == p.entry.version)
-    events.emit("info", f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)")
-    adopted = _keeping(replace(prepared, adopted=runtime, full=plan), already, f"{venv} already has torch {runtime}")
+    already = tuple(
+        p.entry.name
+        for p in plan.placed
+        if p.entry is not plan.torch
+        and p.stage != "project"
+        and (d := env.dists.get(p.entry.name)) is not None
+        and d.version == p.entry.version
+    )
+    events.emit(
+        "info",
+        f"adopting {venv}'s torch {runtime}: the lock's own, kept as the baseline (no download)",
+    )
+    adopted = _keeping(
+        replace(prepared, adopted=runtime, full=plan),
+        already,
+        f"{venv} already has torch {runtime}",
+    )
     return verify_adoption(adopted, venv) if verify else adopted
 
 
 def verify_adoption(prepared: Prepared, venv: Path) -> Prepared:
-    """torch's files as its RECORD lists them (exit 6 otherwise), and of the packages kept by version
-    only those whose RECORD files are all there at their size: a base image holds thousands of
-    files, and the guard watches torch's."""
+    """torch's files as its RECORD lists them (exit 6 otherwise), and of the packages kept by
+    version only those whose RECORD files are all there at their size: a base image holds thousands
+    of files, and the guard watches torch's."""
     env = _env(venv)
     assert env is not None and env.torch is not None  # adopt() found them
     bad = guard.files_differ(env.torch, env.site)
     if bad:
-        raise ABIViolation(f"{venv} has torch {prepared.adopted}, the lock's version, but {len(bad)} of its files "
-                           f"differ from its RECORD ({', '.join(bad[:3])}): it was changed after it was installed; "
-                           "nothing was changed", hint="Reinstall torch there, or replace it with --replace-torch.")
-    intact = tuple(n for n in prepared.already if not guard.files_differ(env.dists[n], env.site, hash_limit=0))
+        raise ABIViolation(
+            f"{venv} has torch {prepared.adopted}, the lock's version, but {len(bad)} of its files"
+            f" differ from its RECORD ({', '.join(bad[:3])}): it was changed after it was"
+            " installed; nothing was changed",
+            hint="Reinstall torch there, or replace it with --replace-torch.",
+        )
+    intact = tuple(
+        n for n in prepared.already if not guard.files_differ(env.dists[n], env.site, hash_limit=0)
+    )
     if intact == prepared.already:
         return prepared
     return _keeping(prepared, intact, f"{venv} already has torch {prepared.adopted}")
@@ -101,8 +136,20 @@ def _keeping(prepared: Prepared, already: tuple[str, ...], torch_why: str) -> Pr
     """``prepared`` whose plan leaves out the adopted torch and ``already`` (of its full plan)."""
     plan = prepared.full or prepared.plan
     kept = [p for p in plan.placed if p.entry is not plan.torch and p.entry.name not in already]
-    left = [*plan.left_out, ("torch", f"adopted: {torch_why} (RECORD intact)"),
-            *((n, "already in the adopted environment at the locked version (its RECORD's files present)") for n in already)]
+    left = [
+        *plan.left_out,
+        ("torch", f"adopted: {torch_why} (RECORD intact)"),
+        *(
+            (
+                n,
+                (
+                    "already in the adopted environment at the locked version (its RECORD's files"
+                    " present)"
+                ),
+            )
+            for n in already
+        ),
+    ]
     return replace(prepared, plan=replace(plan, placed=kept, left_out=left), already=already)
 
 
@@ -122,11 +169,18 @@ def first_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: P
         doc = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         doc = None
-    if isinstance(doc, dict) and doc.get("digest") == digest and isinstance(doc.get("already"), list) \
-            and doc.get("torch_record_sha256") == _torch_record(venv):
+    if (
+        isinstance(doc, dict)
+        and doc.get("digest") == digest
+        and isinstance(doc.get("already"), list)
+        and doc.get("torch_record_sha256") == _torch_record(venv)
+    ):
         names = tuple(n for n in doc["already"] if isinstance(n, str))
-        return prepared if set(names) == set(prepared.already) else \
-            _keeping(prepared, names, f"the environment's torch {prepared.adopted}")
+        return (
+            prepared
+            if set(names) == set(prepared.already)
+            else _keeping(prepared, names, f"the environment's torch {prepared.adopted}")
+        )
     return verify_adoption(prepared, venv)
 
 
@@ -136,13 +190,21 @@ def _torch_record(venv: Path) -> str | None:
 
 
 def record_adoption(prepared: Prepared, digest: str, paths: layout.Paths, venv: Path) -> None:
-    """After a provision that adopted: what it kept, for ``first_adoption`` (a re-run keeps the same)."""
+    """After a provision that adopted: what it kept, for ``first_adoption`` (a re-run keeps the
+    same)."""
     from envbuild._io import atomic_write_json
 
     record = paths.state / "adopted.json"
     if prepared.full is not None and paths.state.is_dir():
-        atomic_write_json(record, {"digest": digest, "torch": prepared.adopted, "already": list(prepared.already),
-                                   "torch_record_sha256": _torch_record(venv)})
+        atomic_write_json(
+            record,
+            {
+                "digest": digest,
+                "torch": prepared.adopted,
+                "already": list(prepared.already),
+                "torch_record_sha256": _torch_record(venv),
+            },
+        )
 
 
 def say_python_has_torch(python: str, want: str) -> None:
@@ -151,14 +213,22 @@ def say_python_has_torch(python: str, want: str) -> None:
     from envbuild.run import run
 
     try:
-        out = run([python, "-I", "-c", "import sys; print(sys.prefix)"], capture=True, separate_stderr=True,
-                  timeout=20)
+        out = run(
+            [python, "-I", "-c", "import sys; print(sys.prefix)"],
+            capture=True,
+            separate_stderr=True,
+            timeout=20,
+        )
     except OSError:
         return
     prefix = Path((out.output or "").strip().splitlines()[-1]) if out.ok and out.output else None
     env = _env(prefix) if prefix is not None else None
     have = env.torch_versions() if env is not None else ()
     if have and want in have:
-        events.emit("warn", f"--python {python}: its environment ({prefix}) already has the lock's torch {have[-1]}; "
-                    f"the venv made with it installs torch again. To keep the one that is there as the baseline (no "
-                    f"download), provision into that environment: --venv {prefix}")
+        events.emit(
+            "warn",
+            f"--python {python}: its environment ({prefix}) already has the lock's torch"
+            f" {have[-1]}; the venv made with it installs torch again. To keep the one that is"
+            " there as the baseline (no download), provision into that environment: --venv"
+            f" {prefix}",
+        )

@@ -175,7 +175,11 @@ def _build(p: Placed, source: Path, editable: bool, data: dict[str, Any]) -> Bui
 
 
 def mirror_builds(
-    plan: StagePlan, out: Path, sources: BuildSources, *, jobs: int = 4,
+    plan: StagePlan,
+    out: Path,
+    sources: BuildSources,
+    *,
+    jobs: int = 4,
     deadline: float | None = None,
 ) -> list[str]:
     """Mirror the build requirements of every isolated build of ``plan`` into ``out`` (the lock's
@@ -293,8 +297,10 @@ def _compile(
             raise InstallError(
                 f"the build requirements {', '.join(requires)} do not resolve for "
                 f"{env.name} from {sources.where}:\n{res.tail}",
-                hint="Make the build backend available there, or pin it with --build-constraints "
-                "FILE / [tool.uv] build-constraint-dependencies.",
+                hint=(
+                    "Make the build backend available there, or pin it with --build-constraints "
+                    "FILE / [tool.uv] build-constraint-dependencies."
+                ),
             )
         doc = toml_loads((Path(tmp) / "pylock.toml").read_text(encoding="utf-8"))
     return _wheels(doc, env.python, env.platform)
@@ -486,9 +492,11 @@ def check_builds(
             f"--offline: the wheelhouse {folder} lacks what {len(missing)} isolated build(s) need; "
             "nothing was "
             "made:\n" + "\n".join(f"  {m}" for m in missing),
-            hint=f"Mirror them where the indexes answer: `envbuild wheelhouse mirror --lock {lock} "
-            f"--out {folder}` "
-            "(with the same selection and --build-constraints), then bring the folder here.",
+            hint=(
+                f"Mirror them where the indexes answer: `envbuild wheelhouse mirror --lock {lock} "
+                f"--out {folder}` "
+                "(with the same selection and --build-constraints), then bring the folder here."
+            ),
         )
 
 

@@ -83,9 +83,11 @@ def build_sources(lock_path: Path, constraint_files: Sequence[Path] = ()) -> Bui
         find_links=tuple(links),
         no_index=uv.get("no-index") is True,
         constraints=tuple(dict.fromkeys(x for x in lines if x)),
-        where=f"the indexes of {folder / 'pyproject.toml'} ([tool.uv])"
-        if configured
-        else BuildSources.where,
+        where=(
+            f"the indexes of {folder / 'pyproject.toml'} ([tool.uv])"
+            if configured
+            else BuildSources.where
+        ),
     )
 
 

@@ -1,6 +1,6 @@
-"""The ``builds`` stage through the wheelhouse: each sdist (or git pin) that needs torch to build is built once
-per key into a build cache, by ``envbuild.wheelhouse.build`` (no build isolation, against the
-target venv's torch), and installed from there as a wheel; the next venv, host or image with the
+"""The ``builds`` stage through the wheelhouse: each sdist (or git pin) that needs torch to build is
+built once per key into a build cache, by ``envbuild.wheelhouse.build`` (no build isolation, against
+the target venv's torch), and installed from there as a wheel; the next venv, host or image with the
 same key installs that wheel and compiles nothing.
 
 The key is the wheelhouse's (``wheelhouse.build.key_parts``): the sdist's sha256 (the lock's), the
@@ -52,24 +52,45 @@ def caches(root: Path, wheelhouse: Path | None) -> tuple[Path, ...]:
 def lock_spec(name: str, version: str, url: str, sha256: str, lock: Path) -> WheelSpec:
     """The wheelhouse spec of one ``builds`` sdist of the lock (sha256-checked)."""
     parts = urlsplit(url)
-    source = BuildSource(kind="sdist", location=unquote(parts.path) if parts.scheme == "file" else url, sha256=sha256)
+    source = BuildSource(
+        kind="sdist", location=unquote(parts.path) if parts.scheme == "file" else url, sha256=sha256
+    )
     return _spec(name, version, source, {"sdist_sha256": sha256}, lock)
 
 
-def git_spec(name: str, version: str, url: str, commit: str, subdirectory: str | None, lock: Path) -> WheelSpec:
+def git_spec(
+    name: str, version: str, url: str, commit: str, subdirectory: str | None, lock: Path
+) -> WheelSpec:
     """The wheelhouse spec of a ``builds`` git pin: the lock's commit (the key holds it)."""
     source = BuildSource(kind="git", location=url, commit=commit, subdirectory=subdirectory or None)
-    return _spec(name, version, source, {"git": url, "commit": commit, "subdirectory": subdirectory or ""}, lock)
+    return _spec(
+        name,
+        version,
+        source,
+        {"git": url, "commit": commit, "subdirectory": subdirectory or ""},
+        lock,
+    )
 
 
-def _spec(name: str, version: str, source: BuildSource, identity: dict[str, str], lock: Path) -> WheelSpec:
-    """Built with uv (it needs nothing in the venv; pip when uv is missing: then the venv needs pip)."""
+def _spec(
+    name: str, version: str, source: BuildSource, identity: dict[str, str], lock: Path
+) -> WheelSpec:
+    """Built with uv (it needs nothing in the venv; pip when uv is missing: then the venv needs
+    pip)."""
     from envbuild.installer.python import find_uv
 
     backend: Backend = "uv" if find_uv() else "pip"
-    return WheelSpec(path=lock, name=name, version=version, source=source, backend=backend, keep_version=True,
-                     digest=spec_digest({"lock_build": 1, "name": name, "version": version, **identity,
-                                         "backend": backend}))
+    return WheelSpec(
+        path=lock,
+        name=name,
+        version=version,
+        source=source,
+        backend=backend,
+        keep_version=True,
+        digest=spec_digest(
+            {"lock_build": 1, "name": name, "version": version, **identity, "backend": backend}
+        ),
+    )
 
 
 def _line_spec(line: str, version: str, lock: Path) -> WheelSpec | None:
@@ -91,8 +112,8 @@ def _placed_spec(p: Placed, lock: Path) -> WheelSpec:
 
 
 def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
-    """The specs of a builds step, from its pinned lines and its ``name==version`` packages: the same
-    for a lock's plan and an image's stage slice."""
+    """The specs of a builds step, from its pinned lines and its ``name==version`` packages: the
+    same for a lock's plan and an image's stage slice."""
     from envbuild.fromlock.stack import canonical_name
 
     assert planned.locked_file is not None
@@ -106,9 +127,13 @@ def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
     return out
 
 
-_LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+)\s+--hash=sha256:(?P<sha256>[0-9a-f]{64})$")
-_GIT_LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*git\+(?P<url>\S+?)@(?P<commit>[0-9a-f]{40})"
-                       r"(?:#subdirectory=(?P<sub>\S+))?$")
+_LINE = re.compile(
+    r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+)\s+--hash=sha256:(?P<sha256>[0-9a-f]{64})$"
+)
+_GIT_LINE = re.compile(
+    r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*git\+(?P<url>\S+?)@(?P<commit>[0-9a-f]{40})"
+    r"(?:#subdirectory=(?P<sub>\S+))?$"
+)
 
 
 @dataclass
@@ -121,7 +146,8 @@ class BuildCache:
     folder: Path  # where the stage's rewritten requirements file goes
 
     def __call__(self, planned: PlannedStep, python: Path) -> PlannedStep:
-        """The step installing the built wheels (from a cache, else built now) by path and sha256."""
+        """The step installing the built wheels (from a cache, else built now) by path and
+        sha256."""
         from envbuild.wheelhouse.build import BuildOptions, build, cache_key, probe_target
 
         lines = []
@@ -130,28 +156,45 @@ class BuildCache:
             assert spec.source is not None
             target = target or probe_target(python)
             key = cache_key(spec, spec.source, target)
-            cache = next((c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
-                         self.caches[0])
+            cache = next(
+                (c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
+                self.caches[0],
+            )
             res = build(spec, BuildOptions(python=python, out=self.out, cache=cache), target)
             slot = cache / "wheels" / key[:32]
-            # the first cache (the carried wheelhouse, else the data root's) and the user's (the next
-            # root on this host) hold every wheel this provision installed
+            # the first cache (the carried wheelhouse, else the data root's) and the user's (the
+            # next root on this host) hold every wheel this provision installed
             for other in (self.caches[0], self.caches[-1]):
                 if other != cache and slot.is_dir():
                     _copy_slot(slot, other / "wheels" / slot.name)
-            how = "from the build cache (no compile)" if res.cached else f"built in {res.seconds:.1f} s"
-            events.emit("info", f"builds: {spec.label}: {res.wheel.name} {how}", built=str(res.wheel),
-                        cached=res.cached)
-            lines.append(f"{spec.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}")
+            how = (
+                "from the build cache (no compile)"
+                if res.cached
+                else f"built in {res.seconds:.1f} s"
+            )
+            events.emit(
+                "info",
+                f"builds: {spec.label}: {res.wheel.name} {how}",
+                built=str(res.wheel),
+                cached=res.cached,
+            )
+            lines.append(
+                f"{spec.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}"
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{planned.number:02d}-{planned.name}-wheels.txt"
-        path.write_text(f"# stage builds: {STAGE_WORDS['builds']}; the wheels built from the lock's sdists\n"
-                        + "\n".join(lines) + "\n", encoding="utf-8")
+        path.write_text(
+            f"# stage builds: {STAGE_WORDS['builds']}; the wheels built from the lock's sdists\n"
+            + "\n".join(lines)
+            + "\n",
+            encoding="utf-8",
+        )
         return replace(planned, locked_file=path)
 
 
 def _copy_slot(slot: Path, to: Path) -> None:
-    """Copy a build cache slot, best effort (a read-only or full user cache costs a rebuild later)."""
+    """Copy a build cache slot, best effort (a read-only or full user cache costs a rebuild
+    later)."""
     import shutil
 
     try:
@@ -185,17 +228,28 @@ def plan_notes(plan: StagePlan, caches: tuple[Path, ...], python: Path | None) -
         found = None
         if target is not None:
             key = cache_key(spec, spec.source, target)
-            found = next((c / "wheels" / key[:32] for c in caches
-                          if (c / "wheels" / key[:32] / "result.json").is_file()), None)
+            found = next(
+                (
+                    c / "wheels" / key[:32]
+                    for c in caches
+                    if (c / "wheels" / key[:32] / "result.json").is_file()
+                ),
+                None,
+            )
         else:
             tag = "cp" + plan.chosen.env.python.replace(".", "")
-            for meta_file in (m for c in caches for m in sorted((c / "wheels").glob("*/result.json"))):
+            for meta_file in (
+                m for c in caches for m in sorted((c / "wheels").glob("*/result.json"))
+            ):
                 try:
                     parts = json.loads(meta_file.read_text()).get("parts") or {}
                 except (OSError, ValueError):
                     continue
-                if parts.get("spec") == spec.digest and parts.get("python") == tag \
-                        and (parts.get("torch") or {}).get("version") == plan.torch.version:
+                if (
+                    parts.get("spec") == spec.digest
+                    and parts.get("python") == tag
+                    and (parts.get("torch") or {}).get("version") == plan.torch.version
+                ):
                     found = meta_file.parent
                     break
         if found is None:

@@ -54,7 +54,8 @@ RUNTIME_APT = "ca-certificates git g++ make"
 
 
 def cuda_of(version: str) -> str | None:
-    """The CUDA a torch build names in its local tag (``+cu128`` -> ``12.8``, ``+cu130`` -> ``13.0``)."""
+    """The CUDA a torch build names in its local tag (``+cu128`` -> ``12.8``, ``+cu130`` ->
+    ``13.0``)."""
     local = version.split("+", 1)[1] if "+" in version else ""
     if not local.startswith("cu") or not local[2:].isdigit() or len(local) < 5:
         return None
@@ -66,7 +67,8 @@ def cuda_of(version: str) -> str | None:
 
 
 def stage_slices(plan: StagePlan, spec: StackSpec) -> list[tuple[str, str]]:
-    """``(stage, text)`` per stage the image installs: the stages up to it (see the module docstring)."""
+    """``(stage, text)`` per stage the image installs: the stages up to it (see the module
+    docstring)."""
     abi = spec.abi
     stages: list[dict[str, Any]] = []
     out = []
@@ -77,13 +79,28 @@ def stage_slices(plan: StagePlan, spec: StackSpec) -> list[tuple[str, str]]:
         assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
         wanted = {p.split("==")[0] for p in step.packages}
         lines = [p.line for p in plan.stage(stage) if p.entry.name in wanted]
-        stages.append({"name": step.name, "what": STAGE_WORDS[stage],
-                       "packages": list(step.packages), "lines": lines,
-                       "no_build_isolation": step.no_build_isolation})
-        doc = {"schema": SCHEMA, "name": spec.name, "environment": plan.chosen.env.name, "python": spec.python,
-               "torch": {"version": abi.version, "local": abi.local, "protect": list(abi.protect),
-                         "triton_provider": abi.triton_provider},
-               "stages": stages}
+        stages.append(
+            {
+                "name": step.name,
+                "what": STAGE_WORDS[stage],
+                "packages": list(step.packages),
+                "lines": lines,
+                "no_build_isolation": step.no_build_isolation,
+            }
+        )
+        doc = {
+            "schema": SCHEMA,
+            "name": spec.name,
+            "environment": plan.chosen.env.name,
+            "python": spec.python,
+            "torch": {
+                "version": abi.version,
+                "local": abi.local,
+                "protect": list(abi.protect),
+                "triton_provider": abi.triton_provider,
+            },
+            "stages": stages,
+        }
         out.append((step.name, json.dumps(doc, indent=2) + "\n"))
     return out
 
@@ -111,20 +128,54 @@ def read_slice(path: Path, root: str) -> tuple[StackSpec, dict[str, str], SliceS
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         t = doc["torch"]
-        steps = tuple(Step(name=str(s["name"]), packages=tuple(str(p) for p in s["packages"]), no_deps=True,
-                           no_index=True, no_build_isolation=bool(s["no_build_isolation"])) for s in doc["stages"])
-        texts = {str(s["name"]): _HEADER + f"# stage {s['name']}: {s['what']}\n" + "\n".join(map(str, s["lines"])) + "\n"
-                 for s in doc["stages"]}
+        steps = tuple(
+            Step(
+                name=str(s["name"]),
+                packages=tuple(str(p) for p in s["packages"]),
+                no_deps=True,
+                no_index=True,
+                no_build_isolation=bool(s["no_build_isolation"]),
+            )
+            for s in doc["stages"]
+        )
+        texts = {
+            str(s["name"]): (
+                _HEADER
+                + f"# stage {s['name']}: {s['what']}\n"
+                + "\n".join(map(str, s["lines"]))
+                + "\n"
+            )
+            for s in doc["stages"]
+        }
         spec = StackSpec(
-            path=path, name=str(doc["name"]), description=f"{path} ({doc['environment']})", python=str(doc["python"]),
-            abi=ABI(package="torch", version=str(t["version"]), local=t.get("local"),
-                    protect=tuple(str(p) for p in t.get("protect") or ()), triton_provider=t.get("triton_provider")),
-            layout=Layout(root=root, links={}, min_free_gb=1.0), host=Host(), env={}, steps=steps,
-            digest=spec_digest({"slice": doc["stages"], "environment": doc["environment"]}))
+            path=path,
+            name=str(doc["name"]),
+            description=f"{path} ({doc['environment']})",
+            python=str(doc["python"]),
+            abi=ABI(
+                package="torch",
+                version=str(t["version"]),
+                local=t.get("local"),
+                protect=tuple(str(p) for p in t.get("protect") or ()),
+                triton_provider=t.get("triton_provider"),
+            ),
+            layout=Layout(root=root, links={}, min_free_gb=1.0),
+            host=Host(),
+            env={},
+            steps=steps,
+            digest=spec_digest({"slice": doc["stages"], "environment": doc["environment"]}),
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a readable stage slice of `envbuild docker --lock` ({type(exc).__name__}: {exc})",
-                          hint="Render the Dockerfile again with `envbuild docker --lock FILE`.") from exc
-    return spec, texts, {"lock_file": str(path), "environment": str(doc["environment"]), "slice": True}
+        raise ConfigError(
+            f"{path}: not a readable stage slice of `envbuild docker --lock` ({type(exc).__name__}:"
+            f" {exc})",
+            hint="Render the Dockerfile again with `envbuild docker --lock FILE`.",
+        ) from exc
+    return (
+        spec,
+        texts,
+        {"lock_file": str(path), "environment": str(doc["environment"]), "slice": True},
+    )
 
 
 # ----------------------------------------------------------------------------- the Dockerfile
@@ -137,9 +188,11 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     spec = stack_for(plan, root=root)
     cuda = cuda_of(spec.abi.version)
     if cuda is not None and cuda not in CUDA_BASE_TAGS and not opts.base:
-        raise ConfigError(f"{plan.chosen.path}: torch {spec.abi.version} is built for CUDA {cuda}, which has no "
-                          f"nvidia/cuda base image envbuild knows (known: {', '.join(CUDA_BASE_TAGS)})",
-                          hint="Pass one with --base IMAGE.")
+        raise ConfigError(
+            f"{plan.chosen.path}: torch {spec.abi.version} is built for CUDA {cuda}, which has no "
+            f"nvidia/cuda base image envbuild knows (known: {', '.join(CUDA_BASE_TAGS)})",
+            hint="Pass one with --base IMAGE.",
+        )
     spec = replace(spec, abi=replace(spec.abi, cuda=cuda))
     base = choose_base(spec, opts)
     paths = layout.Paths(root=Path(root), venv_name=spec.layout.venv)
@@ -150,15 +203,33 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     slices = stage_slices(plan, spec)
     out = [
         f"# syntax={SYNTAX}",
-        docker_comment(f"Generated by `{command}`; do not edit (render it again after a change to the lock).",
-                       "the command line"),
-        docker_comment(f"Lock {chosen.path.name} ({chosen.lock.format}), {chosen.env.name}: torch {spec.abi.version}"
-                       f", Python {py}; one layer per stage: {', '.join(s for s, _ in slices)}.", "the lock"),
-        "# A change to a later stage (an application dependency) rebuilds that stage's layer and the ones",
-        "# after it; torch and the extensions stay cached. Each layer runs provision --lock on its slice:",
+        docker_comment(
+            f"Generated by `{command}`; do not edit (render it again after a change to the lock).",
+            "the command line",
+        ),
+        docker_comment(
+            f"Lock {chosen.path.name} ({chosen.lock.format}), {chosen.env.name}: torch"
+            f" {spec.abi.version}, Python {py}; one layer per stage:"
+            f" {', '.join(s for s, _ in slices)}.",
+            "the lock",
+        ),
+        (
+            "# A change to a later stage (an application dependency) rebuilds that stage's layer"
+            " and the ones"
+        ),
+        (
+            "# after it; torch and the extensions stay cached. Each layer runs provision --lock on"
+            " its slice:"
+        ),
         "# the same hash-pinned files and ABI guard as on a host.",
-        *(["# The project itself is not installed here: COPY its source and `uv pip install` it in a layer of your own."]
-          if plan.stage("project") else []),
+        *(
+            [
+                "# The project itself is not installed here: COPY its source and `uv pip install`"
+                " it in a layer of your own."
+            ]
+            if plan.stage("project")
+            else []
+        ),
         "",
         f"ARG BASE_IMAGE={base.image}",
         "FROM ${BASE_IMAGE}",
@@ -176,19 +247,30 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     overlay = layout.overlay_env(spec, paths)
     overlay.pop("PIP_CACHE_DIR", None)
     overlay.pop("UV_CACHE_DIR", None)
-    env_lines = [docker_env("VIRTUAL_ENV", venv, "--root"), f"PATH={docker_path(venv, '--root')}/bin:$PATH"]
+    env_lines = [
+        docker_env("VIRTUAL_ENV", venv, "--root"),
+        f"PATH={docker_path(venv, '--root')}/bin:$PATH",
+    ]
     env_lines += [docker_env(k, v, f"env.{k}") for k, v in overlay.items()]
-    out += ["# The environment overlay, before the first stage.", "ENV " + " \\\n    ".join(env_lines), ""]
+    out += [
+        "# The environment overlay, before the first stage.",
+        "ENV " + " \\\n    ".join(env_lines),
+        "",
+    ]
     cache = paths.cache_env()
-    mounts = (f"--mount=type=cache,target={cache['PIP_CACHE_DIR']} --mount=type=cache,target={cache['UV_CACHE_DIR']} "
-              f"{SECRETS}")
+    mounts = (
+        f"--mount=type=cache,target={cache['PIP_CACHE_DIR']}"
+        f" --mount=type=cache,target={cache['UV_CACHE_DIR']} {SECRETS}"
+    )
     provision = ["envbuild", "provision", "--lock", IMAGE_SLICE, "--root", root, "--home", "/root"]
     for n, (stage, text) in enumerate(slices, 1):
         rel = docker_path(f"{opts.steps_dir}/{n:02d}-{stage}.json", "a stage slice")
         files[rel] = text
         names = [p.split("==")[0] for p in spec.step(stage).packages]
         out += [
-            docker_comment(f"stage {n}/{len(slices)} {stage}: {', '.join(names)}", "the stage's packages"),
+            docker_comment(
+                f"stage {n}/{len(slices)} {stage}: {', '.join(names)}", "the stage's packages"
+            ),
             f"COPY {rel} {IMAGE_SLICE}",
             f"RUN {mounts} \\",
             f"    {docker_run(provision, 'the provision command')}",
@@ -196,14 +278,29 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
         ]
         if stage == "torch":
             constraints = str(paths.constraints)
-            out += ["# torch is frozen from here on, for every later layer and every `uv pip install` in the image",
-                    "# (uv installs into $VIRTUAL_ENV; the venv holds the lock's packages only, no pip).",
-                    f"ENV {docker_env('PIP_CONSTRAINT', constraints, '--root')} \\",
-                    f"    {docker_env('UV_CONSTRAINT', constraints, '--root')}", ""]
-    runtime_caches = [str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
-                      if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")]
+            out += [
+                (
+                    "# torch is frozen from here on, for every later layer and every `uv pip"
+                    " install` in the image"
+                ),
+                (
+                    "# (uv installs into $VIRTUAL_ENV; the venv holds the lock's packages only, no"
+                    " pip)."
+                ),
+                f"ENV {docker_env('PIP_CONSTRAINT', constraints, '--root')} \\",
+                f"    {docker_env('UV_CONSTRAINT', constraints, '--root')}",
+                "",
+            ]
+    runtime_caches = [
+        str(paths.cache / sub)
+        for var, sub in layout.CACHE_DIRS.items()
+        if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")
+    ]
     out += [
-        "# Smoke: the checks of what the lock installed that run without a GPU (`docker run --gpus all` for the rest).",
+        (
+            "# Smoke: the checks of what the lock installed that run without a GPU (`docker run"
+            " --gpus all` for the rest)."
+        ),
         f"RUN {docker_run(['envbuild', 'smoke', '--root', root], '--root')} \\",
         f"    && {docker_run(['chmod', '1777', *runtime_caches], '--root')}",
         "",
@@ -211,37 +308,65 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
         'CMD ["/bin/bash"]',
         "",
     ]
-    warnings = ("the project itself is not installed in the image (its source is not in the lock): install it in a "
-                "layer of your own",) if plan.stage("project") else ()
+    warnings = (
+        (
+            (
+                "the project itself is not installed in the image (its source is not in the lock):"
+                " install it in a layer of your own"
+            ),
+        )
+        if plan.stage("project")
+        else ()
+    )
     return Rendered(dockerfile="\n".join(out), files=files, warnings=warnings)
 
 
 def _python(py: str, ubuntu: str | None) -> list[str]:
-    apt_cache = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
-                 "--mount=type=cache,target=/var/lib/apt,sharing=locked")
-    if ubuntu is None:  # a base envbuild does not know (NGC, a PyTorch image): its apt, else its own python
+    apt_cache = (
+        "--mount=type=cache,target=/var/cache/apt,sharing=locked "
+        "--mount=type=cache,target=/var/lib/apt,sharing=locked"
+    )
+    # a base envbuild does not know (NGC, a PyTorch image): its apt, else its own python
+    if ubuntu is None:
         return [
-            f"# Python {py} with its headers and venv, from the base image's apt where it has them.",
+            (
+                f"# Python {py} with its headers and venv, from the base image's apt where it has"
+                " them."
+            ),
             "# hadolint ignore=DL3008",
             f"RUN {apt_cache} \\",
             "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
             f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT} \\",
             f"    && if apt-cache show python{py}-dev >/dev/null 2>&1; then \\",
-            f"        apt-get install -y --no-install-recommends python{py} python{py}-venv python{py}-dev; \\",
+            (
+                f"        apt-get install -y --no-install-recommends python{py} python{py}-venv"
+                f" python{py}-dev; \\"
+            ),
             f"    elif ! python{py} -c 'import venv, ensurepip' >/dev/null 2>&1; then \\",
-            f'        echo "envbuild: the base image has no python{py} (with venv) and its apt offers none" >&2; exit 1; fi',
+            (
+                f'        echo "envbuild: the base image has no python{py} (with venv) and its apt'
+                ' offers none" >&2; exit 1; fi'
+            ),
             "",
         ]
     ppa = ""
     if py != SYSTEM_PYTHON.get(ubuntu):
-        ppa = (" \\\n    && apt-get install -y --no-install-recommends software-properties-common gpg-agent"
-               " \\\n    && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update")
+        ppa = (
+            " \\\n    && apt-get install -y --no-install-recommends software-properties-common"
+            " gpg-agent \\\n    && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update"
+        )
     return [
         f"# Python {py} with its headers and venv, from the base image's apt.",
         "# hadolint ignore=DL3008",
         f"RUN {apt_cache} \\",
         "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
-        f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT}{ppa} \\",
-        f"    && apt-get install -y --no-install-recommends python{py} python{py}-venv python{py}-dev",
+        (
+            "    && apt-get update && apt-get install -y --no-install-recommends"
+            f" {RUNTIME_APT}{ppa} \\"
+        ),
+        (
+            f"    && apt-get install -y --no-install-recommends python{py} python{py}-venv"
+            f" python{py}-dev"
+        ),
         "",
     ]

@@ -1,4 +1,5 @@
-"""Offline from a wheelhouse: ``wheelhouse mirror --lock FILE`` and ``provision --lock FILE --offline --wheelhouse DIR``.
+"""Offline from a wheelhouse: ``wheelhouse mirror --lock FILE`` and ``provision --lock FILE
+--offline --wheelhouse DIR``.
 
 The mirror downloads every file the chosen environment installs (the files ``plan --lock``
 names, from the URLs the lock records, each checked against the lock's sha256) into a wheelhouse
@@ -34,13 +35,21 @@ from envbuild._io import sha256_file
 from envbuild.errors import ConfigError, InstallError
 from envbuild.fromlock.stages import LockedFile, Placed, StagePlan
 
-__all__ = ["LockMirror", "check_files", "in_wheelhouse", "mirror_lock", "read_installed", "wheelhouse_folder",
-           "without_installed"]
+__all__ = [
+    "LockMirror",
+    "check_files",
+    "in_wheelhouse",
+    "mirror_lock",
+    "read_installed",
+    "wheelhouse_folder",
+    "without_installed",
+]
 
 
 @dataclass(frozen=True)
 class LockMirror:
-    """What ``mirror_lock`` did: the files downloaded and already there, and what it could not mirror."""
+    """What ``mirror_lock`` did: the files downloaded and already there, and what it could not
+    mirror."""
 
     out: Path
     downloaded: tuple[str, ...]
@@ -50,20 +59,35 @@ class LockMirror:
     bytes: int
 
 
-def mirror_lock(plan: StagePlan, out: Path, *, jobs: int = 4, deadline: float | None = None) -> LockMirror:
-    """Download every file ``plan`` installs into ``out`` (sha256-checked), then index the folder."""
+def mirror_lock(
+    plan: StagePlan, out: Path, *, jobs: int = 4, deadline: float | None = None
+) -> LockMirror:
+    """Download every file ``plan`` installs into ``out`` (sha256-checked), then index the
+    folder."""
     from envbuild.index.client import Artifact
     from envbuild.wheelhouse.mirror import mirror
     from envbuild.wheelhouse.pages import write_index
 
     files = [p.artifact for p in plan.placed if p.artifact is not None]
-    result = mirror([Artifact(a.filename, a.url, a.sha256) for a in files], out, jobs=jobs, deadline=deadline)
+    result = mirror(
+        [Artifact(a.filename, a.url, a.sha256) for a in files], out, jobs=jobs, deadline=deadline
+    )
     index = write_index(out)
-    skipped = tuple(f"{p.entry.name}: {p.why}; a git pin has no file to mirror (installing it clones the repository)"
-                    for p in plan.placed if p.artifact is None and p.stage != "project")
+    skipped = tuple(
+        f"{p.entry.name}: {p.why}; a git pin has no file to mirror (installing it clones the"
+        " repository)"
+        for p in plan.placed
+        if p.artifact is None and p.stage != "project"
+    )
     size = sum((out / a.filename).stat().st_size for a in {a.filename: a for a in files}.values())
-    return LockMirror(out, tuple(x.name for x in result.downloaded), tuple(x.name for x in result.present), skipped,
-                      index.root / "simple", size)
+    return LockMirror(
+        out,
+        tuple(x.name for x in result.downloaded),
+        tuple(x.name for x in result.present),
+        skipped,
+        index.root / "simple",
+        size,
+    )
 
 
 def read_installed(path: Path) -> dict[str, str]:
@@ -82,8 +106,10 @@ def read_installed(path: Path) -> dict[str, str]:
             rows = json.loads(text)
             return {canonicalize_name(r["name"]): str(r["version"]) for r in rows}
         except (ValueError, TypeError, KeyError) as exc:
-            raise ConfigError(f"--have {path}: not a `pip list --format json` document ({exc!r})",
-                              hint="Write it with `python -m pip list --format json` in the target environment.") from exc
+            raise ConfigError(
+                f"--have {path}: not a `pip list --format json` document ({exc!r})",
+                hint="Write it with `python -m pip list --format json` in the target environment.",
+            ) from exc
     have: dict[str, str] = {}
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -91,15 +117,22 @@ def read_installed(path: Path) -> dict[str, str]:
             continue  # an editable or a direct URL: no version to compare
         name, sep, version = line.partition("==")
         if not sep or not name.strip() or not version.strip():
-            raise ConfigError(f"--have {path}:{n}: {raw.strip()!r} is not a `name==version` line",
-                              hint="Write it with `python -m pip freeze` (or `pip list --format json`) in the "
-                              "target environment.")
-        have[canonicalize_name(name.strip().split("[", 1)[0])] = version.strip().split(";", 1)[0].strip()
+            raise ConfigError(
+                f"--have {path}:{n}: {raw.strip()!r} is not a `name==version` line",
+                hint=(
+                    "Write it with `python -m pip freeze` (or `pip list --format json`) in the "
+                    "target environment."
+                ),
+            )
+        have[canonicalize_name(name.strip().split("[", 1)[0])] = (
+            version.strip().split(";", 1)[0].strip()
+        )
     return have
 
 
 def without_installed(plan: StagePlan, have: dict[str, str]) -> StagePlan:
-    """``plan`` without the packages ``have`` holds at the locked version (what an adopted venv keeps)."""
+    """``plan`` without the packages ``have`` holds at the locked version (what an adopted venv
+    keeps)."""
     from packaging.version import InvalidVersion, Version
 
     def same(a: str, b: str) -> bool:
@@ -108,8 +141,14 @@ def without_installed(plan: StagePlan, have: dict[str, str]) -> StagePlan:
         except InvalidVersion:
             return a == b
 
-    kept = [p for p in plan.placed if p.stage == "project" or p.entry.version is None
-            or p.entry.name not in have or not same(have[p.entry.name], p.entry.version)]
+    kept = [
+        p
+        for p in plan.placed
+        if p.stage == "project"
+        or p.entry.version is None
+        or p.entry.name not in have
+        or not same(have[p.entry.name], p.entry.version)
+    ]
     return replace(plan, placed=kept)
 
 
@@ -118,21 +157,35 @@ def wheelhouse_folder(wheelhouse: str) -> Path:
     cannot be hashed before stage (a) without downloading it: refused (exit 2)."""
     parts = urlsplit(wheelhouse)
     if parts.scheme not in ("", "file"):
-        raise ConfigError(f"--lock --offline: --wheelhouse {wheelhouse} is not a folder; provision --lock installs "
-                          "offline from a wheelhouse folder, whose every file it hashes before the first stage",
-                          hint="Copy the wheelhouse here (`envbuild wheelhouse mirror --lock FILE --out DIR` makes it) "
-                          "and give its path.")
-    folder = Path(unquote(parts.path) if parts.scheme == "file" else wheelhouse).expanduser().absolute()
+        raise ConfigError(
+            f"--lock --offline: --wheelhouse {wheelhouse} is not a folder; provision --lock"
+            " installs offline from a wheelhouse folder, whose every file it hashes before the"
+            " first stage",
+            hint=(
+                "Copy the wheelhouse here (`envbuild wheelhouse mirror --lock FILE --out DIR` makes"
+                " it) and give its path."
+            ),
+        )
+    folder = (
+        Path(unquote(parts.path) if parts.scheme == "file" else wheelhouse).expanduser().absolute()
+    )
     if not folder.is_dir():
-        raise ConfigError(f"--wheelhouse {wheelhouse}: no such folder",
-                          hint="Make it with `envbuild wheelhouse mirror --lock FILE --out DIR` where the lock's "
-                          "file hosts answer.")
+        raise ConfigError(
+            f"--wheelhouse {wheelhouse}: no such folder",
+            hint=(
+                "Make it with `envbuild wheelhouse mirror --lock FILE --out DIR` where the lock's "
+                "file hosts answer."
+            ),
+        )
     return folder
 
 
 def in_wheelhouse(plan: StagePlan, folder: Path) -> StagePlan:
-    """``plan`` with every file taken from ``folder`` by its path (``check_files`` proves them first)."""
-    return replace(plan, placed=[_local(p, folder) if p.artifact is not None else p for p in plan.placed])
+    """``plan`` with every file taken from ``folder`` by its path (``check_files`` proves them
+    first)."""
+    return replace(
+        plan, placed=[_local(p, folder) if p.artifact is not None else p for p in plan.placed]
+    )
 
 
 def check_files(plan: StagePlan, folder: Path, stages: Collection[str]) -> None:
@@ -155,17 +208,24 @@ def check_files(plan: StagePlan, folder: Path, stages: Collection[str]) -> None:
     lock = plan.chosen.path
     if missing:
         raise InstallError(
-            f"--offline: {where} lacks {len(missing)} file(s) that the stages to run install from {lock}; nothing "
-            "was made:\n" + "\n".join(f"  {m}" for m in missing),
-            hint=f"Mirror them where the lock's file hosts answer: `envbuild wheelhouse mirror --lock {lock} "
-            f"--out {folder}` (with the same --extra/--group/--environment), then bring the folder here.")
+            f"--offline: {where} lacks {len(missing)} file(s) that the stages to run install from"
+            f" {lock}; nothing was made:\n" + "\n".join(f"  {m}" for m in missing),
+            hint=(
+                "Mirror them where the lock's file hosts answer: `envbuild wheelhouse mirror"
+                f" --lock {lock} --out {folder}` (with the same --extra/--group/--environment),"
+                " then bring the folder here."
+            ),
+        )
     changed = _changed(folder, todo)
     if changed:
         raise InstallError(
-            f"--offline: {len(changed)} file(s) in {where} are not the bytes {lock} pins (changed after the mirror?); "
-            "nothing was made:\n" + "\n".join(f"  {c}" for c in changed),
-            hint=f"Mirror again (`envbuild wheelhouse mirror --lock {lock} --out {folder}` replaces a file whose "
-            "hash is wrong), or restore the wheelhouse from a good copy.")
+            f"--offline: {len(changed)} file(s) in {where} are not the bytes {lock} pins (changed"
+            " after the mirror?); nothing was made:\n" + "\n".join(f"  {c}" for c in changed),
+            hint=(
+                f"Mirror again (`envbuild wheelhouse mirror --lock {lock} --out {folder}` replaces"
+                " a file whose hash is wrong), or restore the wheelhouse from a good copy."
+            ),
+        )
 
 
 def _changed(folder: Path, files: list[LockedFile]) -> list[str]:
@@ -173,12 +233,18 @@ def _changed(folder: Path, files: list[LockedFile]) -> list[str]:
     names = sorted({f.filename: f.sha256 for f in files}.items())
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         actual = list(pool.map(lambda item: sha256_file(folder / item[0]), names))
-    return [f"{name}: the lock pins sha256 {want}, the file has {got}"
-            for (name, want), got in zip(names, actual, strict=True) if got != want]
+    return [
+        f"{name}: the lock pins sha256 {want}, the file has {got}"
+        for (name, want), got in zip(names, actual, strict=True)
+        if got != want
+    ]
 
 
 def _local(p: Placed, folder: Path) -> Placed:
     assert p.artifact is not None
     uri = (folder / p.artifact.filename).as_uri()
-    return replace(p, artifact=replace(p.artifact, url=uri),
-                   line=f"{p.entry.name} @ {uri} --hash=sha256:{p.artifact.sha256}")
+    return replace(
+        p,
+        artifact=replace(p.artifact, url=uri),
+        line=f"{p.entry.name} @ {uri} --hash=sha256:{p.artifact.sha256}",
+    )

@@ -9,14 +9,14 @@ The sdist, for the entry's public version (``2.8.1+cu13torch2.10cxx11abitrue`` -
 2. offline (``--offline --wheelhouse DIR``): the wheelhouse's, as ``wheelhouse mirror --lock
    --rebuild-mismatched`` put it there (its ``wheelhouse.json`` names the URL it came from);
 3. else the project page on the entry's index, then the lock's other indexes (PyPI where the lock
-   names none), read by ``envbuild.index.client``: the first sdist of that version whose page gives its
-   sha256, which pins it from then on (the offline check and the install hash-check it).
+   names none), read by ``envbuild.index.client``: the first sdist of that version whose page gives
+   its sha256, which pins it from then on (the offline check and the install hash-check it).
 
 Only findings of rule ``extension-abi`` are taken; any other failing finding still refuses the
 lock (exit 8). A package with no sdist anywhere keeps its finding, with the places looked in
-added to its reason, so the refusal names it. An index that does not answer is exit 3 (``SourceError``).
-The plan and the receipt's lock record say where each rebuilt sdist came from and that the lock
-does not pin it (``Rebuilt``).
+added to its reason, so the refusal names it. An index that does not answer is exit 3
+(``SourceError``). The plan and the receipt's lock record say where each rebuilt sdist came from and
+that the lock does not pin it (``Rebuilt``).
 """
 
 from __future__ import annotations
@@ -51,8 +51,16 @@ class Rebuilt:
     where: str  # the index host, the lock file, or the wheelhouse folder
 
     def to_json(self) -> dict[str, object]:
-        return {"lock_version": self.lock_version, "version": self.version, "sdist": self.filename, "url": self.url,
-                "sha256": self.sha256, "origin": self.origin, "where": self.where, "in_lock": self.origin == "lock"}
+        return {
+            "lock_version": self.lock_version,
+            "version": self.version,
+            "sdist": self.filename,
+            "url": self.url,
+            "sha256": self.sha256,
+            "origin": self.origin,
+            "where": self.where,
+            "in_lock": self.origin == "lock",
+        }
 
 
 def rebuildable(failing: list[Finding]) -> list[Finding]:
@@ -64,8 +72,9 @@ def public(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def rebuild_mismatched(plan: StagePlan, failing: list[Finding], *,
-                       wheelhouse: Path | None = None) -> tuple[StagePlan, list[Finding]]:
+def rebuild_mismatched(
+    plan: StagePlan, failing: list[Finding], *, wheelhouse: Path | None = None
+) -> tuple[StagePlan, list[Finding]]:
     """``plan`` with each package of a failing ``extension-abi`` finding that has an sdist moved to
     the builds stage; the findings still failing (other rules, and those with no sdist, their
     reason naming where none was found)."""
@@ -75,49 +84,98 @@ def rebuild_mismatched(plan: StagePlan, failing: list[Finding], *,
     placed = list(plan.placed)
     still = [f for f in failing if f.rule != RULE]
     for name, findings in by_package.items():
-        i = next((n for n, p in enumerate(placed) if p.entry.name == name and p.artifact is not None
-                  and p.artifact.wheel), None)
+        i = next(
+            (
+                n
+                for n, p in enumerate(placed)
+                if p.entry.name == name and p.artifact is not None and p.artifact.wheel
+            ),
+            None,
+        )
         if i is None:  # not installed from a wheel here (nothing prebuilt to replace)
             still += findings
             continue
         p = placed[i]
         found, why_not = _find_sdist(plan, p.entry, wheelhouse)
         if found is None:
-            still += [replace(f, reason=f"{f.reason}; --rebuild-mismatched: {why_not}") for f in findings]
+            still += [
+                replace(f, reason=f"{f.reason}; --rebuild-mismatched: {why_not}") for f in findings
+            ]
             continue
         placed[i] = _moved(p, found, plan, findings)
     return replace(plan, placed=placed), still
 
 
 def _moved(p: Placed, found: Rebuilt, plan: StagePlan, findings: list[Finding]) -> Placed:
-    built_for = "; ".join(dict.fromkeys(m.group(1) for f in findings if (m := _MISMATCH.search(f.reason))))
+    built_for = "; ".join(
+        dict.fromkeys(m.group(1) for f in findings if (m := _MISMATCH.search(f.reason)))
+    )
     built_for = built_for or f"not built for the lock's torch {plan.torch.version}"
-    source = {"lock": "the lock", "index": found.where, "wheelhouse": f"the wheelhouse ({found.url})"}[found.origin]
-    pinned = {"lock": "", "index": " (not in the lock: pinned by the sha256 its index page gives)",
-              "wheelhouse": " (not in the lock: pinned by the sha256 the mirror recorded)"}[found.origin]
-    why = (f"rebuilt (--rebuild-mismatched): the lock's wheel is {built_for}; its sdist from {source}{pinned} is "
-           "built against that torch")
+    source = {
+        "lock": "the lock",
+        "index": found.where,
+        "wheelhouse": f"the wheelhouse ({found.url})",
+    }[found.origin]
+    pinned = {
+        "lock": "",
+        "index": " (not in the lock: pinned by the sha256 its index page gives)",
+        "wheelhouse": " (not in the lock: pinned by the sha256 the mirror recorded)",
+    }[found.origin]
+    why = (
+        f"rebuilt (--rebuild-mismatched): the lock's wheel is {built_for}; its sdist from"
+        f" {source}{pinned} is built against that torch"
+    )
     entry = replace(p.entry, version=found.version)
     art = LockedFile(found.url, found.sha256, found.filename)
-    return Placed(entry, "builds", why, art, f"{entry.name} @ {found.url} --hash=sha256:{found.sha256}",
-                  rebuilt=found.to_json())
+    return Placed(
+        entry,
+        "builds",
+        why,
+        art,
+        f"{entry.name} @ {found.url} --hash=sha256:{found.sha256}",
+        rebuilt=found.to_json(),
+    )
 
 
-def _find_sdist(plan: StagePlan, entry: Entry, wheelhouse: Path | None) -> tuple[Rebuilt | None, str]:
+def _find_sdist(
+    plan: StagePlan, entry: Entry, wheelhouse: Path | None
+) -> tuple[Rebuilt | None, str]:
     """The sdist of ``entry``'s public version, or None and why none was found."""
     lock_version = entry.version or ""
     version = public(lock_version)
     label = f"{entry.name} {version}"
-    own = next((a for a in _artifacts(entry, plan.chosen.path.parent) if is_sdist(a.filename) and a.sha256), None)
+    own = next(
+        (
+            a
+            for a in _artifacts(entry, plan.chosen.path.parent)
+            if is_sdist(a.filename) and a.sha256
+        ),
+        None,
+    )
     if own is not None:
-        return Rebuilt(lock_version, version, own.filename, own.url, own.sha256 or "", "lock",
-                       str(plan.chosen.path)), ""
+        return (
+            Rebuilt(
+                lock_version,
+                version,
+                own.filename,
+                own.url,
+                own.sha256 or "",
+                "lock",
+                str(plan.chosen.path),
+            ),
+            "",
+        )
     if wheelhouse is not None:
         got = _in_wheelhouse(entry.name, version, wheelhouse)
         if got is None:
-            return None, (f"no sdist of {label} in the lock or in the wheelhouse {wheelhouse} (offline: "
-                          f"`envbuild wheelhouse mirror --lock {plan.chosen.path} --rebuild-mismatched` mirrors it "
-                          "where its index answers)")
+            return (
+                None,
+                (
+                    f"no sdist of {label} in the lock or in the wheelhouse {wheelhouse} (offline:"
+                    f" `envbuild wheelhouse mirror --lock {plan.chosen.path} --rebuild-mismatched`"
+                    " mirrors it where its index answers)"
+                ),
+            )
         filename, url, sha = got
         return Rebuilt(lock_version, version, filename, url, sha, "wheelhouse", str(wheelhouse)), ""
     return _on_index(plan, entry, lock_version, version)
@@ -139,7 +197,9 @@ def _host(url: str) -> str:
     return parts.netloc.rsplit("@", 1)[-1] or url
 
 
-def _on_index(plan: StagePlan, entry: Entry, lock_version: str, version: str) -> tuple[Rebuilt | None, str]:
+def _on_index(
+    plan: StagePlan, entry: Entry, lock_version: str, version: str
+) -> tuple[Rebuilt | None, str]:
     from envbuild import events
     from envbuild.index.client import SourceError, index_files, parse_filename, same_version
 
@@ -160,20 +220,35 @@ def _on_index(plan: StagePlan, entry: Entry, lock_version: str, version: str) ->
                 unpinned.append(a.filename)
                 continue
             for host, why in dead:  # another index served it: the dead one is a notice, not a stop
-                events.emit("info", f"--rebuild-mismatched: {host} did not answer ({why}); the sdist of "
-                            f"{entry.name} {version} came from {_host(index)}")
-            return Rebuilt(lock_version, version, a.filename, a.url, a.sha256, "index", _host(index)), ""
+                events.emit(
+                    "info",
+                    f"--rebuild-mismatched: {host} did not answer ({why}); the sdist of "
+                    f"{entry.name} {version} came from {_host(index)}",
+                )
+            return (
+                Rebuilt(lock_version, version, a.filename, a.url, a.sha256, "index", _host(index)),
+                "",
+            )
     if dead and len(dead) == len(indexes):
         host, why = dead[0]
-        raise SourceError(f"--rebuild-mismatched: looking for the sdist of {entry.name} {version} on "
-                          f"{', '.join(h for h, _ in dead)}: no index answered ({host}: {why})",
-                          hint="Check the network (or a proxy), or mirror it where the index answers "
-                          f"(`envbuild wheelhouse mirror --lock {plan.chosen.path} --rebuild-mismatched --out "
-                          "DIR`) and provision --offline --wheelhouse DIR.")
+        raise SourceError(
+            f"--rebuild-mismatched: looking for the sdist of {entry.name} {version} on "
+            f"{', '.join(h for h, _ in dead)}: no index answered ({host}: {why})",
+            hint=(
+                "Check the network (or a proxy), or mirror it where the index answers (`envbuild"
+                f" wheelhouse mirror --lock {plan.chosen.path} --rebuild-mismatched --out DIR`) and"
+                " provision --offline --wheelhouse DIR."
+            ),
+        )
     hosts = ", ".join(dict.fromkeys(_host(i) for i in indexes))
     if unpinned:
-        return None, (f"the sdist of {entry.name} {version} on {hosts} ({', '.join(unpinned)}) comes with no "
-                      "sha256 on its index page, so nothing pins it")
+        return (
+            None,
+            (
+                f"the sdist of {entry.name} {version} on {hosts} ({', '.join(unpinned)}) comes with"
+                " no sha256 on its index page, so nothing pins it"
+            ),
+        )
     return None, f"no sdist of {entry.name} {version} in the lock or on its index ({hosts})"
 
 
@@ -185,15 +260,28 @@ def _in_wheelhouse(name: str, version: str, folder: Path) -> tuple[str, str, str
 
     def fits(filename: str) -> bool:
         parsed = parse_filename(filename)
-        return is_sdist(filename) and parsed is not None and parsed[0] == name and same_version(parsed[1], version)
+        return (
+            is_sdist(filename)
+            and parsed is not None
+            and parsed[0] == name
+            and same_version(parsed[1], version)
+        )
 
     try:
-        rows = json.loads((folder / "wheelhouse.json").read_text(encoding="utf-8")).get("artifacts") or []
+        rows = (
+            json.loads((folder / "wheelhouse.json").read_text(encoding="utf-8")).get("artifacts")
+            or []
+        )
     except (OSError, ValueError, AttributeError):
         rows = []
     for row in rows if isinstance(rows, list) else []:
         filename = row.get("filename") if isinstance(row, dict) else None
-        if isinstance(filename, str) and fits(filename) and (folder / filename).is_file() and row.get("sha256"):
+        if (
+            isinstance(filename, str)
+            and fits(filename)
+            and (folder / filename).is_file()
+            and row.get("sha256")
+        ):
             return filename, str(row.get("url") or (folder / filename).as_uri()), str(row["sha256"])
     for path in sorted(folder.iterdir()):
         if path.is_file() and fits(path.name):

@@ -30,7 +30,14 @@ from envbuild.spec import ABI, Host, Layout, StackSpec, Step
 if TYPE_CHECKING:
     from envbuild.proof.receipt import SmokeSelectionJSON
 
-__all__ = ["RECORD", "SmokeSelection", "lock_record", "read_record", "smoke_selection", "spec_from_record"]
+__all__ = [
+    "RECORD",
+    "SmokeSelection",
+    "lock_record",
+    "read_record",
+    "smoke_selection",
+    "spec_from_record",
+]
 
 RECORD = "envbuild-environment.json"  # the name commands.common reads (ENVIRONMENT_RECORD)
 SCHEMA = "envbuild.environment/1"
@@ -47,23 +54,48 @@ _IMPORT_STAGES = ("extensions", "builds")
 
 
 def lock_record(spec: StackSpec, lock: Mapping[str, object]) -> dict[str, Any]:
-    """The ``lock`` section of the venv's record: the lock's identity and the stack provision ran."""
+    """The ``lock`` section of the venv's record: the lock's identity and the stack provision
+    ran."""
     abi = spec.abi
-    return {**lock, "stack": {
-        "name": spec.name, "description": spec.description, "python": spec.python, "digest": spec.digest,
-        "root": spec.layout.root,
-        "abi": {"version": abi.version, "local": abi.local, "protect": list(abi.protect),
-                "triton_provider": abi.triton_provider, "adopt": abi.adopt},
-        "steps": [{"name": s.name, "packages": list(s.packages), "no_build_isolation": s.no_build_isolation}
-                  for s in spec.steps]}}
+    return {
+        **lock,
+        "stack": {
+            "name": spec.name,
+            "description": spec.description,
+            "python": spec.python,
+            "digest": spec.digest,
+            "root": spec.layout.root,
+            "abi": {
+                "version": abi.version,
+                "local": abi.local,
+                "protect": list(abi.protect),
+                "triton_provider": abi.triton_provider,
+                "adopt": abi.adopt,
+            },
+            "steps": [
+                {
+                    "name": s.name,
+                    "packages": list(s.packages),
+                    "no_build_isolation": s.no_build_isolation,
+                }
+                for s in spec.steps
+            ],
+        },
+    }
 
 
 def write_record(venv: Path, root: Path, spec: StackSpec, lock: Mapping[str, object]) -> bool:
     """Write the venv's record (False where the venv is not one envbuild may write into)."""
     if not (venv / "pyvenv.cfg").is_file():
         return False
-    doc = {"schema": SCHEMA, "root": str(root.absolute()), "venv": str(venv), "stack": str(spec.path.absolute()),
-           "stack_name": spec.name, "lock": lock_record(spec, lock)}
+    doc = {
+        "schema": SCHEMA,
+        "root": str(root.absolute()),
+        "venv": str(venv),
+        "stack": str(spec.path.absolute()),
+        "stack_name": spec.name,
+        "lock": lock_record(spec, lock),
+    }
     try:
         atomic_write_json(venv / RECORD, doc)
     except OSError:
@@ -72,7 +104,8 @@ def write_record(venv: Path, root: Path, spec: StackSpec, lock: Mapping[str, obj
 
 
 def read_record(venv: Path) -> dict[str, Any] | None:
-    """The ``lock`` section of ``venv``'s record; None where the venv was not provisioned from a lock."""
+    """The ``lock`` section of ``venv``'s record; None where the venv was not provisioned from a
+    lock."""
     try:
         doc = json.loads((venv / RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
@@ -86,19 +119,41 @@ def spec_from_record(lock: dict[str, Any]) -> StackSpec:
     try:
         s = lock["stack"]
         a = s["abi"]
-        steps = tuple(Step(name=str(x["name"]), packages=tuple(str(p) for p in x["packages"]), no_deps=True,
-                           no_index=True, no_build_isolation=bool(x.get("no_build_isolation"))) for x in s["steps"])
+        steps = tuple(
+            Step(
+                name=str(x["name"]),
+                packages=tuple(str(p) for p in x["packages"]),
+                no_deps=True,
+                no_index=True,
+                no_build_isolation=bool(x.get("no_build_isolation")),
+            )
+            for x in s["steps"]
+        )
         return StackSpec(
-            path=Path(str(lock["lock_file"])), name=str(s["name"]), description=str(s.get("description") or ""),
+            path=Path(str(lock["lock_file"])),
+            name=str(s["name"]),
+            description=str(s.get("description") or ""),
             python=str(s["python"]),
-            abi=ABI(package="torch", version=str(a["version"]), local=a.get("local"),
-                    protect=tuple(str(p) for p in a.get("protect") or ()), triton_provider=a.get("triton_provider"),
-                    adopt=bool(a.get("adopt"))),
-            layout=Layout(root=str(s["root"]), links={}, min_free_gb=1.0), host=Host(), env={}, steps=steps,
-            digest=str(s["digest"]))
+            abi=ABI(
+                package="torch",
+                version=str(a["version"]),
+                local=a.get("local"),
+                protect=tuple(str(p) for p in a.get("protect") or ()),
+                triton_provider=a.get("triton_provider"),
+                adopt=bool(a.get("adopt")),
+            ),
+            layout=Layout(root=str(s["root"]), links={}, min_free_gb=1.0),
+            host=Host(),
+            env={},
+            steps=steps,
+            digest=str(s["digest"]),
+        )
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"the environment's record of its lock provision is unreadable ({type(exc).__name__}: {exc})",
-                          hint="Provision it again with the same `envbuild provision --lock FILE`.") from exc
+        raise ConfigError(
+            f"the environment's record of its lock provision is unreadable ({type(exc).__name__}:"
+            f" {exc})",
+            hint="Provision it again with the same `envbuild provision --lock FILE`.",
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -110,7 +165,11 @@ class SmokeSelection:
     lock_file: str
 
     def to_json(self) -> SmokeSelectionJSON:
-        return {"lock_file": self.lock_file, "checks": list(self.only), "imports": list(self.imports)}
+        return {
+            "lock_file": self.lock_file,
+            "checks": list(self.only),
+            "imports": list(self.imports),
+        }
 
 
 def smoke_selection(lock: dict[str, Any]) -> SmokeSelection:
@@ -119,11 +178,15 @@ def smoke_selection(lock: dict[str, Any]) -> SmokeSelection:
     installed: dict[str, str] = {}
     for step in steps:
         for p in step["packages"]:
-            installed[str(canonicalize_name(str(p).split("==")[0].split(" @ ")[0].strip()))] = str(step["name"])
+            installed[str(canonicalize_name(str(p).split("==")[0].split(" @ ")[0].strip()))] = str(
+                step["name"]
+            )
     kept = lock.get("kept")  # in an adopted venv: what it already held, as the lock pins it
     if isinstance(kept, dict):
         for name, stage in kept.items():
             installed.setdefault(str(canonicalize_name(str(name))), str(stage))
     kernels = [name for name, dists in KERNEL_CHECKS.items() if any(d in installed for d in dists)]
     imports = [n for n, stage in installed.items() if stage in _IMPORT_STAGES]
-    return SmokeSelection((*TORCH_CHECKS, *kernels), tuple(sorted(imports)), str(lock.get("lock_file", "")))
+    return SmokeSelection(
+        (*TORCH_CHECKS, *kernels), tuple(sorted(imports)), str(lock.get("lock_file", ""))
+    )

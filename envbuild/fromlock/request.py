@@ -29,12 +29,18 @@ class LockRequest:
     accept: Path | None = None
     project: bool = True
     replace_torch: bool = False
-    require_hashes: bool = False  # refuse a lock that records no sha256 for a file it installs (before anything is made)
-    base_torch: str | None = None  # the torch the --venv already has: the baseline of a lock that leaves torch to it
-    wheelhouse: str | None = None  # --offline --wheelhouse DIR: every file from there, none from the network
-    rebuild_mismatched: bool = False  # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
-    sync: SyncFlags = SyncFlags()  # uv sync's selection and install flags (``--extra`` and ``--group`` included)
-    inexact: bool = False  # keep what the selection does not install (``provision.exact``; uv sync --inexact)
+    # refuse a lock that records no sha256 for a file it installs (before anything is made)
+    require_hashes: bool = False
+    # the torch the --venv already has: the baseline of a lock that leaves torch to it
+    base_torch: str | None = None
+    # --offline --wheelhouse DIR: every file from there, none from the network
+    wheelhouse: str | None = None
+    # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
+    rebuild_mismatched: bool = False
+    # uv sync's selection and install flags (``--extra`` and ``--group`` included)
+    sync: SyncFlags = SyncFlags()
+    # keep what the selection does not install (``provision.exact``; uv sync --inexact)
+    inexact: bool = False
     # --build-constraints: files constraining the requirements of isolated builds
     build_constraints: tuple[Path, ...] = ()
 
@@ -46,5 +52,7 @@ class Prepared:
     plan: StagePlan
     adopted: str | None = None  # the venv's torch, kept as the baseline
     already: tuple[str, ...] = ()  # packages the adopted venv holds at the locked version
-    full: StagePlan | None = None  # the plan before adoption left out what the venv holds (the spec digest's)
-    failing: tuple[Finding, ...] = ()  # the gate's failing findings (``prepare(refusing=False)`` only)
+    # the plan before adoption left out what the venv holds (the spec digest's)
+    full: StagePlan | None = None
+    # the gate's failing findings (``prepare(refusing=False)`` only)
+    failing: tuple[Finding, ...] = ()

@@ -55,8 +55,17 @@ if TYPE_CHECKING:
     from envbuild.fromlock.image import SliceSourceJSON
 
 
-__all__ = ["LockRequest", "Prepared", "adopt", "base_torch_of", "prepare", "provision_lock",
-           "provision_slice", "unreachable_hosts", "verify_adoption"]
+__all__ = [
+    "LockRequest",
+    "Prepared",
+    "adopt",
+    "base_torch_of",
+    "prepare",
+    "provision_lock",
+    "provision_slice",
+    "unreachable_hosts",
+    "verify_adoption",
+]
 
 
 DEFAULT_ROOT = "/mnt/data"
@@ -115,26 +124,40 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     gate fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its
     stages first, then refuses it."""
     lock, sha = read_lock(req.lock, req.fmt)
-    request = Request(python=python, extras=req.extras, groups=req.groups, environment=req.environment, fmt=req.fmt,
-                      sync=req.sync)
+    request = Request(
+        python=python,
+        extras=req.extras,
+        groups=req.groups,
+        environment=req.environment,
+        fmt=req.fmt,
+        sync=req.sync,
+    )
     chosen = choose(lock, sha, request)
     report, failing = gate(chosen, request, req.accept)
     if not req.rebuild_mismatched:
         if refusing:
             refuse(chosen, failing, req.accept)
-        prepared = Prepared(chosen, report, plan_stages(chosen, project=req.project, base_torch=req.base_torch),
-                            failing=tuple(failing))
+        prepared = Prepared(
+            chosen,
+            report,
+            plan_stages(chosen, project=req.project, base_torch=req.base_torch),
+            failing=tuple(failing),
+        )
         say_unhashed(prepared, req)
         _check_base_torch(prepared)
         return prepared
     from envbuild.fromlock.offline import wheelhouse_folder
     from envbuild.fromlock.rebuild import RULE, rebuild_mismatched
 
-    if refusing and any(f.rule != RULE for f in failing):  # refused before any index is asked for an sdist
+    # refused before any index is asked for an sdist
+    if refusing and any(f.rule != RULE for f in failing):
         refuse(chosen, failing, req.accept, rebuild=True)
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
-    plan, failing = rebuild_mismatched(plan_stages(chosen, project=req.project, base_torch=req.base_torch), failing,
-                                       wheelhouse=folder)
+    plan, failing = rebuild_mismatched(
+        plan_stages(chosen, project=req.project, base_torch=req.base_torch),
+        failing,
+        wheelhouse=folder,
+    )
     if refusing:
         refuse(chosen, failing, req.accept, rebuild=True)
     prepared = Prepared(chosen, report, plan, failing=tuple(failing))
@@ -176,18 +199,29 @@ def _check_base_torch(prepared: Prepared) -> None:
                 req = Requirement(text)
             except InvalidRequirement:
                 continue
-            if req.name.lower() != "torch" or (req.marker is not None and not req.marker.evaluate({**values, "extra": ""})):
+            if req.name.lower() != "torch" or (
+                req.marker is not None and not req.marker.evaluate({**values, "extra": ""})
+            ):
                 continue
-            if req.specifier and not req.specifier.contains(have.public, prereleases=True) \
-                    and not req.specifier.contains(have, prereleases=True):
+            if (
+                req.specifier
+                and not req.specifier.contains(have.public, prereleases=True)
+                and not req.specifier.contains(have, prereleases=True)
+            ):
                 unmet.append(f"{p.label} requires {text.split(';')[0].strip()}")
     if unread:
-        events.emit("warn", f"the requirement on torch of {', '.join(unread)} could not be read (no metadata in the lock, "
-                    "the cache or a reachable index): not checked against the environment's torch")
+        events.emit(
+            "warn",
+            f"the requirement on torch of {', '.join(unread)} could not be read (no metadata in the"
+            " lock, the cache or a reachable index): not checked against the environment's torch",
+        )
     if unmet:
-        raise LockError(f"{prepared.chosen.path}: the lock leaves torch to the environment, whose torch {plan.torch.version} "
-                        f"does not meet what locked packages require, so nothing was installed: {'; '.join(unmet)}",
-                        hint="Use a base image with a torch they accept, or re-lock them for this torch.")
+        raise LockError(
+            f"{prepared.chosen.path}: the lock leaves torch to the environment, whose torch"
+            f" {plan.torch.version} does not meet what locked packages require, so nothing was"
+            f" installed: {'; '.join(unmet)}",
+            hint="Use a base image with a torch they accept, or re-lock them for this torch.",
+        )
 
 
 def rebuilt_record(plan: StagePlan) -> dict[str, object]:
@@ -198,7 +232,8 @@ def rebuilt_record(plan: StagePlan) -> dict[str, object]:
 
 
 def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
-    """HEAD of one file per host the stages still to run download from (file:// is the installer's)."""
+    """HEAD of one file per host the stages still to run download from (file:// is the
+    installer's)."""
     from envbuild.index.net import unreachable
 
     first: dict[str, str] = {}
@@ -228,17 +263,26 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     prepared = prepare(req, python)
     here = host_platform_key().replace("-", " ")
     if prepared.chosen.env.platform != here:
-        raise ConfigError(f"--environment chose {prepared.chosen.env.platform}, and this host is {here}: provision "
-                          "installs on this host", hint="`envbuild plan --lock` shows another platform's stages.")
+        raise ConfigError(
+            f"--environment chose {prepared.chosen.env.platform}, and this host is {here}:"
+            " provision installs on this host",
+            hint="`envbuild plan --lock` shows another platform's stages.",
+        )
     newer = [p for p in prepared.plan.placed if p.needs_glibc is not None]
     if newer:
         have = host_glibc()
-        raise ConfigError(f"{prepared.chosen.path}: {len(newer)} package(s) of {prepared.chosen.env.name} have only "
-                          f"wheels for a newer glibc than this host's ({f'2.{have}' if have else 'none'}), so nothing "
-                          "was installed: " + ", ".join(f"{p.label} ({p.artifact.filename if p.artifact else '?'})"
-                                                        for p in newer[:5]),
-                          hint="Provision on a host with that glibc (or in an image based on one: `envbuild docker "
-                          "--lock`), or re-lock with an older manylinux wheel of them.")
+        raise ConfigError(
+            f"{prepared.chosen.path}: {len(newer)} package(s) of {prepared.chosen.env.name} have"
+            f" only wheels for a newer glibc than this host's ({f'2.{have}' if have else 'none'}),"
+            " so nothing was installed: "
+            + ", ".join(
+                f"{p.label} ({p.artifact.filename if p.artifact else '?'})" for p in newer[:5]
+            ),
+            hint=(
+                "Provision on a host with that glibc (or in an image based on one: `envbuild docker"
+                " --lock`), or re-lock with an older manylinux wheel of them."
+            ),
+        )
     if opts.venv is not None:
         # the files: first_adoption
         prepared = adopt(prepared, opts.venv, req.replace_torch, verify=False)
@@ -247,14 +291,23 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     backend = installer_for(opts.backend).name
     pip_backend = backend == "pip"
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
-    links = HOME_LINKS if opts.home is not None else None  # --home: $HOME/venv and $HOME/data, as the stacks make them
+    # --home: $HOME/venv and $HOME/data, as the stacks make them
+    links = HOME_LINKS if opts.home is not None else None
     build = build_sources(req.lock, req.build_constraints)  # where isolated builds get theirs
     if folder is not None:  # offline: from the wheelhouse alone (``--no-index --find-links DIR``)
-        build = replace(build, index_url=None, extra_index_urls=(), find_links=(str(folder),),
-                        no_index=True)
-    spec = stack_for(prepared.plan, root=root, adopt=prepared.adopted is not None, pip_backend=pip_backend,
-                     torch_version=prepared.adopted, digest_plan=prepared.full, links=links,
-                     build=build)
+        build = replace(
+            build, index_url=None, extra_index_urls=(), find_links=(str(folder),), no_index=True
+        )
+    spec = stack_for(
+        prepared.plan,
+        root=root,
+        adopt=prepared.adopted is not None,
+        pip_backend=pip_backend,
+        torch_version=prepared.adopted,
+        digest_plan=prepared.full,
+        links=links,
+        build=build,
+    )
     paths = layout.paths_for(spec, opts.root)
     venv_python = opts.venv.expanduser() / "bin" / "python" if opts.venv else paths.python
     refuse_without_pip(venv_python, backend)
@@ -262,16 +315,38 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         kept = first_adoption(prepared, spec.digest, paths, opts.venv)
         if kept is not prepared:
             prepared = kept
-            spec = stack_for(prepared.plan, root=root, adopt=True, pip_backend=pip_backend,
-                             torch_version=prepared.adopted, digest_plan=prepared.full, links=links,
-                             build=build)
-    source = {**prepared.chosen.to_json(), "stages": {s.name: list(s.packages) for s in spec.steps},
-              "adopted_torch": prepared.adopted, "wheelhouse": str(folder) if folder else None,
-              # what the adopted venv already held, by the stage it would have gone to (smoke checks them too)
-              "kept": {p.entry.name: p.stage for p in (prepared.full.placed if prepared.full else ())
-                       if p.entry.name in prepared.already}, **rebuilt_record(prepared.plan)}
-    run_opts = replace(opts, backend=backend, seed=pip_backend, lock_source=source,
-                       selection=selected_names(prepared), exact=not req.inexact)
+            spec = stack_for(
+                prepared.plan,
+                root=root,
+                adopt=True,
+                pip_backend=pip_backend,
+                torch_version=prepared.adopted,
+                digest_plan=prepared.full,
+                links=links,
+                build=build,
+            )
+    source = {
+        **prepared.chosen.to_json(),
+        "stages": {s.name: list(s.packages) for s in spec.steps},
+        "adopted_torch": prepared.adopted,
+        "wheelhouse": str(folder) if folder else None,
+        # what the adopted venv already held, by the stage it would have gone to (smoke checks them
+        # too)
+        "kept": {
+            p.entry.name: p.stage
+            for p in (prepared.full.placed if prepared.full else ())
+            if p.entry.name in prepared.already
+        },
+        **rebuilt_record(prepared.plan),
+    }
+    run_opts = replace(
+        opts,
+        backend=backend,
+        seed=pip_backend,
+        lock_source=source,
+        selection=selected_names(prepared),
+        exact=not req.inexact,
+    )
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
             plan, pinned = pin_unhashed(prepared.plan, paths.state)  # fromlock.unhashed
@@ -281,22 +356,33 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         else:
             plan = in_wheelhouse(prepared.plan, folder)
         locked = stage_files(plan, spec, Path(tmp), pip_backend=pip_backend)
-        todo = set(pending_steps(spec, replace(run_opts, locked=locked), paths))  # what provision will run
+        # what provision will run
+        todo = set(pending_steps(spec, replace(run_opts, locked=locked), paths))
         if folder is None:
             if todo and (bad := unreachable_hosts(prepared, todo)):
-                raise PreflightError("the lock's file hosts do not answer: " + "; ".join(bad),
-                                     hint="Check the network (or a proxy), or provision where they can be reached.")
-        else:  # the offline check hashes the files of the steps still to run: a finished root re-verifies
+                raise PreflightError(
+                    "the lock's file hosts do not answer: " + "; ".join(bad),
+                    hint="Check the network (or a proxy), or provision where they can be reached.",
+                )
+        # the offline check hashes the files of the steps still to run: a finished root re-verifies
+        else:
             check_files(plan, folder, todo)
             check_builds(plan, folder, todo, build)  # and what their isolated builds need
-        builds = BuildCache(plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp))
+        builds = BuildCache(
+            plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp)
+        )
         try:
-            result = provision(spec, replace(run_opts, locked=locked,
-                                             prepare_steps={"builds": builds}))
+            result = provision(
+                spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds})
+            )
         except (EnvbuildError, KeyboardInterrupt):  # finished or not, the venv names its lock
             if began(spec, opts.root):
-                write_record(opts.venv or paths.venv, paths.root, spec,
-                             {**prepared.chosen.to_json(), "adopted_torch": prepared.adopted})
+                write_record(
+                    opts.venv or paths.venv,
+                    paths.root,
+                    spec,
+                    {**prepared.chosen.to_json(), "adopted_torch": prepared.adopted},
+                )
             raise
     if opts.venv is not None:
         record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if unfinished
@@ -310,17 +396,21 @@ def selected_names(prepared: Prepared) -> tuple[str, ...]:
     return tuple(sorted({plan.torch.name, *(p.entry.name for p in plan.placed)}))
 
 
-def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, SliceSourceJSON, ProvisionResult]:
-    """``provision --lock SLICE``: the stages of one image layer's slice (``fromlock.image``). The gate
-    ran when the Dockerfile was rendered; the slice's stages are installed as ``provision_lock``
-    installs them, each from its hash-pinned lines, the guard after each."""
+def provision_slice(
+    path: Path, opts: ProvisionOptions
+) -> tuple[StackSpec, SliceSourceJSON, ProvisionResult]:
+    """``provision --lock SLICE``: the stages of one image layer's slice (``fromlock.image``). The
+    gate ran when the Dockerfile was rendered; the slice's stages are installed as
+    ``provision_lock`` installs them, each from its hash-pinned lines, the guard after each."""
     from envbuild.fromlock.builds import BuildCache, caches
     from envbuild.fromlock.image import read_slice
     from envbuild.installer import installer_for
     from envbuild.provision.core import provision
 
     backend = installer_for(opts.backend).name
-    spec, texts, source = read_slice(path, str(opts.root) if opts.root is not None else DEFAULT_ROOT)
+    spec, texts, source = read_slice(
+        path, str(opts.root) if opts.root is not None else DEFAULT_ROOT
+    )
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         locked = {}
         for n, step in enumerate(spec.steps, 1):
@@ -328,6 +418,15 @@ def provision_slice(path: Path, opts: ProvisionOptions) -> tuple[StackSpec, Slic
             locked[step.name].write_text(texts[step.name], encoding="utf-8")
         paths = layout.paths_for(spec, opts.root)
         builds = BuildCache(path, caches(paths.root, None), paths.state / "builds", Path(tmp))
-        result = provision(spec, replace(opts, backend=backend, locked=locked, seed=backend == "pip",
-                                         lock_source=source, prepare_steps={"builds": builds}))
+        result = provision(
+            spec,
+            replace(
+                opts,
+                backend=backend,
+                locked=locked,
+                seed=backend == "pip",
+                lock_source=source,
+                prepare_steps={"builds": builds},
+            ),
+        )
     return spec, source, result

@@ -44,14 +44,17 @@ _DEFAULT_WORDS = "default"
 
 @dataclass(frozen=True)
 class Request:
-    """What the command line asks: the extras/groups, platform or marker filters, the target Python."""
+    """What the command line asks: the extras/groups, platform or marker filters, the target
+    Python."""
 
     python: str  # "3.11": the interpreter the environment is made with
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
-    environment: tuple[str, ...] = ()  # --environment: platforms or PEP 508 markers (default: this host)
+    # --environment: platforms or PEP 508 markers (default: this host)
+    environment: tuple[str, ...] = ()
     fmt: Format | None = None
-    sync: SyncFlags = SyncFlags()  # uv sync's flags (extras and groups included): what uv export selects
+    # uv sync's flags (extras and groups included): what uv export selects
+    sync: SyncFlags = SyncFlags()
 
 
 class _ChosenJSON(TypedDict):
@@ -79,7 +82,8 @@ class Chosen:
     lock: ParsedLock
     env: Environment
     members: Members
-    sync: str | None = None  # the ``uv sync --frozen ...`` command that installs the same (None: uv was not asked)
+    # the ``uv sync --frozen ...`` command that installs the same (None: uv was not asked)
+    sync: str | None = None
     flags: SyncFlags = SyncFlags()
 
     @property
@@ -88,9 +92,15 @@ class Chosen:
 
     def to_json(self) -> ChosenJSON:
         """What a receipt and ``plan --lock --json`` record of it."""
-        out: ChosenJSON = {"lock_file": str(self.path), "lock_sha256": self.sha256, "lock_format": self.lock.format,
-                           "environment": self.env.name, "platform": self.env.platform, "python": self.env.python,
-                           "selection": self.selection}
+        out: ChosenJSON = {
+            "lock_file": str(self.path),
+            "lock_sha256": self.sha256,
+            "lock_format": self.lock.format,
+            "environment": self.env.name,
+            "platform": self.env.platform,
+            "python": self.env.python,
+            "selection": self.selection,
+        }
         if self.sync:
             out["uv_sync"] = self.sync
         return out
@@ -114,22 +124,33 @@ def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
     try:
         kind = fmt or detect(path, text)
     except ConfigError as exc:  # name only the formats provision installs from
-        raise ConfigError(f"{path}: cannot tell which kind of lock this is; provision --lock installs from a uv.lock "
-                          "or a pylock.toml", hint="Name it with --format uv.lock or --format pylock, or check any "
-                          "lockfile with `envbuild check-lock`.") from exc
+        raise ConfigError(
+            f"{path}: cannot tell which kind of lock this is; provision --lock installs from a"
+            " uv.lock or a pylock.toml",
+            hint=(
+                "Name it with --format uv.lock or --format pylock, or check any "
+                "lockfile with `envbuild check-lock`."
+            ),
+        ) from exc
     if kind not in SUPPORTED:
         raise ConfigError(
-            f"{path}: provision --lock installs from uv.lock and pylock.toml; a {kind} file is not supported yet "
-            "(its entries name no file URL to install and hash-check, or it records no dependency graph)",
-            hint="Check it with `envbuild check-lock`, or export the environment to a pylock.toml "
-            "(`uv export --format pylock.toml`, `pip lock`) and provision from that.")
+            f"{path}: provision --lock installs from uv.lock and pylock.toml; a {kind} file is not"
+            " supported yet (its entries name no file URL to install and hash-check, or it records"
+            " no dependency graph)",
+            hint=(
+                "Check it with `envbuild check-lock`, or export the environment to a pylock.toml "
+                "(`uv export --format pylock.toml`, `pip lock`) and provision from that."
+            ),
+        )
     try:
         lock = parse(path, text, kind)
     except LockParseError as exc:
         raise ConfigError(f"{path}: not a readable {kind} file: {exc}") from exc
     except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
-        raise ConfigError(f"{path}: not a readable {kind} file: a table or value is not shaped as {kind} "
-                          f"writes it ({type(exc).__name__}: {exc})") from exc
+        raise ConfigError(
+            f"{path}: not a readable {kind} file: a table or value is not shaped as {kind} "
+            f"writes it ({type(exc).__name__}: {exc})"
+        ) from exc
     return lock, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -139,7 +160,7 @@ def _items(env: Environment) -> set[str]:
     if label in (NO_CHOICE, _DEFAULT_WORDS, ""):
         return set()
     if label.startswith(_DEFAULT_WORDS + " ("):
-        label = label[len(_DEFAULT_WORDS) + 2:-1]
+        label = label[len(_DEFAULT_WORDS) + 2 : -1]
     return {w.strip() for w in label.split(" + ") if w.strip()}
 
 
@@ -157,7 +178,9 @@ def _names(words: str) -> tuple[str, str]:
 
 def _holds(env: Environment, want: tuple[str, str]) -> bool:
     kind, name = want
-    return any(_names(w)[1] == name and (kind == "any" or _names(w)[0] == kind) for w in _items(env))
+    return any(
+        _names(w)[1] == name and (kind == "any" or _names(w)[0] == kind) for w in _items(env)
+    )
 
 
 def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
@@ -168,36 +191,60 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
     envs = enumerate_environments(lock, narrow)
     path = lock.path
     if not envs:
-        raise ConfigError(f"{path}: the lock covers no environment for Python {request.python} on "
-                          f"{', '.join(env_filter)} (its requires-python: {lock.requires_python or 'any'}; "
-                          f"its environments: {'; '.join(lock.environments) or 'any'})",
-                          hint="Give the interpreter the lock is made for with --python, or --environment.")
+        raise ConfigError(
+            f"{path}: the lock covers no environment for Python {request.python} on "
+            f"{', '.join(env_filter)} (its requires-python: {lock.requires_python or 'any'}; "
+            f"its environments: {'; '.join(lock.environments) or 'any'})",
+            hint="Give the interpreter the lock is made for with --python, or --environment.",
+        )
     platforms = sorted({e.platform for e in envs})
     if len(platforms) > 1:
-        raise ConfigError(f"{path}: --environment matches several platforms ({', '.join(platforms)}); a provision "
-                          "installs one", hint="Name one platform, e.g. --environment linux-x86_64.")
+        raise ConfigError(
+            f"{path}: --environment matches several platforms ({', '.join(platforms)}); a provision"
+            " installs one",
+            hint="Name one platform, e.g. --environment linux-x86_64.",
+        )
     exported = export(path, request.sync) if lock.format == "uv.lock" else None
     if exported is not None:
         return _as_uv_selects(lock, sha256, envs, exported, request.sync)
     if lock.format == "uv.lock":
         from envbuild import events
 
-        why = ("the project's pyproject.toml is not beside the lock" if not (path.parent / "pyproject.toml").is_file()
-               else "uv reads a lock named uv.lock" if path.name != "uv.lock" else "uv is not installed")
-        events.emit("warn", f"{path}: {why}, so uv cannot say what a selection installs: envbuild chooses between the lock's conflicting extras/groups alone "
-                    "(--extra/--group), and installs every extra that conflicts with nothing; keep the lock beside "
-                    "its pyproject.toml for uv sync's own selection")
+        why = (
+            "the project's pyproject.toml is not beside the lock"
+            if not (path.parent / "pyproject.toml").is_file()
+            else (
+                "uv reads a lock named uv.lock" if path.name != "uv.lock" else "uv is not installed"
+            )
+        )
+        events.emit(
+            "warn",
+            f"{path}: {why}, so uv cannot say what a selection installs: envbuild chooses between"
+            " the lock's conflicting extras/groups alone (--extra/--group), and installs every"
+            " extra that conflicts with nothing; keep the lock beside its pyproject.toml for uv"
+            " sync's own selection",
+        )
     if request.sync.beyond_conflicts:
-        where = ("uv cannot say what they select here (see the warning above)"
-                 if lock.format == "uv.lock" else f"a {lock.format} file records no such selection")
-        raise ConfigError(f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
-                          hint="Keep the lock beside its pyproject.toml (and its workspace members'), or choose between "
-                          "the lock's conflicting extras/groups with --extra / --group alone.")
-    wanted = [("extra", str(canonicalize_name(x))) for x in request.extras] + [("any", str(canonicalize_name(g))) for g in request.groups]
+        where = (
+            "uv cannot say what they select here (see the warning above)"
+            if lock.format == "uv.lock"
+            else f"a {lock.format} file records no such selection"
+        )
+        raise ConfigError(
+            f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
+            hint=(
+                "Keep the lock beside its pyproject.toml (and its workspace members'), or choose"
+                " between the lock's conflicting extras/groups with --extra / --group alone."
+            ),
+        )
+    wanted = [("extra", str(canonicalize_name(x))) for x in request.extras] + [
+        ("any", str(canonicalize_name(g))) for g in request.groups
+    ]
     candidates = [e for e in envs if all(_holds(e, w) for w in wanted)]
     if not candidates:
-        raise ConfigError(f"{path}: no selection of this lock holds {_asked(request)}",
-                          hint=_choices_hint(envs))
+        raise ConfigError(
+            f"{path}: no selection of this lock holds {_asked(request)}", hint=_choices_hint(envs)
+        )
     defaults = next((_items(e) for e in envs if _is_default(e)), set())
     if not wanted:
         best = [e for e in candidates if _is_default(e)] or [e for e in candidates if not _items(e)]
@@ -209,16 +256,23 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
         most = max((len(_items(e) & defaults) for e in fits), default=0)
         best = [e for e in fits if len(_items(e) & defaults) == most]
     if len(best) != 1:
-        shown = "; ".join(e.selection[0] if e.selection else NO_CHOICE for e in (best or candidates))
-        raise ConfigError(f"{path}: {_asked(request) if wanted else 'the default selection'} matches more than one "
-                          f"environment of this lock ({shown}); a provision installs one",
-                          hint=_choices_hint(envs))
+        shown = "; ".join(e.selection[0] if e.selection else NO_CHOICE for e in best or candidates)
+        raise ConfigError(
+            f"{path}: {_asked(request) if wanted else 'the default selection'} matches more than"
+            f" one environment of this lock ({shown}); a provision installs one",
+            hint=_choices_hint(envs),
+        )
     env = best[0]
     return Chosen(path, sha256, lock, env, lock.members(env))
 
 
-def _as_uv_selects(lock: ParsedLock, sha256: str, envs: list[Environment], exported: list[Exported],
-                   flags: SyncFlags) -> Chosen:
+def _as_uv_selects(
+    lock: ParsedLock,
+    sha256: str,
+    envs: list[Environment],
+    exported: list[Exported],
+    flags: SyncFlags,
+) -> Chosen:
     """The environment uv's export of ``flags`` installs here: its packages are the lock's entries
     whose exported marker holds on this platform and Python. The gate's environment is the
     selection of the lock's conflicting items that installs the same torch and most of the same
@@ -226,11 +280,14 @@ def _as_uv_selects(lock: ParsedLock, sha256: str, envs: list[Environment], expor
     entries = match_entries(lock, exported, envs[0].values)
     names = [e.name for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:  # the export holds two forks at once: extras that conflict, switched on through others
+    # the export holds two forks at once: extras that conflict, switched on through others
+    if twice:
         reason = sync_refusal(lock.path, flags, envs[0].python)
         if reason is not None:
-            raise ConfigError(f"{lock.path}: uv refuses this selection ({flags.sync_command()}): {reason}",
-                              hint="Choose one of the conflicting extras/groups.")
+            raise ConfigError(
+                f"{lock.path}: uv refuses this selection ({flags.sync_command()}): {reason}",
+                hint="Choose one of the conflicting extras/groups.",
+            )
     keys = {e.key for e in entries}
     torch = {e.key for e in entries if e.name == "torch"}
     best: tuple[tuple[int, int, int], Environment, Members] | None = None
@@ -244,7 +301,9 @@ def _as_uv_selects(lock: ParsedLock, sha256: str, envs: list[Environment], expor
     _, env, members = best
     virtual = _virtual_roots(lock, members, keys)
     chosen_members = Members(entries=[*entries, *virtual], roots=members.roots)
-    return Chosen(lock.path, sha256, lock, env, chosen_members, sync=flags.sync_command(), flags=flags)
+    return Chosen(
+        lock.path, sha256, lock, env, chosen_members, sync=flags.sync_command(), flags=flags
+    )
 
 
 def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[Entry]:
@@ -253,8 +312,11 @@ def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[E
     from envbuild.gate.formats.uvlock import sources_of
 
     sources = sources_of(lock)
-    return [e for e in members.entries if e.key in members.roots and e.key not in keys
-            and "virtual" in sources.get(e.key, {})]
+    return [
+        e
+        for e in members.entries
+        if e.key in members.roots and e.key not in keys and "virtual" in sources.get(e.key, {})
+    ]
 
 
 def _holds_word(words: str, want: tuple[str, str]) -> bool:
@@ -269,15 +331,21 @@ def _asked(request: Request) -> str:
 
 def _choices_hint(envs: list[Environment]) -> str:
     words = sorted({w for e in envs for w in _items(e)})
-    flags = [f"--{_names(w)[0] if _names(w)[0] in ('extra', 'group') else 'group'} {_names(w)[1]}" for w in words]
+    flags = [
+        f"--{_names(w)[0] if _names(w)[0] in ('extra', 'group') else 'group'} {_names(w)[1]}"
+        for w in words
+    ]
     labels = sorted({e.selection[0] for e in envs if e.selection})
     if not flags:
         return "This lock has no conflicting extras or groups to choose between."
-    return (f"Choose with {', '.join(dict.fromkeys(flags))}. Its selections here: {'; '.join(labels)}.")
+    return (
+        f"Choose with {', '.join(dict.fromkeys(flags))}. Its selections here: {'; '.join(labels)}."
+    )
 
 
 def selection_marker(lock: ParsedLock, env: Environment) -> str | None:
-    """A PEP 508 marker that holds in ``env``'s selection and in no other (None: nothing to choose)."""
+    """A PEP 508 marker that holds in ``env``'s selection and in no other (None: nothing to
+    choose)."""
     atoms: list[str] = []
     for conflict in lock.conflicts:
         for item in conflict:
@@ -299,14 +367,28 @@ def gate(chosen: Chosen, request: Request, accept: Path | None) -> tuple[FileRep
         where.append(marker)
     narrow = Narrow(environment=tuple(where), python=(env.python,), default_python=env.python)
     try:
-        report = check_file(chosen.path, Policy(python=env.python), fmt=chosen.lock.format, offline=True,
-                            narrow=narrow, accept_file=accept)
-    except ConfigError as exc:  # the narrowing matched nothing: judge every environment of the platform
+        report = check_file(
+            chosen.path,
+            Policy(python=env.python),
+            fmt=chosen.lock.format,
+            offline=True,
+            narrow=narrow,
+            accept_file=accept,
+        )
+    # the narrowing matched nothing: judge every environment of the platform
+    except ConfigError as exc:
         if "nothing would be judged" not in exc.message:
             raise
-        report = check_file(chosen.path, Policy(python=env.python), fmt=chosen.lock.format, offline=True,
-                            narrow=Narrow(environment=tuple(where[:1]), python=(env.python,),
-                                          default_python=env.python), accept_file=accept)
+        report = check_file(
+            chosen.path,
+            Policy(python=env.python),
+            fmt=chosen.lock.format,
+            offline=True,
+            narrow=Narrow(
+                environment=tuple(where[:1]), python=(env.python,), default_python=env.python
+            ),
+            accept_file=accept,
+        )
     return report, installed_by(chosen, report.failing)
 
 
@@ -330,19 +412,34 @@ def installed_by(chosen: Chosen, findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def refuse(chosen: Chosen, failing: list[Finding], accept: Path | None, *, rebuild: bool = False) -> None:
+def refuse(
+    chosen: Chosen, failing: list[Finding], accept: Path | None, *, rebuild: bool = False
+) -> None:
     """Exit 8 before anything is made when the gate fails the chosen environment. ``rebuild``:
     ``--rebuild-mismatched`` was given (the extension-abi findings left have no sdist to build)."""
     if not failing:
         return
     lines = "; ".join(f"{f.package}: {f.reason} [{f.rule}]" for f in failing[:3])
     more = f" (and {len(failing) - 3} more)" if len(failing) > 3 else ""
-    # a mismatched prebuilt extension alone: building it from its sdist against this torch answers it
+    # a mismatched prebuilt extension alone: building it from its sdist against this torch answers
+    # it
     mismatched = not rebuild and all(f.rule == "extension-abi" for f in failing)
     raise LockError(
-        f"{chosen.path}: the lock fails envbuild's gate in {chosen.env.name}, so nothing was installed: {lines}{more}",
-        hint=("`envbuild check-lock " + str(chosen.path) + "` shows every finding. Fix the lock"
-              + (", build the mismatched extension from its sdist against the lock's torch with "
-                 "--rebuild-mismatched" if mismatched else "")
-              + ", or name a reviewed exception file with --accept FILE ([[accept]] tables: rule, package, reason)"
-              + (f" (the one given, {accept}, accepts none of these)" if accept else "") + "."))
+        f"{chosen.path}: the lock fails envbuild's gate in {chosen.env.name}, so nothing was"
+        f" installed: {lines}{more}",
+        hint=(
+            "`envbuild check-lock "
+            + str(chosen.path)
+            + "` shows every finding. Fix the lock"
+            + (
+                ", build the mismatched extension from its sdist against the lock's torch with "
+                "--rebuild-mismatched"
+                if mismatched
+                else ""
+            )
+            + ", or name a reviewed exception file with --accept FILE ([[accept]] tables: rule,"
+            " package, reason)"
+            + (f" (the one given, {accept}, accepts none of these)" if accept else "")
+            + "."
+        ),
+    )

@@ -24,13 +24,22 @@ __all__ = ["stage_files", "stack_for"]
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-# ``--home``: the links a lock's environment gets, as the stacks' layouts name them ($HOME/venv, $HOME/data)
+# ``--home``: the links a lock's environment gets, as the stacks' layouts name them ($HOME/venv,
+# $HOME/data)
 HOME_LINKS = {"venv": "venv", "data": "data"}
 
 
-def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: bool = False,
-              torch_version: str | None = None, digest_plan: StagePlan | None = None,
-              links: dict[str, str] | None = None, build: BuildSources | None = None) -> StackSpec:
+def stack_for(
+    plan: StagePlan,
+    *,
+    root: str,
+    adopt: bool = False,
+    pip_backend: bool = False,
+    torch_version: str | None = None,
+    digest_plan: StagePlan | None = None,
+    links: dict[str, str] | None = None,
+    build: BuildSources | None = None,
+) -> StackSpec:
     """The stack provision runs for ``plan``. ``adopt``: the venv's torch is the lock's and is kept
     (no stage installs it; the packages already there are left out of ``plan``);
     ``torch_version``: what the adopted torch says at run time (the baseline's version);
@@ -43,7 +52,9 @@ def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: b
     version = torch_version or torch.version or ""
     local = version.split("+", 1)[1] if "+" in version else None
     runtime = [p.entry.name for p in plan.stage("torch") if p.entry is not torch]
-    triton = next((n for n in runtime if n in ("triton", "pytorch-triton", "pytorch-triton-rocm")), None)
+    triton = next(
+        (n for n in runtime if n in ("triton", "pytorch-triton", "pytorch-triton-rocm")), None
+    )
     build = build or build_sources(chosen.path)
     steps = []
     for stage in plan.stages:
@@ -52,27 +63,70 @@ def stack_for(plan: StagePlan, *, root: str, adopt: bool = False, pip_backend: b
             continue
         packages = tuple(_shown(p, pip_backend) for p in placed)
         if any(builds_isolated(p) for p in placed):  # builds resolve their requirements, as uv's
-            steps.append(Step(name=stage, packages=packages, no_deps=True, no_index=build.no_index,
-                              index_url=build.index_url, extra_index_urls=build.extra_index_urls,
-                              find_links=build.find_links, env=step_env(build)))
+            steps.append(
+                Step(
+                    name=stage,
+                    packages=packages,
+                    no_deps=True,
+                    no_index=build.no_index,
+                    index_url=build.index_url,
+                    extra_index_urls=build.extra_index_urls,
+                    find_links=build.find_links,
+                    env=step_env(build),
+                )
+            )
         else:
-            steps.append(Step(name=stage, packages=packages, no_deps=True, no_index=True,
-                              no_build_isolation=stage == "builds"))
+            steps.append(
+                Step(
+                    name=stage,
+                    packages=packages,
+                    no_deps=True,
+                    no_index=True,
+                    no_build_isolation=stage == "builds",
+                )
+            )
     name = _NAME.sub("-", f"lock-{chosen.path.parent.name or 'project'}").strip("-.")[:60] or "lock"
     return StackSpec(
-        path=chosen.path, name=name, description=f"{chosen.path} ({chosen.env.name})",
+        path=chosen.path,
+        name=name,
+        description=f"{chosen.path} ({chosen.env.name})",
         python=chosen.env.python,
-        abi=ABI(package="torch", version=version, local=local, protect=tuple(sorted(runtime)),
-                triton_provider=triton, adopt=adopt),
-        layout=Layout(root=root, links=dict(links or {}), min_free_gb=1.0), host=Host(), env={}, steps=tuple(steps),
-        digest=spec_digest({"lock_sha256": chosen.sha256, "environment": chosen.env.name, "adopt": adopt,
-                            "stages": _digest_stages(digest_plan, adopt, pip_backend) if digest_plan
-                            else {s.name: s.packages for s in steps}}))
+        abi=ABI(
+            package="torch",
+            version=version,
+            local=local,
+            protect=tuple(sorted(runtime)),
+            triton_provider=triton,
+            adopt=adopt,
+        ),
+        layout=Layout(root=root, links=dict(links or {}), min_free_gb=1.0),
+        host=Host(),
+        env={},
+        steps=tuple(steps),
+        digest=spec_digest(
+            {
+                "lock_sha256": chosen.sha256,
+                "environment": chosen.env.name,
+                "adopt": adopt,
+                "stages": (
+                    _digest_stages(digest_plan, adopt, pip_backend)
+                    if digest_plan
+                    else {s.name: s.packages for s in steps}
+                ),
+            }
+        ),
+    )
 
 
 def _digest_stages(plan: StagePlan, adopt: bool, pip_backend: bool) -> dict[str, tuple[str, ...]]:
-    return {stage: tuple(_shown(p, pip_backend) for p in plan.stage(stage) if not (adopt and p.entry is plan.torch))
-            for stage in plan.stages}
+    return {
+        stage: tuple(
+            _shown(p, pip_backend)
+            for p in plan.stage(stage)
+            if not (adopt and p.entry is plan.torch)
+        )
+        for stage in plan.stages
+    }
 
 
 def _shown(p: Placed, pip_backend: bool) -> str:
@@ -80,13 +134,19 @@ def _shown(p: Placed, pip_backend: bool) -> str:
     requirement; the file the installer reads holds the exact URL). The pip backend installs the
     project from its folder (pip's hash mode refuses an editable line)."""
     if p.stage == "project" and pip_backend:
-        return p.line if not p.line.startswith("-e ") else f"{p.entry.name} @ {Path(p.line[3:]).as_uri()}"
+        return (
+            p.line
+            if not p.line.startswith("-e ")
+            else f"{p.entry.name} @ {Path(p.line[3:]).as_uri()}"
+        )
     if p.entry.version and p.stage != "project":
         return f"{p.entry.name}=={p.entry.version}"
     return p.entry.name
 
 
-def stage_files(plan: StagePlan, spec: StackSpec, folder: Path, *, pip_backend: bool = False) -> dict[str, Path]:
+def stage_files(
+    plan: StagePlan, spec: StackSpec, folder: Path, *, pip_backend: bool = False
+) -> dict[str, Path]:
     """Write one hash-pinned requirements file per step into ``folder``: {step name: file}. The
     pip backend's project step is left unlocked (pip refuses ``-e`` in hash-checking mode)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,12 +157,14 @@ def stage_files(plan: StagePlan, spec: StackSpec, folder: Path, *, pip_backend: 
         stage = step.name
         assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
         wanted = {canonical_name(p) for p in step.packages}
-        lines = [p.line for p in plan.stage(stage)
-                 if p.entry.name in wanted]
+        lines = [p.line for p in plan.stage(stage) if p.entry.name in wanted]
         path = folder / f"{n:02d}-{step.name}.txt"
-        text = (f"# envbuild provision --lock {plan.chosen.path} ({plan.chosen.env.name}), lock sha256 "
-                f"{plan.chosen.sha256}\n# stage {step.name}: {STAGE_WORDS[stage]}\n"
-                + "\n".join(lines) + "\n")
+        text = (
+            f"# envbuild provision --lock {plan.chosen.path} ({plan.chosen.env.name}), lock sha256 "
+            f"{plan.chosen.sha256}\n# stage {step.name}: {STAGE_WORDS[stage]}\n"
+            + "\n".join(lines)
+            + "\n"
+        )
         path.write_text(text, encoding="utf-8")
         out[step.name] = path
     return out

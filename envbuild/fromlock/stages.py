@@ -18,8 +18,8 @@ with the ABI guard after each.
    ``[tool.uv] no-build-isolation-package`` / ``extra-build-dependencies``. Built without build
    isolation against the torch of stage 1, by the wheelhouse builder into a build cache keyed by
    that torch, Python, CUDA, GPU archs and C++ ABI (``fromlock.builds``): the next venv, host or
-   image with the same key installs the cached wheel. They come after ``rest`` because a build without
-   isolation finds its build requirements (setuptools, ninja, packaging, psutil) in the
+   image with the same key installs the cached wheel. They come after ``rest`` because a build
+   without isolation finds its build requirements (setuptools, ninja, packaging, psutil) in the
    environment, and the lock installs them there in ``rest`` (uv's own two-phase recipe).
 5. ``project``: the project itself, editable, as ``uv sync`` installs it (unless ``--no-project``,
    or the lock says it is virtual: ``package = false``).
@@ -84,8 +84,10 @@ class Placed:
     artifact: LockedFile | None = None  # None: a git pin or the project (``line`` says what)
     line: str = ""  # the requirement line the installer reads
     needs_glibc: int | None = None  # its wheel is manylinux_2_N, newer than this host's glibc
-    rebuilt: dict[str, object] | None = None  # --rebuild-mismatched: the sdist it is built from (``fromlock.rebuild``)
-    unhashed: bool = False  # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
+    # --rebuild-mismatched: the sdist it is built from (``fromlock.rebuild``)
+    rebuilt: dict[str, object] | None = None
+    # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
+    unhashed: bool = False
 
     @property
     def label(self) -> str:
@@ -135,7 +137,8 @@ class StagePlan:
     chosen: Chosen
     torch: Entry
     placed: list[Placed]
-    left_out: list[tuple[str, str]] = field(default_factory=list)  # (name, why): locked but not installed
+    # (name, why): locked but not installed
+    left_out: list[tuple[str, str]] = field(default_factory=list)
     no_build_isolation: frozenset[str] = frozenset()
 
     def stage(self, name: Stage) -> list[Placed]:
@@ -146,16 +149,29 @@ class StagePlan:
         return [s for s in ORDER if self.stage(s)]
 
     def to_json(self) -> StagePlanJSON:
-        return {**self.chosen.to_json(), "torch": self.torch.version,
-                "stages": [{"name": s, "what": STAGE_WORDS[s], "packages": [_package_json(p) for p in self.stage(s)]}
-                           for s in self.stages],
-                "left_out": [{"name": n, "why": w} for n, w in self.left_out]}
+        return {
+            **self.chosen.to_json(),
+            "torch": self.torch.version,
+            "stages": [
+                {
+                    "name": s,
+                    "what": STAGE_WORDS[s],
+                    "packages": [_package_json(p) for p in self.stage(s)],
+                }
+                for s in self.stages
+            ],
+            "left_out": [{"name": n, "why": w} for n, w in self.left_out],
+        }
 
 
 def _package_json(p: Placed) -> StagePackageJSON:
-    out: StagePackageJSON = {"name": p.entry.name, "version": p.entry.version, "why": p.why,
-                             "file": p.artifact.filename if p.artifact else None,
-                             "sha256": p.artifact.sha256 if p.artifact else None}
+    out: StagePackageJSON = {
+        "name": p.entry.name,
+        "version": p.entry.version,
+        "why": p.why,
+        "file": p.artifact.filename if p.artifact else None,
+        "sha256": p.artifact.sha256 if p.artifact else None,
+    }
     if p.rebuilt:
         out["rebuilt"] = p.rebuilt
     if p.unhashed:
@@ -180,7 +196,8 @@ def target_tag_order(python: str, platform_name: str, *, glibc: int | None = Non
 
 
 def _glibc_of(filename: str) -> int | None:
-    """The glibc minor a manylinux wheel needs (``manylinux_2_39_x86_64`` -> 39), the lowest of its tags."""
+    """The glibc minor a manylinux wheel needs (``manylinux_2_39_x86_64`` -> 39), the lowest of its
+    tags."""
     import re
 
     found = [int(m) for m in re.findall(r"manylinux_2_(\d+)_", filename)]
@@ -216,7 +233,8 @@ def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> li
     if not entry.files and entry.url and len(entry.hashes) == 1:
         name = unquote(urlsplit(entry.url).path.rsplit("/", 1)[-1])
         return [LockedFile(entry.url, entry.hashes[0], name)]
-    if path_source is not None and not entry.files and len(entry.hashes) <= 1:  # a path sdist: its hash alone
+    # a path sdist: its hash alone
+    if path_source is not None and not entry.files and len(entry.hashes) <= 1:
         path = (folder / path_source).resolve()
         return [LockedFile(path.as_uri(), entry.hashes[0] if entry.hashes else None, path.name)]
     out = []
@@ -229,7 +247,11 @@ def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> li
             base = _local_index(entry.index, folder) or folder
             if path_source is not None:
                 source = folder / path_source
-                base = source.parent if source.name == Path(where).name or not source.is_dir() else source
+                base = (
+                    source.parent
+                    if source.name == Path(where).name or not source.is_dir()
+                    else source
+                )
             path = (base / where).resolve()
             url, name = path.as_uri(), path.name
         out.append(LockedFile(url, sha, name))
@@ -249,7 +271,9 @@ def _local_index(index: str | None, folder: Path) -> Path | None:
     return folder / index
 
 
-def pick_artifact(entry: Entry, folder: Path, order: dict[str, int], path_source: str | None = None) -> LockedFile | None:
+def pick_artifact(
+    entry: Entry, folder: Path, order: dict[str, int], path_source: str | None = None
+) -> LockedFile | None:
     """The entry's wheel that installs on the target (the best tag), else its sdist, else None."""
     arts = _artifacts(entry, folder, path_source)
     best, rank = None, len(order) + 1
@@ -268,7 +292,8 @@ def is_sdist(filename: str) -> bool:
     return filename.lower().endswith(SDIST_SUFFIXES)
 
 
-# ----------------------------------------------------------------------------- the project's build settings
+# ----------------------------------------------------------------------------- the project's build
+# settings
 
 
 @dataclass(frozen=True)
@@ -289,7 +314,12 @@ def build_settings(lock_path: Path) -> BuildSettings:
     return BuildSettings(
         no_isolation=frozenset(str(canonicalize_name(str(n))) for n in names if isinstance(n, str)),
         all_without_isolation=uv.get("no-build-isolation") is True,
-        extra_build=frozenset(str(canonicalize_name(str(n))) for n in extra) if isinstance(extra, dict) else frozenset())
+        extra_build=(
+            frozenset(str(canonicalize_name(str(n))) for n in extra)
+            if isinstance(extra, dict)
+            else frozenset()
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------- classification
@@ -307,15 +337,22 @@ def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
     """{name: why} of what torch's edges reach in this environment (by name, marker already applied:
     only members are followed). A format that records no edges: torch's runtime by name."""
     if torch.dependencies is None:
-        return {n: "torch's CUDA runtime / triton (the lock records no edges: by name)"
-                for n in by_name if n != torch.name and n.startswith(_RUNTIME_PREFIXES)}
+        return {
+            n: "torch's CUDA runtime / triton (the lock records no edges: by name)"
+            for n in by_name
+            if n != torch.name and n.startswith(_RUNTIME_PREFIXES)
+        }
     out: dict[str, str] = {}
     todo = [(torch.name, d) for d in torch.dependencies]
     while todo:
         parent, name = todo.pop()
         if name in out or name == torch.name or name not in by_name:
             continue
-        out[name] = "torch depends on it" if parent == torch.name else f"torch's runtime: {parent} depends on it"
+        out[name] = (
+            "torch depends on it"
+            if parent == torch.name
+            else f"torch's runtime: {parent} depends on it"
+        )
         todo += [(name, d) for d in by_name[name].dependencies or ()]
     return out
 
@@ -323,8 +360,14 @@ def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
 def _depends_on_torch(entry: Entry) -> bool:
     if entry.dependencies is not None and "torch" in entry.dependencies:
         return True
-    return any(r.split(";")[0].replace(" ", "").lower().startswith(("torch=", "torch>", "torch<", "torch~", "torch!"))
-               or r.split(";")[0].strip().lower() == "torch" for r in entry.requires or ())
+    return any(
+        r.split(";")[0]
+        .replace(" ", "")
+        .lower()
+        .startswith(("torch=", "torch>", "torch<", "torch~", "torch!"))
+        or r.split(";")[0].strip().lower() == "torch"
+        for r in entry.requires or ()
+    )
 
 
 def _claim(entry: Entry, art: LockedFile | None) -> str | None:
@@ -339,7 +382,9 @@ def _claim(entry: Entry, art: LockedFile | None) -> str | None:
 BASE_TORCH_KEY = -1  # the entry that stands for a base environment's torch the lock leaves to it
 
 
-def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None = None) -> StagePlan:
+def plan_stages(
+    chosen: Chosen, *, project: bool = True, base_torch: str | None = None
+) -> StagePlan:
     """The stages of ``chosen`` (see the module docstring). ConfigError (exit 2): no torch, two
     torches, an entry with no file for this target. ``base_torch``: the version of the torch the
     target environment (``--venv``) already has; a lock that installs no torch (it leaves torch to
@@ -347,13 +392,17 @@ def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None 
     entries = chosen.members.entries
     torches = [e for e in entries if e.name == "torch"]
     if not torches and base_torch is not None:
-        torches = [Entry(key=BASE_TORCH_KEY, name="torch", version=base_torch, raw=f"torch=={base_torch}")]
+        torches = [
+            Entry(key=BASE_TORCH_KEY, name="torch", version=base_torch, raw=f"torch=={base_torch}")
+        ]
         entries = [*entries, torches[0]]
     if len(torches) != 1:
         what = "installs no torch" if not torches else f"installs {len(torches)} torch entries"
-        raise ConfigError(f"{chosen.path}: {chosen.env.name} {what}; provision --lock installs a torch stack "
-                          "with torch as its ABI baseline",
-                          hint=_torch_choices(chosen))
+        raise ConfigError(
+            f"{chosen.path}: {chosen.env.name} {what}; provision --lock installs a torch stack "
+            "with torch as its ABI baseline",
+            hint=_torch_choices(chosen),
+        )
     torch = torches[0]
     by_name = {e.name: e for e in entries}
     order = {t: i for i, t in enumerate(target_tag_order(chosen.env.python, chosen.env.platform))}
@@ -362,13 +411,17 @@ def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None 
     settings = build_settings(chosen.path)
     sources = _raw_sources(chosen)
     runtime = _torch_reach(torch, by_name)
-    plan = StagePlan(chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build)
+    plan = StagePlan(
+        chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build
+    )
     root_name = _project_name(chosen.path)
     for e in sorted(entries, key=lambda x: (x.name, x.key)):
         if e.key == BASE_TORCH_KEY:  # the base environment's: adopted, never installed
             continue
         source = sources.get(e.key, {})
-        if e.key in chosen.members.roots or any(k in source for k in ("editable", "virtual", "directory")):
+        if e.key in chosen.members.roots or any(
+            k in source for k in ("editable", "virtual", "directory")
+        ):
             _project(plan, e, source, folder, project, chosen.flags, root_name)
             continue
         if "git" in source:
@@ -378,16 +431,25 @@ def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None 
         art = pick_artifact(e, folder, order, path_source)
         needs = None
         if art is None and chosen.env.platform.startswith("linux"):
-            # a wheel for a newer glibc than this host's: the target host may have it (plan, an image)
-            newer_order = newer_order or {t: i for i, t in enumerate(
-                target_tag_order(chosen.env.python, chosen.env.platform, glibc=NEWEST_GLIBC))}
+            # a wheel for a newer glibc than this host's: the target host may have it (plan, an
+            # image)
+            newer_order = newer_order or {
+                t: i
+                for i, t in enumerate(
+                    target_tag_order(chosen.env.python, chosen.env.platform, glibc=NEWEST_GLIBC)
+                )
+            }
             art = pick_artifact(e, folder, newer_order, path_source)
             needs = _glibc_of(art.filename) if art is not None else None
         if art is None:
-            files = ", ".join(a.filename for a in _artifacts(e, folder, path_source)[:3]) or "no files"
-            raise ConfigError(f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
-                              f"{chosen.env.python} {chosen.env.platform} ({files})",
-                              hint="Re-lock for this platform, or provision on a host the lock is made for.")
+            files = (
+                ", ".join(a.filename for a in _artifacts(e, folder, path_source)[:3]) or "no files"
+            )
+            raise ConfigError(
+                f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
+                f"{chosen.env.python} {chosen.env.platform} ({files})",
+                hint="Re-lock for this platform, or provision on a host the lock is made for.",
+            )
         unhashed = not art.sha256
         if unhashed:
             art = _hash_local(art)
@@ -395,17 +457,28 @@ def plan_stages(chosen: Chosen, *, project: bool = True, base_torch: str | None 
         if needs is not None:
             why += f"; its wheel needs glibc 2.{needs} (this host has {_host_glibc_text()})"
         if unhashed:
-            why += ("; the lock records no sha256: " + ("that of the file as found here is pinned" if art.sha256
-                    else "the file's is taken when it is downloaded") + ", and required from then on")
-        line = f"{e.name} @ {art.url} --hash=sha256:{art.sha256}" if art.sha256 else f"{e.name} @ {art.url}"
+            why += (
+                "; the lock records no sha256: "
+                + (
+                    "that of the file as found here is pinned"
+                    if art.sha256
+                    else "the file's is taken when it is downloaded"
+                )
+                + ", and required from then on"
+            )
+        line = (
+            f"{e.name} @ {art.url} --hash=sha256:{art.sha256}"
+            if art.sha256
+            else f"{e.name} @ {art.url}"
+        )
         plan.placed.append(Placed(e, stage, why, art, line, needs_glibc=needs, unhashed=unhashed))
     _with_extension_deps(plan, by_name)
     return plan
 
 
 def _hash_local(art: LockedFile) -> LockedFile:
-    """A file the lock records no hash for: a local one is hashed now (the bytes the installer reads);
-    a remote one keeps ``sha256=None`` until provision downloads it
+    """A file the lock records no hash for: a local one is hashed now (the bytes the installer
+    reads); a remote one keeps ``sha256=None`` until provision downloads it
     (``fromlock.unhashed.pin_unhashed``)."""
     from dataclasses import replace as _replace
 
@@ -418,8 +491,10 @@ def _hash_local(art: LockedFile) -> LockedFile:
     try:
         return _replace(art, sha256=local_sha256(path))
     except OSError as exc:
-        raise ConfigError(f"{path}: the lock's file for {art.filename} cannot be read ({exc.strerror or exc})",
-                          hint="The lock names files beside it: keep them there, or re-lock.") from exc
+        raise ConfigError(
+            f"{path}: the lock's file for {art.filename} cannot be read ({exc.strerror or exc})",
+            hint="The lock names files beside it: keep them there, or re-lock.",
+        ) from exc
 
 
 def unhashed(plan: StagePlan) -> list[Placed]:
@@ -429,17 +504,29 @@ def unhashed(plan: StagePlan) -> list[Placed]:
 
 def _with_extension_deps(plan: StagePlan, by_name: dict[str, Entry]) -> None:
     """What the prebuilt extensions depend on (beyond torch's stage) installs with them, so each
-    stage finds its requirements installed (the guard names the unmet ones of a ``--no-deps`` step)."""
+    stage finds its requirements installed (the guard names the unmet ones of a ``--no-deps`` step).
+    """
     stage_of = {p.entry.name: i for i, p in enumerate(plan.placed)}
-    todo = [(p.entry.name, d) for p in plan.placed if p.stage == "extensions" for d in p.entry.dependencies or ()]
+    todo = [
+        (p.entry.name, d)
+        for p in plan.placed
+        if p.stage == "extensions"
+        for d in p.entry.dependencies or ()
+    ]
     while todo:
         parent, name = todo.pop()
         i = stage_of.get(name)
         if i is None or plan.placed[i].stage != "rest":
             continue
         p = plan.placed[i]
-        plan.placed[i] = Placed(p.entry, "extensions", f"{parent} depends on it", p.artifact, p.line,
-                                unhashed=p.unhashed)
+        plan.placed[i] = Placed(
+            p.entry,
+            "extensions",
+            f"{parent} depends on it",
+            p.artifact,
+            p.line,
+            unhashed=p.unhashed,
+        )
         todo += [(name, d) for d in by_name[name].dependencies or ()]
 
 
@@ -447,19 +534,29 @@ def _torch_choices(chosen: Chosen) -> str:
     from envbuild.gate.environments import choices
 
     words = choices(chosen.lock)
-    flags = ", ".join(dict.fromkeys(f"--{w.split(' ', 1)[0]} {w.split(' ', 1)[1]}" for w in words
-                                    if w.split(" ", 1)[0] in ("extra", "group")))
+    flags = ", ".join(
+        dict.fromkeys(
+            f"--{w.split(' ', 1)[0]} {w.split(' ', 1)[1]}"
+            for w in words
+            if w.split(" ", 1)[0] in ("extra", "group")
+        )
+    )
     if flags:
         return f"Choose the selection that installs torch: {flags}."
-    if any(e.name == "torch" for e in chosen.lock.entries):  # locked, but every edge to it is marked off
-        return ("The lock leaves torch to a base image (e.g. `override-dependencies = [\"torch; sys_platform == "
-                "'never'\"]`), so it pins no torch to install: provision onto the image's environment, whose torch "
-                "becomes the baseline (`--venv <its prefix>`; what depends on torch is checked against it).")
+    # locked, but every edge to it is marked off
+    if any(e.name == "torch" for e in chosen.lock.entries):
+        return (
+            'The lock leaves torch to a base image (e.g. `override-dependencies = ["torch;'
+            " sys_platform == 'never'\"]`), so it pins no torch to install: provision onto the"
+            " image's environment, whose torch becomes the baseline (`--venv <its prefix>`; what"
+            " depends on torch is checked against it)."
+        )
     return "Check which environments install torch with `envbuild check-lock`."
 
 
-def _classify(e: Entry, art: LockedFile, torch: Entry, runtime: dict[str, str],
-              settings: BuildSettings) -> tuple[Stage, str]:
+def _classify(
+    e: Entry, art: LockedFile, torch: Entry, runtime: dict[str, str], settings: BuildSettings
+) -> tuple[Stage, str]:
     if e is torch:
         return "torch", "the ABI baseline"
     if e.name in runtime:
@@ -467,15 +564,23 @@ def _classify(e: Entry, art: LockedFile, torch: Entry, runtime: dict[str, str],
     claim = _claim(e, art)
     if art.wheel:
         if claim:
-            return "extensions", f"prebuilt extension: its version claims the ABI it was built for (+{claim})"
+            return (
+                "extensions",
+                f"prebuilt extension: its version claims the ABI it was built for (+{claim})",
+            )
         binary = not all(t.endswith("-any") for t in _wheel_tags(art.filename))
         if binary and _depends_on_torch(e):
             return "extensions", "prebuilt binary wheel of a package that depends on torch"
-        return "rest", "no torch in it" if not _depends_on_torch(e) else "pure-Python package that uses torch"
+        return "rest", (
+            "no torch in it" if not _depends_on_torch(e) else "pure-Python package that uses torch"
+        )
     needs_torch = _builds_against_torch(e, settings)
     if needs_torch:
         return "builds", f"sdist; {needs_torch}"
-    return "rest", "sdist with no torch in its build: built by the installer (isolated), as the locker does"
+    return (
+        "rest",
+        "sdist with no torch in its build: built by the installer (isolated), as the locker does",
+    )
 
 
 def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
@@ -498,15 +603,26 @@ def _project_name(lock_path: Path) -> str | None:
     return str(canonicalize_name(name)) if isinstance(name, str) else None
 
 
-def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path, wanted: bool,
-             flags: SyncFlags,
-             root_name: str | None) -> None:
-    """The project, a workspace member or a local folder the lock points at, as ``uv sync`` installs it:
-    editable where the lock says so (unless ``--no-editable``), left out by ``--no-install-project``
-    (the project) and ``--no-install-workspace`` (every workspace member)."""
+def _project(
+    plan: StagePlan,
+    e: Entry,
+    source: Mapping[str, str],
+    folder: Path,
+    wanted: bool,
+    flags: SyncFlags,
+    root_name: str | None,
+) -> None:
+    """The project, a workspace member or a local folder the lock points at, as ``uv sync`` installs
+    it: editable where the lock says so (unless ``--no-editable``), left out by
+    ``--no-install-project`` (the project) and ``--no-install-workspace`` (every workspace
+    member)."""
     if "virtual" in source or not source:
-        plan.left_out.append((e.name, "the project is virtual (package = false): the locker installs only its "
-                              "dependencies"))
+        plan.left_out.append(
+            (
+                e.name,
+                "the project is virtual (package = false): the locker installs only its dependencies",
+            )
+        )
         return
     is_root = e.name == root_name if root_name else source.get("editable") == "."
     if is_root and not wanted:
@@ -517,25 +633,47 @@ def _project(plan: StagePlan, e: Entry, source: Mapping[str, str], folder: Path,
         return
     where = (folder / str(source.get("editable") or source.get("directory") or ".")).resolve()
     editable = "editable" in source and not flags.no_editable
-    what = "the project itself" if is_root else ("a workspace member" if "editable" in source else "a local folder the lock names")
-    how = "editable, as uv sync installs it" if editable else (
-        "not editable (--no-editable)" if "editable" in source else "from its folder, as uv sync installs it")
-    plan.placed.append(Placed(e, "project", f"{what}, {how}", None,
-                              f"-e {where}" if editable else f"{e.name} @ {where.as_uri()}"))
+    what = (
+        "the project itself"
+        if is_root
+        else ("a workspace member" if "editable" in source else "a local folder the lock names")
+    )
+    how = (
+        "editable, as uv sync installs it"
+        if editable
+        else (
+            "not editable (--no-editable)"
+            if "editable" in source
+            else "from its folder, as uv sync installs it"
+        )
+    )
+    plan.placed.append(
+        Placed(
+            e,
+            "project",
+            f"{what}, {how}",
+            None,
+            f"-e {where}" if editable else f"{e.name} @ {where.as_uri()}",
+        )
+    )
 
 
-def _git(e: Entry, source: Mapping[str, str], runtime: dict[str, str],
-         settings: BuildSettings) -> Placed:
-    """A git pin: installed from its commit. One whose build needs torch (as ``_classify`` says of an
-    sdist: named in the project's no-build-isolation settings, depending on torch, or a known CUDA
-    extension) goes to the builds stage, built without isolation against the installed torch."""
+def _git(
+    e: Entry, source: Mapping[str, str], runtime: dict[str, str], settings: BuildSettings
+) -> Placed:
+    """A git pin: installed from its commit. One whose build needs torch (as ``_classify`` says of
+    an sdist: named in the project's no-build-isolation settings, depending on torch, or a known
+    CUDA extension) goes to the builds stage, built without isolation against the installed
+    torch."""
     from urllib.parse import parse_qs
 
     raw = str(source["git"])
     parts = urlsplit(raw)
     commit = parts.fragment
     if len(commit) != 40:
-        raise LockError(f"{e.label()}: the git source {raw} is not pinned to a commit", hint="Re-lock it.")
+        raise LockError(
+            f"{e.label()}: the git source {raw} is not pinned to a commit", hint="Re-lock it."
+        )
     base = parts._replace(query="", fragment="").geturl()
     sub = (parse_qs(parts.query).get("subdirectory") or [""])[0]
     line = f"{e.name} @ git+{base}@{commit}" + (f"#subdirectory={sub}" if sub else "")
@@ -543,5 +681,10 @@ def _git(e: Entry, source: Mapping[str, str], runtime: dict[str, str],
     if e.name in runtime:
         return Placed(e, "torch", pinned, None, line)
     needs_torch = _builds_against_torch(e, settings)
-    return Placed(e, "builds" if needs_torch else "rest", f"{pinned}; {needs_torch}" if needs_torch else pinned,
-                  None, line)
+    return Placed(
+        e,
+        "builds" if needs_torch else "rest",
+        f"{pinned}; {needs_torch}" if needs_torch else pinned,
+        None,
+        line,
+    )

@@ -34,8 +34,15 @@ from envbuild.gate.model import Entry, LockParseError, ParsedLock
 from envbuild.installer.python import find_uv
 from envbuild.run import run
 
-__all__ = ["Exported", "SyncFlags", "export", "match_entries", "parse_pylock", "parse_requirements",
-           "sync_refusal"]
+__all__ = [
+    "Exported",
+    "SyncFlags",
+    "export",
+    "match_entries",
+    "parse_pylock",
+    "parse_requirements",
+    "sync_refusal",
+]
 
 
 @dataclass(frozen=True)
@@ -62,22 +69,38 @@ class SyncFlags:
     def selection_argv(self) -> list[str]:
         """The flags that choose what is installed, as uv spells them."""
         argv: list[str] = []
-        for flag, values in (("--extra", self.extras), ("--no-extra", self.no_extras), ("--group", self.groups),
-                             ("--only-group", self.only_groups), ("--no-group", self.no_groups),
-                             ("--package", self.packages)):
+        for flag, values in (
+            ("--extra", self.extras),
+            ("--no-extra", self.no_extras),
+            ("--group", self.groups),
+            ("--only-group", self.only_groups),
+            ("--no-group", self.no_groups),
+            ("--package", self.packages),
+        ):
             for v in values:
                 argv += [flag, v]
-        for flag, on in (("--all-extras", self.all_extras), ("--all-groups", self.all_groups),
-                         ("--no-default-groups", self.no_default_groups), ("--no-dev", self.no_dev),
-                         ("--only-dev", self.only_dev), ("--all-packages", self.all_packages)):
+        for flag, on in (
+            ("--all-extras", self.all_extras),
+            ("--all-groups", self.all_groups),
+            ("--no-default-groups", self.no_default_groups),
+            ("--no-dev", self.no_dev),
+            ("--only-dev", self.only_dev),
+            ("--all-packages", self.all_packages),
+        ):
             if on:
                 argv.append(flag)
         return argv
 
     def install_argv(self) -> list[str]:
-        return [flag for flag, on in (("--no-editable", self.no_editable),
-                                      ("--no-install-project", self.no_install_project),
-                                      ("--no-install-workspace", self.no_install_workspace)) if on]
+        return [
+            flag
+            for flag, on in (
+                ("--no-editable", self.no_editable),
+                ("--no-install-project", self.no_install_project),
+                ("--no-install-workspace", self.no_install_workspace),
+            )
+            if on
+        ]
 
     def sync_command(self) -> str:
         """The ``uv sync`` command that installs the same selection (shell-quoted)."""
@@ -86,9 +109,12 @@ class SyncFlags:
     @property
     def beyond_conflicts(self) -> list[str]:
         """The flags given that only uv can answer (all but ``--extra``/``--group``)."""
-        argv = [a for a in self.selection_argv() if a.startswith("--") and a not in ("--extra", "--group")]
+        argv = [
+            a
+            for a in self.selection_argv()
+            if a.startswith("--") and a not in ("--extra", "--group")
+        ]
         return list(dict.fromkeys(argv))
-
 
 
 @dataclass(frozen=True)
@@ -125,16 +151,22 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     uv = find_uv()
     if uv is None:
         return None
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")
+    }
     env.update({"NO_COLOR": "1", "UV_OFFLINE": "1"})
     out = _uv_export(lock_path, uv, "pylock.toml", flags, env)
     if out.returncode == 0:
         return parse_pylock(out.stdout)
     plain = _uv_export(lock_path, uv, "requirements.txt", flags, env)
     if plain.returncode != 0:
-        raise ConfigError(f"{lock_path}: uv refuses this selection ({flags.sync_command()}): "
-                          f"{_uv_reason(plain.stderr)}", hint=_flag_hint(folder))
+        raise ConfigError(
+            f"{lock_path}: uv refuses this selection ({flags.sync_command()}): "
+            f"{_uv_reason(plain.stderr)}",
+            hint=_flag_hint(folder),
+        )
     return parse_requirements(plain.stdout)
 
 
@@ -147,21 +179,33 @@ class _Exported:
     stderr: str
 
 
-def _uv_export(lock_path: Path, uv: str, fmt: str, flags: SyncFlags,
-               env: dict[str, str]) -> _Exported:
-    argv = [uv, "export", "--frozen", "--format", fmt, "--no-header", "--quiet",
-            *flags.selection_argv()]
+def _uv_export(
+    lock_path: Path, uv: str, fmt: str, flags: SyncFlags, env: dict[str, str]
+) -> _Exported:
+    argv = [
+        uv,
+        "export",
+        "--frozen",
+        "--format",
+        fmt,
+        "--no-header",
+        "--quiet",
+        *flags.selection_argv(),
+    ]
     if fmt == "requirements.txt":
         argv.append("--no-annotate")
     try:
-        out = run(argv, cwd=lock_path.parent, env=env, capture=True, separate_stderr=True,
-                  timeout=120)
+        out = run(
+            argv, cwd=lock_path.parent, env=env, capture=True, separate_stderr=True, timeout=120
+        )
     except OSError as exc:
-        raise ConfigError(f"{lock_path}: uv export could not run ({exc}), so the selection cannot "
-                          "be read") from exc
+        raise ConfigError(
+            f"{lock_path}: uv export could not run ({exc}), so the selection cannot be read"
+        ) from exc
     if out.timed_out:
-        raise ConfigError(f"{lock_path}: uv export did not finish in 120 s, so the selection "
-                          "cannot be read")
+        raise ConfigError(
+            f"{lock_path}: uv export did not finish in 120 s, so the selection cannot be read"
+        )
     return _Exported(out.returncode, out.output or "", out.stderr or "")
 
 
@@ -198,17 +242,24 @@ def parse_pylock(text: str) -> list[Exported]:
                 files.add(where)
         archive, folder, vcs = (_table(p, k) for k in ("archive", "directory", "vcs"))
         path = _text(folder, "path")
-        out.append(Exported(
-            name=str(canonicalize_name(p["name"])), version=_text(p, "version"), marker=_text(p, "marker"),
-            index=_text(p, "index"), archive=_text(archive, "url") or _text(archive, "path"),
-            directory=_norm(path) if path is not None else None, vcs=_text(vcs, "url"),
-            files=frozenset(files)))
+        out.append(
+            Exported(
+                name=str(canonicalize_name(p["name"])),
+                version=_text(p, "version"),
+                marker=_text(p, "marker"),
+                index=_text(p, "index"),
+                archive=_text(archive, "url") or _text(archive, "path"),
+                directory=_norm(path) if path is not None else None,
+                vcs=_text(vcs, "url"),
+                files=frozenset(files),
+            )
+        )
     return out
 
 
 def parse_requirements(text: str) -> list[Exported]:
-    """uv's requirements export: ``name==version ; marker`` (with ``--hash`` options), ``name @ URL``,
-    ``-e ./member`` and ``./folder`` lines (a local one named by its folder), continued with
+    """uv's requirements export: ``name==version ; marker`` (with ``--hash`` options), ``name @
+    URL``, ``-e ./member`` and ``./folder`` lines (a local one named by its folder), continued with
     backslashes."""
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -235,17 +286,31 @@ def parse_requirements(text: str) -> list[Exported]:
         body = body.removeprefix("-e ").strip()
         where, _, marker = body.partition(" ; ")
         if editable or where.startswith((".", "/", "file:")):
-            out.append(Exported(name="", version=None, marker=marker.strip() or None,
-                                directory=_norm(where.strip())))
+            out.append(
+                Exported(
+                    name="",
+                    version=None,
+                    marker=marker.strip() or None,
+                    directory=_norm(where.strip()),
+                )
+            )
             continue
         try:
             req = Requirement(body)
         except InvalidRequirement as exc:
-            raise ConfigError(f"uv export wrote a line envbuild cannot read: {body!r} ({exc})") from exc
+            raise ConfigError(
+                f"uv export wrote a line envbuild cannot read: {body!r} ({exc})"
+            ) from exc
         pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
-        out.append(Exported(name=str(canonicalize_name(req.name)), version=pins[0] if pins else None,
-                            marker=str(req.marker) if req.marker else None,
-                            archive=req.url or None, hashes=hashes))
+        out.append(
+            Exported(
+                name=str(canonicalize_name(req.name)),
+                version=pins[0] if pins else None,
+                marker=str(req.marker) if req.marker else None,
+                archive=req.url or None,
+                hashes=hashes,
+            )
+        )
     return out
 
 
@@ -263,24 +328,35 @@ def _uv_reason(stderr: str) -> str:
 
 
 def _flag_hint(folder: Path) -> str:
-    """The extras and groups the project beside the lock defines (what --extra / --group can name)."""
+    """The extras and groups the project beside the lock defines (what --extra / --group can
+    name)."""
     from envbuild.gate.project import read_pyproject, table
 
     data = read_pyproject(folder)
     project = table(data, "project")
-    extras = sorted(project.get("optional-dependencies") or {}) if isinstance(project.get("optional-dependencies"), dict) else []
-    groups = sorted(data["dependency-groups"]) if isinstance(data.get("dependency-groups"), dict) else []
+    extras = (
+        sorted(project.get("optional-dependencies") or {})
+        if isinstance(project.get("optional-dependencies"), dict)
+        else []
+    )
+    groups = (
+        sorted(data["dependency-groups"]) if isinstance(data.get("dependency-groups"), dict) else []
+    )
     parts = []
     if extras:
         parts.append("its extras: " + ", ".join(extras))
     if groups:
         parts.append("its dependency groups: " + ", ".join(groups))
-    return ("The project defines " + "; ".join(parts) + ".") if parts else "The project defines no extras or groups."
+    return (
+        ("The project defines " + "; ".join(parts) + ".")
+        if parts
+        else "The project defines no extras or groups."
+    )
 
 
 def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
-    """uv sync's own reason for refusing ``flags`` (``uv sync --frozen --dry-run`` into a venv that is
-    never made, offline), or None when it accepts them or cannot be asked (no interpreter of
+    """uv sync's own reason for refusing ``flags`` (``uv sync --frozen --dry-run`` into a venv that
+    is never made, offline), or None when it accepts them or cannot be asked (no interpreter of
     ``python`` here). uv export does not check conflicts that extras switch on through other extras
     (a root extra enabling two conflicting extras of a workspace member); uv sync does."""
     import tempfile
@@ -297,10 +373,26 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
         return None
     with tempfile.TemporaryDirectory(prefix="envbuild-uv-dry-") as tmp:
         env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "VIRTUAL_ENV")}
-        env.update({"UV_PROJECT_ENVIRONMENT": str(Path(tmp) / "venv"), "UV_OFFLINE": "1", "NO_COLOR": "1"})
+        env.update(
+            {"UV_PROJECT_ENVIRONMENT": str(Path(tmp) / "venv"), "UV_OFFLINE": "1", "NO_COLOR": "1"}
+        )
         try:
-            out = run([uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *flags.selection_argv()],
-                      cwd=lock_path.parent, env=env, capture=True, separate_stderr=True, timeout=120)
+            out = run(
+                [
+                    uv,
+                    "sync",
+                    "--frozen",
+                    "--dry-run",
+                    "--python",
+                    str(exe),
+                    *flags.selection_argv(),
+                ],
+                cwd=lock_path.parent,
+                env=env,
+                capture=True,
+                separate_stderr=True,
+                timeout=120,
+            )
         except OSError:
             return None
     if out.returncode == 0 or out.timed_out:
@@ -319,28 +411,39 @@ def holds(marker: str | None, values: dict[str, str]) -> bool:
     try:
         return Marker(marker).evaluate({**values, "extra": ""})
     except InvalidMarker as exc:
-        raise ConfigError(f"uv export wrote a marker envbuild cannot read: {marker!r} ({exc})") from exc
+        raise ConfigError(
+            f"uv export wrote a marker envbuild cannot read: {marker!r} ({exc})"
+        ) from exc
 
 
 def _same_place(p: Exported, e: Entry, source: Mapping[str, str]) -> bool:
     """Whether the entry ``e`` (its uv.lock ``source``) is where uv's export takes ``p`` from."""
     if p.directory is not None:
-        return any(_norm(source[k]) == p.directory
-                   for k in ("editable", "directory", "virtual", "path") if k in source)
+        return any(
+            _norm(source[k]) == p.directory
+            for k in ("editable", "directory", "virtual", "path")
+            if k in source
+        )
     if p.vcs is not None:
         return "git" in source and source["git"].split("#")[0].split("?")[0] == p.vcs.split("#")[0]
     if p.archive is not None:
-        return p.archive in (source.get("url"), source.get("path")) or \
-            ("path" in source and _norm(source["path"]) == _norm(p.archive))
+        return p.archive in (source.get("url"), source.get("path")) or (
+            "path" in source and _norm(source["path"]) == _norm(p.archive)
+        )
     if p.index is not None and "registry" in source:
-        return source["registry"].rstrip("/") == p.index.rstrip("/") or \
-            bool(p.files) and p.files <= {f for f, _ in e.files}
+        return (
+            source["registry"].rstrip("/") == p.index.rstrip("/")
+            or bool(p.files)
+            and p.files <= {f for f, _ in e.files}
+        )
     if p.hashes:  # the requirements export: the entry whose files are exactly those
         return p.hashes == set(e.hashes)
     return bool(p.files) and p.files <= {f for f, _ in e.files}
 
 
-def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, str]) -> list[Entry]:
+def match_entries(
+    lock: ParsedLock, exported: list[Exported], values: dict[str, str]
+) -> list[Entry]:
     """The lock's entries of the exported packages whose marker holds for ``values`` (a target
     platform and Python): the entry of that name, version and source uv names. ConfigError: an
     exported package the lock has no entry for, or several it cannot tell apart."""
@@ -360,12 +463,17 @@ def match_entries(lock: ParsedLock, exported: list[Exported], values: dict[str, 
             same = [e for e in same if _same_place(p, e, sources.get(e.key, {}))]
         if len(same) != 1:
             what = "no entry" if not same else f"{len(same)} entries it cannot tell apart"
-            raise ConfigError(f"{lock.path}: uv export lists {p.name} {p.version or ''} from "
-                              f"{p.index or p.archive or p.directory or p.vcs or 'somewhere'}, "
-                              f"which the lock has {what} for (a lock older than its "
-                              "pyproject.toml?)",
-                              hint="Re-lock with `uv lock` (an index that serves no hashes: uv "
-                              "names the entry only where it can hash its files)."
-                              if same else "Re-lock with `uv lock`.")
+            raise ConfigError(
+                f"{lock.path}: uv export lists {p.name} {p.version or ''} from "
+                f"{p.index or p.archive or p.directory or p.vcs or 'somewhere'}, "
+                f"which the lock has {what} for (a lock older than its "
+                "pyproject.toml?)",
+                hint=(
+                    "Re-lock with `uv lock` (an index that serves no hashes: uv "
+                    "names the entry only where it can hash its files)."
+                    if same
+                    else "Re-lock with `uv lock`."
+                ),
+            )
         out.append(same[0])
     return out

@@ -1,18 +1,22 @@
 """The gate: ``envbuild check-lock FILE...`` judges any lockfile a team commits (uv.lock,
 poetry.lock, pylock.toml, requirements) against the torch policy, per environment the lock installs;
-``envbuild check-lock`` judges envbuild's own locks (``rules.ownlock``) with the same findings and writers.
+``envbuild check-lock`` judges envbuild's own locks (``rules.ownlock``) with the same findings and
+writers.
 
 Where things live (one room per concern):
 
-- ``formats/``      one reader per lock format -> ``model.Lock`` (entries + what an environment installs)
+- ``formats/``      one reader per lock format -> ``model.Lock`` (entries + what an environment
+  installs)
 - ``environments``  the concrete environments a lock covers (platform x Python x extras/groups)
 - ``markers``       PEP 508 markers evaluated with a set of active extras
-- ``rules/``        one module per rule family (pins, requirements, extensions, runtime, history), and
+- ``rules/``        one module per rule family (pins, requirements, extensions, runtime, history),
+  and
                     ``rules/ownlock/`` for envbuild's own locks (a stack's steps, in order)
 - ``accept``        reviewed exceptions a team commits
 - ``findings``      the one Finding, the report of a file (or a stack), every rule and what it means
 - ``check``         the driver: read, enumerate, run the rules, apply the exceptions
-- ``output``        console table, markdown, JSON (schema 1), GitHub annotations, for both kinds of lock
+- ``output``        console table, markdown, JSON (schema 1), GitHub annotations, for both kinds of
+  lock
 """
 
 from __future__ import annotations

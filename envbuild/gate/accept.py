@@ -46,7 +46,9 @@ class Exception_:
     def matches(self, finding: Finding, environment: str | None) -> bool:
         if self.rule != finding.rule:
             return False
-        if self.package != "*" and canonicalize_name(self.package) != canonicalize_name(finding.package):
+        if self.package != "*" and canonicalize_name(self.package) != canonicalize_name(
+            finding.package
+        ):
             return False
         if self.environment is None:
             return True
@@ -59,7 +61,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
     try:
         if path.stat().st_size > 1 << 20:
-            raise ConfigError(f"{path}: {path.stat().st_size} bytes; an exceptions file is at most 1 MiB")
+            raise ConfigError(
+                f"{path}: {path.stat().st_size} bytes; an exceptions file is at most 1 MiB"
+            )
         text = path.read_text(encoding="utf-8")
         return toml_loads(text)
     except (OSError, UnicodeDecodeError) as exc:
@@ -78,8 +82,10 @@ def _parse(items: Any, source: str, where: str) -> list[Exception_]:
             raise ConfigError(f"{source}: {key} is not a table")
         unknown = set(item) - {"rule", "package", "environment", "reason"}
         if unknown:
-            raise ConfigError(f"{source}: {key} has unknown key(s) {', '.join(sorted(unknown))}; "
-                              "allowed: rule, package, environment, reason")
+            raise ConfigError(
+                f"{source}: {key} has unknown key(s) {', '.join(sorted(unknown))}; "
+                "allowed: rule, package, environment, reason"
+            )
         rule = item.get("rule")
         if rule not in RULES:
             close = difflib.get_close_matches(str(rule), list(RULES), n=1)
@@ -90,9 +96,15 @@ def _parse(items: Any, source: str, where: str) -> list[Exception_]:
                 raise ConfigError(f"{source}: {key}.{field} is required (a non-empty string)")
         env = item.get("environment")
         if env is not None and (not isinstance(env, str) or not env.strip()):
-            raise ConfigError(f"{source}: {key}.environment must be a non-empty string (a pattern such as "
-                              "'linux x86_64*')")
-        out.append(Exception_(rule, item["package"].strip(), env, item["reason"].strip(), f"{source} {key}"))
+            raise ConfigError(
+                f"{source}: {key}.environment must be a non-empty string (a pattern such as "
+                "'linux x86_64*')"
+            )
+        out.append(
+            Exception_(
+                rule, item["package"].strip(), env, item["reason"].strip(), f"{source} {key}"
+            )
+        )
     return out
 
 
@@ -117,13 +129,16 @@ def load_for(lockfile: Path, explicit: Path | None = None) -> list[Exception_]:
 
 
 def apply(findings: list[Finding], exceptions: list[Exception_]) -> list[Finding]:
-    """The findings, those an exception accepts marked (split by environment where only some match)."""
+    """The findings, those an exception accepts marked (split by environment where only some
+    match)."""
     if not exceptions:
         return findings
     out: list[Finding] = []
     for f in findings:
         if not f.environments:
-            hit = next((x for x in exceptions if x.matches(f, None) and x.environment is None), None)
+            hit = next(
+                (x for x in exceptions if x.matches(f, None) and x.environment is None), None
+            )
             out.append(replace(f, accepted=hit.reason) if hit else f)
             continue
         groups: dict[str | None, list[str]] = {}

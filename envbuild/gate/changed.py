@@ -1,4 +1,5 @@
-"""Which of the files a change touches are lockfiles (``python -m envbuild.commands.check_changed`` runs the gate on them).
+"""Which of the files a change touches are lockfiles (``python -m envbuild.commands.check_changed``
+runs the gate on them).
 
 What the pre-commit hook (``.pre-commit-hooks.yaml``) and the GitHub Action (``action.yml``) run
 on the files a commit or a pull request changed. It keeps the ones that are lockfiles and runs
@@ -27,8 +28,9 @@ from pathlib import Path
 __all__ = ["LOCK_NAME", "lock_candidates", "not_a_lock"]
 
 # A path (relative, "/"-separated) whose file name a lock may have; the hook's `files` pattern.
-LOCK_NAME = (r"(^|/)(uv\.lock|poetry\.lock|pixi\.lock|pylock(\.[^/]+)?\.toml"
-             r"|requirements[^/]*\.txt)$")
+LOCK_NAME = (
+    r"(^|/)(uv\.lock|poetry\.lock|pixi\.lock|pylock(\.[^/]+)?\.toml" r"|requirements[^/]*\.txt)$"
+)
 
 
 def lock_candidates(paths: Sequence[str]) -> list[str]:
@@ -37,14 +39,17 @@ def lock_candidates(paths: Sequence[str]) -> list[str]:
 
 
 def not_a_lock(path: Path) -> str | None:
-    """Why the requirements file at ``path`` is no lock (None: it is one, or it is no requirements file)."""
+    """Why the requirements file at ``path`` is no lock (None: it is one, or it is no requirements
+    file)."""
     from envbuild.gate.formats import requirements
     from envbuild.gate.model import LockParseError
 
     if not path.name.endswith(".txt"):
         return None
     try:
-        entries = requirements.parse(path, path.read_text(encoding="utf-8", errors="replace")).entries
+        entries = requirements.parse(
+            path, path.read_text(encoding="utf-8", errors="replace")
+        ).entries
     except LockParseError:
         return None  # check-lock reports where it cannot be read
     if not entries:

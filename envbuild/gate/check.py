@@ -28,7 +28,8 @@ MAX_PACKAGES = 20_000  # the largest real locks hold a few thousand
 
 
 def read_lockfile(path: Path) -> str:
-    """The text of a lockfile: a regular file, at most ``MAX_BYTES``, UTF-8 (else ConfigError, exit 2)."""
+    """The text of a lockfile: a regular file, at most ``MAX_BYTES``, UTF-8 (else ConfigError, exit
+    2)."""
     try:
         st = path.stat()
     except FileNotFoundError as exc:
@@ -38,8 +39,10 @@ def read_lockfile(path: Path) -> str:
     if not stat.S_ISREG(st.st_mode):
         raise ConfigError(f"{path}: not a regular file; a lockfile is read from a file")
     if st.st_size > MAX_BYTES:
-        raise ConfigError(f"{path}: {st.st_size / (1 << 20):.0f} MiB; a lockfile is read up to "
-                          f"{MAX_BYTES >> 20} MiB (the largest real locks are a few MB)")
+        raise ConfigError(
+            f"{path}: {st.st_size / (1 << 20):.0f} MiB; a lockfile is read up to "
+            f"{MAX_BYTES >> 20} MiB (the largest real locks are a few MB)"
+        )
     try:
         with path.open("rb") as f:
             data = f.read(MAX_BYTES + 1)
@@ -48,7 +51,9 @@ def read_lockfile(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8") from exc
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8"
+        ) from exc
 
 
 def _views(lock: ParsedLock, groups: list[Group], reach: Reach, torch_name: str) -> list[View]:
@@ -59,36 +64,67 @@ def _views(lock: ParsedLock, groups: list[Group], reach: Reach, torch_name: str)
         for e in members.entries:
             by_name.setdefault(e.name, []).append(e)
         torches = by_name.get(torch_name, [])
-        torch = torches[0] if len({t.version for t in torches}) == 1 and torches[0].version else None
+        torch = (
+            torches[0] if len({t.version for t in torches}) == 1 and torches[0].version else None
+        )
         bare = Environment(g.env.platform, g.env.python, g.env.values)
-        views.append(View(g.env, members, torch, by_name, bare, g.selections, g.environments, g.mask))
+        views.append(
+            View(g.env, members, torch, by_name, bare, g.selections, g.environments, g.mask)
+        )
     return views
 
 
-def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: str | None = None,
-               offline: bool = False, index_urls: Iterable[str] = (), shown: str | None = None,
-               narrow: Narrow | None = None, accept_file: Path | None = None, use_cache: bool = True) -> FileReport:
+def check_file(
+    path: Path,
+    policy: Policy,
+    *,
+    fmt: Format | None = None,
+    base: str | None = None,
+    offline: bool = False,
+    index_urls: Iterable[str] = (),
+    shown: str | None = None,
+    narrow: Narrow | None = None,
+    accept_file: Path | None = None,
+    use_cache: bool = True,
+) -> FileReport:
     t0 = time.monotonic()
     narrow = narrow or Narrow(default_python=policy.python)
     text = read_lockfile(path)
     kind = fmt or detect(path, text)
     report = FileReport(shown or str(path), kind)
     exceptions = accepting.load_for(path, accept_file)
-    tables = text.count("\n[[package") + text.startswith("[[package")  # [[package]] / [[packages]], counted unread
+    # [[package]] / [[packages]], counted unread
+    tables = text.count("\n[[package") + text.startswith("[[package")
     if tables > MAX_PACKAGES:
-        report.findings.append(Finding(report.file, "-", "broken-lock", f"{tables} packages: more than any real "
-                                       f"lock holds (the gate reads up to {MAX_PACKAGES})"))
+        report.findings.append(
+            Finding(
+                report.file,
+                "-",
+                "broken-lock",
+                f"{tables} packages: more than any real "
+                f"lock holds (the gate reads up to {MAX_PACKAGES})",
+            )
+        )
         report.seconds = time.monotonic() - t0
         return report
     try:
         lock = parse(path, text, kind)
     except LockParseError as exc:
-        report.findings.append(Finding(report.file, "-", "broken-lock", f"not a readable {kind} file: {exc}"))
+        report.findings.append(
+            Finding(report.file, "-", "broken-lock", f"not a readable {kind} file: {exc}")
+        )
         report.seconds = time.monotonic() - t0
         return report
     if len(lock.entries) > MAX_PACKAGES:
-        report.findings.append(Finding(report.file, "-", "broken-lock", f"{len(lock.entries)} packages: more than "
-                                       f"any real lock holds (the gate reads up to {MAX_PACKAGES})"))
+        report.findings.append(
+            Finding(
+                report.file,
+                "-",
+                "broken-lock",
+                f"{len(lock.entries)} packages: more than "
+                f"any real lock holds (the gate reads up to {MAX_PACKAGES})",
+            )
+        )
         report.seconds = time.monotonic() - t0
         return report
     names = judged_names(lock, policy)
@@ -98,10 +134,15 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
         words = choices(lock)
         platforms = sorted({PLATFORMS[p][0] for p, _ in everything.blocks})
         raise ConfigError(
-            f"{report.file}: no environment of this lock matches --environment/--python/--extra/--group, so "
-            "nothing would be judged", hint=(f"Its conflicting extras/groups: {', '.join(words)}. " if words else
-                                             "It has no conflicting extras or groups. ")
-            + f"Platforms: {', '.join(platforms)}.")
+            f"{report.file}: no environment of this lock matches"
+            " --environment/--python/--extra/--group, so nothing would be judged",
+            hint=(
+                f"Its conflicting extras/groups: {', '.join(words)}. "
+                if words
+                else "It has no conflicting extras or groups. "
+            )
+            + f"Platforms: {', '.join(platforms)}.",
+        )
     lock.notes += space.notes
     reach = lock.walk(space)
     views = _views(lock, group(space, reach, names), reach, policy.torch)
@@ -109,10 +150,21 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     bare = [v for v in views if not v.by_name.get(policy.torch) and v.env.platform in with_torch]
     if bare:  # a selection that installs no torch where others do: no verdict to give there
         views = [v for v in views if v not in bare]
-        shown = "; ".join(v.env.name for v in bare[:3]) + (f" and {len(bare) - 3} more" if len(bare) > 3 else "")
-        lock.notes.append(f"{sum(v.environments for v in bare)} environment(s) install no {policy.torch}: {shown}")
-    ctx = Context(report.file, lock, policy, views, offline=offline, index_urls=tuple(index_urls),
-                  sources=MetadataSources(offline=offline, use_cache=use_cache))
+        shown = "; ".join(v.env.name for v in bare[:3]) + (
+            f" and {len(bare) - 3} more" if len(bare) > 3 else ""
+        )
+        lock.notes.append(
+            f"{sum(v.environments for v in bare)} environment(s) install no {policy.torch}: {shown}"
+        )
+    ctx = Context(
+        report.file,
+        lock,
+        policy,
+        views,
+        offline=offline,
+        index_urls=tuple(index_urls),
+        sources=MetadataSources(offline=offline, use_cache=use_cache),
+    )
     for family in FAMILIES:
         family.check(ctx)
     for text in ctx.no_file_notes():
@@ -123,19 +175,30 @@ def check_file(path: Path, policy: Policy, *, fmt: Format | None = None, base: s
     nofile = {name for name, ok in installable.items() if ok is False}
     for v in views:
         if v.env.name in nofile and narrow.environment:  # asked for by name: a finding, not a note
-            ctx.add(policy.torch, "no-file", f"the lock has no file of {policy.torch} that installs on "
-                    f"{v.env.platform}, python {v.env.python}", v.env, next(iter(v.by_name.get(policy.torch) or ()), None))
+            ctx.add(
+                policy.torch,
+                "no-file",
+                f"the lock has no file of {policy.torch} that installs on "
+                f"{v.env.platform}, python {v.env.python}",
+                v.env,
+                next(iter(v.by_name.get(policy.torch) or ()), None),
+            )
     if nofile and not narrow.environment:
         where = sorted({v.env.platform for v in views if v.env.name in nofile})
-        ctx.note(f"no {policy.torch} file installs on {', '.join(where)} (rows \"no file for this platform\"; "
-                 "--environment makes it a finding)")
+        ctx.note(
+            f'no {policy.torch} file installs on {", ".join(where)} (rows "no file for this'
+            ' platform"; --environment makes it a finding)'
+        )
     unknown = sorted({v.env.platform for v in views if installable[v.env.name] is None})
     unknown_words = _unknown_words(offline, bool(ctx.sources.dead))
     if unknown:
-        how = ("--offline: its pins name no file, so which platforms they install on is not known "
-               "(online, their hashes are looked up on the index)" if offline else
-               "its pins name no file and the index did not say which files they are")
-        ctx.note(f"{policy.torch} on {', '.join(unknown)}: {how} (rows \"{unknown_words}\")")
+        how = (
+            "--offline: its pins name no file, so which platforms they install on is not known "
+            "(online, their hashes are looked up on the index)"
+            if offline
+            else "its pins name no file and the index did not say which files they are"
+        )
+        ctx.note(f'{policy.torch} on {", ".join(unknown)}: {how} (rows "{unknown_words}")')
     for text in ctx.sources.notes():  # after every lookup, the torch files' included
         ctx.note(text)
     findings = accepting.apply(list(ctx.findings.values()), exceptions)
@@ -182,18 +245,34 @@ def _installable(ctx: Context, view: View) -> bool | None:
     return any(installs_on(f, view.env.python, view.env.platform) for f in files)
 
 
-def _rows(views: list[View], findings: list[Finding], installable: dict[str, bool | None],
-          unknown: str = "not known offline") -> list[EnvRow]:
+def _rows(
+    views: list[View],
+    findings: list[Finding],
+    installable: dict[str, bool | None],
+    unknown: str = "not known offline",
+) -> list[EnvRow]:
     """A table row per view, except that views of one platform and selection, with the same torch
     and the same findings, on consecutive Pythons, read as one row ("python 3.10–3.12"): they were
-    judged apart (a torch dependency differs by Python) and answered alike. Findings name the rows."""
-    order = sorted({p for v in views for p in (v.env.pythons or (v.env.python,))}, key=lambda p: int(p.split(".")[1]))
+    judged apart (a torch dependency differs by Python) and answered alike. Findings name the rows.
+    """
+    order = sorted(
+        {p for v in views for p in v.env.pythons or (v.env.python,)},
+        key=lambda p: int(p.split(".")[1]),
+    )
     several = len(order) > 1
     keyed: dict[tuple[Any, ...], list[View]] = {}
     for view in views:
         said = frozenset(i for i, f in enumerate(findings) if view.env.name in f.environments)
-        keyed.setdefault((view.env.platform, view.env.selection, view.torch.version if view.torch else None, said,
-                          installable.get(view.env.name, True)), []).append(view)
+        keyed.setdefault(
+            (
+                view.env.platform,
+                view.env.selection,
+                view.torch.version if view.torch else None,
+                said,
+                installable.get(view.env.name, True),
+            ),
+            [],
+        ).append(view)
     rename: dict[str, str] = {}
     rows: list[tuple[int, EnvRow]] = []
     for (_, _, torch, _, can), views_alike in keyed.items():
@@ -201,19 +280,37 @@ def _rows(views: list[View], findings: list[Finding], installable: dict[str, boo
         runs: list[list[View]] = []
         for v in views_alike:
             first = order.index((v.env.pythons or (v.env.python,))[0])
-            if runs and order.index((runs[-1][-1].env.pythons or (runs[-1][-1].env.python,))[-1]) + 1 == first:
+            if (
+                runs
+                and order.index((runs[-1][-1].env.pythons or (runs[-1][-1].env.python,))[-1]) + 1
+                == first
+            ):
                 runs[-1].append(v)
             else:
                 runs.append([v])
         for run in runs:
-            pythons = tuple(p for v in run for p in (v.env.pythons or (v.env.python,)))
-            env = replace(run[0].env, pythons=pythons, _cache=run[0].env._cache) if several else run[0].env
+            pythons = tuple(p for v in run for p in v.env.pythons or (v.env.python,))
+            env = (
+                replace(run[0].env, pythons=pythons, _cache=run[0].env._cache)
+                if several
+                else run[0].env
+            )
             for v in run:
                 rename[v.env.name] = env.name
             position = views.index(run[0])
-            rows.append((position, EnvRow(env.name, torch, selections=max(v.selections for v in run),
-                                          count=sum(v.environments for v in run), installable=can,
-                                          unknown=unknown)))
+            rows.append(
+                (
+                    position,
+                    EnvRow(
+                        env.name,
+                        torch,
+                        selections=max(v.selections for v in run),
+                        count=sum(v.environments for v in run),
+                        installable=can,
+                        unknown=unknown,
+                    ),
+                )
+            )
     for f in findings:
         f.environments = list(dict.fromkeys(rename.get(n, n) for n in f.environments))
     out = [row for _, row in sorted(rows, key=lambda x: x[0])]
@@ -222,8 +319,15 @@ def _rows(views: list[View], findings: list[Finding], installable: dict[str, boo
     return out
 
 
-def _history(ctx: Context, path: Path, kind: Format, ref: str, narrow: Narrow, names: set[str] | None,
-             space: Space) -> None:
+def _history(
+    ctx: Context,
+    path: Path,
+    kind: Format,
+    ref: str,
+    narrow: Narrow,
+    names: set[str] | None,
+    space: Space,
+) -> None:
     given = Path(ref).expanduser()
     text: str | None
     if given.is_file():  # a file (a release's lock): read as it is, no git needed

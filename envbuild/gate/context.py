@@ -24,10 +24,12 @@ class View:
     members: Members
     torch: Entry | None
     by_name: dict[str, list[Entry]]
-    bare: Environment  # the same platform and Python with no extra requested (declared requirements)
+    # the same platform and Python with no extra requested (declared requirements)
+    bare: Environment
     selections: int = 1  # how many selections of extras/groups this view stands for
     environments: int = 1  # how many platform x Python x selection environments
-    mask: int = 0  # the environments it stands for, as bits of the check's space (``--base`` maps onto them)
+    # the environments it stands for, as bits of the check's space (``--base`` maps onto them)
+    mask: int = 0
 
     def installs(self, entry: Entry) -> bool:
         """Whether a file the lock records of ``entry`` installs here (its wheel tags against this
@@ -53,22 +55,31 @@ class Context:
     index_urls: tuple[str, ...] = ()
     findings: dict[tuple[str, str, str], Finding] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
-    explain: dict[str, list[str]] = field(default_factory=dict)  # what could not be verified, and why -> where
+    # what could not be verified, and why -> where
+    explain: dict[str, list[str]] = field(default_factory=dict)
     unchecked: list[str] = field(default_factory=list)
-    sources: MetadataSources = field(default_factory=MetadataSources)  # where metadata came from; hosts that did not answer
+    # where metadata came from; hosts that did not answer
+    sources: MetadataSources = field(default_factory=MetadataSources)
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
     _no_file: dict[str, list[str]] = field(default_factory=dict)  # entry label -> environments
     _installs: dict[tuple[int, str, str], bool] = field(default_factory=dict)
     # a pin's files, as its index lists them (``check._installable``)
     index_files: dict[int, list[str] | None] = field(default_factory=dict)
 
-    def add(self, package: str, rule: str, reason: str, env: Environment | None = None,
-            entry: Entry | None = None) -> None:
+    def add(
+        self,
+        package: str,
+        rule: str,
+        reason: str,
+        env: Environment | None = None,
+        entry: Entry | None = None,
+    ) -> None:
         key = (rule, package, reason)
         f = self.findings.get(key)
         if f is None:
-            f = self.findings[key] = Finding(self.file, package, rule, reason,
-                                            line=entry.line if entry is not None else None)
+            f = self.findings[key] = Finding(
+                self.file, package, rule, reason, line=entry.line if entry is not None else None
+            )
         if env is not None and env.name not in f.environments:
             f.environments.append(env.name)
 
@@ -86,9 +97,11 @@ class Context:
         return True
 
     def no_file_notes(self) -> list[str]:
-        return [f"{label}: no file of it installs on {'; '.join(where)} "
-                "(no file for this platform: judged only where one does)"
-                for label, where in self._no_file.items()]
+        return [
+            f"{label}: no file of it installs on {'; '.join(where)} "
+            "(no file for this platform: judged only where one does)"
+            for label, where in self._no_file.items()
+        ]
 
     def note(self, text: str) -> None:
         if text not in self.notices:

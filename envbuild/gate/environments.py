@@ -39,7 +39,15 @@ from envbuild.errors import ConfigError
 from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare, _decide
 from envbuild.gate.model import Environment, Item, ParsedLock
 
-__all__ = ["NO_CHOICE", "PLATFORMS", "Narrow", "Space", "covers", "enumerate_environments", "make_space"]
+__all__ = [
+    "NO_CHOICE",
+    "PLATFORMS",
+    "Narrow",
+    "Space",
+    "covers",
+    "enumerate_environments",
+    "make_space",
+]
 
 NO_CHOICE = "no conflicting extra"
 DEFAULT = "default"
@@ -47,21 +55,61 @@ FULL_ENUMERATION = 4096  # valid selections enumerated in full; beyond, the iner
 MAX_SELECTIONS = 1 << 16  # a hard bound on what is judged (a notice says when it is reached)
 
 PLATFORMS: dict[str, tuple[str, dict[str, str]]] = {
-    "linux-x86_64": ("linux x86_64", {"sys_platform": "linux", "platform_system": "Linux",
-                                      "platform_machine": "x86_64", "os_name": "posix"}),
-    "linux-aarch64": ("linux aarch64", {"sys_platform": "linux", "platform_system": "Linux",
-                                        "platform_machine": "aarch64", "os_name": "posix"}),
-    "macos-arm64": ("macos arm64", {"sys_platform": "darwin", "platform_system": "Darwin",
-                                    "platform_machine": "arm64", "os_name": "posix"}),
-    "macos-x86_64": ("macos x86_64", {"sys_platform": "darwin", "platform_system": "Darwin",
-                                      "platform_machine": "x86_64", "os_name": "posix"}),
-    "windows-amd64": ("windows amd64", {"sys_platform": "win32", "platform_system": "Windows",
-                                        "platform_machine": "AMD64", "os_name": "nt"}),
+    "linux-x86_64": (
+        "linux x86_64",
+        {
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "platform_machine": "x86_64",
+            "os_name": "posix",
+        },
+    ),
+    "linux-aarch64": (
+        "linux aarch64",
+        {
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "platform_machine": "aarch64",
+            "os_name": "posix",
+        },
+    ),
+    "macos-arm64": (
+        "macos arm64",
+        {
+            "sys_platform": "darwin",
+            "platform_system": "Darwin",
+            "platform_machine": "arm64",
+            "os_name": "posix",
+        },
+    ),
+    "macos-x86_64": (
+        "macos x86_64",
+        {
+            "sys_platform": "darwin",
+            "platform_system": "Darwin",
+            "platform_machine": "x86_64",
+            "os_name": "posix",
+        },
+    ),
+    "windows-amd64": (
+        "windows amd64",
+        {
+            "sys_platform": "win32",
+            "platform_system": "Windows",
+            "platform_machine": "AMD64",
+            "os_name": "nt",
+        },
+    ),
 }
-_PLATFORM_KEYS = re.compile(r"\b(sys_platform|platform_system|platform_machine|os_name|platform_release)\b")
+_PLATFORM_KEYS = re.compile(
+    r"\b(sys_platform|platform_system|platform_machine|os_name|platform_release)\b"
+)
 _PY_LITERAL = re.compile(
-    r"python_(?:full_)?version\s*(?P<op>[<>=!~]=?=?|not in|in)\s*['\"](?P<maj>\d+)(?:\.(?P<min>\d+))?(?P<more>[^'\"]*)"
-    r"|['\"](?P<maj2>\d+)(?:\.(?P<min2>\d+))?(?P<more2>[^'\"]*)['\"]\s*(?P<op2>[<>=!~]=?=?|not in|in)\s*python_(?:full_)?version")
+    r"python_(?:full_)?version\s*(?P<op>[<>=!~]=?=?|not"
+    r" in|in)\s*['\"](?P<maj>\d+)(?:\.(?P<min>\d+))?(?P<more>[^'\"]*)"
+    r"|['\"](?P<maj2>\d+)(?:\.(?P<min2>\d+))?(?P<more2>[^'\"]*)['\"]\s*(?P<op2>[<>=!~]=?=?|not"
+    r" in|in)\s*python_(?:full_)?version"
+)
 # a clause `>= 3.11` / `< 3.11` splits at 3.11 (3.10 and 3.11 tell it apart); `<= 3.11`, `> 3.11`,
 # `== 3.11`, a patch (`>= 3.11.2`) split after it (3.11 and 3.12); the reversed form flips its side
 _SPLIT_AFTER = {"<=", ">", "==", "!=", "~=", "===", "in", "not in"}
@@ -72,7 +120,8 @@ _HIGHEST_MINOR = 14
 
 @dataclass(frozen=True)
 class Narrow:
-    """``--environment`` (markers or platform shorthands), ``--python``, ``--extra``, ``--group``."""
+    """``--environment`` (markers or platform shorthands), ``--python``, ``--extra``,
+    ``--group``."""
 
     environment: tuple[str, ...] = ()
     python: tuple[str, ...] = ()
@@ -87,15 +136,21 @@ class Narrow:
                 try:
                     self._markers.tree(text)
                 except InvalidMarker as exc:
-                    raise ConfigError(f"--environment {text!r} is neither a platform ({', '.join(PLATFORMS)}, "
-                                      f"linux, macos, windows) nor a valid PEP 508 marker: {exc}") from exc
+                    raise ConfigError(
+                        f"--environment {text!r} is neither a platform ({', '.join(PLATFORMS)}, "
+                        f"linux, macos, windows) nor a valid PEP 508 marker: {exc}"
+                    ) from exc
         for py in self.python:
             if not re.fullmatch(r"3\.\d{1,2}", py):
                 raise ConfigError(f"--python {py!r}: give a Python minor version such as 3.12")
 
 
 def _shorthand(text: str) -> list[str] | None:
-    key = re.sub(r"[ _]", "-", text.strip().lower()).replace("darwin", "macos").replace("win32", "windows")
+    key = (
+        re.sub(r"[ _]", "-", text.strip().lower())
+        .replace("darwin", "macos")
+        .replace("win32", "windows")
+    )
     key = key.replace("x86-64", "x86_64")
     hits = [k for k in PLATFORMS if k == key or k.split("-")[0] == key]
     return hits or None
@@ -117,7 +172,9 @@ class _PlainSpecifier:
         self.clauses = clauses
 
     def contains(self, version: str, prereleases: bool = True) -> bool:
-        return all(_compare("python_full_version", op, version, bound) for op, bound in self.clauses)
+        return all(
+            _compare("python_full_version", op, version, bound) for op, bound in self.clauses
+        )
 
 
 def _specifier(text: str) -> Any:
@@ -143,7 +200,12 @@ def _pythons(lock: ParsedLock, narrow: Narrow) -> list[str]:
             continue
         for m in _PY_LITERAL.finditer(text):
             if m.group("maj") is not None:
-                major, minor, more, op = m.group("maj"), m.group("min"), m.group("more"), m.group("op")
+                major, minor, more, op = (
+                    m.group("maj"),
+                    m.group("min"),
+                    m.group("more"),
+                    m.group("op"),
+                )
             else:
                 major, minor, more = m.group("maj2"), m.group("min2"), m.group("more2")
                 op = _FLIPPED.get(m.group("op2"), m.group("op2"))
@@ -155,7 +217,9 @@ def _pythons(lock: ParsedLock, narrow: Narrow) -> list[str]:
     minors = {n for n in minors if _LOWEST_MINOR <= n <= _HIGHEST_MINOR}
     low = None
     if allowed is not None:
-        low = next((n for n in range(_LOWEST_MINOR, _HIGHEST_MINOR + 1) if _allows(allowed, n)), None)
+        low = next(
+            (n for n in range(_LOWEST_MINOR, _HIGHEST_MINOR + 1) if _allows(allowed, n)), None
+        )
     if low is None:
         base = _minor_of(narrow.default_python) or 12
         low = min([base, *minors]) if minors else base
@@ -170,16 +234,24 @@ def _allows(spec: Any, minor: int) -> bool:
 
 
 def _values(platform: dict[str, str], python: str) -> dict[str, str]:
-    return {**platform, "python_version": python, "python_full_version": python + ".0",
-            "implementation_name": "cpython", "platform_python_implementation": "CPython",
-            "implementation_version": python + ".0", "platform_release": "", "platform_version": ""}
+    return {
+        **platform,
+        "python_version": python,
+        "python_full_version": python + ".0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "implementation_version": python + ".0",
+        "platform_release": "",
+        "platform_version": "",
+    }
 
 
 # ----------------------------------------------------------------------------- selections
 
 
 def _items(lock: ParsedLock) -> tuple[list[Item], list[int]]:
-    """The lock's conflicting items (deduplicated by key) and each conflict set as a bit mask of them."""
+    """The lock's conflicting items (deduplicated by key) and each conflict set as a bit mask of
+    them."""
     index: dict[str, int] = {}
     items: list[Item] = []
     sets: list[int] = []
@@ -259,7 +331,9 @@ def _words(items: list[Item], chosen: int) -> list[str]:
 @dataclass
 class Space:
     """The environments platform x Python x selection, indexed ``j = block * n_sel + s`` where a
-    block is one (platform, Python); ``active`` holds the ones the lock covers and the narrowing keeps."""
+    block is one (platform, Python); ``active`` holds the ones the lock covers and the narrowing
+    keeps.
+    """
 
     lock: ParsedLock
     blocks: list[tuple[str, str]]  # (platform key, python)
@@ -332,7 +406,9 @@ class Space:
     def _atom_mask(self, atom: tuple[str, str, str, bool]) -> int:
         key, op, literal, _ = atom
         if key in ("extra", "extras", "dependency_groups"):
-            on = self._tag_sel("group" if key == "dependency_groups" else "extra", str(canonicalize_name(literal)))
+            on = self._tag_sel(
+                "group" if key == "dependency_groups" else "extra", str(canonicalize_name(literal))
+            )
             if op in ("==", "in"):
                 return self._repeat(on)
             if op in ("!=", "not in"):
@@ -364,8 +440,13 @@ class Space:
                     groups |= it.groups
             words = selection_words(self.items, chosen, self.default) if self.items else None
             got = self._envs[j] = Environment(
-                PLATFORMS[platform][0], python, _values(PLATFORMS[platform][1], python), frozenset(extras),
-                frozenset(groups), (words,) if words else ())
+                PLATFORMS[platform][0],
+                python,
+                _values(PLATFORMS[platform][1], python),
+                frozenset(extras),
+                frozenset(groups),
+                (words,) if words else (),
+            )
         return got
 
     def bits(self, mask: int) -> Iterator[int]:
@@ -382,7 +463,9 @@ class Space:
         return out
 
 
-def make_space(lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | None = None) -> Space:
+def make_space(
+    lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | None = None
+) -> Space:
     """The environments of ``lock`` (narrowed). ``judged``: the names the rules read (for leaving
     inert items out at scale); None enumerates every valid selection up to ``MAX_SELECTIONS``."""
     mentions_platform = any(_PLATFORM_KEYS.search(t) for t in lock.marker_texts)
@@ -391,9 +474,11 @@ def make_space(lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | N
     else:
         platforms = ["linux-x86_64"]
         if not any("platform" in n for n in lock.notes):
-            lock.notes.append("the lock's markers name no platform (one machine's resolution): judged for "
-                              "linux x86_64; --environment names another")
-    shorthand = [k for text in narrow.environment for k in (_shorthand(text) or [])]
+            lock.notes.append(
+                "the lock's markers name no platform (one machine's resolution): judged for "
+                "linux x86_64; --environment names another"
+            )
+    shorthand = [k for text in narrow.environment for k in _shorthand(text) or []]
     marker_filters = [t for t in narrow.environment if _shorthand(t) is None]
     if shorthand:
         platforms = [p for p in PLATFORMS if p in shorthand]
@@ -408,17 +493,24 @@ def make_space(lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | N
         selections = _independent_sets(len(items), sets, everything & ~inert, MAX_SELECTIONS)
         if inert:
             names = ", ".join(it.words for i, it in enumerate(items) if inert >> i & 1)
-            notes.append(f"{inert.bit_count()} conflicting extras/groups change no torch, extension or torch "
-                         f"dependent and were not enumerated (every verdict holds whichever is chosen): {names}")
+            notes.append(
+                f"{inert.bit_count()} conflicting extras/groups change no torch, extension or torch"
+                " dependent and were not enumerated (every verdict holds whichever is chosen):"
+                f" {names}"
+            )
         if selections is None:
             selections = _first_selections(len(items), sets, everything & ~inert, MAX_SELECTIONS)
-            notes.append(f"the conflicts allow more than {MAX_SELECTIONS} selections of extras/groups; the first "
-                         f"{MAX_SELECTIONS} (fewest items first) were judged; --extra/--group narrow them")
+            notes.append(
+                f"the conflicts allow more than {MAX_SELECTIONS} selections of extras/groups; the"
+                f" first {MAX_SELECTIONS} (fewest items first) were judged; --extra/--group narrow"
+                " them"
+            )
     default = _default(lock, items, sets) if items else None
     if default is not None and default & inert:
         default &= ~inert
     implied = _implied(lock, items)
-    if implied:  # what each choice switches on through others, as uv reads it; refused combinations out
+    # what each choice switches on through others, as uv reads it; refused combinations out
+    if implied:
         selections, default = _closed(selections, default, implied, sets)
     if default is not None and default in selections:
         selections.remove(default)
@@ -428,7 +520,15 @@ def make_space(lock: ParsedLock, narrow: Narrow = Narrow(), judged: set[str] | N
     wanted = [(w, "extra") for w in narrow.extra] + [(w, "any") for w in narrow.group]
     if wanted:
         selections = [s for s in selections if all(_chose(items, s, w, kind) for w, kind in wanted)]
-    space = Space(lock, [(p, py) for p in platforms for py in pythons], items, selections, default, inert, notes)
+    space = Space(
+        lock,
+        [(p, py) for p in platforms for py in pythons],
+        items,
+        selections,
+        default,
+        inert,
+        notes,
+    )
     active = space.everything
     for marker in marker_filters:
         active &= space.marker_mask(marker, narrow._markers)
@@ -457,10 +557,12 @@ def _implied(lock: ParsedLock, items: list[Item]) -> list[int]:
     return out if any(out) else []
 
 
-def _closed(selections: list[int], default: int | None, implied: list[int],
-            sets: list[int]) -> tuple[list[int], int | None]:
+def _closed(
+    selections: list[int], default: int | None, implied: list[int], sets: list[int]
+) -> tuple[list[int], int | None]:
     """Each selection with what it switches on; one that then holds two items of a conflict set is
     refused by uv ("conflicting extras enabled simultaneously") and left out; equal ones merge."""
+
     def close(chosen: int) -> int | None:
         got = chosen
         for i, bits in enumerate(implied):
@@ -480,7 +582,8 @@ def _closed(selections: list[int], default: int | None, implied: list[int],
 
 
 def _first_selections(n: int, sets: list[int], allowed: int, limit: int) -> list[int]:
-    """The first ``limit`` valid selections, fewest items first (by size, so the search stops early)."""
+    """The first ``limit`` valid selections, fewest items first (by size, so the search stops
+    early)."""
     out: list[int] = []
     for size in range(n + 1):
         for chosen in _of_size(n, sets, allowed, size):

@@ -14,56 +14,143 @@ __all__ = ["OWN_RULES", "RULES", "EnvRow", "FileReport", "Finding", "Policy"]
 # Every rule the gate applies, with one line on what it means (the docs and --json list these).
 RULES: dict[str, str] = {
     "broken-lock": "the file is not a readable lock of its format",
-    "broken-marker": "a marker in the lock does not parse (PEP 508), so where the entry applies is unknown",
-    "torch-pins": "an environment installs torch more than once, or a torch that is not pinned exactly",
+    "broken-marker": (
+        "a marker in the lock does not parse (PEP 508), so where the entry applies is unknown"
+    ),
+    "torch-pins": (
+        "an environment installs torch more than once, or a torch that is not pinned exactly"
+    ),
     "torch-min": "torch is below the policy's minimum (--torch-min or the stack's torch)",
     "torch-local": "torch's local tag is not the one the policy wants (--torch-local, e.g. cu132)",
     "protected-pins": "a --protect package is pinned more than once in one environment",
     "pypi-triton": "PyPI triton is installed beside pytorch-triton (both own the `triton` module)",
-    "torch-requirement": "a locked package requires a torch (or protected package) the locked one does not satisfy",
-    "extension-abi": "a prebuilt extension was built for another torch minor, CUDA major or C++ ABI "
-                     "than the torch it is installed with",
-    "conda-torch-build": "a conda package (pixi.lock) depends on another pytorch or libtorch "
-                         "build than the one the environment installs",
-    "torch-runtime": "torch declares runtime requirements (nvidia-*, cuda-toolkit, triton) the lock does not "
-                     "install, or installs at another version",
+    "torch-requirement": (
+        "a locked package requires a torch (or protected package) the locked one does not satisfy"
+    ),
+    "extension-abi": (
+        "a prebuilt extension was built for another torch minor, CUDA major or C++ ABI "
+        "than the torch it is installed with"
+    ),
+    "conda-torch-build": (
+        "a conda package (pixi.lock) depends on another pytorch or libtorch "
+        "build than the one the environment installs"
+    ),
+    "torch-runtime": (
+        "torch declares runtime requirements (nvidia-*, cuda-toolkit, triton) the lock does not "
+        "install, or installs at another version"
+    ),
     "torch-downgrade": "with --base: an environment's torch is older than at the base revision",
-    "torch-swap": "with --base: the same torch version with another local tag (a re-tag: +cu130 -> +cu128)",
-    "torch-gone": "with --base: an environment that installed torch at the base revision no longer does",
-    "no-file": "with --environment naming it: the lock has no wheel or sdist of torch that installs there "
-               "(otherwise a note: the row says \"no file for this platform\")",
+    "torch-swap": (
+        "with --base: the same torch version with another local tag (a re-tag: +cu130 -> +cu128)"
+    ),
+    "torch-gone": (
+        "with --base: an environment that installed torch at the base revision no longer does"
+    ),
+    "no-file": (
+        "with --environment naming it: the lock has no wheel or sdist of torch that installs there "
+        '(otherwise a note: the row says "no file for this platform")'
+    ),
 }
 
 # Every rule ``check-lock`` applies to envbuild's own locks (a stack's lock.json and its step files,
-# ``envbuild.gate.rules.ownlock``): rule -> (when it runs, what it means). The docs and --json list these.
+# ``envbuild.gate.rules.ownlock``): rule -> (when it runs, what it means). The docs and --json list
+# these.
 OWN_RULES: dict[str, tuple[str, str]] = {
-    "stale-lock": ("static", "the lock was made from another spec (digest, step list), or a step file changed "
-                   "after `envbuild lock` wrote it"),
+    "stale-lock": (
+        "static",
+        (
+            "the lock was made from another spec (digest, step list), or a step file changed "
+            "after `envbuild lock` wrote it"
+        ),
+    ),
     "missing-file": ("static", "lock.json, or the file of a locked step, is not there"),
-    "broken-lock": ("static", "lock.json or a step file does not read as a lock, or a line's hash is malformed"),
-    "missing-hash": ("static", "a line of a step file has no --hash (pip --require-hashes refuses it)"),
-    "not-pinned": ("static", "a line of a step file is not pinned with == (a git requirement: not to a commit)"),
-    "protected-pin-mismatch": ("static", "torch or a protected package pinned to different versions in different "
-                               "steps (or torch not to abi.version)"),
-    "protected-after-baseline": ("static", "torch or a protected package in a step after the baseline (frozen "
-                                 "once the baseline step ran)"),
-    "step-disagrees": ("static", "a later step pins a package an earlier step pinned, at another version, and its "
-                       "spec does not say replaces = [NAME] (the lock refuses to write this)"),
-    "torch-requirement": ("static", "a locked package of a step with dependencies requires a torch (or protected "
-                          "package) that the pinned version does not satisfy"),
-    "unmet-requirement": ("static", "a locked package of a step with dependencies requires a version of a package "
-                          "that is locked at another version (by this step or an earlier one)"),
-    "pypi-triton": ("static", "PyPI triton is locked, or required by a package of a step with dependencies, while "
-                    "the baseline's triton comes from another distribution (pytorch-triton)"),
-    "torch-downgrade": ("--base", "the lock at the base revision pins a newer torch (or protected package)"),
-    "torch-swap": ("--base", "the lock at the base revision pins the same torch version with another local tag "
-                   "(a re-tag: +cu130 -> +cu128)"),
-    "artifact-gone": ("--online", "a locked file left its index (a pruned nightly) and nothing else the lock pins "
-                      "for that package installs on the target; says whether the wheelhouse has it"),
-    "artifact-changed": ("--online", "a locked file is on its index with another sha256 (re-uploaded or tampered)"),
-    "dry-run-protected": ("dry run", "pip install --dry-run of a step, on stand-ins of the locked baseline, would "
-                          "install a protected package (or PyPI triton)"),
-    "dry-run-failed": ("dry run", "pip install --dry-run of a step on the locked baseline does not resolve"),
+    "broken-lock": (
+        "static",
+        "lock.json or a step file does not read as a lock, or a line's hash is malformed",
+    ),
+    "missing-hash": (
+        "static",
+        "a line of a step file has no --hash (pip --require-hashes refuses it)",
+    ),
+    "not-pinned": (
+        "static",
+        "a line of a step file is not pinned with == (a git requirement: not to a commit)",
+    ),
+    "protected-pin-mismatch": (
+        "static",
+        (
+            "torch or a protected package pinned to different versions in different "
+            "steps (or torch not to abi.version)"
+        ),
+    ),
+    "protected-after-baseline": (
+        "static",
+        (
+            "torch or a protected package in a step after the baseline (frozen "
+            "once the baseline step ran)"
+        ),
+    ),
+    "step-disagrees": (
+        "static",
+        (
+            "a later step pins a package an earlier step pinned, at another version, and its "
+            "spec does not say replaces = [NAME] (the lock refuses to write this)"
+        ),
+    ),
+    "torch-requirement": (
+        "static",
+        (
+            "a locked package of a step with dependencies requires a torch (or protected "
+            "package) that the pinned version does not satisfy"
+        ),
+    ),
+    "unmet-requirement": (
+        "static",
+        (
+            "a locked package of a step with dependencies requires a version of a package "
+            "that is locked at another version (by this step or an earlier one)"
+        ),
+    ),
+    "pypi-triton": (
+        "static",
+        (
+            "PyPI triton is locked, or required by a package of a step with dependencies, while "
+            "the baseline's triton comes from another distribution (pytorch-triton)"
+        ),
+    ),
+    "torch-downgrade": (
+        "--base",
+        "the lock at the base revision pins a newer torch (or protected package)",
+    ),
+    "torch-swap": (
+        "--base",
+        (
+            "the lock at the base revision pins the same torch version with another local tag "
+            "(a re-tag: +cu130 -> +cu128)"
+        ),
+    ),
+    "artifact-gone": (
+        "--online",
+        (
+            "a locked file left its index (a pruned nightly) and nothing else the lock pins "
+            "for that package installs on the target; says whether the wheelhouse has it"
+        ),
+    ),
+    "artifact-changed": (
+        "--online",
+        "a locked file is on its index with another sha256 (re-uploaded or tampered)",
+    ),
+    "dry-run-protected": (
+        "dry run",
+        (
+            "pip install --dry-run of a step, on stand-ins of the locked baseline, would "
+            "install a protected package (or PyPI triton)"
+        ),
+    ),
+    "dry-run-failed": (
+        "dry run",
+        "pip install --dry-run of a step on the locked baseline does not resolve",
+    ),
 }
 
 
@@ -73,7 +160,8 @@ class Policy:
     minimum: str | None = None  # --torch-min, or the stack's abi.version
     local: str | None = None  # --torch-local, or the stack's abi.local
     protect: tuple[str, ...] = ()
-    python: str = f"{sys.version_info[0]}.{sys.version_info[1]}"  # when the lock says nothing of Python
+    # when the lock says nothing of Python
+    python: str = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
     @property
     def torch(self) -> str:
@@ -146,7 +234,10 @@ class Finding:
             return ""
         if len(self.environments) <= 3:
             return "; ".join(self.environments)
-        return "; ".join(self.environments[:2]) + f" and {len(self.environments) - 2} more environments"
+        return (
+            "; ".join(self.environments[:2])
+            + f" and {len(self.environments) - 2} more environments"
+        )
 
     def text(self) -> str:
         loc = f"{self.file}:{self.line}" if self.line else self.file
@@ -154,13 +245,21 @@ class Finding:
         return f"{loc}: {self.package}: {self.reason} [{self.rule}]{where}"
 
     def to_json(self) -> FindingJSON:
-        return {"file": self.file, "line": self.line, "package": self.package, "rule": self.rule,
-                "reason": self.reason, "environments": list(self.environments), "accepted": self.accepted}
+        return {
+            "file": self.file,
+            "line": self.line,
+            "package": self.package,
+            "rule": self.rule,
+            "reason": self.reason,
+            "environments": list(self.environments),
+            "accepted": self.accepted,
+        }
 
 
 @dataclass
 class EnvRow:
-    """One judged group of environments: its name, its torch, how many selections and environments it stands for."""
+    """One judged group of environments: its name, its torch, how many selections and environments
+    it stands for."""
 
     name: str
     torch: str | None
@@ -171,8 +270,14 @@ class EnvRow:
     unknown: str = "not known offline"  # what the result says when ``installable`` is None
 
     def to_json(self) -> EnvRowJSON:
-        return {"name": self.name, "torch": self.torch, "findings": self.findings,
-                "selections": self.selections, "environments": self.count, "installable": self.installable}
+        return {
+            "name": self.name,
+            "torch": self.torch,
+            "findings": self.findings,
+            "selections": self.selections,
+            "environments": self.count,
+            "installable": self.installable,
+        }
 
     @property
     def result(self) -> str:
@@ -192,9 +297,11 @@ class FileReport:
     file: str
     format: str
     environments: list[EnvRow] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)  # accepted ones included (``accepted`` set)
+    # accepted ones included (``accepted`` set)
+    findings: list[Finding] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
-    unverified: list[str] = field(default_factory=list)  # --explain: what could not be verified, and why
+    # --explain: what could not be verified, and why
+    unverified: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
     seconds: float = 0.0
     stack: str | None = None  # envbuild's own lock: the stack's name
@@ -218,11 +325,21 @@ class FileReport:
 
     def to_json(self) -> FileReportJSON:
         torches = self.torches
-        head: _OwnLockJSON = {} if self.stack is None else {"stack": self.stack, "folder": self.folder}
-        return {**head, "file": self.file, "format": self.format, "ok": self.ok,
-                "torch": torches[0] if len(torches) == 1 else None, "torches": torches,
-                "environments": [r.to_json() for r in self.environments],
-                "findings": [f.to_json() for f in self.failing],
-                "accepted": [f.to_json() for f in self.accepted],
-                "notices": self.notices, "unverified": self.unverified, "unchecked": self.unchecked,
-                "seconds": round(self.seconds, 4)}
+        head: _OwnLockJSON = (
+            {} if self.stack is None else {"stack": self.stack, "folder": self.folder}
+        )
+        return {
+            **head,
+            "file": self.file,
+            "format": self.format,
+            "ok": self.ok,
+            "torch": torches[0] if len(torches) == 1 else None,
+            "torches": torches,
+            "environments": [r.to_json() for r in self.environments],
+            "findings": [f.to_json() for f in self.failing],
+            "accepted": [f.to_json() for f in self.accepted],
+            "notices": self.notices,
+            "unverified": self.unverified,
+            "unchecked": self.unchecked,
+            "seconds": round(self.seconds, 4),
+        }

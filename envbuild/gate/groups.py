@@ -26,7 +26,8 @@ _ALWAYS = frozenset({"triton", "pytorch-triton"})
 
 
 def judged_names(lock: ParsedLock, policy: Policy) -> set[str] | None:
-    """The names the rules read; None when the format records no dependency graph (every entry then)."""
+    """The names the rules read; None when the format records no dependency graph (every entry
+    then)."""
     from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 
     protected = policy.protected
@@ -82,7 +83,11 @@ def group(space: Space, reach: Reach, names: set[str] | None, *extra: Reach) -> 
     other locks over the same space: ``--base`` compares two)."""
     masks = []
     for r in (reach, *extra):
-        masks += [m for e in r.entries if (names is None or e.name in names) and (m := r.key_masks.get(e.key, 0))]
+        masks += [
+            m
+            for e in r.entries
+            if (names is None or e.name in names) and (m := r.key_masks.get(e.key, 0))
+        ]
     parts = split(masks, space.active)
     platforms: dict[str, int] = {}
     for b, (platform, _) in enumerate(space.blocks):
@@ -110,5 +115,7 @@ def _group(space: Space, piece: int) -> Group:
             selection = (f"any of the {sels} selections of extras/groups",)
         else:
             selection = (f"{first} and {sels - 1} more selection{'s' if sels > 2 else ''}",)
-    named = replace(env, selection=selection, pythons=pythons if several_pythons else (), _cache=env._cache)
+    named = replace(
+        env, selection=selection, pythons=pythons if several_pythons else (), _cache=env._cache
+    )
     return Group(named, j, piece, sels, piece.bit_count())

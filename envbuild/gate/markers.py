@@ -27,20 +27,33 @@ __all__ = ["InvalidMarker", "MarkerCache"]
 class InvalidMarker(ValueError):
     """A marker that does not parse (packaging's reason as the message)."""
 
+
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
-    ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "in": lambda a, b: a in b,
+    "not in": lambda a, b: a not in b,
 }
 _SET_KEYS = {"extras", "dependency_groups"}
-_VARIABLES = ("python_full_version|python_version|platform_python_implementation|implementation_version|"
-              "implementation_name|platform_machine|platform_release|platform_system|platform_version|"
-              "sys_platform|os_name|dependency_groups|extras|extra")
+_VARIABLES = (
+    "python_full_version|python_version|platform_python_implementation|implementation_version|"
+    "implementation_name|platform_machine|platform_release|platform_system|platform_version|"
+    "sys_platform|os_name|dependency_groups|extras|extra"
+)
 _OP = r"===|==|!=|<=|>=|~=|<|>|not\s+in|in"
 _LIT = r"'[^'\\]*'|\"[^\"\\]*\""
-_ATOM_RE = (rf"\b(?:{_VARIABLES})\b\s*(?:{_OP})\s*(?:{_LIT})"
-            rf"|(?:{_LIT})\s*(?:{_OP})\s*\b(?:{_VARIABLES})\b")
-_ATOM = re.compile(rf"(?P<var>\b(?:{_VARIABLES})\b)\s*(?P<op>{_OP})\s*(?P<lit>{_LIT})"
-                   rf"|(?P<lit2>{_LIT})\s*(?P<op2>{_OP})\s*(?P<var2>\b(?:{_VARIABLES})\b)")
+_ATOM_RE = (
+    rf"\b(?:{_VARIABLES})\b\s*(?:{_OP})\s*(?:{_LIT})"
+    rf"|(?:{_LIT})\s*(?:{_OP})\s*\b(?:{_VARIABLES})\b"
+)
+_ATOM = re.compile(
+    rf"(?P<var>\b(?:{_VARIABLES})\b)\s*(?P<op>{_OP})\s*(?P<lit>{_LIT})"
+    rf"|(?P<lit2>{_LIT})\s*(?P<op2>{_OP})\s*(?P<var2>\b(?:{_VARIABLES})\b)"
+)
 _TOKENS = re.compile(rf"\s*(?:(\()|(\))|\b(and|or)\b(?=[\s(])|({_ATOM_RE}))")
 _PLAIN = re.compile(rf"(?:\s*(?:\(|\)|\b(?:and|or)\b(?=[\s(])|(?:{_ATOM_RE})))*\s*")
 
@@ -58,24 +71,33 @@ class MarkerCache:
         self._sources: dict[str, str | None] = {}
         self._atom_text: dict[str, int] = {}
         self._atoms: dict[tuple[str, str, str, bool], int] = {}
-        self.atoms: list[tuple[str, str, str, bool]] = []  # (key, op, literal, variable on the left)
+        # (key, op, literal, variable on the left)
+        self.atoms: list[tuple[str, str, str, bool]] = []
 
-    def evaluate(self, text: str, values: dict[str, str], extras: frozenset[str], groups: frozenset[str],
-                 answers: list[bool]) -> bool:
+    def evaluate(
+        self,
+        text: str,
+        values: dict[str, str],
+        extras: frozenset[str],
+        groups: frozenset[str],
+        answers: list[bool],
+    ) -> bool:
         """``text`` in the environment whose atom answers so far are ``answers`` (extended here);
         raises ``InvalidMarker``."""
         program = self._program(text)
         if len(answers) < len(self.atoms):
-            answers.extend(_decide(atom, values, extras, groups) for atom in self.atoms[len(answers):])
+            answers.extend(
+                _decide(atom, values, extras, groups) for atom in self.atoms[len(answers) :]
+            )
         return bool(_run(program, answers))
 
     def masks(self, text: str, envs: list[Any], atom_masks: list[int]) -> int:
-        """The environments (a bit per index of ``envs``) where ``text`` holds: the same program over
-        bit masks (``&`` for and, ``|`` for or) instead of booleans; ``atom_masks`` holds each atom's
-        mask so far and is extended here. Raises ``InvalidMarker``."""
+        """The environments (a bit per index of ``envs``) where ``text`` holds: the same program
+        over bit masks (``&`` for and, ``|`` for or) instead of booleans; ``atom_masks`` holds each
+        atom's mask so far and is extended here. Raises ``InvalidMarker``."""
         program = self._program(text)
         if len(atom_masks) < len(self.atoms):
-            for atom in self.atoms[len(atom_masks):]:
+            for atom in self.atoms[len(atom_masks) :]:
                 bits = 0
                 for j, env in enumerate(envs):
                     if _decide(atom, env.values, env.extras, env.groups):
@@ -170,9 +192,19 @@ class MarkerCache:
                     if m is None:
                         return None
                     if m.group("var") is not None:
-                        atom = (m.group("var"), " ".join(m.group("op").split()), m.group("lit")[1:-1], True)
+                        atom = (
+                            m.group("var"),
+                            " ".join(m.group("op").split()),
+                            m.group("lit")[1:-1],
+                            True,
+                        )
                     else:
-                        atom = (m.group("var2"), " ".join(m.group("op2").split()), m.group("lit2")[1:-1], False)
+                        atom = (
+                            m.group("var2"),
+                            " ".join(m.group("op2").split()),
+                            m.group("lit2")[1:-1],
+                            False,
+                        )
                     if atom[1] in ("in", "not in") and atom[0] not in _SET_KEYS and atom[3]:
                         return None  # `VAR in 'literal'`: rare; packaging decides
                     index = atoms[atom_text] = self._index(atom)
@@ -190,8 +222,12 @@ class MarkerCache:
             elif isinstance(item, tuple):
                 left, op, right = item
                 variable_left = type(left).__name__ == "Variable"
-                key, literal = (left.value, right.value) if variable_left else (right.value, left.value)
-                parts.append(str(self._index((str(key), str(op.value), str(literal), variable_left))))
+                key, literal = (
+                    (left.value, right.value) if variable_left else (right.value, left.value)
+                )
+                parts.append(
+                    str(self._index((str(key), str(op.value), str(literal), variable_left)))
+                )
             elif item in ("and", "or"):
                 parts.append(item)
         return " ".join(parts)
@@ -217,7 +253,8 @@ _AND, _OR, _TRUE = -1, -2, -3
 
 
 def _postfix(source: str) -> list[int]:
-    """``"( 0 and 1 ) or 2"`` (atom indexes, ``and`` binding tighter than ``or``) in postfix order."""
+    """``"( 0 and 1 ) or 2"`` (atom indexes, ``and`` binding tighter than ``or``) in postfix
+    order."""
     out: list[int] = []
     ops: list[str] = []
     for tok in source.split():
@@ -255,8 +292,12 @@ def _run(program: list[int], values: list[Any]) -> int:
     return int(stack[-1])
 
 
-def _decide(atom: tuple[str, str, str, bool], values: dict[str, str], extras: frozenset[str],
-            groups: frozenset[str]) -> bool:
+def _decide(
+    atom: tuple[str, str, str, bool],
+    values: dict[str, str],
+    extras: frozenset[str],
+    groups: frozenset[str],
+) -> bool:
     key, op, literal, variable_left = atom
     if key == "extra":  # one of the active extras (uv's pseudo-extras included)
         hit = canonicalize_name(literal) in extras
@@ -270,13 +311,25 @@ def _decide(atom: tuple[str, str, str, bool], values: dict[str, str], extras: fr
 
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
 
 
 @functools.lru_cache(maxsize=65536)
 def _compare(key: str, op: str, lhs: str, rhs: str) -> bool:
-    if (key.endswith("version") and op in _ORDER and _RELEASE.fullmatch(lhs) and _RELEASE.fullmatch(rhs)):
-        # plain releases (``python_full_version >= '3.11'``), as PEP 440 orders them (3.10 == 3.10.0)
+    if (
+        key.endswith("version")
+        and op in _ORDER
+        and _RELEASE.fullmatch(lhs)
+        and _RELEASE.fullmatch(rhs)
+    ):
+        # plain releases (``python_full_version >= '3.11'``), as PEP 440 orders them (3.10 ==
+        # 3.10.0)
         a = [int(x) for x in lhs.split(".")]
         b = [int(x) for x in rhs.split(".")]
         width = max(len(a), len(b))

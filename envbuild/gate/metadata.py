@@ -32,8 +32,10 @@ class MetadataSources:
     budget: float = PROBE_BUDGET
     dead: dict[str, str] = field(default_factory=dict)  # host -> why it did not answer
     alive: set[str] = field(default_factory=set)
-    skipped: dict[str, list[str]] = field(default_factory=dict)  # host -> the entries it left unchecked
-    cached: list[str] = field(default_factory=list)  # entries whose requirements came from the cache
+    # host -> the entries it left unchecked
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+    # entries whose requirements came from the cache
+    cached: list[str] = field(default_factory=list)
     _spent: float = 0.0
 
     def reachable(self, url: str) -> bool:
@@ -77,13 +79,20 @@ class MetadataSources:
         for host, why in self.dead.items():
             labels = self.skipped.get(host, [])
             if labels:
-                shown = ", ".join(labels[:6]) + (f" and {len(labels) - 6} more" if len(labels) > 6 else "")
-                out.append(f"index at {host} did not answer ({why}): {len(labels)} package(s) not checked: {shown}")
+                shown = ", ".join(labels[:6]) + (
+                    f" and {len(labels) - 6} more" if len(labels) > 6 else ""
+                )
+                out.append(
+                    f"index at {host} did not answer ({why}): {len(labels)} package(s) not checked:"
+                    f" {shown}"
+                )
         if self.cached:
             from envbuild.index.metacache import cache_dir
 
-            out.append(f"{len(self.cached)} package(s) judged with requirements from the metadata cache "
-                       f"({cache_dir() / 'metadata'}); --no-cache judges from the lock alone")
+            out.append(
+                f"{len(self.cached)} package(s) judged with requirements from the metadata cache "
+                f"({cache_dir() / 'metadata'}); --no-cache judges from the lock alone"
+            )
         return out
 
 
@@ -99,8 +108,15 @@ def _no_answer(detail: str) -> bool:
     return not detail.startswith("HTTP ")
 
 
-def declared_requirements(entry: Entry, lock: ParsedLock, *, offline: bool, index_urls: tuple[str, ...] = (),
-                          supplied: bool = True, sources: MetadataSources | None = None) -> tuple[str, ...] | None:
+def declared_requirements(
+    entry: Entry,
+    lock: ParsedLock,
+    *,
+    offline: bool,
+    index_urls: tuple[str, ...] = (),
+    supplied: bool = True,
+    sources: MetadataSources | None = None,
+) -> tuple[str, ...] | None:
     """``supplied``: metadata the project supplied by hand counts (uv.lock's
     ``[[manifest.dependency-metadata]]``: what the resolver used); the runtime rule says False,
     since a hand-written torch metadata that drops its CUDA runtime is the fault it looks for."""
@@ -125,7 +141,9 @@ def declared_requirements(entry: Entry, lock: ParsedLock, *, offline: bool, inde
     return _from_index(entry, lock, index_urls, sources)
 
 
-def _from_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sources: MetadataSources) -> tuple[str, ...] | None:
+def _from_index(
+    entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sources: MetadataSources
+) -> tuple[str, ...] | None:
     """Requires-Dist of the locked artifact, read from where it came from (cached by sha256)."""
     from envbuild.errors import EnvbuildError
     from envbuild.index.client import Artifact, ArtifactFinder, requires_of
@@ -135,7 +153,9 @@ def _from_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sou
     try:
         named = [(u, h) for u, h in entry.files if u.startswith(("http://", "https://", "file:"))]
         if named:
-            url, sha = next(((u, h) for u, h in named if u.split("?")[0].endswith(".whl")), named[0])
+            url, sha = next(
+                ((u, h) for u, h in named if u.split("?")[0].endswith(".whl")), named[0]
+            )
             if not sources.reachable(url):
                 sources.skip(url, entry)
                 return None
@@ -144,15 +164,22 @@ def _from_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sou
             if not sources.reachable(entry.url):
                 sources.skip(entry.url, entry)
                 return None
-            return tuple(requires_of(Artifact(entry.url.rsplit("/", 1)[-1].split("#")[0], entry.url, None)))
-        indexes = tuple(dict.fromkeys([x for x in (entry.index, *index_urls, *lock.indexes) if x] or [PYPI]))
+            return tuple(
+                requires_of(Artifact(entry.url.rsplit("/", 1)[-1].split("#")[0], entry.url, None))
+            )
+        indexes = tuple(
+            dict.fromkeys([x for x in (entry.index, *index_urls, *lock.indexes) if x] or [PYPI])
+        )
         live = tuple(u for u in indexes if sources.reachable(u))
         if not live:
             sources.skip(indexes[0], entry)
             return None
         finder = ArtifactFinder(IndexSources(index_urls=live))
-        arts = finder.matching(entry.name, entry.version or "", entry.hashes) if entry.hashes else \
-            finder.matching_all(entry.name, entry.version or "")
+        arts = (
+            finder.matching(entry.name, entry.version or "", entry.hashes)
+            if entry.hashes
+            else finder.matching_all(entry.name, entry.version or "")
+        )
         if not arts:
             return None
         return tuple(requires_of(next((a for a in arts if a.is_wheel), arts[0])))
@@ -160,8 +187,9 @@ def _from_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sou
         return None
 
 
-def files_on_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...],
-                   sources: MetadataSources) -> list[str] | None:
+def files_on_index(
+    entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...], sources: MetadataSources
+) -> list[str] | None:
     """The names of the files a pin that names none (a requirements line, hash-pinned or not) can
     install: its ``--hash`` values looked up on its index's project page (the sha256 the page
     states; no file is downloaded), else every file of its version there. None when no index
@@ -184,6 +212,9 @@ def files_on_index(entry: Entry, lock: ParsedLock, index_urls: tuple[str, ...],
     if entry.hashes:
         names = [a.filename for a in found if a.sha256 in set(entry.hashes)]
     else:
-        names = [a.filename for a in found
-                 if entry.version and a.version and same_version(a.version, entry.version)]
+        names = [
+            a.filename
+            for a in found
+            if entry.version and a.version and same_version(a.version, entry.version)
+        ]
     return names or None

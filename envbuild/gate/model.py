@@ -20,7 +20,20 @@ from envbuild.gate.markers import InvalidMarker, MarkerCache
 Format = Literal["uv.lock", "pylock", "requirements", "poetry.lock", "pixi.lock"]
 FORMATS: tuple[str, ...] = get_args(Format)
 
-__all__ = ["FORMATS", "Entry", "EnvList", "Environment", "Format", "Grid", "Item", "LockGraph", "ParsedLock", "LockParseError", "Members", "Reach"]
+__all__ = [
+    "FORMATS",
+    "Entry",
+    "EnvList",
+    "Environment",
+    "Format",
+    "Grid",
+    "Item",
+    "LockGraph",
+    "ParsedLock",
+    "LockParseError",
+    "Members",
+    "Reach",
+]
 
 
 class LockParseError(Exception):
@@ -58,10 +71,13 @@ class Environment:
     values: dict[str, str] = field(compare=False, hash=False)
     extras: frozenset[str] = frozenset()  # canonical: real extras and uv pseudo-extras
     groups: frozenset[str] = frozenset()  # dependency groups (PEP 735 / PEP 751)
-    selection: tuple[str, ...] = ()  # the conflicting extras/groups chosen, in words ("extra cu128")
+    # the conflicting extras/groups chosen, in words ("extra cu128")
+    selection: tuple[str, ...] = ()
     pythons: tuple[str, ...] = ()  # when merged: every Python this label stands for
     _cache: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
-    _answers: dict[int, list[bool]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _answers: dict[int, list[bool]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @property
     def name(self) -> str:
@@ -83,7 +99,9 @@ class Environment:
         got = self._cache.get(marker)
         if got is None:
             answers = self._answers.setdefault(id(cache), [])
-            got = self._cache[marker] = cache.evaluate(marker, self.values, self.extras, self.groups, answers)
+            got = self._cache[marker] = cache.evaluate(
+                marker, self.values, self.extras, self.groups, answers
+            )
         return got
 
 
@@ -99,7 +117,8 @@ class Members:
 
     entries: list[Entry]
     roots: frozenset[int] = frozenset()  # the project's own entries (not installed from an index)
-    # resolved for many environments at once: entry key -> dep name -> [(target key, env mask)], this one's bit
+    # resolved for many environments at once: entry key -> dep name -> [(target key, env mask)],
+    # this one's bit
     edge_masks: dict[int, dict[str, list[tuple[int, int]]]] | None = None
     bit: int = 0
 
@@ -125,11 +144,13 @@ class Item:
     groups: frozenset[str] = frozenset()
     name: str = ""  # the extra/group/package name, canonical (what --extra/--group match)
     kind: str = "extra"  # extra | group | project
-    default: bool = False  # on in the locker's default install (uv: the project; its default-groups)
+    # on in the locker's default install (uv: the project; its default-groups)
+    default: bool = False
 
 
 class Grid(Protocol):
-    """Many environments at once, each a bit: what ``Lock.walk`` reads (``envbuild.gate.environments.Space``)."""
+    """Many environments at once, each a bit: what ``Lock.walk`` reads
+    (``envbuild.gate.environments.Space``)."""
 
     def __len__(self) -> int: ...
 
@@ -160,12 +181,15 @@ class EnvList:
     def marker_mask(self, text: str | None, cache: MarkerCache) -> int:
         if not text:
             return self.everything
-        return cache.masks(text, self.envs, self.__dict__.setdefault("_atoms", {}).setdefault(id(cache), []))
+        return cache.masks(
+            text, self.envs, self.__dict__.setdefault("_atoms", {}).setdefault(id(cache), [])
+        )
 
 
 @dataclass
 class Reach:
-    """Which environments (bits of a ``Grid``) install each entry, and where each uv.lock edge leads."""
+    """Which environments (bits of a ``Grid``) install each entry, and where each uv.lock edge
+    leads."""
 
     entries: list[Entry]
     key_masks: dict[int, int]
@@ -174,15 +198,20 @@ class Reach:
 
     def members(self, j: int) -> Members:
         bit = 1 << j
-        return Members([e for e in self.entries if self.key_masks.get(e.key, 0) & bit], self.roots,
-                       self.edge_masks, bit)
+        return Members(
+            [e for e in self.entries if self.key_masks.get(e.key, 0) & bit],
+            self.roots,
+            self.edge_masks,
+            bit,
+        )
 
 
 class LockGraph(Protocol):
     """A lock's own edges between its entries (uv.lock), when the format records them."""
 
     def walk(self, grid: Grid, markers: MarkerCache) -> Reach:
-        """Which of ``grid``'s environments install each entry, along the edges whose marker holds."""
+        """Which of ``grid``'s environments install each entry, along the edges whose marker
+        holds."""
         ...
 
     def reaches(self, item: Item) -> set[str]:
@@ -196,14 +225,17 @@ class ParsedLock:
     format: Format
     entries: list[Entry]
     indexes: list[str] = field(default_factory=list)
-    graph: LockGraph | None = None  # the format's own edges (uv.lock): walked along them; None: by markers
+    # the format's own edges (uv.lock): walked along them; None: by markers
+    graph: LockGraph | None = None
     # what the environments are made of
     requires_python: str | None = None
     environments: list[str] = field(default_factory=list)  # markers the lock is limited to
     conflicts: list[list[Item]] = field(default_factory=list)  # each set: at most one item on
-    always_extras: frozenset[str] = frozenset()  # extras/groups that conflict with nothing: always on
+    # extras/groups that conflict with nothing: always on
+    always_extras: frozenset[str] = frozenset()
     always_groups: frozenset[str] = frozenset()
-    marker_texts: list[str] = field(default_factory=list)  # every marker in the file (platform/python hints)
+    # every marker in the file (platform/python hints)
+    marker_texts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     markers: MarkerCache = field(default_factory=MarkerCache)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -220,7 +252,8 @@ class ParsedLock:
             try:
                 masks[e.key] = grid.marker_mask(e.marker, self.markers)
             except InvalidMarker:
-                masks[e.key] = grid.everything  # counted everywhere; the marker is a finding (``broken-marker``)
+                # counted everywhere; the marker is a finding (``broken-marker``)
+                masks[e.key] = grid.everything
         return Reach(self.entries, masks)
 
     def members(self, env: Environment) -> Members:

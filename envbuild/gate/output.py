@@ -8,8 +8,8 @@ JSON (``--json``), schema 1::
      "policy": {"package", "torch_min", "torch_local", "protect": [...]},
      "rules": {rule: what it means},
      "files": [{"file", "format", "ok",
-                "torch": str | null (the one torch of every environment, else null), "torches": [str],
-                "environments": [{"name", "torch": str | null, "findings": int}],
+                "torch": str | null (the one torch of every environment, else null), "torches":
+                [str], "environments": [{"name", "torch": str | null, "findings": int}],
                 "findings": [Finding], "accepted": [Finding],
                 "notices": [str], "unverified": [str], "unchecked": [str], "seconds": float}]}
     Finding = {"file", "line": int | null, "package", "rule", "reason", "environments": [str],
@@ -28,8 +28,20 @@ from typing import Any, Literal, TypedDict
 
 from envbuild.gate.findings import OWN_RULES, RULES, FileReport, FileReportJSON, Finding, Policy
 
-__all__ = ["SCHEMA", "CheckLockDocument", "CheckLockOwnDocument", "PolicyJSON", "document", "finding_line",
-           "github_annotations", "markdown", "notice_line", "summary", "table", "table_rows"]
+__all__ = [
+    "SCHEMA",
+    "CheckLockDocument",
+    "CheckLockOwnDocument",
+    "PolicyJSON",
+    "document",
+    "finding_line",
+    "github_annotations",
+    "markdown",
+    "notice_line",
+    "summary",
+    "table",
+    "table_rows",
+]
 
 SCHEMA: Literal[1] = 1
 
@@ -54,26 +66,41 @@ class CheckLockDocument(TypedDict):
 
 
 class CheckLockOwnDocument(TypedDict):
-    """`check-lock --json` without FILE: envbuild's own locks, each against its stack (its `[abi]` is
-    its policy)."""
+    """`check-lock --json` without FILE: envbuild's own locks, each against its stack (its `[abi]`
+    is its policy)."""
 
     schema: Literal[1]  # the schema number: fields are only ever added within it
     ok: bool  # true: no stack's lock has a finding that is not accepted
     rules: dict[str, str]  # every rule of the own-lock check: what it means
-    reports: list[FileReportJSON]  # one verdict per stack: `stack` and `folder` first, `file` its lock.json
+    # one verdict per stack: `stack` and `folder` first, `file` its lock.json
+    reports: list[FileReportJSON]
 
 
-def document(reports: list[FileReport], policy: Policy | None = None) -> CheckLockDocument | CheckLockOwnDocument:
+def document(
+    reports: list[FileReport], policy: Policy | None = None
+) -> CheckLockDocument | CheckLockOwnDocument:
     """The ``--json`` document: lockfiles judged against ``policy``, or (no policy) envbuild's own
     locks, each against its stack."""
     ok = all(r.ok for r in reports)
     if policy is None:
-        return {"schema": SCHEMA, "ok": ok, "rules": {rule: what for rule, (_, what) in OWN_RULES.items()},
-                "reports": [r.to_json() for r in reports]}
-    return {"schema": SCHEMA, "ok": ok,
-            "policy": {"package": policy.package, "torch_min": policy.minimum, "torch_local": policy.local,
-                       "protect": list(policy.protect)},
-            "rules": dict(RULES), "files": [r.to_json() for r in reports]}
+        return {
+            "schema": SCHEMA,
+            "ok": ok,
+            "rules": {rule: what for rule, (_, what) in OWN_RULES.items()},
+            "reports": [r.to_json() for r in reports],
+        }
+    return {
+        "schema": SCHEMA,
+        "ok": ok,
+        "policy": {
+            "package": policy.package,
+            "torch_min": policy.minimum,
+            "torch_local": policy.local,
+            "protect": list(policy.protect),
+        },
+        "rules": dict(RULES),
+        "files": [r.to_json() for r in reports],
+    }
 
 
 def _escape_data(text: str) -> str:
@@ -97,7 +124,10 @@ def github_annotations(reports: list[FileReport]) -> str:
             props.append(f"title={_escape_property(f'envbuild check-lock [{f.rule}]')}")
             where = f" (in {f.where()})" if f.environments else ""
             accepted = f" (accepted: {f.accepted})" if f.accepted else ""
-            out.append(f"::{kind} {','.join(props)}::{_escape_data(f'{f.package}: {f.reason}{where}{accepted}')}")
+            out.append(
+                f"::{kind}"
+                f" {','.join(props)}::{_escape_data(f'{f.package}: {f.reason}{where}{accepted}')}"
+            )
         for n in r.notices:
             out.append(f"::notice file={_escape_property(r.file)}::{_escape_data(n)}")
     return "\n".join(out) + ("\n" if out else "")
@@ -128,7 +158,10 @@ def markdown(reports: list[FileReport], *, explain: bool = False) -> str:
             where = f" — *{_md(f.where())}*" if f.environments else ""
             lines.append(f"- **{f.rule}** {loc}: {_md(f.package)}: {_md(f.reason)}{where}")
         for f in r.accepted:
-            lines.append(f"- ~~{f.rule}~~ {_md(f.package)}: accepted: {_md(f.accepted or '')} ({_md(f.reason)})")
+            lines.append(
+                f"- ~~{f.rule}~~ {_md(f.package)}: accepted: {_md(f.accepted or '')}"
+                f" ({_md(f.reason)})"
+            )
         lines.append("")
     notes = [f"- `{r.file}`: {_md(n)}" for r in reports for n in r.notices]
     if explain:
@@ -146,18 +179,32 @@ def table_rows(report: FileReport) -> tuple[list[str], list[list[str]], str | No
     lock of many environments (three conflict sets make hundreds), a row per torch."""
     rows = report.environments
     if len(rows) <= TABLE_ROWS:
-        return (["environment", "torch", "result"],
-                [[r.name, r.torch or "-", r.result] for r in rows], None)
+        return (
+            ["environment", "torch", "result"],
+            [[r.name, r.torch or "-", r.result] for r in rows],
+            None,
+        )
     groups: dict[str, list[Any]] = {}
     for r in rows:
         groups.setdefault(r.torch or "-", []).append(r)
     out = []
     for torch, members in sorted(groups.items()):
         failing = [r for r in members if r.findings]
-        out.append([f"{len(members)} environments (e.g. {members[0].name})", torch,
-                    "ok" if not failing else f"findings in {len(failing)}"])
-    return (["environments", "torch", "result"], out,
-            f"{len(rows)} environments, grouped by torch; --json lists each, --environment/--python/--group narrow them")
+        out.append(
+            [
+                f"{len(members)} environments (e.g. {members[0].name})",
+                torch,
+                "ok" if not failing else f"findings in {len(failing)}",
+            ]
+        )
+    return (
+        ["environments", "torch", "result"],
+        out,
+        (
+            f"{len(rows)} environments, grouped by torch; --json lists each,"
+            " --environment/--python/--group narrow them"
+        ),
+    )
 
 
 def table(report: FileReport) -> Any:
@@ -165,8 +212,14 @@ def table(report: FileReport) -> Any:
     from rich.table import Table
 
     columns, rows, note = table_rows(report)
-    t = Table(title=f"{report.file} ({report.format})", title_justify="left", show_edge=False, pad_edge=False,
-              caption=note, caption_justify="left")
+    t = Table(
+        title=f"{report.file} ({report.format})",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        caption=note,
+        caption_justify="left",
+    )
     for c in columns:
         t.add_column(c)
     for row in rows:
@@ -181,7 +234,8 @@ def finding_line(f: Finding) -> str:
 
 
 def notice_line(report: FileReport, text: str) -> str:
-    """A note on the console: named by its lockfile (a stack's notes name their step files themselves)."""
+    """A note on the console: named by its lockfile (a stack's notes name their step files
+    themselves)."""
     return f"note: {text}" if report.stack is not None else f"note: {report.file}: {text}"
 
 
@@ -194,6 +248,8 @@ def summary(report: FileReport) -> str:
         return f"{report.stack}: {len(report.failing)} finding(s)"
     if report.ok:
         torches = ", ".join(report.torches) or "-"
-        return (f"{report.file} ({report.format}): torch {torches}, "
-                f"{sum(r.count for r in report.environments)} environment(s), ok{accepted}")
+        return (
+            f"{report.file} ({report.format}): torch {torches}, "
+            f"{sum(r.count for r in report.environments)} environment(s), ok{accepted}"
+        )
     return f"{report.file} ({report.format}): {len(report.failing)} finding(s){accepted}"

@@ -28,13 +28,15 @@ environment that nobody reinstalled: an image layer commit (new inodes, whole-se
   The stamp's content is deterministic (the pre-stamp RECORD's sha256), so two provisions of the
   same stack still have equal RECORDs and receipts compare equal;
 - ``payload_sha256``: the sha256 of the RECORD rows for files in site-packages outside the
-  dist-info and ``__pycache__`` (the wheel's own files, not the scripts an installer writes), which tells "the same build reinstalled" from "a different build";
+  dist-info and ``__pycache__`` (the wheel's own files, not the scripts an installer writes), which
+  tells "the same build reinstalled" from "a different build";
 - ``record_key`` (inode, mtime_ns, size of RECORD) is a cache key only: while it is unchanged the
   files are the ones the baseline saw; when it changed, every file RECORD lists is checked
   (size, and sha256 for files up to ``LAZY_HASH_LIMIT``) once per process.
 An adopted environment (``abi.adopt``: someone else's, left byte-for-byte alone) and one whose
-dist-info cannot be written are unstamped: a pip reinstall is still caught (pip lists the ``.pyc`` it compiles, whose headers carry the new
-source mtimes), a uv reinstall of the byte-identical wheel is not.
+dist-info cannot be written are unstamped: a pip reinstall is still caught (pip lists the ``.pyc``
+it compiles, whose headers carry the new source mtimes), a uv reinstall of the byte-identical wheel
+is not.
 
 The modules, in the order they import each other:
 - ``site.py``         reading site-packages: distributions, RECORD, torch's versions

@@ -54,11 +54,15 @@ class Baseline:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Baseline:
         return cls(
-            package=data["package"], version=data["version"], cuda=data.get("cuda"),
-            record_sha256=data["record_sha256"], record_key=_key(data),
+            package=data["package"],
+            version=data["version"],
+            cuda=data.get("cuda"),
+            record_sha256=data["record_sha256"],
+            record_key=_key(data),
             protected={k: dict(v) for k, v in data.get("protected", {}).items()},
             dist_version=data.get("dist_version") or data["version"],
-            payload_sha256=data.get("payload_sha256", ""), stamped=bool(data.get("stamped", False)),
+            payload_sha256=data.get("payload_sha256", ""),
+            stamped=bool(data.get("stamped", False)),
         )
 
     def pins(self) -> list[str]:
@@ -75,11 +79,18 @@ def _key(data: Mapping[str, Any]) -> tuple[int, int, int]:
 
 
 def _identity(d: Dist) -> dict[str, Any]:
-    return {"version": d.version, "record_sha256": d.record_sha256, "payload_sha256": d.payload_sha256(),
-            "stamped": d.stamped, "record_key": list(d.record_key)}
+    return {
+        "version": d.version,
+        "record_sha256": d.record_sha256,
+        "payload_sha256": d.payload_sha256(),
+        "stamped": d.stamped,
+        "record_key": list(d.record_key),
+    }
 
 
-def protected_set(abi: ABI, installed: Collection[str], torch_requires: Iterable[Requirement]) -> set[str]:
+def protected_set(
+    abi: ABI, installed: Collection[str], torch_requires: Iterable[Requirement]
+) -> set[str]:
     """The frozen set, the one rule for the ABI guard and the lock: the ``abi.protect`` matches
     among ``installed`` (canonical names) plus torch's own triton and nvidia-* requirements that
     are installed. The ABI package itself is checked on its own and is not in it."""
@@ -94,7 +105,9 @@ def protected_set(abi: ABI, installed: Collection[str], torch_requires: Iterable
 def protected_names(abi: ABI, dists: Mapping[str, Dist], env: Mapping[str, str]) -> set[str]:
     """The frozen set of an environment (``protected_set`` over its distributions)."""
     torch = dists.get(abi.package)
-    return protected_set(abi, dists.keys(), active_requirements(torch, env) if torch is not None else ())
+    return protected_set(
+        abi, dists.keys(), active_requirements(torch, env) if torch is not None else ()
+    )
 
 
 def take_baseline(abi: ABI, site: Path, env: Mapping[str, str], *, stamp: bool = False) -> Baseline:
@@ -136,11 +149,24 @@ def stamp_dist(dist: Dist) -> Dist:
         text = record.read_text(encoding="utf-8")
         newline = "\r\n" if "\r\n" in text else "\n"
         rows = [line for line in text.splitlines() if line and not line.startswith(rel + ",")]
-        body = json.dumps({"envbuild_baseline": 1, "package": dist.name, "version": dist.version,
-                           "record_sha256": hashlib.sha256((newline.join(rows) + newline).encode()).hexdigest()},
-                          sort_keys=True).encode() + b"\n"
+        body = (
+            json.dumps(
+                {
+                    "envbuild_baseline": 1,
+                    "package": dist.name,
+                    "version": dist.version,
+                    "record_sha256": (
+                        hashlib.sha256((newline.join(rows) + newline).encode()).hexdigest()
+                    ),
+                },
+                sort_keys=True,
+            ).encode()
+            + b"\n"
+        )
         digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
-        at = next((i for i, line in enumerate(rows) if line.startswith(f"{info.name}/RECORD,")), len(rows))
+        at = next(
+            (i for i, line in enumerate(rows) if line.startswith(f"{info.name}/RECORD,")), len(rows)
+        )
         rows.insert(at, f"{rel},sha256={digest},{len(body)}")
         _replace(info / STAMP, body, 0o644)
         _replace(record, (newline.join(rows) + newline).encode(), record.stat().st_mode & 0o7777)

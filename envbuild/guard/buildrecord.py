@@ -67,9 +67,9 @@ def provenance_mismatch(
     if not isinstance(torch, dict) or not isinstance(torch.get("version"), str):
         return f"{what}: provenance record has no torch.version"
     fix = (
-        f"rebuild it against the installed torch (envbuild wheelhouse build "
-        f"{provenance.get('spec', {}).get('file', name) if isinstance(provenance.get('spec'), dict) else name} --venv VENV), "
-        "or install the torch it was built for"
+        "rebuild it against the installed torch (envbuild wheelhouse build"
+        f" {provenance.get('spec', {}).get('file', name) if isinstance(provenance.get('spec'), dict) else name}"
+        " --venv VENV), or install the torch it was built for"
     )
     built = torch["version"]
     if installed_torch_version is None:
@@ -82,7 +82,8 @@ def provenance_mismatch(
     built_git = torch.get("git_version")
     if built_git and installed_torch_git_version and built_git != installed_torch_git_version:
         return (
-            f"{what} was built against torch {built} (build {built_git[:12]}), but the installed "
-            f"torch {installed_torch_version} is another build ({installed_torch_git_version[:12]}); {fix}"
+            f"{what} was built against torch {built} (build {built_git[:12]}), but the installed"
+            f" torch {installed_torch_version} is another build"
+            f" ({installed_torch_git_version[:12]}); {fix}"
         )
     return None

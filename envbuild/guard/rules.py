@@ -34,7 +34,9 @@ class Violation:
     """One way the environment departs from its baseline (a warning unless ``--strict``, or one
     that breaks the baseline): the guard rule, the package it names, and what happened."""
 
-    rule: str  # "version", "local", "cuda", "reinstalled", "protected", "triton", "overlap", "provenance", "unmet"
+    # "version", "local", "cuda", "reinstalled", "protected", "triton", "overlap", "provenance",
+    # "unmet"
+    rule: str
     package: str
     message: str
 
@@ -59,7 +61,8 @@ def check(
     no_deps_names: Iterable[str] = (),
     marker_env: Mapping[str, str] | None = None,
 ) -> GuardReport:
-    """Compare the environment in ``site`` with ``baseline``. ``before``: the scan before the step."""
+    """Compare the environment in ``site`` with ``baseline``. ``before``: the scan before the
+    step."""
     import time
 
     t0 = time.perf_counter()
@@ -69,35 +72,76 @@ def check(
     v, w = report.violations, report.warnings
     torch = dists.get(abi.package)
     if torch is None:
-        v.append(Violation("version", abi.package, f"{abi.package} {baseline.version} was uninstalled"))
+        v.append(
+            Violation("version", abi.package, f"{abi.package} {baseline.version} was uninstalled")
+        )
     else:
         module = abi.package.replace("-", "_")
         runtime = read_runtime_version(site, module) or torch.version
-        if torch.version != (baseline.dist_version or baseline.version) or runtime != baseline.version:
-            v.append(Violation("version", abi.package, f"{abi.package} changed: {baseline.version} -> {runtime}"))
+        if (
+            torch.version != (baseline.dist_version or baseline.version)
+            or runtime != baseline.version
+        ):
+            v.append(
+                Violation(
+                    "version",
+                    abi.package,
+                    f"{abi.package} changed: {baseline.version} -> {runtime}",
+                )
+            )
         else:
-            pin = {"record_sha256": baseline.record_sha256, "payload_sha256": baseline.payload_sha256,
-                   "stamped": baseline.stamped, "record_key": list(baseline.record_key)}
+            pin = {
+                "record_sha256": baseline.record_sha256,
+                "payload_sha256": baseline.payload_sha256,
+                "stamped": baseline.stamped,
+                "record_key": list(baseline.record_key),
+            }
             problem = _identity_problem(torch, pin, site)
             if problem:
-                v.append(Violation(problem[0], abi.package, f"{abi.package} {torch.version} {problem[1]}"))
+                v.append(
+                    Violation(
+                        problem[0], abi.package, f"{abi.package} {torch.version} {problem[1]}"
+                    )
+                )
         if abi.local and abi.local not in runtime:
-            v.append(Violation("local", abi.package, f"{abi.package} {runtime} lacks the local tag {abi.local!r}"))
+            v.append(
+                Violation(
+                    "local",
+                    abi.package,
+                    f"{abi.package} {runtime} lacks the local tag {abi.local!r}",
+                )
+            )
         cuda = read_cuda(site, module)
         if abi.cuda and cuda != abi.cuda:
-            v.append(Violation("cuda", abi.package, f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}"))
+            v.append(
+                Violation(
+                    "cuda",
+                    abi.package,
+                    f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}",
+                )
+            )
     for name, pin in baseline.protected.items():
         d = dists.get(name)
         if d is None:
-            v.append(Violation("protected", name, f"protected {name} {pin['version']} was uninstalled"))
+            v.append(
+                Violation("protected", name, f"protected {name} {pin['version']} was uninstalled")
+            )
         elif d.version != pin["version"]:
-            v.append(Violation("protected", name, f"protected {name} changed: {pin['version']} -> {d.version}"))
+            v.append(
+                Violation(
+                    "protected", name, f"protected {name} changed: {pin['version']} -> {d.version}"
+                )
+            )
         else:
             problem = _identity_problem(d, pin, site)
             if problem:
                 v.append(Violation("protected", name, f"protected {name} {d.version} {problem[1]}"))
     _check_files(spec, dists, site, v)
-    runtime_version = (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version) if torch else None
+    runtime_version = (
+        (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version)
+        if torch
+        else None
+    )
     _check_provenance(dists, runtime_version, v)
     if no_deps_names:
         for f in unmet_requirements(dists, no_deps_names, marker_env or {}):
@@ -107,25 +151,43 @@ def check(
 
 
 def _identity_problem(d: Dist, pin: Mapping[str, Any], site: Path) -> tuple[str, str] | None:
-    """How ``d`` (at the pinned version) differs from its frozen identity ``pin``, as (rule, text)."""
+    """How ``d`` (at the pinned version) differs from its frozen identity ``pin``, as (rule,
+    text)."""
     if d.record_sha256 != pin.get("record_sha256") or (pin.get("stamped") and not d.stamped):
         by = f" by {d.installer()}" if d.installer() else ""
-        why = "the baseline stamp envbuild listed in its RECORD is gone" if pin.get("stamped") else "its RECORD changed"
+        why = (
+            "the baseline stamp envbuild listed in its RECORD is gone"
+            if pin.get("stamped")
+            else "its RECORD changed"
+        )
         if pin.get("payload_sha256") and d.payload_sha256() == pin["payload_sha256"]:
-            return "reinstalled", f"was reinstalled{by} (same version, same files, rewritten: {why})"
+            return (
+                "reinstalled",
+                f"was reinstalled{by} (same version, same files, rewritten: {why})",
+            )
         if pin.get("payload_sha256") or not pin.get("stamped"):
-            return "reinstalled", f"was replaced{by} by a different build of the same version (RECORD changed)"
+            return (
+                "reinstalled",
+                f"was replaced{by} by a different build of the same version (RECORD changed)",
+            )
         return "reinstalled", f"was reinstalled{by} (same version; {why})"
     if tuple(pin.get("record_key") or ()) == tuple(d.record_key):
         return None  # the very RECORD file the baseline read: nothing was copied, nothing to check
     bad = files_differ(d, site)
     if bad:
-        return "modified", (f"has {len(bad)} file(s) that differ from its RECORD ({', '.join(bad[:3])}"
-                            f"{', ...' if len(bad) > 3 else ''}): changed after it was installed")
+        return (
+            "modified",
+            (
+                f"has {len(bad)} file(s) that differ from its RECORD ({', '.join(bad[:3])}"
+                f"{', ...' if len(bad) > 3 else ''}): changed after it was installed"
+            ),
+        )
     return None
 
 
-def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list[Violation]) -> None:
+def _check_files(
+    spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list[Violation]
+) -> None:
     abi = spec.abi
     owners: dict[str, list[str]] = {}
     hashes: dict[tuple[str, str], str] = {}
@@ -141,12 +203,20 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
     if abi.triton_provider:
         extra = sorted(triton_owners - {abi.triton_provider})
         if extra:
-            v.append(Violation("triton", extra[0],
-                             f"{', '.join(extra)} installed a second `triton` module next to {abi.triton_provider} "
-                             f"(same import name: its files overwrite {abi.triton_provider}'s)"))
+            v.append(
+                Violation(
+                    "triton",
+                    extra[0],
+                    f"{', '.join(extra)} installed a second `triton` module next to"
+                    f" {abi.triton_provider} (same import name: its files overwrite"
+                    f" {abi.triton_provider}'s)",
+                )
+            )
     elif len(triton_owners) > 1:
         names = sorted(triton_owners)
-        v.append(Violation("triton", names[-1], f"{', '.join(names)} all provide the `triton` module"))
+        v.append(
+            Violation("triton", names[-1], f"{', '.join(names)} all provide the `triton` module")
+        )
     acknowledged = {frozenset(o.packages): o.winner for o in abi.overlaps}
     reported: set[frozenset[str]] = set()
     for path, names in owners.items():
@@ -157,14 +227,21 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
             continue  # reported by the triton rule
         same = {hashes.get((path, n), "") for n in names}
         if len(same) == 1 and next(iter(same)).startswith("sha256="):
-            continue  # the same bytes from each (a namespace package's nvidia/__init__.py): nothing is overwritten
+            # the same bytes from each (a namespace package's nvidia/__init__.py): nothing is
+            # overwritten
+            continue
         winner = next((w for g, w in acknowledged.items() if group <= g), None)
         if winner is None:
             if group not in reported:
                 reported.add(group)
-                v.append(Violation("overlap", sorted(names)[-1],
-                                 f"{' and '.join(sorted(names))} both own {path} (and maybe more files); "
-                                 "acknowledge it with [[abi.overlap]] packages/winner, or drop one"))
+                v.append(
+                    Violation(
+                        "overlap",
+                        sorted(names)[-1],
+                        f"{' and '.join(sorted(names))} both own {path} (and maybe more files); "
+                        "acknowledge it with [[abi.overlap]] packages/winner, or drop one",
+                    )
+                )
             continue
         expected = hashes.get((path, winner), "")
         if expected.startswith("sha256=") and (site / path).is_file():
@@ -172,12 +249,20 @@ def _check_files(spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list
             if actual != expected and group not in reported:
                 reported.add(group)
                 loser = next(n for n in names if n != winner)
-                v.append(Violation("overlap", loser,
-                                 f"{path} on disk is not {winner}'s copy (acknowledged overlap of {', '.join(sorted(names))}): "
-                                 f"{loser} was installed after {winner}; install {winner} last"))
+                v.append(
+                    Violation(
+                        "overlap",
+                        loser,
+                        f"{path} on disk is not {winner}'s copy (acknowledged overlap of"
+                        f" {', '.join(sorted(names))}): {loser} was installed after {winner};"
+                        f" install {winner} last",
+                    )
+                )
 
 
-def _check_provenance(dists: Mapping[str, Dist], torch_version: str | None, v: list[Violation]) -> None:
+def _check_provenance(
+    dists: Mapping[str, Dist], torch_version: str | None, v: list[Violation]
+) -> None:
     for name, d in dists.items():
         prov = read_provenance(d.dist_info)
         if prov is None:
@@ -200,11 +285,19 @@ def _check_abi_tag(name: str, d: Dist, torch_version: str | None, v: list[Violat
     if claim is None:
         return
     for m in mismatches(claim, torch_build(torch_version), "linux"):
-        v.append(Violation("provenance", name, f"{name} {d.version} is {m.message}: it will fail to import "
-                         "(undefined symbol); install the wheel built for the installed torch"))
+        v.append(
+            Violation(
+                "provenance",
+                name,
+                f"{name} {d.version} is {m.message}: it will fail to import "
+                "(undefined symbol); install the wheel built for the installed torch",
+            )
+        )
 
 
-def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Mapping[str, str]) -> list[Violation]:
+def unmet_requirements(
+    dists: Mapping[str, Dist], names: Iterable[str], env: Mapping[str, str]
+) -> list[Violation]:
     out: list[Violation] = []
     for name in names:
         d = dists.get(canonicalize_name(name))
@@ -213,20 +306,33 @@ def unmet_requirements(dists: Mapping[str, Dist], names: Iterable[str], env: Map
         for req in active_requirements(d, env):
             dep = dists.get(canonicalize_name(req.name))
             if dep is None:
-                out.append(Violation("unmet", d.name, f"{d.name} {d.version} requires {req}, which is not installed"))
+                out.append(
+                    Violation(
+                        "unmet",
+                        d.name,
+                        f"{d.name} {d.version} requires {req}, which is not installed",
+                    )
+                )
                 continue
             try:
                 ok = req.specifier.contains(Version(dep.version), prereleases=True)
             except InvalidVersion:
                 ok = True
             if not ok:
-                out.append(Violation("unmet", d.name,
-                                   f"{d.name} {d.version} requires {req}, but {dep.name} {dep.version} is installed"))
+                out.append(
+                    Violation(
+                        "unmet",
+                        d.name,
+                        f"{d.name} {d.version} requires {req}, but {dep.name} {dep.version} is"
+                        " installed",
+                    )
+                )
     return out
 
 
 def requirers(dists: Mapping[str, Dist], target: str, among: Iterable[str]) -> list[str]:
-    """Which of ``among`` (e.g. what a step installed or changed) declare a requirement on ``target``."""
+    """Which of ``among`` (e.g. what a step installed or changed) declare a requirement on
+    ``target``."""
     target = canonicalize_name(target)
     out = []
     for name in among:
@@ -244,8 +350,12 @@ def requirers(dists: Mapping[str, Dist], target: str, among: Iterable[str]) -> l
     return out
 
 
-def culprits(finding: Violation, before: Mapping[str, Dist], after: Mapping[str, Dist],
-             step_names: Iterable[str]) -> list[str]:
+def culprits(
+    finding: Violation,
+    before: Mapping[str, Dist],
+    after: Mapping[str, Dist],
+    step_names: Iterable[str],
+) -> list[str]:
     """Report lines saying who, in the step between ``before`` and ``after``, caused ``finding``.
 
     A package that changed the ABI package or a protected one during the step is named with the
@@ -256,8 +366,10 @@ def culprits(finding: Violation, before: Mapping[str, Dist], after: Mapping[str,
     touched = changed(before, after)
     target = canonicalize_name(finding.package)
     if finding.rule in ("version", "reinstalled", "protected") and target not in touched:
-        return [f"  not this step: {target} was already like this when the step began "
-                "(changed outside envbuild, by hand or between steps)"]
+        return [
+            f"  not this step: {target} was already like this when the step began "
+            "(changed outside envbuild, by hand or between steps)"
+        ]
     found = requirers(after, target, [*step_names, *touched])
     if found:
         return [f"  pulled in by: {'; '.join(dict.fromkeys(found))}"]
@@ -286,9 +398,27 @@ def full_check_result(spec: StackSpec, data: Mapping[str, Any]) -> list[Violatio
     abi = spec.abi
     out: list[Violation] = []
     if not abi.is_version(str(data.get("version"))):
-        out.append(Violation("version", abi.package, f"import {abi.package} gives {data.get('version')}, expected {abi.version}"))
+        out.append(
+            Violation(
+                "version",
+                abi.package,
+                f"import {abi.package} gives {data.get('version')}, expected {abi.version}",
+            )
+        )
     if abi.local and abi.local not in str(data.get("version")):
-        out.append(Violation("local", abi.package, f"import {abi.package} gives {data.get('version')}, without {abi.local!r}"))
+        out.append(
+            Violation(
+                "local",
+                abi.package,
+                f"import {abi.package} gives {data.get('version')}, without {abi.local!r}",
+            )
+        )
     if abi.cuda and data.get("cuda") != abi.cuda:
-        out.append(Violation("cuda", abi.package, f"torch.version.cuda is {data.get('cuda')!r}, expected {abi.cuda!r}"))
+        out.append(
+            Violation(
+                "cuda",
+                abi.package,
+                f"torch.version.cuda is {data.get('cuda')!r}, expected {abi.cuda!r}",
+            )
+        )
     return out

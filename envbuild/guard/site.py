@@ -35,13 +35,16 @@ class Dist:
     version: str
     dist_info: Path
     record_sha256: str  # sha256 of RECORD's bytes: the identity (content, survives copies)
-    record_key: tuple[int, int, int]  # (inode, mtime_ns, size) of RECORD: a cache key, never identity
+    # (inode, mtime_ns, size) of RECORD: a cache key, never identity
+    record_key: tuple[int, int, int]
     stamped: bool = False  # the dist-info holds envbuild's baseline stamp
 
     def installer(self) -> str:
         """What the INSTALLER file says (pip, uv, ...), or "" when there is none."""
         try:
-            return (self.dist_info / "INSTALLER").read_text(encoding="utf-8", errors="replace").strip()
+            return (
+                (self.dist_info / "INSTALLER").read_text(encoding="utf-8", errors="replace").strip()
+            )
         except OSError:
             return ""
 
@@ -53,7 +56,8 @@ class Dist:
         return [str(r) for r in self.metadata().get_all("Requires-Dist") or []]
 
     def files(self) -> dict[str, str]:
-        """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see ``_cached``)."""
+        """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see
+        ``_cached``)."""
         path = self.dist_info / "RECORD"
         hit: dict[str, str] | None = _cached(path, "files", self.record_key)
         if hit is None:
@@ -66,10 +70,17 @@ class Dist:
         installs of the same build, whatever installer and whenever."""
         hit: str | None = _cached(self.dist_info / "RECORD", "payload", self.record_key)
         if hit is None:
-            rows = sorted(f"{p},{h}" for p, h in self.files().items()
-                          if ".dist-info/" not in p and "__pycache__" not in p and not p.startswith("../"))
-            hit = _remember(self.dist_info / "RECORD", "payload", self.record_key,
-                            hashlib.sha256("\n".join(rows).encode()).hexdigest())
+            rows = sorted(
+                f"{p},{h}"
+                for p, h in self.files().items()
+                if ".dist-info/" not in p and "__pycache__" not in p and not p.startswith("../")
+            )
+            hit = _remember(
+                self.dist_info / "RECORD",
+                "payload",
+                self.record_key,
+                hashlib.sha256("\n".join(rows).encode()).hexdigest(),
+            )
         return hit
 
 
@@ -83,8 +94,12 @@ def site_packages(venv: Path) -> Path:
     if python.exists():
         from envbuild.run import run
 
-        out = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                  capture=True, separate_stderr=True, timeout=30)
+        out = run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture=True,
+            separate_stderr=True,
+            timeout=30,
+        )
         if out.ok and Path((out.output or "").strip()).is_dir():
             return Path((out.output or "").strip())
     raise FileNotFoundError(f"no site-packages under {venv}/lib")
@@ -117,7 +132,9 @@ def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
             sha = _cached(record, "sha256", key)
             if sha is None:
-                sha = _remember(record, "sha256", key, hashlib.sha256(record.read_bytes()).hexdigest())
+                sha = _remember(
+                    record, "sha256", key, hashlib.sha256(record.read_bytes()).hexdigest()
+                )
         else:
             sha, key = "", (0, 0, 0)
         yield Dist(canonicalize_name(name), version, info, sha, key, (info / STAMP).is_file())
@@ -186,12 +203,14 @@ def read_cuda(site: Path, package: str = "torch") -> str | None:
 
 
 def active_requirements(dist: Dist, env: Mapping[str, str]) -> Iterator[Requirement]:
-    """The distribution's Requires-Dist whose markers hold (extras off) for the target interpreter."""
+    """The distribution's Requires-Dist whose markers hold (extras off) for the target
+    interpreter."""
     return active(dist.requires(), env)
 
 
 def active(requires: Iterable[str], env: Mapping[str, str]) -> Iterator[Requirement]:
-    """The Requires-Dist lines whose markers hold (extras off) in ``env``; unparsable lines are skipped."""
+    """The Requires-Dist lines whose markers hold (extras off) in ``env``; unparsable lines are
+    skipped."""
     for raw in requires:
         try:
             req = Requirement(raw)
@@ -227,8 +246,15 @@ def files_differ(d: Dist, site: Path, *, hash_limit: int | None = None) -> list[
         return hit
     bad: list[str] = []
     for row in csv.reader(io.StringIO(record.read_text(encoding="utf-8", errors="replace"))):
-        if len(row) < 3 or not row[1].startswith("sha256=") or "__pycache__" in row[0] or row[0].startswith("../"):
-            continue  # RECORD itself, .pyc (rewritten by any interpreter that finds them stale), scripts in bin/
+        if (
+            len(row) < 3
+            or not row[1].startswith("sha256=")
+            or "__pycache__" in row[0]
+            or row[0].startswith("../")
+        ):
+            # RECORD itself, .pyc (rewritten by any interpreter that finds them stale), scripts in
+            # bin/
+            continue
         path = site / row[0]
         try:
             size = path.stat().st_size
@@ -242,11 +268,20 @@ def files_differ(d: Dist, site: Path, *, hash_limit: int | None = None) -> list[
 
 
 def record_hash(path: Path) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+    return (
+        "sha256="
+        + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+    )
 
 
 def changed(before: Mapping[str, Dist], after: Mapping[str, Dist]) -> list[str]:
-    """Distributions new, removed or rewritten between two scans (by content: a copy is no change)."""
-    out = [n for n, d in after.items()
-           if n not in before or before[n].record_sha256 != d.record_sha256 or before[n].version != d.version]
+    """Distributions new, removed or rewritten between two scans (by content: a copy is no
+    change)."""
+    out = [
+        n
+        for n, d in after.items()
+        if n not in before
+        or before[n].record_sha256 != d.record_sha256
+        or before[n].version != d.version
+    ]
     return out + [n for n in before if n not in after]

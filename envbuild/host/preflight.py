@@ -9,8 +9,8 @@ reason, except that a spec which asks for GPUs (``[host] gpu_count``) fails the 
 
 The NCCL / allocator baseline (``layout.RUNTIME_BASELINE``) is checked on the environment a
 training process will get: the current environment with the venv's overlay applied (the overlay
-file provision wrote, or, before provisioning, the overlay it would write). A shell that disagrees with the overlay
-is a warning: activating the venv fixes it.
+file provision wrote, or, before provisioning, the overlay it would write). A shell that disagrees
+with the overlay is a warning: activating the venv fixes it.
 """
 
 from __future__ import annotations
@@ -36,8 +36,18 @@ from envbuild.run import run
 from envbuild.spec import StackSpec
 
 Verdict = Literal["pass", "warn", "fail", "skip"]
-CHECK_GROUPS: tuple[str, ...] = ("driver", "gpus", "topology", "numa", "gcc", "cuda-toolkit", "python", "disk", "env",
-                                 "index")
+CHECK_GROUPS: tuple[str, ...] = (
+    "driver",
+    "gpus",
+    "topology",
+    "numa",
+    "gcc",
+    "cuda-toolkit",
+    "python",
+    "disk",
+    "env",
+    "index",
+)
 _ORDER = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _GPU_QUERY = "index,name,driver_version,memory.total,pci.bus_id"
@@ -84,8 +94,19 @@ class PreflightReport:
         return [c for c in self.checks if c.verdict == "fail"]
 
     def to_dict(self) -> PreflightReportJSON:
-        return {"verdict": self.verdict, "checks": [{"name": c.name, "verdict": c.verdict, "measured": c.measured,
-                                                     "expected": c.expected, "detail": c.detail} for c in self.checks]}
+        return {
+            "verdict": self.verdict,
+            "checks": [
+                {
+                    "name": c.name,
+                    "verdict": c.verdict,
+                    "measured": c.measured,
+                    "expected": c.expected,
+                    "detail": c.detail,
+                }
+                for c in self.checks
+            ],
+        }
 
 
 class GPUJSON(TypedDict):
@@ -103,7 +124,8 @@ class GPUInventoryJSON(TypedDict):
 
     driver: str | None  # the NVIDIA driver version (null: no NVIDIA GPU)
     gpus: list[GPUJSON]  # the GPUs, in `nvidia-smi`'s order
-    topology: list[str] | None  # the kinds of GPU-to-GPU links `nvidia-smi topo -m` shows (`NV18`, `SYS`)
+    # the kinds of GPU-to-GPU links `nvidia-smi topo -m` shows (`NV18`, `SYS`)
+    topology: list[str] | None
     numa_balancing: str | None  # /proc/sys/kernel/numa_balancing
     gcc: str | None  # gcc's version
     nvcc: str | None  # the CUDA toolkit's release (`nvcc --version`)
@@ -137,21 +159,31 @@ class HostFacts:
         if shutil.which("nvidia-smi", path=env.get("PATH")) is None:
             error = "nvidia-smi not found (no NVIDIA driver on this host)"
         else:
-            res = _capture(["nvidia-smi", f"--query-gpu={_GPU_QUERY}", "--format=csv,noheader,nounits"])
+            res = _capture(
+                ["nvidia-smi", f"--query-gpu={_GPU_QUERY}", "--format=csv,noheader,nounits"]
+            )
             if res is not None and res[0] == 0 and res[1].strip():
                 query = res[1]
                 topo_res = _capture(["nvidia-smi", "topo", "-m"])
                 topo = topo_res[1] if topo_res and topo_res[0] == 0 else None
             else:
-                error = "nvidia-smi failed: " + (res[1].strip().splitlines()[0] if res and res[1].strip() else "no output")
+                error = "nvidia-smi failed: " + (
+                    res[1].strip().splitlines()[0] if res and res[1].strip() else "no output"
+                )
         numa = None
         with contextlib.suppress(OSError):
             numa = Path("/proc/sys/kernel/numa_balancing").read_text().strip()
         gcc = _capture(["gcc", "-dumpfullversion", "-dumpversion"])
         nvcc = _capture(["nvcc", "--version"])
-        return cls(gpu_query=query, gpu_error=error, topo=topo, numa_balancing=numa,
-                   gcc=gcc[1].strip() if gcc and gcc[0] == 0 else None,
-                   nvcc=nvcc[1] if nvcc and nvcc[0] == 0 else None, environ=env)
+        return cls(
+            gpu_query=query,
+            gpu_error=error,
+            topo=topo,
+            numa_balancing=numa,
+            gcc=gcc[1].strip() if gcc and gcc[0] == 0 else None,
+            nvcc=nvcc[1] if nvcc and nvcc[0] == 0 else None,
+            environ=env,
+        )
 
 
 def _capture(argv: list[str]) -> tuple[int, str] | None:
@@ -166,7 +198,8 @@ def _capture(argv: list[str]) -> tuple[int, str] | None:
 
 
 def parse_gpus(text: str) -> list[GPU]:
-    """Parse ``nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv,noheader,nounits``."""
+    """Parse ``nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id
+    --format=csv,noheader,nounits``."""
     gpus = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -185,13 +218,14 @@ class Topology:
     def pairs(self) -> list[tuple[str, str, str]]:
         out = []
         for i, a in enumerate(self.gpus):
-            for b in self.gpus[i + 1:]:
+            for b in self.gpus[i + 1 :]:
                 out.append((a, b, self.cells.get((a, b), "?")))
         return out
 
 
 def parse_topo(text: str) -> Topology:
-    """Parse ``nvidia-smi topo -m``: the GPU x GPU block of its matrix (NIC rows/columns ignored)."""
+    """Parse ``nvidia-smi topo -m``: the GPU x GPU block of its matrix (NIC rows/columns
+    ignored)."""
     lines = [_ANSI.sub("", raw).rstrip() for raw in text.splitlines()]
     header: list[str] | None = None
     gpus: list[str] = []
@@ -244,7 +278,15 @@ def check_driver(spec: StackSpec, facts: HostFacts) -> list[Check]:
     drivers = sorted({g.driver for g in gpus})
     measured = ", ".join(drivers) or "unknown"
     if want and any((_version(d) or Version("0")) < Version(want) for d in drivers):
-        return [Check("driver", "fail", measured, expected, "upgrade the NVIDIA driver; the stack's CUDA needs it")]
+        return [
+            Check(
+                "driver",
+                "fail",
+                measured,
+                expected,
+                "upgrade the NVIDIA driver; the stack's CUDA needs it",
+            )
+        ]
     return [Check("driver", "pass", measured, expected)]
 
 
@@ -253,7 +295,15 @@ def check_gpus(spec: StackSpec, facts: HostFacts) -> list[Check]:
     expected = f"{want_n or '>= 1'} x {want_name or 'any NVIDIA GPU'}"
     if facts.gpu_query is None:
         if want_n:
-            return [Check("gpus", "fail", "0", expected, f"{facts.gpu_error}; the spec asks for {want_n} GPU(s)")]
+            return [
+                Check(
+                    "gpus",
+                    "fail",
+                    "0",
+                    expected,
+                    f"{facts.gpu_error}; the spec asks for {want_n} GPU(s)",
+                )
+            ]
         return [Check("gpus", "skip", "0", expected, facts.gpu_error or "no GPUs")]
     gpus = parse_gpus(facts.gpu_query)
     names = sorted({g.name for g in gpus})
@@ -275,18 +325,43 @@ def check_topology(spec: StackSpec, facts: HostFacts) -> list[Check]:
         return [Check("topology", "warn", "unknown", expected, "nvidia-smi topo -m gave no matrix")]
     topo = parse_topo(facts.topo)
     if len(topo.gpus) < 2:
-        return [Check("topology", "skip", f"{len(topo.gpus)} GPU", expected, "one GPU: no GPU pairs to check")]
+        return [
+            Check(
+                "topology",
+                "skip",
+                f"{len(topo.gpus)} GPU",
+                expected,
+                "one GPU: no GPU pairs to check",
+            )
+        ]
     pairs = topo.pairs()
     bad = [(a, b, v) for a, b, v in pairs if not re.fullmatch(r"NV\d+", v)]
     kinds = sorted({v for _, _, v in pairs})
     if bad:
-        shown = ", ".join(f"{a}-{b} {v}" for a, b, v in bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
-        return [Check("topology", "fail", f"{len(bad)} of {len(pairs)} pairs without NVLink", expected,
-                      f"{shown}: PCIe/CPU fallback ({'/'.join(sorted({v for *_, v in bad}))}); fix the "
-                      "topology before tuning anything (check NVLink/NVSwitch, fabric manager)")]
+        shown = ", ".join(f"{a}-{b} {v}" for a, b, v in bad[:6]) + (
+            f" and {len(bad) - 6} more" if len(bad) > 6 else ""
+        )
+        return [
+            Check(
+                "topology",
+                "fail",
+                f"{len(bad)} of {len(pairs)} pairs without NVLink",
+                expected,
+                f"{shown}: PCIe/CPU fallback ({'/'.join(sorted({v for *_, v in bad}))}); fix the "
+                "topology before tuning anything (check NVLink/NVSwitch, fabric manager)",
+            )
+        ]
     measured = f"all {len(pairs)} pairs {'/'.join(kinds)}"
     if _sxm(spec) and kinds != ["NV18"]:
-        return [Check("topology", "warn", measured, expected, "NVLink, but not the NV18 an HGX H100/H200 shows")]
+        return [
+            Check(
+                "topology",
+                "warn",
+                measured,
+                expected,
+                "NVLink, but not the NV18 an HGX H100/H200 shows",
+            )
+        ]
     return [Check("topology", "pass", measured, expected)]
 
 
@@ -296,19 +371,42 @@ def _sxm(spec: StackSpec) -> bool:
 
 def check_numa(spec: StackSpec, facts: HostFacts) -> list[Check]:
     if facts.numa_balancing is None:
-        return [Check("numa", "skip", "n/a", "0", "/proc/sys/kernel/numa_balancing is absent (kernel without it)")]
+        return [
+            Check(
+                "numa",
+                "skip",
+                "n/a",
+                "0",
+                "/proc/sys/kernel/numa_balancing is absent (kernel without it)",
+            )
+        ]
     if facts.numa_balancing.strip() == "0":
         return [Check("numa", "pass", "0", "0")]
-    return [Check("numa", "warn", facts.numa_balancing, "0",
-                  "automatic NUMA balancing migrates pages under running GPU jobs; "
-                  "turn it off: sudo sysctl -w kernel.numa_balancing=0")]
+    return [
+        Check(
+            "numa",
+            "warn",
+            facts.numa_balancing,
+            "0",
+            "automatic NUMA balancing migrates pages under running GPU jobs; "
+            "turn it off: sudo sysctl -w kernel.numa_balancing=0",
+        )
+    ]
 
 
 def check_gcc(spec: StackSpec, facts: HostFacts) -> list[Check]:
     want = spec.host.gcc
     expected = f">= {want}" if want else "present (torch.compile on CPU, extension builds)"
     if facts.gcc is None:
-        return [Check("gcc", "fail" if want else "warn", "missing", expected, "install gcc/g++ (build-essential)")]
+        return [
+            Check(
+                "gcc",
+                "fail" if want else "warn",
+                "missing",
+                expected,
+                "install gcc/g++ (build-essential)",
+            )
+        ]
     have = _version(facts.gcc)
     if want and (have is None or have < Version(want)):
         return [Check("gcc", "fail", facts.gcc, expected, "gcc is older than the spec's minimum")]
@@ -320,12 +418,27 @@ def check_cuda_toolkit(spec: StackSpec, facts: HostFacts) -> list[Check]:
     expected = f"{want}.x or a newer {want.split('.')[0]}.x" if want else "any (not required)"
     have = nvcc_release(facts.nvcc)
     if have is None:
-        return [Check("cuda-toolkit", "fail" if want else "skip", "missing", expected,
-                      "nvcc not found: CUDA extensions cannot be built here")]
+        return [
+            Check(
+                "cuda-toolkit",
+                "fail" if want else "skip",
+                "missing",
+                expected,
+                "nvcc not found: CUDA extensions cannot be built here",
+            )
+        ]
     if want:
         h, w = Version(have), Version(want)
         if h.major != w.major:
-            return [Check("cuda-toolkit", "fail", have, expected, "a different CUDA major than the stack's torch")]
+            return [
+                Check(
+                    "cuda-toolkit",
+                    "fail",
+                    have,
+                    expected,
+                    "a different CUDA major than the stack's torch",
+                )
+            ]
         if h < w:
             return [Check("cuda-toolkit", "warn", have, expected, "older than the stack's CUDA")]
     return [Check("cuda-toolkit", "pass", have, expected)]
@@ -333,7 +446,8 @@ def check_cuda_toolkit(spec: StackSpec, facts: HostFacts) -> list[Check]:
 
 def check_python(spec: StackSpec, paths: Paths, python: str | None = None) -> list[Check]:
     """The interpreter the stack runs on: the venv's when it exists, else the one provision would
-    make it with (``--python`` or the search), refused as provision refuses it (``unfit_reason``)."""
+    make it with (``--python`` or the search), refused as provision refuses it (``unfit_reason``).
+    """
     from envbuild.errors import PreflightError
     from envbuild.installer.python import find_interpreter, probe_python, unfit_reason
 
@@ -341,16 +455,37 @@ def check_python(spec: StackSpec, paths: Paths, python: str | None = None) -> li
     if paths.python.exists():
         info = probe_python(paths.python)
         if info is None:
-            return [Check("python", "fail", f"{paths.python} does not run", expected,
-                          "the venv's interpreter is broken: move the venv away and provision again")]
+            return [
+                Check(
+                    "python",
+                    "fail",
+                    f"{paths.python} does not run",
+                    expected,
+                    "the venv's interpreter is broken: move the venv away and provision again",
+                )
+            ]
         reason = unfit_reason(info, spec.abi.package)
-        return [Check("python", "fail" if reason else "pass", f"{info.release} ({paths.python}, the venv's)", expected,
-                      f"Python {info.release}, {reason}" if reason else "")]
+        return [
+            Check(
+                "python",
+                "fail" if reason else "pass",
+                f"{info.release} ({paths.python}, the venv's)",
+                expected,
+                f"Python {info.release}, {reason}" if reason else "",
+            )
+        ]
     try:
         info = find_interpreter(spec.python, python, spec.abi.package)
     except PreflightError as exc:
-        return [Check("python", "fail", "no usable interpreter", expected,
-                      exc.message + (f" {exc.hint}" if exc.hint else ""))]
+        return [
+            Check(
+                "python",
+                "fail",
+                "no usable interpreter",
+                expected,
+                exc.message + (f" {exc.hint}" if exc.hint else ""),
+            )
+        ]
     return [Check("python", "pass", f"{info.release} ({info.executable})", expected)]
 
 
@@ -365,14 +500,34 @@ def check_disk(spec: StackSpec, paths: Paths) -> list[Check]:
     root_min = spec.host.root_min_free_gb
     data_min = spec.host.data_min_free_gb or spec.layout.min_free_gb
     root_free = shutil.disk_usage("/").free / 1e9
-    out.append(_disk_check("disk:/", root_free, root_min,
-                           "the root disk fills with pip/uv caches and temp files; move caches to the data root"))
+    out.append(
+        _disk_check(
+            "disk:/",
+            root_free,
+            root_min,
+            "the root disk fills with pip/uv caches and temp files; move caches to the data root",
+        )
+    )
     data = _existing(paths.root)
     data_free = shutil.disk_usage(data).free / 1e9
-    out.append(_disk_check(f"disk:{paths.root}", data_free, data_min, "free space on the data root or pick another --root"))
+    out.append(
+        _disk_check(
+            f"disk:{paths.root}",
+            data_free,
+            data_min,
+            "free space on the data root or pick another --root",
+        )
+    )
     if spec.layout.separate_root_fs and os.stat(data).st_dev == os.stat("/").st_dev:
-        out.append(Check("disk:separate", "warn", f"{paths.root} on /", "a separate filesystem",
-                         "the data root is on the root filesystem; mount the data volume first"))
+        out.append(
+            Check(
+                "disk:separate",
+                "warn",
+                f"{paths.root} on /",
+                "a separate filesystem",
+                "the data root is on the root filesystem; mount the data volume first",
+            )
+        )
     return out
 
 
@@ -411,11 +566,17 @@ def read_overlay(path: Path) -> tuple[dict[str, str], set[str]] | None:
     return sets, unsets
 
 
-def effective_env(spec: StackSpec, paths: Paths, environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
+def effective_env(
+    spec: StackSpec, paths: Paths, environ: Mapping[str, str]
+) -> tuple[dict[str, str], str]:
     """The environment after the venv's overlay is applied, and where the overlay came from."""
     found = read_overlay(paths.overlay)
     if found is None:
-        sets, unsets, source = overlay_env(spec, paths), set(UNSET_IN_BASELINE), "the overlay provision will write"
+        sets, unsets, source = (
+            overlay_env(spec, paths),
+            set(UNSET_IN_BASELINE),
+            "the overlay provision will write",
+        )
     else:
         (sets, unsets), source = found, str(paths.overlay)
     env = {k: v for k, v in environ.items() if k not in unsets}
@@ -430,16 +591,35 @@ def check_env(spec: StackSpec, paths: Paths, facts: HostFacts) -> list[Check]:
         value, shell = env.get(key), facts.environ.get(key)
         measured = "unset" if value is None else value
         if not ok(value):
-            out.append(Check(f"env:{key}", "fail", measured, expected, f"with {source}; fix the spec's [env]"))
+            out.append(
+                Check(
+                    f"env:{key}", "fail", measured, expected, f"with {source}; fix the spec's [env]"
+                )
+            )
         elif shell is not None and not ok(shell):
-            out.append(Check(f"env:{key}", "warn", measured, expected,
-                             f"this shell has {key}={shell or '(unset)'}; activate the venv (its overlay fixes it)"))
+            out.append(
+                Check(
+                    f"env:{key}",
+                    "warn",
+                    measured,
+                    expected,
+                    f"this shell has {key}={shell or '(unset)'}; activate the venv (its overlay"
+                    " fixes it)",
+                )
+            )
         else:
             out.append(Check(f"env:{key}", "pass", measured, expected))
     alias = env.get("PYTORCH_CUDA_ALLOC_CONF")
     if alias is not None and alias != env.get("PYTORCH_ALLOC_CONF"):
-        out.append(Check("env:PYTORCH_CUDA_ALLOC_CONF", "warn", alias, "unset or equal to PYTORCH_ALLOC_CONF",
-                         "the deprecated alias disagrees with PYTORCH_ALLOC_CONF"))
+        out.append(
+            Check(
+                "env:PYTORCH_CUDA_ALLOC_CONF",
+                "warn",
+                alias,
+                "unset or equal to PYTORCH_ALLOC_CONF",
+                "the deprecated alias disagrees with PYTORCH_ALLOC_CONF",
+            )
+        )
     return out
 
 
@@ -458,14 +638,18 @@ def check_index(spec: StackSpec, timeout: float = 3.0) -> list[Check]:
     of the first project of a step that reads it, not for its root (PyPI's lists every project)."""
     locations = index_locations(spec)
     if not locations:
-        return [Check("index", "skip", "n/a", "reachable", "the steps use pip's configured sources")]
+        return [
+            Check("index", "skip", "n/a", "reachable", "the steps use pip's configured sources")
+        ]
     pages: dict[str, str] = {}
     for step in spec.steps:
         for loc in (step.index_url, *step.extra_index_urls):
             if loc and step.packages:
                 pages.setdefault(loc, step.names[0])
     with ThreadPoolExecutor(max_workers=min(8, len(locations))) as pool:
-        probes = list(pool.map(lambda loc: net.probe(loc, timeout, project=pages.get(loc)), locations))
+        probes = list(
+            pool.map(lambda loc: net.probe(loc, timeout, project=pages.get(loc)), locations)
+        )
     locked_only = _read_by_locked_steps_only(spec)
     out = []
     for loc, p in zip(locations, probes, strict=True):
@@ -474,14 +658,28 @@ def check_index(spec: StackSpec, timeout: float = 3.0) -> list[Check]:
         elif loc in locked_only:
             # provision takes a locked step's files by sha256 from any configured source that serves
             # them (envbuild.provision.sources): this host's silence alone stops nothing
-            out.append(Check(f"index:{p.location}", "warn", p.detail, "reachable",
-                             "read by locked steps only: provision takes their files by sha256 from pip's "
-                             "configured sources or a wheelhouse when they serve them, else stops before "
-                             "anything is made (exit 3)"))
+            out.append(
+                Check(
+                    f"index:{p.location}",
+                    "warn",
+                    p.detail,
+                    "reachable",
+                    "read by locked steps only: provision takes their files by sha256 from pip's "
+                    "configured sources or a wheelhouse when they serve them, else stops before "
+                    "anything is made (exit 3)",
+                )
+            )
         else:
-            out.append(Check(f"index:{p.location}", "fail", p.detail, "reachable",
-                             "unreachable: fix the network/proxy, point ENVBUILD_TORCH_INDEX at a mirror, "
-                             "or provision --offline from a wheelhouse"))
+            out.append(
+                Check(
+                    f"index:{p.location}",
+                    "fail",
+                    p.detail,
+                    "reachable",
+                    "unreachable: fix the network/proxy, point ENVBUILD_TORCH_INDEX at a mirror, "
+                    "or provision --offline from a wheelhouse",
+                )
+            )
     return out
 
 
@@ -494,7 +692,9 @@ def _read_by_locked_steps_only(spec: StackSpec) -> set[str]:
     unlocked: set[str] = set()
     for step in spec.steps:
         where = locked if lock is not None and lock.step(step.name) is not None else unlocked
-        where.update(loc for loc in (step.index_url, *step.extra_index_urls, *step.find_links) if loc)
+        where.update(
+            loc for loc in (step.index_url, *step.extra_index_urls, *step.find_links) if loc
+        )
     return locked - unlocked
 
 
@@ -511,7 +711,9 @@ def run_preflight(
     wanted = list(checks) if checks is not None else list(CHECK_GROUPS)
     unknown = [c for c in wanted if c not in CHECK_GROUPS]
     if unknown:
-        raise ConfigError(f"unknown preflight check(s): {', '.join(unknown)}; known: {', '.join(CHECK_GROUPS)}")
+        raise ConfigError(
+            f"unknown preflight check(s): {', '.join(unknown)}; known: {', '.join(CHECK_GROUPS)}"
+        )
     facts = facts or HostFacts.gather()
     runners: dict[str, Callable[[], list[Check]]] = {
         "driver": lambda: check_driver(spec, facts),
@@ -538,8 +740,20 @@ def gpu_inventory(facts: HostFacts | None = None) -> GPUInventoryJSON:
     """Driver and GPUs for a receipt (empty lists on a host without NVIDIA GPUs)."""
     facts = facts or HostFacts.gather()
     gpus = parse_gpus(facts.gpu_query) if facts.gpu_query else []
-    return {"driver": gpus[0].driver if gpus else None,
-            "gpus": [{"index": g.index, "name": g.name, "driver": g.driver, "memory_mib": g.memory_mib,
-                      "bus_id": g.bus_id} for g in gpus],
-            "topology": sorted({v for *_, v in parse_topo(facts.topo).pairs()}) if facts.topo else None,
-            "numa_balancing": facts.numa_balancing, "gcc": facts.gcc, "nvcc": nvcc_release(facts.nvcc)}
+    return {
+        "driver": gpus[0].driver if gpus else None,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "driver": g.driver,
+                "memory_mib": g.memory_mib,
+                "bus_id": g.bus_id,
+            }
+            for g in gpus
+        ],
+        "topology": sorted({v for *_, v in parse_topo(facts.topo).pairs()}) if facts.topo else None,
+        "numa_balancing": facts.numa_balancing,
+        "gcc": facts.gcc,
+        "nvcc": nvcc_release(facts.nvcc),
+    }

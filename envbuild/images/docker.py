@@ -16,11 +16,11 @@ to a late step rebuilds only that step and the ones after it:
   ``PIP_CONSTRAINT`` / ``UV_CONSTRAINT`` point at it through ``ENV``, so later layers and any
   later ``pip install`` by a user of the image keep torch pinned;
 - when the stack has a lock (``lock.json`` beside the spec), each layer also copies a *prefix
-  manifest* (``NN-<step>.lock.json``: the lock cut to the slice's steps, ``lock.serve.prefix_manifest``)
-  to ``/etc/envbuild/lock.json`` and the hash-pinned step files the slice adds, so
-  ``provision --step`` installs from the lock with ``--require-hashes`` (the prefix rule of
-  ``lock.serve.locked_requirements`` checks the slice against the lock's per-step digests). The
-  prefix manifest changes only when a step up to its own is locked anew, so relocking after an
+  manifest* (``NN-<step>.lock.json``: the lock cut to the slice's steps,
+  ``lock.serve.prefix_manifest``) to ``/etc/envbuild/lock.json`` and the hash-pinned step files the
+  slice adds, so ``provision --step`` installs from the lock with ``--require-hashes`` (the prefix
+  rule of ``lock.serve.locked_requirements`` checks the slice against the lock's per-step digests).
+  The prefix manifest changes only when a step up to its own is locked anew, so relocking after an
   edit of a late step keeps the earlier layers cached. Without a lock (or with ``--no-lock``)
   the layers resolve from the spec, as on a host;
 - the last layer runs ``envbuild smoke`` (its CPU-capable checks; the GPU ones need
@@ -28,7 +28,8 @@ to a late step rebuilds only that step and the ones after it:
 - a step ``env`` value the spec takes from the environment (``{ from_env = "NAME" }``) reaches
   its layer as a build secret (``RUN --mount=type=secret,id=NAME``, set for that command only;
   ``docker build --secret id=NAME,env=NAME``), never as ``ARG``/``ENV``: no layer, history entry
-  or the Dockerfile holds it. An ``[env]`` one is not in the image's ``ENV``: ``docker run -e NAME``.
+  or the Dockerfile holds it. An ``[env]`` one is not in the image's ``ENV``: ``docker run -e
+  NAME``.
 
 Every value that is not envbuild's own goes through ``envbuild.quoting`` (``ENV`` values, ``RUN``
 words, ``COPY`` and mount paths, comments), so what the Dockerfile parser and the shell read back
@@ -68,10 +69,12 @@ from envbuild.spec._toml import read_bounded
 
 DEFAULT_ROOT = "/opt/envbuild"
 IMAGE_SPEC = "/etc/envbuild/stack.toml"
-IMAGE_LOCK_DIR = "/etc/envbuild"  # lock_dir of IMAGE_SPEC: lock.json and the step files go beside it
+# lock_dir of IMAGE_SPEC: lock.json and the step files go beside it
+IMAGE_LOCK_DIR = "/etc/envbuild"
 STEP_FILE_GLOBS = ("*.toml", "*.lock.json", "*.txt")  # what a rendered steps folder holds
 IMAGE_WHEELHOUSE = "/wheelhouse"
-SECRETS_DIR = "/run/secrets"  # where RUN --mount=type=secret,id=NAME puts a secret (BuildKit, buildah)
+# where RUN --mount=type=secret,id=NAME puts a secret (BuildKit, buildah)
+SECRETS_DIR = "/run/secrets"
 WHEELHOUSE_CONTEXT = "wheelhouse"
 SYNTAX = "docker/dockerfile:1.7"
 # What the image needs at run time besides Python: a C++ compiler (torch.compile's Inductor
@@ -105,7 +108,9 @@ _REF = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
     r"(?:@sha256:[0-9a-f]{64})?$"
 )
-_CUDA_TAG = re.compile(r"^(?P<cuda>\d+\.\d+)(?:\.\d+)?-(?:cudnn\d*-)?(?P<flavor>devel|runtime|base)-ubuntu(?P<ubuntu>\d\d\.\d\d)$")
+_CUDA_TAG = re.compile(
+    r"^(?P<cuda>\d+\.\d+)(?:\.\d+)?-(?:cudnn\d*-)?(?P<flavor>devel|runtime|base)-ubuntu(?P<ubuntu>\d\d\.\d\d)$"
+)
 _UBUNTU_TAG = re.compile(r"^(?P<ubuntu>\d\d\.\d\d)$")
 _STEP_HEADER = re.compile(r"^\s*\[\[\s*step\s*\]\]\s*(?:#.*)?$")
 
@@ -117,9 +122,11 @@ class DockerOptions:
     root: str = DEFAULT_ROOT  # the image's data root (venv, caches, state, receipts)
     offline: bool = False  # every step from the wheelhouse build context (--offline --wheelhouse)
     steps_dir: str = "docker/steps"  # where the spec slices go, relative to the build context
-    lock: bool = True  # install from the stack's lock when it has one (False: resolve from the spec)
+    # install from the stack's lock when it has one (False: resolve from the spec)
+    lock: bool = True
     command: str = "envbuild docker"  # the command line that renders this file, for its header
-    tool_src: str = ""  # context-relative folder holding envbuild's pyproject.toml and envbuild/ ("": the root)
+    # context-relative folder holding envbuild's pyproject.toml and envbuild/ ("": the root)
+    tool_src: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,8 @@ class Base:
 @dataclass(frozen=True)
 class Rendered:
     dockerfile: str
-    files: Mapping[str, str] = field(default_factory=dict)  # slices (+ lock): context-relative path -> text
+    # slices (+ lock): context-relative path -> text
+    files: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # for the CLI to say (a secret-looking build argument)
 
 
@@ -144,8 +152,10 @@ def parse_base(image: str) -> Base:
     ``localhost/name:tag``); read the CUDA and Ubuntu versions from its tag where it tells."""
     m = _REF.match(image)
     if not m:
-        raise ConfigError(f"--base {image!r} is not a valid image reference "
-                          "(expected [registry[:port]/]name[:tag][@sha256:<64 hex>])")
+        raise ConfigError(
+            f"--base {image!r} is not a valid image reference "
+            "(expected [registry[:port]/]name[:tag][@sha256:<64 hex>])"
+        )
     tag = m.group("tag") or "latest"
     name = m.group("path").rsplit("/", 1)[-1]
     if (c := _CUDA_TAG.match(tag)) is not None:
@@ -164,48 +174,73 @@ def _default_base(spec: StackSpec) -> str:
         raise ConfigError(
             f"{spec.path}: abi.cuda = {cuda!r} has no matching nvidia/cuda base image "
             f"(known: {', '.join(CUDA_BASE_TAGS)})",
-            hint="Pass one with --base IMAGE (an nvidia/cuda:<version>-cudnn-devel-ubuntu22.04 style tag).")
+            hint=(
+                "Pass one with --base IMAGE (an nvidia/cuda:<version>-cudnn-devel-ubuntu22.04 style"
+                " tag)."
+            ),
+        )
     return f"nvidia/cuda:{full}-cudnn-devel-ubuntu{DEFAULT_UBUNTU}"
 
 
 def choose_base(spec: StackSpec, opts: DockerOptions) -> Base:
-    """The base image for ``spec``, checked against its CUDA and Python; ``ConfigError`` if unusable."""
+    """The base image for ``spec``, checked against its CUDA and Python; ``ConfigError`` if
+    unusable."""
     if spec.abi.adopt:
         if not opts.base:
             raise ConfigError(
-                f"{spec.name}: abi.adopt = true takes {spec.abi.package} from the base environment, "
-                "so the image needs a base that holds it",
-                hint="Pass --base IMAGE (e.g. an NVIDIA PyTorch container) and --venv PATH (its environment).")
+                f"{spec.name}: abi.adopt = true takes {spec.abi.package} from the base environment,"
+                " so the image needs a base that holds it",
+                hint=(
+                    "Pass --base IMAGE (e.g. an NVIDIA PyTorch container) and --venv PATH (its"
+                    " environment)."
+                ),
+            )
         if not opts.venv:
             raise ConfigError(
                 f"{spec.name}: abi.adopt = true: say which environment inside {opts.base} holds "
-                f"{spec.abi.package} with --venv PATH (a venv or conda prefix with bin/python)")
+                f"{spec.abi.package} with --venv PATH (a venv or conda prefix with bin/python)"
+            )
         if not PurePosixPath(opts.venv).is_absolute():
             raise ConfigError(f"--venv {opts.venv!r} must be an absolute path inside the image")
         return parse_base(opts.base)
     if opts.venv:
-        raise ConfigError("--venv is for stacks that adopt torch from the base image (abi.adopt = true); "
-                          f"{spec.name} installs its own {spec.abi.package} into a new venv")
+        raise ConfigError(
+            "--venv is for stacks that adopt torch from the base image (abi.adopt = true); "
+            f"{spec.name} installs its own {spec.abi.package} into a new venv"
+        )
     base = parse_base(opts.base or _default_base(spec))
     if spec.abi.cuda is not None and base.cuda is not None:
         if base.cuda != spec.abi.cuda:
-            raise ConfigError(f"--base {base.image!r} is CUDA {base.cuda}, but {spec.name} needs abi.cuda = {spec.abi.cuda}")
+            raise ConfigError(
+                f"--base {base.image!r} is CUDA {base.cuda}, but {spec.name} needs abi.cuda ="
+                f" {spec.abi.cuda}"
+            )
         if "devel" not in base.image.rsplit(":", 1)[-1]:
-            raise ConfigError(f"--base {base.image!r} is not a devel image; CUDA extensions need nvcc and headers",
-                              hint="Use the -devel- variant of the tag.")
+            raise ConfigError(
+                f"--base {base.image!r} is not a devel image; CUDA extensions need nvcc and"
+                " headers",
+                hint="Use the -devel- variant of the tag.",
+            )
     if spec.abi.cuda is not None and base.cuda is None and base.ubuntu is not None:
-        raise ConfigError(f"--base {base.image!r} has no CUDA toolkit, but {spec.name} is built for CUDA {spec.abi.cuda}")
+        raise ConfigError(
+            f"--base {base.image!r} has no CUDA toolkit, but {spec.name} is built for CUDA"
+            f" {spec.abi.cuda}"
+        )
     if base.ubuntu is None:
-        return base  # a base envbuild does not know: its CUDA and Python are checked by the build itself
+        # a base envbuild does not know: its CUDA and Python are checked by the build itself
+        return base
     if base.ubuntu not in DEADSNAKES:
-        raise ConfigError(f"--base {base.image!r}: Ubuntu {base.ubuntu} is not supported "
-                          f"(supported: {', '.join(DEADSNAKES)})")
+        raise ConfigError(
+            f"--base {base.image!r}: Ubuntu {base.ubuntu} is not supported "
+            f"(supported: {', '.join(DEADSNAKES)})"
+        )
     if spec.python != SYSTEM_PYTHON[base.ubuntu] and spec.python not in DEADSNAKES[base.ubuntu]:
         raise ConfigError(
-            f"{spec.name}: Python {spec.python} is not available on Ubuntu {base.ubuntu} "
-            f"(its own python{SYSTEM_PYTHON[base.ubuntu]}, deadsnakes: {', '.join(DEADSNAKES[base.ubuntu])}); "
-            "this profile cannot run in that container",
-            hint="Choose another Ubuntu release with --base, or change the stack's python.")
+            f"{spec.name}: Python {spec.python} is not available on Ubuntu {base.ubuntu} (its own"
+            f" python{SYSTEM_PYTHON[base.ubuntu]}, deadsnakes:"
+            f" {', '.join(DEADSNAKES[base.ubuntu])}); this profile cannot run in that container",
+            hint="Choose another Ubuntu release with --base, or change the stack's python.",
+        )
     return base
 
 
@@ -217,15 +252,23 @@ def cuda_check(spec: StackSpec) -> list[str]:
         return []
     need = f"stack {spec.name} needs CUDA {want}: use a CUDA {want} devel base"
     return [
-        docker_comment(f"CUDA: {spec.name} needs {want}. The base declares its CUDA with CUDA_VERSION "
-                       "(nvidia/cuda, NGC)", "abi.cuda"),
+        docker_comment(
+            f"CUDA: {spec.name} needs {want}. The base declares its CUDA with CUDA_VERSION "
+            "(nvidia/cuda, NGC)",
+            "abi.cuda",
+        ),
         "# or has nvcc; a base that declares another CUDA, or none, stops the build here.",
         'RUN have="${CUDA_VERSION:-}"; have="${have%.*}"; \\',
         '    if [ -z "$have" ] && command -v nvcc >/dev/null 2>&1; then \\',
-        "        have=$(nvcc --version | sed -n 's/.*release \\([0-9]*\\.[0-9]*\\).*/\\1/p'); fi; \\",
+        (
+            "        have=$(nvcc --version | sed -n 's/.*release \\([0-9]*\\.[0-9]*\\).*/\\1/p');"
+            " fi; \\"
+        ),
         f'    if [ "$have" != {docker_run([want], "abi.cuda")} ]; then \\',
-        '        echo "envbuild: the base image declares CUDA ${have:-none} (CUDA_VERSION or nvcc);" '
-        f'{docker_run([need], "abi.cuda")} >&2; \\',
+        (
+            '        echo "envbuild: the base image declares CUDA ${have:-none} (CUDA_VERSION or'
+            f' nvcc);" {docker_run([need], "abi.cuda")} >&2; \\'
+        ),
         "        exit 1; fi",
         "",
     ]
@@ -248,7 +291,9 @@ def slice_spec(spec: StackSpec) -> list[str]:
     cuts = []
     for h in headers[1:]:
         start = h
-        while start > 0 and (lines[start - 1].lstrip().startswith("#") or not lines[start - 1].strip()):
+        while start > 0 and (
+            lines[start - 1].lstrip().startswith("#") or not lines[start - 1].strip()
+        ):
             start -= 1
         cuts.append(start)
     cuts.append(len(lines))
@@ -257,12 +302,14 @@ def slice_spec(spec: StackSpec) -> list[str]:
     slices = []
     for n in range(1, len(cuts) + 1):
         n_cut = max(n, first)
-        piece = "".join(lines[:cuts[n_cut - 1]]).rstrip("\n") + "\n"
+        piece = "".join(lines[: cuts[n_cut - 1]]).rstrip("\n") + "\n"
         expected = dict(full, step=full["step"][:n_cut])
         if len(headers) != len(spec.steps) or parse_toml(piece) != expected:
             raise ConfigError(
-                f"{spec.path}: cannot cut the spec after step {n_cut}; put every [[step]] table last, "
-                "after the other tables, so each image layer can carry the spec up to its step")
+                f"{spec.path}: cannot cut the spec after step {n_cut}; put every [[step]] table"
+                " last, after the other tables, so each image layer can carry the spec up to its"
+                " step"
+            )
         parse_spec(expected, spec.path, os.environ)  # each slice is a valid spec on its own
         slices.append(piece)
     return slices
@@ -271,13 +318,18 @@ def slice_spec(spec: StackSpec) -> list[str]:
 def spec_vars(spec: StackSpec) -> list[str]:
     """``${VAR}`` names the spec reads from the environment: build arguments of the image."""
     text = read_bounded(spec.path, "stack spec").decode("utf-8")
-    names = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", "".join(
-        line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#")))
+    names = re.findall(
+        r"\$\{([A-Za-z_][A-Za-z0-9_]*)",
+        "".join(
+            line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#")
+        ),
+    )
     return sorted(set(names))
 
 
 def stack_lock(spec: StackSpec) -> Lock | None:
-    """The stack's lock, checked against the spec (``LockError`` when stale or broken); None without."""
+    """The stack's lock, checked against the spec (``LockError`` when stale or broken); None
+    without."""
     manifest = read_lock(lock_dir(spec))
     if manifest is None:
         return None
@@ -309,24 +361,56 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     secret_names = list(dict.fromkeys(k for s in spec.steps for k in s.env_from))
     out: list[str] = [
         f"# syntax={SYNTAX}",
-        docker_comment(f"Generated by `{opts.command}`; do not edit (CI re-renders it and fails when it is stale).",
-                       "the command line that renders this file"),
-        docker_comment(f"Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
-                       + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "") + f", Python {py}"
-                       + (" (adopted from the base image)" if spec.abi.adopt else "") + ".", "the stack"),
+        docker_comment(
+            f"Generated by `{opts.command}`; do not edit (CI re-renders it and fails when it is"
+            " stale).",
+            "the command line that renders this file",
+        ),
+        docker_comment(
+            f"Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
+            + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "")
+            + f", Python {py}"
+            + (" (adopted from the base image)" if spec.abi.adopt else "")
+            + ".",
+            "the stack",
+        ),
         "#",
         "# Build (BuildKit):",
-        docker_comment(f"  docker build -f <this file> --build-context {WHEELHOUSE_CONTEXT}=/mnt/data/wheelhouse "
-                       f"-t envbuild/{spec.name} .", "the stack"),
-        f"#   (the `{WHEELHOUSE_CONTEXT}` context holds the prebuilt wheels: `envbuild wheelhouse build` / `mirror`)",
-        *([docker_comment("  the spec takes these from the environment (from_env), given as build secrets: "
-                          + " ".join(f"--secret id={n},env={n}" for n in secret_names), "env")]
-          if secret_names else []),
+        docker_comment(
+            "  docker build -f <this file> --build-context"
+            f" {WHEELHOUSE_CONTEXT}=/mnt/data/wheelhouse -t envbuild/{spec.name} .",
+            "the stack",
+        ),
+        (
+            f"#   (the `{WHEELHOUSE_CONTEXT}` context holds the prebuilt wheels: `envbuild"
+            " wheelhouse build` / `mirror`)"
+        ),
+        *(
+            [
+                docker_comment(
+                    "  the spec takes these from the environment (from_env), given as build"
+                    " secrets: " + " ".join(f"--secret id={n},env={n}" for n in secret_names),
+                    "env",
+                )
+            ]
+            if secret_names
+            else []
+        ),
         "# The last layer runs the CPU-capable smoke checks; run the GPU ones on a GPU host:",
-        docker_comment(f"  docker run --rm --gpus all --ipc=host envbuild/{spec.name} \\", "the stack"),
-        docker_comment(f"      envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv}", "--root"),
-        *(["# Every step installs from the stack's lock (hash-pinned): each layer copies the part it needs."]
-          if lock else []),
+        docker_comment(
+            f"  docker run --rm --gpus all --ipc=host envbuild/{spec.name} \\", "the stack"
+        ),
+        docker_comment(
+            f"      envbuild smoke --stack {IMAGE_SPEC} --root {root} --venv {venv}", "--root"
+        ),
+        *(
+            [
+                "# Every step installs from the stack's lock (hash-pinned): each layer copies the"
+                " part it needs."
+            ]
+            if lock
+            else []
+        ),
         "",
         f"ARG BASE_IMAGE={base.image}",
         "FROM ${BASE_IMAGE}",
@@ -338,13 +422,18 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         "    UV_LINK_MODE=copy",
         "",
     ]
-    apt_cache = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
-                 "--mount=type=cache,target=/var/lib/apt,sharing=locked")
+    apt_cache = (
+        "--mount=type=cache,target=/var/cache/apt,sharing=locked "
+        "--mount=type=cache,target=/var/lib/apt,sharing=locked"
+    )
     out += cuda_check(spec)
     if spec.abi.adopt:
         tool_python = sh_word(f"{venv}/bin/python")
         out += [
-            f"# {spec.abi.package} comes from the base image's environment {venv}; no step installs it.",
+            (
+                f"# {spec.abi.package} comes from the base image's environment {venv}; no step"
+                " installs it."
+            ),
             "# hadolint ignore=DL3008",
             f"RUN {apt_cache} \\",
             "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
@@ -354,17 +443,29 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     elif base.ubuntu is None:
         tool_python = f"python{py}"
         out += [
-            f"# Python {py} with its headers (Inductor's C++ wrappers include Python.h), from the base",
-            "# image's apt (Debian and Ubuntu name them alike); a base whose apt has none must already",
+            (
+                f"# Python {py} with its headers (Inductor's C++ wrappers include Python.h), from"
+                " the base"
+            ),
+            (
+                "# image's apt (Debian and Ubuntu name them alike); a base whose apt has none must"
+                " already"
+            ),
             f"# hold python{py} with venv on PATH.",
             "# hadolint ignore=DL3008",
             f"RUN {apt_cache} \\",
             "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
             f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT} \\",
             f"    && if apt-cache show python{py}-dev >/dev/null 2>&1; then \\",
-            f"        apt-get install -y --no-install-recommends python{py} python{py}-venv python{py}-dev; \\",
+            (
+                f"        apt-get install -y --no-install-recommends python{py} python{py}-venv"
+                f" python{py}-dev; \\"
+            ),
             f"    elif ! python{py} -c 'import venv, ensurepip' >/dev/null 2>&1; then \\",
-            f'        echo "envbuild: the base image has no python{py} (with venv) and its apt offers none" >&2; exit 1; fi',
+            (
+                f'        echo "envbuild: the base image has no python{py} (with venv) and its apt'
+                ' offers none" >&2; exit 1; fi'
+            ),
             "",
         ]
     else:
@@ -374,14 +475,22 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
             out += [f"# Python {py}: Ubuntu {base.ubuntu}'s own."]
             ppa = ""
         else:
-            out += [f"# Python {py} from the deadsnakes PPA (Ubuntu {base.ubuntu}'s own is {SYSTEM_PYTHON[base.ubuntu]})."]
-            ppa = (" \\\n    && apt-get install -y --no-install-recommends software-properties-common gpg-agent"
-                   " \\\n    && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update")
+            out += [
+                f"# Python {py} from the deadsnakes PPA (Ubuntu {base.ubuntu}'s own is"
+                f" {SYSTEM_PYTHON[base.ubuntu]})."
+            ]
+            ppa = (
+                " \\\n    && apt-get install -y --no-install-recommends software-properties-common"
+                " gpg-agent \\\n    && add-apt-repository -y ppa:deadsnakes/ppa && apt-get update"
+            )
         out += [
             "# hadolint ignore=DL3008",
             f"RUN {apt_cache} \\",
             "    rm -f /etc/apt/apt.conf.d/docker-clean \\",
-            f"    && apt-get update && apt-get install -y --no-install-recommends {RUNTIME_APT}{ppa} \\",
+            (
+                "    && apt-get update && apt-get install -y --no-install-recommends"
+                f" {RUNTIME_APT}{ppa} \\"
+            ),
             f"    && apt-get install -y --no-install-recommends {packages}",
             "",
         ]
@@ -391,49 +500,86 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
     overlay = layout.overlay_env(spec, paths)
     overlay.pop("PIP_CACHE_DIR", None)
     overlay.pop("UV_CACHE_DIR", None)  # cache mounts at build time; the image itself stays small
-    env_lines = [docker_env("VIRTUAL_ENV", venv, "--venv"), f"PATH={docker_path(venv, '--venv')}/bin:$PATH"]
+    env_lines = [
+        docker_env("VIRTUAL_ENV", venv, "--venv"),
+        f"PATH={docker_path(venv, '--venv')}/bin:$PATH",
+    ]
     env_lines += [docker_env(k, v, f"{spec.path}: env.{k}") for k, v in overlay.items()]
     out += [
-        "# The environment overlay (what the venv's activate sources on a host): set before the first",
+        (
+            "# The environment overlay (what the venv's activate sources on a host): set before the"
+            " first"
+        ),
         "# step, so every RUN below and every `docker run` has it."
-        + (" The spec's from_env values are not here: `docker run -e NAME`." if spec.env_from else ""),
+        + (
+            " The spec's from_env values are not here: `docker run -e NAME`."
+            if spec.env_from
+            else ""
+        ),
         "ENV " + " \\\n    ".join(env_lines),
         "",
     ]
-    build_args = [check_env_name(v, "a ${VAR} of the spec") for v in spec_vars(spec) if v not in wheelhouse_vars]
+    build_args = [
+        check_env_name(v, "a ${VAR} of the spec")
+        for v in spec_vars(spec)
+        if v not in wheelhouse_vars
+    ]
     if build_args:
-        out += ["# The spec's ${VAR} references, settable with --build-arg.", *[f"ARG {v}" for v in build_args], ""]
-    warnings = [f"{spec.path}: ${{{v}}} becomes the build argument {v}, and build arguments are kept in the "
-                f"image's history; give a secret to the image as a build secret instead: {{ from_env = \"{v}\" }} "
-                "in the step's env" for v in build_args if SECRET_NAME.search(v)]
-    cache_mounts = (f"--mount=type=cache,target={cache['PIP_CACHE_DIR']} "
-                    f"--mount=type=cache,target={cache['UV_CACHE_DIR']}")
+        out += [
+            "# The spec's ${VAR} references, settable with --build-arg.",
+            *[f"ARG {v}" for v in build_args],
+            "",
+        ]
+    warnings = [
+        f"{spec.path}: ${{{v}}} becomes the build argument {v}, and build arguments are kept in"
+        " the "
+        "image's history; give a secret to the image as a build secret instead: { from_env ="
+        f' "{v}" }} '
+        "in the step's env"
+        for v in build_args
+        if SECRET_NAME.search(v)
+    ]
+    cache_mounts = (
+        f"--mount=type=cache,target={cache['PIP_CACHE_DIR']} "
+        f"--mount=type=cache,target={cache['UV_CACHE_DIR']}"
+    )
     wheelhouse_mount = f"--mount=type=bind,from={WHEELHOUSE_CONTEXT},target={IMAGE_WHEELHOUSE}"
     provision = ["envbuild", "provision", "--stack", IMAGE_SPEC, "--root", root, "--home", "/root"]
     if spec.abi.adopt:
         provision += ["--venv", venv]
     if opts.offline:
         provision += ["--offline", "--wheelhouse", IMAGE_WHEELHOUSE]
-    pinned_after = 0 if spec.abi.adopt else next(s.number for s in plan.steps if s.role == "baseline")
+    pinned_after = (
+        0 if spec.abi.adopt else next(s.number for s in plan.steps if s.role == "baseline")
+    )
     total = len(plan.steps)
     copied: set[str] = set()  # step files already in the image
     for planned, text in zip(plan.steps, slices, strict=True):
-        rel = docker_path(f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.toml", "a spec slice")
+        rel = docker_path(
+            f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.toml", "a spec slice"
+        )
         files[rel] = text
         lock_copies: list[str] = []
         if lock is not None:
             count = len(parse_toml(text)["step"])
-            rel_lock = docker_path(f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.lock.json", "a lock slice")
+            rel_lock = docker_path(
+                f"{opts.steps_dir}/{planned.number:02d}-{planned.name}.lock.json", "a lock slice"
+            )
             files[rel_lock] = json.dumps(prefix_manifest(lock, count), indent=2) + "\n"
             lock_copies.append(f"COPY {rel_lock} {IMAGE_LOCK_DIR}/lock.json")
-            new = [s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied]
+            new = [
+                s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied
+            ]
             for name in new:
                 assert name is not None
                 files[f"{opts.steps_dir}/{name}"] = (lock.folder / name).read_text(encoding="utf-8")
                 copied.add(name)
             if new:
-                lock_copies.append(f"COPY {' '.join(docker_path(f'{opts.steps_dir}/{n}', 'a lock step file') for n in new)} "
-                                   f"{IMAGE_LOCK_DIR}/")
+                lock_copies.append(
+                    "COPY"
+                    f" {' '.join(docker_path(f'{opts.steps_dir}/{n}', 'a lock step file') for n in new)}"
+                    f" {IMAGE_LOCK_DIR}/"
+                )
         mounts = [cache_mounts, SECRETS]
         env_prefix = ""
         if opts.offline or planned.step.find_links:
@@ -443,31 +589,51 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
         secrets = [check_env_name(k, f"step[{planned.number}].env") for k in planned.step.env_from]
         mounts += [f"--mount=type=secret,id={k}" for k in secrets]
         out += [
-            docker_comment(f"step {planned.number}/{total} {planned.name} ({planned.role}): "
-                           f"{', '.join(planned.step.names)}", f"step[{planned.number}]"),
+            docker_comment(
+                f"step {planned.number}/{total} {planned.name} ({planned.role}): "
+                f"{', '.join(planned.step.names)}",
+                f"step[{planned.number}]",
+            ),
             f"COPY {rel} {IMAGE_SPEC}",
             *lock_copies,
             f"RUN {' '.join(mounts)} \\",
             *[f"    {secret_line(k)} \\" for k in secrets],
-            f"    {env_prefix}{docker_run([*provision, '--step', planned.name], 'the provision command')}",
+            (
+                f"    {env_prefix}{docker_run([*provision, '--step', planned.name], 'the provision command')}"
+            ),
             "",
         ]
         if planned.number == max(pinned_after, 1):
             out += [
-                docker_comment(f"{spec.abi.package} is frozen from here on: every later layer, and every "
-                               "`pip install` /", "abi.package"),
+                docker_comment(
+                    f"{spec.abi.package} is frozen from here on: every later layer, and every "
+                    "`pip install` /",
+                    "abi.package",
+                ),
                 "# `uv pip install` a user of this image runs, reads the constraints file.",
                 f"ENV {docker_env('PIP_CONSTRAINT', constraints, '--root')} \\",
                 f"    {docker_env('UV_CONSTRAINT', constraints, '--root')}",
                 "",
             ]
-    runtime_caches = [str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
-                      if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")]
+    runtime_caches = [
+        str(paths.cache / sub)
+        for var, sub in layout.CACHE_DIRS.items()
+        if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")
+    ]
     smoke = ["envbuild", "smoke", "--stack", IMAGE_SPEC, "--root", root, "--venv", venv]
     out += [
-        "# Smoke: the checks that run without a GPU; the rest with `docker run --gpus all` (see the top).",
-        "# Then the run-time caches (Triton, Inductor, HF) are opened to any user: the image runs as",
-        "# root by default and also as `docker run --user UID:GID` (the venv stays read-only to it).",
+        (
+            "# Smoke: the checks that run without a GPU; the rest with `docker run --gpus all` (see"
+            " the top)."
+        ),
+        (
+            "# Then the run-time caches (Triton, Inductor, HF) are opened to any user: the image"
+            " runs as"
+        ),
+        (
+            "# root by default and also as `docker run --user UID:GID` (the venv stays read-only to"
+            " it)."
+        ),
         f"RUN {docker_run(smoke, '--root')} \\",
         f"    && {docker_run(['chmod', '1777', *runtime_caches], '--root')}",
         "",
@@ -515,11 +681,17 @@ def stale_files(rendered: Rendered, dockerfile: Path, context: Path, steps_dir: 
     folder = context / steps_dir
     if folder.is_dir():
         wanted = {context / rel for rel in rendered.files}
-        stale += [str(p) for p in sorted({p for g in STEP_FILE_GLOBS for p in folder.glob(g)}) if p not in wanted]
+        stale += [
+            str(p)
+            for p in sorted({p for g in STEP_FILE_GLOBS for p in folder.glob(g)})
+            if p not in wanted
+        ]
     return stale
 
 
-def write_build_files(files: Mapping[str, str], context: Path, steps_folder: Path, tool_src: Path) -> None:
+def write_build_files(
+    files: Mapping[str, str], context: Path, steps_folder: Path, tool_src: Path
+) -> None:
     """The spec slices and lock files a rendered image reads (``files``, relative to ``context``),
     in ``steps_folder`` with nothing stale left beside them; and envbuild's source at ``tool_src``
     when the context is outside a checkout."""

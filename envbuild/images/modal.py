@@ -81,14 +81,16 @@ class StepLayer:
     lock: str | None  # context-relative: the lock's prefix manifest for this slice
     files: tuple[str, ...]  # context-relative: hash-pinned step files this slice adds
     wheelhouse: bool  # a find-links step: the wheelhouse goes to /wheelhouse first
-    secrets: tuple[str, ...] = ()  # the step's from_env names: a Modal secret from the importer's environment
+    # the step's from_env names: a Modal secret from the importer's environment
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RenderedModal:
     source: str  # the Python file
     dockerfile: str | None  # dockerfile mode: the Dockerfile's text
-    files: dict[str, str] = field(default_factory=dict)  # context-relative path -> text (slices, lock files)
+    # context-relative path -> text (slices, lock files)
+    files: dict[str, str] = field(default_factory=dict)
     layers: tuple[StepLayer, ...] = ()
 
 
@@ -105,27 +107,42 @@ def step_layers(spec: StackSpec, rendered: Rendered, opts: DockerOptions) -> tup
         if lock is not None:
             lock_rel = f"{stem}.lock.json"
             count = len(parse_toml(text)["step"])
-            new = [s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied]
+            new = [
+                s.file for s in lock.steps[:count] if s.locked and s.file and s.file not in copied
+            ]
             copied.update(n for n in new if n)
-        out.append(StepLayer(planned.name, f"{stem}.toml", lock_rel,
-                             tuple(f"{opts.steps_dir}/{n}" for n in new if n), bool(planned.step.find_links),
-                             tuple(planned.step.env_from)))
+        out.append(
+            StepLayer(
+                planned.name,
+                f"{stem}.toml",
+                lock_rel,
+                tuple(f"{opts.steps_dir}/{n}" for n in new if n),
+                bool(planned.step.find_links),
+                tuple(planned.step.env_from),
+            )
+        )
     return tuple(out)
 
 
 def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
     docker = opts.docker
     if docker.offline:
-        raise ConfigError("the Modal lane has no --offline: give the wheelhouse to image(wheelhouse=DIR) instead")
+        raise ConfigError(
+            "the Modal lane has no --offline: give the wheelhouse to image(wheelhouse=DIR) instead"
+        )
     rendered = render(spec, docker)
     layers = step_layers(spec, rendered, docker)
     if opts.mode == "dockerfile":
         needs = [s.name for s in layers if s.wheelhouse]
         if needs:
             raise ConfigError(
-                f"{spec.name}: step(s) {', '.join(needs)} install from the wheelhouse, which the Dockerfile mounts "
-                "as a named build context (--build-context wheelhouse=DIR); Modal's from_dockerfile has none",
-                hint="Use --mode steps: it copies the wheelhouse into the image before those steps.")
+                f"{spec.name}: step(s) {', '.join(needs)} install from the wheelhouse, which the"
+                " Dockerfile mounts as a named build context (--build-context wheelhouse=DIR);"
+                " Modal's from_dockerfile has none",
+                hint=(
+                    "Use --mode steps: it copies the wheelhouse into the image before those steps."
+                ),
+            )
     base = choose_base(spec, docker)
     paths = layout.Paths(root=Path(docker.root), venv_name=docker.venv or spec.layout.venv)
     venv = docker.venv or f"{docker.root}/{spec.layout.venv}"
@@ -136,11 +153,23 @@ def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
     env = {"VIRTUAL_ENV": venv, "PATH": path, **overlay}
     plan = make_plan(spec)
     pin_after = None if spec.abi.adopt else next(s.name for s in plan.steps if s.role == "baseline")
-    provision = ["envbuild", "provision", "--stack", IMAGE_SPEC, "--root", docker.root, "--home", "/root"]
+    provision = [
+        "envbuild",
+        "provision",
+        "--stack",
+        IMAGE_SPEC,
+        "--root",
+        docker.root,
+        "--home",
+        "/root",
+    ]
     if spec.abi.adopt:
         provision += ["--venv", venv]
-    runtime_caches = [str(paths.cache / sub) for var, sub in layout.CACHE_DIRS.items()
-                      if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")]
+    runtime_caches = [
+        str(paths.cache / sub)
+        for var, sub in layout.CACHE_DIRS.items()
+        if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")
+    ]
     target = ["--stack", IMAGE_SPEC, "--root", docker.root, "--venv", venv]
     values = {
         "STACK": spec.name,
@@ -156,30 +185,53 @@ def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
         "CONSTRAINTS": str(paths.constraints),
         "PIN_AFTER": pin_after,
         "STEPS": [(s.name, s.spec, s.lock, list(s.files), s.wheelhouse) for s in layers],
-        "SECRETS": {s.name: [check_env_name(k, f"step {s.name} env") for k in s.secrets] for s in layers if s.secrets},
+        "SECRETS": {
+            s.name: [check_env_name(k, f"step {s.name} env") for k in s.secrets]
+            for s in layers
+            if s.secrets
+        },
         "PROVISION": sh_join(provision, "--root"),
         "SPEC_VARS": [v for v in spec_vars(spec) if v != "ENVBUILD_WHEELHOUSE"],
         "TOOL_INSTALL": _tool_install(spec.python if not spec.abi.adopt else None, venv),
-        "VERIFY": [sh_join(["envbuild", "verify", *target], "--root"),
-                   sh_join(["envbuild", "smoke", *target], "--root") + " && "
-                   + sh_join(["chmod", "1777", *runtime_caches], "--root")],
+        "VERIFY": [
+            sh_join(["envbuild", "verify", *target], "--root"),
+            sh_join(["envbuild", "smoke", *target], "--root")
+            + " && "
+            + sh_join(["chmod", "1777", *runtime_caches], "--root"),
+        ],
     }
     source = _SOURCE.format(
         command=py_docstring(docker.command, "the command line that renders this file"),
-        summary=py_docstring(f"Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
-                             + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "") + f", Python {spec.python}.",
-                             "the stack"),
+        summary=py_docstring(
+            f"Stack {spec.name} ({spec.digest}): {spec.abi.package} {spec.abi.version}"
+            + (f", CUDA {spec.abi.cuda}" if spec.abi.cuda else "")
+            + f", Python {spec.python}.",
+            "the stack",
+        ),
         mode=opts.mode,
-        values="\n".join(f"{k}{_ANNOTATIONS.get(k, '')} = {py_literal(v)}" for k, v in values.items()),
-        image_dir=IMAGE_LOCK_DIR, image_spec=IMAGE_SPEC, wheelhouse=IMAGE_WHEELHOUSE,
+        values="\n".join(
+            f"{k}{_ANNOTATIONS.get(k, '')} = {py_literal(v)}" for k, v in values.items()
+        ),
+        image_dir=IMAGE_LOCK_DIR,
+        image_spec=IMAGE_SPEC,
+        wheelhouse=IMAGE_WHEELHOUSE,
     )
-    return RenderedModal(source=source, dockerfile=rendered.dockerfile if opts.mode == "dockerfile" else None,
-                         files=dict(rendered.files), layers=layers)
+    return RenderedModal(
+        source=source,
+        dockerfile=rendered.dockerfile if opts.mode == "dockerfile" else None,
+        files=dict(rendered.files),
+        layers=layers,
+    )
 
 
-_ANNOTATIONS = {"STEPS": ": list[tuple[str, str, str | None, list[str], bool]]", "SPEC_VARS": ": list[str]",
-                "SECRETS": ": dict[str, list[str]]",
-                "BASE": ": str | None", "DOCKERFILE_NAME": ": str | None", "PIN_AFTER": ": str | None"}
+_ANNOTATIONS = {
+    "STEPS": ": list[tuple[str, str, str | None, list[str], bool]]",
+    "SPEC_VARS": ": list[str]",
+    "SECRETS": ": dict[str, list[str]]",
+    "BASE": ": str | None",
+    "DOCKERFILE_NAME": ": str | None",
+    "PIN_AFTER": ": str | None",
+}
 
 
 def _tool_install(python: str | None, venv: str) -> str:

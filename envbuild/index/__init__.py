@@ -2,8 +2,10 @@
 
 - ``client.py``     pages, ``Artifact``, file names, one timeout, ``SourceError``
 - ``index/net.py``        the network rule: deadlines, retries, reachability probes, redaction
-- ``index/download.py``   the one downloader: streamed, retried by net's rule, resumed, sha256-checked
-- ``index/metacache.py``  the metadata cache by sha256 (light: check-lock reads it without the client)
+- ``index/download.py``   the one downloader: streamed, retried by net's rule, resumed,
+  sha256-checked
+- ``index/metacache.py``  the metadata cache by sha256 (light: check-lock reads it without the
+  client)
 - ``index/wheeltags.py``  which wheels install on a lock's target; what a wheelhouse holds
 
 Nothing is re-exported here: importing ``envbuild.index.metacache`` must not import the client.
@@ -15,4 +17,5 @@ OWNS: tuple[str, ...] = (
     "``$ENVBUILD_CACHE_DIR/file-hashes/``",
 )
 
-PYPI = "https://pypi.org/simple"  # the package index where nothing else is configured (pip's, uv's default)
+# the package index where nothing else is configured (pip's, uv's default)
+PYPI = "https://pypi.org/simple"

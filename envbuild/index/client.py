@@ -15,8 +15,8 @@ lists no requirements). Metadata is cached by artifact sha256 under ``$ENVBUILD_
 One timeout policy (``TIMEOUT``: seconds to connect, seconds of silence while reading) for
 every request, pages and downloads alike; pages and files are retried the way ``net.retrying``
 retries (timeouts, resets, 5xx, within ``DEADLINE``, announced as they happen); and one error
-type (``SourceError``, exit 3) for a source that still does not answer or answers an error. URLs may carry credentials
-(``https://user:token@host/simple``): they are used for the request, kept for links on the same
+type (``SourceError``, exit 3) for a source that still does not answer or answers an error. URLs may
+carry credentials (``https://user:token@host/simple``): they are used for the request, kept for links on the same
 host, and only ``redact``-ed forms appear in messages.
 
 Why not ``pypi-simple``: it parses the same pages, but brings pydantic 2, beautifulsoup4 and
@@ -64,16 +64,34 @@ TIMEOUT = (10.0, 30.0)  # seconds to connect, seconds without a byte while readi
 # seconds a page or file request goes on retrying ($ENVBUILD_NET_DEADLINE): room for a few
 # attempts of TIMEOUT, since a lock reads hundreds of pages and one hiccup must not end it
 DEADLINE = 120.0
-_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+_ACCEPT = (
+    "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2,"
+    " text/html;q=0.1"
+)
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
 
-_cache_get = metacache.get  # the metadata cache lives in envbuild.index.metacache (light, read by check-lock)
+# the metadata cache lives in envbuild.index.metacache (light, read by check-lock)
+_cache_get = metacache.get
 _cache_put = metacache.put
 
 __all__ = [
-    "TIMEOUT", "Artifact", "ArtifactFinder", "SourceError", "Sources", "cache_dir", "cached_requires",
-    "find_links_files", "index_files", "local_sha256", "page_files", "parse_filename", "project_of", "read_bytes",
-    "requires_of", "same_version", "session",
+    "TIMEOUT",
+    "Artifact",
+    "ArtifactFinder",
+    "SourceError",
+    "Sources",
+    "cache_dir",
+    "cached_requires",
+    "find_links_files",
+    "index_files",
+    "local_sha256",
+    "page_files",
+    "parse_filename",
+    "project_of",
+    "read_bytes",
+    "requires_of",
+    "same_version",
+    "session",
 ]
 
 
@@ -126,7 +144,9 @@ def project_of(filename: str) -> NormalizedName | None:
 
 
 def same_version(a: str, b: str) -> bool:
-    return canonicalize_version(a, strip_trailing_zero=False) == canonicalize_version(b, strip_trailing_zero=False)
+    return canonicalize_version(a, strip_trailing_zero=False) == canonicalize_version(
+        b, strip_trailing_zero=False
+    )
 
 
 # ----------------------------------------------------------------------------- requests
@@ -149,7 +169,9 @@ def _default_session() -> requests.Session:
     return _SESSION[0]
 
 
-def _fetch(url: str, *, accept: str | None = None, http: requests.Session | None = None) -> tuple[bytes, str, bool] | None:
+def _fetch(
+    url: str, *, accept: str | None = None, http: requests.Session | None = None
+) -> tuple[bytes, str, bool] | None:
     """Body, final URL and whether it is PEP 691 JSON; None on 404 (or a missing local file)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
@@ -164,21 +186,33 @@ def _fetch(url: str, *, accept: str | None = None, http: requests.Session | None
 
     client = http or _default_session()
     headers = {"Accept": accept} if accept else {}
-    try:  # the same timeout every attempt (grow=1): it is one of silence, the body may be a large wheel
-        resp = retrying(url, lambda t: client.get(url, timeout=t, headers=headers), timeout=TIMEOUT,
-                        deadline=deadline_seconds(DEADLINE), grow=1.0)
+    # the same timeout every attempt (grow=1): it is one of silence, the body may be a large wheel
+    try:
+        resp = retrying(
+            url,
+            lambda t: client.get(url, timeout=t, headers=headers),
+            timeout=TIMEOUT,
+            deadline=deadline_seconds(DEADLINE),
+            grow=1.0,
+        )
     except requests.exceptions.RequestException as exc:
         from envbuild.index.net import failure
 
         why = failure(exc)[1]
-        raise SourceError(f"cannot reach {redact(url)}: {redact(why)[:300]}",
-                          hint="Check the network and the step's index_url/find_links, or work offline "
-                          "against a wheelhouse folder (find_links) with no_index = true.") from exc
+        raise SourceError(
+            f"cannot reach {redact(url)}: {redact(why)[:300]}",
+            hint=(
+                "Check the network and the step's index_url/find_links, or work offline "
+                "against a wheelhouse folder (find_links) with no_index = true."
+            ),
+        ) from exc
     if resp.status_code == 404:
         return None
     if resp.status_code >= 400:
-        raise SourceError(f"{redact(url)} answered HTTP {resp.status_code}",
-                          hint="Check the URL and its credentials.")
+        raise SourceError(
+            f"{redact(url)} answered HTTP {resp.status_code}",
+            hint="Check the URL and its credentials.",
+        )
     final = resp.url or url
     src, dst = urlsplit(url), urlsplit(final)
     if dst.hostname == src.hostname and "@" in src.netloc and "@" not in dst.netloc:
@@ -218,7 +252,9 @@ def _artifact(filename: str, url: str, sha: str | None, metadata: object) -> Art
     if parse_filename(filename) is None:
         return None
     clean = url.split("#", 1)[0]
-    return Artifact(filename, clean, sha, clean + ".metadata" if metadata and metadata != "false" else None)
+    return Artifact(
+        filename, clean, sha, clean + ".metadata" if metadata and metadata != "false" else None
+    )
 
 
 def page_files(body: bytes, base: str, is_json: bool = False) -> list[Artifact]:
@@ -230,12 +266,18 @@ def page_files(body: bytes, base: str, is_json: bool = False) -> list[Artifact]:
         except (ValueError, AttributeError) as exc:
             raise SourceError(f"{redact(base)}: not a PEP 691 project page (invalid JSON)") from exc
         for f in files if isinstance(files, list) else []:
-            if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
+            if (
+                not isinstance(f, dict)
+                or not isinstance(f.get("filename"), str)
+                or not isinstance(f.get("url"), str)
+            ):
                 continue
             hashes = f["hashes"] if isinstance(f.get("hashes"), dict) else {}
             meta = f.get("core-metadata") or f.get("dist-info-metadata")
             sha = hashes.get("sha256")
-            a = _artifact(f["filename"], urljoin(base, f["url"]), sha if isinstance(sha, str) else None, meta)
+            a = _artifact(
+                f["filename"], urljoin(base, f["url"]), sha if isinstance(sha, str) else None, meta
+            )
             if a is not None:
                 out.append(a)
         return out
@@ -252,9 +294,13 @@ def page_files(body: bytes, base: str, is_json: bool = False) -> list[Artifact]:
     return out
 
 
-def index_files(index_url: str, project: str, *, http: requests.Session | None = None) -> list[Artifact]:
+def index_files(
+    index_url: str, project: str, *, http: requests.Session | None = None
+) -> list[Artifact]:
     """Files of ``project`` on a PEP 503/691 index."""
-    got = _fetch(index_url.rstrip("/") + f"/{canonicalize_name(project)}/", accept=_ACCEPT, http=http)
+    got = _fetch(
+        index_url.rstrip("/") + f"/{canonicalize_name(project)}/", accept=_ACCEPT, http=http
+    )
     return page_files(*got) if got else []
 
 
@@ -265,8 +311,11 @@ def find_links_files(location: str, *, http: requests.Session | None = None) -> 
         folder = Path(unquote(parts.path) if parts.scheme == "file" else location)
         if not folder.is_dir():
             return []
-        return [Artifact(p.name, p.resolve().as_uri()) for p in sorted(folder.iterdir())
-                if p.is_file() and parse_filename(p.name) is not None]
+        return [
+            Artifact(p.name, p.resolve().as_uri())
+            for p in sorted(folder.iterdir())
+            if p.is_file() and parse_filename(p.name) is not None
+        ]
     got = _fetch(location, http=http)
     return page_files(*got) if got else []
 
@@ -275,8 +324,8 @@ def find_links_files(location: str, *, http: requests.Session | None = None) -> 
 class Sources:
     index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
-    # how many leading index_urls / find_links come from the installer's own configuration (pip.conf,
-    # PIP_*) rather than the spec: used to resolve here, never recorded in a lock
+    # how many leading index_urls / find_links come from the installer's own configuration
+    # (pip.conf, PIP_*) rather than the spec: used to resolve here, never recorded in a lock
     configured_indexes: int = 0
     configured_links: int = 0
 
@@ -297,7 +346,11 @@ class ArtifactFinder:
             for index in self.sources.index_urls:
                 found += index_files(index, key, http=self.http)
             if self._flat is None:
-                self._flat = [a for loc in self.sources.find_links for a in find_links_files(loc, http=self.http)]
+                self._flat = [
+                    a
+                    for loc in self.sources.find_links
+                    for a in find_links_files(loc, http=self.http)
+                ]
             found += [a for a in self._flat if a.project == key]
             self._projects[key] = found
         return self._projects[key]
@@ -308,8 +361,12 @@ class ArtifactFinder:
             return a
         if a.local_path is not None:
             return Artifact(a.filename, a.url, local_sha256(a.local_path), a.metadata_url)
-        return Artifact(a.filename, a.url, hashlib.sha256(read_bytes(a.url, http=self.http)).hexdigest(),
-                        a.metadata_url)
+        return Artifact(
+            a.filename,
+            a.url,
+            hashlib.sha256(read_bytes(a.url, http=self.http)).hexdigest(),
+            a.metadata_url,
+        )
 
     def matching_all(self, project: str, version: str) -> list[Artifact]:
         """Every file of ``project==version``, with its sha256 (local files are hashed)."""
@@ -344,7 +401,8 @@ def local_sha256(path: Path) -> str:
     """sha256 of a local file, remembered in ``$ENVBUILD_CACHE_DIR/file-hashes/`` under what changes
     whenever its bytes do: device, inode, size, mtime and ctime (the kernel sets ctime on every
     write, and no call sets it back). A find-links folder's 2 GB torch wheel is hashed once, not
-    on every lock and provision that looks at it; the installer still checks the bytes it installs."""
+    on every lock and provision that looks at it; the installer still checks the bytes it installs.
+    """
     st = path.stat()
     real = str(path.resolve())
     key = [real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
@@ -369,7 +427,7 @@ def local_sha256(path: Path) -> str:
 
 def parse_requires(metadata_text: str) -> list[str]:
     msg = email.parser.HeaderParser().parsestr(metadata_text)
-    return [str(v) for v in (msg.get_all("Requires-Dist") or [])]
+    return [str(v) for v in msg.get_all("Requires-Dist") or []]
 
 
 def _wheel_metadata(data: bytes | Path) -> str:
@@ -391,8 +449,11 @@ def _sdist_requires(data: bytes | Path, filename: str) -> list[str]:
                 elif name.endswith(".egg-info/requires.txt") and requires_txt is None:
                     requires_txt = zf.read(name).decode("utf-8", "replace")
     else:
-        with (tarfile.open(name=data, mode="r:gz") if isinstance(data, Path)
-              else tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")) as tf:
+        with (
+            tarfile.open(name=data, mode="r:gz")
+            if isinstance(data, Path)
+            else tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")
+        ) as tf:
             for m in tf.getmembers():
                 if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"):
                     f = tf.extractfile(m)
@@ -438,13 +499,23 @@ def requires_of(artifact: Artifact) -> list[str]:
         else:
             data = read_bytes(artifact.url)
             if artifact.sha256 and hashlib.sha256(data).hexdigest() != artifact.sha256:
-                raise SourceError(f"{redact(artifact.url)}: the file does not match its sha256 {artifact.sha256}")
+                raise SourceError(
+                    f"{redact(artifact.url)}: the file does not match its sha256 {artifact.sha256}"
+                )
             reqs = _sdist_requires(data, artifact.filename)
-    else:  # never the whole file in memory: the metadata file, ranges, else streamed to disk (``remotezip``)
+    # never the whole file in memory: the metadata file, ranges, else streamed to disk
+    # (``remotezip``)
+    else:
         from envbuild.index.remotezip import remote_metadata
 
-        text, path = remote_metadata(artifact.url, artifact.sha256, http=_default_session(), timeout=TIMEOUT,
-                                     wheel=artifact.is_wheel, metadata_url=artifact.metadata_url)
+        text, path = remote_metadata(
+            artifact.url,
+            artifact.sha256,
+            http=_default_session(),
+            timeout=TIMEOUT,
+            wheel=artifact.is_wheel,
+            metadata_url=artifact.metadata_url,
+        )
         if text is not None:
             reqs = parse_requires(text)
         else:
@@ -455,5 +526,3 @@ def requires_of(artifact: Artifact) -> list[str]:
                 path.unlink(missing_ok=True)
     _cache_put(artifact.sha256, reqs)
     return reqs
-
-

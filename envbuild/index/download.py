@@ -5,9 +5,10 @@ Every transfer goes through ``net.retrying``: timeouts, resets, a connection dro
 HTTP 5xx/429 are retried with backoff within the deadline (``ENVBUILD_NET_DEADLINE``, 30 s);
 a host name that does not resolve and an HTTP 4xx are final at once. The deadline bounds the
 time without progress, not a large file that keeps arriving: bytes beyond the most the file has
-held start it again (a server that cuts every copy at the same place runs out of time). A cut transfer resumes from its ``.partial`` file with an HTTP Range request
-(a server that ignores Range sends it whole, which is taken as such); a resumed file whose
-sha256 is wrong is fetched once more from zero before it counts as a mismatch.
+held start it again (a server that cuts every copy at the same place runs out of time). A cut
+transfer resumes from its ``.partial`` file with an HTTP Range request (a server that ignores Range
+sends it whole, which is taken as such); a resumed file whose sha256 is wrong is fetched once more
+from zero before it counts as a mismatch.
 
 The mirror (``wheelhouse.mirror``), the metadata reader's last resort (``index.remotezip``) and
 ``provision --lock``'s unhashed files (``fromlock``) all download here; the credentials a URL
@@ -47,9 +48,16 @@ class _Progress:
     resumed: bool = False
 
 
-def download(url: str, dest: Path, sha256: str | None = None, *, http: requests.Session | None = None,
-             timeout: float | Timeouts = CONNECT_READ, deadline: float | None = None,
-             on_bytes: Callable[[int, int | None], None] | None = None) -> Path:
+def download(
+    url: str,
+    dest: Path,
+    sha256: str | None = None,
+    *,
+    http: requests.Session | None = None,
+    timeout: float | Timeouts = CONNECT_READ,
+    deadline: float | None = None,
+    on_bytes: Callable[[int, int | None], None] | None = None,
+) -> Path:
     """``url`` into ``dest`` (through ``dest.partial``, resumed where an earlier run left one),
     checked against ``sha256`` where given; ``dest``.
 
@@ -79,12 +87,16 @@ def download(url: str, dest: Path, sha256: str | None = None, *, http: requests.
         try:
             answer = retrying(url, send, timeout=timeout, deadline=clock)
         except requests.exceptions.RequestException as exc:
-            raise SourceError(f"{shown}: {failure(exc)[1]} ({clock.attempts} attempts in "
-                              f"{clock.elapsed():.0f} s)",
-                              hint=f"The partial file is kept ({part}); run again to resume.") from exc
+            raise SourceError(
+                f"{shown}: {failure(exc)[1]} ({clock.attempts} attempts in "
+                f"{clock.elapsed():.0f} s)",
+                hint=f"The partial file is kept ({part}); run again to resume.",
+            ) from exc
         if answer.status_code >= 400:
-            raise SourceError(f"{shown} answered HTTP {answer.status_code}"
-                              + (f" (expected sha256 {sha256})" if sha256 else ""))
+            raise SourceError(
+                f"{shown} answered HTTP {answer.status_code}"
+                + (f" (expected sha256 {sha256})" if sha256 else "")
+            )
         try:
             return _finish(part, dest, sha256, shown)
         except HashMismatch:
@@ -93,14 +105,23 @@ def download(url: str, dest: Path, sha256: str | None = None, *, http: requests.
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _attempt(http: requests.Session, url: str, part: Path, clock: Deadline, progress: _Progress,
-             on_bytes: Callable[[int, int | None], None] | None, t: Timeouts) -> requests.Response:
+def _attempt(
+    http: requests.Session,
+    url: str,
+    part: Path,
+    clock: Deadline,
+    progress: _Progress,
+    on_bytes: Callable[[int, int | None], None] | None,
+    t: Timeouts,
+) -> requests.Response:
     """One request, its body appended to ``part``: the answer, or a ``requests`` exception that
     ``net.retrying`` judges (a body cut short is a ``ChunkedEncodingError``: retried)."""
     import requests
 
     have = part.stat().st_size if part.exists() else 0
-    resp = http.get(url, headers={"Range": f"bytes={have}-"} if have else {}, stream=True, timeout=t)
+    resp = http.get(
+        url, headers={"Range": f"bytes={have}-"} if have else {}, stream=True, timeout=t
+    )
     if resp.status_code == 416:  # the partial file is no prefix of this one: start again
         resp.close()
         part.unlink(missing_ok=True)
@@ -123,7 +144,9 @@ def _attempt(http: requests.Session, url: str, part: Path, clock: Deadline, prog
                 if on_bytes is not None:
                     on_bytes(done, total)
     if total is not None and done < total:
-        raise requests.exceptions.ChunkedEncodingError(f"connection closed after {done} of {total} bytes")
+        raise requests.exceptions.ChunkedEncodingError(
+            f"connection closed after {done} of {total} bytes"
+        )
     return resp
 
 
@@ -135,7 +158,9 @@ def _finish(part: Path, dest: Path, sha256: str | None, shown: str) -> Path:
                 h.update(block)
         if h.hexdigest() != sha256.lower():
             part.unlink(missing_ok=True)
-            raise HashMismatch(f"sha256 mismatch for {shown}: expected {sha256}, got {h.hexdigest()}; "
-                           "the file was not kept (tampered or re-uploaded)")
+            raise HashMismatch(
+                f"sha256 mismatch for {shown}: expected {sha256}, got {h.hexdigest()}; "
+                "the file was not kept (tampered or re-uploaded)"
+            )
     os.replace(part, dest)
     return dest

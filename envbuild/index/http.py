@@ -33,7 +33,8 @@ __all__ = ["session"]
 
 
 def _truststore_adapter() -> HTTPAdapter | None:
-    """An HTTPAdapter whose connections verify against the system store (None without truststore)."""
+    """An HTTPAdapter whose connections verify against the system store (None without
+    truststore)."""
     try:
         import truststore
     except ImportError:

@@ -1,6 +1,7 @@
 """The metadata cache: a distribution's ``Requires-Dist``, by the sha256 of the artifact it was
 read from (``$ENVBUILD_CACHE_DIR/metadata/<sha256>.json``). Light on purpose: ``check-lock`` reads
-it on every run (offline too) and must not pay for the index client (``envbuild.index.client``) to do so.
+it on every run (offline too) and must not pay for the index client (``envbuild.index.client``) to
+do so.
 """
 
 from __future__ import annotations

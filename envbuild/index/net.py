@@ -40,7 +40,8 @@ from envbuild.index.redaction import redact as redact  # re-exported: every sour
 
 
 class SourceError(PreflightError):
-    """A package source (index, find-links page, artifact URL) did not answer, or answered an error."""
+    """A package source (index, find-links page, artifact URL) did not answer, or answered an
+    error."""
 
 
 DEFAULT_TIMEOUT = 3.0  # seconds of a probe's first attempt (to connect; of silence while reading)
@@ -50,8 +51,13 @@ GROW = 1.6  # each attempt's timeout is this much longer than the last one's ...
 _MAX_ATTEMPT = 15.0  # ... up to this (or the first attempt's own timeout, when that is longer)
 _REFUSED_FOR = 1.5  # seconds a refused connection is retried: a proxy restarting, not a dead host
 _MIN_ATTEMPT = 0.5  # an attempt with less time than this left is not worth starting
-_DNS = ("Name or service not known", "Temporary failure in name resolution", "NameResolutionError",
-        "nodename nor servname", "No address associated with hostname")
+_DNS = (
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "NameResolutionError",
+    "nodename nor servname",
+    "No address associated with hostname",
+)
 
 
 def is_url(location: str) -> bool:
@@ -98,9 +104,16 @@ A = TypeVar("A", bound=Answer)
 Timeouts = tuple[float, float]  # (connect, read) seconds, as requests takes them
 
 
-def retrying(url: str, send: Callable[[Timeouts], A], *, timeout: float | Timeouts = DEFAULT_TIMEOUT,
-             deadline: Deadline | float | None = None, grow: float = GROW) -> A:
-    """``send(timeouts)`` (one request to ``url``) until it gives a final answer or the deadline passes.
+def retrying(
+    url: str,
+    send: Callable[[Timeouts], A],
+    *,
+    timeout: float | Timeouts = DEFAULT_TIMEOUT,
+    deadline: Deadline | float | None = None,
+    grow: float = GROW,
+) -> A:
+    """``send(timeouts)`` (one request to ``url``) until it gives a final answer or the deadline
+    passes.
 
     Final: any HTTP status but 5xx and 429 (a 404 is an answer), and the errors no wait mends:
     a host name that does not resolve, TLS, an invalid URL, redirect loops. Retried after a
@@ -127,8 +140,11 @@ def retrying(url: str, send: Callable[[Timeouts], A], *, timeout: float | Timeou
         n = clock.attempts
         clock.attempts += 1
         left = clock.left()
-        scale = grow ** n
-        t = (min(first[0] * scale, cap, max(left, _MIN_ATTEMPT)), min(first[1] * scale, cap, max(left, _MIN_ATTEMPT)))
+        scale = grow**n
+        t = (
+            min(first[0] * scale, cap, max(left, _MIN_ATTEMPT)),
+            min(first[1] * scale, cap, max(left, _MIN_ATTEMPT)),
+        )
         try:
             answer = send(t)
         except requests.exceptions.RequestException as exc:
@@ -141,12 +157,12 @@ def retrying(url: str, send: Callable[[Timeouts], A], *, timeout: float | Timeou
                     raise
                 if not _wait(url, why, min(1.0, 0.4 * 2 ** (len(refused) - 1)), clock, "debug"):
                     raise
-            elif not _wait(url, why, min(8.0, 0.5 * 2 ** n), clock):
+            elif not _wait(url, why, min(8.0, 0.5 * 2**n), clock):
                 raise
             continue
         if answer.status_code < 500 and answer.status_code != 429:
             return answer
-        pause = max(min(8.0, 0.5 * 2 ** n), _retry_after(answer))
+        pause = max(min(8.0, 0.5 * 2**n), _retry_after(answer))
         if not _wait(url, f"answered HTTP {answer.status_code}", pause, clock):
             return answer
         answer.close()
@@ -158,8 +174,12 @@ def _wait(url: str, why: str, pause: float, clock: Deadline, level: events.Level
     left = clock.left() - pause
     if left < _MIN_ATTEMPT:
         return False
-    events.emit(level, f"{redact(url)} {why}, retrying (attempt {clock.attempts + 1}, {left:.0f} s left)",
-                url=redact(url), attempt=clock.attempts + 1)
+    events.emit(
+        level,
+        f"{redact(url)} {why}, retrying (attempt {clock.attempts + 1}, {left:.0f} s left)",
+        url=redact(url),
+        attempt=clock.attempts + 1,
+    )
     time.sleep(pause)
     return True
 
@@ -167,7 +187,11 @@ def _wait(url: str, why: str, pause: float, clock: Deadline, level: events.Level
 def _retry_after(answer: Answer) -> float:
     headers = getattr(answer, "headers", None)
     try:
-        return min(30.0, max(0.0, float(headers.get("Retry-After", "")))) if headers is not None else 0.0
+        return (
+            min(30.0, max(0.0, float(headers.get("Retry-After", ""))))
+            if headers is not None
+            else 0.0
+        )
     except (TypeError, ValueError):
         return 0.0
 
@@ -181,12 +205,18 @@ def failure(exc: Exception, timeouts: Timeouts | None = None) -> tuple[str, str]
     if isinstance(exc, requests.exceptions.ConnectTimeout):
         return "timeout", f"slow (no connection within {timeouts[0]:g} s)" if timeouts else "slow"
     if isinstance(exc, requests.exceptions.ReadTimeout) or (
-            isinstance(exc, requests.exceptions.ConnectionError) and "timed out" in text.lower()):
+        isinstance(exc, requests.exceptions.ConnectionError) and "timed out" in text.lower()
+    ):
         return "timeout", f"slow (no answer within {timeouts[1]:g} s)" if timeouts else "slow"
     if isinstance(exc, requests.exceptions.SSLError):
         if "CERTIFICATE_VERIFY_FAILED" in text:
-            return "final", ("its TLS certificate is not trusted (CERTIFICATE_VERIFY_FAILED): no CA of the system "
-                             "trust store, of pip's `cert` or of REQUESTS_CA_BUNDLE signed it")
+            return (
+                "final",
+                (
+                    "its TLS certificate is not trusted (CERTIFICATE_VERIFY_FAILED): no CA of the"
+                    " system trust store, of pip's `cert` or of REQUESTS_CA_BUNDLE signed it"
+                ),
+            )
         return "final", _first_line(exc)
     if isinstance(exc, requests.exceptions.ConnectionError):
         if any(s in text for s in _DNS):
@@ -216,8 +246,13 @@ def project_page(index_url: str, project: str) -> str:
     return index_url.rstrip("/") + "/" + canonicalize_name(project) + "/"
 
 
-def probe(location: str, timeout: float = DEFAULT_TIMEOUT, *, project: str | None = None,
-          deadline: float | None = None) -> Probe:
+def probe(
+    location: str,
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    project: str | None = None,
+    deadline: float | None = None,
+) -> Probe:
     """Check an index URL, a find-links URL or a local folder/``file://`` location.
 
     ``project``: a project the caller will read from this index; its page is probed rather than
@@ -253,7 +288,8 @@ def probe(location: str, timeout: float = DEFAULT_TIMEOUT, *, project: str | Non
     def ask(target: str) -> requests.Response:
         def send(t: Timeouts) -> requests.Response:
             resp: requests.Response = http.head(target, timeout=t, auth=auth, allow_redirects=True)
-            if resp.status_code in (405, 501):  # HEAD refused: a GET's headers, its body left unread
+            # HEAD refused: a GET's headers, its body left unread
+            if resp.status_code in (405, 501):
                 resp = http.get(target, timeout=t, auth=auth, stream=True, allow_redirects=True)
                 resp.close()
             return resp
@@ -269,15 +305,20 @@ def probe(location: str, timeout: float = DEFAULT_TIMEOUT, *, project: str | Non
     except requests.exceptions.RequestException as exc:
         kind, why = failure(exc)
         if kind == "timeout":
-            said = ("no answer" if isinstance(exc, requests.exceptions.ConnectTimeout)
-                    else "accepted the connection but sent no answer")
+            said = (
+                "no answer"
+                if isinstance(exc, requests.exceptions.ConnectTimeout)
+                else "accepted the connection but sent no answer"
+            )
             why = f"{said} within {clock.elapsed():.0f} s ({_attempts(clock)})"
         elif kind == "reset":
             why += f" ({_attempts(clock)} in {clock.elapsed():.0f} s)"
         return Probe(shown, False, why)
     retried = clock.attempts > (2 if note else 1)  # the index's own URL after a 404 is no retry
     if resp.status_code >= 400:
-        return Probe(shown, False, f"HTTP {resp.status_code}" + (f" ({_attempts(clock)})" if retried else ""))
+        return Probe(
+            shown, False, f"HTTP {resp.status_code}" + (f" ({_attempts(clock)})" if retried else "")
+        )
     tries = f", {_attempts(clock)}" if retried else ""
     return Probe(shown, True, f"HTTP {resp.status_code} in {clock.elapsed():.2f} s{tries}{note}")
 
@@ -286,8 +327,13 @@ def _attempts(clock: Deadline) -> str:
     return f"{clock.attempts} attempt{'s' if clock.attempts != 1 else ''}"
 
 
-def unreachable(locations: Iterable[str], timeout: float = DEFAULT_TIMEOUT, *,
-                projects: Mapping[str, str] | None = None, deadline: float | None = None) -> list[str]:
+def unreachable(
+    locations: Iterable[str],
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    projects: Mapping[str, str] | None = None,
+    deadline: float | None = None,
+) -> list[str]:
     """The package sources among ``locations`` that do not answer, as ``"<redacted> (<why>)"``.
 
     The one reachability rule of ``provision``, ``lock`` and ``check-lock``: every distinct
@@ -300,18 +346,28 @@ def unreachable(locations: Iterable[str], timeout: float = DEFAULT_TIMEOUT, *,
     return [f"{p.location} ({p.detail})" for p in probes.values() if not p.ok]
 
 
-def probe_all(locations: Iterable[str], timeout: float = DEFAULT_TIMEOUT, *,
-              projects: Mapping[str, str] | None = None, deadline: float | None = None) -> dict[str, Probe]:
+def probe_all(
+    locations: Iterable[str],
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    projects: Mapping[str, str] | None = None,
+    deadline: float | None = None,
+) -> dict[str, Probe]:
     """``probe`` of every distinct location, in parallel: {location as given: its probe}.
 
     ``file://`` URIs are left out (the installer names a missing one itself); ``projects`` as
     for ``unreachable``.
     """
-    todo = list(dict.fromkeys(loc for loc in locations if is_url(loc) or not loc.startswith("file:")))
+    todo = list(
+        dict.fromkeys(loc for loc in locations if is_url(loc) or not loc.startswith("file:"))
+    )
     if not todo:
         return {}
     wanted = projects or {}
     with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
-        probes = list(pool.map(lambda loc: probe(loc, timeout, project=wanted.get(loc), deadline=deadline), todo))
+        probes = list(
+            pool.map(
+                lambda loc: probe(loc, timeout, project=wanted.get(loc), deadline=deadline), todo
+            )
+        )
     return dict(zip(todo, probes, strict=True))
-

@@ -26,7 +26,8 @@ __all__ = ["KEYS", "PipNetwork", "pip_config_values", "pip_network"]
 
 KEYS = ("index-url", "extra-index-url", "find-links", "cert", "client-cert", "proxy")
 _READER = 3  # how ``_ask_pip`` reads the listing: a change makes every cached answer stale
-_SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}  # `pip config list` names PIP_* ":env:"
+# `pip config list` names PIP_* ":env:"
+_SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class PipNetwork:
     """pip's own TLS and proxy settings: what envbuild's HTTP client uses too (``index.http``)."""
 
     cert: str | None = None  # a CA bundle: the only trust (pip's --cert)
-    client_cert: str | None = None  # a PEM with the client's key and certificate (pip's --client-cert)
+    # a PEM with the client's key and certificate (pip's --client-cert)
+    client_cert: str | None = None
     proxy: str | None = None  # scheme://[user:passwd@]proxy.server:port (pip's --proxy)
 
 
@@ -43,10 +45,19 @@ def _config_key(env: Mapping[str, str]) -> str:
     pip, and the state (mtime, size) of every file pip documents that it reads
     (https://pip.pypa.io/en/stable/topics/configuration/). Only a cache key: pip still parses."""
     home = Path(env.get("HOME") or Path.home())
-    files = [env.get("PIP_CONFIG_FILE") or "", "/etc/pip.conf", str(Path(sys.prefix) / "pip.conf"),
-             str(Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf"),
-             str(home / ".pip" / "pip.conf"), str(home / "Library" / "Application Support" / "pip" / "pip.conf")]
-    files += [str(Path(d) / "pip" / "pip.conf") for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d]
+    files = [
+        env.get("PIP_CONFIG_FILE") or "",
+        "/etc/pip.conf",
+        str(Path(sys.prefix) / "pip.conf"),
+        str(Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf"),
+        str(home / ".pip" / "pip.conf"),
+        str(home / "Library" / "Application Support" / "pip" / "pip.conf"),
+    ]
+    files += [
+        str(Path(d) / "pip" / "pip.conf")
+        for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
+        if d
+    ]
     state = []
     for f in files:
         try:
@@ -54,9 +65,15 @@ def _config_key(env: Mapping[str, str]) -> str:
             state.append(f"{f}:{st.st_mtime_ns}:{st.st_size}" if st else f"{f}:-")
         except OSError:
             state.append(f"{f}:missing")
-    variables = sorted((k, v) for k, v in env.items() if k.startswith(("PIP_", "XDG_")) or k in ("HOME", "VIRTUAL_ENV"))
+    variables = sorted(
+        (k, v)
+        for k, v in env.items()
+        if k.startswith(("PIP_", "XDG_")) or k in ("HOME", "VIRTUAL_ENV")
+    )
     pip = next(iter(Path(sys.prefix).glob("lib/python3*/site-packages/pip-*.dist-info")), None)
-    return hashlib.sha256(json.dumps([_READER, sys.executable, str(pip), state, variables]).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps([_READER, sys.executable, str(pip), state, variables]).encode()
+    ).hexdigest()
 
 
 def _cache_file() -> Path:
@@ -85,8 +102,13 @@ def pip_config_values(env: Mapping[str, str] | None = None) -> dict[str, list[st
 
 def _ask_pip(env: Mapping[str, str] | None) -> dict[str, list[str]]:
     try:  # subprocess, not envbuild.run: the runner sits above the package sources
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=30, env=None if env is None else dict(env))
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=None if env is None else dict(env),
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     ranked: dict[str, tuple[int, list[str]]] = {}

@@ -36,7 +36,8 @@ CHUNK = 1 << 20
 
 @dataclass
 class Read:
-    """How a metadata read went: ``how`` (metadata-file | range | stream) and the bytes it fetched."""
+    """How a metadata read went: ``how`` (metadata-file | range | stream) and the bytes it
+    fetched."""
 
     how: str = ""
     bytes: int = 0
@@ -67,8 +68,12 @@ class RangeFile(io.RawIOBase):
 
     def _get(self, spec: str) -> Any:
         self.read_stats.requests += 1
-        resp = self.http.get(self.url, headers={"Range": spec, "Accept-Encoding": "identity"}, timeout=self.timeout,
-                             stream=True)
+        resp = self.http.get(
+            self.url,
+            headers={"Range": spec, "Accept-Encoding": "identity"},
+            timeout=self.timeout,
+            stream=True,
+        )
         if resp.status_code != 206:
             resp.close()  # a 200 is the whole file: not read here
             if resp.status_code >= 400 and resp.status_code != 416:
@@ -82,7 +87,7 @@ class RangeFile(io.RawIOBase):
 
     def _keep(self, start: int, data: bytes) -> None:
         for off in range(0, len(data), BLOCK):
-            self.blocks[start + off] = data[off:off + BLOCK]
+            self.blocks[start + off] = data[off : off + BLOCK]
 
     def readable(self) -> bool:
         return True
@@ -103,7 +108,7 @@ class RangeFile(io.RawIOBase):
         if want == 0:
             return 0
         data = self._range(self.pos, self.pos + want)
-        buf[:len(data)] = data
+        buf[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -127,8 +132,8 @@ class RangeFile(io.RawIOBase):
                 self._keep_exact(pos, got)
                 hit = self._kept(pos)
                 assert hit is not None
-            out += hit[:end - pos]
-            pos += len(hit[:end - pos])
+            out += hit[: end - pos]
+            pos += len(hit[: end - pos])
         return bytes(out)
 
     def _keep_exact(self, start: int, data: bytes) -> None:
@@ -137,7 +142,7 @@ class RangeFile(io.RawIOBase):
     def _kept(self, pos: int) -> bytes | None:
         for s, data in self.blocks.items():
             if s <= pos < s + len(data):
-                return data[pos - s:]
+                return data[pos - s :]
         return None
 
 
@@ -155,8 +160,16 @@ def metadata_member(zf: zipfile.ZipFile) -> str:
     raise ValueError("no .dist-info/METADATA in the wheel")
 
 
-def remote_metadata(url: str, sha256: str | None, *, http: Any, timeout: Any, wheel: bool = True,
-                    metadata_url: str | None = None, read: Read | None = None) -> tuple[str | None, Path | None]:
+def remote_metadata(
+    url: str,
+    sha256: str | None,
+    *,
+    http: Any,
+    timeout: Any,
+    wheel: bool = True,
+    metadata_url: str | None = None,
+    read: Read | None = None,
+) -> tuple[str | None, Path | None]:
     """A remote wheel's METADATA text, or (None, a temporary file holding the whole distribution,
     hash-checked) for an sdist or a server that neither serves a metadata file nor answers ranges
     where the caller must read the file itself (an sdist). The caller deletes the file."""

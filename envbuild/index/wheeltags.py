@@ -38,9 +38,19 @@ from envbuild import events
 if TYPE_CHECKING:
     from envbuild.index.client import Artifact
 
-__all__ = ["NEWEST_GLIBC", "SDIST_SUFFIXES", "fits_target", "host_tags", "installs_on",
-           "platform_tags", "select_target", "tag_rank", "target_tags", "wheel_tags",
-           "wheelhouse_files"]
+__all__ = [
+    "NEWEST_GLIBC",
+    "SDIST_SUFFIXES",
+    "fits_target",
+    "host_tags",
+    "installs_on",
+    "platform_tags",
+    "select_target",
+    "tag_rank",
+    "target_tags",
+    "wheel_tags",
+    "wheelhouse_files",
+]
 
 NEWEST_GLIBC = 45  # manylinux_2_45 and older: what a Linux host newer than any wheel installs
 SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
@@ -108,8 +118,14 @@ def _name_of(file: str) -> str:
     return unquote(file.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1])
 
 
-def tag_rank(filename: str, python: str, platform: str, *, glibc: int | None = None,
-             order: dict[Tag, int] | None = None) -> int | None:
+def tag_rank(
+    filename: str,
+    python: str,
+    platform: str,
+    *,
+    glibc: int | None = None,
+    order: dict[Tag, int] | None = None,
+) -> int | None:
     """How good a wheel is on the target: the position of its best tag in ``platform_tags`` (0 is
     best), or None when it does not install there (an sdist, or a wheel of another platform).
     ``order``: another ranking to use (``host_tags``')."""
@@ -142,7 +158,9 @@ def fits_target(filename: str, python: str, platform: str) -> bool:
     return filename.endswith(".whl") and tag_rank(filename, python, platform) is not None
 
 
-def select_target(artifacts: Iterable[Artifact], python: str, platform: str) -> tuple[list[Artifact], list[Artifact]]:
+def select_target(
+    artifacts: Iterable[Artifact], python: str, platform: str
+) -> tuple[list[Artifact], list[Artifact]]:
     """(kept, left out): per project and version, the wheels that install on the target, or its
     sdist only where no wheel does. A version with neither is left out, with a warning."""
     groups: dict[tuple[str, str], list[Artifact]] = {}
@@ -154,8 +172,11 @@ def select_target(artifacts: Iterable[Artifact], python: str, platform: str) -> 
         wheels = [a for a in arts if fits_target(a.filename, python, platform)]
         chosen = wheels or [a for a in arts if not a.is_wheel]
         if not chosen:
-            events.emit("warn", f"{project} {version}: no locked file installs on Python {python} {platform} "
-                        f"({', '.join(a.filename for a in arts[:3])}); nothing of it is mirrored")
+            events.emit(
+                "warn",
+                f"{project} {version}: no locked file installs on Python {python} {platform} "
+                f"({', '.join(a.filename for a in arts[:3])}); nothing of it is mirrored",
+            )
         kept += chosen
         left += [a for a in arts if a not in chosen]
     return kept, left

@@ -37,9 +37,24 @@ OWNS: tuple[str, ...] = (
     "``<root>/logs/NN-step.log``",
 )
 
-__all__ = ["Installer", "Interpreter", "PipInstaller", "StepRun", "UvInstaller",
-           "classify_failure", "find_interpreter", "find_python", "find_uv", "installer_for", "pick_backend",
-           "pip_config_sources", "probe_python", "python_version_of", "resolve_plan", "run_python_json"]
+__all__ = [
+    "Installer",
+    "Interpreter",
+    "PipInstaller",
+    "StepRun",
+    "UvInstaller",
+    "classify_failure",
+    "find_interpreter",
+    "find_python",
+    "find_uv",
+    "installer_for",
+    "pick_backend",
+    "pip_config_sources",
+    "probe_python",
+    "python_version_of",
+    "resolve_plan",
+    "run_python_json",
+]
 
 
 def installer_for(requested: str | None) -> Installer:
@@ -48,7 +63,9 @@ def installer_for(requested: str | None) -> Installer:
         return PipInstaller()
     uv = find_uv()
     if requested == "uv" and uv is None:
-        raise PreflightError("--backend uv: no uv executable found (pip install uv, or use --backend pip)")
+        raise PreflightError(
+            "--backend uv: no uv executable found (pip install uv, or use --backend pip)"
+        )
     return UvInstaller(uv) if uv else PipInstaller()
 
 
@@ -56,16 +73,30 @@ def pick_backend(requested: str | None) -> Backend:
     return installer_for(requested).name
 
 
-def resolve_plan(spec: StackSpec, *, backend: str | None = None, wheelhouse: str | None = None,
-                 locked: Mapping[str, Path], built_wheels: Mapping[str, Mapping[str, str]] | None = None) -> Plan:
+def resolve_plan(
+    spec: StackSpec,
+    *,
+    backend: str | None = None,
+    wheelhouse: str | None = None,
+    locked: Mapping[str, Path],
+    built_wheels: Mapping[str, Mapping[str, str]] | None = None,
+) -> Plan:
     """The plan ``provision`` runs, with its defaults: the one place both commands get it from.
 
     ``backend`` None: uv when it is available, else pip; for uv, the sources pip is configured
-    with are passed explicitly. ``locked`` (the lock beside the spec: ``lock.serve.locked_requirements``)
-    and ``built_wheels`` (``lock.serve.built_wheels``, for an offline install) come from the caller,
-    which reads the lock: the installer sits below the lock stage and never imports it.
+    with are passed explicitly. ``locked`` (the lock beside the spec:
+    ``lock.serve.locked_requirements``) and ``built_wheels`` (``lock.serve.built_wheels``, for an
+    offline install) come from the caller, which reads the lock: the installer sits below the lock
+    stage and never imports it.
     """
     installer = installer_for(backend)
-    return make_plan(spec, PlanOptions(backend=installer.name, wheelhouse=wheelhouse,
-                                       default_sources=installer.default_sources(wheelhouse),
-                                       locked=locked, built_wheels=built_wheels or {}))
+    return make_plan(
+        spec,
+        PlanOptions(
+            backend=installer.name,
+            wheelhouse=wheelhouse,
+            default_sources=installer.default_sources(wheelhouse),
+            locked=locked,
+            built_wheels=built_wheels or {},
+        ),
+    )

@@ -32,38 +32,69 @@ class Installer(Protocol):
     name: Backend
 
     def default_sources(self, wheelhouse: str | None) -> InstallerSources:
-        """Sources a step without its own index is given (uv does not read pip.conf: pip's are passed)."""
+        """Sources a step without its own index is given (uv does not read pip.conf: pip's are
+        passed)."""
         ...
 
-    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None,
-                  seed: bool = True) -> list[str]:
-        """The command that makes ``venv`` from ``python`` (with pip in it: lock tools and users need it;
-        ``seed=False``: bare where the backend does not need pip itself, as ``uv sync`` makes it)."""
+    def venv_argv(
+        self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None, seed: bool = True
+    ) -> list[str]:
+        """The command that makes ``venv`` from ``python`` (with pip in it: lock tools and users
+        need it; ``seed=False``: bare where the backend does not need pip itself, as ``uv sync``
+        makes it).
+        """
         ...
 
-    def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
-                    pass_fds: Sequence[int] = (), seed: bool = True) -> None: ...
+    def create_venv(
+        self,
+        python: Path,
+        venv: Path,
+        *,
+        log_file: Path,
+        offline_wheelhouse: str | None = None,
+        pass_fds: Sequence[int] = (),
+        seed: bool = True,
+    ) -> None: ...
 
     def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:
         """Whether ``--compile-bytecode``-style compilation is asked of this backend at install."""
         ...
 
-    def install_env(self, env: Mapping[str, str], python: Path, *, compile_option: str,
-                    adopted: bool = False) -> dict[str, str]:
+    def install_env(
+        self, env: Mapping[str, str], python: Path, *, compile_option: str, adopted: bool = False
+    ) -> dict[str, str]:
         """``env`` as this backend's step runs want it (bytecode switch, progress reporting)."""
         ...
 
-    def run_step(self, planned: PlannedStep, *, spec: StackSpec, python: Path, steps_dir: Path,
-                 constraints: Path | None, log_file: Path, env: Mapping[str, str], pass_fds: Sequence[int] = (),
-                 timeout: float | None = None) -> StepRun: ...
+    def run_step(
+        self,
+        planned: PlannedStep,
+        *,
+        spec: StackSpec,
+        python: Path,
+        steps_dir: Path,
+        constraints: Path | None,
+        log_file: Path,
+        env: Mapping[str, str],
+        pass_fds: Sequence[int] = (),
+        timeout: float | None = None,
+    ) -> StepRun: ...
 
-    def download_argv(self, planned: PlannedStep, *, python: Path, scratch: Path,
-                      sources: Sequence[str], requirements: Sequence[str]) -> list[str] | None:
+    def download_argv(
+        self,
+        planned: PlannedStep,
+        *,
+        python: Path,
+        scratch: Path,
+        sources: Sequence[str],
+        requirements: Sequence[str],
+    ) -> list[str] | None:
         """A command that warms this backend's cache with ``requirements`` (exact pins), or None."""
         ...
 
-    def dry_run_argv(self, python: Path, *, args: Sequence[str], requirements_file: Path,
-                     report: Path | None) -> list[str]:
+    def dry_run_argv(
+        self, python: Path, *, args: Sequence[str], requirements_file: Path, report: Path | None
+    ) -> list[str]:
         """What would ``install`` do, without installing (pip also writes a JSON ``report``)."""
         ...
 
@@ -71,9 +102,20 @@ class Installer(Protocol):
 _FILE_LISTS = frozenset({"UV_BUILD_CONSTRAINT", "PIP_BUILD_CONSTRAINT"})  # space-separated files
 
 
-def run_step_commands(installer: Installer, planned: PlannedStep, *, spec: StackSpec, python: Path, uv: str | None,
-                      steps_dir: Path, constraints: Path | None, log_file: Path, env: Mapping[str, str],
-                      pass_fds: Sequence[int] = (), timeout: float | None = None) -> StepRun:
+def run_step_commands(
+    installer: Installer,
+    planned: PlannedStep,
+    *,
+    spec: StackSpec,
+    python: Path,
+    uv: str | None,
+    steps_dir: Path,
+    constraints: Path | None,
+    log_file: Path,
+    env: Mapping[str, str],
+    pass_fds: Sequence[int] = (),
+    timeout: float | None = None,
+) -> StepRun:
     """Run a step's commands (``plan.step_commands``: what ``plan --json`` shows) in order."""
     step_env = dict(env)
     for key, value in planned.env.items():
@@ -81,15 +123,28 @@ def run_step_commands(installer: Installer, planned: PlannedStep, *, spec: Stack
         joined = key in _FILE_LISTS and step_env.get(key) and value not in step_env[key].split()
         step_env[key] = f"{step_env[key]} {value}" if joined else value
     step_env["VIRTUAL_ENV"] = str(python.parent.parent)
-    step_env.update(progress_env(installer.name, python))  # byte progress for a live display, never in argv
+    # byte progress for a live display, never in argv
+    step_env.update(progress_env(installer.name, python))
     step_run = None
-    for command in step_commands(planned, backend=installer.name, python=python, uv=uv, steps_dir=steps_dir,
-                                 constraints=constraints):
+    for command in step_commands(
+        planned,
+        backend=installer.name,
+        python=python,
+        uv=uv,
+        steps_dir=steps_dir,
+        constraints=constraints,
+    ):
         command.write()
         argv = list(command.argv)
         events.emit("debug", redact(format_argv(argv)))
-        result = run(argv, log_file=log_file, env=step_env, pass_fds=pass_fds, timeout=timeout,
-                     on_line=lambda line: events.emit("debug", redact(line)))
+        result = run(
+            argv,
+            log_file=log_file,
+            env=step_env,
+            pass_fds=pass_fds,
+            timeout=timeout,
+            on_line=lambda line: events.emit("debug", redact(line)),
+        )
         if not result.ok:
             raise classify_failure(planned, spec, result)
         step_run = StepRun(result, argv)
@@ -97,19 +152,28 @@ def run_step_commands(installer: Installer, planned: PlannedStep, *, spec: Stack
     return step_run
 
 
-_CONFLICT_PIP = re.compile(r"^\s*(?P<who>[A-Za-z0-9._-]+) (?P<ver>\S+) depends on (?P<req>.+)$", re.M)
-_CONFLICT_UV = re.compile(r"(?P<who>[A-Za-z0-9._-]+)(?:==| )(?P<ver>[0-9][^\s,]*) depends on (?P<req>[^,\n]+)")
+_CONFLICT_PIP = re.compile(
+    r"^\s*(?P<who>[A-Za-z0-9._-]+) (?P<ver>\S+) depends on (?P<req>.+)$", re.M
+)
+_CONFLICT_UV = re.compile(
+    r"(?P<who>[A-Za-z0-9._-]+)(?:==| )(?P<ver>[0-9][^\s,]*) depends on (?P<req>[^,\n]+)"
+)
 
 
 def classify_failure(planned: PlannedStep, spec: StackSpec, result: RunResult) -> EnvbuildError:
-    """Turn an installer failure into one paragraph: what broke, what to change, where the log is."""
+    """Turn an installer failure into one paragraph: what broke, what to change, where the log
+    is."""
     tail = redact(result.tail)
     where = f"Full log: {result.log_file}"
     step = f"step {planned.number} ({planned.name!r})"
     if result.timed_out:
-        return InstallError(f"{step}: " + result.hung_message(f"the installer ({Path(result.argv[0]).name})"),
-                            hint="An installer that prints nothing for this long is usually stuck on a network "
-                            "read: check the step's index, or raise --step-timeout for a slow one.")
+        return InstallError(
+            f"{step}: " + result.hung_message(f"the installer ({Path(result.argv[0]).name})"),
+            hint=(
+                "An installer that prints nothing for this long is usually stuck on a network "
+                "read: check the step's index, or raise --step-timeout for a slow one."
+            ),
+        )
     abi = spec.abi
     text = _log_text(result)
     culprits = []
@@ -121,60 +185,101 @@ def classify_failure(planned: PlannedStep, spec: StackSpec, result: RunResult) -
                 culprits.append(f"{m.group('who')} {m.group('ver')} requires {req}")
     if culprits:
         return ABIViolation(
-            f"{step} would replace {abi.package}: {'; '.join(dict.fromkeys(culprits))}, which the installed "
-            f"baseline {abi.package} {abi.version} does not satisfy. The constraint pinning the baseline stopped "
-            "the installer; nothing was changed.",
-            hint=f"Fix the spec: install that package with no_deps = true in its own step, or pin a version "
-            f"whose {abi.package} requirement the baseline satisfies. {where}",
+            f"{step} would replace {abi.package}: {'; '.join(dict.fromkeys(culprits))}, which the"
+            f" installed baseline {abi.package} {abi.version} does not satisfy. The constraint"
+            " pinning the baseline stopped the installer; nothing was changed.",
+            hint=(
+                "Fix the spec: install that package with no_deps = true in its own step, or pin a"
+                f" version whose {abi.package} requirement the baseline satisfies. {where}"
+            ),
         )
     if "do not match the hashes" in text.lower() or "hash mismatch" in text.lower():
         if planned.locked_file is not None:
-            return InstallError(f"{step}: an artifact's hash does not match the lock (a download cut short, or a "
-                                f"tampered or re-uploaded file).\n{tail}",
-                                hint=f"Run provision again to retry the download; re-lock with `envbuild lock` if "
-                                f"the change is expected. {where}")
-        return InstallError(f"{step}: a downloaded file does not match the sha256 its index lists for it (a download "
-                            f"cut short, or a file changed on the index).\n{tail}",
-                            hint=f"Run provision again to retry the download. {where}")
+            return InstallError(
+                f"{step}: an artifact's hash does not match the lock (a download cut short, or a "
+                f"tampered or re-uploaded file).\n{tail}",
+                hint=(
+                    "Run provision again to retry the download; re-lock with `envbuild lock` if "
+                    f"the change is expected. {where}"
+                ),
+            )
+        return InstallError(
+            f"{step}: a downloaded file does not match the sha256 its index lists for it (a"
+            f" download cut short, or a file changed on the index).\n{tail}",
+            hint=f"Run provision again to retry the download. {where}",
+        )
     if "No space left on device" in text or "Errno 28" in text:
-        return InstallError(f"{step}: the disk is full while installing.\n{tail}",
-                            hint=f"Free space on the data root or choose a larger one with --root. {where}")
-    if re.search(r"(IncompleteRead|Connection broken|incomplete (body|read|message)|unexpected end of file|"
-                 r"connection closed before message completed|Failed to read from the distribution cache)", text, re.I):
-        return InstallError(f"{step}: a download was cut short (the index closed the connection mid-file).\n{tail}",
-                            hint=f"Run provision again: the step is retried from the start. If it keeps happening, "
-                            f"check the index or a proxy between. {where}")
-    if re.search(r"(requirements from `build-system\.requires`|"
-                 r"install build dependencies did not run)", text):
+        return InstallError(
+            f"{step}: the disk is full while installing.\n{tail}",
+            hint=f"Free space on the data root or choose a larger one with --root. {where}",
+        )
+    if re.search(
+        r"(IncompleteRead|Connection broken|incomplete (body|read|message)|unexpected end of file|"
+        r"connection closed before message completed|Failed to read from the distribution cache)",
+        text,
+        re.I,
+    ):
+        return InstallError(
+            f"{step}: a download was cut short (the index closed the connection mid-file).\n{tail}",
+            hint=(
+                "Run provision again: the step is retried from the start. If it keeps happening, "
+                f"check the index or a proxy between. {where}"
+            ),
+        )
+    if re.search(
+        r"(requirements from `build-system\.requires`|" r"install build dependencies did not run)",
+        text,
+    ):
         return InstallError(
             f"{step}: a package built from source could not get its build requirements (its "
             f"build-system.requires: the build backend).\n{tail}",
-            hint="An isolated build resolves them from the project's indexes ([[tool.uv.index]] in "
-            "the pyproject.toml beside the lock), else from uv's and pip's configured ones "
-            "(uv.toml, pip.conf, UV_*/PIP_*), as uv sync does: make the backend available there, "
-            "or pin it to one that is with --build-constraints FILE or [tool.uv] "
-            "build-constraint-dependencies. Offline, `envbuild wheelhouse mirror --lock LOCK` "
-            f"carries them. {where}")
-    if re.search(r"(No matching distribution|not found in the package registry|No solution found|"
-                 r"ResolutionImpossible|Could not find a version)", text):
-        return InstallError(f"{step}: the installer could not find or resolve a package.\n{tail}",
-                            hint=f"Check the package names and versions and the step's index_url/find_links. {where}")
-    if re.search(r"(Failed to establish a new connection|NewConnectionError|Temporary failure in name resolution|"
-                 r"Connection refused|timed out|dns error|error sending request)", text, re.I):
-        return InstallError(f"{step}: a package index could not be reached.\n{tail}",
-                            hint=f"Check the network or use --offline --wheelhouse DIR. {where}")
+            hint=(
+                "An isolated build resolves them from the project's indexes ([[tool.uv.index]] in"
+                " the pyproject.toml beside the lock), else from uv's and pip's configured ones"
+                " (uv.toml, pip.conf, UV_*/PIP_*), as uv sync does: make the backend available"
+                " there, or pin it to one that is with --build-constraints FILE or [tool.uv]"
+                " build-constraint-dependencies. Offline, `envbuild wheelhouse mirror --lock LOCK`"
+                f" carries them. {where}"
+            ),
+        )
+    if re.search(
+        r"(No matching distribution|not found in the package registry|No solution found|"
+        r"ResolutionImpossible|Could not find a version)",
+        text,
+    ):
+        return InstallError(
+            f"{step}: the installer could not find or resolve a package.\n{tail}",
+            hint=(
+                f"Check the package names and versions and the step's index_url/find_links. {where}"
+            ),
+        )
+    if re.search(
+        r"(Failed to establish a new connection|NewConnectionError|Temporary failure in name"
+        r" resolution|"
+        r"Connection refused|timed out|dns error|error sending request)",
+        text,
+        re.I,
+    ):
+        return InstallError(
+            f"{step}: a package index could not be reached.\n{tail}",
+            hint=f"Check the network or use --offline --wheelhouse DIR. {where}",
+        )
     if result.returncode < 0:
-        return InstallError(f"{step}: {result.describe('the installer')}.\n{tail}",
-                            hint=f"Run provision again to resume; the step is run again. {where}")
-    return InstallError(f"{step} failed (exit {result.returncode}):\n{tail}",
-                        hint=f"The venv is kept as it is for inspection. {where}")
+        return InstallError(
+            f"{step}: {result.describe('the installer')}.\n{tail}",
+            hint=f"Run provision again to resume; the step is run again. {where}",
+        )
+    return InstallError(
+        f"{step} failed (exit {result.returncode}):\n{tail}",
+        hint=f"The venv is kept as it is for inspection. {where}",
+    )
 
 
 def _log_text(result: RunResult) -> str:
     if result.log_file and result.log_file.exists():
         data = result.log_file.read_text(errors="replace")
         # only this attempt: the log is appended across attempts
-        return data[data.rfind("\n$ ") + 1:] if "\n$ " in data else data
+        return data[data.rfind("\n$ ") + 1 :] if "\n$ " in data else data
     return result.tail
 
 
@@ -182,5 +287,7 @@ def create_venv_with(argv: list[str], venv: Path, log_file: Path, pass_fds: Sequ
     events.emit("info", f"creating the venv: {redact(format_argv(argv))}")
     result = run(argv, log_file=log_file, pass_fds=pass_fds, timeout=600)
     if not result.ok:
-        raise InstallError(f"creating the venv at {venv}: {result.describe('the venv command')}:\n{result.tail}",
-                           hint=f"Full log: {log_file}")
+        raise InstallError(
+            f"creating the venv at {venv}: {result.describe('the venv command')}:\n{result.tail}",
+            hint=f"Full log: {log_file}",
+        )

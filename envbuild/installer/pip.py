@@ -22,14 +22,21 @@ def refuse_without_pip(python: Path, backend: str) -> None:
     from envbuild.errors import ConfigError
 
     venv = python.parent.parent
-    if backend != "pip" or not python.exists() \
-            or any(venv.glob("lib/python3*/site-packages/pip/__init__.py")):
+    if (
+        backend != "pip"
+        or not python.exists()
+        or any(venv.glob("lib/python3*/site-packages/pip/__init__.py"))
+    ):
         return
-    raise ConfigError(f"--backend pip: the venv at {venv} has no pip (the uv backend makes a venv "
-                      "bare, as uv sync does), and the pip backend installs with the venv's own "
-                      "pip; nothing was changed",
-                      hint="Keep the backend that made it (--backend uv, the default), or move the "
-                      "venv away to have it made again with pip (`--backend pip` seeds a new one).")
+    raise ConfigError(
+        f"--backend pip: the venv at {venv} has no pip (the uv backend makes a venv "
+        "bare, as uv sync does), and the pip backend installs with the venv's own "
+        "pip; nothing was changed",
+        hint=(
+            "Keep the backend that made it (--backend uv, the default), or move the "
+            "venv away to have it made again with pip (`--backend pip` seeds a new one)."
+        ),
+    )
 
 
 def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources:
@@ -37,9 +44,11 @@ def pip_config_sources(env: Mapping[str, str] | None = None) -> InstallerSources
     cached by ``index.pipconf``)."""
     values = pip_config_values(env)
     index = values.get("index-url") or []
-    return InstallerSources(index_url=index[0] if index else None,
-                            extra_index_urls=tuple(values.get("extra-index-url") or ()),
-                            find_links=tuple(values.get("find-links") or ()))
+    return InstallerSources(
+        index_url=index[0] if index else None,
+        extra_index_urls=tuple(values.get("extra-index-url") or ()),
+        find_links=tuple(values.get("find-links") or ()),
+    )
 
 
 class PipInstaller:
@@ -48,39 +57,106 @@ class PipInstaller:
     def default_sources(self, wheelhouse: str | None) -> InstallerSources:
         return InstallerSources()  # pip reads its own configuration
 
-    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None,
-                  seed: bool = True) -> list[str]:
-        # ensurepip: no index needed, offline or not; always seeded (this backend runs the venv's pip)
+    def venv_argv(
+        self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None, seed: bool = True
+    ) -> list[str]:
+        # ensurepip: no index needed, offline or not; always seeded (this backend runs the venv's
+        # pip)
         return [str(python), "-m", "venv", str(venv)]
 
-    def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
-                    pass_fds: Sequence[int] = (), seed: bool = True) -> None:
-        create_venv_with(self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse), venv, log_file, pass_fds)
+    def create_venv(
+        self,
+        python: Path,
+        venv: Path,
+        *,
+        log_file: Path,
+        offline_wheelhouse: str | None = None,
+        pass_fds: Sequence[int] = (),
+        seed: bool = True,
+    ) -> None:
+        create_venv_with(
+            self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse),
+            venv,
+            log_file,
+            pass_fds,
+        )
 
     def compiles_bytecode(self, option: str, *, adopted: bool = False) -> bool:
         return False  # pip writes .pyc files at install by itself: nothing to ask
 
-    def install_env(self, env: Mapping[str, str], python: Path, *, compile_option: str,
-                    adopted: bool = False) -> dict[str, str]:
+    def install_env(
+        self, env: Mapping[str, str], python: Path, *, compile_option: str, adopted: bool = False
+    ) -> dict[str, str]:
         return dict(env)
 
-    def run_step(self, planned: PlannedStep, *, spec: StackSpec, python: Path, steps_dir: Path,
-                 constraints: Path | None, log_file: Path, env: Mapping[str, str], pass_fds: Sequence[int] = (),
-                 timeout: float | None = None) -> StepRun:
-        return run_step_commands(self, planned, spec=spec, python=python, uv=None, steps_dir=steps_dir,
-                                 constraints=constraints, log_file=log_file, env=env, pass_fds=pass_fds,
-                                 timeout=timeout)
+    def run_step(
+        self,
+        planned: PlannedStep,
+        *,
+        spec: StackSpec,
+        python: Path,
+        steps_dir: Path,
+        constraints: Path | None,
+        log_file: Path,
+        env: Mapping[str, str],
+        pass_fds: Sequence[int] = (),
+        timeout: float | None = None,
+    ) -> StepRun:
+        return run_step_commands(
+            self,
+            planned,
+            spec=spec,
+            python=python,
+            uv=None,
+            steps_dir=steps_dir,
+            constraints=constraints,
+            log_file=log_file,
+            env=env,
+            pass_fds=pass_fds,
+            timeout=timeout,
+        )
 
-    def download_argv(self, planned: PlannedStep, *, python: Path, scratch: Path,
-                      sources: Sequence[str], requirements: Sequence[str]) -> list[str] | None:
-        # the wheel responses land in pip's HTTP cache, where the real install of the same URL finds them
-        return [str(python), "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-                "--no-input", "-d", str(scratch), *sources, *requirements]
+    def download_argv(
+        self,
+        planned: PlannedStep,
+        *,
+        python: Path,
+        scratch: Path,
+        sources: Sequence[str],
+        requirements: Sequence[str],
+    ) -> list[str] | None:
+        # the wheel responses land in pip's HTTP cache, where the real install of the same URL finds
+        # them
+        return [
+            str(python),
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-d",
+            str(scratch),
+            *sources,
+            *requirements,
+        ]
 
-    def dry_run_argv(self, python: Path, *, args: Sequence[str], requirements_file: Path,
-                     report: Path | None) -> list[str]:
-        argv = [sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "--quiet",
-                "--disable-pip-version-check", "--no-input"]
+    def dry_run_argv(
+        self, python: Path, *, args: Sequence[str], requirements_file: Path, report: Path | None
+    ) -> list[str]:
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+        ]
         if report is not None:
             argv += ["--report", str(report)]
         return [*argv, *args, "-r", str(requirements_file)]

@@ -20,9 +20,18 @@ from envbuild import events
 from envbuild.errors import PreflightError
 from envbuild.run import run
 
-__all__ = ["Interpreter", "find_interpreter", "find_python", "find_uv", "probe_python", "python_for",
-           "python_version_of",
-           "run_python_json", "unfit_reason", "UnfitInterpreter"]
+__all__ = [
+    "Interpreter",
+    "find_interpreter",
+    "find_python",
+    "find_uv",
+    "probe_python",
+    "python_for",
+    "python_version_of",
+    "run_python_json",
+    "unfit_reason",
+    "UnfitInterpreter",
+]
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,8 @@ class Interpreter:
     version: str  # major.minor
     marker_env: dict[str, str]  # PEP 508 marker variables: a venv made from it has the same
     releaselevel: str = "final"  # sys.version_info.releaselevel: alpha, beta, candidate, final
-    int_max_str_digits: bool = True  # has sys.get_int_max_str_digits (torch._dynamo calls it on 3.11+)
+    # has sys.get_int_max_str_digits (torch._dynamo calls it on 3.11+)
+    int_max_str_digits: bool = True
 
     @property
     def release(self) -> str:
@@ -68,15 +78,18 @@ def marker_env():
     }
 """
 
-_PROBE_SCRIPT = MARKER_ENV_CODE + (
-    "print(json.dumps({'executable': sys.executable, 'version': '%d.%d' % sys.version_info[:2], "
-    "'releaselevel': sys.version_info.releaselevel, 'int_max_str_digits': hasattr(sys, 'get_int_max_str_digits'), "
-    "'marker_env': marker_env()}))\n"
+_PROBE_SCRIPT = (
+    MARKER_ENV_CODE
+    + "print(json.dumps({'executable': sys.executable, 'version': '%d.%d' % sys.version_info[:2],"
+    " 'releaselevel': sys.version_info.releaselevel, 'int_max_str_digits': hasattr(sys,"
+    " 'get_int_max_str_digits'), 'marker_env': marker_env()}))\n"
 )
 _LEVELS = {"alpha": "an alpha", "beta": "a beta", "candidate": "a release candidate"}
-_FIX = ("Pass --python PATH to a final release of Python {v}: deadsnakes' python{v} (Ubuntu: "
-        "`add-apt-repository ppa:deadsnakes/ppa && apt install python{v} python{v}-venv python{v}-dev`) or "
-        "`uv python install {v}` (then --python \"$(uv python find {v})\").")
+_FIX = (
+    "Pass --python PATH to a final release of Python {v}: deadsnakes' python{v} (Ubuntu:"
+    " `add-apt-repository ppa:deadsnakes/ppa && apt install python{v} python{v}-venv"
+    ' python{v}-dev`) or `uv python install {v}` (then --python "$(uv python find {v})").'
+)
 
 
 def unfit_reason(info: Interpreter, package: str = "torch") -> str | None:
@@ -89,9 +102,15 @@ def unfit_reason(info: Interpreter, package: str = "torch") -> str | None:
     on 3.11+: torch itself imports, so provision and verify would pass and only ``torch.compile``
     and torchrun's ranks fail, long after the venv was made.
     """
-    lacks = tuple(int(x) for x in info.version.split(".")[:2]) >= (3, 11) and not info.int_max_str_digits
-    dynamo = (f"{package}._dynamo calls sys.get_int_max_str_digits at import, which this interpreter lacks "
-              "(CPython added it in 3.11.0rc2), so torch.compile and every torchrun rank fail with AttributeError")
+    lacks = (
+        tuple(int(x) for x in info.version.split(".")[:2]) >= (3, 11)
+        and not info.int_max_str_digits
+    )
+    dynamo = (
+        f"{package}._dynamo calls sys.get_int_max_str_digits at import, which this interpreter"
+        " lacks (CPython added it in 3.11.0rc2), so torch.compile and every torchrun rank fail"
+        " with AttributeError"
+    )
     if info.releaselevel != "final":
         kind = _LEVELS.get(info.releaselevel, f"a {info.releaselevel}")
         why = f"{kind}, a pre-release: {package} supports final CPython releases only"
@@ -106,8 +125,10 @@ class UnfitInterpreter(PreflightError):
 
 
 def _refuse(info: Interpreter, subject: str, reason: str, version: str) -> PreflightError:
-    return UnfitInterpreter(f"{subject} is Python {info.release}, {reason}. Nothing was made (no data root, no venv).",
-                          hint=_FIX.format(v=version))
+    return UnfitInterpreter(
+        f"{subject} is Python {info.release}, {reason}. Nothing was made (no data root, no venv).",
+        hint=_FIX.format(v=version),
+    )
 
 
 def probe_python(python: str | Path) -> Interpreter | None:
@@ -117,16 +138,24 @@ def probe_python(python: str | Path) -> Interpreter | None:
     none of what is asked depends on them.
     """
     try:
-        out = run([str(python), "-I", "-S", "-c", _PROBE_SCRIPT], capture=True, separate_stderr=True, timeout=20)
+        out = run(
+            [str(python), "-I", "-S", "-c", _PROBE_SCRIPT],
+            capture=True,
+            separate_stderr=True,
+            timeout=20,
+        )
         data = json.loads((out.output or "").strip().splitlines()[-1]) if out.ok else None
     except (OSError, ValueError, IndexError):
         return None
     if not isinstance(data, dict) or not data.get("executable"):
         return None
-    return Interpreter(executable=Path(data["executable"]), version=str(data["version"]),
-                       marker_env={k: str(v) for k, v in data["marker_env"].items()},
-                       releaselevel=str(data.get("releaselevel", "final")),
-                       int_max_str_digits=bool(data.get("int_max_str_digits", True)))
+    return Interpreter(
+        executable=Path(data["executable"]),
+        version=str(data["version"]),
+        marker_env={k: str(v) for k, v in data["marker_env"].items()},
+        releaselevel=str(data.get("releaselevel", "final")),
+        int_max_str_digits=bool(data.get("int_max_str_digits", True)),
+    )
 
 
 def python_version_of(python: str | Path) -> str | None:
@@ -146,15 +175,20 @@ def _candidates(version: str) -> Iterator[str]:
     if w := shutil.which(f"python{version}"):
         yield w
     yield from (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}")
-    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")  # pyenv's own variable, else its default
-    yield from sorted(glob.glob(os.path.join(pyenv, "versions", f"{version}.*", "bin", f"python{version}")), reverse=True)
+    # pyenv's own variable, else its default
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    yield from sorted(
+        glob.glob(os.path.join(pyenv, "versions", f"{version}.*", "bin", f"python{version}")),
+        reverse=True,
+    )
     yield from sorted(glob.glob(f"/opt/python/cp{version.replace('.', '')}*/bin/python{version}"))
     if w := shutil.which("python3"):
         yield w
 
 
-def find_interpreter(version: str, override: str | None = None, package: str = "torch", *,
-                     require_fit: bool = True) -> Interpreter:
+def find_interpreter(
+    version: str, override: str | None = None, package: str = "torch", *, require_fit: bool = True
+) -> Interpreter:
     """Like ``find_python``, with what the probe learnt (one subprocess per candidate tried).
 
     An interpreter ``package`` cannot run on (``unfit_reason``: a pre-release, or one that lacks
@@ -164,7 +198,9 @@ def find_interpreter(version: str, override: str | None = None, package: str = "
     """
     if override is not None:
         if not override.strip():
-            raise PreflightError("--python is empty (an unset shell variable?); give the path of an interpreter")
+            raise PreflightError(
+                "--python is empty (an unset shell variable?); give the path of an interpreter"
+            )
         found = shutil.which(override) or (override if Path(override).exists() else None)
         if found is None:
             raise PreflightError(f"--python {override}: no such interpreter")
@@ -172,13 +208,22 @@ def find_interpreter(version: str, override: str | None = None, package: str = "
         if info is None:
             raise PreflightError(f"--python {override}: the interpreter does not run")
         if info.version != version:
-            events.emit("warn", f"--python {override} is Python {info.version}; the stack asks for {version}")
+            events.emit(
+                "warn",
+                f"--python {override} is Python {info.version}; the stack asks for {version}",
+            )
         if require_fit and (reason := unfit_reason(info, package)) is not None:
-            raise _refuse(info, f"--python {override}" + (f" ({info.executable})" if str(info.executable) != override else ""),
-                          reason, info.version)
+            raise _refuse(
+                info,
+                f"--python {override}"
+                + (f" ({info.executable})" if str(info.executable) != override else ""),
+                reason,
+                info.version,
+            )
         return info
     seen: set[str] = set()
-    unfit: tuple[Interpreter, str, str] | None = None  # the first one found that cannot run the stack
+    # the first one found that cannot run the stack
+    unfit: tuple[Interpreter, str, str] | None = None
 
     def fit(info: Interpreter | None, where: str) -> bool:
         nonlocal unfit
@@ -213,12 +258,16 @@ def find_interpreter(version: str, override: str | None = None, package: str = "
         return unfit[0]
     if unfit is not None:
         info, where, reason = unfit
-        raise _refuse(info, f"{info.executable} ({where}), the only Python {version} here,", reason, version)
+        raise _refuse(
+            info, f"{info.executable} ({where}), the only Python {version} here,", reason, version
+        )
     raise PreflightError(
-        f"Python {version}, which the stack asks for, was not found (looked for python{version} on PATH, "
-        "in /usr/bin, /usr/local/bin and ~/.pyenv, and asked uv)",
-        hint=f"Install it (Ubuntu: the deadsnakes PPA, `apt install python{version} python{version}-venv`; "
-        f"or `uv python install {version}`), or pass --python PATH.",
+        f"Python {version}, which the stack asks for, was not found (looked for python{version} on"
+        " PATH, in /usr/bin, /usr/local/bin and ~/.pyenv, and asked uv)",
+        hint=(
+            f"Install it (Ubuntu: the deadsnakes PPA, `apt install python{version}"
+            f" python{version}-venv`; or `uv python install {version}`), or pass --python PATH."
+        ),
     )
 
 
@@ -231,14 +280,21 @@ def find_uv() -> str | None:
         return shutil.which("uv")
 
 
-def run_python_json(python: Path, code: str, timeout: float = 120, what: str | None = None,
-                    env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def run_python_json(
+    python: Path,
+    code: str,
+    timeout: float = 120,
+    what: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Run ``code`` with ``python`` and parse the JSON object its last stdout line prints.
 
     Raises ``TimeoutError`` (naming ``what`` and the timeout) when it hangs, ``RuntimeError``
     with its last error line when it fails.
     """
-    out = run([str(python), "-c", code], capture=True, separate_stderr=True, timeout=timeout, env=env)
+    out = run(
+        [str(python), "-c", code], capture=True, separate_stderr=True, timeout=timeout, env=env
+    )
     if out.timed_out:
         raise TimeoutError(out.hung_message(what or f"{python} -c ..."))
     if not out.ok:
@@ -252,8 +308,8 @@ def run_python_json(python: Path, code: str, timeout: float = 120, what: str | N
 def python_for(requires: str | None, what: str) -> str:
     """The Python minor to install for ``requires`` (a ``requires-python``), as uv chooses: this
     interpreter's when it fits; else the newest that does among the interpreters found
-    (``_candidates``), then ``uv python find``. PreflightError (exit 3) naming ``requires`` and what was looked at when
-    none fits; ``what``: whose requirement it is (a lock file)."""
+    (``_candidates``), then ``uv python find``. PreflightError (exit 3) naming ``requires`` and what
+    was looked at when none fits; ``what``: whose requirement it is (a lock file)."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -276,20 +332,31 @@ def python_for(requires: str | None, what: str) -> str:
                 continue
             got = ".".join(info.version.split(".")[:2])
             if got == version and spec.contains(info.version, prereleases=True):
-                events.emit("info", f"the lock requires Python {requires}, and this interpreter "
-                            f"is {here}: installing for Python {version} ({info.executable}); "
-                            "--python chooses another")
+                events.emit(
+                    "info",
+                    f"the lock requires Python {requires}, and this interpreter "
+                    f"is {here}: installing for Python {version} ({info.executable}); "
+                    "--python chooses another",
+                )
                 return version
             looked.append(f"{exe} ({got})")
     found = _uv_python_find(requires or "")
     if found is not None:
-        events.emit("info", f"the lock requires Python {requires}: installing for Python "
-                    f"{found[0]} ({found[1]}, found by uv python find)")
+        events.emit(
+            "info",
+            f"the lock requires Python {requires}: installing for Python "
+            f"{found[0]} ({found[1]}, found by uv python find)",
+        )
         return found[0]
-    raise PreflightError(f"{what}: the lock requires Python {requires}, and no interpreter here "
-                         f"fits it (looked at: {', '.join(dict.fromkeys(looked))}, and uv python "
-                         "find)", hint="Install a Python the lock allows (e.g. `uv python "
-                         "install`), or name one with --python.")
+    raise PreflightError(
+        f"{what}: the lock requires Python {requires}, and no interpreter here "
+        f"fits it (looked at: {', '.join(dict.fromkeys(looked))}, and uv python "
+        "find)",
+        hint=(
+            "Install a Python the lock allows (e.g. `uv python "
+            "install`), or name one with --python."
+        ),
+    )
 
 
 def _uv_python_find(requires: str) -> tuple[str, str] | None:
@@ -298,8 +365,12 @@ def _uv_python_find(requires: str) -> tuple[str, str] | None:
     if uv is None or not requires:
         return None
     try:
-        out = run([uv, "python", "find", "--no-python-downloads", requires], capture=True,
-                  separate_stderr=True, timeout=30)
+        out = run(
+            [uv, "python", "find", "--no-python-downloads", requires],
+            capture=True,
+            separate_stderr=True,
+            timeout=30,
+        )
     except OSError:
         return None
     exe = (out.output or "").strip().splitlines()[-1] if out.ok and out.output else ""

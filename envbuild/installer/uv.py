@@ -31,16 +31,26 @@ class UvInstaller:
     def default_sources(self, wheelhouse: str | None) -> InstallerSources:
         return InstallerSources() if wheelhouse else pip_config_sources()
 
-    def venv_argv(self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None,
-                  seed: bool = True) -> list[str]:
+    def venv_argv(
+        self, python: Path, venv: Path, *, offline_wheelhouse: str | None = None, seed: bool = True
+    ) -> list[str]:
         if not seed:
             return [self.uv, "venv", "--python", str(python), str(venv)]
-        # --seed puts pip in the venv; offline, uv must get it from the wheelhouse, not its default index
+        # --seed puts pip in the venv; offline, uv must get it from the wheelhouse, not its default
+        # index
         source = ["--no-index", "--find-links", offline_wheelhouse] if offline_wheelhouse else []
         return [self.uv, "venv", "--seed", *source, "--python", str(python), str(venv)]
 
-    def create_venv(self, python: Path, venv: Path, *, log_file: Path, offline_wheelhouse: str | None = None,
-                    pass_fds: Sequence[int] = (), seed: bool = True) -> None:
+    def create_venv(
+        self,
+        python: Path,
+        venv: Path,
+        *,
+        log_file: Path,
+        offline_wheelhouse: str | None = None,
+        pass_fds: Sequence[int] = (),
+        seed: bool = True,
+    ) -> None:
         argv = self.venv_argv(python, venv, offline_wheelhouse=offline_wheelhouse, seed=seed)
         create_venv_with(argv, venv, log_file, pass_fds)
 
@@ -49,8 +59,9 @@ class UvInstaller:
         the import check (see above)."""
         return option == "yes"
 
-    def install_env(self, env: Mapping[str, str], python: Path, *, compile_option: str,
-                    adopted: bool = False) -> dict[str, str]:
+    def install_env(
+        self, env: Mapping[str, str], python: Path, *, compile_option: str, adopted: bool = False
+    ) -> dict[str, str]:
         out = dict(env)
         if self.compiles_bytecode(compile_option, adopted=adopted):
             out["UV_COMPILE_BYTECODE"] = "1"
@@ -58,22 +69,73 @@ class UvInstaller:
             out.pop("UV_COMPILE_BYTECODE", None)
         return out
 
-    def run_step(self, planned: PlannedStep, *, spec: StackSpec, python: Path, steps_dir: Path,
-                 constraints: Path | None, log_file: Path, env: Mapping[str, str], pass_fds: Sequence[int] = (),
-                 timeout: float | None = None) -> StepRun:
-        return run_step_commands(self, planned, spec=spec, python=python, uv=self.uv, steps_dir=steps_dir,
-                                 constraints=constraints, log_file=log_file, env=env, pass_fds=pass_fds,
-                                 timeout=timeout)
+    def run_step(
+        self,
+        planned: PlannedStep,
+        *,
+        spec: StackSpec,
+        python: Path,
+        steps_dir: Path,
+        constraints: Path | None,
+        log_file: Path,
+        env: Mapping[str, str],
+        pass_fds: Sequence[int] = (),
+        timeout: float | None = None,
+    ) -> StepRun:
+        return run_step_commands(
+            self,
+            planned,
+            spec=spec,
+            python=python,
+            uv=self.uv,
+            steps_dir=steps_dir,
+            constraints=constraints,
+            log_file=log_file,
+            env=env,
+            pass_fds=pass_fds,
+            timeout=timeout,
+        )
 
-    def download_argv(self, planned: PlannedStep, *, python: Path, scratch: Path,
-                      sources: Sequence[str], requirements: Sequence[str]) -> list[str] | None:
+    def download_argv(
+        self,
+        planned: PlannedStep,
+        *,
+        python: Path,
+        scratch: Path,
+        sources: Sequence[str],
+        requirements: Sequence[str],
+    ) -> list[str] | None:
         # uv has no download-only mode (astral-sh/uv#3163): installing into a throw-away target
         # downloads and unpacks each wheel into uv's cache, which the real step then links from
-        return [self.uv, "pip", "install", "--no-deps", "--quiet", "--python", str(python),
-                "--target", str(scratch), *sources, *requirements]
+        return [
+            self.uv,
+            "pip",
+            "install",
+            "--no-deps",
+            "--quiet",
+            "--python",
+            str(python),
+            "--target",
+            str(scratch),
+            *sources,
+            *requirements,
+        ]
 
-    def dry_run_argv(self, python: Path, *, args: Sequence[str], requirements_file: Path,
-                     report: Path | None) -> list[str]:
+    def dry_run_argv(
+        self, python: Path, *, args: Sequence[str], requirements_file: Path, report: Path | None
+    ) -> list[str]:
         if report is not None:
-            raise PreflightError("uv's dry run writes no JSON report; use the pip backend for a report")
-        return [self.uv, "pip", "install", "--dry-run", "--python", str(python), *args, "-r", str(requirements_file)]
+            raise PreflightError(
+                "uv's dry run writes no JSON report; use the pip backend for a report"
+            )
+        return [
+            self.uv,
+            "pip",
+            "install",
+            "--dry-run",
+            "--python",
+            str(python),
+            *args,
+            "-r",
+            str(requirements_file),
+        ]

@@ -66,8 +66,15 @@ class Change:
         return "added" if self.old is None else "removed" if self.new is None else "changed"
 
     def to_json(self) -> ChangeJSON:
-        return {"step": self.step, "package": self.package, "change": self.kind, "old": self.old, "new": self.new,
-                "reason": self.reason, "by": list(self.by)}
+        return {
+            "step": self.step,
+            "package": self.package,
+            "change": self.kind,
+            "old": self.old,
+            "new": self.new,
+            "reason": self.reason,
+            "by": list(self.by),
+        }
 
 
 def _shown(p: LockedPackage) -> str:
@@ -102,7 +109,9 @@ def _requirers(name: str, steps: Iterable[LockedStep]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def lock_changes(old: Lock | None, new: Lock, spec: StackSpec, upgrade: Upgrade | None = None) -> list[Change]:
+def lock_changes(
+    old: Lock | None, new: Lock, spec: StackSpec, upgrade: Upgrade | None = None
+) -> list[Change]:
     """Every pin that differs between ``old`` and ``new``, step by step, with its reason."""
     upgrade = upgrade or Upgrade()
     before_steps = {s.name: s for s in old.steps} if old is not None else {}
@@ -118,29 +127,55 @@ def lock_changes(old: Lock | None, new: Lock, spec: StackSpec, upgrade: Upgrade 
             a, b = before.get(name), after.get(name)
             if a is not None and b is not None and _shown(a) == _shown(b):
                 continue
-            named = name in asked_now or (asked_then is not None and name in asked_then) or \
-                (asked_then is None and any(p is not None and p.requested for p in (a, b)))
+            named = (
+                name in asked_now
+                or (asked_then is not None and name in asked_then)
+                or (asked_then is None and any(p is not None and p.requested for p in (a, b)))
+            )
             if upgrade.asks(name):
                 reason = UPGRADE
-            elif named and (was is None or asked_then is None or asked_then.get(name) != asked_now.get(name)):
+            elif named and (
+                was is None or asked_then is None or asked_then.get(name) != asked_now.get(name)
+            ):
                 reason = SPEC  # the step is new, or its requirement on the package changed
             else:
                 reason = NEEDED
             by: tuple[str, ...] = ()
             if reason == NEEDED:
-                by = _requirers(name, new.steps[:i + 1]) if b is not None else \
-                    _requirers(name, old.steps if old is not None else ())
-            out.append(Change(step.name, name, _shown(a) if a else None, _shown(b) if b else None, reason, by))
+                by = (
+                    _requirers(name, new.steps[: i + 1])
+                    if b is not None
+                    else _requirers(name, old.steps if old is not None else ())
+                )
+            out.append(
+                Change(
+                    step.name, name, _shown(a) if a else None, _shown(b) if b else None, reason, by
+                )
+            )
     for gone, was in before_steps.items():
         if new.step(gone) is None:  # a step the spec no longer has
-            out += [Change(gone, canonicalize_name(p.name), _shown(p), None, SPEC if p.requested else NEEDED)
-                    for p in was.packages]
+            out += [
+                Change(
+                    gone,
+                    canonicalize_name(p.name),
+                    _shown(p),
+                    None,
+                    SPEC if p.requested else NEEDED,
+                )
+                for p in was.packages
+            ]
     return out
 
 
 def torch_moved(old: Lock | None, new: Lock) -> tuple[str, str] | None:
     """(old, new) torch version when the lock's ABI package moved (version or local tag)."""
-    if old is None or old.abi is None or new.abi is None or not old.abi.version or not new.abi.version:
+    if (
+        old is None
+        or old.abi is None
+        or new.abi is None
+        or not old.abi.version
+        or not new.abi.version
+    ):
         return None
     return (old.abi.version, new.abi.version) if old.abi.version != new.abi.version else None
 
@@ -159,7 +194,11 @@ def read_wheel_provenance(path: Path) -> Mapping[str, Any] | None:
         with zipfile.ZipFile(path) as zf:
             for member in zf.namelist():
                 parts = member.split("/")
-                if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == PROVENANCE_FILE:
+                if (
+                    len(parts) == 2
+                    and parts[0].endswith(".dist-info")
+                    and parts[1] == PROVENANCE_FILE
+                ):
                     data = json.loads(zf.read(member))
                     return data if isinstance(data, dict) else None
     except (OSError, zipfile.BadZipFile, ValueError, KeyError):
@@ -169,11 +208,16 @@ def read_wheel_provenance(path: Path) -> Mapping[str, Any] | None:
 
 def built_against(provenance: Mapping[str, Any]) -> str | None:
     torch = provenance.get("torch")
-    return str(torch["version"]) if isinstance(torch, dict) and isinstance(torch.get("version"), str) else None
+    return (
+        str(torch["version"])
+        if isinstance(torch, dict) and isinstance(torch.get("version"), str)
+        else None
+    )
 
 
 def stale_wheels(folders: Iterable[Path], torch_version: str) -> list[StaleWheel]:
-    """Wheels in ``folders`` built by ``wheelhouse build`` against a torch other than ``torch_version``."""
+    """Wheels in ``folders`` built by ``wheelhouse build`` against a torch other than
+    ``torch_version``."""
     out: list[StaleWheel] = []
     for folder in dict.fromkeys(folders):
         if not folder.is_dir():
@@ -183,5 +227,9 @@ def stale_wheels(folders: Iterable[Path], torch_version: str) -> list[StaleWheel
             torch = built_against(prov) if prov is not None else None
             if torch is not None and torch != torch_version:
                 assert prov is not None
-                out.append(StaleWheel(path, str(prov.get("name", "?")), str(prov.get("version", "?")), torch))
+                out.append(
+                    StaleWheel(
+                        path, str(prov.get("name", "?")), str(prov.get("version", "?")), torch
+                    )
+                )
     return out

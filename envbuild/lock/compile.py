@@ -1,4 +1,5 @@
-"""One step of ``envbuild lock``: resolve it into hash-pinned requirements (``lock.stack`` runs the steps).
+"""One step of ``envbuild lock``: resolve it into hash-pinned requirements (``lock.stack`` runs the
+steps).
 
 Steps with dependencies are resolved for the stack's Python and ``[target]`` platform, by
 pip-tools (``pip-compile --generate-hashes``) where this interpreter is the target, else by
@@ -52,12 +53,22 @@ from envbuild.spec import StackSpec, Step
 
 def marker_env(spec: StackSpec) -> dict[str, str]:
     """The PEP 508 environment the lock is for: the stack's CPython on Linux, on the CPU of its
-    ``[target]`` platform (x86_64, or aarch64 for GH200/GB200/GB10 hosts), whatever machine locks."""
-    return {"python_version": spec.python, "python_full_version": spec.python + ".0", "os_name": "posix",
-            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": spec.target.arch,
-            "platform_python_implementation": "CPython", "implementation_name": "cpython",
-            "implementation_version": spec.python + ".0", "platform_release": "", "platform_version": "",
-            "extra": ""}
+    ``[target]`` platform (x86_64, or aarch64 for GH200/GB200/GB10 hosts), whatever machine locks.
+    """
+    return {
+        "python_version": spec.python,
+        "python_full_version": spec.python + ".0",
+        "os_name": "posix",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": spec.target.arch,
+        "platform_python_implementation": "CPython",
+        "implementation_name": "cpython",
+        "implementation_version": spec.python + ".0",
+        "platform_release": "",
+        "platform_version": "",
+        "extra": "",
+    }
 
 
 # ----------------------------------------------------------------------------- sources
@@ -70,7 +81,9 @@ def step_sources(step: Step, wheelhouse: str | None) -> tuple[Sources, list[str]
     args: list[str] = []
     if step.no_index:
         args.append("--no-index")
-        return Sources((), step.find_links), args + [a for f in step.find_links for a in ("--find-links", f)]
+        return Sources((), step.find_links), args + [
+            a for f in step.find_links for a in ("--find-links", f)
+        ]
     n_index = n_links = 0
     if step.index_url is None:
         conf = pip_config_sources()
@@ -95,17 +108,23 @@ def check_reachable(sources: Sources, step: Step) -> None:
     if bad:
         raise PreflightError(
             f"step {step.name!r}: package sources do not answer: {'; '.join(bad)}",
-            hint="Check the network and the step's index_url/find_links, lock offline from a wheelhouse "
-            "(envbuild lock --wheelhouse DIR), or leave the step out of this lock with --skip-step NAME.")
+            hint=(
+                "Check the network and the step's index_url/find_links, lock offline from a"
+                " wheelhouse (envbuild lock --wheelhouse DIR), or leave the step out of this lock"
+                " with --skip-step NAME."
+            ),
+        )
 
 
 # ----------------------------------------------------------------------------- pip-compile
 
 
 def tool_versions(python: Path) -> dict[str, str]:
-    code = ("import json,sys,importlib.metadata as m\n"
-            "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'pip': m.version('pip'),"
-            " 'pip-tools': m.version('pip-tools')}))")
+    code = (
+        "import json,sys,importlib.metadata as m\n"
+        "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'pip': m.version('pip'),"
+        " 'pip-tools': m.version('pip-tools')}))"
+    )
     out = run([str(python), "-c", code], capture=True, separate_stderr=True, timeout=60)
     if not out.ok:
         return {}
@@ -117,7 +136,11 @@ def tool_versions(python: Path) -> dict[str, str]:
 
 def resolver_python(spec: StackSpec, override: str | None) -> Path:
     """An interpreter of the stack's Python version with pip-tools importable."""
-    if override is None and f"{sys.version_info[0]}.{sys.version_info[1]}" == spec.python and _has_piptools(Path(sys.executable)):
+    if (
+        override is None
+        and f"{sys.version_info[0]}.{sys.version_info[1]}" == spec.python
+        and _has_piptools(Path(sys.executable))
+    ):
         return Path(sys.executable)
     base = find_python(spec.python, override)
     if _has_piptools(base):
@@ -127,14 +150,20 @@ def resolver_python(spec: StackSpec, override: str | None) -> Path:
     if python.exists() and python_version_of(python) == spec.python and _has_piptools(python):
         return python
     piptools = importlib_metadata.version("pip-tools")
-    events.emit("info", f"making a Python {spec.python} helper venv with pip-tools {piptools} at {venv}")
+    events.emit(
+        "info", f"making a Python {spec.python} helper venv with pip-tools {piptools} at {venv}"
+    )
     log = venv.parent / f"py{spec.python}.log"
-    for argv in ([str(base), "-m", "venv", "--clear", str(venv)],
-                 [str(python), "-m", "pip", "install", "-q", f"pip-tools=={piptools}"]):
+    for argv in (
+        [str(base), "-m", "venv", "--clear", str(venv)],
+        [str(python), "-m", "pip", "install", "-q", f"pip-tools=={piptools}"],
+    ):
         res = run(argv, log_file=log, timeout=600)
         if not res.ok:
-            raise PreflightError(f"could not make the pip-tools helper venv for Python {spec.python}:\n{res.tail}",
-                                 hint=f"Full log: {log}. Or pass --python PATH to an interpreter with pip-tools.")
+            raise PreflightError(
+                f"could not make the pip-tools helper venv for Python {spec.python}:\n{res.tail}",
+                hint=f"Full log: {log}. Or pass --python PATH to an interpreter with pip-tools.",
+            )
     return python
 
 
@@ -145,8 +174,17 @@ def _has_piptools(python: Path) -> bool:
         return False
 
 
-def compile_step(step: Step, *, python: Path, requirements: list[str], source_args: list[str],
-                 constraints: list[str], preferences: list[str], work: Path, log_file: Path) -> list[LockedReq]:
+def compile_step(
+    step: Step,
+    *,
+    python: Path,
+    requirements: list[str],
+    source_args: list[str],
+    constraints: list[str],
+    preferences: list[str],
+    work: Path,
+    log_file: Path,
+) -> list[LockedReq]:
     """Run pip-compile for one step with dependencies; returns its pinned, hashed requirements.
     ``preferences`` (``name==version`` lines) are its existing output file: pins it keeps where
     they still satisfy the step and the constraints."""
@@ -157,10 +195,29 @@ def compile_step(step: Step, *, python: Path, requirements: list[str], source_ar
     req_in.write_text(f"-c {cons.name}\n" + "\n".join(requirements) + "\n")
     out = work / f"{step.name}.txt"
     out.write_text("".join(f"{line}\n" for line in preferences))
-    argv = [str(python), "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe", "--strip-extras",
-            "--no-header", "--no-annotate", "--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host",
-            "--no-emit-options", "--quiet", "--cache-dir", str(cache_dir() / "pip-tools"),
-            "--pip-args", "--timeout 15 --retries 1", "-o", str(out), *source_args]
+    argv = [
+        str(python),
+        "-m",
+        "piptools",
+        "compile",
+        "--generate-hashes",
+        "--allow-unsafe",
+        "--strip-extras",
+        "--no-header",
+        "--no-annotate",
+        "--no-emit-index-url",
+        "--no-emit-find-links",
+        "--no-emit-trusted-host",
+        "--no-emit-options",
+        "--quiet",
+        "--cache-dir",
+        str(cache_dir() / "pip-tools"),
+        "--pip-args",
+        "--timeout 15 --retries 1",
+        "-o",
+        str(out),
+        *source_args,
+    ]
     if step.pre:
         argv.append("--pre")
     if step.no_build_isolation:
@@ -170,14 +227,27 @@ def compile_step(step: Step, *, python: Path, requirements: list[str], source_ar
     events.emit("debug", redact(format_argv(argv)))
     res = run(argv, log_file=log_file, env=env, cwd=work, timeout=1800)
     if not res.ok:
-        raise LockError(f"pip-compile could not resolve step {step.name!r} (exit {res.returncode}):\n{redact(res.tail)}",
-                        hint=f"Full log: {log_file}. A conflict with the baseline pins means the step needs "
-                        "a torch the baseline does not have: pin another version, or make the step no_deps.")
+        raise LockError(
+            f"pip-compile could not resolve step {step.name!r} (exit"
+            f" {res.returncode}):\n{redact(res.tail)}",
+            hint=(
+                f"Full log: {log_file}. A conflict with the baseline pins means the step needs "
+                "a torch the baseline does not have: pin another version, or make the step no_deps."
+            ),
+        )
     return parse_requirements_text(out.read_text(), str(out))
 
 
-def pin_no_deps(step: Step, finder: ArtifactFinder, *, requirements: list[str], earlier: Mapping[str, tuple[str, str]],
-                last: Mapping[str, str], forced: Mapping[str, str], move: set[str] | None) -> list[LockedReq]:
+def pin_no_deps(
+    step: Step,
+    finder: ArtifactFinder,
+    *,
+    requirements: list[str],
+    earlier: Mapping[str, tuple[str, str]],
+    last: Mapping[str, str],
+    forced: Mapping[str, str],
+    move: set[str] | None,
+) -> list[LockedReq]:
     """Exactly the named packages at an exact version, with every matching artifact's hash.
 
     The version: ``forced`` (``--upgrade-package NAME==VERSION``), else the one an earlier step
@@ -190,38 +260,59 @@ def pin_no_deps(step: Step, finder: ArtifactFinder, *, requirements: list[str], 
         req = Requirement(raw)
         name = canonicalize_name(req.name)
         if req.url:
-            out.append(LockedReq(name, f"{name} @ {req.url}", 0, None, _url_hashes(req.url), req.url))
+            out.append(
+                LockedReq(name, f"{name} @ {req.url}", 0, None, _url_hashes(req.url), req.url)
+            )
             continue
         files = [(a, pv[1]) for a in finder.files(name) if (pv := parse_filename(a.filename))]
-        versions = sorted({Version(v) for _, v in files
-                           if req.specifier.contains(v, prereleases=step.pre or None) or _exact(req, v)}, reverse=True)
+        versions = sorted(
+            {
+                Version(v)
+                for _, v in files
+                if req.specifier.contains(v, prereleases=step.pre or None) or _exact(req, v)
+            },
+            reverse=True,
+        )
         if not versions:
-            raise LockError(f"step {step.name!r}: no artifact of {raw} in the step's sources "
-                            f"({', '.join(redact(s) for s in (*finder.sources.index_urls, *finder.sources.find_links))})",
-                            hint="Check the version and the step's index_url/find_links.")
+            raise LockError(
+                f"step {step.name!r}: no artifact of {raw} in the step's sources "
+                f"({', '.join(redact(s) for s in (*finder.sources.index_urls, *finder.sources.find_links))})",
+                hint="Check the version and the step's index_url/find_links.",
+            )
 
         def have(v: str | None, versions: list[Version] = versions) -> str | None:
-            return next((str(x) for x in versions if v is not None and same_version(str(x), v)), None)
+            return next(
+                (str(x) for x in versions if v is not None and same_version(str(x), v)), None
+            )
 
         version = str(versions[0])
         prior = earlier.get(name) if name not in step.replaces else None
         if name in forced:
             if have(forced[name]) is None:
-                raise LockError(f"--upgrade-package {name}=={forced[name]}: step {step.name!r} asks for {raw}, "
-                                f"which that version does not satisfy (or no file of it is in the step's sources)")
+                raise LockError(
+                    f"--upgrade-package {name}=={forced[name]}: step {step.name!r} asks for {raw},"
+                    " which that version does not satisfy (or no file of it is in the step's"
+                    " sources)"
+                )
             version = have(forced[name]) or version
         elif prior is not None:
             if have(prior[0]) is None:
                 raise LockError(
-                    f"step {step.name!r} does not agree with the steps before it: it asks for {raw}, and step "
-                    f"{prior[1]!r} pinned {name} {prior[0]}",
-                    hint=f"Make the two steps agree on {name}, or let step {step.name!r} replace it: "
-                    f"replaces = [\"{name}\"] in its [[step]] table.")
+                    f"step {step.name!r} does not agree with the steps before it: it asks for"
+                    f" {raw}, and step {prior[1]!r} pinned {name} {prior[0]}",
+                    hint=(
+                        f"Make the two steps agree on {name}, or let step {step.name!r} replace"
+                        " it: "
+                        f'replaces = ["{name}"] in its [[step]] table.'
+                    ),
+                )
             version = have(prior[0]) or version
         elif (move is not None and name not in move) and have(last.get(name)) is not None:
             version = have(last.get(name)) or version
         hashes = [a.sha256 or "" for a in finder.matching_all(name, version)]
-        out.append(LockedReq(name, f"{name}=={version}", 0, version, tuple(sorted(h for h in hashes if h))))
+        out.append(
+            LockedReq(name, f"{name}=={version}", 0, version, tuple(sorted(h for h in hashes if h)))
+        )
     return out
 
 
@@ -248,9 +339,15 @@ def _exact(req: Requirement, version: str) -> bool:
 
 
 def uv_tools(spec: StackSpec) -> dict[str, str]:
-    return {"resolver": "uv", "uv": uv_version(), "python": spec.python, "platform": spec.target.platform,
-            "host_python": ".".join(map(str, sys.version_info[:3])), "envbuild": __version__,
-            "packaging": importlib_metadata.version("packaging")}
+    return {
+        "resolver": "uv",
+        "uv": uv_version(),
+        "python": spec.python,
+        "platform": spec.target.platform,
+        "host_python": ".".join(map(str, sys.version_info[:3])),
+        "envbuild": __version__,
+        "packaging": importlib_metadata.version("packaging"),
+    }
 
 
 def extra_args(base: Sources, step: Step) -> list[str]:
@@ -258,10 +355,10 @@ def extra_args(base: Sources, step: Step) -> list[str]:
     installer's configuration need no flag: pip-compile reads that configuration itself."""
     args: list[str] = []
     if not step.no_index:
-        for u in base.index_urls[base.configured_indexes:]:
+        for u in base.index_urls[base.configured_indexes :]:
             if u not in (step.index_url, *step.extra_index_urls):
                 args += ["--extra-index-url", u]
-    for f in base.find_links[base.configured_links:]:
+    for f in base.find_links[base.configured_links :]:
         if f not in step.find_links:
             args += ["--find-links", f]
     return args
@@ -271,30 +368,50 @@ def recorded_sources(sources: Sources, source_args: list[str]) -> dict[str, Any]
     """What the lock says a step resolved from: the spec's sources, redacted. The installer's
     configured sources (this machine's pip.conf) are named only as such: they are not the lock's."""
     configured = sources.configured_indexes > 0
-    own_indexes = sources.index_urls[sources.configured_indexes:]
+    own_indexes = sources.index_urls[sources.configured_indexes :]
     if configured:
         index, extras = None, own_indexes
     else:
         index = own_indexes[0] if own_indexes and "--no-index" not in source_args else None
         extras = own_indexes[1:]
-    return {"index_url": redact(index) if index else None,
-            "extra_index_urls": [redact(u) for u in extras],
-            "find_links": [redact(u) for u in sources.find_links[sources.configured_links:]],
-            "installer_configured": configured}
+    return {
+        "index_url": redact(index) if index else None,
+        "extra_index_urls": [redact(u) for u in extras],
+        "find_links": [redact(u) for u in sources.find_links[sources.configured_links :]],
+        "installer_configured": configured,
+    }
 
 
 def step_flags(step: Step) -> dict[str, Any]:
-    return {"no_deps": step.no_deps, "pre": step.pre, "no_build_isolation": step.no_build_isolation,
-            "upgrade": step.upgrade, "upgrade_strategy": step.upgrade_strategy, "reinstall": step.reinstall,
-            "no_index": step.no_index}
+    return {
+        "no_deps": step.no_deps,
+        "pre": step.pre,
+        "no_build_isolation": step.no_build_isolation,
+        "upgrade": step.upgrade,
+        "upgrade_strategy": step.upgrade_strategy,
+        "reinstall": step.reinstall,
+        "no_index": step.no_index,
+    }
 
 
-def package_entry(r: LockedReq, finder: ArtifactFinder, requested: set[str], refs: Mapping[str, str],
-                  last: Mapping[str, VcsPin]) -> dict[str, Any]:
+def package_entry(
+    r: LockedReq,
+    finder: ArtifactFinder,
+    requested: set[str],
+    refs: Mapping[str, str],
+    last: Mapping[str, VcsPin],
+) -> dict[str, Any]:
     """One ``packages[]`` entry of ``lock.json``. A git pin records the ref the spec asked for
     (``refs``) and keeps the wheel ``wheelhouse mirror`` built from the same commit (``last``)."""
-    entry: dict[str, Any] = {"name": r.name, "version": r.version, "requested": r.name in requested,
-                             "hashes": sorted(r.hashes), "artifacts": [], "requires_dist": None, "vcs": None}
+    entry: dict[str, Any] = {
+        "name": r.name,
+        "version": r.version,
+        "requested": r.name in requested,
+        "hashes": sorted(r.hashes),
+        "artifacts": [],
+        "requires_dist": None,
+        "vcs": None,
+    }
     if r.url:
         vcs: dict[str, Any] = {"url": r.url, "commit": r.vcs_commit}
         if r.name in refs:
@@ -306,10 +423,15 @@ def package_entry(r: LockedReq, finder: ArtifactFinder, requested: set[str], ref
         return entry
     assert r.version is not None
     arts = finder.matching(r.name, r.version, r.hashes)
-    entry["artifacts"] = [{"filename": a.filename, "url": redact(a.url), "sha256": a.sha256} for a in arts]
+    entry["artifacts"] = [
+        {"filename": a.filename, "url": redact(a.url), "sha256": a.sha256} for a in arts
+    ]
     if not arts:
-        events.emit("warn", f"{r.name} {r.version}: no file with a locked hash found in the step's sources; "
-                    "its URL and metadata are not recorded")
+        events.emit(
+            "warn",
+            f"{r.name} {r.version}: no file with a locked hash found in the step's sources; "
+            "its URL and metadata are not recorded",
+        )
         return entry
     best = next((a for a in arts if a.is_wheel), arts[0])
     try:
@@ -330,15 +452,19 @@ def git_refs(requirements: list[str]) -> dict[str, str]:
 
 
 def baseline_protected(spec: StackSpec, packages: list[dict[str, Any]]) -> set[str]:
-    """The ABI guard's frozen set (``guard.protected_set``) over the baseline's pins, torch's markers
-    evaluated for the stack's target (``marker_env``)."""
+    """The ABI guard's frozen set (``guard.protected_set``) over the baseline's pins, torch's
+    markers evaluated for the stack's target (``marker_env``)."""
     torch = next((p for p in packages if p["name"] == spec.abi.package), None)
     requires = guard.active((torch or {}).get("requires_dist") or [], marker_env(spec))
     return guard.protected_set(spec.abi, {p["name"] for p in packages}, requires)
 
 
 def file_header(spec: StackSpec, step: Step, role: str, fname: str, source_args: list[str]) -> str:
-    flags = ["--require-hashes"] + (["--no-deps"] if step.no_deps else []) + (["--pre"] if step.pre else [])
+    flags = (
+        ["--require-hashes"]
+        + (["--no-deps"] if step.no_deps else [])
+        + (["--pre"] if step.pre else [])
+    )
     srcs = " ".join(redact(a) for a in source_args)
     lines = [
         f"# envbuild lock: step {step.name!r} ({role}) of stack {spec.name!r}",

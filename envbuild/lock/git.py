@@ -62,26 +62,44 @@ def resolve_git(requirement: str, timeout: float = 20.0) -> str:
     if ref is None or ref.is_commit:
         return requirement
     repo = ref.repo
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o ConnectTimeout=10"}
+    env = {
+        **os.environ,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_SSH_COMMAND": "ssh -o BatchMode=yes -o ConnectTimeout=10",
+    }
     try:
-        out = run(["git", "ls-remote", repo, ref.ref], capture=True, separate_stderr=True, timeout=timeout, env=env)
+        out = run(
+            ["git", "ls-remote", repo, ref.ref],
+            capture=True,
+            separate_stderr=True,
+            timeout=timeout,
+            env=env,
+        )
     except FileNotFoundError as exc:
-        raise PreflightError("git is needed to resolve git requirements to a commit, and it is not installed") from exc
+        raise PreflightError(
+            "git is needed to resolve git requirements to a commit, and it is not installed"
+        ) from exc
     if out.timed_out:
-        raise PreflightError(f"{req.name}: git ls-remote {redact(repo)} gave no answer within {timeout:g} s",
-                             hint="Check the network, or pin the requirement to a commit SHA.")
+        raise PreflightError(
+            f"{req.name}: git ls-remote {redact(repo)} gave no answer within {timeout:g} s",
+            hint="Check the network, or pin the requirement to a commit SHA.",
+        )
     if out.returncode != 0:
         err = (out.stderr or "").strip()
         why = redact(err.splitlines()[-1] if err else f"exit {out.returncode}")
-        raise PreflightError(f"{req.name}: cannot read the git repository {redact(repo)}: {why}",
-                             hint="Check the URL and the network, or pin the requirement to a commit SHA.")
+        raise PreflightError(
+            f"{req.name}: cannot read the git repository {redact(repo)}: {why}",
+            hint="Check the URL and the network, or pin the requirement to a commit SHA.",
+        )
     rows = [line.split("\t") for line in (out.output or "").splitlines() if "\t" in line]
     wanted = {ref.ref, f"refs/heads/{ref.ref}", f"refs/tags/{ref.ref}", f"refs/tags/{ref.ref}^{{}}"}
     shas = [sha for sha, name in rows if name in wanted]
     peeled = [sha for sha, name in rows if name.endswith("^{}")]
     if not shas:
-        raise ConfigError(f"{req.name}: the git ref {ref.ref!r} does not exist in {redact(repo)}",
-                          hint="Use a branch, a tag, HEAD or a commit SHA that the repository has.")
+        raise ConfigError(
+            f"{req.name}: the git ref {ref.ref!r} does not exist in {redact(repo)}",
+            hint="Use a branch, a tag, HEAD or a commit SHA that the repository has.",
+        )
     return _with_commit(req, ref, peeled[0] if peeled else shas[0])
 
 
@@ -94,6 +112,12 @@ def pin_git(requirement: str, locked: Mapping[str, VcsPin], *, move: bool) -> st
         return requirement
     req = Requirement(requirement)
     old = locked.get(canonicalize_name(req.name))
-    if not move and old is not None and old.commit and old.ref == ref.ref and GitRef(old.url).repo == ref.repo:
+    if (
+        not move
+        and old is not None
+        and old.commit
+        and old.ref == ref.ref
+        and GitRef(old.url).repo == ref.repo
+    ):
         return _with_commit(req, ref, old.commit)
     return resolve_git(requirement)

@@ -28,8 +28,10 @@ key by its dotted path (``lock.json: steps[2].file: missing``) in a ``LockError`
                                           # this step's resolution; see ``step_digests``
          "flags": {"no_deps": false, "pre": false, "no_build_isolation": false, "upgrade": false,
                    "upgrade_strategy": "only-if-needed", "reinstall": false, "no_index": false},
-         "requirements": ["torch==2.13.0+cpu"],  # the step's packages as the spec names them (redacted):
-                                          # what `lock` compares to say "spec changed"; absent in older locks
+         "requirements": ["torch==2.13.0+cpu"],  # the step's packages as the spec names them
+         (redacted):
+                                          # what `lock` compares to say "spec changed"; absent in
+                                          older locks
          "replaces": ["numpy"],           # only when the spec says so: earlier steps' packages this
                                           # step may pin at another version (``lock.stack``)
          "locked": true,
@@ -39,12 +41,15 @@ key by its dotted path (``lock.json: steps[2].file: missing``) in a ``LockError`
          "packages": [
            {"name": "torch", "version": "2.13.0+cpu", "requested": true,
             "hashes": ["<sha256 hex>", ...],              # every hash the file accepts
-            "artifacts": [{"filename": ..., "url": ..., "sha256": ...}],  # where each hash was found
-            "requires_dist": ["filelock", ...],           # core metadata; null when not read
+            "artifacts": [{"filename": ..., "url": ..., "sha256": ...}],  # where each hash was
+            found "requires_dist": ["filelock", ...],           # core metadata; null when not read
             "vcs": null}                                  # or {"url": ..., "commit": <40 hex>,
-                                                          #  "ref": "main" (what the spec asked for),
-                                                          #  "wheel": {"filename", "version", "sha256"}
-                                                          #  (built by `wheelhouse mirror`: offline installs it)}
+                                                          #  "ref": "main" (what the spec asked
+                                                          for),
+                                                          #  "wheel": {"filename", "version",
+                                                          "sha256"}
+                                                          #  (built by `wheelhouse mirror`: offline
+                                                          installs it)}
          ]},
         {"name": "prebuilt-cuda", ..., "locked": false, "reason": "..."}   # a partial lock
       ]
@@ -87,14 +92,33 @@ MANIFEST = "lock.json"
 PYLOCK = "pylock.toml"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.txt$")
-_REGENERATE = ("Re-run `envbuild lock` to regenerate it (a lock is written by envbuild, not by hand), "
-               "or provision with --no-lock to resolve from the spec.")
+_REGENERATE = (
+    "Re-run `envbuild lock` to regenerate it (a lock is written by envbuild, not by hand), "
+    "or provision with --no-lock to resolve from the spec."
+)
 T = TypeVar("T")
 
 __all__ = [
-    "LOCK_VERSION", "MANIFEST", "PYLOCK", "BuiltWheel", "Lock", "LockAbi", "LockedPackage", "LockedReq", "LockedStep",
-    "StepFlags", "StepSources", "VcsPin", "format_requirement", "lock_dir", "lock_from_text",
-    "parse_requirements_text", "read_lock", "read_step_file", "step_filename", "write_lock",
+    "LOCK_VERSION",
+    "MANIFEST",
+    "PYLOCK",
+    "BuiltWheel",
+    "Lock",
+    "LockAbi",
+    "LockedPackage",
+    "LockedReq",
+    "LockedStep",
+    "StepFlags",
+    "StepSources",
+    "VcsPin",
+    "format_requirement",
+    "lock_dir",
+    "lock_from_text",
+    "parse_requirements_text",
+    "read_lock",
+    "read_step_file",
+    "step_filename",
+    "write_lock",
 ]
 
 
@@ -109,7 +133,13 @@ def step_filename(number: int, name: str) -> str:
 # ----------------------------------------------------------------------------- typed reading
 
 
-_TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", list: "a list", dict: "a table (object)"}
+_TYPE_NAMES = {
+    str: "a string",
+    bool: "true or false",
+    int: "an integer",
+    list: "a list",
+    dict: "a table (object)",
+}
 
 
 class _Fields:
@@ -125,14 +155,18 @@ class _Fields:
         at = ".".join(p for p in (self.path, key) if p) or "the top level"
         return LockError(f"{self.where}: {at}: {what}", hint=_REGENERATE)
 
-    def get(self, key: str, kind: type[T], default: T | None = None, *, required: bool = False) -> T | None:
+    def get(
+        self, key: str, kind: type[T], default: T | None = None, *, required: bool = False
+    ) -> T | None:
         if key not in self.data or (self.data[key] is None and not required):
             if required:
                 raise self.fail(key, "missing")
             return default
         value = self.data[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(key, f"must be {_TYPE_NAMES.get(kind, kind.__name__)}, not {_kind(value)}")
+            raise self.fail(
+                key, f"must be {_TYPE_NAMES.get(kind, kind.__name__)}, not {_kind(value)}"
+            )
         return value
 
     def req(self, key: str, kind: type[T]) -> T:
@@ -154,7 +188,11 @@ class _Fields:
 
     def table(self, key: str, *, required: bool = False) -> _Fields | None:
         value = self.get(key, dict, required=required)
-        return None if value is None else _Fields(value, self.where, f"{self.path}.{key}" if self.path else key)
+        return (
+            None
+            if value is None
+            else _Fields(value, self.where, f"{self.path}.{key}" if self.path else key)
+        )
 
     def tables(self, key: str, *, required: bool = False) -> list[_Fields]:
         items = self.get(key, list, required=required) or []
@@ -165,8 +203,14 @@ class _Fields:
 def _kind(value: object) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
-            dict: "a table (object)"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table (object)",
+    }.get(type(value), type(value).__name__)
 
 
 # ----------------------------------------------------------------------------- the model
@@ -189,7 +233,8 @@ class BuiltWheel:
 class VcsPin:
     url: str
     commit: str | None  # 40 hex; None when the lock could not pin it (check-lock flags it)
-    ref: str | None = None  # the ref the spec asked for (HEAD, a branch, a tag): a relock keeps the commit
+    # the ref the spec asked for (HEAD, a branch, a tag): a relock keeps the commit
+    ref: str | None = None
     wheel: BuiltWheel | None = None  # recorded by `wheelhouse mirror`
 
     def to_dict(self) -> dict[str, Any]:
@@ -205,9 +250,14 @@ class VcsPin:
         wheel = f.table("wheel")
         built = None
         if wheel is not None:
-            built = BuiltWheel(filename=wheel.req("filename", str), version=wheel.req("version", str),
-                               sha256=wheel.sha256("sha256", wheel.req("sha256", str)))
-        return cls(url=f.req("url", str), commit=f.get("commit", str), ref=f.get("ref", str), wheel=built)
+            built = BuiltWheel(
+                filename=wheel.req("filename", str),
+                version=wheel.req("version", str),
+                sha256=wheel.sha256("sha256", wheel.req("sha256", str)),
+            )
+        return cls(
+            url=f.req("url", str), commit=f.get("commit", str), ref=f.get("ref", str), wheel=built
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,23 +276,40 @@ class LockedPackage:
     def from_dict(cls, f: _Fields) -> LockedPackage:
         arts = []
         for a in f.tables("artifacts"):
-            arts.append(Artifact(a.req("filename", str), a.req("url", str), a.sha256("sha256", a.req("sha256", str))))
+            arts.append(
+                Artifact(
+                    a.req("filename", str),
+                    a.req("url", str),
+                    a.sha256("sha256", a.req("sha256", str)),
+                )
+            )
         vcs = f.table("vcs")
         hashes = f.strings("hashes")
         for i, h in enumerate(hashes):
             f.sha256(f"hashes[{i}]", h)
         requires = f.get("requires_dist", list)
-        return cls(name=f.req("name", str), version=f.get("version", str), requested=bool(f.get("requested", bool)),
-                   hashes=hashes, artifacts=tuple(arts),
-                   requires_dist=None if requires is None else f.strings("requires_dist"),
-                   vcs=None if vcs is None else VcsPin.from_dict(vcs))
+        return cls(
+            name=f.req("name", str),
+            version=f.get("version", str),
+            requested=bool(f.get("requested", bool)),
+            hashes=hashes,
+            artifacts=tuple(arts),
+            requires_dist=None if requires is None else f.strings("requires_dist"),
+            vcs=None if vcs is None else VcsPin.from_dict(vcs),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "requested": self.requested,
-                "hashes": list(self.hashes),
-                "artifacts": [{"filename": a.filename, "url": a.url, "sha256": a.sha256} for a in self.artifacts],
-                "requires_dist": None if self.requires_dist is None else list(self.requires_dist),
-                "vcs": None if self.vcs is None else self.vcs.to_dict()}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "requested": self.requested,
+            "hashes": list(self.hashes),
+            "artifacts": [
+                {"filename": a.filename, "url": a.url, "sha256": a.sha256} for a in self.artifacts
+            ],
+            "requires_dist": None if self.requires_dist is None else list(self.requires_dist),
+            "vcs": None if self.vcs is None else self.vcs.to_dict(),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,19 +327,30 @@ class StepFlags:
         if f is None:
             return cls()
         d = cls()
-        values: dict[str, Any] = {k: f.get(k, type(getattr(d, k)), getattr(d, k)) for k in _FLAG_KEYS}
+        values: dict[str, Any] = {
+            k: f.get(k, type(getattr(d, k)), getattr(d, k)) for k in _FLAG_KEYS
+        }
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _FLAG_KEYS}
 
 
-_FLAG_KEYS = ("no_deps", "pre", "no_build_isolation", "upgrade", "upgrade_strategy", "reinstall", "no_index")
+_FLAG_KEYS = (
+    "no_deps",
+    "pre",
+    "no_build_isolation",
+    "upgrade",
+    "upgrade_strategy",
+    "reinstall",
+    "no_index",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepSources:
-    """What a step resolved from, redacted; the installer's own configuration is only named as such."""
+    """What a step resolved from, redacted; the installer's own configuration is only named as
+    such."""
 
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
@@ -283,17 +361,26 @@ class StepSources:
     def from_dict(cls, f: _Fields | None) -> StepSources:
         if f is None:
             return cls()
-        return cls(index_url=f.get("index_url", str), extra_index_urls=f.strings("extra_index_urls"),
-                   find_links=f.strings("find_links"), installer_configured=bool(f.get("installer_configured", bool)))
+        return cls(
+            index_url=f.get("index_url", str),
+            extra_index_urls=f.strings("extra_index_urls"),
+            find_links=f.strings("find_links"),
+            installer_configured=bool(f.get("installer_configured", bool)),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index_url": self.index_url, "extra_index_urls": list(self.extra_index_urls),
-                "find_links": list(self.find_links), "installer_configured": self.installer_configured}
+        return {
+            "index_url": self.index_url,
+            "extra_index_urls": list(self.extra_index_urls),
+            "find_links": list(self.find_links),
+            "installer_configured": self.installer_configured,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
 class LockedStep:
-    """``steps[i]``: a locked step (its file, that file's sha256, its packages) or a left-out one."""
+    """``steps[i]``: a locked step (its file, that file's sha256, its packages) or a left-out
+    one."""
 
     name: str
     locked: bool
@@ -305,7 +392,8 @@ class LockedStep:
     sources: StepSources = field(default_factory=StepSources)
     packages: tuple[LockedPackage, ...] = ()
     reason: str | None = None  # why a step is not locked (``--skip-step``)
-    requirements: tuple[str, ...] | None = None  # the step's packages as the spec named them (redacted)
+    # the step's packages as the spec named them (redacted)
+    requirements: tuple[str, ...] | None = None
     replaces: tuple[str, ...] = ()  # earlier steps' packages this step may pin at another version
 
     @property
@@ -324,22 +412,44 @@ class LockedStep:
         file_sha256 = f.get("file_sha256", str)
         if locked:
             if not file:
-                raise f.fail("file", f"missing: step {name!r} is marked locked but names no step file")
+                raise f.fail(
+                    "file", f"missing: step {name!r} is marked locked but names no step file"
+                )
             if not _FILE.match(file):
-                raise f.fail("file", f"{file[:80]!r} is not a step file name of the lock's folder (NN-name.txt)")
+                raise f.fail(
+                    "file",
+                    f"{file[:80]!r} is not a step file name of the lock's folder (NN-name.txt)",
+                )
             if not file_sha256:
-                raise f.fail("file_sha256", f"missing: the sha256 of step {name!r}'s file is what proves it unedited")
+                raise f.fail(
+                    "file_sha256",
+                    f"missing: the sha256 of step {name!r}'s file is what proves it unedited",
+                )
             f.sha256("file_sha256", file_sha256)
         elif not f.get("reason", str):
-            raise f.fail("reason", f"missing: step {name!r} is marked not locked without the reason "
-                         "`envbuild lock --skip-step` records")
+            raise f.fail(
+                "reason",
+                f"missing: step {name!r} is marked not locked without the reason "
+                "`envbuild lock --skip-step` records",
+            )
         packages = tuple(LockedPackage.from_dict(p) for p in f.tables("packages", required=locked))
-        requirements = f.strings("requirements") if f.get("requirements", list) is not None else None
-        return cls(name=name, locked=locked, role=f.get("role", str, "") or "", step_digest=f.get("step_digest", str),
-                   flags=StepFlags.from_dict(f.table("flags")), file=file if locked else None,
-                   file_sha256=file_sha256 if locked else None, sources=StepSources.from_dict(f.table("sources")),
-                   packages=packages if locked else (), reason=f.get("reason", str), requirements=requirements,
-                   replaces=f.strings("replaces"))
+        requirements = (
+            f.strings("requirements") if f.get("requirements", list) is not None else None
+        )
+        return cls(
+            name=name,
+            locked=locked,
+            role=f.get("role", str, "") or "",
+            step_digest=f.get("step_digest", str),
+            flags=StepFlags.from_dict(f.table("flags")),
+            file=file if locked else None,
+            file_sha256=file_sha256 if locked else None,
+            sources=StepSources.from_dict(f.table("sources")),
+            packages=packages if locked else (),
+            reason=f.get("reason", str),
+            requirements=requirements,
+            replaces=f.strings("replaces"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role}
@@ -354,8 +464,12 @@ class LockedStep:
         if not self.locked:
             out["reason"] = self.reason
             return out
-        out.update(file=self.file, file_sha256=self.file_sha256, sources=self.sources.to_dict(),
-                   packages=[p.to_dict() for p in self.packages])
+        out.update(
+            file=self.file,
+            file_sha256=self.file_sha256,
+            sources=self.sources.to_dict(),
+            packages=[p.to_dict() for p in self.packages],
+        )
         return out
 
 
@@ -367,13 +481,18 @@ class LockAbi:
     protected: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"package": self.package, "version": self.version, "local": self.local,
-                "protected": list(self.protected)}
+        return {
+            "package": self.package,
+            "version": self.version,
+            "local": self.local,
+            "protected": list(self.protected),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
 class Lock:
-    """``lock.json``: the lock's steps in spec order, with what they were resolved from and under."""
+    """``lock.json``: the lock's steps in spec order, with what they were resolved from and
+    under."""
 
     path: Path  # where it was read from (or will be written)
     stack: str = ""
@@ -382,7 +501,8 @@ class Lock:
     python: str | None = None
     created: str | None = None  # absent in a prefix manifest
     tools: Mapping[str, str] = field(default_factory=dict)
-    target: Mapping[str, str] = field(default_factory=dict)  # python, platform, resolver (spec.Target)
+    # python, platform, resolver (spec.Target)
+    target: Mapping[str, str] = field(default_factory=dict)
     abi: LockAbi | None = None
     steps: tuple[LockedStep, ...] = ()
     prefix: bool = False  # a lock cut to its first steps (``serve.prefix_manifest``)
@@ -408,8 +528,13 @@ class Lock:
         f = _Fields(data, str(path), "")
         version = f.get("lock_version", int, required=True)
         if version != LOCK_VERSION:
-            raise LockError(f"{path}: lock_version {version} is not one this envbuild reads (it reads {LOCK_VERSION})",
-                            hint="Use the envbuild that wrote the lock, or " + _REGENERATE[0].lower() + _REGENERATE[1:])
+            raise LockError(
+                f"{path}: lock_version {version} is not one this envbuild reads (it reads"
+                f" {LOCK_VERSION})",
+                hint="Use the envbuild that wrote the lock, or "
+                + _REGENERATE[0].lower()
+                + _REGENERATE[1:],
+            )
         tools = f.table("tools")
         target = f.table("target")
         abi = f.table("abi")
@@ -420,14 +545,28 @@ class Lock:
                 raise f.fail(f"steps[{i}].name", f"step {s.name!r} appears twice")
             seen.add(s.name)
         return cls(
-            path=path, stack=f.get("stack", str, "") or "", spec=f.get("spec", str, "") or "",
-            spec_digest=f.get("spec_digest", str), python=f.get("python", str), created=f.get("created", str),
+            path=path,
+            stack=f.get("stack", str, "") or "",
+            spec=f.get("spec", str, "") or "",
+            spec_digest=f.get("spec_digest", str),
+            python=f.get("python", str),
+            created=f.get("created", str),
             tools={k: str(v) for k, v in (tools.data.items() if tools else ())},
             target={k: str(v) for k, v in (target.data.items() if target else ())},
-            abi=None if abi is None else LockAbi(package=abi.get("package", str, "torch") or "torch",
-                                                 version=abi.get("version", str), local=abi.get("local", str),
-                                                 protected=abi.strings("protected")),
-            steps=steps, prefix=f.get("prefix", bool, False) is True, lock_version=LOCK_VERSION)
+            abi=(
+                None
+                if abi is None
+                else LockAbi(
+                    package=abi.get("package", str, "torch") or "torch",
+                    version=abi.get("version", str),
+                    local=abi.get("local", str),
+                    protected=abi.strings("protected"),
+                )
+            ),
+            steps=steps,
+            prefix=f.get("prefix", bool, False) is True,
+            lock_version=LOCK_VERSION,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"lock_version": self.lock_version}
@@ -458,7 +597,8 @@ def lock_from_text(path: Path, text: str) -> Lock:
 
 
 def read_lock(folder: Path) -> Lock | None:
-    """The lock in ``folder``, or None when there is none. A broken ``lock.json`` raises ``LockError``."""
+    """The lock in ``folder``, or None when there is none. A broken ``lock.json`` raises
+    ``LockError``."""
     path = folder / MANIFEST
     if not path.is_file():
         return None

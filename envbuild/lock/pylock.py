@@ -1,4 +1,5 @@
-"""PEP 751 ``pylock.toml`` export of a lock: the whole environment, for tools that read it (uv, pip).
+"""PEP 751 ``pylock.toml`` export of a lock: the whole environment, for tools that read it (uv,
+pip).
 
 Built and validated with ``packaging.pylock`` (the reference implementation of the format).
 One package entry per distribution in the final environment: when two steps lock the same
@@ -33,7 +34,9 @@ def build_pylock(lock: Lock) -> Pylock:
     for name, p in sorted(final.items()):
         pkg = _package(name, p)
         if pkg is None:
-            events.emit("warn", f"pylock.toml: {name} left out (no artifact location recorded in the lock)")
+            events.emit(
+                "warn", f"pylock.toml: {name} left out (no artifact location recorded in the lock)"
+            )
             continue
         packages.append(pkg)
     py = lock.python
@@ -108,9 +111,13 @@ def _inline(v: Any) -> str:
 
 
 def dumps_toml(data: Mapping[str, Any]) -> str:
-    """A small TOML writer for pylock data: scalars and inline values, arrays of tables one level deep."""
-    lines = [f"{_key(k)} = {_inline(v)}" for k, v in data.items()
-             if not (isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v))]
+    """A small TOML writer for pylock data: scalars and inline values, arrays of tables one level
+    deep."""
+    lines = [
+        f"{_key(k)} = {_inline(v)}"
+        for k, v in data.items()
+        if not (isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v))
+    ]
     for k, v in data.items():
         if isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v):
             for item in v:
@@ -124,6 +131,9 @@ def write_pylock(lock: Lock) -> Path:
     pylock = build_pylock(lock)
     pylock.validate()
     path = lock.folder / PYLOCK
-    atomic_write_text(path, "# PEP 751 export of lock.json, written by `envbuild lock`; do not edit.\n"
-                      + dumps_toml(pylock.to_dict()))
+    atomic_write_text(
+        path,
+        "# PEP 751 export of lock.json, written by `envbuild lock`; do not edit.\n"
+        + dumps_toml(pylock.to_dict()),
+    )
     return path

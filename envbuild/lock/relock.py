@@ -44,7 +44,8 @@ class Upgrade:
     """What ``--upgrade`` / ``--upgrade-package NAME[==VERSION]`` asked to move."""
 
     everything: bool = False
-    packages: Mapping[str, str | None] = field(default_factory=dict)  # canonical name -> version or None
+    # canonical name -> version or None
+    packages: Mapping[str, str | None] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return self.everything or bool(self.packages)
@@ -66,8 +67,16 @@ def parse_upgrades(values: Sequence[str], everything: bool = False) -> Upgrade:
         except InvalidRequirement as exc:
             raise ConfigError(f"--upgrade-package {raw!r}: write NAME or NAME==VERSION") from exc
         specs = list(req.specifier)
-        if req.url or req.extras or req.marker or len(specs) > 1 or (specs and specs[0].operator != "=="):
-            raise ConfigError(f"--upgrade-package {raw!r}: write NAME or NAME==VERSION (one exact version)")
+        if (
+            req.url
+            or req.extras
+            or req.marker
+            or len(specs) > 1
+            or (specs and specs[0].operator != "==")
+        ):
+            raise ConfigError(
+                f"--upgrade-package {raw!r}: write NAME or NAME==VERSION (one exact version)"
+            )
         packages[canonicalize_name(req.name)] = specs[0].version if specs else None
     if everything and packages:
         raise ConfigError("give --upgrade (every package) or --upgrade-package NAME, not both")
@@ -81,9 +90,11 @@ def check_upgrade_names(upgrade: Upgrade, spec: StackSpec, old: Lock | None) -> 
         known |= {canonicalize_name(p.name) for s in old.steps for p in s.packages}
     for name in upgrade.packages:
         if name not in known:
-            raise ConfigError(f"--upgrade-package {name}: no step of {spec.name!r} pins or names it"
-                              + did_you_mean(name, sorted(known)),
-                              hint="Name a package the lock pins (see lock.json or the step files).")
+            raise ConfigError(
+                f"--upgrade-package {name}: no step of {spec.name!r} pins or names it"
+                + did_you_mean(name, sorted(known)),
+                hint="Name a package the lock pins (see lock.json or the step files).",
+            )
 
 
 @dataclass(frozen=True)
@@ -108,9 +119,16 @@ def _file_ok(folder: Path, step: LockedStep) -> str:
     return ""
 
 
-def stale_steps(spec: StackSpec, old: Lock | None, digests: Sequence[str], *, skip: Sequence[str] = (),
-                upgrade: Upgrade | None = None, resolve_all: bool = False,
-                resolver: str = "auto") -> list[StepStatus]:
+def stale_steps(
+    spec: StackSpec,
+    old: Lock | None,
+    digests: Sequence[str],
+    *,
+    skip: Sequence[str] = (),
+    upgrade: Upgrade | None = None,
+    resolve_all: bool = False,
+    resolver: str = "auto",
+) -> list[StepStatus]:
     """Each step of ``spec``: current in ``old`` (kept as it is), or resolved again, and why.
     ``resolver``: an explicit ``--resolver`` other than the one that made the lock resolves
     every step again.
@@ -124,10 +142,15 @@ def stale_steps(spec: StackSpec, old: Lock | None, digests: Sequence[str], *, sk
     if old is not None and old.target:
         was = (old.target.get("python"), old.target.get("platform"))
         if was != (spec.python, spec.target.platform):
-            target_moved = (f"the lock was made for Python {was[0]} on {was[1]}, the spec's [target] is "
-                            f"Python {spec.python} on {spec.target.platform}")
+            target_moved = (
+                f"the lock was made for Python {was[0]} on {was[1]}, the spec's [target] is "
+                f"Python {spec.python} on {spec.target.platform}"
+            )
         elif resolver != "auto" and old.target.get("resolver") != resolver:
-            target_moved = f"the lock was resolved by {old.target.get('resolver')}, --resolver {resolver} asks for another"
+            target_moved = (
+                f"the lock was resolved by {old.target.get('resolver')}, --resolver {resolver} asks"
+                " for another"
+            )
     by_name = {s.name: s for s in old.steps} if old is not None else {}
     out: list[StepStatus] = []
     earlier = ""  # the first step resolved again
@@ -148,15 +171,23 @@ def stale_steps(spec: StackSpec, old: Lock | None, digests: Sequence[str], *, sk
             own = "it is locked now" if not entry.locked else "it is left out now (--skip-step)"
         elif why := _file_ok(old.folder, entry):
             own = why
-        elif upgrade and (asked := sorted({p.name for p in entry.packages if upgrade.asks(p.name)}
-                                          | (set(step.names) & set(upgrade.packages)))):
+        elif upgrade and (
+            asked := sorted(
+                {p.name for p in entry.packages if upgrade.asks(p.name)}
+                | (set(step.names) & set(upgrade.packages))
+            )
+        ):
             own = f"upgrade asked ({', '.join(asked)})"
         same = entry is not None and i < len(digests) and entry.step_digest == digests[i]
         if own:
             status = StepStatus(step.name, False, own)
         elif earlier:
-            status = StepStatus(step.name, False, f"it resolves under step {earlier!r}, which is resolved again",
-                                soft=same)
+            status = StepStatus(
+                step.name,
+                False,
+                f"it resolves under step {earlier!r}, which is resolved again",
+                soft=same,
+            )
         elif not same:
             assert entry is not None
             status = StepStatus(step.name, False, _changed(step.packages, entry))
@@ -178,7 +209,10 @@ def old_pins(old: Lock | None) -> dict[str, dict[str, str]]:
     """{step name: {package: version}} of the old lock (VCS pins left out: they have no version)."""
     if old is None:
         return {}
-    return {s.name: {canonicalize_name(p.name): p.version for p in s.packages if p.version} for s in old.steps}
+    return {
+        s.name: {canonicalize_name(p.name): p.version for p in s.packages if p.version}
+        for s in old.steps
+    }
 
 
 def preferences(step: str, pins: Mapping[str, Mapping[str, str]], upgrade: Upgrade) -> list[str]:

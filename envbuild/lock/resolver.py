@@ -51,21 +51,33 @@ class Resolver:
 def host_matches_target(spec: StackSpec) -> bool:
     """The running interpreter resolves exactly as the target host would (version, OS, CPU)."""
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    return here == spec.python and sys.platform == "linux" and platform.machine() == spec.target.arch
+    return (
+        here == spec.python and sys.platform == "linux" and platform.machine() == spec.target.arch
+    )
 
 
-def choose_resolver(spec: StackSpec, requested: ResolverChoice, python_override: str | None) -> Resolver:
+def choose_resolver(
+    spec: StackSpec, requested: ResolverChoice, python_override: str | None
+) -> Resolver:
     if requested == "uv":
         return Resolver("uv", "--resolver uv")
     if requested == "pip-compile":
         return Resolver("pip-compile", "--resolver pip-compile")
     if python_override:
-        return Resolver("pip-compile", f"--python {python_override}: pip-compile under that interpreter")
+        return Resolver(
+            "pip-compile", f"--python {python_override}: pip-compile under that interpreter"
+        )
     if host_matches_target(spec):
-        return Resolver("pip-compile", f"this interpreter is the target (Python {spec.python}, "
-                        f"linux {spec.target.arch})")
-    here = f"Python {sys.version_info[0]}.{sys.version_info[1]} on {sys.platform} {platform.machine()}"
-    return Resolver("uv", f"cross-target: {here} resolving for Python {spec.python} on {spec.target.platform}")
+        return Resolver(
+            "pip-compile",
+            f"this interpreter is the target (Python {spec.python}, linux {spec.target.arch})",
+        )
+    here = (
+        f"Python {sys.version_info[0]}.{sys.version_info[1]} on {sys.platform} {platform.machine()}"
+    )
+    return Resolver(
+        "uv", f"cross-target: {here} resolving for Python {spec.python} on {spec.target.platform}"
+    )
 
 
 def uv_version() -> str:
@@ -78,7 +90,8 @@ def uv_version() -> str:
 
 
 def uv_source_args(sources: Sources, step: Step, wheelhouse: str | None) -> list[str]:
-    """Every source as a flag (uv reads no pip.conf): the index first, then extras, then find-links."""
+    """Every source as a flag (uv reads no pip.conf): the index first, then extras, then
+    find-links."""
     if wheelhouse:
         return ["--no-index", "--find-links", wheelhouse]
     args: list[str] = []
@@ -93,16 +106,29 @@ def uv_source_args(sources: Sources, step: Step, wheelhouse: str | None) -> list
     return args
 
 
-def uv_compile_step(step: Step, spec: StackSpec, *, requirements: list[str], source_args: list[str],
-                    constraints: list[str], preferences: list[str], work: Path, log_file: Path) -> list[LockedReq]:
+def uv_compile_step(
+    step: Step,
+    spec: StackSpec,
+    *,
+    requirements: list[str],
+    source_args: list[str],
+    constraints: list[str],
+    preferences: list[str],
+    work: Path,
+    log_file: Path,
+) -> list[LockedReq]:
     """``uv pip compile`` one step (``requirements``: its packages, git refs resolved) for the
     spec's Python and target platform. ``preferences`` (``name==version`` lines) are its existing
     output file, whose pins uv keeps where they still satisfy the step and the constraints."""
     uv = find_uv()
     if uv is None:
-        raise PreflightError("locking for another Python or platform needs uv, and it is not installed",
-                             hint="pip install uv (a dependency of envbuild), or lock on a host with "
-                             f"Python {spec.python} (pip-compile: --python PATH).")
+        raise PreflightError(
+            "locking for another Python or platform needs uv, and it is not installed",
+            hint=(
+                "pip install uv (a dependency of envbuild), or lock on a host with "
+                f"Python {spec.python} (pip-compile: --python PATH)."
+            ),
+        )
     work.mkdir(parents=True, exist_ok=True)
     cons = work / f"{step.name}.constraints.txt"
     cons.write_text("\n".join(constraints) + "\n")
@@ -110,10 +136,30 @@ def uv_compile_step(step: Step, spec: StackSpec, *, requirements: list[str], sou
     req_in.write_text("\n".join(requirements) + "\n")
     out = work / f"{step.name}.txt"
     out.write_text("".join(f"{line}\n" for line in preferences))
-    argv = [uv, "pip", "compile", "--python-version", spec.python, "--python-platform", spec.target.uv_platform,
-            "--generate-hashes", "--no-header", "--no-annotate", "--quiet", "--no-config", "--no-python-downloads",
-            "--index-strategy", "unsafe-best-match", "--cache-dir", str(cache_dir() / "uv"),
-            "--constraint", str(cons), "-o", str(out), *source_args]
+    argv = [
+        uv,
+        "pip",
+        "compile",
+        "--python-version",
+        spec.python,
+        "--python-platform",
+        spec.target.uv_platform,
+        "--generate-hashes",
+        "--no-header",
+        "--no-annotate",
+        "--quiet",
+        "--no-config",
+        "--no-python-downloads",
+        "--index-strategy",
+        "unsafe-best-match",
+        "--cache-dir",
+        str(cache_dir() / "uv"),
+        "--constraint",
+        str(cons),
+        "-o",
+        str(out),
+        *source_args,
+    ]
     if step.pre:
         argv += ["--prerelease", "allow"]
     if step.no_build_isolation:
@@ -123,10 +169,14 @@ def uv_compile_step(step: Step, spec: StackSpec, *, requirements: list[str], sou
     events.emit("debug", redact(format_argv(argv)))
     res = run(argv, log_file=log_file, env=env, cwd=work, timeout=1800)
     if not res.ok:
-        raise LockError(f"uv pip compile could not resolve step {step.name!r} for Python {spec.python} on "
-                        f"{spec.target.platform} (exit {res.returncode}):\n{redact(res.tail)}",
-                        hint=f"Full log: {log_file}. A conflict with the baseline pins means the step needs "
-                        "a torch the baseline does not have: pin another version, or make the step no_deps.")
+        raise LockError(
+            f"uv pip compile could not resolve step {step.name!r} for Python {spec.python} on "
+            f"{spec.target.platform} (exit {res.returncode}):\n{redact(res.tail)}",
+            hint=(
+                f"Full log: {log_file}. A conflict with the baseline pins means the step needs "
+                "a torch the baseline does not have: pin another version, or make the step no_deps."
+            ),
+        )
     return parse_requirements_text(out.read_text(), str(out))
 
 

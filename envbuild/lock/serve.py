@@ -56,32 +56,42 @@ def step_digests(spec: StackSpec) -> list[str] | None:
     except (OSError, UnicodeDecodeError, TOMLDecodeError):
         return None
     steps = data.get("step")
-    if spec_digest(data) != spec.digest or not isinstance(steps, list) or len(steps) != len(spec.steps):
+    if (
+        spec_digest(data) != spec.digest
+        or not isinstance(steps, list)
+        or len(steps) != len(spec.steps)
+    ):
         return None
     base = {"python": data.get("python"), "abi": data.get("abi", {})}
-    return [spec_digest({**base, "step": steps[:i + 1]}) for i in range(len(steps))]
+    return [spec_digest({**base, "step": steps[: i + 1]}) for i in range(len(steps))]
 
 
 def _changed_step(spec: StackSpec, lock: Lock) -> str | None:
     """Why ``spec``'s steps are not the lock's first steps with equal step digests, or None."""
     names = [s.name for s in spec.steps]
     locked = [s.name for s in lock.steps]
-    if locked[:len(names)] != names:
+    if locked[: len(names)] != names:
         return f"the spec's steps {names} are not the first steps of the lock ({locked})"
     digests = step_digests(spec)
     if digests is None:
         return f"{spec.path} changed while envbuild was reading it"
-    for step, got in zip(lock.steps[:len(digests)], digests, strict=True):
+    for step, got in zip(lock.steps[: len(digests)], digests, strict=True):
         if step.step_digest != got:
-            return (f"step {step.name!r} changed since the lock was made (step digest "
-                    f"{(step.step_digest or 'none')[:19]}... in the lock, {got[:19]}... now)")
+            return (
+                f"step {step.name!r} changed since the lock was made (step digest "
+                f"{(step.step_digest or 'none')[:19]}... in the lock, {got[:19]}... now)"
+            )
     return None
 
 
 def _serves_prefix(spec: StackSpec, lock: Lock) -> bool:
-    """Whether ``spec`` is checked by the prefix rule: a prefix manifest, or fewer steps than the lock."""
-    return lock.prefix or (lock.has_step_digests and len(spec.steps) < len(lock.steps)
-                           and lock.spec_digest != spec.digest)
+    """Whether ``spec`` is checked by the prefix rule: a prefix manifest, or fewer steps than the
+    lock."""
+    return lock.prefix or (
+        lock.has_step_digests
+        and len(spec.steps) < len(lock.steps)
+        and lock.spec_digest != spec.digest
+    )
 
 
 def stale_reason(spec: StackSpec, lock: Lock) -> str | None:
@@ -95,8 +105,10 @@ def stale_reason(spec: StackSpec, lock: Lock) -> str | None:
             return "the prefix manifest records no step digests"
         return _changed_step(spec, lock)
     if lock.spec_digest != spec.digest:
-        reason = (f"the lock was made from a different spec (lock {(lock.spec_digest or 'none')[:19]}..., "
-                  f"spec now {spec.digest[:19]}...)")
+        reason = (
+            f"the lock was made from a different spec (lock {(lock.spec_digest or 'none')[:19]}...,"
+            f" spec now {spec.digest[:19]}...)"
+        )
         if lock.has_step_digests and (changed := _changed_step(spec, lock)):
             reason += f"; {changed}"
         return reason
@@ -115,12 +127,16 @@ def prefix_manifest(lock: Lock, count: int) -> dict[str, Any]:
     copies it cached. Raises ``LockError`` for a lock written before step digests.
     """
     if not lock.has_step_digests:
-        raise LockError(f"{lock.path}: the lock records no per-step digests (it was written by an older "
-                        "envbuild), so a spec cut after a step cannot be checked against it",
-                        hint="Run `envbuild lock` again for this stack and commit the result.")
+        raise LockError(
+            f"{lock.path}: the lock records no per-step digests (it was written by an older "
+            "envbuild), so a spec cut after a step cannot be checked against it",
+            hint="Run `envbuild lock` again for this stack and commit the result.",
+        )
     if not 0 < count <= len(lock.steps):
         raise ValueError(f"count {count} out of range 1..{len(lock.steps)}")
-    cut = dataclasses.replace(lock, prefix=True, spec_digest=None, created=None, steps=lock.steps[:count])
+    cut = dataclasses.replace(
+        lock, prefix=True, spec_digest=None, created=None, steps=lock.steps[:count]
+    )
     return cut.to_dict()
 
 
@@ -137,16 +153,23 @@ def locked_requirements(spec: StackSpec) -> dict[str, Path]:
     lock = read_lock(lock_dir(spec))
     if lock is None:
         return {}
-    hint = (f"Run `envbuild lock --stack {spec.path}` and commit the result "
-            "(or provision with --no-lock to resolve from the spec).")
+    hint = (
+        f"Run `envbuild lock --stack {spec.path}` and commit the result "
+        "(or provision with --no-lock to resolve from the spec)."
+    )
     if _serves_prefix(spec, lock):
         if not lock.has_step_digests:
             raise LockError(f"{lock.path}: the prefix manifest records no step digests", hint=hint)
         if changed := _changed_step(spec, lock):
-            raise LockError(f"{lock.path}: the lock is stale for {spec.path}: {changed}",
-                            hint="Run `envbuild lock` for the full stack and commit the result; for an image, "
-                            "render it again with `envbuild docker` (or use --no-lock to resolve from the spec).")
-        steps = lock.steps[:len(spec.steps)]
+            raise LockError(
+                f"{lock.path}: the lock is stale for {spec.path}: {changed}",
+                hint=(
+                    "Run `envbuild lock` for the full stack and commit the result; for an image,"
+                    " render it again with `envbuild docker` (or use --no-lock to resolve from the"
+                    " spec)."
+                ),
+            )
+        steps = lock.steps[: len(spec.steps)]
     else:
         if reason := stale_reason(spec, lock):
             raise LockError(f"{lock.path}: the lock is stale: {reason}", hint=hint)
@@ -154,17 +177,23 @@ def locked_requirements(spec: StackSpec) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for step in steps:
         if not step.locked:
-            events.emit("warn", f"step {step.name!r} is not in the lock ({step.reason}); it resolves from the spec")
+            events.emit(
+                "warn",
+                f"step {step.name!r} is not in the lock ({step.reason}); it resolves from the spec",
+            )
             continue
         out[step.name] = checked_step_file(spec, lock, step)
     return out
 
 
 def checked_step_file(spec: StackSpec, lock: Lock, step: LockedStep) -> Path:
-    """The step's file, after proving it is the one ``lock.json`` recorded, hash-pinned line by line."""
+    """The step's file, after proving it is the one ``lock.json`` recorded, hash-pinned line by
+    line."""
     assert step.file is not None
-    regen = (f"Run `envbuild lock --stack {spec.path}` to regenerate the lock "
-             "(or provision with --no-lock to resolve from the spec).")
+    regen = (
+        f"Run `envbuild lock --stack {spec.path}` to regenerate the lock "
+        "(or provision with --no-lock to resolve from the spec)."
+    )
     path = lock.folder / step.file
     if not path.is_file():
         raise LockError(f"{path}: the lock file of step {step.name!r} is missing", hint=regen)
@@ -173,15 +202,20 @@ def checked_step_file(spec: StackSpec, lock: Lock, step: LockedStep) -> Path:
         first = problems[0]
         raise LockError(f"{path}:{first.req.line}: {first.req.name}: {first.reason}", hint=regen)
     if sha256_file(path) != step.file_sha256:
-        raise LockError(f"{path}: the file was changed after `envbuild lock` wrote it (its sha256 is not "
-                        f"the one in {MANIFEST})",
-                        hint=f"Run `envbuild lock --stack {spec.path}` instead of editing lock files by hand.")
+        raise LockError(
+            f"{path}: the file was changed after `envbuild lock` wrote it (its sha256 is not "
+            f"the one in {MANIFEST})",
+            hint=f"Run `envbuild lock --stack {spec.path}` instead of editing lock files by hand.",
+        )
     in_file = {(r.name, r.version) for r in reqs}
     in_json = {(p.name, p.version) for p in step.packages}
     if in_file != in_json:
         differ = sorted(f"{n}=={v}" if v else n for n, v in in_file ^ in_json)
-        raise LockError(f"{lock.path}: step {step.name!r}: the packages recorded in {MANIFEST} are not the pins "
-                        f"of {step.file} (they differ in {', '.join(differ[:5])})", hint=regen)
+        raise LockError(
+            f"{lock.path}: step {step.name!r}: the packages recorded in {MANIFEST} are not the pins"
+            f" of {step.file} (they differ in {', '.join(differ[:5])})",
+            hint=regen,
+        )
     return path
 
 

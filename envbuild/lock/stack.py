@@ -92,14 +92,18 @@ __all__ = ["LockOptions", "LockResult", "LockStatus", "lock_stack", "lock_status
 @dataclass(frozen=True, kw_only=True)
 class LockOptions:
     python: str | None = None  # pip-compile under this interpreter (default: see lock.resolver)
-    resolver: ResolverChoice = "auto"  # auto: pip-compile when this interpreter is the target, else uv
+    # auto: pip-compile when this interpreter is the target, else uv
+    resolver: ResolverChoice = "auto"
     wheelhouse: str | None = None  # resolve only from this find-links folder/page (offline)
-    skip: tuple[str, ...] = ()  # steps recorded as not locked (a partial lock), e.g. an unreachable index
+    # steps recorded as not locked (a partial lock), e.g. an unreachable index
+    skip: tuple[str, ...] = ()
     output: Path | None = None  # default: the folder of the spec
     export_pylock: bool = True
-    upgrade: Upgrade = field(default_factory=Upgrade)  # --upgrade / --upgrade-package NAME[==VERSION]
+    # --upgrade / --upgrade-package NAME[==VERSION]
+    upgrade: Upgrade = field(default_factory=Upgrade)
     resolve_all: bool = False  # resolve every step again (still preferring the last pins)
-    wheel_dirs: tuple[Path, ...] = ()  # wheelhouse folders checked for wheels built against an old torch
+    # wheelhouse folders checked for wheels built against an old torch
+    wheel_dirs: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,8 @@ class LockResult:
 
 @dataclass(frozen=True)
 class LockStatus:
-    """``envbuild lock --check``: is the lock current for the spec, and if not, which steps are stale."""
+    """``envbuild lock --check``: is the lock current for the spec, and if not, which steps are
+    stale."""
 
     current: bool
     steps: tuple[StepStatus, ...]
@@ -129,7 +134,9 @@ def _old_lock(folder: Path) -> Lock | None:
     try:
         return read_lock(folder)
     except LockError as exc:  # a broken lock is replaced; its step files are left alone
-        events.emit("warn", f"the lock in {folder} is broken ({exc.message}); every step is resolved again")
+        events.emit(
+            "warn", f"the lock in {folder} is broken ({exc.message}); every step is resolved again"
+        )
         return None
 
 
@@ -138,7 +145,9 @@ def lock_status(spec: StackSpec, output: Path | None = None) -> LockStatus:
     folder = output or lock_dir(spec)
     digests = step_digests(spec)
     if digests is None:
-        raise LockError(f"{spec.path} no longer holds the spec envbuild loaded (was it edited just now?)")
+        raise LockError(
+            f"{spec.path} no longer holds the spec envbuild loaded (was it edited just now?)"
+        )
     old = _old_lock(folder)
     skip = tuple(s.name for s in old.steps if not s.locked) if old is not None else ()
     statuses = tuple(stale_steps(spec, old, digests, skip=skip))
@@ -146,8 +155,12 @@ def lock_status(spec: StackSpec, output: Path | None = None) -> LockStatus:
         return LockStatus(False, statuses)
     assert old is not None
     if old.spec_digest != spec.digest:
-        return LockStatus(False, statuses, "lock.json records another spec digest (something outside the steps "
-                          "changed, e.g. [layout]); `envbuild lock` rewrites lock.json without resolving")
+        return LockStatus(
+            False,
+            statuses,
+            "lock.json records another spec digest (something outside the steps "
+            "changed, e.g. [layout]); `envbuild lock` rewrites lock.json without resolving",
+        )
     return LockStatus(True, statuses)
 
 
@@ -179,20 +192,45 @@ class _Run:
                 self.python = resolver_python(self.spec, self.opts.python)
         return self.resolver
 
-    def compile(self, step: Step, requirements: list[str], sources: Sources, source_args: list[str],
-                constraints: dict[str, str], prefs: list[str]) -> list[LockedReq]:
+    def compile(
+        self,
+        step: Step,
+        requirements: list[str],
+        sources: Sources,
+        source_args: list[str],
+        constraints: dict[str, str],
+        prefs: list[str],
+    ) -> list[LockedReq]:
         log = cache_dir() / "lock-logs" / self.spec.name / f"{step.name}.log"
         cons = [f"{n}=={v}" for n, v in sorted(constraints.items())]
         if self.resolver_kind().kind == "uv":
-            return uv_compile_step(step, self.spec, requirements=requirements,
-                                   source_args=uv_source_args(sources, step, self.opts.wheelhouse),
-                                   constraints=cons, preferences=prefs, work=self.work, log_file=log)
+            return uv_compile_step(
+                step,
+                self.spec,
+                requirements=requirements,
+                source_args=uv_source_args(sources, step, self.opts.wheelhouse),
+                constraints=cons,
+                preferences=prefs,
+                work=self.work,
+                log_file=log,
+            )
         assert self.python is not None
-        return compile_step(step, python=self.python, requirements=requirements, source_args=source_args,
-                            constraints=cons, preferences=prefs, work=self.work, log_file=log)
+        return compile_step(
+            step,
+            python=self.python,
+            requirements=requirements,
+            source_args=source_args,
+            constraints=cons,
+            preferences=prefs,
+            work=self.work,
+            log_file=log,
+        )
 
-    def resolve(self, i: int, step: Step, planned: PlannedStep) -> tuple[list[dict[str, Any]], list[str], Sources]:
-        """Resolve one step: its ``lock.json`` package entries, its source arguments, its sources."""
+    def resolve(
+        self, i: int, step: Step, planned: PlannedStep
+    ) -> tuple[list[dict[str, Any]], list[str], Sources]:
+        """Resolve one step: its ``lock.json`` package entries, its source arguments, its
+        sources."""
         opts, upgrade = self.opts, self.opts.upgrade
         sources, source_args = step_sources(step, opts.wheelhouse)
         check_reachable(sources, step)
@@ -201,71 +239,126 @@ class _Run:
             # the resolver must see the pinned torch: the baseline's sources as extras
             base = step_sources(self.spec.steps[self.baseline], None)[0]
             source_args = source_args + extra_args(base, step)
-            resolve_from = Sources((*sources.index_urls, *base.index_urls), (*sources.find_links, *base.find_links))
+            resolve_from = Sources(
+                (*sources.index_urls, *base.index_urls), (*sources.find_links, *base.find_links)
+            )
         finder = ArtifactFinder(sources)
         events.emit("step", f"locking step {planned.number} ({step.name})", step=step.name)
-        requirements = [pin_git(p, self.last_vcs, move=upgrade.asks(Requirement(p).name)) for p in step.packages]
+        requirements = [
+            pin_git(p, self.last_vcs, move=upgrade.asks(Requirement(p).name)) for p in step.packages
+        ]
         earlier = {n: pin for n, pin in self.pins.items() if n not in step.replaces}
         forced = upgrade.constraints()
         if step.no_deps:
-            reqs = pin_no_deps(step, finder, requirements=requirements, earlier=earlier,
-                               last=self.last_pins.get(step.name, {}), forced=forced,
-                               move=None if upgrade.everything else set(upgrade.packages))
+            reqs = pin_no_deps(
+                step,
+                finder,
+                requirements=requirements,
+                earlier=earlier,
+                last=self.last_pins.get(step.name, {}),
+                forced=forced,
+                move=None if upgrade.everything else set(upgrade.packages),
+            )
         else:
             constraints = {n: v for n, (v, _) in earlier.items()} | forced
             prefs = preferences(step.name, self.last_pins, upgrade)
             try:
-                reqs = self.compile(step, requirements, resolve_from, source_args, constraints, prefs)
+                reqs = self.compile(
+                    step, requirements, resolve_from, source_args, constraints, prefs
+                )
             except LockError as exc:
-                raise self.disagreement(step, requirements, resolve_from, source_args, earlier, exc) from exc
+                raise self.disagreement(
+                    step, requirements, resolve_from, source_args, earlier, exc
+                ) from exc
         for n in step.replaces:
             if n not in self.pins:
-                events.emit("warn", f"step {step.name!r}: replaces {n}, but no earlier step pins it")
+                events.emit(
+                    "warn", f"step {step.name!r}: replaces {n}, but no earlier step pins it"
+                )
         requested = set(step.names)
         if i > self.baseline:  # what the earlier steps installed is not installed again
-            reqs = [r for r in reqs if r.name in requested or not (
-                r.name in self.protected or (r.name in self.pins and self.pins[r.name][0] == r.version))]
+            reqs = [
+                r
+                for r in reqs
+                if r.name in requested
+                or not (
+                    r.name in self.protected
+                    or (r.name in self.pins and self.pins[r.name][0] == r.version)
+                )
+            ]
         for r in reqs:
             prior = earlier.get(r.name)
-            if prior is not None and r.version is not None and r.version != prior[0] and r.name not in forced:
-                raise LockError(f"step {step.name!r} pins {r.name} {r.version}, and step {prior[1]!r} pinned "
-                                f"{r.name} {prior[0]}", hint=_agree_hint(step, r.name, prior[1]))
+            if (
+                prior is not None
+                and r.version is not None
+                and r.version != prior[0]
+                and r.name not in forced
+            ):
+                raise LockError(
+                    f"step {step.name!r} pins {r.name} {r.version}, and step {prior[1]!r} pinned "
+                    f"{r.name} {prior[0]}",
+                    hint=_agree_hint(step, r.name, prior[1]),
+                )
         refs = git_refs(list(step.packages))
-        packages = [package_entry(r, finder, requested, refs, self.last_vcs) for r in sorted(reqs, key=lambda r: r.name)]
+        packages = [
+            package_entry(r, finder, requested, refs, self.last_vcs)
+            for r in sorted(reqs, key=lambda r: r.name)
+        ]
         return packages, source_args, sources
 
-    def disagreement(self, step: Step, requirements: list[str], sources: Sources, source_args: list[str],
-                     earlier: dict[str, tuple[str, str]], exc: LockError) -> LockError:
+    def disagreement(
+        self,
+        step: Step,
+        requirements: list[str],
+        sources: Sources,
+        source_args: list[str],
+        earlier: dict[str, tuple[str, str]],
+        exc: LockError,
+    ) -> LockError:
         """Why a step does not resolve under the earlier pins, when they are the reason: the step
         resolved again under torch and the protected set only, and compared with them."""
-        loose = {n: v for n, (v, _) in earlier.items() if n in self.protected} | self.opts.upgrade.constraints()
+        loose = {
+            n: v for n, (v, _) in earlier.items() if n in self.protected
+        } | self.opts.upgrade.constraints()
         if len(loose) == len(earlier):
             return exc
         try:
             alone = self.compile(step, requirements, sources, source_args, loose, [])
         except LockError:
             return exc
-        clashes = [(r, earlier[r.name]) for r in alone
-                   if r.version is not None and r.name in earlier and earlier[r.name][0] != r.version]
+        clashes = [
+            (r, earlier[r.name])
+            for r in alone
+            if r.version is not None and r.name in earlier and earlier[r.name][0] != r.version
+        ]
         if not clashes:
             return exc
         finder = ArtifactFinder(sources)
         parts = []
         for r, (version, owner) in clashes:
             why = _who_requires(r.name, version, alone, finder, self.spec)
-            parts.append(f"it needs {r.name} {r.version}{f' ({why})' if why else ''}, and step {owner!r} pinned "
-                         f"{r.name} {version}")
+            parts.append(
+                f"it needs {r.name} {r.version}{f' ({why})' if why else ''}, and step {owner!r}"
+                f" pinned {r.name} {version}"
+            )
         first = clashes[0]
-        return LockError(f"step {step.name!r} does not agree with the steps before it: " + "; ".join(parts),
-                         hint=_agree_hint(step, first[0].name, first[1][1]))
+        return LockError(
+            f"step {step.name!r} does not agree with the steps before it: " + "; ".join(parts),
+            hint=_agree_hint(step, first[0].name, first[1][1]),
+        )
 
 
 def _agree_hint(step: Step, name: str, owner: str) -> str:
-    return (f"Make the two steps agree on {name} (change the pin in step {owner!r}, or what step {step.name!r} asks "
-            f"for), or let step {step.name!r} replace it: replaces = [\"{name}\"] in its [[step]] table.")
+    return (
+        f"Make the two steps agree on {name} (change the pin in step {owner!r}, or what step"
+        f" {step.name!r} asks "
+        f'for), or let step {step.name!r} replace it: replaces = ["{name}"] in its [[step]] table.'
+    )
 
 
-def _who_requires(name: str, version: str, reqs: list[LockedReq], finder: ArtifactFinder, spec: StackSpec) -> str:
+def _who_requires(
+    name: str, version: str, reqs: list[LockedReq], finder: ArtifactFinder, spec: StackSpec
+) -> str:
     """``"pandas 2.2.3 requires numpy>=2.3"``: a resolved package whose requirement on ``name``
     excludes ``version`` (metadata from the step's sources); "" when none is found."""
     env = marker_env(spec)
@@ -278,8 +371,11 @@ def _who_requires(name: str, version: str, reqs: list[LockedReq], finder: Artifa
         except (PreflightError, OSError, ValueError):
             continue
         for dep in guard.active(requires, env):
-            if canonicalize_name(dep.name) == name and dep.specifier and \
-                    not dep.specifier.contains(version, prereleases=True):
+            if (
+                canonicalize_name(dep.name) == name
+                and dep.specifier
+                and not dep.specifier.contains(version, prereleases=True)
+            ):
                 return f"{r.name} {r.version} requires {dep.name}{dep.specifier}"
     return ""
 
@@ -299,8 +395,10 @@ def _check_writable(folder: Path) -> None:
         if not os.access(folder, os.W_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as exc:
-        raise ConfigError(f"cannot write the lock to {folder}: {exc.strerror}",
-                          hint="Choose a writable folder with --output.") from exc
+        raise ConfigError(
+            f"cannot write the lock to {folder}: {exc.strerror}",
+            hint="Choose a writable folder with --output.",
+        ) from exc
 
 
 def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
@@ -313,17 +411,38 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         spec.step(unknown[0])  # raises with a did-you-mean
     digests = step_digests(spec)
     if digests is None:
-        raise LockError(f"{spec.path} no longer holds the spec envbuild loaded (was it edited just now?)",
-                        hint="Run `envbuild lock` again.")
+        raise LockError(
+            f"{spec.path} no longer holds the spec envbuild loaded (was it edited just now?)",
+            hint="Run `envbuild lock` again.",
+        )
     old = _old_lock(folder)
     check_upgrade_names(opts.upgrade, spec, old)
-    statuses = tuple(stale_steps(spec, old, digests, skip=opts.skip, upgrade=opts.upgrade,
-                                 resolve_all=opts.resolve_all, resolver=opts.resolver))
+    statuses = tuple(
+        stale_steps(
+            spec,
+            old,
+            digests,
+            skip=opts.skip,
+            upgrade=opts.upgrade,
+            resolve_all=opts.resolve_all,
+            resolver=opts.resolver,
+        )
+    )
     skipped = [s.name for s in spec.steps if s.name in opts.skip]
-    if old is not None and all(s.current for s in statuses) and old.spec_digest == spec.digest \
-            and (not opts.export_pylock or (folder / PYLOCK).is_file()):
-        return LockResult(folder, [], skipped, time.monotonic() - t0, written=False,
-                          kept=tuple(s.name for s in spec.steps))
+    if (
+        old is not None
+        and all(s.current for s in statuses)
+        and old.spec_digest == spec.digest
+        and (not opts.export_pylock or (folder / PYLOCK).is_file())
+    ):
+        return LockResult(
+            folder,
+            [],
+            skipped,
+            time.monotonic() - t0,
+            written=False,
+            kept=tuple(s.name for s in spec.steps),
+        )
     plan = make_plan(spec)
     entries: list[dict[str, Any]] = []
     files: list[Path] = []
@@ -333,31 +452,57 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         run = _Run(spec, opts, old, Path(tmp))
         for i, (step, planned) in enumerate(zip(spec.steps, plan.steps, strict=True)):
             fname = step_filename(planned.number, step.name)
-            entry: dict[str, Any] = {"name": step.name, "role": planned.role, "step_digest": digests[i],
-                                     "flags": step_flags(step), "requirements": [redact(p) for p in step.packages],
-                                     "replaces": list(step.replaces)}
+            entry: dict[str, Any] = {
+                "name": step.name,
+                "role": planned.role,
+                "step_digest": digests[i],
+                "flags": step_flags(step),
+                "requirements": [redact(p) for p in step.packages],
+                "replaces": list(step.replaces),
+            }
             if step.name in opts.skip:
-                entry.update(locked=False, reason="left out with --skip-step when this lock was made")
+                entry.update(
+                    locked=False, reason="left out with --skip-step when this lock was made"
+                )
                 entries.append(entry)
-                events.emit("warn", f"step {step.name!r}: not locked (--skip-step); it resolves from the spec")
+                events.emit(
+                    "warn",
+                    f"step {step.name!r}: not locked (--skip-step); it resolves from the spec",
+                )
                 continue
             status, last = statuses[i], old.step(step.name) if old is not None else None
-            if last is not None and last.locked and (status.current or (status.soft and not run.moved)):
+            if (
+                last is not None
+                and last.locked
+                and (status.current or (status.soft and not run.moved))
+            ):
                 entry.update(_kept(last))
                 packages: list[dict[str, Any]] = entry["packages"]
                 kept.append(step.name)
             else:
                 packages, source_args, sources = run.resolve(i, step, planned)
                 text = file_header(spec, step, planned.role, fname, source_args) + "".join(
-                    format_requirement(p["name"], p["version"], p["hashes"], p["vcs"]["url"] if p["vcs"] else None)
-                    for p in packages)
+                    format_requirement(
+                        p["name"], p["version"], p["hashes"], p["vcs"]["url"] if p["vcs"] else None
+                    )
+                    for p in packages
+                )
                 path = folder / fname
                 atomic_write_text(path, text)
                 files.append(path)
-                entry.update(locked=True, file=fname, file_sha256=sha256_file(path),
-                             sources=recorded_sources(sources, source_args), packages=packages)
+                entry.update(
+                    locked=True,
+                    file=fname,
+                    file_sha256=sha256_file(path),
+                    sources=recorded_sources(sources, source_args),
+                    packages=packages,
+                )
                 resolved.append(step.name)
-                if last is None or not last.locked or _pins_of(packages) != _pins_of(_kept(last)["packages"]):
+                if (
+                    last is None
+                    or not last.locked
+                    or _pins_of(packages) != _pins_of(_kept(last)["packages"])
+                ):
                     run.moved = True
             if i == run.baseline:
                 run.protected |= baseline_protected(spec, packages)
@@ -378,13 +523,27 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     files.append(folder / MANIFEST)
     moved = torch_moved(old, lock)
     rebuild = tuple(stale_wheels(opts.wheel_dirs, spec.abi.version)) if moved else ()
-    return LockResult(folder, files, skipped, time.monotonic() - t0, resolved=tuple(resolved), kept=tuple(kept),
-                      changes=tuple(lock_changes(old, lock, spec, opts.upgrade)),
-                      torch_moved=moved, rebuild=rebuild)
+    return LockResult(
+        folder,
+        files,
+        skipped,
+        time.monotonic() - t0,
+        resolved=tuple(resolved),
+        kept=tuple(kept),
+        changes=tuple(lock_changes(old, lock, spec, opts.upgrade)),
+        torch_moved=moved,
+        rebuild=rebuild,
+    )
 
 
-def _write(spec: StackSpec, opts: LockOptions, folder: Path, old: Lock | None, run: _Run,
-           entries: list[dict[str, Any]]) -> Lock:
+def _write(
+    spec: StackSpec,
+    opts: LockOptions,
+    folder: Path,
+    old: Lock | None,
+    run: _Run,
+    entries: list[dict[str, Any]],
+) -> Lock:
     if run.resolver is not None:
         tools = tool_versions(run.python) if run.python is not None else uv_tools(spec)
         kind: str = run.resolver.kind
@@ -394,16 +553,23 @@ def _write(spec: StackSpec, opts: LockOptions, folder: Path, old: Lock | None, r
     manifest = {
         "lock_version": LOCK_VERSION,
         "stack": spec.name,
-        "spec": spec.path.name if spec.path.parent.resolve() == folder.resolve() else str(spec.path),
+        "spec": (
+            spec.path.name if spec.path.parent.resolve() == folder.resolve() else str(spec.path)
+        ),
         "spec_digest": spec.digest,
         "python": spec.python,
         "target": {"python": spec.python, "platform": spec.target.platform, "resolver": kind},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tools": tools,
-        "abi": {"package": spec.abi.package, "version": spec.abi.version, "local": spec.abi.local,
-                "protected": sorted(run.protected)},
+        "abi": {
+            "package": spec.abi.package,
+            "version": spec.abi.version,
+            "local": spec.abi.local,
+            "protected": sorted(run.protected),
+        },
         "steps": entries,
     }
-    lock = Lock.from_dict(manifest, folder / MANIFEST)  # what is written reads back: the model's rules
+    # what is written reads back: the model's rules
+    lock = Lock.from_dict(manifest, folder / MANIFEST)
     write_lock(lock)
     return lock

@@ -39,14 +39,25 @@ KINDS: tuple[Kind, ...] = ("host", "container", "kubernetes", "slurm", "modal")
 # MODAL_ENVIRONMENT, MODAL_IS_REMOTE in Functions) and Slurm's sbatch/srun "OUTPUT ENVIRONMENT
 # VARIABLES". MODAL_IDENTITY_TOKEN is a credential and is never read.
 MODAL_IMAGE = {"MODAL_IMAGE_ID": "modal_image_id"}
-MODAL_RUN = {"MODAL_TASK_ID": "modal_task_id", "MODAL_ENVIRONMENT": "modal_environment",
-             "MODAL_REGION": "modal_region", "MODAL_CLOUD_PROVIDER": "modal_cloud_provider"}
-SLURM_RUN = {"SLURM_JOB_ID": "slurm_job_id", "SLURM_JOB_NAME": "slurm_job_name",
-             "SLURM_ARRAY_JOB_ID": "slurm_array_job_id", "SLURM_ARRAY_TASK_ID": "slurm_array_task_id",
-             "SLURM_STEP_ID": "slurm_step_id", "SLURM_CLUSTER_NAME": "slurm_cluster",
-             "SLURM_JOB_NODELIST": "slurm_nodelist", "SLURM_PROCID": "slurm_procid"}
+MODAL_RUN = {
+    "MODAL_TASK_ID": "modal_task_id",
+    "MODAL_ENVIRONMENT": "modal_environment",
+    "MODAL_REGION": "modal_region",
+    "MODAL_CLOUD_PROVIDER": "modal_cloud_provider",
+}
+SLURM_RUN = {
+    "SLURM_JOB_ID": "slurm_job_id",
+    "SLURM_JOB_NAME": "slurm_job_name",
+    "SLURM_ARRAY_JOB_ID": "slurm_array_job_id",
+    "SLURM_ARRAY_TASK_ID": "slurm_array_task_id",
+    "SLURM_STEP_ID": "slurm_step_id",
+    "SLURM_CLUSTER_NAME": "slurm_cluster",
+    "SLURM_JOB_NODELIST": "slurm_nodelist",
+    "SLURM_PROCID": "slurm_procid",
+}
 IMAGE_VARS = {"ENVBUILD_IMAGE_DIGEST": "digest", "ENVBUILD_IMAGE_REF": "ref"}
-# /run/.containerenv (podman, buildah run): key=value lines; which ones name the image, which the run
+# /run/.containerenv (podman, buildah run): key=value lines; which ones name the image, which the
+# run
 CONTAINERENV_IMAGE = {"image": "ref", "imageid": "id"}
 CONTAINERENV_RUN = {"name": "container_name", "id": "container_id"}
 _CGROUP_ID = re.compile(r"(?:docker|libpod|crio|containerd|cri-containerd)[-/:]([0-9a-f]{64})")
@@ -59,8 +70,10 @@ class BackendJSON(TypedDict):
 
     kind: Kind  # the most specific scheduler found: modal, slurm, kubernetes, container or host
     container: bool  # whether the process ran in a container at all
-    image: dict[str, str]  # what the software came from (`modal_image_id`, `digest`, `ref`, `id`, `os`, ...)
-    run: dict[str, str]  # this execution (`modal_task_id`, `slurm_job_id`, `k8s_pod`, `hostname`, `boot_id`, ...)
+    # what the software came from (`modal_image_id`, `digest`, `ref`, `id`, `os`, ...)
+    image: dict[str, str]
+    # this execution (`modal_task_id`, `slurm_job_id`, `k8s_pod`, `hostname`, `boot_id`, ...)
+    run: dict[str, str]
     hints: list[str]  # the evidence (`/.dockerenv`, `MODAL_TASK_ID`, `cgroup: docker`)
 
 
@@ -73,8 +86,13 @@ class Backend:
     hints: tuple[str, ...] = ()  # the evidence: "/.dockerenv", "MODAL_TASK_ID", "cgroup: docker"
 
     def to_dict(self) -> BackendJSON:
-        return {"kind": self.kind, "container": self.container, "image": dict(self.image),
-                "run": dict(self.run), "hints": list(self.hints)}
+        return {
+            "kind": self.kind,
+            "container": self.container,
+            "image": dict(self.image),
+            "run": dict(self.run),
+            "hints": list(self.hints),
+        }
 
 
 def _read(path: Path, limit: int = 65536) -> str:
@@ -115,8 +133,20 @@ def detect(environ: Mapping[str, str] | None = None, root: Path = Path("/")) -> 
         container = True
         hints.append("/run/.containerenv")
         fields = _key_values(_read(containerenv))
-        image.update({ours: fields[theirs] for theirs, ours in CONTAINERENV_IMAGE.items() if fields.get(theirs)})
-        run.update({ours: fields[theirs] for theirs, ours in CONTAINERENV_RUN.items() if fields.get(theirs)})
+        image.update(
+            {
+                ours: fields[theirs]
+                for theirs, ours in CONTAINERENV_IMAGE.items()
+                if fields.get(theirs)
+            }
+        )
+        run.update(
+            {
+                ours: fields[theirs]
+                for theirs, ours in CONTAINERENV_RUN.items()
+                if fields.get(theirs)
+            }
+        )
     cgroup = _read(root / "proc/self/cgroup")
     if (m := _CGROUP_HINT.search(cgroup)) is not None:
         container = True
@@ -133,7 +163,9 @@ def detect(environ: Mapping[str, str] | None = None, root: Path = Path("/")) -> 
         kind, container = "kubernetes", True
         hints.append("KUBERNETES_SERVICE_HOST")
         run["k8s_pod"] = env.get("HOSTNAME") or socket.gethostname()
-        namespace = _read(root / "var/run/secrets/kubernetes.io/serviceaccount/namespace", 256).strip()
+        namespace = _read(
+            root / "var/run/secrets/kubernetes.io/serviceaccount/namespace", 256
+        ).strip()
         if namespace:
             run["k8s_namespace"] = namespace
     if env.get("SLURM_JOB_ID"):
@@ -149,7 +181,9 @@ def detect(environ: Mapping[str, str] | None = None, root: Path = Path("/")) -> 
     run["hostname"] = socket.gethostname()
     machine_id = _read(root / "etc/machine-id", 256).strip()
     if machine_id:
-        run["machine_id_sha256"] = hashlib.sha256(f"envbuild:{machine_id}".encode()).hexdigest()[:16]
+        run["machine_id_sha256"] = hashlib.sha256(f"envbuild:{machine_id}".encode()).hexdigest()[
+            :16
+        ]
     boot_id = _read(root / "proc/sys/kernel/random/boot_id", 256).strip()
     if boot_id:
         run["boot_id"] = boot_id

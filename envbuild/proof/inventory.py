@@ -82,7 +82,11 @@ class FileHashes:
         if cache_file is not None:
             try:
                 doc = json.loads(cache_file.read_text(encoding="utf-8"))
-                if isinstance(doc, dict) and doc.get("schema") == CACHE_SCHEMA and isinstance(doc.get("files"), dict):
+                if (
+                    isinstance(doc, dict)
+                    and doc.get("schema") == CACHE_SCHEMA
+                    and isinstance(doc.get("files"), dict)
+                ):
                     self.known = doc["files"]
             except (OSError, ValueError):
                 pass
@@ -112,7 +116,9 @@ class FileHashes:
         try:
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache_file.with_name(f".{self.cache_file.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"schema": CACHE_SCHEMA, "files": self.used}), encoding="utf-8")
+            tmp.write_text(
+                json.dumps({"schema": CACHE_SCHEMA, "files": self.used}), encoding="utf-8"
+            )
             os.replace(tmp, self.cache_file)
         except OSError:
             pass  # a cache, nothing more: the next run hashes again
@@ -156,7 +162,7 @@ def normalised_script(path: str, prefixes: list[bytes]) -> tuple[str, str] | Non
     new_head = head
     for p in prefixes:
         new_head = new_head.replace(p, PREFIX_MARK)
-    normal = new_head + data[len(head):]
+    normal = new_head + data[len(head) :]
     return _b64(hashlib.sha256(data).digest()), _b64(hashlib.sha256(normal).digest())
 
 
@@ -178,11 +184,13 @@ def _rows(dist: md.Distribution) -> list[tuple[str, str]]:
     return out
 
 
-def content_identity(dists: list[md.Distribution], cache_file: Path | None,
-                     trust_record: bool = False) -> dict[int, dict[str, Any]]:
+def content_identity(
+    dists: list[md.Distribution], cache_file: Path | None, trust_record: bool = False
+) -> dict[int, dict[str, Any]]:
     """``content_sha256``, ``modified`` and ``modified_count`` of each distribution (by index).
     ``trust_record``: a file that is there counts with the sha256 its RECORD lists, unread (the
-    receipt of a provision that just installed it from hash-checked wheels; a later receipt reads)."""
+    receipt of a provision that just installed it from hash-checked wheels; a later receipt reads).
+    """
     hashes = FileHashes(cache_file)
     prefixes = _prefixes()
     prefix = os.path.realpath(sys.prefix)
@@ -196,8 +204,15 @@ def content_identity(dists: list[md.Distribution], cache_file: Path | None,
                 full = os.path.normpath(os.path.join(base, path))
                 real = os.path.realpath(full)
                 inside = real.startswith(prefix + os.sep)
-                plan.append((i, "<prefix>/" + os.path.relpath(real, prefix) if inside else full, full, recorded,
-                             real.startswith(bin_dir)))
+                plan.append(
+                    (
+                        i,
+                        "<prefix>/" + os.path.relpath(real, prefix) if inside else full,
+                        full,
+                        recorded,
+                        real.startswith(bin_dir),
+                    )
+                )
             else:  # the common case, inside the install folder: no path arithmetic
                 plan.append((i, path, base + path, recorded, False))
 
@@ -228,9 +243,14 @@ def content_identity(dists: list[md.Distribution], cache_file: Path | None,
         rows[i].append(f"{shown},{ident}")
         if recorded and own != recorded:
             modified[i].append(shown)
-    return {i: {"content_sha256": hashlib.sha256("\n".join(sorted(rows[i])).encode()).hexdigest(),
-                "modified": sorted(modified[i])[:MODIFIED_SHOWN], "modified_count": len(modified[i])}
-            for i in range(len(dists))}
+    return {
+        i: {
+            "content_sha256": hashlib.sha256("\n".join(sorted(rows[i])).encode()).hexdigest(),
+            "modified": sorted(modified[i])[:MODIFIED_SHOWN],
+            "modified_count": len(modified[i]),
+        }
+        for i in range(len(dists))
+    }
 
 
 def torch_versions(dists: dict[str, md.Distribution]) -> dict[str, Any] | None:
@@ -245,9 +265,13 @@ def torch_versions(dists: dict[str, md.Distribution]) -> dict[str, Any] | None:
             m = re.search(rf"^{key}\s*(?::[^=]*)?=\s*['\"]?([^'\"\n]*)['\"]?", text, re.M)
             if m and m.group(1) not in ("None", ""):
                 info[key] = m.group(1)
-    for prefix, key in (("nvidia-cudnn-cu", "cudnn"), ("nvidia-nccl-cu", "nccl"),
-                        ("nvidia-cuda-runtime-cu", "cuda_runtime"), ("pytorch-triton", "triton"),
-                        ("triton", "triton")):
+    for prefix, key in (
+        ("nvidia-cudnn-cu", "cudnn"),
+        ("nvidia-nccl-cu", "nccl"),
+        ("nvidia-cuda-runtime-cu", "cuda_runtime"),
+        ("pytorch-triton", "triton"),
+        ("triton", "triton"),
+    ):
         for name, d in dists.items():
             if name == prefix or (prefix.endswith("-cu") and name.startswith(prefix)):
                 info.setdefault(key, d.version)
@@ -277,16 +301,27 @@ def main(argv: list[str] | None = None) -> int:
             continue
         dists[canon] = dist
         installer = (dist.read_text("INSTALLER") or "").strip() or None
-        rows.append({"name": canon, "version": dist.version, "record_sha256": record_sha256(dist),
-                     "installer": installer})
+        rows.append(
+            {
+                "name": canon,
+                "version": dist.version,
+                "record_sha256": record_sha256(dist),
+                "installer": installer,
+            }
+        )
     identity = content_identity(list(dists.values()), cache_file_for(cache_dir), trust_record)
     for i, row in enumerate(rows):
         row.update(identity[i])
     rows.sort(key=lambda r: str(r["name"]))
-    doc = {"python": platform.python_version(), "implementation": sys.implementation.name,
-           "executable": sys.executable, "prefix": sys.prefix,
-           "distributions": rows, "torch": torch_versions(dists),
-           "content_from": "record" if trust_record else "disk"}
+    doc = {
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "executable": sys.executable,
+        "prefix": sys.prefix,
+        "distributions": rows,
+        "torch": torch_versions(dists),
+        "content_from": "record" if trust_record else "disk",
+    }
     sys.stdout.write(json.dumps(doc) + "\n")
     return 0
 

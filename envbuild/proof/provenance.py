@@ -28,7 +28,9 @@ from typing import TypedDict
 from envbuild import __version__
 from envbuild.run import run
 
-_GPU_FAMILY = re.compile(r"\b(GH200|GB200|B200|B100|H200|H100|H20|A100|A10G?|L40S|L40|L4|V100|T4|RTX \w+)\b")
+_GPU_FAMILY = re.compile(
+    r"\b(GH200|GB200|B200|B100|H200|H100|H20|A100|A10G?|L40S|L40|L4|V100|T4|RTX \w+)\b"
+)
 
 
 class GitStateJSON(TypedDict):
@@ -46,7 +48,8 @@ class ProvenanceJSON(TypedDict):
     envbuild_version: str  # the envbuild that ran
     captured_at: str  # when, UTC, ISO 8601
     hostname: str  # the host's name
-    machine_class: str  # the kind of machine (`8xH200`, `cpu-16c`; `ENVBUILD_MACHINE_CLASS` overrides)
+    # the kind of machine (`8xH200`, `cpu-16c`; `ENVBUILD_MACHINE_CLASS` overrides)
+    machine_class: str
     platform: str  # the operating system, its release and the architecture
     python: str  # the interpreter envbuild runs in
     argv: list[str]  # the command line
@@ -77,32 +80,55 @@ class Provenance:
     names: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> ProvenanceJSON:
-        return {"envbuild_version": self.envbuild_version, "captured_at": self.captured_at, "hostname": self.hostname,
-                "machine_class": self.machine_class, "platform": self.platform, "python": self.python,
-                "argv": list(self.argv), "repo": _git_json(self.repo), "envbuild_repo": _git_json(self.envbuild_repo),
-                "names": dict(self.names)}
+        return {
+            "envbuild_version": self.envbuild_version,
+            "captured_at": self.captured_at,
+            "hostname": self.hostname,
+            "machine_class": self.machine_class,
+            "platform": self.platform,
+            "python": self.python,
+            "argv": list(self.argv),
+            "repo": _git_json(self.repo),
+            "envbuild_repo": _git_json(self.envbuild_repo),
+            "names": dict(self.names),
+        }
 
 
 def _git_json(state: GitState | None) -> GitStateJSON | None:
     if state is None:
         return None
-    return {"path": state.path, "revision": state.revision, "dirty": state.dirty, "status": list(state.status)}
+    return {
+        "path": state.path,
+        "revision": state.revision,
+        "dirty": state.dirty,
+        "status": list(state.status),
+    }
 
 
 def git_state(path: Path) -> GitState | None:
     """Revision and dirty state of the git work tree containing ``path`` (None outside one)."""
     try:
-        top = run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture=True, timeout=10)
+        top = run(
+            ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture=True, timeout=10
+        )
     except FileNotFoundError:
         return None
     if not top.ok or not top.output:
         return None
     root = top.output.strip()
     rev = run(["git", "-C", root, "rev-parse", "HEAD"], capture=True, timeout=10)
-    status = run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"], capture=True, timeout=30)
+    status = run(
+        ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+        capture=True,
+        timeout=30,
+    )
     lines = tuple((status.output or "").splitlines()) if status.ok else ()
-    return GitState(path=root, revision=(rev.output or "").strip() if rev.ok else None,
-                    dirty=bool(lines) if status.ok else None, status=lines[:20])
+    return GitState(
+        path=root,
+        revision=(rev.output or "").strip() if rev.ok else None,
+        dirty=bool(lines) if status.ok else None,
+        status=lines[:20],
+    )
 
 
 def machine_class(gpu_names: list[str], environ: Mapping[str, str] | None = None) -> str:

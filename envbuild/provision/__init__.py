@@ -1,4 +1,5 @@
-"""Provision: the orchestrator (``core``), its on-disk state (``state``) and the download prefetcher."""
+"""Provision: the orchestrator (``core``), its on-disk state (``state``) and the download
+prefetcher."""
 
 # What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
 OWNS: tuple[str, ...] = (

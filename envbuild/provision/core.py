@@ -86,8 +86,13 @@ def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
     from envbuild.lock.serve import built_wheels
 
     built = built_wheels(opts.locked) if opts.wheelhouse and opts.locked else {}
-    return resolve_plan(spec, backend=opts.backend, wheelhouse=opts.wheelhouse, locked=opts.locked,
-                        built_wheels=built)
+    return resolve_plan(
+        spec,
+        backend=opts.backend,
+        wheelhouse=opts.wheelhouse,
+        locked=opts.locked,
+        built_wheels=built,
+    )
 
 
 @contextlib.contextmanager
@@ -100,7 +105,11 @@ def state_lock(paths: layout.Paths) -> Iterator[int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            events.emit("warn", f"another provision (or an installer it left running) holds {paths.state / 'lock'}; waiting for it")
+            events.emit(
+                "warn",
+                f"another provision (or an installer it left running) holds {paths.state / 'lock'};"
+                " waiting for it",
+            )
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.set_inheritable(fd, True)
         yield fd
@@ -125,16 +134,23 @@ def provision(spec: StackSpec, opts: ProvisionOptions) -> ProvisionResult:
     t0 = time.monotonic()
     paths = layout.paths_for(spec, opts.root)
     if opts.venv is not None:
-        paths = layout.Paths(root=paths.root, venv_name=str(layout.checked_path(opts.venv, "--venv")))
+        paths = layout.Paths(
+            root=paths.root, venv_name=str(layout.checked_path(opts.venv, "--venv"))
+        )
     plan = build_plan(spec, opts)
     if opts.only_step:
         plan.step(opts.only_step)  # unknown step: config error before anything changes
     identities = _identities(plan)
     base_python, plan = _refusals(spec, opts, paths, plan, identities)
     _make_data_root(paths)
-    with state_lock(paths) as lock_fd, ThreadPoolExecutor(max_workers=2, thread_name_prefix="envbuild") as pool:
+    with (
+        state_lock(paths) as lock_fd,
+        ThreadPoolExecutor(max_workers=2, thread_name_prefix="envbuild") as pool,
+    ):
         try:
-            return _provision(spec, opts, paths, plan, identities, base_python, lock_fd, _Laps(t0), pool)
+            return _provision(
+                spec, opts, paths, plan, identities, base_python, lock_fd, _Laps(t0), pool
+            )
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
@@ -144,7 +160,9 @@ def _identities(plan: Plan) -> list[tuple[str, str, str]]:
     return [(s.name, step_identity(s), s.digest) for s in plan.steps]
 
 
-def pending_steps(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths | None = None) -> list[str]:
+def pending_steps(
+    spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths | None = None
+) -> list[str]:
     """The steps ``provision(spec, opts)`` would run into ``paths`` (read only: the manifest is not
     written): ``Manifest.pending`` on the plan's identities, everything where there is no usable
     manifest (none, unreadable, or one stopped on an ABI violation). The offline check, the lock
@@ -170,8 +188,13 @@ def began(spec: StackSpec, root: Path | None) -> bool:
         return False
 
 
-def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan: Plan,
-              identities: list[tuple[str, str, str]]) -> tuple[Interpreter | None, Plan]:
+def _refusals(
+    spec: StackSpec,
+    opts: ProvisionOptions,
+    paths: layout.Paths,
+    plan: Plan,
+    identities: list[tuple[str, str, str]],
+) -> tuple[Interpreter | None, Plan]:
     """Every check that can refuse the run, before anything is made. Returns the interpreter a
     new venv is made with (None when the venv exists), and the plan with its locked steps'
     sources as they answer here (``sources.route_sources``)."""
@@ -203,32 +226,58 @@ def _refusals(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan
     return base_python, plan
 
 
-def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, plan: Plan,
-               identities: list[tuple[str, str, str]], base_python: Interpreter | None, lock_fd: int, laps: _Laps,
-               pool: ThreadPoolExecutor) -> ProvisionResult:
+def _provision(
+    spec: StackSpec,
+    opts: ProvisionOptions,
+    paths: layout.Paths,
+    plan: Plan,
+    identities: list[tuple[str, str, str]],
+    base_python: Interpreter | None,
+    lock_fd: int,
+    laps: _Laps,
+    pool: ThreadPoolExecutor,
+) -> ProvisionResult:
     from envbuild.proof import receipt as receipts
 
     # The receipt's host facts (nvidia-smi, compilers, git: up to a second on a GPU host) do not
     # depend on the install: they are gathered on a thread while the work goes on.
     host_facts = pool.submit(receipts.snapshot_host, spec)
-    result = ProvisionResult(paths=paths, plan=plan, timings=laps.seconds,
-                             lock={"bypassed": opts.no_lock, "locked_steps": sorted(opts.locked),
-                                   **opts.lock_source})
+    result = ProvisionResult(
+        paths=paths,
+        plan=plan,
+        timings=laps.seconds,
+        lock={"bypassed": opts.no_lock, "locked_steps": sorted(opts.locked), **opts.lock_source},
+    )
     installer = installer_for(plan.options.backend)
 
     manifest = Manifest.load(paths.manifest)
     if manifest.violation and opts.venv is None and paths.venv.exists():
-        aside = paths.venv.with_name(f"{paths.venv.name}.untrusted-{time.strftime('%Y%m%d-%H%M%S')}")
+        aside = paths.venv.with_name(
+            f"{paths.venv.name}.untrusted-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
         paths.venv.rename(aside)
-        events.emit("warn", f"the last run stopped on an ABI violation ({manifest.violation}); "
-                    f"the venv was moved aside to {aside} and is made again")
+        events.emit(
+            "warn",
+            f"the last run stopped on an ABI violation ({manifest.violation}); "
+            f"the venv was moved aside to {aside} and is made again",
+        )
         manifest = Manifest(path=paths.manifest)
     _, reset = manifest.pending(identities)
     if reset:
-        events.emit("info", f"{_why_reset(manifest, spec, installer.name)}: re-running {', '.join(reset)}")
+        events.emit(
+            "info", f"{_why_reset(manifest, spec, installer.name)}: re-running {', '.join(reset)}"
+        )
     manifest.stack, manifest.spec_digest, manifest.backend = spec.name, spec.digest, installer.name
-    run = ProvisionRun(spec=spec, opts=opts, plan=plan, paths=paths, installer=installer, manifest=manifest,
-                       result=result, lock_fd=lock_fd)
+    run = ProvisionRun(
+        spec=spec,
+        opts=opts,
+        plan=plan,
+        paths=paths,
+        installer=installer,
+        manifest=manifest,
+        result=result,
+        lock_fd=lock_fd,
+    )
     laps.lap("prepare")
     try:
         return _venv_steps_check(run, base_python, laps, pool, host_facts)
@@ -237,9 +286,13 @@ def _provision(spec: StackSpec, opts: ProvisionOptions, paths: layout.Paths, pla
         raise
 
 
-def _venv_steps_check(run: ProvisionRun, base_python: Interpreter | None, laps: _Laps,
-                      pool: ThreadPoolExecutor,
-                      host_facts: Future[HostSnapshot]) -> ProvisionResult:
+def _venv_steps_check(
+    run: ProvisionRun,
+    base_python: Interpreter | None,
+    laps: _Laps,
+    pool: ThreadPoolExecutor,
+    host_facts: Future[HostSnapshot],
+) -> ProvisionResult:
     from envbuild.proof import receipt as receipts
 
     spec, opts, paths, manifest, result = run.spec, run.opts, run.paths, run.manifest, run.result
@@ -254,19 +307,30 @@ def _venv_steps_check(run: ProvisionRun, base_python: Interpreter | None, laps: 
     if manifest.marker_env is None:
         probed = probe_python(run.python)
         if probed is None:
-            raise PreflightError(f"the venv's python {run.python} does not run",
-                                 hint="Move the venv away; the next run makes a new one.")
+            raise PreflightError(
+                f"the venv's python {run.python} does not run",
+                hint="Move the venv away; the next run makes a new one.",
+            )
         manifest.marker_env = probed.marker_env
     run.site = guard.site_packages(paths.venv)
-    run.env = run.installer.install_env(_install_env(paths), run.python,
-                                        compile_option=opts.compile_bytecode,
-                                        adopted=opts.venv is not None)
+    run.env = run.installer.install_env(
+        _install_env(paths),
+        run.python,
+        compile_option=opts.compile_bytecode,
+        adopted=opts.venv is not None,
+    )
     if opts.selection is not None:
         from envbuild.provision.exact import sync_record
 
-        manifest.sync = dict(sync_record(opts.selection, exact=opts.exact, seeded=opts.seed,
-                                         previous=manifest.sync,
-                                         site=run.site if opts.venv is not None else None))
+        manifest.sync = dict(
+            sync_record(
+                opts.selection,
+                exact=opts.exact,
+                seeded=opts.seed,
+                previous=manifest.sync,
+                site=run.site if opts.venv is not None else None,
+            )
+        )
         result.lock["sync"] = manifest.sync
     if spec.abi.adopt and manifest.baseline is None:
         manifest.baseline = freeze_baseline(run, adopted=True)
@@ -303,6 +367,7 @@ def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -
     if last and run.manifest.sync is not None and run.manifest.sync.get("exact"):
         _sync_exact(run)
         laps.lap("exact_sync")
+
     # the environment is final: its inventory for the receipt runs beside the import check, or is
     # the one recorded with a cached verdict (same fingerprint: the same distributions)
     def start_inventory() -> None:
@@ -334,8 +399,14 @@ def _sync_exact(run: ProvisionRun) -> None:
     protected = [run.spec.abi.package]
     if run.manifest.baseline is not None:
         protected += list(guard.Baseline.from_json(run.manifest.baseline).protected)
-    gone = remove(run.python, extra, protected, backend=run.installer.name, env=run.env or {},
-                  log_file=run.paths.logs / "exact-sync.log")
+    gone = remove(
+        run.python,
+        extra,
+        protected,
+        backend=run.installer.name,
+        env=run.env or {},
+        log_file=run.paths.logs / "exact-sync.log",
+    )
     run.result.removed = gone
     run.manifest.sync["removed"] = gone
     run.manifest.finished = None
@@ -381,32 +452,48 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _check_data_root(spec: StackSpec, paths: layout.Paths) -> None:
-    """Writable, with space: checked on the root or, when it is still to be made, its nearest parent."""
+    """Writable, with space: checked on the root or, when it is still to be made, its nearest
+    parent."""
     root = paths.root
     where = _nearest_existing(root)
     if not where.is_dir():
-        raise PreflightError(f"cannot create the data root {root}: {where} is not a folder",
-                             hint="Choose another with --root.")
+        raise PreflightError(
+            f"cannot create the data root {root}: {where} is not a folder",
+            hint="Choose another with --root.",
+        )
     if not os.access(where, os.W_OK):
-        what = f"the data root {root}" if where == root else f"{where}, where the data root {root} would be made,"
-        raise PreflightError(f"{what} is not writable by this user",
-                             hint="Fix its permissions, or choose another with --root.")
+        what = (
+            f"the data root {root}"
+            if where == root
+            else f"{where}, where the data root {root} would be made,"
+        )
+        raise PreflightError(
+            f"{what} is not writable by this user",
+            hint="Fix its permissions, or choose another with --root.",
+        )
     free_gb = shutil.disk_usage(where).free / 1e9
     if free_gb < spec.layout.min_free_gb:
         raise PreflightError(
-            f"the data root {root} has {free_gb:.1f} GB free; the stack needs at least {spec.layout.min_free_gb:g} GB "
-            "(layout.min_free_gb)", hint="Free space, or choose a larger disk with --root.")
+            f"the data root {root} has {free_gb:.1f} GB free; the stack needs at least"
+            f" {spec.layout.min_free_gb:g} GB (layout.min_free_gb)",
+            hint="Free space, or choose a larger disk with --root.",
+        )
     if spec.layout.separate_root_fs and os.stat(where).st_dev == os.stat("/").st_dev:
-        events.emit("warn", f"the data root {root} is on the root filesystem; pip caches and torch wheels "
-                    "can fill a small root disk (mount the data disk there, or use --root)")
+        events.emit(
+            "warn",
+            f"the data root {root} is on the root filesystem; pip caches and torch wheels "
+            "can fill a small root disk (mount the data disk there, or use --root)",
+        )
 
 
 def _make_data_root(paths: layout.Paths) -> None:
     try:
         paths.root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PreflightError(f"cannot create the data root {paths.root}: {exc.strerror}",
-                             hint="Choose another with --root, or create it and make it writable.") from exc
+        raise PreflightError(
+            f"cannot create the data root {paths.root}: {exc.strerror}",
+            hint="Choose another with --root, or create it and make it writable.",
+        ) from exc
 
 
 def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> Path:
@@ -420,18 +507,28 @@ def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> P
     if paths.venv.is_dir() and any(paths.venv.iterdir()) and manifest.venv != str(paths.venv):
         # Not recorded as made by envbuild: a creation cut short (Ctrl-C, SIGKILL), or not ours.
         # Either way it is not trusted, and nothing of the user's is deleted.
-        aside = paths.venv.with_name(f"{paths.venv.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}")
+        aside = paths.venv.with_name(
+            f"{paths.venv.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
         paths.venv.rename(aside)
-        events.emit("warn", f"{paths.venv} was never recorded as complete (a run stopped while creating it?); "
-                    f"moved aside to {aside}, making it again")
+        events.emit(
+            "warn",
+            f"{paths.venv} was never recorded as complete (a run stopped while creating it?); "
+            f"moved aside to {aside}, making it again",
+        )
     if python.exists():
         probed = _probe_venv_python(python, paths.state / "python-probe.json")
         if probed is None:
-            raise PreflightError(f"the venv at {paths.venv} is broken (its python does not run)",
-                                 hint="Move it away; the next run makes a new one.")
+            raise PreflightError(
+                f"the venv at {paths.venv} is broken (its python does not run)",
+                hint="Move it away; the next run makes a new one.",
+            )
         if probed.version != spec.python and opts.python is None:
-            raise PreflightError(f"the venv at {paths.venv} is Python {probed.version}, the stack asks for {spec.python}",
-                                 hint="Move it away to have it made again with the right interpreter.")
+            raise PreflightError(
+                f"the venv at {paths.venv} is Python {probed.version}, the stack asks for"
+                f" {spec.python}",
+                hint="Move it away to have it made again with the right interpreter.",
+            )
         if manifest.marker_env is None:
             manifest.marker_env = probed.marker_env
         return python
@@ -439,8 +536,14 @@ def _ensure_venv(run: ProvisionRun, base_python: Interpreter | None = None) -> P
     for state in manifest.steps:  # a new venv: nothing in it has run
         state.status = "pending"
     manifest.baseline = None
-    run.installer.create_venv(base.executable, paths.venv, log_file=paths.logs / "venv.log",
-                              offline_wheelhouse=opts.wheelhouse, pass_fds=run.pass_fds, seed=opts.seed)
+    run.installer.create_venv(
+        base.executable,
+        paths.venv,
+        log_file=paths.logs / "venv.log",
+        offline_wheelhouse=opts.wheelhouse,
+        pass_fds=run.pass_fds,
+        seed=opts.seed,
+    )
     manifest.python, manifest.venv = str(base.executable), str(paths.venv)
     manifest.marker_env = base.marker_env  # a venv's marker variables are its interpreter's
     manifest.save()  # the venv is complete: from now on it is ours
@@ -468,67 +571,110 @@ def _probe_venv_python(python: Path, cache: Path) -> Interpreter | None:
     try:
         doc = json.loads(cache.read_text(encoding="utf-8"))
         if doc.get("key") == key:
-            return Interpreter(executable=Path(doc["executable"]), version=str(doc["version"]),
-                               marker_env={str(k): str(v) for k, v in doc["marker_env"].items()})
+            return Interpreter(
+                executable=Path(doc["executable"]),
+                version=str(doc["version"]),
+                marker_env={str(k): str(v) for k, v in doc["marker_env"].items()},
+            )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     probed = probe_python(python)
     if probed is not None:
         with contextlib.suppress(OSError):
-            atomic_write_json(cache, {"key": key, "executable": str(probed.executable), "version": probed.version,
-                                      "marker_env": probed.marker_env})
+            atomic_write_json(
+                cache,
+                {
+                    "key": key,
+                    "executable": str(probed.executable),
+                    "version": probed.version,
+                    "marker_env": probed.marker_env,
+                },
+            )
     return probed
 
 
 def _install_env(paths: layout.Paths) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    }
     cache = paths.cache_env()
     env["PIP_CACHE_DIR"] = cache["PIP_CACHE_DIR"]
-    env["UV_CACHE_DIR"] = cache["UV_CACHE_DIR"]  # same filesystem as the venv: uv hard-links from it
+    # same filesystem as the venv: uv hard-links from it
+    env["UV_CACHE_DIR"] = cache["UV_CACHE_DIR"]
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     return env
 
 
-def _final_check(run: ProvisionRun, on_fresh_import: Callable[[], None] | None = None) -> FinalCheck:
+def _final_check(
+    run: ProvisionRun, on_fresh_import: Callable[[], None] | None = None
+) -> FinalCheck:
     spec, manifest, result = run.spec, run.manifest, run.result
     if manifest.baseline is None:
-        raise ABIViolation(f"no baseline was recorded for {spec.abi.package}; the environment cannot be verified")
+        raise ABIViolation(
+            f"no baseline was recorded for {spec.abi.package}; the environment cannot be verified"
+        )
     # The last step's guard has just checked this very state; a run that installed nothing
     # (a re-run, --step of the last step only after a stop) checks it here.
-    guarded_now = (bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name
-                   and not result.removed)
+    guarded_now = (
+        bool(result.ran) and result.ran[-1] == result.plan.steps[-1].name and not result.removed
+    )
     try:
-        check = final_check(spec, baseline=guard.Baseline.from_json(manifest.baseline), site=run.site,
-                            python=run.python, marker_env=manifest.marker_env,
-                            overlay=layout.overlay_env(spec, run.paths), run_guard=not guarded_now,
-                            verdict_file=run.paths.import_verdict, timeout=run.opts.import_timeout,
-                            on_fresh_import=on_fresh_import)
+        check = final_check(
+            spec,
+            baseline=guard.Baseline.from_json(manifest.baseline),
+            site=run.site,
+            python=run.python,
+            marker_env=manifest.marker_env,
+            overlay=layout.overlay_env(spec, run.paths),
+            run_guard=not guarded_now,
+            verdict_file=run.paths.import_verdict,
+            timeout=run.opts.import_timeout,
+            on_fresh_import=on_fresh_import,
+        )
     except ImportHang as exc:
-        raise InstallError(f"the import check hung: {exc}",
-                           hint="The environment is installed; the import did not answer. A hang in `import "
-                           f"{spec.abi.package}` is usually a driver or a network file system: check `nvidia-smi` "
-                           "and the data root's mount, then run provision again.") from exc
+        raise InstallError(
+            f"the import check hung: {exc}",
+            hint=(
+                "The environment is installed; the import did not answer. A hang in `import"
+                f" {spec.abi.package}` is usually a driver or a network file system: check"
+                " `nvidia-smi` and the data root's mount, then run provision again."
+            ),
+        ) from exc
     if check.report.violations:
         manifest.violation = check.report.violations[0].message
         manifest.save()
-        raise ABIViolation("the environment no longer matches its baseline: "
-                           + "; ".join(f.message for f in check.report.violations),
-                           hint="Something outside envbuild changed the venv. Run provision again to rebuild it.")
+        raise ABIViolation(
+            "the environment no longer matches its baseline: "
+            + "; ".join(f.message for f in check.report.violations),
+            hint="Something outside envbuild changed the venv. Run provision again to rebuild it.",
+        )
     failed = [f for f in check.findings if f.rule == "import"]
     if failed:
-        raise ABIViolation(f"`import {spec.abi.package}` fails in the finished venv: "
-                           + failed[0].message.split(" fails: ", 1)[-1])
+        raise ABIViolation(
+            f"`import {spec.abi.package}` fails in the finished venv: "
+            + failed[0].message.split(" fails: ", 1)[-1]
+        )
     if check.findings:
         raise ABIViolation("full import check: " + "; ".join(f.message for f in check.findings))
     data = check.data or {}
     result.full_check, result.import_cached = data, check.cached
-    how = " (cached verdict: no distribution, interpreter or overlay changed since the last import)" if check.cached else ""
-    events.emit("ok", f"import {spec.abi.package}: {data.get('version')} (cuda {data.get('cuda')}){how}")
+    how = (
+        " (cached verdict: no distribution, interpreter or overlay changed since the last import)"
+        if check.cached
+        else ""
+    )
+    events.emit(
+        "ok", f"import {spec.abi.package}: {data.get('version')} (cuda {data.get('cuda')}){how}"
+    )
     return check
 
 
-def _failure_receipt(run: ProvisionRun, exc: EnvbuildError | KeyboardInterrupt, laps: _Laps,
-                     host_facts: Future[HostSnapshot]) -> Path | None:
+def _failure_receipt(
+    run: ProvisionRun,
+    exc: EnvbuildError | KeyboardInterrupt,
+    laps: _Laps,
+    host_facts: Future[HostSnapshot],
+) -> Path | None:
     """The receipt of a run that stopped short: the stage (the step that failed or was running, or
     the phase: venv, import_check), the exit code, the paragraph envbuild prints and the steps done;
     its software is what is installed now. None where it cannot be written (the error stands)."""
@@ -536,8 +682,10 @@ def _failure_receipt(run: ProvisionRun, exc: EnvbuildError | KeyboardInterrupt, 
     if "venv" not in laps.seconds:
         stage = "venv"
     elif "steps" not in laps.seconds:
-        stage = next((s.name for s in steps if s.status in ("failed", "running")),
-                     next((s.name for s in steps if s.status != "ok"), "steps"))
+        stage = next(
+            (s.name for s in steps if s.status in ("failed", "running")),
+            next((s.name for s in steps if s.status != "ok"), "steps"),
+        )
     else:
         stage = "import_check"
     interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
@@ -554,14 +702,19 @@ def _failure_receipt(run: ProvisionRun, exc: EnvbuildError | KeyboardInterrupt, 
     try:
         return _write_receipt(run, host=_or_none(host_facts), failure=failure)
     except (OSError, EnvbuildError, KeyboardInterrupt) as err:  # a full disk, a second Ctrl-C
-        events.emit("warn", "could not write the receipt of the failed run under "
-                            f"{run.paths.receipts}: {err}")
+        events.emit(
+            "warn",
+            f"could not write the receipt of the failed run under {run.paths.receipts}: {err}",
+        )
         return None
 
 
-def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None,
-                   software: SoftwareJSON | None = None,
-                   failure: ProvisionFailureJSON | None = None) -> Path:
+def _write_receipt(
+    run: ProvisionRun,
+    host: HostSnapshot | None = None,
+    software: SoftwareJSON | None = None,
+    failure: ProvisionFailureJSON | None = None,
+) -> Path:
     from envbuild.proof.receipt import write_receipt
 
     result, paths = run.result, run.paths
@@ -572,8 +725,17 @@ def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None,
         "warnings": result.warnings,
         "seconds": round(result.seconds, 3),
         "backend": result.plan.options.backend,
-        "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "guard_seconds": s.guard_seconds,
-                   "started": s.started, "ended": s.ended} for s in manifest.steps],
+        "steps": [
+            {
+                "name": s.name,
+                "status": s.status,
+                "seconds": s.seconds,
+                "guard_seconds": s.guard_seconds,
+                "started": s.started,
+                "ended": s.ended,
+            }
+            for s in manifest.steps
+        ],
         "full_check": result.full_check,
         "import_check": {"cached": result.import_cached} if result.full_check is not None else None,
         "import_warmup": result.warmup,
@@ -583,5 +745,6 @@ def _write_receipt(run: ProvisionRun, host: HostSnapshot | None = None,
     if failure is not None:
         payload["failure"] = failure
     python = run.python if run.python.is_file() else None  # none: it stopped before its venv
-    return write_receipt(paths, "provision", payload, spec=run.spec, python=python, host=host,
-                         software=software)
+    return write_receipt(
+        paths, "provision", payload, spec=run.spec, python=python, host=host, software=software
+    )

@@ -1,4 +1,5 @@
-"""``provision --offline --wheelhouse WH``: before step 1, prove the wheelhouse holds what the lock installs.
+"""``provision --offline --wheelhouse WH``: before step 1, prove the wheelhouse holds what the lock
+installs.
 
 For every locked step still to run, each pinned package needs a file in the wheelhouse whose
 sha256 the lock pins and that installs on the stack's target (a wheel of its Python and
@@ -42,13 +43,20 @@ __all__ = ["check_wheelhouse", "seed_packages"]
 def seed_packages(python: str) -> tuple[str, ...]:
     """What ``uv venv --seed`` installs into a new venv of ``python``: pip, and setuptools and
     wheel below 3.12. Offline, it takes them from the wheelhouse."""
-    minor = int(python.split(".")[1]) if python.count(".") >= 1 and python.split(".")[1].isdigit() else 12
+    minor = (
+        int(python.split(".")[1])
+        if python.count(".") >= 1 and python.split(".")[1].isdigit()
+        else 12
+    )
     return ("pip", "setuptools", "wheel") if minor < 12 else ("pip",)
 
 
-def check_wheelhouse(spec: StackSpec, steps: Iterable[PlannedStep], wheelhouse: str, *, seed: bool = False) -> None:
-    """Raise ``InstallError`` (exit 5) listing every locked artifact of ``steps`` the wheelhouse lacks;
-    ``seed``: a new venv is made by ``uv venv --seed``, whose seed packages must be there too."""
+def check_wheelhouse(
+    spec: StackSpec, steps: Iterable[PlannedStep], wheelhouse: str, *, seed: bool = False
+) -> None:
+    """Raise ``InstallError`` (exit 5) listing every locked artifact of ``steps`` the wheelhouse
+    lacks; ``seed``: a new venv is made by ``uv venv --seed``, whose seed packages must be there
+    too."""
     locked = [s for s in steps if s.locked_file is not None]
     if not locked and not seed:
         return
@@ -62,58 +70,89 @@ def check_wheelhouse(spec: StackSpec, steps: Iterable[PlannedStep], wheelhouse: 
     files = wheelhouse_files(wheelhouse)
     python, platform = spec.python, spec.target.platform
     missing: list[str] = []
-    pinned: dict[str, str] = {}  # file name -> the sha256 the lock pins for it: its bytes are checked
+    # file name -> the sha256 the lock pins for it: its bytes are checked
+    pinned: dict[str, str] = {}
     if seed:
-        have = {parsed[0] for f in files.values() if (parsed := parse_filename(f)) is not None
-                and (fits_target(f, python, platform) or not f.endswith(".whl"))}
-        missing += [f"the new venv: {name} (the uv backend seeds it with {', '.join(seed_packages(python))} from the "
-                    "wheelhouse: lock them in a bootstrap step, or copy their wheels in)"
-                    for name in seed_packages(python) if name not in have]
+        have = {
+            parsed[0]
+            for f in files.values()
+            if (parsed := parse_filename(f)) is not None
+            and (fits_target(f, python, platform) or not f.endswith(".whl"))
+        }
+        missing += [
+            f"the new venv: {name} (the uv backend seeds it with {', '.join(seed_packages(python))}"
+            " from the wheelhouse: lock them in a bootstrap step, or copy their wheels in)"
+            for name in seed_packages(python)
+            if name not in have
+        ]
     for planned in locked:
         entry = lock.step(planned.name) if lock is not None else None
         for p in entry.packages if entry is not None else ():
             if p.vcs is not None:
                 wheel = p.vcs.wheel
                 if wheel is None:
-                    missing.append(f"{planned.name}: {p.name} @ {redact(p.vcs.url)}: no wheel built from it is recorded "
-                                   "in lock.json (installing it would clone the repository)")
+                    missing.append(
+                        f"{planned.name}: {p.name} @ {redact(p.vcs.url)}: no wheel built from it is"
+                        " recorded in lock.json (installing it would clone the repository)"
+                    )
                 elif wheel.sha256 not in files and wheel.filename not in files.values():
-                    missing.append(f"{planned.name}: {p.name}: {wheel.filename} (sha256 {wheel.sha256[:16]}..., built "
-                                   f"from {redact(p.vcs.url)})")
+                    missing.append(
+                        f"{planned.name}: {p.name}: {wheel.filename} (sha256"
+                        f" {wheel.sha256[:16]}..., built from {redact(p.vcs.url)})"
+                    )
                 else:
                     pinned[wheel.filename] = wheel.sha256
                 continue
             pinned.update({files[h]: h for h in p.hashes if h in files})
             present = [files[h] for h in p.hashes if h in files]
-            by_name = [a for a in p.artifacts if a.sha256 is not None and a.filename in files.values()]
-            if not present and by_name:  # the locked file's name, other bytes: named below with both hashes
+            by_name = [
+                a for a in p.artifacts if a.sha256 is not None and a.filename in files.values()
+            ]
+            # the locked file's name, other bytes: named below with both hashes
+            if not present and by_name:
                 pinned.update({a.filename: a.sha256 for a in by_name if a.sha256 is not None})
                 continue
             if not present:
-                missing.append(f"{planned.name}: {p.name}=={p.version}: none of its {len(p.hashes)} locked files")
-            elif not any(fits_target(f, python, platform) or not f.endswith(".whl") for f in present):
-                missing.append(f"{planned.name}: {p.name}=={p.version}: no file for Python {python} on {platform} "
-                               f"(only {', '.join(sorted(present)[:3])})")
+                missing.append(
+                    f"{planned.name}: {p.name}=={p.version}: none of its {len(p.hashes)} locked"
+                    " files"
+                )
+            elif not any(
+                fits_target(f, python, platform) or not f.endswith(".whl") for f in present
+            ):
+                missing.append(
+                    f"{planned.name}: {p.name}=={p.version}: no file for Python {python} on"
+                    f" {platform} (only {', '.join(sorted(present)[:3])})"
+                )
     if missing:
         raise InstallError(
-            f"--offline: the wheelhouse {redact(wheelhouse)} lacks {len(missing)} file(s) that the steps to run "
-            "install; nothing was made:\n" + "\n".join(f"  {m}" for m in missing),
-            hint=f"Mirror them where the indexes answer: `envbuild wheelhouse mirror --lock {spec.path.parent} --out "
-            "WHEELHOUSE` (it also builds the git requirements into wheels and records them in lock.json), then "
-            "bring the wheelhouse and the lock here.")
+            f"--offline: the wheelhouse {redact(wheelhouse)} lacks {len(missing)} file(s) that the"
+            " steps to run install; nothing was made:\n" + "\n".join(f"  {m}" for m in missing),
+            hint=(
+                "Mirror them where the indexes answer: `envbuild wheelhouse mirror --lock"
+                f" {spec.path.parent} --out WHEELHOUSE` (it also builds the git requirements into"
+                " wheels and records them in lock.json), then bring the wheelhouse and the lock"
+                " here."
+            ),
+        )
     changed = _changed_bytes(wheelhouse, pinned)
     if changed:
         raise InstallError(
-            f"--offline: {len(changed)} file(s) in the wheelhouse {redact(wheelhouse)} are not the bytes the lock "
-            "pins (changed after the mirror?); nothing was made:\n" + "\n".join(f"  {c}" for c in changed),
-            hint="Mirror again where the indexes answer (`envbuild wheelhouse mirror --lock "
-            f"{spec.path.parent} --out WHEELHOUSE` replaces a file whose hash is wrong), or restore the wheelhouse "
-            "from a good copy.")
+            f"--offline: {len(changed)} file(s) in the wheelhouse {redact(wheelhouse)} are not the"
+            " bytes the lock pins (changed after the mirror?); nothing was made:\n"
+            + "\n".join(f"  {c}" for c in changed),
+            hint=(
+                "Mirror again where the indexes answer (`envbuild wheelhouse mirror --lock"
+                f" {spec.path.parent} --out WHEELHOUSE` replaces a file whose hash is wrong), or"
+                " restore the wheelhouse from a good copy."
+            ),
+        )
 
 
 def _changed_bytes(wheelhouse: str, pinned: Mapping[str, str]) -> list[str]:
     """``"<file>: the lock pins sha256 <a>, the file has <b>"`` for each file of a folder
-    wheelhouse whose bytes are not the ones pinned (hashed in parallel: hashlib lets go of the GIL)."""
+    wheelhouse whose bytes are not the ones pinned (hashed in parallel: hashlib lets go of the GIL).
+    """
     parts = urlsplit(wheelhouse)
     if parts.scheme not in ("", "file") or not pinned:
         return []
@@ -121,5 +160,8 @@ def _changed_bytes(wheelhouse: str, pinned: Mapping[str, str]) -> list[str]:
     names = sorted(pinned)
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         actual = list(pool.map(lambda name: sha256_file(folder / name), names))
-    return [f"{name}: the lock pins sha256 {pinned[name]}, the file has {got}"
-            for name, got in zip(names, actual, strict=True) if got != pinned[name]]
+    return [
+        f"{name}: the lock pins sha256 {pinned[name]}, the file has {got}"
+        for name, got in zip(names, actual, strict=True)
+        if got != pinned[name]
+    ]

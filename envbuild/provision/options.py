@@ -1,4 +1,5 @@
-"""What a provision run is asked to do (``ProvisionOptions``) and what it reports (``ProvisionResult``).
+"""What a provision run is asked to do (``ProvisionOptions``) and what it reports
+(``ProvisionResult``).
 
 Kept apart from ``core.py`` so the step runner (``steps.py``) and the final check read them
 without importing the orchestrator.
@@ -34,15 +35,21 @@ class ProvisionOptions:
     wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
     locked: Mapping[str, Path] = field(default_factory=dict)
     no_lock: bool = False  # --no-lock: a lock beside the spec was bypassed (named in the receipt)
-    compile_bytecode: Choice = "auto"  # uv backend: yes compiles every package at install; auto/no leave it to the import
+    # uv backend: yes compiles every package at install; auto/no leave it to the import
+    compile_bytecode: Choice = "auto"
     prefetch: Choice = "auto"  # auto: yes when a later step reads a remote index
     step_timeout: float | None = None  # seconds one installer run may take; None: no limit
     import_timeout: float = IMPORT_TIMEOUT  # seconds the final `import torch` may take
-    seed: bool = True  # a new venv gets the installer's seed packages (pip); False: bare, as `uv sync` makes it
-    lock_source: Mapping[str, object] = field(default_factory=dict)  # provision --lock: the lock file and environment (receipt)
-    # {step: hook}: the step as it installs, made just before it runs from the venv's python (provision
-    # --lock's builds: wheels from the build cache, built on a miss); such a step is never prefetched
-    prepare_steps: Mapping[str, Callable[[PlannedStep, Path], PlannedStep]] = field(default_factory=dict)
+    # a new venv gets the installer's seed packages (pip); False: bare, as `uv sync` makes it
+    seed: bool = True
+    # provision --lock: the lock file and environment (receipt)
+    lock_source: Mapping[str, object] = field(default_factory=dict)
+    # {step: hook}: the step as it installs, made just before it runs from the venv's python
+    # (provision --lock's builds: wheels from the build cache, built on a miss); such a step is
+    # never prefetched
+    prepare_steps: Mapping[str, Callable[[PlannedStep, Path], PlannedStep]] = field(
+        default_factory=dict
+    )
     # provision --lock: the names the selection installs (``provision.exact``); None: no selection
     selection: tuple[str, ...] | None = None
     exact: bool = True  # with a selection: remove what it does not install (False: --inexact)
@@ -58,11 +65,13 @@ class ProvisionResult:
     guard_seconds: list[float] = field(default_factory=list)
     full_check: dict[str, object] | None = None
     import_cached: bool = False  # the import verdict was reused: no distribution changed since
-    warmup: WarmupJSON | None = None  # the background import after the baseline (provision/warmup.py)
+    # the background import after the baseline (provision/warmup.py)
+    warmup: WarmupJSON | None = None
     receipt: Path | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
-    lock: dict[str, object] = field(default_factory=dict)  # how the lock was used: the receipt's "lock"
+    # how the lock was used: the receipt's "lock"
+    lock: dict[str, object] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)  # exact sync: `name version` of each removed
 
 

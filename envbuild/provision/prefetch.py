@@ -51,7 +51,13 @@ _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 # Options that say where packages come from; copied from the step so the prefetch fetches the
 # very URLs the real install will (the caches are keyed by URL).
-_SOURCE_FLAGS_WITH_VALUE = ("--index-url", "--extra-index-url", "--find-links", "--index-strategy", "--prerelease")
+_SOURCE_FLAGS_WITH_VALUE = (
+    "--index-url",
+    "--extra-index-url",
+    "--find-links",
+    "--index-strategy",
+    "--prerelease",
+)
 _SOURCE_FLAGS = ("--no-index", "--pre")
 _EXACT = re.compile(r"^===?[^*,<>!~=]+$")
 # a locked line naming one wheel by URL: ``name @ https://host/.../x-1.0-py3-none-any.whl --hash=``
@@ -63,8 +69,12 @@ def remote_sources(planned: PlannedStep) -> list[str]:
     options, and the direct wheel URLs of a locked file (``provision --lock``'s stages name each
     file by URL under ``--no-index``)."""
     candidates = [*_source_args(planned.args), *(url for url, _ in _locked_wheels(planned))]
-    return [v for v in candidates if v.startswith(("http://", "https://"))
-            and (urlsplit(v).hostname or "") not in _LOCAL_HOSTS]
+    return [
+        v
+        for v in candidates
+        if v.startswith(("http://", "https://"))
+        and (urlsplit(v).hostname or "") not in _LOCAL_HOSTS
+    ]
 
 
 def _names_by_reference(planned: PlannedStep) -> bool:
@@ -93,7 +103,8 @@ def _locked_wheels(planned: PlannedStep) -> list[tuple[str, str]]:
 
 
 def wanted(option: str, steps: Sequence[PlannedStep]) -> bool:
-    """``--prefetch``: ``yes``/``no``; ``auto``: when a step still to run (not the first) reads a remote index."""
+    """``--prefetch``: ``yes``/``no``; ``auto``: when a step still to run (not the first) reads a
+    remote index."""
     if option in ("yes", "no"):
         return option == "yes"
     return any(remote_sources(s) for s in steps[1:])
@@ -136,7 +147,9 @@ def _source_args(args: Sequence[str]) -> list[str]:
     return out
 
 
-def prefetch_argv(planned: PlannedStep, *, installer: Installer, python: Path, scratch: Path) -> list[str] | None:
+def prefetch_argv(
+    planned: PlannedStep, *, installer: Installer, python: Path, scratch: Path
+) -> list[str] | None:
     """The command that warms the cache for ``planned``, or None when it names nothing exact."""
     sources = _source_args(planned.args)
     wheels = _locked_wheels(planned)
@@ -156,7 +169,9 @@ def prefetch_argv(planned: PlannedStep, *, installer: Installer, python: Path, s
         if not pins:
             return None
         reqs = pins
-    return installer.download_argv(planned, python=python, scratch=scratch, sources=sources, requirements=reqs)
+    return installer.download_argv(
+        planned, python=python, scratch=scratch, sources=sources, requirements=reqs
+    )
 
 
 @dataclass
@@ -178,13 +193,21 @@ class Prefetcher:
     the runner stops the job's process group, as it does on a timeout.
     """
 
-    def __init__(self, *, installer: Installer, python: Path, scratch_root: Path, logs: Path,
-                 env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        *,
+        installer: Installer,
+        python: Path,
+        scratch_root: Path,
+        logs: Path,
+        env: Mapping[str, str],
+    ) -> None:
         self.installer = installer
         self.python = python
         self.scratch_root = scratch_root
         self.logs = logs
-        self.env = {k: v for k, v in env.items() if k != "UV_COMPILE_BYTECODE"}  # the scratch copy is thrown away
+        # the scratch copy is thrown away
+        self.env = {k: v for k, v in env.items() if k != "UV_COMPILE_BYTECODE"}
         self.jobs: dict[str, PrefetchJob] = {}
         self._cancel = threading.Event()
 
@@ -196,12 +219,18 @@ class Prefetcher:
         argv = prefetch_argv(planned, installer=self.installer, python=self.python, scratch=scratch)
         if argv is None:
             return None
-        job = PrefetchJob(step=planned.name, argv=argv, scratch=scratch,
-                          log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log")
+        job = PrefetchJob(
+            step=planned.name,
+            argv=argv,
+            scratch=scratch,
+            log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log",
+        )
         env = dict(self.env)
         env.update(planned.env)
         self.jobs[planned.name] = job
-        threading.Thread(target=self._run, args=(job, env), name=f"prefetch-{planned.name}", daemon=True).start()
+        threading.Thread(
+            target=self._run, args=(job, env), name=f"prefetch-{planned.name}", daemon=True
+        ).start()
         return job
 
     def _run(self, job: PrefetchJob, env: dict[str, str]) -> None:
@@ -209,7 +238,9 @@ class Prefetcher:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.mkdir(parents=True, exist_ok=True)
             if not self._cancel.is_set():
-                job.returncode = run(job.argv, log_file=job.log_file, env=env, cancel=self._cancel).returncode
+                job.returncode = run(
+                    job.argv, log_file=job.log_file, env=env, cancel=self._cancel
+                ).returncode
         except OSError:
             job.returncode = -1
         finally:
@@ -219,7 +250,8 @@ class Prefetcher:
             job.done.set()
 
     def wait(self, step: str, timeout: float | None = None) -> PrefetchJob | None:
-        """Block until the prefetch of ``step`` has finished (so the real install never races it)."""
+        """Block until the prefetch of ``step`` has finished (so the real install never races
+        it)."""
         job = self.jobs.get(step)
         if job is not None:
             job.done.wait(timeout)

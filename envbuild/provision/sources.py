@@ -1,4 +1,5 @@
-"""Where the steps to run take their packages from: a locked file from any source that serves its sha256.
+"""Where the steps to run take their packages from: a locked file from any source that serves its
+sha256.
 
 A locked step pins every file by sha256 and installs under ``--require-hashes`` (pip) or
 ``--verify-hashes`` (uv): no file with another hash is ever installed, so the host that serves
@@ -69,7 +70,8 @@ Kind = Literal["index", "find-links"]
 class Source:
     location: str  # as the installer takes it (may carry credentials: shown only through ``shown``)
     kind: Kind
-    via: str  # "step" (its own), "pip" (pip's configuration), "default" (the default index), "wheelhouse"
+    # "step" (its own), "pip" (pip's configuration), "default" (the default index), "wheelhouse"
+    via: str
 
     @property
     def shown(self) -> str:
@@ -91,9 +93,12 @@ def step_identity(planned: PlannedStep) -> str:
     """
     if planned.locked_file is None:
         return planned.digest
-    payload: dict[str, object] = {"req": planned.requirements, "args": _without_sources(planned.args),
-                                  "env": {k: v for k, v in planned.env.items() if k not in _SOURCE_ENV},
-                                  "locked": planned.locked_file.read_text()}
+    payload: dict[str, object] = {
+        "req": planned.requirements,
+        "args": _without_sources(planned.args),
+        "env": {k: v for k, v in planned.env.items() if k not in _SOURCE_ENV},
+        "locked": planned.locked_file.read_text(),
+    }
     if planned.offline_pins:
         payload["offline"] = dict(planned.offline_pins)
     return "h:" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -146,14 +151,17 @@ class _Setting:
             configured = self.backend == "pip" and self.pip.index_url is not None
             out.append(Source(self.default_index, "index", "pip" if configured else "default"))
         out += named
-        if self.backend == "pip":  # pip reads its configured extras and find-links beside the arguments
+        # pip reads its configured extras and find-links beside the arguments
+        if self.backend == "pip":
             if not no_index:
                 out += [Source(u, "index", "pip") for u in self.pip.extra_index_urls]
             out += [Source(u, "find-links", "pip") for u in self.pip.find_links]
         return _unique(out)
 
     def fallbacks(self) -> list[Source]:
-        out = [Source(self.pip.index_url or PYPI, "index", "pip" if self.pip.index_url else "default")]
+        out = [
+            Source(self.pip.index_url or PYPI, "index", "pip" if self.pip.index_url else "default")
+        ]
         out += [Source(u, "index", "pip") for u in self.pip.extra_index_urls]
         out += [Source(u, "find-links", "pip") for u in self.pip.find_links]
         out += [Source(w, "find-links", "wheelhouse") for w in self.wheelhouses]
@@ -200,12 +208,17 @@ class _Lookup:
 
     def probe(self, sources: Iterable[Source], pages: Mapping[str, str]) -> None:
         todo = [s.location for s in sources if s.location not in self.probes]
-        self.probes.update(probe_all([t for t in todo if not t.startswith("file:")], projects=pages))
+        self.probes.update(
+            probe_all([t for t in todo if not t.startswith("file:")], projects=pages)
+        )
         for loc in todo:
             if loc.startswith("file:"):
                 path = Path(unquote(urlsplit(loc).path))
-                self.probes[loc] = Probe(redact(loc), path.exists(), "exists" if path.exists()
-                                         else "no such file or folder")
+                self.probes[loc] = Probe(
+                    redact(loc),
+                    path.exists(),
+                    "exists" if path.exists() else "no such file or folder",
+                )
 
     def answers(self, source: Source) -> bool:
         probe = self.probes.get(source.location)
@@ -229,13 +242,23 @@ class _Lookup:
         return None
 
     def _serves(self, source: Source, package: LockedPackage) -> _Found | None:
-        finder = self._finders.setdefault(source.location, ArtifactFinder(
-            Sources(index_urls=(source.location,)) if source.kind == "index" else Sources(find_links=(source.location,))))
+        finder = self._finders.setdefault(
+            source.location,
+            ArtifactFinder(
+                Sources(index_urls=(source.location,))
+                if source.kind == "index"
+                else Sources(find_links=(source.location,))
+            ),
+        )
         wanted = set(package.hashes)
         names = {a.filename for a in package.artifacts}
         try:
             for a in finder.files(package.name):
-                if a.version is None or package.version is None or not same_version(a.version, package.version):
+                if (
+                    a.version is None
+                    or package.version is None
+                    or not same_version(a.version, package.version)
+                ):
                     continue
                 if a.is_wheel and not fits_target(a.filename, self.python, self.platform):
                     continue
@@ -253,7 +276,11 @@ class _Lookup:
 
 def _target_files(package: LockedPackage, python: str, platform: str) -> list[Artifact]:
     """The locked files of ``package`` that install on the target (what the error names)."""
-    fitting = [a for a in package.artifacts if (fits_target(a.filename, python, platform) or not a.is_wheel)]
+    fitting = [
+        a
+        for a in package.artifacts
+        if (fits_target(a.filename, python, platform) or not a.is_wheel)
+    ]
     return fitting or list(package.artifacts)
 
 
@@ -273,7 +300,8 @@ class _StepRoute:
         return bool(self.down or self.via_fallback)
 
     def sources(self, lookup: _Lookup) -> list[Source]:
-        """What the step reads once rerouted: its own sources that answer, then the fallbacks that serve it."""
+        """What the step reads once rerouted: its own sources that answer, then the fallbacks that
+        serve it."""
         live = [s for s in self.own if lookup.answers(s)]
         return _unique([*live, *(f.source for f in self.via_fallback.values())])
 
@@ -283,21 +311,32 @@ def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Pla
     module's docstring); raises ``PreflightError`` (exit 3) when a step cannot get its files."""
     if not todo:
         return plan
-    if plan.options.wheelhouse:  # offline: one source, checked file by file by ``offline.check_wheelhouse``
-        _refuse_unreachable(plan, [s for p in todo for s in _arg_sources(p.args)[0]], _Lookup("", ""))
+    # offline: one source, checked file by file by ``offline.check_wheelhouse``
+    if plan.options.wheelhouse:
+        _refuse_unreachable(
+            plan, [s for p in todo for s in _arg_sources(p.args)[0]], _Lookup("", "")
+        )
         return plan
     lock = _lock_of(todo)
-    locked = [p for p in todo if p.locked_file is not None and lock is not None and lock.step(p.name) is not None]
+    locked = [
+        p
+        for p in todo
+        if p.locked_file is not None and lock is not None and lock.step(p.name) is not None
+    ]
     unlocked = [p for p in todo if p not in locked]
     backend = plan.options.backend
-    setting = _Setting(backend, pip_config_sources() if locked else InstallerSources(),
-                       wheelhouses(root) if locked else ())
+    setting = _Setting(
+        backend,
+        pip_config_sources() if locked else InstallerSources(),
+        wheelhouses(root) if locked else (),
+    )
     spec = plan.spec
     lookup = _Lookup(spec.python, spec.target.platform)
     routes = [_StepRoute(p, setting.own(p)) for p in locked]
     strict = [s for p in unlocked for s in _arg_sources(p.args)[0]]
     pages = _pages(todo)
-    for r in routes:  # an index the step reads without naming it (pip's, the default): probed at its page too
+    # an index the step reads without naming it (pip's, the default): probed at its page too
+    for r in routes:
         for s in r.own:
             if s.kind == "index" and r.planned.step.packages:
                 pages.setdefault(s.location, r.planned.step.names[0])
@@ -315,8 +354,11 @@ def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Pla
     for r in routes:
         r.down = [s for s in r.own if not lookup.answers(s)]
     _notify(routes, lookup)
-    steps = {r.planned.name: _rerouted(r.planned, r.sources(lookup), setting, r.down)
-             for r in routes if r.rerouted}
+    steps = {
+        r.planned.name: _rerouted(r.planned, r.sources(lookup), setting, r.down)
+        for r in routes
+        if r.rerouted
+    }
     return replace(plan, steps=tuple(steps.get(s.name, s) for s in plan.steps))
 
 
@@ -327,8 +369,11 @@ def _to_fetch(lock: Lock, steps: set[str]) -> dict[str, list[LockedPackage]]:
     earlier: set[tuple[str, str | None]] = set()
     for entry in lock.steps:
         if entry.name in steps:
-            out[entry.name] = [p for p in entry.packages if p.vcs is None and p.hashes
-                               and (p.name, p.version) not in earlier]
+            out[entry.name] = [
+                p
+                for p in entry.packages
+                if p.vcs is None and p.hashes and (p.name, p.version) not in earlier
+            ]
         earlier.update((p.name, p.version) for p in entry.packages)
     return out
 
@@ -344,7 +389,8 @@ def _lock_of(todo: Sequence[PlannedStep]) -> Lock | None:
 
 
 def _pages(steps: Iterable[PlannedStep]) -> dict[str, str]:
-    """index -> the first project of a step that reads it (its page is probed, not the index root)."""
+    """index -> the first project of a step that reads it (its page is probed, not the index
+    root)."""
     pages: dict[str, str] = {}
     for s in steps:
         for flag, value in pairwise(s.args):
@@ -353,9 +399,14 @@ def _pages(steps: Iterable[PlannedStep]) -> dict[str, str]:
     return pages
 
 
-def _look_up(lookup: _Lookup, routes: list[_StepRoute], packages: Mapping[str, list[LockedPackage]],
-             fallbacks: list[Source]) -> None:
-    """Each route's files on its own sources, then what is left on the fallbacks (probed only then)."""
+def _look_up(
+    lookup: _Lookup,
+    routes: list[_StepRoute],
+    packages: Mapping[str, list[LockedPackage]],
+    fallbacks: list[Source],
+) -> None:
+    """Each route's files on its own sources, then what is left on the fallbacks (probed only
+    then)."""
     jobs = [(r, p) for r in routes for p in packages[r.planned.name]]
     # threads that wait on pages (16, as many as a run's pages are worth asking for at once); the
     # hashing of local files lets go of the GIL
@@ -364,17 +415,21 @@ def _look_up(lookup: _Lookup, routes: list[_StepRoute], packages: Mapping[str, l
         missing = [job for job, found in zip(jobs, own, strict=True) if found is None]
         if not missing:
             return
-        lookup.probe(fallbacks, {s.location: missing[0][1].name for s in fallbacks if s.kind == "index"})
+        lookup.probe(
+            fallbacks, {s.location: missing[0][1].name for s in fallbacks if s.kind == "index"}
+        )
         found = list(pool.map(lambda job: lookup.find(job[1], fallbacks), missing))
     for (route, package), where in zip(missing, found, strict=True):
         if where is not None:
             route.via_fallback[package.name] = where
         elif not any(s.location in lookup.unread for s in [*route.own, *fallbacks]):
-            route.unserved.append(package)  # a source whose pages could not be read may hold it: the installer will say
+            # a source whose pages could not be read may hold it: the installer will say
+            route.unserved.append(package)
 
 
 def _refuse_unreachable(plan: Plan, sources: list[Source], lookup: _Lookup) -> None:
-    """Sources of unlocked steps (and of an offline run) must answer: exit 3, as they decide what resolves."""
+    """Sources of unlocked steps (and of an offline run) must answer: exit 3, as they decide what
+    resolves."""
     lookup.probe(sources, _pages(plan.steps))
     bad = [f"{s.shown} ({lookup.why(s)})" for s in _unique(sources) if not lookup.answers(s)]
     if not bad:
@@ -387,8 +442,12 @@ def _refuse_unreachable(plan: Plan, sources: list[Source], lookup: _Lookup) -> N
     via = f" ({spec.path} reads {', '.join(names)})" if names else ""
     raise PreflightError(
         "package sources the plan needs do not answer: " + "; ".join(bad),
-        hint=f"Check the network and the URLs in the stack spec or the variables they expand from{via}, "
-        "or install from a mirrored wheelhouse with --offline --wheelhouse DIR." + _empty_var_fix(spec.path))
+        hint=(
+            "Check the network and the URLs in the stack spec or the variables they expand"
+            f" from{via}, or install from a mirrored wheelhouse with --offline --wheelhouse DIR."
+        )
+        + _empty_var_fix(spec.path),
+    )
 
 
 def _empty_var_fix(spec_path: Path) -> str:
@@ -405,41 +464,65 @@ def _empty_var_fix(spec_path: Path) -> str:
         return ""
     args = sys.argv[1:] if "provision" in sys.argv[1:] else ["provision", "--stack", str(spec_path)]
     command = " ".join(f"{n}=" for n in unset) + " envbuild " + shlex.join(args)
-    return (f" To use the sources pip is configured with (pip.conf, PIP_*) instead of the default "
-            f"{'URLs' if len(unset) > 1 else 'URL'} of {', '.join(unset)}, set {'them' if len(unset) > 1 else 'it'} "
-            f"empty: `{command}`")
+    return (
+        " To use the sources pip is configured with (pip.conf, PIP_*) instead of the default"
+        f" {'URLs' if len(unset) > 1 else 'URL'} of {', '.join(unset)}, set"
+        f" {'them' if len(unset) > 1 else 'it'} empty: `{command}`"
+    )
 
 
-def _no_source(unserved: list[tuple[_StepRoute, LockedPackage]], fallbacks: list[Source], lookup: _Lookup,
-               python: str, platform: str) -> PreflightError:
+def _no_source(
+    unserved: list[tuple[_StepRoute, LockedPackage]],
+    fallbacks: list[Source],
+    lookup: _Lookup,
+    python: str,
+    platform: str,
+) -> PreflightError:
     lines = []
     tried: dict[str, Source] = {}
     for route, package in unserved:
         files = _target_files(package, python, platform)
-        named = " or ".join(f"{a.filename} (sha256 {a.sha256})" for a in files) if files else \
-            f"none of its {len(package.hashes)} locked hashes ({', '.join(package.hashes[:2])}...)"
+        named = (
+            " or ".join(f"{a.filename} (sha256 {a.sha256})" for a in files)
+            if files
+            else (
+                f"none of its {len(package.hashes)} locked hashes"
+                f" ({', '.join(package.hashes[:2])}...)"
+            )
+        )
         lines.append(f"  {route.planned.name}: {package.name}=={package.version}: {named}")
         for s in route.own:
             tried.setdefault(s.location, s)
     for s in fallbacks:
         tried.setdefault(s.location, s)
-    shown = lines[:_MAX_LISTED] + ([f"  ... and {len(lines) - _MAX_LISTED} more"] if len(lines) > _MAX_LISTED else [])
+    shown = lines[:_MAX_LISTED] + (
+        [f"  ... and {len(lines) - _MAX_LISTED} more"] if len(lines) > _MAX_LISTED else []
+    )
     sources = "\n".join(f"  {s.shown} [{_VIA[s.via]}]: {lookup.why(s)}" for s in tried.values())
     return PreflightError(
-        f"no package source serves {len(lines)} locked file(s) that the steps to run install (a file is taken "
-        "from any source that serves its sha256, and from no other); nothing was made:\n" + "\n".join(shown)
-        + "\nsources tried:\n" + sources,
-        hint="Bring the files to a source pip is configured with (pip.conf / PIP_FIND_LINKS / PIP_EXTRA_INDEX_URL), "
-        f"or to ${WHEELHOUSE_ENV} (`envbuild wheelhouse mirror` on a host where the lock's index answers), "
-        "or re-lock against the sources this host has (`envbuild lock`).")
+        f"no package source serves {len(lines)} locked file(s) that the steps to run install (a"
+        " file is taken from any source that serves its sha256, and from no other); nothing was"
+        " made:\n" + "\n".join(shown) + "\nsources tried:\n" + sources,
+        hint=(
+            "Bring the files to a source pip is configured with (pip.conf / PIP_FIND_LINKS /"
+            f" PIP_EXTRA_INDEX_URL), or to ${WHEELHOUSE_ENV} (`envbuild wheelhouse mirror` on a"
+            " host where the lock's index answers), or re-lock against the sources this host has"
+            " (`envbuild lock`)."
+        ),
+    )
 
 
-_VIA = {"step": "the step's", "pip": "pip's configuration", "default": "the default index",
-        "wheelhouse": "envbuild's wheelhouse"}
+_VIA = {
+    "step": "the step's",
+    "pip": "pip's configuration",
+    "default": "the default index",
+    "wheelhouse": "envbuild's wheelhouse",
+}
 
 
 def _notify(routes: list[_StepRoute], lookup: _Lookup) -> None:
-    """One line per source that does not answer, naming the steps it leaves and where their files come from."""
+    """One line per source that does not answer, naming the steps it leaves and where their files
+    come from."""
     by_source: dict[str, list[_StepRoute]] = {}
     for r in routes:
         for s in r.down:
@@ -448,17 +531,28 @@ def _notify(routes: list[_StepRoute], lookup: _Lookup) -> None:
         source = next(s for s in affected[0].down if s.location == loc)
         froms = _unique(s for r in affected for s in r.sources(lookup))
         steps = ", ".join(r.planned.name for r in affected)
-        events.emit("info", f"notice: {source.shown} does not answer ({lookup.why(source)}); the locked files of "
-                    f"step{'s' if len(affected) > 1 else ''} {steps} come by sha256 from "
-                    f"{', '.join(s.shown for s in froms) or 'the other sources'}", source=source.shown, steps=steps)
+        events.emit(
+            "info",
+            f"notice: {source.shown} does not answer ({lookup.why(source)}); the locked files of "
+            f"step{'s' if len(affected) > 1 else ''} {steps} come by sha256 from "
+            f"{', '.join(s.shown for s in froms) or 'the other sources'}",
+            source=source.shown,
+            steps=steps,
+        )
     for r in routes:
         if not r.down and r.via_fallback:
             froms = _unique(f.source for f in r.via_fallback.values())
-            events.emit("info", f"notice: step {r.planned.name}: {len(r.via_fallback)} locked file(s) its sources do "
-                        f"not serve come by sha256 from {', '.join(s.shown for s in froms)}", steps=r.planned.name)
+            events.emit(
+                "info",
+                f"notice: step {r.planned.name}: {len(r.via_fallback)} locked file(s) its sources"
+                f" do not serve come by sha256 from {', '.join(s.shown for s in froms)}",
+                steps=r.planned.name,
+            )
 
 
-def _rerouted(planned: PlannedStep, sources: list[Source], setting: _Setting, down: list[Source]) -> PlannedStep:
+def _rerouted(
+    planned: PlannedStep, sources: list[Source], setting: _Setting, down: list[Source]
+) -> PlannedStep:
     """``planned`` reading ``sources`` only. pip also reads its configured extras and find-links
     by itself: those stay off the command line, and where one of them does not answer, the
     step's environment names the ones that do (``PIP_*`` variables override pip.conf)."""
@@ -469,7 +563,12 @@ def _rerouted(planned: PlannedStep, sources: list[Source], setting: _Setting, do
     args: list[str] = []
     if indexes:
         args += ["--index-url", indexes[0].location]
-        args += [a for s in indexes[1:] if s.location not in configured for a in ("--extra-index-url", s.location)]
+        args += [
+            a
+            for s in indexes[1:]
+            if s.location not in configured
+            for a in ("--extra-index-url", s.location)
+        ]
     else:
         args.append("--no-index")
     args += [a for s in links if s.location not in configured for a in ("--find-links", s.location)]

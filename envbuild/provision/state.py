@@ -37,8 +37,8 @@ class StepState:
     log: str | None = None
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
-    # what the step installed or changed: {name: {"version", "record_sha256"}} (``abi.Dist`` identity),
-    # so a later step that changes one of them without ``replaces`` is named by the guard
+    # what the step installed or changed: {name: {"version", "record_sha256"}} (``abi.Dist``
+    # identity), so a later step that changes one of them without ``replaces`` is named by the guard
     installed: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -70,7 +70,10 @@ class Manifest:
                 "move it away to start over (the venv will be re-verified)"
             ) from exc
         if data.get("schema") != SCHEMA:
-            raise ConfigError(f"{path}: manifest schema {data.get('schema')!r} is not {SCHEMA}; move it away to start over")
+            raise ConfigError(
+                f"{path}: manifest schema {data.get('schema')!r} is not {SCHEMA}; move it away to"
+                " start over"
+            )
         steps = [StepState(**s) for s in data.pop("steps", [])]
         data.pop("schema", None)
         return cls(path=path, steps=steps, **data)
@@ -78,7 +81,8 @@ class Manifest:
     def save(self) -> None:
         data = asdict(self)
         data.pop("path")
-        atomic_write_json(self.path, {"schema": SCHEMA, **data}, private=True)  # step errors quote installer output
+        # step errors quote installer output
+        atomic_write_json(self.path, {"schema": SCHEMA, **data}, private=True)
 
     def state(self, name: str) -> StepState:
         for s in self.steps:
@@ -88,7 +92,9 @@ class Manifest:
         self.steps.append(s)
         return s
 
-    def pending(self, identities: Sequence[tuple[str, str, str]], only: str | None = None) -> tuple[list[str], list[str]]:
+    def pending(
+        self, identities: Sequence[tuple[str, str, str]], only: str | None = None
+    ) -> tuple[list[str], list[str]]:
         """The one answer to "which steps run": (the steps still to run, in order; those reset).
 
         ``identities``: (name, ``step_identity``, ``PlannedStep.digest``) of the plan's steps. A
@@ -102,7 +108,11 @@ class Manifest:
             if state is not None and state.digest == digest:
                 state.digest = identity
         reset = self.sync_steps([(name, identity) for name, identity, _ in identities])
-        todo = [name for name, _, _ in identities if self.state(name).status != "ok" and (only is None or name == only)]
+        todo = [
+            name
+            for name, _, _ in identities
+            if self.state(name).status != "ok" and (only is None or name == only)
+        ]
         return todo, reset
 
     def sync_steps(self, planned: list[tuple[str, str]]) -> list[str]:

@@ -46,7 +46,8 @@ class ProvisionRun:
     warmup: warmup.Warmup | None = None  # the background `import torch` once the baseline is in
     # the receipt's, beside the import check
     inventory: list[Future[SoftwareJSON]] = field(default_factory=list)
-    unmet_names: list[str] = field(default_factory=list)  # the --no-deps steps' packages: unmet requirements said once, at the end
+    # the --no-deps steps' packages: unmet requirements said once, at the end
+    unmet_names: list[str] = field(default_factory=list)
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -59,12 +60,17 @@ def refuse_out_of_order(plan: Plan, manifest: Manifest, only_step: str | None) -
         return
     number = plan.step(only_step).number
     for planned in plan.steps:
-        state = manifest.state(planned.name) if any(s.name == planned.name for s in manifest.steps) else None
+        state = (
+            manifest.state(planned.name)
+            if any(s.name == planned.name for s in manifest.steps)
+            else None
+        )
         status = state.status if state is not None else "pending"
         if planned.number < number and status != "ok":
             raise PreflightError(
                 f"--step {only_step}: the earlier step {planned.name!r} has not run ({status}); "
-                "run the steps in order (or provision without --step)")
+                "run the steps in order (or provision without --step)"
+            )
 
 
 def run_steps(run: ProvisionRun) -> None:
@@ -74,12 +80,20 @@ def run_steps(run: ProvisionRun) -> None:
     prefetcher = None
     if opts.only_step is None and prefetch.wanted(opts.prefetch, todo):
         # the next step's exact pins download into the same cache while this step installs
-        prefetcher = prefetch.Prefetcher(installer=run.installer, python=run.python,
-                                         scratch_root=run.paths.cache / "prefetch", logs=run.paths.logs,
-                                         env=run.env or {})
+        prefetcher = prefetch.Prefetcher(
+            installer=run.installer,
+            python=run.python,
+            scratch_root=run.paths.cache / "prefetch",
+            logs=run.paths.logs,
+            env=run.env or {},
+        )
     import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
-    warm = warmup.wanted(install_env=run.env or {}, import_env=import_env,
-                         compiles_at_install=run.installer.name == "pip", single_step=opts.only_step is not None)
+    warm = warmup.wanted(
+        install_env=run.env or {},
+        import_env=import_env,
+        compiles_at_install=run.installer.name == "pip",
+        single_step=opts.only_step is not None,
+    )
     try:
         done = None
         for planned in plan.steps:
@@ -92,21 +106,31 @@ def run_steps(run: ProvisionRun) -> None:
             if warm and run.warmup is None and manifest.baseline is not None and done is not None:
                 log = run.paths.logs / "import-warmup.log"
                 log.unlink(missing_ok=True)
-                run.warmup = warmup.Warmup(run.python, run.spec.abi.package.replace("-", "_"), import_env, log,
-                                           site=run.site, listing=import_listing(run))
+                run.warmup = warmup.Warmup(
+                    run.python,
+                    run.spec.abi.package.replace("-", "_"),
+                    import_env,
+                    log,
+                    site=run.site,
+                    listing=import_listing(run),
+                )
                 if not run.warmup.start(after_step=done):
                     warm, run.warmup = False, None
             if prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
-                later = todo[todo.index(planned) + 1:] if planned in todo else []
+                later = todo[todo.index(planned) + 1 :] if planned in todo else []
                 # every later step's files, not only the next one's: a lock's rest stage comes after
                 # a short one (extensions, builds), and waiting to start it there serialised its
                 # downloads behind torch's (docling: 28 s)
                 for ahead in later:
-                    if ahead.name not in opts.prepare_steps and ahead.name not in prefetcher.jobs \
-                            and prefetcher.start(ahead) is not None:
-                        events.emit("debug", f"prefetching step {ahead.name} while {planned.name} "
-                                    "installs")
+                    if (
+                        ahead.name not in opts.prepare_steps
+                        and ahead.name not in prefetcher.jobs
+                        and prefetcher.start(ahead) is not None
+                    ):
+                        events.emit(
+                            "debug", f"prefetching step {ahead.name} while {planned.name} installs"
+                        )
             run_one(run, planned)
             done = planned.name
         say_unmet(run)
@@ -120,15 +144,21 @@ def say_unmet(run: ProvisionRun) -> None:
     after the last step (a torch step's filelock, met by the next step, is not a warning)."""
     if not run.unmet_names or run.manifest.baseline is None:
         return
-    for f in guard.unmet_requirements(guard.scan(run.site), run.unmet_names, run.manifest.marker_env or {}):
+    for f in guard.unmet_requirements(
+        guard.scan(run.site), run.unmet_names, run.manifest.marker_env or {}
+    ):
         events.emit("warn", f"{f.message} (left unmet by --no-deps)")
         run.result.warnings.append(f.message)
 
 
 def import_listing(run: ProvisionRun) -> Path:
     """The files a fresh ``import torch`` of this torch and Python loaded (warmup.listing_path)."""
-    return warmup.listing_path(run.paths.cache, run.spec.abi.package.replace("-", "_"), run.spec.abi.version,
-                               (run.manifest.marker_env or {}).get("python_version", ""))
+    return warmup.listing_path(
+        run.paths.cache,
+        run.spec.abi.package.replace("-", "_"),
+        run.spec.abi.version,
+        (run.manifest.marker_env or {}).get("python_version", ""),
+    )
 
 
 def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, object]:
@@ -140,16 +170,27 @@ def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, objec
         raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from exc
     if not spec.abi.is_version(base.version, base.dist_version):
         source = "the base environment has" if adopted else "the baseline step installed"
-        shown = base.version if base.dist_version in ("", base.version) else f"{base.dist_version} ({base.version} at run time)"
+        shown = (
+            base.version
+            if base.dist_version in ("", base.version)
+            else f"{base.dist_version} ({base.version} at run time)"
+        )
         if run.opts.lock_source:
             raise ABIViolation(
-                f"{source} {spec.abi.package} {shown}, but the lock ({spec.path}) pins {spec.abi.package} "
-                f"{spec.abi.version}", hint="Check the lock's torch entry and the environment; re-lock if it is stale.")
+                f"{source} {spec.abi.package} {shown}, but the lock ({spec.path}) pins"
+                f" {spec.abi.package} {spec.abi.version}",
+                hint="Check the lock's torch entry and the environment; re-lock if it is stale.",
+            )
         raise ABIViolation(
-            f"{source} {spec.abi.package} {shown}, but the spec says abi.version = {spec.abi.version}",
-            hint="Fix abi.version, or the baseline step's pin / the base image, so they agree.")
+            f"{source} {spec.abi.package} {shown}, but the spec says abi.version ="
+            f" {spec.abi.version}",
+            hint="Fix abi.version, or the baseline step's pin / the base image, so they agree.",
+        )
     pins = "\n".join(base.pins())
-    atomic_write_text(run.paths.constraints, f"# envbuild: the ABI baseline, frozen after the baseline step\n{pins}\n")
+    atomic_write_text(
+        run.paths.constraints,
+        f"# envbuild: the ABI baseline, frozen after the baseline step\n{pins}\n",
+    )
     events.emit("info", f"baseline frozen: {', '.join(base.pins())}")
     return base.to_json()
 
@@ -158,9 +199,17 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
     spec, manifest, paths, result, site = run.spec, run.manifest, run.paths, run.result, run.site
     state = manifest.state(planned.name)
     total = len(run.plan.steps)
-    events.emit("step", f"step {planned.number}/{total} {planned.name}: {' '.join(planned.requirements)}")
+    events.emit(
+        "step", f"step {planned.number}/{total} {planned.name}: {' '.join(planned.requirements)}"
+    )
     log_file = paths.logs / f"{planned.number:02d}-{planned.name}.log"
-    state.status, state.started, state.ended, state.log, state.error = "running", now(), None, str(log_file), None
+    state.status, state.started, state.ended, state.log, state.error = (
+        "running",
+        now(),
+        None,
+        str(log_file),
+        None,
+    )
     manifest.save()
     constraints = None
     step_env = dict(run.env or {})
@@ -175,9 +224,17 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
     try:
         if (prepare := run.opts.prepare_steps.get(planned.name)) is not None:
             planned = prepare(planned, run.python)
-        run.installer.run_step(planned, spec=spec, python=run.python, steps_dir=paths.state / "steps",
-                               constraints=constraints, log_file=log_file, env=step_env, pass_fds=run.pass_fds,
-                               timeout=run.opts.step_timeout)
+        run.installer.run_step(
+            planned,
+            spec=spec,
+            python=run.python,
+            steps_dir=paths.state / "steps",
+            constraints=constraints,
+            log_file=log_file,
+            env=step_env,
+            pass_fds=run.pass_fds,
+            timeout=run.opts.step_timeout,
+        )
         if planned.role == "baseline":
             manifest.baseline = freeze_baseline(run)
     except EnvbuildError as exc:
@@ -189,14 +246,19 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
     earlier = earlier_step_changes(run, planned, before, after)
     report = guard.GuardReport(violations=earlier)
     if manifest.baseline is not None:
-        report = guard.check(spec, guard.Baseline.from_json(manifest.baseline), site,
-                           no_deps_names=planned.step.names if planned.step.no_deps else (),
-                           marker_env=manifest.marker_env)
+        report = guard.check(
+            spec,
+            guard.Baseline.from_json(manifest.baseline),
+            site,
+            no_deps_names=planned.step.names if planned.step.no_deps else (),
+            marker_env=manifest.marker_env,
+        )
         report.violations += earlier
         state.guard_seconds = round(report.seconds, 4)
         result.guard_seconds.append(report.seconds)
         state.warnings = [f.message for f in report.warnings]
-        if planned.step.no_deps:  # a later step may meet them: said after the last step (``say_unmet``)
+        # a later step may meet them: said after the last step (``say_unmet``)
+        if planned.step.no_deps:
             run.unmet_names += [n for n in planned.step.names if n not in run.unmet_names]
     if not report.ok or (run.opts.strict and report.warnings):
         findings = report.violations or report.warnings
@@ -206,19 +268,30 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
             manifest.violation = f"step {planned.name}: {findings[0].message}"
         manifest.save()
         raise ABIViolation(message, hint=_violation_hint(findings, paths))
-    state.installed = {n: {"version": after[n].version, "record_sha256": after[n].record_sha256}
-                       for n in guard.changed(before, after) if n in after}
+    state.installed = {
+        n: {"version": after[n].version, "record_sha256": after[n].record_sha256}
+        for n in guard.changed(before, after)
+        if n in after
+    }
     state.status, state.ended = "ok", now()
     manifest.save()
     result.ran.append(planned.name)
-    events.emit("ok", f"step {planned.name} ({state.seconds:.1f} s, guard {1000 * (state.guard_seconds or 0):.0f} ms)")
+    events.emit(
+        "ok",
+        f"step {planned.name} ({state.seconds:.1f} s, guard"
+        f" {1000 * (state.guard_seconds or 0):.0f} ms)",
+    )
 
 
-def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mapping[str, guard.Dist],
-                         after: Mapping[str, guard.Dist]) -> list[guard.Violation]:
+def earlier_step_changes(
+    run: ProvisionRun,
+    planned: PlannedStep,
+    before: Mapping[str, guard.Dist],
+    after: Mapping[str, guard.Dist],
+) -> list[guard.Violation]:
     """Packages an earlier step installed that this step changed (another version, a reinstall: the
-    RECORD identity of ``guard.changed``) or removed, unless the step ``replaces`` them. torch and the
-    protected set are left to the ABI guard's own rules."""
+    RECORD identity of ``guard.changed``) or removed, unless the step ``replaces`` them. torch and
+    the protected set are left to the ABI guard's own rules."""
     owners: dict[str, tuple[str, str]] = {}
     for state in run.manifest.steps:
         if state.name == planned.name:
@@ -240,13 +313,23 @@ def earlier_step_changes(run: ProvisionRun, planned: PlannedStep, before: Mappin
             what = f"changed {name} {version} -> {now_.version}"
         else:
             what = f"reinstalled {name} {version}"
-        out.append(guard.Violation("earlier-step", name, f"step {planned.name!r} {what}, which step {owner!r} installed "
-                               "(a later step must agree with the steps before it)"))
+        out.append(
+            guard.Violation(
+                "earlier-step",
+                name,
+                f"step {planned.name!r} {what}, which step {owner!r} installed "
+                "(a later step must agree with the steps before it)",
+            )
+        )
     return out
 
 
-def _violation_message(planned: PlannedStep, findings: list[guard.Violation],
-                       before: Mapping[str, guard.Dist], after: Mapping[str, guard.Dist]) -> str:
+def _violation_message(
+    planned: PlannedStep,
+    findings: list[guard.Violation],
+    before: Mapping[str, guard.Dist],
+    after: Mapping[str, guard.Dist],
+) -> str:
     lines = [f"ABI guard after step {planned.number} ({planned.name!r}): " + findings[0].message]
     lines += [f"  also: {f.message}" for f in findings[1:4]]
     lines += guard.culprits(findings[0], before, after, planned.step.names)
@@ -256,15 +339,40 @@ def _violation_message(planned: PlannedStep, findings: list[guard.Violation],
 def _violation_hint(findings: list[guard.Violation], paths: layout.Paths) -> str:
     rule = findings[0].rule
     fixes = {
-        "version": "Install the packages that pulled it in with no_deps = true, or pin versions whose torch requirement the baseline satisfies.",
-        "reinstalled": "Remove reinstall/upgrade from that step, or install its packages with no_deps = true.",
+        "version": (
+            "Install the packages that pulled it in with no_deps = true, or pin versions whose"
+            " torch requirement the baseline satisfies."
+        ),
+        "reinstalled": (
+            "Remove reinstall/upgrade from that step, or install its packages with no_deps = true."
+        ),
         "protected": "Install the package that pulled it in with no_deps = true.",
-        "modified": "Something edited installed files in place; provision again to start from clean files.",
-        "triton": "Install that package with no_deps = true: the baseline's triton provider already supplies the module.",
-        "overlap": "Acknowledge the overlap with [[abi.overlap]] (packages, winner) and order the steps so the winner installs last, or drop one package.",
-        "provenance": "Rebuild the wheel against the installed torch with `envbuild wheelhouse build`.",
-        "unmet": "Pin the missing versions in a later step, or use matching versions (--strict makes this an error).",
-        "earlier-step": "Make the steps agree (pin a version in the earlier step that the later one accepts), or let "
-                        f"the later step replace it: replaces = [\"{findings[0].package}\"] in its [[step]] table.",
+        "modified": (
+            "Something edited installed files in place; provision again to start from clean files."
+        ),
+        "triton": (
+            "Install that package with no_deps = true: the baseline's triton provider already"
+            " supplies the module."
+        ),
+        "overlap": (
+            "Acknowledge the overlap with [[abi.overlap]] (packages, winner) and order the steps so"
+            " the winner installs last, or drop one package."
+        ),
+        "provenance": (
+            "Rebuild the wheel against the installed torch with `envbuild wheelhouse build`."
+        ),
+        "unmet": (
+            "Pin the missing versions in a later step, or use matching versions (--strict makes"
+            " this an error)."
+        ),
+        "earlier-step": (
+            "Make the steps agree (pin a version in the earlier step that the later one accepts),"
+            " or let "
+            f'the later step replace it: replaces = ["{findings[0].package}"] in its [[step]]'
+            " table."
+        ),
     }
-    return f"{fixes.get(rule, 'Fix the stack spec.')} The next provision moves this venv aside and starts over. Logs: {paths.logs}"
+    return (
+        f"{fixes.get(rule, 'Fix the stack spec.')} The next provision moves this venv aside and"
+        f" starts over. Logs: {paths.logs}"
+    )

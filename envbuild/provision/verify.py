@@ -5,8 +5,8 @@
 The import is the slow part (2-3 s for torch on a warm disk, and every re-run of a finished
 provision paid it). Its verdict is cached in ``<root>/.envbuild/import-verdict.json`` under a
 fingerprint of everything the import can depend on that envbuild can see: the RECORD of every
-distribution in the environment, its hash and its file's inode, mtime and size ( a reinstall, upgrade,
-removal or new package changes it), the
+distribution in the environment, its hash and its file's inode, mtime and size ( a reinstall,
+upgrade, removal or new package changes it), the
 interpreter (its real path, size and mtime) and the environment overlay's variables. A re-run
 whose fingerprint matches reuses the verdict and says so (``cached``, in the output and the
 receipt); anything else imports again. ``verify`` always imports (that is what it is asked).
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["IMPORT_TIMEOUT", "FinalCheck", "ImportHang", "final_check", "fingerprint"]
 
-IMPORT_TIMEOUT = 300.0  # seconds for `import torch`: minutes on a cold network file system, never forever
+# seconds for `import torch`: minutes on a cold network file system, never forever
+IMPORT_TIMEOUT = 300.0
 VERDICT_SCHEMA = 1
 
 
@@ -48,13 +49,15 @@ class ImportHang(Exception):
 class FinalCheck:
     report: guard.GuardReport
     data: dict[str, Any] | None = None  # FULL_CHECK's answer: version, cuda, file
-    findings: list[guard.Violation] = field(default_factory=list)  # guard violations, then import findings
+    # guard violations, then import findings
+    findings: list[guard.Violation] = field(default_factory=list)
     cached: bool = False  # the import verdict was reused (the fingerprint matched)
     fingerprint: str | None = None
     import_seconds: float = 0.0
     # with a cached verdict: the receipt's inventory recorded with it
     software: SoftwareJSON | None = None
-    modules: list[str] | None = None  # a fresh import's loaded source files, relative to site-packages
+    # a fresh import's loaded source files, relative to site-packages
+    modules: list[str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -65,7 +68,8 @@ def fingerprint(site: Path, python: Path, overlay: Mapping[str, str]) -> str:
     """A digest of every distribution's RECORD, the interpreter and the overlay's variables."""
     h = hashlib.sha256()
     for name, dist in sorted(guard.scan(site).items()):
-        # the RECORD's hash, and where it sits (inode, mtime, size): a reinstall of the same files counts
+        # the RECORD's hash, and where it sits (inode, mtime, size): a reinstall of the same files
+        # counts
         h.update(f"{name}\0{dist.version}\0{dist.record_sha256}\0{dist.record_key}\n".encode())
     real = Path(os.path.realpath(python))
     try:
@@ -78,23 +82,38 @@ def fingerprint(site: Path, python: Path, overlay: Mapping[str, str]) -> str:
 
 
 def import_env(overlay: Mapping[str, str]) -> dict[str, str]:
-    """The environment the import check (and the import warm-up) runs with: this process's, plus the overlay."""
+    """The environment the import check (and the import warm-up) runs with: this process's, plus the
+    overlay."""
     return {**os.environ, **overlay}
 
 
-def final_check(spec: StackSpec, *, baseline: guard.Baseline, site: Path, python: Path,
-                marker_env: Mapping[str, str] | None, overlay: Mapping[str, str], run_guard: bool = True,
-                verdict_file: Path | None = None, timeout: float = IMPORT_TIMEOUT,
-                import_after_violation: bool = False,
-                on_fresh_import: Callable[[], None] | None = None) -> FinalCheck:
-    """The guard (unless ``run_guard`` is False: it has just run on this very state), then the import.
+def final_check(
+    spec: StackSpec,
+    *,
+    baseline: guard.Baseline,
+    site: Path,
+    python: Path,
+    marker_env: Mapping[str, str] | None,
+    overlay: Mapping[str, str],
+    run_guard: bool = True,
+    verdict_file: Path | None = None,
+    timeout: float = IMPORT_TIMEOUT,
+    import_after_violation: bool = False,
+    on_fresh_import: Callable[[], None] | None = None,
+) -> FinalCheck:
+    """The guard (unless ``run_guard`` is False: it has just run on this very state), then the
+    import.
 
     With ``verdict_file``, a verdict recorded under the same fingerprint is reused, and a fresh
     passing one is recorded. Guard violations stop the check unless ``import_after_violation``
     (``verify`` reports everything). ``on_fresh_import`` is called just before a real import
     (provision starts the receipt's inventory beside it). Raises ``ImportHang`` when it hangs.
     """
-    report = guard.check(spec, baseline, site, marker_env=marker_env) if run_guard else guard.GuardReport()
+    report = (
+        guard.check(spec, baseline, site, marker_env=marker_env)
+        if run_guard
+        else guard.GuardReport()
+    )
     out = FinalCheck(report=report, findings=list(report.violations))
     if report.violations and not import_after_violation:
         return out  # the environment changed under us: provision stops here
@@ -115,36 +134,52 @@ def final_check(spec: StackSpec, *, baseline: guard.Baseline, site: Path, python
     env = import_env(overlay)
     t = time.monotonic()
     try:
-        out.data = run_python_json(python, guard.FULL_CHECK_MODULES, timeout=timeout, env=env,
-                                   what=f"`import {spec.abi.package}` in {python}")
+        out.data = run_python_json(
+            python,
+            guard.FULL_CHECK_MODULES,
+            timeout=timeout,
+            env=env,
+            what=f"`import {spec.abi.package}` in {python}",
+        )
         loaded = out.data.pop("modules", None) if isinstance(out.data, dict) else None
         if isinstance(loaded, list):
             out.modules = _under(site, loaded)
     except TimeoutError as exc:
         raise ImportHang(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - any failure to import is the verdict
-        out.findings.append(guard.Violation("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}"))
+        out.findings.append(
+            guard.Violation("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}")
+        )
         return out
     finally:
         out.import_seconds = round(time.monotonic() - t, 3)
     out.findings += guard.full_check_result(spec, out.data)
     if verdict_file is not None and key is not None and out.ok:
-        atomic_write_json(verdict_file, {"schema": VERDICT_SCHEMA, "fingerprint": key, "data": out.data,
-                                         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, private=True)
+        atomic_write_json(
+            verdict_file,
+            {
+                "schema": VERDICT_SCHEMA,
+                "fingerprint": key,
+                "data": out.data,
+                "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+            private=True,
+        )
     elif verdict_file is not None:
         verdict_file.unlink(missing_ok=True)
     return out
 
 
 def _under(site: Path, files: list[Any]) -> list[str]:
-    """The files inside ``site``, relative to it (the standard library's have their bytecode already)."""
+    """The files inside ``site``, relative to it (the standard library's have their bytecode
+    already)."""
     root = os.path.realpath(site) + os.sep
     out = []
     for f in files:
         if isinstance(f, str):
             real = os.path.realpath(f)
             if real.startswith(root):
-                out.append(real[len(root):])
+                out.append(real[len(root) :])
     return out
 
 
@@ -163,6 +198,10 @@ def _load_verdict(path: Path, key: str) -> dict[str, Any] | None:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("schema") != VERDICT_SCHEMA or doc.get("fingerprint") != key:
+    if (
+        not isinstance(doc, dict)
+        or doc.get("schema") != VERDICT_SCHEMA
+        or doc.get("fingerprint") != key
+    ):
         return None
     return doc if isinstance(doc.get("data"), dict) else None

@@ -17,7 +17,8 @@ and the final check is a fresh ``import torch`` in the finished environment as b
 later step replaces are recompiled by that check (Python checks each ``.pyc`` against its
 source's mtime and size), and the guard never looks at ``__pycache__``. It is skipped where it
 cannot help: the installer compiles bytecode itself (pip; uv with ``--compile-bytecode yes``),
-``PYTHONDONTWRITEBYTECODE`` is set, only one step runs (``--step``), or ``ENVBUILD_IMPORT_WARMUP=0``.
+``PYTHONDONTWRITEBYTECODE`` is set, only one step runs (``--step``), or
+``ENVBUILD_IMPORT_WARMUP=0``.
 """
 
 from __future__ import annotations
@@ -73,11 +74,18 @@ IMPORT_MODE_MIN_CPUS = 4
 
 
 def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
-def wanted(*, install_env: Mapping[str, str], import_env: Mapping[str, str], compiles_at_install: bool,
-           single_step: bool) -> bool:
+def wanted(
+    *,
+    install_env: Mapping[str, str],
+    import_env: Mapping[str, str],
+    compiles_at_install: bool,
+    single_step: bool,
+) -> bool:
     """Whether a warm-up can shorten this run's final import check."""
     if import_env.get("ENVBUILD_IMPORT_WARMUP", "1").strip() in ("0", "no", "false", "off"):
         return False
@@ -89,7 +97,9 @@ def wanted(*, install_env: Mapping[str, str], import_env: Mapping[str, str], com
 def listing_path(cache_dir: Path, module: str, version: str, python_version: str) -> Path:
     """Where the files ``import <module>`` loaded are remembered: the data root's cache, per
     package version and Python (a cold provision, caches emptied, has none)."""
-    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in f"{module}-{version}-py{python_version}")
+    safe = "".join(
+        c if c.isalnum() or c in ".-_" else "_" for c in f"{module}-{version}-py{python_version}"
+    )
     return cache_dir / "envbuild" / f"import-{safe}.json"
 
 
@@ -109,7 +119,9 @@ def _usable(listing: Path | None) -> int:
         doc = json.loads(listing.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return 0
-    files = doc.get("files") if isinstance(doc, dict) and doc.get("schema") == LISTING_SCHEMA else None
+    files = (
+        doc.get("files") if isinstance(doc, dict) and doc.get("schema") == LISTING_SCHEMA else None
+    )
     return len(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else 0
 
 
@@ -120,8 +132,16 @@ class Warmup:
     compiles exactly the files that import loaded, on every core; without one, it imports.
     """
 
-    def __init__(self, python: Path, module: str, env: Mapping[str, str], log_file: Path, *,
-                 site: Path | None = None, listing: Path | None = None) -> None:
+    def __init__(
+        self,
+        python: Path,
+        module: str,
+        env: Mapping[str, str],
+        log_file: Path,
+        *,
+        site: Path | None = None,
+        listing: Path | None = None,
+    ) -> None:
         self.python, self.module, self.env, self.log_file = python, module, dict(env), log_file
         self.site, self.listing = site, listing
         self.mode: Literal["compile", "import"] = "import"
@@ -137,7 +157,10 @@ class Warmup:
         if self.files:
             self.mode = "compile"
             argv = [str(self.python), "-c", _COMPILE, str(self.site), str(self.listing)]
-            what = (f"compiling the {self.files} files `import {self.module}` loaded last time, on every core")
+            what = (
+                f"compiling the {self.files} files `import {self.module}` loaded last time, on"
+                " every core"
+            )
         else:
             forced = self.env.get("ENVBUILD_IMPORT_WARMUP", "").strip() == "import"
             if not forced and usable_cpus() < IMPORT_MODE_MIN_CPUS:
@@ -149,16 +172,20 @@ class Warmup:
         except OSError:
             return False
         try:
-            self.proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         close_fds=True)
+            self.proc = subprocess.Popen(
+                argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True
+            )
         except OSError:
             self.proc = None
             return False
         finally:
             log.close()
         self.started = time.monotonic()
-        events.emit("debug", f"import warm-up after step {after_step}: {what} "
-                    "(its bytecode is written while the later steps install)")
+        events.emit(
+            "debug",
+            f"import warm-up after step {after_step}: {what} "
+            "(its bytecode is written while the later steps install)",
+        )
         return True
 
     def at_check(self) -> None:
@@ -179,6 +206,12 @@ class Warmup:
 
     def to_json(self) -> WarmupJSON:
         code = self.proc.returncode if self.proc is not None else None
-        return {"module": self.module, "mode": self.mode, "files": self.files, "seconds": self.seconds,
-                "finished_before_check": self.finished,
-                "exit": code}  # None: not stopped yet; negative: killed by that signal (still running at the end)
+        return {
+            "module": self.module,
+            "mode": self.mode,
+            "files": self.files,
+            "seconds": self.seconds,
+            "finished_before_check": self.finished,
+            # None: not stopped yet; negative: killed by that signal (still running at the end)
+            "exit": code,
+        }

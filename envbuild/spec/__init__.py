@@ -34,9 +34,7 @@ from envbuild.spec.stack import (
 )
 
 # What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
-OWNS: tuple[str, ...] = (
-    "``lockfiles/<profile>/stack.toml`` (read)",
-)
+OWNS: tuple[str, ...] = ("``lockfiles/<profile>/stack.toml`` (read)",)
 
 __all__ = [
     "ABI",

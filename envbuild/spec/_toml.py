@@ -55,7 +55,8 @@ class TomlReader:
                 path = f"{where}.{key}" if where else key
                 raise self.fail(
                     path,
-                    f"unknown key{did_you_mean(key, list(allowed))}; allowed here: {', '.join(allowed)}",
+                    f"unknown key{did_you_mean(key, list(allowed))}; allowed here:"
+                    f" {', '.join(allowed)}",
                 )
 
     def expand(self, value: str, key: str) -> str:
@@ -77,13 +78,22 @@ class TomlReader:
         expanded = _VAR.sub(sub, value)
         bad = unsafe_character(expanded)
         if bad is not None:
-            came = " (after expanding ${...} from the environment)" if expanded != value and unsafe_character(value) is None else ""
-            raise self.fail(key, f"holds {bad}{came}; envbuild refuses these in every string of a spec: "
-                            "a line break in a value written into a Dockerfile or a shell file ends the line "
-                            "and can start a command")
+            came = (
+                " (after expanding ${...} from the environment)"
+                if expanded != value and unsafe_character(value) is None
+                else ""
+            )
+            raise self.fail(
+                key,
+                f"holds {bad}{came}; envbuild refuses these in every string of a spec: "
+                "a line break in a value written into a Dockerfile or a shell file ends the line "
+                "and can start a command",
+            )
         return expanded
 
-    def str_(self, data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+    def str_(
+        self, data: Mapping[str, Any], key: str, where: str, default: str | None = None
+    ) -> str:
         value = data.get(key, default)
         path = f"{where}.{key}" if where else key
         if value is None:
@@ -103,7 +113,9 @@ class TomlReader:
             raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r}")
         return value
 
-    def num(self, data: Mapping[str, Any], key: str, where: str, default: float | None) -> float | None:
+    def num(
+        self, data: Mapping[str, Any], key: str, where: str, default: float | None
+    ) -> float | None:
         value = data.get(key, default)
         if value is None:
             return None
@@ -116,7 +128,8 @@ class TomlReader:
         path = f"{where}.{key}"
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(path, f"must be a list of strings, got {value!r}")
-        return tuple(self.expand(v, f"{path}[{i}]") for i, v in enumerate(value, 1))  # list indexes count from 1, as step numbers do
+        # list indexes count from 1, as step numbers do
+        return tuple(self.expand(v, f"{path}[{i}]") for i, v in enumerate(value, 1))
 
     def str_map(self, data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
         value = data.get(key, {})
@@ -155,16 +168,34 @@ def read_bounded(path: Path, what: str, limit: int = MAX_BYTES) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             mode = info.st_mode
-            kind = ("a folder" if stat.S_ISDIR(mode) else "a character device" if stat.S_ISCHR(mode)
-                    else "a block device" if stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            kind = (
+                "a folder"
+                if stat.S_ISDIR(mode)
+                else (
+                    "a character device"
+                    if stat.S_ISCHR(mode)
+                    else (
+                        "a block device"
+                        if stat.S_ISBLK(mode)
+                        else (
+                            "a FIFO"
+                            if stat.S_ISFIFO(mode)
+                            else "a socket"
+                            if stat.S_ISSOCK(mode)
+                            else "not a regular file"
+                        )
+                    )
+                )
+            )
             raise ConfigError(f"{path}: the {what} must be a regular file; this is {kind}")
         raw = b"" if info.st_size > limit else _read(fd, path, what, limit + 1)
     finally:
         os.close(fd)
     if info.st_size > limit or len(raw) > limit:
-        raise ConfigError(f"{path}: the {what} is {_size(max(info.st_size, len(raw)))}; envbuild reads at most "
-                          f"{_size(limit)} of it (a spec is a page of TOML)")
+        raise ConfigError(
+            f"{path}: the {what} is {_size(max(info.st_size, len(raw)))}; envbuild reads at most "
+            f"{_size(limit)} of it (a spec is a page of TOML)"
+        )
     return raw
 
 
@@ -184,12 +215,15 @@ def _size(n: int) -> str:
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
-    """Parse a TOML file; a missing, unreadable, oversized or invalid file is a ``ConfigError`` naming it."""
+    """Parse a TOML file; a missing, unreadable, oversized or invalid file is a ``ConfigError``
+    naming it."""
     raw = read_bounded(path, what)
     try:
         data: dict[str, Any] = parse_toml(raw.decode("utf-8"))
     except (TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except RecursionError as exc:
-        raise ConfigError(f"{path}: not valid TOML for envbuild: arrays or tables nested too deeply") from exc
+        raise ConfigError(
+            f"{path}: not valid TOML for envbuild: arrays or tables nested too deeply"
+        ) from exc
     return data

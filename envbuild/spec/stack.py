@@ -3,16 +3,16 @@
 One frozen object, validated once (after cibuildwheel's ``options.py`` and packaging's
 ``pylock``): unknown keys get a ``difflib`` suggestion, every error names the file, the
 key path (``step[3].no_deps``) and what is allowed. Indexes in key paths count from 1, as the
-step numbers do everywhere else (``step[2]`` is the second ``[[step]]``, shown as step 2/N). ``${VAR}``, ``${VAR:-default}``
-(default when unset or empty) and ``${VAR-default}`` (default only when unset) expand
-from the environment in every string value; an unset variable without a default is an
-error naming it.
+step numbers do everywhere else (``step[2]`` is the second ``[[step]]``, shown as step 2/N).
+``${VAR}``, ``${VAR:-default}`` (default when unset or empty) and ``${VAR-default}`` (default only
+when unset) expand from the environment in every string value; an unset variable without a default
+is an error naming it.
 
-Every input is checked here, before anything touches disk or network (docs/reference/manual.md, "The stack
-spec" lists what is refused and why): a string holding a control character or line break (after
-``${VAR}`` expansion), an ``[env]`` name that is not a variable name, a requirement ``packaging``
-cannot parse, an index or find-links location with another scheme than http, https or file, a
-stack or package name outside its character set, a ``layout.venv`` outside the data root. An
+Every input is checked here, before anything touches disk or network (docs/reference/manual.md, "The
+stack spec" lists what is refused and why): a string holding a control character or line break
+(after ``${VAR}`` expansion), an ``[env]`` name that is not a variable name, a requirement
+``packaging`` cannot parse, an index or find-links location with another scheme than http, https or
+file, a stack or package name outside its character set, a ``layout.venv`` outside the data root. An
 ``[env]`` value may come from the environment of the process that provisions instead of the
 file (``HF_TOKEN = { from_env = "HF_TOKEN" }``): it is never written anywhere (``EnvFrom``).
 A literal value under a name that looks like a secret gets a warning (``StackSpec.warnings``,
@@ -61,16 +61,58 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 SOURCE_SCHEMES = ("https", "http", "file")
 # Names whose value is a credential: a literal one is written into the overlay, plans and images.
 # TOKEN followed by a letter is not one (TOKENIZERS_PARALLELISM).
-# [env] names the overlay cannot hold: a shell runs their value as commands (BASH_ENV, PROMPT_COMMAND,
-# PS1 with $(...), an exported function), or keeps its own value whatever a sourced file says
-# (read-only and dynamic variables: sourcing an overlay that sets BASHOPTS fails, RANDOM changes).
-SHELL_RESERVED = frozenset({
-    "_", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PS0", "PS1", "PS2", "PS3", "PS4", "IFS", "SHELLOPTS", "BASHOPTS",
-    "BASH_VERSINFO", "BASH_VERSION", "EUID", "UID", "PPID", "RANDOM", "SRANDOM", "SECONDS", "LINENO", "BASHPID",
-    "EPOCHSECONDS", "EPOCHREALTIME", "HISTCMD", "BASH_ARGV0", "BASH_COMMAND", "BASH_SUBSHELL", "FUNCNAME",
-    "GROUPS", "DIRSTACK", "BASH_LINENO", "BASH_SOURCE", "BASH_ARGC", "BASH_ARGV", "BASH_REMATCH", "BASH_CMDS",
-    "BASH_ALIASES", "PIPESTATUS", "OPTIND", "OPTARG", "COMP_WORDBREAKS", "BASH_XTRACEFD", "BASH_LOADABLES_PATH",
-})
+# [env] names the overlay cannot hold: a shell runs their value as commands (BASH_ENV,
+# PROMPT_COMMAND, PS1 with $(...), an exported function), or keeps its own value whatever a sourced
+# file says (read-only and dynamic variables: sourcing an overlay that sets BASHOPTS fails, RANDOM
+# changes).
+SHELL_RESERVED = frozenset(
+    {
+        "_",
+        "BASH_ENV",
+        "ENV",
+        "PROMPT_COMMAND",
+        "PS0",
+        "PS1",
+        "PS2",
+        "PS3",
+        "PS4",
+        "IFS",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "BASH_VERSINFO",
+        "BASH_VERSION",
+        "EUID",
+        "UID",
+        "PPID",
+        "RANDOM",
+        "SRANDOM",
+        "SECONDS",
+        "LINENO",
+        "BASHPID",
+        "EPOCHSECONDS",
+        "EPOCHREALTIME",
+        "HISTCMD",
+        "BASH_ARGV0",
+        "BASH_COMMAND",
+        "BASH_SUBSHELL",
+        "FUNCNAME",
+        "GROUPS",
+        "DIRSTACK",
+        "BASH_LINENO",
+        "BASH_SOURCE",
+        "BASH_ARGC",
+        "BASH_ARGV",
+        "BASH_REMATCH",
+        "BASH_CMDS",
+        "BASH_ALIASES",
+        "PIPESTATUS",
+        "OPTIND",
+        "OPTARG",
+        "COMP_WORDBREAKS",
+        "BASH_XTRACEFD",
+        "BASH_LOADABLES_PATH",
+    }
+)
 SECRET_NAME = re.compile(r"TOKEN(?![A-Z])|PASSWORD|PASSWD|SECRET|CREDENTIAL|_KEY$|^KEY$", re.I)
 _PROJECT = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")  # PEP 508 names
 
@@ -103,7 +145,8 @@ class Step:
     reinstall: bool = False
     no_index: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
-    env_from: Mapping[str, EnvFrom] = field(default_factory=dict)  # taken from the provisioning process
+    # taken from the provisioning process
+    env_from: Mapping[str, EnvFrom] = field(default_factory=dict)
     # packages an earlier step pinned that this step may pin at another version (canonical names);
     # without it a step must agree with every earlier step's pins (the lock and the guard hold it)
     replaces: tuple[str, ...] = ()
@@ -119,7 +162,8 @@ class Step:
 
 @dataclass(frozen=True, kw_only=True)
 class Overlap:
-    """Files owned by two distributions that the stack knowingly accepts; ``winner`` must own them."""
+    """Files owned by two distributions that the stack knowingly accepts; ``winner`` must own
+    them."""
 
     packages: tuple[str, ...]
     winner: str
@@ -140,16 +184,24 @@ class ABI:
         """Whether a torch whose ``__version__`` is ``runtime`` (and whose distribution version is
         ``dist``) is this baseline. A package index publishes torch as ``2.6.0`` while it says
         ``2.6.0+cu124`` at run time: a baseline pinned without a local tag (``abi.version = 2.6.0``,
-        a lock's pin) is that distribution, its run-time tag the build's CUDA, not another version."""
+        a lock's pin) is that distribution, its run-time tag the build's CUDA, not another version.
+        """
         if self.version in (runtime, dist):
             return True
-        return "+" not in self.version and runtime.split("+", 1)[0] == self.version and dist in (None, self.version)
+        return (
+            "+" not in self.version
+            and runtime.split("+", 1)[0] == self.version
+            and dist in (None, self.version)
+        )
 
     def is_protected(self, name: str) -> bool:
         n = canonicalize_name(name)
         if n == canonicalize_name(self.package):
             return True
-        return any(fnmatch.fnmatchcase(n, canonicalize_name(p) if "*" not in p else p) for p in self.protect)
+        return any(
+            fnmatch.fnmatchcase(n, canonicalize_name(p) if "*" not in p else p)
+            for p in self.protect
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +272,8 @@ class StackSpec:
     digest: str  # sha256 of the canonical *unexpanded* spec data: what a lock is checked against
     description: str = ""
     target: Target = field(default_factory=Target)  # [target]: the platform locks resolve for
-    env_from: Mapping[str, EnvFrom] = field(default_factory=dict)  # [env] values from the environment
+    # [env] values from the environment
+    env_from: Mapping[str, EnvFrom] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # said once by load_spec (a literal secret, a password in a URL)
 
     def env_refs(self) -> list[tuple[str, EnvFrom]]:
@@ -230,14 +283,20 @@ class StackSpec:
             out += [(f"step[{i}].env.{k}", ref) for k, ref in s.env_from.items()]
         return out
 
-    def missing_env(self, environ: Mapping[str, str], steps: tuple[str, ...] | None = None) -> list[str]:
+    def missing_env(
+        self, environ: Mapping[str, str], steps: tuple[str, ...] | None = None
+    ) -> list[str]:
         """Key paths of required ``from_env`` values of ``steps`` (all when None) that ``environ``
         does not set (or sets empty): what provision refuses to start without."""
         missing = []
         for i, s in enumerate(self.steps, 1):
             if steps is not None and s.name not in steps:
                 continue
-            missing += [f"step[{i}].env.{k}" for k, ref in s.env_from.items() if ref.required and not environ.get(k)]
+            missing += [
+                f"step[{i}].env.{k}"
+                for k, ref in s.env_from.items()
+                if ref.required and not environ.get(k)
+            ]
         return missing
 
     @property
@@ -254,7 +313,8 @@ class StackSpec:
             if s.name == name:
                 return s
         raise ConfigError(
-            f"{self.path}: no step named {name!r}; steps are: {', '.join(s.name for s in self.steps)}"
+            f"{self.path}: no step named {name!r}; steps are:"
+            f" {', '.join(s.name for s in self.steps)}"
             + did_you_mean(name, [s.name for s in self.steps])
         )
 
@@ -262,15 +322,55 @@ class StackSpec:
 # ----------------------------------------------------------------------------- loading
 
 
-_TOP_KEYS = ("schema", "name", "description", "python", "target", "layout", "abi", "host", "env", "step")
+_TOP_KEYS = (
+    "schema",
+    "name",
+    "description",
+    "python",
+    "target",
+    "layout",
+    "abi",
+    "host",
+    "env",
+    "step",
+)
 _TARGET_KEYS = ("platform",)
 _LAYOUT_KEYS = ("root", "links", "venv", "separate_root_fs", "min_free_gb")
-_ABI_KEYS = ("package", "version", "local", "cuda", "protect", "triton_provider", "adopt", "overlap")
+_ABI_KEYS = (
+    "package",
+    "version",
+    "local",
+    "cuda",
+    "protect",
+    "triton_provider",
+    "adopt",
+    "overlap",
+)
 _OVERLAP_KEYS = ("packages", "winner")
-_HOST_KEYS = ("driver_min", "gpu_count", "gpu_name", "cuda_toolkit", "gcc", "root_min_free_gb", "data_min_free_gb")
+_HOST_KEYS = (
+    "driver_min",
+    "gpu_count",
+    "gpu_name",
+    "cuda_toolkit",
+    "gcc",
+    "root_min_free_gb",
+    "data_min_free_gb",
+)
 _STEP_KEYS = (
-    "name", "packages", "index_url", "extra_index_urls", "find_links", "pre", "no_deps",
-    "no_build_isolation", "upgrade", "upgrade_strategy", "reinstall", "no_index", "env", "replaces",
+    "name",
+    "packages",
+    "index_url",
+    "extra_index_urls",
+    "find_links",
+    "pre",
+    "no_deps",
+    "no_build_isolation",
+    "upgrade",
+    "upgrade_strategy",
+    "reinstall",
+    "no_index",
+    "env",
+    "replaces",
 )
 
 
@@ -293,14 +393,21 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
     r.check_keys(data, _TOP_KEYS, "")
     schema = data.get("schema")
     if schema != SCHEMA_VERSION:
-        raise r.fail("schema", f"must be {SCHEMA_VERSION} (this envbuild reads schema {SCHEMA_VERSION}), got {schema!r}")
+        raise r.fail(
+            "schema",
+            f"must be {SCHEMA_VERSION} (this envbuild reads schema {SCHEMA_VERSION}), got"
+            f" {schema!r}",
+        )
     name = r.str_(data, "name", "")
     if not _STACK_NAME.match(name):
-        raise r.fail("name", f"must be letters, digits, '.', '_' or '-' (it names files, folders and image "
-                     f"tags), starting with a letter or digit; got {name!r}")
+        raise r.fail(
+            "name",
+            "must be letters, digits, '.', '_' or '-' (it names files, folders and image "
+            f"tags), starting with a letter or digit; got {name!r}",
+        )
     python = r.str_(data, "python", "")
     if not _PY.match(python):
-        raise r.fail("python", f"must be a major.minor version such as \"3.13\", got {python!r}")
+        raise r.fail("python", f'must be a major.minor version such as "3.13", got {python!r}')
 
     lay = r.table(data, "layout")
     r.check_keys(lay, _LAYOUT_KEYS, "layout")
@@ -309,12 +416,17 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
         if not key or "/" in key or key in (".", ".."):
             raise r.fail(f"layout.links.{key}", "link names are single names under $HOME (no '/')")
         if Path(target).is_absolute() or ".." in Path(target).parts:
-            raise r.fail(f"layout.links.{key}", f"must be a path relative to the data root, got {target!r}")
+            raise r.fail(
+                f"layout.links.{key}", f"must be a path relative to the data root, got {target!r}"
+            )
     venv = r.str_(lay, "venv", "layout", "venv")
     parts = venv.split("/")
     if not all(_VENV_PART.match(p) and p not in (".", "..") for p in parts):
-        raise r.fail("layout.venv", "must be a folder under the data root: a relative path of letters, digits "
-                     f"and _ . + @ - (no '..', not absolute), such as \"venv\"; got {venv!r}")
+        raise r.fail(
+            "layout.venv",
+            "must be a folder under the data root: a relative path of letters, digits "
+            f"and _ . + @ - (no '..', not absolute), such as \"venv\"; got {venv!r}",
+        )
     layout = Layout(
         root=r.str_(lay, "root", "layout", "/mnt/data"),
         links=links,
@@ -327,7 +439,9 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
     host_data = r.table(data, "host")
     r.check_keys(host_data, _HOST_KEYS, "host")
     gpu_count = host_data.get("gpu_count")
-    if gpu_count is not None and (isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0):
+    if gpu_count is not None and (
+        isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0
+    ):
         raise r.fail("host.gpu_count", f"must be a non-negative integer, got {gpu_count!r}")
     host = Host(
         driver_min=r.opt_str(host_data, "driver_min", "host"),
@@ -348,7 +462,9 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
     seen: dict[str, int] = {}
     for i, s in enumerate(steps, 1):
         if s.name in seen:
-            raise r.fail(f"step[{i}].name", f"duplicate step name {s.name!r} (also step[{seen[s.name]}])")
+            raise r.fail(
+                f"step[{i}].name", f"duplicate step name {s.name!r} (also step[{seen[s.name]}])"
+            )
         seen[s.name] = i
 
     spec = StackSpec(
@@ -375,8 +491,12 @@ def _parse_target(r: TomlReader, t: Mapping[str, Any]) -> Target:
     platform = r.str_(t, "platform", "target", DEFAULT_PLATFORM)
     m = _TARGET_PLATFORM.match(platform)
     if not m or not 17 <= int(m.group("glibc")) <= 40:
-        raise r.fail("target.platform", "must be a manylinux wheel platform tag, manylinux_2_<17..40>_<x86_64|aarch64> "
-                     f"(the glibc and CPU of the hosts the lock is for), such as {DEFAULT_PLATFORM!r}; got {platform!r}")
+        raise r.fail(
+            "target.platform",
+            "must be a manylinux wheel platform tag, manylinux_2_<17..40>_<x86_64|aarch64> (the"
+            f" glibc and CPU of the hosts the lock is for), such as {DEFAULT_PLATFORM!r}; got"
+            f" {platform!r}",
+        )
     return Target(platform=platform)
 
 
@@ -394,11 +514,17 @@ def _parse_abi(r: TomlReader, a: Mapping[str, Any]) -> ABI:
     _check_project(r, "abi.package", package)
     cuda = r.opt_str(a, "cuda", "abi")
     if cuda is not None and not _CUDA.match(cuda):
-        raise r.fail("abi.cuda", f"must be a CUDA major.minor version such as \"13.2\" (torch.version.cuda), got {cuda!r}")
+        raise r.fail(
+            "abi.cuda",
+            f'must be a CUDA major.minor version such as "13.2" (torch.version.cuda), got {cuda!r}',
+        )
     protect = r.str_list(a, "protect", "abi")
     for j, p in enumerate(protect, 1):
         if not _PROTECT.match(p):
-            raise r.fail(f"abi.protect[{j}]", f"must be a project name or an fnmatch pattern of one (\"nvidia-*\"), got {p!r}")
+            raise r.fail(
+                f"abi.protect[{j}]",
+                f'must be a project name or an fnmatch pattern of one ("nvidia-*"), got {p!r}',
+            )
     if local and local not in version:
         raise r.fail("abi.local", f"{local!r} does not appear in abi.version {version!r}")
     overlaps = []
@@ -445,14 +571,21 @@ def _check_source(r: TomlReader, key: str, value: str) -> None:
     if not value:
         return
     if value.startswith("-"):
-        raise r.fail(key, f"{value!r} starts with '-' and would read as an installer option; give a URL or a path")
+        raise r.fail(
+            key,
+            f"{value!r} starts with '-' and would read as an installer option; give a URL or a"
+            " path",
+        )
     m = _SCHEME.match(value)
     if m is None:
         return  # a local path (pip and uv take a folder for --find-links and --index-url)
     scheme = m.group(1).lower()
     if scheme not in SOURCE_SCHEMES:
-        raise r.fail(key, f"the URL scheme {scheme!r} is not allowed here; use {', '.join(SOURCE_SCHEMES)} "
-                     f"(or a local path), got {value!r}")
+        raise r.fail(
+            key,
+            f"the URL scheme {scheme!r} is not allowed here; use {', '.join(SOURCE_SCHEMES)} "
+            f"(or a local path), got {value!r}",
+        )
     if any(c.isspace() for c in value):
         raise r.fail(key, f"a URL cannot hold whitespace (percent-encode it as %20), got {value!r}")
     try:
@@ -475,9 +608,11 @@ def _literal_password(raw: Any) -> bool:
     return password is not None and password != "" and "${" not in password
 
 
-def _parse_env(r: TomlReader, data: Mapping[str, Any], where: str,
-               warnings: list[str]) -> tuple[dict[str, str], dict[str, EnvFrom]]:
-    """``[env]`` / ``step[i].env``: names are variable names; a value is a string or ``{ from_env = NAME }``."""
+def _parse_env(
+    r: TomlReader, data: Mapping[str, Any], where: str, warnings: list[str]
+) -> tuple[dict[str, str], dict[str, EnvFrom]]:
+    """``[env]`` / ``step[i].env``: names are variable names; a value is a string or ``{ from_env =
+    NAME }``."""
     value = data.get("env", {})
     path = f"{where}.env" if where else "env"
     if not isinstance(value, dict):
@@ -487,28 +622,40 @@ def _parse_env(r: TomlReader, data: Mapping[str, Any], where: str,
     for name, v in value.items():
         key = f"{path}.{name}"
         if not ENV_NAME.match(name):
-            raise r.fail(key, "the name is not an environment variable name: letters, digits and '_', not "
-                         "starting with a digit ([A-Za-z_][A-Za-z0-9_]*)")
+            raise r.fail(
+                key,
+                "the name is not an environment variable name: letters, digits and '_', not "
+                "starting with a digit ([A-Za-z_][A-Za-z0-9_]*)",
+            )
         if name in SHELL_RESERVED or name.startswith("BASH_FUNC_"):
-            raise r.fail(key, f"{name} is the shell's own: a shell runs its value as commands or keeps its own "
-                         "value, so the env overlay that activate sources must not set it")
+            raise r.fail(
+                key,
+                f"{name} is the shell's own: a shell runs its value as commands or keeps its own "
+                "value, so the env overlay that activate sources must not set it",
+            )
         if isinstance(v, str):
             literal[name] = r.expand(v, key)
             if literal[name] and SECRET_NAME.search(name):
                 warnings.append(
-                    f"{r.path}: {key}: {name} looks like a secret, and a literal value is written into the env "
-                    f"overlay, `plan` output, a rendered Dockerfile and its image; take it from the environment "
-                    f"at provision time instead: {name} = {{ from_env = \"{name}\" }}")
+                    f"{r.path}: {key}: {name} looks like a secret, and a literal value is written"
+                    " into the env "
+                    f"overlay, `plan` output, a rendered Dockerfile and its image; take it from the"
+                    f" environment "
+                    f'at provision time instead: {name} = {{ from_env = "{name}" }}'
+                )
         elif isinstance(v, dict):
             r.check_keys(v, ("from_env", "required"), key)
             source = v.get("from_env")
             if source != name:
-                raise r.fail(f"{key}.from_env", f"must be {name!r}, the variable's own name, got {source!r}: "
-                             f"envbuild passes the environment's {name} on as it is and never copies it "
-                             f"(to use another variable, set {name} from it where envbuild runs)")
+                raise r.fail(
+                    f"{key}.from_env",
+                    f"must be {name!r}, the variable's own name, got {source!r}: "
+                    f"envbuild passes the environment's {name} on as it is and never copies it "
+                    f"(to use another variable, set {name} from it where envbuild runs)",
+                )
             refs[name] = EnvFrom(name=name, required=r.bool_(v, "required", key, True))
         else:
-            raise r.fail(key, f"must be a string or {{ from_env = \"{name}\" }}, got {v!r}")
+            raise r.fail(key, f'must be a string or {{ from_env = "{name}" }}, got {v!r}')
     return literal, refs
 
 
@@ -532,16 +679,21 @@ def _parse_step(r: TomlReader, s: Any, i: int, warnings: list[str] | None = None
     if strategy not in UPGRADE_STRATEGIES:
         raise r.fail(
             f"{where}.upgrade_strategy",
-            f"must be one of {', '.join(UPGRADE_STRATEGIES)}, got {strategy!r}{did_you_mean(strategy, list(UPGRADE_STRATEGIES))}",
+            f"must be one of {', '.join(UPGRADE_STRATEGIES)}, got"
+            f" {strategy!r}{did_you_mean(strategy, list(UPGRADE_STRATEGIES))}",
         )
     index_url = r.opt_str(s, "index_url", where) or None
     replaces = []
     for j, raw in enumerate(r.str_list(s, "replaces", where), 1):
         if not _PROJECT.match(raw):
-            raise r.fail(f"{where}.replaces[{j}]", f"must be a project name (such as \"numpy\"), got {raw!r}")
+            raise r.fail(
+                f"{where}.replaces[{j}]", f'must be a project name (such as "numpy"), got {raw!r}'
+            )
         replaces.append(canonicalize_name(raw))
-    sources = {"extra_index_urls": r.str_list(s, "extra_index_urls", where),
-               "find_links": r.str_list(s, "find_links", where)}
+    sources = {
+        "extra_index_urls": r.str_list(s, "extra_index_urls", where),
+        "find_links": r.str_list(s, "find_links", where),
+    }
     if index_url:
         _check_source(r, f"{where}.index_url", index_url)
     for key, values in sources.items():
@@ -549,12 +701,16 @@ def _parse_step(r: TomlReader, s: Any, i: int, warnings: list[str] | None = None
             _check_source(r, f"{where}.{key}[{j}]", u)
     notes = warnings if warnings is not None else []
     raw_sources: list[tuple[str, Any]] = [("index_url", s.get("index_url"))] + [
-        (f"{key}[{j}]", u) for key in sources for j, u in enumerate(s.get(key) or [], 1)]
+        (f"{key}[{j}]", u) for key in sources for j, u in enumerate(s.get(key) or [], 1)
+    ]
     for source_key, u in raw_sources:
         if _literal_password(u):
-            notes.append(f"{r.path}: {where}.{source_key}: the URL holds a password written into the spec; it is "
-                         "redacted in logs and receipts, but anyone who reads the spec or the lock has it: "
-                         "write it as ${VAR} or keep it in the installer's configuration (pip.conf, a build secret)")
+            notes.append(
+                f"{r.path}: {where}.{source_key}: the URL holds a password written into the spec;"
+                " it is redacted in logs and receipts, but anyone who reads the spec or the lock"
+                " has it: write it as ${VAR} or keep it in the installer's configuration"
+                " (pip.conf, a build secret)"
+            )
     env, env_from = _parse_env(r, s, where, notes)
     return Step(
         name=name,
@@ -582,14 +738,15 @@ def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
         if installers:
             raise r.fail(
                 f"step[{installers[0] + 1}].packages",
-                f"abi.adopt = true takes {abi.package} from the base environment, so no step may install it",
+                f"abi.adopt = true takes {abi.package} from the base environment, so no step may"
+                " install it",
             )
         baseline = -1
     elif not installers:
         raise r.fail(
             "step",
-            f"no step installs the ABI package {abi.package!r}: the baseline step is missing "
-            f"(add it to a step, or set abi.adopt = true to use the base environment's {abi.package})",
+            f"no step installs the ABI package {abi.package!r}: the baseline step is missing (add"
+            f" it to a step, or set abi.adopt = true to use the base environment's {abi.package})",
         )
     elif len(installers) > 1:
         a, b = installers[:2]
@@ -614,8 +771,8 @@ def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
             if abi.is_protected(n):
                 raise r.fail(
                     f"step[{i + 1}].replaces[{j}]",
-                    f"{n} is {'the ABI package' if n == abi.package else 'in the protected set'}: it is frozen once "
-                    "the baseline step ran, and no later step may replace it",
+                    f"{n} is {'the ABI package' if n == abi.package else 'in the protected set'}:"
+                    " it is frozen once the baseline step ran, and no later step may replace it",
                 )
         for j, n in enumerate(s.names, 1):
             if n != abi.package and abi.is_protected(n):
@@ -630,7 +787,8 @@ def _check_baseline(r: TomlReader, spec: StackSpec) -> None:
 
 
 def lockfiles_dirs() -> list[Path]:
-    """Where ``--profile NAME`` looks, in order: $ENVBUILD_LOCKFILES, ./lockfiles, the repo's, the wheel's."""
+    """Where ``--profile NAME`` looks, in order: $ENVBUILD_LOCKFILES, ./lockfiles, the repo's, the
+    wheel's."""
     dirs: list[Path] = []
     if env := os.environ.get("ENVBUILD_LOCKFILES"):
         dirs.append(Path(env))
@@ -660,13 +818,15 @@ def profile_path(name: str) -> Path:
             return candidate
     known = available_profiles()
     raise ConfigError(
-        f"unknown profile {name!r}{did_you_mean(name, known)}; "
-        f"known profiles: {', '.join(known) or 'none'} (looked in {', '.join(str(d) for d in lockfiles_dirs())})",
+        f"unknown profile {name!r}{did_you_mean(name, known)}; known profiles:"
+        f" {', '.join(known) or 'none'} (looked in {', '.join(str(d) for d in lockfiles_dirs())})",
         hint="Use --stack FILE for a spec file outside lockfiles/.",
     )
 
 
-def resolve_spec(profile: str | None, stack: Path | None, environ: Mapping[str, str] | None = None) -> StackSpec:
+def resolve_spec(
+    profile: str | None, stack: Path | None, environ: Mapping[str, str] | None = None
+) -> StackSpec:
     """The spec named on the command line; the embedded default is the ``cpu`` profile."""
     if profile and stack:
         raise ConfigError("give either --profile or --stack, not both")

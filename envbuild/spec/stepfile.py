@@ -31,12 +31,25 @@ _HASH = re.compile(r"^--hash[= ](?P<algo>[a-z0-9]+):(?P<value>\S*)$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 _VCS = ("git", "hg", "svn", "bzr")
-_INDEX_OPTS = {"-i": "index", "--index-url": "index", "--extra-index-url": "index",
-               "-f": "links", "--find-links": "links"}
+_INDEX_OPTS = {
+    "-i": "index",
+    "--index-url": "index",
+    "--extra-index-url": "index",
+    "-f": "links",
+    "--find-links": "links",
+}
 REGENERATE = "Re-run `envbuild lock` to regenerate the file."
 
-__all__ = ["LineProblem", "LockedReq", "RequirementsFile", "format_requirement", "line_problems",
-           "logical_lines", "parse_requirements_text", "read_step_file"]
+__all__ = [
+    "LineProblem",
+    "LockedReq",
+    "RequirementsFile",
+    "format_requirement",
+    "line_problems",
+    "logical_lines",
+    "parse_requirements_text",
+    "read_step_file",
+]
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,8 @@ class RequirementsFile:
 def logical_lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
     """(first line number, the line without comments, the comment lines that follow it) of a
     requirements file: ``\\`` continuations joined, a ``#`` after whitespace starts a comment (pip's
-    rule). The step-file reader and the gate's requirements reader (``# via`` annotations) share it."""
+    rule). The step-file reader and the gate's requirements reader (``# via`` annotations) share it.
+    """
     buf, start = "", 0
     out: list[tuple[int, str, list[str]]] = []
     for i, raw in enumerate(text.splitlines(), 1):
@@ -92,7 +106,13 @@ def logical_lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
             continue
         buf += line
         if buf.strip():
-            out.append((start, buf.strip(), [re.split(r"\s+#", raw, maxsplit=1)[1].strip()] if " #" in raw else []))
+            out.append(
+                (
+                    start,
+                    buf.strip(),
+                    [re.split(r"\s+#", raw, maxsplit=1)[1].strip()] if " #" in raw else [],
+                )
+            )
         buf = ""
     if buf.strip():
         out.append((start, buf.strip(), []))
@@ -100,7 +120,8 @@ def logical_lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
 
 
 def parse_requirements(text: str, where: str, *, options: bool = False) -> RequirementsFile:
-    """Parse requirement lines; ``options`` accepts index/find-links option lines and records them."""
+    """Parse requirement lines; ``options`` accepts index/find-links option lines and records
+    them."""
     out = RequirementsFile()
     for lineno, line, _ in logical_lines(text):
         tokens = line.split()
@@ -112,7 +133,8 @@ def parse_requirements(text: str, where: str, *, options: bool = False) -> Requi
             if value and value not in into:
                 into.append(value)
             continue
-        if options and tokens[0].startswith("-"):  # --trusted-host, --pre, ...: not the mirror's business
+        # --trusted-host, --pre, ...: not the mirror's business
+        if options and tokens[0].startswith("-"):
             continue
         # the requirement is everything before the first option token
         req_tokens: list[str] = []
@@ -120,20 +142,28 @@ def parse_requirements(text: str, where: str, *, options: bool = False) -> Requi
         for t in tokens:
             (opts if t.startswith("-") or opts else req_tokens).append(t)
         if not req_tokens:
-            raise LockError(f"{where}:{lineno}: an option line without a requirement ({redact(line)!r}); "
-                            "a lock file holds only `name==version --hash=sha256:...` lines", hint=REGENERATE)
+            raise LockError(
+                f"{where}:{lineno}: an option line without a requirement ({redact(line)!r}); "
+                "a lock file holds only `name==version --hash=sha256:...` lines",
+                hint=REGENERATE,
+            )
         raw = " ".join(req_tokens)
         try:
             req = Requirement(raw)
         except InvalidRequirement as exc:
-            raise LockError(f"{where}:{lineno}: not a valid requirement {redact(raw)!r}: {redact(str(exc))}",
-                            hint=REGENERATE) from exc
+            raise LockError(
+                f"{where}:{lineno}: not a valid requirement {redact(raw)!r}: {redact(str(exc))}",
+                hint=REGENERATE,
+            ) from exc
         hashes, bad = [], []
         for opt in opts:
             m = _HASH.match(opt)
             if m is None:
-                raise LockError(f"{where}:{lineno}: unexpected option {redact(opt)!r} for {req.name} "
-                                "(only --hash=sha256:<64 hex> belongs in a lock file)", hint=REGENERATE)
+                raise LockError(
+                    f"{where}:{lineno}: unexpected option {redact(opt)!r} for {req.name} "
+                    "(only --hash=sha256:<64 hex> belongs in a lock file)",
+                    hint=REGENERATE,
+                )
             value = m.group("value")
             if m.group("algo") != "sha256" or not _SHA256.match(value):
                 bad.append(f"{m.group('algo')}:{value}")
@@ -147,8 +177,17 @@ def parse_requirements(text: str, where: str, *, options: bool = False) -> Requi
         specs = list(req.specifier)
         if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
             version = specs[0].version
-        out.reqs.append(LockedReq(canonicalize_name(req.name), raw, lineno, version, tuple(hashes),
-                                  req.url, tuple(bad)))
+        out.reqs.append(
+            LockedReq(
+                canonicalize_name(req.name),
+                raw,
+                lineno,
+                version,
+                tuple(hashes),
+                req.url,
+                tuple(bad),
+            )
+        )
     return out
 
 
@@ -158,14 +197,19 @@ def parse_requirements_text(text: str, where: str) -> list[LockedReq]:
 
 
 def read_text(path: Path, what: str = "lock file") -> str:
-    """A lock file's text: a missing, unreadable or non-UTF-8 file is a ``LockError``, not a traceback."""
+    """A lock file's text: a missing, unreadable or non-UTF-8 file is a ``LockError``, not a
+    traceback."""
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise LockError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}: {exc.reason})",
-                        hint="It was damaged, or is not a lock file. " + REGENERATE) from exc
+        raise LockError(
+            f"{path}: the {what} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+            hint="It was damaged, or is not a lock file. " + REGENERATE,
+        ) from exc
     except OSError as exc:
-        raise LockError(f"{path}: cannot read the {what}: {exc.strerror or exc}", hint=REGENERATE) from exc
+        raise LockError(
+            f"{path}: cannot read the {what}: {exc.strerror or exc}", hint=REGENERATE
+        ) from exc
 
 
 def read_step_file(path: Path, shown: str | None = None) -> list[LockedReq]:
@@ -186,20 +230,36 @@ def line_problems(reqs: Iterable[LockedReq]) -> list[LineProblem]:
     out = []
     for r in reqs:
         if r.bad_hashes:
-            out.append(LineProblem(r, "broken-lock", f"malformed hash {r.bad_hashes[0]!r} (want --hash=sha256:<64 hex>)"))
+            out.append(
+                LineProblem(
+                    r,
+                    "broken-lock",
+                    f"malformed hash {r.bad_hashes[0]!r} (want --hash=sha256:<64 hex>)",
+                )
+            )
         if r.is_vcs:
             if r.vcs_commit is None:
-                out.append(LineProblem(r, "not-pinned", "git requirement not pinned to a commit SHA"))
+                out.append(
+                    LineProblem(r, "not-pinned", "git requirement not pinned to a commit SHA")
+                )
             continue
-        if r.version is None and not r.url:  # a direct URL is pinned by its hash (name @ URL --hash=...)
+        # a direct URL is pinned by its hash (name @ URL --hash=...)
+        if r.version is None and not r.url:
             out.append(LineProblem(r, "not-pinned", f"{r.raw!r} is not pinned with =="))
         if not r.hashes and not r.bad_hashes:
-            out.append(LineProblem(r, "missing-hash", "no --hash (pip --require-hashes refuses it; every locked "
-                                   "artifact needs one)"))
+            out.append(
+                LineProblem(
+                    r,
+                    "missing-hash",
+                    "no --hash (pip --require-hashes refuses it; every locked artifact needs one)",
+                )
+            )
     return out
 
 
-def format_requirement(name: str, version: str | None, hashes: Iterable[str], url: str | None = None) -> str:
+def format_requirement(
+    name: str, version: str | None, hashes: Iterable[str], url: str | None = None
+) -> str:
     head = f"{name} @ {url}" if url else f"{name}=={version}"
     hs = sorted(set(hashes))
     if not hs:

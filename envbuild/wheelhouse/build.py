@@ -145,18 +145,29 @@ def default_cache() -> Path:
 
 def probe_target(python: Path, requires: Sequence[str] = ()) -> BuildTarget:
     try:
-        proc = run([str(python), "-c", _PROBE, *requires], capture=True, separate_stderr=True, timeout=60)
+        proc = run(
+            [str(python), "-c", _PROBE, *requires], capture=True, separate_stderr=True, timeout=60
+        )
     except (FileNotFoundError, PermissionError) as exc:
-        raise ConfigError(f"{python}: no such interpreter (give --venv DIR or --python PATH)") from exc
+        raise ConfigError(
+            f"{python}: no such interpreter (give --venv DIR or --python PATH)"
+        ) from exc
     if not proc.ok:
-        why = proc.hung_message(f"{python} (inspecting the target)") if proc.timed_out else (proc.stderr or "").strip()[-2000:]
+        why = (
+            proc.hung_message(f"{python} (inspecting the target)")
+            if proc.timed_out
+            else (proc.stderr or "").strip()[-2000:]
+        )
         raise WheelhouseError(f"{python}: cannot inspect the target interpreter:\n{why}")
     info = json.loads(proc.output or "")
     if not info.get("torch_version"):
         raise WheelhouseError(
             f"torch is not installed for {python}: wheelhouse wheels are built against the torch "
             "installed in the target environment",
-            hint="Install the stack's torch there first (envbuild provision), or pass --venv/--python of an environment that has it.",
+            hint=(
+                "Install the stack's torch there first (envbuild provision), or pass"
+                " --venv/--python of an environment that has it."
+            ),
         )
     return BuildTarget(python=python, info=info, nvcc=_nvcc_version(), cc=_cc_version())
 
@@ -177,7 +188,10 @@ def _nvcc_version() -> str | None:
     if nvcc is None or not nvcc.exists():
         return None
     try:
-        out = run([str(nvcc), "--version"], capture=True, separate_stderr=True, timeout=30).output or ""
+        out = (
+            run([str(nvcc), "--version"], capture=True, separate_stderr=True, timeout=30).output
+            or ""
+        )
     except OSError:
         return None
     m = re.search(r"V(\d+\.\d+\.\d+)", out) or re.search(r"release (\d+\.\d+)", out)
@@ -187,7 +201,9 @@ def _nvcc_version() -> str | None:
 def _cc_version() -> str | None:
     cc = os.environ.get("CC", "gcc")
     try:
-        out = run([cc, "-dumpfullversion", "-dumpversion"], capture=True, separate_stderr=True, timeout=30)
+        out = run(
+            [cc, "-dumpfullversion", "-dumpversion"], capture=True, separate_stderr=True, timeout=30
+        )
     except OSError:
         return None
     return f"{Path(cc).name} {(out.output or '').strip()}" if out.ok else None
@@ -212,8 +228,10 @@ def resolve_source(spec: WheelSpec, opts: BuildOptions) -> BuildSource:
         raise ConfigError(
             f"{spec.path}: {spec.label} is private and its source location is not configured: "
             f"set {spec.from_env}",
-            hint=f"Set {spec.from_env} (or pass --source {spec.name}=LOCATION) to a source folder, "
-            "an sdist path or URL ending in #sha256=HEX, or git+URL@COMMIT (a full commit).",
+            hint=(
+                f"Set {spec.from_env} (or pass --source {spec.name}=LOCATION) to a source folder, "
+                "an sdist path or URL ending in #sha256=HEX, or git+URL@COMMIT (a full commit)."
+            ),
         )
     return spec.source
 
@@ -232,7 +250,10 @@ def tree_sha256(folder: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
-        if any(part in _SKIP_TREE or part.endswith(".egg-info") for part in rel.parts) or not p.is_file():
+        if (
+            any(part in _SKIP_TREE or part.endswith(".egg-info") for part in rel.parts)
+            or not p.is_file()
+        ):
             continue
         h.update(rel.as_posix().encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
@@ -251,8 +272,11 @@ def fetch_sdist(source: BuildSource, opts: BuildOptions) -> Path:
         if cand.is_file():
             actual = sha256_file(cand)
             if actual != source.sha256:
-                raise WheelhouseError(f"{cand}: sha256 mismatch for the sdist: expected {source.sha256}, got {actual}",
-                                      hint="The file is not the one the spec pins; remove it or fix source.sha256.")
+                raise WheelhouseError(
+                    f"{cand}: sha256 mismatch for the sdist: expected {source.sha256}, got"
+                    f" {actual}",
+                    hint="The file is not the one the spec pins; remove it or fix source.sha256.",
+                )
             cached.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(cand, cached)
             return cached
@@ -265,8 +289,10 @@ def fetch_sdist(source: BuildSource, opts: BuildOptions) -> Path:
         except SourceError as exc:
             raise WheelhouseError(exc.message, hint=exc.hint) from exc
     looked = ", ".join(str(c) for c in candidates) or source.shown
-    raise WheelhouseError(f"sdist not found: {source.shown} (looked at {looked})",
-                          hint="Download it into a folder and pass --sources DIR, or fix source.sdist.")
+    raise WheelhouseError(
+        f"sdist not found: {source.shown} (looked at {looked})",
+        hint="Download it into a folder and pass --sources DIR, or fix source.sdist.",
+    )
 
 
 def checkout_git(source: BuildSource, opts: BuildOptions, log: Path) -> Path:
@@ -277,12 +303,17 @@ def checkout_git(source: BuildSource, opts: BuildOptions, log: Path) -> Path:
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     env = _git_env(dest.parent)
-    for argv in (["git", "init", "-q", str(dest)],
-                 ["git", "-C", str(dest), "fetch", "-q", "--depth", "1", source.location, source.commit],
-                 ["git", "-C", str(dest), "checkout", "-q", source.commit]):
+    for argv in (
+        ["git", "init", "-q", str(dest)],
+        ["git", "-C", str(dest), "fetch", "-q", "--depth", "1", source.location, source.commit],
+        ["git", "-C", str(dest), "checkout", "-q", source.commit],
+    ):
         res = run(argv, log_file=log, env=env)
         if not res.ok:
-            raise _failure(f"git checkout of {source.shown}@{source.commit} failed (exit {res.returncode})", res)
+            raise _failure(
+                f"git checkout of {source.shown}@{source.commit} failed (exit {res.returncode})",
+                res,
+            )
     (dest / ".envbuild-complete").touch()
     return dest
 
@@ -309,8 +340,15 @@ def unpack(archive: Path, dest: Path) -> Path:
                     tf.extractall(dest, filter="data")
                 else:  # pragma: no cover - Python < 3.10.12
                     for m in tf.getmembers():
-                        if m.name.startswith("/") or ".." in Path(m.name).parts or m.issym() or m.islnk():
-                            raise WheelhouseError(f"{archive.name}: unsafe member in the sdist: {m.name!r}")
+                        if (
+                            m.name.startswith("/")
+                            or ".." in Path(m.name).parts
+                            or m.issym()
+                            or m.islnk()
+                        ):
+                            raise WheelhouseError(
+                                f"{archive.name}: unsafe member in the sdist: {m.name!r}"
+                            )
                     tf.extractall(dest)
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise WheelhouseError(f"{archive}: cannot unpack the sdist: {exc}") from exc
@@ -322,12 +360,20 @@ def apply_patches(spec: WheelSpec, src: Path, log: Path) -> None:
     for patch in spec.patches:
         events.emit("info", f"applying {patch.name}")
         try:
-            res = run(["git", "apply", "-p1", "--verbose", "--whitespace=nowarn", str(patch)],
-                      cwd=src, log_file=log, env=_git_env(src.parent))
+            res = run(
+                ["git", "apply", "-p1", "--verbose", "--whitespace=nowarn", str(patch)],
+                cwd=src,
+                log_file=log,
+                env=_git_env(src.parent),
+            )
         except FileNotFoundError:
-            res = run(["patch", "-p1", "--forward", "--batch", "-i", str(patch)], cwd=src, log_file=log)
+            res = run(
+                ["patch", "-p1", "--forward", "--batch", "-i", str(patch)], cwd=src, log_file=log
+            )
         if not res.ok:
-            raise _failure(f"patch {patch.name} does not apply to {spec.label} (exit {res.returncode})", res)
+            raise _failure(
+                f"patch {patch.name} does not apply to {spec.label} (exit {res.returncode})", res
+            )
 
 
 # ----------------------------------------------------------------------------- build
@@ -345,34 +391,55 @@ def key_parts(spec: WheelSpec, source: BuildSource, target: BuildTarget) -> dict
     a miss can say which part differs)."""
     info = target.info
     return {
-        "format": REPACK_FORMAT, "spec": spec.digest, "env": build_env(spec), "backend": spec.backend,
-        "source": source_identity(source), "subdirectory": source.subdirectory,
-        "python": info["python_tag"], "platform": info["platform"],
-        "torch": {"version": info["torch_version"], "git_version": info.get("torch_git_version"),
-                  "cuda": info.get("torch_cuda"), "cxx11_abi": info.get("torch_cxx11_abi"),
-                  "payload_sha256": info.get("torch_payload_sha256")},
-        "archs": _archs(spec, info), "nvcc": target.nvcc, "cc": target.cc,
+        "format": REPACK_FORMAT,
+        "spec": spec.digest,
+        "env": build_env(spec),
+        "backend": spec.backend,
+        "source": source_identity(source),
+        "subdirectory": source.subdirectory,
+        "python": info["python_tag"],
+        "platform": info["platform"],
+        "torch": {
+            "version": info["torch_version"],
+            "git_version": info.get("torch_git_version"),
+            "cuda": info.get("torch_cuda"),
+            "cxx11_abi": info.get("torch_cxx11_abi"),
+            "payload_sha256": info.get("torch_payload_sha256"),
+        },
+        "archs": _archs(spec, info),
+        "nvcc": target.nvcc,
+        "cc": target.cc,
     }
 
 
 def cache_key(spec: WheelSpec, source: BuildSource, target: BuildTarget) -> str:
-    return hashlib.sha256(json.dumps(key_parts(spec, source, target), sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(key_parts(spec, source, target), sort_keys=True).encode()
+    ).hexdigest()
 
 
 def _archs(spec: WheelSpec, info: Mapping[str, Any]) -> str | None:
     """The GPU archs the build compiles for: ``TORCH_CUDA_ARCH_LIST`` as the build sees it, else (a
-    CUDA torch) the visible GPUs' compute capabilities, which torch's extension builder then targets."""
+    CUDA torch) the visible GPUs' compute capabilities, which torch's extension builder then
+    targets.
+    """
     env = {**os.environ, **build_env(spec)}
     if env.get("TORCH_CUDA_ARCH_LIST"):
         return env["TORCH_CUDA_ARCH_LIST"]
     if not info.get("torch_cuda") or shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture=True,
-                  separate_stderr=True, timeout=30)
+        out = run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture=True,
+            separate_stderr=True,
+            timeout=30,
+        )
     except OSError:
         return None
-    caps = sorted({c.strip() for c in (out.output or "").splitlines() if c.strip()}) if out.ok else []
+    caps = (
+        sorted({c.strip() for c in (out.output or "").splitlines() if c.strip()}) if out.ok else []
+    )
     return "visible GPUs: " + ";".join(caps) if caps else None
 
 
@@ -388,16 +455,25 @@ def cache_miss(cache: Path, parts: Mapping[str, Any], key: str) -> str | None:
         except (OSError, ValueError):
             continue
         theirs = meta.get("parts")
-        if not isinstance(theirs, dict) or theirs.get("source") != parts["source"] \
-                or theirs.get("spec") != parts["spec"]:
+        if (
+            not isinstance(theirs, dict)
+            or theirs.get("source") != parts["source"]
+            or theirs.get("spec") != parts["spec"]
+        ):
             continue
-        differ = [f"{name} {_shown(theirs_v)}, now {_shown(ours_v)}"
-                  for name, theirs_v, ours_v in _diff(theirs, parts)]
-        out.append(f"{meta.get('wheel')} was built for another key ({'; '.join(differ) or 'format'})")
+        differ = [
+            f"{name} {_shown(theirs_v)}, now {_shown(ours_v)}"
+            for name, theirs_v, ours_v in _diff(theirs, parts)
+        ]
+        out.append(
+            f"{meta.get('wheel')} was built for another key ({'; '.join(differ) or 'format'})"
+        )
     return "; ".join(out) or None
 
 
-def _diff(theirs: Mapping[str, Any], ours: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+def _diff(
+    theirs: Mapping[str, Any], ours: Mapping[str, Any], prefix: str = ""
+) -> list[tuple[str, Any, Any]]:
     out: list[tuple[str, Any, Any]] = []
     for name in sorted(set(theirs) | set(ours)):
         a, b = theirs.get(name), ours.get(name)
@@ -416,7 +492,11 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
     """Build (or take from the cache) the wheelhouse wheel of ``spec`` into ``opts.out``."""
     start = time.monotonic()
     source = resolve_source(spec, opts)
-    requires = tuple(dict.fromkeys(("setuptools", *spec.requires))) if spec.backend == "pip" else spec.requires
+    requires = (
+        tuple(dict.fromkeys(("setuptools", *spec.requires)))
+        if spec.backend == "pip"
+        else spec.requires
+    )
     target = target or probe_target(opts.python, requires)
     parts = key_parts(spec, source, target)
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -428,7 +508,9 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
         if cached_wheel.is_file() and sha256_file(cached_wheel) == meta["sha256"]:
             wheel = _publish(cached_wheel, opts.out)
             events.emit("ok", f"{spec.label}: cached {wheel.name}", spec=spec.name, cached=True)
-            return BuildResult(spec.name, meta["version"], wheel, True, time.monotonic() - start, key, None)
+            return BuildResult(
+                spec.name, meta["version"], wheel, True, time.monotonic() - start, key, None
+            )
     why = cache_miss(opts.cache, parts, key) if opts.use_cache else None
     if why:
         events.emit("info", f"{spec.label}: not reusing the cache: {why}", spec=spec.name)
@@ -443,58 +525,109 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
         raise WheelhouseError(
             f"{spec.label} builds CUDA code (arch_list {', '.join(spec.arch_list)}), but torch "
             f"{target.torch_version} in {target.python} is not a CUDA build",
-            hint="Build in the environment that holds the stack's CUDA torch (--venv).")
+            hint="Build in the environment that holds the stack's CUDA torch (--venv).",
+        )
     if spec.arch_list and target.nvcc is None:
-        raise WheelhouseError(f"{spec.label} builds CUDA code, but nvcc was not found",
-                              hint="Install the CUDA toolkit matching torch's CUDA, or set CUDA_HOME.")
+        raise WheelhouseError(
+            f"{spec.label} builds CUDA code, but nvcc was not found",
+            hint="Install the CUDA toolkit matching torch's CUDA, or set CUDA_HOME.",
+        )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     log = opts.out / "logs" / f"{spec.name}-{spec.version}-{stamp}.log"
     work = opts.cache / "work" / f"{spec.name}-{key[:12]}"
     shutil.rmtree(work, ignore_errors=True)
-    events.emit("step", f"{spec.label}: building against torch {target.torch_version}", spec=spec.name, log=str(log))
+    events.emit(
+        "step",
+        f"{spec.label}: building against torch {target.torch_version}",
+        spec=spec.name,
+        log=str(log),
+    )
     src = _prepare_source(spec, source, opts, work, log)
     dist = work / "dist"
     result = _run_build(spec, target, src, dist, log)
     built = sorted(dist.glob("*.whl"))
     if len(built) != 1:
-        raise WheelhouseError(f"{spec.label}: the build made {len(built)} wheels in {dist}, expected 1",
-                              hint=f"full log: {log}")
+        raise WheelhouseError(
+            f"{spec.label}: the build made {len(built)} wheels in {dist}, expected 1",
+            hint=f"full log: {log}",
+        )
     from packaging.utils import parse_wheel_filename
 
     built_name, built_version = parse_wheel_filename(built[0].name)[:2]
     if built_name != spec.name or built_version.public != spec.version:
-        raise WheelhouseError(f"{spec.label}: the source built {built[0].name}, not {spec.name} {spec.version}",
-                              hint=f"Check the spec's source ({source.shown}) and version. full log: {log}")
+        raise WheelhouseError(
+            f"{spec.label}: the source built {built[0].name}, not {spec.name} {spec.version}",
+            hint=f"Check the spec's source ({source.shown}) and version. full log: {log}",
+        )
     provenance = _provenance(spec, source, target, key, parts, why)
-    local = None if spec.keep_version else local_tag(target.torch_version, target.info.get("torch_cuda"))
+    local = (
+        None
+        if spec.keep_version
+        else local_tag(target.torch_version, target.info.get("torch_cuda"))
+    )
     repacked = repack_wheel(built[0], slot, local, provenance)
-    atomic_write_json(meta_file, {"wheel": repacked.path.name, "version": repacked.version,
-                                  "sha256": sha256_file(repacked.path), "seconds": round(result.seconds, 1),
-                                  "parts": parts})
+    atomic_write_json(
+        meta_file,
+        {
+            "wheel": repacked.path.name,
+            "version": repacked.version,
+            "sha256": sha256_file(repacked.path),
+            "seconds": round(result.seconds, 1),
+            "parts": parts,
+        },
+    )
     wheel = _publish(repacked.path, opts.out)
     if not opts.keep_work:
         shutil.rmtree(work, ignore_errors=True)
-    events.emit("ok", f"{spec.label}: built {wheel.name} in {result.seconds:.1f} s", spec=spec.name, cached=False)
-    return BuildResult(spec.name, repacked.version, wheel, False, time.monotonic() - start, key, log,
-                       repacked.removed_requires, why)
+    events.emit(
+        "ok",
+        f"{spec.label}: built {wheel.name} in {result.seconds:.1f} s",
+        spec=spec.name,
+        cached=False,
+    )
+    return BuildResult(
+        spec.name,
+        repacked.version,
+        wheel,
+        False,
+        time.monotonic() - start,
+        key,
+        log,
+        repacked.removed_requires,
+        why,
+    )
 
 
-def _prepare_source(spec: WheelSpec, source: BuildSource, opts: BuildOptions, work: Path, log: Path) -> Path:
+def _prepare_source(
+    spec: WheelSpec, source: BuildSource, opts: BuildOptions, work: Path, log: Path
+) -> Path:
     if source.kind == "sdist":
         src = unpack(fetch_sdist(source, opts), work / "src")
     elif source.kind == "git":
         src = work / "src"
-        shutil.copytree(checkout_git(source, opts, log), src, ignore=shutil.ignore_patterns(".git", ".envbuild-complete"))
+        shutil.copytree(
+            checkout_git(source, opts, log),
+            src,
+            ignore=shutil.ignore_patterns(".git", ".envbuild-complete"),
+        )
     else:
         folder = Path(source.location)
         if not folder.is_dir():
             raise WheelhouseError(f"{spec.label}: source folder not found: {folder}")
         src = work / "src"
-        shutil.copytree(folder, src, ignore=lambda d, names: [n for n in names if n in _SKIP_TREE or n.endswith(".egg-info")])
+        shutil.copytree(
+            folder,
+            src,
+            ignore=lambda d, names: [
+                n for n in names if n in _SKIP_TREE or n.endswith(".egg-info")
+            ],
+        )
     if source.subdirectory:
         src = src / source.subdirectory
         if not src.is_dir():
-            raise WheelhouseError(f"{spec.label}: source.subdirectory {source.subdirectory!r} not found in the source")
+            raise WheelhouseError(
+                f"{spec.label}: source.subdirectory {source.subdirectory!r} not found in the source"
+            )
     apply_patches(spec, src, log)
     return src
 
@@ -502,15 +635,39 @@ def _prepare_source(spec: WheelSpec, source: BuildSource, opts: BuildOptions, wo
 def _run_build(spec: WheelSpec, target: BuildTarget, src: Path, dist: Path, log: Path) -> RunResult:
     py = str(target.python)
     if spec.backend == "pip":
-        argv = [py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
-                "--no-cache-dir", "-v", "-w", str(dist), str(src)]
+        argv = [
+            py,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-index",
+            "--no-cache-dir",
+            "-v",
+            "-w",
+            str(dist),
+            str(src),
+        ]
     elif spec.backend == "uv":  # the target venv needs no pip or build (uv makes bare venvs)
         from envbuild.installer.python import find_uv
 
         uv = find_uv()
         if uv is None:
-            raise WheelhouseError(f"{spec.label}: the uv build backend needs uv, which is not installed")
-        argv = [uv, "build", "--wheel", "--no-build-isolation", "--python", py, "--out-dir", str(dist), str(src)]
+            raise WheelhouseError(
+                f"{spec.label}: the uv build backend needs uv, which is not installed"
+            )
+        argv = [
+            uv,
+            "build",
+            "--wheel",
+            "--no-build-isolation",
+            "--python",
+            py,
+            "--out-dir",
+            str(dist),
+            str(src),
+        ]
     else:
         argv = [py, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
@@ -546,8 +703,14 @@ def _failure(message: str, res: RunResult) -> WheelhouseError:
     return WheelhouseError(message, hint=redact("\n".join(parts)))
 
 
-def _provenance(spec: WheelSpec, source: BuildSource, target: BuildTarget, key: str, parts: Mapping[str, Any],
-                why: str | None) -> dict[str, Any]:
+def _provenance(
+    spec: WheelSpec,
+    source: BuildSource,
+    target: BuildTarget,
+    key: str,
+    parts: Mapping[str, Any],
+    why: str | None,
+) -> dict[str, Any]:
     info = target.info
     src: dict[str, Any] = {"kind": source.kind, "location": source.shown}
     if source.kind == "sdist":
@@ -561,9 +724,14 @@ def _provenance(spec: WheelSpec, source: BuildSource, target: BuildTarget, key: 
     return {
         "schema": PROVENANCE_SCHEMA,
         "tool": f"envbuild {__version__}",
-        "torch": {"version": info["torch_version"], "git_version": info.get("torch_git_version"),
-                  "cuda": info.get("torch_cuda"), "record_sha256": info.get("torch_record_sha256"),
-                  "payload_sha256": info.get("torch_payload_sha256"), "cxx11_abi": info.get("torch_cxx11_abi")},
+        "torch": {
+            "version": info["torch_version"],
+            "git_version": info.get("torch_git_version"),
+            "cuda": info.get("torch_cuda"),
+            "record_sha256": info.get("torch_record_sha256"),
+            "payload_sha256": info.get("torch_payload_sha256"),
+            "cxx11_abi": info.get("torch_cxx11_abi"),
+        },
         "cuda": {"torch": info.get("torch_cuda"), "nvcc": target.nvcc},
         "compiler": {"cc": target.cc, "nvcc": target.nvcc},
         "arch_list": list(spec.arch_list),
@@ -571,19 +739,26 @@ def _provenance(spec: WheelSpec, source: BuildSource, target: BuildTarget, key: 
         "platform": info["platform"],
         "source": src,
         "spec": {"file": spec.path.name, "digest": spec.digest},
-        "build": {"backend": spec.backend, "env": {k: redact(v) for k, v in build_env(spec).items()},
-                  "cache_key": key, "key_parts": dict(parts), "not_reused": why,
-                  "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+        "build": {
+            "backend": spec.backend,
+            "env": {k: redact(v) for k, v in build_env(spec).items()},
+            "cache_key": key,
+            "key_parts": dict(parts),
+            "not_reused": why,
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
     }
 
 
 def _publish(wheel: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     dest = out / wheel.name
-    if not (dest.is_file() and dest.stat().st_size == wheel.stat().st_size and sha256_file(dest) == sha256_file(wheel)):
+    if not (
+        dest.is_file()
+        and dest.stat().st_size == wheel.stat().st_size
+        and sha256_file(dest) == sha256_file(wheel)
+    ):
         tmp = dest.with_name(f".{dest.name}.tmp")
         shutil.copyfile(wheel, tmp)
         tmp.replace(dest)
     return dest
-
-

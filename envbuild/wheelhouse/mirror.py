@@ -8,8 +8,8 @@ find-links, and keeps the files whose sha256 is pinned.
 Downloads go through the one downloader (``index.download``): the sha256 is checked against the
 lock (a mismatching file is deleted, and the error names the URL and both hashes), transient
 failures are retried by ``index.net``'s rule within its deadline, an interrupted download resumes
-from its ``.partial`` file with an HTTP Range request, and several files download in parallel. URLs may carry credentials
-(``https://user:token@host/simple``): they are used, and only ``redact``-ed forms are shown or
+from its ``.partial`` file with an HTTP Range request, and several files download in parallel. URLs
+may carry credentials (``https://user:token@host/simple``): they are used, and only ``redact``-ed forms are shown or
 written.
 """
 
@@ -42,8 +42,21 @@ if TYPE_CHECKING:
     import requests
 
 
-__all__ = ["Artifact", "LockSources", "MirrorPackage", "MirrorResult", "fits_target", "lock_sources",
-           "manifest_artifacts", "mirror", "read_requirements", "resolve", "select", "select_target", "sizes"]
+__all__ = [
+    "Artifact",
+    "LockSources",
+    "MirrorPackage",
+    "MirrorResult",
+    "fits_target",
+    "lock_sources",
+    "manifest_artifacts",
+    "mirror",
+    "read_requirements",
+    "resolve",
+    "select",
+    "select_target",
+    "sizes",
+]
 
 
 @dataclass(frozen=True)
@@ -89,9 +102,13 @@ def read_requirements(path: Path, into: LockSources | None = None) -> LockSource
         _add(out.find_links, u)
     for r in parsed.reqs:
         if r.url is None and r.version is None:
-            raise WheelhouseError(f"{path}:{r.line}: not an exact pin (name==version): {redact(r.raw)}")
+            raise WheelhouseError(
+                f"{path}:{r.line}: not an exact pin (name==version): {redact(r.raw)}"
+            )
         if not r.hashes:
-            raise WheelhouseError(f"{path}:{r.line}: {r.name} has no --hash; the mirror needs a hash-pinned lock")
+            raise WheelhouseError(
+                f"{path}:{r.line}: {r.name} has no --hash; the mirror needs a hash-pinned lock"
+            )
         out.packages.append(MirrorPackage(r.name, r.version or "", r.hashes, r.url, path.name))
     return out
 
@@ -100,8 +117,10 @@ def lock_sources(lock_dir: Path) -> LockSources:
     """Every ``*.txt`` requirement file of a lock folder (``lockfiles/<profile>/``)."""
     files = sorted(lock_dir.glob("*.txt"))
     if not files:
-        raise WheelhouseError(f"{lock_dir}: no hash-pinned requirement files (*.txt) in the lock",
-                              hint="Run `envbuild lock --profile NAME` first.")
+        raise WheelhouseError(
+            f"{lock_dir}: no hash-pinned requirement files (*.txt) in the lock",
+            hint="Run `envbuild lock --profile NAME` first.",
+        )
     sources = LockSources()
     for f in files:
         read_requirements(f, sources)
@@ -117,22 +136,34 @@ def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
     """
     lock = read_lock(lock_dir)
     if lock is None:
-        raise WheelhouseError(f"{lock_dir / MANIFEST}: no lock manifest there", hint="Run `envbuild lock` first.")
+        raise WheelhouseError(
+            f"{lock_dir / MANIFEST}: no lock manifest there", hint="Run `envbuild lock` first."
+        )
     artifacts: list[Artifact] = []
     rest = LockSources()
     for step in lock.steps:
         if not step.locked:
-            events.emit("warn", f"{lock.path}: step {step.name!r} is not locked; nothing to mirror for it")
+            events.emit(
+                "warn", f"{lock.path}: step {step.name!r} is not locked; nothing to mirror for it"
+            )
             continue
         src = step.sources
         for pkg in step.packages:
-            if pkg.vcs is not None:  # a git or direct-URL pin: built into a wheel (``wheelhouse.vcsbuild``)
+            # a git or direct-URL pin: built into a wheel (``wheelhouse.vcsbuild``)
+            if pkg.vcs is not None:
                 continue
             usable = [a for a in pkg.artifacts if a.url and "***@" not in a.url and a.sha256]
             artifacts.extend(usable)
             if not usable:
-                rest.packages.append(MirrorPackage(canonicalize_name(pkg.name), pkg.version or "",
-                                                   pkg.hashes, None, step.file or ""))
+                rest.packages.append(
+                    MirrorPackage(
+                        canonicalize_name(pkg.name),
+                        pkg.version or "",
+                        pkg.hashes,
+                        None,
+                        step.file or "",
+                    )
+                )
                 for u in [src.index_url, *src.extra_index_urls]:
                     if u and "***@" not in u:
                         _add(rest.indexes, u.rstrip("/"))
@@ -150,8 +181,11 @@ def _add(items: list[str], value: str) -> None:
 # ----------------------------------------------------------------------------- resolution
 
 
-def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), http: requests.Session | None = None) -> list[Artifact]:
-    """An ``Artifact`` per pinned hash found on the lock's indexes and find-links (``index.ArtifactFinder``)."""
+def resolve(
+    sources: LockSources, *, extra_indexes: Sequence[str] = (), http: requests.Session | None = None
+) -> list[Artifact]:
+    """An ``Artifact`` per pinned hash found on the lock's indexes and find-links
+    (``index.ArtifactFinder``)."""
     http = http or session()
     indexes = tuple(dict.fromkeys([*extra_indexes, *sources.indexes]))
     links = ArtifactFinder(Sources((), tuple(sources.find_links)), http=http)
@@ -160,8 +194,13 @@ def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), http: re
     for pkg in sources.packages:
         wanted = set(pkg.hashes)
         if pkg.url:
-            artifacts.append(Artifact(unquote(urlsplit(pkg.url).path.rsplit("/", 1)[-1]), pkg.url.split("#")[0],
-                                      pkg.hashes[0]))
+            artifacts.append(
+                Artifact(
+                    unquote(urlsplit(pkg.url).path.rsplit("/", 1)[-1]),
+                    pkg.url.split("#")[0],
+                    pkg.hashes[0],
+                )
+            )
             continue
         found = {a.sha256: a for a in links.matching(pkg.name, None, wanted)}
         for index in indexes:
@@ -171,15 +210,28 @@ def resolve(sources: LockSources, *, extra_indexes: Sequence[str] = (), http: re
             for a in on_index:
                 found.setdefault(a.sha256, a)
         if not found:
-            where = ", ".join(redact(u) for u in [*indexes, *sources.find_links]) or "no index configured"
-            unresolved.append(f"{pkg.name}=={pkg.version} ({pkg.source}): none of its {len(wanted)} "
-                              f"pinned files is on {where}")
+            where = (
+                ", ".join(redact(u) for u in [*indexes, *sources.find_links])
+                or "no index configured"
+            )
+            unresolved.append(
+                f"{pkg.name}=={pkg.version} ({pkg.source}): none of its {len(wanted)} "
+                f"pinned files is on {where}"
+            )
         for sha in sorted(wanted - found.keys()):
-            events.emit("debug", f"{pkg.name}=={pkg.version}: pinned sha256 {sha[:16]}... not found on any index")
+            events.emit(
+                "debug",
+                f"{pkg.name}=={pkg.version}: pinned sha256 {sha[:16]}... not found on any index",
+            )
         artifacts.extend(found.values())
     if unresolved:
-        raise WheelhouseError("cannot locate locked artifacts:\n" + "\n".join(f"  {u}" for u in unresolved),
-                              hint="A nightly may have left its index: mirror while it is there, or add a --index-url that still has it.")
+        raise WheelhouseError(
+            "cannot locate locked artifacts:\n" + "\n".join(f"  {u}" for u in unresolved),
+            hint=(
+                "A nightly may have left its index: mirror while it is there, or add a --index-url"
+                " that still has it."
+            ),
+        )
     return artifacts
 
 
@@ -200,7 +252,9 @@ def _fits_python(interpreter: str, abi: str, python: str) -> bool:
 # ----------------------------------------------------------------------------- download
 
 
-def sizes(artifacts: Iterable[Artifact], *, http: requests.Session | None = None, jobs: int = 8) -> dict[str, int | None]:
+def sizes(
+    artifacts: Iterable[Artifact], *, http: requests.Session | None = None, jobs: int = 8
+) -> dict[str, int | None]:
     """{filename: bytes} of artifacts not downloaded (a HEAD request each; None where unknown)."""
     http = http or session()
 
@@ -222,7 +276,9 @@ def sizes(artifacts: Iterable[Artifact], *, http: requests.Session | None = None
         return dict(zip((a.filename for a in todo), pool.map(size, todo), strict=True))
 
 
-def select(artifacts: Iterable[Artifact], python: str | None = None, platform: str | None = None) -> list[Artifact]:
+def select(
+    artifacts: Iterable[Artifact], python: str | None = None, platform: str | None = None
+) -> list[Artifact]:
     """Keep wheels for one interpreter tag (``cp313``) and platform glob (``manylinux*_x86_64``)."""
     kept = []
     for a in artifacts:
@@ -231,7 +287,9 @@ def select(artifacts: Iterable[Artifact], python: str | None = None, platform: s
             tags = parse_wheel_filename(name)[3]
             if python and not any(_fits_python(t.interpreter, t.abi, python) for t in tags):
                 continue
-            if platform and not any(t.platform == "any" or fnmatch.fnmatch(t.platform, platform) for t in tags):
+            if platform and not any(
+                t.platform == "any" or fnmatch.fnmatch(t.platform, platform) for t in tags
+            ):
                 continue
         kept.append(a)
     return kept
@@ -240,7 +298,9 @@ def select(artifacts: Iterable[Artifact], python: str | None = None, platform: s
 # ----------------------------------------------------------------------------- download
 
 
-def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, deadline: float | None = None) -> MirrorResult:
+def mirror(
+    artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, deadline: float | None = None
+) -> MirrorResult:
     """Download every artifact into ``out`` (``index.download``: its retries; ``deadline``: the
     seconds a file may go without progress, default ``ENVBUILD_NET_DEADLINE`` or 30); errors are
     collected and raised together at the end."""
@@ -272,10 +332,18 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, deadline:
             now = time.monotonic()
             if now - last[0] > 0.1 or (total is not None and done >= total):
                 last[0] = now
-                events.emit("debug", f"{a.filename} {done}/{total}", download=a.filename, completed=done, total=total)
+                events.emit(
+                    "debug",
+                    f"{a.filename} {done}/{total}",
+                    download=a.filename,
+                    completed=done,
+                    total=total,
+                )
 
         try:
-            return download(a.url, out / a.filename, a.sha256, http=http, deadline=deadline, on_bytes=on_bytes)
+            return download(
+                a.url, out / a.filename, a.sha256, http=http, deadline=deadline, on_bytes=on_bytes
+            )
         except SourceError as exc:
             raise WheelhouseError(exc.message, hint=exc.hint) from exc
 
@@ -288,7 +356,9 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, deadline:
             except WheelhouseError as exc:
                 with lock:
                     errors.append(str(exc).replace("\n", " "))
-                events.emit("fail", f"{a.filename}: {exc.message}", download=a.filename, failed=True)
+                events.emit(
+                    "fail", f"{a.filename}: {exc.message}", download=a.filename, failed=True
+                )
                 continue
             with lock:
                 downloaded.append(path)
@@ -296,9 +366,11 @@ def mirror(artifacts: Sequence[Artifact], out: Path, *, jobs: int = 4, deadline:
     manifest = out / "wheelhouse.json"
     _write_manifest(manifest, artifacts, out)
     if errors:
-        raise WheelhouseError(f"{len(errors)} of {len(artifacts)} artifacts failed to mirror:\n"
-                              + "\n".join(f"  {e}" for e in errors),
-                              hint="Good files are kept; run the mirror again to retry the rest.")
+        raise WheelhouseError(
+            f"{len(errors)} of {len(artifacts)} artifacts failed to mirror:\n"
+            + "\n".join(f"  {e}" for e in errors),
+            hint="Good files are kept; run the mirror again to retry the rest.",
+        )
     return MirrorResult(tuple(downloaded), tuple(present), manifest)
 
 
@@ -314,8 +386,13 @@ def _write_manifest(path: Path, artifacts: Sequence[Artifact], out: Path) -> Non
             existing = {}
     for a in artifacts:
         if (out / a.filename).is_file():
-            existing[a.filename] = {"name": a.project or "", "version": a.version or "", "filename": a.filename,
-                                    "sha256": a.sha256, "size": (out / a.filename).stat().st_size,
-                                    "url": redact(a.url or "")}
+            existing[a.filename] = {
+                "name": a.project or "",
+                "version": a.version or "",
+                "filename": a.filename,
+                "sha256": a.sha256,
+                "size": (out / a.filename).stat().st_size,
+                "url": redact(a.url or ""),
+            }
     rows = sorted(existing.values(), key=lambda x: x["filename"])
     atomic_write_json(path, {"schema": 1, "artifacts": rows, **kept})

@@ -89,9 +89,12 @@ def write_index(root: Path) -> IndexResult:
     for name, files in projects.items():
         rows = [_link(f"../../{quote(n)}#sha256={hashes[n]}", n) for n in files]
         atomic_write_text(simple / name / "index.html", _page(f"Links for {name}", rows))
-    atomic_write_text(simple / "index.html",
-                      _page("Simple index", [_link(f"{p}/", p) for p in sorted(projects)]))
-    flat = [_link(f"{quote(n)}#sha256={hashes[n]}", n) for p in sorted(projects) for n in projects[p]]
+    atomic_write_text(
+        simple / "index.html", _page("Simple index", [_link(f"{p}/", p) for p in sorted(projects)])
+    )
+    flat = [
+        _link(f"{quote(n)}#sha256={hashes[n]}", n) for p in sorted(projects) for n in projects[p]
+    ]
     atomic_write_text(root / "index.html", _page("Wheelhouse", flat))
     atomic_write_text(root / _HASH_CACHE, json.dumps({"artifacts": cache_rows}, indent=1) + "\n")
     return IndexResult(root, {canonicalize_name(p): v for p, v in sorted(projects.items())})

@@ -48,15 +48,21 @@ def check_archive(zf: zipfile.ZipFile, shown: str) -> None:
     for info in zf.infolist():
         name = info.filename
         if name.startswith("/") or name.startswith("\\") or (len(name) > 1 and name[1] == ":"):
-            raise WheelhouseError(f"{shown}: refusing a wheel with an absolute path in its archive: {name!r}")
+            raise WheelhouseError(
+                f"{shown}: refusing a wheel with an absolute path in its archive: {name!r}"
+            )
         parts = PurePosixPath(name.replace("\\", "/")).parts
         if ".." in parts:
             raise WheelhouseError(f"{shown}: refusing a wheel with a '..' path component: {name!r}")
         mode = info.external_attr >> 16
         if stat.S_ISLNK(mode):
-            raise WheelhouseError(f"{shown}: refusing a wheel that contains a symbolic link: {name!r}")
+            raise WheelhouseError(
+                f"{shown}: refusing a wheel that contains a symbolic link: {name!r}"
+            )
         if name in seen:
-            raise WheelhouseError(f"{shown}: refusing a wheel with a duplicate archive entry: {name!r}")
+            raise WheelhouseError(
+                f"{shown}: refusing a wheel with a duplicate archive entry: {name!r}"
+            )
         seen.add(name)
 
 
@@ -74,10 +80,14 @@ def _verify_record(zf: zipfile.ZipFile, record_name: str, shown: str) -> None:
         try:
             data = zf.read(path)
         except KeyError as exc:
-            raise WheelhouseError(f"{shown}: RECORD lists {path!r}, which is not in the archive") from exc
+            raise WheelhouseError(
+                f"{shown}: RECORD lists {path!r}, which is not in the archive"
+            ) from exc
         algo, _, _ = hash_.partition("=")
         if algo == "sha256" and _record_hash(data) != hash_:
-            raise WheelhouseError(f"{shown}: {path!r} does not match its RECORD hash (corrupt wheel)")
+            raise WheelhouseError(
+                f"{shown}: {path!r} does not match its RECORD hash (corrupt wheel)"
+            )
 
 
 def _edit_metadata(text: str, new_version: str) -> tuple[str, list[str]]:
@@ -104,7 +114,9 @@ def _edit_metadata(text: str, new_version: str) -> tuple[str, list[str]]:
     return "\n".join(out) + sep + body, removed
 
 
-def repack_wheel(src: Path, dest_dir: Path, local: str | None, provenance: dict[str, Any]) -> Repacked:
+def repack_wheel(
+    src: Path, dest_dir: Path, local: str | None, provenance: dict[str, Any]
+) -> Repacked:
     """Write the wheelhouse version of ``src`` into ``dest_dir`` and return it (``local`` None: the
     version and requirements kept, see the module docstring)."""
     shown = src.name
@@ -120,11 +132,24 @@ def repack_wheel(src: Path, dest_dir: Path, local: str | None, provenance: dict[
     with zf:
         check_archive(zf, shown)
         infos = zf.infolist()
-        dist_infos = {i.filename.split("/", 1)[0] for i in infos
-                      if i.filename.split("/", 1)[0].endswith(".dist-info")}
-        old_di = next((d for d in dist_infos if canonicalize_name(d[: -len(".dist-info")].rsplit("-", 1)[0]) == name), None)
+        dist_infos = {
+            i.filename.split("/", 1)[0]
+            for i in infos
+            if i.filename.split("/", 1)[0].endswith(".dist-info")
+        }
+        old_di = next(
+            (
+                d
+                for d in dist_infos
+                if canonicalize_name(d[: -len(".dist-info")].rsplit("-", 1)[0]) == name
+            ),
+            None,
+        )
         if old_di is None or len(dist_infos) != 1:
-            raise WheelhouseError(f"{shown}: expected exactly one {name}-*.dist-info folder, found {sorted(dist_infos) or 'none'}")
+            raise WheelhouseError(
+                f"{shown}: expected exactly one {name}-*.dist-info folder, found"
+                f" {sorted(dist_infos) or 'none'}"
+            )
         _verify_record(zf, f"{old_di}/RECORD", shown)
         old_data = old_di[: -len(".dist-info")] + ".data"
         stem = f"{name.replace('-', '_')}-{new_version}"
@@ -141,7 +166,10 @@ def repack_wheel(src: Path, dest_dir: Path, local: str | None, provenance: dict[
         entries: list[tuple[zipfile.ZipInfo, bytes]] = []
         removed: list[str] = []
         for info in infos:
-            if info.is_dir() or info.filename in (f"{old_di}/RECORD", f"{old_di}/{PROVENANCE_FILE}"):
+            if info.is_dir() or info.filename in (
+                f"{old_di}/RECORD",
+                f"{old_di}/{PROVENANCE_FILE}",
+            ):
                 continue
             data = zf.read(info)
             if info.filename == f"{old_di}/METADATA" and local is not None:
@@ -152,8 +180,13 @@ def repack_wheel(src: Path, dest_dir: Path, local: str | None, provenance: dict[
             new_info.compress_type = zipfile.ZIP_DEFLATED
             entries.append((new_info, data))
 
-    prov = dict(provenance, name=str(name), version=str(new_version), upstream_version=str(version),
-                removed_requires=removed)
+    prov = dict(
+        provenance,
+        name=str(name),
+        version=str(new_version),
+        upstream_version=str(version),
+        removed_requires=removed,
+    )
     prov_info = zipfile.ZipInfo(f"{new_di}/{PROVENANCE_FILE}", date_time=_NEW_ENTRY_DATE)
     prov_info.external_attr = (stat.S_IFREG | 0o644) << 16
     prov_info.compress_type = zipfile.ZIP_DEFLATED
@@ -180,7 +213,9 @@ def repack_wheel(src: Path, dest_dir: Path, local: str | None, provenance: dict[
         for info, data in entries:
             zout.writestr(info, data)
     tmp.replace(out)
-    return Repacked(path=out, name=str(name), version=str(new_version), removed_requires=tuple(removed))
+    return Repacked(
+        path=out, name=str(name), version=str(new_version), removed_requires=tuple(removed)
+    )
 
 
 def wheel_tag_string(filename: str) -> str:

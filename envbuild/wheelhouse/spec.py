@@ -77,7 +77,8 @@ class WheelSpec:
     name: str  # canonical
     version: str
     description: str = ""
-    source: BuildSource | None  # None: private, resolved from ``from_env`` or --source at build time
+    # None: private, resolved from ``from_env`` or --source at build time
+    source: BuildSource | None
     from_env: str | None = None
     backend: Backend = "pip"
     requires: tuple[str, ...] = ()
@@ -116,23 +117,29 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
     r.check_keys(src, _SOURCE_KEYS, "source")
     kinds = [k for k in ("sdist", "git", "path", "from_env") if k in src]
     if len(kinds) != 1:
-        raise r.fail("source", "needs exactly one of sdist (with sha256), git (with commit), path, "
-                     f"from_env; got {', '.join(kinds) or 'none'}")
+        raise r.fail(
+            "source",
+            "needs exactly one of sdist (with sha256), git (with commit), path, "
+            f"from_env; got {', '.join(kinds) or 'none'}",
+        )
     source: BuildSource | None = None
     from_env: str | None = None
     subdir = r.opt_str(src, "subdirectory", "source")
     if kinds[0] == "from_env":
         from_env = r.str_(src, "from_env", "source")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", from_env):
-            raise r.fail("source.from_env", f"must be an environment variable name, got {from_env!r}")
+            raise r.fail(
+                "source.from_env", f"must be an environment variable name, got {from_env!r}"
+            )
     else:
         kind = kinds[0]
         location = r.str_(src, kind, "source")
         sha = r.opt_str(src, "sha256", "source")
         commit = r.opt_str(src, "commit", "source")
         try:
-            source = make_source(kind, location, sha256=sha, commit=commit, subdirectory=subdir,
-                                 base=path.parent)
+            source = make_source(
+                kind, location, sha256=sha, commit=commit, subdirectory=subdir, base=path.parent
+            )
         except ValueError as exc:
             raise r.fail(f"source.{kind}", str(exc)) from exc
 
@@ -140,12 +147,15 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
     r.check_keys(b, _BUILD_KEYS, "build")
     backend = r.str_(b, "backend", "build", "pip")
     if backend not in BACKENDS:
-        raise r.fail("build.backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}"
-                     + did_you_mean(backend, list(BACKENDS)))
+        raise r.fail(
+            "build.backend",
+            f"must be one of {', '.join(BACKENDS)}, got {backend!r}"
+            + did_you_mean(backend, list(BACKENDS)),
+        )
     archs = r.str_list(b, "arch_list", "build")
     for i, a in enumerate(archs):
         if not _ARCH.match(a):
-            raise r.fail(f"build.arch_list[{i}]", f"must look like \"9.0\" or \"9.0a\", got {a!r}")
+            raise r.fail(f"build.arch_list[{i}]", f'must look like "9.0" or "9.0a", got {a!r}')
     patches = []
     for i, p in enumerate(r.str_list(b, "patches", "build")):
         full = (path.parent / p).resolve()
@@ -153,8 +163,10 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
             raise r.fail(f"build.patches[{i}]", f"patch file not found: {full}")
         patches.append(full)
     timeout = r.num(b, "timeout_minutes", "build", None)
-    digest_input = {"spec": spec_digest(data),
-                    "patches": [hashlib.sha256(p.read_bytes()).hexdigest() for p in patches]}
+    digest_input = {
+        "spec": spec_digest(data),
+        "patches": [hashlib.sha256(p.read_bytes()).hexdigest() for p in patches],
+    }
     return WheelSpec(
         path=path,
         name=name,
@@ -172,21 +184,34 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
     )
 
 
-def make_source(kind: str, location: str, *, sha256: str | None = None, commit: str | None = None,
-                subdirectory: str | None = None, base: Path | None = None) -> BuildSource:
+def make_source(
+    kind: str,
+    location: str,
+    *,
+    sha256: str | None = None,
+    commit: str | None = None,
+    subdirectory: str | None = None,
+    base: Path | None = None,
+) -> BuildSource:
     """A validated ``Source``; raises ``ValueError`` with the reason."""
     if kind == "sdist":
         if not sha256:
-            raise ValueError("an sdist needs its sha256 (source.sha256, or #sha256=... on the location)")
+            raise ValueError(
+                "an sdist needs its sha256 (source.sha256, or #sha256=... on the location)"
+            )
         sha256 = sha256.lower().removeprefix("sha256:")
         if not _SHA256.match(sha256):
             raise ValueError(f"sha256 must be 64 hex digits, got {sha256!r}")
         if urlsplit(location).scheme not in ("http", "https", "file"):
             location = str(_local(location, base))
-        return BuildSource(kind="sdist", location=location, sha256=sha256, subdirectory=subdirectory)
+        return BuildSource(
+            kind="sdist", location=location, sha256=sha256, subdirectory=subdirectory
+        )
     if kind == "git":
         if not commit or not _COMMIT.match(commit):
-            raise ValueError(f"a git source needs a full 40-hex commit (a branch or tag moves), got {commit!r}")
+            raise ValueError(
+                f"a git source needs a full 40-hex commit (a branch or tag moves), got {commit!r}"
+            )
         return BuildSource(kind="git", location=location, commit=commit, subdirectory=subdirectory)
     if kind == "path":
         folder = _local(location, base)
@@ -230,8 +255,14 @@ def find_spec_file(name_or_path: str, specs_dir: Path | None = None) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
         return p
-    dirs = [specs_dir] if specs_dir else [Path.cwd() / "wheelhouse_specs",
-                                          Path(__file__).resolve().parents[2] / "wheelhouse_specs"]
+    dirs = (
+        [specs_dir]
+        if specs_dir
+        else [
+            Path.cwd() / "wheelhouse_specs",
+            Path(__file__).resolve().parents[2] / "wheelhouse_specs",
+        ]
+    )
     for d in dirs:
         candidate = d / f"{name_or_path}.toml"
         if candidate.is_file():

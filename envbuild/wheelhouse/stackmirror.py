@@ -46,12 +46,14 @@ class StackMirrorRequest:
 @dataclass(frozen=True)
 class StackMirror:
     """What one mirror run did: the files downloaded or already there, the index, the target the
-    files were chosen for and what it left out (with the bytes that saved), and the git pins built."""
+    files were chosen for and what it left out (with the bytes that saved), and the git pins built.
+    """
 
     out: Path
     result: m.MirrorResult
     index: Path  # the PEP 503 root (``<out>/simple``)
-    target: tuple[str, str] | None  # (python, platform) the files were chosen for; None: not by target
+    # (python, platform) the files were chosen for; None: not by target
+    target: tuple[str, str] | None
     left_out: tuple[str, ...] = ()
     bytes_saved: int = 0
     bytes_unknown: int = 0  # left-out files whose size the index did not say
@@ -76,10 +78,14 @@ def mirror_stack(req: StackMirrorRequest) -> StackMirror:
     resolved: list[m.Artifact] = []
     if sources.packages:
         where = [*req.index_urls, *sources.indexes, *sources.find_links]
-        events.emit("step", f"resolving {len(sources.packages)} locked packages on "
-                    f"{', '.join(redact(u) for u in where) or 'no index'}")
+        events.emit(
+            "step",
+            f"resolving {len(sources.packages)} locked packages on "
+            f"{', '.join(redact(u) for u in where) or 'no index'}",
+        )
         resolved = m.resolve(sources, extra_indexes=req.index_urls)
-    everything = list({(a.filename, a.sha256): a for a in [*known, *resolved]}.values())  # a file two steps lock
+    # a file two steps lock
+    everything = list({(a.filename, a.sha256): a for a in [*known, *resolved]}.values())
     target: tuple[str, str] | None = None
     left: list[m.Artifact] = []
     if req.python_tag or req.platform:
@@ -87,33 +93,58 @@ def mirror_stack(req: StackMirrorRequest) -> StackMirror:
     elif req.all_platforms or lock is None:
         artifacts = everything
         if lock is None and not req.all_platforms:
-            events.emit("info", "no lock.json: every locked file is mirrored, for every Python and platform")
+            events.emit(
+                "info", "no lock.json: every locked file is mirrored, for every Python and platform"
+            )
     else:
         target = _target_of(lock)
         artifacts, left = m.select_target(everything, *target)
-    events.emit("step", f"mirroring {len(artifacts)} artifacts into {req.out}"
-                + (f" (for Python {target[0]} on {target[1]}; {len(left)} files for other targets left out)"
-                   if target else ""))
-    result = m.mirror(artifacts, req.out, jobs=req.jobs, deadline=req.deadline)  # bars: the front end's display
+    events.emit(
+        "step",
+        f"mirroring {len(artifacts)} artifacts into {req.out}"
+        + (
+            f" (for Python {target[0]} on {target[1]}; {len(left)} files for other targets left"
+            " out)"
+            if target
+            else ""
+        ),
+    )
+    # bars: the front end's display
+    result = m.mirror(artifacts, req.out, jobs=req.jobs, deadline=req.deadline)
     built: list[Built] = []
     if lock is not None and (vcs := vcs_packages(lock)):
         python = req.python or _builder(lock.python or "")
         built = build_vcs_wheels(lock, req.out, python=python, target=target or _target_of(lock))
-        events.emit("info", f"{len(vcs)} git/URL requirement(s): {sum(1 for b in built if not b.reused)} built, "
-                    f"{sum(1 for b in built if b.reused)} already in the wheelhouse")
+        events.emit(
+            "info",
+            f"{len(vcs)} git/URL requirement(s): {sum(1 for b in built if not b.reused)} built, "
+            f"{sum(1 for b in built if b.reused)} already in the wheelhouse",
+        )
     saved = m.sizes(left) if left else {}
     index = write_index(req.out)
-    mirrored = sum((req.out / a.filename).stat().st_size for a in {a.filename: a for a in artifacts}.values()
-                   if (req.out / a.filename).is_file())
-    return StackMirror(out=req.out, result=result, index=index.root / "simple", target=target,
-                       left_out=tuple(sorted(a.filename for a in left)),
-                       bytes_saved=sum(v for v in saved.values() if v is not None),
-                       bytes_unknown=sum(1 for v in saved.values() if v is None),
-                       bytes_mirrored=mirrored, built=tuple(built))
+    mirrored = sum(
+        (req.out / a.filename).stat().st_size
+        for a in {a.filename: a for a in artifacts}.values()
+        if (req.out / a.filename).is_file()
+    )
+    return StackMirror(
+        out=req.out,
+        result=result,
+        index=index.root / "simple",
+        target=target,
+        left_out=tuple(sorted(a.filename for a in left)),
+        bytes_saved=sum(v for v in saved.values() if v is not None),
+        bytes_unknown=sum(1 for v in saved.values() if v is None),
+        bytes_mirrored=mirrored,
+        built=tuple(built),
+    )
 
 
 def _target_of(lock: Lock) -> tuple[str, str]:
-    return (lock.target.get("python") or lock.python or "", lock.target.get("platform") or DEFAULT_PLATFORM)
+    return (
+        lock.target.get("python") or lock.python or "",
+        lock.target.get("platform") or DEFAULT_PLATFORM,
+    )
 
 
 def _builder(version: str) -> Path:
@@ -125,5 +156,8 @@ def _builder(version: str) -> Path:
             return python
     except PreflightError:
         pass
-    events.emit("info", f"no Python {version} with pip here: git requirements are built with {sys.executable}")
+    events.emit(
+        "info",
+        f"no Python {version} with pip here: git requirements are built with {sys.executable}",
+    )
     return Path(sys.executable)

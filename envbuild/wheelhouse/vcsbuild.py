@@ -63,7 +63,8 @@ def vcs_packages(lock: Lock) -> list[tuple[LockedStep, LockedPackage]]:
 
 
 def _step_source_args(step: LockedStep) -> list[str]:
-    """The step's recorded sources as pip flags (for build requirements); redacted ones are left to pip's config."""
+    """The step's recorded sources as pip flags (for build requirements); redacted ones are left to
+    pip's config."""
     src = step.sources
     args: list[str] = []
     if src.index_url and "***@" not in src.index_url:
@@ -78,7 +79,12 @@ def _step_source_args(step: LockedStep) -> list[str]:
 
 
 def _env(epoch: str | None) -> dict[str, str]:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env = {
+        **os.environ,
+        "GIT_TERMINAL_PROMPT": "0",
+        "PIP_NO_INPUT": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
     if epoch:
         env["SOURCE_DATE_EPOCH"] = epoch
     return env
@@ -87,24 +93,40 @@ def _env(epoch: str | None) -> dict[str, str]:
 def _git(args: list[str], log: Path, what: str) -> str:
     res = run(["git", *args], log_file=log, env=_env(None), capture=True, timeout=900)
     if not res.ok:
-        raise WheelhouseError(f"{what} failed (exit {res.returncode}): {redact(res.tail)[-600:]}", hint=f"Full log: {log}")
+        raise WheelhouseError(
+            f"{what} failed (exit {res.returncode}): {redact(res.tail)[-600:]}",
+            hint=f"Full log: {log}",
+        )
     return (res.output or "").strip()
 
 
 def _source(pkg: LockedPackage, work: Path, log: Path) -> tuple[Path, str | None]:
-    """The source tree (or sdist, or wheel) of a VCS/URL pin, and the SOURCE_DATE_EPOCH for its build."""
+    """The source tree (or sdist, or wheel) of a VCS/URL pin, and the SOURCE_DATE_EPOCH for its
+    build."""
     assert pkg.vcs is not None
     url = pkg.vcs.url
     if url.startswith("git+"):
         ref = GitRef(url)
         if not pkg.vcs.commit:
-            raise WheelhouseError(f"{pkg.name}: the git requirement {redact(url)} is not pinned to a commit",
-                                  hint="Run `envbuild lock` (it pins every git ref to a commit).")
+            raise WheelhouseError(
+                f"{pkg.name}: the git requirement {redact(url)} is not pinned to a commit",
+                hint="Run `envbuild lock` (it pins every git ref to a commit).",
+            )
         src = work / "src"
-        _git(["clone", "-q", "--no-checkout", ref.repo, str(src)], log, f"git clone {redact(ref.repo)}")
-        _git(["-C", str(src), "checkout", "-q", pkg.vcs.commit], log, f"git checkout {pkg.vcs.commit}")
+        _git(
+            ["clone", "-q", "--no-checkout", ref.repo, str(src)],
+            log,
+            f"git clone {redact(ref.repo)}",
+        )
+        _git(
+            ["-C", str(src), "checkout", "-q", pkg.vcs.commit],
+            log,
+            f"git checkout {pkg.vcs.commit}",
+        )
         epoch = _git(["-C", str(src), "log", "-1", "--format=%ct", pkg.vcs.commit], log, "git log")
-        sub = dict(p.split("=", 1) for p in ref.frag.lstrip("#").split("&") if "=" in p).get("subdirectory")
+        sub = dict(p.split("=", 1) for p in ref.frag.lstrip("#").split("&") if "=" in p).get(
+            "subdirectory"
+        )
         return (src / sub if sub else src), epoch
     clean = url.split("#", 1)[0]
     name = unquote(urlsplit(clean).path.rsplit("/", 1)[-1])
@@ -113,13 +135,18 @@ def _source(pkg: LockedPackage, work: Path, log: Path) -> tuple[Path, str | None
     wanted = set(pkg.hashes) | ({frag[7:]} if frag.startswith("sha256=") else set())
     got = hashlib.sha256(data).hexdigest()
     if wanted and got not in wanted:
-        raise WheelhouseError(f"{redact(clean)}: sha256 {got} is not the one the lock pins ({', '.join(sorted(wanted))})")
+        raise WheelhouseError(
+            f"{redact(clean)}: sha256 {got} is not the one the lock pins"
+            f" ({', '.join(sorted(wanted))})"
+        )
     path = work / name
     path.write_bytes(data)
     return path, None
 
 
-def _build(pkg: LockedPackage, step: LockedStep, python: Path, out: Path) -> tuple[Path, dict[str, Any]]:
+def _build(
+    pkg: LockedPackage, step: LockedStep, python: Path, out: Path
+) -> tuple[Path, dict[str, Any]]:
     assert pkg.vcs is not None
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -133,57 +160,112 @@ def _build(pkg: LockedPackage, step: LockedStep, python: Path, out: Path) -> tup
             shutil.copyfile(src, dist / src.name)
         else:
             events.emit("step", f"building {pkg.name} from {redact(pkg.vcs.url)}", log=str(log))
-            argv = [str(python), "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dist),
-                    *_step_source_args(step), str(src)]
+            argv = [
+                str(python),
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--wheel-dir",
+                str(dist),
+                *_step_source_args(step),
+                str(src),
+            ]
             res = run(argv, log_file=log, env=_env(epoch), cwd=work, timeout=3600)
             if not res.ok:
-                raise WheelhouseError(f"building {pkg.name} from {redact(pkg.vcs.url)} failed (exit {res.returncode}):\n"
-                                      f"{redact(res.tail)}", hint=f"Full log: {log}")
+                raise WheelhouseError(
+                    f"building {pkg.name} from {redact(pkg.vcs.url)} failed (exit"
+                    f" {res.returncode}):\n{redact(res.tail)}",
+                    hint=f"Full log: {log}",
+                )
         wheels = sorted(dist.glob("*.whl"))
         if len(wheels) != 1:
-            raise WheelhouseError(f"building {pkg.name} made {len(wheels)} wheels, expected 1", hint=f"Full log: {log}")
+            raise WheelhouseError(
+                f"building {pkg.name} made {len(wheels)} wheels, expected 1",
+                hint=f"Full log: {log}",
+            )
         dest = out / wheels[0].name
         tmp_dest = dest.with_name(f".{dest.name}.tmp")
         shutil.copyfile(wheels[0], tmp_dest)
         tmp_dest.replace(dest)
-    provenance = {"url": redact(pkg.vcs.url), "commit": pkg.vcs.commit, "python": str(python),
-                  "source_date_epoch": epoch, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "tool": f"envbuild {__version__} (pip wheel --no-deps)"}
+    provenance = {
+        "url": redact(pkg.vcs.url),
+        "commit": pkg.vcs.commit,
+        "python": str(python),
+        "source_date_epoch": epoch,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tool": f"envbuild {__version__} (pip wheel --no-deps)",
+    }
     return dest, provenance
 
 
-def build_vcs_wheels(lock: Lock, out: Path, *, python: Path, target: tuple[str, str]) -> list[Built]:
-    """Build (or find) the wheel of every git / direct-URL pin of ``lock`` in ``out``; record each in
-    ``lock.json`` and ``out/wheelhouse.json``. ``target``: (python, platform) the wheel must install on."""
+def build_vcs_wheels(
+    lock: Lock, out: Path, *, python: Path, target: tuple[str, str]
+) -> list[Built]:
+    """Build (or find) the wheel of every git / direct-URL pin of ``lock`` in ``out``; record each
+    in ``lock.json`` and ``out/wheelhouse.json``. ``target``: (python, platform) the wheel must
+    install on.
+    """
     results: list[Built] = []
     records: dict[str, dict[str, Any]] = {}
     changed: dict[tuple[str, str], BuiltWheel] = {}
     for step, pkg in vcs_packages(lock):
         assert pkg.vcs is not None
         have = pkg.vcs.wheel
-        if have is not None and (out / have.filename).is_file() and sha256_file(out / have.filename) == have.sha256:
-            results.append(Built(step.name, pkg.name, out / have.filename, have.sha256, have.version,
-                                 redact(pkg.vcs.url), pkg.vcs.commit, True))
+        if (
+            have is not None
+            and (out / have.filename).is_file()
+            and sha256_file(out / have.filename) == have.sha256
+        ):
+            results.append(
+                Built(
+                    step.name,
+                    pkg.name,
+                    out / have.filename,
+                    have.sha256,
+                    have.version,
+                    redact(pkg.vcs.url),
+                    pkg.vcs.commit,
+                    True,
+                )
+            )
             continue
         wheel, provenance = _build(pkg, step, python, out)
         if not fits_target(wheel.name, *target):
             wheel.unlink()
-            raise WheelhouseError(f"{pkg.name}: the wheel built from {redact(pkg.vcs.url)} ({wheel.name}) does not "
-                                  f"install on the lock's target (Python {target[0]} on {target[1]})",
-                                  hint="Mirror on a host of the target's Python and CPU, or pass --python PATH.")
+            raise WheelhouseError(
+                f"{pkg.name}: the wheel built from {redact(pkg.vcs.url)} ({wheel.name}) does not "
+                f"install on the lock's target (Python {target[0]} on {target[1]})",
+                hint="Mirror on a host of the target's Python and CPU, or pass --python PATH.",
+            )
         sha = sha256_file(wheel)
         parsed = parse_filename(wheel.name)
         version = parsed[1] if parsed else "0"
         built = BuiltWheel(filename=wheel.name, version=version, sha256=sha)
         replaced = have.sha256 if have is not None and have.sha256 != sha else None
         if replaced:
-            events.emit("warn", f"{pkg.name}: the wheel built now from {redact(pkg.vcs.url)} is not byte-identical to "
-                        f"the one lock.json recorded ({replaced[:12]}...); lock.json now records {sha[:12]}...")
+            events.emit(
+                "warn",
+                f"{pkg.name}: the wheel built now from {redact(pkg.vcs.url)} is not byte-identical"
+                f" to the one lock.json recorded ({replaced[:12]}...); lock.json now records"
+                f" {sha[:12]}...",
+            )
         if have != built:
             changed[(step.name, pkg.name)] = built
-        records[wheel.name] = {"name": pkg.name, "version": version, "filename": wheel.name, "sha256": sha,
-                               "size": wheel.stat().st_size, "url": redact(pkg.vcs.url), "built_from": provenance}
-        results.append(Built(step.name, pkg.name, wheel, sha, version, redact(pkg.vcs.url), pkg.vcs.commit, False))
+        records[wheel.name] = {
+            "name": pkg.name,
+            "version": version,
+            "filename": wheel.name,
+            "sha256": sha,
+            "size": wheel.stat().st_size,
+            "url": redact(pkg.vcs.url),
+            "built_from": provenance,
+        }
+        results.append(
+            Built(
+                step.name, pkg.name, wheel, sha, version, redact(pkg.vcs.url), pkg.vcs.commit, False
+            )
+        )
     if changed:
         _record_in_lock(lock, changed)
     if records:
@@ -195,9 +277,15 @@ def _record_in_lock(lock: Lock, changed: dict[tuple[str, str], BuiltWheel]) -> N
     steps = []
     for s in lock.steps:
         packages = tuple(
-            dataclasses.replace(p, vcs=dataclasses.replace(p.vcs, wheel=changed[(s.name, p.name)]))
-            if p.vcs is not None and (s.name, p.name) in changed else p
-            for p in s.packages)
+            (
+                dataclasses.replace(
+                    p, vcs=dataclasses.replace(p.vcs, wheel=changed[(s.name, p.name)])
+                )
+                if p.vcs is not None and (s.name, p.name) in changed
+                else p
+            )
+            for p in s.packages
+        )
         steps.append(dataclasses.replace(s, packages=packages))
     write_lock(dataclasses.replace(lock, steps=tuple(steps)))
 
@@ -209,4 +297,7 @@ def _record_in_wheelhouse(path: Path, records: dict[str, dict[str, Any]]) -> Non
             data = json.loads(path.read_text())
     rows = {a.get("filename"): a for a in data.get("artifacts", []) if isinstance(a, dict)}
     rows.update(records)
-    atomic_write_json(path, {"schema": 1, "artifacts": sorted(rows.values(), key=lambda a: str(a.get("filename")))})
+    atomic_write_json(
+        path,
+        {"schema": 1, "artifacts": sorted(rows.values(), key=lambda a: str(a.get("filename")))},
+    )

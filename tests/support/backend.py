@@ -6,7 +6,7 @@ from __future__ import annotations
 
 __all__ = ["BACKEND"]
 
-BACKEND = r'''
+BACKEND = r"""
 import base64, hashlib, os, zipfile
 try:
     import tomllib
@@ -45,5 +45,4 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
     return _wheel(wheel_directory, {"_%s_editable.pth" % _meta()[0].replace("-", "_"): os.path.abspath(".") + "\n"})
-'''
-
+"""

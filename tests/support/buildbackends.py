@@ -130,8 +130,8 @@ def write_sdist(folder: Path, name: str, version: str, backend: str = "setuptool
     module = name.replace("-", "_")
     base = f"{module}-{version}"
     pyproject = (
-        _build_system(backend) + f'[project]\nname = "{name}"\nversion = "{version}"\n'
-        'requires-python = ">=3.8"\n'
+        _build_system(backend)
+        + f'[project]\nname = "{name}"\nversion = "{version}"\nrequires-python = ">=3.8"\n'
     )
     files = {
         "pyproject.toml": pyproject,

@@ -17,7 +17,9 @@ def instructions(text: str) -> list[tuple[str, str]]:
     joined as the parser joins them."""
     parser = dockerfile_parse.DockerfileParser(fileobj=io.BytesIO())  # type: ignore[arg-type]  # the stub says IO[str]; it reads bytes
     parser.content = text
-    return [(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+    return [
+        (i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"
+    ]
 
 
 def tool_installs(text: str) -> list[str]:

@@ -93,7 +93,9 @@ def _triton(name: str, version: str) -> WheelSpec:
     )
 
 
-def _pkg(name: str, version: str, requires: Sequence[str] = (), files: Mapping[str, str] | None = None) -> WheelSpec:
+def _pkg(
+    name: str, version: str, requires: Sequence[str] = (), files: Mapping[str, str] | None = None
+) -> WheelSpec:
     return WheelSpec(name=name, version=version, requires=tuple(requires), files=dict(files or {}))
 
 
@@ -101,8 +103,11 @@ def _pkg(name: str, version: str, requires: Sequence[str] = (), files: Mapping[s
 # (download.pytorch.org serves pytorch-triton and the nvidia wheels too).
 SCENARIO: dict[str, tuple[WheelSpec, ...]] = {
     "nightly": (
-        _torch(NIGHTLY_TORCH, NIGHTLY_CUDA,
-               [f"pytorch-triton=={PYTORCH_TRITON}", f"nvidia-nccl-cu13=={NIGHTLY_NCCL}"]),
+        _torch(
+            NIGHTLY_TORCH,
+            NIGHTLY_CUDA,
+            [f"pytorch-triton=={PYTORCH_TRITON}", f"nvidia-nccl-cu13=={NIGHTLY_NCCL}"],
+        ),
         _triton("pytorch-triton", PYTORCH_TRITON),
         _pkg("nvidia-nccl-cu13", NIGHTLY_NCCL, files={"nvidia/nccl/VERSION": f"{NIGHTLY_NCCL}\n"}),
     ),
@@ -120,25 +125,46 @@ SCENARIO: dict[str, tuple[WheelSpec, ...]] = {
         # the ways torch gets swapped
         _pkg("needs-torch-212", "1.0", ["torch>=2.12"]),  # a dev nightly does not satisfy >=2.12
         _pkg("vision-pin", "1.0", ["torch==2.12.0"]),  # torchvision-style exact pin
-        _pkg("mamba-like", "1.0", ["torch", "triton", "einops-like"]),  # PyPI triton next to pytorch-triton
+        # PyPI triton next to pytorch-triton
+        _pkg("mamba-like", "1.0", ["torch", "triton", "einops-like"]),
         _pkg("eager-upgrader", "1.0", ["torch"]),  # -U --upgrade-strategy eager swaps it
         _pkg("reinstaller", "1.0", ["torch"]),  # --force-reinstall reinstalls torch
-        _pkg("overlap-a", "1.0", files={
-            "shared_pkg/__init__.py": "",
-            "shared_pkg/cute/x.py": "OWNER = 'overlap-a'\n",
-            "shared_pkg/a.py": "A = 1\n",
-        }),
-        _pkg("overlap-b", "1.0", files={
-            "shared_pkg/cute/x.py": "OWNER = 'overlap-b'\n",
-            "shared_pkg/b.py": "B = 1\n",
-        }),
+        _pkg(
+            "overlap-a",
+            "1.0",
+            files={
+                "shared_pkg/__init__.py": "",
+                "shared_pkg/cute/x.py": "OWNER = 'overlap-a'\n",
+                "shared_pkg/a.py": "A = 1\n",
+            },
+        ),
+        _pkg(
+            "overlap-b",
+            "1.0",
+            files={
+                "shared_pkg/cute/x.py": "OWNER = 'overlap-b'\n",
+                "shared_pkg/b.py": "B = 1\n",
+            },
+        ),
         # a --no-deps step leaves needs-fla-core's fla-core-like==0.5.0 unmet
-        _pkg("needs-fla-core", "1.0", ["fla-core-like==0.5.0", "einops-like"],
-             files={"fla/layers/__init__.py": "from fla.ops import moba\n"}),
-        _pkg("fla-core-like", "0.4.2", ["torch", "einops-like"],
-             files={"fla/__init__.py": "", "fla/ops/__init__.py": "# no moba in 0.4.2\n"}),
-        _pkg("fla-core-like", "0.5.0", ["torch>=2.7.0", "einops-like"],
-             files={"fla/__init__.py": "", "fla/ops/__init__.py": "moba = 'moba'\n"}),
+        _pkg(
+            "needs-fla-core",
+            "1.0",
+            ["fla-core-like==0.5.0", "einops-like"],
+            files={"fla/layers/__init__.py": "from fla.ops import moba\n"},
+        ),
+        _pkg(
+            "fla-core-like",
+            "0.4.2",
+            ["torch", "einops-like"],
+            files={"fla/__init__.py": "", "fla/ops/__init__.py": "# no moba in 0.4.2\n"},
+        ),
+        _pkg(
+            "fla-core-like",
+            "0.5.0",
+            ["torch>=2.7.0", "einops-like"],
+            files={"fla/__init__.py": "", "fla/ops/__init__.py": "moba = 'moba'\n"},
+        ),
     ),
 }
 
@@ -191,7 +217,8 @@ def scenario_wheels(tmp_path_factory: pytest.TempPathFactory) -> ScenarioWheels:
 
 @pytest.fixture(scope="session")
 def scenario_index(scenario_wheels: ScenarioWheels) -> Iterator[ScenarioIndex]:
-    """The scenario wheels over HTTP; shared, so tests must not add faults to it (use index_server)."""
+    """The scenario wheels over HTTP; shared, so tests must not add faults to it (use
+    index_server)."""
     with IndexServer({"nightly": scenario_wheels.nightly, "pypi": scenario_wheels.pypi}) as server:
         yield ScenarioIndex(server=server, wheels=scenario_wheels)
 
@@ -212,22 +239,30 @@ def index_server() -> Iterator[Callable[[Mapping[str, Path]], IndexServer]]:
 
 
 @pytest.fixture
-def private_scenario_index(tmp_path: Path, scenario_wheels: ScenarioWheels,
-                           index_server: Callable[[Mapping[str, Path]], IndexServer]) -> ScenarioIndex:
+def private_scenario_index(
+    tmp_path: Path,
+    scenario_wheels: ScenarioWheels,
+    index_server: Callable[[Mapping[str, Path]], IndexServer],
+) -> ScenarioIndex:
     """The scenario wheels in this test's own folders, on this test's own server: add faults,
     delete the nightly torch (a nightly leaving its index), add wheels, without touching others."""
     root = tmp_path / "private-index"
     for repo in ("nightly", "pypi"):
         shutil.copytree(scenario_wheels.root / repo, root / repo, copy_function=_link_or_copy)
-    files = {(repo, name, version): root / repo / path.name
-             for (repo, name, version), path in scenario_wheels.files.items()}
+    files = {
+        (repo, name, version): root / repo / path.name
+        for (repo, name, version), path in scenario_wheels.files.items()
+    }
     wheels = ScenarioWheels(root=root, nightly=root / "nightly", pypi=root / "pypi", files=files)
-    return ScenarioIndex(server=index_server({"nightly": wheels.nightly, "pypi": wheels.pypi}), wheels=wheels)
+    return ScenarioIndex(
+        server=index_server({"nightly": wheels.nightly, "pypi": wheels.pypi}), wheels=wheels
+    )
 
 
 @pytest.fixture
 def wheel_factory(tmp_path: Path) -> Callable[..., Path]:
-    """``wheel_factory(name, version, repo="pypi", requires=[...], files={...})`` -> the wheel's path."""
+    """``wheel_factory(name, version, repo="pypi", requires=[...], files={...})`` -> the wheel's
+    path."""
 
     def make(name: str, version: str, repo: str = "pypi", **kwargs: Any) -> Path:
         return build_wheel(tmp_path / "wheels" / repo, name, version, **kwargs)
@@ -240,7 +275,8 @@ def wheel_factory(tmp_path: Path) -> Callable[..., Path]:
 
 @contextlib.contextmanager
 def cache_lock(folder: Path) -> Iterator[None]:
-    """Hold an exclusive lock for ``folder`` (a cache under ``.cache/tests``) while it is checked or built.
+    """Hold an exclusive lock for ``folder`` (a cache under ``.cache/tests``) while it is checked or
+    built.
 
     pytest-xdist workers (and two test runs) share those caches: the first to arrive builds, the
     others wait and then find it built, instead of two pips writing one venv. ``flock`` on a
@@ -258,22 +294,30 @@ def cache_lock(folder: Path) -> Iterator[None]:
 # ----------------------------------------------------------------------------- environments
 
 
-def installer_env(home: Path | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def installer_env(
+    home: Path | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """os.environ without PIP_*/UV_*, with the host's pip and uv config files cut off.
 
     ``home`` becomes HOME (and the XDG cache under it), so pip's and uv's caches, and anything
     envbuild writes under ``~``, stay in the test's temp folder.
     """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "UV_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV", "ENVBUILD_LOCKFILES")}
-    env.update({
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-        "UV_NO_CONFIG": "1",
-        "NO_COLOR": "1",
-        "PYTHONUTF8": "1",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "UV_"))
+        and k not in ("PYTHONPATH", "VIRTUAL_ENV", "ENVBUILD_LOCKFILES")
+    }
+    env.update(
+        {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_INPUT": "1",
+            "UV_NO_CONFIG": "1",
+            "NO_COLOR": "1",
+            "PYTHONUTF8": "1",
+        }
+    )
     if home is not None:
         home.mkdir(parents=True, exist_ok=True)
         env["HOME"] = str(home)
@@ -315,15 +359,28 @@ class Venv:
             raise FileNotFoundError(f"no site-packages under {self.path}")
         return found[0]
 
-    def run(self, *args: str | Path, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.python), *map(str, args)], capture_output=True, text=True,
-                              env=installer_env(self.home, self.env_extra), check=check, timeout=timeout)
+    def run(
+        self, *args: str | Path, check: bool = False, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.python), *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=installer_env(self.home, self.env_extra),
+            check=check,
+            timeout=timeout,
+        )
 
-    def pip(self, *args: str | Path, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def pip(
+        self, *args: str | Path, check: bool = False, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
         """``python -m pip ARGS`` in this venv, with the host's pip config cut off."""
         out = self.run("-m", "pip", *args, timeout=timeout)
         if check and out.returncode != 0:
-            raise AssertionError(f"pip {' '.join(map(str, args))} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+            raise AssertionError(
+                f"pip {' '.join(map(str, args))} failed"
+                f" ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+            )
         return out
 
     def dists(self) -> dict[str, InstalledDist]:
@@ -345,7 +402,9 @@ class Venv:
                 for row in (info / "RECORD").read_text(encoding="utf-8").splitlines():
                     if row:
                         files.add(os.path.normpath(row.rsplit(",", 2)[0]))
-            out[canonicalize_name(name)] = InstalledDist(canonicalize_name(name), version, info, frozenset(files))
+            out[canonicalize_name(name)] = InstalledDist(
+                canonicalize_name(name), version, info, frozenset(files)
+            )
         return out
 
     def version(self, name: str) -> str | None:
@@ -365,7 +424,9 @@ class Venv:
 
 
 def _make_bare_venv(path: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "venv", str(path)], check=True, capture_output=True, timeout=300
+    )
     return path
 
 
@@ -393,13 +454,24 @@ def base_venv_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def nightly_venv_template(base_venv_template: Path, scenario_index: ScenarioIndex,
-                          tmp_path_factory: pytest.TempPathFactory) -> Path:
+def nightly_venv_template(
+    base_venv_template: Path,
+    scenario_index: ScenarioIndex,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
     """A venv with the stand-in nightly torch installed by real pip, as a torch step would."""
     path = copy_venv(base_venv_template, tmp_path_factory.mktemp("venv-templates") / "nightly")
     venv = Venv(path, home=tmp_path_factory.mktemp("template-home"))
-    venv.pip("install", "--index-url", scenario_index.nightly_url,
-             "--extra-index-url", scenario_index.pypi_url, "--pre", f"torch=={NIGHTLY_TORCH}", check=True)
+    venv.pip(
+        "install",
+        "--index-url",
+        scenario_index.nightly_url,
+        "--extra-index-url",
+        scenario_index.pypi_url,
+        "--pre",
+        f"torch=={NIGHTLY_TORCH}",
+        check=True,
+    )
     assert venv.version("torch") == NIGHTLY_TORCH
     return path
 
@@ -409,7 +481,9 @@ def make_venv(tmp_path: Path, base_venv_template: Path) -> Callable[..., Venv]:
     """``make_venv(name="venv", template=None)``: a fresh venv under tmp_path (a template copy)."""
 
     def make(name: str = "venv", template: Path | None = None) -> Venv:
-        return Venv(copy_venv(template or base_venv_template, tmp_path / name), home=tmp_path / "home")
+        return Venv(
+            copy_venv(template or base_venv_template, tmp_path / name), home=tmp_path / "home"
+        )
 
     return make
 
@@ -433,7 +507,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return (
+            "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        )
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
@@ -466,19 +542,25 @@ def stack_toml(
         "triton_provider": "pytorch-triton",
     }
     abi_table.update(abi or {})
-    layout_table: dict[str, Any] = {"root": "/mnt/data", "links": {"venv": "venv"}, "min_free_gb": 0}
+    layout_table: dict[str, Any] = {
+        "root": "/mnt/data",
+        "links": {"venv": "venv"},
+        "min_free_gb": 0,
+    }
     layout_table.update(layout or {})
     all_steps: list[Mapping[str, Any]] = []
     if baseline:
         if index is None:
             raise ValueError("baseline=True needs the scenario index")
-        all_steps.append({
-            "name": "torch",
-            "packages": [f"torch=={NIGHTLY_TORCH}"],
-            "index_url": index.nightly_url,
-            "extra_index_urls": [index.pypi_url],
-            "pre": True,
-        })
+        all_steps.append(
+            {
+                "name": "torch",
+                "packages": [f"torch=={NIGHTLY_TORCH}"],
+                "index_url": index.nightly_url,
+                "extra_index_urls": [index.pypi_url],
+                "pre": True,
+            }
+        )
     for step in steps:
         s = dict(step)
         if index is not None and not any(k in s for k in ("index_url", "no_index", "find_links")):
@@ -496,14 +578,17 @@ def stack_toml(
 
 @pytest.fixture
 def write_stack(tmp_path: Path, scenario_index: ScenarioIndex) -> Callable[..., Path]:
-    """``write_stack(steps, name=..., baseline=True, abi={...}, overlaps=[...], filename="stack.toml")``.
+    """``write_stack(steps, name=..., baseline=True, abi={...}, overlaps=[...],
+    filename="stack.toml")``.
 
     ``steps`` are dicts with the spec's step keys. The baseline step (the nightly torch from the
     nightly index, PyPI stand-in as extra index, ``pre = true``) is prepended unless
     ``baseline=False``; a step naming no source gets the stand-in PyPI as its ``index_url``.
     """
 
-    def write(steps: Sequence[Mapping[str, Any]], *, filename: str = "stack.toml", **kwargs: Any) -> Path:
+    def write(
+        steps: Sequence[Mapping[str, Any]], *, filename: str = "stack.toml", **kwargs: Any
+    ) -> Path:
         path = tmp_path / filename
         path.write_text(stack_toml(steps, index=scenario_index, **kwargs), encoding="utf-8")
         return path
@@ -524,9 +609,15 @@ class EnvbuildResult(NamedTuple):
         return self.stdout + self.stderr
 
 
-def run_cli(args: Sequence[str | Path], *, home: Path | None, cwd: Path | None = None,
-            env: Mapping[str, str] | None = None, timeout: float = 600,
-            pip_config: bool = False) -> EnvbuildResult:
+def run_cli(
+    args: Sequence[str | Path],
+    *,
+    home: Path | None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+    pip_config: bool = False,
+) -> EnvbuildResult:
     """``python -m envbuild ARGS``: the one way tests start the real CLI in a subprocess.
 
     ``installer_env(home, env)`` is its environment. ``home=None`` keeps the caller's HOME, and
@@ -537,33 +628,59 @@ def run_cli(args: Sequence[str | Path], *, home: Path | None, cwd: Path | None =
     full = installer_env(home, env)
     if pip_config:
         del full["PIP_CONFIG_FILE"]
-    out = subprocess.run([sys.executable, "-m", "envbuild", *map(str, args)], capture_output=True,
-                         text=True, cwd=cwd, env=full, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-m", "envbuild", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full,
+        timeout=timeout,
+    )
     return EnvbuildResult(out.returncode, out.stdout, out.stderr)
 
 
 @pytest.fixture
 def run_envbuild(tmp_path: Path) -> Callable[..., EnvbuildResult]:
-    """``run_envbuild(*args, env=None, cwd=None, timeout=600)`` -> ``EnvbuildResult(rc, stdout, stderr)``.
+    """``run_envbuild(*args, env=None, cwd=None, timeout=600)`` -> ``EnvbuildResult(rc, stdout,
+    stderr)``.
 
-    Runs ``python -m envbuild`` with HOME at ``tmp_path/home`` and the host's installer config cut off.
+    Runs ``python -m envbuild`` with HOME at ``tmp_path/home`` and the host's installer config cut
+    off.
     """
 
-    def run(*args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 600) -> EnvbuildResult:
+    def run(
+        *args: str | Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 600,
+    ) -> EnvbuildResult:
         return run_cli(args, home=tmp_path / "home", cwd=cwd or tmp_path, env=env, timeout=timeout)
 
     return run
 
 
 @pytest.fixture
-def provision(tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]) -> Callable[..., EnvbuildResult]:
+def provision(
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> Callable[..., EnvbuildResult]:
     """``provision(stack, *extra_args)``: provision into tmp_path/data with HOME tmp_path/home."""
 
     def run(stack: Path, *extra: str, env: Mapping[str, str] | None = None) -> EnvbuildResult:
-        return run_envbuild("provision", "--stack", stack, "--root", tmp_path / "data",
-                            "--home", tmp_path / "home", "--python", sys.executable,
-                            "--backend", "pip", *extra, env=env)
+        return run_envbuild(
+            "provision",
+            "--stack",
+            stack,
+            "--root",
+            tmp_path / "data",
+            "--home",
+            tmp_path / "home",
+            "--python",
+            sys.executable,
+            "--backend",
+            "pip",
+            *extra,
+            env=env,
+        )
 
     return run
 

@@ -1,4 +1,5 @@
-"""Real lockfiles, made by the real tools, in the shapes ML projects commit, for the check-lock gate.
+"""Real lockfiles, made by the real tools, in the shapes ML projects commit, for the check-lock
+gate.
 
 Every lock here is written by the tool itself (``uv lock``, ``uv pip compile --universal``,
 pip-tools' ``pip-compile``, ``poetry lock``, ``pip lock``) resolving OFFLINE against one local
@@ -17,11 +18,12 @@ The index (session fixture ``gate_index`` -> ``GateIndex``), one server, five re
 - ``cu130``: torch ``2.10.0+cu130`` and ``2.11.0+cu130`` (``nvidia-cuda-runtime-cu13==13.0.96``,
   ``nvidia-nccl-cu13==2.28.3`` on Linux, ``filelock-like``), the cu13 wheels, filelock-like.
 - ``cpu``: torch ``2.10.0+cpu`` (``filelock-like`` only), filelock-like.
-- ``plain``: torch builds without a local tag in their metadata (``2.10.0+cu128`` at run time), as PyPI serves them, on an index of their own so a
-  lock takes them on Linux through ``linux_index="plain"``: ``2.10.0`` (the cu12 runtime, like
-  PyPI's 2.10.0) and ``2.11.0`` (like PyPI's: the unsuffixed ``nvidia-cuda-runtime==13.0.96``,
-  ``nvidia-nccl-cu13``, on Linux). Their CUDA major is in their runtime only. The pypi repo holds
-  the unsuffixed ``nvidia-cuda-runtime 13.0.96`` that 2.11.0 requires.
+- ``plain``: torch builds without a local tag in their metadata (``2.10.0+cu128`` at run time), as
+  PyPI serves them, on an index of their own so a lock takes them on Linux through
+  ``linux_index="plain"``: ``2.10.0`` (the cu12 runtime, like PyPI's 2.10.0) and ``2.11.0`` (like
+  PyPI's: the unsuffixed ``nvidia-cuda-runtime==13.0.96``, ``nvidia-nccl-cu13``, on Linux). Their
+  CUDA major is in their runtime only. The pypi repo holds the unsuffixed ``nvidia-cuda-runtime
+  13.0.96`` that 2.11.0 requires.
 - ``releases``: prebuilt extension wheels used by URL (``<server>/releases/files/<file>``), each
   requiring ``torch`` and ``einops-like`` like the real flash-attn wheel; keys of ``EXTENSIONS``:
   ``flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE`` (healthy beside 2.10.0+cu128),
@@ -36,8 +38,9 @@ The index (session fixture ``gate_index`` -> ``GateIndex``), one server, five re
   builds ``flash_attn-2.8.3.post1+cu.13.0.torch.2.11`` (healthy beside 2.11.0+cu130),
   ``...+cu.13.0.torch.2.9`` and ``...+cu.12.8.torch.2.11``, and a tag the gate does not read,
   ``flash_attn-2.8.3+das.opt1.dtk2604.torch271`` (a DTK build). The releases repo is also a simple
-  index (``url("releases")``), as the cosmos and astral wheels are served. The file names keep the release's spelling (``...cxx11abiTRUE-py3-none-any.whl``,
-  as on flash-attn's GitHub releases); METADATA carries the normalised, lower-cased version.
+  index (``url("releases")``), as the cosmos and astral wheels are served. The file names keep the
+  release's spelling (``...cxx11abiTRUE-py3-none-any.whl``, as on flash-attn's GitHub releases);
+  METADATA carries the normalised, lower-cased version.
 
 Lock makers (each writes into a fresh folder under ``tmp`` and returns the lock's path; uv runs
 with ``--no-cache``, pip/pip-tools/Poetry with caches under ``tmp``; HOME is ``tmp/home``):
@@ -61,7 +64,8 @@ request ``gate_index``::
     def test_x(gate_index: GateIndex, tmp_path: Path) -> None:
         lock = uv_platform_lock(tmp_path, gate_index, linux_index="cu130")
 
-Tool failures raise ``ToolFailed`` (an AssertionError carrying ``argv``, ``returncode``, ``output``).
+Tool failures raise ``ToolFailed`` (an AssertionError carrying ``argv``, ``returncode``,
+``output``).
 """
 
 from __future__ import annotations
@@ -84,23 +88,44 @@ from .index import IndexServer
 from .wheels import WheelSpec
 
 __all__ = [
-    "EXTENSIONS", "GateIndex", "HEALTHY_EXTENSION", "PROJECT", "REPOS", "ToolFailed", "build_gate_wheels",
-    "gate_index", "pip_compile_requirements", "pip_lock", "poetry_lock", "poetry_bin", "uv_bin",
-    "uv_groups_lock", "uv_platform_lock", "uv_runtime_missing_lock", "uv_universal_requirements",
+    "EXTENSIONS",
+    "GateIndex",
+    "HEALTHY_EXTENSION",
+    "PROJECT",
+    "REPOS",
+    "ToolFailed",
+    "build_gate_wheels",
+    "gate_index",
+    "pip_compile_requirements",
+    "pip_lock",
+    "poetry_lock",
+    "poetry_bin",
+    "uv_bin",
+    "uv_groups_lock",
+    "uv_platform_lock",
+    "uv_runtime_missing_lock",
+    "uv_universal_requirements",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POETRY_VENV = TEST_CACHE / "poetry-venv"  # poetry_bin(): test_check_lock_anyfile.py uses it too
-PROJECT = "trainer"  # the project name in every generated pyproject.toml: uv's pseudo-extras are extra-7-trainer-<extra>
+# the project name in every generated pyproject.toml: uv's pseudo-extras are extra-7-trainer-<extra>
+PROJECT = "trainer"
 REQUIRES_PYTHON = ">=3.10"
 
 CU12_RUNTIME, CU12_NCCL = "12.8.90", "2.27.5"
 CU13_RUNTIME, CU13_NCCL = "13.0.96", "2.28.3"
 _ON_LINUX = 'platform_system == "Linux"'
-_CU12_DEPS = (f"nvidia-cuda-runtime-cu12=={CU12_RUNTIME}; {_ON_LINUX}", f"nvidia-nccl-cu12=={CU12_NCCL}; {_ON_LINUX}",
-              "filelock-like")
-_CU13_DEPS = (f"nvidia-cuda-runtime-cu13=={CU13_RUNTIME}; {_ON_LINUX}", f"nvidia-nccl-cu13=={CU13_NCCL}; {_ON_LINUX}",
-              "filelock-like")
+_CU12_DEPS = (
+    f"nvidia-cuda-runtime-cu12=={CU12_RUNTIME}; {_ON_LINUX}",
+    f"nvidia-nccl-cu12=={CU12_NCCL}; {_ON_LINUX}",
+    "filelock-like",
+)
+_CU13_DEPS = (
+    f"nvidia-cuda-runtime-cu13=={CU13_RUNTIME}; {_ON_LINUX}",
+    f"nvidia-nccl-cu13=={CU13_NCCL}; {_ON_LINUX}",
+    "filelock-like",
+)
 
 HEALTHY_EXTENSION = "flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE"
 
@@ -108,28 +133,51 @@ HEALTHY_EXTENSION = "flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE"
 # ----------------------------------------------------------------------------- the wheel set
 
 
-def _torch(version: str, cuda: str | None, requires: Sequence[str], runtime: str | None = None) -> WheelSpec:
+def _torch(
+    version: str, cuda: str | None, requires: Sequence[str], runtime: str | None = None
+) -> WheelSpec:
     """A torch wheel; ``runtime``: what ``torch.__version__`` says when it differs from the
-    distribution's version (PyPI's Linux torch: ``2.10.0`` in its metadata, ``2.10.0+cu128`` at run time)."""
-    return WheelSpec(name="torch", version=version, requires=tuple(requires), files={
-        "torch/__init__.py": "from .version import __version__ as __version__\n",
-        "torch/version.py": f"__version__ = {runtime or version!r}\ncuda = {cuda!r}\n",
-    })
+    distribution's version (PyPI's Linux torch: ``2.10.0`` in its metadata, ``2.10.0+cu128`` at run
+    time).
+    """
+    return WheelSpec(
+        name="torch",
+        version=version,
+        requires=tuple(requires),
+        files={
+            "torch/__init__.py": "from .version import __version__ as __version__\n",
+            "torch/version.py": f"__version__ = {runtime or version!r}\ncuda = {cuda!r}\n",
+        },
+    )
 
 
-def _pkg(name: str, version: str, requires: Sequence[str] = (), files: Mapping[str, str] | None = None) -> WheelSpec:
+def _pkg(
+    name: str, version: str, requires: Sequence[str] = (), files: Mapping[str, str] | None = None
+) -> WheelSpec:
     return WheelSpec(name=name, version=version, requires=tuple(requires), files=dict(files or {}))
 
 
 def _nvidia(name: str, version: str) -> WheelSpec:
-    lib = name.removeprefix("nvidia-").rsplit("-", 1)[0].replace("-", "_")  # nvidia-cuda-runtime-cu12 -> cuda_runtime
-    # every PyPI nvidia-* wheel ships the same empty nvidia/__init__.py (a namespace shared by all of them)
-    return _pkg(name, version, files={f"nvidia/{lib}/VERSION": f"{name} {version}\n", "nvidia/__init__.py": ""})
+    # nvidia-cuda-runtime-cu12 -> cuda_runtime
+    lib = name.removeprefix("nvidia-").rsplit("-", 1)[0].replace("-", "_")
+    # every PyPI nvidia-* wheel ships the same empty nvidia/__init__.py (a namespace shared by all
+    # of them)
+    return _pkg(
+        name,
+        version,
+        files={f"nvidia/{lib}/VERSION": f"{name} {version}\n", "nvidia/__init__.py": ""},
+    )
 
 
 _FILELOCK = _pkg("filelock-like", "3.0")
-_NVIDIA_CU12 = (_nvidia("nvidia-cuda-runtime-cu12", CU12_RUNTIME), _nvidia("nvidia-nccl-cu12", CU12_NCCL))
-_NVIDIA_CU13 = (_nvidia("nvidia-cuda-runtime-cu13", CU13_RUNTIME), _nvidia("nvidia-nccl-cu13", CU13_NCCL))
+_NVIDIA_CU12 = (
+    _nvidia("nvidia-cuda-runtime-cu12", CU12_RUNTIME),
+    _nvidia("nvidia-nccl-cu12", CU12_NCCL),
+)
+_NVIDIA_CU13 = (
+    _nvidia("nvidia-cuda-runtime-cu13", CU13_RUNTIME),
+    _nvidia("nvidia-nccl-cu13", CU13_NCCL),
+)
 
 
 def _extension(key: str) -> WheelSpec:
@@ -138,22 +186,26 @@ def _extension(key: str) -> WheelSpec:
 
 
 # key (the release file's "<name>-<version>", spelled as released) -> wheel
-EXTENSIONS: dict[str, WheelSpec] = {key: _extension(key) for key in (
-    HEALTHY_EXTENSION,
-    "flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE",  # built for torch 2.9: wrong minor beside 2.10
-    "flash_attn-2.8.3+cu13torch2.10cxx11abiTRUE",  # CUDA 13 build beside a cu128 torch
-    "flash_attn-2.8.3+cu12torch2.10cxx11abiFALSE",  # pre-C++11 ABI build
-    "mamba_ssm-2.2.4+cu12torch2.10cxx11abiTRUE",
-    "flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61",  # FA3 style, healthy beside 2.10.0+cu128
-    "flash_attn-2.7.0.post2+cu11torch2.5cxx11abiFALSE",  # CUDA 11 and torch 2.5
-    "flash_attn-2.6.3+cu128.torch271",  # NVIDIA cosmos: healthy beside 2.7.1+cu128
-    "flash_attn-2.6.3+cu126.torch260",  # cosmos, built for torch 2.6
-    "flash_attn-2.7.4.post1+cu130.torch29",  # cosmos, built for torch 2.9
-    "flash_attn-2.8.3.post1+cu.13.0.torch.2.11",  # wheels.astral.sh: healthy beside 2.11.0+cu130
-    "flash_attn-2.8.3.post1+cu.13.0.torch.2.9",  # astral, built for torch 2.9
-    "flash_attn-2.8.3.post1+cu.12.8.torch.2.11",  # astral, a CUDA 12 build
-    "flash_attn-2.8.3+das.opt1.dtk2604.torch271",  # a DTK build: a tag the gate does not read
-)}
+EXTENSIONS: dict[str, WheelSpec] = {
+    key: _extension(key)
+    for key in (
+        HEALTHY_EXTENSION,
+        "flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE",  # built for torch 2.9: wrong minor beside 2.10
+        "flash_attn-2.8.3+cu13torch2.10cxx11abiTRUE",  # CUDA 13 build beside a cu128 torch
+        "flash_attn-2.8.3+cu12torch2.10cxx11abiFALSE",  # pre-C++11 ABI build
+        "mamba_ssm-2.2.4+cu12torch2.10cxx11abiTRUE",
+        # FA3 style, healthy beside 2.10.0+cu128
+        "flash_attn_3-3.0.0+20260318.cu128torch2100cxx11abitrue.8afc61",
+        "flash_attn-2.7.0.post2+cu11torch2.5cxx11abiFALSE",  # CUDA 11 and torch 2.5
+        "flash_attn-2.6.3+cu128.torch271",  # NVIDIA cosmos: healthy beside 2.7.1+cu128
+        "flash_attn-2.6.3+cu126.torch260",  # cosmos, built for torch 2.6
+        "flash_attn-2.7.4.post1+cu130.torch29",  # cosmos, built for torch 2.9
+        "flash_attn-2.8.3.post1+cu.13.0.torch.2.11",  # wheels.astral.sh: healthy beside 2.11.0+cu130
+        "flash_attn-2.8.3.post1+cu.13.0.torch.2.9",  # astral, built for torch 2.9
+        "flash_attn-2.8.3.post1+cu.12.8.torch.2.11",  # astral, a CUDA 12 build
+        "flash_attn-2.8.3+das.opt1.dtk2604.torch271",  # a DTK build: a tag the gate does not read
+    )
+}
 
 REPOS: dict[str, tuple[WheelSpec, ...]] = {
     "pypi": (
@@ -165,7 +217,11 @@ REPOS: dict[str, tuple[WheelSpec, ...]] = {
         *_NVIDIA_CU13,
         _pkg("needs-torch-211", "1.0", ["torch>=2.11"]),
         _pkg("trainer-utils", "1.0", ["torch", "einops-like"]),
-        _pkg("nvidia-cuda-runtime", CU13_RUNTIME, files={"nvidia/cu13/VERSION": f"nvidia-cuda-runtime {CU13_RUNTIME}\n"}),
+        _pkg(
+            "nvidia-cuda-runtime",
+            CU13_RUNTIME,
+            files={"nvidia/cu13/VERSION": f"nvidia-cuda-runtime {CU13_RUNTIME}\n"},
+        ),
     ),
     "cu128": (
         _torch("2.10.0+cu128", "12.8", _CU12_DEPS),
@@ -186,15 +242,24 @@ REPOS: dict[str, tuple[WheelSpec, ...]] = {
     ),
     "plain": (  # as PyPI publishes them: no local tag in the metadata, the CUDA build's at run time
         _torch("2.10.0", "12.8", _CU12_DEPS, runtime="2.10.0+cu128"),
-        _torch("2.11.0", "13.0", (f"nvidia-cuda-runtime=={CU13_RUNTIME}; {_ON_LINUX}",
-                                  f"nvidia-nccl-cu13=={CU13_NCCL}; {_ON_LINUX}", "filelock-like"), runtime="2.11.0+cu130"),
+        _torch(
+            "2.11.0",
+            "13.0",
+            (
+                f"nvidia-cuda-runtime=={CU13_RUNTIME}; {_ON_LINUX}",
+                f"nvidia-nccl-cu13=={CU13_NCCL}; {_ON_LINUX}",
+                "filelock-like",
+            ),
+            runtime="2.11.0+cu130",
+        ),
     ),
     "releases": tuple(EXTENSIONS.values()),
 }
 
 
 def _release_filename(key: str) -> str:
-    """``flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE`` -> ``...cxx11abiTRUE-py3-none-any.whl`` (the release's spelling)."""
+    """``flash_attn-2.8.3+cu12torch2.10cxx11abiTRUE`` -> ``...cxx11abiTRUE-py3-none-any.whl`` (the
+    release's spelling)."""
     return f"{key}-py3-none-any.whl"
 
 
@@ -203,7 +268,8 @@ def build_gate_wheels(root: Path) -> Path:
     for repo, specs in REPOS.items():
         for spec in specs:
             path = spec.build(root / repo)
-            if repo == "releases":  # keep the release's own spelling of the local version (TRUE, not true)
+            # keep the release's own spelling of the local version (TRUE, not true)
+            if repo == "releases":
                 key = next(k for k, s in EXTENSIONS.items() if s is spec)
                 path.rename(path.with_name(_release_filename(key)))
     return root
@@ -211,7 +277,8 @@ def build_gate_wheels(root: Path) -> Path:
 
 @dataclass(frozen=True)
 class GateIndex:
-    """The stand-in wheels over HTTP: ``url("cu128")`` is an index URL, ``extension_url(key)`` a release file."""
+    """The stand-in wheels over HTTP: ``url("cu128")`` is an index URL, ``extension_url(key)`` a
+    release file."""
 
     server: IndexServer
     root: Path  # root/<repo> holds each repo's wheels
@@ -243,7 +310,8 @@ class GateIndex:
 
 @pytest.fixture(scope="session")
 def gate_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GateIndex]:
-    """The gate's stand-in index: built and started on first use, shared by the session (add no faults)."""
+    """The gate's stand-in index: built and started on first use, shared by the session (add no
+    faults)."""
     root = build_gate_wheels(tmp_path_factory.mktemp("gate-wheels"))
     with IndexServer({repo: root / repo for repo in REPOS}) as server:
         yield GateIndex(server=server, root=root)
@@ -267,14 +335,23 @@ def uv_bin() -> str:
 
 
 def poetry_bin() -> Path:
-    """Poetry in a cached venv (installed from PyPI once); the calling test is skipped where it does not install."""
+    """Poetry in a cached venv (installed from PyPI once); the calling test is skipped where it does
+    not install."""
     poetry = POETRY_VENV / "bin" / "poetry"
     with cache_lock(POETRY_VENV):  # pytest-xdist workers share .cache/tests
         if not poetry.exists():
-            made = subprocess.run([sys.executable, "-m", "venv", str(POETRY_VENV)], capture_output=True)
-            got = made.returncode == 0 and subprocess.run(
-                [str(POETRY_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "poetry"],
-                capture_output=True, timeout=600).returncode == 0
+            made = subprocess.run(
+                [sys.executable, "-m", "venv", str(POETRY_VENV)], capture_output=True
+            )
+            got = (
+                made.returncode == 0
+                and subprocess.run(
+                    [str(POETRY_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "poetry"],
+                    capture_output=True,
+                    timeout=600,
+                ).returncode
+                == 0
+            )
             if not got or not poetry.exists():
                 pytest.skip("Poetry does not install here (pip install poetry failed)")
     return poetry
@@ -292,10 +369,17 @@ def _folder(tmp: Path, prefix: str) -> Path:
             n += 1
 
 
-def _run(argv: Sequence[str | Path], cwd: Path, tmp: Path, *, project_config: bool = False,
-         extra_env: Mapping[str, str] | None = None) -> str:
+def _run(
+    argv: Sequence[str | Path],
+    cwd: Path,
+    tmp: Path,
+    *,
+    project_config: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
     env = installer_env(tmp / "home", extra_env)
-    if project_config:  # UV_NO_CONFIG would also hide the project's own [tool.uv]; HOME is private anyway
+    # UV_NO_CONFIG would also hide the project's own [tool.uv]; HOME is private anyway
+    if project_config:
         env.pop("UV_NO_CONFIG")
     args = [str(a) for a in argv]
     out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
@@ -309,8 +393,12 @@ def _toml_list(items: Sequence[str]) -> str:
 
 
 def _uv_indexes(idx: GateIndex, explicit: Sequence[str]) -> str:
-    """[[tool.uv.index]] tables: each PyTorch-style repo explicit (only what sources send there), the PyPI stand-in default."""
-    tables = [f'[[tool.uv.index]]\nname = "{repo}"\nurl = "{idx.url(repo)}"\nexplicit = true\n' for repo in explicit]
+    """[[tool.uv.index]] tables: each PyTorch-style repo explicit (only what sources send there),
+    the PyPI stand-in default."""
+    tables = [
+        f'[[tool.uv.index]]\nname = "{repo}"\nurl = "{idx.url(repo)}"\nexplicit = true\n'
+        for repo in explicit
+    ]
     tables.append(f'[[tool.uv.index]]\nname = "pypi"\nurl = "{idx.pypi_url}"\ndefault = true\n')
     return "\n".join(tables)
 
@@ -323,21 +411,33 @@ def _uv_lock(folder: Path, tmp: Path) -> Path:
 # ----------------------------------------------------------------------------- uv.lock
 
 
-def uv_platform_lock(tmp: Path, idx: GateIndex, *, linux_index: str = "cu128", torch: str = "2.10.0",
-                     linux_torch: str | None = None, extension: str | None = None,
-                     deps: Sequence[str] = (), overrides: Sequence[str] = (), excludes: Sequence[str] = (),
-                     environments: Sequence[str] = (), extra_toml: str = "") -> Path:
-    """uv.lock in the shape of uv's PyTorch guide: torch from ``linux_index`` on Linux, from the PyPI stand-in elsewhere.
+def uv_platform_lock(
+    tmp: Path,
+    idx: GateIndex,
+    *,
+    linux_index: str = "cu128",
+    torch: str = "2.10.0",
+    linux_torch: str | None = None,
+    extension: str | None = None,
+    deps: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+    excludes: Sequence[str] = (),
+    environments: Sequence[str] = (),
+    extra_toml: str = "",
+) -> Path:
+    """uv.lock in the shape of uv's PyTorch guide: torch from ``linux_index`` on Linux, from the
+    PyPI stand-in elsewhere.
 
     pyproject: ``dependencies = ["torch==<torch>", "trainer-utils==1.0", *deps]``;
     ``[tool.uv.sources] torch = [{ index = "<linux_index>", marker = "sys_platform == 'linux'" }]``;
     the PyTorch index ``explicit = true``, the PyPI stand-in ``default = true``; ``environments``
     not restricted (unless given), so the lock forks: top-level ``resolution-markers =
     ["sys_platform == 'linux'", "sys_platform != 'linux'"]``, two torch entries (2.10.0+cu128 from
-    the cu128 registry with ``resolution-markers = ["sys_platform == 'linux'"]`` and unmarked edges to
-    nvidia-cuda-runtime-cu12 / nvidia-nccl-cu12 / filelock-like; 2.10.0 from pypi, non-Linux, edge to
-    filelock-like only: uv drops the ``platform_system == "Linux"`` deps there), and the project's and
-    trainer-utils' torch edges marked ``sys_platform == 'linux'`` / ``sys_platform != 'linux'``.
+    the cu128 registry with ``resolution-markers = ["sys_platform == 'linux'"]`` and unmarked edges
+    to nvidia-cuda-runtime-cu12 / nvidia-nccl-cu12 / filelock-like; 2.10.0 from pypi, non-Linux,
+    edge to filelock-like only: uv drops the ``platform_system == "Linux"`` deps there), and the
+    project's and trainer-utils' torch edges marked ``sys_platform == 'linux'`` / ``sys_platform !=
+    'linux'``.
 
     Healthy: the defaults (linux 2.10.0+cu128, 2.10.0 elsewhere). Planted:
 
@@ -351,14 +451,17 @@ def uv_platform_lock(tmp: Path, idx: GateIndex, *, linux_index: str = "cu128", t
     - ``deps=["needs-torch-211==1.0"], overrides=["torch==2.10.0"]``: override-dependencies force
       torch under a package that declares ``torch>=2.11`` (torch-requirement); ``[manifest]
       overrides`` records it.
-    - ``overrides`` / ``excludes`` (``[tool.uv] exclude-dependencies``) / ``extra_toml`` (appended to
-      the pyproject) are the knobs ``uv_runtime_missing_lock`` uses.
+    - ``overrides`` / ``excludes`` (``[tool.uv] exclude-dependencies``) / ``extra_toml`` (appended
+      to the pyproject) are the knobs ``uv_runtime_missing_lock`` uses.
     """
     folder = _folder(tmp, "uv-platform")
     if linux_torch is None:
         torch_deps = [f"torch=={torch}"]
     else:
-        torch_deps = [f"torch=={linux_torch} ; sys_platform == 'linux'", f"torch=={torch} ; sys_platform != 'linux'"]
+        torch_deps = [
+            f"torch=={linux_torch} ; sys_platform == 'linux'",
+            f"torch=={torch} ; sys_platform != 'linux'",
+        ]
     all_deps = [*torch_deps, "trainer-utils==1.0", *deps]
     if extension is not None:
         all_deps.append(idx.extension_requirement(extension, "sys_platform == 'linux'"))
@@ -382,9 +485,17 @@ torch = [{{ index = "{linux_index}", marker = "sys_platform == 'linux'" }}]
     return _uv_lock(folder, tmp)
 
 
-def uv_groups_lock(tmp: Path, idx: GateIndex, *, cpu_torch: str = "2.10.0", cu128_torch: str = "2.10.0",
-                   cu130_torch: str = "2.10.0", extension_group: str | None = None,
-                   extension: str | None = None, deps: Sequence[str] = ()) -> Path:
+def uv_groups_lock(
+    tmp: Path,
+    idx: GateIndex,
+    *,
+    cpu_torch: str = "2.10.0",
+    cu128_torch: str = "2.10.0",
+    cu130_torch: str = "2.10.0",
+    extension_group: str | None = None,
+    extension: str | None = None,
+    deps: Sequence[str] = (),
+) -> Path:
     """uv.lock with one extra per accelerator, as uv's PyTorch guide writes it.
 
     pyproject: ``dependencies = ["einops-like==0.8.1", *deps]``; ``[project.optional-dependencies]``
@@ -407,8 +518,10 @@ def uv_groups_lock(tmp: Path, idx: GateIndex, *, cpu_torch: str = "2.10.0", cu12
     if (extension is None) != (extension_group is None):
         raise ValueError("extension and extension_group go together")
     folder = _folder(tmp, "uv-groups")
-    extras = {extra: [f"torch=={version}", "trainer-utils==1.0"] for extra, version in
-              (("cpu", cpu_torch), ("cu128", cu128_torch), ("cu130", cu130_torch))}
+    extras = {
+        extra: [f"torch=={version}", "trainer-utils==1.0"]
+        for extra, version in (("cpu", cpu_torch), ("cu128", cu128_torch), ("cu130", cu130_torch))
+    }
     if extension is not None and extension_group is not None:
         extras[extension_group].append(idx.extension_requirement(extension))
     extras_toml = "\n".join(f"{k} = {_toml_list(v)}" for k, v in extras.items())
@@ -437,16 +550,19 @@ torch = [
 
 
 def uv_runtime_missing_lock(tmp: Path, idx: GateIndex, *, how: str = "override") -> Path:
-    """uv_platform_lock's healthy shape, but torch 2.10.0+cu128 is locked without its nvidia-nccl-cu12 edge.
+    """uv_platform_lock's healthy shape, but torch 2.10.0+cu128 is locked without its
+    nvidia-nccl-cu12 edge.
 
     In every variant the Linux torch entry's ``dependencies`` are ``filelock-like`` and
     ``nvidia-cuda-runtime-cu12`` only. How the project told uv to drop it:
 
     - ``how="override"``: ``[tool.uv] override-dependencies = ["nvidia-nccl-cu12 ; sys_platform ==
       'never'"]``. uv ANDs the marker with each fork: gone from the Linux fork, but the non-Linux
-      torch 2.10.0 gains an edge ``{ name = "nvidia-nccl-cu12", marker = "sys_platform == 'never'" }``
-      and so ``nvidia-nccl-cu12 2.27.5`` is still a locked package (present, unreachable on Linux).
-    - ``how="exclude"``: ``[tool.uv] exclude-dependencies = ["nvidia-nccl-cu12"]``: no nccl anywhere.
+      torch 2.10.0 gains an edge ``{ name = "nvidia-nccl-cu12", marker = "sys_platform == 'never'"
+      }`` and so ``nvidia-nccl-cu12 2.27.5`` is still a locked package (present, unreachable on
+      Linux).
+    - ``how="exclude"``: ``[tool.uv] exclude-dependencies = ["nvidia-nccl-cu12"]``: no nccl
+      anywhere.
     - ``how="metadata"``: ``[[tool.uv.dependency-metadata]]`` restating torch 2.10.0+cu128's
       requires-dist without nccl: no nccl anywhere; the lock's ``[[manifest.dependency-metadata]]``
       records it.
@@ -457,46 +573,74 @@ def uv_runtime_missing_lock(tmp: Path, idx: GateIndex, *, how: str = "override")
         return uv_platform_lock(tmp, idx, excludes=["nvidia-nccl-cu12"])
     if how == "metadata":
         requires = [r for r in _CU12_DEPS if not r.startswith("nvidia-nccl")]
-        return uv_platform_lock(tmp, idx, extra_toml=(
-            '[[tool.uv.dependency-metadata]]\nname = "torch"\nversion = "2.10.0+cu128"\n'
-            f"requires-dist = {_toml_list(requires)}\n"))
+        return uv_platform_lock(
+            tmp,
+            idx,
+            extra_toml=(
+                '[[tool.uv.dependency-metadata]]\nname = "torch"\nversion = "2.10.0+cu128"\n'
+                f"requires-dist = {_toml_list(requires)}\n"
+            ),
+        )
     raise ValueError(f"how is 'override', 'exclude' or 'metadata', not {how!r}")
 
 
 # ----------------------------------------------------------------------------- requirements files
 
 
-def uv_universal_requirements(tmp: Path, idx: GateIndex, *, linux_torch: str = "2.10.0+cu128",
-                              other_torch: str = "2.10.0", linux_index: str = "cu128",
-                              extra: Sequence[str] = ("trainer-utils==1.0",), extension: str | None = None,
-                              source: str = "pyproject", hashes: bool = True, no_deps: bool = False) -> Path:
-    """``uv pip compile --universal --generate-hashes`` of ``torch==<linux_torch> ; sys_platform == 'linux'``,
-    ``torch==<other_torch> ; sys_platform != 'linux'`` and ``extra`` -> requirements.txt with markers.
+def uv_universal_requirements(
+    tmp: Path,
+    idx: GateIndex,
+    *,
+    linux_torch: str = "2.10.0+cu128",
+    other_torch: str = "2.10.0",
+    linux_index: str = "cu128",
+    extra: Sequence[str] = ("trainer-utils==1.0",),
+    extension: str | None = None,
+    source: str = "pyproject",
+    hashes: bool = True,
+    no_deps: bool = False,
+) -> Path:
+    """``uv pip compile --universal --generate-hashes`` of ``torch==<linux_torch> ; sys_platform ==
+    'linux'``, ``torch==<other_torch> ; sys_platform != 'linux'`` and ``extra`` -> requirements.txt
+    with markers.
 
     ``source="pyproject"`` (default): the requirements are a pyproject.toml's ``dependencies``,
     compiled with ``uv pip compile pyproject.toml``; its ``[tool.uv.sources]`` send the Linux torch
     to the explicit ``<linux_index>``, the rest to the PyPI stand-in, so the output holds
-    ``torch==2.10.0 ; sys_platform != 'linux'`` and ``torch==2.10.0+cu128 ; sys_platform == 'linux'``.
+    ``torch==2.10.0 ; sys_platform != 'linux'`` and ``torch==2.10.0+cu128 ; sys_platform ==
+    'linux'``.
 
     ``source="requirements"``: the same lines in a requirements.in, compiled with ``--index-url
     <linux_index> --extra-index-url pypi --index-strategy unsafe-best-match``. uv then offers the
     +cu128 build to every platform (``==2.10.0`` admits ``2.10.0+cu128`` and it is the best match):
     with the defaults the output is ONE unmarked ``torch==2.10.0+cu128`` line, i.e. macOS/Windows
     pinned to the CUDA build (a planted fault in itself); with ``linux_torch="2.9.1+cu128"`` it is
-    ``torch==2.9.1+cu128 ; sys_platform == 'linux'`` and ``torch==2.10.0+cu128 ; sys_platform != 'linux'``.
+    ``torch==2.9.1+cu128 ; sys_platform == 'linux'`` and ``torch==2.10.0+cu128 ; sys_platform !=
+    'linux'``.
 
     Planted: ``linux_torch="2.9.1+cu128"`` (a Linux-only downgrade), ``linux_torch="2.10.0+cu130",
     linux_index="cu130"`` (re-tag), ``extension=<key>`` (``flash-attn @ <url> ; sys_platform ==
-    'linux'``, the url kept as written), ``no_deps=True`` (``--no-deps``: torch without its CUDA runtime
-    and nccl; also the way to lock ``extra=["needs-torch-211==1.0"]``, which does not resolve otherwise).
+    'linux'``, the url kept as written), ``no_deps=True`` (``--no-deps``: torch without its CUDA
+    runtime and nccl; also the way to lock ``extra=["needs-torch-211==1.0"]``, which does not
+    resolve otherwise).
     """
     folder = _folder(tmp, "uv-universal")
-    lines = [f"torch=={linux_torch} ; sys_platform == 'linux'", f"torch=={other_torch} ; sys_platform != 'linux'",
-             *extra]
+    lines = [
+        f"torch=={linux_torch} ; sys_platform == 'linux'",
+        f"torch=={other_torch} ; sys_platform != 'linux'",
+        *extra,
+    ]
     if extension is not None:
         lines.append(idx.extension_requirement(extension, "sys_platform == 'linux'"))
-    flags = ["--universal", "--python-version", PY_MAJOR_MINOR, "--no-cache",  # (3.10 here: 6 s of interpreter search)
-             *(["--generate-hashes"] if hashes else []), *(["--no-deps"] if no_deps else [])]
+    # (3.10 here: 6 s of interpreter search)
+    flags = [
+        "--universal",
+        "--python-version",
+        PY_MAJOR_MINOR,
+        "--no-cache",
+        *(["--generate-hashes"] if hashes else []),
+        *(["--no-deps"] if no_deps else []),
+    ]
     if source == "pyproject":
         (folder / "pyproject.toml").write_text(f"""[project]
 name = "{PROJECT}"
@@ -508,23 +652,50 @@ dependencies = {_toml_list(lines)}
 torch = [{{ index = "{linux_index}", marker = "sys_platform == 'linux'" }}]
 
 {_uv_indexes(idx, [linux_index])}""")
-        _run([uv_bin(), "pip", "compile", "pyproject.toml", "-o", "requirements.txt", *flags], folder, tmp,
-             project_config=True)
+        _run(
+            [uv_bin(), "pip", "compile", "pyproject.toml", "-o", "requirements.txt", *flags],
+            folder,
+            tmp,
+            project_config=True,
+        )
     elif source == "requirements":
         (folder / "requirements.in").write_text("\n".join(lines) + "\n")
-        _run([uv_bin(), "pip", "compile", "requirements.in", "-o", "requirements.txt", "--index-url",
-              idx.url(linux_index), "--extra-index-url", idx.pypi_url, "--index-strategy", "unsafe-best-match",
-              *flags], folder, tmp)
+        _run(
+            [
+                uv_bin(),
+                "pip",
+                "compile",
+                "requirements.in",
+                "-o",
+                "requirements.txt",
+                "--index-url",
+                idx.url(linux_index),
+                "--extra-index-url",
+                idx.pypi_url,
+                "--index-strategy",
+                "unsafe-best-match",
+                *flags,
+            ],
+            folder,
+            tmp,
+        )
     else:
         raise ValueError(f"source is 'pyproject' or 'requirements', not {source!r}")
     return folder / "requirements.txt"
 
 
-def pip_compile_requirements(tmp: Path, idx: GateIndex, *, torch: str = "2.10.0+cu128", index: str = "cu128",
-                             extension: str | None = None, extra: Sequence[str] = ("trainer-utils==1.0",),
-                             hashes: bool = False) -> Path:
-    """pip-tools' ``pip-compile`` (``python -m piptools compile``) of ``torch==<torch>``, ``extra`` and
-    optionally ``flash-attn @ <url>``, from ``--index-url <index> --extra-index-url pypi``.
+def pip_compile_requirements(
+    tmp: Path,
+    idx: GateIndex,
+    *,
+    torch: str = "2.10.0+cu128",
+    index: str = "cu128",
+    extension: str | None = None,
+    extra: Sequence[str] = ("trainer-utils==1.0",),
+    hashes: bool = False,
+) -> Path:
+    """pip-tools' ``pip-compile`` (``python -m piptools compile``) of ``torch==<torch>``, ``extra``
+    and optionally ``flash-attn @ <url>``, from ``--index-url <index> --extra-index-url pypi``.
 
     One environment (this interpreter's), so no markers. Planted: ``torch="2.9.1+cu128"``
     (downgrade), ``torch="2.10.0+cu130", index="cu130"`` (re-tag), ``torch="2.10.0"`` (the plain
@@ -535,24 +706,50 @@ def pip_compile_requirements(tmp: Path, idx: GateIndex, *, torch: str = "2.10.0+
     if extension is not None:
         lines.append(idx.extension_requirement(extension))
     (folder / "requirements.in").write_text("\n".join(lines) + "\n")
-    _run([sys.executable, "-m", "piptools", "compile", "--quiet", "--no-strip-extras",
-          "--index-url", idx.url(index), "--extra-index-url", idx.pypi_url, "--cache-dir", tmp / "pip-cache",
-          *(["--generate-hashes"] if hashes else []), "-o", "requirements.txt", "requirements.in"], folder, tmp)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "piptools",
+            "compile",
+            "--quiet",
+            "--no-strip-extras",
+            "--index-url",
+            idx.url(index),
+            "--extra-index-url",
+            idx.pypi_url,
+            "--cache-dir",
+            tmp / "pip-cache",
+            *(["--generate-hashes"] if hashes else []),
+            "-o",
+            "requirements.txt",
+            "requirements.in",
+        ],
+        folder,
+        tmp,
+    )
     return folder / "requirements.txt"
 
 
 # ----------------------------------------------------------------------------- poetry.lock
 
 
-def poetry_lock(tmp: Path, idx: GateIndex, *, linux_torch: str = "2.10.0+cu128", other_torch: str = "2.10.0",
-                linux_index: str = "cu128", extension: str | None = None,
-                deps: Mapping[str, str] | None = None) -> Path:
+def poetry_lock(
+    tmp: Path,
+    idx: GateIndex,
+    *,
+    linux_torch: str = "2.10.0+cu128",
+    other_torch: str = "2.10.0",
+    linux_index: str = "cu128",
+    extension: str | None = None,
+    deps: Mapping[str, str] | None = None,
+) -> Path:
     """poetry.lock with a torch source per marker.
 
     ``torch = [{ version = "<linux_torch>", source = "<linux_index>", markers = "sys_platform ==
-    'linux'" }, { version = "<other_torch>", source = "standin", markers = "sys_platform != 'linux'" }]``;
-    the PyTorch source ``priority = "explicit"``, ``standin`` (the PyPI stand-in) primary; optional
-    ``flash-attn = { url = "<url>", markers = "sys_platform == 'linux'" }``; ``deps`` adds
+    'linux'" }, { version = "<other_torch>", source = "standin", markers = "sys_platform != 'linux'"
+    }]``; the PyTorch source ``priority = "explicit"``, ``standin`` (the PyPI stand-in) primary;
+    optional ``flash-attn = { url = "<url>", markers = "sys_platform == 'linux'" }``; ``deps`` adds
     ``name = "version"`` lines (from standin). Planted: ``linux_torch="2.9.1+cu128"``,
     ``linux_torch="2.10.0+cu130", linux_index="cu130"``, ``extension=<key>``. Skips the test
     where Poetry does not install.
@@ -560,14 +757,19 @@ def poetry_lock(tmp: Path, idx: GateIndex, *, linux_torch: str = "2.10.0+cu128",
     poetry = poetry_bin()
     folder = _folder(tmp, "poetry")
     lines = [
-        f'torch = [\n  {{ version = "{linux_torch}", source = "{linux_index}", markers = "sys_platform == \'linux\'" }},\n'
-        f'  {{ version = "{other_torch}", source = "standin", markers = "sys_platform != \'linux\'" }},\n]',
+        (
+            f'torch = [\n  {{ version = "{linux_torch}", source = "{linux_index}", markers ='
+            f' "sys_platform == \'linux\'" }},\n  {{ version = "{other_torch}", source = "standin",'
+            " markers = \"sys_platform != 'linux'\" },\n]"
+        ),
         'trainer-utils = "1.0"',
     ]
     lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in (deps or {}).items()]
     if extension is not None:
-        lines.append(f'{idx.extension_name(extension)} = {{ url = "{idx.extension_url(extension)}", '
-                     "markers = \"sys_platform == 'linux'\" }")
+        lines.append(
+            f'{idx.extension_name(extension)} = {{ url = "{idx.extension_url(extension)}", '
+            "markers = \"sys_platform == 'linux'\" }"
+        )
     body = "\n".join(lines)
     (folder / "pyproject.toml").write_text(f"""[tool.poetry]
 name = "{PROJECT}"
@@ -590,16 +792,31 @@ name = "standin"
 url = "{idx.pypi_url}"
 priority = "primary"
 """)
-    _run([poetry, "lock", "--no-interaction"], folder, tmp,
-         extra_env={"POETRY_CACHE_DIR": str(tmp / "poetry-cache"), "POETRY_VIRTUALENVS_CREATE": "false"})
+    _run(
+        [poetry, "lock", "--no-interaction"],
+        folder,
+        tmp,
+        extra_env={
+            "POETRY_CACHE_DIR": str(tmp / "poetry-cache"),
+            "POETRY_VIRTUALENVS_CREATE": "false",
+        },
+    )
     return folder / "poetry.lock"
 
 
 # ----------------------------------------------------------------------------- pylock.toml
 
 
-def pip_lock(tmp: Path, idx: GateIndex, *, extension: str | None = None, torch: str = "2.10.0+cu128",
-             index: str = "cu128", extra: Sequence[str] = ("trainer-utils==1.0",), no_deps: bool = False) -> Path:
+def pip_lock(
+    tmp: Path,
+    idx: GateIndex,
+    *,
+    extension: str | None = None,
+    torch: str = "2.10.0+cu128",
+    index: str = "cu128",
+    extra: Sequence[str] = ("trainer-utils==1.0",),
+    no_deps: bool = False,
+) -> Path:
     """``python -m pip lock`` (pip >= 25.1) of ``torch==<torch>``, ``extra`` and optionally the
     extension's url, from ``--index-url <index> --extra-index-url pypi``, into pylock.toml.
 
@@ -611,7 +828,26 @@ def pip_lock(tmp: Path, idx: GateIndex, *, extension: str | None = None, torch: 
     if extension is not None:
         reqs.append(idx.extension_requirement(extension))
     (folder / "requirements.txt").write_text("\n".join(reqs) + "\n")
-    _run([sys.executable, "-m", "pip", "lock", "-r", "requirements.txt", "-o", "pylock.toml",
-          "--index-url", idx.url(index), "--extra-index-url", idx.pypi_url, "--cache-dir", tmp / "pip-cache",
-          *(["--no-deps"] if no_deps else [])], folder, tmp, extra_env={"PIP_CONFIG_FILE": os.devnull})
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "lock",
+            "-r",
+            "requirements.txt",
+            "-o",
+            "pylock.toml",
+            "--index-url",
+            idx.url(index),
+            "--extra-index-url",
+            idx.pypi_url,
+            "--cache-dir",
+            tmp / "pip-cache",
+            *(["--no-deps"] if no_deps else []),
+        ],
+        folder,
+        tmp,
+        extra_env={"PIP_CONFIG_FILE": os.devnull},
+    )
     return folder / "pylock.toml"

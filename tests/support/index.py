@@ -6,7 +6,8 @@ One server serves any number of named repositories, each a plain folder of wheel
     /<repo>/simple/<project>/         links to the files, with #sha256= fragments
     /<repo>/files/<filename>          the artifacts
     /<repo>/flat/                     one flat page of every file (for --find-links)
-    /<repo>/bare/                     the same without #sha256= fragments (a locker records no hashes)
+    /<repo>/bare/                     the same without #sha256= fragments (a locker records no
+    hashes)
 
 so ``--index-url http://127.0.0.1:P/nightly/simple --extra-index-url http://127.0.0.1:P/pypi/simple``
 gives pip two separate indexes. Pages are generated per request from the folder, so a test
@@ -53,7 +54,15 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-__all__ = ["BlackHole", "Fault", "IndexServer", "Request", "StaticServer", "UnreachablePort", "project_of"]
+__all__ = [
+    "BlackHole",
+    "Fault",
+    "IndexServer",
+    "Request",
+    "StaticServer",
+    "UnreachablePort",
+    "project_of",
+]
 
 FaultKind = Literal["corrupt", "drop", "reset", "stall"]
 
@@ -123,12 +132,15 @@ class IndexServer:
             srv.simple_url("nightly")   # http://127.0.0.1:PORT/nightly/simple
     """
 
-    def __init__(self, repos: Mapping[str, Path] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, repos: Mapping[str, Path] | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.repos: dict[str, Path] = {}
         for name, folder in (repos or {}).items():
             self.add_repo(name, folder)
         self.host = host
-        self._port = port  # 0: any free port; a fixed one for URLs that are written into files (lockfiles/examples)
+        # 0: any free port; a fixed one for URLs that are written into files (lockfiles/examples)
+        self._port = port
         self.requests: list[Request] = []
         self.faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -146,8 +158,12 @@ class IndexServer:
         httpd = _Server((self.host, self._port), _Handler)
         httpd.owner = self
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"index-server-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"index-server-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -208,8 +224,14 @@ class IndexServer:
 
     # ------------------------------------------------------------------ faults and logs
 
-    def fail(self, pattern: str, kind: FaultKind | int, *, times: int | None = None,
-             seconds: float = 30.0) -> Fault:
+    def fail(
+        self,
+        pattern: str,
+        kind: FaultKind | int,
+        *,
+        times: int | None = None,
+        seconds: float = 30.0,
+    ) -> Fault:
         """Make requests whose path matches ``pattern`` (fnmatch, e.g. ``"*/torch-*.whl"``) fail."""
         if isinstance(kind, str) and kind not in ("corrupt", "drop", "reset", "stall"):
             raise ValueError(f"unknown fault {kind!r}")
@@ -328,7 +350,9 @@ class IndexServer:
             return
         self._send(h, path, status, body, ctype, head)
 
-    def _send(self, h: _Handler, path: str, status: int, body: bytes, ctype: str, head: bool) -> None:
+    def _send(
+        self, h: _Handler, path: str, status: int, body: bytes, ctype: str, head: bool
+    ) -> None:
         self._log(h.command, path, status)
         try:
             h.send_response(status)
@@ -353,7 +377,9 @@ class IndexServer:
             if not path.endswith("/"):
                 return 301, b"", html_type, path + "/"
             projects = sorted({proj for proj, _ in self._artifacts(repo)})
-            body = "\n".join(f'    <a href="{html.escape(p)}/">{html.escape(p)}</a><br/>' for p in projects)
+            body = "\n".join(
+                f'    <a href="{html.escape(p)}/">{html.escape(p)}</a><br/>' for p in projects
+            )
             return 200, self._page(f"Simple index: {repo}", body), html_type, None
         if len(rest) == 2 and rest[0] == "simple":
             wanted = rest[1]
@@ -363,11 +389,17 @@ class IndexServer:
             files = [p for proj, p in self._artifacts(repo) if proj == canonical]
             if not files:
                 return not_found
-            return 200, self._page(f"Links for {canonical}", self._links(repo, files)), html_type, None
+            return (
+                200,
+                self._page(f"Links for {canonical}", self._links(repo, files)),
+                html_type,
+                None,
+            )
         if rest in (["flat"], ["flat", "index.html"]):
             files = [p for _, p in self._artifacts(repo)]
             return 200, self._page(f"Files in {repo}", self._links(repo, files)), html_type, None
-        if rest in (["bare"], ["bare", "index.html"]):  # a find-links page that gives no hashes (lockers record none)
+        # a find-links page that gives no hashes (lockers record none)
+        if rest in (["bare"], ["bare", "index.html"]):
             files = [p for _, p in self._artifacts(repo)]
             body = "".join(f'<a href="/{repo}/files/{p.name}">{p.name}</a><br/>\n' for p in files)
             return 200, self._page(f"Files in {repo}", body), html_type, None
@@ -391,7 +423,9 @@ def _abort(h: _Handler) -> None:
     """Close the client connection abruptly (RST where the platform allows)."""
     h.close_connection = True
     with contextlib.suppress(OSError):
-        h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        h.connection.setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+        )
     with contextlib.suppress(OSError):
         h.connection.shutdown(socket.SHUT_RDWR)
 
@@ -420,8 +454,12 @@ class StaticServer:
         if self._httpd is None:
             handler = functools.partial(_QuietFiles, directory=str(self.folder))
             self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                             name=f"static-server-{self.port}", daemon=True).start()
+            threading.Thread(
+                target=self._httpd.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"static-server-{self.port}",
+                daemon=True,
+            ).start()
         return self
 
     def stop(self) -> None:
@@ -491,4 +529,3 @@ class BlackHole:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -38,7 +38,9 @@ class RangeServer:
                 m = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", ""))
                 if server.ranges and m:
                     a, b = m.groups()
-                    start, end = (size - int(b), size - 1) if not a else (int(a), int(b) if b else size - 1)
+                    start, end = (
+                        (size - int(b), size - 1) if not a else (int(a), int(b) if b else size - 1)
+                    )
                     start, end = max(0, start), min(end, size - 1)
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{end}/{size}")

@@ -15,8 +15,8 @@ when the run reaches the block, and such a page's commands run in a fresh folder
 - ``python -m support.tour --write README.md``: run the tour and write each block's output back
   (``make docs-snippets``); only the checkout's path is replaced (by ``.``).
 - ``check(path)`` (tests/test_tour.py): run it and compare with the file, both sides normalised
-  (numbers, durations, dates, hashes, interpreter paths, the host's name in receipts): a command that fails or output edited by
-  hand fails the test, a second that moved does not.
+  (numbers, durations, dates, hashes, interpreter paths, the host's name in receipts): a command
+  that fails or output edited by hand fails the test, a second that moved does not.
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ def blocks(text: str) -> list[Block]:
                 steps[-1].shown.append(line)
         out.append(Block(m.start("body"), m.end("body"), steps))
     for m in _FILE.finditer(text):
-        out.append(Block(m.start("body"), m.end("body"), [], file=m.group("path"), body=m.group("body")))
+        out.append(
+            Block(m.start("body"), m.end("body"), [], file=m.group("path"), body=m.group("body"))
+        )
     return sorted(out, key=lambda b: b.start)
 
 
@@ -76,10 +78,22 @@ def environment(scratch: Path) -> dict[str, str]:
     """What a reader's shell has after ``. .venv/bin/activate``, HOME in ``scratch``."""
     # PIP_*/UV_* go as the tests' own set-up drops them, so that make docs-snippets and make test
     # run alike; the reader's pip.conf comes along below
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENVBUILD_", "PYTEST_", "PIP_", "UV_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ENVBUILD_", "PYTEST_", "PIP_", "UV_"))
+    }
     venv = REPO / ".venv"
-    env.update({"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-                "HOME": str(scratch / "home"), "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"})
+    env.update(
+        {
+            "VIRTUAL_ENV": str(venv),
+            "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+            "HOME": str(scratch / "home"),
+            "NO_COLOR": "1",
+            "COLUMNS": "100",
+            "TERM": "dumb",
+        }
+    )
     (scratch / "home").mkdir(parents=True, exist_ok=True)
     # the reader's own pip configuration comes along (the sources it names are the reader's
     # sources: a mirror, a find-links folder); the rest of their HOME stays out
@@ -104,7 +118,9 @@ def private_roots(roots: Sequence[Path]) -> Iterator[dict[str, str]]:
     try:
         for root in roots:
             for _ in range(1000):
-                mine = root.parent / "".join(random.choices(string.ascii_lowercase, k=len(root.name)))
+                mine = root.parent / "".join(
+                    random.choices(string.ascii_lowercase, k=len(root.name))
+                )
                 try:
                     mine.mkdir()
                 except FileExistsError:
@@ -117,8 +133,13 @@ def private_roots(roots: Sequence[Path]) -> Iterator[dict[str, str]]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def run(text: str, scratch: Path, timeout: float = 900,
-        overrides: dict[str, dict[str, str]] | None = None, paths: Mapping[str, str] | None = None) -> list[Block]:
+def run(
+    text: str,
+    scratch: Path,
+    timeout: float = 900,
+    overrides: dict[str, dict[str, str]] | None = None,
+    paths: Mapping[str, str] | None = None,
+) -> list[Block]:
     """Every command of every tour block, in order, in one environment; ``overrides`` adds variables
     to the commands that match a pattern (what a page says to set on a machine like this one);
     ``paths`` ({page's folder: private folder}, ``private_roots``) runs the commands in private
@@ -143,10 +164,20 @@ def run(text: str, scratch: Path, timeout: float = 900,
             if m:
                 env[m.group("name")] = shlex.split(m.group("value"))[0] if m.group("value") else ""
                 continue
-            extra = {k: v for pattern, more in (overrides or {}).items() if re.search(pattern, step.command)
-                     for k, v in more.items()}
-            proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=env | extra, capture_output=True,
-                                  text=True, timeout=timeout)
+            extra = {
+                k: v
+                for pattern, more in (overrides or {}).items()
+                if re.search(pattern, step.command)
+                for k, v in more.items()
+            }
+            proc = subprocess.run(
+                ["bash", "-c", command],
+                cwd=cwd,
+                env=env | extra,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             step.rc = proc.returncode
             output = proc.stdout + proc.stderr
             for page, mine in paths.items():
@@ -181,8 +212,10 @@ def _shown(output: str) -> list[str]:
 
 
 _RULES = [
-    (re.compile(r"(\d{8}T\d{6}Z)-[A-Za-z0-9._-]+?\.json"), r"\1-<host>.json"),  # a receipt names its host
-    (re.compile(r"\.json \([A-Za-z0-9._-]+\):"), ".json (<host>):"),  # receipt diff: the receipt's host
+    # a receipt names its host
+    (re.compile(r"(\d{8}T\d{6}Z)-[A-Za-z0-9._-]+?\.json"), r"\1-<host>.json"),
+    # receipt diff: the receipt's host
+    (re.compile(r"\.json \([A-Za-z0-9._-]+\):"), ".json (<host>):"),
     (re.compile(r"\d{8}T\d{6}Z"), "<stamp>"),
     (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}Z?"), "<time>"),
     (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hash>"),
@@ -211,8 +244,12 @@ def differences(found: list[Block]) -> list[str]:
             if _expected_rc(step) != step.rc:
                 out.append(f"$ {step.command}: exit {step.rc}\n" + "\n".join(step.got[-30:]))
             elif not (_matches(shown, got) if elided else shown == got):
-                out.append(f"$ {step.command}: the output differs from what the file shows\n--- shown\n"
-                           + "\n".join(step.shown) + "\n--- this run\n" + "\n".join(step.got))
+                out.append(
+                    f"$ {step.command}: the output differs from what the file shows\n--- shown\n"
+                    + "\n".join(step.shown)
+                    + "\n--- this run\n"
+                    + "\n".join(step.got)
+                )
     return out
 
 
@@ -233,7 +270,8 @@ def _expected_rc(step: Step) -> int:
 
 
 def _matches(shown: list[str], got: list[str]) -> bool:
-    """Every shown line, in order, among this run's lines (where a shown ``...`` line elides output)."""
+    """Every shown line, in order, among this run's lines (where a shown ``...`` line elides
+    output)."""
     it = iter(got)
     return all(any(line == g for g in it) for line in shown)
 
@@ -248,7 +286,7 @@ def write(path: Path, found: list[Block], text: str) -> str:
         for step in block.steps:
             body.append(f"$ {step.command}")
             body += _kept(step)
-        pieces += [text[last:block.start], "\n".join(body) + "\n"]
+        pieces += [text[last : block.start], "\n".join(body) + "\n"]
         last = block.end
     pieces.append(text[last:])
     return "".join(pieces)
@@ -274,8 +312,12 @@ def main() -> int:
     for path in args.files:
         text = path.read_text()
         found = run(text, args.scratch, overrides=overrides(path))
-        problems = [f"$ {s.command}: exit {s.rc}\n" + "\n".join(s.got[-30:])
-                    for b in found for s in b.steps if not _EXPORT.match(s.command) and s.rc != _expected_rc(s)]
+        problems = [
+            f"$ {s.command}: exit {s.rc}\n" + "\n".join(s.got[-30:])
+            for b in found
+            for s in b.steps
+            if not _EXPORT.match(s.command) and s.rc != _expected_rc(s)
+        ]
         if problems:
             print("\n\n".join(problems), file=sys.stderr)
             bad += 1
@@ -284,7 +326,10 @@ def main() -> int:
             path.write_text(write(path, found, text))
             print(f"wrote {path}")
         else:
-            print("\n\n".join(differences(found)) or f"{path}: every command ran and printed what it shows")
+            print(
+                "\n\n".join(differences(found))
+                or f"{path}: every command ran and printed what it shows"
+            )
     return 1 if bad else 0
 
 

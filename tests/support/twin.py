@@ -69,7 +69,8 @@ from .wheels import WheelSpec
 TWIN_VERSION = 1
 CACHE = TEST_CACHE / "seed-twin"
 FLA_URL = "https://github.com/fla-org/flash-linear-attention"
-TORCH_GIT_VERSION = "5a8e1f2c0b7d4e9f8a6b3c2d1e0f9a8b7c6d5e4f"  # the twin build's torch.version.git_version
+# the twin build's torch.version.git_version
+TORCH_GIT_VERSION = "5a8e1f2c0b7d4e9f8a6b3c2d1e0f9a8b7c6d5e4f"
 PY_TAGS = tuple(sorted({"cp313", "cp" + PY_MAJOR_MINOR.replace(".", "")}))
 MANYLINUX = "manylinux_2_27_x86_64.manylinux_2_28_x86_64"
 NVIDIA = {  # name -> version; cuDNN and NCCL are the seed's, the others stand-in numbers
@@ -79,9 +80,21 @@ NVIDIA = {  # name -> version; cuDNN and NCCL are the seed's, the others stand-i
     "nvidia-nccl-cu13": "2.29.7",
     "nvidia-nvshmem-cu13": "3.4.5",
 }
-TORCH_PURE_DEPS = ["filelock", "typing-extensions>=4.10.0", "setuptools==80.9.0", "sympy>=1.13.3",
-                   "networkx>=2.5.1", "jinja2", "fsspec>=0.8.5"]
-PREBUILT = {"flash-attn": "2.8.3", "causal-conv1d": "1.6.1", "mamba-ssm": "2.3.1", "qoptim-cuda": "0.0.0"}
+TORCH_PURE_DEPS = [
+    "filelock",
+    "typing-extensions>=4.10.0",
+    "setuptools==80.9.0",
+    "sympy>=1.13.3",
+    "networkx>=2.5.1",
+    "jinja2",
+    "fsspec>=0.8.5",
+]
+PREBUILT = {
+    "flash-attn": "2.8.3",
+    "causal-conv1d": "1.6.1",
+    "mamba-ssm": "2.3.1",
+    "qoptim-cuda": "0.0.0",
+}
 LOCAL = local_tag(NIGHTLY_TORCH, NIGHTLY_CUDA)  # cu132torch2.12.0.dev20260405
 
 __all__ = ["SeedTwin", "build_twin", "seed_twin"]
@@ -90,8 +103,13 @@ __all__ = ["SeedTwin", "build_twin", "seed_twin"]
 def torch_requires() -> list[str]:
     linux = 'platform_system == "Linux"'
     return [
-        "filelock", "typing-extensions>=4.10.0", 'setuptools ; python_version >= "3.12"', "sympy>=1.13.3",
-        "networkx>=2.5.1", "jinja2", "fsspec>=0.8.5",
+        "filelock",
+        "typing-extensions>=4.10.0",
+        'setuptools ; python_version >= "3.12"',
+        "sympy>=1.13.3",
+        "networkx>=2.5.1",
+        "jinja2",
+        "fsspec>=0.8.5",
         *(f"{n}=={v} ; {linux}" for n, v in NVIDIA.items()),
         f"pytorch-triton=={PYTORCH_TRITON} ; {linux}",
     ]
@@ -99,12 +117,22 @@ def torch_requires() -> list[str]:
 
 def _torch(tag: str) -> WheelSpec:
     return WheelSpec(
-        name="torch", version=NIGHTLY_TORCH, requires=tuple(torch_requires()), requires_python=">=3.10",
-        python_tag=tag, abi_tag=tag, platform_tag=MANYLINUX,
+        name="torch",
+        version=NIGHTLY_TORCH,
+        requires=tuple(torch_requires()),
+        requires_python=">=3.10",
+        python_tag=tag,
+        abi_tag=tag,
+        platform_tag=MANYLINUX,
         files={
-            "torch/__init__.py": "from . import version as version\nfrom .version import __version__ as __version__\n",
-            "torch/version.py": (f"__version__ = {NIGHTLY_TORCH!r}\ndebug = False\ncuda = {NIGHTLY_CUDA!r}\n"
-                                 f"git_version = {TORCH_GIT_VERSION!r}\nhip = None\nxpu = None\n"),
+            "torch/__init__.py": (
+                "from . import version as version\nfrom .version import __version__ as"
+                " __version__\n"
+            ),
+            "torch/version.py": (
+                f"__version__ = {NIGHTLY_TORCH!r}\ndebug = False\ncuda = {NIGHTLY_CUDA!r}\n"
+                f"git_version = {TORCH_GIT_VERSION!r}\nhip = None\nxpu = None\n"
+            ),
             "torch/lib/libtorch_cuda.so": b"twin: stands in for libtorch_cuda.so (no GPU code)\n",
             "torch/utils/__init__.py": "",
         },
@@ -113,7 +141,11 @@ def _torch(tag: str) -> WheelSpec:
 
 def _pytorch_triton(tag: str) -> WheelSpec:
     return WheelSpec(
-        name="pytorch-triton", version=PYTORCH_TRITON, python_tag=tag, abi_tag=tag, platform_tag=MANYLINUX,
+        name="pytorch-triton",
+        version=PYTORCH_TRITON,
+        python_tag=tag,
+        abi_tag=tag,
+        platform_tag=MANYLINUX,
         files={
             "triton/__init__.py": "__version__ = '3.7.0'\n__provider__ = 'pytorch-triton'\n",
             "triton/compiler/__init__.py": "",
@@ -125,13 +157,19 @@ def _pytorch_triton(tag: str) -> WheelSpec:
 
 def _nvidia(name: str, version: str) -> WheelSpec:
     lib = name.removeprefix("nvidia-").removesuffix("-cu13").replace("-", "_")
-    return WheelSpec(name=name, version=version, platform_tag=MANYLINUX,
-                     files={f"nvidia/{lib}/TWIN": f"{name} {version}: a stand-in without libraries\n"})
+    return WheelSpec(
+        name=name,
+        version=version,
+        platform_tag=MANYLINUX,
+        files={f"nvidia/{lib}/TWIN": f"{name} {version}: a stand-in without libraries\n"},
+    )
 
 
 def _fa4_cute_paths(fa4_wheel: Path) -> list[str]:
     with zipfile.ZipFile(fa4_wheel) as zf:
-        return sorted(n for n in zf.namelist() if n.startswith("flash_attn/cute/") and n.endswith(".py"))
+        return sorted(
+            n for n in zf.namelist() if n.startswith("flash_attn/cute/") and n.endswith(".py")
+        )
 
 
 def _prebuilt_upstream(name: str, version: str, tag: str, fa4_cute: list[str]) -> WheelSpec:
@@ -140,39 +178,84 @@ def _prebuilt_upstream(name: str, version: str, tag: str, fa4_cute: list[str]) -
     files: dict[str, str | bytes]
     if name == "flash-attn":
         requires = ["torch", "einops"]
-        files = {"flash_attn/__init__.py": f"__version__ = {version!r}\n",
-                 "flash_attn/flash_attn_interface.py": "import flash_attn_2_cuda\n",
-                 f"flash_attn_2_cuda.{so}": stub, "hopper/__init__.py": "",
-                 "flash_attn/cute/flash_fwd_sm80.py": "# flash-attn 2.8.3's own stale FA4 prototype file\n"}
+        files = {
+            "flash_attn/__init__.py": f"__version__ = {version!r}\n",
+            "flash_attn/flash_attn_interface.py": "import flash_attn_2_cuda\n",
+            f"flash_attn_2_cuda.{so}": stub,
+            "hopper/__init__.py": "",
+            "flash_attn/cute/flash_fwd_sm80.py": (
+                "# flash-attn 2.8.3's own stale FA4 prototype file\n"
+            ),
+        }
         files.update({p: f"# flash-attn 2.8.3's stale copy of {p}\n" for p in fa4_cute[:20]})
     elif name == "causal-conv1d":
         requires = ["torch", "packaging", "ninja"]
-        files = {"causal_conv1d/__init__.py": f"__version__ = {version!r}\n",
-                 "causal_conv1d/causal_conv1d_interface.py": "import causal_conv1d_cuda\n",
-                 f"causal_conv1d_cuda.{so}": stub}
+        files = {
+            "causal_conv1d/__init__.py": f"__version__ = {version!r}\n",
+            "causal_conv1d/causal_conv1d_interface.py": "import causal_conv1d_cuda\n",
+            f"causal_conv1d_cuda.{so}": stub,
+        }
     elif name == "mamba-ssm":
-        requires = ["torch", "triton", "ninja", "einops", "transformers", "packaging", "setuptools>=61.0.0",
-                    'causal-conv1d>=1.2.0 ; extra == "causal-conv1d"']
-        files = {"mamba_ssm/__init__.py": f"__version__ = {version!r}\n",
-                 "mamba_ssm/ops/selective_scan_interface.py": "import selective_scan_cuda\n",
-                 f"selective_scan_cuda.{so}": stub}
+        requires = [
+            "torch",
+            "triton",
+            "ninja",
+            "einops",
+            "transformers",
+            "packaging",
+            "setuptools>=61.0.0",
+            'causal-conv1d>=1.2.0 ; extra == "causal-conv1d"',
+        ]
+        files = {
+            "mamba_ssm/__init__.py": f"__version__ = {version!r}\n",
+            "mamba_ssm/ops/selective_scan_interface.py": "import selective_scan_cuda\n",
+            f"selective_scan_cuda.{so}": stub,
+        }
     else:
         requires = ["torch"]
-        files = {"qoptim_cuda/__init__.py": f"__version__ = {version!r}\n", f"qoptim_cuda/_C.{so}": stub}
-    return WheelSpec(name=name, version=version, requires=tuple(requires), files=files,
-                     python_tag=tag, abi_tag=tag, platform_tag="linux_x86_64")
+        files = {
+            "qoptim_cuda/__init__.py": f"__version__ = {version!r}\n",
+            f"qoptim_cuda/_C.{so}": stub,
+        }
+    return WheelSpec(
+        name=name,
+        version=version,
+        requires=tuple(requires),
+        files=files,
+        python_tag=tag,
+        abi_tag=tag,
+        platform_tag="linux_x86_64",
+    )
 
 
 def _provenance(tag: str) -> dict[str, object]:
-    return {"schema": 1, "builder": "envbuild tests: seed twin",
-            "torch": {"version": NIGHTLY_TORCH, "git_version": TORCH_GIT_VERSION, "cuda": NIGHTLY_CUDA},
-            "cuda": {"torch": NIGHTLY_CUDA, "nvcc": NIGHTLY_CUDA},
-            "python": {"tag": tag}, "platform": "linux_x86_64", "arch_list": ["9.0"]}
+    return {
+        "schema": 1,
+        "builder": "envbuild tests: seed twin",
+        "torch": {"version": NIGHTLY_TORCH, "git_version": TORCH_GIT_VERSION, "cuda": NIGHTLY_CUDA},
+        "cuda": {"torch": NIGHTLY_CUDA, "nvcc": NIGHTLY_CUDA},
+        "python": {"tag": tag},
+        "platform": "linux_x86_64",
+        "arch_list": ["9.0"],
+    }
 
 
 def _pip_download(dest: Path, python: str, *reqs: str, deps: bool = True) -> None:
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", python,
-            "--platform", "manylinux_2_28_x86_64", "--dest", str(dest), *reqs]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--dest",
+        str(dest),
+        *reqs,
+    ]
     if not deps:
         argv.insert(4, "--no-deps")
     subprocess.run(argv, check=True, env=installer_env(), timeout=900)
@@ -191,15 +274,27 @@ def _fla_repo(repo: Path, downloads: Path) -> None:
                         (repo / n).parent.mkdir(parents=True, exist_ok=True)
                         (repo / n).write_bytes(zf.read(n))
     (repo / "setup.py").write_text(
-        "from setuptools import find_packages, setup\n\n"
-        "setup(name='flash-linear-attention', version='0.5.0', packages=find_packages(include=['fla', 'fla.*']),\n"
-        "      python_requires='>=3.10', install_requires=['torch>=2.7.0', 'transformers', 'einops'])\n")
-    (repo / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=61.0"]\n'
-                                         'build-backend = "setuptools.build_meta"\n')
-    env = {**installer_env(), "GIT_AUTHOR_NAME": "twin", "GIT_AUTHOR_EMAIL": "twin@localhost",
-           "GIT_COMMITTER_NAME": "twin", "GIT_COMMITTER_EMAIL": "twin@localhost",
-           "GIT_AUTHOR_DATE": "2026-04-05T00:00:00Z", "GIT_COMMITTER_DATE": "2026-04-05T00:00:00Z"}
-    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "fla 0.5.0 (twin)"]):
+        "from setuptools import find_packages, setup\n\nsetup(name='flash-linear-attention',"
+        " version='0.5.0', packages=find_packages(include=['fla', 'fla.*']),\n     "
+        " python_requires='>=3.10', install_requires=['torch>=2.7.0', 'transformers', 'einops'])\n"
+    )
+    (repo / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61.0"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    env = {
+        **installer_env(),
+        "GIT_AUTHOR_NAME": "twin",
+        "GIT_AUTHOR_EMAIL": "twin@localhost",
+        "GIT_COMMITTER_NAME": "twin",
+        "GIT_COMMITTER_EMAIL": "twin@localhost",
+        "GIT_AUTHOR_DATE": "2026-04-05T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-04-05T00:00:00Z",
+    }
+    for argv in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", "fla 0.5.0 (twin)"],
+    ):
         subprocess.run(["git", "-C", str(repo), *argv], check=True, env=env, capture_output=True)
 
 
@@ -216,8 +311,14 @@ def build_twin(root: Path = CACHE) -> Path:
     # and the fla wheels whose files make up the git tree
     for python in sorted({"3.13", PY_MAJOR_MINOR}):
         _pip_download(nightly, python, *TORCH_PURE_DEPS)
-    _pip_download(downloads, "3.13", "flash-attn-4==4.0.0b7", "fla-core==0.5.0",
-                  "flash-linear-attention==0.5.0", deps=False)
+    _pip_download(
+        downloads,
+        "3.13",
+        "flash-attn-4==4.0.0b7",
+        "fla-core==0.5.0",
+        "flash-linear-attention==0.5.0",
+        deps=False,
+    )
     for tag in PY_TAGS:
         _torch(tag).build(nightly)
         _pytorch_triton(tag).build(nightly)
@@ -257,19 +358,30 @@ class SeedTwin:
 
     @property
     def fla_commit(self) -> str:
-        out = subprocess.run(["git", "-C", str(self.fla_repo), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(self.fla_repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout.strip()
 
     def git_env(self) -> dict[str, str]:
         """git (and pip's git) reads the twin repository where the profile says GitHub."""
-        return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{self.fla_repo.as_uri()}.insteadOf",
-                "GIT_CONFIG_VALUE_0": FLA_URL}
+        return {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": f"url.{self.fla_repo.as_uri()}.insteadOf",
+            "GIT_CONFIG_VALUE_0": FLA_URL,
+        }
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The variables the h200-cu132 profile reads, pointing at the twin."""
-        return {"ENVBUILD_TORCH_INDEX": self.nightly_url, "ENVBUILD_WHEELHOUSE": str(self.prebuilt),
-                **self.git_env(), **(extra or {})}
+        return {
+            "ENVBUILD_TORCH_INDEX": self.nightly_url,
+            "ENVBUILD_WHEELHOUSE": str(self.prebuilt),
+            **self.git_env(),
+            **(extra or {}),
+        }
 
     def record_of(self, wheel: Path) -> bytes:
         """The RECORD a wheel installs (what the ABI guard fingerprints)."""

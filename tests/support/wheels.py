@@ -34,7 +34,15 @@ from wheel.wheelfile import WheelFile
 if TYPE_CHECKING:
     from _typeshed import SizedBuffer
 
-__all__ = ["WheelSpec", "build_sdist", "bundled_setuptools_wheel", "build_wheel", "dist_info_name", "sha256_of", "wheel_filename"]
+__all__ = [
+    "WheelSpec",
+    "build_sdist",
+    "bundled_setuptools_wheel",
+    "build_wheel",
+    "dist_info_name",
+    "sha256_of",
+    "wheel_filename",
+]
 
 # 1980-01-02: zip's epoch plus a day, so no tool rejects the timestamp in any time zone.
 _DATE = (1980, 1, 2, 0, 0, 0)
@@ -46,8 +54,14 @@ def _escape(name: str) -> str:
     return canonicalize_name(name).replace("-", "_")
 
 
-def wheel_filename(name: str, version: str, python_tag: str = "py3", abi_tag: str = "none",
-                   platform_tag: str = "any", build_tag: str | None = None) -> str:
+def wheel_filename(
+    name: str,
+    version: str,
+    python_tag: str = "py3",
+    abi_tag: str = "none",
+    platform_tag: str = "any",
+    build_tag: str | None = None,
+) -> str:
     parts = [_escape(name), str(Version(version))]
     if build_tag:
         parts.append(build_tag)
@@ -70,8 +84,13 @@ def sha256_of(path: Path) -> str:
 class _ReproducibleWheelFile(WheelFile):
     """WheelFile with fixed timestamps and modes, RECORD included (it is written by close())."""
 
-    def writestr(self, zinfo_or_arcname: str | ZipInfo, data: SizedBuffer | str,
-                 compress_type: int | None = None, compresslevel: int | None = None) -> None:
+    def writestr(
+        self,
+        zinfo_or_arcname: str | ZipInfo,
+        data: SizedBuffer | str,
+        compress_type: int | None = None,
+        compresslevel: int | None = None,
+    ) -> None:
         # compresslevel: ZipFile.writestr's; WheelFile's takes none (nothing here passes one)
         if isinstance(zinfo_or_arcname, str):
             info = ZipInfo(zinfo_or_arcname, date_time=_DATE)
@@ -81,8 +100,14 @@ class _ReproducibleWheelFile(WheelFile):
         super().writestr(zinfo_or_arcname, data, compress_type)
 
 
-def _metadata(name: str, version: str, requires: Iterable[str], summary: str,
-              requires_python: str | None, extra_headers: Mapping[str, str]) -> str:
+def _metadata(
+    name: str,
+    version: str,
+    requires: Iterable[str],
+    summary: str,
+    requires_python: str | None,
+    extra_headers: Mapping[str, str],
+) -> str:
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
     if requires_python:
         lines.append(f"Requires-Python: {requires_python}")
@@ -122,15 +147,30 @@ class WheelSpec:
 
     @property
     def filename(self) -> str:
-        return wheel_filename(self.name, self.version, self.python_tag, self.abi_tag,
-                              self.platform_tag, self.build_tag)
+        return wheel_filename(
+            self.name,
+            self.version,
+            self.python_tag,
+            self.abi_tag,
+            self.platform_tag,
+            self.build_tag,
+        )
 
     def build(self, dest: Path) -> Path:
-        return build_wheel(dest, self.name, self.version, requires=self.requires, files=self.files,
-                           python_tag=self.python_tag, abi_tag=self.abi_tag,
-                           platform_tag=self.platform_tag, build_tag=self.build_tag,
-                           requires_python=self.requires_python, summary=self.summary,
-                           extra_headers=self.extra_headers)
+        return build_wheel(
+            dest,
+            self.name,
+            self.version,
+            requires=self.requires,
+            files=self.files,
+            python_tag=self.python_tag,
+            abi_tag=self.abi_tag,
+            platform_tag=self.platform_tag,
+            build_tag=self.build_tag,
+            requires_python=self.requires_python,
+            summary=self.summary,
+            extra_headers=self.extra_headers,
+        )
 
 
 def build_wheel(
@@ -164,8 +204,12 @@ def build_wheel(
     wheel_meta = (
         "Wheel-Version: 1.0\nGenerator: envbuild-tests\n"
         f"Root-Is-Purelib: {'true' if platform_tag == 'any' else 'false'}\n"
-        + "".join(f"Tag: {py}-{abi}-{plat}\n" for py in python_tag.split(".")
-                  for abi in abi_tag.split(".") for plat in platform_tag.split("."))
+        + "".join(
+            f"Tag: {py}-{abi}-{plat}\n"
+            for py in python_tag.split(".")
+            for abi in abi_tag.split(".")
+            for plat in platform_tag.split(".")
+        )
         + (f"Build: {build_tag}\n" if build_tag else "")
     )
     tmpdir = Path(tempfile.mkdtemp(prefix=".wheel-", dir=dest))
@@ -175,8 +219,12 @@ def build_wheel(
             if rel.startswith("/") or ".." in rel.split("/"):
                 raise ValueError(f"wheel file paths are relative to site-packages: {rel!r}")
             wf.writestr(rel, files[rel])
-        wf.writestr(f"{info}/METADATA", _metadata(name, canonical_version, requires, summary,
-                                                  requires_python, extra_headers or {}))
+        wf.writestr(
+            f"{info}/METADATA",
+            _metadata(
+                name, canonical_version, requires, summary, requires_python, extra_headers or {}
+            ),
+        )
         wf.writestr(f"{info}/WHEEL", wheel_meta)
     tmp.replace(path)
     tmpdir.rmdir()
@@ -290,10 +338,22 @@ def build_sdist(
     if backend == "inline":
         probe_file = f"{packages[0] if packages else escaped}/_build_env.json"
         contents["_backend/tiny_backend.py"] = _INLINE_BACKEND
-        contents["_backend/project.json"] = json.dumps({
-            "name": name, "version": canonical_version, "escaped": escaped, "requires": reqs,
-            "files": sorted(files), "probe": list(probe), "probe_file": probe_file,
-        }, indent=1, sort_keys=True) + "\n"
+        contents["_backend/project.json"] = (
+            json.dumps(
+                {
+                    "name": name,
+                    "version": canonical_version,
+                    "escaped": escaped,
+                    "requires": reqs,
+                    "files": sorted(files),
+                    "probe": list(probe),
+                    "probe_file": probe_file,
+                },
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         contents["pyproject.toml"] = (
             f"[build-system]\nrequires = {_quoted_list(build_requires)}\n"
             'build-backend = "tiny_backend"\nbackend-path = ["_backend"]\n\n'
@@ -303,7 +363,8 @@ def build_sdist(
     elif backend == "setuptools":
         modules = sorted(p[:-3] for p in files if "/" not in p and p.endswith(".py"))
         contents["pyproject.toml"] = (
-            f"[build-system]\nrequires = {_quoted_list(list(build_requires) or ['setuptools>=61'])}\n"
+            "[build-system]\nrequires ="
+            f" {_quoted_list(list(build_requires) or ['setuptools>=61'])}\n"
             'build-backend = "setuptools.build_meta"\n\n'
             f'[project]\nname = "{name}"\nversion = "{canonical_version}"\n'
             f"dependencies = {_quoted_list(reqs)}\n\n"
@@ -328,7 +389,10 @@ def build_sdist(
             ti = tarfile.TarInfo(f"{base}/{rel}")
             ti.size, ti.mtime, ti.mode = len(data), _MTIME, 0o644
             tar.addfile(ti, io.BytesIO(data))
-    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=_MTIME) as gz:
+    with (
+        path.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=_MTIME) as gz,
+    ):
         gz.write(buf.getvalue())
     return path
 

@@ -1,7 +1,8 @@
 """One module per lockfile format; ``detect`` tells them apart, ``parse`` reads one.
 
 - ``uvlock``        uv.lock (forks, conflicting extras/groups, edges that name an entry)
-- ``pylock``        PEP 751 pylock.toml (``pip lock``, ``uv export``, ``uv pip compile -o pylock.toml``)
+- ``pylock``        PEP 751 pylock.toml (``pip lock``, ``uv export``, ``uv pip compile -o
+  pylock.toml``)
 - ``requirements``  pip-compile / ``uv pip compile`` (``--universal``) / pip freeze output
 - ``poetry``        poetry.lock
 - ``pixi``          pixi.lock (conda-forge and PyPI packages, every environment x platform)
@@ -35,8 +36,11 @@ def detect(path: Path, text: str) -> Format:
     head = text[:4000]
     if re.search(r"^lock-version\s*=", head, re.M) and "[[packages]]" in text:
         return "pylock"
-    if re.search(r"^version\s*=\s*1\s*$", head, re.M) and re.search(r"^requires-python\s*=", head, re.M) \
-            and "[[package]]" in text:
+    if (
+        re.search(r"^version\s*=\s*1\s*$", head, re.M)
+        and re.search(r"^requires-python\s*=", head, re.M)
+        and "[[package]]" in text
+    ):
         return "uv.lock"
     if "[metadata]" in text and "content-hash" in text and "[[package]]" in text:
         return "poetry.lock"
@@ -44,8 +48,10 @@ def detect(path: Path, text: str) -> Format:
         return "pixi.lock"
     if re.search(r"^[A-Za-z0-9][A-Za-z0-9._-]*\s*(==|@|>=|~=)", text, re.M):
         return "requirements"
-    raise ConfigError(f"{path}: cannot tell which kind of lockfile this is",
-                      hint=f"Name it with --format ({', '.join(FORMATS)}).")
+    raise ConfigError(
+        f"{path}: cannot tell which kind of lockfile this is",
+        hint=f"Name it with --format ({', '.join(FORMATS)}).",
+    )
 
 
 def parse(path: Path, text: str, fmt: Format) -> ParsedLock:

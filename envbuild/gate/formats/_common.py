@@ -41,7 +41,7 @@ def toml_loads(text: str) -> dict[str, Any]:
 
 def sha(value: Any) -> str | None:
     if isinstance(value, str) and value.startswith("sha256:"):
-        return value[len("sha256:"):].lower()
+        return value[len("sha256:") :].lower()
     return None
 
 
@@ -60,7 +60,9 @@ def exact(specifier: str) -> str | None:
 
 def entry_lines(lines: list[str], header: str) -> list[int]:
     """For each ``header`` table (``[[package]]``) in order, the 1-based line an annotation points
-    at: the table's ``version =`` line (what a bump changes), else its ``name =`` line, else the header."""
+    at: the table's ``version =`` line (what a bump changes), else its ``name =`` line, else the
+    header.
+    """
     out = []
     n = len(lines)
     for i, line in enumerate(lines):

@@ -31,7 +31,8 @@ def parse(path: Path, text: str) -> ParsedLock:
         lock = Pylock.from_dict(data)
     except PylockValidationError as exc:
         raise LockParseError(f"not a valid PEP 751 lock: {exc}") from exc
-    except (TypeError, ValueError, AttributeError) as exc:  # a malformed field packaging did not anticipate
+    # a malformed field packaging did not anticipate
+    except (TypeError, ValueError, AttributeError) as exc:
         raise LockParseError(f"not a valid PEP 751 lock: {exc}") from exc
     lines = text.splitlines()
     headers = entry_lines(lines, "[[packages]]")
@@ -39,9 +40,16 @@ def parse(path: Path, text: str) -> ParsedLock:
     markers: list[str] = []
     for i, p in enumerate(lock.packages):
         files: list[tuple[str, str | None]] = [
-            (w.url or (str(w.path) if w.path else w.name or ""), w.hashes.get("sha256")) for w in p.wheels or ()]
+            (w.url or (str(w.path) if w.path else w.name or ""), w.hashes.get("sha256"))
+            for w in p.wheels or ()
+        ]
         if p.sdist is not None:
-            files.append((p.sdist.url or (str(p.sdist.path) if p.sdist.path else ""), p.sdist.hashes.get("sha256")))
+            files.append(
+                (
+                    p.sdist.url or (str(p.sdist.path) if p.sdist.path else ""),
+                    p.sdist.hashes.get("sha256"),
+                )
+            )
         # PEP 751: a wheel's or sdist's ``url`` is where its bytes are (from an index or not); a
         # direct reference is ``[packages.archive]``, ``vcs`` or ``directory``
         url = None
@@ -51,31 +59,61 @@ def parse(path: Path, text: str) -> ParsedLock:
                 files.append((url, p.archive.hashes.get("sha256")))
         deps = None
         if p.dependencies is not None:
-            deps = tuple(canonicalize_name(str(d.get("name"))) for d in p.dependencies if d.get("name"))
-        marker = _marker(str(p.marker) if p.marker is not None else None,
-                         str(p.requires_python) if p.requires_python is not None else None)
+            deps = tuple(
+                canonicalize_name(str(d.get("name"))) for d in p.dependencies if d.get("name")
+            )
+        marker = _marker(
+            str(p.marker) if p.marker is not None else None,
+            str(p.requires_python) if p.requires_python is not None else None,
+        )
         if marker:
             markers.append(marker)
-        entries.append(Entry(
-            key=i, name=canonicalize_name(p.name), version=str(p.version) if p.version else None,
-            raw=f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else ""),
-            line=headers[i] if i < len(headers) else None, hashes=tuple(h for _, h in files if h),
-            index=p.index, url=url, files=tuple((u, h) for u, h in files if u), dependencies=deps, marker=marker))
+        entries.append(
+            Entry(
+                key=i,
+                name=canonicalize_name(p.name),
+                version=str(p.version) if p.version else None,
+                raw=f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else ""),
+                line=headers[i] if i < len(headers) else None,
+                hashes=tuple(h for _, h in files if h),
+                index=p.index,
+                url=url,
+                files=tuple((u, h) for u, h in files if u),
+                dependencies=deps,
+                marker=marker,
+            )
+        )
     envs = [str(m) for m in lock.environments or ()]
-    out = ParsedLock(path, "pylock", entries, sorted({e.index for e in entries if e.index}),
-               requires_python=str(lock.requires_python) if lock.requires_python else None,
-               environments=envs, marker_texts=markers + envs)
+    out = ParsedLock(
+        path,
+        "pylock",
+        entries,
+        sorted({e.index for e in entries if e.index}),
+        requires_python=str(lock.requires_python) if lock.requires_python else None,
+        environments=envs,
+        marker_texts=markers + envs,
+    )
     extras = [canonicalize_name(x) for x in lock.extras or ()]
     default = frozenset(canonicalize_name(g) for g in lock.default_groups or ())
-    others = [canonicalize_name(g) for g in lock.dependency_groups or () if canonicalize_name(g) not in default]
+    others = [
+        canonicalize_name(g)
+        for g in lock.dependency_groups or ()
+        if canonicalize_name(g) not in default
+    ]
     out.always_groups = default
     # PEP 751 lists the extras and groups an installer may be asked for, not which go together:
     # each is judged on its own (a set of one-of), beside the default groups
     if extras:
-        out.conflicts.append([Item(f"extra:{x}", f"extra {x}", frozenset({x}), name=x) for x in extras])
+        out.conflicts.append(
+            [Item(f"extra:{x}", f"extra {x}", frozenset({x}), name=x) for x in extras]
+        )
     if others:
-        out.conflicts.append([Item(f"group:{g}", f"group {g}", groups=frozenset({g}), name=g, kind="group")
-                              for g in others])
+        out.conflicts.append(
+            [
+                Item(f"group:{g}", f"group {g}", groups=frozenset({g}), name=g, kind="group")
+                for g in others
+            ]
+        )
     return out
 
 

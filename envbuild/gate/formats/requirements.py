@@ -1,4 +1,5 @@
-"""Requirement files: pip-compile, ``uv pip compile`` (``--universal`` writes markers), ``pip freeze``.
+"""Requirement files: pip-compile, ``uv pip compile`` (``--universal`` writes markers), ``pip
+freeze``.
 
 Read line by line with ``packaging.requirements`` (continuations, comments, ``--hash`` and
 ``--index-url`` options, markers). Each line applies where its marker holds; the ``# via``
@@ -31,13 +32,16 @@ def _via(comments: list[str]) -> tuple[str, ...] | None:
         if c.startswith("via"):
             found = True
             rest = c[3:].strip()
-            if rest and not rest.startswith("-"):  # "-r requirements.in", "--override x.txt": not packages
+            # "-r requirements.in", "--override x.txt": not packages
+            if rest and not rest.startswith("-"):
                 names += [x for x in re.split(r"[,\s]+", rest) if x]
         elif found and c and not c.startswith("-"):
             names.append(c.split()[0])
     if not found:
         return None
-    return tuple(canonicalize_name(n) for n in names if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", n))
+    return tuple(
+        canonicalize_name(n) for n in names if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", n)
+    )
 
 
 def parse(path: Path, text: str) -> ParsedLock:
@@ -66,9 +70,20 @@ def parse(path: Path, text: str) -> ParsedLock:
             markers.append(marker)
         hashes = tuple(m.group(2).lower() for o in opts if (m := _HASH.match(o)))
         version = exact(str(req.specifier)) if not req.url else _url_version(req.url, req.name)
-        entries.append(Entry(key=len(entries), name=canonicalize_name(req.name), version=version, raw=raw,
-                             line=lineno, hashes=hashes, url=req.url, via=_via(comments), marker=marker,
-                             files=((req.url, hashes[0] if hashes else None),) if req.url else ()))
+        entries.append(
+            Entry(
+                key=len(entries),
+                name=canonicalize_name(req.name),
+                version=version,
+                raw=raw,
+                line=lineno,
+                hashes=hashes,
+                url=req.url,
+                via=_via(comments),
+                marker=marker,
+                files=((req.url, hashes[0] if hashes else None),) if req.url else (),
+            )
+        )
     return ParsedLock(path, "requirements", entries, indexes, marker_texts=markers)
 
 

@@ -32,10 +32,24 @@ from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.markers import InvalidMarker, MarkerCache
 from envbuild.gate.model import Entry, Grid, Item, LockParseError, ParsedLock, Reach
 
-__all__ = ["UvConflict", "UvEdge", "UvFile", "UvGraph", "UvIndex", "UvLink", "UvLock", "UvManifest", "UvPackage",
-           "UvSource", "UvSupplied", "parse", "pseudo"]
+__all__ = [
+    "UvConflict",
+    "UvEdge",
+    "UvFile",
+    "UvGraph",
+    "UvIndex",
+    "UvLink",
+    "UvLock",
+    "UvManifest",
+    "UvPackage",
+    "UvSource",
+    "UvSupplied",
+    "parse",
+    "pseudo",
+]
 
-Table = Mapping[str, object]  # a TOML table before it is checked: its values may be anything TOML holds
+# a TOML table before it is checked: its values may be anything TOML holds
+Table = Mapping[str, object]
 ConflictKind = Literal["extra", "group", "project"]
 
 _ROOT_SOURCES = ("editable", "virtual", "directory")
@@ -43,7 +57,8 @@ _SOURCE_KEYS = ("registry", "url", "git", "path", "editable", "virtual", "direct
 
 
 def pseudo(project: str, name: str, kind: str) -> str:
-    """uv's encoding of a conflict item in markers: ``extra-7-trainer-cu128``, ``project-7-trainer``."""
+    """uv's encoding of a conflict item in markers: ``extra-7-trainer-cu128``,
+    ``project-7-trainer``."""
     project = canonicalize_name(project)
     if kind == "project":
         return f"project-{len(project)}-{project}"
@@ -52,12 +67,14 @@ def pseudo(project: str, name: str, kind: str) -> str:
 
 # ----------------------------------------------------------------------------- checked getters
 
+
 def _wrong(key: str, value: object, kind: str, where: str) -> LockParseError:
     return LockParseError(f"{where}: `{key}` is a {type(value).__name__}, where uv writes a {kind}")
 
 
 def _string(table: Table, key: str, where: str) -> str | None:
-    """``table[key]`` (None when absent) when it is a string, else ``LockParseError`` at ``where``."""
+    """``table[key]`` (None when absent) when it is a string, else ``LockParseError`` at
+    ``where``."""
     value = table.get(key)
     if value is None or isinstance(value, str):
         return value
@@ -65,7 +82,8 @@ def _string(table: Table, key: str, where: str) -> str | None:
 
 
 def _table(table: Table, key: str, where: str) -> Table | None:
-    """``table[key]`` (None when absent) when it is a table, else ``LockParseError`` at ``where``."""
+    """``table[key]`` (None when absent) when it is a table, else ``LockParseError`` at
+    ``where``."""
     value = table.get(key)
     if value is None or isinstance(value, dict):
         return value
@@ -73,7 +91,8 @@ def _table(table: Table, key: str, where: str) -> Table | None:
 
 
 def _array(table: Table, key: str, where: str) -> list[object] | None:
-    """``table[key]`` (None when absent) when it is an array, else ``LockParseError`` at ``where``."""
+    """``table[key]`` (None when absent) when it is an array, else ``LockParseError`` at
+    ``where``."""
     value = table.get(key)
     if value is None or isinstance(value, list):
         return value
@@ -98,7 +117,8 @@ class UvSource:
     registry: str | None = None
     url: str | None = None
     kinds: frozenset[str] = frozenset()  # the keys written
-    identity: tuple[tuple[str, str], ...] = ()  # every key and value as text: what tells two entries of a name apart
+    # every key and value as text: what tells two entries of a name apart
+    identity: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_dict(cls, d: Table, where: str | None = None) -> UvSource:
@@ -108,8 +128,12 @@ class UvSource:
             for key in _SOURCE_KEYS:
                 _string(d, key, where)
         registry, url = d.get("registry"), d.get("url")
-        return cls(registry=registry if isinstance(registry, str) else None, url=url if isinstance(url, str) else None,
-                   kinds=frozenset(d), identity=tuple(sorted((str(k), str(v)) for k, v in d.items())))
+        return cls(
+            registry=registry if isinstance(registry, str) else None,
+            url=url if isinstance(url, str) else None,
+            kinds=frozenset(d),
+            identity=tuple(sorted((str(k), str(v)) for k, v in d.items())),
+        )
 
     @property
     def is_project(self) -> bool:
@@ -128,8 +152,12 @@ class UvFile:
 
     @classmethod
     def from_dict(cls, d: Table, where: str) -> UvFile:
-        return cls(url=_string(d, "url", where), filename=_string(d, "filename", where),
-                   path=_string(d, "path", where), hash=_string(d, "hash", where))
+        return cls(
+            url=_string(d, "url", where),
+            filename=_string(d, "filename", where),
+            path=_string(d, "path", where),
+            hash=_string(d, "hash", where),
+        )
 
     @property
     def sha256(self) -> str | None:
@@ -149,16 +177,24 @@ class UvEdge:
 
     @classmethod
     def from_dict(cls, d: Table, package: str, array: str) -> UvEdge | None:
-        """The edge in ``package``'s ``array``; None for one without a name (skipped, as uv writes none)."""
+        """The edge in ``package``'s ``array``; None for one without a name (skipped, as uv writes
+        none)."""
         where = f"{package}: an edge in `{array}`"
         name, version = _string(d, "name", where), _string(d, "version", where)
         source, marker = _table(d, "source", where), _string(d, "marker", where)
         extra = _array(d, "extra", where)
-        extras = _strings(extra if extra is not None else [], f"{package}: `extra` of an edge in `{array}`")
+        extras = _strings(
+            extra if extra is not None else [], f"{package}: `extra` of an edge in `{array}`"
+        )
         if name is None:
             return None
-        return cls(name=name, version=version, source=UvSource.from_dict(source) if source is not None else None,
-                   marker=marker, extra=extras)
+        return cls(
+            name=name,
+            version=version,
+            source=UvSource.from_dict(source) if source is not None else None,
+            marker=marker,
+            extra=extras,
+        )
 
     @property
     def pinned(self) -> bool:
@@ -187,11 +223,14 @@ class UvPackage:
     version: str | None = None
     source: UvSource = UvSource()
     dependencies: tuple[UvEdge, ...] = ()
-    optional_dependencies: Mapping[str, tuple[UvEdge, ...]] = field(default_factory=dict)  # extra (as written) -> edges
-    dev_dependencies: Mapping[str, tuple[UvEdge, ...]] = field(default_factory=dict)  # group (as written) -> edges
+    # extra (as written) -> edges
+    optional_dependencies: Mapping[str, tuple[UvEdge, ...]] = field(default_factory=dict)
+    # group (as written) -> edges
+    dev_dependencies: Mapping[str, tuple[UvEdge, ...]] = field(default_factory=dict)
     wheels: tuple[UvFile, ...] = ()
     sdist: UvFile | None = None
-    requires_dist: tuple[str, ...] | None = None  # ``metadata.requires-dist`` as PEP 508; None: not recorded
+    # ``metadata.requires-dist`` as PEP 508; None: not recorded
+    requires_dist: tuple[str, ...] | None = None
     resolution_markers: tuple[str, ...] = ()  # the forks it is locked for
 
     @classmethod
@@ -199,16 +238,27 @@ class UvPackage:
         """``package[i]``; every error names it (with its name when it has one)."""
         written = d.get("name")
         where = f"package[{i}]" + (f" ({written})" if isinstance(written, str) else "")
-        name, version, source = _string(d, "name", where), _string(d, "version", where), _table(d, "source", where)
+        name, version, source = (
+            _string(d, "name", where),
+            _string(d, "version", where),
+            _table(d, "source", where),
+        )
         deps = _array(d, "dependencies", where)
-        optional, dev = _table(d, "optional-dependencies", where), _table(d, "dev-dependencies", where)
+        optional, dev = (
+            _table(d, "optional-dependencies", where),
+            _table(d, "dev-dependencies", where),
+        )
         wheels, sdist = _array(d, "wheels", where), _table(d, "sdist", where)
         metadata, forks = _table(d, "metadata", where), _array(d, "resolution-markers", where)
         if name is None:
             raise LockParseError(f"{where} has no name")
-        resolution_markers = _strings(forks if forks is not None else [], f"{where}: `resolution-markers`")
+        resolution_markers = _strings(
+            forks if forks is not None else [], f"{where}: `resolution-markers`"
+        )
         dependencies = _edges(deps if deps is not None else [], where, "dependencies")
-        extras = {k: _edges(v, where, f"optional-dependencies.{k}") for k, v in (optional or {}).items()}
+        extras = {
+            k: _edges(v, where, f"optional-dependencies.{k}") for k, v in (optional or {}).items()
+        }
         groups = {k: _edges(v, where, f"dev-dependencies.{k}") for k, v in (dev or {}).items()}
         files = []
         for w in wheels or []:
@@ -217,9 +267,18 @@ class UvPackage:
             files.append(UvFile.from_dict(w, f"{where}: a wheel"))
         sdist_file = UvFile.from_dict(sdist if sdist is not None else {}, f"{where}: `sdist`")
         origin = UvSource.from_dict(source if source is not None else {}, f"{where}: `source`")
-        return cls(name=name, version=version, source=origin, dependencies=dependencies, optional_dependencies=extras,
-                   dev_dependencies=groups, wheels=tuple(files), sdist=sdist_file if sdist is not None else None,
-                   requires_dist=_requires_dist(metadata or {}, where), resolution_markers=resolution_markers)
+        return cls(
+            name=name,
+            version=version,
+            source=origin,
+            dependencies=dependencies,
+            optional_dependencies=extras,
+            dev_dependencies=groups,
+            wheels=tuple(files),
+            sdist=sdist_file if sdist is not None else None,
+            requires_dist=_requires_dist(metadata or {}, where),
+            resolution_markers=resolution_markers,
+        )
 
     @property
     def files(self) -> list[tuple[str, str | None]]:
@@ -232,15 +291,23 @@ class UvPackage:
     def entry(self, key: int, line: int | None) -> Entry:
         files = self.files
         return Entry(
-            key=key, name=canonicalize_name(self.name), version=self.version,
-            raw=f"{self.name}=={self.version}" if self.version is not None else self.name, line=line,
-            hashes=tuple(h for _, h in files if h), index=self.source.registry, url=self.source.url,
-            files=tuple((u, h) for u, h in files if u), requires=self.requires_dist,
-            dependencies=tuple(canonicalize_name(d.name) for d in self.dependencies))
+            key=key,
+            name=canonicalize_name(self.name),
+            version=self.version,
+            raw=f"{self.name}=={self.version}" if self.version is not None else self.name,
+            line=line,
+            hashes=tuple(h for _, h in files if h),
+            index=self.source.registry,
+            url=self.source.url,
+            files=tuple((u, h) for u, h in files if u),
+            requires=self.requires_dist,
+            dependencies=tuple(canonicalize_name(d.name) for d in self.dependencies),
+        )
 
 
 def _requires_dist(metadata: Table, where: str) -> tuple[str, ...] | None:
-    """``metadata.requires-dist`` (tables of ``name``, ``specifier``, ``marker``) as PEP 508 strings."""
+    """``metadata.requires-dist`` (tables of ``name``, ``specifier``, ``marker``) as PEP 508
+    strings."""
     requires = metadata.get("requires-dist")
     if requires is None:
         return None
@@ -249,7 +316,10 @@ def _requires_dist(metadata: Table, where: str) -> tuple[str, ...] | None:
     out = []
     for r in requires:
         if isinstance(r, dict) and isinstance(r.get("name"), str):
-            out.append(f"{r['name']}{r.get('specifier', '')}" + (f"; {r['marker']}" if r.get("marker") else ""))
+            out.append(
+                f"{r['name']}{r.get('specifier', '')}"
+                + (f"; {r['marker']}" if r.get("marker") else "")
+            )
     return tuple(out)
 
 
@@ -269,8 +339,11 @@ class UvSupplied:
             return None
         requires = _array(d, "requires-dist", f"`manifest.dependency-metadata[{i}]`")
         version = d.get("version")
-        return cls(name=d["name"], version=str(version) if version is not None else None,
-                   requires_dist=tuple(r for r in requires or [] if isinstance(r, str)))
+        return cls(
+            name=d["name"],
+            version=str(version) if version is not None else None,
+            requires_dist=tuple(r for r in requires or [] if isinstance(r, str)),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,8 +359,12 @@ class UvManifest:
         supplied = d.get("dependency-metadata", [])
         if not isinstance(supplied, list):
             raise LockParseError("`manifest.dependency-metadata` is not an array of tables")
-        return cls(members=members,
-                   dependency_metadata=tuple(s for i, x in enumerate(supplied) if (s := UvSupplied.from_dict(x, i))))
+        return cls(
+            members=members,
+            dependency_metadata=tuple(
+                s for i, x in enumerate(supplied) if (s := UvSupplied.from_dict(x, i))
+            ),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,7 +389,9 @@ class UvConflict:
 
     @property
     def kind(self) -> ConflictKind:
-        return "extra" if self.extra is not None else "group" if self.group is not None else "project"
+        return (
+            "extra" if self.extra is not None else "group" if self.group is not None else "project"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,10 +410,21 @@ class UvLock:
         """The lock, or ``LockParseError`` naming the first value not shaped as uv writes it."""
         where = "the lock"
         requires_python = _string(d, "requires-python", where)
-        resolution, supported = _array(d, "resolution-markers", where), _array(d, "supported-markers", where)
-        conflicts, manifest, packages = _array(d, "conflicts", where), _table(d, "manifest", where), _array(d, "package", where)
-        resolution_markers = _strings(resolution if resolution is not None else [], "`resolution-markers`")
-        supported_markers = _strings(supported if supported is not None else [], "`supported-markers`")
+        resolution, supported = (
+            _array(d, "resolution-markers", where),
+            _array(d, "supported-markers", where),
+        )
+        conflicts, manifest, packages = (
+            _array(d, "conflicts", where),
+            _table(d, "manifest", where),
+            _array(d, "package", where),
+        )
+        resolution_markers = _strings(
+            resolution if resolution is not None else [], "`resolution-markers`"
+        )
+        supported_markers = _strings(
+            supported if supported is not None else [], "`supported-markers`"
+        )
         sets = []
         for i, group in enumerate(conflicts or []):
             if not isinstance(group, list) or not all(isinstance(x, dict) for x in group):
@@ -346,8 +436,14 @@ class UvLock:
             if not isinstance(p, dict):
                 raise LockParseError(f"package[{i}] is not a table")
             pkgs.append(UvPackage.from_dict(p, i))
-        return cls(requires_python=requires_python, resolution_markers=resolution_markers,
-                   supported_markers=supported_markers, conflicts=tuple(sets), manifest=man, packages=tuple(pkgs))
+        return cls(
+            requires_python=requires_python,
+            resolution_markers=resolution_markers,
+            supported_markers=supported_markers,
+            conflicts=tuple(sets),
+            manifest=man,
+            packages=tuple(pkgs),
+        )
 
 
 def _shape(data: Table) -> UvLock:
@@ -381,18 +477,28 @@ class UvIndex:
             self.by_exact[(e.name, e.version or "", source.identity)] = e.key
 
     def targets(self, edge: UvEdge) -> tuple[int, ...]:
-        """The entry the edge's version and source name, else every entry of its name (of its version)."""
+        """The entry the edge's version and source name, else every entry of its name (of its
+        version)."""
         name = canonicalize_name(edge.name)
         if not edge.pinned:
             return tuple(self.by_name.get(name, []))
-        hit = self.by_exact.get((name, edge.version or "", edge.source.identity if edge.source else ()))
+        hit = self.by_exact.get(
+            (name, edge.version or "", edge.source.identity if edge.source else ())
+        )
         if hit is not None:
             return (hit,)
-        return tuple(k for k in self.by_name.get(name, [])
-                     if edge.version is None or self.entries[k].version == edge.version)
+        return tuple(
+            k
+            for k in self.by_name.get(name, [])
+            if edge.version is None or self.entries[k].version == edge.version
+        )
 
     def link(self, edge: UvEdge) -> UvLink:
-        return UvLink(self.targets(edge), edge.marker or None, frozenset(canonicalize_name(x) for x in edge.extra))
+        return UvLink(
+            self.targets(edge),
+            edge.marker or None,
+            frozenset(canonicalize_name(x) for x in edge.extra),
+        )
 
     def links(self, edges: Iterable[UvEdge]) -> tuple[UvLink, ...]:
         return tuple(self.link(e) for e in edges)
@@ -415,7 +521,8 @@ class _GridMasks:
             try:
                 got = self.grid.marker_mask(text, self.markers) & self.everywhere
             except InvalidMarker:
-                got = self.everywhere  # followed everywhere; the marker is a finding (``broken-marker``)
+                # followed everywhere; the marker is a finding (``broken-marker``)
+                got = self.everywhere
             self._markers[text] = got
         return got
 
@@ -439,7 +546,8 @@ class UvGraph:
     plain: tuple[tuple[UvLink, ...], ...]
     optional: tuple[dict[str, tuple[UvLink, ...]], ...]  # canonical extra -> links
     dev: tuple[dict[str, tuple[UvLink, ...]], ...]  # canonical group -> links
-    forks: dict[int, tuple[str, ...]] = field(default_factory=dict)  # entry -> its resolution markers
+    # entry -> its resolution markers
+    forks: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, lock: UvLock, entries: list[Entry]) -> UvGraph:
@@ -447,10 +555,15 @@ class UvGraph:
         plain = tuple(index.links(p.dependencies) for p in lock.packages)
         optional: tuple[dict[str, tuple[UvLink, ...]], ...] = tuple(
             {canonicalize_name(k): index.links(v) for k, v in p.optional_dependencies.items()}
-            for p in lock.packages)
+            for p in lock.packages
+        )
         dev: tuple[dict[str, tuple[UvLink, ...]], ...] = tuple(
-            {canonicalize_name(k): index.links(v) for k, v in p.dev_dependencies.items()} for p in lock.packages)
-        forks = {k: p.resolution_markers for k, p in enumerate(lock.packages) if p.resolution_markers}
+            {canonicalize_name(k): index.links(v) for k, v in p.dev_dependencies.items()}
+            for p in lock.packages
+        )
+        forks = {
+            k: p.resolution_markers for k, p in enumerate(lock.packages) if p.resolution_markers
+        }
         return cls(entries, _roots(lock, entries, plain), plain, optional, dev, forks)
 
     @cached_property
@@ -496,8 +609,9 @@ class UvGraph:
             by_key[k] = by_key.get(k, 0) | bits
         return Reach(self.entries, by_key, self.root_set, edge_masks)
 
-    def out_of(self, key: int, extras: frozenset[str], delta: int,
-               masks: _GridMasks) -> Iterator[tuple[tuple[UvLink, ...], int]]:
+    def out_of(
+        self, key: int, extras: frozenset[str], delta: int, masks: _GridMasks
+    ) -> Iterator[tuple[tuple[UvLink, ...], int]]:
         """The links leaving entry ``key`` with ``extras`` on, each list with the environments (of
         ``delta``) where it is followed: a workspace member's extras and groups where chosen."""
         yield self.plain[key], delta
@@ -517,8 +631,18 @@ class UvGraph:
         start: list[UvLink] = []
         for k in self.roots:
             project = self.entries[k].name
-            start += [link for x, v in self.optional[k].items() if pseudo(project, x, "extra") in item.extras for link in v]
-            start += [link for g, v in self.dev[k].items() if pseudo(project, g, "group") in item.extras for link in v]
+            start += [
+                link
+                for x, v in self.optional[k].items()
+                if pseudo(project, x, "extra") in item.extras
+                for link in v
+            ]
+            start += [
+                link
+                for g, v in self.dev[k].items()
+                if pseudo(project, g, "group") in item.extras
+                for link in v
+            ]
             if item.kind == "project" and pseudo(project, "", "project") in item.extras:
                 start += self.plain[k]
         seen: set[_Node] = set()
@@ -545,23 +669,31 @@ class UvGraph:
                         for t in targets:
                             for x in extras:
                                 out.setdefault(pseudo(project, name, kind), set()).add(
-                                    pseudo(self.entries[t].name, x, "extra"))
+                                    pseudo(self.entries[t].name, x, "extra")
+                                )
         return {tag: frozenset(v) for tag, v in out.items()}
 
 
-def _roots(lock: UvLock, entries: list[Entry], plain: Sequence[Sequence[UvLink]]) -> tuple[int, ...]:
+def _roots(
+    lock: UvLock, entries: list[Entry], plain: Sequence[Sequence[UvLink]]
+) -> tuple[int, ...]:
     """Where ``uv sync`` starts: the workspace members' own trees (every such tree when no member
     is recorded), else everything nothing depends on."""
     members = {canonicalize_name(m) for m in lock.manifest.members}
-    roots = [e.key for e, p in zip(entries, lock.packages, strict=True)
-             if (e.name in members or not members) and p.source.is_project]
+    roots = [
+        e.key
+        for e, p in zip(entries, lock.packages, strict=True)
+        if (e.name in members or not members) and p.source.is_project
+    ]
     if not roots:
         pointed = {k for links in plain for link in links for k in link.targets}
         roots = [e.key for e in entries if e.key not in pointed]
     return tuple(roots)
 
 
-def _split(targets: tuple[int, ...], bits: int, fork_mask: Mapping[int, int], everywhere: int) -> list[tuple[int, int]]:
+def _split(
+    targets: tuple[int, ...], bits: int, fork_mask: Mapping[int, int], everywhere: int
+) -> list[tuple[int, int]]:
     """Where an edge that names several entries leads: to each the environments of its fork;
     the environments no fork claims, to them all."""
     if len(targets) <= 1:
@@ -586,10 +718,13 @@ def _any(masks: Iterable[int]) -> int:
 
 
 def parse(path: Path, text: str) -> ParsedLock:
-    """The lock at ``path`` (``text``) as the gate reads it; ``LockParseError`` names the first bad field."""
+    """The lock at ``path`` (``text``) as the gate reads it; ``LockParseError`` names the first bad
+    field."""
     lock = _shape(toml_loads(text))
     headers = entry_lines(text.splitlines(), "[[package]]")
-    entries = [p.entry(i, headers[i] if i < len(headers) else None) for i, p in enumerate(lock.packages)]
+    entries = [
+        p.entry(i, headers[i] if i < len(headers) else None) for i, p in enumerate(lock.packages)
+    ]
     graph = UvGraph.of(lock, entries)
     marker_texts = [*lock.resolution_markers, *lock.supported_markers]
     marker_texts += [m for p in lock.packages for m in p.resolution_markers]
@@ -597,14 +732,29 @@ def parse(path: Path, text: str) -> ParsedLock:
     for marker, owner in _edge_markers(lock):
         marker_texts.append(marker)
         owners.setdefault(marker, owner)
-    supplied = {(canonicalize_name(s.name), s.version): s.requires_dist for s in lock.manifest.dependency_metadata}
+    supplied = {
+        (canonicalize_name(s.name), s.version): s.requires_dist
+        for s in lock.manifest.dependency_metadata
+    }
     sets, always = conflict_items(lock, graph, _default_groups(path))
     return ParsedLock(
-        path, "uv.lock", entries, sorted({e.index for e in entries if e.index}), graph=graph,
-        requires_python=lock.requires_python, environments=list(lock.supported_markers), conflicts=sets,
-        always_extras=always, marker_texts=marker_texts,
-        extra={"marker_owner": owners, "supplied_requires": supplied, "implies": graph.implies(),
-               SOURCES: {i: dict(p.source.identity) for i, p in enumerate(lock.packages)}})
+        path,
+        "uv.lock",
+        entries,
+        sorted({e.index for e in entries if e.index}),
+        graph=graph,
+        requires_python=lock.requires_python,
+        environments=list(lock.supported_markers),
+        conflicts=sets,
+        always_extras=always,
+        marker_texts=marker_texts,
+        extra={
+            "marker_owner": owners,
+            "supplied_requires": supplied,
+            "implies": graph.implies(),
+            SOURCES: {i: dict(p.source.identity) for i, p in enumerate(lock.packages)},
+        },
+    )
 
 
 SOURCES = "sources"  # ParsedLock.extra: {entry key: its ``source`` table, every value as text}
@@ -620,14 +770,19 @@ def sources_of(lock: ParsedLock) -> Mapping[int, Mapping[str, str]]:
 def _edge_markers(lock: UvLock) -> Iterator[tuple[str, int]]:
     """Every edge's marker with the entry it leaves, in the file's order."""
     for owner, p in enumerate(lock.packages):
-        for edges in (p.dependencies, *p.optional_dependencies.values(), *p.dev_dependencies.values()):
+        for edges in (
+            p.dependencies,
+            *p.optional_dependencies.values(),
+            *p.dev_dependencies.values(),
+        ):
             for edge in edges:
                 if edge.marker:
                     yield edge.marker, owner
 
 
-def conflict_items(lock: UvLock, graph: UvGraph,
-                   defaults: bool | tuple[str, ...]) -> tuple[list[list[Item]], frozenset[str]]:
+def conflict_items(
+    lock: UvLock, graph: UvGraph, defaults: bool | tuple[str, ...]
+) -> tuple[list[list[Item]], frozenset[str]]:
     """uv's ``conflicts`` as items of conflict sets, and the pseudo-extras always on (every other
     extra/group of a member, and its own dependencies).
 
@@ -642,22 +797,41 @@ def conflict_items(lock: UvLock, graph: UvGraph,
         for c in group:
             project: str = canonicalize_name(c.package or (root_names[0] if root_names else ""))
             kind = c.kind
-            name = canonicalize_name(c.extra if c.extra is not None else c.group or "") if kind != "project" else project
+            name = (
+                canonicalize_name(c.extra if c.extra is not None else c.group or "")
+                if kind != "project"
+                else project
+            )
             tag = pseudo(project, name if kind != "project" else "", kind)
             conflicting.add(tag)
             if kind == "project":
                 words = f"project {project}"
             else:
-                words = f"{kind} {name}" if len(set(root_names)) <= 1 else f"{kind} {project}[{name}]"
-            default = kind == "project" or (kind == "group" and (defaults is True or name in (defaults or ())))
-            items.append(Item(tag, words, frozenset({tag}), frozenset({name} if kind == "group" else ()),
-                              name=name, kind=kind, default=default))
+                words = (
+                    f"{kind} {name}" if len(set(root_names)) <= 1 else f"{kind} {project}[{name}]"
+                )
+            default = kind == "project" or (
+                kind == "group" and (defaults is True or name in (defaults or ()))
+            )
+            items.append(
+                Item(
+                    tag,
+                    words,
+                    frozenset({tag}),
+                    frozenset({name} if kind == "group" else ()),
+                    name=name,
+                    kind=kind,
+                    default=default,
+                )
+            )
         if items:
             sets.append(items)
     always: set[str] = set()
     for k in graph.roots:
         project = graph.entries[k].name
-        always |= {t for x in graph.optional[k] if (t := pseudo(project, x, "extra")) not in conflicting}
+        always |= {
+            t for x in graph.optional[k] if (t := pseudo(project, x, "extra")) not in conflicting
+        }
         always |= {t for g in graph.dev[k] if (t := pseudo(project, g, "group")) not in conflicting}
         if (t := pseudo(project, "", "project")) not in conflicting:
             always.add(t)
@@ -665,7 +839,8 @@ def conflict_items(lock: UvLock, graph: UvGraph,
 
 
 def _default_groups(path: Path) -> bool | tuple[str, ...]:
-    """``[tool.uv] default-groups`` of the project beside the lock (True: "all"); uv's ``dev`` without one."""
+    """``[tool.uv] default-groups`` of the project beside the lock (True: "all"); uv's ``dev``
+    without one."""
     from envbuild.gate.project import read_pyproject, table
 
     got = table(read_pyproject(path.parent), "tool", "uv").get("default-groups")

@@ -3,7 +3,8 @@
 - ``pins``          one exact torch per environment, its minimum and local tag, protected pins,
                     PyPI triton beside pytorch-triton, markers that do not parse
 - ``requirements``  declared requirements on torch that the environment's torch does not satisfy
-- ``extensions``    prebuilt extensions against the torch they are installed with (``envbuild.abitag``)
+- ``extensions``    prebuilt extensions against the torch they are installed with
+  (``envbuild.abitag``)
 - ``runtime``       torch's own runtime requirements are locked
 - ``conda``         conda packages (pixi.lock) whose ``depends`` pin another pytorch build
 - ``history``       ``--base REF``: downgrades, re-tags and lost torches, per environment

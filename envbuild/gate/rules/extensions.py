@@ -37,15 +37,44 @@ __all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "torch_runtime", "unread_tag
 # a notice when it is a prebuilt wheel (``unread_tag``); ``provision --lock`` builds their sdists
 # against the installed torch (``fromlock.stages``); a conda package of one of these names is
 # checked against the pytorch build it pins (``gate.formats.pixi``).
-KNOWN_EXTENSIONS = frozenset({
-    "flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "flash-attn-3-nv", "mamba-ssm", "causal-conv1d",
-    "flashinfer-python", "xformers", "apex", "transformer-engine", "transformer-engine-torch", "deepspeed",
-    "vllm-flash-attn", "sageattention", "sageattn3", "torch-scatter", "torch-sparse", "torch-cluster",
-    "torch-spline-conv", "pyg-lib", "grouped-gemm", "deep-gemm", "natten", "fused-dense-lib", "dropout-layer-norm",
-    "rotary-emb", "qoptim-cuda", "bitsandbytes", "gptqmodel", "auto-gptq",
-})
+KNOWN_EXTENSIONS = frozenset(
+    {
+        "flash-attn",
+        "flash-attn-3",
+        "flash-attn-4",
+        "flash-attn-cute",
+        "flash-attn-3-nv",
+        "mamba-ssm",
+        "causal-conv1d",
+        "flashinfer-python",
+        "xformers",
+        "apex",
+        "transformer-engine",
+        "transformer-engine-torch",
+        "deepspeed",
+        "vllm-flash-attn",
+        "sageattention",
+        "sageattn3",
+        "torch-scatter",
+        "torch-sparse",
+        "torch-cluster",
+        "torch-spline-conv",
+        "pyg-lib",
+        "grouped-gemm",
+        "deep-gemm",
+        "natten",
+        "fused-dense-lib",
+        "dropout-layer-norm",
+        "rotary-emb",
+        "qoptim-cuda",
+        "bitsandbytes",
+        "gptqmodel",
+        "auto-gptq",
+    }
+)
 
-NOTICE_NAMES = 5  # a notice names this many wheels, then counts the rest (--explain and JSON list each)
+# a notice names this many wheels, then counts the rest (--explain and JSON list each)
+NOTICE_NAMES = 5
 
 
 def claim_of(entry: Entry) -> AbiClaim | None:
@@ -78,19 +107,22 @@ def _wheels(entry: Entry) -> list[str]:
 def _prebuilt(entry: Entry, fmt: str) -> bool:
     """A built wheel rather than a source build: a direct wheel URL, a wheel by path (uv.lock:
     no registry, a wheel file), or a local version from an index. A git or directory source
-    carries a local version too (``2.15.0+42b8400``), but it is built against the torch beside it."""
+    carries a local version too (``2.15.0+42b8400``), but it is built against the torch beside it.
+    """
     if entry.url:
         return _is_wheel(entry.url)
     wheels = _wheels(entry)
     if entry.version and "+" in entry.version:
         if entry.files:  # the artifacts are recorded: a wheel among them
             return bool(wheels)
-        return entry.index is not None or fmt == "requirements"  # a requirements pin comes from an index
+        # a requirements pin comes from an index
+        return entry.index is not None or fmt == "requirements"
     return fmt == "uv.lock" and entry.index is None and bool(wheels)
 
 
 def _pure_python(entry: Entry) -> bool:
-    """Every wheel recorded is ``none-any``: no compiled code bound to torch's ABI (flash-attn-4's CuTe JIT)."""
+    """Every wheel recorded is ``none-any``: no compiled code bound to torch's ABI (flash-attn-4's
+    CuTe JIT)."""
     wheels = _wheels(entry)
     return bool(wheels) and all(w[:-4].split("-")[-2:] == ["none", "any"] for w in wheels)
 
@@ -127,8 +159,13 @@ def torch_runtime(view: View, torch: Entry, lock: ParsedLock) -> tuple[int, str]
         if target is not None:
             linked.append(target)
     for entries in view.by_name.values():
-        linked += [e for e in entries if e.via and _runtime_like(e.name) and
-                   any(canonicalize_name(v) == torch.name for v in e.via)]
+        linked += [
+            e
+            for e in entries
+            if e.via
+            and _runtime_like(e.name)
+            and any(canonicalize_name(v) == torch.name for v in e.via)
+        ]
     return runtime_cuda(_versions(linked))
 
 
@@ -159,18 +196,29 @@ def check(ctx: Context) -> None:
                 if claims[entry.key] is None and unread_tag(entry, ctx.lock.format):
                     unread[entry.key] = entry.label()
             claim = claims[entry.key]
-            if claim is None and entry.key not in unread and entry.name not in KNOWN_EXTENSIONS and not entry.url:
+            if (
+                claim is None
+                and entry.key not in unread
+                and entry.name not in KNOWN_EXTENSIONS
+                and not entry.url
+            ):
                 continue
             if ctx.no_file(entry, view):
                 continue
             torch = view.torch_for(entry, ctx.lock, torch_name)
             if torch is None or torch.version is None:
                 if claim is not None:
-                    ctx.explained(f"{entry.label()}: claims {claim.text}, but there is no single torch to "
-                                  "compare it with", view.env)
+                    ctx.explained(
+                        f"{entry.label()}: claims {claim.text}, but there is no single torch to "
+                        "compare it with",
+                        view.env,
+                    )
                 elif entry.key in unread:
-                    ctx.explained(f"{entry.label()}: no ABI tag envbuild reads in its version or file name, "
-                                  "and no single torch to compare it with", view.env)
+                    ctx.explained(
+                        f"{entry.label()}: no ABI tag envbuild reads in its version or file name, "
+                        "and no single torch to compare it with",
+                        view.env,
+                    )
                 continue
             runtime = None
             if claim is not None and claim.cuda is not None:
@@ -180,16 +228,27 @@ def check(ctx: Context) -> None:
             build = torch_build(torch.version, runtime)
             if claim is not None:
                 for m in mismatches(claim, build, platform):
-                    ctx.add(entry.name, "extension-abi", f"{entry.label()} is {m.message}: it will fail to "
-                            f"import (undefined symbol); use the wheel built for torch {torch.version} or "
-                            "build it from source against it", view.env, entry)
+                    ctx.add(
+                        entry.name,
+                        "extension-abi",
+                        f"{entry.label()} is {m.message}: it will fail to import (undefined"
+                        f" symbol); use the wheel built for torch {torch.version} or build it from"
+                        " source against it",
+                        view.env,
+                        entry,
+                    )
             why = unverifiable_reason(claim, build, platform)
             if why:
                 ctx.explained(f"{entry.label()} with torch {torch.version}: {why}", view.env)
     if unread:
-        labels = list(dict.fromkeys(unread.values()))  # one per release: its platform wheels are entries of their own
+        # one per release: its platform wheels are entries of their own
+        labels = list(dict.fromkeys(unread.values()))
         n = len(labels)
-        shown = ", ".join(labels[:NOTICE_NAMES]) + (f" and {n - NOTICE_NAMES} more" if n > NOTICE_NAMES else "")
-        ctx.note(f"{n} extension {_plural(n, 'wheel carries', 'wheels carry')} no ABI tag envbuild reads, so "
-                 f"{_plural(n, 'its', 'their')} torch, CUDA and C++ ABI were not compared with the locked torch: "
-                 f"{shown}")
+        shown = ", ".join(labels[:NOTICE_NAMES]) + (
+            f" and {n - NOTICE_NAMES} more" if n > NOTICE_NAMES else ""
+        )
+        ctx.note(
+            f"{n} extension {_plural(n, 'wheel carries', 'wheels carry')} no ABI tag envbuild"
+            f" reads, so {_plural(n, 'its', 'their')} torch, CUDA and C++ ABI were not compared"
+            f" with the locked torch: {shown}"
+        )

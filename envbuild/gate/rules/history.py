@@ -31,16 +31,26 @@ def file_at_ref(path: Path, ref: str) -> tuple[str, str | None]:
     from envbuild.run import run
 
     def git(*args: str) -> tuple[int, str]:
-        res = run(["git", *args], cwd=path.resolve().parent, capture=True, separate_stderr=True, timeout=30)
+        res = run(
+            ["git", *args],
+            cwd=path.resolve().parent,
+            capture=True,
+            separate_stderr=True,
+            timeout=30,
+        )
         return res.returncode, res.output or ""
 
     rc, top = git("rev-parse", "--show-toplevel")
     if rc != 0:
         raise ConfigError(f"--base {ref}: {path.resolve().parent} is not inside a git repository")
     if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
-        raise ConfigError(f"--base {ref}: no such git revision, nor a file",
-                          hint="Fetch it first (CI: fetch-depth: 0), or name a branch, tag or "
-                          "commit that exists, or a lockfile.")
+        raise ConfigError(
+            f"--base {ref}: no such git revision, nor a file",
+            hint=(
+                "Fetch it first (CI: fetch-depth: 0), or name a branch, tag or "
+                "commit that exists, or a lockfile."
+            ),
+        )
     rel = path.resolve().relative_to(Path(top.strip()).resolve()).as_posix()
     rc, text = git("show", f"{ref}:{rel}")
     return rel, (text if rc == 0 else None)
@@ -62,8 +72,13 @@ def moved(name: str, before: str, after: str, ref: str) -> tuple[str, str] | Non
             retag = f", and re-tagged (+{lb} -> +{la}: {build})"
         return "torch-downgrade", f"{name} {before} at {ref} -> {after} here: a downgrade{retag}"
     if pb == pa and lb != la:
-        return "torch-swap", (f"{name} {before} at {ref} -> {after} here: the same version with another local tag "
-                              f"({'+' + lb if lb else 'none'} -> {'+' + la if la else 'none'}), a swapped build")
+        return (
+            "torch-swap",
+            (
+                f"{name} {before} at {ref} -> {after} here: the same version with another local tag"
+                f" ({'+' + lb if lb else 'none'} -> {'+' + la if la else 'none'}), a swapped build"
+            ),
+        )
     return None
 
 
@@ -77,8 +92,14 @@ def _key(env: Environment) -> tuple[str, str, frozenset[str], frozenset[str]]:
     return env.platform, env.python, env.extras, env.groups
 
 
-def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[str] | None = None,
-          head: Space | None = None) -> None:
+def check(
+    ctx: Context,
+    old: ParsedLock,
+    ref: str,
+    narrow: Narrow,
+    names: set[str] | None = None,
+    head: Space | None = None,
+) -> None:
     """Both locks walked over the base's environments (uv's pseudo-extras name the same items in
     both), grouped by what either installs of the protected packages, each group compared once.
     A finding is filed under the head's environments that are the same platform, Python and
@@ -102,7 +123,14 @@ def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[st
             views += [v.env for v in hit if v.env not in views]
         return views, gone
 
-    def add(name: str, rule: str, reason: str, mask: int, base_env: Environment, entry: Entry | None = None) -> None:
+    def add(
+        name: str,
+        rule: str,
+        reason: str,
+        mask: int,
+        base_env: Environment,
+        entry: Entry | None = None,
+    ) -> None:
         if head is None:
             ctx.add(name, rule, reason, base_env, entry)
             return
@@ -111,8 +139,10 @@ def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[st
             ctx.add(name, rule, reason, env, entry)
         if gone:
             ctx.add(name, rule, reason, base_env, entry)
-            ctx.note(f"--base {ref}: {len(gone)} environment(s) of the base are gone from this lock "
-                     f"(e.g. {gone[0].name})")
+            ctx.note(
+                f"--base {ref}: {len(gone)} environment(s) of the base are gone from this lock "
+                f"(e.g. {gone[0].name})"
+            )
 
     for g in group(space, before, set(protected), after):
         was, now = before.members(g.j), after.members(g.j)
@@ -122,14 +152,25 @@ def check(ctx: Context, old: ParsedLock, ref: str, narrow: Narrow, names: set[st
             if b_entry is None or b_entry.version is None:
                 continue
             if not covered >> g.j & 1:
-                add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; this lock no longer covers "
-                    "the environment", g.mask, env)
+                add(
+                    name,
+                    "torch-gone",
+                    f"{name} {b_entry.version} at {ref}; this lock no longer covers "
+                    "the environment",
+                    g.mask,
+                    env,
+                )
                 continue
             a_entry = _one(now, name)
             if a_entry is None or a_entry.version is None:
                 if not any(e.name == name for e in now.entries):
-                    add(name, "torch-gone", f"{name} {b_entry.version} at {ref}; not installed here any more",
-                        g.mask, env)
+                    add(
+                        name,
+                        "torch-gone",
+                        f"{name} {b_entry.version} at {ref}; not installed here any more",
+                        g.mask,
+                        env,
+                    )
                 continue
             change = moved(name, b_entry.version, a_entry.version, ref)
             if change is not None:

@@ -13,22 +13,34 @@ if TYPE_CHECKING:
 
 TRITON, PYTORCH_TRITON = "triton", "pytorch-triton"
 
-__all__ = ["PYTORCH_TRITON", "TRITON", "check", "local_of", "public_of", "pypi_triton_beside",
-           "pypi_triton_required"]
+__all__ = [
+    "PYTORCH_TRITON",
+    "TRITON",
+    "check",
+    "local_of",
+    "public_of",
+    "pypi_triton_beside",
+    "pypi_triton_required",
+]
 
 
 def pypi_triton_beside(version: str | None, provider: str) -> str:
     """The ``pypi-triton`` reason where a lock installs PyPI triton beside ``provider``, the
     distribution torch's triton comes from (``pytorch-triton`` for nightlies)."""
     locked = f"PyPI triton {version}" if version else "PyPI triton"
-    return f"{locked} is locked beside {provider} (both own the `triton` module; the one installed last wins)"
+    return (
+        f"{locked} is locked beside {provider} (both own the `triton` module; the one installed"
+        " last wins)"
+    )
 
 
 def pypi_triton_required(who: str, requirement: str, provider: str) -> str:
-    """The ``pypi-triton`` reason where ``who`` requires PyPI triton and its step resolves its dependencies
-    (envbuild's own locks): installing it brings PyPI triton next to ``provider``."""
-    return (f"{who} requires {requirement} (PyPI triton), which installs next to {provider} from the baseline "
-            "(both own the `triton` module)")
+    """The ``pypi-triton`` reason where ``who`` requires PyPI triton and its step resolves its
+    dependencies (envbuild's own locks): installing it brings PyPI triton next to ``provider``."""
+    return (
+        f"{who} requires {requirement} (PyPI triton), which installs next to {provider} from the"
+        " baseline (both own the `triton` module)"
+    )
 
 
 def public_of(v: str) -> Version | None:
@@ -61,29 +73,58 @@ def check(ctx: Context) -> None:
             continue
         for p in pins:
             if p.version is None:
-                ctx.add(torch_name, "torch-pins", f"`{p.raw}` is not pinned to one exact version (==)", env, p)
+                ctx.add(
+                    torch_name,
+                    "torch-pins",
+                    f"`{p.raw}` is not pinned to one exact version (==)",
+                    env,
+                    p,
+                )
         versions = sorted({p.version for p in pins if p.version})
         if len(versions) > 1:
-            ctx.add(torch_name, "torch-pins", f"{len(versions)} torch builds in one environment "
-                    f"({', '.join(versions)}): one torch per environment", env, pins[-1])
+            ctx.add(
+                torch_name,
+                "torch-pins",
+                f"{len(versions)} torch builds in one environment "
+                f"({', '.join(versions)}): one torch per environment",
+                env,
+                pins[-1],
+            )
         elif len(versions) == 1:
             _torch_policy(ctx, versions[0], view)
         for name in sorted(ctx.policy.protected - {torch_name}):
             got = sorted({p.version or p.raw for p in view.by_name.get(name, [])})
             if len(got) > 1:
-                ctx.add(name, "protected-pins", f"pinned {len(got)} times in one environment: {', '.join(got)}",
-                        env, view.by_name[name][-1])
+                ctx.add(
+                    name,
+                    "protected-pins",
+                    f"pinned {len(got)} times in one environment: {', '.join(got)}",
+                    env,
+                    view.by_name[name][-1],
+                )
         if TRITON in view.by_name and PYTORCH_TRITON in view.by_name:
             triton = view.by_name[TRITON][0]
-            ctx.add(TRITON, "pypi-triton", pypi_triton_beside(triton.version, PYTORCH_TRITON), env, triton)
+            ctx.add(
+                TRITON,
+                "pypi-triton",
+                pypi_triton_beside(triton.version, PYTORCH_TRITON),
+                env,
+                triton,
+            )
     if no_torch and len(no_torch) < len(ctx.views):
-        shown = "; ".join(no_torch[:6]) + (f" and {len(no_torch) - 6} more" if len(no_torch) > 6 else "")
+        shown = "; ".join(no_torch[:6]) + (
+            f" and {len(no_torch) - 6} more" if len(no_torch) > 6 else ""
+        )
         ctx.note(f"no {torch_name} in {len(no_torch)} environment(s): {shown}")
     elif no_torch:
         locked = sorted({e.version or "?" for e in ctx.lock.entries if e.name == torch_name})
-        if locked:  # e.g. `override-dependencies = ["torch; sys_platform == 'never'"]`: the base image's torch
-            ctx.note(f"{torch_name} {', '.join(locked)} is locked but no environment installs it (every edge to it "
-                     f"is marked off: a base image's {torch_name} is meant); its rules did not apply")
+        # e.g. `override-dependencies = ["torch; sys_platform == 'never'"]`: the base image's torch
+        if locked:
+            ctx.note(
+                f"{torch_name} {', '.join(locked)} is locked but no environment installs it (every"
+                f" edge to it is marked off: a base image's {torch_name} is meant); its rules did"
+                " not apply"
+            )
         else:
             ctx.note(f"{torch_name} is not in this lock; its rules did not apply")
 
@@ -93,11 +134,23 @@ def _torch_policy(ctx: Context, torch: str, view: View) -> None:
     if ctx.policy.minimum:
         have, floor = public_of(torch), public_of(ctx.policy.minimum)
         if have is not None and floor is not None and have < floor:
-            ctx.add(name, "torch-min", f"{name} {torch} is below the minimum {ctx.policy.minimum}", env, entry)
+            ctx.add(
+                name,
+                "torch-min",
+                f"{name} {torch} is below the minimum {ctx.policy.minimum}",
+                env,
+                entry,
+            )
     tag = local_of(torch)
     if ctx.policy.local and tag != ctx.policy.local:
-        ctx.add(name, "torch-local", f"{name} {torch} has local tag {'+' + tag if tag else 'none'}, "
-                f"the policy wants +{ctx.policy.local}", env, entry)
+        ctx.add(
+            name,
+            "torch-local",
+            f"{name} {torch} has local tag {'+' + tag if tag else 'none'}, "
+            f"the policy wants +{ctx.policy.local}",
+            env,
+            entry,
+        )
 
 
 def _markers(ctx: Context) -> None:
@@ -106,8 +159,14 @@ def _markers(ctx: Context) -> None:
             try:
                 ctx.lock.markers.check(entry.marker)
             except InvalidMarker as exc:
-                ctx.add(entry.name, "broken-marker", f"marker `{entry.marker}` does not parse ({_first_line(exc)}); "
-                        "the entry is counted in every environment", None, entry)
+                ctx.add(
+                    entry.name,
+                    "broken-marker",
+                    f"marker `{entry.marker}` does not parse ({_first_line(exc)}); "
+                    "the entry is counted in every environment",
+                    None,
+                    entry,
+                )
     owners = ctx.lock.extra.get("marker_owner", {})
     for text in dict.fromkeys(ctx.lock.marker_texts):
         try:
@@ -115,8 +174,14 @@ def _markers(ctx: Context) -> None:
         except InvalidMarker as exc:
             owner = ctx.lock.entries[owners[text]] if text in owners else None
             what = f"a dependency marker of {owner.label()}" if owner else "marker"
-            ctx.add(owner.name if owner else "-", "broken-marker", f"{what} `{text}` does not parse "
-                    f"({_first_line(exc)}); the edge is followed in every environment", None, owner)
+            ctx.add(
+                owner.name if owner else "-",
+                "broken-marker",
+                f"{what} `{text}` does not parse "
+                f"({_first_line(exc)}); the edge is followed in every environment",
+                None,
+                owner,
+            )
 
 
 def _first_line(exc: Exception) -> str:

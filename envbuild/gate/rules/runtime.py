@@ -26,8 +26,14 @@ def check(ctx: Context) -> None:
         if torch is None or torch.version is None:
             continue
         if torch.key not in read:
-            read[torch.key] = declared_requirements(torch, ctx.lock, offline=ctx.offline, index_urls=ctx.index_urls,
-                                                    supplied=False, sources=ctx.sources)
+            read[torch.key] = declared_requirements(
+                torch,
+                ctx.lock,
+                offline=ctx.offline,
+                index_urls=ctx.index_urls,
+                supplied=False,
+                sources=ctx.sources,
+            )
         requires = read[torch.key]
         if requires is None:
             if torch.label() not in not_checked and not ctx.sources.not_answered(torch.label()):
@@ -40,13 +46,35 @@ def check(ctx: Context) -> None:
             name = canonicalize_name(req.name)
             got = view.by_name.get(name, [])
             if not got:
-                ctx.add(torch.name, "torch-runtime", f"{torch.label()} requires {req.name}{req.specifier} here, which the lock "
-                        "does not install: torch will fail to load its libraries", view.env, torch)
+                ctx.add(
+                    torch.name,
+                    "torch-runtime",
+                    f"{torch.label()} requires {req.name}{req.specifier} here, which the lock "
+                    "does not install: torch will fail to load its libraries",
+                    view.env,
+                    torch,
+                )
                 continue
             versions = [e.version for e in got if e.version]
-            if req.specifier and versions and not any(req.specifier.contains(v, prereleases=True) for v in versions):
-                ctx.add(name, "torch-runtime", f"{torch.label()} requires {req.name}{req.specifier}, the lock "
-                        f"installs {', '.join(versions)}", view.env, got[0])
+            if (
+                req.specifier
+                and versions
+                and not any(req.specifier.contains(v, prereleases=True) for v in versions)
+            ):
+                ctx.add(
+                    name,
+                    "torch-runtime",
+                    f"{torch.label()} requires {req.name}{req.specifier}, the lock "
+                    f"installs {', '.join(versions)}",
+                    view.env,
+                    got[0],
+                )
     if not_checked:
-        why = "--offline and nothing cached" if ctx.offline else "no metadata in the lock or on its index"
-        ctx.note(f"torch's runtime requirements were not checked for {', '.join(not_checked)} ({why})")
+        why = (
+            "--offline and nothing cached"
+            if ctx.offline
+            else "no metadata in the lock or on its index"
+        )
+        ctx.note(
+            f"torch's runtime requirements were not checked for {', '.join(not_checked)} ({why})"
+        )

@@ -1,4 +1,5 @@
-"""torchrun, as its console script runs it, minus the interpreter's teardown (standalone: no envbuild import).
+"""torchrun, as its console script runs it, minus the interpreter's teardown (standalone: no
+envbuild import).
 
 ``python agent.py ARGS`` is ``torchrun ARGS``: the ``torchrun`` script is ``sys.exit(main())``
 with torch's ``torch.distributed.run.main``, and so is this; the same agent, rendezvous and

@@ -31,7 +31,8 @@ from envbuild.proof.diststep.watch import Watchdog, describe_hang, end_workers, 
 from envbuild.run import run
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
-AGENT = Path(__file__).resolve().parent / "agent.py"  # torchrun's main, without the interpreter's teardown
+# torchrun's main, without the interpreter's teardown
+AGENT = Path(__file__).resolve().parent / "agent.py"
 RESULT_MARK = "ENVBUILD_DIST_RESULT "
 SEQ_LEN = 32  # the worker's default --seq: tensor parallel shards it, so tp must divide it
 
@@ -61,7 +62,8 @@ class DistOptions:
             raise ConfigError(f"--nnodes {self.nnodes}: give at least 1")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ConfigError(
-                f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (the c10d rendezvous every node joins)",
+                f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (the c10d rendezvous every"
+                " node joins)",
                 hint="Run the same command on each node with the same endpoint and --rdzv-id.",
             )
         if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
@@ -82,24 +84,34 @@ def plan_mesh(world: int, dp: int = 0, tp: int = 0, ep: int = 0) -> tuple[int, i
     given = " ".join(f"--{k} {v}" for k, v in (("dp", dp), ("tp", tp), ("ep", ep)) if v)
     where = f"{world} process(es) in all" + (f" with {given}" if given else "")
     if tp and world % tp:
-        raise ConfigError(f"{where}: tp {tp} does not divide the world size {world}, so no dp x tp mesh "
-                          f"covers it. Give --tp one of {_divisors(world)} (dp is then world / tp).")
+        raise ConfigError(
+            f"{where}: tp {tp} does not divide the world size {world}, so no dp x tp mesh "
+            f"covers it. Give --tp one of {_divisors(world)} (dp is then world / tp)."
+        )
     if dp and world % dp:
-        raise ConfigError(f"{where}: dp {dp} does not divide the world size {world}. "
-                          f"Give --dp one of {_divisors(world)}.")
+        raise ConfigError(
+            f"{where}: dp {dp} does not divide the world size {world}. "
+            f"Give --dp one of {_divisors(world)}."
+        )
     tp = tp or (world // dp if dp else (2 if world % 2 == 0 else 1))
     dp = dp or world // tp
     if dp * tp != world:
-        raise ConfigError(f"{where}: dp x tp = {dp} x {tp} = {dp * tp}, not the world size {world}. "
-                          f"Give dp and tp whose product is {world}, or one of them (the other follows).")
+        raise ConfigError(
+            f"{where}: dp x tp = {dp} x {tp} = {dp * tp}, not the world size {world}. "
+            f"Give dp and tp whose product is {world}, or one of them (the other follows)."
+        )
     if SEQ_LEN % tp:
-        raise ConfigError(f"{where}: tp {tp} must divide the model's sequence length {SEQ_LEN} "
-                          f"(sequence parallel shards it). Give --tp one of "
-                          f"{[d for d in _divisors(world) if SEQ_LEN % d == 0]}.")
+        raise ConfigError(
+            f"{where}: tp {tp} must divide the model's sequence length {SEQ_LEN} "
+            "(sequence parallel shards it). Give --tp one of "
+            f"{[d for d in _divisors(world) if SEQ_LEN % d == 0]}."
+        )
     ep = ep or world
     if world % ep:
-        raise ConfigError(f"{where}: ep {ep} does not divide the world size {world}. "
-                          f"Give --ep one of {_divisors(world)}.")
+        raise ConfigError(
+            f"{where}: ep {ep} does not divide the world size {world}. "
+            f"Give --ep one of {_divisors(world)}."
+        )
     return dp, tp, ep
 
 
@@ -112,12 +124,14 @@ class WorkerResult(TypedDict):
     interpreter and writes every key)."""
 
     ok: bool  # every check passed (the command's own `ok` also needs torchrun's exit 0)
-    checks: dict[str, bool]  # each check's verdict: loss_finite, loss_decreasing, matches_reference, ...
+    # each check's verdict: loss_finite, loss_decreasing, matches_reference, ...
+    checks: dict[str, bool]
     backend: str  # the process group's backend: nccl or gloo
     world_size: int  # the ranks, all nodes together
     nnodes: int  # the nodes
     mesh: dict[str, int]  # the device mesh: dp, tp, ep, efsdp, experts
-    model: dict[str, int | str]  # the toy model: vocab, dim, heads, layers, seq, batch_per_dp_rank, dtype
+    # the toy model: vocab, dim, heads, layers, seq, batch_per_dp_rank, dtype
+    model: dict[str, int | str]
     losses: list[float]  # the sharded run's loss per step
     reference_losses: list[float]  # the single-device reference's
     grad_norms: list[float]  # the sharded run's gradient norm per step
@@ -131,8 +145,10 @@ class WorkerResult(TypedDict):
     # the checkpoint round trip: eval_loss_saved, eval_loss_perturbed, eval_loss_loaded,
     # save_seconds, load_seconds
     checkpoint: dict[str, float]
-    allreduce: dict[str, float] | None  # the all-reduce probe: bytes, seconds, algbw_gbps, busbw_gbps (null: one rank)
-    timing: dict[str, float]  # init_seconds, first_step_seconds, steady_step_seconds, steady_step_max_seconds
+    # the all-reduce probe: bytes, seconds, algbw_gbps, busbw_gbps (null: one rank)
+    allreduce: dict[str, float] | None
+    # init_seconds, first_step_seconds, steady_step_seconds, steady_step_max_seconds
+    timing: dict[str, float]
     # one table per rank: rank, local_rank, host, device, step_seconds, peak_memory (MiB), timeline
     ranks: list[dict[str, Any]]
     versions: dict[str, str | None]  # torch, cuda, nccl, python, as the workers saw them
@@ -152,7 +168,9 @@ class DistResult:
     started: float = 0.0  # time.time() at torchrun's launch (the ranks' timelines start later)
 
 
-def launch_env(base: Mapping[str, str], *, cpu: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def launch_env(
+    base: Mapping[str, str], *, cpu: bool, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment the workers get: caller's env, the runtime baseline, then ``extra``."""
     env = dict(base)
     env.update(RUNTIME_BASELINE)
@@ -166,8 +184,14 @@ def launch_env(base: Mapping[str, str], *, cpu: bool, extra: Mapping[str, str] |
     return env
 
 
-def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: Path,
-                  heartbeats: Path | None = None) -> list[str]:
+def torchrun_argv(
+    python: Path,
+    opts: DistOptions,
+    nproc: int,
+    out: Path,
+    ckpt: Path,
+    heartbeats: Path | None = None,
+) -> list[str]:
     argv = [str(python), str(AGENT), "--nproc-per-node", str(nproc), "--max-restarts", "0"]
     if opts.nnodes == 1 and not opts.rdzv_endpoint:
         # one node: the workers reach the rendezvous store on the loopback address, not on the
@@ -175,10 +199,33 @@ def torchrun_argv(python: Path, opts: DistOptions, nproc: int, out: Path, ckpt: 
         # container's random hostname) would leave them retrying until the rendezvous timeout
         argv += ["--standalone", "--local-addr", "127.0.0.1"]
     else:
-        argv += ["--nnodes", str(opts.nnodes), "--rdzv-backend", "c10d",
-                 "--rdzv-endpoint", str(opts.rdzv_endpoint), "--rdzv-id", opts.rdzv_id]
-    argv += [str(WORKER), "--out", str(out), "--ckpt-dir", str(ckpt), "--steps", str(opts.steps),
-             "--dp", str(opts.dp), "--tp", str(opts.tp), "--ep", str(opts.ep), "--bw-mb", str(opts.bw_mb)]
+        argv += [
+            "--nnodes",
+            str(opts.nnodes),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            str(opts.rdzv_endpoint),
+            "--rdzv-id",
+            opts.rdzv_id,
+        ]
+    argv += [
+        str(WORKER),
+        "--out",
+        str(out),
+        "--ckpt-dir",
+        str(ckpt),
+        "--steps",
+        str(opts.steps),
+        "--dp",
+        str(opts.dp),
+        "--tp",
+        str(opts.tp),
+        "--ep",
+        str(opts.ep),
+        "--bw-mb",
+        str(opts.bw_mb),
+    ]
     if opts.cpu:
         argv.append("--cpu")
     if opts.bf16:
@@ -209,8 +256,10 @@ def run_dist_step(
     cpu = opts.cpu or gpu_count == 0
     nproc = opts.nproc or (gpu_count if not cpu else 2)
     if not cpu and nproc > gpu_count:
-        raise ConfigError(f"--nproc {nproc} is more than the {gpu_count} GPU(s) on this host",
-                          hint="Use at most one process per GPU, or --cpu for gloo processes.")
+        raise ConfigError(
+            f"--nproc {nproc} is more than the {gpu_count} GPU(s) on this host",
+            hint="Use at most one process per GPU, or --cpu for gloo processes.",
+        )
     plan_mesh(nproc * opts.nnodes, opts.dp, opts.tp, opts.ep)  # refuse a bad mesh before launching
     opts = DistOptions(**{**opts.__dict__, "cpu": cpu})
     tmp = Path(tempfile.mkdtemp(prefix="envbuild-dist-", dir=workdir))
@@ -218,23 +267,32 @@ def run_dist_step(
     ckpt = opts.ckpt_dir or tmp / "ckpt"
     beats = tmp / "heartbeats"
     argv = torchrun_argv(python, opts, nproc, out, ckpt, beats)
-    env = launch_env(base_env if base_env is not None else os.environ, cpu=cpu, extra=opts.extra_env)
-    events.emit("step", f"dist-step: torchrun {nproc} process(es) x {opts.nnodes} node(s), "
-                        f"{'gloo on CPU' if cpu else 'NCCL on GPU'}")
+    env = launch_env(
+        base_env if base_env is not None else os.environ, cpu=cpu, extra=opts.extra_env
+    )
+    events.emit(
+        "step",
+        f"dist-step: torchrun {nproc} process(es) x {opts.nnodes} node(s), "
+        f"{'gloo on CPU' if cpu else 'NCCL on GPU'}",
+    )
 
     def on_line(line: str) -> None:
         if line.startswith(RESULT_MARK):
-            events.emit("debug", "dist-step: " + line[len(RESULT_MARK):])
+            events.emit("debug", "dist-step: " + line[len(RESULT_MARK) :])
         else:
             events.emit("debug", line)
 
     start, started = time.monotonic(), time.time()
     cancel = threading.Event()
     stall = min(opts.stall_timeout, opts.timeout)
-    watchdog = Watchdog(beats, marker=str(out), stall_after=stall, deadline=start + opts.timeout, cancel=cancel)
+    watchdog = Watchdog(
+        beats, marker=str(out), stall_after=stall, deadline=start + opts.timeout, cancel=cancel
+    )
     watchdog.start()
     try:
-        res = run(argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line, cancel=cancel)
+        res = run(
+            argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line, cancel=cancel
+        )
     except FileNotFoundError as exc:
         raise PreflightError(f"cannot run {python}") from exc
     finally:
@@ -246,28 +304,49 @@ def run_dist_step(
     _clean(tmp)
     where = f" Full log: {log_file}." if log_file else ""
     if res.timed_out or res.cancelled:
-        why = f"did not finish within --timeout {opts.timeout:g} s and was stopped" if res.timed_out else \
-            f"was stopped: a rank sent no heartbeat for --stall-timeout {stall:g} s"
+        why = (
+            f"did not finish within --timeout {opts.timeout:g} s and was stopped"
+            if res.timed_out
+            else f"was stopped: a rank sent no heartbeat for --stall-timeout {stall:g} s"
+        )
         raise VerifyError(
-            describe_hang(watchdog.picture, seconds=res.seconds, why=why,
-                          expected_ranks=nproc if opts.nnodes == 1 else None) + where,
-            hint="A rank that stops answering is a dead or wedged process (killed, stopped, a GPU fault); the "
-                 "others wait for it in the named collective. Re-run with NCCL_DEBUG=INFO, or "
-                 "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 for NCCL's flight recorder, to see more.",
+            describe_hang(
+                watchdog.picture,
+                seconds=res.seconds,
+                why=why,
+                expected_ranks=nproc if opts.nnodes == 1 else None,
+            )
+            + where,
+            hint=(
+                "A rank that stops answering is a dead or wedged process (killed, stopped, a GPU"
+                " fault); the others wait for it in the named collective. Re-run with"
+                " NCCL_DEBUG=INFO, or TORCH_NCCL_TRACE_BUFFER_SIZE=2000 for NCCL's flight recorder,"
+                " to see more."
+            ),
         )
     if not result:
         if "No module named 'torch'" in res.tail or "No module named torch" in res.tail:
-            raise PreflightError(f"torch is not installed in {python}; dist-step needs the venv's torch")
+            raise PreflightError(
+                f"torch is not installed in {python}; dist-step needs the venv's torch"
+            )
         raise VerifyError(
-            f"the distributed step failed (torchrun exit {res.returncode}) before writing a result.{where} "
-            f"Last lines:\n{res.tail}",
-            hint="A failure at start-up is usually the rendezvous (check --rdzv-endpoint and that every node "
-                 "runs the command) or NCCL (re-run with NCCL_DEBUG=INFO).",
+            f"the distributed step failed (torchrun exit {res.returncode}) before writing a"
+            f" result.{where} Last lines:\n{res.tail}",
+            hint=(
+                "A failure at start-up is usually the rendezvous (check --rdzv-endpoint and that"
+                " every node runs the command) or NCCL (re-run with NCCL_DEBUG=INFO)."
+            ),
         )
-    return DistResult(ok=bool(result.get("ok")) and res.returncode == 0, returncode=res.returncode,
-                      seconds=time.monotonic() - start, argv=res.argv, log_file=log_file,
-                      result=result, tail=res.tail, started=started)
-
+    return DistResult(
+        ok=bool(result.get("ok")) and res.returncode == 0,
+        returncode=res.returncode,
+        seconds=time.monotonic() - start,
+        argv=res.argv,
+        log_file=log_file,
+        result=result,
+        tail=res.tail,
+        started=started,
+    )
 
 
 def _clean(tmp: Path) -> None:

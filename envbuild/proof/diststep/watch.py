@@ -53,9 +53,18 @@ def read_beats(folder: Path, now: float | None = None) -> list[Beat]:
     for path in sorted(folder.glob("rank-*.json")):
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
-            beats.append(Beat(rank=int(d["rank"]), pid=int(d["pid"]), host=str(d.get("host", "")),
-                              phase=str(d.get("phase", "")), op=d.get("op"), op_seq=int(d.get("op_seq", 0)),
-                              in_op=bool(d.get("in_op")), age=max(0.0, now - float(d["time"]))))
+            beats.append(
+                Beat(
+                    rank=int(d["rank"]),
+                    pid=int(d["pid"]),
+                    host=str(d.get("host", "")),
+                    phase=str(d.get("phase", "")),
+                    op=d.get("op"),
+                    op_seq=int(d.get("op_seq", 0)),
+                    in_op=bool(d.get("in_op")),
+                    age=max(0.0, now - float(d["time"])),
+                )
+            )
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return sorted(beats, key=lambda b: b.rank)
@@ -64,7 +73,9 @@ def read_beats(folder: Path, now: float | None = None) -> list[Beat]:
 def _is_our_worker(pid: int, marker: str) -> bool:
     """Only a process whose command line names this run's worker and its result file."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        cmdline = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return False
     return marker in cmdline and "worker.py" in cmdline
@@ -85,10 +96,23 @@ def end_workers(beats: list[Beat], marker: str) -> list[int]:
 class Watchdog(threading.Thread):
     """Reads the heartbeats every ``interval`` s until ``stop()``, the deadline, or a stall."""
 
-    def __init__(self, folder: Path, *, marker: str, stall_after: float, deadline: float,
-                 cancel: threading.Event, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        marker: str,
+        stall_after: float,
+        deadline: float,
+        cancel: threading.Event,
+        interval: float = 0.5,
+    ) -> None:
         super().__init__(daemon=True, name="envbuild-dist-watchdog")
-        self.folder, self.marker, self.stall_after, self.deadline = folder, marker, stall_after, deadline
+        self.folder, self.marker, self.stall_after, self.deadline = (
+            folder,
+            marker,
+            stall_after,
+            deadline,
+        )
         self.cancel, self.interval = cancel, interval
         self.picture: list[Beat] = []  # the last heartbeats read before the run was stopped
         self.stalled: list[Beat] = []  # set when the watchdog itself stopped the run
@@ -115,28 +139,46 @@ class Watchdog(threading.Thread):
             self._halt.wait(self.interval)
 
 
-def describe_hang(picture: list[Beat], *, seconds: float, why: str, expected_ranks: int | None) -> str:
+def describe_hang(
+    picture: list[Beat], *, seconds: float, why: str, expected_ranks: int | None
+) -> str:
     """One paragraph: which ranks stopped answering, their last phase and collective, what the
     others were waiting in."""
     if not picture:
-        return (f"The distributed step {why} ({seconds:.0f} s into the run) and no rank ever sent a heartbeat: it hung "
-                "before the workers started their work (the rendezvous, or process-group initialisation).")
+        return (
+            f"The distributed step {why} ({seconds:.0f} s into the run) and no rank ever sent a"
+            " heartbeat: it hung before the workers started their work (the rendezvous, or"
+            " process-group initialisation)."
+        )
     silent = [b for b in picture if b.age > SILENT_AFTER]
     alive = [b for b in picture if b.age <= SILENT_AFTER]
     seen = {b.rank for b in picture}
     parts = [f"The distributed step {why} ({seconds:.0f} s into the run)."]
     if silent:
-        parts.append("Stopped answering: " + "; ".join(
-            f"rank {b.rank} (pid {b.pid} on {b.host}: no heartbeat for {b.age:.0f} s, in '{b.phase}', "
-            f"last collective {b.collective})" for b in silent) + ".")
+        parts.append(
+            "Stopped answering: "
+            + "; ".join(
+                f"rank {b.rank} (pid {b.pid} on {b.host}: no heartbeat for {b.age:.0f} s, in"
+                f" '{b.phase}', last collective {b.collective})"
+                for b in silent
+            )
+            + "."
+        )
     else:
-        parts.append("Every rank was still answering (a collective that never completes on all of them, "
-                     "or a step slower than the timeout).")
+        parts.append(
+            "Every rank was still answering (a collective that never completes on all of them, "
+            "or a step slower than the timeout)."
+        )
     if expected_ranks is not None and len(seen) < expected_ranks:
         missing = sorted(set(range(expected_ranks)) - seen)
         if missing:
             parts.append(f"Never reported: rank(s) {', '.join(map(str, missing))}.")
     if alive:
-        parts.append("Waiting: " + "; ".join(
-            f"rank {b.rank} in '{b.phase}', last collective {b.collective}" for b in alive) + ".")
+        parts.append(
+            "Waiting: "
+            + "; ".join(
+                f"rank {b.rank} in '{b.phase}', last collective {b.collective}" for b in alive
+            )
+            + "."
+        )
     return " ".join(parts)

@@ -1,7 +1,8 @@
 """envbuild's distributed step: one torchrun worker (standalone: no envbuild import).
 
 A small transformer (block 0 dense FFN, block 1 MoE) trained for a few AdamW steps, composed
-the way the production lane is (after torchtitan v0.2.2), so a passing step has run the same collectives:
+the way the production lane is (after torchtitan v0.2.2), so a passing step has run the same
+collectives:
 
 * a 2-D mesh ``(dp, tp)`` and a second mesh ``(efsdp, ep)`` over the same ranks;
 * tensor parallel + sequence parallel on attention and MLP projections, loss parallel;
@@ -68,10 +69,22 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-BASELINE_KEYS = ("TORCH_NCCL_HIGH_PRIORITY", "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
-                 "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_MNNVL_ENABLE",
-                 "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_ALGO", "NCCL_PROTO",
-                 "NCCL_DEBUG", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+BASELINE_KEYS = (
+    "TORCH_NCCL_HIGH_PRIORITY",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "NCCL_MNNVL_ENABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_IB_DISABLE",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_DEBUG",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+)
 
 
 # ----------------------------------------------------------------------------- model
@@ -96,7 +109,9 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         # -1: the local head count under tensor parallel
-        q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k, v = (
+            w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
+        )
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(o.transpose(1, 2).reshape(b, s, -1))
 
@@ -123,7 +138,9 @@ class Experts(nn.Module):
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         w1 = self.w1.to_local() if isinstance(self.w1, DTensor) else self.w1
         w2 = self.w2.to_local() if isinstance(self.w2, DTensor) else self.w2
-        outs = [F.gelu(chunk @ w1[e]) @ w2[e] for e, chunk in enumerate(torch.split(x, counts.tolist()))]
+        outs = [
+            F.gelu(chunk @ w1[e]) @ w2[e] for e, chunk in enumerate(torch.split(x, counts.tolist()))
+        ]
         return torch.cat(outs) if outs else x
 
 
@@ -133,7 +150,8 @@ class MoE(nn.Module):
         self.n_experts, self.top_k = n_experts, top_k
         self.router = nn.Linear(dim, n_experts, bias=False)
         self.experts = Experts(n_experts, dim, hidden)
-        self.route: torch.Tensor | None = None  # (tokens, top_k) experts to use instead of this top-k
+        # (tokens, top_k) experts to use instead of this top-k
+        self.route: torch.Tensor | None = None
         self.last_expert: torch.Tensor | None = None
         self.flips = 0  # tokens whose own top-k set differs from ``route``
         self.flip_gap = 0.0  # the largest router preference for its own choice over ``route``
@@ -177,10 +195,14 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, vocab: int, dim: int, heads: int, hidden: int, n_experts: int, n_layers: int) -> None:
+    def __init__(
+        self, vocab: int, dim: int, heads: int, hidden: int, n_experts: int, n_layers: int
+    ) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(Block(dim, heads, hidden, n_experts, moe=i % 2 == 1) for i in range(n_layers))
+        self.layers = nn.ModuleList(
+            Block(dim, heads, hidden, n_experts, moe=i % 2 == 1) for i in range(n_layers)
+        )
         self.norm = RMSNorm(dim)
         self.output = nn.Linear(dim, vocab, bias=False)
 
@@ -201,8 +223,9 @@ class ExpertParallel(ParallelStyle):
         for pname, p in list(module.named_parameters(recurse=False)):
             module.register_parameter(pname, nn.Parameter(distribute_tensor(p, mesh, [Shard(0)])))
 
-    def _dispatch(self, mod: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor],
-                  mesh: DeviceMesh) -> tuple[torch.Tensor, torch.Tensor]:
+    def _dispatch(
+        self, mod: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor], mesh: DeviceMesh
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         x, counts = inputs
         ep, group = mesh.size(), mesh.get_group()
         recv = torch.empty_like(counts)
@@ -219,49 +242,74 @@ class ExpertParallel(ParallelStyle):
     def _combine(self, mod: nn.Module, out: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
         inv = torch.empty_like(self.perm)
         inv[self.perm] = torch.arange(len(self.perm), device=self.perm.device)
-        return all_to_all_single_autograd(out[inv], self.in_splits, self.out_splits, mesh.get_group())
+        return all_to_all_single_autograd(
+            out[inv], self.in_splits, self.out_splits, mesh.get_group()
+        )
 
     def _apply(self, module: nn.Module, mesh: DeviceMesh) -> nn.Module:
         # torch types input_fn and output_fn as returning None; it uses what they return
-        return distribute_module(module, mesh, self._partition_fn,
-                                 input_fn=self._dispatch, output_fn=self._combine)  # type: ignore[arg-type]
+        return distribute_module(
+            module, mesh, self._partition_fn, input_fn=self._dispatch, output_fn=self._combine
+        )  # type: ignore[arg-type]
 
 
 def apply_tp_sp(model: Transformer, tp_mesh: DeviceMesh) -> None:
-    parallelize_module(model, tp_mesh, {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-        "norm": SequenceParallel(),
-        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
-    })
+    parallelize_module(
+        model,
+        tp_mesh,
+        {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+            "output": ColwiseParallel(
+                input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False
+            ),
+        },
+    )
     for block in model.layers:
         plan = {
             "attention_norm": SequenceParallel(),
             "ffn_norm": SequenceParallel(),
-            "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+            "attention": PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            ),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
             "attention.wv": ColwiseParallel(),
             "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
         }
-        if block.is_moe:  # the MoE runs on this rank's sequence shard: every rank owns distinct tokens
-            plan["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),),
-                                                      use_local_output=True)
+        # the MoE runs on this rank's sequence shard: every rank owns distinct tokens
+        if block.is_moe:
+            plan["feed_forward"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),), use_local_output=True
+            )
             plan["feed_forward.router"] = SequenceParallel(sequence_dim=0, use_local_output=True)
         else:
-            plan["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+            plan["feed_forward"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            )
             plan["feed_forward.w1"] = ColwiseParallel()
             plan["feed_forward.w3"] = ColwiseParallel()
             plan["feed_forward.w2"] = RowwiseParallel(output_layouts=Shard(1))
         parallelize_module(block, tp_mesh, plan)
 
 
-def set_divide_factor(module: Any, factor: int, shard_size: int,  # module: an FSDPModule
-                      gloo: bool) -> None:
-    """Expert grads sum over all dp ranks' tokens: divide by dp, not by the efsdp size: each rank's expert gradient already summed over the experts' data-parallel group."""
+def set_divide_factor(
+    module: Any,
+    factor: int,
+    shard_size: int,
+    gloo: bool,  # module: an FSDPModule
+) -> None:
+    """Expert grads sum over all dp ranks' tokens: divide by dp, not by the efsdp size: each rank's
+    expert gradient already summed over the experts' data-parallel group."""
     if factor == shard_size:
         return  # FSDP's default average is right
-    if gloo and shard_size > 1:  # gloo has no PREMUL_SUM; forcing SUM on a 1-rank group divides twice (2.13)
+    # gloo has no PREMUL_SUM; forcing SUM on a 1-rank group divides twice (2.13)
+    if gloo and shard_size > 1:
         module.set_force_sum_reduction_for_comms(True)
-    fn = getattr(module, "set_gradient_divide_factor", None) or module.set_reduce_scatter_divide_factor
+    fn = (
+        getattr(module, "set_gradient_divide_factor", None)
+        or module.set_reduce_scatter_divide_factor
+    )
     fn(float(factor))
 
 
@@ -274,20 +322,47 @@ class Heartbeat:
     wrapped to record their names; the thread runs while the main thread waits inside one (the
     bindings release the GIL), so only a stopped or wedged process goes quiet."""
 
-    OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter_tensor",
-           "all_to_all_single", "broadcast", "barrier", "send", "recv", "gather", "scatter")
-    FUNCOL_OPS = ("all_reduce", "all_gather_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+    OPS = (
+        "all_reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "reduce_scatter_tensor",
+        "all_to_all_single",
+        "broadcast",
+        "barrier",
+        "send",
+        "recv",
+        "gather",
+        "scatter",
+    )
+    FUNCOL_OPS = (
+        "all_reduce",
+        "all_gather_tensor",
+        "reduce_scatter_tensor",
+        "all_to_all_single",
+        "broadcast",
+    )
 
     def __init__(self, folder: str | None, rank: int, interval: float = 1.0) -> None:
         self.path = os.path.join(folder, f"rank-{rank}.json") if folder else None
-        self.state: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "host": os.uname().nodename,
-                                      "phase": "start", "op": None, "op_seq": 0, "in_op": False}
+        self.state: dict[str, Any] = {
+            "rank": rank,
+            "pid": os.getpid(),
+            "host": os.uname().nodename,
+            "phase": "start",
+            "op": None,
+            "op_seq": 0,
+            "in_op": False,
+        }
         self.interval = interval
         # each phase, the time.time() it began and this process's CPU seconds by then: where the
         # run's seconds went (bench/bench_rerun.py). The first, from the process's start: the
         # interpreter and the imports of torch and torch.distributed.
-        self.timeline: list[tuple[str, float, float]] = [("imports", process_started(), 0.0),
-                                                         ("start", time.time(), time.process_time())]
+        self.timeline: list[tuple[str, float, float]] = [
+            ("imports", process_started(), 0.0),
+            ("start", time.time(), time.process_time()),
+        ]
         if self.path:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self.write()
@@ -297,11 +372,14 @@ class Heartbeat:
                     setattr(dist, name, self._wrap(name, getattr(dist, name)))
             # DTensor and the expert all-to-all issue functional collectives (async: "issued")
             import torch.distributed._functional_collectives as funcol
+
             for name in self.FUNCOL_OPS:
                 if hasattr(funcol, name):
                     setattr(funcol, name, self._wrap(f"funcol.{name}", getattr(funcol, name)))
             global all_to_all_single_autograd
-            all_to_all_single_autograd = self._wrap("funcol.all_to_all_single_autograd", all_to_all_single_autograd)
+            all_to_all_single_autograd = self._wrap(
+                "funcol.all_to_all_single_autograd", all_to_all_single_autograd
+            )
 
     def phase(self, text: str) -> None:
         self.state["phase"] = text
@@ -315,6 +393,7 @@ class Heartbeat:
                 return fn(*args, **kwargs)
             finally:
                 self.state["in_op"] = False
+
         return wrapped
 
     def write(self) -> None:
@@ -338,11 +417,15 @@ class Heartbeat:
 
 
 def process_started() -> float:
-    """When this process started (``time.time()`` scale, 10 ms ticks), from ``/proc``; now elsewhere."""
+    """When this process started (``time.time()`` scale, 10 ms ticks), from ``/proc``; now
+    elsewhere."""
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: ticks after boot
-        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+            # field 22, starttime: ticks after boot
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        return time.time() - (
+            time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        )
     except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
@@ -378,12 +461,16 @@ def ce_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def peak_memory_mb(dev: torch.device) -> dict[str, float]:
     if dev.type == "cuda":
-        return {"allocated_mb": torch.cuda.max_memory_allocated(dev) / 2**20,
-                "reserved_mb": torch.cuda.max_memory_reserved(dev) / 2**20}
+        return {
+            "allocated_mb": torch.cuda.max_memory_allocated(dev) / 2**20,
+            "reserved_mb": torch.cuda.max_memory_reserved(dev) / 2**20,
+        }
     return {"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def bus_bandwidth(dev: torch.device, world: int, mbytes: float, iters: int) -> dict[str, float] | None:
+def bus_bandwidth(
+    dev: torch.device, world: int, mbytes: float, iters: int
+) -> dict[str, float] | None:
     if world == 1 or mbytes <= 0:
         return None
     n = int(mbytes * 2**20) // 4
@@ -401,7 +488,12 @@ def bus_bandwidth(dev: torch.device, world: int, mbytes: float, iters: int) -> d
     dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank defines the collective's time
     seconds = float(t.item())
     algbw = n * 4 / seconds / 1e9
-    return {"bytes": n * 4, "seconds": seconds, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world}
+    return {
+        "bytes": n * 4,
+        "seconds": seconds,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * 2 * (world - 1) / world,
+    }
 
 
 # ----------------------------------------------------------------------------- the run
@@ -409,21 +501,32 @@ def bus_bandwidth(dev: torch.device, world: int, mbytes: float, iters: int) -> d
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="JSON result file (written by each node's local rank 0)")
+    p.add_argument(
+        "--out", required=True, help="JSON result file (written by each node's local rank 0)"
+    )
     p.add_argument("--ckpt-dir", required=True, help="DCP checkpoint folder, shared by all ranks")
     p.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
     p.add_argument("--dp", type=int, default=0)
     p.add_argument("--tp", type=int, default=0)
     p.add_argument("--ep", type=int, default=0)
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--bf16", action="store_true", help="bf16 params (MixedPrecisionPolicy), looser parity")
-    p.add_argument("--bw-mb", type=float, default=-1, help="all-reduce probe size in MiB (default 1024 GPU, 8 CPU)")
+    p.add_argument(
+        "--bf16", action="store_true", help="bf16 params (MixedPrecisionPolicy), looser parity"
+    )
+    p.add_argument(
+        "--bw-mb",
+        type=float,
+        default=-1,
+        help="all-reduce probe size in MiB (default 1024 GPU, 8 CPU)",
+    )
     p.add_argument("--bw-iters", type=int, default=5)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--batch", type=int, default=2, help="sequences per dp rank")
-    p.add_argument("--heartbeat-dir", help="write rank-<R>.json heartbeats here (the launcher reads them)")
+    p.add_argument(
+        "--heartbeat-dir", help="write rank-<R>.json heartbeats here (the launcher reads them)"
+    )
     return p.parse_args(argv)
 
 
@@ -452,15 +555,17 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     beat.phase("init_process_group")
     use_cuda = torch.cuda.is_available() and not args.cpu
     if use_cuda:
-        torch.cuda.set_device(local_rank)  # before init_process_group: NCCL binds the communicator to the current device
+        # before init_process_group: NCCL binds the communicator to the current device
+        torch.cuda.set_device(local_rank)
         dev = torch.device("cuda", local_rank)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     else:
         dev = torch.device("cpu")
     backend = "nccl" if use_cuda else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(minutes=5),
-                            **({"device_id": dev} if use_cuda else {}))
+    dist.init_process_group(
+        backend, timeout=timedelta(minutes=5), **({"device_id": dev} if use_cuda else {})
+    )
     t_init = time.perf_counter() - t_start
     beat.phase("reference (single process)")
     dp, tp, ep = choose_layout(world, args.dp, args.tp, args.ep)
@@ -472,8 +577,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     gloo = backend == "gloo"
     # bf16 params: the sharded run rounds at other points than the fp32 reference (reduction
     # order over TP/EP ranks); after 5 Adam steps weights drift by ~0.07 on 2x H200 (measured).
-    dtype_tol = {"loss": 5e-2, "grad_norm": 1e-1, "weights": 2e-1} if args.bf16 else \
-        {"loss": 1e-4, "grad_norm": 1e-4, "weights": 2e-3}
+    dtype_tol = (
+        {"loss": 5e-2, "grad_norm": 1e-1, "weights": 2e-1}
+        if args.bf16
+        else {"loss": 1e-4, "grad_norm": 1e-4, "weights": 2e-3}
+    )
     # A flipped top-k choice is a near tie when the router preferred its own experts by less than
     # this (summed probabilities): the rounding noise of the router's logits, ~1e-6 in fp32 here.
     route_tol = 1e-2 if args.bf16 else 1e-4
@@ -494,7 +602,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     for _ in range(args.steps):
         ref_opt.zero_grad(set_to_none=True)
         loss = ce_loss(ref(x_all), y_all)
-        ref_routes.append([m.last_expert.view(x_all.shape[0], x_all.shape[1], -1) for m in ref_moes])
+        ref_routes.append(
+            [m.last_expert.view(x_all.shape[0], x_all.shape[1], -1) for m in ref_moes]
+        )
         loss.backward()
         norm = grad_norm(list(ref.parameters()))
         clip_(list(ref.parameters()), norm, 1.0)
@@ -511,8 +621,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     moe_blocks = [b for b in model.layers if b.is_moe]
     for blk in moe_blocks:
         parallelize_module(blk.feed_forward.experts, sparse["ep"], ExpertParallel())
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else torch.float32,
-                              reduce_dtype=torch.float32)
+    mp = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16 if args.bf16 else torch.float32, reduce_dtype=torch.float32
+    )
     for blk in model.layers:
         if blk.is_moe:
             fully_shard(blk.feed_forward.experts, mesh=sparse["efsdp"], mp_policy=mp)
@@ -527,18 +638,25 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     opt = torch.optim.AdamW(groups, lr=1e-2)
 
     dp_rank = dense["dp"].get_local_rank()
-    x = x_all[dp_rank * args.batch:(dp_rank + 1) * args.batch]
-    y = y_all[dp_rank * args.batch:(dp_rank + 1) * args.batch]
+    x = x_all[dp_rank * args.batch : (dp_rank + 1) * args.batch]
+    y = y_all[dp_rank * args.batch : (dp_rank + 1) * args.batch]
     dp_group = dense["dp"].get_group()
     tp_rank, s_local = dense["tp"].get_local_rank(), args.seq // tp
     moes = [b.feed_forward for b in moe_blocks]
 
     def use_reference_routing(step: int | None) -> None:
         """This rank's tokens (its dp batch, its sequence shard) routed as the reference did."""
-        for m, route in zip(moes, ref_routes[step] if step is not None else [None] * len(moes), strict=True):
-            m.route = None if route is None else \
-                route[dp_rank * args.batch:(dp_rank + 1) * args.batch,
-                      tp_rank * s_local:(tp_rank + 1) * s_local].reshape(-1, route.shape[-1])
+        for m, route in zip(
+            moes, ref_routes[step] if step is not None else [None] * len(moes), strict=True
+        ):
+            m.route = (
+                None
+                if route is None
+                else route[
+                    dp_rank * args.batch : (dp_rank + 1) * args.batch,
+                    tp_rank * s_local : (tp_rank + 1) * s_local,
+                ].reshape(-1, route.shape[-1])
+            )
 
     def global_loss(loss: torch.Tensor) -> float:
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
@@ -576,17 +694,25 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     dist.all_reduce(flips)
     flip_gap = torch.tensor([max([m.flip_gap for m in moes] or [0.0])], device=dev)
     dist.all_reduce(flip_gap, op=dist.ReduceOp.MAX)
-    routing = {"tokens_routed": args.steps * len(moes) * dp * args.batch * args.seq,
-               "flips": int(flips[0].item()), "max_flip_gap": float(flip_gap.item()), "tolerance": route_tol,
-               "note": "the sharded run used the reference's expert choices; flips are where its own top-k "
-                       "differed, and by how much its router preferred its own choice"}
+    routing = {
+        "tokens_routed": args.steps * len(moes) * dp * args.batch * args.seq,
+        "flips": int(flips[0].item()),
+        "max_flip_gap": float(flip_gap.item()),
+        "tolerance": route_tol,
+        "note": (
+            "the sharded run used the reference's expert choices; flips are where its own top-k "
+            "differed, and by how much its router preferred its own choice"
+        ),
+    }
 
     # -- parity with the reference: losses, grad norms, final weights
     full = {}
     for name, p in model.named_parameters():
         full[name] = (p.full_tensor() if isinstance(p, DTensor) else p).detach()
     ref_params = dict(ref.named_parameters())
-    weight_diff = max(float((full[n].float() - ref_params[n].detach().float()).abs().max()) for n in full)
+    weight_diff = max(
+        float((full[n].float() - ref_params[n].detach().float()).abs().max()) for n in full
+    )
     loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses, strict=True))
     norm_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(norms, ref_norms, strict=True))
 
@@ -598,11 +724,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         set_model_state_dict,
         set_optimizer_state_dict,
     )
+
     beat.phase("checkpoint (DCP save, perturb, load)")
     before = eval_loss()
     t0 = time.perf_counter()
-    dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
-             checkpoint_id=args.ckpt_dir)
+    dcp.save(
+        {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
+        checkpoint_id=args.ckpt_dir,
+    )
     t_save = time.perf_counter() - t0
     opt.zero_grad(set_to_none=True)
     with loss_parallel():
@@ -622,18 +751,27 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     bw = bus_bandwidth(dev, world, bw_mb, args.bw_iters)
     beat.phase("gather results")
 
-    me = {"rank": rank, "local_rank": local_rank, "host": os.uname().nodename,
-          "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
-          "gpu_uuid": f"GPU-{torch.cuda.get_device_properties(dev).uuid}" if use_cuda else None,
-          "step_seconds": step_times, "peak_memory": peak, "timeline": beat.timeline}
+    me = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "host": os.uname().nodename,
+        "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
+        "gpu_uuid": f"GPU-{torch.cuda.get_device_properties(dev).uuid}" if use_cuda else None,
+        "step_seconds": step_times,
+        "peak_memory": peak,
+        "timeline": beat.timeline,
+    }
     everyone: list[Any] = [None] * world  # all_gather_object fills it with each rank's `me`
     dist.all_gather_object(everyone, me)
 
     checks = {
         "loss_finite": all(math.isfinite(v) for v in losses),
         "loss_decreasing": losses[-1] < losses[0] if len(losses) > 1 else True,
-        "matches_reference": loss_diff <= dtype_tol["loss"] and norm_rel <= dtype_tol["grad_norm"]
-        and weight_diff <= dtype_tol["weights"],
+        "matches_reference": (
+            loss_diff <= dtype_tol["loss"]
+            and norm_rel <= dtype_tol["grad_norm"]
+            and weight_diff <= dtype_tol["weights"]
+        ),
         "routing_matches_reference": routing["max_flip_gap"] <= route_tol,
         "checkpoint_roundtrip_exact": after == before and perturbed != before,
     }
@@ -641,25 +779,51 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     result = {
         "ok": all(checks.values()),
         "checks": checks,
-        "backend": backend, "world_size": world, "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
+        "backend": backend,
+        "world_size": world,
+        "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
         "mesh": {"dp": dp, "tp": tp, "ep": ep, "efsdp": world // ep, "experts": n_experts},
-        "model": {"vocab": 256, "dim": dim, "heads": heads, "layers": 2, "seq": args.seq,
-                  "batch_per_dp_rank": args.batch, "dtype": "bf16" if args.bf16 else "fp32"},
-        "losses": losses, "reference_losses": ref_losses,
-        "grad_norms": norms, "reference_grad_norms": ref_norms,
-        "parity": {"max_loss_diff": loss_diff, "max_grad_norm_rel_diff": norm_rel,
-                   "max_weight_abs_diff": weight_diff, "tolerance": dtype_tol},
+        "model": {
+            "vocab": 256,
+            "dim": dim,
+            "heads": heads,
+            "layers": 2,
+            "seq": args.seq,
+            "batch_per_dp_rank": args.batch,
+            "dtype": "bf16" if args.bf16 else "fp32",
+        },
+        "losses": losses,
+        "reference_losses": ref_losses,
+        "grad_norms": norms,
+        "reference_grad_norms": ref_norms,
+        "parity": {
+            "max_loss_diff": loss_diff,
+            "max_grad_norm_rel_diff": norm_rel,
+            "max_weight_abs_diff": weight_diff,
+            "tolerance": dtype_tol,
+        },
         "routing": routing,
-        "checkpoint": {"eval_loss_saved": before, "eval_loss_perturbed": perturbed, "eval_loss_loaded": after,
-                       "save_seconds": t_save, "load_seconds": t_load},
+        "checkpoint": {
+            "eval_loss_saved": before,
+            "eval_loss_perturbed": perturbed,
+            "eval_loss_loaded": after,
+            "save_seconds": t_save,
+            "load_seconds": t_load,
+        },
         "allreduce": bw,
-        "timing": {"init_seconds": t_init, "first_step_seconds": step_times[0],
-                   "steady_step_seconds": sum(steady) / len(steady),
-                   "steady_step_max_seconds": max(steady)},
+        "timing": {
+            "init_seconds": t_init,
+            "first_step_seconds": step_times[0],
+            "steady_step_seconds": sum(steady) / len(steady),
+            "steady_step_max_seconds": max(steady),
+        },
         "ranks": everyone,
-        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
-                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
-                     "python": sys.version.split()[0]},
+        "versions": {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
+            "python": sys.version.split()[0],
+        },
         "env": {k: os.environ.get(k) for k in BASELINE_KEYS},
         "wall_seconds": time.perf_counter() - t_start,
     }
@@ -669,8 +833,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
             json.dump(result, f, indent=2)
         os.replace(tmp, args.out)
     if rank == 0:
-        print("ENVBUILD_DIST_RESULT " + json.dumps({"ok": result["ok"], "checks": checks, "losses": losses}),
-              flush=True)
+        print(
+            "ENVBUILD_DIST_RESULT "
+            + json.dumps({"ok": result["ok"], "checks": checks, "losses": losses}),
+            flush=True,
+        )
     beat.phase("final barrier")
     dist.barrier()
     beat.phase("done")

@@ -24,9 +24,20 @@ from envbuild.run import run
 from envbuild.spec import StackSpec
 
 _SECRET_KEY = re.compile(
-    r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY|AUTH)", re.I)
-_ENV_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVIDIA_", "OMP_", "TRITON_", "HF_",
-                 "PIP_", "UV_")
+    r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY|AUTH)", re.I
+)
+_ENV_PREFIXES = (
+    "NCCL_",
+    "TORCH_",
+    "PYTORCH_",
+    "CUDA_",
+    "NVIDIA_",
+    "OMP_",
+    "TRITON_",
+    "HF_",
+    "PIP_",
+    "UV_",
+)
 INVENTORY_SCRIPT = Path(__file__).resolve().parents[1] / "inventory.py"
 
 
@@ -65,8 +76,13 @@ def inventory(python: Path, *, trust_record: bool = False) -> SoftwareJSON:
     ``trust_record``: the receipt of the provision that just installed them takes each file's
     hash from its RECORD (the installers wrote it from hash-checked wheels; the guard read torch's
     and the protected set's files); ``receipt`` and ``verify`` read them from disk."""
-    argv = [str(python), str(INVENTORY_SCRIPT), "--cache-dir", str(cache_dir() / "file-hashes"),
-            *(["--trust-record"] if trust_record else [])]
+    argv = [
+        str(python),
+        str(INVENTORY_SCRIPT),
+        "--cache-dir",
+        str(cache_dir() / "file-hashes"),
+        *(["--trust-record"] if trust_record else []),
+    ]
     try:
         res = run(argv, capture=True, timeout=300)
     except FileNotFoundError:
@@ -103,15 +119,26 @@ def _memory() -> _MemoryJSON:
 
 def env_section(spec: StackSpec | None, paths: Paths, environ: Mapping[str, str]) -> ReceiptEnvJSON:
     overlay = overlay_env(spec, paths) if spec is not None else dict(RUNTIME_BASELINE)
-    keys = sorted({*RUNTIME_BASELINE, *UNSET_IN_BASELINE, "NCCL_MNNVL_ENABLE",
-                   "PYTORCH_CUDA_ALLOC_CONF",
-                   *(k for k in environ if k.startswith(_ENV_PREFIXES))})
+    keys = sorted(
+        {
+            *RUNTIME_BASELINE,
+            *UNSET_IN_BASELINE,
+            "NCCL_MNNVL_ENABLE",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            *(k for k in environ if k.startswith(_ENV_PREFIXES)),
+        }
+    )
     # the spec's from_env values are never written, whatever their names (only whether they are set)
     hidden = {ref.name for _, ref in spec.env_refs()} if spec is not None else set()
-    in_force = {k: ("***" if environ.get(k) else environ.get(k)) if k in hidden else environ.get(k)
-                for k in keys}
-    return {"overlay": redact_env(overlay), "unset_by_overlay": list(UNSET_IN_BASELINE),
-            "in_force": redact_env(in_force)}
+    in_force = {
+        k: ("***" if environ.get(k) else environ.get(k)) if k in hidden else environ.get(k)
+        for k in keys
+    }
+    return {
+        "overlay": redact_env(overlay),
+        "unset_by_overlay": list(UNSET_IN_BASELINE),
+        "in_force": redact_env(in_force),
+    }
 
 
 @dataclass(frozen=True)
@@ -123,8 +150,11 @@ class HostSnapshot:
     provenance: Provenance
 
 
-def snapshot_host(spec: StackSpec | None = None, environ: Mapping[str, str] | None = None,
-                  provenance: Provenance | None = None) -> HostSnapshot:
+def snapshot_host(
+    spec: StackSpec | None = None,
+    environ: Mapping[str, str] | None = None,
+    provenance: Provenance | None = None,
+) -> HostSnapshot:
     """``nvidia-smi`` (twice: query and topology), compilers, git: up to a second on a GPU host, and
     independent of what is installed, so a command can take it on a thread while it works.
     ``provenance``, when the caller captured it already, is kept."""
@@ -132,6 +162,9 @@ def snapshot_host(spec: StackSpec | None = None, environ: Mapping[str, str] | No
 
     env = os.environ if environ is None else environ
     gpus = gpu_inventory()
-    prov = provenance or capture(gpu_names=[g["name"] for g in gpus["gpus"]],
-                                 profile=spec.name if spec else None, environ=env)
+    prov = provenance or capture(
+        gpu_names=[g["name"] for g in gpus["gpus"]],
+        profile=spec.name if spec else None,
+        environ=env,
+    )
     return HostSnapshot(gpus=gpus, provenance=prov)

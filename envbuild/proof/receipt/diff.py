@@ -45,8 +45,13 @@ class Difference:
     drift: bool = True  # False: informational (host name, revision, time)
 
     def to_dict(self) -> DifferenceJSON:
-        return {"section": self.section, "key": self.key, "a": self.a, "b": self.b,
-                "drift": self.drift}
+        return {
+            "section": self.section,
+            "key": self.key,
+            "a": self.a,
+            "b": self.b,
+            "drift": self.drift,
+        }
 
 
 def failure(doc: ReceiptBody) -> ProvisionFailureJSON | None:
@@ -80,8 +85,10 @@ def stopped_short(doc: LoadedReceipt) -> str | None:
     of = ""
     if isinstance(lock_file, str):
         of = f" from {lock_file}" + ("" if Path(lock_file).is_file() else " (not there any more)")
-    return (f"the last provision{of} {outcome(doc)}: {why}; steps done: {done} "
-            f"(receipt {doc['_path']}). Run provision again to finish it")
+    return (
+        f"the last provision{of} {outcome(doc)}: {why}; steps done: {done} "
+        f"(receipt {doc['_path']}). Run provision again to finish it"
+    )
 
 
 def _packages(doc: ReceiptBody) -> dict[str, DistributionJSON]:
@@ -134,8 +141,10 @@ def diff_receipts(a: ReceiptBody, b: ReceiptBody) -> list[Difference]:
     if sa.get("python") != sb.get("python"):
         out.append(Difference("python", "version", sa.get("python"), sb.get("python")))
     ea, eb = a["env"], b["env"]
-    for sub, over_a, over_b in (("overlay", ea.get("overlay"), eb.get("overlay")),
-                                ("in_force", ea.get("in_force"), eb.get("in_force"))):
+    for sub, over_a, over_b in (
+        ("overlay", ea.get("overlay"), eb.get("overlay")),
+        ("in_force", ea.get("in_force"), eb.get("in_force")),
+    ):
         for key, u, v in _flat_diff(over_a or {}, over_b or {}):
             if sub == "overlay" and key.endswith(("_CACHE_DIR", "_CACHE_PATH", "HF_HOME")):
                 continue  # cache folders follow the data root
@@ -147,11 +156,21 @@ def diff_receipts(a: ReceiptBody, b: ReceiptBody) -> list[Difference]:
     va, vb = a["provenance"], b["provenance"]
     both = bool(a.get("backend") and b.get("backend"))  # then the host name is in the run group
     if not both and va.get("hostname") != vb.get("hostname"):
-        out.append(Difference("provenance", "hostname", va.get("hostname"), vb.get("hostname"),
-                              drift=False))
+        out.append(
+            Difference(
+                "provenance", "hostname", va.get("hostname"), vb.get("hostname"), drift=False
+            )
+        )
     if va.get("envbuild_version") != vb.get("envbuild_version"):
-        out.append(Difference("provenance", "envbuild_version", va.get("envbuild_version"),
-                              vb.get("envbuild_version"), drift=False))
+        out.append(
+            Difference(
+                "provenance",
+                "envbuild_version",
+                va.get("envbuild_version"),
+                vb.get("envbuild_version"),
+                drift=False,
+            )
+        )
     ra, rb = _revision(va), _revision(vb)
     if ra != rb:
         out.append(Difference("provenance", "repo revision", ra, rb, drift=False))
@@ -198,13 +217,21 @@ def backend_diff(a: BackendJSON | None, b: BackendJSON | None) -> list[Differenc
     about either: one informational line."""
     if not a or not b:
         if a or b:
-            return [Difference("image", "backend", a.get("kind") if a else "not recorded",
-                               b.get("kind") if b else "not recorded", drift=False)]
+            return [
+                Difference(
+                    "image",
+                    "backend",
+                    a.get("kind") if a else "not recorded",
+                    b.get("kind") if b else "not recorded",
+                    drift=False,
+                )
+            ]
         return []
     out: list[Difference] = []
     if bool(a.get("container")) != bool(b.get("container")):
-        out.append(Difference("image", "container", bool(a.get("container")),
-                              bool(b.get("container"))))
+        out.append(
+            Difference("image", "container", bool(a.get("container")), bool(b.get("container")))
+        )
     for key, x, y in _flat_diff(a.get("image") or {}, b.get("image") or {}):
         out.append(Difference("image", key, x, y))
     if a.get("kind") != b.get("kind"):
@@ -233,28 +260,41 @@ def summary(doc: LoadedReceipt) -> dict[str, Any]:
     repo = prov.get("repo")
     torch = sw.get("torch") or {}
     gpus = hw.get("gpus") or []
-    changed = [f"{d['name']} ({d.get('modified_count')})" for d in sw.get("distributions") or []
-               if (d.get("modified_count") or 0) > 0]
+    changed = [
+        f"{d['name']} ({d.get('modified_count')})"
+        for d in sw.get("distributions") or []
+        if (d.get("modified_count") or 0) > 0
+    ]
     names = doc["names"]
     failed = failure(doc)
     return {
         "file": doc.get("_path"),
         "kind": doc["kind"],
         "created": doc["created"],
-        **({"outcome": outcome(doc), "reason": failed["reason"],
-            "steps done": ", ".join(failed["completed"]) or "none"} if failed is not None else {}),
+        **(
+            {
+                "outcome": outcome(doc),
+                "reason": failed["reason"],
+                "steps done": ", ".join(failed["completed"]) or "none",
+            }
+            if failed is not None
+            else {}
+        ),
         "host lineage / profile / regime": " / ".join(
-            str(names.get(k)) for k in ("host_lineage", "profile", "launch_regime")),
+            str(names.get(k)) for k in ("host_lineage", "profile", "launch_regime")
+        ),
         "host": f"{prov.get('hostname')} ({prov.get('machine_class')})",
-        "source": f"{(_revision(prov) or 'no git')[:12]}"
-                  f"{' dirty' if repo and repo.get('dirty') else ''}",
+        "source": (
+            f"{(_revision(prov) or 'no git')[:12]}{' dirty' if repo and repo.get('dirty') else ''}"
+        ),
         "envbuild": prov.get("envbuild_version"),
         "python": sw.get("python"),
         "torch": " ".join(f"{k}={v}" for k, v in torch.items()) or "not installed",
         "packages": len(sw.get("distributions") or []),
         **({"files changed on disk": ", ".join(changed)} if changed else {}),
-        "driver / GPUs": f"{hw.get('driver') or '-'} / "
-                         f"{_gpus_shown([g.get('name') for g in gpus])}",
+        "driver / GPUs": (
+            f"{hw.get('driver') or '-'} / {_gpus_shown([g.get('name') for g in gpus])}"
+        ),
         "backend": _backend_line(doc.get("backend")),
     }
 
@@ -263,10 +303,16 @@ def _backend_line(backend: BackendJSON | None) -> str:
     if not backend:
         return "not recorded"
     image = backend.get("image") or {}
-    shown = next((f"{k}={image[k]}" for k in ("modal_image_id", "digest", "id", "ref")
-                  if image.get(k)), None)
+    shown = next(
+        (f"{k}={image[k]}" for k in ("modal_image_id", "digest", "id", "ref") if image.get(k)), None
+    )
     run = backend.get("run") or {}
-    where = next((f"{k}={run[k]}" for k in ("modal_task_id", "slurm_job_id", "k8s_pod",
-                                            "container_id") if run.get(k)),
-                 f"hostname={run.get('hostname')}")
+    where = next(
+        (
+            f"{k}={run[k]}"
+            for k in ("modal_task_id", "slurm_job_id", "k8s_pod", "container_id")
+            if run.get(k)
+        ),
+        f"hostname={run.get('hostname')}",
+    )
     return f"{backend.get('kind')}: image {shown or image.get('os') or 'unknown'}, run {where}"

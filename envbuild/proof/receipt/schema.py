@@ -105,7 +105,6 @@ class ProvisionFailureJSON(TypedDict):
 
 
 class _ProvisionPayload(TypedDict):
-
     ran: list[str]  # the steps run
     skipped: list[str]  # the steps already done
     warnings: list[str]  # the guard's warnings
@@ -278,8 +277,6 @@ class LoadedReceipt(Receipt):
     _path: str  # the file it was read from (not in the file)
 
 
-
-
 # ----------------------------------------------------------------------------- the check
 
 
@@ -290,15 +287,21 @@ def validate(doc: object, path: Path) -> LoadedReceipt:
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("envbuild.receipt/"):
         raise ConfigError(f"{path} is not an envbuild receipt (no 'schema': '{SCHEMA}')")
     if doc["schema"] != SCHEMA:
-        raise ConfigError(f"{path} has schema {doc['schema']}; this envbuild reads {SCHEMA}",
-                          hint="Use the envbuild version that wrote it.")
+        raise ConfigError(
+            f"{path} has schema {doc['schema']}; this envbuild reads {SCHEMA}",
+            hint="Use the envbuild version that wrote it.",
+        )
     if doc.get("kind") not in KINDS:
         shown = json.dumps(doc.get("kind"), default=str)[:60]
-        raise ConfigError(f"{path}: kind: must be one of {', '.join(KINDS)}, not {shown}; "
-                          "the receipt was edited or damaged", hint=_UNEDITED)
+        raise ConfigError(
+            f"{path}: kind: must be one of {', '.join(KINDS)}, not {shown}; "
+            "the receipt was edited or damaged",
+            hint=_UNEDITED,
+        )
     if "spec" not in doc:
-        raise ConfigError(f"{path}: spec: missing; the receipt was edited or damaged",
-                          hint=_UNEDITED)
+        raise ConfigError(
+            f"{path}: spec: missing; the receipt was edited or damaged", hint=_UNEDITED
+        )
     _check_shape(doc, path)
     doc["_path"] = str(path)
     return cast("LoadedReceipt", doc)  # held above to what the readers rely on
@@ -311,35 +314,57 @@ _UNEDITED = "Use the receipt as envbuild wrote it (receipts are not edited by ha
 # (``!``: required). A receipt edited or damaged into another shape is a ConfigError naming the key.
 _NUM = (int, float)
 _SHAPE: dict[str, tuple[tuple[type, ...], bool]] = {
-    "kind": ((str,), True), "created": ((str,), True),
-    "names": ((dict,), True), "provenance": ((dict,), True), "provenance.repo": ((dict,), False),
-    "provenance.repo.revision": ((str,), False), "hardware": ((dict,), True),
-    "hardware.gpus": ((list,), False), "hardware.gpus[]": ((dict,), True),
-    "hardware.gpus[].name": ((str,), True), "software": ((dict,), True),
-    "software.torch": ((dict,), False), "software.distributions": ((list,), False),
-    "software.distributions[]": ((dict,), True), "software.distributions[].name": ((str,), True),
+    "kind": ((str,), True),
+    "created": ((str,), True),
+    "names": ((dict,), True),
+    "provenance": ((dict,), True),
+    "provenance.repo": ((dict,), False),
+    "provenance.repo.revision": ((str,), False),
+    "hardware": ((dict,), True),
+    "hardware.gpus": ((list,), False),
+    "hardware.gpus[]": ((dict,), True),
+    "hardware.gpus[].name": ((str,), True),
+    "software": ((dict,), True),
+    "software.torch": ((dict,), False),
+    "software.distributions": ((list,), False),
+    "software.distributions[]": ((dict,), True),
+    "software.distributions[].name": ((str,), True),
     "software.distributions[].version": ((str,), True),
     "software.distributions[].record_sha256": ((str,), False),
     "software.distributions[].files_sha256": ((str,), False),
     "software.distributions[].content_sha256": ((str,), False),
     "software.distributions[].modified": ((list,), False),
     "software.distributions[].modified_count": ((int,), False),
-    "env": ((dict,), True), "env.overlay": ((dict,), False), "env.in_force": ((dict,), False),
-    "payload": ((dict,), True), "spec": ((dict,), False),
-    "backend": ((dict,), False), "backend.kind": ((str,), True), "backend.image": ((dict,), True),
+    "env": ((dict,), True),
+    "env.overlay": ((dict,), False),
+    "env.in_force": ((dict,), False),
+    "payload": ((dict,), True),
+    "spec": ((dict,), False),
+    "backend": ((dict,), False),
+    "backend.kind": ((str,), True),
+    "backend.image": ((dict,), True),
     "backend.run": ((dict,), True),
 }
 _PAYLOAD_SHAPE: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
-    "smoke": {"payload.checks": ((list,), False), "payload.checks[]": ((dict,), True),
-              "payload.checks[].seconds": (_NUM, False)},
-    "provision": {"payload.failure": ((dict,), False), "payload.failure.stage": ((str,), True),
-                  "payload.failure.exit_code": ((int,), True),
-                  "payload.failure.reason": ((str,), True),
-                  "payload.failure.completed": ((list,), True)},
-    "dist-step": {"payload.checks": ((dict,), False), "payload.timing": ((dict,), False),
-                  "payload.timing.steady_step_seconds": (_NUM, False),
-                  "payload.allreduce": ((dict,), False),
-                  "payload.allreduce.busbw_gbps": (_NUM, True)},
+    "smoke": {
+        "payload.checks": ((list,), False),
+        "payload.checks[]": ((dict,), True),
+        "payload.checks[].seconds": (_NUM, False),
+    },
+    "provision": {
+        "payload.failure": ((dict,), False),
+        "payload.failure.stage": ((str,), True),
+        "payload.failure.exit_code": ((int,), True),
+        "payload.failure.reason": ((str,), True),
+        "payload.failure.completed": ((list,), True),
+    },
+    "dist-step": {
+        "payload.checks": ((dict,), False),
+        "payload.timing": ((dict,), False),
+        "payload.timing.steady_step_seconds": (_NUM, False),
+        "payload.allreduce": ((dict,), False),
+        "payload.allreduce.busbw_gbps": (_NUM, True),
+    },
 }
 
 
@@ -381,10 +406,17 @@ def _check_value(path: Path, key: str, value: Any, types: tuple[type, ...], requ
     if value is None and not required:
         return
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        names = {dict: "a table", list: "a list", str: "a string", int: "a number",
-                 float: "a number"}
+        names = {
+            dict: "a table",
+            list: "a list",
+            str: "a string",
+            int: "a number",
+            float: "a number",
+        }
         want = " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
         shown = json.dumps(value, default=str)[:60]
         got = "missing" if value is None else f"{type(value).__name__} {shown}"
-        raise ConfigError(f"{path}: {key}: must be {want}, not {got}; "
-                          "the receipt was edited or damaged", hint=_UNEDITED)
+        raise ConfigError(
+            f"{path}: {key}: must be {want}, not {got}; the receipt was edited or damaged",
+            hint=_UNEDITED,
+        )

@@ -79,10 +79,14 @@ def write_receipt(
         "provenance": prov.to_dict(),
         "backend": (backend or detect(environ)).to_dict(),
         "hardware": hardware(gpus),
-        "software": software if software is not None else (
-            inventory(interp) if interp is not None else {"error": "no target interpreter"}),
-        "spec": ({"name": spec.name, "path": str(spec.path), "digest": spec.digest}
-                 if spec else None),
+        "software": (
+            software
+            if software is not None
+            else (inventory(interp) if interp is not None else {"error": "no target interpreter"})
+        ),
+        "spec": (
+            {"name": spec.name, "path": str(spec.path), "digest": spec.digest} if spec else None
+        ),
         "env": env_section(spec, paths, env),
         "payload": payload,
     }
@@ -90,8 +94,11 @@ def write_receipt(
     confirmed = _confirmed_by(paths.receipts, doc)
     if confirmed is not None:
         _log_verification(paths.receipts, doc, confirmed)
-        events.emit("info", f"nothing changed since {confirmed.name}: this {kind} is recorded in "
-                            f"{paths.receipts / VERIFIED_LOG}")
+        events.emit(
+            "info",
+            f"nothing changed since {confirmed.name}: this {kind} is recorded in "
+            f"{paths.receipts / VERIFIED_LOG}",
+        )
         return confirmed
     digest = sha256_bytes(json.dumps(doc, sort_keys=True, default=str).encode())
     receipt: Receipt = {**doc, "digest": digest}
@@ -146,9 +153,14 @@ def _verified(doc: ReceiptBody) -> bool:
 def _log_verification(folder: Path, doc: ReceiptBody, confirmed: Path) -> None:
     """One line: when, what, its payload, and what the confirmed receipt says otherwise (information
     only: another envbuild version or repository revision)."""
-    line = {"created": doc["created"], "kind": doc["kind"], "confirms": confirmed.name,
-            "host": doc["provenance"].get("hostname"), "payload": doc["payload"],
-            "information": [d.to_dict() for d in diff_receipts(load_receipt(confirmed), doc)]}
+    line = {
+        "created": doc["created"],
+        "kind": doc["kind"],
+        "confirms": confirmed.name,
+        "host": doc["provenance"].get("hostname"),
+        "payload": doc["payload"],
+        "information": [d.to_dict() for d in diff_receipts(load_receipt(confirmed), doc)],
+    }
     fd = os.open(folder / VERIFIED_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         # one write: one whole line
@@ -191,17 +203,22 @@ def load_receipt(path: Path) -> LoadedReceipt:
     if path.is_dir():
         found = receipt_files(path)
         if not found:
-            raise ConfigError(f"{path} holds no receipts ({'|'.join(KINDS)}-*.json)",
-                              hint="Every provision, verify, smoke and dist-step writes one "
-                                   "under <data root>/receipts.")
+            raise ConfigError(
+                f"{path} holds no receipts ({'|'.join(KINDS)}-*.json)",
+                hint=(
+                    "Every provision, verify, smoke and dist-step writes one "
+                    "under <data root>/receipts."
+                ),
+            )
         path = found[0]
     if not path.is_file():
         raise ConfigError(f"no receipt at {path}", hint="Receipts live under <data root>/receipts.")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); "
-                          "it is not an envbuild receipt") from exc
+        raise ConfigError(
+            f"{path} is not valid JSON ({exc}); it is not an envbuild receipt"
+        ) from exc
     return validate(doc, path)
 
 

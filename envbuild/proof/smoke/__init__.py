@@ -28,24 +28,36 @@ CHECKS_SCRIPT = Path(__file__).resolve().parent / "checks.py"
 LOAD_SCRIPT = Path(__file__).resolve().parent / "load.py"
 INVENTORY_SCRIPT = Path(__file__).resolve().parents[1] / "inventory.py"
 RESULT_MARK = "ENVBUILD_SMOKE "
-CHECK_NAMES = ("matmul", "sdpa", "triton", "torch.compile", "flash_attn", "causal_conv1d",
-               "mamba_ssm.selective_scan", "fla", "flash_attn_4")
+CHECK_NAMES = (
+    "matmul",
+    "sdpa",
+    "triton",
+    "torch.compile",
+    "flash_attn",
+    "causal_conv1d",
+    "mamba_ssm.selective_scan",
+    "fla",
+    "flash_attn_4",
+)
 
 __all__ = ["CHECK_NAMES", "SmokeResult", "describe", "rate", "run_smoke"]
 NAME_WIDTH = max(map(len, CHECK_NAMES)) + 2
-REASON_CHARS = 160  # a failure's reason in its line; the whole of it is in --json, the receipt and the log
+# a failure's reason in its line; the whole of it is in --json, the receipt and the log
+REASON_CHARS = 160
 
 
 @dataclass(frozen=True)
 class SmokeResult:
     ok: bool
     checks: list[dict[str, Any]]  # name, verdict, rel_err, tol, seconds, reason, ...
-    environment: dict[str, Any]  # torch / CUDA / cuDNN / NCCL versions and the device, as torch saw them
+    # torch / CUDA / cuDNN / NCCL versions and the device, as torch saw them
+    environment: dict[str, Any]
     seconds: float
     returncode: int
     log_file: Path | None
     started: float = 0.0  # time.time() at the launch: with ``timeline``, where the seconds went
-    timeline: list[Any] = field(default_factory=list)  # checks.py's phases: [name, time.time(), CPU s]
+    # checks.py's phases: [name, time.time(), CPU s]
+    timeline: list[Any] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)  # per GPU: index, uuid, ok, checks...
     slow: list[dict[str, Any]] = field(default_factory=list)  # slow GPUs (gpus.slow_findings)
 
@@ -70,7 +82,7 @@ def describe(res: dict[str, Any], where: str = "") -> tuple[events.Level, str]:
     parts.append(f"{float(res.get('seconds') or 0):.2f} s")
     if verdict == "fail":
         reason = " ".join(str(res.get("reason") or "").split())
-        parts.append(reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "...")
+        parts.append(reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "...")
         return "fail", f"{name:<{width}}" + "  ".join(parts)
     shown_rate = rate(res.get("tflops"), res.get("datasheet_tflops"))
     if shown_rate:
@@ -82,10 +94,20 @@ def describe(res: dict[str, Any], where: str = "") -> tuple[events.Level, str]:
 
 def rate(tflops: Any, datasheet: Any = None) -> str:
     """A measured throughput, or "" where none was measured (no figure of 0)."""
-    if not isinstance(tflops, (int, float)) or not tflops > 0 or tflops != tflops or tflops == float("inf"):
+    if (
+        not isinstance(tflops, (int, float))
+        or not tflops > 0
+        or tflops != tflops
+        or tflops == float("inf")
+    ):
         return ""
-    shown = f"{tflops:.0f} TFLOP/s" if tflops >= 10 else f"{tflops:.2g} TFLOP/s" if tflops >= 0.01 else \
-        f"{tflops * 1e3:.2g} GFLOP/s"
+    shown = (
+        f"{tflops:.0f} TFLOP/s"
+        if tflops >= 10
+        else f"{tflops:.2g} TFLOP/s"
+        if tflops >= 0.01
+        else f"{tflops * 1e3:.2g} GFLOP/s"
+    )
     if isinstance(datasheet, (int, float)) and datasheet > 0:
         shown += f" ({100 * tflops / datasheet:.0f}% of {datasheet:g})"
     return shown
@@ -103,8 +125,8 @@ def run_smoke(
     gpus: Sequence[SmokeGPU] = (),
     slow_margin: float | None = None,
 ) -> SmokeResult:
-    """Run the checks with ``python`` (``only``: these checks; ``imports``: also import each of these
-    distributions' modules), one worker per GPU of ``gpus`` at once (none: one worker, as CUDA
+    """Run the checks with ``python`` (``only``: these checks; ``imports``: also import each of
+    these distributions' modules), one worker per GPU of ``gpus`` at once (none: one worker, as CUDA
     sees the host); raises ``PreflightError`` when it or torch is missing, ``VerifyError`` when
     every worker crashed without a result (one GPU's crash or hang is that GPU's failure).
     Failed checks are returned; ``slow_margin`` (None: off) names slow GPUs."""
@@ -135,11 +157,22 @@ def run_smoke(
                 log = log_file
                 if gpu is not None and len(jobs) > 1 and log_file is not None:
                     log = log_file.with_name(f"{log_file.stem}-gpu{gpu.index}.log")
-                job = _Job(python, argv + ["--out", str(Path(tmp) / f"smoke-{n}.json")], gpu,
-                           worker_env(base, gpu), log, timeout, len(jobs) > 1)
-                threads.append(threading.Thread(
-                    target=lambda n=n, job=job: outcomes.__setitem__(n, job.run()),
-                    name=f"envbuild-smoke-{n}", daemon=True))
+                job = _Job(
+                    python,
+                    argv + ["--out", str(Path(tmp) / f"smoke-{n}.json")],
+                    gpu,
+                    worker_env(base, gpu),
+                    log,
+                    timeout,
+                    len(jobs) > 1,
+                )
+                threads.append(
+                    threading.Thread(
+                        target=lambda n=n, job=job: outcomes.__setitem__(n, job.run()),
+                        name=f"envbuild-smoke-{n}",
+                        daemon=True,
+                    )
+                )
             for t in threads:
                 t.start()
             for t in threads:
@@ -155,22 +188,36 @@ def run_smoke(
         first = results[0]
         if "No module named 'torch'" in first.tail:
             raise PreflightError(
-                f"torch is not installed in {python}; smoke needs the venv's torch")
+                f"torch is not installed in {python}; smoke needs the venv's torch"
+            )
         raise VerifyError(first.error or "the smoke checks crashed")
     if gpus:
         per_gpu = [_gpu_result(g, o) for g, o in zip(gpus, results, strict=True)]
         pairs = [(g, o.checks) for g, o in zip(gpus, results, strict=True)]
         slow = slow_findings(pairs, slow_margin)
     else:
-        per_gpu, slow = [], slow_findings([(_THIS_HOST, results[0].checks)], slow_margin) \
-            if results[0].environment.get("device") else []
+        per_gpu, slow = (
+            [],
+            (
+                slow_findings([(_THIS_HOST, results[0].checks)], slow_margin)
+                if results[0].environment.get("device")
+                else []
+            ),
+        )
     lead = next(o for o in results if o.doc is not None)
     slow_failed = any(f.get("verdict") == "fail" for f in slow)
-    return SmokeResult(ok=all(o.ok for o in results) and not slow_failed,
-                       checks=merge_checks(results, gpus), environment=lead.environment,
-                       seconds=time.monotonic() - start,
-                       returncode=max(o.returncode for o in results), log_file=log_file,
-                       started=started, timeline=lead.timeline, gpus=per_gpu, slow=slow)
+    return SmokeResult(
+        ok=all(o.ok for o in results) and not slow_failed,
+        checks=merge_checks(results, gpus),
+        environment=lead.environment,
+        seconds=time.monotonic() - start,
+        returncode=max(o.returncode for o in results),
+        log_file=log_file,
+        started=started,
+        timeline=lead.timeline,
+        gpus=per_gpu,
+        slow=slow,
+    )
 
 
 _THIS_HOST = SmokeGPU(0, "", "", "the SmokeGPU CUDA sees first")
@@ -189,8 +236,9 @@ class _Outcome:
     @property
     def checks(self) -> list[dict[str, Any]]:
         if self.doc is None:
-            return [{"name": "smoke worker", "verdict": "fail",
-                     "reason": self.error or "no result"}]
+            return [
+                {"name": "smoke worker", "verdict": "fail", "reason": self.error or "no result"}
+            ]
         return list(self.doc.get("checks", []))
 
     @property
@@ -223,43 +271,59 @@ class _Job:
         def on_line(line: str) -> None:
             if line.startswith(RESULT_MARK):
                 try:
-                    res = json.loads(line[len(RESULT_MARK):])
+                    res = json.loads(line[len(RESULT_MARK) :])
                 except ValueError:
                     return
                 level, text = describe(res, where)
                 with _emit_lock:
-                    events.emit(level, text, result=res,
-                                gpu=None if self.gpu is None else self.gpu.index)
+                    events.emit(
+                        level, text, result=res, gpu=None if self.gpu is None else self.gpu.index
+                    )
             else:
                 with _emit_lock:
                     events.emit("debug", f"[{where}] {line}" if where else line)
 
         t0 = time.monotonic()
         try:
-            res = run(self.argv, log_file=self.log_file, env=self.env, timeout=self.timeout,
-                      on_line=on_line)
+            res = run(
+                self.argv,
+                log_file=self.log_file,
+                env=self.env,
+                timeout=self.timeout,
+                on_line=on_line,
+            )
         except FileNotFoundError as exc:
             raise PreflightError(f"cannot run {self.python}") from exc
         seconds = time.monotonic() - t0
         on = f" on {self.gpu.describe()}" if self.gpu is not None else ""
         if res.timed_out:
-            why = res.hung_message(f"the smoke checks{on}") + (
-                " A hang in `import torch` or a first CUDA call is usually the driver or a GPU "
+            why = (
+                res.hung_message(f"the smoke checks{on}")
+                + " A hang in `import torch` or a first CUDA call is usually the driver or a GPU "
                 "held by another process (see nvidia-smi); raise --timeout for a slow first "
-                "compile.")
+                "compile."
+            )
             return _Outcome(None, res.returncode, res.tail, why, seconds, self.log_file)
         if not out.is_file():
             where_log = f"; full log: {self.log_file}" if self.log_file else ""
-            why = (f"the smoke checks{on} crashed (exit {res.returncode}) before writing a "
-                   f"result{where_log}. Last lines:\n{res.tail}")
+            why = (
+                f"the smoke checks{on} crashed (exit {res.returncode}) before writing a "
+                f"result{where_log}. Last lines:\n{res.tail}"
+            )
             return _Outcome(None, res.returncode, res.tail, why, seconds, self.log_file)
         doc = json.loads(out.read_text(encoding="utf-8"))
         return _Outcome(doc, res.returncode, res.tail, None, seconds, self.log_file)
 
 
 def _gpu_result(gpu: SmokeGPU, o: _Outcome) -> dict[str, Any]:
-    return {**gpu.to_json(), "ok": o.ok, "seconds": o.seconds, "environment": o.environment,
-            "checks": o.checks, "log": None if o.log_file is None else str(o.log_file)}
+    return {
+        **gpu.to_json(),
+        "ok": o.ok,
+        "seconds": o.seconds,
+        "environment": o.environment,
+        "checks": o.checks,
+        "log": None if o.log_file is None else str(o.log_file),
+    }
 
 
 def merge_checks(results: Sequence[_Outcome], gpus: Sequence[SmokeGPU]) -> list[dict[str, Any]]:
@@ -283,17 +347,24 @@ def merge_checks(results: Sequence[_Outcome], gpus: Sequence[SmokeGPU]) -> list[
     return list(merged.values())
 
 
-def _start_loads(python: Path, base: dict[str, str],
-                 targets: Sequence[SmokeGPU]) -> list[subprocess.Popen[str]]:
+def _start_loads(
+    python: Path, base: dict[str, str], targets: Sequence[SmokeGPU]
+) -> list[subprocess.Popen[str]]:
     """The planted competing loads (``ENVBUILD_SMOKE_LOAD_GPUS``), running before this returns."""
     procs = []
     for gpu in targets:
         env = {**base, "CUDA_VISIBLE_DEVICES": "" if gpu.fake else gpu.uuid}
-        proc = subprocess.Popen([str(python), str(LOAD_SCRIPT)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(
+            [str(python), str(LOAD_SCRIPT)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         procs.append(proc)
-        events.emit("warn",
-                    f"planted: a competing matmul load on {gpu.describe()} (pid {proc.pid})")
+        events.emit(
+            "warn", f"planted: a competing matmul load on {gpu.describe()} (pid {proc.pid})"
+        )
     for proc in procs:
         if proc.stdout is not None:
             proc.stdout.readline()  # "ENVBUILD_LOAD ready" (or the end of a load that failed)

@@ -37,15 +37,25 @@ import torch.nn.functional as F
 
 # Dense bf16 tensor-core rates (TFLOP/s, no sparsity) from NVIDIA's datasheets.
 DATASHEET_BF16_TFLOPS = {
-    "H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 NVL": 835.0, "H100 PCIe": 756.0,
-    "GH200": 989.0, "B200": 2250.0, "B100": 1750.0, "GB200": 2500.0, "A100": 312.0, "L40S": 362.0,
+    "H200": 989.0,
+    "H100 SXM": 989.0,
+    "H100 80GB HBM3": 989.0,
+    "H100 NVL": 835.0,
+    "H100 PCIe": 756.0,
+    "GH200": 989.0,
+    "B200": 2250.0,
+    "B100": 1750.0,
+    "GB200": 2500.0,
+    "A100": 312.0,
+    "L40S": 362.0,
 }
 
 # Unit roundoff (half an ulp at 1.0) of the formats the kernels compute in. A rounding to one of
 # these makes a relative error of at most u, about u/sqrt(3) rms over many values (uniform error).
-U_BF16 = 2.0**-8    # 8 significant bits: bf16 inputs, outputs, and operands cast to bf16 inside kernels
-U_TF32 = 2.0**-11   # 11 significant bits: fp32 operands of tl.dot / tensor cores on Ampere+ (TF32)
-U_FP32 = 2.0**-24   # fp32 FMAs and accumulators
+# 8 significant bits: bf16 inputs, outputs, and operands cast to bf16 inside kernels
+U_BF16 = 2.0**-8
+U_TF32 = 2.0**-11  # 11 significant bits: fp32 operands of tl.dot / tensor cores on Ampere+ (TF32)
+U_FP32 = 2.0**-24  # fp32 FMAs and accumulators
 
 PERTURB_ENV = "ENVBUILD_SMOKE_PERTURB"
 PERTURB_FACTOR = 3.0  # the planted error, in units of the check's tolerance
@@ -68,7 +78,9 @@ def sync() -> None:
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.detach().double(), ref.detach().double()
-    return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+    return float(
+        torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30)
+    )
 
 
 def perturbed(name: str) -> bool:
@@ -82,15 +94,21 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float, **extra
     if perturbed(name):
         out = out.detach().double()
         noise = torch.randn(out.shape, dtype=torch.float64, device=out.device)
-        scale = PERTURB_FACTOR * tol * torch.linalg.vector_norm(ref.double()) / torch.linalg.vector_norm(noise)
+        scale = (
+            PERTURB_FACTOR
+            * tol
+            * torch.linalg.vector_norm(ref.double())
+            / torch.linalg.vector_norm(noise)
+        )
         out = out + scale * noise
         res["perturbed"] = True
     res["rel_err"] = rel_err(out, ref)
     return res
 
 
-def timed_ms(fn: Callable[[], Any], iters: int = 10,
-             during: Callable[[], Any] | None = None) -> float:
+def timed_ms(
+    fn: Callable[[], Any], iters: int = 10, during: Callable[[], Any] | None = None
+) -> float:
     """Mean milliseconds of ``fn`` after one warm-up call (CUDA events on a GPU); ``during`` is
     called once the timed calls are queued, while the GPU runs them (NVML's clocks then)."""
     fn()
@@ -112,10 +130,17 @@ def timed_ms(fn: Callable[[], Any], iters: int = 10,
 
 
 # NVML's clock event ("throttle") reasons, by bit
-THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
-                    0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
-                    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
-                    0x100: "display_clock_setting"}
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
 
 
 def nvml_sample() -> dict[str, Any] | None:
@@ -126,30 +151,49 @@ def nvml_sample() -> dict[str, Any] | None:
         import pynvml as nv
 
         nv.nvmlInit()
-        h = nv.nvmlDeviceGetHandleByUUID(uuid) if uuid.startswith(("GPU-", "MIG-")) else \
-            nv.nvmlDeviceGetHandleByIndex(0)
+        h = (
+            nv.nvmlDeviceGetHandleByUUID(uuid)
+            if uuid.startswith(("GPU-", "MIG-"))
+            else nv.nvmlDeviceGetHandleByIndex(0)
+        )
         reasons = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-        return {"source": "nvml",
-                "sm_clock_mhz": int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-                "sm_clock_max_mhz": int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
-                "throttle_reasons": [w for bit, w in THROTTLE_REASONS.items() if reasons & bit],
-                "temperature_c": float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
-                "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                "processes": len(nv.nvmlDeviceGetComputeRunningProcesses(h))}
+        return {
+            "source": "nvml",
+            "sm_clock_mhz": int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            "sm_clock_max_mhz": int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+            "throttle_reasons": [w for bit, w in THROTTLE_REASONS.items() if reasons & bit],
+            "temperature_c": float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+            "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "processes": len(nv.nvmlDeviceGetComputeRunningProcesses(h)),
+        }
     except Exception:  # noqa: BLE001 - no NVML here: try nvidia-smi
         pass
     import subprocess
 
     query = "clocks.sm,clocks.max.sm,clocks_throttle_reasons.active,temperature.gpu,power.draw"
     try:
-        out = subprocess.run(["nvidia-smi", "-i", uuid or "0", f"--query-gpu={query}",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "-i",
+                uuid or "0",
+                f"--query-gpu={query}",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         sm, sm_max, reasons, temp, power = (v.strip() for v in out.stdout.strip().split(","))
         bits = int(reasons, 16)
-        return {"source": "nvidia-smi", "sm_clock_mhz": int(sm), "sm_clock_max_mhz": int(sm_max),
-                "throttle_reasons": [w for bit, w in THROTTLE_REASONS.items() if bits & bit],
-                "temperature_c": float(temp), "power_w": float(power)}
+        return {
+            "source": "nvidia-smi",
+            "sm_clock_mhz": int(sm),
+            "sm_clock_max_mhz": int(sm_max),
+            "throttle_reasons": [w for bit, w in THROTTLE_REASONS.items() if bits & bit],
+            "temperature_c": float(temp),
+            "power_w": float(power),
+        }
     except Exception:  # noqa: BLE001 - neither: the finding has no clocks
         return None
 
@@ -167,7 +211,9 @@ def need(dist: str, module: str) -> str:
     try:
         __import__(module)
     except Exception as exc:  # noqa: BLE001 - an installed package that cannot import is a failure
-        raise RuntimeError(f"{dist} {version} is installed but `import {module}` fails: {exc}") from exc
+        raise RuntimeError(
+            f"{dist} {version} is installed but `import {module}` fails: {exc}"
+        ) from exc
     return version
 
 
@@ -204,18 +250,32 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     return torch.softmax(s, dim=-1) @ v
 
 
-def causal_conv1d_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                      silu: bool) -> torch.Tensor:
-    """Depthwise causal conv: ``out[b,c,t] = bias[c] + sum_j weight[c,j] * x[b,c,t-(w-1)+j]`` (x<0 = 0)."""
+def causal_conv1d_ref(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, silu: bool
+) -> torch.Tensor:
+    """Depthwise causal conv: ``out[b,c,t] = bias[c] + sum_j weight[c,j] * x[b,c,t-(w-1)+j]`` (x<0 =
+    0)."""
     width, n = weight.shape[-1], x.shape[-1]
-    out = F.conv1d(x.double(), weight.double().unsqueeze(1), None if bias is None else bias.double(),
-                   padding=width - 1, groups=x.shape[1])[..., :n]
+    out = F.conv1d(
+        x.double(),
+        weight.double().unsqueeze(1),
+        None if bias is None else bias.double(),
+        padding=width - 1,
+        groups=x.shape[1],
+    )[..., :n]
     return F.silu(out) if silu else out
 
 
-def selective_scan_ref64(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                         C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None,
-                         delta_softplus: bool) -> torch.Tensor:
+def selective_scan_ref64(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_softplus: bool,
+) -> torch.Tensor:
     """Mamba's selective scan as a sequential float64 recurrence.
 
     u, delta, z: (b, d, L); A: (d, n); B, C: (b, n, L); D: (d,).
@@ -228,7 +288,7 @@ def selective_scan_ref64(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, 
     x = torch.zeros(b, d, A.shape[1], dtype=torch.float64, device=u.device)
     ys = []
     for t in range(L):
-        dt = delta[:, :, t, None]                                  # (b, d, 1)
+        dt = delta[:, :, t, None]  # (b, d, 1)
         x = torch.exp(dt * A) * x + dt * B[:, None, :, t] * u[:, :, t, None]
         ys.append((x * C[:, None, :, t]).sum(-1))
     y = torch.stack(ys, dim=-1)
@@ -239,8 +299,9 @@ def selective_scan_ref64(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, 
     return y
 
 
-def simple_gla_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                   scale: float) -> torch.Tensor:
+def simple_gla_ref(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, scale: float
+) -> torch.Tensor:
     """Simple GLA (head-wise gated linear attention) as its float64 recurrence, [B, T, H, D] layout.
 
     S_t = exp(g_t) S_{t-1} + k_t^T v_t  (S: dk x dv per head);  o_t = scale * q_t S_t.
@@ -250,7 +311,9 @@ def simple_gla_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.T
     state = torch.zeros(b, h, dk, v.shape[-1], dtype=torch.float64, device=q.device)
     outs = []
     for i in range(t):
-        state = torch.exp(g[:, i])[..., None, None] * state + k[:, i, :, :, None] * v[:, i, :, None, :]
+        state = (
+            torch.exp(g[:, i])[..., None, None] * state + k[:, i, :, :, None] * v[:, i, :, None, :]
+        )
         outs.append(scale * torch.einsum("bhk,bhkv->bhv", q[:, i], state))
     return torch.stack(outs, dim=1)
 
@@ -264,43 +327,80 @@ def check_matmul(quick: bool) -> Result:
     # rounding, ~u_bf16/sqrt(3) = 2.3e-3 rms. 3 u_bf16 = 1.2e-2 leaves 5x.
     tol = 3 * U_BF16
     if d.type == "cuda":
-        a, b = torch.randn(2048, 2048, device=d, dtype=torch.bfloat16), torch.randn(2048, 2048, device=d, dtype=torch.bfloat16)
-        res = compare("matmul", a @ b, a.double() @ b.double(), tol, dtype="bf16", reference="float64 matmul")
+        a, b = (
+            torch.randn(2048, 2048, device=d, dtype=torch.bfloat16),
+            torch.randn(2048, 2048, device=d, dtype=torch.bfloat16),
+        )
+        res = compare(
+            "matmul", a @ b, a.double() @ b.double(), tol, dtype="bf16", reference="float64 matmul"
+        )
         n = 4096 if quick else 8192
-        x, y = torch.randn(n, n, device=d, dtype=torch.bfloat16), torch.randn(n, n, device=d, dtype=torch.bfloat16)
+        x, y = (
+            torch.randn(n, n, device=d, dtype=torch.bfloat16),
+            torch.randn(n, n, device=d, dtype=torch.bfloat16),
+        )
         settle_imports()
         sample: list[Any] = []
-        ms = timed_ms(lambda: x @ y, 10 if quick else 50,
-                      during=lambda: sample.append(nvml_sample()))
+        ms = timed_ms(
+            lambda: x @ y, 10 if quick else 50, during=lambda: sample.append(nvml_sample())
+        )
         tflops = 2 * n**3 / (ms / 1e3) / 1e12
         sheet = datasheet_rate(torch.cuda.get_device_name())
-        return {**res, "kernel_ms": ms, "tflops": tflops, "datasheet_tflops": sheet,
-                "fraction_of_datasheet": tflops / sheet if sheet else None, "size": n,
-                **({"nvml": sample[0]} if sample and sample[0] else {})}
+        return {
+            **res,
+            "kernel_ms": ms,
+            "tflops": tflops,
+            "datasheet_tflops": sheet,
+            "fraction_of_datasheet": tflops / sheet if sheet else None,
+            "size": n,
+            **({"nvml": sample[0]} if sample and sample[0] else {}),
+        }
     # On CPU the check is the answer only: no throughput is measured (a CPU matmul's rate says
     # nothing about the stack, and a figure near 0 TFLOP/s would read as a measurement).
     a, b = torch.randn(512, 384), torch.randn(384, 256)
     ab, bb = a.bfloat16(), b.bfloat16()
     err_fp32 = rel_err(a @ b, a.double() @ b.double())
-    return compare("matmul", ab @ bb, ab.double() @ bb.double(), tol, dtype="bf16 (+fp32)",
-                   reference="float64 matmul", rel_err_fp32=err_fp32)
+    return compare(
+        "matmul",
+        ab @ bb,
+        ab.double() @ bb.double(),
+        tol,
+        dtype="bf16 (+fp32)",
+        reference="float64 matmul",
+        rel_err_fp32=err_fp32,
+    )
 
 
 def check_sdpa(quick: bool) -> Result:
     d = dev()
     if d.type == "cuda":
         from torch.nn.attention import SDPBackend, sdpa_kernel
+
         q, k, v = (torch.randn(2, 8, 1024, 128, device=d, dtype=torch.bfloat16) for _ in range(3))
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         # as flash_attn below: bf16 P and bf16 output, fp32 softmax/accumulation: 3 u_bf16
-        return compare("sdpa", out, attention_ref(q, k, v, True), 3 * U_BF16, dtype="bf16", backend="flash",
-                       reference="softmax(QK^T/sqrt(d))V, float64")
+        return compare(
+            "sdpa",
+            out,
+            attention_ref(q, k, v, True),
+            3 * U_BF16,
+            dtype="bf16",
+            backend="flash",
+            reference="softmax(QK^T/sqrt(d))V, float64",
+        )
     q, k, v = (torch.randn(2, 4, 128, 64) for _ in range(3))
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     # fp32 end to end: sums of <=128 terms (~sqrt(n) u_fp32 = 7e-7 rms) and exp: 1e-5 leaves >10x
-    return compare("sdpa", out, attention_ref(q, k, v, True), 1e-5, dtype="fp32", backend="default (CPU)",
-                   reference="explicit softmax(QK^T)V in float64")
+    return compare(
+        "sdpa",
+        out,
+        attention_ref(q, k, v, True),
+        1e-5,
+        dtype="fp32",
+        backend="default (CPU)",
+        reference="explicit softmax(QK^T)V in float64",
+    )
 
 
 def check_triton(quick: bool) -> Result:
@@ -326,15 +426,24 @@ def check_triton(quick: bool) -> Result:
     fma_kernel[(triton.cdiv(n, 1024),)](x, y, z, out, n, BLOCK=1024)
     ref = x.double() * y.double() + torch.sigmoid(z.double())
     # fp32: one FMA and a fast exp in sigmoid (a few ulp): 1e-5 = 168 u_fp32
-    return compare("triton", out, ref, 1e-5, dtype="fp32", version=triton.__version__ or version,
-                   reference="torch, float64")
+    return compare(
+        "triton",
+        out,
+        ref,
+        1e-5,
+        dtype="fp32",
+        version=triton.__version__ or version,
+        reference="torch, float64",
+    )
 
 
 def check_compile(quick: bool) -> Result:
     d = dev()
 
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return F.gelu(x @ w) * torch.sigmoid(x.sum(-1, keepdim=True)) + torch.sin(x[..., : w.shape[1]])
+        return F.gelu(x @ w) * torch.sigmoid(x.sum(-1, keepdim=True)) + torch.sin(
+            x[..., : w.shape[1]]
+        )
 
     x, w = torch.randn(64, 96, device=d), torch.randn(96, 48, device=d)
     compiled = torch.compile(f, backend="inductor", fullgraph=True)
@@ -342,19 +451,33 @@ def check_compile(quick: bool) -> Result:
     backend = "triton (GPU)" if d.type == "cuda" else "C++ (CPU)"
     # fp32 (TF32 off, torch's default for matmul): K=96 sums and transcendental approximations
     # (a few ulp each): 1e-4 is ~100x the expected 1e-6.
-    return compare("torch.compile", out, f(x.double(), w.double()), 1e-4, dtype="fp32",
-                   backend=f"inductor, {backend}", reference="eager, float64")
+    return compare(
+        "torch.compile",
+        out,
+        f(x.double(), w.double()),
+        1e-4,
+        dtype="fp32",
+        backend=f"inductor, {backend}",
+        reference="eager, float64",
+    )
 
 
-def _attention_tflops(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Any], quick: bool) -> dict[str, Any]:
+def _attention_tflops(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Any], quick: bool
+) -> dict[str, Any]:
     """Forward TFLOP/s of a causal bf16 attention, (b, s, h, d) layout: 4 b h s^2 d / 2 FLOPs."""
     b, s, h, d = (2, 2048, 16, 128) if quick else (4, 4096, 16, 128)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     ms = timed_ms(lambda: fn(q, k, v), 10 if quick else 30)
     tflops = 4 * b * h * s * s * d / 2 / (ms / 1e3) / 1e12
     sheet = datasheet_rate(torch.cuda.get_device_name())
-    return {"kernel_ms": ms, "tflops": tflops, "datasheet_tflops": sheet,
-            "fraction_of_datasheet": tflops / sheet if sheet else None, "timed_shape": [b, s, h, d]}
+    return {
+        "kernel_ms": ms,
+        "tflops": tflops,
+        "datasheet_tflops": sheet,
+        "fraction_of_datasheet": tflops / sheet if sheet else None,
+        "timed_shape": [b, s, h, d],
+    }
 
 
 # Flash attention, bf16 in and out: S = QK^T in fp32 (exact products of bf16, fp32 sums), the
@@ -368,12 +491,25 @@ def check_flash_attn(quick: bool) -> Result:
     need_gpu()
     version = need("flash-attn", "flash_attn")
     from flash_attn import flash_attn_func
+
     q, k, v = (torch.randn(2, 512, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = flash_attn_func(q, k, v, causal=True)
-    ref = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True).transpose(1, 2)
-    res = compare("flash_attn", out, ref, ATTENTION_TOL, dtype="bf16", version=version,
-                  reference="softmax(QK^T/sqrt(d))V, float64")
-    return {**res, **_attention_tflops(lambda q, k, v: flash_attn_func(q, k, v, causal=True), quick)}
+    ref = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True).transpose(
+        1, 2
+    )
+    res = compare(
+        "flash_attn",
+        out,
+        ref,
+        ATTENTION_TOL,
+        dtype="bf16",
+        version=version,
+        reference="softmax(QK^T/sqrt(d))V, float64",
+    )
+    return {
+        **res,
+        **_attention_tflops(lambda q, k, v: flash_attn_func(q, k, v, causal=True), quick),
+    }
 
 
 def check_flash_attn_4(quick: bool) -> Result:
@@ -390,9 +526,18 @@ def check_flash_attn_4(quick: bool) -> Result:
 
     q, k, v = (torch.randn(2, 512, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = fa4(q, k, v)
-    ref = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True).transpose(1, 2)
-    res = compare("flash_attn_4", out, ref, ATTENTION_TOL, dtype="bf16", version=version,
-                  reference="softmax(QK^T/sqrt(d))V, float64")
+    ref = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True).transpose(
+        1, 2
+    )
+    res = compare(
+        "flash_attn_4",
+        out,
+        ref,
+        ATTENTION_TOL,
+        dtype="bf16",
+        version=version,
+        reference="softmax(QK^T/sqrt(d))V, float64",
+    )
     return {**res, **_attention_tflops(fa4, quick)}
 
 
@@ -400,6 +545,7 @@ def check_causal_conv1d(quick: bool) -> Result:
     need_gpu()
     version = need("causal-conv1d", "causal_conv1d")
     from causal_conv1d import causal_conv1d_fn
+
     b, c, n, width = 2, 64, 512, 4
     x = torch.randn(b, c, n, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(c, width, device="cuda", dtype=torch.bfloat16)
@@ -407,15 +553,26 @@ def check_causal_conv1d(quick: bool) -> Result:
     out = causal_conv1d_fn(x, weight, bias, activation="silu")
     # bf16 in, fp32 inside (4 FMAs + bias + silu: a few u_fp32), bf16 out: one rounding,
     # ~u_bf16/sqrt(3) = 2.3e-3 rms. 2 u_bf16 = 7.8e-3 leaves 3x.
-    res = compare("causal_conv1d", out, causal_conv1d_ref(x, weight, bias, silu=True), 2 * U_BF16,
-                  dtype="bf16", version=version, reference="F.conv1d (depthwise, causal padding) + silu, float64")
-    return {**res, "kernel_ms": timed_ms(lambda: causal_conv1d_fn(x, weight, bias, activation="silu"))}
+    res = compare(
+        "causal_conv1d",
+        out,
+        causal_conv1d_ref(x, weight, bias, silu=True),
+        2 * U_BF16,
+        dtype="bf16",
+        version=version,
+        reference="F.conv1d (depthwise, causal padding) + silu, float64",
+    )
+    return {
+        **res,
+        "kernel_ms": timed_ms(lambda: causal_conv1d_fn(x, weight, bias, activation="silu")),
+    }
 
 
 def check_mamba_scan(quick: bool) -> Result:
     need_gpu()
     version = need("mamba-ssm", "mamba_ssm")
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+
     b, dim, n, state = 2, 64, 256, 16
     u, delta = torch.randn(b, dim, n, device="cuda"), torch.rand(b, dim, n, device="cuda") * 0.5
     A = -torch.rand(dim, state, device="cuda") - 0.5
@@ -432,8 +589,15 @@ def check_mamba_scan(quick: bool) -> Result:
     # relative error per step, so <= 4 L u_fp32 = 6e-5 after L=256 steps (the decay |exp(dA)|<1
     # damps older errors); 2x that bound: 8 L u_fp32 = 1.2e-4.
     tol = 8 * n * U_FP32
-    res = compare("mamba_ssm.selective_scan", out, ref, tol, dtype="fp32", version=version,
-                  reference="sequential selective-scan recurrence, float64")
+    res = compare(
+        "mamba_ssm.selective_scan",
+        out,
+        ref,
+        tol,
+        dtype="fp32",
+        version=version,
+        reference="sequential selective-scan recurrence, float64",
+    )
     return {**res, "kernel_ms": timed_ms(run)}
 
 
@@ -442,7 +606,8 @@ def fla_inputs() -> tuple[torch.Tensor, ...]:
     b, t, h, d = 1, 128, 2, 64
     q, k = torch.randn(b, t, h, d, device="cuda"), torch.randn(b, t, h, d, device="cuda")
     v = torch.randn(b, t, h, d, device="cuda")
-    g = F.logsigmoid(torch.randn(b, t, h, device="cuda") + 3.0)  # log decays in (-inf, 0), mostly near 0
+    # log decays in (-inf, 0), mostly near 0
+    g = F.logsigmoid(torch.randn(b, t, h, device="cuda") + 3.0)
     return q, k, v, g
 
 
@@ -474,8 +639,15 @@ def start_fla_precompile() -> int:
         return 0
     env = {**os.environ, "FLA_CACHE_RESULTS": "0", "TRITON_CACHE_AUTOTUNING": "0"}
     for i in range(n):
-        _FLA_PARTS.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--fla-part", str(i), str(n)],
-                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        _FLA_PARTS.append(
+            subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--fla-part", str(i), str(n)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return n
 
 
@@ -511,12 +683,15 @@ def _fla_stamp() -> str:
     versions = [_dist_version(d) for d in ("fla-core", "flash-linear-attention", "triton", "torch")]
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     key = hashlib.sha256(json.dumps([versions, gpu]).encode()).hexdigest()[:16]
-    cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".triton", "cache"
+    )
     return os.path.join(cache, f"envbuild-fla-check-{key}")
 
 
 def fla_part(i: int, n: int) -> int:
-    """One compile process: fla's call with the i-th of n slices of each autotuner's configurations."""
+    """One compile process: fla's call with the i-th of n slices of each autotuner's
+    configurations."""
     from fla.ops.simple_gla import chunk_simple_gla
     from triton.runtime.autotuner import Autotuner
 
@@ -548,7 +723,10 @@ def _wait_fla_parts() -> dict[str, Any]:
             err = "timed out after 600 s"
         if proc.returncode != 0:
             failed.append((err or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"])
-    out = {"precompile_processes": len(_FLA_PARTS), "precompile_wait_s": round(time.perf_counter() - start, 2)}
+    out = {
+        "precompile_processes": len(_FLA_PARTS),
+        "precompile_wait_s": round(time.perf_counter() - start, 2),
+    }
     if failed:
         out["precompile_failed"] = f"{len(failed)} of {len(_FLA_PARTS)}: {failed[0][0]}"
     _FLA_PARTS.clear()
@@ -578,8 +756,15 @@ def check_fla(quick: bool) -> Result:
     # chunked form chains four products (q k^T, its product with v, q S, and k^T v into the
     # state, stored in fp32 between chunks): ~u_tf32 rms each, measured 1.5e-3 (3 u_tf32) on
     # H200 against the recurrent kernel. 8 u_tf32 = 3.9e-3 (the four stages' worst case, 2x).
-    res = compare("fla", out, ref, 8 * U_TF32, dtype="fp32 (TF32 tl.dot)", version=version,
-                  reference="simple-GLA recurrence S_t = exp(g_t) S_t-1 + k_t^T v_t, float64")
+    res = compare(
+        "fla",
+        out,
+        ref,
+        8 * U_TF32,
+        dtype="fp32 (TF32 tl.dot)",
+        version=version,
+        reference="simple-GLA recurrence S_t = exp(g_t) S_t-1 + k_t^T v_t, float64",
+    )
     try:
         with open(_fla_stamp(), "w", encoding="utf-8") as f:
             f.write("fla's chunk_simple_gla compiled and autotuned here by envbuild smoke\n")
@@ -605,13 +790,19 @@ CHECKS: dict[str, Callable[[bool], Result]] = {
 
 
 def top_modules(dist: str) -> list[str]:
-    """The importable top-level modules of an installed distribution (top_level.txt, else its files)."""
+    """The importable top-level modules of an installed distribution (top_level.txt, else its
+    files)."""
     d = md.distribution(dist)
     names = (d.read_text("top_level.txt") or "").split()
     if not names:
         for f in d.files or ():
             top = f.parts[0] if f.parts else ""
-            outside = top.endswith((".dist-info", ".data")) or top in ("", "..", "bin", "__pycache__")
+            outside = top.endswith((".dist-info", ".data")) or top in (
+                "",
+                "..",
+                "bin",
+                "__pycache__",
+            )
             if not outside and (len(f.parts) > 1 or top.endswith((".py", ".so"))):
                 names.append(top.split(".")[0])
     return sorted({n for n in names if n.isidentifier() and not n.startswith("_")})
@@ -619,7 +810,8 @@ def top_modules(dist: str) -> list[str]:
 
 def check_import(dist: str) -> Callable[[bool], Result]:
     """``import`` of each top-level module of ``dist``: a package the lock installed must be there
-    and load against this torch (an extension built for another one fails here: undefined symbol)."""
+    and load against this torch (an extension built for another one fails here: undefined symbol).
+    """
 
     def run(quick: bool) -> Result:
         try:
@@ -633,16 +825,22 @@ def check_import(dist: str) -> Callable[[bool], Result]:
             try:
                 __import__(module)
             except Exception as exc:  # noqa: BLE001 - the import error is the finding
-                raise ImportError(f"{dist} {version}: `import {module}` fails ({type(exc).__name__}): {exc}") from exc
+                raise ImportError(
+                    f"{dist} {version}: `import {module}` fails ({type(exc).__name__}): {exc}"
+                ) from exc
         return {"imported": True, "version": version, "modules": modules}
 
     return run
 
 
 def environment() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": sys.version.split()[0], "torch": torch.__version__,
-                            "cuda": torch.version.cuda, "git_version": getattr(torch.version, "git_version", None),
-                            "cuda_available": torch.cuda.is_available()}
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "git_version": getattr(torch.version, "git_version", None),
+        "cuda_available": torch.cuda.is_available(),
+    }
     if torch.backends.cudnn.is_available():
         info["cudnn"] = torch.backends.cudnn.version()
     if torch.cuda.is_available():
@@ -674,13 +872,19 @@ def run_one(name: str, fn: Callable[[bool], Result], quick: bool) -> Result:
             ok, res = True, {k: v for k, v in res.items() if k != "imported"}
         res["verdict"] = "pass" if ok else "fail"
         if not ok:
-            res["reason"] = f"relative error {err:.3g} above the tolerance {tol:.3g}" + \
-                (f" (a planted error of {PERTURB_FACTOR:g}x the tolerance, {PERTURB_ENV})" if res.get("perturbed") else "")
+            res["reason"] = f"relative error {err:.3g} above the tolerance {tol:.3g}" + (
+                f" (a planted error of {PERTURB_FACTOR:g}x the tolerance, {PERTURB_ENV})"
+                if res.get("perturbed")
+                else ""
+            )
     except Skip as exc:
         res = {"verdict": "skip", "reason": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a crashing kernel is a failed check, not a crashed run
-        res = {"verdict": "fail", "reason": f"{type(exc).__name__}: {exc}".strip()[:2000],
-               "traceback": traceback.format_exc()[-4000:]}
+        res = {
+            "verdict": "fail",
+            "reason": f"{type(exc).__name__}: {exc}".strip()[:2000],
+            "traceback": traceback.format_exc()[-4000:],
+        }
     res["name"] = name
     res["seconds"] = time.perf_counter() - t0
     if torch.cuda.is_available():
@@ -689,8 +893,13 @@ def run_one(name: str, fn: Callable[[bool], Result], quick: bool) -> Result:
 
 
 PREIMPORT_ENV = "ENVBUILD_SMOKE_PREIMPORT"  # "0": off
-PREIMPORT_MODULES = ("triton", "triton.language", "torch._dynamo", "torch._inductor.compile_fx",
-                     "torch._inductor.codecache")
+PREIMPORT_MODULES = (
+    "triton",
+    "triton.language",
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
+    "torch._inductor.codecache",
+)
 
 
 _PREIMPORT: list[Any] = []
@@ -726,11 +935,15 @@ def start_preimport(only: list[str]) -> None:
 
 
 def process_started() -> float:
-    """When this process started (``time.time()`` scale, 10 ms ticks), from ``/proc``; now elsewhere."""
+    """When this process started (``time.time()`` scale, 10 ms ticks), from ``/proc``; now
+    elsewhere."""
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: ticks after boot
-        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+            # field 22, starttime: ticks after boot
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        return time.time() - (
+            time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        )
     except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
@@ -738,15 +951,23 @@ def process_started() -> float:
 def main(argv: list[str] | None = None) -> int:
     # each phase, the time.time() it began and this process's CPU seconds by then: where the run's
     # seconds went (bench/bench_rerun.py); the first is the interpreter and `import torch`
-    timeline: list[tuple[str, float, float]] = [("imports", process_started(), 0.0),
-                                                ("start", time.time(), time.process_time())]
+    timeline: list[tuple[str, float, float]] = [
+        ("imports", process_started(), 0.0),
+        ("start", time.time(), time.process_time()),
+    ]
     p = argparse.ArgumentParser(description="envbuild kernel smoke tests")
     p.add_argument("--out")
     p.add_argument("--fla-part", nargs=2, type=int, metavar=("I", "N"), help=argparse.SUPPRESS)
     p.add_argument("--only", action="append", default=[], help="run only this check (repeatable)")
     p.add_argument("--quick", action="store_true", help="smaller matmul and attention benchmarks")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="DIST",
-                   help="also import every top-level module of this distribution (repeatable)")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="DIST",
+        help="also import every top-level module of this distribution (repeatable)",
+    )
     args = p.parse_args(argv)
     if args.fla_part:
         return fla_part(*args.fla_part)
@@ -754,7 +975,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--out is required")
     unknown = [n for n in args.only if n not in CHECKS]
     if unknown:
-        print(f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}", file=sys.stderr)
+        print(
+            f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}", file=sys.stderr
+        )
         return 2
     own_cache = None
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
@@ -775,20 +998,32 @@ def main(argv: list[str] | None = None) -> int:
             timeline.append((name, time.time(), time.process_time()))
             res = run_one(name, fn, args.quick)
             results.append(res)
-            print("ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}), flush=True)
+            print(
+                "ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}),
+                flush=True,
+            )
         for dist in args.imports:
             timeline.append((f"import {dist}", time.time(), time.process_time()))
             res = run_one(f"import {dist}", check_import(dist), args.quick)
             results.append(res)
-            print("ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}), flush=True)
+            print(
+                "ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}),
+                flush=True,
+            )
     finally:
-        for proc in _FLA_PARTS:  # the fla check did not run (or not to its end): no compile outlives the run
+        # the fla check did not run (or not to its end): no compile outlives the run
+        for proc in _FLA_PARTS:
             proc.kill()
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
     timeline.append(("result", time.time(), time.process_time()))
-    doc = {"environment": environment(), "checks": results, "seconds": time.perf_counter() - t0,
-           "ok": not any(r["verdict"] == "fail" for r in results), "timeline": timeline}
+    doc = {
+        "environment": environment(),
+        "checks": results,
+        "seconds": time.perf_counter() - t0,
+        "ok": not any(r["verdict"] == "fail" for r in results),
+        "timeline": timeline,
+    }
     tmp = f"{args.out}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)

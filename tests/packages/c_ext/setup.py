@@ -1,4 +1,5 @@
 """A small C-extension fixture: compiles with gcc, declares torch like the CUDA sdists do."""
+
 from setuptools import Extension, setup
 
 setup(

@@ -4,6 +4,7 @@ Built by ``envbuild wheelhouse build tests/packages/cuda_ext/wheelhouse.toml`` w
 isolation, so it compiles against the torch installed in the target environment. Archs come
 from TORCH_CUDA_ARCH_LIST (the spec sets 9.0).
 """
+
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 

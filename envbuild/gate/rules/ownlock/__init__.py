@@ -11,7 +11,8 @@ once the baseline step ran, so the rules read the steps in turn. Every rule and 
                 requirements on torch and on what earlier steps locked, PyPI triton
 - ``history``   ``--base REF``: the gate's downgrade and re-tag rule on the protected versions
 - ``online``    ``--online``: every locked artifact is still on its index with the same sha256
-- ``dryrun``    ``pip install --dry-run`` of each step on the locked baseline (not with ``--offline``)
+- ``dryrun``    ``pip install --dry-run`` of each step on the locked baseline (not with
+  ``--offline``)
 
 The static rules take milliseconds and need nothing but the lock (metadata it lacks comes from
 the metadata cache, else the steps' indexes); with ``--offline`` the dry runs are skipped, with a
@@ -49,12 +50,21 @@ def check_stack(spec: StackSpec, opts: Options | None = None) -> FileReport:
     ctx = steps.StackContext(spec)
     _run(ctx, opts)
     folder = lock_dir(spec)
-    report = FileReport(steps.shown(folder / MANIFEST), FORMAT, findings=ctx.findings, notices=ctx.notices,
-                        stack=spec.name, folder=str(folder))
+    report = FileReport(
+        steps.shown(folder / MANIFEST),
+        FORMAT,
+        findings=ctx.findings,
+        notices=ctx.notices,
+        stack=spec.name,
+        folder=str(folder),
+    )
     if ctx.lock is not None:
         torch = (ctx.lock.abi.version if ctx.lock.abi is not None else None) or spec.abi.version
-        report.environments = [EnvRow(f"linux {spec.target.arch}, Python {spec.python}", torch,
-                                      findings=len(ctx.findings))]
+        report.environments = [
+            EnvRow(
+                f"linux {spec.target.arch}, Python {spec.python}", torch, findings=len(ctx.findings)
+            )
+        ]
     report.seconds = time.monotonic() - t0
     return report
 

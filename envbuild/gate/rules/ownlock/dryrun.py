@@ -64,11 +64,15 @@ def _interpreter(spec: StackSpec, ctx: StackContext) -> tuple[Path, bool]:
     except PreflightError:
         python = None
     if find_uv() is None:
-        ctx.note(f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
-                 f"no Python {spec.python} (the stack's) on its machine and no uv were found")
+        ctx.note(
+            f"dry runs use Python {sys.version_info[0]}.{sys.version_info[1]}: "
+            f"no Python {spec.python} (the stack's) on its machine and no uv were found"
+        )
         return Path(sys.executable), True
-    ctx.note(f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
-             f"({'the target is another machine' if python is not None else f'no Python {spec.python} here'})")
+    ctx.note(
+        f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
+        f"({'the target is another machine' if python is not None else f'no Python {spec.python} here'})"
+    )
     return Path(sys.executable), False
 
 
@@ -81,30 +85,43 @@ def check(ctx: StackContext) -> None:
     if not todo:
         return
     sources: list[str] = []
-    pages: dict[str, str] = {}  # index -> the first project of a step that reads it (its page is probed)
+    # index -> the first project of a step that reads it (its page is probed)
+    pages: dict[str, str] = {}
     for step in (plan.steps[v.index] for v in todo):
-        sources += [b for a, b in pairwise(step.args) if a in ("--index-url", "--extra-index-url", "--find-links")]
+        sources += [
+            b
+            for a, b in pairwise(step.args)
+            if a in ("--index-url", "--extra-index-url", "--find-links")
+        ]
         for a, b in pairwise(step.args):
             if a in ("--index-url", "--extra-index-url") and step.step.packages:
                 pages.setdefault(b, step.step.names[0])
     bad = unreachable(sources, projects=pages)
     if bad:
-        raise PreflightError("check-lock's dry runs need the steps' package sources, which do not answer: "
-                             + "; ".join(sorted(set(bad))), hint="Run with --offline for the static rules only.")
+        raise PreflightError(
+            "check-lock's dry runs need the steps' package sources, which do not answer: "
+            + "; ".join(sorted(set(bad))),
+            hint="Run with --offline for the static rules only.",
+        )
     python, native = _interpreter(spec, ctx)
     if not native:
         plan = make_plan(spec, PlanOptions(backend="uv", default_sources=pip_config_sources()))
     with tempfile.TemporaryDirectory(prefix="envbuild-checklock-") as tmp:
         venv = Path(tmp) / "venv"
-        out = run([str(python), "-m", "venv", "--without-pip", str(venv)], capture=True, timeout=300)
+        out = run(
+            [str(python), "-m", "venv", "--without-pip", str(venv)], capture=True, timeout=300
+        )
         if not out.ok:
-            raise PreflightError(f"cannot make the dry-run venv with {python}: {out.describe('venv')}: {out.tail.strip()}")
+            raise PreflightError(
+                f"cannot make the dry-run venv with {python}: {out.describe('venv')}:"
+                f" {out.tail.strip()}"
+            )
         site = next(venv.glob("lib/python3*/site-packages"))
         if abi.adopt:
             _stand_in(site, abi.package, abi.version, [])
         by_index = {v.index: v for v in views}
         for i in range(baseline + 1):
-            for p in (by_index[i].packages.values() if i in by_index else []):
+            for p in by_index[i].packages.values() if i in by_index else []:
                 if p.version:
                     _stand_in(site, p.name, p.version, list(p.requires_dist or []))
         for v in sorted(todo, key=lambda v: v.index):
@@ -114,41 +131,96 @@ def check(ctx: StackContext) -> None:
                     _stand_in(site, p.name, p.version, list(p.requires_dist or []))
 
 
-def _dry_run(ctx: StackContext, plan_args: tuple[str, ...], v: StepView, venv: Path, tmp: Path,
-             native: bool = True) -> None:
+def _dry_run(
+    ctx: StackContext,
+    plan_args: tuple[str, ...],
+    v: StepView,
+    venv: Path,
+    tmp: Path,
+    native: bool = True,
+) -> None:
     spec = ctx.spec
     abi = spec.abi
     req = tmp / f"{v.name}.txt"
-    req.write_text("".join((f"{r.name} @ {r.url}" if r.url else f"{r.name}=={r.version}") + "\n"
-                           for r in v.reqs if r.url or r.version))
+    req.write_text(
+        "".join(
+            (f"{r.name} @ {r.url}" if r.url else f"{r.name}=={r.version}") + "\n"
+            for r in v.reqs
+            if r.url or r.version
+        )
+    )
     out_json = tmp / f"{v.name}.report.json"
     args = [a for a in plan_args if a not in _DROP]
     if native:
-        argv = PipInstaller().dry_run_argv(venv / "bin" / "python", args=args, requirements_file=req, report=out_json)
+        argv = PipInstaller().dry_run_argv(
+            venv / "bin" / "python", args=args, requirements_file=req, report=out_json
+        )
     else:
-        argv = [find_uv() or "uv", "pip", "install", "--dry-run", "--no-config", "--no-python-downloads",
-                "--python", str(venv / "bin" / "python"), "--python-version", spec.python,
-                "--python-platform", spec.target.uv_platform, *args, "-r", str(req)]
+        argv = [
+            find_uv() or "uv",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-config",
+            "--no-python-downloads",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--python-version",
+            spec.python,
+            "--python-platform",
+            spec.target.uv_platform,
+            *args,
+            "-r",
+            str(req),
+        ]
     res = run(argv, capture=True, timeout=900, env=_env(spec, v))
     if not res.ok:
         lines = [ln for ln in res.tail.strip().splitlines() if ln.strip()]
-        why = redact(res.hung_message("the dry run") if res.timed_out else lines[-1] if lines else f"exit {res.returncode}")
-        ctx.add(v.file, "-", "dry-run-failed", f"a dry run of step {v.name!r} on the pinned baseline did not resolve: {why}")
+        why = redact(
+            res.hung_message("the dry run")
+            if res.timed_out
+            else lines[-1]
+            if lines
+            else f"exit {res.returncode}"
+        )
+        ctx.add(
+            v.file,
+            "-",
+            "dry-run-failed",
+            f"a dry run of step {v.name!r} on the pinned baseline did not resolve: {why}",
+        )
         return
     if native:
         data: dict[str, Any] = json.loads(out_json.read_text())
-        installs = [(canonicalize_name(i.get("metadata", {}).get("name", "")), i.get("metadata", {}).get("version", ""))
-                    for i in data.get("install", [])]
+        installs = [
+            (
+                canonicalize_name(i.get("metadata", {}).get("name", "")),
+                i.get("metadata", {}).get("version", ""),
+            )
+            for i in data.get("install", [])
+        ]
     else:  # uv's plan: " + name==version" per package it would install
-        installs = [(canonicalize_name(m.group(1)), m.group(2)) for m in _UV_PLUS.finditer(res.output or "")]
+        installs = [
+            (canonicalize_name(m.group(1)), m.group(2)) for m in _UV_PLUS.finditer(res.output or "")
+        ]
     for name, version in installs:
         if ctx.is_protected(name):
-            ctx.add(v.file, name, "dry-run-protected",
-                    f"a dry run of step {v.name!r} on the pinned baseline would install {name} {version} "
-                    f"(the baseline pins {abi.version if name == abi.package else 'another build'})")
+            ctx.add(
+                v.file,
+                name,
+                "dry-run-protected",
+                f"a dry run of step {v.name!r} on the pinned baseline would install {name}"
+                f" {version} (the baseline pins"
+                f" {abi.version if name == abi.package else 'another build'})",
+            )
         elif name == TRITON and abi.triton_provider and abi.triton_provider != TRITON:
-            ctx.add(v.file, name, "dry-run-protected",
-                    f"a dry run of step {v.name!r} would install PyPI triton {version} next to {abi.triton_provider}")
+            ctx.add(
+                v.file,
+                name,
+                "dry-run-protected",
+                f"a dry run of step {v.name!r} would install PyPI triton {version} next to"
+                f" {abi.triton_provider}",
+            )
 
 
 def _env(spec: StackSpec, v: StepView) -> dict[str, str] | None:

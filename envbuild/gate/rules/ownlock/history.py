@@ -38,7 +38,8 @@ def check(ctx: StackContext, ref: str) -> None:
 
 
 def _protected_versions(lock: Lock, spec: StackSpec) -> dict[str, str]:
-    """{protected name: the version the lock pins} (torch: as the last step that pins it does, else lock.json's abi)."""
+    """{protected name: the version the lock pins} (torch: as the last step that pins it does, else
+    lock.json's abi)."""
     protected = protected_of(spec, lock)
     out: dict[str, str] = {}
     if lock.abi is not None and lock.abi.version:

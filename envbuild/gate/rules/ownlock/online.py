@@ -37,13 +37,17 @@ def _sources(step: LockedStep) -> Sources:
     links = [u for u in src.find_links if "***@" not in u]
     if src.installer_configured:
         conf = pip_config_sources()
-        indexes = [*(u for u in (conf.index_url or "https://pypi.org/simple", *conf.extra_index_urls)), *indexes]
+        indexes = [
+            *(u for u in (conf.index_url or "https://pypi.org/simple", *conf.extra_index_urls)),
+            *indexes,
+        ]
         links = [*conf.find_links, *links]
     return Sources(tuple(dict.fromkeys(indexes)), tuple(dict.fromkeys(links)))
 
 
 def _listing(step: LockedStep, pkg: LockedPackage) -> tuple[dict[str, str], dict[str, str], str]:
-    """({sha256: file name}, {file name: sha256}, error) of the package's files on the step's sources."""
+    """({sha256: file name}, {file name: sha256}, error) of the package's files on the step's
+    sources."""
     finder = ArtifactFinder(_sources(step))
     try:
         files = [finder.with_sha256(a) for a in finder.files(pkg.name) if a.version is not None]
@@ -78,8 +82,10 @@ def check(ctx: StackContext, wheelhouse: str | None) -> None:
             wheel = pkg.vcs.wheel
             if kept is not None and wheel is not None:
                 where = "has" if wheel.sha256 in kept else "does not have"
-                ctx.note(f"{pkg.name}: git pin {redact(pkg.vcs.url)} not fetched; the wheelhouse {where} "
-                         f"the wheel built from it ({wheel.filename})")
+                ctx.note(
+                    f"{pkg.name}: git pin {redact(pkg.vcs.url)} not fetched; the wheelhouse {where}"
+                    f" the wheel built from it ({wheel.filename})"
+                )
             continue
         if error:
             ctx.add(file, pkg.name, "artifact-gone", f"cannot list its files: {error}")
@@ -91,22 +97,40 @@ def check(ctx: StackContext, wheelhouse: str | None) -> None:
             if a.sha256 in by_sha:
                 continue
             if a.filename in by_name:
-                ctx.add(file, pkg.name, "artifact-changed",
-                        f"{a.filename} is on the index with sha256 {by_name[a.filename][:16]}..., "
-                        f"the lock pins {str(a.sha256)[:16]}... (re-uploaded or tampered)")
+                ctx.add(
+                    file,
+                    pkg.name,
+                    "artifact-changed",
+                    f"{a.filename} is on the index with sha256 {by_name[a.filename][:16]}..., "
+                    f"the lock pins {str(a.sha256)[:16]}... (re-uploaded or tampered)",
+                )
                 continue
             gone.append(a)
         if not gone:
             continue
         gone_count += len(gone)
         still = [a for a in arts if a not in gone]
-        usable = [a for a in still if fits_target(a.filename, python, platform) or not a.filename.endswith(".whl")]
+        usable = [
+            a
+            for a in still
+            if fits_target(a.filename, python, platform) or not a.filename.endswith(".whl")
+        ]
         for a in gone:
-            where = ("not given (--wheelhouse DIR)" if kept is None
-                     else "has it" if a.sha256 in kept else "does not have it")
-            text = f"{a.filename} ({pkg.version}) is gone from {redact(a.url) or 'its index'}; the wheelhouse {where}"
+            where = (
+                "not given (--wheelhouse DIR)"
+                if kept is None
+                else "has it"
+                if a.sha256 in kept
+                else "does not have it"
+            )
+            text = (
+                f"{a.filename} ({pkg.version}) is gone from {redact(a.url) or 'its index'}; the"
+                f" wheelhouse {where}"
+            )
             in_house = kept is not None and any(x.sha256 in kept for x in arts)
-            for_target = fits_target(a.filename, python, platform) or not a.filename.endswith(".whl")
+            for_target = fits_target(a.filename, python, platform) or not a.filename.endswith(
+                ".whl"
+            )
             if for_target and not usable and not in_house:
                 ctx.add(file, pkg.name, "artifact-gone", text)
             else:

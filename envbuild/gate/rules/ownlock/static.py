@@ -46,20 +46,35 @@ def _protected_pins(ctx: StackContext) -> dict[str, tuple[str, str]]:
             if not ctx.is_protected(r.name) or r.version is None:
                 continue
             if r.name == abi.package and r.version != abi.version:
-                ctx.add(v.file, r.name, "protected-pin-mismatch", f"pinned to {r.version}, but abi.version is {abi.version}")
+                ctx.add(
+                    v.file,
+                    r.name,
+                    "protected-pin-mismatch",
+                    f"pinned to {r.version}, but abi.version is {abi.version}",
+                )
             first = pins.setdefault(r.name, (r.version, v.file))
             if first[0] != r.version:
-                ctx.add(v.file, r.name, "protected-pin-mismatch",
-                        f"pinned to {r.version} here but to {first[0]} in {first[1]}")
+                ctx.add(
+                    v.file,
+                    r.name,
+                    "protected-pin-mismatch",
+                    f"pinned to {r.version} here but to {first[0]} in {first[1]}",
+                )
             if v.index > baseline:
-                ctx.add(v.file, r.name, "protected-after-baseline",
-                        f"{r.name} {r.version} is in step {v.name!r}, after the baseline; it is frozen once the "
-                        "baseline step ran (leave it to the baseline, or make this step no_deps)")
+                ctx.add(
+                    v.file,
+                    r.name,
+                    "protected-after-baseline",
+                    f"{r.name} {r.version} is in step {v.name!r}, after the baseline; it is frozen"
+                    " once the baseline step ran (leave it to the baseline, or make this step"
+                    " no_deps)",
+                )
     return pins
 
 
 def _step_disagrees(ctx: StackContext) -> None:
-    """A package pinned by an earlier step at another version, without ``replaces`` in the later step."""
+    """A package pinned by an earlier step at another version, without ``replaces`` in the later
+    step."""
     steps = ctx.spec.steps
     first: dict[str, tuple[str, str]] = {}  # name -> (version, step name) as installed so far
     for v in sorted(ctx.views, key=lambda v: v.index):
@@ -69,9 +84,14 @@ def _step_disagrees(ctx: StackContext) -> None:
                 continue
             prior = first.get(r.name)
             if prior is not None and prior[0] != r.version and r.name not in replaces:
-                ctx.add(v.file, r.name, "step-disagrees",
-                        f"pinned to {r.version} here, but step {prior[1]!r} installs {r.name} {prior[0]}; make the "
-                        f"steps agree, or say replaces = [\"{r.name}\"] in step {v.name!r}")
+                ctx.add(
+                    v.file,
+                    r.name,
+                    "step-disagrees",
+                    f"pinned to {r.version} here, but step {prior[1]!r} installs {r.name}"
+                    f" {prior[0]}; make the "
+                    f'steps agree, or say replaces = ["{r.name}"] in step {v.name!r}',
+                )
             first[r.name] = (r.version, v.name)
 
 
@@ -79,7 +99,7 @@ def _applies(req: Requirement, env: dict[str, str], extras: set[str]) -> bool:
     if req.marker is None:
         return True
     try:
-        return any(req.marker.evaluate({**env, "extra": e}) for e in ({""} | extras))
+        return any(req.marker.evaluate({**env, "extra": e}) for e in {""} | extras)
     except Exception:  # an unknown marker variable: count it (conservative)
         return True
 
@@ -95,7 +115,9 @@ def _requirements(ctx: StackContext, pins: dict[str, tuple[str, str]], *, fetch:
     spec, abi = ctx.spec, ctx.spec.abi
     torch_version = pins.get(abi.package, (abi.version, ""))[0]
     env = marker_env(spec)
-    provider = abi.triton_provider if abi.triton_provider and abi.triton_provider != TRITON else None
+    provider = (
+        abi.triton_provider if abi.triton_provider and abi.triton_provider != TRITON else None
+    )
     missing_meta: list[str] = []
     seen: dict[str, tuple[str, str]] = {}  # name -> (version, file) locked by earlier steps
     for v in ctx.views:
@@ -105,7 +127,9 @@ def _requirements(ctx: StackContext, pins: dict[str, tuple[str, str]], *, fetch:
             continue
         extras: dict[str, set[str]] = {}
         if v.index < len(spec.steps):
-            extras = {canonicalize_name(q.name): set(q.extras) for q in spec.steps[v.index].requirements}
+            extras = {
+                canonicalize_name(q.name): set(q.extras) for q in spec.steps[v.index].requirements
+            }
         visible = {**seen, **locked}
         seen.update(locked)
         for r in v.reqs:
@@ -125,20 +149,37 @@ def _requirements(ctx: StackContext, pins: dict[str, tuple[str, str]], *, fetch:
                 if _applies(dep, env, extras.get(r.name, set())):
                     _requirement(ctx, v, r, dep, visible, pins, torch_version, provider)
     if missing_meta:
-        ctx.note("metadata not available offline for: " + ", ".join(missing_meta)
-                 + " (their torch/triton requirements were not checked; run without --offline)")
+        ctx.note(
+            "metadata not available offline for: "
+            + ", ".join(missing_meta)
+            + " (their torch/triton requirements were not checked; run without --offline)"
+        )
 
 
-def _requirement(ctx: StackContext, v: StepView, r: LockedReq, dep: Requirement,
-                 visible: dict[str, tuple[str, str]], pins: dict[str, tuple[str, str]], torch_version: str,
-                 provider: str | None) -> None:
+def _requirement(
+    ctx: StackContext,
+    v: StepView,
+    r: LockedReq,
+    dep: Requirement,
+    visible: dict[str, tuple[str, str]],
+    pins: dict[str, tuple[str, str]],
+    torch_version: str,
+    provider: str | None,
+) -> None:
     """One declared requirement ``dep`` of ``r`` (locked in step ``v``)."""
     abi = ctx.spec.abi
     dn = canonicalize_name(dep.name)
     have = visible.get(dn)
-    if have is not None and not ctx.is_protected(dn) and dep.specifier \
-            and not dep.specifier.contains(have[0], prereleases=True):
-        text = f"{r.name} {r.version} requires {_req_text(dep)}, but {dn} {have[0]} is locked in {have[1]}"
+    if (
+        have is not None
+        and not ctx.is_protected(dn)
+        and dep.specifier
+        and not dep.specifier.contains(have[0], prereleases=True)
+    ):
+        text = (
+            f"{r.name} {r.version} requires {_req_text(dep)}, but {dn} {have[0]} is locked in"
+            f" {have[1]}"
+        )
         if v.no_deps:
             ctx.note(f"{v.file}: {text} (no_deps step: left unmet)")
         else:
@@ -146,23 +187,36 @@ def _requirement(ctx: StackContext, v: StepView, r: LockedReq, dep: Requirement,
     if v.no_deps:
         return
     if dn == TRITON and provider:
-        ctx.add(v.file, r.name, "pypi-triton", pypi_triton_required(f"{r.name} {r.version}", _req_text(dep), provider))
+        ctx.add(
+            v.file,
+            r.name,
+            "pypi-triton",
+            pypi_triton_required(f"{r.name} {r.version}", _req_text(dep), provider),
+        )
         return
     pinned = torch_version if dn == abi.package else (pins[dn][0] if dn in pins else None)
     if pinned is None or not ctx.is_protected(dn) or not dep.specifier:
         return
     if not dep.specifier.contains(pinned, prereleases=True):
-        ctx.add(v.file, r.name, "torch-requirement",
-                f"{r.name} {r.version} requires {_req_text(dep)}, which the pinned {dn} {pinned} does not satisfy "
-                "(it would replace it; make the step no_deps or pin another version)")
+        ctx.add(
+            v.file,
+            r.name,
+            "torch-requirement",
+            f"{r.name} {r.version} requires {_req_text(dep)}, which the pinned {dn} {pinned} does"
+            " not satisfy (it would replace it; make the step no_deps or pin another version)",
+        )
 
 
 def _requires_for(ctx: StackContext, r: LockedReq, view: StepView, fetch: bool) -> list[str] | None:
     """The Requires-Dist of a locked pin: from lock.json where it records them for the same file,
     else the metadata cache by sha256, else (``fetch``) the step's index."""
     entry: LockedPackage | None = view.packages.get(r.name)
-    if entry is not None and entry.version == r.version and entry.requires_dist is not None \
-            and set(r.hashes) & set(entry.hashes):
+    if (
+        entry is not None
+        and entry.version == r.version
+        and entry.requires_dist is not None
+        and set(r.hashes) & set(entry.hashes)
+    ):
         return list(entry.requires_dist)
     got = cached_requires(r.hashes)
     if got is not None or not fetch:

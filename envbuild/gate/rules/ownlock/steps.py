@@ -38,7 +38,8 @@ def shown(path: Path) -> str:
 
 @dataclass
 class StepView:
-    """One locked step as the rules see it: its spec position, its file's pins, its lock.json entries."""
+    """One locked step as the rules see it: its spec position, its file's pins, its lock.json
+    entries."""
 
     index: int  # position in the spec (len(spec.steps) for a step the spec no longer has)
     name: str
@@ -49,7 +50,8 @@ class StepView:
 
 
 def protected_of(spec: StackSpec, lock: Lock) -> set[str]:
-    """The protected set a lock recorded (the guard's frozen set when it was made), plus the spec's ABI package."""
+    """The protected set a lock recorded (the guard's frozen set when it was made), plus the spec's
+    ABI package."""
     recorded = lock.abi.protected if lock.abi else ()
     return {canonicalize_name(n) for n in recorded} | {spec.abi.package}
 
@@ -66,7 +68,9 @@ class StackContext:
 
     @property
     def protected(self) -> set[str]:
-        return protected_of(self.spec, self.lock) if self.lock is not None else {self.spec.abi.package}
+        return (
+            protected_of(self.spec, self.lock) if self.lock is not None else {self.spec.abi.package}
+        )
 
     def is_protected(self, name: str) -> bool:
         return name in self.protected or self.spec.abi.is_protected(name)
@@ -80,7 +84,8 @@ class StackContext:
 
 
 def read(ctx: StackContext) -> None:
-    """lock.json into ``ctx.lock`` and each locked step file into ``ctx.views``, with the file rules."""
+    """lock.json into ``ctx.lock`` and each locked step file into ``ctx.views``, with the file
+    rules."""
     spec = ctx.spec
     folder = lock_dir(spec)
     lock_json = shown(folder / MANIFEST)
@@ -90,12 +95,21 @@ def read(ctx: StackContext) -> None:
         ctx.add(lock_json, "-", "broken-lock", exc.message)
         return
     if lock is None:
-        ctx.add(lock_json, "-", "missing-file", f"no lock beside {shown(spec.path)}; run `envbuild lock --stack "
-                f"{shown(spec.path)}`")
+        ctx.add(
+            lock_json,
+            "-",
+            "missing-file",
+            f"no lock beside {shown(spec.path)}; run `envbuild lock --stack {shown(spec.path)}`",
+        )
         return
     ctx.lock = lock
     if reason := stale_reason(spec, lock):
-        ctx.add(lock_json, "-", "stale-lock", f"{reason}; run `envbuild lock --stack {shown(spec.path)}`")
+        ctx.add(
+            lock_json,
+            "-",
+            "stale-lock",
+            f"{reason}; run `envbuild lock --stack {shown(spec.path)}`",
+        )
     spec_index = {s.name: i for i, s in enumerate(spec.steps)}
     for step in lock.steps:
         if not step.locked:
@@ -104,7 +118,12 @@ def read(ctx: StackContext) -> None:
         path = lock.folder / (step.file or "")
         file = shown(path)
         if not step.file or not path.is_file():
-            ctx.add(file, "-", "missing-file", f"the lock file of step {step.name!r} is missing; run `envbuild lock`")
+            ctx.add(
+                file,
+                "-",
+                "missing-file",
+                f"the lock file of step {step.name!r} is missing; run `envbuild lock`",
+            )
             continue
         try:
             reqs = read_step_file(path, file)
@@ -112,9 +131,16 @@ def read(ctx: StackContext) -> None:
             ctx.add(file, "-", "broken-lock", exc.message)
             continue
         if sha256_file(path) != step.file_sha256:
-            ctx.add(file, "-", "stale-lock", f"changed after `envbuild lock` wrote it (sha256 differs from {MANIFEST})")
+            ctx.add(
+                file,
+                "-",
+                "stale-lock",
+                f"changed after `envbuild lock` wrote it (sha256 differs from {MANIFEST})",
+            )
         for problem in line_problems(reqs):
             ctx.add(file, problem.req.name, problem.rule, problem.reason, line=problem.req.line)
         idx = spec_index.get(step.name, len(spec.steps))
         no_deps = spec.steps[idx].no_deps if idx < len(spec.steps) else step.flags.no_deps
-        ctx.views.append(StepView(idx, step.name, file, no_deps, reqs, {p.name: p for p in step.packages}))
+        ctx.views.append(
+            StepView(idx, step.name, file, no_deps, reqs, {p.name: p for p in step.packages})
+        )

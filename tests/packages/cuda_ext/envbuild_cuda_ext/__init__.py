@@ -1,4 +1,5 @@
 """saxpy and rmsnorm on CUDA (float32, bfloat16, float16)."""
+
 import torch
 
 from envbuild_cuda_ext import _C  # noqa: F401  (registers torch.ops.envbuild_cuda_ext.*)
