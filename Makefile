@@ -34,13 +34,14 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile
 check: $(BIN)/.installed
 	$(PYTEST) -q -m "not slow and not network and not image"
 
-## test: what CI runs (no GPU): ruff and mypy strict over the code and the tests (mypy's cache in
+## test: what CI runs (no GPU): ruff (lint at 100 columns, and the format) and mypy strict over the code and the tests (mypy's cache in
 ## .mypy_cache: a few seconds warm), the test suite and the lock gate. Of the tests that need PyPI
 ## it runs those that install real packages from pip's sources (pip_sources: the torch CPU venv,
 ## Poetry, a build backend) and the h200-cu132 stack on its twin (seed_twin, a few minutes; it skips
 ## itself when PyPI does not answer).
 test: $(BIN)/.installed
 	$(BIN)/ruff check envbuild tests bench
+	$(BIN)/ruff format --check envbuild tests bench docs/hooks
 	$(BIN)/mypy
 	$(PYTEST) -m "not image and not thorough and (not network or pip_sources or seed_twin)"
 	$(BIN)/envbuild check-lock --offline

@@ -250,7 +250,8 @@ default = true
         "all_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
     }
     print(
-        f"{'median':<8}{'uv sync':>10}{'+1st import':>13}{'provision --lock':>18}{'/ uv':>7}{'/ uv+import':>13}"
+        f"{'median':<8}{'uv sync':>10}{'+1st import':>13}{'provision --lock':>18}"
+        f"{'/ uv':>7}{'/ uv+import':>13}"
     )
     for case in ("cold", "warm"):
         print(

@@ -212,7 +212,8 @@ def main() -> int:
     locks = [] if args.no_public else public_locks(args.locks)
     if locks:
         print(
-            f"\n{'check-lock (empty cache)':<40}{'offline':>9}{'online':>9}{'ratio':>7}{'online peak MB':>16}"
+            f"\n{'check-lock (empty cache)':<40}{'offline':>9}{'online':>9}{'ratio':>7}"
+            f"{'online peak MB':>16}"
         )
         for r in locks:
             print(

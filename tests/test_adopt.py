@@ -154,6 +154,8 @@ def test_adopt_step_by_step_like_the_image(adopted_env: Path, tmp_path: Path) ->
     assert _torch_record(adopted_env) == before
 
 
+# make test-thorough: the guard's exit 6 on a replaced torch is shown by test_swap_scenarios
+@pytest.mark.thorough
 def test_a_step_that_reinstalls_adopted_torch_exits_6(adopted_env: Path, tmp_path: Path) -> None:
     stack = tmp_path / "stack.toml"
     stack.write_text(STACK.format(culprit=CULPRIT))

@@ -83,6 +83,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return next(out.glob("envbuild-*.whl"))
 
 
+@pytest.mark.thorough  # make test-thorough: a whole provision through ansible-playbook
 def test_playbook_provisions_localhost_and_diffs_receipts(tmp_path: Path, wheel: Path) -> None:
     r = _play(tmp_path, wheel)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]

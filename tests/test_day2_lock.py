@@ -162,6 +162,8 @@ def test_needed_by_another_pin_and_spec_changed(
     assert changes["numpy-like"]["reason"] == "spec changed"
 
 
+# make test-thorough: a relock of three steps; the other day-2 lock tests stay
+@pytest.mark.thorough
 def test_a_later_step_agrees_with_the_earlier_ones(
     write_stack: Callable[..., Path],
     run_envbuild: Callable[..., EnvbuildResult],

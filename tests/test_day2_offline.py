@@ -42,7 +42,8 @@ def _unshare_works() -> bool:
 
 @pytest.fixture
 def git_http(tmp_path: Path) -> Iterator[tuple[str, StaticServer]]:
-    """``http://127.0.0.1:PORT/gitpkg.git``: a bare clone of a fresh repository, served by git's dumb HTTP."""
+    """``http://127.0.0.1:PORT/gitpkg.git``: a bare clone of a fresh repository, served by git's
+    dumb HTTP."""
     repo = make_git_repo(tmp_path)
     served = tmp_path / "git-served"
     served.mkdir()

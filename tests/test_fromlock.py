@@ -171,7 +171,8 @@ def test_plan_lock_names_each_stage_and_why(
         {
             "name": "trainer",
             "why": (
-                "the project is virtual (package = false): the locker installs only its dependencies"
+                "the project is virtual (package = false): "
+                "the locker installs only its dependencies"
             ),
         }
     ]
@@ -584,6 +585,8 @@ def test_a_git_pin_that_builds_against_torch_goes_through_the_build_cache(
     assert "from the build cache (no compile)" in res.output
 
 
+# make test-thorough: builds a C extension twice; the build-cache key tests stay
+@pytest.mark.thorough
 @pytest.mark.slow
 def test_built_wheels_are_cached_by_key_and_carried_in_the_wheelhouse(
     gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]

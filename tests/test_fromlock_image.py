@@ -175,7 +175,10 @@ def _index(steps: list[tuple[str, bool]], pattern: str) -> int:
 
 
 def test_docker_lock_image_builds_verifies_and_a_rest_change_rebuilds_only_the_rest_layer(
-    base: str, torch_wheels: Path, tmp_path: Path, request: pytest.FixtureRequest  # noqa: F811
+    base: str,
+    torch_wheels: Path,  # noqa: F811
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     wheelhouse = _wheelhouse(tmp_path / "wheelhouse", torch_wheels)
     project = tmp_path / "project"

@@ -59,6 +59,10 @@ def uv_lock(torch: str = "2.10.0", flash_plats: tuple[str, ...] = ("linux_x86_64
         f'hash = "sha256:{i + 20:064x}" }},\n'
         for i, tag in enumerate(TORCH_WHEELS)
     )
+    colorama_url = "https://files.example/c/colorama-0.4.6-py2.py3-none-any.whl"
+    colorama_marker = (
+        "sys_platform == 'win32' or sys_platform == 'darwin' or platform_machine == 'aarch64'"
+    )
     return f"""version = 1
 revision = 3
 requires-python = "==3.12.*"
@@ -68,7 +72,7 @@ name = "colorama"
 version = "0.4.6"
 source = {{ registry = "https://pypi.org/simple" }}
 wheels = [
-    {{ url = "https://files.example/c/colorama-0.4.6-py2.py3-none-any.whl", hash = "sha256:{9:064x}" }},
+    {{ url = "{colorama_url}", hash = "sha256:{9:064x}" }},
 ]
 
 [[package]]
@@ -76,14 +80,14 @@ name = "demo"
 version = "0.1.0"
 source = {{ virtual = "." }}
 dependencies = [
-    {{ name = "colorama", marker = "sys_platform == 'win32' or sys_platform == 'darwin' or platform_machine == 'aarch64'" }},
+    {{ name = "colorama", marker = "{colorama_marker}" }},
     {{ name = "flash-attn" }},
     {{ name = "torch" }},
 ]
 
 [package.metadata]
 requires-dist = [
-    {{ name = "colorama", marker = "sys_platform == 'win32' or sys_platform == 'darwin' or platform_machine == 'aarch64'" }},
+    {{ name = "colorama", marker = "{colorama_marker}" }},
     {{ name = "flash-attn", url = "{url}" }},
     {{ name = "torch", specifier = "=={torch}" }},
 ]

@@ -43,7 +43,7 @@ sys.implementation = types.SimpleNamespace(**{{**vars(sys.implementation), "vers
 sys.executable = {exe!r}
 del sys.get_int_max_str_digits, sys.set_int_max_str_digits
 exec(compile(code, "<string>", "exec"), {{"__name__": "__main__"}})
-"""
+"""  # noqa: E501 (embedded launcher source: the text is the value)
 
 
 def prerelease(folder: Path, version: str = HERE) -> Path:

@@ -47,6 +47,8 @@ def test_every_envbuild_package_is_listed() -> None:
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
 
 
+# make test-thorough: a full pip install of the project; test_packaging's package list check stays
+@pytest.mark.thorough
 @pytest.mark.slow
 @pytest.mark.pip_sources  # the build backend (setuptools), from pip's sources
 def test_pip_install_prints_no_package_data_warning(tmp_path: Path) -> None:

@@ -217,7 +217,8 @@ def test_mirror_draws_a_transfer_bar(
 
 @pytest.mark.slow
 def test_a_wheel_build_shows_its_last_log_line_and_elapsed_time(
-    tmp_path: Path, build_python: Path  # noqa: F811
+    tmp_path: Path,
+    build_python: Path,  # noqa: F811
 ) -> None:
     """`wheelhouse build` of a real C extension (tests/packages/c_ext) against the real CPU
     torch."""

@@ -56,6 +56,8 @@ def _unshare_works() -> bool:
         return False
 
 
+# make test-thorough: the README walk (test_tour) provisions the cpu profile too
+@pytest.mark.thorough
 def test_provision_cpu_profile_end_to_end(
     tmp_path: Path, env: dict[str, str], cpu_torch_index: str
 ) -> None:

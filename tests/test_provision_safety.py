@@ -248,6 +248,7 @@ def test_ctrl_c_in_smoke_does_not_promise_a_resume(
     assert "interrupted" in stderr and "resume" not in stderr and "state is saved" not in stderr
 
 
+@pytest.mark.thorough  # make test-thorough: three provisions of the cpu profile
 def test_the_import_verdict_is_reused_only_while_nothing_changed(
     tmp_path: Path,
     scenario_index: ScenarioIndex,

@@ -232,6 +232,8 @@ def envbuild(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+# make test-thorough: test_provision_safety's two-root receipt diff covers the ground
+@pytest.mark.thorough
 @pytest.mark.slow
 def test_two_roots_compare_equal_and_a_changed_byte_is_drift(
     tmp_path: Path, cpu_torch_index: str

@@ -60,7 +60,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         for rel, data in files.items():
             zf.writestr(rel, data)
     return name
-"""
+"""  # noqa: E501 (embedded backend source: the text is the value)
 
 
 def _project(folder: Path) -> Path:

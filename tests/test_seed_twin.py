@@ -250,6 +250,8 @@ def test_check_lock_is_green(locked: Path, world: dict[str, Any]) -> None:
     assert report["findings"] == []
 
 
+# make test-thorough: installs every locked file of the twin; check-lock and verify of the twin stay
+@pytest.mark.thorough
 def test_each_file_installs_on_a_python_313_host(locked: Path, world: dict[str, Any]) -> None:
     t0 = time.monotonic()
     twin: SeedTwin = world["twin"]

@@ -235,7 +235,7 @@ mask = torch.tril(torch.exp(G[..., :, None] - G[..., None, :]))
 att = (q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2)) * mask * K ** -0.5
 out["simple_gla"] = err(checks.simple_gla_ref(q, k, v, g, K ** -0.5), (att @ v.transpose(1, 2)).transpose(1, 2))
 print(__import__("json").dumps(out))
-"""
+"""  # noqa: E501 (embedded script: the text is the value)
 
 
 def test_float64_references_match_a_second_formula(torch_venv: Path) -> None:

@@ -278,6 +278,8 @@ else:
 """
 
 
+# make test-thorough: two real processes on the compile lock; the orchestration tests stay
+@pytest.mark.thorough
 def test_one_worker_compiles_fla_and_the_others_wait(torch_venv: Path, tmp_path: Path) -> None:
     """fla's kernels are compiled once for all GPUs: the first worker takes the shared cache's
     lock and compiles, the others find it taken and wait for it before their fla check."""

@@ -45,7 +45,11 @@ APP_PYPROJECT = """\
 name = "app"
 version = "0.1.0"
 requires-python = ">=3.10"
-dependencies = ["liba[fast]", "libb==1.0 ; sys_platform == 'linux'", "libb==2.0 ; sys_platform != 'linux'"]
+dependencies = [
+    "liba[fast]",
+    "libb==1.0 ; sys_platform == 'linux'",
+    "libb==2.0 ; sys_platform != 'linux'",
+]
 
 [project.optional-dependencies]
 cpu = ["torchy==1.0", "vision", "liba[fast]"]
@@ -209,7 +213,7 @@ dependencies = [
 wheels = [
     { path = "vision-1.0-py3-none-any.whl" },
 ]
-"""
+"""  # noqa: E501 (uv.lock text: TOML inline tables cannot span lines)
 
 
 def tables(text: str = APP_LOCK) -> UvLock:

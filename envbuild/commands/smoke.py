@@ -328,9 +328,7 @@ def run(args: SmokeArgs) -> int:
         payload["gpus"] = [
             {
                 **g,  # type: ignore[typeddict-item]
-                "checks": [
-                    {k: v for k, v in c.items() if k != "traceback"} for c in g["checks"]
-                ],
+                "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in g["checks"]],
             }
             for g in res.gpus
         ]

@@ -620,7 +620,8 @@ def _project(
         plan.left_out.append(
             (
                 e.name,
-                "the project is virtual (package = false): the locker installs only its dependencies",
+                "the project is virtual (package = false): "
+                "the locker installs only its dependencies",
             )
         )
         return

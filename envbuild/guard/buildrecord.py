@@ -66,9 +66,11 @@ def provenance_mismatch(
     torch = provenance.get("torch")
     if not isinstance(torch, dict) or not isinstance(torch.get("version"), str):
         return f"{what}: provenance record has no torch.version"
+    spec = provenance.get("spec")
+    spec_file = spec.get("file", name) if isinstance(spec, dict) else name
     fix = (
         "rebuild it against the installed torch (envbuild wheelhouse build"
-        f" {provenance.get('spec', {}).get('file', name) if isinstance(provenance.get('spec'), dict) else name}"
+        f" {spec_file}"
         " --venv VENV), or install the torch it was built for"
     )
     built = torch["version"]

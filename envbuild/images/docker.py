@@ -575,11 +575,10 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
                 files[f"{opts.steps_dir}/{name}"] = (lock.folder / name).read_text(encoding="utf-8")
                 copied.add(name)
             if new:
-                lock_copies.append(
-                    "COPY"
-                    f" {' '.join(docker_path(f'{opts.steps_dir}/{n}', 'a lock step file') for n in new)}"
-                    f" {IMAGE_LOCK_DIR}/"
+                step_files = " ".join(
+                    docker_path(f"{opts.steps_dir}/{n}", "a lock step file") for n in new
                 )
+                lock_copies.append(f"COPY {step_files} {IMAGE_LOCK_DIR}/")
         mounts = [cache_mounts, SECRETS]
         env_prefix = ""
         if opts.offline or planned.step.find_links:
@@ -599,7 +598,8 @@ def render(spec: StackSpec, opts: DockerOptions) -> Rendered:
             f"RUN {' '.join(mounts)} \\",
             *[f"    {secret_line(k)} \\" for k in secrets],
             (
-                f"    {env_prefix}{docker_run([*provision, '--step', planned.name], 'the provision command')}"
+                f"    {env_prefix}"
+                f"{docker_run([*provision, '--step', planned.name], 'the provision command')}"
             ),
             "",
         ]

@@ -325,4 +325,4 @@ def _secrets(names: list[str]) -> list[modal.Secret] | None:
     provision, which refuses to run a step without a required one."""
     present = [n for n in names if os.environ.get(n)]
     return [modal.Secret.from_local_environ(present)] if present else None
-'''
+'''  # noqa: E501 - code written out or run as it is

@@ -12,12 +12,12 @@ wheel itself; an sdist's from its ``PKG-INFO`` (``requires.txt`` of its egg-info
 lists no requirements). Metadata is cached by artifact sha256 under ``$ENVBUILD_CACHE_DIR``
 (default ``$XDG_CACHE_HOME/envbuild``), so a re-check is offline and fast.
 
-One timeout policy (``TIMEOUT``: seconds to connect, seconds of silence while reading) for
-every request, pages and downloads alike; pages and files are retried the way ``net.retrying``
-retries (timeouts, resets, 5xx, within ``DEADLINE``, announced as they happen); and one error
-type (``SourceError``, exit 3) for a source that still does not answer or answers an error. URLs may
-carry credentials (``https://user:token@host/simple``): they are used for the request, kept for links on the same
-host, and only ``redact``-ed forms appear in messages.
+One timeout policy (``TIMEOUT``: seconds to connect, seconds of silence while reading) for every
+request, pages and downloads alike; pages and files are retried the way ``net.retrying`` retries
+(timeouts, resets, 5xx, within ``DEADLINE``, announced as they happen); and one error type
+(``SourceError``, exit 3) for a source that still does not answer or answers an error. URLs may
+carry credentials (``https://user:token@host/simple``): they are used for the request, kept for
+links on the same host, and only ``redact``-ed forms appear in messages.
 
 Why not ``pypi-simple``: it parses the same pages, but brings pydantic 2, beautifulsoup4 and
 mailbits into every environment envbuild installs into, and it reads neither ``file://``

@@ -274,9 +274,10 @@ def pin_no_deps(
             reverse=True,
         )
         if not versions:
+            urls = (*finder.sources.index_urls, *finder.sources.find_links)
             raise LockError(
                 f"step {step.name!r}: no artifact of {raw} in the step's sources "
-                f"({', '.join(redact(s) for s in (*finder.sources.index_urls, *finder.sources.find_links))})",
+                f"({', '.join(redact(s) for s in urls)})",
                 hint="Check the version and the step's index_url/find_links.",
             )
 

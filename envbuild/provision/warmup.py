@@ -64,7 +64,7 @@ else:
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         pool.map(one, files, chunksize=max(1, len(files) // (workers * 4)))
 print(len(files))
-"""
+"""  # noqa: E501 - code written out or run as it is
 LISTING_SCHEMA = 1
 # The import mode is one more single-threaded process beside the installer: on a 2-core host it
 # took the installer's core and then compiled the same modules as the check (cold cpu profile,

@@ -7,10 +7,10 @@ find-links, and keeps the files whose sha256 is pinned.
 
 Downloads go through the one downloader (``index.download``): the sha256 is checked against the
 lock (a mismatching file is deleted, and the error names the URL and both hashes), transient
-failures are retried by ``index.net``'s rule within its deadline, an interrupted download resumes
-from its ``.partial`` file with an HTTP Range request, and several files download in parallel. URLs
-may carry credentials (``https://user:token@host/simple``): they are used, and only ``redact``-ed forms are shown or
-written.
+failures are retried by ``index.net``'s rule within its deadline, an interrupted download
+resumes from its ``.partial`` file with an HTTP Range request, and several files download in
+parallel. URLs may carry credentials (``https://user:token@host/simple``): they are used, and
+only ``redact``-ed forms are shown or written.
 """
 
 from __future__ import annotations

@@ -45,4 +45,4 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
     return _wheel(wheel_directory, {"_%s_editable.pth" % _meta()[0].replace("-", "_"): os.path.abspath(".") + "\n"})
-"""
+"""  # noqa: E501 (embedded backend source: the text is the value)

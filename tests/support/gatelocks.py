@@ -200,10 +200,12 @@ EXTENSIONS: dict[str, WheelSpec] = {
         "flash_attn-2.6.3+cu128.torch271",  # NVIDIA cosmos: healthy beside 2.7.1+cu128
         "flash_attn-2.6.3+cu126.torch260",  # cosmos, built for torch 2.6
         "flash_attn-2.7.4.post1+cu130.torch29",  # cosmos, built for torch 2.9
-        "flash_attn-2.8.3.post1+cu.13.0.torch.2.11",  # wheels.astral.sh: healthy beside 2.11.0+cu130
+        # wheels.astral.sh: healthy beside 2.11.0+cu130
+        "flash_attn-2.8.3.post1+cu.13.0.torch.2.11",
         "flash_attn-2.8.3.post1+cu.13.0.torch.2.9",  # astral, built for torch 2.9
         "flash_attn-2.8.3.post1+cu.12.8.torch.2.11",  # astral, a CUDA 12 build
-        "flash_attn-2.8.3+das.opt1.dtk2604.torch271",  # a DTK build: a tag the gate does not read
+        # a DTK build: a tag the gate does not read
+        "flash_attn-2.8.3+das.opt1.dtk2604.torch271",
     )
 }
 
@@ -303,7 +305,8 @@ class GateIndex:
         return canonicalize_name(EXTENSIONS[key].name)
 
     def extension_requirement(self, key: str, marker: str | None = None) -> str:
-        """``flash-attn @ http://.../releases/files/flash_attn-...whl`` (``; marker`` when given)."""
+        """``flash-attn @ http://.../releases/files/flash_attn-...whl`` (``; marker`` when
+        given)."""
         req = f"{self.extension_name(key)} @ {self.extension_url(key)}"
         return f"{req} ; {marker}" if marker else req
 

@@ -174,7 +174,9 @@ def _fa4_cute_paths(fa4_wheel: Path) -> list[str]:
 
 def _prebuilt_upstream(name: str, version: str, tag: str, fa4_cute: list[str]) -> WheelSpec:
     so = f"cpython-{tag[2]}{tag[3:]}-x86_64-linux-gnu.so"
-    stub = f"twin: stands in for the {name} CUDA extension built against torch {NIGHTLY_TORCH}\n".encode()
+    stub = (
+        f"twin: stands in for the {name} CUDA extension built against torch {NIGHTLY_TORCH}\n"
+    ).encode()
     files: dict[str, str | bytes]
     if name == "flash-attn":
         requires = ["torch", "einops"]

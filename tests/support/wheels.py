@@ -294,7 +294,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             zi.external_attr = 0o644 << 16
             zf.writestr(zi, data, zipfile.ZIP_DEFLATED)
     return filename
-"""
+"""  # noqa: E501 (embedded backend source: the text is the value)
 
 
 def _quoted_list(items: Iterable[str]) -> str:

@@ -69,10 +69,8 @@ def _interpreter(spec: StackSpec, ctx: StackContext) -> tuple[Path, bool]:
             f"no Python {spec.python} (the stack's) on its machine and no uv were found"
         )
         return Path(sys.executable), True
-    ctx.note(
-        f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv "
-        f"({'the target is another machine' if python is not None else f'no Python {spec.python} here'})"
-    )
+    why = "the target is another machine" if python is not None else f"no Python {spec.python} here"
+    ctx.note(f"dry runs resolve for Python {spec.python} on {spec.target.platform} with uv ({why})")
     return Path(sys.executable), False
 
 
