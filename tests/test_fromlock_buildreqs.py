@@ -113,6 +113,19 @@ def test_packaged_root_member_and_sdist_install_as_uv_sync_installs_them(
         and "Traceback" not in pip.output
     )
     assert uv_pip_list(venv) == want
+    # a workspace member uninstalled by hand: drift for verify, put back by a re-run
+    subprocess.run(
+        [uv_bin(), "pip", "uninstall", "--python", str(venv / "bin" / "python"), "helper"],
+        check=True,
+        capture_output=True,
+        env=installer_env(),
+    )
+    gone = run_envbuild("verify", "--root", tmp_path / "data", "--no-receipt")
+    assert gone.rc == 6 and "helper is not installed" in gone.output, gone.output
+    back = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert back.rc == 0 and "put back helper" in back.output, back.output
+    assert uv_pip_list(venv) == want
+    assert run_envbuild("verify", "--root", tmp_path / "data", "--no-receipt").rc == 0
 
 
 @pytest.mark.slow
