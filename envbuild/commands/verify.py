@@ -133,7 +133,8 @@ def run(args: VerifyArgs) -> int:
         inventory = software.result()
     changed = changed_on_disk(inventory, baseline)
     extra = extraneous_of(manifest, venv, site)
-    gone = missing_of(manifest, venv, site)
+    # a provision that stopped short left its later stages out: that is `unfinished`, not drift
+    gone = [] if unfinished else missing_of(manifest, venv, site)
     messages = [f.message for f in check.findings] + changed + extra + gone
     receipt = None
     if record:
