@@ -113,6 +113,19 @@ def test_packaged_root_member_and_sdist_install_as_uv_sync_installs_them(
         and "Traceback" not in pip.output
     )
     assert uv_pip_list(venv) == want
+    # a workspace member uninstalled by hand: drift for verify, put back by a re-run
+    subprocess.run(
+        [uv_bin(), "pip", "uninstall", "--python", str(venv / "bin" / "python"), "helper"],
+        check=True,
+        capture_output=True,
+        env=installer_env(),
+    )
+    gone = run_envbuild("verify", "--root", tmp_path / "data", "--no-receipt")
+    assert gone.rc == 6 and "helper is not installed" in gone.output, gone.output
+    back = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert back.rc == 0 and "put back helper" in back.output, back.output
+    assert uv_pip_list(venv) == want
+    assert run_envbuild("verify", "--root", tmp_path / "data", "--no-receipt").rc == 0
 
 
 @pytest.mark.slow
@@ -257,3 +270,39 @@ def test_one_pyproject_reader_one_error_rule(
     res = run_envbuild("check-lock", lock)
     assert res.rc == 2, res.output
     assert "pyproject.toml is not valid TOML" in res.stderr and "Traceback" not in res.output
+
+
+@pytest.mark.slow
+def test_an_image_layer_builds_its_sdist_from_the_projects_index(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """``docker --lock``: the rest stage's slice carries where its isolated builds get their
+    requirements, so the layer's ``provision --lock SLICE`` (run here as the layer runs it) builds
+    the sdist-only dependency with its backend from the project's index; the same slice without
+    them (the old ``--no-index``) stops the stage (exit 5)."""
+    lock = _project(tmp_path / "p", build_index, "setuptools", deps=("sdist-only==1.0",))
+    out = tmp_path / "render"
+    out.mkdir()
+    res = run_envbuild("docker", "--lock", lock, "-o", out / "Dockerfile", "--json", cwd=out)
+    assert res.rc == 0, res.output
+    dockerfile = (out / "Dockerfile").read_text()
+    assert f"build requirements from {build_index.pypi_url}" in dockerfile
+    last = sorted((out / "Dockerfile.stages").glob("*.json"))[-1]
+    doc = json.loads(last.read_text())
+    rest = next(s for s in doc["stages"] if s["name"] == "rest")
+    assert any("sdist-only" in line for line in rest["lines"])
+    assert rest["build"]["index_url"] == build_index.pypi_url and not rest["build"]["no_index"]
+    assert all("build" not in s for s in doc["stages"] if s["name"] == "torch")
+
+    for s in doc["stages"]:
+        s.pop("build", None)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(doc, indent=2) + "\n")
+    no = run_envbuild("provision", "--lock", bare, "--root", tmp_path / "bad")
+    assert no.rc == 5 and "Traceback" not in no.output, no.output
+    assert "could not get its build requirements" in no.stderr, no.output
+    assert "sdist-only" not in uv_pip_list(tmp_path / "bad" / "venv")
+
+    ok = run_envbuild("provision", "--lock", last, "--root", tmp_path / "data")
+    assert ok.rc == 0, ok.output
+    assert uv_pip_list(tmp_path / "data" / "venv")["sdist-only"] == "1.0"

@@ -359,6 +359,54 @@ def test_a_narrower_selection_removes_what_it_no_longer_installs(
     assert installed(venv) == installed(tmp_path / "uv-venv")
 
 
+def _uv_uninstall(venv: Path, *names: str) -> None:
+    subprocess.run(
+        [uv_bin(), "pip", "uninstall", "--python", str(venv / "bin" / "python"), *names],
+        check=True,
+        capture_output=True,
+        env=installer_env(),
+    )
+
+
+@pytest.mark.slow
+def test_a_missing_package_is_drift_and_a_rerun_puts_it_back(
+    accel_index: IndexServer, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """Packages of the selection uninstalled by hand from a provisioned root: ``verify`` names
+    them (exit 6, text and ``--json``), and a re-run puts them back, as ``uv sync`` does, instead of
+    calling the root finished; on the healthy root both are quiet."""
+    lock = accel_lock(tmp_path, accel_index)
+    root, venv = tmp_path / "data", tmp_path / "data" / "venv"
+    first = run_envbuild("provision", "--lock", lock, "--root", root)
+    assert first.rc == 0, first.output
+    held = installed(venv)
+    assert {"audio-like", "einops-like"} <= set(held)
+    healthy = run_envbuild("verify", "--root", root, "--no-receipt", "--json")
+    assert healthy.rc == 0 and json.loads(healthy.stdout)["missing"] == [], healthy.output
+    again = run_envbuild("provision", "--lock", lock, "--root", root)
+    assert again.rc == 0 and "already provisioned and verified" in again.output, again.output
+
+    _uv_uninstall(venv, "audio-like", "einops-like")
+    drift = run_envbuild("verify", "--root", root, "--no-receipt", "--json")
+    assert drift.rc == 6, drift.output
+    doc = json.loads(drift.stdout)
+    assert doc["ok"] is False and [m.split()[0] for m in doc["missing"]] == [
+        "audio-like",
+        "einops-like",
+    ], doc
+    text = run_envbuild("verify", "--root", root, "--no-receipt")
+    assert text.rc == 6 and "audio-like is not installed" in text.output, text.output
+
+    back = run_envbuild("provision", "--lock", lock, "--root", root)
+    assert back.rc == 0, back.output
+    assert "already provisioned" not in back.output
+    assert "put back audio-like, einops-like" in back.output, back.output
+    assert installed(venv) == held
+    assert run_envbuild("verify", "--root", root, "--no-receipt").rc == 0
+    done = run_envbuild("provision", "--lock", lock, "--root", root)
+    assert done.rc == 0 and "already provisioned and verified" in done.output, done.output
+
+
 def test_exact_sync_never_removes_the_baseline(accel_index: IndexServer, tmp_path: Path) -> None:
     """Removing torch (or its protected set) is refused before anything is uninstalled (exit 6)."""
     from envbuild import guard

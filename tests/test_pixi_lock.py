@@ -241,3 +241,29 @@ def test_a_pypi_package_requiring_another_torch(
     found = [(f.rule, f.package, f.environments) for f in report.findings]
     want = [("torch-requirement", "trainer-utils", ["linux x86_64, python 3.13"])]
     assert found == (want if finding else []), found
+
+
+@pytest.mark.parametrize("lock", [GPU, LLAMA], ids=["gpu", "llama"])
+def test_provision_lock_refuses_a_pixi_lock_with_what_to_do(
+    lock: Path, run_envbuild: Run, tmp_path: Path
+) -> None:
+    """The gate reads a pixi.lock (``check-lock`` exit 0), ``provision --lock`` refuses it (exit 2)
+    in one paragraph that says pixi installs it and how, and makes nothing; a pylock.toml beside
+    it is not refused for its format."""
+    ok = run_envbuild("check-lock", lock, "--offline")
+    assert ok.rc == ExitCode.OK, ok.output
+    root = tmp_path / "data"
+    res = run_envbuild("provision", "--lock", lock, "--root", root)
+    assert res.rc == ExitCode.CONFIG, res.output
+    said = " ".join(res.stderr.split())
+    assert "`envbuild check-lock" in said and "`pixi install --frozen` in" in said, said
+    assert "name no file URL" not in said and "Traceback" not in res.output
+    assert not root.exists()
+    renamed = tmp_path / "environment.lock"  # told by its content, not its name
+    shutil.copy(lock, renamed)
+    told = run_envbuild("plan", "--lock", renamed)
+    assert told.rc == ExitCode.CONFIG and "pixi install --frozen" in told.stderr, told.output
+    other = tmp_path / "pylock.toml"
+    other.write_text('lock-version = "1.0"\ncreated-by = "test"\npackages = []\n')
+    bare = run_envbuild("plan", "--lock", other)
+    assert "pixi" not in bare.stderr, bare.output

@@ -155,6 +155,8 @@ class VerifyDocument(TypedDict):
     changed_on_disk: list[str]
     # a root provisioned from a lock with exact sync: packages its selection does not install
     extraneous: list[str]
+    # a root provisioned from a lock: packages its selection installs that the venv does not hold
+    missing: list[str]
     torch: dict[str, Any] | None  # the `import torch` check's answer (version, cuda, file, ...)
     guard_seconds: float  # how long the guard took
     receipt: str | None  # the receipt written (null: --no-receipt, or no manifest)

@@ -109,6 +109,12 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
             f"{where}: {result.paths.venv} holds the selection and nothing else: "
             f"removed {', '.join(result.removed)} ({len(result.ran)} stages run)",
         )
+    elif result.restored:
+        events.emit(
+            "ok",
+            f"{where}: put back {', '.join(result.restored)}, which the selection installs and "
+            f"{result.paths.venv} no longer held ({len(result.ran)} stages run)",
+        )
     elif not result.ran:
         events.emit(
             "ok", f"{where}: already provisioned and verified at {result.paths.venv}; nothing to do"

@@ -133,7 +133,9 @@ def run(args: VerifyArgs) -> int:
         inventory = software.result()
     changed = changed_on_disk(inventory, baseline)
     extra = extraneous_of(manifest, venv, site)
-    messages = [f.message for f in check.findings] + changed + extra
+    # a provision that stopped short left its later stages out: that is `unfinished`, not drift
+    gone = [] if unfinished else missing_of(manifest, venv, site)
+    messages = [f.message for f in check.findings] + changed + extra + gone
     receipt = None
     if record:
         payload: receipts.VerifyPayload = {
@@ -165,6 +167,7 @@ def run(args: VerifyArgs) -> int:
             ],
             "changed_on_disk": changed,
             "extraneous": extra,
+            "missing": gone,
             "torch": check.data,
             "guard_seconds": round(check.report.seconds, 4),
             "receipt": str(receipt) if receipt else None,
@@ -198,6 +201,20 @@ def extraneous_of(manifest: Manifest, venv: Path, site: Path) -> list[str]:
         f"{d.name} {d.version} is installed, and the lock's selection this root holds does not "
         "install it (extraneous: `provision --lock` removes it, --inexact keeps it)"
         for d in extraneous(manifest.sync, guard.scan(site))
+    ]
+
+
+def missing_of(manifest: Manifest, venv: Path, site: Path) -> list[str]:
+    """A root provisioned from a lock's selection: one message per package the selection installs
+    that the venv no longer holds (``provision.exact.missing``), exact sync or not."""
+    from envbuild.provision.exact import missing
+
+    if manifest.sync is None or Path(manifest.venv) != venv:
+        return []
+    return [
+        f"{name} is not installed, and the lock's selection this root holds installs it "
+        "(missing: `provision --lock` puts it back)"
+        for name in missing(manifest.sync, guard.scan(site))
     ]
 
 

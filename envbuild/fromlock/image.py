@@ -16,7 +16,12 @@ slices carry the environment it chose. The project itself (stage ``project``) is
 image: its source is the build context's business (``COPY`` it and install it in a layer of
 your own); the Dockerfile says so.
 
-Every value that reaches the Dockerfile goes through ``envbuild.quoting``.
+A stage that builds something in isolation (a plain sdist, a git pin) carries in its slice where
+the builds get their ``build-system.requires`` (``fromlock.buildreqs.BuildSources``: the
+project's indexes, find-links and build constraints), so its layer builds as the host does, not
+with ``--no-index``; the Dockerfile names those sources in a comment.
+
+Every value that reaches the Dockerfile goes through ``envbuild.quoting``; the slices are JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any, TypedDict
 
 from envbuild import layout
 from envbuild.errors import ConfigError
+from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
 from envbuild.fromlock.stack import stack_for
 from envbuild.fromlock.stages import ORDER, STAGE_WORDS, StagePlan
 from envbuild.images.docker import (
@@ -66,10 +72,14 @@ def cuda_of(version: str) -> str | None:
 # ----------------------------------------------------------------------------- stage slices
 
 
-def stage_slices(plan: StagePlan, spec: StackSpec) -> list[tuple[str, str]]:
+def stage_slices(
+    plan: StagePlan, spec: StackSpec, build: BuildSources | None = None
+) -> list[tuple[str, str]]:
     """``(stage, text)`` per stage the image installs: the stages up to it (see the module
-    docstring)."""
+    docstring). ``build``: where a stage's isolated builds get their requirements (by default the
+    project's indexes beside the lock, ``fromlock.buildreqs.build_sources``)."""
     abi = spec.abi
+    build = build or build_sources(plan.chosen.path)
     stages: list[dict[str, Any]] = []
     out = []
     for step in spec.steps:
@@ -78,16 +88,17 @@ def stage_slices(plan: StagePlan, spec: StackSpec) -> list[tuple[str, str]]:
         stage = step.name
         assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
         wanted = {p.split("==")[0] for p in step.packages}
-        lines = [p.line for p in plan.stage(stage) if p.entry.name in wanted]
-        stages.append(
-            {
-                "name": step.name,
-                "what": STAGE_WORDS[stage],
-                "packages": list(step.packages),
-                "lines": lines,
-                "no_build_isolation": step.no_build_isolation,
-            }
-        )
+        placed = [p for p in plan.stage(stage) if p.entry.name in wanted]
+        entry: dict[str, Any] = {
+            "name": step.name,
+            "what": STAGE_WORDS[stage],
+            "packages": list(step.packages),
+            "lines": [p.line for p in placed],
+            "no_build_isolation": step.no_build_isolation,
+        }
+        if any(builds_isolated(p) for p in placed):
+            entry["build"] = _build_json(build)
+        stages.append(entry)
         doc = {
             "schema": SCHEMA,
             "name": spec.name,
@@ -103,6 +114,48 @@ def stage_slices(plan: StagePlan, spec: StackSpec) -> list[tuple[str, str]]:
         }
         out.append((step.name, json.dumps(doc, indent=2) + "\n"))
     return out
+
+
+def _build_json(build: BuildSources) -> dict[str, Any]:
+    """A slice's record of where its stage's isolated builds get their requirements."""
+    return {
+        "index_url": build.index_url,
+        "extra_index_urls": list(build.extra_index_urls),
+        "find_links": list(build.find_links),
+        "no_index": build.no_index,
+        "constraints": list(build.constraints),
+    }
+
+
+def _slice_step(s: dict[str, Any]) -> Step:
+    """The step of one stage of a slice: ``--no-index`` unless it carries build sources."""
+    b = s.get("build")
+    if b is None:
+        return Step(
+            name=str(s["name"]),
+            packages=tuple(str(p) for p in s["packages"]),
+            no_deps=True,
+            no_index=True,
+            no_build_isolation=bool(s["no_build_isolation"]),
+        )
+    sources = BuildSources(
+        index_url=None if b["index_url"] is None else str(b["index_url"]),
+        extra_index_urls=tuple(str(u) for u in b["extra_index_urls"]),
+        find_links=tuple(str(u) for u in b["find_links"]),
+        no_index=bool(b["no_index"]),
+        constraints=tuple(str(c) for c in b["constraints"]),
+    )
+    return Step(
+        name=str(s["name"]),
+        packages=tuple(str(p) for p in s["packages"]),
+        no_deps=True,
+        no_index=sources.no_index,
+        index_url=sources.index_url,
+        extra_index_urls=sources.extra_index_urls,
+        find_links=sources.find_links,
+        env=step_env(sources),
+        no_build_isolation=bool(s["no_build_isolation"]),
+    )
 
 
 def is_slice(path: Path) -> bool:
@@ -128,16 +181,7 @@ def read_slice(path: Path, root: str) -> tuple[StackSpec, dict[str, str], SliceS
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         t = doc["torch"]
-        steps = tuple(
-            Step(
-                name=str(s["name"]),
-                packages=tuple(str(p) for p in s["packages"]),
-                no_deps=True,
-                no_index=True,
-                no_build_isolation=bool(s["no_build_isolation"]),
-            )
-            for s in doc["stages"]
-        )
+        steps = tuple(_slice_step(s) for s in doc["stages"])
         texts = {
             str(s["name"]): (
                 _HEADER
@@ -185,7 +229,8 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     """The Dockerfile and its slices (context-relative path -> text) for ``plan``."""
     root = image_path(opts.root, "--root")
     docker_path(opts.steps_dir, "the stage slices' folder (from -o)")
-    spec = stack_for(plan, root=root)
+    build = build_sources(plan.chosen.path)
+    spec = stack_for(plan, root=root, build=build)
     cuda = cuda_of(spec.abi.version)
     if cuda is not None and cuda not in CUDA_BASE_TAGS and not opts.base:
         raise ConfigError(
@@ -200,7 +245,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     py = sh_word(spec.python, "python")
     chosen = plan.chosen
     files: dict[str, str] = {}
-    slices = stage_slices(plan, spec)
+    slices = stage_slices(plan, spec, build)
     out = [
         f"# syntax={SYNTAX}",
         docker_comment(
@@ -271,6 +316,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
             docker_comment(
                 f"stage {n}/{len(slices)} {stage}: {', '.join(names)}", "the stage's packages"
             ),
+            *_build_comment(text),
             f"COPY {rel} {IMAGE_SLICE}",
             f"RUN {mounts} \\",
             f"    {docker_run(provision, 'the provision command')}",
@@ -319,6 +365,24 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
         else ()
     )
     return Rendered(dockerfile="\n".join(out), files=files, warnings=warnings)
+
+
+def _build_comment(text: str) -> list[str]:
+    """A comment naming where the slice's own stage builds get their requirements (none: the
+    stage installs wheels only, ``--no-index``). Credentials in a URL are not shown."""
+    from envbuild.index.redaction import redact
+
+    b = json.loads(text)["stages"][-1].get("build")
+    if b is None:
+        return []
+    urls = [u for u in [b["index_url"], *b["extra_index_urls"], *b["find_links"]] if u]
+    where = ", ".join(redact(str(u)) for u in urls) or "the image's uv / pip configuration"
+    return [
+        docker_comment(
+            f"it builds in isolation, as on the host: build requirements from {where}",
+            "the stage's build sources",
+        )
+    ]
 
 
 def _python(py: str, ubuntu: str | None) -> list[str]:

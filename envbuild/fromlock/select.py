@@ -132,6 +132,8 @@ def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
                 "lockfile with `envbuild check-lock`."
             ),
         ) from exc
+    if kind == "pixi.lock":
+        raise ConfigError(_pixi_refusal(path))
     if kind not in SUPPORTED:
         raise ConfigError(
             f"{path}: provision --lock installs from uv.lock and pylock.toml; a {kind} file is not"
@@ -152,6 +154,22 @@ def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
             f"writes it ({type(exc).__name__}: {exc})"
         ) from exc
     return lock, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pixi_refusal(path: Path) -> str:
+    """Why a pixi.lock is not installed here, and what to do instead: one paragraph."""
+    from envbuild.quoting import sh_word
+
+    folder = sh_word(str(path.parent), "the lock's folder")
+    return (
+        f"{path}: a pixi.lock pins conda packages (and PyPI ones) for pixi's environments. "
+        "envbuild's gate reads it: `envbuild check-lock "
+        f"{sh_word(str(path), 'the lock')}` checks every environment and platform in it. "
+        "But envbuild installs locks into a venv with uv or pip, PyPI files only, from a uv.lock "
+        "or a pylock.toml, and it does not install conda packages: pixi installs a pixi.lock. "
+        "Run the gate, then `pixi install --frozen` in "
+        f"{folder} (add `-e ENV` for another environment than the default)."
+    )
 
 
 def _items(env: Environment) -> set[str]:

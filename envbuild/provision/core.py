@@ -175,7 +175,26 @@ def pending_steps(
         snapshot = Manifest(path=paths.manifest)
     if snapshot.violation:
         snapshot = Manifest(path=paths.manifest)
+    _put_back(snapshot, plan, opts, paths)
     return snapshot.pending(_identities(plan), opts.only_step)[0]
+
+
+def _put_back(
+    manifest: Manifest, plan: Plan, opts: ProvisionOptions, paths: layout.Paths
+) -> dict[str, list[str]]:
+    """A lock's selection (``opts.selection``): each finished step that installs a package of it
+    the venv no longer holds (uninstalled by hand) goes back to pending, so the run puts it back,
+    as ``uv sync`` does. Returns {step: the names missing}; call before ``Manifest.pending``."""
+    from envbuild.provision.exact import missing_steps
+
+    done = {s.name for s in manifest.steps if s.status == "ok"}
+    if opts.selection is None or not done or not paths.python.exists():
+        return {}
+    steps = [(s.name, s.step.names) for s in plan.steps if s.name in done]
+    gone = missing_steps(steps, opts.selection, guard.site_packages(paths.venv))
+    for name in gone:
+        manifest.state(name).status = "pending"
+    return gone
 
 
 def began(spec: StackSpec, root: Path | None) -> bool:
@@ -205,6 +224,7 @@ def _refusals(
         refuse_without_pip(paths.python, plan.options.backend)
     if snapshot.violation:
         snapshot = Manifest(path=paths.manifest)
+    _put_back(snapshot, plan, opts, paths)
     pending = set(snapshot.pending(identities, opts.only_step)[0])
     refuse_out_of_order(plan, snapshot, opts.only_step)
     if opts.venv is not None and not paths.python.exists():
@@ -262,7 +282,15 @@ def _provision(
             f"the venv was moved aside to {aside} and is made again",
         )
         manifest = Manifest(path=paths.manifest)
+    gone = _put_back(manifest, plan, opts, paths)
     _, reset = manifest.pending(identities)
+    if gone:
+        result.restored = sorted({n for names in gone.values() for n in names})
+        events.emit(
+            "info",
+            f"{len(result.restored)} package(s) the selection installs are missing from the venv "
+            f"({', '.join(result.restored)}): putting them back, re-running {', '.join(gone)}",
+        )
     if reset:
         events.emit(
             "info", f"{_why_reset(manifest, spec, installer.name)}: re-running {', '.join(reset)}"

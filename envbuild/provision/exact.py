@@ -2,7 +2,9 @@
 
 ``provision --lock`` records in the manifest (``Manifest.sync``) the names its selection installs;
 after the steps, what else the venv holds is removed (``--inexact`` keeps it, as uv's flag does),
-and ``verify`` calls it drift. Three things are never removed:
+and ``verify`` calls it drift. What the selection installs and the venv no longer holds (a package
+uninstalled by hand) is missing: a re-run puts it back, re-running the finished steps that install
+it (``missing_steps``), and ``verify`` calls it drift too. Three things are never removed:
 
 - the installer's seed packages of a venv envbuild made with them (pip, setuptools, wheel: the
   pip backend installs with pip);
@@ -23,7 +25,15 @@ from packaging.utils import canonicalize_name
 from envbuild import events, guard
 from envbuild.errors import ABIViolation, InstallError
 
-__all__ = ["SEEDS", "SyncJSON", "extraneous", "remove", "sync_record"]
+__all__ = [
+    "SEEDS",
+    "SyncJSON",
+    "extraneous",
+    "missing",
+    "missing_steps",
+    "remove",
+    "sync_record",
+]
 
 SEEDS = frozenset({"pip", "setuptools", "wheel"})  # a seeded venv's own (``--seed``, pip backend)
 
@@ -76,6 +86,27 @@ def extraneous(record: Mapping[str, object], dists: Mapping[str, guard.Dist]) ->
     if record.get("seeded"):
         keep |= SEEDS
     return [d for name, d in sorted(dists.items()) if name not in keep]
+
+
+def missing(record: Mapping[str, object], dists: Mapping[str, guard.Dist]) -> list[str]:
+    """The names the recorded selection installs that ``dists`` does not hold."""
+    return sorted(_names(record.get("installs")) - set(dists))
+
+
+def missing_steps(
+    steps: Iterable[tuple[str, Iterable[str]]], selection: Iterable[str], site: Path
+) -> dict[str, list[str]]:
+    """{step: the names it installs, of ``selection``, that ``site`` no longer holds} for each of
+    ``steps`` ((name, the canonical names it installs)) with one: the steps a re-run puts back.
+    Reads the dist-info names only (``guard.scan``): the no-op re-run stays fast."""
+    wanted = {str(canonicalize_name(n)) for n in selection}
+    held = guard.scan(site) if site.is_dir() else {}
+    out: dict[str, list[str]] = {}
+    for step, names in steps:
+        gone = sorted({str(n) for n in names} & wanted - set(held))
+        if gone:
+            out[step] = gone
+    return out
 
 
 def remove(

@@ -73,6 +73,8 @@ class ProvisionResult:
     # how the lock was used: the receipt's "lock"
     lock: dict[str, object] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)  # exact sync: `name version` of each removed
+    # provision --lock: the names of the selection the venv no longer held, put back by this run
+    restored: list[str] = field(default_factory=list)
 
 
 __all__ = ["Choice", "ProvisionOptions", "ProvisionResult"]
