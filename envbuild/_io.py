@@ -49,10 +49,13 @@ def atomic_write_text(path: Path, text: str, *, private: bool = False) -> None:
     os.replace(tmp, path)
 
 
+def json_text(data: Any) -> str:
+    """The text ``atomic_write_json`` writes for ``data``."""
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
 def atomic_write_json(path: Path, data: Any, *, private: bool = False) -> None:
-    atomic_write_text(
-        path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", private=private
-    )
+    atomic_write_text(path, json_text(data), private=private)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from envbuild._io import atomic_write_json
+from envbuild._io import atomic_write_text, json_text
 from envbuild.errors import ConfigError
 
 SCHEMA = 1
@@ -57,13 +57,16 @@ class Manifest:
     finished: str | None = None
     # provision --lock: the selection the root holds (``provision.exact.SyncJSON``)
     sync: dict[str, Any] | None = None
+    # the file's text as last read or written: ``save`` skips a write that would change nothing
+    _on_disk: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
         if not path.exists():
             return cls(path=path)
         try:
-            data = json.loads(path.read_text())
+            text = path.read_text()
+            data = json.loads(text)
         except (OSError, json.JSONDecodeError) as exc:
             raise ConfigError(
                 f"{path}: the provisioning manifest is unreadable ({exc}); "
@@ -76,13 +79,20 @@ class Manifest:
             )
         steps = [StepState(**s) for s in data.pop("steps", [])]
         data.pop("schema", None)
-        return cls(path=path, steps=steps, **data)
+        out = cls(path=path, steps=steps, **data)
+        out._on_disk = text
+        return out
 
     def save(self) -> None:
         data = asdict(self)
         data.pop("path")
+        data.pop("_on_disk")
+        text = json_text({"schema": SCHEMA, **data})
+        if text == self._on_disk:
+            return  # a no-op run changes nothing: no write, no fsync
         # step errors quote installer output
-        atomic_write_json(self.path, {"schema": SCHEMA, **data}, private=True)
+        atomic_write_text(self.path, text, private=True)
+        self._on_disk = text
 
     def state(self, name: str) -> StepState:
         for s in self.steps:
