@@ -48,7 +48,10 @@ def _stack(
     return write_stack([{**s, "index_url": url} for s in steps])
 
 
-@pytest.mark.parametrize("resolver", ["pip-compile", "uv"])
+# pip-compile's variant in make test-thorough (the same rule; uv's stays in make test)
+@pytest.mark.parametrize(
+    "resolver", [pytest.param("pip-compile", marks=pytest.mark.thorough), "uv"]
+)
 def test_pins_move_only_when_asked(
     write_stack: Callable[..., Path],
     run_envbuild: Callable[..., EnvbuildResult],

@@ -84,6 +84,8 @@ default = true
     return project / "uv.lock"
 
 
+# make test-thorough: a lock provision, then smoke (test_smoke's real smoke run stays)
+@pytest.mark.thorough
 @pytest.mark.slow
 def test_smoke_after_a_lock_provision_checks_what_the_lock_installed(
     torch_wheels: Path, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]

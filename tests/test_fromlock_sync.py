@@ -293,6 +293,8 @@ def compare(project: Project, tmp: Path) -> None:
         assert compared >= 3, (project.shape, compared)  # accepts installs it, and was compared
 
 
+# make test-thorough: the property sweep; the install differential beside it stays
+@pytest.mark.thorough
 @pytest.mark.slow
 @settings(
     max_examples=EXAMPLES,

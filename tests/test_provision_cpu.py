@@ -262,6 +262,7 @@ def test_unreachable_index_and_no_other_source_fails_fast(
     assert not (tmp_path / "d").exists()  # nothing was built
 
 
+@pytest.mark.thorough  # make test-thorough: test_killed_mid_step_resumes_and_converges stays
 def test_killed_while_creating_the_venv(tmp_path: Path, env: dict[str, str]) -> None:
     """A venv cut short is never trusted: the next run moves it aside (nothing is deleted) and
     converges."""
