@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.buildbackends import write_package
 from support.fixtures import EnvbuildResult, installer_env
-from support.gatelocks import GateIndex, _run, uv_bin
+from support.gatelocks import GateIndex, _run, uv_bin, uv_pip_list
 
 
 def _project(
@@ -53,18 +53,6 @@ def _project(
     )
     _run([uv_bin(), "lock", "--no-cache"], folder, folder.parent, project_config=True)
     return folder / "uv.lock"
-
-
-def uv_pip_list(venv: Path) -> dict[str, str]:
-    """{name: version} of ``venv``, as ``uv pip list`` says."""
-    out = subprocess.run(
-        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=installer_env(),
-    )
-    return {d["name"]: d["version"] for d in json.loads(out.stdout)}
 
 
 def uv_sync(folder: Path, venv: Path, home: Path, *argv: str) -> dict[str, str]:

@@ -23,7 +23,16 @@ from pathlib import Path
 
 import pytest
 from support.fixtures import EnvbuildResult, installer_env
-from support.gatelocks import PROJECT, GateIndex, _folder, _toml_list, _uv_indexes, _uv_lock, uv_bin
+from support.gatelocks import (
+    PROJECT,
+    GateIndex,
+    _folder,
+    _toml_list,
+    _uv_indexes,
+    _uv_lock,
+    uv_bin,
+    uv_pip_list,
+)
 from support.index import IndexServer
 from support.wheels import WheelSpec
 
@@ -134,18 +143,6 @@ def uv_sync(lock: Path, venv: Path, home: Path, *args: str) -> None:
     )
 
 
-def installed(venv: Path) -> dict[str, str]:
-    """{name: version} of what ``venv`` holds, as ``uv pip list`` says."""
-    out = subprocess.run(
-        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=installer_env(),
-    )
-    return {d["name"]: d["version"] for d in json.loads(out.stdout)}
-
-
 def module_text(venv: Path, relative: str) -> str:
     [site] = (venv / "lib").glob("python3.*/site-packages")
     return (site / relative).read_text()
@@ -174,13 +171,13 @@ def test_the_entry_of_the_index_uv_installs(
     assert res.rc == 0, res.output
     uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home")
     ours = tmp_path / "data" / "venv"
-    assert installed(ours) == installed(tmp_path / "uv-venv")
+    assert uv_pip_list(ours) == uv_pip_list(tmp_path / "uv-venv")
     assert module_text(ours, "audio_like/__init__.py") == "INDEX = 'pypi'\n"
 
     cu = run_envbuild("provision", "--lock", lock, "--extra", "cu128", "--root", tmp_path / "cu")
     assert cu.rc == 0, cu.output
     assert module_text(tmp_path / "cu" / "venv", "audio_like/__init__.py") == "INDEX = 'cu128'\n"
-    assert installed(tmp_path / "cu" / "venv")["torch"] == "2.10.0+cu128"
+    assert uv_pip_list(tmp_path / "cu" / "venv")["torch"] == "2.10.0+cu128"
 
     cpu = run_envbuild("plan", "--lock", lock, "--extra", "cpu")
     assert cpu.rc == 2 and "audio-like 2.8.0: the lock has no file that installs" in cpu.stderr, (
@@ -221,7 +218,7 @@ find-links = ["{accel_index.bare_url("pypi")}"]
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 0, res.output
     uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home")
-    assert installed(tmp_path / "data" / "venv") == installed(tmp_path / "uv-venv")
+    assert uv_pip_list(tmp_path / "data" / "venv") == uv_pip_list(tmp_path / "uv-venv")
 
 
 # ------------------------------------------------------------------------ the gate per selection
@@ -276,8 +273,8 @@ def test_a_finding_refuses_only_the_selections_that_install_it(
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 0, res.output
     uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home")
-    assert installed(tmp_path / "data" / "venv") == installed(tmp_path / "uv-venv")
-    assert "flash-attn" not in installed(tmp_path / "data" / "venv")
+    assert uv_pip_list(tmp_path / "data" / "venv") == uv_pip_list(tmp_path / "uv-venv")
+    assert "flash-attn" not in uv_pip_list(tmp_path / "data" / "venv")
 
 
 # ----------------------------------------------------------------------------- exact sync
@@ -305,14 +302,14 @@ def test_a_narrower_selection_removes_what_it_no_longer_installs(
     root, venv = tmp_path / "data", tmp_path / "data" / "venv"
     first = run_envbuild("provision", "--lock", lock, "--root", root)
     assert first.rc == 0, first.output
-    assert "einops-like" in installed(venv)
+    assert "einops-like" in uv_pip_list(venv)
 
     narrow = run_envbuild("provision", "--lock", lock, "--no-dev", "--root", root)
     assert narrow.rc == 0, narrow.output
     assert "removed einops-like 0.8.1" in narrow.output
     uv_sync(lock, tmp_path / "uv-venv", tmp_path / "home", "--no-dev")
-    assert installed(venv) == installed(tmp_path / "uv-venv")
-    assert "einops-like" not in installed(venv)
+    assert uv_pip_list(venv) == uv_pip_list(tmp_path / "uv-venv")
+    assert "einops-like" not in uv_pip_list(venv)
     receipt = json.loads(_receipt(narrow).read_text())
     sync = receipt["payload"]["lock"]["sync"]
     assert sync["exact"] is True and sync["removed"] == ["einops-like 0.8.1"]
@@ -349,14 +346,14 @@ def test_a_narrower_selection_removes_what_it_no_longer_installs(
 
     kept = run_envbuild("provision", "--lock", lock, "--no-dev", "--inexact", "--root", root)
     assert kept.rc == 0, kept.output
-    assert "einops-like" in installed(venv)
+    assert "einops-like" in uv_pip_list(venv)
     assert (
         run_envbuild("verify", "--root", root, "--no-receipt").rc == 0
     )  # --inexact: kept on purpose
 
     exact = run_envbuild("provision", "--lock", lock, "--no-dev", "--root", root)
     assert exact.rc == 0 and "removed einops-like 0.8.1" in exact.output, exact.output
-    assert installed(venv) == installed(tmp_path / "uv-venv")
+    assert uv_pip_list(venv) == uv_pip_list(tmp_path / "uv-venv")
 
 
 def _uv_uninstall(venv: Path, *names: str) -> None:
@@ -379,7 +376,7 @@ def test_a_missing_package_is_drift_and_a_rerun_puts_it_back(
     root, venv = tmp_path / "data", tmp_path / "data" / "venv"
     first = run_envbuild("provision", "--lock", lock, "--root", root)
     assert first.rc == 0, first.output
-    held = installed(venv)
+    held = uv_pip_list(venv)
     assert {"audio-like", "einops-like"} <= set(held)
     healthy = run_envbuild("verify", "--root", root, "--no-receipt", "--json")
     assert healthy.rc == 0 and json.loads(healthy.stdout)["missing"] == [], healthy.output
@@ -401,7 +398,7 @@ def test_a_missing_package_is_drift_and_a_rerun_puts_it_back(
     assert back.rc == 0, back.output
     assert "already provisioned" not in back.output
     assert "put back audio-like, einops-like" in back.output, back.output
-    assert installed(venv) == held
+    assert uv_pip_list(venv) == held
     assert run_envbuild("verify", "--root", root, "--no-receipt").rc == 0
     done = run_envbuild("provision", "--lock", lock, "--root", root)
     assert done.rc == 0 and "already provisioned and verified" in done.output, done.output

@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name
 from support.backend import BACKEND
 from support.buildbackends import BACKENDS, write_package
 from support.fixtures import EnvbuildResult, installer_env
-from support.gatelocks import GateIndex, ToolFailed, _run, _toml_list, uv_bin
+from support.gatelocks import GateIndex, ToolFailed, _run, _toml_list, uv_bin, uv_pip_list
 from support.syncflags import flags_of
 
 from envbuild.errors import EnvbuildError
@@ -406,19 +406,6 @@ def test_provision_installs_what_uv_sync_installs(
     )
     assert res.rc == 0, (shape, res.output)
     assert uv_pip_list(tmp / "data" / "venv") == uv_pip_list(tmp / "uv-venv"), shape
-
-
-def uv_pip_list(venv: Path) -> list[tuple[str, str]]:
-    """(name, version) of every distribution in ``venv``, as ``uv pip list`` says."""
-    python = str(venv / "bin" / "python")
-    out = subprocess.run(
-        [uv_bin(), "pip", "list", "--python", python, "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=installer_env(),
-    )
-    return sorted((d["name"], d["version"]) for d in json.loads(out.stdout))
 
 
 def test_the_plan_prints_the_uv_sync_command(

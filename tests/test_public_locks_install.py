@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from packaging.utils import canonicalize_name
 from support.fixtures import installer_env
-from support.gatelocks import uv_bin
+from support.gatelocks import uv_bin, uv_pip_list
 
 LOCKS = Path(__file__).resolve().parent / "data" / "publocks"
 
@@ -42,19 +41,6 @@ PACKAGED: dict[str, tuple[list[str], list[str]]] = {
     "cosmos-reason2": ([], ["cosmos-reason2-utils"]),
 }
 PYENV = {"PYENV_ROOT": os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")}
-
-
-def installed(venv: Path, env: dict[str, str]) -> dict[str, str]:
-    """{name: version} of what ``uv pip list`` says ``venv`` holds."""
-    out = subprocess.run(
-        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return {str(canonicalize_name(d["name"])): d["version"] for d in json.loads(out.stdout)}
 
 
 def interpreter(folder: Path) -> str:
@@ -126,7 +112,7 @@ def test_public_packaged_lock_installs_what_uv_sync_installs(name: str, tmp_path
     )
     assert theirs.returncode == 0, (name, theirs.stderr[-4000:])
 
-    got, want = installed(root / "venv", env), installed(tmp_path / "uv-venv", env)
+    got, want = uv_pip_list(root / "venv", env), uv_pip_list(tmp_path / "uv-venv", env)
     assert "torch" in want and all(p in want for p in projects), (name, sorted(want))
     assert got == want, (
         name,
@@ -148,4 +134,4 @@ def test_public_packaged_lock_installs_what_uv_sync_installs(name: str, tmp_path
         check=True,
         timeout=120,
     )
-    assert installed(root / "venv", env) != want
+    assert uv_pip_list(root / "venv", env) != want

@@ -337,6 +337,20 @@ def uv_bin() -> str:
     return str(find_uv_bin())
 
 
+def uv_pip_list(venv: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{canonical name: version} of what ``venv`` holds, as ``uv pip list`` says (the one reading
+    of an installed set the differential tests compare)."""
+    out = subprocess.run(
+        [uv_bin(), "pip", "list", "--python", str(venv / "bin" / "python"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=dict(env) if env is not None else installer_env(),
+    )
+    return {str(canonicalize_name(d["name"])): d["version"] for d in json.loads(out.stdout)}
+
+
 def poetry_bin() -> Path:
     """Poetry in a cached venv (installed from PyPI once); the calling test is skipped where it does
     not install."""
