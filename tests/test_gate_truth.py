@@ -199,6 +199,10 @@ def test_base_takes_a_file_and_a_git_ref(run_envbuild: Run, tmp_path: Path) -> N
         and "no such git revision" in r.stderr
         and "Traceback" not in r.output
     ), r.output
+    # outside any git repository: a missing file is named as one, not as a bad git revision
+    r = run_envbuild("check-lock", old, "--offline", "--base", str(tmp_path / "nowhere.lock"))
+    assert r.rc == ExitCode.CONFIG and "no such file" in r.stderr, r.output
+    assert "Traceback" not in r.output
 
 
 # ----------------------------------------------------------------------------- requirements rows

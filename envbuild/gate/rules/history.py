@@ -42,7 +42,12 @@ def file_at_ref(path: Path, ref: str) -> tuple[str, str | None]:
 
     rc, top = git("rev-parse", "--show-toplevel")
     if rc != 0:
-        raise ConfigError(f"--base {ref}: {path.resolve().parent} is not inside a git repository")
+        raise ConfigError(
+            f"--base {ref}: no such file, and {path.resolve().parent} is not inside a git "
+            "repository, so it cannot be a git revision either",
+            hint="Name the earlier lock file (--base old/uv.lock) or a git ref of the lock's "
+            "repository.",
+        )
     if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
         raise ConfigError(
             f"--base {ref}: no such git revision, nor a file",
