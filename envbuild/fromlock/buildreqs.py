@@ -31,7 +31,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from envbuild.errors import ConfigError
-from envbuild.fromlock.stages import Placed, is_sdist
+from envbuild.fromlock.stages import Placed
+from envbuild.index.wheeltags import is_sdist
 
 __all__ = ["BuildSources", "build_sources", "builds_isolated", "constraints_file", "step_env"]
 

@@ -27,10 +27,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from envbuild.fromlock.stages import LockedFile, Placed, StagePlan, _artifacts, is_sdist
+from envbuild.fromlock.stages import LockedFile, Placed, StagePlan, _artifacts
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Entry
 from envbuild.index import PYPI
+from envbuild.index.wheeltags import is_sdist
 
 __all__ = ["RULE", "Rebuilt", "rebuild_mismatched", "rebuildable"]
 

@@ -45,7 +45,7 @@ from envbuild.fromlock.select import Chosen, ChosenJSON
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.model import Entry
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
-from envbuild.index.wheeltags import NEWEST_GLIBC, SDIST_SUFFIXES, wheel_tags
+from envbuild.index.wheeltags import NEWEST_GLIBC, is_sdist, wheel_tags
 
 __all__ = ["ORDER", "LockedFile", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
 
@@ -221,10 +221,6 @@ def _host_words() -> str:
     return host_platform_key().replace("-", " ")
 
 
-def _wheel_tags(filename: str) -> list[str]:
-    return [str(t) for t in wheel_tags(filename)]
-
-
 def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> list[LockedFile]:
     """The entry's files. uv.lock writes a direct-URL sdist's hash alone (``sdist = { hash }``):
     its URL is the entry's source URL. ``path_source``: uv.lock's ``source = { path = ... }`` of a
@@ -280,16 +276,12 @@ def pick_artifact(
     for a in arts:
         if not a.wheel:
             continue
-        got = min((order[t] for t in _wheel_tags(a.filename) if t in order), default=None)
+        got = min((order[t] for t in map(str, wheel_tags(a.filename)) if t in order), default=None)
         if got is not None and got < rank:
             best, rank = a, got
     if best is not None:
         return best
     return next((a for a in arts if is_sdist(a.filename)), None)
-
-
-def is_sdist(filename: str) -> bool:
-    return filename.lower().endswith(SDIST_SUFFIXES)
 
 
 # ----------------------------------------------------------------------------- the project's build
@@ -568,7 +560,7 @@ def _classify(
                 "extensions",
                 f"prebuilt extension: its version claims the ABI it was built for (+{claim})",
             )
-        binary = not all(t.endswith("-any") for t in _wheel_tags(art.filename))
+        binary = not all(t.endswith("-any") for t in map(str, wheel_tags(art.filename)))
         if binary and _depends_on_torch(e):
             return "extensions", "prebuilt binary wheel of a package that depends on torch"
         return "rest", (

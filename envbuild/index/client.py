@@ -68,6 +68,7 @@ _ACCEPT = (
     "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2,"
     " text/html;q=0.1"
 )
+# the sdist names packaging.utils.parse_sdist_filename reads (index.wheeltags.is_sdist knows more)
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 # the metadata cache lives in envbuild.index.metacache (light, read by check-lock)

@@ -54,6 +54,13 @@ __all__ = [
 
 NEWEST_GLIBC = 45  # manylinux_2_45 and older: what a Linux host newer than any wheel installs
 SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
+
+
+def is_sdist(filename: str) -> bool:
+    """A source distribution's file name (any of ``SDIST_SUFFIXES``, any case)."""
+    return filename.lower().endswith(SDIST_SUFFIXES)
+
+
 _MANYLINUX = re.compile(r"^manylinux_2_(?P<glibc>\d+)_(?P<arch>\w+)$")
 _LEGACY = (("manylinux2014", 17), ("manylinux2010", 12), ("manylinux1", 5))
 _MAC_ARCH = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "x86_64"}
