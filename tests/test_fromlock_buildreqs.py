@@ -117,6 +117,54 @@ def test_packaged_root_member_and_sdist_install_as_uv_sync_installs_them(
 
 
 @pytest.mark.slow
+def test_prefetched_builds_are_the_ones_installed(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """``--prefetch yes``: the hatchling root, the setuptools member and the sdist-only dependency
+    are built while torch installs (as ``uv sync`` builds beside its downloads), under the
+    project's build constraints and the baseline's pins; their real steps then install them from
+    uv's cache (``--offline``) without building again, and the venv holds what uv sync's holds."""
+    lock = _project(
+        tmp_path / "p",
+        build_index,
+        "hatchling",
+        deps=("sdist-only==1.0",),
+        member="setuptools",
+        tool_uv='build-constraint-dependencies = ["setuptools>=61"]',
+    )
+    want = uv_sync(lock.parent, tmp_path / "uv-venv", tmp_path / "home")
+    data = tmp_path / "data"
+    res = run_envbuild("provision", "--lock", lock, "--root", data, "--prefetch", "yes")
+    assert res.rc == 0, res.output
+    assert uv_pip_list(data / "venv") == want
+    logs = data / "logs"
+    for stage, built in (("rest", "sdist-only"), ("project", "trainer")):
+        prefetched = next(logs.glob(f"*-{stage}.prefetch.log")).read_text()
+        assert "[envbuild] exit status 0" in prefetched, prefetched
+        real = next(logs.glob(f"[0-9][0-9]-{stage}.log")).read_text()
+        assert " --offline " in real.splitlines()[0] + " ", real
+        assert built in real and "Building" not in real and "Built" not in real, real
+    pins = (data / "cache" / "prefetch" / "baseline-pins.txt").read_text()
+    frozen = (data / ".envbuild" / "constraints.txt").read_text()
+    assert sorted(pins.splitlines()[1:]) == sorted(frozen.splitlines()[1:])  # built as installed
+    # an index whose files say ``no-store`` leaves uv's cache nothing it may use offline: the
+    # offline attempt fails and the step installs from its sources, as without a prefetch
+    build_index.server.immutable_files = False
+    try:
+        again = run_envbuild(
+            "provision", "--lock", lock, "--root", tmp_path / "data2", "--prefetch", "yes"
+        )
+    finally:
+        build_index.server.immutable_files = True
+    assert again.rc == 0, again.output
+    assert uv_pip_list(tmp_path / "data2" / "venv") == want
+    real = next((tmp_path / "data2" / "logs").glob("[0-9][0-9]-rest.log")).read_text()
+    attempts = [ln for ln in real.splitlines() if ln.startswith("$ ")]
+    assert len(attempts) == 2 and "--offline" in attempts[0] and "--offline" not in attempts[1]
+    assert real.count("[envbuild] exit status") == 2 and real.rstrip().endswith("exit status 0")
+
+
+@pytest.mark.slow
 def test_build_constraints_bind_the_build_requirements(
     build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
 ) -> None:

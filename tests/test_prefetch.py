@@ -15,9 +15,13 @@ from envbuild.plan import Backend, PlannedStep, PlanOptions, make_plan
 from envbuild.provision import prefetch
 from envbuild.provision.prefetch import (
     Prefetcher,
+    PrefetchJob,
+    build_lines,
     exact_pins,
+    pinned_versions,
     prefetch_argv,
     remote_sources,
+    stale_builds,
     wanted,
 )
 from envbuild.spec import StackSpec, parse_spec
@@ -135,6 +139,66 @@ def test_a_lock_stage_of_remote_wheel_urls_is_prefetched_and_builds_nothing(tmp_
     # the wheels, hashes and all; the editable project, the sdist and the git pin are the real
     # step's to build
     assert listed == [f"a @ {_WHL.format(n='a')}", f"b @ {_WHL.format(n='b')}"]
+
+
+def test_with_builds_a_lock_stage_prefetches_its_isolated_builds_too(tmp_path: Path) -> None:
+    """``builds``: the sdist, the git pin and the editable project are built by the prefetch (uv
+    keeps the builds; the real step links them) and the prefetch covers the step; the stage of
+    builds against torch (``--no-build-isolation``) keeps its builds for the real step."""
+    import dataclasses
+
+    sdist = "c @ https://files.example.org/c-1.0.tar.gz --hash=sha256:" + "1" * 64
+    lines = [f"a @ {_WHL.format(n='a')}", "-e file:///src/project", sdist]
+    lines.append("d @ git+https://github.com/x/d@0123abc")
+    steps = _lock_stage(tmp_path, lines)
+    assert build_lines(steps[1]) == lines[1:]
+    uv = UvInstaller("/bin/uv")
+    argv = prefetch_argv(
+        steps[1], installer=uv, python=Path("/v/bin/python"), scratch=tmp_path / "p" / "s"
+    )
+    assert argv is not None
+    assert (tmp_path / "p" / "s.txt").read_text().splitlines() == [lines[0]]  # default: wheels
+    argv = prefetch_argv(
+        steps[1],
+        installer=uv,
+        python=Path("/v/bin/python"),
+        scratch=tmp_path / "p" / "s",
+        builds=True,
+    )
+    assert argv is not None and argv[argv.index("-r") + 1] == str(tmp_path / "p" / "s.txt")
+    assert (tmp_path / "p" / "s.txt").read_text().splitlines() == lines
+    against_torch = dataclasses.replace(steps[1], args=(*steps[1].args, "--no-build-isolation"))
+    assert build_lines(against_torch) == []
+    pip = prefetch_argv(
+        steps[1],
+        installer=PipInstaller(),
+        python=Path("/v/bin/python"),
+        scratch=tmp_path / "q",
+        builds=True,
+    )
+    assert pip is not None and "c-1.0.tar.gz" not in " ".join(pip)  # pip download builds nothing
+
+
+def test_prefetched_builds_stand_only_under_the_pins_frozen(tmp_path: Path) -> None:
+    """The real step rebuilds (every package of the step) only where the prefetch built under
+    baseline pins other than those frozen after the baseline step."""
+    job = PrefetchJob(
+        step="project",
+        argv=[],
+        scratch=tmp_path,
+        log_file=tmp_path / "log",
+        builds=("-e file:///src/project",),
+        baseline_pins=pinned_versions(["torch==2.10.0", "Filelock_Like==3.0", "# a comment"]),
+    )
+    assert job.baseline_pins == {"torch": "2.10.0", "filelock-like": "3.0"}
+    same = ["# envbuild: the ABI baseline", "filelock-like==3.0", "torch==2.10.0"]
+    assert stale_builds(job, same, ["trainer", "helper==0.2.0"]) == ()
+    other = ["torch==2.10.0", "filelock-like==3.1"]
+    assert stale_builds(job, other, ["trainer", "Helper==0.2.0"]) == ("trainer", "helper")
+    wider = [*same, "nvidia-nccl-like==2.0"]
+    assert stale_builds(job, wider, ["trainer"]) == ("trainer",)
+    unconstrained = PrefetchJob(step="x", argv=[], scratch=tmp_path, log_file=tmp_path / "l")
+    assert stale_builds(unconstrained, other, ["trainer"]) == ()
 
 
 def test_a_lock_stage_from_this_host_or_of_builds_only_is_not_prefetched(tmp_path: Path) -> None:

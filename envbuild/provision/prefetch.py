@@ -16,6 +16,17 @@ reads, so the real install finds them there:
   wheel responses land in pip's HTTP cache, where the real ``pip install`` of the same URL finds
   them (for indexes that send cacheable responses, as PyPI and the PyTorch index do).
 
+A lock's stage that builds in isolation (an sdist, the project, a workspace member or a git pin,
+as ``uv sync`` builds them) has those builds prefetched too, with uv: the scratch install builds
+each one into uv's cache (keyed by the sdist's URL and hash, the folder's cache keys or the
+commit), where the real step finds the wheel and only links it, so the builds run beside torch's
+downloads, as ``uv sync`` runs them. They are built as the real step builds them: its sources, and
+the build constraints it will have: its own and the ABI baseline's, which, when the baseline step
+has not run yet, are the baseline step's exact pins (``Prefetcher(baseline_pins=...)``). Should
+the baseline frozen after that step pin anything else, the real step refreshes those packages
+(``--refresh-package``) and builds them again. Builds against torch (``--no-build-isolation``)
+need the installed torch and are always the real step's.
+
 Nothing changes what a step installs: the step's arguments (and so its digest in the
 manifest) are untouched, the scratch target is deleted, and a failed or cancelled prefetch only
 means the real step downloads the file itself (and reports any error). Because the caches live
@@ -40,12 +51,25 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from envbuild.installer import Installer
+from envbuild.installer.uv import UvInstaller
 from envbuild.plan import PlannedStep
 from envbuild.run import run
 
-__all__ = ["PrefetchJob", "Prefetcher", "exact_pins", "prefetch_argv", "remote_sources", "wanted"]
+__all__ = [
+    "PrefetchJob",
+    "Prefetcher",
+    "build_lines",
+    "exact_pins",
+    "pinned_versions",
+    "prefetch_argv",
+    "remote_sources",
+    "requirement_names",
+    "stale_builds",
+    "wanted",
+]
 
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 
@@ -94,12 +118,79 @@ def _locked_wheels(planned: PlannedStep) -> list[tuple[str, str]]:
         text = planned.locked_file.read_text(encoding="utf-8")
     except OSError:
         return []
-    out = []
+    out: list[tuple[str, str]] = []
     for line in text.splitlines():
         m = _WHEEL_LINE.match(line)
         if m:
             out.append((m.group(1), line))
     return out
+
+
+def build_lines(planned: PlannedStep) -> list[str]:
+    """The lines of a lock's stage that uv builds in isolation: ``name @`` an sdist, a folder or a
+    git URL, and editables (``-e``; uv keeps their builds too). None for a stage of builds against
+    torch (``--no-build-isolation``: they need the installed torch) or without a locked file."""
+    if planned.locked_file is None or "--no-build-isolation" in planned.args:
+        return []
+    try:
+        text = planned.locked_file.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith(("-e ", "--editable ")):
+            out.append(line)
+            continue
+        if " @ " not in line or line.startswith(("#", "-")) or _WHEEL_LINE.match(line):
+            continue
+        try:
+            req = Requirement(line.split(" --hash", 1)[0])
+        except InvalidRequirement:
+            continue
+        if req.url and not req.url.split("#", 1)[0].endswith(".whl"):
+            out.append(line)
+    return out
+
+
+def pinned_versions(lines: Sequence[str]) -> dict[str, str]:
+    """{canonical name: version} of the ``name==version`` lines among ``lines`` (constraint files,
+    a step's requirements); other lines are left out."""
+    out: dict[str, str] = {}
+    for raw in lines:
+        try:
+            req = Requirement(raw.split("#", 1)[0].strip())
+        except InvalidRequirement:
+            continue
+        specs = list(req.specifier)
+        if len(specs) == 1 and _EXACT.match(str(specs[0])):
+            out[canonicalize_name(req.name)] = specs[0].version
+    return out
+
+
+def requirement_names(requirements: Sequence[str]) -> list[str]:
+    """The canonical names of ``requirements`` (PEP 508 lines; others are left out)."""
+    out: list[str] = []
+    for raw in requirements:
+        try:
+            out.append(canonicalize_name(Requirement(raw).name))
+        except InvalidRequirement:
+            continue
+    return out
+
+
+def stale_builds(
+    job: PrefetchJob, frozen: Sequence[str], requirements: Sequence[str]
+) -> tuple[str, ...]:
+    """The packages (canonical names of ``requirements``, the step's) the real step must build
+    again (``--refresh-package``): all of them where ``job`` built under baseline pins other than
+    ``frozen`` (the constraint lines of the baseline frozen since); none where it built nothing,
+    built unconstrained, or under the same pins."""
+    if not job.builds or job.baseline_pins is None:
+        return ()
+    if pinned_versions(frozen) == job.baseline_pins:
+        return ()
+    return tuple(dict.fromkeys(requirement_names(requirements)))
 
 
 def wanted(option: str, steps: Sequence[PlannedStep]) -> bool:
@@ -132,6 +223,24 @@ def exact_pins(planned: PlannedStep) -> list[str]:
     return out
 
 
+def _covers(planned: PlannedStep, argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (a prefetch of ``planned``) lists every requirement line of its locked
+    file (``-r FILE`` with those lines; nothing else named, no option line)."""
+    if planned.locked_file is None or "-r" not in argv:
+        return False
+    try:
+        wanted_lines = _requirement_lines(planned.locked_file)
+        listed = _requirement_lines(Path(argv[argv.index("-r") + 1]))
+    except (OSError, IndexError):
+        return False
+    return bool(wanted_lines) and set(wanted_lines) <= set(listed)
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
 def _source_args(args: Sequence[str]) -> list[str]:
     out: list[str] = []
     i = 0
@@ -148,19 +257,27 @@ def _source_args(args: Sequence[str]) -> list[str]:
 
 
 def prefetch_argv(
-    planned: PlannedStep, *, installer: Installer, python: Path, scratch: Path
+    planned: PlannedStep,
+    *,
+    installer: Installer,
+    python: Path,
+    scratch: Path,
+    builds: bool = False,
 ) -> list[str] | None:
-    """The command that warms the cache for ``planned``, or None when it names nothing exact."""
+    """The command that warms the cache for ``planned``, or None when it names nothing exact.
+    ``builds``: a lock stage's isolated builds (``build_lines``) are made too (uv only)."""
     sources = _source_args(planned.args)
     wheels = _locked_wheels(planned)
     if wheels or _names_by_reference(planned):
-        # a lock's stage: its wheel URLs only, hashes and all (a local project, an editable, an
-        # sdist or a git pin is the real step's to build; the prefetch downloads, builds nothing)
-        if not wheels:
+        # a lock's stage: its wheel URLs, hashes and all, and with ``builds`` its isolated builds
+        # (an editable and a build against torch are the real step's)
+        built = build_lines(planned) if builds and isinstance(installer, UvInstaller) else []
+        lines = [line for _, line in wheels] + built
+        if not lines:
             return None
         listed = scratch.parent / f"{scratch.name}.txt"
         listed.parent.mkdir(parents=True, exist_ok=True)
-        listed.write_text("".join(line + "\n" for _, line in wheels), encoding="utf-8")
+        listed.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         reqs = ["-r", str(listed)]
     elif planned.locked_file is not None:
         reqs = ["-r", str(planned.locked_file)]
@@ -180,6 +297,11 @@ class PrefetchJob:
     argv: list[str]
     scratch: Path
     log_file: Path
+    # the isolated builds it makes (their lines) and the baseline pins they were built under
+    # ({name: version}; None: the step is not constrained by the baseline)
+    builds: tuple[str, ...] = ()
+    baseline_pins: dict[str, str] | None = None
+    covers: bool = False  # it fetches (and builds) every line of the step's locked file
     started: float = field(default_factory=time.monotonic)
     seconds: float | None = None
     returncode: int | None = None
@@ -201,8 +323,13 @@ class Prefetcher:
         scratch_root: Path,
         logs: Path,
         env: Mapping[str, str],
+        baseline_pins: Path | None = None,
     ) -> None:
+        """``baseline_pins``: the constraints a guarded step's builds will have (the frozen
+        baseline's file, or the baseline step's exact pins before it has run); None: guarded
+        steps' builds are left to the real step."""
         self.installer = installer
+        self.baseline_pins = baseline_pins
         self.python = python
         self.scratch_root = scratch_root
         self.logs = logs
@@ -216,17 +343,31 @@ class Prefetcher:
         if planned.name in self.jobs or self._cancel.is_set():
             return self.jobs.get(planned.name)
         scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
-        argv = prefetch_argv(planned, installer=self.installer, python=self.python, scratch=scratch)
+        pins = self.baseline_pins if planned.constrained else None
+        builds = not planned.constrained or pins is not None
+        argv = prefetch_argv(
+            planned, installer=self.installer, python=self.python, scratch=scratch, builds=builds
+        )
         if argv is None:
             return None
+        uv = isinstance(self.installer, UvInstaller)
+        built = tuple(build_lines(planned)) if builds and uv else ()
         job = PrefetchJob(
             step=planned.name,
             argv=argv,
             scratch=scratch,
             log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log",
+            builds=built,
+            covers=uv and _covers(planned, argv),
         )
         env = dict(self.env)
-        env.update(planned.env)
+        if built and pins is not None:
+            # as the real step: the baseline's pins, then the step's own build constraints
+            env["UV_BUILD_CONSTRAINT"] = str(pins)
+            job.baseline_pins = pinned_versions(pins.read_text(encoding="utf-8").splitlines())
+        for key, value in planned.env.items():
+            joined = key == "UV_BUILD_CONSTRAINT" and env.get(key) and value not in env[key].split()
+            env[key] = f"{env[key]} {value}" if joined else value
         self.jobs[planned.name] = job
         threading.Thread(
             target=self._run, args=(job, env), name=f"prefetch-{planned.name}", daemon=True
@@ -248,6 +389,11 @@ class Prefetcher:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             job.done.set()
+
+    def covered(self, step: str) -> bool:
+        """Whether the finished prefetch of ``step`` put every file it installs in uv's cache."""
+        job = self.jobs.get(step)
+        return job is not None and job.covers and job.done.is_set() and job.returncode == 0
 
     def wait(self, step: str, timeout: float | None = None) -> PrefetchJob | None:
         """Block until the prefetch of ``step`` has finished (so the real install never races

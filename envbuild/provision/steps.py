@@ -7,16 +7,19 @@ built, the state lock's fd) so the functions below take one argument instead of 
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.utils import canonicalize_name
+
 from envbuild import events, guard, layout
 from envbuild._io import atomic_write_text
-from envbuild.errors import ABIViolation, EnvbuildError, PreflightError
+from envbuild.errors import ABIViolation, EnvbuildError, InstallError, PreflightError
 from envbuild.installer import Installer
 from envbuild.plan import Plan, PlannedStep
 from envbuild.provision import prefetch, verify, warmup
@@ -86,6 +89,7 @@ def run_steps(run: ProvisionRun) -> None:
             scratch_root=run.paths.cache / "prefetch",
             logs=run.paths.logs,
             env=run.env or {},
+            baseline_pins=_baseline_pins(run, todo),
         )
     import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
     warm = warmup.wanted(
@@ -96,6 +100,8 @@ def run_steps(run: ProvisionRun) -> None:
     )
     try:
         done = None
+        refresh: tuple[str, ...] = ()
+        cached = False
         for planned in plan.steps:
             if opts.only_step and planned.name != opts.only_step:
                 continue
@@ -118,6 +124,8 @@ def run_steps(run: ProvisionRun) -> None:
                     warm, run.warmup = False, None
             if prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
+                refresh = _stale_builds(run, prefetcher, planned)
+                cached = prefetcher.covered(planned.name) and not refresh
                 later = todo[todo.index(planned) + 1 :] if planned in todo else []
                 # every later step's files, not only the next one's: a lock's rest stage comes after
                 # a short one (extensions, builds), and waiting to start it there serialised its
@@ -131,12 +139,51 @@ def run_steps(run: ProvisionRun) -> None:
                         events.emit(
                             "debug", f"prefetching step {ahead.name} while {planned.name} installs"
                         )
-            run_one(run, planned)
+            run_one(run, planned, refresh=refresh, cached=cached)
             done = planned.name
         say_unmet(run)
     finally:
         if prefetcher is not None:
             prefetcher.close()
+
+
+def _baseline_pins(run: ProvisionRun, todo: Sequence[PlannedStep]) -> Path | None:
+    """The build constraints the guarded steps will have, for their prefetched builds: the frozen
+    baseline's file, else, for a lock whose torch stage is still to run, that stage's exact pins
+    (the baseline ``provision --lock`` freezes: torch and the rest of its stage, ``abi.protect``);
+    None when neither is known."""
+    if run.manifest.baseline is not None:
+        return run.paths.constraints if run.paths.constraints.is_file() else None
+    base = next((s for s in todo if s.role == "baseline"), None)
+    if not run.opts.lock_source or base is None or base.locked_file is None:
+        return None
+    pins = prefetch.pinned_versions(base.requirements)
+    if canonicalize_name(run.spec.abi.package) not in pins:
+        return None
+    path = run.paths.cache / "prefetch" / "baseline-pins.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+    atomic_write_text(path, f"# envbuild: the baseline step's pins, for prefetched builds\n{text}")
+    return path
+
+
+def _stale_builds(
+    run: ProvisionRun, prefetcher: prefetch.Prefetcher, planned: PlannedStep
+) -> tuple[str, ...]:
+    """``prefetch.stale_builds`` of the step's prefetch against the baseline frozen now."""
+    job = prefetcher.jobs.get(planned.name)
+    if job is None or run.manifest.baseline is None:
+        return ()
+    stale = prefetch.stale_builds(
+        job, guard.Baseline.from_json(run.manifest.baseline).pins(), planned.requirements
+    )
+    if stale:
+        events.emit(
+            "debug",
+            f"step {planned.name}: its prefetched builds were made under other baseline pins; "
+            "building them again",
+        )
+    return stale
 
 
 def say_unmet(run: ProvisionRun) -> None:
@@ -195,7 +242,13 @@ def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, objec
     return base.to_json()
 
 
-def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
+def run_one(
+    run: ProvisionRun, planned: PlannedStep, refresh: Sequence[str] = (), cached: bool = False
+) -> None:
+    """Run one step and guard it. ``refresh``: packages whose cached builds the installer must not
+    take (``--refresh-package``); ``cached``: the prefetch put every file of the step in uv's
+    cache, so the step first runs ``--offline`` (no revalidation of each URL with its host), and as
+    planned where that fails. Neither is part of the step's identity."""
     spec, manifest, paths, result, site = run.spec, run.manifest, run.paths, run.result, run.site
     state = manifest.state(planned.name)
     total = len(run.plan.steps)
@@ -224,17 +277,36 @@ def run_one(run: ProvisionRun, planned: PlannedStep) -> None:
     try:
         if (prepare := run.opts.prepare_steps.get(planned.name)) is not None:
             planned = prepare(planned, run.python)
-        run.installer.run_step(
-            planned,
-            spec=spec,
-            python=run.python,
-            steps_dir=paths.state / "steps",
-            constraints=constraints,
-            log_file=log_file,
-            env=step_env,
-            pass_fds=run.pass_fds,
-            timeout=run.opts.step_timeout,
-        )
+        if refresh:
+            flags = tuple(f for name in refresh for f in ("--refresh-package", name))
+            planned = dataclasses.replace(planned, args=(*planned.args, *flags))
+
+        def install(step: PlannedStep) -> None:
+            run.installer.run_step(
+                step,
+                spec=spec,
+                python=run.python,
+                steps_dir=paths.state / "steps",
+                constraints=constraints,
+                log_file=log_file,
+                env=step_env,
+                pass_fds=run.pass_fds,
+                timeout=run.opts.step_timeout,
+            )
+
+        if cached:
+            try:
+                install(dataclasses.replace(planned, args=(*planned.args, "--offline")))
+            except InstallError as exc:
+                # something the prefetch left out or uv's cache lost: the step as planned
+                events.emit(
+                    "debug",
+                    f"step {planned.name}: not all in the cache ({exc.message}); "
+                    "installing from its sources",
+                )
+                install(planned)
+        else:
+            install(planned)
         if planned.role == "baseline":
             manifest.baseline = freeze_baseline(run)
     except EnvbuildError as exc:

@@ -105,7 +105,8 @@ def build_index(
     for wheel in backend_wheels().glob("*.whl"):
         shutil.copy(wheel, root / "pypi")
     write_sdist(root / "pypi", "sdist-only", "1.0")
-    with IndexServer({repo: root / repo for repo in REPOS}) as server:
+    # PyPI's cache headers on files: uv's cache may then serve a prefetched step offline
+    with IndexServer({repo: root / repo for repo in REPOS}, immutable_files=True) as server:
         yield GateIndex(server=server, root=root)
 
 

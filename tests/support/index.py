@@ -133,9 +133,18 @@ class IndexServer:
     """
 
     def __init__(
-        self, repos: Mapping[str, Path] | None = None, host: str = "127.0.0.1", port: int = 0
+        self,
+        repos: Mapping[str, Path] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        immutable_files: bool = False,
     ) -> None:
         self.repos: dict[str, Path] = {}
+        # files answered as files.pythonhosted.org answers them (cacheable for a year, immutable:
+        # an installer's cache may use them offline) instead of ``no-store``; only for indexes
+        # whose files never change under the same URL during a session
+        self.immutable_files = immutable_files
         for name, folder in (repos or {}).items():
             self.add_repo(name, folder)
         self.host = host
@@ -358,7 +367,10 @@ class IndexServer:
             h.send_response(status)
             h.send_header("Content-Type", ctype)
             h.send_header("Content-Length", str(len(body)))
-            h.send_header("Cache-Control", "no-store")
+            immutable = self.immutable_files and status == 200 and "/files/" in path
+            h.send_header(
+                "Cache-Control", "max-age=365000000, immutable, public" if immutable else "no-store"
+            )
             h.end_headers()
             if not head:
                 h.wfile.write(body)
