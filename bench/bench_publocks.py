@@ -18,7 +18,10 @@ rotates each round):
   was at REV (``git archive``), so before and after come from the same run;
 - ``warm``: caches filled by the cold run: a new venv (uv) / a new venv and manifest in the same
   data root (envbuild);
-- ``noop``: ``provision --lock`` again on the finished root (three times, the median kept).
+- ``noop``: ``provision --lock`` again on the finished root (three times, the median kept);
+- ``cpu`` (cold): CPU seconds, user + system, of uv sync plus its import and of envbuild's run:
+  steadier than wall time from one minute's network to the next, and on two cores what a fast
+  network leaves as the limit.
 
 Each pair is checked, not only timed: the two environments hold the same distributions at the same
 versions (``pip list``), envbuild's first step is torch, and its guard ran after every stage (the
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,10 +60,22 @@ SELECTIONS: dict[str, list[str]] = {
 }
 
 
+# CPU seconds (user + system, the child and every descendant it waited for) of the last _run: on
+# two cores a fast network makes an install CPU-bound, and CPU time does not move with the
+# network's speed from one minute to the next the way wall time does
+LAST_CPU = [0.0]
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str]:
-    t = time.monotonic()
+    t, c = time.monotonic(), _cpu()
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.monotonic() - t
+    LAST_CPU[0] = _cpu() - c
     if out.returncode != 0:
         tail = f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
         raise SystemExit(f"failed ({out.returncode}): {' '.join(argv)}\n{tail}")
@@ -119,11 +135,15 @@ def bench_lock(
         venv = fresh("uv-venv")
         e = {**env, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_CACHE_DIR": str(cache)}
         seconds = _run([_uv(), "sync", "--frozen", "--python", exe, *selection], e, cwd=project)[0]
+        cpu["uv"] = LAST_CPU[0]
         # envbuild's provision ends with torch imported (which compiles its bytecode in a new venv):
         # uv's side with its venv's first `import torch` is the like-for-like figure
         times[f"{case}-uv-import"].append(
             _run([str(venv / "bin" / "python"), "-c", "import torch"], env)[0]
         )
+        cpu["uv"] += LAST_CPU[0]
+        if case == "cold":
+            times["cold-cpu-uv+import"].append(cpu["uv"])
         return seconds, venv
 
     def provision(root: Path, variant: str, check: bool = True) -> tuple[float, Path]:
@@ -146,6 +166,7 @@ def bench_lock(
             e,
             cwd=tree,
         )
+        cpu[variant] = LAST_CPU[0]
         if check:
             steps = [ln for ln in output.splitlines() if "step 1/" in ln]
             assert steps and " torch: " in steps[0], (
@@ -168,6 +189,8 @@ def bench_lock(
     keys = ["uv", "uv-import", *ours]
     times: dict[str, list[float]] = {f"{c}-{k}": [] for c in ("cold", "warm") for k in keys}
     times.update({f"noop-{v}": [] for v in ours})
+    times.update({"cold-cpu-uv+import": [], **{f"cold-cpu-{v}": [] for v in ours}})
+    cpu: dict[str, float] = {}
     phases: dict[str, list[dict[str, float]]] = {
         f"{c}-{v}": [] for c in ("cold", "warm") for v in ours
     }
@@ -185,6 +208,7 @@ def bench_lock(
             seconds, venv = fn()
             times[f"cold-{key}"].append(seconds)
             if key != "uv":
+                times[f"cold-cpu-{key}"].append(cpu[key])
                 phases[f"cold-{key}"].append(_phases(roots[key]))
                 for _ in range(3):
                     times[f"noop-{key}"].append(provision(roots[key], key, check=False)[0])
@@ -218,6 +242,7 @@ def bench_lock(
             ratios[f"{case}_with_import{tag}"] = round(
                 med[f"{case}-{v}"] / (med[f"{case}-uv"] + med[f"{case}-uv-import"]), 3
             )
+        ratios[f"cold_cpu{tag}"] = round(med[f"cold-cpu-{v}"] / med["cold-cpu-uv+import"], 3)
         # per round, against that round's own uv run (the network changes between rounds)
         ratios[f"cold_with_import_per_round{tag}"] = [  # type: ignore[assignment]
             round(a / (b + c), 3)
@@ -339,6 +364,15 @@ def main() -> int:
                 f"{head}  {case:<5}{m[f'{case}-uv']:>7.1f}s{m[f'{case}-uv-import']:>8.1f}s"
                 f"{m[f'{case}-envbuild']:>8.1f}s{q[f'{case}_with_import']:>8.2f}x{b}{noop}"
             )
+        cb = (
+            f"{m['cold-cpu-envbuild-before']:>7.1f}s{q['cold_cpu_before']:>8.2f}x"
+            if "cold-cpu-envbuild-before" in m
+            else ""
+        )
+        print(
+            f"{'':46}  {'cpu':<5}{m['cold-cpu-uv+import']:>16.1f}s"
+            f"{m['cold-cpu-envbuild']:>8.1f}s{q['cold_cpu']:>8.2f}x{cb}"
+        )
     return 0
 
 
