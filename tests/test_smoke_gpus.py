@@ -266,14 +266,14 @@ def test_allreduce_is_judged_against_the_gpu_links() -> None:
 FLA_LEAD_SCRIPT = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-import checks
-first = checks._fla_lead(wait=False)
+import smoke_fla
+first = smoke_fla._fla_lead(wait=False)
 print("lead" if first else "follow", flush=True)
 if sys.argv[2] == "hold":
     sys.stdin.readline()  # holds the lock until the test lets go
 else:
     t0 = time.monotonic()
-    checks._fla_lead(wait=True)  # waits for the leader, then goes on
+    smoke_fla._fla_lead(wait=True)  # waits for the leader, then goes on
     print(f"waited {time.monotonic() - t0:.1f}", flush=True)
 """
 

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -280,10 +281,14 @@ def run(args: SmokeArgs) -> int:
     from envbuild.fromlock.record import read_record, smoke_selection
     from envbuild.proof.smoke import run_smoke
     from envbuild.proof.smoke.gpus import select, visible_gpus
+    from envbuild.proof.smoke.smoke_early import process_started
 
+    # this process's moments ([name, time.time()]): where a run's seconds went on this side
+    parent: list[list[Any]] = [["process", process_started()], ["command", time.time()]]
     spec, paths, python = resolve_target(args)
     env = target_env(spec, paths)
     gpus = select(visible_gpus(env), args.gpus)
+    parent.append(["gpus listed", time.time()])
     if args.gpus is None and len(gpus) == 1 and not gpus[0].fake:
         gpus = []  # one GPU (or none): one worker, as CUDA sees the host
     regime = f"per-gpu {len(gpus)} workers" if gpus else "single-process"
@@ -320,7 +325,12 @@ def run(args: SmokeArgs) -> int:
         "environment": res.environment,
         "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
         "launch_regime": regime,
-        "timing": {"launched_at": res.started, "timeline": res.timeline},
+        "timing": {
+            "launched_at": res.started,
+            "timeline": res.timeline,
+            "parent": [*parent, *res.parent],
+            "early_cuda": res.early_cuda,
+        },
         "slow": res.slow,
         "slow_margin": args.slow_margin,
     }
@@ -335,6 +345,7 @@ def run(args: SmokeArgs) -> int:
     if chosen:
         payload["selection"] = chosen.to_json()
     receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
+    payload["timing"]["parent"].append(["output", time.time()])
     if args.json:
         doc: SmokeDocument = {
             "schema": "envbuild.smoke/1",

@@ -1,7 +1,8 @@
 """Kernel smoke tests: ``checks.py`` runs inside the target venv; this side launches it.
 
 The checks import torch and the CUDA extensions, so they run as a subprocess of the venv's
-interpreter (``<venv>/bin/python checks.py``); envbuild itself never imports torch. With GPUs,
+interpreter (``<venv>/bin/python checks.py``, with the ``smoke_*.py`` modules beside it);
+envbuild itself never imports torch. With GPUs,
 one such worker per GPU, all at once (``gpus.py``: which GPUs, the slow one, planted faults);
 their results are kept per GPU and merged (a check failed on any GPU failed).
 """
@@ -58,8 +59,12 @@ class SmokeResult:
     started: float = 0.0  # time.time() at the launch: with ``timeline``, where the seconds went
     # checks.py's phases: [name, time.time(), CPU s]
     timeline: list[Any] = field(default_factory=list)
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # per GPU: index, uuid, ok, checks...
+    # per GPU: index, uuid, ok, checks, its worker's timeline and early_cuda...
+    gpus: list[dict[str, Any]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)  # slow GPUs (gpus.slow_findings)
+    # this side's moments: the workers launched, the last one done ([name, time.time()])
+    parent: list[list[Any]] = field(default_factory=list)
+    early_cuda: dict[str, Any] = field(default_factory=dict)  # the lead worker's (smoke_early)
 
     @property
     def failed_gpus(self) -> list[dict[str, Any]]:
@@ -149,6 +154,7 @@ def run_smoke(
         if quick:
             argv.append("--quick")
         jobs: list[SmokeGPU | None] = [*gpus] if gpus else [None]
+        parent: list[list[Any]] = []
         loads = _start_loads(python, base, load_gpus(base, list(gpus)))
         outcomes: dict[int, _Outcome] = {}
         try:
@@ -175,8 +181,10 @@ def run_smoke(
                 )
             for t in threads:
                 t.start()
+            parent.append(["launched", time.time()])
             for t in threads:
                 t.join()
+            parent.append(["collected", time.time()])
         finally:
             for proc in loads:
                 proc.kill()
@@ -217,6 +225,8 @@ def run_smoke(
         timeline=lead.timeline,
         gpus=per_gpu,
         slow=slow,
+        parent=parent,
+        early_cuda=lead.early_cuda,
     )
 
 
@@ -248,6 +258,10 @@ class _Outcome:
     @property
     def timeline(self) -> list[Any]:
         return list((self.doc or {}).get("timeline", []))
+
+    @property
+    def early_cuda(self) -> dict[str, Any]:
+        return dict((self.doc or {}).get("early_cuda", {}))
 
     @property
     def ok(self) -> bool:
@@ -323,6 +337,8 @@ def _gpu_result(gpu: SmokeGPU, o: _Outcome) -> dict[str, Any]:
         "environment": o.environment,
         "checks": o.checks,
         "log": None if o.log_file is None else str(o.log_file),
+        "timeline": o.timeline,
+        "early_cuda": o.early_cuda,
     }
 
 
