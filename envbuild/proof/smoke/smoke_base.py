@@ -11,6 +11,7 @@ direction) before the comparison, so each check can be shown to fail on a wrong 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
 import math
 import os
@@ -197,10 +198,41 @@ def start_preimport(only: list[str]) -> None:
                 __import__(module)
             except Exception:  # noqa: BLE001 - the check that needs it reports the failure itself
                 return
+            if module == "triton":
+                key = threading.Thread(target=_triton_key, name="envbuild-triton-key", daemon=True)
+                key.start()
+                _KEYS.append(key)
 
     thread = threading.Thread(target=work, name="envbuild-preimport", daemon=True)
     thread.start()
     _PREIMPORT.append(thread)
+
+
+_KEYS: list[threading.Thread] = []
+
+
+def _triton_key() -> None:
+    """Triton's cache key (the hash of its compiler's sources and of ``libtriton.so``, hundreds
+    of megabytes: a few tenths of a second that every process pays once, before its first kernel
+    is found in the cache), computed while the other thread imports: file reads and hashlib's
+    updates run without the GIL. The function caches its answer, which the triton and
+    torch.compile checks then find."""
+    for where in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            fn = getattr(__import__(where, fromlist=["triton_key"]), "triton_key", None)
+        except Exception:  # noqa: BLE001 - another Triton: the check computes it itself
+            continue
+        if fn is not None:
+            with contextlib.suppress(Exception):
+                fn()
+            return
+
+
+def settle_keys() -> None:
+    """Wait for the cache key's thread (before a check that compiles or loads a Triton kernel:
+    two threads must not compute it at once)."""
+    while _KEYS:
+        _KEYS.pop().join()
 
 
 # ----------------------------------------------------------------------------- float64 references
