@@ -122,8 +122,14 @@ def phases(d, step):
         marks = [("bench", float(step["t0"]))] + sorted(par.items(), key=lambda kv: kv[1])
         out["parent"] = spans(marks, float(step["t1"]))
     workers = d.get("gpus") or [{"index": 0, "timeline": timing.get("timeline") or [],
-                                 "early_cuda": timing.get("early_cuda") or {}}]
+                                 "early_cuda": timing.get("early_cuda") or {},
+                                 "compile_part": timing.get("compile_part")}]
+    parts = []
     for g in workers:
+        parts.append((f"gpu{g['index']}", g))
+        if g.get("compile_part"):  # the torch.compile check's own process on that GPU
+            parts.append((f"gpu{g['index']}B", g["compile_part"]))
+    for who, g in parts:
         tl = g.get("timeline") or []
         if not tl:
             continue
@@ -133,10 +139,11 @@ def phases(d, step):
         if early.get("ready"):
             sp["early cuda"] = round(early["ready"] - early["began"], 3)
             sp["early cuda ready->start"] = round(early["ready"] - next(t for n, t, _ in tl if n == "start"), 3)
-        out[f"gpu{g['index']}"] = sp
+        out[who] = sp
     return out
 PHASE_COLS = ("launch->python", "python", "imports", "start", "cuda", "matmul", "sdpa", "triton",
-              "torch.compile", "result", "early cuda", "early cuda ready->start")
+              "torch.compile", "wait torch.compile", "result", "early cuda",
+              "early cuda ready->start")
 def phase_table(name, ph):
     for who, sp in ph.items():
         if who == "parent":

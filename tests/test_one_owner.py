@@ -298,6 +298,10 @@ OWN_SUBPROCESS = {
     "envbuild/proof/smoke/smoke_fla.py": (
         "standalone: runs in the target interpreter without envbuild (fla's compile processes)"
     ),
+    "envbuild/proof/smoke/smoke_part.py": (
+        "standalone: runs in the target interpreter without envbuild (the torch.compile check's"
+        " process)"
+    ),
     "envbuild/proof/smoke/__init__.py": (
         "the planted competing loads: children left running while "
         "the smoke workers run, stopped after them"

@@ -14,7 +14,15 @@ from envbuild.cli import main
 from envbuild.proof.smoke import describe, rate
 
 
-def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_smoke_cpu(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the torch.compile check in its own process, as on a GPU (smoke_part; unsplit, the CPU's
+    # default, in test_fromlock_smoke and the planted-fault tests)
+    monkeypatch.setenv("ENVBUILD_SMOKE_SPLIT", "1")
     code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--json"])
     out = capsys.readouterr().out
     doc = json.loads(out)
@@ -52,7 +60,13 @@ def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     # each check (no CUDA phase without a GPU), the result
     timing = doc["timing"]
     names = [n for n, _, _ in timing["timeline"]]
-    assert names == ["python", "imports", "start", *(c["name"] for c in doc["checks"]), "result"]
+    here = [c["name"] for c in doc["checks"] if c["name"] != "torch.compile"]
+    assert names == ["python", "imports", "start", *here, "wait torch.compile", "result"]
+    # the torch.compile process's own, and its result once, in the checks' order
+    part = [n for n, _, _ in timing["compile_part"]["timeline"]]
+    assert part == ["python", "imports", "start", "torch.compile", "result"]
+    assert [c["name"] for c in doc["checks"]][:4] == ["matmul", "sdpa", "triton", "torch.compile"]
+    assert not list(tmp_path.rglob("*.compile.json"))  # its result file was taken
     # no CUDA context opened early without a GPU; this side's moments, in order
     assert "ready" not in timing["early_cuda"]
     moments = [n for n, _ in timing["parent"]]
@@ -143,7 +157,7 @@ def test_checks_script_is_standalone() -> None:
     envbuild, and each is a module the script's folder on sys.path finds."""
     here = Path(__file__).parents[1] / "envbuild" / "proof" / "smoke"
     worker = [here / "checks.py", *sorted(here.glob("smoke_*.py"))]
-    assert len(worker) == 6
+    assert len(worker) == 7
     for path in worker:
         text = path.read_text()
         assert "import envbuild" not in text and "from envbuild" not in text, path

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from envbuild.proof.smoke.gpus import (
     narrow,
     parse_gpu_list,
     parse_query,
+    proc_gpus,
     slow_findings,
     worker_env,
 )
@@ -322,3 +324,65 @@ def test_one_worker_compiles_fla_and_the_others_wait(torch_venv: Path, tmp_path:
         timeout=120,
     )
     assert alone.stdout.split()[0] == "lead"  # nobody else: it leads
+
+
+def test_the_compile_check_goes_to_its_own_process_on_a_gpu(tmp_path: Path) -> None:
+    """smoke_part: where a GPU is there, the torch.compile check runs in a second process, unless
+    it is not asked for or is all there is to do; its result file is read when it is there, and
+    a process that ends without one fails the check, saying so."""
+    from envbuild.proof.smoke import smoke_part
+
+    out = ["--out", str(tmp_path / "r.json")]
+    on = {"ENVBUILD_SMOKE_SPLIT": "1"}
+    assert smoke_part.wanted(out, on) and smoke_part.wanted(
+        [*out, "--only", "torch.compile", "--only", "matmul"], on
+    )
+    assert not smoke_part.wanted([*out, "--only", "torch.compile"], on)  # nothing else to do
+    assert not smoke_part.wanted([*out, "--only", "matmul"], on)
+    assert not smoke_part.wanted(out, {**on, "ENVBUILD_SMOKE_PART": "torch.compile"})  # itself
+    assert not smoke_part.wanted(out, {"ENVBUILD_SMOKE_SPLIT": "0"})
+    assert not smoke_part.wanted(out, {"CUDA_VISIBLE_DEVICES": ""})  # no GPU: the worker's own
+    assert not smoke_part.wanted(["--fla-part", "0", "2"], on)
+
+    result = tmp_path / "r.json.compile.json"
+    doc = {"checks": [{"name": "torch.compile", "verdict": "pass"}], "timeline": []}
+    write = f"import json, sys; json.dump({doc!r}, open(sys.argv[1], 'w'))"
+    wrote = smoke_part.Part(
+        subprocess.Popen([sys.executable, "-c", write, str(result)]), str(result)
+    )
+    assert wrote.collect() == doc and not result.exists()
+    wrote.proc.wait()
+    lost = smoke_part.Part(
+        subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]), str(result)
+    )
+    failed = lost.collect()
+    assert failed["lost"] is True and failed["checks"][0]["verdict"] == "fail"
+    assert "exited with 3 before writing a result" in failed["checks"][0]["reason"]
+
+
+def test_gpus_are_listed_from_the_driver_without_nvidia_smi(tmp_path: Path) -> None:
+    """/proc/driver/nvidia/gpus as the driver writes it (2x H200 of bench/gpu_smoke_all.sh): the
+    GPUs in PCI bus order with nvidia-smi's bus ids, only those whose device node this process
+    may open; a folder missing a field is not trusted (None: nvidia-smi then)."""
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    dev.mkdir()
+    for minor, (bus, uuid) in enumerate(
+        [("0000:00:07.0", "GPU-e318d76f-fd28"), ("0000:00:06.0", "GPU-c3625819-ef1f")]
+    ):
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nGPU UUID: \t {uuid}\n"
+            f"Bus Location: \t {bus}\nDevice Minor: \t {1 - minor}\nGPU Excluded:\t No\n"
+        )
+        (dev / f"nvidia{1 - minor}").write_text("")
+    gpus = proc_gpus(proc, dev)
+    assert gpus is not None
+    assert [(g.index, g.uuid, g.bus_id, g.name) for g in gpus] == [
+        (0, "GPU-c3625819-ef1f", "00000000:00:06.0", "NVIDIA H200"),
+        (1, "GPU-e318d76f-fd28", "00000000:00:07.0", "NVIDIA H200"),
+    ]
+    (dev / "nvidia0").unlink()  # a GPU of the host that this container was not given
+    assert [g.uuid for g in proc_gpus(proc, dev) or []] == ["GPU-e318d76f-fd28"]
+    info = proc / "0000:00:06.0" / "information"
+    info.write_text(info.read_text().replace("GPU UUID", "GPU Id"))
+    assert proc_gpus(proc, dev) is None and proc_gpus(tmp_path / "none", dev) is None

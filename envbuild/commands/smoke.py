@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         ReceiptKind,
         ReceiptPayload,
         SmokePayload,
+        SmokeTimingJSON,
         SoftwareJSON,
     )
     from envbuild.proof.smoke import SmokeResult
@@ -319,18 +320,21 @@ def run(args: SmokeArgs) -> int:
         gpus=gpus,
         slow_margin=args.slow_margin,
     )
+    timing: SmokeTimingJSON = {
+        "launched_at": res.started,
+        "timeline": res.timeline,
+        "parent": [*parent, *res.parent],
+        "early_cuda": res.early_cuda,
+    }
+    if res.compile_part:
+        timing["compile_part"] = res.compile_part
     payload: SmokePayload = {
         "ok": res.ok,
         "seconds": res.seconds,
         "environment": res.environment,
         "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
         "launch_regime": regime,
-        "timing": {
-            "launched_at": res.started,
-            "timeline": res.timeline,
-            "parent": [*parent, *res.parent],
-            "early_cuda": res.early_cuda,
-        },
+        "timing": timing,
         "slow": res.slow,
         "slow_margin": args.slow_margin,
     }
@@ -345,7 +349,7 @@ def run(args: SmokeArgs) -> int:
     if chosen:
         payload["selection"] = chosen.to_json()
     receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
-    payload["timing"]["parent"].append(["output", time.time()])
+    timing["parent"].append(["output", time.time()])
     if args.json:
         doc: SmokeDocument = {
             "schema": "envbuild.smoke/1",

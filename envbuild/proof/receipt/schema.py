@@ -144,6 +144,9 @@ class SmokeTimingJSON(_SmokeTiming, total=False):
     # the (first) worker's CUDA context and NVML, opened during its imports: began, ready,
     # nvml_ready (times), or error
     early_cuda: dict[str, Any]
+    # on a GPU, the torch.compile check's own process beside the worker: its timeline,
+    # early_cuda, seconds, lost (true: it wrote no result)
+    compile_part: dict[str, Any]
 
 
 class SmokeSelectionJSON(TypedDict):
@@ -183,6 +186,7 @@ class SmokeGpuJSON(_SmokeGpu, total=False):
 
     timeline: list[list[str | float]]  # its worker's phases, as `timing.timeline`
     early_cuda: dict[str, Any]  # its worker's early CUDA context, as `timing.early_cuda`
+    compile_part: dict[str, Any]  # its worker's torch.compile process, as `timing.compile_part`
 
 
 class SmokePayload(_SmokePayload, total=False):

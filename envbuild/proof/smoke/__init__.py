@@ -65,6 +65,8 @@ class SmokeResult:
     # this side's moments: the workers launched, the last one done ([name, time.time()])
     parent: list[list[Any]] = field(default_factory=list)
     early_cuda: dict[str, Any] = field(default_factory=dict)  # the lead worker's (smoke_early)
+    # the lead worker's torch.compile process (smoke_part): its timeline, early_cuda, seconds
+    compile_part: dict[str, Any] | None = None
 
     @property
     def failed_gpus(self) -> list[dict[str, Any]]:
@@ -227,6 +229,7 @@ def run_smoke(
         slow=slow,
         parent=parent,
         early_cuda=lead.early_cuda,
+        compile_part=lead.compile_part,
     )
 
 
@@ -262,6 +265,11 @@ class _Outcome:
     @property
     def early_cuda(self) -> dict[str, Any]:
         return dict((self.doc or {}).get("early_cuda", {}))
+
+    @property
+    def compile_part(self) -> dict[str, Any] | None:
+        part = (self.doc or {}).get("compile_part")
+        return dict(part) if isinstance(part, dict) else None
 
     @property
     def ok(self) -> bool:
@@ -339,6 +347,7 @@ def _gpu_result(gpu: SmokeGPU, o: _Outcome) -> dict[str, Any]:
         "log": None if o.log_file is None else str(o.log_file),
         "timeline": o.timeline,
         "early_cuda": o.early_cuda,
+        **({"compile_part": o.compile_part} if o.compile_part else {}),
     }
 
 

@@ -5,7 +5,8 @@ Every check computes a result with the kernel under test and a reference compute
 reports the relative error, the tolerance, the time and a verdict: pass / fail / skip (with the
 reason). The work lives in the modules beside this script, imported from its folder (put on
 ``sys.path`` here, whatever ``-P`` or ``PYTHONSAFEPATH`` say): ``smoke_early`` (the CUDA context
-and NVML opened on a thread before ``import torch``, by ctypes), ``smoke_base`` (tolerances, the
+and NVML opened on a thread before ``import torch``, by ctypes), ``smoke_part`` (the
+torch.compile check in a process of its own, started here too), ``smoke_base`` (tolerances, the
 comparison, the planted wrong answer, timing, the float64 references), ``smoke_kernels`` (the
 checks), ``smoke_fla`` (fla's check and its compile processes) and ``smoke_main`` (the run).
 
@@ -23,13 +24,16 @@ if __name__ == "__main__":
     if here not in sys.path:
         sys.path.insert(0, here)
     import smoke_early
+    import smoke_part
 
     smoke_early.start()  # the CUDA context opens while the next line imports torch
+    part = smoke_part.start(os.path.abspath(__file__), sys.argv[1:])  # torch.compile's process
     from smoke_main import main
 
-    code = main(entered=entered)
+    code = main(entered=entered, part=part)
     # The result is written and flushed: leave without the interpreter's teardown, which frees
     # torch's, dynamo's and inductor's objects one by one (over a CPU second; bench/README.md).
     sys.stdout.flush()
     sys.stderr.flush()
+    smoke_part.release_output()
     os._exit(code)

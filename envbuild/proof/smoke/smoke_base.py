@@ -184,16 +184,21 @@ def settle_imports() -> None:
         _PREIMPORT.pop().join()
 
 
-def start_preimport(only: list[str]) -> None:
+def start_preimport(only: list[str], compile_here: bool = True) -> None:
     """On a GPU, import what the triton and torch.compile checks need (about a second) on a thread
     while the main thread starts CUDA and checks the matmul's answer; ``settle_imports`` waits for
-    it before the timed products and before the next check, so nothing else imports meanwhile."""
-    wanted = not only or bool({"triton", "torch.compile"} & set(only))
+    it before the timed products and before the next check, so nothing else imports meanwhile.
+    ``compile_here`` False: the torch.compile check runs in another process (``smoke_part``)."""
+    wanted = {"triton", "torch.compile"} if compile_here else {"triton"}
+    if only:
+        wanted &= set(only)
     if os.environ.get(PREIMPORT_ENV) == "0" or not wanted or not torch.cuda.is_available():
         return
+    # torch.compile's in another process (smoke_part): triton's alone here
+    modules = PREIMPORT_MODULES if "torch.compile" in wanted else PREIMPORT_MODULES[:2]
 
     def work() -> None:
-        for module in PREIMPORT_MODULES:
+        for module in modules:
             try:
                 __import__(module)
             except Exception:  # noqa: BLE001 - the check that needs it reports the failure itself

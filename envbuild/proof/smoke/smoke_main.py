@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import smoke_early
+import smoke_part
 import torch
 from smoke_base import (
     PERTURB_ENV,
@@ -159,6 +160,17 @@ def run_one(name: str, fn: Callable[[bool], Result], quick: bool) -> Result:
     return res
 
 
+def merge_part(results: list[Result], other: dict[str, Any]) -> list[Result]:
+    """This process's results with the torch.compile process's, in the checks' order (the
+    imports last); a lost one (no result) is printed here, since its process printed none."""
+    order = {name: i for i, name in enumerate(CHECKS)}
+    theirs = list(other.get("checks", []))
+    if other.get("lost"):
+        for res in theirs:
+            print("ENVBUILD_SMOKE " + json.dumps(res), flush=True)
+    return sorted([*results, *theirs], key=lambda r: order.get(str(r.get("name")), len(order)))
+
+
 def start_cuda() -> None:
     """torch's CUDA state, the allocator and the cuBLAS handle, before the first check: its own
     phase of the timeline (the context itself was opened by ``smoke_early`` during the imports)."""
@@ -168,8 +180,13 @@ def start_cuda() -> None:
     sync()
 
 
-def main(argv: list[str] | None = None, entered: tuple[float, float] | None = None) -> int:
-    """The run (``entered``: when ``checks.py`` began, time.time() and CPU seconds)."""
+def main(
+    argv: list[str] | None = None,
+    entered: tuple[float, float] | None = None,
+    part: smoke_part.Part | None = None,
+) -> int:
+    """The run (``entered``: when ``checks.py`` began, time.time() and CPU seconds; ``part``: the
+    process running the torch.compile check, whose result joins this one's)."""
     # each phase, the time.time() it began and this process's CPU seconds by then: where the run's
     # seconds went (bench/bench_rerun.py, bench/gpu_smoke_all.sh): the interpreter's start, the
     # imports (torch's, while smoke_early opens the CUDA context), then CUDA and each check
@@ -208,9 +225,10 @@ def main(argv: list[str] | None = None, entered: tuple[float, float] | None = No
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # one small graph: no worker pool
     t0 = time.perf_counter()
     results = []
+    compiled: dict[str, Any] | None = None  # the torch.compile process's timeline
     if not args.only or "fla" in args.only:
         start_fla_precompile()
-    start_preimport(args.only)
+    start_preimport(args.only, compile_here=part is None)
     try:
         if torch.cuda.is_available() and [n for n in CHECKS if not args.only or n in args.only]:
             timeline.append(("cuda", time.time(), time.process_time()))
@@ -218,7 +236,7 @@ def main(argv: list[str] | None = None, entered: tuple[float, float] | None = No
             with contextlib.suppress(Exception):
                 start_cuda()
         for name, fn in CHECKS.items():
-            if args.only and name not in args.only:
+            if args.only and name not in args.only or part is not None and name == smoke_part.CHECK:
                 continue
             if name != "matmul":
                 settle_imports()  # only the matmul's start overlaps them: one importer at once
@@ -238,10 +256,18 @@ def main(argv: list[str] | None = None, entered: tuple[float, float] | None = No
                 "ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}),
                 flush=True,
             )
+        if part is not None:
+            timeline.append((f"wait {smoke_part.CHECK}", time.time(), time.process_time()))
+            other = part.collect()
+            part = None
+            results = merge_part(results, other)
+            compiled = {k: other.get(k) for k in ("timeline", "early_cuda", "seconds", "lost")}
     finally:
         # the fla check did not run (or not to its end): no compile outlives the run
         for proc in _FLA_PARTS:
             proc.kill()
+        if part is not None:
+            part.stop()
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
     timeline.append(("result", time.time(), time.process_time()))
@@ -253,6 +279,8 @@ def main(argv: list[str] | None = None, entered: tuple[float, float] | None = No
         "timeline": timeline,
         "early_cuda": smoke_early.summary(),
     }
+    if compiled is not None:
+        doc["compile_part"] = compiled
     tmp = f"{args.out}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
