@@ -128,12 +128,20 @@ def phases(d, step):
     for g in workers:
         parts.append((f"gpu{g['index']}", g))
         if g.get("compile_part"):  # the torch.compile check's own process on that GPU
-            parts.append((f"gpu{g['index']}B", g["compile_part"]))
+            read = [t for n, t, _ in g.get("timeline") or [] if n == "result"]
+            parts.append((f"gpu{g['index']}B", {**g["compile_part"], "_end": read[0] if read else None}))
     for who, g in parts:
         tl = g.get("timeline") or []
         if not tl:
             continue
-        sp = spans(tl, par.get("collected", tl[-1][1]))
+        # a worker's last phase ends when smoke had its exit (launched + its seconds), the
+        # torch.compile process's when the worker read its result (its exit overlaps)
+        end = par.get("collected", tl[-1][1])
+        if "seconds" in g and "launched" in par and "uuid" in g:
+            end = par["launched"] + g["seconds"]
+        elif g.get("_end"):
+            end = g["_end"]
+        sp = spans(tl, end)
         sp["launch->python"] = round(tl[0][1] - par.get("launched", tl[0][1]), 3)
         early = g.get("early_cuda") or {}
         if early.get("ready"):
@@ -142,7 +150,7 @@ def phases(d, step):
         out[who] = sp
     return out
 PHASE_COLS = ("launch->python", "python", "imports", "start", "cuda", "matmul", "sdpa", "triton",
-              "torch.compile", "wait torch.compile", "result", "early cuda",
+              "torch.compile", "wait torch.compile", "result", "write", "early cuda",
               "early cuda ready->start")
 def phase_table(name, ph):
     for who, sp in ph.items():

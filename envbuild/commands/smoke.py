@@ -29,6 +29,7 @@ from envbuild.commands.common import (
     add_root_arg,
     add_stack_args,
     find_environment,
+    lock_recorded,
     path_arg,
     seconds_arg,
 )
@@ -279,7 +280,6 @@ def _margin_arg(text: str) -> float | None:
 
 
 def run(args: SmokeArgs) -> int:
-    from envbuild.fromlock.record import read_record, smoke_selection
     from envbuild.proof.smoke import run_smoke
     from envbuild.proof.smoke.gpus import select, visible_gpus
     from envbuild.proof.smoke.smoke_early import process_started
@@ -298,8 +298,15 @@ def run(args: SmokeArgs) -> int:
     only: tuple[str, ...] = tuple(args.only)
     imports: tuple[str, ...] = ()
     chosen = None
-    lock = read_record(python.parent.parent)
-    if lock is not None and not only:  # provisioned from a lock: the checks of what it installed
+    # provisioned from a lock: the checks of what it installed (envbuild.fromlock, a tenth of a
+    # second of imports, only for a venv whose record has a lock section)
+    if not only and lock_recorded(python.parent.parent):
+        from envbuild.fromlock.record import read_record, smoke_selection
+
+        lock = read_record(python.parent.parent)
+    else:
+        lock = None
+    if lock is not None:
         chosen = smoke_selection(lock)
         only, imports = chosen.only, chosen.imports
         events.emit(

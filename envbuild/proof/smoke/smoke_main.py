@@ -271,8 +271,10 @@ def main(
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
     timeline.append(("result", time.time(), time.process_time()))
+    env = environment()
+    timeline.append(("write", time.time(), time.process_time()))  # then its exit: CUDA's teardown
     doc = {
-        "environment": environment(),
+        "environment": env,
         "checks": results,
         "seconds": time.perf_counter() - t0,
         "ok": not any(r["verdict"] == "fail" for r in results),
