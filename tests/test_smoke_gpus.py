@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from envbuild import events
 from envbuild.cli import main
 from envbuild.proof.diststep import topology
 from envbuild.proof.smoke.gpus import (
@@ -386,3 +387,47 @@ def test_gpus_are_listed_from_the_driver_without_nvidia_smi(tmp_path: Path) -> N
     info = proc / "0000:00:06.0" / "information"
     info.write_text(info.read_text().replace("GPU UUID", "GPU Id"))
     assert proc_gpus(proc, dev) is None and proc_gpus(tmp_path / "none", dev) is None
+
+
+def test_provision_warm_kernels_compiles_on_one_gpu_and_nothing_without_one(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``provision --warm-kernels`` (commands.smoke.warm_after_provision): the compile checks on
+    the first GPU only, with the data root's caches; a failed one is a warning, not a failed
+    provision; no GPU: nothing runs. (sdpa stands in for the compile checks: quick on CPU.)"""
+    from envbuild.commands.parser import build_parser
+    from envbuild.commands.smoke import target_env, warm_after_provision
+    from envbuild.layout import Paths
+    from envbuild.proof.smoke.warm import warm_kernels
+    from envbuild.spec.stack import load_spec
+
+    spec = load_spec(Path(__file__).parents[1] / "lockfiles" / "cpu" / "stack.toml")
+    paths = Paths(root=tmp_path / "root")
+    python = torch_venv / "bin" / "python"
+    monkeypatch.setenv("ENVBUILD_SMOKE_FAKE_GPUS", "3")
+    env = target_env(spec, paths)
+    assert env["TRITON_CACHE_DIR"] == str(paths.cache / "triton")  # the root's, as smoke's
+    warmed = warm_kernels(python, env, checks=("sdpa",))
+    assert warmed.gpu is not None and warmed.gpu.index == 0 and warmed.compiled == ["sdpa"]
+    assert warmed.to_json()["failed"] == [] and warmed.skipped is None
+    monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB", "sdpa")
+    bad = warm_kernels(python, target_env(spec, paths), checks=("sdpa",))
+    assert [r["name"] for r in bad.failed] == ["sdpa"] and bad.compiled == []
+    # a lock whose smoke runs none of them, and a host without a GPU: nothing runs
+    none = warm_kernels(python, env, selection=("matmul",))
+    assert none.checks == () and none.skipped and none.seconds == 0.0
+    monkeypatch.delenv("ENVBUILD_SMOKE_FAKE_GPUS")
+    monkeypatch.setenv("ENVBUILD_SMOKE_PROC_GPUS", str(tmp_path / "no-driver"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
+    said: list[events.Event] = []
+    with events.sink(said.append):
+        doc = warm_after_provision(spec, paths, torch_venv)
+    assert doc["skipped"] == "no GPU visible: nothing to compile for" and doc["compiled"] == []
+    assert [e.message for e in said] == [
+        "--warm-kernels: nothing compiled (no GPU visible: nothing to compile for)"
+    ]
+    args = build_parser("provision").parse_args(["provision", "--warm-kernels"])
+    assert args.warm_kernels is True
+    assert build_parser("provision").parse_args(["provision"]).warm_kernels is False

@@ -206,6 +206,59 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
     return env
 
 
+def add_warm_arg(p: argparse.ArgumentParser) -> None:
+    """``provision --warm-kernels`` (``provision`` and ``provision --lock``)."""
+    p.add_argument(
+        "--warm-kernels",
+        action="store_true",
+        help=(
+            "after the provision, on a host with a GPU: compile the stack's kernels (Triton, "
+            "torch.compile, fla, flash-attn 4) into the data root's caches on one GPU, so the "
+            "first smoke on every GPU finds them (the compile moves here; without a GPU: nothing)"
+        ),
+    )
+
+
+def warm_after_provision(
+    spec: StackSpec, paths: Paths, venv: Path, selection: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """``--warm-kernels``: the kernel checks that compile, run once in ``venv`` with the
+    environment smoke gives its workers (``proof.smoke.warm``); said in a line, never a failure
+    of the provision (a check that fails is smoke's to report: a warning here)."""
+    from envbuild.errors import EnvbuildError
+    from envbuild.proof.smoke.warm import warm_kernels
+
+    try:
+        warmed = warm_kernels(
+            venv / "bin" / "python",
+            target_env(spec, paths),
+            selection=selection,
+            log_file=log_path(paths, "warm-kernels.log"),
+        )
+    except EnvbuildError as exc:
+        events.emit("warn", f"--warm-kernels: the kernel checks did not run: {exc.message}")
+        return {"error": exc.message}
+    doc = warmed.to_json()
+    if warmed.skipped:
+        events.emit("info", f"--warm-kernels: nothing compiled ({warmed.skipped})")
+    elif warmed.failed:
+        names = ", ".join(str(r.get("name")) for r in warmed.failed)
+        events.emit(
+            "warn",
+            f"--warm-kernels: {names} failed on {warmed.gpu.describe() if warmed.gpu else 'CPU'}; "
+            "`envbuild smoke` says why",
+        )
+    else:
+        where = warmed.gpu.label if warmed.gpu else "CPU"
+        events.emit(
+            "ok",
+            f"kernel caches warmed on {where} in {warmed.seconds:.1f} s: "
+            f"{', '.join(warmed.compiled) or 'nothing to compile (those packages are absent)'}"
+            f" (under {paths.cache})",
+        )
+    return doc
+
+
 def register(sub: Subparsers) -> None:
     from envbuild.proof.smoke import CHECK_NAMES
 
