@@ -6,13 +6,14 @@
 # Steps (each one's JSON, exit status and wall time; a table at the end, then the warm runs'
 # phases per GPU, and $OUT/summary.json with every step's per-GPU results and phases):
 #   probe    what a warm run's parts cost alone: nvidia-smi's query, /proc's GPU list, the CLI's
-#            start, `import torch`, a CUDA context by ctypes
+#            start
 #   cold1    --gpus 0 alone, empty Triton/inductor caches under a fresh data root
 #   cold     every GPU, empty caches under another fresh data root: N GPUs compile once
 #   warm     every GPU again: the caches the first one left (three times; warmR with the receipt,
-#            as `envbuild smoke` runs by default; warmE0 with ENVBUILD_SMOKE_EARLY_CUDA=0: CUDA
+#            as `envbuild smoke` runs by default; warmP with ENVBUILD_SMOKE_SPLIT=0: torch.compile
+#            in the worker, no process of its own; warmE0 with ENVBUILD_SMOKE_EARLY_CUDA=0: CUDA
 #            started after the imports; warmS with ENVBUILD_SMOKE_PROC_GPUS=-: the GPUs from
-#            nvidia-smi; warm0 with ENVBUILD_SMOKE_PREIMPORT=0: no import thread)
+#            nvidia-smi)
 #   one      --gpus 0 alone, warm: what N GPUs cost over one
 #   wrong    ENVBUILD_SMOKE_PERTURB_GPUS=1: GPU 1's answers perturbed: exit 7 naming GPU 1 only
 #   slow     ENVBUILD_SMOKE_LOAD_GPUS=1: a competing matmul loop on GPU 1: exit 7, GPU 1 slow
@@ -39,20 +40,18 @@ echo "== probe"
       --format=csv,noheader,nounits > /dev/null
   done
   head -20 /proc/driver/nvidia/gpus/*/information 2>&1 | head -24
-  "$PY" -c 'import time; t = time.perf_counter()
-from envbuild.proof.smoke.gpus import proc_gpus, visible_gpus; from pathlib import Path
+  "$PY" -c 'import time; from envbuild.proof.smoke.gpus import proc_gpus, visible_gpus
+from pathlib import Path; t = time.perf_counter()
 p = proc_gpus(Path("/proc/driver/nvidia/gpus")); t1 = time.perf_counter()
 import os; s = visible_gpus({**os.environ, "ENVBUILD_SMOKE_PROC_GPUS": "-"}); t2 = time.perf_counter()
 print(f"proc_gpus {1e3 * (t1 - t):.2f} ms, nvidia-smi {1e3 * (t2 - t1):.0f} ms, same: {p == s}")
 print(p)'
   for i in 1 2; do /usr/bin/time -f "envbuild --help %e s" "${EB[@]}" smoke --help > /dev/null; done
-  for i in 1 2; do /usr/bin/time -f "import torch %e s" "$PY" -c "import torch"; done
-  for i in 1 2; do
-    CUDA_VISIBLE_DEVICES=$(sed -n 1p "$R/gpus.txt" | cut -d, -f3 | tr -d ' ') "$PY" -c 'import ctypes, time
-t = time.perf_counter(); c = ctypes.CDLL("libcuda.so.1"); c.cuInit(0); t1 = time.perf_counter()
-d, x = ctypes.c_int(), ctypes.c_void_p(); c.cuDeviceGet(ctypes.byref(d), 0)
-c.cuDevicePrimaryCtxRetain(ctypes.byref(x), d); t2 = time.perf_counter()
-print(f"cuInit {t1 - t:.3f} s, primary context {t2 - t1:.3f} s")'
+  for gc in on off; do  # the torch.compile process's imports, with the cyclic GC and without
+    "$PY" -c "import gc, time; t = time.perf_counter(); c = time.process_time()
+gc.disable() if '$gc' == 'off' else None
+import torch, torch._dynamo, torch._inductor.compile_fx, triton
+print('imports with gc $gc: %.2f s, %.2f CPU s' % (time.perf_counter() - t, time.process_time() - c))"
   done
 } 2>&1 | tee "$R/probe.txt"
 
@@ -73,12 +72,11 @@ step() {  # step NAME [ENV=...] -- ARGS: envbuild with ARGS, JSON to $OUT/NAME.j
 step cold1 -- smoke --python "$PY" --profile gpu-base-cu130 --root "$R/root1" --no-receipt --gpus 0
 step cold -- smoke "${COMMON[@]}"
 step warm -- smoke "${COMMON[@]}" --no-receipt
-step warmE0 ENVBUILD_SMOKE_EARLY_CUDA=0 -- smoke "${COMMON[@]}" --no-receipt
+step warmP ENVBUILD_SMOKE_SPLIT=0 -- smoke "${COMMON[@]}" --no-receipt
 step warmb -- smoke "${COMMON[@]}" --no-receipt
-step warmS ENVBUILD_SMOKE_PROC_GPUS=- -- smoke "${COMMON[@]}" --no-receipt
-step warmE0b ENVBUILD_SMOKE_EARLY_CUDA=0 -- smoke "${COMMON[@]}" --no-receipt
+step warmE0 ENVBUILD_SMOKE_EARLY_CUDA=0 -- smoke "${COMMON[@]}" --no-receipt
 step warmc -- smoke "${COMMON[@]}" --no-receipt
-step warm0 ENVBUILD_SMOKE_PREIMPORT=0 -- smoke "${COMMON[@]}" --no-receipt
+step warmS ENVBUILD_SMOKE_PROC_GPUS=- -- smoke "${COMMON[@]}" --no-receipt
 step warmR -- smoke "${COMMON[@]}"
 step one -- smoke "${COMMON[@]}" --no-receipt --gpus 0
 if [ "$NGPU" -ge 2 ]; then
@@ -150,7 +148,7 @@ def phases(d, step):
         out[who] = sp
     return out
 PHASE_COLS = ("launch->python", "python", "imports", "start", "cuda", "matmul", "sdpa", "triton",
-              "torch.compile", "wait torch.compile", "result", "write", "early cuda",
+              "torch.compile", "environment", "wait torch.compile", "result", "early cuda",
               "early cuda ready->start")
 def phase_table(name, ph):
     for who, sp in ph.items():
@@ -163,8 +161,8 @@ def phase_table(name, ph):
 print(f"\n{'step':8} {'exit':>4} {'wall s':>7} {'smoke s':>7}  per GPU (matmul TFLOP/s, failed checks)  slow")
 summary = {"gpus": (out / "gpus.txt").read_text().strip().splitlines(),
            "topology": (out / "topo.txt").read_text().splitlines()[:12], "steps": {}}
-SMOKES = ("cold1", "cold", "warm", "warmE0", "warmb", "warmS", "warmE0b", "warmc", "warm0", "warmR",
-          "one", "wrong", "slow")
+SMOKES = ("cold1", "cold", "warm", "warmP", "warmb", "warmE0", "warmc", "warmS", "warmR", "one",
+          "wrong", "slow")
 for name in SMOKES:
     if name not in steps:
         continue
@@ -188,7 +186,12 @@ for name in SMOKES:
                                            "checks": {c["name"]: {k: c.get(k) for k in ("verdict", "rel_err", "tflops", "seconds", "nvml")}
                                                       for c in g["checks"]}} for g in d.get("gpus", [])],
                               "slow": d.get("slow"), "failed": [c.get("failed_gpus") for c in d.get("checks", []) if c.get("failed_gpus")],
-                              "phases": phases(d, steps[name])}
+                              "phases": phases(d, steps[name]),
+                              "timing": d.get("timing"),
+                              "timelines": {g["index"]: {"timeline": g.get("timeline"),
+                                                         "early_cuda": g.get("early_cuda"),
+                                                         "compile_part": g.get("compile_part")}
+                                            for g in d.get("gpus", [])}}
 for name in ("dist", "agent0", "agent1"):
     if name not in steps:
         continue

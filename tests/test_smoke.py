@@ -61,10 +61,18 @@ def test_smoke_cpu(
     timing = doc["timing"]
     names = [n for n, _, _ in timing["timeline"]]
     here = [c["name"] for c in doc["checks"] if c["name"] != "torch.compile"]
-    assert names == ["python", "imports", "start", *here, "wait torch.compile", "result", "write"]
+    assert names == [
+        "python",
+        "imports",
+        "start",
+        *here,
+        "environment",
+        "wait torch.compile",
+        "result",
+    ]
     # the torch.compile process's own, and its result once, in the checks' order
     part = [n for n, _, _ in timing["compile_part"]["timeline"]]
-    assert part == ["python", "imports", "start", "torch.compile", "result", "write"]
+    assert part == ["python", "imports", "start", "torch.compile", "environment", "result"]
     assert [c["name"] for c in doc["checks"]][:4] == ["matmul", "sdpa", "triton", "torch.compile"]
     assert not list(tmp_path.rglob("*.compile.json"))  # its result file was taken
     # no CUDA context opened early without a GPU; this side's moments, in order

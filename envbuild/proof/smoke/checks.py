@@ -14,12 +14,16 @@ Usage: python checks.py --out result.json [--only NAME ...] [--import DIST ...] 
 Prints one ``ENVBUILD_SMOKE {json}`` line per check; exit 0 when nothing failed, 1 otherwise.
 """
 
+import gc
 import os
 import sys
 import time
 
 if __name__ == "__main__":
     entered = (time.time(), time.process_time())
+    # No cyclic garbage collection in this short process: the imports (torch, then dynamo,
+    # inductor and Triton: about a million objects, no garbage) ran about 20% longer with it
+    gc.disable()
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)

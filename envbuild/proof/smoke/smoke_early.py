@@ -91,6 +91,23 @@ def _open() -> None:
         _DONE.set()
 
 
+def release_context() -> None:
+    """Destroy the GPU's primary context (the worker is done with the GPU; nothing touches CUDA
+    after this): its teardown, which the process's exit would otherwise wait for, happens now.
+    A no-op where the early thread opened none."""
+    if "began" not in STATE or not _DONE.wait(timeout=60) or "ready" not in STATE:
+        return
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        dev = ctypes.c_int()
+        if cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0:
+            began = time.time()
+            cuda.cuDevicePrimaryCtxReset(dev)
+            STATE["released"] = [began, time.time()]
+    except OSError:
+        pass
+
+
 def summary() -> dict[str, Any]:
     """What the early thread did, for the result (times as ``time.time()``)."""
     return {k: v for k, v in STATE.items() if k != "nvml"}

@@ -256,8 +256,14 @@ def main(
                 "ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}),
                 flush=True,
             )
+        timeline.append(("environment", time.time(), time.process_time()))
+        # the torch.compile process's result carries no environment: the worker's is the GPU's
+        env = {} if os.environ.get(smoke_part.PART_ENV) else environment()
         if part is not None:
             timeline.append((f"wait {smoke_part.CHECK}", time.time(), time.process_time()))
+            # done with the GPU: the CUDA context's teardown, which the process's exit would
+            # wait for, now, while the other process works
+            smoke_early.release_context()
             other = part.collect()
             part = None
             results = merge_part(results, other)
@@ -270,9 +276,7 @@ def main(
             part.stop()
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
-    timeline.append(("result", time.time(), time.process_time()))
-    env = environment()
-    timeline.append(("write", time.time(), time.process_time()))  # then its exit: CUDA's teardown
+    timeline.append(("result", time.time(), time.process_time()))  # then its exit
     doc = {
         "environment": env,
         "checks": results,
