@@ -202,6 +202,8 @@ def test_the_slow_gpu_is_named_and_healthy_spread_is_not() -> None:
         "throttle_reasons": ["hw_thermal_slowdown"],
         "temperature_c": 91.0,
         "power_w": 402.0,
+        "processes": 3,
+        "own_processes": 2,
     }
     rates = [
         (_gpu(0), _matmul(780.0)),
@@ -215,6 +217,7 @@ def test_the_slow_gpu_is_named_and_healthy_spread_is_not() -> None:
     text = describe_finding(found[0])
     assert "GPU 2 (GPU-2, PCI 00000000:02:00.0) is slow: matmul 401 TFLOP/s, 49% below" in text
     assert "SM clock 1110 of 1980 MHz" in text and "hw_thermal_slowdown" in text
+    assert "3 compute processes on it (2 of them this smoke's)" in text
     # two GPUs: the slow one against the other; the fast one is not "below" anything
     two = slow_findings([(_gpu(0), _matmul(785.0)), (_gpu(1), _matmul(354.0))], 0.10)
     assert [f["index"] for f in two] == [1]

@@ -321,7 +321,11 @@ def describe_finding(f: Mapping[str, Any]) -> str:
             if nvml.get(key) is not None:
                 parts.append(f"{key.split('_')[0]} {nvml[key]:.0f}{unit}")
         if nvml.get("processes") is not None:
-            parts.append(f"{nvml['processes']} compute processes on it")
+            own = nvml.get("own_processes")
+            parts.append(
+                f"{nvml['processes']} compute processes on it"
+                + (f" ({own} of them this smoke's)" if own else "")
+            )
         if parts:
             text += " (" + "; ".join(parts) + ")"
     return text

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 EARLY_ENV = "ENVBUILD_SMOKE_EARLY_CUDA"  # "0": off
+OWN_PART_ENV = "ENVBUILD_SMOKE_HAS_PART"  # set by smoke_part in a worker that started one
 
 # NVML's clock event ("throttle") reasons, by bit
 THROTTLE_REASONS = {
@@ -171,6 +172,8 @@ def _nvml_read(lib: Any, uuid: str) -> dict[str, Any]:
             continue
         if rc in (0, 7):  # success (none), or NVML_ERROR_INSUFFICIENT_SIZE with the count
             out["processes"] = count.value
+            # of which this smoke's own: the worker, and its torch.compile process (smoke_part)
+            out["own_processes"] = 2 if os.environ.get(OWN_PART_ENV) else 1
         break
     return out
 

@@ -29,6 +29,7 @@ from typing import Any
 PART_ENV = "ENVBUILD_SMOKE_PART"  # set in the second process: the check it runs
 SPLIT_ENV = "ENVBUILD_SMOKE_SPLIT"  # "0": off; "1": on without a GPU too
 CHECK = "torch.compile"
+OWN_PART_ENV = "ENVBUILD_SMOKE_HAS_PART"  # smoke_early's: this worker started one
 
 
 class Part:
@@ -82,6 +83,7 @@ def start(script: str, argv: list[str]) -> Part | None:
     args += ["--quick"] if "--quick" in argv else []
     # its output is the worker's: its ENVBUILD_SMOKE line reaches smoke as the others do
     proc = subprocess.Popen(args, env={**os.environ, PART_ENV: CHECK}, stdin=subprocess.DEVNULL)
+    os.environ[OWN_PART_ENV] = "1"  # NVML's count of processes on the GPU includes it
     return Part(proc, out)
 
 
