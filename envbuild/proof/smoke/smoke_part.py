@@ -40,15 +40,19 @@ class Part:
 
     def collect(self) -> dict[str, Any]:
         """Its result document, or one whose check failed with the reason there is none."""
-        while not os.path.exists(self.out) and self.proc.poll() is None:
+        while True:
+            ended = self.proc.poll() is not None
+            if os.path.exists(self.out):
+                try:
+                    with open(self.out, encoding="utf-8") as f:
+                        doc: dict[str, Any] = json.load(f)
+                    os.unlink(self.out)
+                    return doc
+                except (OSError, ValueError):
+                    pass  # not all there yet (its writer replaces it whole: another's might not)
+            if ended:
+                break
             time.sleep(0.005)
-        try:
-            with open(self.out, encoding="utf-8") as f:
-                doc: dict[str, Any] = json.load(f)
-            os.unlink(self.out)
-            return doc
-        except (OSError, ValueError):
-            pass
         code = self.proc.wait()
         reason = (
             f"the {CHECK} check's process (pid {self.proc.pid}) exited with {code} before "
