@@ -88,7 +88,10 @@ def smoke_phases(res: dict[str, Any]) -> list[Phase]:
     result_at = timeline[-1][1]
     spans = _spans(timeline[:-1], (result_at, timeline[-1][2]))
     compile_wall, compile_cpu = spans.pop("torch.compile", (0.0, 0.0))
-    imports = (timeline[1][1] - launched, timeline[1][2])  # to main(): python, import torch
+    # to main(): python, import torch (the "start" row; the second one in an older envbuild)
+    start = next((row for row in timeline if row[0] == "start"), timeline[1])
+    imports = (start[1] - launched, start[2])
+    spans.pop("python", None)
     spans.pop("imports", None)
     other_wall = sum(w for w, _ in spans.values())
     other_cpu = sum(c or 0.0 for _, c in spans.values())

@@ -1,12 +1,13 @@
 """The one way envbuild runs a subprocess and waits for it: timeouts, process groups, redacted
 logs (after nox's ``command.run``).
 
-Four modules start a child otherwise, each listed in tests/test_one_owner.py with its reason:
+Six modules start a child otherwise, each listed in tests/test_one_owner.py with its reason:
 ``index/pipconf.py`` (``pip config list``: the package sources sit below this runner, which
 imports their redaction), ``provision/warmup.py`` (a background child left running while the
 steps go on, stopped or reaped later: nothing here waits for it), ``proof/smoke/__init__.py``
-(the planted competing loads, left running while the smoke workers run) and
-``proof/smoke/checks.py`` (standalone, in the target interpreter).
+(the planted competing loads, left running while the smoke workers run), and
+``proof/smoke/smoke_early.py``, ``proof/smoke/smoke_fla.py`` and ``proof/smoke/smoke_part.py``
+(standalone, in the target interpreter).
 
 argv lists only, never a shell; the exact command is logged (credentials in URLs redacted);
 output goes to a log file (and, line by line, to an optional callback for progress).

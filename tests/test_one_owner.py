@@ -292,7 +292,16 @@ OWN_SUBPROCESS = {
         "below the runner: envbuild.run imports the package sources' redaction"
     ),
     "envbuild/provision/warmup.py": "a background child left running while the steps go on",
-    "envbuild/proof/smoke/checks.py": "standalone: runs in the target interpreter without envbuild",
+    "envbuild/proof/smoke/smoke_early.py": (
+        "standalone: runs in the target interpreter without envbuild (nvidia-smi without NVML)"
+    ),
+    "envbuild/proof/smoke/smoke_fla.py": (
+        "standalone: runs in the target interpreter without envbuild (fla's compile processes)"
+    ),
+    "envbuild/proof/smoke/smoke_part.py": (
+        "standalone: runs in the target interpreter without envbuild (the torch.compile check's"
+        " process)"
+    ),
     "envbuild/proof/smoke/__init__.py": (
         "the planted competing loads: children left running while "
         "the smoke workers run, stopped after them"

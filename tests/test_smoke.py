@@ -14,7 +14,15 @@ from envbuild.cli import main
 from envbuild.proof.smoke import describe, rate
 
 
-def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_smoke_cpu(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the torch.compile check in its own process, as on a GPU (smoke_part; unsplit, the CPU's
+    # default, in test_fromlock_smoke and the planted-fault tests)
+    monkeypatch.setenv("ENVBUILD_SMOKE_SPLIT", "1")
     code = main(["smoke", "--venv", str(torch_venv), "--root", str(tmp_path), "--json"])
     out = capsys.readouterr().out
     doc = json.loads(out)
@@ -48,11 +56,30 @@ def test_smoke_cpu(torch_venv: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         d["name"] == "torch" for d in receipt["software"]["distributions"]
     )
     assert (tmp_path / "logs" / "smoke.log").is_file()
-    # where the seconds went: the process's start (interpreter, import torch), each check, the
-    # result
+    # where the seconds went: the process's start (the interpreter, then the imports: torch's),
+    # each check (no CUDA phase without a GPU), the result
     timing = doc["timing"]
     names = [n for n, _, _ in timing["timeline"]]
-    assert names == ["imports", "start", *(c["name"] for c in doc["checks"]), "result"]
+    here = [c["name"] for c in doc["checks"] if c["name"] != "torch.compile"]
+    assert names == [
+        "python",
+        "imports",
+        "start",
+        *here,
+        "environment",
+        "wait torch.compile",
+        "result",
+    ]
+    # the torch.compile process's own, and its result once, in the checks' order
+    part = [n for n, _, _ in timing["compile_part"]["timeline"]]
+    assert part == ["python", "imports", "start", "torch.compile", "environment", "result"]
+    assert [c["name"] for c in doc["checks"]][:4] == ["matmul", "sdpa", "triton", "torch.compile"]
+    assert not list(tmp_path.rglob("*.compile.json"))  # its result file was taken
+    # no CUDA context opened early without a GPU; this side's moments, in order
+    assert "ready" not in timing["early_cuda"]
+    moments = [n for n, _ in timing["parent"]]
+    assert moments == ["process", "command", "gpus listed", "launched", "collected", "output"]
+    assert [t for _, t in timing["parent"]] == sorted(t for _, t in timing["parent"])
     times = [t for _, t, _ in timing["timeline"]]
     cpu = [c for _, _, c in timing["timeline"]]
     assert timing["launched_at"] - 1 < times[0] and times == sorted(times) and cpu == sorted(cpu)
@@ -134,10 +161,15 @@ def test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode(
 
 
 def test_checks_script_is_standalone() -> None:
-    """The script runs inside the target venv: it must not import envbuild."""
-    text = (Path(__file__).parents[1] / "envbuild" / "proof" / "smoke" / "checks.py").read_text()
-    assert "import envbuild" not in text and "from envbuild" not in text
-    assert os.path.basename(__file__)
+    """The script and the modules beside it run inside the target venv: they must not import
+    envbuild, and each is a module the script's folder on sys.path finds."""
+    here = Path(__file__).parents[1] / "envbuild" / "proof" / "smoke"
+    worker = [here / "checks.py", *sorted(here.glob("smoke_*.py"))]
+    assert len(worker) == 7
+    for path in worker:
+        text = path.read_text()
+        assert "import envbuild" not in text and "from envbuild" not in text, path
+        assert len(text.splitlines()) < 500, path
 
 
 def test_planted_wrong_answer_fails(
@@ -191,7 +223,7 @@ def test_planted_wrong_answer_fails(
 REFERENCES_SCRIPT = r"""
 import sys, math, torch, torch.nn.functional as F
 sys.path.insert(0, sys.argv[1])
-import checks
+import smoke_base as checks
 torch.manual_seed(0)
 err = lambda a, b: float((a - b).norm() / b.norm())
 out = {}

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envbuild import events
 from envbuild.cli import main
 from envbuild.proof.diststep import topology
 from envbuild.proof.smoke.gpus import (
@@ -21,6 +23,7 @@ from envbuild.proof.smoke.gpus import (
     narrow,
     parse_gpu_list,
     parse_query,
+    proc_gpus,
     slow_findings,
     worker_env,
 )
@@ -199,6 +202,8 @@ def test_the_slow_gpu_is_named_and_healthy_spread_is_not() -> None:
         "throttle_reasons": ["hw_thermal_slowdown"],
         "temperature_c": 91.0,
         "power_w": 402.0,
+        "processes": 3,
+        "own_processes": 2,
     }
     rates = [
         (_gpu(0), _matmul(780.0)),
@@ -212,6 +217,7 @@ def test_the_slow_gpu_is_named_and_healthy_spread_is_not() -> None:
     text = describe_finding(found[0])
     assert "GPU 2 (GPU-2, PCI 00000000:02:00.0) is slow: matmul 401 TFLOP/s, 49% below" in text
     assert "SM clock 1110 of 1980 MHz" in text and "hw_thermal_slowdown" in text
+    assert "3 compute processes on it (2 of them this smoke's)" in text
     # two GPUs: the slow one against the other; the fast one is not "below" anything
     two = slow_findings([(_gpu(0), _matmul(785.0)), (_gpu(1), _matmul(354.0))], 0.10)
     assert [f["index"] for f in two] == [1]
@@ -266,14 +272,14 @@ def test_allreduce_is_judged_against_the_gpu_links() -> None:
 FLA_LEAD_SCRIPT = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-import checks
-first = checks._fla_lead(wait=False)
+import smoke_fla
+first = smoke_fla._fla_lead(wait=False)
 print("lead" if first else "follow", flush=True)
 if sys.argv[2] == "hold":
     sys.stdin.readline()  # holds the lock until the test lets go
 else:
     t0 = time.monotonic()
-    checks._fla_lead(wait=True)  # waits for the leader, then goes on
+    smoke_fla._fla_lead(wait=True)  # waits for the leader, then goes on
     print(f"waited {time.monotonic() - t0:.1f}", flush=True)
 """
 
@@ -322,3 +328,109 @@ def test_one_worker_compiles_fla_and_the_others_wait(torch_venv: Path, tmp_path:
         timeout=120,
     )
     assert alone.stdout.split()[0] == "lead"  # nobody else: it leads
+
+
+def test_the_compile_check_goes_to_its_own_process_on_a_gpu(tmp_path: Path) -> None:
+    """smoke_part: where a GPU is there, the torch.compile check runs in a second process, unless
+    it is not asked for or is all there is to do; its result file is read when it is there, and
+    a process that ends without one fails the check, saying so."""
+    from envbuild.proof.smoke import smoke_part
+
+    out = ["--out", str(tmp_path / "r.json")]
+    on = {"ENVBUILD_SMOKE_SPLIT": "1"}
+    assert smoke_part.wanted(out, on) and smoke_part.wanted(
+        [*out, "--only", "torch.compile", "--only", "matmul"], on
+    )
+    assert not smoke_part.wanted([*out, "--only", "torch.compile"], on)  # nothing else to do
+    assert not smoke_part.wanted([*out, "--only", "matmul"], on)
+    assert not smoke_part.wanted(out, {**on, "ENVBUILD_SMOKE_PART": "torch.compile"})  # itself
+    assert not smoke_part.wanted(out, {"ENVBUILD_SMOKE_SPLIT": "0"})
+    assert not smoke_part.wanted(out, {"CUDA_VISIBLE_DEVICES": ""})  # no GPU: the worker's own
+    assert not smoke_part.wanted(["--fla-part", "0", "2"], on)
+
+    result = tmp_path / "r.json.compile.json"
+    doc = {"checks": [{"name": "torch.compile", "verdict": "pass"}], "timeline": []}
+    write = f"import json, sys; json.dump({doc!r}, open(sys.argv[1], 'w'))"
+    wrote = smoke_part.Part(
+        subprocess.Popen([sys.executable, "-c", write, str(result)]), str(result)
+    )
+    assert wrote.collect() == doc and not result.exists()
+    wrote.proc.wait()
+    lost = smoke_part.Part(
+        subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]), str(result)
+    )
+    failed = lost.collect()
+    assert failed["lost"] is True and failed["checks"][0]["verdict"] == "fail"
+    assert "exited with 3 before writing a result" in failed["checks"][0]["reason"]
+
+
+def test_gpus_are_listed_from_the_driver_without_nvidia_smi(tmp_path: Path) -> None:
+    """/proc/driver/nvidia/gpus as the driver writes it (2x H200 of bench/gpu_smoke_all.sh): the
+    GPUs in PCI bus order with nvidia-smi's bus ids, only those whose device node this process
+    may open; a folder missing a field is not trusted (None: nvidia-smi then)."""
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    dev.mkdir()
+    for minor, (bus, uuid) in enumerate(
+        [("0000:00:07.0", "GPU-e318d76f-fd28"), ("0000:00:06.0", "GPU-c3625819-ef1f")]
+    ):
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nGPU UUID: \t {uuid}\n"
+            f"Bus Location: \t {bus}\nDevice Minor: \t {1 - minor}\nGPU Excluded:\t No\n"
+        )
+        (dev / f"nvidia{1 - minor}").write_text("")
+    gpus = proc_gpus(proc, dev)
+    assert gpus is not None
+    assert [(g.index, g.uuid, g.bus_id, g.name) for g in gpus] == [
+        (0, "GPU-c3625819-ef1f", "00000000:00:06.0", "NVIDIA H200"),
+        (1, "GPU-e318d76f-fd28", "00000000:00:07.0", "NVIDIA H200"),
+    ]
+    (dev / "nvidia0").unlink()  # a GPU of the host that this container was not given
+    assert [g.uuid for g in proc_gpus(proc, dev) or []] == ["GPU-e318d76f-fd28"]
+    info = proc / "0000:00:06.0" / "information"
+    info.write_text(info.read_text().replace("GPU UUID", "GPU Id"))
+    assert proc_gpus(proc, dev) is None and proc_gpus(tmp_path / "none", dev) is None
+
+
+def test_provision_warm_kernels_compiles_on_one_gpu_and_nothing_without_one(
+    torch_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``provision --warm-kernels`` (commands.smoke.warm_after_provision): the compile checks on
+    the first GPU only, with the data root's caches; a failed one is a warning, not a failed
+    provision; no GPU: nothing runs. (sdpa stands in for the compile checks: quick on CPU.)"""
+    from envbuild.commands.parser import build_parser
+    from envbuild.commands.smoke import target_env, warm_after_provision
+    from envbuild.layout import Paths
+    from envbuild.proof.smoke.warm import warm_kernels
+    from envbuild.spec.stack import load_spec
+
+    spec = load_spec(Path(__file__).parents[1] / "lockfiles" / "cpu" / "stack.toml")
+    paths = Paths(root=tmp_path / "root")
+    python = torch_venv / "bin" / "python"
+    monkeypatch.setenv("ENVBUILD_SMOKE_FAKE_GPUS", "3")
+    env = target_env(spec, paths)
+    assert env["TRITON_CACHE_DIR"] == str(paths.cache / "triton")  # the root's, as smoke's
+    warmed = warm_kernels(python, env, checks=("sdpa",))
+    assert warmed.gpu is not None and warmed.gpu.index == 0 and warmed.compiled == ["sdpa"]
+    assert warmed.to_json()["failed"] == [] and warmed.skipped is None
+    monkeypatch.setenv("ENVBUILD_SMOKE_PERTURB", "sdpa")
+    bad = warm_kernels(python, target_env(spec, paths), checks=("sdpa",))
+    assert [r["name"] for r in bad.failed] == ["sdpa"] and bad.compiled == []
+    # a lock whose smoke runs none of them, and a host without a GPU: nothing runs
+    none = warm_kernels(python, env, selection=("matmul",))
+    assert none.checks == () and none.skipped and none.seconds == 0.0
+    monkeypatch.delenv("ENVBUILD_SMOKE_FAKE_GPUS")
+    monkeypatch.setenv("ENVBUILD_SMOKE_PROC_GPUS", str(tmp_path / "no-driver"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
+    said: list[events.Event] = []
+    with events.sink(said.append):
+        doc = warm_after_provision(spec, paths, torch_venv)
+    assert doc["skipped"] == "no GPU visible: nothing to compile for" and doc["compiled"] == []
+    assert [e.message for e in said] == [
+        "--warm-kernels: nothing compiled (no GPU visible: nothing to compile for)"
+    ]
+    args = build_parser("provision").parse_args(["provision", "--warm-kernels"])
+    assert args.warm_kernels is True
+    assert build_parser("provision").parse_args(["provision"]).warm_kernels is False

@@ -65,9 +65,14 @@ PRINT_EXCEPTIONS = {
         " inventory back to ``proof.receipt.inventory`` as one JSON document on stdout"
     ),
     "envbuild.proof.smoke.checks": (
-        "the smoke checks, run by the target venv's python as a child process (no envbuild import):"
-        " each result is one ``ENVBUILD_SMOKE`` line on stdout, which ``proof.smoke`` reads as the"
-        " checks finish; a usage error goes to stderr"
+        "the smoke checks' script, run by the target venv's python as a child process (no envbuild"
+        " import): it flushes both streams before it leaves with ``os._exit`` (the torch.compile"
+        " check's process lets go of them first, so the worker's end does not wait for it)"
+    ),
+    "envbuild.proof.smoke.smoke_main": (
+        "the smoke checks' run, in the target venv's python (no envbuild import): each result is"
+        " one ``ENVBUILD_SMOKE`` line on stdout, which ``proof.smoke`` reads as the checks"
+        " finish; a usage error goes to stderr"
     ),
     "envbuild.proof.smoke.load": (
         "the planted competing load of ``ENVBUILD_SMOKE_LOAD_GPUS``, run by the target venv's"

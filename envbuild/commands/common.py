@@ -272,6 +272,13 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def lock_recorded(venv: Path) -> bool:
+    """Whether ``venv``'s record has a ``lock`` section (``provision --lock`` made it): a look at
+    the file, without importing ``envbuild.fromlock`` (which ``fromlock.record`` reads it with)."""
+    doc = _read_json(venv / ENVIRONMENT_RECORD)
+    return doc is not None and isinstance(doc.get("lock"), dict)
+
+
 def _venv_record(venv: Path) -> dict[str, Any] | None:
     """What provision recorded in ``venv``; for a venv made before the record, the root is the
     venv's parent when that root's manifest names this venv."""

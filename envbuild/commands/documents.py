@@ -76,10 +76,21 @@ class PlanLockDocument(_PlanLockSchema, StagePlanJSON):
     gate: FileReportJSON  # the gate's verdict on the chosen environment (exit 8 when it fails)
 
 
-class ProvisionDocument(TypedDict):
+class WarmKernelsPart(TypedDict, total=False):
+    """`provision --warm-kernels`: what the kernel warm-up did (commands.smoke)."""
+
+    # --warm-kernels: gpu (null: none), checks, compiled, failed (name, reason), seconds,
+    # skipped (why nothing ran), or error (why the checks did not run)
+    warm_kernels: dict[str, Any]
+
+
+class _ProvisionSchema(TypedDict):
+    schema: Literal["envbuild.provision/1"]  # this document's format
+
+
+class ProvisionDocument(_ProvisionSchema, WarmKernelsPart):
     """What `provision` did."""
 
-    schema: Literal["envbuild.provision/1"]  # this document's format
     root: str  # the data root
     venv: str  # the environment
     ran: list[str]  # the steps run
@@ -99,7 +110,7 @@ class _ProvisionLockSchema(TypedDict):
     schema: Literal["envbuild.provision.lock/1"]  # this document's format
 
 
-class ProvisionLockDocument(_ProvisionLockSchema, StagePlanJSON):
+class ProvisionLockDocument(_ProvisionLockSchema, StagePlanJSON, WarmKernelsPart):
     """`provision --lock FILE`: the environment chosen of a lockfile, its stages, and what ran."""
 
     root: str  # the data root

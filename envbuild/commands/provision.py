@@ -128,6 +128,9 @@ def register(sub: Subparsers) -> None:
         metavar="S",
         help=f"stop the final `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 5)",
     )
+    from envbuild.commands.smoke import add_warm_arg
+
+    add_warm_arg(p)
     add_lock_args(p, provision=True)
     p.set_defaults(func=Handler(run, ProvisionArgs))
 
@@ -189,6 +192,11 @@ def run(args: ProvisionArgs) -> int:
         ) from exc
     # the venv records its root: activated, it is found
     found_by = record_environment(spec, result.paths)
+    warmed = None
+    if args.warm_kernels:
+        from envbuild.commands.smoke import warm_after_provision
+
+        warmed = warm_after_provision(spec, result.paths, result.paths.venv)
     if args.json:
         doc: ProvisionDocument = {
             "schema": "envbuild.provision/1",
@@ -205,6 +213,8 @@ def run(args: ProvisionArgs) -> int:
             "receipt": str(result.receipt) if result.receipt else None,
             "timings": result.timings,
         }
+        if warmed is not None:
+            doc["warm_kernels"] = warmed
         ui.print_json(doc)
         return 0
     if not result.ran:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from envbuild.commands.documents import (
         ProvisionLockDocument,
         ProvisionSliceDocument,
+        WarmKernelsPart,
     )
     from envbuild.commands.selection import ProvisionArgs
 
@@ -87,10 +88,20 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
         result.plan.spec,
         {**chosen.to_json(), "adopted_torch": prepared.adopted},
     )
+    warmed = None
+    if args.warm_kernels:  # the checks smoke will run for what the lock installed
+        from envbuild.commands.smoke import warm_after_provision
+        from envbuild.fromlock.record import read_record, smoke_selection
+
+        lock_record = read_record(result.paths.venv)
+        only = smoke_selection(lock_record).only if lock_record is not None else None
+        warmed = warm_after_provision(result.plan.spec, result.paths, result.paths.venv, only)
     if args.json:
+        warm: WarmKernelsPart = {} if warmed is None else {"warm_kernels": warmed}
         doc: ProvisionLockDocument = {
             "schema": "envbuild.provision.lock/1",
             **prepared.plan.to_json(),
+            **warm,
             "root": str(result.paths.root),
             "venv": str(result.paths.venv),
             "ran": result.ran,

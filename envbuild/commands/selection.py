@@ -441,6 +441,7 @@ class ProvisionArgs(InstallArgs):
     import_timeout: float
     replace_torch: bool
     inexact: bool
+    warm_kernels: bool  # after it: the kernel caches compiled (commands.smoke.warm_after_provision)
 
 
 @dataclass(frozen=True)

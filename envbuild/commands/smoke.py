@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from envbuild.commands.common import (
     add_root_arg,
     add_stack_args,
     find_environment,
+    lock_recorded,
     path_arg,
     seconds_arg,
 )
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
         ReceiptKind,
         ReceiptPayload,
         SmokePayload,
+        SmokeTimingJSON,
         SoftwareJSON,
     )
     from envbuild.proof.smoke import SmokeResult
@@ -203,6 +206,59 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
     return env
 
 
+def add_warm_arg(p: argparse.ArgumentParser) -> None:
+    """``provision --warm-kernels`` (``provision`` and ``provision --lock``)."""
+    p.add_argument(
+        "--warm-kernels",
+        action="store_true",
+        help=(
+            "after the provision, on a host with a GPU: compile the stack's kernels (Triton, "
+            "torch.compile, fla, flash-attn 4) into the data root's caches on one GPU, so the "
+            "first smoke on every GPU finds them (the compile moves here; without a GPU: nothing)"
+        ),
+    )
+
+
+def warm_after_provision(
+    spec: StackSpec, paths: Paths, venv: Path, selection: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """``--warm-kernels``: the kernel checks that compile, run once in ``venv`` with the
+    environment smoke gives its workers (``proof.smoke.warm``); said in a line, never a failure
+    of the provision (a check that fails is smoke's to report: a warning here)."""
+    from envbuild.errors import EnvbuildError
+    from envbuild.proof.smoke.warm import warm_kernels
+
+    try:
+        warmed = warm_kernels(
+            venv / "bin" / "python",
+            target_env(spec, paths),
+            selection=selection,
+            log_file=log_path(paths, "warm-kernels.log"),
+        )
+    except EnvbuildError as exc:
+        events.emit("warn", f"--warm-kernels: the kernel checks did not run: {exc.message}")
+        return {"error": exc.message}
+    doc = warmed.to_json()
+    if warmed.skipped:
+        events.emit("info", f"--warm-kernels: nothing compiled ({warmed.skipped})")
+    elif warmed.failed:
+        names = ", ".join(str(r.get("name")) for r in warmed.failed)
+        events.emit(
+            "warn",
+            f"--warm-kernels: {names} failed on {warmed.gpu.describe() if warmed.gpu else 'CPU'}; "
+            "`envbuild smoke` says why",
+        )
+    else:
+        where = warmed.gpu.label if warmed.gpu else "CPU"
+        events.emit(
+            "ok",
+            f"kernel caches warmed on {where} in {warmed.seconds:.1f} s: "
+            f"{', '.join(warmed.compiled) or 'nothing to compile (those packages are absent)'}"
+            f" (under {paths.cache})",
+        )
+    return doc
+
+
 def register(sub: Subparsers) -> None:
     from envbuild.proof.smoke import CHECK_NAMES
 
@@ -277,13 +333,16 @@ def _margin_arg(text: str) -> float | None:
 
 
 def run(args: SmokeArgs) -> int:
-    from envbuild.fromlock.record import read_record, smoke_selection
     from envbuild.proof.smoke import run_smoke
     from envbuild.proof.smoke.gpus import select, visible_gpus
+    from envbuild.proof.smoke.smoke_early import process_started
 
+    # this process's moments ([name, time.time()]): where a run's seconds went on this side
+    parent: list[list[Any]] = [["process", process_started()], ["command", time.time()]]
     spec, paths, python = resolve_target(args)
     env = target_env(spec, paths)
     gpus = select(visible_gpus(env), args.gpus)
+    parent.append(["gpus listed", time.time()])
     if args.gpus is None and len(gpus) == 1 and not gpus[0].fake:
         gpus = []  # one GPU (or none): one worker, as CUDA sees the host
     regime = f"per-gpu {len(gpus)} workers" if gpus else "single-process"
@@ -292,8 +351,15 @@ def run(args: SmokeArgs) -> int:
     only: tuple[str, ...] = tuple(args.only)
     imports: tuple[str, ...] = ()
     chosen = None
-    lock = read_record(python.parent.parent)
-    if lock is not None and not only:  # provisioned from a lock: the checks of what it installed
+    # provisioned from a lock: the checks of what it installed (envbuild.fromlock, a tenth of a
+    # second of imports, only for a venv whose record has a lock section)
+    if not only and lock_recorded(python.parent.parent):
+        from envbuild.fromlock.record import read_record, smoke_selection
+
+        lock = read_record(python.parent.parent)
+    else:
+        lock = None
+    if lock is not None:
         chosen = smoke_selection(lock)
         only, imports = chosen.only, chosen.imports
         events.emit(
@@ -314,13 +380,21 @@ def run(args: SmokeArgs) -> int:
         gpus=gpus,
         slow_margin=args.slow_margin,
     )
+    timing: SmokeTimingJSON = {
+        "launched_at": res.started,
+        "timeline": res.timeline,
+        "parent": [*parent, *res.parent],
+        "early_cuda": res.early_cuda,
+    }
+    if res.compile_part:
+        timing["compile_part"] = res.compile_part
     payload: SmokePayload = {
         "ok": res.ok,
         "seconds": res.seconds,
         "environment": res.environment,
         "checks": [{k: v for k, v in c.items() if k != "traceback"} for c in res.checks],
         "launch_regime": regime,
-        "timing": {"launched_at": res.started, "timeline": res.timeline},
+        "timing": timing,
         "slow": res.slow,
         "slow_margin": args.slow_margin,
     }
@@ -335,6 +409,7 @@ def run(args: SmokeArgs) -> int:
     if chosen:
         payload["selection"] = chosen.to_json()
     receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
+    timing["parent"].append(["output", time.time()])
     if args.json:
         doc: SmokeDocument = {
             "schema": "envbuild.smoke/1",

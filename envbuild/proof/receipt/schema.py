@@ -128,11 +128,25 @@ class ProvisionPayload(_ProvisionPayload, total=False):
     failure: ProvisionFailureJSON
 
 
-class SmokeTimingJSON(TypedDict):
+class _SmokeTiming(TypedDict):
+    launched_at: float  # when the checks' process started (seconds since the epoch)
+    # the (first) worker's phases: [name, time it began, CPU seconds by then]: python, imports,
+    # start, cuda, each check, result
+    timeline: list[list[str | float]]
+
+
+class SmokeTimingJSON(_SmokeTiming, total=False):
     """When the smoke tests ran and where the seconds went."""
 
-    launched_at: float  # when the checks' process started (seconds since the epoch)
-    timeline: list[list[str | float]]  # the checks' phases: [name, time, CPU seconds]
+    # envbuild's own moments: [name, time]: process, command, gpus listed, launched, collected,
+    # output (the receipt's copy ends at collected)
+    parent: list[list[str | float]]
+    # the (first) worker's CUDA context and NVML, opened during its imports: began, ready,
+    # nvml_ready (times), or error
+    early_cuda: dict[str, Any]
+    # on a GPU, the torch.compile check's own process beside the worker: its timeline,
+    # early_cuda, seconds, lost (true: it wrote no result)
+    compile_part: dict[str, Any]
 
 
 class SmokeSelectionJSON(TypedDict):
@@ -155,9 +169,7 @@ class _SmokePayload(TypedDict):
     timing: SmokeTimingJSON  # when it ran and where the seconds went
 
 
-class SmokeGpuJSON(TypedDict):
-    """One GPU's smoke worker: which GPU, and its own results."""
-
+class _SmokeGpu(TypedDict):
     index: int  # nvidia-smi's index
     uuid: str  # the GPU's UUID
     bus_id: str  # its PCI bus id
@@ -167,6 +179,14 @@ class SmokeGpuJSON(TypedDict):
     environment: dict[str, Any]  # torch, CUDA and the device, as its worker saw them
     checks: list[dict[str, Any]]  # its checks' results, as `checks` above
     log: str | None  # its worker's log
+
+
+class SmokeGpuJSON(_SmokeGpu, total=False):
+    """One GPU's smoke worker: which GPU, and its own results."""
+
+    timeline: list[list[str | float]]  # its worker's phases, as `timing.timeline`
+    early_cuda: dict[str, Any]  # its worker's early CUDA context, as `timing.early_cuda`
+    compile_part: dict[str, Any]  # its worker's torch.compile process, as `timing.compile_part`
 
 
 class SmokePayload(_SmokePayload, total=False):

@@ -1,9 +1,12 @@
 """Kernel smoke tests: ``checks.py`` runs inside the target venv; this side launches it.
 
 The checks import torch and the CUDA extensions, so they run as a subprocess of the venv's
-interpreter (``<venv>/bin/python checks.py``); envbuild itself never imports torch. With GPUs,
-one such worker per GPU, all at once (``gpus.py``: which GPUs, the slow one, planted faults);
-their results are kept per GPU and merged (a check failed on any GPU failed).
+interpreter (``<venv>/bin/python checks.py``, with the ``smoke_*.py`` modules beside it);
+envbuild itself never imports torch. With GPUs, one such worker per GPU, all at once (``gpus.py``:
+which GPUs, the slow one, planted faults); their results are kept per GPU and merged (a check
+failed on any GPU failed), each worker's phases with them (``timeline``; on a GPU its
+torch.compile check's own process's too: ``smoke_part.py``). ``warm.py``: the same checks that
+compile, once, after a provision (``provision --warm-kernels``).
 """
 
 from __future__ import annotations
@@ -58,8 +61,14 @@ class SmokeResult:
     started: float = 0.0  # time.time() at the launch: with ``timeline``, where the seconds went
     # checks.py's phases: [name, time.time(), CPU s]
     timeline: list[Any] = field(default_factory=list)
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # per GPU: index, uuid, ok, checks...
+    # per GPU: index, uuid, ok, checks, its worker's timeline and early_cuda...
+    gpus: list[dict[str, Any]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)  # slow GPUs (gpus.slow_findings)
+    # this side's moments: the workers launched, the last one done ([name, time.time()])
+    parent: list[list[Any]] = field(default_factory=list)
+    early_cuda: dict[str, Any] = field(default_factory=dict)  # the lead worker's (smoke_early)
+    # the lead worker's torch.compile process (smoke_part): its timeline, early_cuda, seconds
+    compile_part: dict[str, Any] | None = None
 
     @property
     def failed_gpus(self) -> list[dict[str, Any]]:
@@ -149,6 +158,7 @@ def run_smoke(
         if quick:
             argv.append("--quick")
         jobs: list[SmokeGPU | None] = [*gpus] if gpus else [None]
+        parent: list[list[Any]] = []
         loads = _start_loads(python, base, load_gpus(base, list(gpus)))
         outcomes: dict[int, _Outcome] = {}
         try:
@@ -175,8 +185,10 @@ def run_smoke(
                 )
             for t in threads:
                 t.start()
+            parent.append(["launched", time.time()])
             for t in threads:
                 t.join()
+            parent.append(["collected", time.time()])
         finally:
             for proc in loads:
                 proc.kill()
@@ -217,6 +229,9 @@ def run_smoke(
         timeline=lead.timeline,
         gpus=per_gpu,
         slow=slow,
+        parent=parent,
+        early_cuda=lead.early_cuda,
+        compile_part=lead.compile_part,
     )
 
 
@@ -248,6 +263,15 @@ class _Outcome:
     @property
     def timeline(self) -> list[Any]:
         return list((self.doc or {}).get("timeline", []))
+
+    @property
+    def early_cuda(self) -> dict[str, Any]:
+        return dict((self.doc or {}).get("early_cuda", {}))
+
+    @property
+    def compile_part(self) -> dict[str, Any] | None:
+        part = (self.doc or {}).get("compile_part")
+        return dict(part) if isinstance(part, dict) else None
 
     @property
     def ok(self) -> bool:
@@ -323,6 +347,9 @@ def _gpu_result(gpu: SmokeGPU, o: _Outcome) -> dict[str, Any]:
         "environment": o.environment,
         "checks": o.checks,
         "log": None if o.log_file is None else str(o.log_file),
+        "timeline": o.timeline,
+        "early_cuda": o.early_cuda,
+        **({"compile_part": o.compile_part} if o.compile_part else {}),
     }
 
 

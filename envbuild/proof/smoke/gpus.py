@@ -1,6 +1,7 @@
 """The GPUs smoke runs on, one worker process each, and the comparison that names a slow one.
 
-``visible_gpus`` lists them (``nvidia-smi``: index, UUID, PCI bus id, name; ``CUDA_VISIBLE_DEVICES``
+``visible_gpus`` lists them (index, UUID, PCI bus id, name: from the driver's
+``/proc/driver/nvidia/gpus``, read in microseconds, else ``nvidia-smi``; ``CUDA_VISIBLE_DEVICES``
 narrows the list as it narrows CUDA's); ``select`` applies ``--gpus``. Each worker sees its GPU
 alone (``CUDA_VISIBLE_DEVICES=<UUID>``: no ordering between CUDA's and nvidia-smi's to get
 wrong) and runs every check there; the Triton and inductor caches are the data root's, shared.
@@ -26,6 +27,7 @@ import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from envbuild.errors import PreflightError
@@ -40,6 +42,8 @@ DEFAULT_SLOW_MARGIN = 0.10
 # (device KINDS.md, bench/results-gpu-*): a lone GPU is compared with 75% of its datasheet.
 EXPECTED_MATMUL_FRACTION = 0.75
 _QUERY = "index,uuid,pci.bus_id,name"
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+PROC_GPUS_ENV = "ENVBUILD_SMOKE_PROC_GPUS"  # another folder in its place: the tests' ("-": none)
 PEERS = "median of its peers"
 
 __all__ = [
@@ -91,8 +95,9 @@ def parse_query(text: str) -> list[SmokeGPU]:
 
 
 def visible_gpus(env: Mapping[str, str] | None = None) -> list[SmokeGPU]:
-    """The GPUs this process may use: nvidia-smi's, narrowed by ``CUDA_VISIBLE_DEVICES`` (indices
-    or UUID prefixes); [] without a GPU. ``ENVBUILD_SMOKE_FAKE_GPUS=N`` gives N stand-ins."""
+    """The GPUs this process may use (``proc_gpus``, else nvidia-smi's), narrowed by
+    ``CUDA_VISIBLE_DEVICES`` (indices or UUID prefixes); [] without a GPU.
+    ``ENVBUILD_SMOKE_FAKE_GPUS=N`` gives N stand-ins."""
     env = os.environ if env is None else env
     fake = env.get(FAKE_GPUS_ENV, "").strip()
     if fake.isdigit() and int(fake) > 0:
@@ -100,6 +105,9 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[SmokeGPU]:
             SmokeGPU(i, f"FAKE-GPU-{i}", f"fake:{i:02x}", "CPU standing in for a GPU", fake=True)
             for i in range(int(fake))
         ]
+    listed = proc_gpus(Path(env.get(PROC_GPUS_ENV) or PROC_GPUS))
+    if listed is not None:
+        return narrow(listed, env.get("CUDA_VISIBLE_DEVICES"))
     try:
         res = run(
             ["nvidia-smi", f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"],
@@ -112,6 +120,44 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[SmokeGPU]:
     if res.returncode != 0 or res.timed_out:
         return []
     return narrow(parse_query(res.output or ""), env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def proc_gpus(folder: Path, dev: Path = Path("/dev")) -> list[SmokeGPU] | None:
+    """The GPUs the NVIDIA driver lists under ``/proc/driver/nvidia/gpus`` (one folder per GPU,
+    its ``information``: model, UUID, bus location, device minor), in PCI bus order as nvidia-smi
+    numbers them, those whose ``/dev/nvidia<minor>`` this process may open (a container's own);
+    None where the folder is not there or a GPU's file lacks one of these (nvidia-smi then). Read
+    in microseconds, where ``nvidia-smi`` takes 0.1-1 s and opens every GPU."""
+    try:
+        entries = sorted(p for p in folder.iterdir() if (p / "information").is_file())
+    except OSError:
+        return None
+    found: list[tuple[str, str, str]] = []
+    for entry in entries:
+        try:
+            text = (entry / "information").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        info = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines())}
+        uuid, bus, model = info.get("GPU UUID", ""), info.get("Bus Location", ""), info.get("Model")
+        minor = info.get("Device Minor", "")
+        if not uuid.startswith("GPU-") or not bus or not model or not minor.isdigit():
+            return None
+        if info.get("GPU Excluded", "No").lower().startswith("yes"):
+            continue
+        if os.access(dev / f"nvidia{minor}", os.R_OK | os.W_OK):
+            found.append((_bus_key(bus), uuid, model))
+    if not entries:
+        return None
+    found.sort()
+    return [SmokeGPU(i, uuid, bus, model) for i, (bus, uuid, model) in enumerate(found)]
+
+
+def _bus_key(bus: str) -> str:
+    """A PCI bus id as nvidia-smi writes it: an 8-digit domain (``0000:00:06.0`` ->
+    ``00000000:00:06.0``), upper-case hex."""
+    domain, _, rest = bus.partition(":")
+    return f"{domain.zfill(8)}:{rest}".upper() if rest else bus.upper()
 
 
 def narrow(gpus: Sequence[SmokeGPU], wanted: str | None) -> list[SmokeGPU]:
@@ -275,7 +321,11 @@ def describe_finding(f: Mapping[str, Any]) -> str:
             if nvml.get(key) is not None:
                 parts.append(f"{key.split('_')[0]} {nvml[key]:.0f}{unit}")
         if nvml.get("processes") is not None:
-            parts.append(f"{nvml['processes']} compute processes on it")
+            own = nvml.get("own_processes")
+            parts.append(
+                f"{nvml['processes']} compute processes on it"
+                + (f" ({own} of them this smoke's)" if own else "")
+            )
         if parts:
             text += " (" + "; ".join(parts) + ")"
     return text
