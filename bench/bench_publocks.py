@@ -72,6 +72,10 @@ def _cpu() -> float:
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str]:
+    # the gigabytes the previous run wrote go to disk first: otherwise the next run, whichever it
+    # is, pays for their writeback (the kernel throttles a writer over the dirty limit, in system
+    # time), which is what made one tool look twice as slow as the other in alternate rounds
+    os.sync()
     t, c = time.monotonic(), _cpu()
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.monotonic() - t
