@@ -6,13 +6,15 @@
 Runs envbuild's CLI in this process with two taps and nothing else changed: each child process
 (``subprocess.Popen``: uv, the venv's Python, the guard's helpers) is logged with its start, end
 and argv head, and each progress event (``envbuild.events``) with its time. Prints a timeline
-(seconds from the start, gaps where this process itself worked between children) and writes every
-record to TRACE.jsonl. Nothing here is a test (bench/README.md).
+(seconds from the start, gaps where this process itself worked between children; each child's CPU
+seconds, user + system, with its waited-for descendants) and writes every record to TRACE.jsonl.
+Nothing here is a test (bench/README.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -54,6 +56,17 @@ class _Tapped(subprocess.Popen):  # type: ignore[type-arg]
                 self._rec["end"] = _now()
                 self._rec["rc"] = rc
                 RECORDS.append(self._rec)
+
+    def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+        # os.wait4 in place of waitpid: the child's CPU seconds (its own and its waited-for
+        # descendants') come with its exit status
+        try:
+            pid, sts, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:
+            return self.pid, 0
+        if pid == self.pid:
+            self._rec["cpu"] = round(usage.ru_utime + usage.ru_stime, 2)
+        return pid, sts
 
     def wait(self, timeout: float | None = None) -> int:
         rc = super().wait(timeout)
@@ -103,8 +116,10 @@ def main() -> int:
         rows = sorted(RECORDS, key=lambda r: r.get("start", r.get("at", 0)))
         for r in rows:
             if r["kind"] == "proc":
+                cpu = f"{r['cpu']:6.1f}c" if "cpu" in r else " " * 7
                 print(
-                    f"{r['start']:8.2f} {r['end']:8.2f} {r['end'] - r['start']:7.2f}s  {r['argv']}",
+                    f"{r['start']:8.2f} {r['end']:8.2f} {r['end'] - r['start']:7.2f}s {cpu}  "
+                    f"{r['argv']}",
                     file=sys.stderr,
                 )
             else:
