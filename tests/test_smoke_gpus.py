@@ -403,7 +403,7 @@ def test_provision_warm_kernels_compiles_on_one_gpu_and_nothing_without_one(
     from envbuild.commands.parser import build_parser
     from envbuild.commands.smoke import target_env, warm_after_provision
     from envbuild.layout import Paths
-    from envbuild.proof.smoke.warm import warm_kernels
+    from envbuild.proof.warm import warm_kernels
     from envbuild.spec.stack import load_spec
 
     spec = load_spec(Path(__file__).parents[1] / "lockfiles" / "cpu" / "stack.toml")

@@ -223,10 +223,10 @@ def warm_after_provision(
     spec: StackSpec, paths: Paths, venv: Path, selection: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
     """``--warm-kernels``: the kernel checks that compile, run once in ``venv`` with the
-    environment smoke gives its workers (``proof.smoke.warm``); said in a line, never a failure
+    environment smoke gives its workers (``proof.warm``); said in a line, never a failure
     of the provision (a check that fails is smoke's to report: a warning here)."""
     from envbuild.errors import EnvbuildError
-    from envbuild.proof.smoke.warm import warm_kernels
+    from envbuild.proof.warm import warm_kernels
 
     try:
         warmed = warm_kernels(

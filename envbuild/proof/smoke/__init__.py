@@ -5,7 +5,7 @@ interpreter (``<venv>/bin/python checks.py``, with the ``smoke_*.py`` modules be
 envbuild itself never imports torch. With GPUs, one such worker per GPU, all at once (``gpus.py``:
 which GPUs, the slow one, planted faults); their results are kept per GPU and merged (a check
 failed on any GPU failed), each worker's phases with them (``timeline``; on a GPU its
-torch.compile check's own process's too: ``smoke_part.py``). ``warm.py``: the same checks that
+torch.compile check's own process's too: ``smoke_part.py``). ``proof/warm.py``: the same checks that
 compile, once, after a provision (``provision --warm-kernels``).
 """
 
