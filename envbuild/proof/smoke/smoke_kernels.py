@@ -208,24 +208,10 @@ def check_flash_attn(quick: bool) -> Result:
     version = need("flash-attn", "flash_attn")
     from flash_attn import flash_attn_func
 
-    q, k, v = (torch.randn(2, 512, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    out = flash_attn_func(q, k, v, causal=True)
-    ref = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True).transpose(
-        1, 2
-    )
-    res = compare(
-        "flash_attn",
-        out,
-        ref,
-        ATTENTION_TOL,
-        dtype="bf16",
-        version=version,
-        reference="softmax(QK^T/sqrt(d))V, float64",
-    )
-    return {
-        **res,
-        **_attention_tflops(lambda q, k, v: flash_attn_func(q, k, v, causal=True), quick),
-    }
+    def fa2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return flash_attn_func(q, k, v, causal=True)
+
+    return _check_causal_attention("flash_attn", fa2, version, quick)
 
 
 def check_flash_attn_4(quick: bool) -> Result:
@@ -240,13 +226,24 @@ def check_flash_attn_4(quick: bool) -> Result:
         out = flash_attn_func(q, k, v, causal=True)
         return out[0] if isinstance(out, tuple) else out
 
+    return _check_causal_attention("flash_attn_4", fa4, version, quick)
+
+
+def _check_causal_attention(
+    name: str,
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    version: str,
+    quick: bool,
+) -> Result:
+    """A flash-attention kernel ``fn`` (causal, (batch, seq, heads, dim) layout) against the
+    float64 softmax(QK^T/sqrt(d))V, then its TFLOP/s."""
     q, k, v = (torch.randn(2, 512, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    out = fa4(q, k, v)
+    out = fn(q, k, v)
     ref = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True).transpose(
         1, 2
     )
     res = compare(
-        "flash_attn_4",
+        name,
         out,
         ref,
         ATTENTION_TOL,
@@ -254,7 +251,7 @@ def check_flash_attn_4(quick: bool) -> Result:
         version=version,
         reference="softmax(QK^T/sqrt(d))V, float64",
     )
-    return {**res, **_attention_tflops(fa4, quick)}
+    return {**res, **_attention_tflops(fn, quick)}
 
 
 def check_causal_conv1d(quick: bool) -> Result:
