@@ -141,24 +141,29 @@ def _make_jammy() -> None:
                 ),
                 '--customize-hook=chroot "$1" update-ca-certificates',
             ]
-        subprocess.run(
+        # the keyring named on each source (signed-by), not --keyring: this host's apt ignored
+        # --keyring's file for Ubuntu's InRelease (NO_PUBKEY 871920D1991BC93C, the key it holds)
+        signed = f"[signed-by={_keyring(work)}]"
+        made = subprocess.run(
             [
                 "mmdebstrap",
                 "--variant=minbase",
                 "--include=apt,python3,ca-certificates",
                 "--components=main,universe",
-                f"--keyring={_keyring(work)}",
                 *hooks,
+                # the image's own apt trusts its ubuntu-keyring: the build host's path goes
+                "--customize-hook=sed -i 's/ \\[signed-by=[^]]*\\]//' \"$1/etc/apt/sources.list\"",
                 "jammy",
                 str(work / "jammy.tar"),
-                "deb http://archive.ubuntu.com/ubuntu jammy main universe",
-                "deb http://archive.ubuntu.com/ubuntu jammy-updates main universe",
-                "deb http://security.ubuntu.com/ubuntu jammy-security main universe",
+                f"deb {signed} http://archive.ubuntu.com/ubuntu jammy main universe",
+                f"deb {signed} http://archive.ubuntu.com/ubuntu jammy-updates main universe",
+                f"deb {signed} http://security.ubuntu.com/ubuntu jammy-security main universe",
             ],
-            check=True,
             capture_output=True,
+            text=True,
             timeout=1800,
         )
+        assert made.returncode == 0, f"mmdebstrap failed: {made.stderr[-3000:]}"
         ctr = buildah("from", "scratch").stdout.strip()
         buildah("add", ctr, str(work / "jammy.tar"), "/")
         buildah(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -158,6 +159,13 @@ def test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode(
     assert code == 0
     assert list((site / "__pycache__").glob("sitecustomize.*.pyc"))
     assert os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
+    # the Dockerfiles' ENVBUILD_PROOF_BYTECODE=0: the variable holds (a smoke layer adds nothing
+    # under torch/ to a layer after torch's)
+    shutil.rmtree(site / "__pycache__")
+    monkeypatch.setenv("ENVBUILD_PROOF_BYTECODE", "0")
+    args = ["smoke", "--venv", str(torch_venv), "--root", str(tmp_path / "root")]
+    assert main([*args, "--only", "sdpa", "--no-receipt"]) == 0
+    assert not (site / "__pycache__").exists()
 
 
 def test_checks_script_is_standalone() -> None:

@@ -190,6 +190,9 @@ def log_path(paths: Paths, name: str) -> Path | None:
     return paths.logs / name if os.access(paths.logs, os.W_OK) else None
 
 
+PROOF_BYTECODE_ENV = "ENVBUILD_PROOF_BYTECODE"  # "0": the proofs honour PYTHONDONTWRITEBYTECODE
+
+
 def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
     """The caller's environment with the venv's overlay (caches on the data root, the baseline).
 
@@ -199,9 +202,12 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
     from source again (2.9 CPU s more per process on 2 vCPUs; smoke's imports 2,500 modules and
     dist-step starts 3 such processes; bench/README.md).
     The proofs' imports leave the bytecode in the venv, where a later run, and the user's own
-    processes, read it even with the variable set."""
+    processes, read it even with the variable set. ``ENVBUILD_PROOF_BYTECODE=0`` keeps the
+    variable (the Dockerfiles set it: a smoke layer would otherwise add torch's bytecode, about
+    1,800 files under ``torch/``, to a layer after torch's)."""
     env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if env.get(PROOF_BYTECODE_ENV) != "0":
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(overlay_env(spec, paths))
     return env
 
