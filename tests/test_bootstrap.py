@@ -130,6 +130,9 @@ def _make_jammy() -> None:
         return
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
         work = Path(tmp)
+        # apt verifies as its own user (_apt): a keyring under a 0700 folder is no keyring to it
+        # (NO_PUBKEY 871920D1991BC93C, the very key the file holds)
+        work.chmod(0o755)
         hooks = []
         crts = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
         if crts:  # a TLS-intercepting egress proxy's CA, as the image build's base has it
@@ -141,23 +144,19 @@ def _make_jammy() -> None:
                 ),
                 '--customize-hook=chroot "$1" update-ca-certificates',
             ]
-        # the keyring named on each source (signed-by), not --keyring: this host's apt ignored
-        # --keyring's file for Ubuntu's InRelease (NO_PUBKEY 871920D1991BC93C, the key it holds)
-        signed = f"[signed-by={_keyring(work)}]"
         made = subprocess.run(
             [
                 "mmdebstrap",
                 "--variant=minbase",
                 "--include=apt,python3,ca-certificates",
                 "--components=main,universe",
+                f"--keyring={_keyring(work)}",
                 *hooks,
-                # the image's own apt trusts its ubuntu-keyring: the build host's path goes
-                "--customize-hook=sed -i 's/ \\[signed-by=[^]]*\\]//' \"$1/etc/apt/sources.list\"",
                 "jammy",
                 str(work / "jammy.tar"),
-                f"deb {signed} http://archive.ubuntu.com/ubuntu jammy main universe",
-                f"deb {signed} http://archive.ubuntu.com/ubuntu jammy-updates main universe",
-                f"deb {signed} http://security.ubuntu.com/ubuntu jammy-security main universe",
+                "deb http://archive.ubuntu.com/ubuntu jammy main universe",
+                "deb http://archive.ubuntu.com/ubuntu jammy-updates main universe",
+                "deb http://security.ubuntu.com/ubuntu jammy-security main universe",
             ],
             capture_output=True,
             text=True,
