@@ -258,9 +258,18 @@ _EXIT = re.compile(r"#\s*exit\s+(\d+)\s*$")
 
 def _compared(line: str) -> bool:
     """Lines a comparison reads: not blank, not the elision mark, not a ``notice:`` (which source
-    answered depends on the machine's network: a mirror here, the named index elsewhere)."""
+    answered depends on the machine's network: a mirror here, the named index elsewhere), not
+    pip's word on an index location of the machine's own pip configuration that has no page for
+    a name (``WARNING: Location 'file:///...' is ignored``), not a nested make's directory line
+    (there only when the page runs under ``make``)."""
     text = line.strip()
-    return bool(text) and text != "..." and not text.startswith("notice:")
+    return (
+        bool(text)
+        and text != "..."
+        and not text.startswith("notice:")
+        and not (text.startswith("WARNING: Location '") and "is ignored" in text)
+        and not re.match(r"make\[\d+\]: (Entering|Leaving) directory ", text)  # under make or not
+    )
 
 
 def _expected_rc(step: Step) -> int:
