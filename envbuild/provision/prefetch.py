@@ -128,7 +128,7 @@ def _locked_wheels(planned: PlannedStep) -> list[tuple[str, str]]:
 
 def build_lines(planned: PlannedStep) -> list[str]:
     """The lines of a lock's stage that uv builds in isolation: ``name @`` an sdist, a folder or a
-    git URL, and editables (``-e``; uv keeps their builds too). None for a stage of builds against
+    git URL, and editables (``-e``; uv keeps their builds too). Empty for a stage of builds against
     torch (``--no-build-isolation``: they need the installed torch) or without a locked file."""
     if planned.locked_file is None or "--no-build-isolation" in planned.args:
         return []
