@@ -23,6 +23,11 @@ rotates each round):
   steadier than wall time from one minute's network to the next, and on two cores what a fast
   network leaves as the limit.
 
+Every install (cold or warm, either tool) starts after ``sync`` and, run as root, with the page
+cache dropped: on this 24 GiB host the previous install's gigabytes otherwise sit in memory and
+the next run pays for reclaiming them (``page_cache_dropped_before_each_install`` in the results).
+The first import and the no-op re-runs keep the cache, as they would right after an install.
+
 Each pair is checked, not only timed: the two environments hold the same distributions at the same
 versions (``pip list``), envbuild's first step is torch, and its guard ran after every stage (the
 manifest records each). The phases of each envbuild run (``timings`` and each stage's seconds,
@@ -64,6 +69,7 @@ SELECTIONS: dict[str, list[str]] = {
 # two cores a fast network makes an install CPU-bound, and CPU time does not move with the
 # network's speed from one minute to the next the way wall time does
 LAST_CPU = [0.0]
+CACHES_DROPPED = [True]  # every install started with the page cache dropped (root)
 
 
 def _cpu() -> float:
@@ -71,11 +77,31 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str]:
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def _drop_caches() -> bool:
+    """Empty the page cache (root only): each install starts with the host's memory free."""
+    try:
+        DROP_CACHES.write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def _run(
+    argv: list[str], env: dict[str, str], cwd: Path | None = None, *, fresh: bool = False
+) -> tuple[float, str]:
     # the gigabytes the previous run wrote go to disk first: otherwise the next run, whichever it
     # is, pays for their writeback (the kernel throttles a writer over the dirty limit, in system
     # time), which is what made one tool look twice as slow as the other in alternate rounds
     os.sync()
+    if fresh:
+        # and, for an install, out of memory: with the page cache full of the previous run's
+        # 7 GB, the next one spends its system time reclaiming it (torch's stage alone, same
+        # files: 26-27 s with 20 s of system time after other installs, 20-22 s with 12 s after
+        # dropping the cache), so whichever tool ran second looked slower
+        CACHES_DROPPED[0] = _drop_caches() and CACHES_DROPPED[0]
     t, c = time.monotonic(), _cpu()
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.monotonic() - t
@@ -138,7 +164,9 @@ def bench_lock(
     def uv_sync(cache: Path, case: str) -> tuple[float, Path]:
         venv = fresh("uv-venv")
         e = {**env, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_CACHE_DIR": str(cache)}
-        seconds = _run([_uv(), "sync", "--frozen", "--python", exe, *selection], e, cwd=project)[0]
+        seconds = _run(
+            [_uv(), "sync", "--frozen", "--python", exe, *selection], e, cwd=project, fresh=True
+        )[0]
         cpu["uv"] = LAST_CPU[0]
         # envbuild's provision ends with torch imported (which compiles its bytecode in a new venv):
         # uv's side with its venv's first `import torch` is the like-for-like figure
@@ -169,6 +197,7 @@ def bench_lock(
             ],
             e,
             cwd=tree,
+            fresh=check,  # an install (cold or warm), not a no-op re-run
         )
         cpu[variant] = LAST_CPU[0]
         if check:
@@ -301,6 +330,7 @@ def _write(args: argparse.Namespace, results: dict[str, dict[str, object]]) -> N
         "rounds": args.rounds,
         "before": args.before,
         "install_workspace": not args.no_install_workspace,
+        "page_cache_dropped_before_each_install": CACHES_DROPPED[0],
         "locks": results,
     }
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -253,6 +253,7 @@ def test_background_pip_download_fills_the_cache_and_cleans_scratch(tmp_path: Pa
         job = pre.start(step)
         assert job is not None
         assert pre.start(step) is job  # once per step
+        pre.heard("Installing collected packages: torch")  # pip's step resolved
         pre.wait(step.name, timeout=120)
     assert job.returncode == 0, job.log_file.read_text()
     assert not job.scratch.exists()  # the scratch copy is gone; the cache is what stays
@@ -278,6 +279,7 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     )
     job = pre.start(step)
     assert job is not None
+    pre.release()
     for _ in range(100):  # the runner has started the child once the command line is in the log
         if job.log_file.exists() and job.log_file.read_text().startswith("$ "):
             break
@@ -286,6 +288,39 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     pre.close()
     assert job.done.is_set() and time.monotonic() - t < 10
     assert job.returncode is not None and job.returncode != 0
+
+
+def test_a_prefetch_begins_once_the_running_step_has_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started beside the step, it waits for the step's ``Resolved`` line (its burst of metadata
+    requests over); lines before it do not let it begin."""
+    import time
+
+    spec = _spec(tmp_path, ["tiny==1.0"])
+    step = make_plan(spec, PlanOptions(backend="uv")).steps[1]
+    began = tmp_path / "began"
+    monkeypatch.setattr(
+        prefetch,
+        "prefetch_argv",
+        lambda *a, **k: [sys.executable, "-c", f"open({str(began)!r}, 'w').close()"],
+    )
+    with Prefetcher(
+        installer=UvInstaller("/bin/uv"),
+        python=Path(sys.executable),
+        scratch_root=tmp_path / "s",
+        logs=tmp_path / "logs",
+        env={"PATH": "/usr/bin:/bin"},
+    ) as pre:
+        job = pre.start(step)
+        assert job is not None
+        for line in ("Using Python 3.12.1 environment at: /r/venv", "Resolving torch"):
+            pre.heard(line)
+        time.sleep(1.0)
+        assert not began.exists() and not job.done.is_set()
+        pre.heard("Resolved 26 packages in 117ms")
+        pre.wait(step.name, timeout=60)
+    assert job.returncode == 0 and began.exists()
 
 
 @pytest.mark.slow

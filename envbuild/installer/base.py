@@ -5,7 +5,7 @@ mismatch, disk full, network, a hang)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -78,6 +78,7 @@ class Installer(Protocol):
         env: Mapping[str, str],
         pass_fds: Sequence[int] = (),
         timeout: float | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> StepRun: ...
 
     def download_argv(
@@ -115,8 +116,11 @@ def run_step_commands(
     env: Mapping[str, str],
     pass_fds: Sequence[int] = (),
     timeout: float | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> StepRun:
-    """Run a step's commands (``plan.step_commands``: what ``plan --json`` shows) in order."""
+    """Run a step's commands (``plan.step_commands``: what ``plan --json`` shows) in order.
+    ``on_line``: called with each line of their output too (provision's prefetch waits for the
+    first step's ``Resolved`` line)."""
     step_env = dict(env)
     for key, value in planned.env.items():
         # a step's own build constraints join the baseline's (both installers take a list of files)
@@ -143,13 +147,19 @@ def run_step_commands(
             env=step_env,
             pass_fds=pass_fds,
             timeout=timeout,
-            on_line=lambda line: events.emit("debug", redact(line)),
+            on_line=lambda line: _tell(line, on_line),
         )
         if not result.ok:
             raise classify_failure(planned, spec, result)
         step_run = StepRun(result, argv)
     assert step_run is not None
     return step_run
+
+
+def _tell(line: str, on_line: Callable[[str], None] | None) -> None:
+    events.emit("debug", redact(line))
+    if on_line is not None:
+        on_line(line)
 
 
 _CONFLICT_PIP = re.compile(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from envbuild.index.pipconf import pip_config_values
@@ -101,6 +101,7 @@ class PipInstaller:
         env: Mapping[str, str],
         pass_fds: Sequence[int] = (),
         timeout: float | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> StepRun:
         return run_step_commands(
             self,
@@ -114,6 +115,7 @@ class PipInstaller:
             env=env,
             pass_fds=pass_fds,
             timeout=timeout,
+            on_line=on_line,
         )
 
     def download_argv(

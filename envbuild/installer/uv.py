@@ -3,7 +3,7 @@ pip is configured with are handed to it explicitly (``default_sources``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from envbuild.errors import PreflightError
@@ -81,6 +81,7 @@ class UvInstaller:
         env: Mapping[str, str],
         pass_fds: Sequence[int] = (),
         timeout: float | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> StepRun:
         return run_step_commands(
             self,
@@ -94,6 +95,7 @@ class UvInstaller:
             env=env,
             pass_fds=pass_fds,
             timeout=timeout,
+            on_line=on_line,
         )
 
     def download_argv(

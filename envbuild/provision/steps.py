@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +139,15 @@ def run_steps(run: ProvisionRun) -> None:
                         events.emit(
                             "debug", f"prefetching step {ahead.name} while {planned.name} installs"
                         )
-            run_one(run, planned, refresh=refresh, cached=cached)
+            run_one(
+                run,
+                planned,
+                refresh=refresh,
+                cached=cached,
+                on_line=prefetcher.heard if prefetcher is not None else None,
+            )
+            if prefetcher is not None:
+                prefetcher.release()
             done = planned.name
         say_unmet(run)
     finally:
@@ -243,12 +251,17 @@ def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, objec
 
 
 def run_one(
-    run: ProvisionRun, planned: PlannedStep, refresh: Sequence[str] = (), cached: bool = False
+    run: ProvisionRun,
+    planned: PlannedStep,
+    refresh: Sequence[str] = (),
+    cached: bool = False,
+    on_line: Callable[[str], None] | None = None,
 ) -> None:
     """Run one step and guard it. ``refresh``: packages whose cached builds the installer must not
     take (``--refresh-package``); ``cached``: the prefetch put every file of the step in uv's
     cache, so the step first runs ``--offline`` (no revalidation of each URL with its host), and as
-    planned where that fails. Neither is part of the step's identity."""
+    planned where that fails. Neither is part of the step's identity. ``on_line``: each line of the
+    installer's output (the prefetcher listens for the resolution's end)."""
     spec, manifest, paths, result, site = run.spec, run.manifest, run.paths, run.result, run.site
     state = manifest.state(planned.name)
     total = len(run.plan.steps)
@@ -292,6 +305,7 @@ def run_one(
                 env=step_env,
                 pass_fds=run.pass_fds,
                 timeout=run.opts.step_timeout,
+                on_line=on_line,
             )
 
         if cached:
