@@ -232,3 +232,52 @@ def test_the_gate_follows_an_extra_switched_on_through_another() -> None:
     assert [(e.torch, e.installable) for e in report.environments] == [("2.7.0+cu128", True)]
     (row,) = report.environments
     assert "cosmos-oss[cu128-torch27]" in row.name and "cu130" not in row.name
+
+
+def test_torchs_runtime_through_an_edge_with_extras_is_in_the_torch_stage() -> None:
+    """docling e1cb2b2 locks torch 2.11.0+cu130, whose CUDA runtime comes through an edge with
+    extras, ``cuda-toolkit[cublas, cudart, cufft, cufile, ...]``: those packages are torch's runtime
+    and belong to its stage (the baseline frozen after it protects them). Placed in the rest stage,
+    as they were, torch did not import after its own stage (``libcufile.so.0``: no such file) and a
+    later stage could change them unguarded."""
+    flags = flags_of(["--no-default-groups", "--all-packages"])
+    req = LockRequest(lock=LOCKS / "docling" / "uv.lock", groups=flags.groups, sync=flags)
+    placed = prepare(req, "3.12", refusing=False).plan.placed
+    stage = {p.entry.name: p.stage for p in placed}
+    through_extras = {
+        "nvidia-cublas",
+        "nvidia-cuda-cupti",
+        "nvidia-cuda-nvrtc",
+        "nvidia-cuda-runtime",
+        "nvidia-cufft",
+        "nvidia-cufile",
+        "nvidia-curand",
+        "nvidia-cusolver",
+        "nvidia-cusparse",
+        "nvidia-nvjitlink",
+        "nvidia-nvtx",
+    }
+    assert {n: stage.get(n) for n in through_extras} == dict.fromkeys(through_extras, "torch")
+    why = {p.entry.name: p.why for p in placed}
+    assert why["nvidia-cufile"] == "torch depends on it"  # through cuda-toolkit[cufile]
+    # and nothing of the rest came with it: what torch's stage holds is its runtime
+    assert {n for n, s in stage.items() if s == "torch"} - through_extras == {
+        "cuda-bindings",
+        "cuda-pathfinder",
+        "cuda-toolkit",
+        "filelock",
+        "fsspec",
+        "jinja2",
+        "markupsafe",
+        "mpmath",
+        "networkx",
+        "nvidia-cudnn-cu13",
+        "nvidia-cusparselt-cu13",
+        "nvidia-nccl-cu13",
+        "nvidia-nvshmem-cu13",
+        "setuptools",
+        "sympy",
+        "torch",
+        "triton",
+        "typing-extensions",
+    }

@@ -687,7 +687,7 @@ def test_the_gate_gets_a_parsed_lock(tmp_path: Path) -> None:
         f'version = "{e.version}"' for e in lock.entries
     ]
     assert [e.dependencies for e in lock.entries[:2]] == [
-        ("liba", "libb", "libb"),
+        ("liba", "libb", "libb", "libc"),  # app's edge liba[fast]: liba's extra brings libc
         ("libb", "libb"),
     ]
     assert (
