@@ -21,7 +21,7 @@ Three layers, each testable alone:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -288,11 +288,7 @@ class UvPackage:
             out.append((self.sdist.url or self.sdist.path or "", self.sdist.sha256))
         return out
 
-    def entry(
-        self, key: int, line: int | None, dependencies: tuple[str, ...] | None = None
-    ) -> Entry:
-        """The gate's entry; ``dependencies``: its names with the lock's extras followed
-        (``_dependency_names``), else the names of its own edges."""
+    def entry(self, key: int, line: int | None) -> Entry:
         files = self.files
         return Entry(
             key=key,
@@ -305,48 +301,8 @@ class UvPackage:
             url=self.source.url,
             files=tuple((u, h) for u, h in files if u),
             requires=self.requires_dist,
-            dependencies=(
-                dependencies
-                if dependencies is not None
-                else tuple(canonicalize_name(d.name) for d in self.dependencies)
-            ),
+            dependencies=tuple(canonicalize_name(d.name) for d in self.dependencies),
         )
-
-
-def _dependency_names(lock: UvLock) -> list[tuple[str, ...]]:
-    """Each package's dependency names, with the optional dependencies its edges' extras switch on
-    (and theirs, in turn): torch 2.11's edge ``cuda-toolkit[cublas, cudart, ...]`` makes
-    nvidia-cublas, nvidia-cuda-runtime and the rest torch's runtime, as they are when installed.
-    An edge with a version names the entries of that version (one name locked per fork)."""
-    by_name: dict[str, list[UvPackage]] = {}
-    for p in lock.packages:
-        by_name.setdefault(canonicalize_name(p.name), []).append(p)
-
-    def targets(edge: UvEdge) -> list[UvPackage]:
-        found = by_name.get(canonicalize_name(edge.name), [])
-        return [p for p in found if edge.version in (None, p.version)] or found
-
-    out: list[tuple[str, ...]] = []
-    for package in lock.packages:
-        names = [canonicalize_name(d.name) for d in package.dependencies]
-        seen: set[tuple[int, str]] = set()
-        todo = [(d, x) for d in package.dependencies for x in d.extra]
-        while todo:
-            edge, extra = todo.pop()
-            for target in targets(edge):
-                if (id(target), canonicalize_name(extra)) in seen:
-                    continue
-                seen.add((id(target), canonicalize_name(extra)))
-                for written, edges in target.optional_dependencies.items():
-                    if canonicalize_name(written) != canonicalize_name(extra):
-                        continue
-                    names += [canonicalize_name(e.name) for e in edges]
-                    todo += [(e, x) for e in edges for x in e.extra]
-        plain = len(package.dependencies)
-        out.append(
-            (*names[:plain], *(n for n in dict.fromkeys(names[plain:]) if n not in names[:plain]))
-        )
-    return out
 
 
 def _requires_dist(metadata: Table, where: str) -> tuple[str, ...] | None:
@@ -610,6 +566,25 @@ class UvGraph:
         }
         return cls(entries, _roots(lock, entries, plain), plain, optional, dev, forks)
 
+    def through_extras(self, k: int) -> list[str]:
+        """The names entry ``k``'s edges reach through the extras they switch on (and those
+        entries' own extras edges, in turn): torch 2.11's ``cuda-toolkit[cublas, cudart, ...]``
+        makes nvidia-cublas, nvidia-cuda-runtime and the rest torch's runtime, as installing
+        torch makes them."""
+        out: list[str] = []
+        seen: set[_Node] = set()
+        todo = [(t, x) for targets, _, x in self.plain[k] if x for t in targets]
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            t, extras = node
+            for targets, _, more in (link for x in extras for link in self.optional[t].get(x, ())):
+                out += [self.entries[n].name for n in targets]
+                todo += [(n, more) for n in targets if more]
+        return out
+
     @cached_property
     def root_set(self) -> frozenset[int]:
         return frozenset(self.roots)
@@ -767,10 +742,15 @@ def parse(path: Path, text: str) -> ParsedLock:
     lock = _shape(toml_loads(text))
     headers = entry_lines(text.splitlines(), "[[package]]")
     entries = [
-        p.entry(i, headers[i] if i < len(headers) else None, deps)
-        for i, (p, deps) in enumerate(zip(lock.packages, _dependency_names(lock), strict=True))
+        p.entry(i, headers[i] if i < len(headers) else None) for i, p in enumerate(lock.packages)
     ]
     graph = UvGraph.of(lock, entries)
+    for k, e in enumerate(entries):  # the graph's list: its walks see the names added
+        more = [
+            n for n in dict.fromkeys(graph.through_extras(k)) if n not in (e.dependencies or ())
+        ]
+        if more:
+            entries[k] = replace(e, dependencies=(*(e.dependencies or ()), *more))
     marker_texts = [*lock.resolution_markers, *lock.supported_markers]
     marker_texts += [m for p in lock.packages for m in p.resolution_markers]
     owners: dict[str, int] = {}
