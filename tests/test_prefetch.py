@@ -281,7 +281,7 @@ def test_close_stops_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert job is not None
     pre.release()
     for _ in range(100):  # the runner has started the child once the command line is in the log
-        if job.log_file.exists() and job.log_file.read_text().startswith("$ "):
+        if job.log_file.exists() and "\n$ " in job.log_file.read_text():
             break
         time.sleep(0.05)
     t = time.monotonic()
@@ -321,6 +321,9 @@ def test_a_prefetch_begins_once_the_running_step_has_resolved(
         pre.heard("Resolved 26 packages in 117ms")
         pre.wait(step.name, timeout=60)
     assert job.returncode == 0 and began.exists()
+    assert job.log_file.read_text().startswith(
+        "[envbuild] begins: the running step resolved (Resolved 26 packages in 117ms)\n"
+    )
 
 
 @pytest.mark.slow
@@ -347,4 +350,6 @@ def test_provision_with_prefetch(
     for name in ("02-helpers", "03-more"):
         text = (logs / f"{name}.prefetch.log").read_text()
         assert "[envbuild] exit status 0" in text, text
+        # begun on the first step's own output (its resolution over), not after the longest wait
+        assert text.startswith("[envbuild] begins: the running step resolved ("), text
     assert not any((tmp_path / "data" / "cache" / "prefetch").glob("*/*"))  # scratch copies removed

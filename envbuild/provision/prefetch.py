@@ -65,7 +65,7 @@ from packaging.utils import canonicalize_name
 from envbuild.installer import Installer
 from envbuild.installer.uv import UvInstaller
 from envbuild.plan import PlannedStep
-from envbuild.run import run
+from envbuild.run import open_private, run
 
 __all__ = [
     "PrefetchJob",
@@ -359,6 +359,7 @@ class Prefetcher:
         self.jobs: dict[str, PrefetchJob] = {}
         self._cancel = threading.Event()
         self._gate = threading.Event()  # set when the running step has resolved (``heard``)
+        self._opened_by = ""  # what let the prefetches begin, for their logs
 
     def start(self, planned: PlannedStep) -> PrefetchJob | None:
         """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact)."""
@@ -399,18 +400,27 @@ class Prefetcher:
     def heard(self, line: str) -> None:
         """A line of the running step's output: its ``Resolved`` line lets the prefetches begin."""
         if not self._gate.is_set() and _RESOLVED.match(line):
-            self.release()
+            self.release(f"the running step resolved ({line.strip()})")
 
-    def release(self) -> None:
+    def release(self, why: str = "the running step ended") -> None:
         """Let the prefetches begin (the running step resolved, or ended)."""
-        self._gate.set()
+        if not self._gate.is_set():
+            self._opened_by = why
+            self._gate.set()
 
     def _run(self, job: PrefetchJob, env: dict[str, str]) -> None:
         try:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.mkdir(parents=True, exist_ok=True)
-            self._gate.wait(GATE_SECONDS)
+            opened = self._gate.wait(GATE_SECONDS)
             if not self._cancel.is_set():
+                with open_private(job.log_file) as log:
+                    log.write(
+                        f"[envbuild] begins: {self._opened_by}\n"
+                        if opened
+                        else f"[envbuild] begins after {GATE_SECONDS:g} s: the running step has"
+                        " not said it resolved\n"
+                    )
                 job.returncode = run(
                     [*_BACKGROUND, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel
                 ).returncode
