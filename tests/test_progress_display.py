@@ -20,8 +20,8 @@ from packaging.version import Version
 from support.fixtures import EnvbuildResult, installer_env
 from support.index import IndexServer
 
-from envbuild.commands.progress import InstallProgress
 from envbuild.commands.ui import live_wanted
+from envbuild.installer.progress import InstallProgress
 
 pytest.importorskip("pyte")
 from ptyscreen import Screen, run_on_terminal  # noqa: E402 - needs pyte

@@ -18,8 +18,8 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from envbuild import events
-from envbuild.commands.progress import InstallProgress
 from envbuild.errors import EnvbuildError
+from envbuild.installer.progress import InstallProgress
 
 if TYPE_CHECKING:
     from rich.console import Console

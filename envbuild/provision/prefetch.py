@@ -63,6 +63,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.installer import Installer
+from envbuild.installer.progress import InstallProgress
 from envbuild.installer.uv import UvInstaller
 from envbuild.plan import PlannedStep
 from envbuild.run import open_private, run
@@ -87,12 +88,6 @@ _BACKGROUND: tuple[str, ...] = (nice, "-n", "10") if (nice := shutil.which("nice
 # the longest a prefetch waits for the running step to resolve (a step that prints nothing, or a
 # slow index): after it, the prefetch runs beside the resolution
 GATE_SECONDS = 15.0
-# an installer's line that says its resolution is over: uv's ``Resolved 26 packages in 0.15s``
-# and ``Audited 3 packages in 1ms``; pip's first ``Downloading``, or ``Installing collected
-# packages``
-_RESOLVED = re.compile(
-    r"^\s*(?:(?:Resolved|Audited) \d+ packages? in |Downloading |Installing collected packages)"
-)
 
 # Options that say where packages come from; copied from the step so the prefetch fetches the
 # very URLs the real install will (the caches are keyed by URL).
@@ -360,6 +355,7 @@ class Prefetcher:
         self._cancel = threading.Event()
         self._gate = threading.Event()  # set when the running step has resolved (``heard``)
         self._opened_by = ""  # what let the prefetches begin, for their logs
+        self._progress = InstallProgress()  # the running step's phase, read from its lines
 
     def start(self, planned: PlannedStep) -> PrefetchJob | None:
         """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact)."""
@@ -399,7 +395,7 @@ class Prefetcher:
 
     def heard(self, line: str) -> None:
         """A line of the running step's output: its ``Resolved`` line lets the prefetches begin."""
-        if not self._gate.is_set() and _RESOLVED.match(line):
+        if not self._gate.is_set() and self._progress.feed(line) and self._progress.resolved:
             self.release(f"the running step resolved ({line.strip()})")
 
     def release(self, why: str = "the running step ended") -> None:

@@ -1,4 +1,5 @@
-"""What an installer is doing, read from its output: the phase of a step's live line.
+"""What an installer is doing, read from its output: the phase of a step's live line, and when
+its resolution is over (provision's prefetch waits for that: ``InstallProgress.resolved``).
 
 pip and uv print different lines; one small state machine reads both (the lines never clash):
 
@@ -116,6 +117,12 @@ class InstallProgress:
             self.phase, self.subject = "installed", ""
             return True
         return False
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the installer is past resolving: uv's ``Resolved`` (or ``Audited``), pip's
+        first ``Downloading`` or ``Installing collected packages``."""
+        return self.phase not in ("starting", "resolving")
 
     @property
     def bytes_total(self) -> float:
