@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import platform as host_platform
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypedDict
 from urllib.parse import unquote, urlsplit
@@ -88,6 +88,10 @@ class Placed:
     rebuilt: dict[str, object] | None = None
     # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
     unhashed: bool = False
+    # its file comes from a package index (the index's URL; "" where the lock names none), as
+    # uv sync records it: no direct_url.json (``spec.stepfile.index_note``); None: a direct URL, a
+    # path, a git pin or a folder
+    index: str | None = None
 
     @property
     def label(self) -> str:
@@ -463,9 +467,29 @@ def plan_stages(
             if art.sha256
             else f"{e.name} @ {art.url}"
         )
-        plan.placed.append(Placed(e, stage, why, art, line, needs_glibc=needs, unhashed=unhashed))
+        plan.placed.append(
+            Placed(
+                e,
+                stage,
+                why,
+                art,
+                line,
+                needs_glibc=needs,
+                unhashed=unhashed,
+                index=_index_of(e, folder) if e.url is None and path_source is None else None,
+            )
+        )
     _with_extension_deps(plan, by_name)
     return plan
+
+
+def _index_of(e: Entry, folder: Path) -> str:
+    """The URL of the index an entry's file comes from ("" where the lock names none): a local flat
+    index (a folder beside the lock) as a ``file://`` URL."""
+    local = _local_index(e.index, folder)
+    if local is not None:
+        return local.resolve().as_uri()
+    return e.index or ""
 
 
 def _hash_local(art: LockedFile) -> LockedFile:
@@ -511,14 +535,7 @@ def _with_extension_deps(plan: StagePlan, by_name: dict[str, Entry]) -> None:
         if i is None or plan.placed[i].stage != "rest":
             continue
         p = plan.placed[i]
-        plan.placed[i] = Placed(
-            p.entry,
-            "extensions",
-            f"{parent} depends on it",
-            p.artifact,
-            p.line,
-            unhashed=p.unhashed,
-        )
+        plan.placed[i] = replace(p, stage="extensions", why=f"{parent} depends on it")
         todo += [(name, d) for d in by_name[name].dependencies or ()]
 
 

@@ -219,7 +219,7 @@ def import_listing(run: ProvisionRun) -> Path:
 def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, object]:
     spec, site = run.spec, run.site
     try:
-        base = guard.take_baseline(spec.abi, site, run.manifest.marker_env or {}, stamp=not adopted)
+        base = guard.take_baseline(spec.abi, site, run.manifest.marker_env or {})
     except LookupError as exc:
         where = "the environment" if adopted else "the venv after the baseline step"
         raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from exc
