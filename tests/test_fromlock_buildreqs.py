@@ -122,7 +122,7 @@ def test_prefetched_builds_are_the_ones_installed(
 ) -> None:
     """``--prefetch yes``: the hatchling root, the setuptools member and the sdist-only dependency
     are built while torch installs (as ``uv sync`` builds beside its downloads), under the
-    project's build constraints and the baseline's pins; their real steps then install them from
+    project's build constraints and nothing of envbuild's; their real steps then install them from
     uv's cache (``--offline``) without building again, and the venv holds what uv sync's holds."""
     lock = _project(
         tmp_path / "p",
@@ -144,9 +144,9 @@ def test_prefetched_builds_are_the_ones_installed(
         real = next(logs.glob(f"[0-9][0-9]-{stage}.log")).read_text()
         assert " --offline " in real.splitlines()[0] + " ", real
         assert built in real and "Building" not in real and "Built" not in real, real
-    pins = (data / "cache" / "prefetch" / "baseline-pins.txt").read_text()
-    frozen = (data / ".envbuild" / "constraints.txt").read_text()
-    assert sorted(pins.splitlines()[1:]) == sorted(frozen.splitlines()[1:])  # built as installed
+    # built as uv sync builds them: under the project's build constraints, never the baseline's
+    # pins (torch, its runtime and what torch's stage holds, setuptools among them)
+    assert not (data / "cache" / "prefetch" / "baseline-pins.txt").exists()
     # an index whose files say ``no-store`` leaves uv's cache nothing it may use offline: the
     # offline attempt fails and the step installs from its sources, as without a prefetch
     build_index.server.immutable_files = False

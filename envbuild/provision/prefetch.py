@@ -340,12 +340,14 @@ class Prefetcher:
         logs: Path,
         env: Mapping[str, str],
         baseline_pins: Path | None = None,
+        unconstrained_builds: bool = False,
     ) -> None:
         """``baseline_pins``: the constraints a guarded step's builds will have (the frozen
-        baseline's file, or the baseline step's exact pins before it has run); None: guarded
-        steps' builds are left to the real step."""
+        baseline's file); None: guarded steps' builds are left to the real step, unless
+        ``unconstrained_builds`` (a lock's: its builds are never held to the baseline)."""
         self.installer = installer
         self.baseline_pins = baseline_pins
+        self.unconstrained_builds = unconstrained_builds
         self.python = python
         self.scratch_root = scratch_root
         self.logs = logs
@@ -363,7 +365,7 @@ class Prefetcher:
             return self.jobs.get(planned.name)
         scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
         pins = self.baseline_pins if planned.constrained else None
-        builds = not planned.constrained or pins is not None
+        builds = not planned.constrained or pins is not None or self.unconstrained_builds
         argv = prefetch_argv(
             planned, installer=self.installer, python=self.python, scratch=scratch, builds=builds
         )
