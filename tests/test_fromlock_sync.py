@@ -421,6 +421,29 @@ def test_provision_installs_what_uv_sync_installs(
     # and uv sync / uv run on envbuild's venv find nothing to do
     said = uv_sync_dry_run(project.folder, venv, argv, tmp / "home")
     assert "Would make no changes" in said, (shape, said)
+    # planted: one index file installed by its URL (what a direct reference records): uv sync would
+    # reinstall it, and the comparison says so
+    name, url = _an_index_wheel(lock, uv_pip_list(venv))
+    subprocess.run(
+        [uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps"]
+        + ["--reinstall", f"{name} @ {url}"],
+        check=True,
+        capture_output=True,
+        env=installer_env(tmp / "home"),
+    )
+    assert dist_infos(venv) != dist_infos(tmp / "uv-venv")
+    said = uv_sync_dry_run(project.folder, venv, argv, tmp / "home")
+    assert "Would make no changes" not in said and name in said, (shape, said)
+
+
+def _an_index_wheel(lock: Path, installed: dict[str, str]) -> tuple[str, str]:
+    """(name, wheel URL) of an installed package the lock takes from an index."""
+    from envbuild._io import parse_toml
+
+    for p in parse_toml(lock.read_text())["package"]:
+        if "registry" in p["source"] and p["name"] in installed and p.get("wheels"):
+            return p["name"], p["wheels"][0]["url"]
+    raise AssertionError(f"{lock}: no installed package from an index")
 
 
 def test_the_plan_prints_the_uv_sync_command(
