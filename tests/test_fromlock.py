@@ -781,6 +781,15 @@ def test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted(
         left["torch"].startswith("adopted")
         and "already in the adopted environment" in left["trainer-utils"]
     )
+    # in words, what the environment already holds is said once (a GPU image's 50 in one line)
+    text = run_envbuild("plan", "--lock", lock, "--venv", base.path)
+    assert text.rc == 0, text.output
+    assert text.output.count("already in the adopted environment") == 1, text.output
+    assert (
+        "not installed: 1 package(s) already in the adopted environment at the locked version"
+        in text.output
+        and "(1 other package(s))" in text.output
+    )
     res = run_envbuild(
         "provision", "--lock", lock, "--venv", base.path, "--root", tmp_path / "data", "--json"
     )
