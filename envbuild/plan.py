@@ -27,6 +27,7 @@ from envbuild.spec import StackSpec, Step
 Backend = Literal["pip", "uv"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 PIP_NETWORK_ARGS = ("--timeout", "30", "--retries", "2")
+INDEX_STRATEGY = "UV_INDEX_STRATEGY"  # a step's env naming uv's index strategy
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,10 @@ def _installer_args(step: Step, opts: PlanOptions, locked: bool) -> list[str]:
                 args += ["--extra-index-url", url]
         for link in links:
             args += ["--find-links", link]
-        if not pip and (extras or links) and not step.no_index:
+        if not pip and (extras or links) and not step.no_index and INDEX_STRATEGY not in step.env:
             # pip looks at every source and takes the best match; uv's default stops at the
-            # first index that has the name. Same semantics for both backends:
+            # first index that has the name. Same semantics for both backends (a step that names
+            # its strategy, as a lock's do, uv sync's, keeps it):
             args += ["--index-strategy", "unsafe-best-match"]
     if step.pre:
         args += ["--pre"] if pip else ["--prerelease", "allow"]

@@ -342,3 +342,41 @@ def test_an_image_layer_builds_its_sdist_from_the_projects_index(
     ok = run_envbuild("provision", "--lock", last, "--root", tmp_path / "data")
     assert ok.rc == 0, ok.output
     assert uv_pip_list(tmp_path / "data" / "venv")["sdist-only"] == "1.0"
+
+
+@pytest.mark.slow
+def test_an_index_nothing_needs_is_a_note(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """A project that lists, after the index its builds are served from, a non-explicit index whose
+    host does not answer (an accelerator index the selection never uses): uv sync installs it, never
+    asking that index, and so does provision --lock (a note, not exit 3); the venvs are the same,
+    dist-info for dist-info."""
+    from support.gatelocks import dist_infos
+
+    lock = _project(tmp_path / "p", build_index, "hatchling", deps=("sdist-only==1.0",))
+    pyproject = lock.parent / "pyproject.toml"
+    dead = "http://127.0.0.1:9/simple"
+    pyproject.write_text(
+        pyproject.read_text().replace("default = true\n", "")
+        + f'\n[[tool.uv.index]]\nname = "cu-dead"\nurl = "{dead}"\n'
+    )
+    want = uv_sync(lock.parent, tmp_path / "uv-venv", tmp_path / "home")
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert f"note: {dead} does not answer" in res.output, res.output
+    assert uv_pip_list(tmp_path / "data" / "venv") == want
+    assert dist_infos(tmp_path / "data" / "venv") == dist_infos(tmp_path / "uv-venv")
+    # planted: the dead index first, asked before the one that answers: refused before install
+    pyproject.write_text(
+        pyproject.read_text()
+        .replace(f'\n[[tool.uv.index]]\nname = "cu-dead"\nurl = "{dead}"\n', "")
+        .replace(
+            "[[tool.uv.index]]",
+            f'[[tool.uv.index]]\nname = "cu-dead"\nurl = "{dead}"\n\n[[tool.uv.index]]',
+            1,
+        )
+    )
+    bad = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data2")
+    assert bad.rc == 3, bad.output
+    assert "do not answer" in bad.stderr and dead in bad.stderr and "Traceback" not in bad.output
