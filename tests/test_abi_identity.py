@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -205,7 +206,10 @@ def test_a_file_edited_in_a_copy_is_caught(env: Env) -> None:
 
 
 def test_pip_force_reinstall_of_the_same_wheel_is_caught(env: Env) -> None:
+    """pip compiles the sources it writes: the bytecode's headers carry their new mtimes (whole
+    seconds), so its RECORD, which lists the bytecode, changes."""
     base = frozen(env)
+    time.sleep(1.1)  # the reinstall's sources get another second than the install's
     env.pip("--force-reinstall", str(env.wheels["torch"]))
     (found,) = env.check(base)
     assert found.rule == "reinstalled"
@@ -218,6 +222,7 @@ def test_uv_reinstall_that_changes_bytes_is_caught(env: Env, tmp_path: Path) -> 
     """uv over torch and triton: the very same wheels leave every byte as it was (nothing the guard
     protects moved: no violation); another build of the same versions is caught, torch and triton
     alike."""
+    env.uv("--reinstall", str(env.wheels["torch"]), str(env.wheels["triton"]))
     base = frozen(env)
     env.uv("--reinstall", str(env.wheels["torch"]), str(env.wheels["triton"]))
     assert env.check(base) == []
