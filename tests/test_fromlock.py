@@ -178,6 +178,11 @@ def test_plan_lock_names_each_stage_and_why(
     ]
     text = run_envbuild("plan", "--lock", lock)
     assert text.rc == 0 and "stage 2/3 extensions" in text.stdout and "gate: ok" in text.stdout
+    # a lock named relative to the folder it is run in: what a receipt and the venv's record keep
+    # of it is its absolute path, so verify and receipt find it from any folder
+    rel = run_envbuild("plan", "--lock", lock.name, "--json", cwd=lock.parent)
+    assert rel.rc == 0, rel.output
+    assert json.loads(rel.stdout)["lock_file"] == str(lock)
 
 
 def test_plan_lock_refuses_a_lock_the_gate_fails_unless_accepted(

@@ -266,7 +266,8 @@ def test_build_sources_are_the_projects_indexes(tmp_path: Path) -> None:
     assert path.read_text() == "setuptools<80\nhatchling==1.27.0\n"
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n')
     plain = build_sources(tmp_path / "uv.lock")
-    assert plain.index_url is None and not plain.constraints and step_env(plain) == {}
+    assert plain.index_url is None and not plain.constraints
+    assert step_env(plain) == {"UV_INDEX_STRATEGY": "first-index"}  # uv sync's
     assert "user's index configuration" in plain.where
 
 
