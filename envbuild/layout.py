@@ -304,7 +304,7 @@ def launcher_text(python: str, installed_in: str) -> str:
         f"{LAUNCHER_MARK}.\n"
         "# It runs the envbuild that made this environment, which is not installed in it.\n"
         f"exec {sh_word(python, 'the launcher')} -E -c {sh_word(_LAUNCH)}"
-        f" {sh_word(installed_in, 'the launcher')} \"$@\"\n"
+        f' {sh_word(installed_in, "the launcher")} "$@"\n'
     )
 
 
