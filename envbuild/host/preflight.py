@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypedDict
+from urllib.parse import urlsplit
 
 from packaging.version import InvalidVersion, Version
 
@@ -671,16 +672,29 @@ def check_index(spec: StackSpec, timeout: float = 3.0) -> list[Check]:
             )
         else:
             out.append(
-                Check(
-                    f"index:{p.location}",
-                    "fail",
-                    p.detail,
-                    "reachable",
-                    "unreachable: fix the network/proxy, point ENVBUILD_TORCH_INDEX at a mirror, "
-                    "or provision --offline from a wheelhouse",
-                )
+                Check(f"index:{p.location}", "fail", p.detail, "reachable", _unreachable(spec, loc))
             )
     return out
+
+
+def _unreachable(spec: StackSpec, loc: str) -> str:
+    """The advice for a source that does not answer: a local folder is made or its path fixed; a
+    remote one goes through the network, a mirror (the variable the step took it from) or a
+    wheelhouse."""
+    names = [
+        v
+        for s in spec.steps
+        if loc in (s.index_url, *s.extra_index_urls, *s.find_links)
+        for v in s.source_vars
+    ]
+    via = f" (it comes from ${{{names[0]}}}: set {names[0]} to another)" if names else ""
+    if urlsplit(loc).scheme in ("", "file"):
+        return (
+            f"a local folder: make it (a wheelhouse: `envbuild wheelhouse mirror --out DIR`) or"
+            f" correct the path{via}"
+        )
+    mirror = f"point {names[0]} at a mirror" if names else "use a mirror in the step's index_url"
+    return f"unreachable: fix the network/proxy, {mirror}, or provision --offline from a wheelhouse"
 
 
 def _read_by_locked_steps_only(spec: StackSpec) -> set[str]:

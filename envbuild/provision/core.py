@@ -332,6 +332,7 @@ def _venv_steps_check(
     layout.write_overlay(spec, paths)
     run.python = _ensure_venv(run, base_python)
     layout.hook_activate(paths)
+    layout.write_launcher(paths)
     if manifest.marker_env is None:
         probed = probe_python(run.python)
         if probed is None:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_json, sha256_file
@@ -40,6 +40,9 @@ from envbuild.index.net import redact
 from envbuild.run import RunResult, run
 from envbuild.wheelhouse.repack import repack_wheel
 from envbuild.wheelhouse.spec import BuildSource, WheelSpec, parse_location
+
+if TYPE_CHECKING:
+    from envbuild.wheelhouse.requires import BuildRequires
 
 REPACK_FORMAT = 1  # bump when the repacked output changes for the same inputs
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -514,13 +517,6 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
     why = cache_miss(opts.cache, parts, key) if opts.use_cache else None
     if why:
         events.emit("info", f"{spec.label}: not reusing the cache: {why}", spec=spec.name)
-    if target.info.get("missing"):
-        missing = target.info["missing"]
-        raise WheelhouseError(
-            f"{spec.label}: the target environment lacks build requirements: {', '.join(missing)} "
-            "(the build runs without isolation, so they must be installed there)",
-            hint=f"{target.python} -m pip install {' '.join(missing)}",
-        )
     if spec.arch_list and not target.info.get("torch_cuda"):
         raise WheelhouseError(
             f"{spec.label} builds CUDA code (arch_list {', '.join(spec.arch_list)}), but torch "
@@ -531,6 +527,13 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
         raise WheelhouseError(
             f"{spec.label} builds CUDA code, but nvcc was not found",
             hint="Install the CUDA toolkit matching torch's CUDA, or set CUDA_HOME.",
+        )
+    provided = None
+    if target.info.get("missing"):  # installed for the build, beside the target environment
+        from envbuild.wheelhouse.requires import provide
+
+        provided = provide(
+            spec.label, target.python, target.info["missing"], opts.cache, opts.environ
         )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     log = opts.out / "logs" / f"{spec.name}-{spec.version}-{stamp}.log"
@@ -544,7 +547,7 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
     )
     src = _prepare_source(spec, source, opts, work, log)
     dist = work / "dist"
-    result = _run_build(spec, target, src, dist, log)
+    result = _run_build(spec, target, src, dist, log, provided)
     built = sorted(dist.glob("*.whl"))
     if len(built) != 1:
         raise WheelhouseError(
@@ -632,7 +635,14 @@ def _prepare_source(
     return src
 
 
-def _run_build(spec: WheelSpec, target: BuildTarget, src: Path, dist: Path, log: Path) -> RunResult:
+def _run_build(
+    spec: WheelSpec,
+    target: BuildTarget,
+    src: Path,
+    dist: Path,
+    log: Path,
+    requires: BuildRequires | None = None,
+) -> RunResult:
     py = str(target.python)
     if spec.backend == "pip":
         argv = [
@@ -672,6 +682,8 @@ def _run_build(spec: WheelSpec, target: BuildTarget, src: Path, dist: Path, log:
         argv = [py, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(build_env(spec), PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    if requires is not None:
+        env = requires.env(env)
     events.emit("debug", f"build env: {redact(json.dumps(build_env(spec)))}")
 
     def on_line(line: str) -> None:
