@@ -289,7 +289,8 @@ def files_table() -> str:
     rows = ["| stage | package or module | does | owns on disk |", "| --- | --- | --- | --- |"]
     last = None
     for unit in top_level_units():
-        stage = layers.stage_of(_unit_module(unit)) or layers.STAGE_OF.get(_unit_module(unit)) or "?"
+        module = _unit_module(unit)
+        stage = layers.stage_of(module) or layers.STAGE_OF.get(module) or "?"
         main = unit / "__init__.py" if unit.is_dir() else unit
         does = [cell(first_sentence(docstring(main)))]
         if unit.is_dir():
