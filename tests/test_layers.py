@@ -22,7 +22,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "envbuild"
 
 
 def _load_stages() -> ModuleType:
-    """docs/hooks/stages.py: the one stage list (the docs show it; these tests hold imports to it)"""
+    """docs/hooks/stages.py: the one stage list (the docs show it; these tests hold imports to
+    it)."""
     spec = importlib.util.spec_from_file_location(
         "envbuild_docs_stages", PACKAGE.parent / "docs" / "hooks" / "stages.py"
     )
