@@ -57,7 +57,7 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 ## docs-reference: rewrite the reference pages generated from the code (docs/reference/cli.md, stack-spec.md,
-## exit-codes.md, check-lock.md, json.md) and the stage table of docs/architecture.md (from tests/test_layers.py);
+## exit-codes.md, check-lock.md, json.md) and the stage table of docs/architecture.md (from docs/hooks/stages.py);
 ## tests/test_docs.py fails when a committed one is stale
 docs-reference: $(BIN)/.installed
 	$(BIN)/python docs/hooks/reference.py --write

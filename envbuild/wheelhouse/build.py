@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import __version__, events
+from envbuild import __version__, events, nvidia
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.abitag import (
     format_label as local_tag,  # the one writer of the labels (the face re-exports it)
@@ -429,20 +429,11 @@ def _archs(spec: WheelSpec, info: Mapping[str, Any]) -> str | None:
     env = {**os.environ, **build_env(spec)}
     if env.get("TORCH_CUDA_ARCH_LIST"):
         return env["TORCH_CUDA_ARCH_LIST"]
-    if not info.get("torch_cuda") or shutil.which("nvidia-smi") is None:
+    if not info.get("torch_cuda"):
         return None
-    try:
-        out = run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture=True,
-            separate_stderr=True,
-            timeout=30,
-        )
-    except OSError:
-        return None
-    caps = (
-        sorted({c.strip() for c in (out.output or "").splitlines() if c.strip()}) if out.ok else []
-    )
+    answer = nvidia.query(("compute_cap",))
+    rows = nvidia.parse_query(answer.output, ("compute_cap",)) if answer.output else []
+    caps = sorted({r["compute_cap"] for r in rows if r["compute_cap"]})
     return "visible GPUs: " + ";".join(caps) if caps else None
 
 
