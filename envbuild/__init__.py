@@ -21,6 +21,7 @@ TOP_LEVEL_OWNS: dict[str, tuple[str, ...]] = {
         "``<root>/.envbuild/envbuild-env.sh`` (the env overlay)",
         "``<venv>/bin/envbuild`` (the launcher of the envbuild that made the venv)",
     ),
+    "nvidia": (),
     "plan": (),
     "quoting": (),
     "run": ("the log files it is given",),

@@ -20,7 +20,7 @@ STAGES_DOC = (
         "foundation",
         (
             "errors, events, I/O (atomic writes, hashes, the one TOML parser), quoting, the one "
-            "runner, the package sources (`index/`: the index client, the one downloader, its "
+            "runner, the NVIDIA driver's answers, the package sources (`index/`: the index client, the one downloader, its "
             "network and its caches), the ABI-label parser; they import no later stage"
         ),
     ),
@@ -64,6 +64,8 @@ STAGE_OF = {
     "envbuild._io": "foundation",
     "envbuild.quoting": "foundation",
     "envbuild.run": "foundation",
+    # the driver's answers: nvidia-smi and the GPU list (preflight, smoke, dist-step, wheelhouse)
+    "envbuild.nvidia": "foundation",
     "envbuild.index": "foundation",  # client, net, metacache, wheeltags: every package source
     # the gate reads ABI claims, the wheelhouse writes them, the guard checks them
     "envbuild.abitag": "foundation",
