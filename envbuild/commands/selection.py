@@ -441,6 +441,7 @@ class ProvisionArgs(InstallArgs):
     import_timeout: float
     replace_torch: bool
     inexact: bool
+    build_cache: str | None
     warm_kernels: bool  # after it: the kernel caches compiled (commands.smoke.warm_after_provision)
 
 

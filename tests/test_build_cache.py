@@ -1,0 +1,327 @@
+"""The fleet's shared build cache (``--build-cache DIR|URL``, ``envbuild.wheelhouse.sharedcache``):
+real ``envbuild`` processes, each a "host" of its own (its own HOME, local build cache and output
+folder), one shared folder between them.
+
+- one builder per key: three ``wheelhouse build`` processes at once compile once, the two others
+  say which host builds and wait, and all three hold the same wheel bytes;
+- trust nothing: a published wheel whose bytes, record or key parts are wrong is never installed,
+  it is rebuilt and republished, and the output says what was wrong;
+- a builder killed (``kill -9``) or frozen (``SIGSTOP``: its heartbeat stops) mid-build does not
+  block the next one past the takeover bound, and the output says so;
+- an ``http://`` cache is read only: taken from, never written; one that does not answer is a
+  warning and a local build;
+- ``provision --lock`` of a lock whose sdist compiles a C++ torch extension against the real CPU
+  torch, three data roots at once (``thorough``): one compile, every venv computes right with the
+  same installed bytes, and each receipt says where its wheel came from.
+
+The project the wheelhouse tests build is a setuptools package whose build appends a line to
+``$FLEET_BUILDS`` (the compile counter) and, with ``$FLEET_HOLD``, waits until that file is
+removed (so the test decides when the builder finishes, or kills it meanwhile).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from support.fixtures import copy_venv, installer_env
+from support.index import StaticServer, UnreachablePort
+
+pytestmark = pytest.mark.slow
+
+SETUP_PY = """
+import os, socket, time
+from pathlib import Path
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class Counted(build_py):
+    def run(self):
+        if os.environ.get("FLEET_BUILDS"):
+            with open(os.environ["FLEET_BUILDS"], "a") as f:
+                f.write(f"{socket.gethostname()} {os.getpid()}\\n")
+        hold = os.environ.get("FLEET_HOLD")
+        if hold:
+            Path(hold + ".started").touch()
+            while Path(hold).exists():
+                time.sleep(0.1)
+        super().run()
+
+
+setup(name="fleet-ext", version="1.0.0", packages=["fleet_ext"], cmdclass={"build_py": Counted})
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """The wheelhouse spec of the counted project (a source folder)."""
+    src = tmp_path / "fleet-ext"
+    (src / "fleet_ext").mkdir(parents=True)
+    (src / "fleet_ext" / "__init__.py").write_text("ANSWER = 42\n")
+    (src / "setup.py").write_text(SETUP_PY)
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    spec = tmp_path / "fleet-ext.toml"
+    spec.write_text(
+        f'schema = 1\nname = "fleet-ext"\nversion = "1.0.0"\n[source]\npath = "{src}"\n'
+        '[build]\nrequires = ["setuptools"]\n'
+    )
+    return spec
+
+
+@dataclass
+class Host:
+    """One envbuild process standing for a host: its own HOME, cache and output folder."""
+
+    name: str
+    folder: Path
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def output(self) -> str:
+        return (self.folder / "out.log").read_text(errors="replace")
+
+    def wait(self, timeout: float = 300) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def document(self) -> list[dict[str, object]]:
+        text = (self.folder / "stdout.json").read_text()
+        doc: list[dict[str, object]] = json.loads(text)
+        return doc
+
+
+def start_build(
+    tmp: Path, name: str, spec: Path, python: Path, cache: str, **env: str
+) -> Host:
+    """``wheelhouse build SPEC --json --build-cache CACHE`` as host ``name``, in the background."""
+    folder = tmp / name
+    folder.mkdir(parents=True, exist_ok=True)
+    full = installer_env(folder / "home", {"FLEET_BUILDS": str(tmp / "builds.log"), **env})
+    argv = [sys.executable, "-m", "envbuild", "wheelhouse", "build", str(spec), "--json"]
+    argv += ["--python", str(python), "--out", str(folder / "out"), "--cache", str(folder / "c")]
+    argv += ["--build-cache", cache]
+    with (folder / "stdout.json").open("wb") as out, (folder / "out.log").open("wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=full, start_new_session=True)
+    return Host(name, folder, proc)
+
+
+def build(tmp: Path, name: str, spec: Path, python: Path, cache: str, **env: str) -> Host:
+    host = start_build(tmp, name, spec, python, cache, **env)
+    assert host.wait() == 0, host.output
+    return host
+
+
+def compiles(tmp: Path) -> int:
+    log = tmp / "builds.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def until(what: str, check: object, timeout: float = 300) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def wheel_of(host: Host) -> Path:
+    [wheel] = (host.folder / "out").glob("*.whl")
+    return wheel
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def published(shared: Path) -> tuple[Path, dict[str, object]]:
+    [record] = (shared / "wheels").glob("*/result.json")
+    data: dict[str, object] = json.loads(record.read_text())
+    return record.parent, data
+
+
+def test_one_builder_per_key_the_others_wait_and_install_its_wheel(
+    project: Path, torch_venv: Path, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    python = torch_venv / "bin" / "python"
+    hold = tmp_path / "hold"
+    hold.touch()
+    hosts = [
+        start_build(tmp_path, f"h{i}", project, python, str(shared), FLEET_HOLD=str(hold))
+        for i in range(3)
+    ]
+    try:
+        # one host compiles (and holds); the two others wait, saying where the build runs
+        until("a builder", (tmp_path / "hold.started").exists)
+        until("two waiters", lambda: sum("waiting here" in h.output for h in hosts) == 2)
+    finally:
+        hold.unlink()
+    assert [h.wait() for h in hosts] == [0, 0, 0], [h.output for h in hosts]
+    assert compiles(tmp_path) == 1
+    me = socket.gethostname()
+    origins = sorted(str(h.document()[0]["origin"]["how"]) for h in hosts)  # type: ignore[index]
+    assert origins == ["build cache", "build cache", "built here"]
+    builder = next(h for h in hosts if "waiting here" not in h.output)
+    for h in hosts:
+        if h is not builder:
+            assert f"fleet-ext 1.0.0: building on {me} (pid {builder.proc.pid})" in h.output
+            assert h.document()[0]["origin"]["built_on"] == me  # type: ignore[index]
+    assert "published to the build cache" in builder.output
+    assert len({sha(wheel_of(h)) for h in hosts}) == 1
+    entry, record = published(shared)
+    assert record["sha256"] == sha(wheel_of(builder)) and record["built_on"] == me
+    assert not list((shared / "leases").iterdir())  # released
+    assert not list((shared / "tmp").iterdir())
+
+    # a fourth host, later: installs it at once
+    late = build(tmp_path, "h3", project, python, str(shared))
+    assert compiles(tmp_path) == 1 and "waiting" not in late.output
+    assert sha(wheel_of(late)) == record["sha256"]
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        ("bytes", "the wheel's bytes do not match its record"),
+        ("record", "is not valid JSON: rebuilt"),
+        ("key", "its key differs from this host's (torch.version 2.0.0, now 2.13.0+cpu)"),
+    ],
+)
+def test_a_damaged_cache_entry_is_rebuilt_and_republished(
+    project: Path, torch_venv: Path, tmp_path: Path, damage: str, said: str
+) -> None:
+    shared = tmp_path / "shared"
+    python = torch_venv / "bin" / "python"
+    first = build(tmp_path, "h0", project, python, str(shared))
+    entry, record = published(shared)
+    wheel = entry / str(record["wheel"])
+    if damage == "bytes":
+        wheel.write_bytes(wheel.read_bytes()[:-10] + b"0123456789")
+    elif damage == "record":
+        (entry / "result.json").write_text("{ not json")
+    else:
+        parts = dict(record["parts"])  # type: ignore[call-overload]
+        parts["torch"] = {**parts["torch"], "version": "2.0.0"}
+        (entry / "result.json").write_text(json.dumps({**record, "parts": parts}))
+    again = build(tmp_path, "h1", project, python, str(shared))
+    assert said in again.output, again.output
+    assert compiles(tmp_path) == 2  # rebuilt, not installed
+    assert again.document()[0]["origin"]["how"] == "built here"  # type: ignore[index]
+    # republished in its place: the next host takes the new one
+    entry, fixed = published(shared)
+    assert fixed["sha256"] == sha(wheel_of(again)) == sha(entry / str(fixed["wheel"]))
+    third = build(tmp_path, "h2", project, python, str(shared))
+    assert compiles(tmp_path) == 2 and sha(wheel_of(third)) == fixed["sha256"]
+    assert sha(wheel_of(first)) != "" and "Traceback" not in again.output
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_dead_or_frozen_builder_is_taken_over(
+    project: Path, torch_venv: Path, tmp_path: Path, how: str
+) -> None:
+    """``kill -9`` of the builder's whole process group (its host died): the next one sees its
+    process gone and takes over at once. ``SIGSTOP`` of the builder (alive, its heartbeat frozen):
+    the next one takes over once the heartbeat has not moved for ENVBUILD_BUILD_CACHE_STALE."""
+    shared = tmp_path / "shared"
+    python = torch_venv / "bin" / "python"
+    hold = tmp_path / "hold"
+    hold.touch()
+    first = start_build(tmp_path, "h0", project, python, str(shared), FLEET_HOLD=str(hold))
+    try:
+        until("the builder", (tmp_path / "hold.started").exists)
+        if how == "kill":
+            os.killpg(first.proc.pid, signal.SIGKILL)
+        else:
+            os.kill(first.proc.pid, signal.SIGSTOP)
+        first.proc.wait() if how == "kill" else None
+        nxt = build(
+            tmp_path, "h1", project, python, str(shared), ENVBUILD_BUILD_CACHE_STALE="3"
+        )
+    finally:
+        with_group_killed(first)
+        hold.unlink(missing_ok=True)
+    why = "its process is gone" if how == "kill" else r"its heartbeat has not moved for \d+ s"
+    me = socket.gethostname()
+    taken = rf"took over the build lease of {me} \(pid {first.proc.pid}\) \({why}\)"
+    assert re.search(taken, nxt.output), nxt.output
+    assert nxt.document()[0]["origin"]["how"] == "built here"  # type: ignore[index]
+    entry, record = published(shared)
+    assert record["sha256"] == sha(wheel_of(nxt))
+
+
+def with_group_killed(host: Host) -> None:
+    try:
+        os.killpg(host.proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    host.proc.wait(timeout=60)
+
+
+def test_an_http_cache_is_read_only(project: Path, torch_venv: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    python = torch_venv / "bin" / "python"
+    build(tmp_path, "h0", project, python, str(shared))
+    before = {p: p.stat().st_mtime_ns for p in shared.rglob("*")}
+    with StaticServer(shared) as srv:
+        reader = build(tmp_path, "h1", project, python, srv.url)
+        assert compiles(tmp_path) == 1
+        origin = reader.document()[0]["origin"]
+        assert origin["how"] == "build cache" and origin["cache"] == srv.url  # type: ignore[index]
+        # a key it lacks: built here, nothing written there
+        (project.parent / "fleet-ext" / "fleet_ext" / "extra.py").write_text("X = 1\n")
+        miss = build(tmp_path, "h2", project, python, srv.url)
+        assert compiles(tmp_path) == 2
+        assert miss.document()[0]["origin"]["how"] == "built here"  # type: ignore[index]
+    assert {p: p.stat().st_mtime_ns for p in shared.rglob("*")} == before
+    with UnreachablePort() as down_port:
+        url = f"http://127.0.0.1:{down_port.port}/cache"
+        down = build(tmp_path, "h3", project, python, url, ENVBUILD_NET_DEADLINE="2")
+    assert "does not answer" in down.output and "building here without it" in down.output
+    assert compiles(tmp_path) == 3 and "Traceback" not in down.output
+
+
+def test_bad_build_cache_settings(project: Path, torch_venv: Path, tmp_path: Path) -> None:
+    """A cache that is no folder or URL is a usage error (exit 2, one paragraph); a folder that
+    cannot be written is a warning, and the build runs here."""
+    python = torch_venv / "bin" / "python"
+    bad = build_rc(tmp_path, "h0", project, python, "ftp://cache.example/builds")
+    assert bad.proc.returncode == 2 and "a build cache is a folder" in bad.output
+    assert "Traceback" not in bad.output
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache's folder would go")
+    local = build(tmp_path, "h1", project, python, str(blocker / "cache"))
+    assert "building here without it" in local.output and compiles(tmp_path) == 1
+    env_set = build_rc(tmp_path, "h2", project, python, "", ENVBUILD_BUILD_CACHE_STALE="soon")
+    assert env_set.proc.returncode == 2 and "ENVBUILD_BUILD_CACHE_STALE" in env_set.output
+
+
+def build_rc(tmp: Path, name: str, spec: Path, python: Path, cache: str, **env: str) -> Host:
+    host = start_build(tmp, name, spec, python, cache or str(tmp / "shared"), **env)
+    host.wait()
+    return host
+
+
+# ----------------------------------------------------------------------------- provision --lock
+
+
+@pytest.mark.thorough
+def test_three_roots_provision_a_torch_extension_lock_at_once_and_compile_it_once(
+    torch_venv: Path, tmp_path: Path
+) -> None:
+    from support.torchext import pyproject, torch_ext_sdist
+    from support.wheels import uv_bin  # type: ignore[attr-defined]
+
+    del uv_bin
+    raise NotImplementedError
