@@ -21,6 +21,7 @@ removed (so the test decides when the builder finishes, or kills it meanwhile).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -91,7 +92,11 @@ class Host:
 
     @property
     def output(self) -> str:
-        return (self.folder / "out.log").read_text(errors="replace")
+        """stderr, then stdout (provision says what it does on stdout, wheelhouse build on
+        stderr)."""
+        return "\n".join(
+            (self.folder / f).read_text(errors="replace") for f in ("out.log", "stdout.json")
+        )
 
     def wait(self, timeout: float = 300) -> int:
         return self.proc.wait(timeout=timeout)
@@ -102,9 +107,7 @@ class Host:
         return doc
 
 
-def start_build(
-    tmp: Path, name: str, spec: Path, python: Path, cache: str, **env: str
-) -> Host:
+def start_build(tmp: Path, name: str, spec: Path, python: Path, cache: str, **env: str) -> Host:
     """``wheelhouse build SPEC --json --build-cache CACHE`` as host ``name``, in the background."""
     folder = tmp / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -123,8 +126,8 @@ def build(tmp: Path, name: str, spec: Path, python: Path, cache: str, **env: str
     return host
 
 
-def compiles(tmp: Path) -> int:
-    log = tmp / "builds.log"
+def compiles(tmp: Path, name: str = "builds.log") -> int:
+    log = tmp / name
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
@@ -246,9 +249,7 @@ def test_a_dead_or_frozen_builder_is_taken_over(
         else:
             os.kill(first.proc.pid, signal.SIGSTOP)
         first.proc.wait() if how == "kill" else None
-        nxt = build(
-            tmp_path, "h1", project, python, str(shared), ENVBUILD_BUILD_CACHE_STALE="3"
-        )
+        nxt = build(tmp_path, "h1", project, python, str(shared), ENVBUILD_BUILD_CACHE_STALE="3")
     finally:
         with_group_killed(first)
         hold.unlink(missing_ok=True)
@@ -262,10 +263,8 @@ def test_a_dead_or_frozen_builder_is_taken_over(
 
 
 def with_group_killed(host: Host) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(host.proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     host.proc.wait(timeout=60)
 
 
@@ -316,12 +315,76 @@ def build_rc(tmp: Path, name: str, spec: Path, python: Path, cache: str, **env: 
 # ----------------------------------------------------------------------------- provision --lock
 
 
+# make test-thorough: three provisions and one real C++ compile against torch (about a CPU-minute);
+# the wheelhouse tests above cover the lease, the waiting, the checks and the HTTP cache
 @pytest.mark.thorough
 def test_three_roots_provision_a_torch_extension_lock_at_once_and_compile_it_once(
     torch_venv: Path, tmp_path: Path
 ) -> None:
+    from support.gatelocks import uv_bin
     from support.torchext import pyproject, torch_ext_sdist
-    from support.wheels import uv_bin  # type: ignore[attr-defined]
 
-    del uv_bin
-    raise NotImplementedError
+    shared = tmp_path / "shared"
+    sdist = torch_ext_sdist(tmp_path / "files")
+    with StaticServer(tmp_path / "files") as srv:
+        project = tmp_path / "app"
+        project.mkdir()
+        (project / "pyproject.toml").write_text(pyproject(f"{srv.url}/{sdist.name}", None))
+        subprocess.run(
+            [uv_bin(), "lock", "--no-cache"],
+            cwd=project,
+            env={k: v for k, v in installer_env(tmp_path / "lh").items() if k != "UV_NO_CONFIG"},
+            check=True,
+            capture_output=True,
+        )
+        hosts = [
+            start_provision(tmp_path, f"root{i}", project / "uv.lock", torch_venv, shared)
+            for i in range(3)
+        ]
+        codes = [h.wait(timeout=900) for h in hosts]
+    assert codes == [0, 0, 0], [h.output for h in hosts]
+    assert compiles(tmp_path, "torch-builds.log") == 1
+    me = socket.gethostname()
+    hows = []
+    for h in hosts:
+        venv = h.folder / "venv"
+        out = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", COMPUTE], capture_output=True, text=True
+        )
+        assert out.stdout.split() == ["[2.0,", "3.5,", "5.0,", "6.5]", "False"], out.stderr
+        [receipt] = (h.folder / "root" / "receipts").glob("provision-*.json")
+        built = json.loads(receipt.read_text())["payload"]["lock"]["builds"]["torch-ext-tiny"]
+        hows.append(built["how"])
+        assert built["built_on"] == me and built["sha256"] == record_sha(shared)
+    assert sorted(hows) == ["build cache", "build cache", "built here"]
+    installed = {
+        sha(next((h.folder / "venv").glob("lib/python3*/site-packages/torch_ext_tiny/_C*.so")))
+        for h in hosts
+    }
+    assert len(installed) == 1
+    assert sum("waiting here" in h.output for h in hosts) >= 1, [h.output for h in hosts]
+
+
+COMPUTE = """
+import torch, torch_ext_tiny
+a = torch.tensor([1.0, 2.0, 3.0, 4.0])
+b = torch.tensor([2.0, 3.0, 4.0, 5.0])
+print(torch_ext_tiny.scaled_add(a, b, 0.5).tolist(), bool(torch_ext_tiny.cuda_built()))
+"""
+
+
+def record_sha(shared: Path) -> str:
+    return str(published(shared)[1]["sha256"])
+
+
+def start_provision(tmp: Path, name: str, lock: Path, torch_venv: Path, shared: Path) -> Host:
+    """``provision --lock LOCK --venv <its own copy of the torch venv> --build-cache SHARED``."""
+    folder = tmp / name
+    folder.mkdir(parents=True)
+    venv = copy_venv(torch_venv, folder / "venv")
+    full = installer_env(folder / "home", {"TORCH_EXT_BUILDS": str(tmp / "torch-builds.log")})
+    argv = [sys.executable, "-m", "envbuild", "provision", "--lock", str(lock), "--venv", str(venv)]
+    argv += ["--root", str(folder / "root"), "--build-cache", str(shared)]
+    with (folder / "stdout.json").open("wb") as out, (folder / "out.log").open("wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=full, start_new_session=True)
+    return Host(name, folder, proc)
