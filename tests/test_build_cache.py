@@ -31,11 +31,19 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.fixtures import copy_venv, installer_env
+from support.fixtures import (
+    NIGHTLY_TORCH,
+    EnvbuildResult,
+    ScenarioIndex,
+    Venv,
+    copy_venv,
+    installer_env,
+)
 from support.index import StaticServer, UnreachablePort
 
 pytestmark = pytest.mark.slow
@@ -388,3 +396,67 @@ def start_provision(tmp: Path, name: str, lock: Path, torch_venv: Path, shared: 
     with (folder / "stdout.json").open("wb") as out, (folder / "out.log").open("wb") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=full, start_new_session=True)
     return Host(name, folder, proc)
+
+
+# ----------------------------------------------------------------------------- provision --stack
+
+
+def test_a_stacks_locked_files_come_from_the_build_cache_by_sha256(
+    write_stack: Callable[..., Path],
+    run_envbuild: Callable[..., EnvbuildResult],
+    private_scenario_index: ScenarioIndex,
+    tmp_path: Path,
+) -> None:
+    """A stack's locked wheels that ``wheelhouse build --build-cache`` published (here: put there by
+    the cache's own publisher) are a source by sha256 when the step's own sources do not serve
+    them: the lock's indexes are gone, and ``provision --build-cache DIR`` installs them, saying
+    where they came from; without the cache it stops (exit 3) naming the files."""
+    from lockhelpers import lock_env, manifest
+
+    from envbuild.wheelhouse.sharedcache import SharedCache
+
+    index = private_scenario_index
+    steps = [
+        {
+            "name": "torch",
+            "packages": [f"torch=={NIGHTLY_TORCH}"],
+            "index_url": "${T_NIGHTLY}",
+            "extra_index_urls": ["${T_PYPI}"],
+            "pre": True,
+        },
+        {"name": "helpers", "packages": ["einops-like==0.8.1"], "index_url": "${T_PYPI}"},
+    ]
+    stack = write_stack(steps, baseline=False)
+    live = {"T_NIGHTLY": index.nightly_url, "T_PYPI": index.pypi_url, **lock_env(tmp_path)}
+    assert run_envbuild("lock", "--stack", stack, env=live).rc == 0
+    shared = tmp_path / "shared"
+    cache = SharedCache(str(shared), url=False)
+    wheels = [*index.wheels.nightly.glob("*.whl"), *index.wheels.pypi.glob("*.whl")]
+    pins = [
+        a for s in manifest(stack.parent)["steps"] for p in s["packages"] for a in p["artifacts"]
+    ]
+    for n, artifact in enumerate(pins):
+        slot = tmp_path / "built" / str(n)
+        slot.mkdir(parents=True)
+        wheel = next(w for w in wheels if w.name == artifact["filename"])
+        (slot / wheel.name).write_bytes(wheel.read_bytes())
+        record = {"wheel": wheel.name, "sha256": artifact["sha256"], "parts": {}}
+        (slot / "result.json").write_text(json.dumps(record))
+        cache.publish(
+            hashlib.sha256(wheel.name.encode()).hexdigest(), slot, wheel.name, replace=False
+        )
+    index.server.stop()
+    dead = {
+        "T_NIGHTLY": "http://nightly.invalid/simple",
+        "T_PYPI": "http://pypi.invalid/simple",
+        **lock_env(tmp_path),
+    }
+    args = ("provision", "--stack", stack, "--root", tmp_path / "data", "--python", sys.executable)
+    without = run_envbuild(*args, env=dead)
+    assert without.rc == 3 and pins[-1]["sha256"] in without.output, without.output
+    res = run_envbuild(*args, "--build-cache", shared, env=dead)
+    assert res.rc == 0, res.output
+    assert "the fleet's build cache" in res.output or str(shared) in res.output, res.output
+    assert (
+        Venv(tmp_path / "data" / "venv", home=tmp_path / "home").version("einops-like") == "0.8.1"
+    )

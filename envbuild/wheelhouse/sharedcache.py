@@ -34,7 +34,7 @@ import secrets
 import shutil
 import time
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -211,24 +211,8 @@ class SharedCache:
 
     def _read_record(self, key: str) -> dict[str, Any] | str | None:
         where = f"wheels/{key[:32]}/result.json"
-        try:
-            if self.url:
-                from envbuild.index.client import read_optional
-                from envbuild.index.net import SourceError
-
-                try:
-                    data = read_optional(f"{self.location}/{where}")
-                except SourceError as exc:
-                    self._give_up(f"does not answer ({exc.message})")
-                    return None
-                if data is None:
-                    return None
-            else:
-                data = (self.root / where).read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            self._give_up(f"cannot read {where}: {exc.strerror}")
+        data = self._read(where)
+        if data is None:
             return None
         try:
             record = json.loads(data)
@@ -289,6 +273,46 @@ class SharedCache:
             return f"cannot copy its wheel: {exc.strerror}"
         finally:
             part.unlink(missing_ok=True)
+
+    def holding(self, sha256s: Iterable[str]) -> dict[str, str]:
+        """{sha256: a find-links location (the published entry's folder, or its page over HTTP)}
+        for the wheels the cache holds of these sha256s (``by-sha256/``); the installer checks
+        each file's hash, so a pointer is only a place to look."""
+        out: dict[str, str] = {}
+        for sha in sha256s:
+            if self.dead is not None:
+                break
+            pointer = self._read(f"by-sha256/{sha}.json")
+            try:
+                slot = json.loads(pointer)["slot"] if pointer else None
+            except (ValueError, KeyError, TypeError):
+                slot = None
+            if isinstance(slot, str) and slot.isalnum():
+                out[sha] = (
+                    f"{self.location}/wheels/{slot}/index.html"
+                    if self.url
+                    else str(self.root / "wheels" / slot)
+                )
+        return out
+
+    def _read(self, where: str) -> bytes | None:
+        """A file of the cache; None when it is not there (or the cache cannot be read)."""
+        try:
+            if not self.url:
+                return (self.root / where).read_bytes()
+            from envbuild.index.client import read_optional
+            from envbuild.index.net import SourceError
+
+            try:
+                return read_optional(f"{self.location}/{where}")
+            except SourceError as exc:
+                self._give_up(f"does not answer ({exc.message})")
+                return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._give_up(f"cannot read {where}: {exc.strerror}")
+            return None
 
     # ------------------------------------------------------------------------- one builder per key
 
