@@ -44,6 +44,7 @@ from support.fixtures import (
     copy_venv,
     installer_env,
 )
+from support.gatelocks import GateIndex
 from support.index import StaticServer, UnreachablePort
 
 pytestmark = pytest.mark.slow
@@ -460,3 +461,46 @@ def test_a_stacks_locked_files_come_from_the_build_cache_by_sha256(
     assert (
         Venv(tmp_path / "data" / "venv", home=tmp_path / "home").version("einops-like") == "0.8.1"
     )
+
+
+# ----------------------------------------------------------------------------- docker --lock
+
+
+def test_docker_lock_gives_the_builds_layer_the_build_cache(
+    gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """``docker --lock --build-cache``: the builds stage's layer (only it) provisions with the
+    cache: a URL as given (read back through the shell's quoting), a folder as the build context
+    ``envbuild-build-cache`` bind-mounted read only; a stack's ``docker`` refuses the flag."""
+    import io
+    import shlex
+
+    dockerfile_parse = pytest.importorskip("dockerfile_parse")
+    from test_fromlock import uv_sdist_lock
+
+    lock = uv_sdist_lock(tmp_path, gate_index)
+    url = "http://cache.example/builds?team='ml infra'"
+    for value, folder in ((url, "url"), ("/shared/builds", "dir")):
+        out = tmp_path / folder
+        out.mkdir()
+        res = run_envbuild(
+            "docker", "--lock", lock, "--build-cache", value, "-o", out / "Dockerfile", cwd=out
+        )
+        assert res.rc == 0, res.output
+        parser = dockerfile_parse.DockerfileParser(fileobj=io.BytesIO())
+        parser.content = (out / "Dockerfile").read_text()
+        runs = [
+            i["value"]
+            for i in parser.structure
+            if i["instruction"] == "RUN" and "provision --lock" in i["value"]
+        ]
+        [cached] = [r for r in runs if "--build-cache" in r]
+        assert cached is runs[-1] and len(runs) >= 2  # the builds stage is the last one here
+        words = shlex.split(cached)
+        assert words[words.index("--build-cache") + 1] == (
+            url if folder == "url" else "/mnt/envbuild-build-cache"
+        )
+        mounted = "--mount=type=bind,from=envbuild-build-cache,target=/mnt/envbuild-build-cache"
+        assert (mounted in words) == (folder == "dir")
+    stack = run_envbuild("docker", "--profile", "cpu", "--build-cache", url, cwd=tmp_path)
+    assert stack.rc == 2 and "--build-cache is for `docker --lock`" in stack.stderr

@@ -425,6 +425,7 @@ class DockerArgs(LockArgs, StackArgs, JsonArgs):
     check: bool
     dockerignore: bool
     no_lock: bool
+    build_cache: str | None
 
 
 @dataclass(frozen=True)
