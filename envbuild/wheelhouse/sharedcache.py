@@ -417,14 +417,16 @@ class SharedCache:
         aside, fsynced, renamed into place. A failure is a warning: the wheel is installed here."""
         try:
             record = json.loads((slot / "result.json").read_text())
-            self._publish(key, slot, record, replace=replace)
+            done = self._publish(key, slot, record, replace=replace)
         except (OSError, ValueError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else str(exc)
             events.emit("warn", f"{label}: not published to the build cache {self.shown}: {why}")
             return
-        events.emit("info", f"{label}: published to the build cache {self.shown}")
+        if done:
+            events.emit("info", f"{label}: published to the build cache {self.shown}")
 
-    def _publish(self, key: str, slot: Path, record: dict[str, Any], *, replace: bool) -> None:
+    def _publish(self, key: str, slot: Path, record: dict[str, Any], *, replace: bool) -> bool:
+        """False: another host published this key first (and ``replace`` is not asked)."""
         token = secrets.token_hex(8)
         tmp = self.root / "tmp" / f"{key[:32]}.{token}"
         tmp.mkdir(parents=True)
@@ -444,8 +446,10 @@ class SharedCache:
             try:
                 os.rename(tmp, final)
             except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not replace:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
+                if not replace:
+                    return False
                 old = self.root / "tmp" / f"{key[:32]}.old.{token}"
                 os.rename(final, old)
                 os.rename(tmp, final)
@@ -455,6 +459,7 @@ class SharedCache:
             shutil.rmtree(tmp, ignore_errors=True)
         pointer = self.root / "by-sha256" / f"{record['sha256']}.json"
         atomic_write_json(pointer, {"slot": key[:32], "wheel": wheel})
+        return True
 
 
 def _inner_parts(wheel: Path) -> dict[str, Any] | None:
