@@ -88,9 +88,13 @@ copy_env() {  # $1: the copy; hard links where the filesystem allows, else a ful
   cp -al "$ENV_PREFIX" "$1" 2>/dev/null || { rm -rf "$1"; cp -a "$ENV_PREFIX" "$1"; }
 }
 provision() {  # $1: name, $2...: more provision arguments
+  # each root its own copy of the wheelhouse: provision --lock keeps the wheels it built in the
+  # wheelhouse's builds/ (for a wheelhouse carried to the next host), which would be a second,
+  # host-local way for one root to find the other's build
   local name=$1; shift
+  cp -r "$CARRY/wh" "$WORK/$name/wh"
   TORCH_EXT_BUILDS="$COUNTER" HOME="$WORK/$name/home" "$EB" provision --lock "$LOCK" \
-      --venv "$WORK/$name/venv" --root "$WORK/$name/root" --offline --wheelhouse "$CARRY/wh" "$@" \
+      --venv "$WORK/$name/venv" --root "$WORK/$name/root" --offline --wheelhouse "$WORK/$name/wh" "$@" \
       > "$OUT/$name.log" 2>&1
 }
 check_ext() {  # the extension's kernel against torch's own arithmetic, on the GPU where there is one
