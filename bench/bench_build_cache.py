@@ -117,7 +117,7 @@ def main() -> int:
     if args.out:
         doc = {
             "machine": f"{platform.node()}: {os.cpu_count()} cores",
-            "load_before": os.getloadavg(),
+            "load_at_end": os.getloadavg(),
             "runs": runs,
         }
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
