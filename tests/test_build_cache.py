@@ -271,6 +271,37 @@ def test_a_dead_or_frozen_builder_is_taken_over(
     assert record["sha256"] == sha(wheel_of(nxt))
 
 
+def test_a_host_that_waited_too_long_builds_for_itself(
+    project: Path, torch_venv: Path, tmp_path: Path
+) -> None:
+    """The builder is alive and beating but slow: a waiter gives up after ENVBUILD_BUILD_CACHE_WAIT
+    seconds, says so, and builds for itself (never slower than without the cache); the first
+    builder's own wheel is still published when it ends."""
+    shared = tmp_path / "shared"
+    python = torch_venv / "bin" / "python"
+    hold = tmp_path / "hold"
+    hold.touch()
+    first = start_build(tmp_path, "h0", project, python, str(shared), FLEET_HOLD=str(hold))
+    try:
+        until("the builder", (tmp_path / "hold.started").exists)
+        impatient = build(
+            tmp_path, "h1", project, python, str(shared), ENVBUILD_BUILD_CACHE_WAIT="2"
+        )
+    finally:
+        hold.unlink()
+    assert first.wait() == 0, first.output
+    me = socket.gethostname()
+    assert re.search(
+        rf"waited \d+ s for {me} \(pid {first.proc.pid}\)'s build of this key"
+        r" \(ENVBUILD_BUILD_CACHE_WAIT=2\): building here",
+        impatient.output,
+    ), impatient.output
+    assert compiles(tmp_path) == 2
+    assert impatient.document()[0]["origin"]["how"] == "built here"  # type: ignore[index]
+    entry, record = published(shared)
+    assert record["sha256"] in {sha(wheel_of(first)), sha(wheel_of(impatient))}
+
+
 def with_group_killed(host: Host) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(host.proc.pid, signal.SIGKILL)
