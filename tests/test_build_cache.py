@@ -203,40 +203,43 @@ def test_one_builder_per_key_the_others_wait_and_install_its_wheel(
     assert sha(wheel_of(late)) == record["sha256"]
 
 
-@pytest.mark.parametrize(
-    "damage, said",
-    [
-        ("bytes", "the wheel's bytes do not match its record"),
-        ("record", "is not valid JSON: rebuilt"),
-        ("key", "its key differs from this host's (torch.version 2.0.0, now 2.13.0+cpu)"),
-    ],
-)
+DAMAGES = [
+    ("bytes", "the wheel's bytes do not match its record"),
+    ("record", "is not valid JSON: rebuilt"),
+    ("key", "its key differs from this host's (torch.version 2.0.0, now 2.13.0+cpu)"),
+]
+
+
 def test_a_damaged_cache_entry_is_rebuilt_and_republished(
-    project: Path, torch_venv: Path, tmp_path: Path, damage: str, said: str
+    project: Path, torch_venv: Path, tmp_path: Path
 ) -> None:
+    """Each damage in turn (the wheel's bytes, its record's JSON, a key part of its record): the
+    next host says what is wrong, never installs it, rebuilds and republishes in its place, and the
+    host after it takes the new entry."""
     shared = tmp_path / "shared"
     python = torch_venv / "bin" / "python"
-    first = build(tmp_path, "h0", project, python, str(shared))
-    entry, record = published(shared)
-    wheel = entry / str(record["wheel"])
-    if damage == "bytes":
-        wheel.write_bytes(wheel.read_bytes()[:-10] + b"0123456789")
-    elif damage == "record":
-        (entry / "result.json").write_text("{ not json")
-    else:
-        parts = dict(record["parts"])  # type: ignore[call-overload]
-        parts["torch"] = {**parts["torch"], "version": "2.0.0"}
-        (entry / "result.json").write_text(json.dumps({**record, "parts": parts}))
-    again = build(tmp_path, "h1", project, python, str(shared))
-    assert said in again.output, again.output
-    assert compiles(tmp_path) == 2  # rebuilt, not installed
-    assert again.document()[0]["origin"]["how"] == "built here"  # type: ignore[index]
-    # republished in its place: the next host takes the new one
-    entry, fixed = published(shared)
-    assert fixed["sha256"] == sha(wheel_of(again)) == sha(entry / str(fixed["wheel"]))
-    third = build(tmp_path, "h2", project, python, str(shared))
-    assert compiles(tmp_path) == 2 and sha(wheel_of(third)) == fixed["sha256"]
-    assert sha(wheel_of(first)) != "" and "Traceback" not in again.output
+    build(tmp_path, "h0", project, python, str(shared))
+    for n, (damage, said) in enumerate(DAMAGES, 1):
+        entry, record = published(shared)
+        wheel = entry / str(record["wheel"])
+        if damage == "bytes":
+            wheel.write_bytes(wheel.read_bytes()[:-10] + b"0123456789")
+        elif damage == "record":
+            (entry / "result.json").write_text("{ not json")
+        else:
+            parts = dict(record["parts"])  # type: ignore[call-overload]
+            parts["torch"] = {**parts["torch"], "version": "2.0.0"}
+            (entry / "result.json").write_text(json.dumps({**record, "parts": parts}))
+        again = build(tmp_path, f"h{n}", project, python, str(shared))
+        assert said in again.output, again.output
+        assert compiles(tmp_path) == 1 + n  # rebuilt, not installed
+        assert again.document()[0]["origin"]["how"] == "built here"  # type: ignore[index]
+        assert "Traceback" not in again.output
+        # republished in its place
+        entry, fixed = published(shared)
+        assert fixed["sha256"] == sha(wheel_of(again)) == sha(entry / str(fixed["wheel"]))
+    last = build(tmp_path, "late", project, python, str(shared))
+    assert compiles(tmp_path) == 1 + len(DAMAGES) and sha(wheel_of(last)) == fixed["sha256"]
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])

@@ -36,7 +36,7 @@ if CUDA:
     ext = CUDAExtension(
         "torch_ext_tiny._C",
         ["torch_ext_tiny/ext.cpp", "torch_ext_tiny/kernel.cu"],
-        define_macros=[("TORCH_EXT_CUDA", "1")],
+        extra_compile_args={"cxx": ["-DTORCH_EXT_CUDA"], "nvcc": []},
     )
 else:
     ext = CppExtension("torch_ext_tiny._C", ["torch_ext_tiny/ext.cpp"])

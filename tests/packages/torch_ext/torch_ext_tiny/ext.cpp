@@ -5,6 +5,10 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
+#ifdef TORCH_EXT_CUDA
+at::Tensor scaled_add_cuda(const at::Tensor& a, const at::Tensor& b, double alpha);  // kernel.cu
+#endif
+
 namespace {
 
 at::Tensor scaled_add_cpu(const at::Tensor& a, const at::Tensor& b, double alpha) {
@@ -37,3 +41,7 @@ TORCH_LIBRARY(torch_ext_tiny, m) {
 }
 
 TORCH_LIBRARY_IMPL(torch_ext_tiny, CPU, m) { m.impl("scaled_add", &scaled_add_cpu); }
+
+#ifdef TORCH_EXT_CUDA
+TORCH_LIBRARY_IMPL(torch_ext_tiny, CUDA, m) { m.impl("scaled_add", &scaled_add_cuda); }
+#endif
