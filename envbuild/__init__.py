@@ -19,6 +19,7 @@ TOP_LEVEL_OWNS: dict[str, tuple[str, ...]] = {
         "``<root>/{venv,data,cache/*,checkpoints,receipts,logs}``",
         "``~/venv -> <root>/venv`` and the other ``$HOME`` links",
         "``<root>/.envbuild/envbuild-env.sh`` (the env overlay)",
+        "``<venv>/bin/envbuild`` (the launcher of the envbuild that made the venv)",
     ),
     "plan": (),
     "quoting": (),

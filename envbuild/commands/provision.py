@@ -18,6 +18,7 @@ from envbuild.commands.common import (
     path_arg,
     record_environment,
     seconds_arg,
+    wheelhouse_arg,
 )
 from envbuild.commands.selection import (
     ProvisionArgs,
@@ -92,8 +93,8 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--wheelhouse",
         metavar="DIR|URL",
-        type=nonempty_arg,
-        help="mirrored wheelhouse (with --offline)",
+        type=wheelhouse_arg,
+        help="mirrored wheelhouse (with --offline): its folder or address (or its simple/ index)",
     )
     add_build_cache_arg(p)
     p.add_argument(
