@@ -66,7 +66,7 @@ from envbuild.installer import Installer
 from envbuild.installer.progress import InstallProgress
 from envbuild.installer.uv import UvInstaller
 from envbuild.plan import PlannedStep
-from envbuild.run import open_private, run
+from envbuild.run import RunResult, open_private, run
 
 __all__ = [
     "PrefetchJob",
@@ -307,6 +307,13 @@ def prefetch_argv(
     )
 
 
+def _installed_records(target: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """{canonical name: (version, RECORD rows)} of the distributions installed in ``target``."""
+    from envbuild.guard import scan
+
+    return {name: (d.version, dict(d.files())) for name, d in scan(target).items()}
+
+
 @dataclass
 class PrefetchJob:
     step: str
@@ -321,6 +328,10 @@ class PrefetchJob:
     started: float = field(default_factory=time.monotonic)
     seconds: float | None = None
     returncode: int | None = None
+    result: RunResult | None = None  # the installer's run (None: it never ran)
+    # with ``records``: {canonical name: (version, its RECORD rows)} of each distribution the
+    # scratch install put in the target, read before the target is deleted
+    records: dict[str, tuple[str, dict[str, str]]] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -357,8 +368,10 @@ class Prefetcher:
         self._opened_by = ""  # what let the prefetches begin, for their logs
         self._progress = InstallProgress()  # the running step's phase, read from its lines
 
-    def start(self, planned: PlannedStep) -> PrefetchJob | None:
-        """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact)."""
+    def start(self, planned: PlannedStep, *, records: bool = False) -> PrefetchJob | None:
+        """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact).
+        ``records``: keep what each installed distribution's RECORD says (``PrefetchJob.records``).
+        """
         if planned.name in self.jobs or self._cancel.is_set():
             return self.jobs.get(planned.name)
         scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
@@ -378,6 +391,7 @@ class Prefetcher:
             log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log",
             builds=built,
             covers=uv and _covers(planned, argv),
+            records={} if records else None,
         )
         env = dict(self.env)
         if built and pins is not None:
@@ -417,9 +431,12 @@ class Prefetcher:
                         else f"[envbuild] begins after {GATE_SECONDS:g} s: the running step has"
                         " not said it resolved\n"
                     )
-                job.returncode = run(
+                job.result = run(
                     [*_BACKGROUND, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel
-                ).returncode
+                )
+                job.returncode = job.result.returncode
+                if job.records is not None and job.result.ok:
+                    job.records.update(_installed_records(job.scratch))
         except OSError:
             job.returncode = -1
         finally:
@@ -427,6 +444,10 @@ class Prefetcher:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             job.done.set()
+
+    def failed(self) -> PrefetchJob | None:
+        """A finished job that did not succeed (the first started), or None."""
+        return next((j for j in self.jobs.values() if j.done.is_set() and j.returncode != 0), None)
 
     def covered(self, step: str) -> bool:
         """Whether the finished prefetch of ``step`` put every file it installs in uv's cache."""
