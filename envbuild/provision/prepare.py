@@ -25,14 +25,18 @@ anything is installed.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from envbuild import events
 from envbuild.errors import EnvbuildError, InstallError
+from envbuild.index import records
 from envbuild.installer.uv import UvInstaller
 from envbuild.plan import PlannedStep
 from envbuild.provision import prefetch
@@ -94,6 +98,7 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
     out = Prepared(jobs={j.step: j for j in jobs if j.covers})
     for job in jobs:
         out.records.update(job.records or {})
+        _remember(job, next(s for s in todo if s.name == job.step))
     if hooked:
         out.built = _build_against_torch(run, todo, hooked, python, set(out.jobs))
     out.seconds = round(time.monotonic() - t0, 3)
@@ -103,6 +108,22 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         " installing",
     )
     return out
+
+
+_HASHED = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*@\s*\S+\.whl\S*\s.*--hash=sha256:(?P<sha>[0-9a-f]{64})"
+)
+
+
+def _remember(job: prefetch.PrefetchJob, planned: PlannedStep) -> None:
+    """Each prepared wheel's files into the RECORD cache by its sha256 (``index.records``), where
+    ``check-lock`` reads them offline."""
+    if not job.records or planned.locked_file is None:
+        return
+    for line in planned.locked_file.read_text(encoding="utf-8").splitlines():
+        m = _HASHED.match(line.strip())
+        if m is not None and (got := job.records.get(canonicalize_name(m["name"]))) is not None:
+            records.put(m["sha"], got[1])
 
 
 def _wait(

@@ -14,6 +14,8 @@ and returns a ``Planted``:
 - ``"overlap"``: ``cvlike`` and ``cvlike-headless``, two wheels that both install ``cvlike/``
   (``opencv-python`` and ``opencv-python-headless`` both own ``cv2/``).
 - ``"overlap-torch"``: ``torchpatch``, a wheel that installs ``torch/version.py`` over torch's.
+- ``"breaks-import"``: ``sitebreaker``, a wheel whose ``.pth`` file ends every interpreter that
+  starts in the venv (``os._exit(7)``): it installs, and then ``import torch`` fails.
 - ``"healthy"``: nothing planted.
 
 The planted packages' index is served for the project's lifetime (``Planted.server``); the
@@ -35,7 +37,7 @@ from support.wheels import build_sdist, build_wheel
 
 __all__ = ["KINDS", "Planted", "planted_project"]
 
-KINDS = ("healthy", "sdist", "git", "overlap", "overlap-torch")
+KINDS = ("healthy", "sdist", "git", "overlap", "overlap-torch", "breaks-import")
 
 # the file ``broken-build``'s sdist lists in its build but does not ship: the build fails reading it
 _MISSING = "broken_build/generated.py"
@@ -67,6 +69,12 @@ def _planted_files(folder: Path) -> None:
             },
         )
     build_wheel(folder, "torchpatch", "1.0", files={"torch/version.py": "__version__ = 'x'\n"})
+    build_wheel(
+        folder,
+        "sitebreaker",
+        "1.0",
+        files={"sitebreaker.pth": "import os; os._exit(7)\n", "sitebreaker/__init__.py": ""},
+    )
 
 
 def _broken_sdist(folder: Path) -> None:
@@ -134,6 +142,9 @@ def planted_project(tmp: Path, idx: GateIndex, kind: str) -> Iterator[Planted]:
     elif kind == "overlap-torch":
         deps.append("torchpatch==1.0")
         sources = 'torchpatch = { index = "planted" }\n'
+    elif kind == "breaks-import":
+        deps.append("sitebreaker==1.0")
+        sources = 'sitebreaker = { index = "planted" }\n'
     elif kind == "git":
         commit = _git_repo(tmp, env)
         deps.append("gitdep")
@@ -143,7 +154,7 @@ def planted_project(tmp: Path, idx: GateIndex, kind: str) -> Iterator[Planted]:
         (folder / "pyproject.toml").write_text(
             f'[project]\nname = "planted"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n'
             f"dependencies = [{dep_list}]\n\n[tool.uv]\npackage = false\n"
-            'environments = ["sys_platform == \'linux\'"]\n\n'
+            "environments = [\"sys_platform == 'linux'\"]\n\n"
             f"[tool.uv.sources]\n{sources}\n"
             f'[[tool.uv.index]]\nname = "planted"\nurl = "{server.simple_url("planted")}"\n'
             "explicit = true\n\n"
