@@ -307,6 +307,7 @@ def _provision(
         result=result,
         lock_fd=lock_fd,
     )
+    restore.remember_state(run)  # before anything saves the manifest
     laps.lap("prepare")
     try:
         return _venv_steps_check(run, base_python, laps, pool, host_facts)

@@ -42,9 +42,19 @@ def copy_path(venv: Path) -> Path:
     return venv.with_name(venv.name + SUFFIX)
 
 
+def remember_state(run: ProvisionRun) -> None:
+    """The manifest's and the constraints' bytes as the run found them (before it saves either):
+    what a restored venv goes back with."""
+    for f in (run.paths.manifest, run.paths.constraints):
+        try:
+            run.state_before[f] = f.read_bytes()
+        except OSError:
+            run.state_before[f] = None
+
+
 def before_install(run: ProvisionRun) -> None:
     """Just before the first step installs: a venv that was there before this run is copied (hard
-    links), with the manifest and the constraints; a venv this run made is not."""
+    links); a venv this run made is not."""
     run.installing = True
     if run.venv_made:
         return
@@ -60,19 +70,13 @@ def before_install(run: ProvisionRun) -> None:
             " it as the failed step does",
         )
         return
-    state: dict[Path, bytes | None] = {}
-    for f in (run.paths.manifest, run.paths.constraints):
-        try:
-            state[f] = f.read_bytes()
-        except OSError:
-            state[f] = None
-    run.before = (copy, state)
+    run.before = copy
 
 
 def drop(run: ProvisionRun) -> None:
     """The run finished: the copy is not needed."""
     if run.before is not None:
-        shutil.rmtree(run.before[0], ignore_errors=True)
+        shutil.rmtree(run.before, ignore_errors=True)
         run.before = None
 
 
@@ -86,7 +90,7 @@ def after_failure(run: ProvisionRun) -> VenvAfterFailureJSON:
             return {"state": "not-made", "detail": f"no venv was made at {venv}"}
         return {"state": "untouched", "detail": f"the venv {venv} is as it was"}
     if run.before is not None:
-        copy, state = run.before
+        copy = run.before
         failed = venv.with_name(venv.name + ".envbuild-failed")
         try:
             shutil.rmtree(failed, ignore_errors=True)
@@ -95,7 +99,7 @@ def after_failure(run: ProvisionRun) -> VenvAfterFailureJSON:
         except OSError as exc:
             return _left(run, done, f" (putting it back from {copy} failed: {exc.strerror})")
         shutil.rmtree(failed, ignore_errors=True)
-        for f, data in state.items():
+        for f, data in run.state_before.items():
             if data is None:
                 f.unlink(missing_ok=True)
             else:

@@ -55,8 +55,9 @@ class ProvisionRun:
     prepared: dict[str, prefetch.PrefetchJob] = field(default_factory=dict)
     venv_made: bool = False  # this run made the venv
     installing: bool = False  # a step began installing (``provision.restore``)
-    # the copy of the venv taken before the first install, and the state files' bytes then
-    before: tuple[Path, dict[Path, bytes | None]] | None = None
+    before: Path | None = None  # the copy of the venv taken before the first install
+    # the manifest's and the constraints' bytes as the run found them (None: not there)
+    state_before: dict[Path, bytes | None] = field(default_factory=dict)
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
