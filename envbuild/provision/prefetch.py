@@ -41,6 +41,10 @@ manifest) are untouched, the scratch target is deleted, and a failed or cancelle
 means the real step downloads the file itself (and reports any error). Because the caches live
 on the data root, nothing is downloaded twice across steps or across re-runs either way.
 
+``provision --lock`` with uv uses the same scratch installs differently: every step is prepared
+at once before the first one installs (``provision.prepare``), so a download or build that fails
+stops the run before the venv is touched.
+
 Whether prefetching pays depends on where the time goes: with a remote index it hides a later
 step's download behind the current install; from a local wheelhouse it only moves unpacking
 earlier, onto the same cores (measured in bench/README.md: no gain there). So ``provision
@@ -77,6 +81,7 @@ __all__ = [
     "prefetch_argv",
     "remote_sources",
     "requirement_names",
+    "source_args",
     "stale_builds",
     "wanted",
 ]
@@ -108,7 +113,7 @@ def remote_sources(planned: PlannedStep) -> list[str]:
     """The step's package sources that are on another host (http(s), not localhost): its index
     options, and the direct wheel URLs of a locked file (``provision --lock``'s stages name each
     file by URL under ``--no-index``)."""
-    candidates = [*_source_args(planned.args), *(url for url, _ in _locked_wheels(planned))]
+    candidates = [*source_args(planned.args), *(url for url, _ in _locked_wheels(planned))]
     return [
         v
         for v in candidates
@@ -257,7 +262,8 @@ def _requirement_lines(path: Path) -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
-def _source_args(args: Sequence[str]) -> list[str]:
+def source_args(args: Sequence[str]) -> list[str]:
+    """The options of ``args`` that say where packages come from (``_SOURCE_FLAGS*``)."""
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -282,7 +288,7 @@ def prefetch_argv(
 ) -> list[str] | None:
     """The command that warms the cache for ``planned``, or None when it names nothing exact.
     ``builds``: a lock stage's isolated builds (``build_lines``) are made too (uv only)."""
-    sources = _source_args(planned.args)
+    sources = source_args(planned.args)
     wheels = _locked_wheels(planned)
     if wheels or _names_by_reference(planned):
         # a lock's stage: its wheel URLs, hashes and all, and with ``builds`` its isolated builds

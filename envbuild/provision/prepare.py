@@ -206,7 +206,7 @@ def _build_against_torch(
 def _scratch_venv(
     run: ProvisionRun, python: Path, scratch: Path, steps: Sequence[PlannedStep]
 ) -> Path:
-    """A venv at ``scratch`` holding ``steps`` (installed offline from uv's cache, no deps)."""
+    """A venv at ``scratch`` holding ``steps`` (from uv's cache, no deps)."""
     assert isinstance(run.installer, UvInstaller)
     log = run.paths.logs / f"{scratch.name}.prepare.log"
     run.installer.create_venv(python, scratch, log_file=log, seed=False)
@@ -218,17 +218,21 @@ def _scratch_venv(
             "pip",
             "install",
             "--no-deps",
-            "--offline",
             "--python",
             str(scratch_python),
+            *prefetch.source_args(planned.args),
             "-r",
             str(planned.locked_file),
         ]
-        result = run_command(argv, log_file=log, env=run.env or {})
+        # from the cache alone where the index lets uv keep its answers, else as the real step
+        # installs it (an index that answers ``no-store`` is asked again; its files are cached)
+        result = run_command([*argv, "--offline"], log_file=log, env=run.env or {})
+        if not result.ok:
+            result = run_command(argv, log_file=log, env=run.env or {})
         if not result.ok:
             raise InstallError(
                 f"the scratch venv for the builds against torch could not take step"
-                f" {planned.name!r} from uv's cache: {result.describe('uv')}",
+                f" {planned.name!r}: {result.describe('uv')}:\n{result.tail}",
                 hint=f"Full log: {log}",
             )
     return scratch_python
