@@ -425,6 +425,8 @@ def _venv_steps_check(
 def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -> FinalCheck | None:
     from envbuild.proof import receipt as receipts
 
+    if any(run.manifest.state(s.name).status != "ok" for s in run.plan.steps):
+        restore.before_install(run)  # the venv as it is, for a failure from here on
     run_steps(run)
     laps.lap("steps")
     last = run.opts.only_step is None or run.opts.only_step == run.plan.steps[-1].name
@@ -460,6 +462,8 @@ def _sync_exact(run: ProvisionRun) -> None:
     if not extra:
         run.manifest.sync.pop("removed", None)
         return
+    if not run.installing:
+        restore.before_install(run)
     protected = [run.spec.abi.package]
     if run.manifest.baseline is not None:
         protected += list(guard.Baseline.from_json(run.manifest.baseline).protected)

@@ -29,7 +29,7 @@ from envbuild.plan import overlap_winners
 from envbuild.spec import Overlap
 
 if TYPE_CHECKING:
-    from envbuild.provision.prepare import Prepared
+    from envbuild.provision.prepare import PreparedSteps
     from envbuild.provision.steps import ProvisionRun
 
 __all__ = ["RULE", "check", "winner"]
@@ -43,7 +43,7 @@ def winner(overlap: FileOverlap, step_of: dict[str, int]) -> str:
     return max(overlap.packages, key=lambda name: (step_of.get(name, 0), name))
 
 
-def check(run: ProvisionRun, prepared: Prepared | None) -> None:
+def check(run: ProvisionRun, prepared: PreparedSteps | None) -> None:
     """Find the overlaps of what the run installs and the venv keeps; refuse the baseline's, give
     the others a winner (see the module docstring). A no-op for a run without ``accept_overlap``
     (a stack spec names its overlaps itself: ``[[abi.overlap]]``)."""

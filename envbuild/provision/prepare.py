@@ -43,13 +43,13 @@ from envbuild.provision import prefetch
 from envbuild.provision.steps import ProvisionRun, baseline_pins
 from envbuild.run import run as run_command
 
-__all__ = ["Prepared", "prepare", "wanted"]
+__all__ = ["PreparedSteps", "prepare", "wanted"]
 
 POLL_SECONDS = 0.05
 
 
 @dataclass
-class Prepared:
+class PreparedSteps:
     """What the prepare made: the steps all in uv's cache, and what their wheels install."""
 
     # the steps whose scratch install covered every line: {step: its job}
@@ -72,7 +72,7 @@ def wanted(run: ProvisionRun, todo: Sequence[PlannedStep]) -> bool:
     )
 
 
-def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Prepared:
+def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> PreparedSteps:
     """Prepare every step of ``todo`` (see the module docstring); ``python``: the interpreter the
     venv has or will be made with. Raises the first failure (InstallError: its step, uv's words,
     and that nothing was installed)."""
@@ -95,7 +95,7 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         ]
         events.emit("info", f"preparing {len(jobs)} step(s): downloads, hash checks, builds")
         _wait(run, prefetcher, jobs, todo)
-    out = Prepared(jobs={j.step: j for j in jobs if j.covers})
+    out = PreparedSteps(jobs={j.step: j for j in jobs if j.covers})
     for job in jobs:
         out.records.update(job.records or {})
         _remember(job, next(s for s in todo if s.name == job.step))

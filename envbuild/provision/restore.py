@@ -3,15 +3,17 @@ venv after a failure, and the copy that puts an existing venv back.
 
 - Before anything is installed (a download, a hash or a build that fails while preparing,
   ``provision.prepare``): the venv is untouched, or was never made (``not-made``).
-- After the first step began installing into a venv that was there before the run: it is put
-  back as it was (``restored``). Just before that first step, the venv is copied as hard links
-  (``<venv>.envbuild-before``: every file linked, not copied; seconds for a torch venv, no space),
-  with the manifest and the baseline constraints; on a failure (an installer error, a guard
-  violation, a failed import check, Ctrl-C) the venv is swapped back for the copy. Installers
+- After the first step of ``provision --lock`` began installing into a venv that was there before
+  the run: it is put back as it was (``restored``). Just before that first step, the venv is
+  copied as hard links (``<venv>.envbuild-before``: every file linked, not copied; seconds for a
+  torch venv, no space), and the manifest and the baseline constraints are kept as the run found
+  them; on a failure (an installer error, a guard violation, a failed import check, Ctrl-C) the
+  venv is swapped back for the copy, and they are written back. Installers
   replace a file by writing a new one (uv links from its cache, pip unpacks), never in place, so
   the copy keeps the old bytes. On success the copy is deleted.
-- After the first step began installing into a venv this run made, or one that could not be
-  copied (another filesystem for the copy, a read-only layer): it is left, and the failure says
+- After the first step began installing into a venv this run made, a stack's venv (a stack's run
+  resumes, and a venv an ABI violation left is moved aside by the next run), or one that could not
+  be copied (another filesystem for the copy, a read-only layer): it is left, and the failure says
   which steps it holds and that ``provision`` run again resumes at the step that failed
   (``left``).
 
@@ -56,7 +58,7 @@ def before_install(run: ProvisionRun) -> None:
     """Just before the first step installs: a venv that was there before this run is copied (hard
     links); a venv this run made is not."""
     run.installing = True
-    if run.venv_made:
+    if run.venv_made or not run.opts.lock_source:  # a stack's run keeps its own rules (resume)
         return
     copy = copy_path(run.paths.venv)
     shutil.rmtree(copy, ignore_errors=True)  # a copy a killed run left

@@ -22,7 +22,7 @@ from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, InstallError, PreflightError
 from envbuild.installer import Installer
 from envbuild.plan import Plan, PlannedStep
-from envbuild.provision import prefetch, restore, verify, warmup
+from envbuild.provision import prefetch, verify, warmup
 from envbuild.provision.state import Manifest, now
 from envbuild.spec import StackSpec
 
@@ -151,8 +151,6 @@ def run_steps(run: ProvisionRun) -> None:
                         events.emit(
                             "debug", f"prefetching step {ahead.name} while {planned.name} installs"
                         )
-            if not run.installing:
-                restore.before_install(run)
             run_one(
                 run,
                 planned,
