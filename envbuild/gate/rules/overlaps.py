@@ -32,7 +32,6 @@ __all__ = ["RULE", "check"]
 
 RULE = "file-overlap"
 WORKERS = 8  # remote RECORD reads in flight
-NOTE_NAMES = 5
 
 
 def _wheel(entry: Entry, view: View) -> tuple[str, str | None] | None:
@@ -109,12 +108,12 @@ def check(ctx: Context) -> None:
         _judge(ctx, view, owned)
     if unread:
         how = "in the cache" if ctx.offline else "in the cache or by range requests"
-        more = f" and {len(unread) - NOTE_NAMES} more" if len(unread) > NOTE_NAMES else ""
         ctx.note(
-            f"file overlaps: the files of {len(unread)} wheel(s) could not be read {how}, so they"
-            f" were not compared ({', '.join(unread[:NOTE_NAMES])}{more})"
+            f"file overlaps: {len(unread)} wheel(s) not compared, their files could not be read"
+            f" {how} (--explain names them)"
         )
-
+        for label in unread:
+            ctx.explained(f"{label}: its files (RECORD) could not be read {how}")
 
 def _judge(ctx: Context, view: View, owned: dict[str, dict[str, str]]) -> None:
     protected = _protected(ctx, view)
