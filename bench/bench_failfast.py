@@ -15,8 +15,9 @@ Per kind and round, cold (a new uv cache, a new venv / data root), in alternatin
 
 Printed: the median seconds of each, the ratio envbuild / uv, and what each left: ``no venv``, an
 empty venv, or the number of distributions installed. ``--trace`` prints envbuild's output of the
-last round with the seconds since its start, to see where the time goes. Nothing here is a test
-(bench/README.md).
+last round with the seconds since its start, to see where the time goes. ``--envbuild-src DIR``
+runs envbuild from another checkout (``PYTHONPATH``: the code before a change, for a before/after
+table). Nothing here is a test (bench/README.md).
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int,
     return time.monotonic() - t0, rc, "\n".join(lines)
 
 
-def _one(kind: str, tmp: Path, idx: GateIndex, rounds: int, trace: bool) -> dict[str, object]:
+def _one(
+    kind: str, tmp: Path, idx: GateIndex, rounds: int, trace: bool, src: Path | None
+) -> dict[str, object]:
     uv_s: list[float] = []
     eb_s: list[float] = []
     prep_s: list[float] = []  # envbuild: from "preparing" to the end
@@ -93,7 +96,8 @@ def _one(kind: str, tmp: Path, idx: GateIndex, rounds: int, trace: bool) -> dict
                     root = work / "data"
                     argv = [sys.executable, "-m", "envbuild", "provision", "--lock"]
                     argv += [str(project.lock), "--root", str(root)]
-                    s, rcs["envbuild"], out = _timed(argv, env, work)
+                    eb_env = {**env, "PYTHONPATH": str(src)} if src is not None else env
+                    s, rcs["envbuild"], out = _timed(argv, eb_env, work)
                     eb_s.append(s)
                     began = next(
                         (float(ln.split()[0]) for ln in out.splitlines() if "  preparing " in ln),
@@ -127,6 +131,7 @@ def main() -> int:
     ap.add_argument("--kinds", default="sdist,git,overlap-torch,healthy")
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--envbuild-src", type=Path, help="run envbuild from this checkout")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
@@ -139,7 +144,7 @@ def main() -> int:
         with IndexServer({repo: root / repo for repo in REPOS}) as server:
             idx = GateIndex(server=server, root=root)
             for kind in kinds:
-                rows.append(_one(kind, tmp, idx, args.rounds, args.trace))
+                rows.append(_one(kind, tmp, idx, args.rounds, args.trace, args.envbuild_src))
     print(
         f"{'planted':<14} {'uv sync':>8} {'envbuild':>9} {'ratio':>6} {'prepare->end':>13}"
         f"  {'uv left':<22} envbuild left"
@@ -152,7 +157,12 @@ def main() -> int:
             f" {prep:>13}  {uv_left:<22} {r['envbuild_left']} (exit {r['envbuild_exit']})"
         )
     if args.out:
-        doc = {"rounds": args.rounds, "cpus": os.cpu_count(), "rows": rows}
+        doc = {
+            "rounds": args.rounds,
+            "cpus": os.cpu_count(),
+            "envbuild": str(args.envbuild_src or REPO),
+            "rows": rows,
+        }
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
