@@ -86,7 +86,8 @@ def planted(gate_index: GateIndex, tmp_path: Path) -> Iterator[Callable[[str], P
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sdist", "git"])
+# the git host's case is the sdist's ground (a prepare that fails, the venv as it was): thorough
+@pytest.mark.parametrize("kind", ["sdist", pytest.param("git", marks=pytest.mark.thorough)])
 def test_a_failed_download_or_build_leaves_the_venv_as_uv_sync_leaves_it(
     kind: str,
     planted: Callable[[str], Planted],

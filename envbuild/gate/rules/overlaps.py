@@ -115,6 +115,7 @@ def check(ctx: Context) -> None:
         for label in unread:
             ctx.explained(f"{label}: its files (RECORD) could not be read {how}")
 
+
 def _judge(ctx: Context, view: View, owned: dict[str, dict[str, str]]) -> None:
     protected = _protected(ctx, view)
     entries = {e.name: e for e in view.members.entries}
