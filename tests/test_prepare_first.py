@@ -273,3 +273,18 @@ def test_overlaps_leave_out_identical_files() -> None:
     assert found[0].shown() == (
         "opencv-python and opencv-python-headless both install cv2/__init__.py and 1 more file(s)"
     )
+
+
+def test_a_venv_on_an_overlay_filesystem_is_not_copied(tmp_path: Path) -> None:
+    """``provision.restore.on_overlay``: the mount that holds the path decides (a link on an image's
+    layer copies the whole file up, so such a venv is not copied before installing)."""
+    from envbuild.provision.restore import on_overlay
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "overlay / overlay rw,lowerdir=/l,upperdir=/u,workdir=/w 0 0\n"
+        f"/dev/vdb {tmp_path} ext4 rw 0 0\n"
+    )
+    assert on_overlay(Path("/opt/venv"), mounts)
+    assert not on_overlay(tmp_path / "data" / "venv", mounts)
+    assert not on_overlay(Path("/opt/venv"), tmp_path / "missing")

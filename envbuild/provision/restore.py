@@ -13,7 +13,8 @@ venv after a failure, and the copy that puts an existing venv back.
   the copy keeps the old bytes. On success the copy is deleted.
 - After the first step began installing into a venv this run made, a stack's venv (a stack's run
   resumes, and a venv an ABI violation left is moved aside by the next run), or one that could not
-  be copied (another filesystem for the copy, a read-only layer): it is left, and the failure says
+  be copied (on an overlay filesystem, an image's layers, where a link copies the whole file up;
+  a copy that fails): it is left, and the failure says
   which steps it holds and that ``provision`` run again resumes at the step that failed
   (``left``).
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from envbuild.proof.receipt import VenvAfterFailureJSON
     from envbuild.provision.steps import ProvisionRun
 
-__all__ = ["after_failure", "before_install", "copy_path", "drop"]
+__all__ = ["after_failure", "before_install", "copy_path", "drop", "on_overlay", "remember_state"]
 
 SUFFIX = ".envbuild-before"
 
@@ -62,6 +63,13 @@ def before_install(run: ProvisionRun) -> None:
         return
     copy = copy_path(run.paths.venv)
     shutil.rmtree(copy, ignore_errors=True)  # a copy a killed run left
+    if on_overlay(run.paths.venv):
+        events.emit(
+            "debug",
+            f"{run.paths.venv} is on an overlay filesystem (an image layer), where a link copies"
+            " the file up: not copied, a failure leaves it as the failed step does",
+        )
+        return
     try:
         shutil.copytree(run.paths.venv, copy, symlinks=True, copy_function=os.link)
     except (OSError, shutil.Error) as exc:
@@ -73,6 +81,26 @@ def before_install(run: ProvisionRun) -> None:
         )
         return
     run.before = copy
+
+
+def on_overlay(path: Path, mounts: Path = Path("/proc/self/mounts")) -> bool:
+    """Whether ``path`` is on an overlay filesystem (a container's layers), by the mount that holds
+    it (``mounts``, the kernel's table; False where that cannot be read)."""
+    real = os.path.realpath(path)
+    best, fstype = "", ""
+    try:
+        with mounts.open(encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                where = parts[1].replace("\\040", " ")
+                inside = real == where or real.startswith(where.rstrip("/") + "/")
+                if inside and len(where) >= len(best):
+                    best, fstype = where, parts[2]
+    except OSError:
+        return False
+    return fstype == "overlay"
 
 
 def drop(run: ProvisionRun) -> None:
