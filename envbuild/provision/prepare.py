@@ -85,6 +85,7 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         logs=run.paths.logs,
         env=run.env or {},
         baseline_pins=baseline_pins(run, todo),
+        unconstrained_builds=True,  # a lock's isolated builds, as uv sync makes them
     )
     with prefetcher:
         prefetcher.release("prepare: nothing installs before every step is prepared")
