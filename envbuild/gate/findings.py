@@ -46,6 +46,11 @@ RULES: dict[str, str] = {
     "torch-gone": (
         "with --base: an environment that installed torch at the base revision no longer does"
     ),
+    "file-overlap": (
+        "two packages an environment installs own the same file and one of them is torch or its"
+        " protected runtime: the other overwrites torch's copy (an overlap between other packages"
+        " is a note: one copy wins)"
+    ),
     "no-file": (
         "with --environment naming it: the lock has no wheel or sdist of torch that installs there "
         '(otherwise a note: the row says "no file for this platform")'
