@@ -115,7 +115,7 @@ _PY_LITERAL = re.compile(
 _SPLIT_AFTER = {"<=", ">", "==", "!=", "~=", "===", "in", "not in"}
 _FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _LOWEST_MINOR = 6  # no lock of a torch stack installs on an older Python 3
-_HIGHEST_MINOR = 14
+_NEWEST_READ = 99  # a bound on the search for the lowest minor a range allows, not a list
 
 
 @dataclass(frozen=True)
@@ -191,9 +191,34 @@ def _specifier(text: str) -> Any:
 
 
 def _pythons(lock: ParsedLock, narrow: Narrow) -> list[str]:
+    """Every Python minor the lock allows, each judged on its own: from its ``requires-python``
+    (Poetry's ``python`` constraint) up to the newest CPython any locked file is built for (a
+    ``cp314`` wheel: 3.14); a lock that states no range, from the minors its markers name (and the
+    policy's Python) to the newest of them."""
     if narrow.python:
         return list(dict.fromkeys(narrow.python))
     allowed: Any = _specifier(lock.requires_python) if lock.requires_python else None
+    minors = {n for n in _marker_minors(lock) if _LOWEST_MINOR <= n <= _NEWEST_READ}
+    base = _minor_of(narrow.default_python) or 12
+    low = None
+    if allowed is not None:
+        low = next((n for n in range(_LOWEST_MINOR, _NEWEST_READ + 1) if _allows(allowed, n)), None)
+    if low is None:  # no range stated (or one no Python 3 meets): the markers' minors
+        allowed = None
+        low = min([base, *minors])
+        high = max([base, *minors])
+    else:
+        newest = newest_file_python(lock)
+        high = max([low, *minors]) if newest is None else max(low, newest)
+    candidates = range(low, high + 1)
+    if allowed is not None:
+        candidates = [n for n in candidates if _allows(allowed, n)] or [low]  # type: ignore[assignment]
+    return [f"3.{n}" for n in candidates]
+
+
+def _marker_minors(lock: ParsedLock) -> set[int]:
+    """Each minor at which a ``python_version`` / ``python_full_version`` marker of the lock changes
+    its answer."""
     minors: set[int] = set()
     for text in dict.fromkeys(lock.marker_texts):
         if "python" not in text:
@@ -214,19 +239,23 @@ def _pythons(lock: ParsedLock, narrow: Narrow) -> list[str]:
             minors.add(int(minor))
             if op in _SPLIT_AFTER or more.strip("."):
                 minors.add(int(minor) + 1)
-    minors = {n for n in minors if _LOWEST_MINOR <= n <= _HIGHEST_MINOR}
-    low = None
-    if allowed is not None:
-        low = next(
-            (n for n in range(_LOWEST_MINOR, _HIGHEST_MINOR + 1) if _allows(allowed, n)), None
-        )
-    if low is None:
-        base = _minor_of(narrow.default_python) or 12
-        low = min([base, *minors]) if minors else base
-    candidates = sorted({low, *(n for n in minors if low <= n)})
-    if allowed is not None:
-        candidates = [n for n in candidates if _allows(allowed, n)] or [low]
-    return [f"3.{n}" for n in candidates]
+    return minors
+
+
+_CPYTHON_TAG = re.compile(r"(?:^|[-.])cp3(\d{1,2})(?=[-._t])")
+
+
+def newest_file_python(lock: ParsedLock) -> int | None:
+    """The newest CPython 3 minor a wheel of the lock is built for (``cp314`` -> 14), read from
+    the interpreter tags of its file names; None when no file names one."""
+    newest = -1
+    for e in lock.entries:
+        for f, _ in e.files:
+            if ".whl" in f:
+                name = f.rsplit("/", 1)[-1]
+                for m in _CPYTHON_TAG.finditer(name):
+                    newest = max(newest, int(m.group(1)))
+    return newest if newest >= 0 else None
 
 
 def _allows(spec: Any, minor: int) -> bool:
@@ -350,6 +379,16 @@ class Space:
     @property
     def n_sel(self) -> int:
         return len(self.selections)
+
+    @property
+    def pythons(self) -> list[str]:
+        """The Pythons of every platform, in order (blocks run platform by platform)."""
+        return list(dict.fromkeys(py for _, py in self.blocks))
+
+    @property
+    def choice_words(self) -> str:
+        """What a selection is called in this lock's words."""
+        return choice_words(self.lock)
 
     def __len__(self) -> int:
         return len(self.blocks) * len(self.selections)
@@ -640,6 +679,11 @@ def enumerate_environments(lock: ParsedLock, narrow: Narrow = Narrow()) -> list[
     want a list (a provision choosing one environment). The gate itself works on the ``Space``."""
     space = make_space(lock, narrow)
     return [space.env(j) for j in space.bits(space.active)]
+
+
+def choice_words(lock: ParsedLock) -> str:
+    """What one selection of a lock is, in its own words: pixi's are environments."""
+    return "pixi environments" if lock.format == "pixi.lock" else "selections of extras/groups"
 
 
 def choices(lock: ParsedLock) -> list[str]:

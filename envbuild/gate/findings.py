@@ -9,7 +9,10 @@ from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 
-__all__ = ["OWN_RULES", "RULES", "EnvRow", "FileReport", "Finding", "Policy"]
+__all__ = ["NO_FILE", "OWN_RULES", "RULES", "EnvRow", "FileReport", "Finding", "Policy"]
+
+# what a row says where no file of its torch installs on its platform and Pythons
+NO_FILE = "no file for this platform and Python"
 
 # Every rule the gate applies, with one line on what it means (the docs and --json list these).
 RULES: dict[str, str] = {
@@ -48,7 +51,7 @@ RULES: dict[str, str] = {
     ),
     "no-file": (
         "with --environment naming it: the lock has no wheel or sdist of torch that installs there "
-        '(otherwise a note: the row says "no file for this platform")'
+        f'(otherwise a note: the row says "{NO_FILE}")'
     ),
 }
 
@@ -286,7 +289,7 @@ class EnvRow:
             return f"{self.findings} finding(s)"
         if self.installable is None:
             return self.unknown
-        return "ok" if self.installable else "no file for this platform"
+        return "ok" if self.installable else NO_FILE
 
 
 @dataclass

@@ -36,6 +36,8 @@ class MetadataSources:
     skipped: dict[str, list[str]] = field(default_factory=dict)
     # entries whose requirements came from the cache
     cached: list[str] = field(default_factory=list)
+    # what was read this run, by entry key and ``supplied`` (a check judges again what it splits)
+    read: dict[tuple[int, bool], tuple[str, ...] | None] = field(default_factory=dict)
     _spent: float = 0.0
 
     def reachable(self, url: str) -> bool:
@@ -122,6 +124,22 @@ def declared_requirements(
     since a hand-written torch metadata that drops its CUDA runtime is the fault it looks for."""
     if entry.requires is not None:
         return entry.requires
+    if sources is not None and (entry.key, supplied) in sources.read:
+        return sources.read[(entry.key, supplied)]
+    got = _declared(entry, lock, offline, index_urls, supplied, sources)
+    if sources is not None:
+        sources.read[(entry.key, supplied)] = got
+    return got
+
+
+def _declared(
+    entry: Entry,
+    lock: ParsedLock,
+    offline: bool,
+    index_urls: tuple[str, ...],
+    supplied: bool,
+    sources: MetadataSources | None,
+) -> tuple[str, ...] | None:
     if supplied:
         by_hand = lock.extra.get("supplied_requires", {})
         got = by_hand.get((entry.name, entry.version)) or by_hand.get((entry.name, None))

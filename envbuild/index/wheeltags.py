@@ -84,7 +84,7 @@ def _plats(platform: str, glibc: int | None) -> list[str]:
     raise ValueError(f"not a platform envbuild knows: {platform!r}")
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def platform_tags(python: str, platform: str, *, glibc: int | None = None) -> tuple[Tag, ...]:
     """Every wheel tag CPython ``python`` (``3.12``) installs on ``platform``, best first (pip's
     order). ``glibc``: the newest manylinux minor a Linux host takes (default: the platform tag's,
@@ -105,11 +105,12 @@ def host_python() -> str:
     return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _ranks(python: str, platform: str, glibc: int | None) -> dict[Tag, int]:
     return {t: i for i, t in enumerate(platform_tags(python, platform, glibc=glibc))}
 
 
+@functools.lru_cache(maxsize=8192)
 def wheel_tags(filename: str) -> frozenset[Tag]:
     """The tags of a wheel file name (empty for anything else)."""
     if not filename.endswith(".whl"):
