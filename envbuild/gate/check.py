@@ -134,6 +134,16 @@ def check_file(
         )
         report.seconds = time.monotonic() - t0
         return report
+    for bad in lock.unread:
+        report.findings.append(
+            Finding(
+                report.file,
+                "-",
+                "broken-line",
+                f"`{bad.text}` is not a line pip reads ({bad.why}); the rest of the file is judged",
+                line=bad.line,
+            )
+        )
     names = judged_names(lock, policy)
     space = make_space(lock, narrow, names)
     if not space.active:  # a typo in --group must not turn the gate green by judging nothing
@@ -203,7 +213,7 @@ def check_file(
         ctx.note(f'{policy.torch} on {at}: {_UNKNOWN_HOW[said]} (rows "{said}")')
     for text in ctx.sources.notes():  # after every lookup, the torch files' included
         ctx.note(text)
-    findings = accepting.apply(list(ctx.findings.values()), exceptions)
+    findings = accepting.apply([*report.findings, *ctx.findings.values()], exceptions)
     report.environments = _rows(views, findings, installable, unknown)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]

@@ -17,6 +17,10 @@ NO_FILE = "no file for this platform and Python"
 # Every rule the gate applies, with one line on what it means (the docs and --json list these).
 RULES: dict[str, str] = {
     "broken-lock": "the file is not a readable lock of its format",
+    "broken-line": (
+        "a line of a requirements file that pip cannot read (not a requirement, URL, path or"
+        " option); the rest of the file is judged"
+    ),
     "broken-marker": (
         "a marker in the lock does not parse (PEP 508), so where the entry applies is unknown"
     ),
@@ -37,6 +41,10 @@ RULES: dict[str, str] = {
     "conda-torch-build": (
         "a conda package (pixi.lock) depends on another pytorch or libtorch "
         "build than the one the environment installs"
+    ),
+    "conda-and-pypi": (
+        "a pixi environment installs a module from conda and again from PyPI (conda pytorch,"
+        " pytorch-gpu or libtorch beside PyPI torch; torchvision, xformers, triton)"
     ),
     "torch-runtime": (
         "torch declares runtime requirements (nvidia-*, cuda-toolkit, triton) the lock does not "

@@ -199,6 +199,7 @@ def _from_index(
             else finder.matching_all(entry.name, entry.version or "")
         )
         if not arts:
+            _maybe_on_dead(indexes, live, entry, sources)
             return None
         return tuple(requires_of(next((a for a in arts if a.is_wheel), arts[0])))
     except (EnvbuildError, OSError, ValueError):
@@ -235,4 +236,16 @@ def files_on_index(
             for a in found
             if entry.version and a.version and same_version(a.version, entry.version)
         ]
+    if not names:
+        _maybe_on_dead(indexes, live, entry, sources)
     return names or None
+
+
+def _maybe_on_dead(
+    indexes: tuple[str, ...], live: tuple[str, ...], entry: Entry, sources: MetadataSources
+) -> None:
+    """Nothing of ``entry`` on the indexes that answered: where one did not, it may serve it (a
+    PyTorch index's ``+cu128`` builds), so the entry is that index's to answer for, not a fault."""
+    dead = [u for u in indexes if u not in live]
+    if dead:
+        sources.skip(dead[0], entry)

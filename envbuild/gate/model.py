@@ -34,12 +34,23 @@ __all__ = [
     "LockParseError",
     "Members",
     "Reach",
+    "UnreadLine",
     "where_words",
 ]
 
 
 class LockParseError(Exception):
     """The file is not a readable lock of its format (a finding, not a crash)."""
+
+
+@dataclass(frozen=True)
+class UnreadLine:
+    """A line of a lock its reader could not take (a requirements line pip would refuse): a finding
+    that names it, while the rest of the file is judged."""
+
+    line: int  # 1-based
+    text: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -264,6 +275,7 @@ class ParsedLock:
     notes: list[str] = field(default_factory=list)
     markers: MarkerCache = field(default_factory=MarkerCache)
     extra: dict[str, Any] = field(default_factory=dict)
+    unread: list[UnreadLine] = field(default_factory=list)  # lines the reader could not take
 
     def named(self, name: str) -> list[Entry]:
         return [e for e in self.entries if e.name == name]
