@@ -154,11 +154,11 @@ def check_file(
             f"{report.file}: no environment of this lock matches"
             " --environment/--python/--extra/--group, so nothing would be judged",
             hint=(
-                f"Its conflicting extras/groups: {', '.join(words)}. "
+                f"Its {_choices_named(lock)}: {', '.join(words)}. "
                 if words
-                else "It has no conflicting extras or groups. "
+                else f"It has no {_choices_named(lock)}. "
             )
-            + f"Platforms: {', '.join(platforms)}.",
+            + f"Platforms: {', '.join(platforms)}. Pythons: {', '.join(everything.pythons)}.",
         )
     lock.notes += space.notes
     reach = lock.walk(space)
@@ -191,7 +191,7 @@ def check_file(
     for text in ctx.no_file_notes():
         ctx.note(text)
     if base:
-        _history(ctx, path, kind, base, narrow, names, space)
+        _history(ctx, path, kind, base, narrow, names, space, installable)
     nofile = [v for v in views if installable[v.env.name] is False]
     for v in nofile:
         if narrow.environment:  # asked for by name: a finding, not a note
@@ -221,6 +221,10 @@ def check_file(
     report.unchecked = ctx.unchecked
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _choices_named(lock: ParsedLock) -> str:
+    return "pixi environments" if lock.format == "pixi.lock" else "conflicting extras/groups"
 
 
 def _judge(ctx: Context, space: Space, reach: Reach) -> tuple[Context, dict[str, bool | None]]:
@@ -401,6 +405,7 @@ def _history(
     narrow: Narrow,
     names: set[str] | None,
     space: Space,
+    installable: dict[str, bool | None],
 ) -> None:
     given = Path(ref).expanduser()
     text: str | None
@@ -418,4 +423,4 @@ def _history(
     except LockParseError as exc:
         ctx.note(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return
-    history.check(ctx, old, ref, narrow, names, head=space)
+    history.check(ctx, old, ref, narrow, names, head=space, installable=installable)

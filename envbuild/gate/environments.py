@@ -1,11 +1,15 @@
-"""The concrete environments a lock can install: platform x Python x a selection of extras/groups
-that the lock's conflicts allow, as the locker itself reads them.
+"""The concrete environments a lock can install: platform x Python x a selection (of extras/groups
+that the lock's conflicts allow, as the locker itself reads them; of a pixi.lock, one of its
+environments).
 
 - Platforms: Linux x86_64/aarch64, macOS arm64/x86_64, Windows AMD64. A lock whose markers never
   mention a platform (``pip-compile`` and ``pip lock`` output: one machine's resolution) is judged
   for Linux x86_64 only, and the report says so.
-- Pythons: the lowest the lock allows (``requires-python``), plus each minor at which a
-  ``python_version`` / ``python_full_version`` marker in the file changes its answer.
+- Pythons: every minor the lock allows, each its own: from its ``requires-python`` (Poetry's
+  ``python``) up to the newest CPython a file of the lock is built for (a ``cp314`` wheel: 3.14),
+  never past the range; a lock that states no range (a requirements file, a pixi.lock), from the
+  minors its ``python_version`` / ``python_full_version`` markers name (and the policy's Python) to
+  the newest of them.
 - Selections: the lock's conflict sets name *items* (uv: an extra, a group, or a package's own
   dependencies, each one of uv's pseudo-extras ``extra-7-trainer-cu128`` / ``group-…`` /
   ``project-…``). A selection is a set of items with at most one member of every conflict set
@@ -540,7 +544,7 @@ def make_space(
         if selections is None:
             selections = _first_selections(len(items), sets, everything & ~inert, MAX_SELECTIONS)
             notes.append(
-                f"the conflicts allow more than {MAX_SELECTIONS} selections of extras/groups; the"
+                f"the conflicts allow more than {MAX_SELECTIONS} {choice_words(lock)}; the"
                 f" first {MAX_SELECTIONS} (fewest items first) were judged; --extra/--group narrow"
                 " them"
             )

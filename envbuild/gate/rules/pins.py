@@ -84,7 +84,8 @@ def check(ctx: Context) -> None:
                     p,
                 )
         versions = sorted({p.version for p in pins if p.version})
-        mixed = 0 < len({p.key for p in pins} & conda.keys()) < len(pins)  # ``conda-and-pypi`` says it
+        # conda's and PyPI's: ``rules.conda`` says it (``conda-and-pypi``)
+        mixed = 0 < len({p.key for p in pins} & conda.keys()) < len(pins)
         if len(versions) > 1 and not mixed:
             ctx.add(
                 torch_name,
