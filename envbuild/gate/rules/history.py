@@ -270,8 +270,8 @@ def _across(
             ctx.add(
                 name,
                 "torch-gone",
-                f"{name} {b_entry.version} at {ref}; here the Python moved and no file of"
-                f" {name} {now.version} installs on {where_words([v.env])}",
+                f"{name} {b_entry.version} at {ref} (python {b_env.python}); the Python moved to"
+                f" {', '.join(v.pythons)} here, where no file of {name} {now.version} installs",
                 v.env,
                 now,
             )
