@@ -15,7 +15,9 @@ Offline and in-process (the gate reads only the committed files): seconds in all
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -275,3 +277,59 @@ def test_generated_locks_rows_hold_per_python(
         for py in pythons:
             has = (platform, int(py.split(".")[1])) in torch_cells
             assert (row.installable is True) == has, (row.name, py, sorted(torch_cells))
+
+
+# ----------------------------------------------------------------------------- regenerated
+
+
+def _make(folder: Path, tmp: Path) -> Path:
+    """The lock of ``folder`` made again by its tool (README.md's command) in a copy under
+    ``tmp``."""
+    import shutil
+    import subprocess
+
+    from support.fixtures import installer_env
+    from support.gatelocks import poetry_bin, uv_bin
+
+    work = tmp / folder.name
+    shutil.copytree(folder, work)
+    pythons = Path.home() / ".pyenv" / "versions"
+    # pip: PyPI itself, not the host's pip.conf (its find-links), with the host's CA bundle
+    cert = {"PIP_CERT": os.environ["PIP_CERT"]} if "PIP_CERT" in os.environ else {}
+    env = installer_env(tmp / "home", {"PIP_CONFIG_FILE": "/dev/null", **cert})
+    name = folder.name
+    if name.startswith("poetry"):
+        argv, out = [str(poetry_bin()), "lock"], work / "poetry.lock"
+    elif name.startswith("pip-compile"):
+        argv = [str(Path(sys.executable).parent / "pip-compile"), "--no-strip-extras"]
+        argv += ["--no-emit-find-links", "-o", "requirements.txt", "requirements.in"]
+        out = work / "requirements.txt"
+    elif name.startswith("uv-universal"):
+        argv = [uv_bin(), "pip", "compile", "--no-config", "--universal", "--python-version"]
+        argv += ["3.9", "-o", "requirements.txt", "requirements.in"]
+        out = work / "requirements.txt"
+    else:
+        py = {"uv-base-py310": "3.10", "uv-head-py313": "3.13"}.get(name[:13], "3.11")
+        interpreter = next(pythons.glob(f"{py}.*/bin/python"))
+        argv, out = (
+            [uv_bin(), "lock", "--no-config", "--python", str(interpreter)],
+            work / "uv.lock",
+        )
+    out.unlink()
+    got = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stdout + got.stderr
+    return out
+
+
+@pytest.mark.network
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("folder", sorted(p for p in LOCKS.iterdir() if p.is_dir()), ids=str)
+def test_the_tools_still_make_these_locks(folder: Path, tmp_path: Path) -> None:
+    """Each committed lock made again by its tool pins the same torch, and its rows hold for every
+    Python they name (newer files on PyPI may widen the Pythons judged)."""
+    committed = next(
+        p for p in folder.iterdir() if p.name in ("uv.lock", "poetry.lock", "requirements.txt")
+    )
+    made = _make(folder, tmp_path)
+    torch = {r.torch for r in check_file(committed, POLICY, offline=True).environments}
+    assert {r.torch for r in assert_rows_hold_per_python(made).environments} == torch
