@@ -248,6 +248,7 @@ def _judge(ctx: Context, space: Space, reach: Reach) -> tuple[Context, dict[str,
             unchecked=[],
             splits={},
             _no_file={},
+            _some_file={},
         )
     return ctx, installable
 

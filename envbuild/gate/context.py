@@ -90,6 +90,7 @@ class Context:
     sources: MetadataSources = field(default_factory=MetadataSources)
     _reqs: dict[str, Requirement | None] = field(default_factory=dict)
     _no_file: dict[str, list[Environment]] = field(default_factory=dict)  # label -> environments
+    _some_file: dict[str, set[str]] = field(default_factory=dict)  # label -> environment names
     _installs: dict[tuple[int, str, str], bool] = field(default_factory=dict)
     # a pin's files, as its index lists them (``check._installable``)
     index_files: dict[int, list[str] | None] = field(default_factory=dict)
@@ -133,18 +134,28 @@ class Context:
             if key not in self._installs:
                 self._installs[key] = view.installs(entry, py)
             answers[py] = self._installs[key]
+        label = entry.label()
         if self.ask(view, answers):
+            self._some_file.setdefault(label, set()).add(view.env.name)
             return False
-        where = self._no_file.setdefault(entry.label(), [])
+        where = self._no_file.setdefault(label, [])
         if view.env not in where:
             where.append(view.env)
         return True
 
     def no_file_notes(self) -> list[str]:
-        return [
-            f"{label}: no file of it installs on {where_words(where)} (judged only where one does)"
-            for label, where in self._no_file.items()
-        ]
+        """Per release, the environments where no file of it installs (where another entry of the
+        same name and version has one there, a Poetry 1 lock's per-Python entries, it does)."""
+        out = []
+        for label, where in self._no_file.items():
+            some = self._some_file.get(label, set())
+            none = [env for env in where if env.name not in some]
+            if none:
+                out.append(
+                    f"{label}: no file of it installs on {where_words(none)} (judged only where"
+                    " one does)"
+                )
+        return out
 
     def note(self, text: str) -> None:
         if text not in self.notices:
