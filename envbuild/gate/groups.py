@@ -174,7 +174,8 @@ def _group(space: Space, piece: int) -> Group:
         if sels == space.n_sel:
             selection = (f"any of the {sels} {space.choice_words}",)
         else:
-            selection = (f"{first} and {sels - 1} more selection{'s' if sels > 2 else ''}",)
+            more = "pixi environment" if space.lock.format == "pixi.lock" else "selection"
+            selection = (f"{first} and {sels - 1} more {more}{'s' if sels > 2 else ''}",)
     named = replace(
         env, selection=selection, pythons=pythons if several_pythons else (), _cache=env._cache
     )
