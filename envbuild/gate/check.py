@@ -202,19 +202,22 @@ def check_file(
                 v.env,
                 next(iter(v.by_name.get(policy.torch) or ()), None),
             )
-    if nofile and not narrow.environment:
-        ctx.note(
-            f"no {policy.torch} file installs on {where_words(v.env for v in nofile)} (rows"
-            f' "{NO_FILE}"; --environment makes it a finding)'
-        )
     unknown = {v.env.name: _unknown_words(ctx, v) for v in views if installable[v.env.name] is None}
-    for said in dict.fromkeys(unknown.values()):
-        at = where_words(v.env for v in views if unknown.get(v.env.name) == said)
-        ctx.note(f'{policy.torch} on {at}: {_UNKNOWN_HOW[said]} (rows "{said}")')
-    for text in ctx.sources.notes():  # after every lookup, the torch files' included
-        ctx.note(text)
     findings = accepting.apply([*report.findings, *ctx.findings.values()], exceptions)
     report.environments = _rows(views, findings, installable, unknown)
+    in_rows = {r.result for r in report.environments}  # a note quotes only what a row says
+    if nofile and not narrow.environment:
+        quote = f'rows "{NO_FILE}"; ' if NO_FILE in in_rows else ""
+        ctx.note(
+            f"no {policy.torch} file installs on {where_words(v.env for v in nofile)}"
+            f" ({quote}--environment makes it a finding)"
+        )
+    for said in dict.fromkeys(unknown.values()):
+        at = where_words(v.env for v in views if unknown.get(v.env.name) == said)
+        quote = f' (rows "{said}")' if said in in_rows else ""
+        ctx.note(f"{policy.torch} on {at}: {_UNKNOWN_HOW[said]}{quote}")
+    for text in ctx.sources.notes():  # after every lookup, the torch files' included
+        ctx.note(text)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]
     report.unverified = ctx.explanations()
