@@ -150,3 +150,18 @@ def test_a_dead_index_costs_only_what_only_it_serves(
     # colorama is on neither index that answered: the dead one answers for it alone
     (dead_note,) = [n for n in fixed.notices if "did not answer" in n]
     assert dead_note.endswith("1 package(s) not checked: colorama 0.4.6"), dead_note
+
+
+def test_a_note_quotes_only_what_a_row_says(tmp_path: Path) -> None:
+    """A loose ``torch`` (AUTOMATIC1111's requirements_versions.txt at 00203a4 has two): its row
+    says "1 finding(s)", so the note on its unknown files quotes no row "not known offline"."""
+    path = tmp_path / "requirements.txt"
+    path.write_text("numpy==1.23.5\ntorch\nxformers==0.0.20\n")
+    report = check_file(path, POLICY, offline=True)
+    assert [r.result for r in report.environments] == ["1 finding(s)"]
+    unknown = [n for n in report.notices if n.startswith("torch on linux x86_64")]
+    assert unknown and 'rows "' not in unknown[0], report.notices
+    path.write_text("numpy==1.23.5\ntorch==2.0.1\nxformers==0.0.20\n")
+    report = check_file(path, POLICY, offline=True)
+    assert [r.result for r in report.environments] == ["not known offline"]
+    assert any(n.endswith('(rows "not known offline")') for n in report.notices), report.notices
