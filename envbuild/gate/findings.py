@@ -56,6 +56,8 @@ RULES: dict[str, str] = {
     ),
     "torch-gone": (
         "with --base: an environment that installed torch at the base revision no longer does"
+        " (paired by platform and selection: across a Python bump, torch had a file at the old"
+        " Python and has none at the new)"
     ),
     "no-file": (
         "with --environment naming it: the lock has no wheel or sdist of torch that installs there "
