@@ -141,7 +141,6 @@ class _FileBlocks:
     def __init__(self, space: Space) -> None:
         self.space = space
         self.by_file: dict[str, int] = {}
-        self.tags: dict[tuple[str, str], frozenset[object]] = {}
 
     def installs(self, entry: Entry) -> int:
         out = 0
@@ -153,12 +152,14 @@ class _FileBlocks:
         return out
 
     def _file(self, f: str) -> int:
-        from envbuild.index.wheeltags import installs_on
+        from envbuild.index.wheeltags import installs_where
 
+        space = self.space
+        targets = [(py, PLATFORMS[platform][0]) for platform, py in space.blocks]
         out = 0
-        for b, (platform, py) in enumerate(self.space.blocks):
-            if installs_on(f, py, PLATFORMS[platform][0]):
-                out |= self.space.block_mask(b)
+        for b, ok in enumerate(installs_where(f, targets)):
+            if ok:
+                out |= space.block_mask(b)
         return out
 
 
