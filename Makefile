@@ -57,7 +57,7 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 ## docs-reference: rewrite the reference pages generated from the code (docs/reference/cli.md, stack-spec.md,
-## exit-codes.md, check-lock.md, json.md) and the stage table of docs/architecture.md (from tests/test_layers.py);
+## exit-codes.md, check-lock.md, json.md) and the stage table of docs/architecture.md (from docs/hooks/stages.py);
 ## tests/test_docs.py fails when a committed one is stale
 docs-reference: $(BIN)/.installed
 	$(BIN)/python docs/hooks/reference.py --write
@@ -100,9 +100,10 @@ bench: $(BIN)/.installed
 clean:
 	rm -rf $(DEMO) .cache/tests build dist site *.egg-info "$${ENVBUILD_TEST_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/envbuild-tests}"
 
-## docs-snippets: run the README's tour and the tutorials' commands as written and write each command's
-## output into the page
-## (make test runs the same commands and fails when an output shown there is stale)
+## docs-snippets: run the commands of the README's tour, the tutorials and the how-tos as written and write
+## each command's output into the page (make test runs the same commands and fails when an output shown
+## there is stale; the installing pages are make test-thorough's). Each page runs in private folders
+## beside the /tmp ones it names (tests/support/tour.py), so nothing of a reader's is touched.
+DOCS_PAGES := README.md $(wildcard docs/tutorials/*.md) $(wildcard docs/how-to/*.md) docs/fleet.md
 docs-snippets: $(BIN)/.installed
-	rm -rf /tmp/tour /tmp/trainer /tmp/envbuild-tool /tmp/envbuild-host /tmp/fleet
-	$(BIN)/python tests/support/tour.py --write README.md docs/tutorials/ci-gate.md docs/tutorials/your-stack.md docs/tutorials/offline-fleet.md docs/how-to/install.md
+	$(BIN)/python tests/support/tour.py --write $(DOCS_PAGES)

@@ -40,7 +40,7 @@ echo "== probe"
       --format=csv,noheader,nounits > /dev/null
   done
   head -20 /proc/driver/nvidia/gpus/*/information 2>&1 | head -24
-  "$PY" -c 'import time; from envbuild.proof.smoke.gpus import proc_gpus, visible_gpus
+  "$PY" -c 'import time; from envbuild.nvidia import proc_gpus; from envbuild.proof.smoke.gpus import visible_gpus
 from pathlib import Path; t = time.perf_counter()
 p = proc_gpus(Path("/proc/driver/nvidia/gpus")); t1 = time.perf_counter()
 import os; s = visible_gpus({**os.environ, "ENVBUILD_SMOKE_PROC_GPUS": "-"}); t2 = time.perf_counter()

@@ -1,12 +1,15 @@
 """Small file helpers shared by every module that reads or writes state: atomic writes, hashing,
-and the one TOML parser (``parse_toml``; nothing else in the tree imports tomli or tomllib)."""
+and the one TOML parser (``parse_toml``; nothing else in the tree imports tomli or tomllib) and
+writer (``dumps_toml``, for pylock.toml files)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +71,46 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# the one TOML writer (pylock.toml files: envbuild's export, a lock stage's install)
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(k: str) -> str:
+    return k if _BARE.match(k) else _str(k)
+
+
+def _str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _inline(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return _str(v)
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{_key(k)} = {_inline(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_inline(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def dumps_toml(data: Mapping[str, Any]) -> str:
+    """A small TOML writer for pylock data: scalars and inline values, arrays of tables one level
+    deep."""
+    lines = [
+        f"{_key(k)} = {_inline(v)}"
+        for k, v in data.items()
+        if not (isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v))
+    ]
+    for k, v in data.items():
+        if isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v):
+            for item in v:
+                lines.append("")
+                lines.append(f"[[{_key(k)}]]")
+                lines += [f"{_key(ik)} = {_inline(iv)}" for ik, iv in item.items()]
+    return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""The data root, its ``$HOME`` links and the env overlay the venv's ``activate`` sources.
+"""The data root, its ``$HOME`` links, the env overlay the venv's ``activate`` sources, and the
+venv's ``bin/envbuild`` launcher.
 
 Everything that grows lives under the data root (default ``/mnt/data``): the venv, the
 repo checkout, data, caches (pip, uv, triton, inductor, HF), checkpoints, receipts, logs
@@ -7,11 +8,18 @@ and envbuild's own state. ``$HOME`` gets friendly links (``~/venv -> /mnt/data/v
 Idempotent, and it never deletes or replaces a real file or folder of the user's: a
 conflict is a ``LayoutError`` unless ``force_links`` moves the thing aside (to
 ``<name>.envbuild-moved-<timestamp>``) and says where.
+
+The launcher (``write_launcher``) keeps envbuild at hand in the environment it made: after
+``. <root>/venv/bin/activate`` the venv's ``bin`` comes first on PATH, and its ``envbuild`` runs
+the envbuild that provisioned it (that interpreter and that install, by absolute path), never a
+copy installed into the stack. No installer's record owns it, so pip and uv leave it alone
+(``uv sync`` removes distributions, not unknown files), and each provision writes it again.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -278,3 +286,47 @@ def hook_activate(paths: Paths) -> bool:
     line = f"\n{marker}\n[ -f {overlay} ] && . {overlay}\n"
     atomic_write_text(activate, text + line)
     return True
+
+
+LAUNCHER_MARK = "# envbuild launcher: written by envbuild provision"
+# Run with -E (no PYTHONPATH or PYTHONHOME from the activated shell: the tool's own packages) and
+# with sys.path[0], the current folder under -c, replaced by the folder envbuild is installed in.
+_LAUNCH = (
+    "import sys; sys.path[0] = sys.argv.pop(1); from envbuild.cli import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
+def launcher_text(python: str, installed_in: str) -> str:
+    """The launcher: a shell script that runs envbuild's own ``python`` on its install folder."""
+    return (
+        "#!/bin/sh\n"
+        f"{LAUNCHER_MARK}.\n"
+        "# It runs the envbuild that made this environment, which is not installed in it.\n"
+        f"exec {sh_word(python, 'the launcher')} -E -c {sh_word(_LAUNCH)}"
+        f' {sh_word(installed_in, "the launcher")} "$@"\n'
+    )
+
+
+def write_launcher(paths: Paths) -> Path | None:
+    """Write ``<venv>/bin/envbuild`` (idempotent): None where the folder is not a venv (no
+    ``bin/activate``: an adopted environment) or its ``envbuild`` is not a launcher of ours."""
+    import envbuild
+
+    bindir = paths.venv / "bin"
+    launcher = bindir / "envbuild"
+    if not (bindir / "activate").is_file():
+        return None
+    text = launcher_text(sys.executable, str(Path(envbuild.__file__).resolve().parents[1]))
+    if launcher.is_symlink() or launcher.exists():
+        try:
+            current = launcher.read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if LAUNCHER_MARK not in current:
+            return None  # the user's own envbuild there: never replaced
+        if current == text:
+            return launcher
+    atomic_write_text(launcher, text)
+    launcher.chmod(0o755)
+    return launcher

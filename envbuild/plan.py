@@ -27,6 +27,7 @@ from envbuild.spec import StackSpec, Step
 Backend = Literal["pip", "uv"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 PIP_NETWORK_ARGS = ("--timeout", "30", "--retries", "2")
+INDEX_STRATEGY = "UV_INDEX_STRATEGY"  # a step's env naming uv's index strategy
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,10 @@ def _installer_args(step: Step, opts: PlanOptions, locked: bool) -> list[str]:
                 args += ["--extra-index-url", url]
         for link in links:
             args += ["--find-links", link]
-        if not pip and (extras or links) and not step.no_index:
+        if not pip and (extras or links) and not step.no_index and INDEX_STRATEGY not in step.env:
             # pip looks at every source and takes the best match; uv's default stops at the
-            # first index that has the name. Same semantics for both backends:
+            # first index that has the name. Same semantics for both backends (a step that names
+            # its strategy, as a lock's do, uv sync's, keeps it):
             args += ["--index-strategy", "unsafe-best-match"]
     if step.pre:
         args += ["--pre"] if pip else ["--prerelease", "allow"]
@@ -283,6 +285,8 @@ def step_commands(
             files = _winners_last(planned, files, steps_dir)
     if planned.locked_file is not None and planned.offline_pins and planned.install_last:
         files = _winners_last(planned, files, steps_dir)
+    if backend == "uv" and planned.locked_file is not None:
+        files = _uv_pylock_runs(files, steps_dir)
     out = []
     for path, content, vcs in files:
         argv = installer_argv(
@@ -291,7 +295,8 @@ def step_commands(
             python=python,
             uv=uv,
             requirements_file=path,
-            constraints_file=constraints,
+            # uv takes no constraints beside a pylock.toml: its packages are exact files already
+            constraints_file=None if is_pylock(path) else constraints,
         )
         # pinned to a commit, not hashable: no hash mode; its dependencies are the lock's other
         # lines
@@ -332,6 +337,33 @@ def _offline_file(planned: PlannedStep, steps_dir: Path) -> tuple[Path, str | No
         " hashes)\n" + "\n".join(lines) + "\n"
     )
     return steps_dir / f"{planned.number:02d}-{planned.name}.offline.txt", text, False
+
+
+def is_pylock(path: Path) -> bool:
+    """Whether an installer reads ``path`` as a PEP 751 lock (``pylock.*.toml``)."""
+    return path.name.startswith("pylock.") and path.name.endswith(".toml")
+
+
+def _uv_pylock_runs(
+    files: list[tuple[Path, str | None, bool]], steps_dir: Path
+) -> list[tuple[Path, str | None, bool]]:
+    """A lock stage's runs as uv installs them as uv sync does: the files of a run that come from a
+    package index in a ``pylock.toml`` (``spec.stepfile.stage_pylock``), so uv records them as index
+    installs, not URL installs; what a pylock cannot hold (editables, folders, git) in a run after
+    it."""
+    from envbuild.spec.stepfile import stage_pylock
+
+    out: list[tuple[Path, str | None, bool]] = []
+    for path, content, vcs in files:
+        text = content if content is not None else path.read_text(encoding="utf-8")
+        split = stage_pylock(text, str(path))
+        if split.pylock is None:
+            out.append((path, content, vcs))
+            continue
+        out.append((steps_dir / f"pylock.{path.stem}.toml", split.pylock, False))
+        if split.rest:
+            out.append((steps_dir / f"{path.stem}.rest.txt", split.rest, vcs))
+    return out
 
 
 def _name_of(line: str) -> str | None:

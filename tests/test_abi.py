@@ -62,15 +62,25 @@ def test_runtime_version_differs_from_metadata(tmp_path: Path) -> None:
     install(site, wheel)
     (tmp_path / "s.toml").write_text(SPEC)
     spec = load_spec(tmp_path / "s.toml", {})
-    base = guard.take_baseline(spec.abi, site, {}, stamp=True)
+    base = guard.take_baseline(spec.abi, site, {})
     assert (base.version, base.dist_version, base.cuda) == ("2.11.0+cu130", "2.11.0", "13.0")
     assert base.pins() == ["torch==2.11.0"]
     assert guard.check(spec, base, site).ok
-    # the same version reinstalled: a violation, though nothing in the metadata changed (the
-    # baseline stamp in RECORD is gone)
-    install(site, wheel)
+    assert not list(site.glob(f"*.dist-info/{guard.STAMP}"))  # nothing of envbuild's in them
+    # another build of the same version over it: a violation, though the version did not move
+    other = build_wheel(
+        tmp_path / "other",
+        "torch",
+        "2.11.0",
+        files={
+            "torch/__init__.py": "from .version import __version__  # rebuilt\n",
+            "torch/version.py": "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n",
+        },
+    )
+    install(site, other)
     report = guard.check(spec, base, site)
     assert [f.rule for f in report.violations] == ["reinstalled"]
+    assert "by a different build of the same version" in report.violations[0].message
 
 
 def test_unmet_requirements_of_a_no_deps_step(tmp_path: Path) -> None:
@@ -107,7 +117,7 @@ def test_a_prebuilt_extension_for_another_torch_is_a_violation(tmp_path: Path) -
     )
     (tmp_path / "s.toml").write_text(SPEC)
     spec = load_spec(tmp_path / "s.toml", {})
-    base = guard.take_baseline(spec.abi, site, {}, stamp=True)
+    base = guard.take_baseline(spec.abi, site, {})
     install(
         site,
         build_wheel(

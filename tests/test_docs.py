@@ -30,10 +30,36 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# What the docs build may not reach: the test suite's files and the test extra's libraries. The docs
+# extra alone builds the site (`pip install -e '.[docs]'`, then `mkdocs build --strict`).
+DOCS_ONLY = """\
+import sys
+
+_TESTS = {tests!r}
+_TEST_EXTRA = {{"pytest", "_pytest", "xdist", "pytest_timeout", "hypothesis"}}
+
+
+def _refuse(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0].startswith(_TESTS):
+        raise PermissionError("the docs build read the test suite: " + args[0])
+    if event == "import" and args[0].partition(".")[0] in _TEST_EXTRA:
+        raise ImportError("the docs build imported the test extra: " + args[0])
+
+
+sys.addaudithook(_refuse)
+"""
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built strictly by a Python that can read neither ``tests/`` nor the test extra
+    (a ``sitecustomize`` audit hook refuses both), as a docs-only install would build it."""
     out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    guard = tmp_path_factory.mktemp("docs-only")
+    (guard / "sitecustomize.py").write_text(
+        DOCS_ONLY.format(tests=str(ROOT / "tests") + os.sep), encoding="utf-8"
+    )
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(guard)}
     start = time.monotonic()
     res = subprocess.run(
         [

@@ -178,6 +178,11 @@ def test_plan_lock_names_each_stage_and_why(
     ]
     text = run_envbuild("plan", "--lock", lock)
     assert text.rc == 0 and "stage 2/3 extensions" in text.stdout and "gate: ok" in text.stdout
+    # a lock named relative to the folder it is run in: what a receipt and the venv's record keep
+    # of it is its absolute path, so verify and receipt find it from any folder
+    rel = run_envbuild("plan", "--lock", lock.name, "--json", cwd=lock.parent)
+    assert rel.rc == 0, rel.output
+    assert json.loads(rel.stdout)["lock_file"] == str(lock)
 
 
 def test_plan_lock_refuses_a_lock_the_gate_fails_unless_accepted(
@@ -780,6 +785,15 @@ def test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted(
     assert (
         left["torch"].startswith("adopted")
         and "already in the adopted environment" in left["trainer-utils"]
+    )
+    # in words, what the environment already holds is said once (a GPU image's 50 in one line)
+    text = run_envbuild("plan", "--lock", lock, "--venv", base.path)
+    assert text.rc == 0, text.output
+    assert text.output.count("already in the adopted environment") == 1, text.output
+    assert (
+        "not installed: 1 package(s) already in the adopted environment at the locked version"
+        in text.output
+        and "(1 other package(s))" in text.output
     )
     res = run_envbuild(
         "provision", "--lock", lock, "--venv", base.path, "--root", tmp_path / "data", "--json"

@@ -122,7 +122,7 @@ def test_prefetched_builds_are_the_ones_installed(
 ) -> None:
     """``--prefetch yes``: the hatchling root, the setuptools member and the sdist-only dependency
     are built while torch installs (as ``uv sync`` builds beside its downloads), under the
-    project's build constraints and the baseline's pins; their real steps then install them from
+    project's build constraints and nothing of envbuild's; their real steps then install them from
     uv's cache (``--offline``) without building again, and the venv holds what uv sync's holds."""
     lock = _project(
         tmp_path / "p",
@@ -144,9 +144,9 @@ def test_prefetched_builds_are_the_ones_installed(
         real = next(logs.glob(f"[0-9][0-9]-{stage}.log")).read_text()
         assert " --offline " in real.splitlines()[0] + " ", real
         assert built in real and "Building" not in real and "Built" not in real, real
-    pins = (data / "cache" / "prefetch" / "baseline-pins.txt").read_text()
-    frozen = (data / ".envbuild" / "constraints.txt").read_text()
-    assert sorted(pins.splitlines()[1:]) == sorted(frozen.splitlines()[1:])  # built as installed
+    # built as uv sync builds them: under the project's build constraints, never the baseline's
+    # pins (torch, its runtime and what torch's stage holds, setuptools among them)
+    assert not (data / "cache" / "prefetch" / "baseline-pins.txt").exists()
     # an index whose files say ``no-store`` leaves uv's cache nothing it may use offline: the
     # offline attempt fails and the step installs from its sources, as without a prefetch
     build_index.server.immutable_files = False
@@ -266,7 +266,8 @@ def test_build_sources_are_the_projects_indexes(tmp_path: Path) -> None:
     assert path.read_text() == "setuptools<80\nhatchling==1.27.0\n"
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "1"\n')
     plain = build_sources(tmp_path / "uv.lock")
-    assert plain.index_url is None and not plain.constraints and step_env(plain) == {}
+    assert plain.index_url is None and not plain.constraints
+    assert step_env(plain) == {"UV_INDEX_STRATEGY": "first-index"}  # uv sync's
     assert "user's index configuration" in plain.where
 
 
@@ -342,3 +343,41 @@ def test_an_image_layer_builds_its_sdist_from_the_projects_index(
     ok = run_envbuild("provision", "--lock", last, "--root", tmp_path / "data")
     assert ok.rc == 0, ok.output
     assert uv_pip_list(tmp_path / "data" / "venv")["sdist-only"] == "1.0"
+
+
+@pytest.mark.slow
+def test_an_index_nothing_needs_is_a_note(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """A project that lists, after the index its builds are served from, a non-explicit index whose
+    host does not answer (an accelerator index the selection never uses): uv sync installs it, never
+    asking that index, and so does provision --lock (a note, not exit 3); the venvs are the same,
+    dist-info for dist-info."""
+    from support.gatelocks import dist_infos
+
+    lock = _project(tmp_path / "p", build_index, "hatchling", deps=("sdist-only==1.0",))
+    pyproject = lock.parent / "pyproject.toml"
+    dead = "http://127.0.0.1:9/simple"
+    pyproject.write_text(
+        pyproject.read_text().replace("default = true\n", "")
+        + f'\n[[tool.uv.index]]\nname = "cu-dead"\nurl = "{dead}"\n'
+    )
+    want = uv_sync(lock.parent, tmp_path / "uv-venv", tmp_path / "home")
+    res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
+    assert res.rc == 0, res.output
+    assert f"note: {dead} does not answer" in res.output, res.output
+    assert uv_pip_list(tmp_path / "data" / "venv") == want
+    assert dist_infos(tmp_path / "data" / "venv") == dist_infos(tmp_path / "uv-venv")
+    # planted: the dead index first, asked before the one that answers: refused before install
+    pyproject.write_text(
+        pyproject.read_text()
+        .replace(f'\n[[tool.uv.index]]\nname = "cu-dead"\nurl = "{dead}"\n', "")
+        .replace(
+            "[[tool.uv.index]]",
+            f'[[tool.uv.index]]\nname = "cu-dead"\nurl = "{dead}"\n\n[[tool.uv.index]]',
+            1,
+        )
+    )
+    bad = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data2")
+    assert bad.rc == 3, bad.output
+    assert "do not answer" in bad.stderr and dead in bad.stderr and "Traceback" not in bad.output

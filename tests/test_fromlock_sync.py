@@ -33,7 +33,16 @@ from packaging.utils import canonicalize_name
 from support.backend import BACKEND
 from support.buildbackends import BACKENDS, write_package
 from support.fixtures import EnvbuildResult, installer_env
-from support.gatelocks import GateIndex, ToolFailed, _run, _toml_list, uv_bin, uv_pip_list
+from support.gatelocks import (
+    GateIndex,
+    ToolFailed,
+    _run,
+    _toml_list,
+    dist_infos,
+    uv_bin,
+    uv_pip_list,
+    uv_sync_dry_run,
+)
 from support.syncflags import flags_of
 
 from envbuild.errors import EnvbuildError
@@ -405,7 +414,36 @@ def test_provision_installs_what_uv_sync_installs(
         ("provision", "--lock", lock, "--root", tmp / "data", *argv), home=tmp / "home", cwd=tmp
     )
     assert res.rc == 0, (shape, res.output)
-    assert uv_pip_list(tmp / "data" / "venv") == uv_pip_list(tmp / "uv-venv"), shape
+    venv = tmp / "data" / "venv"
+    assert uv_pip_list(venv) == uv_pip_list(tmp / "uv-venv"), shape
+    # file for file: every dist-info's files, METADATA and install records are uv sync's
+    assert dist_infos(venv) == dist_infos(tmp / "uv-venv"), shape
+    # and uv sync / uv run on envbuild's venv find nothing to do
+    said = uv_sync_dry_run(project.folder, venv, argv, tmp / "home")
+    assert "Would make no changes" in said, (shape, said)
+    # planted: one index file installed by its URL (what a direct reference records): uv sync would
+    # reinstall it, and the comparison says so
+    name, url = _an_index_wheel(lock, uv_pip_list(venv))
+    subprocess.run(
+        [uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps"]
+        + ["--reinstall", f"{name} @ {url}"],
+        check=True,
+        capture_output=True,
+        env=installer_env(tmp / "home"),
+    )
+    assert dist_infos(venv) != dist_infos(tmp / "uv-venv")
+    said = uv_sync_dry_run(project.folder, venv, argv, tmp / "home")
+    assert "Would make no changes" not in said and name in said, (shape, said)
+
+
+def _an_index_wheel(lock: Path, installed: dict[str, str]) -> tuple[str, str]:
+    """(name, wheel URL) of an installed package the lock takes from an index."""
+    from envbuild._io import parse_toml
+
+    for p in parse_toml(lock.read_text())["package"]:
+        if "registry" in p["source"] and p["name"] in installed and p.get("wheels"):
+            return p["name"], p["wheels"][0]["url"]
+    raise AssertionError(f"{lock}: no installed package from an index")
 
 
 def test_the_plan_prints_the_uv_sync_command(

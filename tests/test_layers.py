@@ -12,85 +12,34 @@ runs back up. Type-only imports (``if TYPE_CHECKING:``) count as well.
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "envbuild"
 
-# The one stage list: (stage, what it holds), in import order. docs/architecture.md shows it,
-# generated from here by `make docs-reference` (docs/hooks/reference.py);
-# test_the_pages_show_these_stages fails when the page's copy is stale.
-STAGES_DOC = (
-    (
-        "foundation",
-        (
-            "errors, events, I/O (atomic writes, hashes, the one TOML parser), quoting, the one "
-            "runner, the package sources (`index/`: the index client, the one downloader, its "
-            "network and its caches), the ABI-label parser; they import no later stage"
-        ),
-    ),
-    (
-        "spec",
-        (
-            "the stack spec and its readers: `stack.toml` (bounded, dotted-path errors), the step"
-            " files"
-        ),
-    ),
-    ("plan", "spec (+ options, + lock) to ordered steps with their installer argv"),
-    ("installer", "pip and uv behind one protocol; the data root and `$HOME` links"),
-    ("guard", "the ABI guard: reading site-packages, the baseline, the rules"),
-    ("lock", "envbuild's own locks: made, relocked, exported"),
-    ("gate", "`check-lock`: any lockfile judged (envbuild's own too)"),
-    ("wheelhouse", "extension wheels built, every locked file mirrored"),
-    ("proof", "preflight, smoke, the distributed step, receipts"),
-    (
-        "orchestrators",
-        (
-            "provision, provision --lock (`fromlock/`), images: libraries that return results; "
-            "they import no front end"
-        ),
-    ),
-    (
-        "top",
-        (
-            "the front ends (`commands/`, and `cli.py`, the console script on"
-            " `commands/parser.py`): they parse, call the orchestrators and print; no command"
-            " imports `cli.py`"
-        ),
-    ),
-)
-STAGES = tuple(name for name, _ in STAGES_DOC)
 
-# Module or package -> stage; a module takes the entry of its nearest listed parent package.
-STAGE_OF = {
-    "envbuild": "foundation",  # the package itself (__version__)
-    "envbuild.errors": "foundation",
-    "envbuild.events": "foundation",
-    "envbuild._io": "foundation",
-    "envbuild.quoting": "foundation",
-    "envbuild.run": "foundation",
-    "envbuild.index": "foundation",  # client, net, metacache, wheeltags: every package source
-    # the gate reads ABI claims, the wheelhouse writes them, the guard checks them
-    "envbuild.abitag": "foundation",
-    # stack.py, stepfile.py (the plan writes step files, the lock makes them), _toml.py
-    "envbuild.spec": "spec",
-    "envbuild.plan": "plan",
-    "envbuild.installer": "installer",
-    "envbuild.layout": "installer",  # the data root and $HOME links the venv goes into
-    "envbuild.guard": "guard",  # site, buildrecord (the wheelhouse writes it), baseline, rules
-    "envbuild.lock": "lock",
-    "envbuild.gate": "gate",  # judges envbuild's own locks too (rules.ownlock reads lock.model)
-    "envbuild.wheelhouse": "wheelhouse",
-    "envbuild.host": "proof",  # preflight: the host's part of the proof (receipts record it)
-    "envbuild.proof": "proof",
-    "envbuild.provision": "orchestrators",
-    "envbuild.fromlock": "orchestrators",  # provision --lock: the gate chooses, provision installs
-    "envbuild.images": "orchestrators",
-    "envbuild.commands": "top",
-    "envbuild.cli": "top",
-    "envbuild.__main__": "top",
-}
+def _load_stages() -> ModuleType:
+    """docs/hooks/stages.py: the one stage list (the docs show it; these tests hold imports to
+    it)."""
+    spec = importlib.util.spec_from_file_location(
+        "envbuild_docs_stages", PACKAGE.parent / "docs" / "hooks" / "stages.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_STAGES = _load_stages()
+STAGES_DOC = _STAGES.STAGES_DOC
+STAGES: tuple[str, ...] = _STAGES.STAGES
+STAGE_OF: dict[str, str] = _STAGES.STAGE_OF
+stage_table = _STAGES.stage_table
+_stage = _STAGES.stage_of
+
 MAX_TOP_LEVEL_MODULES = 12  # __init__ and __main__ count: a new module joins a stage's package
 
 # (importer, imported) -> why it is allowed for now. Each one is a debt with its fix written down;
@@ -138,24 +87,13 @@ def _imports(path: Path) -> set[tuple[str, int]]:
     return found
 
 
-def _stage(module: str) -> str | None:
-    if module in STAGE_OF:
-        return STAGE_OF[module]
-    parts = module.split(".")
-    # never the bare package: a new top-level module needs a stage
-    for n in range(len(parts) - 1, 1, -1):
-        if ".".join(parts[:n]) in STAGE_OF:
-            return STAGE_OF[".".join(parts[:n])]
-    return None
-
-
 def _modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def test_every_module_has_a_stage() -> None:
     missing = [_module_name(p) for p in _modules() if _stage(_module_name(p)) is None]
-    assert not missing, f"give these modules a stage in tests/test_layers.py STAGE_OF: {missing}"
+    assert not missing, f"give these modules a stage in docs/hooks/stages.py STAGE_OF: {missing}"
 
 
 def test_imports_run_downhill() -> None:
@@ -349,28 +287,13 @@ def test_no_two_public_classes_share_a_name() -> None:
     )
 
 
-def stage_table() -> str:
-    """The stage list as docs/architecture.md shows it (docs/hooks/reference.py writes it there)."""
-    rows = ["| stage | modules and packages | holds |", "| --- | --- | --- |"]
-    for n, (stage, what) in enumerate(STAGES_DOC, 1):
-        mods = [
-            m.removeprefix("envbuild.") or "envbuild" for m, s in STAGE_OF.items() if s == stage
-        ]
-        shown = ", ".join(
-            f"`{m}/`" if (PACKAGE / m.replace(".", "/")).is_dir() and m != "envbuild" else f"`{m}`"
-            for m in mods
-        )
-        rows.append(f"| {n}. {stage} | {shown} | {what} |")
-    return "\n".join(rows) + "\n"
-
-
 @pytest.mark.parametrize("name", ["architecture.md", "development.md"])
 def test_the_pages_show_these_stages(name: str) -> None:
     """docs/architecture.md and docs/development.md list the stages' modules from here, never by
     hand."""
     page = (PACKAGE.parent / "docs" / name).read_text(encoding="utf-8")
     begin, end = (
-        "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n",
+        "<!-- stages: generated from docs/hooks/stages.py by `make docs-reference` -->\n",
         "<!-- end stages -->",
     )
     assert begin in page and end in page, f"docs/{name} lost its stage table markers"

@@ -199,13 +199,22 @@ def test_lock_fails_fast_on_an_unreachable_index(
 ) -> None:
     with UnreachablePort() as dead:
         stack = write_stack(
-            [{"name": "x", "packages": ["einops-like==0.8.1"], "index_url": dead.url + "/simple"}]
+            [
+                {
+                    "name": "x",
+                    "packages": ["einops-like==0.8.1"],
+                    "index_url": "${ENVBUILD_TORCH_INDEX-" + dead.url + "/simple}",
+                }
+            ]
         )
         t0 = time.monotonic()
         r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 3, r.output
     assert time.monotonic() - t0 < 30
     assert "do not answer" in r.stderr and "Traceback" not in r.output
+    # the way out is in the error: the variable the index came from, a wheelhouse, --skip-step
+    assert "`ENVBUILD_TORCH_INDEX= envbuild lock ...`" in r.stderr, r.stderr
+    assert "--wheelhouse DIR" in r.stderr and "`--skip-step x`" in r.stderr, r.stderr
 
 
 def test_lock_to_an_unwritable_folder_fails_before_resolving(

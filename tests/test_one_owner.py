@@ -399,3 +399,51 @@ def test_one_in_image_install() -> None:
         'cmd = f"{TOOL_VENV}/bin/python -m pip install /src/envbuild && envbuild --version"'
     )
     assert install_snippets(planted) == [1]
+
+
+NVIDIA_OWNER = "envbuild/nvidia.py"
+# path -> why it asks the driver itself: the scripts that run in the target venv without envbuild
+OWN_NVIDIA = {
+    "envbuild/proof/smoke/smoke_early.py": (
+        "a smoke worker module: runs in the target venv, which has no envbuild to import"
+    ),
+}
+
+
+def nvidia_smi_calls(tree: ast.Module) -> list[int]:
+    """Lines that start ``nvidia-smi`` or read the driver's GPU folder: a string constant that is
+    the program's name alone (an argv's first item) or ``/proc/driver/nvidia/gpus``."""
+    return sorted(
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and n.value in ("nvidia-smi", "/proc/driver/nvidia/gpus")
+    )
+
+
+def test_one_nvidia_smi_caller() -> None:
+    """nvidia-smi is run, its CSV read and the GPU list made in ``envbuild/nvidia.py`` alone."""
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel.startswith("envbuild/") and rel != NVIDIA_OWNER and rel not in OWN_NVIDIA
+        for line in nvidia_smi_calls(tree)
+    ]
+    assert not found, (
+        "nvidia-smi run or the driver's GPU list read outside envbuild/nvidia.py; use"
+        " envbuild.nvidia (smi, query, parse_query, visible_gpus): " + ", ".join(found)
+    )
+    assert nvidia_smi_calls(ast.parse((ROOT / NVIDIA_OWNER).read_text(encoding="utf-8")))
+    for rel in OWN_NVIDIA:
+        assert nvidia_smi_calls(ast.parse((ROOT / rel).read_text(encoding="utf-8"))), rel
+
+
+def test_the_nvidia_check_finds_the_old_callers() -> None:
+    planted = ast.parse(
+        'res = run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])\n'
+        'topo = _capture(["nvidia-smi", "topo", "-m"])\n'
+        'PROC_GPUS = "/proc/driver/nvidia/gpus"\n'
+    )
+    assert nvidia_smi_calls(planted) == [1, 2, 3]
+    assert not nvidia_smi_calls(ast.parse('answer = nvidia.smi(["topo", "-m"])  # nvidia-smi\n'))

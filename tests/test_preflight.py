@@ -211,6 +211,7 @@ def test_index_reachability_and_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
     # https to it fails the handshake; /missing is a 404
     server = IndexServer({"r": tmp_path}).start()
     port = server.port
+    nowhere = tmp_path / "nowhere"
     spec_file = tmp_path / "stack.toml"
     spec_file.write_text(
         (Path(__file__).parents[1] / "lockfiles" / "cpu" / "stack.toml")
@@ -221,6 +222,8 @@ def test_index_reachability_and_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
         )
         + '\n[[step]]\nname = "extra"\npackages = ["tqdm"]\nindex_url ='
         f' "http://127.0.0.1:{port}/missing"\n'
+        + '\n[[step]]\nname = "local"\npackages = ["tqdm"]\nfind_links ='
+        f' ["${{WH_DIR-{nowhere}}}"]\n'
     )
     try:
         code = main(
@@ -245,6 +248,14 @@ def test_index_reachability_and_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
     # https to an http server
     assert verdicts[f"index:https://***@127.0.0.1:{port}/simple"] == "fail"
     assert verdicts[f"index:http://127.0.0.1:{port}/missing"] == "fail"
+    # the advice fits the source: a local folder is made or its path fixed (naming the variable it
+    # came from), a remote index goes through the network or a mirror
+    details = {c["name"]: c["detail"] for c in doc["checks"]}
+    local = details[f"index:{nowhere}"]
+    assert verdicts[f"index:{nowhere}"] == "fail"
+    assert "local folder" in local and "WH_DIR" in local and "network" not in local, local
+    remote = details[f"index:http://127.0.0.1:{port}/missing"]
+    assert "network/proxy" in remote and "TORCH_INDEX" not in remote, remote
 
 
 def test_cli_table_and_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -239,7 +239,7 @@ def test_two_roots_compare_equal_and_a_changed_byte_is_drift(
     tmp_path: Path, cpu_torch_index: str
 ) -> None:
     """The cpu profile provisioned at two roots: receipt diff exit 0 (torch's console scripts and
-    the baseline stamp differ, what was installed does not); found without --root; a re-run
+    their paths differ, what was installed does not); found without --root; a re-run
     records a line; one byte of one of torch's own files changed: verify exit 6, diff exit 10."""
     env = {k: v for k, v in os.environ.items() if k not in ("ENVBUILD_ROOT", "VIRTUAL_ENV")}
     env["ENVBUILD_TORCH_INDEX"] = cpu_torch_index

@@ -16,14 +16,11 @@ import pytest
 
 from envbuild import events
 from envbuild.cli import main
+from envbuild.nvidia import GPU, gpus_of, narrow, proc_gpus
 from envbuild.proof.diststep import topology
 from envbuild.proof.smoke.gpus import (
-    SmokeGPU,
     describe_finding,
-    narrow,
     parse_gpu_list,
-    parse_query,
-    proc_gpus,
     slow_findings,
     worker_env,
 )
@@ -159,7 +156,7 @@ def test_gpus_and_slow_margin_are_checked(
 
 
 def test_visible_gpus_follow_cuda_visible_devices() -> None:
-    gpus = parse_query(QUERY_2XH200)
+    gpus = gpus_of(QUERY_2XH200)
     assert [(g.index, g.bus_id, g.name) for g in gpus] == [
         (0, "00000000:00:06.0", "NVIDIA H200"),
         (1, "00000000:00:07.0", "NVIDIA H200"),
@@ -171,7 +168,7 @@ def test_visible_gpus_follow_cuda_visible_devices() -> None:
 
 
 def test_a_planted_wrong_answer_goes_to_the_chosen_gpu_only() -> None:
-    a, b = (SmokeGPU(i, f"GPU-{i}", f"bus{i}", "H200") for i in range(2))
+    a, b = (GPU(i, f"GPU-{i}", f"bus{i}", "H200") for i in range(2))
     base = {"ENVBUILD_SMOKE_PERTURB_GPUS": "1", "ENVBUILD_SMOKE_PERTURB": "sdpa"}
     assert "ENVBUILD_SMOKE_PERTURB" not in worker_env(base, a)
     assert worker_env(base, b)["ENVBUILD_SMOKE_PERTURB"] == "sdpa"
@@ -181,8 +178,8 @@ def test_a_planted_wrong_answer_goes_to_the_chosen_gpu_only() -> None:
     )  # by UUID: no ordering to get wrong
 
 
-def _gpu(i: int) -> SmokeGPU:
-    return SmokeGPU(i, f"GPU-{i}", f"00000000:{i:02x}:00.0", "NVIDIA H100 80GB HBM3")
+def _gpu(i: int) -> GPU:
+    return GPU(i, f"GPU-{i}", f"00000000:{i:02x}:00.0", "NVIDIA H100 80GB HBM3")
 
 
 def _matmul(tflops: float, **extra: Any) -> list[dict[str, Any]]:
@@ -434,3 +431,31 @@ def test_provision_warm_kernels_compiles_on_one_gpu_and_nothing_without_one(
     args = build_parser("provision").parse_args(["provision", "--warm-kernels"])
     assert args.warm_kernels is True
     assert build_parser("provision").parse_args(["provision"]).warm_kernels is False
+
+
+def test_one_reader_of_nvidia_smis_csv() -> None:
+    """``nvidia.parse_query``: one row per GPU for any fields, a driver's message and a line of
+    another width are not rows; preflight's, smoke's and the arch list's readers are this one."""
+    from envbuild.host.preflight import parse_gpus
+    from envbuild.nvidia import parse_query
+
+    text = (
+        "0, NVIDIA H200, 570.124.06, 143771, 00000000:18:00.0\n"
+        "1, NVIDIA H200, 570.124.06, [N/A], 00000000:2A:00.0\n"
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+        "x, not, an, index, row\n"
+    )
+    fields = ("index", "name", "driver_version", "memory.total", "pci.bus_id")
+    rows = parse_query(text, fields)
+    assert [r["index"] for r in rows] == ["0", "1"]
+    assert rows[1]["memory.total"] == "[N/A]" and rows[0]["pci.bus_id"] == "00000000:18:00.0"
+    facts = parse_gpus(text)
+    assert [(g.index, g.memory_mib) for g in facts] == [(0, 143771), (1, None)]
+    assert parse_query("9.0\n12.0\n", ("compute_cap",)) == [
+        {"compute_cap": "9.0"},
+        {"compute_cap": "12.0"},
+    ]
+    assert [g.uuid for g in gpus_of(QUERY_2XH200)] == [
+        "GPU-f0a8dbf6-34b2-3b10-0d51-58b812ce2437",
+        "GPU-d5235e89-aa43-fae5-e5ee-a519c0156373",
+    ]

@@ -165,6 +165,29 @@ def test_variables_expand_with_defaults(tmp_path: Path) -> None:
     assert spec.steps[1].index_url == "http://i/simple"
 
 
+def test_the_torch_index_variable_has_one_name_and_an_alias(tmp_path: Path) -> None:
+    """ENVBUILD_TORCH_INDEX is the name; TORCH_INDEX its alias: a spec naming either reads the
+    other when only that one is set, the one it names first; the step knows where its sources came
+    from (what an unreachable source's error names)."""
+    for named in ("ENVBUILD_TORCH_INDEX", "TORCH_INDEX"):
+        text = GOOD.replace(
+            'packages = ["tqdm==4.70.1"]',
+            f'packages = ["tqdm==4.70.1"]\nindex_url = "${{{named}-https://default/simple}}"',
+        )
+        path = write(tmp_path, text)
+        assert load_spec(path, {}).steps[1].index_url == "https://default/simple"
+        for given in ("ENVBUILD_TORCH_INDEX", "TORCH_INDEX"):
+            assert load_spec(path, {given: "http://m/"}).steps[1].index_url == "http://m/"
+            assert load_spec(path, {given: ""}).steps[1].index_url is None
+        both = {
+            named: "http://named/",
+            ({"TORCH_INDEX", "ENVBUILD_TORCH_INDEX"} - {named}).pop(): "x",
+        }
+        spec = load_spec(path, both)
+        assert spec.steps[1].index_url == "http://named/"
+        assert spec.steps[1].source_vars == (named,) and spec.steps[0].source_vars == ()
+
+
 def test_digest_ignores_environment(tmp_path: Path) -> None:
     text = GOOD.replace(
         'packages = ["tqdm==4.70.1"]', 'packages = ["tqdm==4.70.1"]\nfind_links = ["${W:-/w}"]'

@@ -381,10 +381,11 @@ def test_bad_inputs(tmp_path: Path, build_python: Path) -> None:
         overrides={"qoptim-cuda": str(PACKAGES / "pure_pkg")},
         environ={},
     )
-    # ... and given by --source, it gets as far as checking the venv's build requirements
-    with pytest.raises(WheelhouseError, match=r"lacks build requirements: ninja") as exc:
+    # ... and given by --source, it gets as far as checking the venv: a CUDA build needs a CUDA
+    # torch, refused before any build requirement is fetched
+    with pytest.raises(WheelhouseError, match=r"is not a CUDA build"):
         build(private, src_override)
-    assert "-m pip install ninja" in str(exc.value)
+    assert not (tmp_path / "cache" / "requires").exists()
     # a source that builds another project than the spec names is refused
     other = load_wheel_spec(_spec(tmp_path, "other", "0.3.1", f'path = "{PACKAGES / "pure_pkg"}"'))
     with pytest.raises(
@@ -478,3 +479,59 @@ def test_cuda_spec_against_cpu_torch_is_refused_before_building(
         match=r"builds CUDA code \(arch_list 9.0\), but torch 2.13.0\+cpu .* is not a CUDA build",
     ):
         build(spec, _opts(tmp_path, build_python))
+
+
+def test_missing_build_requirements_are_installed_beside_the_target(
+    tmp_path: Path, build_python: Path, torch_venv: Path
+) -> None:
+    """A spec's build requirement the target environment lacks is installed for the build into a
+    folder of the build cache (the build imports it), never into the target, whose torch stays the
+    one installed; a requirement no source has gives the exact command instead."""
+    from support.wheels import build_wheel
+
+    from envbuild.guard import scan, site_packages
+
+    links = tmp_path / "links"
+    links.mkdir()
+    build_wheel(
+        links,
+        "envbuild-test-helper",
+        "1.0",
+        files={"envbuild_test_helper/__init__.py": "STAMP = 'from the helper'\n"},
+    )
+    src = tmp_path / "needs-helper"
+    (src / "needs_helper").mkdir(parents=True)
+    (src / "needs_helper" / "__init__.py").write_text("")
+    (src / "setup.py").write_text(
+        "import envbuild_test_helper\n"  # the build fails unless its requirement is importable
+        "from setuptools import setup\n"
+        "setup(name='needs-helper', version='0.1.0', packages=['needs_helper'])\n"
+    )
+    spec = load_wheel_spec(_helper_spec(tmp_path, src))
+    site = site_packages(build_python.parent.parent)
+    torch_site = site_packages(torch_venv)  # the target sees this torch (a .pth)
+    torch_before = scan(torch_site)["torch"].record_sha256
+    environ = {"PIP_FIND_LINKS": str(links)}
+    result = build(spec, _opts(tmp_path, build_python, environ=environ))
+    assert result.wheel.is_file()
+    folders = list((tmp_path / "cache" / "requires").iterdir())
+    assert len(folders) == 1 and (folders[0] / "envbuild_test_helper").is_dir()
+    assert "envbuild_test_helper" not in {p.name for p in site.iterdir()}
+    assert "envbuild-test-helper" not in scan(site)
+    assert scan(torch_site)["torch"].record_sha256 == torch_before
+    assert "envbuild-test-helper" not in scan(torch_site)
+    # no source has it: the error is the one command that installs it into the target
+    (links / next(links.iterdir()).name).unlink()
+    with pytest.raises(WheelhouseError, match="installing them for the build failed") as exc:
+        build(spec, _opts(tmp_path / "again", build_python, environ={"PIP_NO_INDEX": "1"}))
+    hint = exc.value.hint or ""
+    assert f"--python {build_python} --no-deps envbuild_test_helper" in hint, hint
+
+
+def _helper_spec(tmp_path: Path, src: Path) -> Path:
+    path = tmp_path / "needs-helper.toml"
+    path.write_text(
+        'schema = 1\nname = "needs-helper"\nversion = "0.1.0"\n\n[source]\n'
+        f'path = "{src}"\n\n[build]\nrequires = ["setuptools", "wheel", "envbuild_test_helper"]\n'
+    )
+    return path

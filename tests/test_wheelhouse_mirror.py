@@ -205,6 +205,15 @@ def test_index_serves_pip_find_links_and_simple(
             text=True,
         )
         assert dl.returncode == 0, dl.stdout + dl.stderr
+        # --wheelhouse takes the address of its PEP 503 pages (what `wheelhouse index` prints)
+        # as well as its root: both read the same files
+        from envbuild.commands.common import wheelhouse_arg
+        from envbuild.index.wheeltags import wheelhouse_files
+
+        served_files = wheelhouse_files(wheelhouse_arg(f"{served.url}/simple/"))
+        assert repo["einops"].name in served_files.values()
+        assert served_files == wheelhouse_files(f"{served.url}/")
+        assert wheelhouse_files(wheelhouse_arg(str(folder / "simple"))) == served_files
     assert (tmp_path / "dl2" / repo["einops"].name).is_file()
     result = write_index(folder)
     assert result.projects["ninja"] == sorted([repo["ninja"].name, repo["ninja-arm"].name])

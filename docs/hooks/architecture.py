@@ -6,7 +6,7 @@ Both are blocks between two HTML comments, refreshed by ``make docs-reference``
 Nothing in them is written by hand:
 
 - the file table (``files_table``): one row per package or module at the top of ``envbuild/``, in
-  the order of the stages (``tests/test_layers.py``'s ``STAGE_OF``). Its "does" column is the first
+  the order of the stages (``stages.py``'s ``STAGE_OF``). Its "does" column is the first
   sentence of the package's ``__init__.py`` docstring, then each module under it with the first
   sentence of its docstring; its "owns on disk" column is the package's ``OWNS`` tuple (in its
   ``__init__.py``), or, for a module at the top, its entry of ``TOP_LEVEL_OWNS`` in
@@ -182,9 +182,9 @@ def cell(text: str) -> str:
 
 
 def _layers() -> ModuleType:
-    """``tests/test_layers.py``: the stages and which stage each package or module is in."""
+    """``stages.py``: the stages and which stage each package or module is in."""
     spec = importlib.util.spec_from_file_location(
-        "envbuild_test_layers_for_architecture", ROOT / "tests" / "test_layers.py"
+        "envbuild_docs_stages_for_architecture", Path(__file__).with_name("stages.py")
     )
     assert spec is not None and spec.loader is not None
     layers = importlib.util.module_from_spec(spec)
@@ -204,7 +204,7 @@ def top_level_units() -> list[Path]:
 
     def key(unit: Path) -> tuple[int, int, str]:
         name = _unit_module(unit)
-        stage = layers._stage(name) or layers.STAGE_OF.get(name)
+        stage = layers.stage_of(name) or layers.STAGE_OF.get(name)
         return (
             layers.STAGES.index(stage) if stage in layers.STAGES else len(layers.STAGES),
             order.index(name) if name in order else len(order),
@@ -289,7 +289,8 @@ def files_table() -> str:
     rows = ["| stage | package or module | does | owns on disk |", "| --- | --- | --- | --- |"]
     last = None
     for unit in top_level_units():
-        stage = layers._stage(_unit_module(unit)) or layers.STAGE_OF.get(_unit_module(unit)) or "?"
+        module = _unit_module(unit)
+        stage = layers.stage_of(module) or layers.STAGE_OF.get(module) or "?"
         main = unit / "__init__.py" if unit.is_dir() else unit
         does = [cell(first_sentence(docstring(main)))]
         if unit.is_dir():

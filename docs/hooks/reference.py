@@ -16,7 +16,7 @@ The same command refreshes the include blocks of every page under ``docs/``: a r
 shown in a page (a workflow, a profile, ``ansible/README.md``) is a copy between
 ``<!-- include PATH [as LANG] ... -->`` and ``<!-- end include -->``, checked like the pages above,
 so the page reads whole as a file too (a ``--8<--`` line shows as itself on a code host). So is
-the stage table of ``architecture.md``, from ``tests/test_layers.py`` (``STAGES_DOC``,
+the stage table of ``architecture.md``, from ``stages.py`` (``STAGES_DOC``,
 ``STAGE_OF``).
 
 - ``reference/cli.md``: every command and option, from the argparse parsers
@@ -104,16 +104,16 @@ def refresh_includes(text: str) -> str:
     return INCLUDE.sub(_included, text)
 
 
-# The stage list of tests/test_layers.py (what the layer tests hold the imports to), shown in
+# The stage list of docs/hooks/stages.py (what tests/test_layers.py holds the imports to), shown in
 # docs/architecture.md between these two comments; `make docs-reference` refreshes it.
-STAGES_OPEN = "<!-- stages: generated from tests/test_layers.py by `make docs-reference` -->\n"
+STAGES_OPEN = "<!-- stages: generated from docs/hooks/stages.py by `make docs-reference` -->\n"
 STAGES_CLOSE = "<!-- end stages -->"
 
 
 def stage_table() -> str:
-    """``tests/test_layers.py``'s ``stage_table()``: the stages in order and their modules."""
+    """``stages.py``'s ``stage_table()``: the stages in order and their modules."""
     spec = importlib.util.spec_from_file_location(
-        "envbuild_test_layers", ROOT / "tests" / "test_layers.py"
+        "envbuild_docs_stages", Path(__file__).with_name("stages.py")
     )
     assert spec is not None and spec.loader is not None
     layers = importlib.util.module_from_spec(spec)
@@ -122,7 +122,7 @@ def stage_table() -> str:
 
 
 def refresh_stages(text: str) -> str:
-    """``text`` with its stage table (if it has one) as tests/test_layers.py makes it now."""
+    """``text`` with its stage table (if it has one) as docs/hooks/stages.py makes it now."""
     if STAGES_OPEN not in text:
         return text
     head, rest = text.split(STAGES_OPEN, 1)
@@ -146,7 +146,7 @@ def refresh_architecture(text: str) -> str:
 def stale_pages() -> dict[str, str]:
     """{path under docs/: the page as it should be now} for every page that differs: a generated
     reference page, or a page whose include block no longer holds its file or whose stage table
-    (docs/architecture.md) no longer shows tests/test_layers.py's stages."""
+    (docs/architecture.md) no longer shows docs/hooks/stages.py's stages."""
     _fresh_envbuild()
     out = {}
     for path, make in pages().items():

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from envbuild import events
 from envbuild.commands import ui
-from envbuild.commands.common import Handler, JsonArgs, Subparsers
+from envbuild.commands.common import Handler, JsonArgs, Subparsers, wheelhouse_arg
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.gate import FORMATS, Format, Narrow, Policy, check_file
 from envbuild.gate.findings import FileReport
@@ -228,6 +228,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--wheelhouse",
         metavar="DIR|URL",
+        type=wheelhouse_arg,
         help="with --online: the wheelhouse where what left its index may still be",
     )
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")

@@ -89,6 +89,17 @@ def nonempty_arg(text: str) -> str:
     return text
 
 
+def wheelhouse_arg(text: str) -> str:
+    """``type=`` of ``--wheelhouse DIR|URL``: a wheelhouse is read at its root (its files, or its
+    find-links page ``index.html``); the address of its PEP 503 pages, which ``wheelhouse index``
+    prints (``…/simple/``), names the same wheelhouse and is read at its root."""
+    text = nonempty_arg(text)
+    head, sep, tail = text.rstrip("/").rpartition("/")
+    if not (sep and tail == "simple" and head):
+        return text
+    return head + "/" if "://" in head else head
+
+
 WEEK = 7 * 24 * 3600.0  # the longest duration any option takes: beyond it a number is a typo
 
 

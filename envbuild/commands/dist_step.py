@@ -3,13 +3,12 @@ failure."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import events
+from envbuild import events, nvidia
 from envbuild.commands import ui
 from envbuild.commands.common import (
     Handler,
@@ -29,7 +28,6 @@ from envbuild.commands.smoke import (
     target_env,
 )
 from envbuild.errors import ExitCode
-from envbuild.host.preflight import HostFacts, parse_gpus
 from envbuild.proof.diststep.launch import DistOptions, plan_mesh, run_dist_step
 
 if TYPE_CHECKING:
@@ -149,15 +147,6 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(func=Handler(run, DistStepArgs))
 
 
-def visible_gpus() -> int:
-    facts = HostFacts.gather()
-    n = len(parse_gpus(facts.gpu_query)) if facts.gpu_query else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and n:
-        n = min(n, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
-    return n
-
-
 def _options(args: DistStepArgs, gpus: int, ckpt_dir: Path | None) -> DistOptions:
     return DistOptions(
         nproc=args.nproc,
@@ -182,7 +171,7 @@ def run(args: DistStepArgs) -> int:
     if args.nproc:
         plan_mesh(args.nproc * args.nnodes, args.dp, args.tp, args.ep)
     spec, paths, python = resolve_target(args)
-    gpus = 0 if args.cpu else visible_gpus()
+    gpus = 0 if args.cpu else len(nvidia.visible_gpus())
     opts = _options(
         args,
         gpus,

@@ -18,6 +18,7 @@ from envbuild.commands.common import (
     add_stack_args,
     load_stack,
     path_arg,
+    wheelhouse_arg,
 )
 from envbuild.errors import ConfigError, ExitCode
 from envbuild.lock.changes import Change
@@ -74,6 +75,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--wheelhouse",
         metavar="DIR|URL",
+        type=wheelhouse_arg,
         help="resolve every step only from this find-links folder or page (offline)",
     )
     p.add_argument(

@@ -21,6 +21,7 @@ from envbuild.commands.common import (
     add_stack_args,
     load_stack,
     path_arg,
+    wheelhouse_arg,
 )
 from envbuild.commands.selection import InstallArgs, add_lock_args, refuse_lock_options
 from envbuild.errors import ConfigError, PreflightError
@@ -71,7 +72,10 @@ def register(sub: Subparsers) -> None:
         help="the interpreter provision --python would make the venv with",
     )
     p.add_argument(
-        "--wheelhouse", metavar="DIR|URL", help="plan an offline install from this wheelhouse"
+        "--wheelhouse",
+        metavar="DIR|URL",
+        type=wheelhouse_arg,
+        help="plan an offline install from this wheelhouse",
     )
     add_lock_args(p, provision=False)
     p.set_defaults(func=Handler(run, PlanArgs))

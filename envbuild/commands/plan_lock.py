@@ -129,5 +129,25 @@ def _print_plan(prepared: Prepared) -> None:
             max_width=100,
             keep=1,
         )
+    already = set(prepared.already)  # an adopted venv's packages at the locked version: one line
     for name, why in plan.left_out:
-        ui.print_text(f"not installed: {name}: {why}")
+        if name not in already:
+            ui.print_text(f"not installed: {name}: {why}")
+    if already:
+        ui.print_text(_already_line(prepared))
+
+
+def _already_line(prepared: Prepared) -> str:
+    """One line for what an adopted environment already holds at the locked version (50 on a GPU
+    image): how many, the baseline's among them by name; ``--json``'s ``left_out`` lists each."""
+    full = prepared.full or prepared.plan
+    base = sorted(p.entry.name for p in full.stage("torch") if p.entry.name in prepared.already)
+    others = len(prepared.already) - len(base)
+    named = f"torch's stage: {', '.join(base)}" if base else ""
+    if others:
+        named += f"{'; and ' if named else ''}{others} other package(s)"
+    return (
+        f"not installed: {len(prepared.already)} package(s) already in the adopted environment at"
+        f" the locked version, their RECORD's files present ({named}); `--json` lists each in"
+        " left_out"
+    )

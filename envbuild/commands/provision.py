@@ -17,6 +17,7 @@ from envbuild.commands.common import (
     path_arg,
     record_environment,
     seconds_arg,
+    wheelhouse_arg,
 )
 from envbuild.commands.selection import (
     ProvisionArgs,
@@ -91,8 +92,8 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--wheelhouse",
         metavar="DIR|URL",
-        type=nonempty_arg,
-        help="mirrored wheelhouse (with --offline)",
+        type=wheelhouse_arg,
+        help="mirrored wheelhouse (with --offline): its folder or address (or its simple/ index)",
     )
     p.add_argument(
         "--no-lock", action="store_true", help="ignore the profile's lock and resolve from the spec"

@@ -49,6 +49,7 @@ class BuildSources:
         str, ...
     ] = ()  # requirement lines: build-constraint-dependencies, --build-constraints
     where: str = "the user's index configuration (uv.toml / UV_*, pip.conf / PIP_*)"
+    index_strategy: str = "first-index"  # [tool.uv] index-strategy, else uv's default
 
 
 def builds_isolated(p: Placed) -> bool:
@@ -84,6 +85,12 @@ def build_sources(lock_path: Path, constraint_files: Sequence[Path] = ()) -> Bui
         find_links=tuple(links),
         no_index=uv.get("no-index") is True,
         constraints=tuple(dict.fromkeys(x for x in lines if x)),
+        index_strategy=(
+            str(uv["index-strategy"])
+            if uv.get("index-strategy")
+            in ("first-index", "unsafe-first-match", "unsafe-best-match")
+            else "first-index"
+        ),
         where=(
             f"the indexes of {folder / 'pyproject.toml'} ([tool.uv])"
             if configured
@@ -151,9 +158,14 @@ def constraints_file(lines: Sequence[str]) -> Path:
 
 
 def step_env(sources: BuildSources) -> dict[str, str]:
-    """The installer environment of a step with isolated builds: its build constraints, for uv
-    and pip alike (each reads its own variable)."""
-    if not sources.constraints:
-        return {}
-    path = str(constraints_file(sources.constraints))
-    return {"UV_BUILD_CONSTRAINT": path, "PIP_BUILD_CONSTRAINT": path}
+    """The installer environment of a step with isolated builds: uv's index strategy, the
+    project's (``[tool.uv] index-strategy``) else uv's default ``first-index`` (the indexes in
+    order, each package from the first that has it: what uv sync reads, and no more), and its
+    build constraints, for uv and pip alike (each reads its own variable)."""
+    from envbuild.plan import INDEX_STRATEGY
+
+    out = {INDEX_STRATEGY: sources.index_strategy}
+    if sources.constraints:
+        path = str(constraints_file(sources.constraints))
+        out.update({"UV_BUILD_CONSTRAINT": path, "PIP_BUILD_CONSTRAINT": path})
+    return out

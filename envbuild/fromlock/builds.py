@@ -34,6 +34,7 @@ from envbuild._io import sha256_file
 from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
 from envbuild.spec import spec_digest
+from envbuild.spec.stepfile import index_note, logical_lines, noted_index
 from envbuild.wheelhouse.spec import Backend, BuildSource, WheelSpec
 
 __all__ = ["BuildCache", "caches", "lock_spec", "plan_notes"]
@@ -119,11 +120,25 @@ def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
     assert planned.locked_file is not None
     versions = {canonical_name(p): p.split("==", 1)[1] for p in planned.step.packages if "==" in p}
     out = []
-    for line in planned.locked_file.read_text(encoding="utf-8").splitlines():
+    for _, line, _ in logical_lines(planned.locked_file.read_text(encoding="utf-8")):
         name = line.split("@", 1)[0].strip()
         spec = _line_spec(line, versions.get(canonical_name(name), "") if name else "", lock)
         if spec is not None:
             out.append(spec)
+    return out
+
+
+def _index_notes(planned: PlannedStep) -> dict[str, str]:
+    """{name: its line's index note} of a builds step's sdists from a package index: the wheel built
+    from one is installed as uv sync installs it, an index file (``spec.stepfile.index_note``)."""
+    from envbuild.fromlock.stack import canonical_name
+
+    assert planned.locked_file is not None
+    out = {}
+    for _, line, comments in logical_lines(planned.locked_file.read_text(encoding="utf-8")):
+        index = noted_index(comments)
+        if index is not None and "@" in line:
+            out[canonical_name(line.split("@", 1)[0].strip())] = index_note(index)
     return out
 
 
@@ -152,6 +167,7 @@ class BuildCache:
 
         lines = []
         target = None
+        notes = _index_notes(planned)
         for spec in _step_specs(planned, self.lock):
             assert spec.source is not None
             target = target or probe_target(python)
@@ -180,6 +196,7 @@ class BuildCache:
             )
             lines.append(
                 f"{spec.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}"
+                + notes.get(spec.name, "")
             )
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{planned.number:02d}-{planned.name}-wheels.txt"

@@ -34,7 +34,7 @@ from typing import Any, TypedDict
 from envbuild import layout
 from envbuild.errors import ConfigError
 from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
-from envbuild.fromlock.stack import stack_for
+from envbuild.fromlock.stack import stack_for, stage_line
 from envbuild.fromlock.stages import ORDER, STAGE_WORDS, StagePlan
 from envbuild.images.docker import (
     CUDA_BASE_TAGS,
@@ -93,7 +93,7 @@ def stage_slices(
             "name": step.name,
             "what": STAGE_WORDS[stage],
             "packages": list(step.packages),
-            "lines": [p.line for p in placed],
+            "lines": [stage_line(p) for p in placed],
             "no_build_isolation": step.no_build_isolation,
         }
         if any(builds_isolated(p) for p in placed):

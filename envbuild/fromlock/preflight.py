@@ -26,11 +26,11 @@ from dataclasses import replace
 
 from packaging.version import InvalidVersion, Version
 
+from envbuild import nvidia
 from envbuild.abitag import runtime_cuda
 from envbuild.fromlock.image import cuda_of
 from envbuild.host.preflight import Check, HostFacts, PreflightReport, run_preflight
 from envbuild.layout import Paths
-from envbuild.run import run
 from envbuild.spec import Host, StackSpec
 
 __all__ = ["DRIVER_MIN", "lock_preflight"]
@@ -76,22 +76,10 @@ def _v(text: str) -> Version:
 def gpu_capabilities() -> list[tuple[str, str]]:
     """``(name, compute capability)`` of each GPU (``nvidia-smi --query-gpu=name,compute_cap``); []
     without."""
-    try:
-        res = run(
-            ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader,nounits"],
-            capture=True,
-            timeout=30,
-        )
-    except (FileNotFoundError, PermissionError):
-        return []
-    if not res.ok:
-        return []
-    out = []
-    for line in (res.output or "").splitlines():
-        name, _, cap = line.rpartition(",")
-        if name.strip() and cap.strip():
-            out.append((name.strip(), cap.strip()))
-    return out
+    fields = ("name", "compute_cap")
+    answer = nvidia.query(fields)
+    rows = nvidia.parse_query(answer.output, fields) if answer.output else []
+    return [(r["name"], r["compute_cap"]) for r in rows if r["name"] and r["compute_cap"]]
 
 
 def check_lock_cuda(torch: str, cuda: str | None, facts: HostFacts) -> list[Check]:

@@ -135,6 +135,7 @@ def _moved(p: Placed, found: Rebuilt, plan: StagePlan, findings: list[Finding]) 
         art,
         f"{entry.name} @ {found.url} --hash=sha256:{found.sha256}",
         rebuilt=found.to_json(),
+        index=p.index,
     )
 
 

@@ -93,7 +93,7 @@ class Chosen:
     def to_json(self) -> ChosenJSON:
         """What a receipt and ``plan --lock --json`` record of it."""
         out: ChosenJSON = {
-            "lock_file": str(self.path),
+            "lock_file": str(self.path.absolute()),  # found from any directory (verify, receipt)
             "lock_sha256": self.sha256,
             "lock_format": self.lock.format,
             "environment": self.env.name,

@@ -19,7 +19,7 @@ from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isol
 from envbuild.fromlock.stages import ORDER, STAGE_WORDS, Placed, StagePlan
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
 
-__all__ = ["stage_files", "stack_for"]
+__all__ = ["stage_files", "stage_line", "stack_for"]
 
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -157,7 +157,7 @@ def stage_files(
         stage = step.name
         assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
         wanted = {canonical_name(p) for p in step.packages}
-        lines = [p.line for p in plan.stage(stage) if p.entry.name in wanted]
+        lines = [stage_line(p) for p in plan.stage(stage) if p.entry.name in wanted]
         path = folder / f"{n:02d}-{step.name}.txt"
         text = (
             f"# envbuild provision --lock {plan.chosen.path} ({plan.chosen.env.name}), lock sha256 "
@@ -168,6 +168,14 @@ def stage_files(
         path.write_text(text, encoding="utf-8")
         out[step.name] = path
     return out
+
+
+def stage_line(p: Placed) -> str:
+    """The line of ``p`` in its stage's file: the exact URL and sha256, and for a file from a
+    package index the note that has uv record it as uv sync does (``spec.stepfile.index_note``)."""
+    from envbuild.spec.stepfile import index_note
+
+    return p.line + index_note(p.index) if p.index is not None and p.artifact else p.line
 
 
 def canonical_name(package: str) -> str:

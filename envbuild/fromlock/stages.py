@@ -13,9 +13,11 @@ with the ABI guard after each.
    what they depend on beyond stage 1 (einops for flash-attn), so no stage leaves a requirement
    unmet.
 3. ``rest``: everything else, exact files, ``--no-deps``, every file hash-checked.
-4. ``builds``: packages with no wheel for this target whose build needs torch: an sdist of a
-   package that depends on torch or is a known CUDA extension, or one the project lists in
-   ``[tool.uv] no-build-isolation-package`` / ``extra-build-dependencies``. Built without build
+4. ``builds``: packages with no wheel for this target whose build needs the installed torch: an
+   sdist (or git pin) of a known CUDA extension, or one the project lists in ``[tool.uv]
+   no-build-isolation(-package)`` / ``extra-build-dependencies``. Every other sdist is built
+   isolated in its stage, as uv sync builds it, a pure-Python one that merely depends on torch
+   (julius) too: its build does not compile against torch. Built without build
    isolation against the torch of stage 1, by the wheelhouse builder into a build cache keyed by
    that torch, Python, CUDA, GPU archs and C++ ABI (``fromlock.builds``): the next venv, host or
    image with the same key installs the cached wheel. They come after ``rest`` because a build
@@ -26,14 +28,15 @@ with the ABI guard after each.
 
 Artifacts: per entry, the lock's wheel that installs on the target (the best tag first, as pip
 orders them), else its sdist; each installed from the exact URL the lock records, with its
-sha256 (``name @ URL --hash=sha256:...``).
+sha256 (``name @ URL --hash=sha256:...``), a file from a package index recorded as uv sync records
+it (``Placed.index``: ``spec.stepfile.stage_pylock``).
 """
 
 from __future__ import annotations
 
 import platform as host_platform
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypedDict
 from urllib.parse import unquote, urlsplit
@@ -88,6 +91,10 @@ class Placed:
     rebuilt: dict[str, object] | None = None
     # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
     unhashed: bool = False
+    # its file comes from a package index (the index's URL; "" where the lock names none), as
+    # uv sync records it: no direct_url.json (``spec.stepfile.index_note``); None: a direct URL, a
+    # path, a git pin or a folder
+    index: str | None = None
 
     @property
     def label(self) -> str:
@@ -105,6 +112,10 @@ class _StagePackageJSON(TypedDict):
 class StagePackageJSON(_StagePackageJSON, total=False):
     """One package of a stage."""
 
+    # built from source (an sdist, a git pin, a folder): "isolated" (as uv sync builds it, its
+    # build requirements resolved on their own) or "against torch" (no isolation, the installed
+    # torch: the builds stage); ``why`` says why
+    build: Literal["isolated", "against torch"]
     rebuilt: dict[str, object]  # --rebuild-mismatched: the sdist it is built from
     unhashed: bool  # true: the lock records no sha256 for its file (taken from the bytes)
 
@@ -172,6 +183,10 @@ def _package_json(p: Placed) -> StagePackageJSON:
         "file": p.artifact.filename if p.artifact else None,
         "sha256": p.artifact.sha256 if p.artifact else None,
     }
+    if p.stage == "builds":
+        out["build"] = "against torch"
+    elif p.artifact is None or not p.artifact.wheel:
+        out["build"] = "isolated"
     if p.rebuilt:
         out["rebuilt"] = p.rebuilt
     if p.unhashed:
@@ -463,9 +478,29 @@ def plan_stages(
             if art.sha256
             else f"{e.name} @ {art.url}"
         )
-        plan.placed.append(Placed(e, stage, why, art, line, needs_glibc=needs, unhashed=unhashed))
+        plan.placed.append(
+            Placed(
+                e,
+                stage,
+                why,
+                art,
+                line,
+                needs_glibc=needs,
+                unhashed=unhashed,
+                index=_index_of(e, folder) if e.url is None and path_source is None else None,
+            )
+        )
     _with_extension_deps(plan, by_name)
     return plan
+
+
+def _index_of(e: Entry, folder: Path) -> str:
+    """The URL of the index an entry's file comes from ("" where the lock names none): a local flat
+    index (a folder beside the lock) as a ``file://`` URL."""
+    local = _local_index(e.index, folder)
+    if local is not None:
+        return local.resolve().as_uri()
+    return e.index or ""
 
 
 def _hash_local(art: LockedFile) -> LockedFile:
@@ -511,14 +546,7 @@ def _with_extension_deps(plan: StagePlan, by_name: dict[str, Entry]) -> None:
         if i is None or plan.placed[i].stage != "rest":
             continue
         p = plan.placed[i]
-        plan.placed[i] = Placed(
-            p.entry,
-            "extensions",
-            f"{parent} depends on it",
-            p.artifact,
-            p.line,
-            unhashed=p.unhashed,
-        )
+        plan.placed[i] = replace(p, stage="extensions", why=f"{parent} depends on it")
         todo += [(name, d) for d in by_name[name].dependencies or ()]
 
 
@@ -569,10 +597,15 @@ def _classify(
     needs_torch = _builds_against_torch(e, settings)
     if needs_torch:
         return "builds", f"sdist; {needs_torch}"
-    return (
-        "rest",
-        "sdist with no torch in its build: built by the installer (isolated), as the locker does",
-    )
+    return "rest", _ISOLATED_USES if _depends_on_torch(e) else _ISOLATED
+
+
+_ISOLATED = "sdist: built isolated, as uv sync builds it (no torch in its build)"
+_ISOLATED_USES = (
+    "sdist of a package that uses torch: built isolated, as uv sync builds it (not a known CUDA"
+    " extension, nor named by [tool.uv] no-build-isolation-package / extra-build-dependencies:"
+    " its build does not compile against torch)"
+)
 
 
 def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
@@ -582,8 +615,8 @@ def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
         return "[tool.uv] no-build-isolation-package names it: its build imports torch"
     if e.name in settings.extra_build:
         return "[tool.uv] extra-build-dependencies names it: its build needs the installed torch"
-    if _depends_on_torch(e) or e.name in KNOWN_EXTENSIONS:
-        return "it depends on torch: its build compiles against torch"
+    if e.name in KNOWN_EXTENSIONS:
+        return "a known CUDA extension: its build compiles against the installed torch"
     return None
 
 

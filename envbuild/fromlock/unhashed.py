@@ -106,6 +106,7 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
             needs_glibc=p.needs_glibc,
             rebuilt=p.rebuilt,
             unhashed=True,
+            index=p.index,
         )
     state.mkdir(parents=True, exist_ok=True)
     atomic_write_json(record_path, known)

@@ -1,15 +1,11 @@
 """The baseline: the environment's ABI identity frozen after the baseline step (``Baseline``,
-stored in the manifest), the protected set (``protected_set``: the one rule for the guard and
-the lock) and the baseline stamp written into the dist-info it protects (see the package's
-docstring, "Identity").
+stored in the manifest) and the protected set (``protected_set``: the one rule for the guard and
+the lock). The identity is content only and lives in the manifest: nothing is written into the
+dist-info it protects (see the package's docstring, "Identity").
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,13 +15,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.guard.site import (
-    STAMP,
     Dist,
     active_requirements,
     read_cuda,
     read_runtime_version,
     scan,
-    scan_one,
 )
 from envbuild.spec import ABI
 
@@ -46,6 +40,8 @@ class Baseline:
     protected: dict[str, dict[str, Any]] = field(default_factory=dict)
     dist_version: str = ""  # the dist-info version, what an installer's constraint must name
     payload_sha256: str = ""
+    # a baseline frozen before envbuild stopped writing into dist-info folders: the torch it saw
+    # held the stamp ``ENVBUILD_BASELINE`` (``guard.site.STAMP``), which a reinstall removes
     stamped: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -110,19 +106,13 @@ def protected_names(abi: ABI, dists: Mapping[str, Dist], env: Mapping[str, str])
     )
 
 
-def take_baseline(abi: ABI, site: Path, env: Mapping[str, str], *, stamp: bool = False) -> Baseline:
-    """The environment's identity now. ``stamp``: first write the baseline stamp into the ABI
-    package's and the protected set's dist-info (provision does, when it freezes the baseline;
-    a check of an environment without a manifest reads only)."""
+def take_baseline(abi: ABI, site: Path, env: Mapping[str, str]) -> Baseline:
+    """The environment's identity now, read from its files (nothing is written)."""
     dists = scan(site)
     torch = dists.get(abi.package)
     if torch is None:
         raise LookupError(abi.package)
     names = sorted(protected_names(abi, dists, env))
-    if stamp:
-        for n in [abi.package, *names]:
-            dists[n] = stamp_dist(dists[n])
-    torch = dists[abi.package]
     module = abi.package.replace("-", "_")
     return Baseline(
         package=abi.package,
@@ -135,48 +125,3 @@ def take_baseline(abi: ABI, site: Path, env: Mapping[str, str], *, stamp: bool =
         stamped=torch.stamped,
         protected={n: _identity(dists[n]) for n in names},
     )
-
-
-def stamp_dist(dist: Dist) -> Dist:
-    """Write ``STAMP`` into ``dist``'s dist-info and list it in RECORD (both replaced atomically),
-    and return the distribution as it is now. Its content is the RECORD's sha256 before the stamp,
-    so it is the same for two installs of the same wheel by the same installer. A dist-info that
-    cannot be written (a read-only base image) is left alone, unstamped."""
-    info = dist.dist_info
-    record = info / "RECORD"
-    rel = f"{info.name}/{STAMP}"
-    try:
-        text = record.read_text(encoding="utf-8")
-        newline = "\r\n" if "\r\n" in text else "\n"
-        rows = [line for line in text.splitlines() if line and not line.startswith(rel + ",")]
-        body = (
-            json.dumps(
-                {
-                    "envbuild_baseline": 1,
-                    "package": dist.name,
-                    "version": dist.version,
-                    "record_sha256": (
-                        hashlib.sha256((newline.join(rows) + newline).encode()).hexdigest()
-                    ),
-                },
-                sort_keys=True,
-            ).encode()
-            + b"\n"
-        )
-        digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
-        at = next(
-            (i for i, line in enumerate(rows) if line.startswith(f"{info.name}/RECORD,")), len(rows)
-        )
-        rows.insert(at, f"{rel},sha256={digest},{len(body)}")
-        _replace(info / STAMP, body, 0o644)
-        _replace(record, (newline.join(rows) + newline).encode(), record.stat().st_mode & 0o7777)
-    except OSError:
-        return dist
-    return scan_one(info) or dist
-
-
-def _replace(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.envbuild-tmp")
-    tmp.write_bytes(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)

@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypedDict
+from urllib.parse import urlsplit
 
 from packaging.version import InvalidVersion, Version
 
-from envbuild import events
+from envbuild import events, nvidia
 from envbuild.errors import ConfigError
 from envbuild.index import net
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE, Paths, overlay_env
@@ -50,7 +51,7 @@ CHECK_GROUPS: tuple[str, ...] = (
 )
 _ORDER = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_GPU_QUERY = "index,name,driver_version,memory.total,pci.bus_id"
+GPU_FIELDS = ("index", "name", "driver_version", "memory.total", "pci.bus_id")
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,9 @@ class GPUInventoryJSON(TypedDict):
 
 
 @dataclass(frozen=True)
-class GPU:
+class GPUFacts:
+    """One GPU as preflight's query lists it (``GPU_FIELDS``)."""
+
     index: int
     name: str
     driver: str
@@ -155,29 +158,16 @@ class HostFacts:
     @classmethod
     def gather(cls, environ: Mapping[str, str] | None = None) -> HostFacts:
         env = dict(os.environ if environ is None else environ)
-        query, error, topo = None, None, None
-        if shutil.which("nvidia-smi", path=env.get("PATH")) is None:
-            error = "nvidia-smi not found (no NVIDIA driver on this host)"
-        else:
-            res = _capture(
-                ["nvidia-smi", f"--query-gpu={_GPU_QUERY}", "--format=csv,noheader,nounits"]
-            )
-            if res is not None and res[0] == 0 and res[1].strip():
-                query = res[1]
-                topo_res = _capture(["nvidia-smi", "topo", "-m"])
-                topo = topo_res[1] if topo_res and topo_res[0] == 0 else None
-            else:
-                error = "nvidia-smi failed: " + (
-                    res[1].strip().splitlines()[0] if res and res[1].strip() else "no output"
-                )
+        answer = nvidia.query(GPU_FIELDS, env)
+        topo = nvidia.smi(["topo", "-m"], env).output if answer.ok else None
         numa = None
         with contextlib.suppress(OSError):
             numa = Path("/proc/sys/kernel/numa_balancing").read_text().strip()
         gcc = _capture(["gcc", "-dumpfullversion", "-dumpversion"])
         nvcc = _capture(["nvcc", "--version"])
         return cls(
-            gpu_query=query,
-            gpu_error=error,
+            gpu_query=answer.output,
+            gpu_error=answer.error,
             topo=topo,
             numa_balancing=numa,
             gcc=gcc[1].strip() if gcc and gcc[0] == 0 else None,
@@ -197,17 +187,21 @@ def _capture(argv: list[str]) -> tuple[int, str] | None:
 # ----------------------------------------------------------------------------- parsers
 
 
-def parse_gpus(text: str) -> list[GPU]:
-    """Parse ``nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id
-    --format=csv,noheader,nounits``."""
-    gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 5 or not parts[0].isdigit():
-            continue
-        mem = int(float(parts[3])) if re.fullmatch(r"[0-9.]+", parts[3]) else None
-        gpus.append(GPU(int(parts[0]), parts[1], parts[2], mem, parts[4]))
-    return gpus
+def parse_gpus(text: str) -> list[GPUFacts]:
+    """The GPUs of an ``nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id
+    --format=csv,noheader,nounits`` answer (``nvidia.parse_query`` reads it)."""
+    return [
+        GPUFacts(
+            int(row["index"]),
+            row["name"],
+            row["driver_version"],
+            int(float(row["memory.total"]))
+            if re.fullmatch(r"[0-9.]+", row["memory.total"])
+            else None,
+            row["pci.bus_id"],
+        )
+        for row in nvidia.parse_query(text, GPU_FIELDS)
+    ]
 
 
 @dataclass(frozen=True)
@@ -671,16 +665,29 @@ def check_index(spec: StackSpec, timeout: float = 3.0) -> list[Check]:
             )
         else:
             out.append(
-                Check(
-                    f"index:{p.location}",
-                    "fail",
-                    p.detail,
-                    "reachable",
-                    "unreachable: fix the network/proxy, point ENVBUILD_TORCH_INDEX at a mirror, "
-                    "or provision --offline from a wheelhouse",
-                )
+                Check(f"index:{p.location}", "fail", p.detail, "reachable", _unreachable(spec, loc))
             )
     return out
+
+
+def _unreachable(spec: StackSpec, loc: str) -> str:
+    """The advice for a source that does not answer: a local folder is made or its path fixed; a
+    remote one goes through the network, a mirror (the variable the step took it from) or a
+    wheelhouse."""
+    names = [
+        v
+        for s in spec.steps
+        if loc in (s.index_url, *s.extra_index_urls, *s.find_links)
+        for v in s.source_vars
+    ]
+    via = f" (it comes from ${{{names[0]}}}: set {names[0]} to another)" if names else ""
+    if urlsplit(loc).scheme in ("", "file"):
+        return (
+            f"a local folder: make it (a wheelhouse: `envbuild wheelhouse mirror --out DIR`) or"
+            f" correct the path{via}"
+        )
+    mirror = f"point {names[0]} at a mirror" if names else "use a mirror in the step's index_url"
+    return f"unreachable: fix the network/proxy, {mirror}, or provision --offline from a wheelhouse"
 
 
 def _read_by_locked_steps_only(spec: StackSpec) -> set[str]:

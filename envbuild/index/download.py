@@ -77,7 +77,11 @@ def download(
 
     from envbuild.index.http import session
 
-    http = http or session()
+    if http is None:  # a session of its own, closed with the download
+        with session() as own:
+            return download(
+                url, dest, sha256, http=own, timeout=timeout, deadline=deadline, on_bytes=on_bytes
+            )
     for fresh in (False, True):
         if fresh:
             part.unlink(missing_ok=True)

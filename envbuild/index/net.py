@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from packaging.utils import canonicalize_name
@@ -37,6 +37,9 @@ from packaging.utils import canonicalize_name
 from envbuild import events
 from envbuild.errors import PreflightError
 from envbuild.index.redaction import redact as redact  # re-exported: every source message uses it
+
+if TYPE_CHECKING:
+    import requests
 
 
 class SourceError(PreflightError):
@@ -270,8 +273,6 @@ def probe(
         return Probe(shown, False, "no such file or folder")
     if parts.scheme not in ("http", "https"):
         return Probe(shown, False, f"unsupported scheme {parts.scheme!r}")
-    import requests
-
     auth = None
     url = location
     if parts.username is not None:
@@ -283,7 +284,21 @@ def probe(
     clock = Deadline(deadline if deadline is not None else max(deadline_seconds(), timeout))
     from envbuild.index.http import session
 
-    http = session()  # trusted and routed as pip is
+    with session() as http:  # trusted and routed as pip is; its connections closed after
+        return _probe_with(http, url, shown, auth, project, timeout, clock)
+
+
+def _probe_with(
+    http: requests.Session,
+    url: str,
+    shown: str,
+    auth: tuple[str, str] | None,
+    project: str | None,
+    timeout: float,
+    clock: Deadline,
+) -> Probe:
+    """``probe``'s requests, on ``http``."""
+    import requests
 
     def ask(target: str) -> requests.Response:
         def send(t: Timeouts) -> requests.Response:

@@ -6,6 +6,7 @@ an interpreter that hangs on start-up is a "does not run", never a hang.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import events
-from envbuild.errors import PreflightError
+from envbuild.errors import ConfigError, PreflightError
 from envbuild.run import run
 
 __all__ = [
@@ -272,12 +273,60 @@ def find_interpreter(
 
 
 def find_uv() -> str | None:
+    """The uv envbuild runs: the ``uv`` package's binary, else ``uv`` on PATH; None when there is
+    none. A uv older than envbuild's floor (``uv_floor``) is refused here, naming the version
+    needed (an old uv fails later with a usage error about a flag, which reads as the input's
+    fault)."""
+    uv: str | None
     try:
         from uv import find_uv_bin
 
-        return str(find_uv_bin())
+        uv = str(find_uv_bin())
     except (ImportError, FileNotFoundError):
-        return shutil.which("uv")
+        uv = shutil.which("uv")
+    if uv is not None:
+        _check_uv(uv)
+    return uv
+
+
+def uv_floor() -> str | None:
+    """The oldest uv envbuild works with: the floor of its ``uv`` requirement (pyproject.toml, as
+    installed), None when envbuild's metadata is not there."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        requires = metadata.requires("envbuild") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for raw in requires:
+        req = Requirement(raw)
+        if req.name == "uv" and req.marker is None:
+            floors = [s.version for s in req.specifier if s.operator == ">="]
+            return floors[0] if floors else None
+    return None
+
+
+@functools.cache
+def _check_uv(uv: str) -> None:
+    from packaging.version import InvalidVersion, Version
+
+    floor = uv_floor()
+    if floor is None:
+        return
+    out = run([uv, "--version"], capture=True, separate_stderr=True, timeout=60)
+    words = (out.output or "").split()
+    try:
+        version = Version(words[1]) if out.ok and len(words) > 1 else None
+    except InvalidVersion:
+        version = None
+    if version is not None and version < Version(floor):
+        raise ConfigError(
+            f"uv {version} ({uv}) is older than envbuild needs: uv {floor} or newer (older ones"
+            " lack `uv export --format pylock.toml` and `--format requirements.txt`)",
+            hint=f"Upgrade it where envbuild runs: {sys.executable} -m pip install 'uv>={floor}'",
+        )
 
 
 def run_python_json(

@@ -108,7 +108,10 @@ class UvInstaller:
         requirements: Sequence[str],
     ) -> list[str] | None:
         # uv has no download-only mode (astral-sh/uv#3163): installing into a throw-away target
-        # downloads and unpacks each wheel into uv's cache, which the real step then links from
+        # downloads and unpacks each wheel into uv's cache, which the real step then links from;
+        # index files go through a pylock.toml as in the real step (uv caches them by index, not
+        # by URL), what a pylock cannot hold is left to the real step
+        requirements = _as_pylock(requirements)
         return [
             self.uv,
             "pip",
@@ -141,3 +144,22 @@ class UvInstaller:
             "-r",
             str(requirements_file),
         ]
+
+
+def _as_pylock(requirements: Sequence[str]) -> list[str]:
+    """``-r FILE`` of a lock stage's lines as the real step reads them: its index files in a
+    ``pylock.toml`` beside it (``spec.stepfile.stage_pylock``); anything else as it is."""
+    from envbuild.spec.stepfile import stage_pylock
+
+    if len(requirements) != 2 or requirements[0] != "-r":
+        return list(requirements)
+    path = Path(requirements[1])
+    try:
+        split = stage_pylock(path.read_text(encoding="utf-8"), str(path))
+    except OSError:
+        return list(requirements)
+    if split.pylock is None:
+        return list(requirements)
+    out = path.with_name(f"pylock.{path.stem}.toml")
+    out.write_text(split.pylock, encoding="utf-8")
+    return ["-r", str(out)]

@@ -3,6 +3,7 @@ the wheelhouse wheels to rebuild when torch moves.
 
 Reasons, first that applies:
 
+- ``first lock``: there was no lock before this one, and the spec names the package;
 - ``upgrade asked``: ``--upgrade`` or ``--upgrade-package NAME`` named it;
 - ``spec changed``: the step names the package (or named it) and is new or gone, or its
   requirement on the package in the spec is not the one the last lock was made from
@@ -33,6 +34,7 @@ from envbuild.lock.model import Lock, LockedPackage, LockedStep
 from envbuild.lock.relock import Upgrade
 from envbuild.spec import StackSpec
 
+FIRST = "first lock"
 SPEC = "spec changed"
 UPGRADE = "upgrade asked"
 NEEDED = "needed by another pin"
@@ -48,7 +50,8 @@ class ChangeJSON(TypedDict):
     change: Literal["added", "removed", "changed"]  # what happened to its pin
     old: str | None  # the old version, or `git <commit>` (null: added)
     new: str | None  # the new one (null: removed)
-    reason: str  # why it moved: `spec changed`, `upgrade asked` or `needed by another pin`
+    # why it moved: `first lock`, `spec changed`, `upgrade asked` or `needed by another pin`
+    reason: str
     by: list[str]  # `needed by another pin`: the locked packages that require it
 
 
@@ -132,7 +135,9 @@ def lock_changes(
                 or (asked_then is not None and name in asked_then)
                 or (asked_then is None and any(p is not None and p.requested for p in (a, b)))
             )
-            if upgrade.asks(name):
+            if old is None and named:
+                reason = FIRST  # nothing was locked before: nothing changed, every pin is new
+            elif upgrade.asks(name):
                 reason = UPGRADE
             elif named and (
                 was is None or asked_then is None or asked_then.get(name) != asked_now.get(name)

@@ -108,12 +108,26 @@ def check_reachable(sources: Sources, step: Step) -> None:
     if bad:
         raise PreflightError(
             f"step {step.name!r}: package sources do not answer: {'; '.join(bad)}",
-            hint=(
-                "Check the network and the step's index_url/find_links, lock offline from a"
-                " wheelhouse (envbuild lock --wheelhouse DIR), or leave the step out of this lock"
-                " with --skip-step NAME."
-            ),
+            hint=unreachable_hint(step),
         )
+
+
+def unreachable_hint(step: Step) -> str:
+    """What to do when a step's sources do not answer at lock time: the variable they came from
+    (set to a mirror, or to nothing for pip's configured sources), a wheelhouse, or --skip-step."""
+    ways = []
+    if step.source_vars:
+        var = step.source_vars[0]
+        ways.append(
+            f"set {var} (the step's sources come from ${{{var}}}) to a mirror's URL, or to nothing"
+            f" for the sources pip is configured with: `{var}= envbuild lock ...`"
+        )
+    else:
+        ways.append("check the network and the step's index_url/find_links")
+    ways.append("lock offline from a wheelhouse (`envbuild lock --wheelhouse DIR`)")
+    ways.append(f"leave the step out of this lock (`--skip-step {step.name}`)")
+    text = "; ".join(ways[:-1]) + "; or " + ways[-1] + "."
+    return text[0].upper() + text[1:]
 
 
 # ----------------------------------------------------------------------------- pip-compile

@@ -10,8 +10,6 @@ its commit. Packages whose artifacts the lock could not locate are left out, wit
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -21,7 +19,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from envbuild import __version__, events
-from envbuild._io import atomic_write_text
+from envbuild._io import atomic_write_text, dumps_toml
 from envbuild.lock.model import PYLOCK, Lock, LockedPackage
 
 
@@ -80,51 +78,6 @@ def _location(url: str) -> tuple[str | None, str | None]:
     if parts.scheme == "file":
         return None, unquote(parts.path)
     return url, None
-
-
-# ----------------------------------------------------------------------------- TOML
-
-
-_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(k: str) -> str:
-    return k if _BARE.match(k) else _str(k)
-
-
-def _str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _inline(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return _str(v)
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{_key(k)} = {_inline(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_inline(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
-def dumps_toml(data: Mapping[str, Any]) -> str:
-    """A small TOML writer for pylock data: scalars and inline values, arrays of tables one level
-    deep."""
-    lines = [
-        f"{_key(k)} = {_inline(v)}"
-        for k, v in data.items()
-        if not (isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v))
-    ]
-    for k, v in data.items():
-        if isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v):
-            for item in v:
-                lines.append("")
-                lines.append(f"[[{_key(k)}]]")
-                lines += [f"{_key(ik)} = {_inline(iv)}" for ik, iv in item.items()]
-    return "\n".join(lines) + "\n"
 
 
 def write_pylock(lock: Lock) -> Path:

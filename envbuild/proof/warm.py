@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuild.nvidia import GPU
 from envbuild.proof.smoke import run_smoke
-from envbuild.proof.smoke.gpus import SmokeGPU, visible_gpus
+from envbuild.proof.smoke.gpus import visible_gpus
 
 # the checks whose first run compiles into the data root's caches
 WARM_CHECKS = ("triton", "torch.compile", "fla", "flash_attn_4")
@@ -32,7 +33,7 @@ class Warmed:
     """What the warm-up did: the checks run on ``gpu`` (none: ``skipped`` says why)."""
 
     checks: tuple[str, ...]
-    gpu: SmokeGPU | None
+    gpu: GPU | None
     seconds: float
     results: list[dict[str, Any]]
     skipped: str | None = None

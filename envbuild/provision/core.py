@@ -332,6 +332,7 @@ def _venv_steps_check(
     layout.write_overlay(spec, paths)
     run.python = _ensure_venv(run, base_python)
     layout.hook_activate(paths)
+    layout.write_launcher(paths)
     if manifest.marker_env is None:
         probed = probe_python(run.python)
         if probed is None:
@@ -626,9 +627,11 @@ def _install_env(paths: layout.Paths) -> dict[str, str]:
         k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
     }
     cache = paths.cache_env()
-    env["PIP_CACHE_DIR"] = cache["PIP_CACHE_DIR"]
-    # same filesystem as the venv: uv hard-links from it
-    env["UV_CACHE_DIR"] = cache["UV_CACHE_DIR"]
+    # the data root's caches, unless the user names one (a CI job that caches its UV_CACHE_DIR):
+    # then that one, as pip and uv themselves would use it. On the venv's filesystem uv hard-links
+    # from its cache; on another it copies, which the user chose
+    for var in ("PIP_CACHE_DIR", "UV_CACHE_DIR"):
+        env[var] = os.environ.get(var) or cache[var]
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     return env
 

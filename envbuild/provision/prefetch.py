@@ -65,7 +65,7 @@ from packaging.utils import canonicalize_name
 from envbuild.installer import Installer
 from envbuild.installer.progress import InstallProgress
 from envbuild.installer.uv import UvInstaller
-from envbuild.plan import PlannedStep
+from envbuild.plan import PlannedStep, is_pylock
 from envbuild.run import open_private, run
 
 __all__ = [
@@ -244,9 +244,12 @@ def _covers(planned: PlannedStep, argv: Sequence[str]) -> bool:
     file (``-r FILE`` with those lines; nothing else named, no option line)."""
     if planned.locked_file is None or "-r" not in argv:
         return False
+    listed_file = Path(argv[argv.index("-r") + 1]) if argv.index("-r") + 1 < len(argv) else None
+    if listed_file is not None and is_pylock(listed_file):  # uv's index files: the lines it holds
+        listed_file = listed_file.with_name(f"{listed_file.name[7:-5]}.txt")
     try:
         wanted_lines = _requirement_lines(planned.locked_file)
-        listed = _requirement_lines(Path(argv[argv.index("-r") + 1]))
+        listed = _requirement_lines(listed_file) if listed_file is not None else []
     except (OSError, IndexError):
         return False
     return bool(wanted_lines) and set(wanted_lines) <= set(listed)
@@ -340,12 +343,14 @@ class Prefetcher:
         logs: Path,
         env: Mapping[str, str],
         baseline_pins: Path | None = None,
+        unconstrained_builds: bool = False,
     ) -> None:
         """``baseline_pins``: the constraints a guarded step's builds will have (the frozen
-        baseline's file, or the baseline step's exact pins before it has run); None: guarded
-        steps' builds are left to the real step."""
+        baseline's file); None: guarded steps' builds are left to the real step, unless
+        ``unconstrained_builds`` (a lock's: its builds are never held to the baseline)."""
         self.installer = installer
         self.baseline_pins = baseline_pins
+        self.unconstrained_builds = unconstrained_builds
         self.python = python
         self.scratch_root = scratch_root
         self.logs = logs
@@ -363,7 +368,7 @@ class Prefetcher:
             return self.jobs.get(planned.name)
         scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
         pins = self.baseline_pins if planned.constrained else None
-        builds = not planned.constrained or pins is not None
+        builds = not planned.constrained or pins is not None or self.unconstrained_builds
         argv = prefetch_argv(
             planned, installer=self.installer, python=self.python, scratch=scratch, builds=builds
         )

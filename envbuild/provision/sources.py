@@ -51,7 +51,7 @@ from envbuild.index.net import Probe, probe_all, redact
 from envbuild.index.wheeltags import fits_target
 from envbuild.installer import pip_config_sources
 from envbuild.lock.model import Lock, LockedPackage, read_lock
-from envbuild.plan import Backend, InstallerSources, Plan, PlannedStep
+from envbuild.plan import INDEX_STRATEGY, Backend, InstallerSources, Plan, PlannedStep
 
 __all__ = ["Source", "route_sources", "step_identity"]
 
@@ -333,8 +333,9 @@ def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Pla
     spec = plan.spec
     lookup = _Lookup(spec.python, spec.target.platform)
     routes = [_StepRoute(p, setting.own(p)) for p in locked]
-    strict = [s for p in unlocked for s in _arg_sources(p.args)[0]]
     pages = _pages(todo)
+    lookup.probe([s for p in unlocked for s in _arg_sources(p.args)[0]], pages)
+    strict = [s for p in unlocked for s in _needed(p, lookup)]
     # an index the step reads without naming it (pip's, the default): probed at its page too
     for r in routes:
         for s in r.own:
@@ -360,6 +361,37 @@ def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Pla
         if r.rerouted
     }
     return replace(plan, steps=tuple(steps.get(s.name, s) for s in plan.steps))
+
+
+def _needed(planned: PlannedStep, lookup: _Lookup) -> list[Source]:
+    """The sources of an unlocked step that must answer. With uv's ``first-index`` strategy (a
+    lock's stages, whose only resolution is their isolated builds' requirements, as uv sync's) uv
+    reads the indexes in order (the extra ones, then the index) and takes each package from the
+    first that has it: the indexes after the first that answers are asked only for what it lacks,
+    so one that does not answer is a note here, and uv's own error if a build needs it."""
+    named, _ = _arg_sources(planned.args)
+    if planned.env.get(INDEX_STRATEGY) not in ("first-index", "unsafe-first-match"):
+        return named
+    indexes = [s for s in named if s.kind == "index"]
+    order = [s for s in indexes if s.location in _extra_urls(planned.args)] + [
+        s for s in indexes if s.location not in _extra_urls(planned.args)
+    ]
+    first = next((i for i, s in enumerate(order) if lookup.answers(s)), len(order))
+    for s in order[first + 1 :]:
+        if not lookup.answers(s):
+            events.emit(
+                "info",
+                f"note: {s.shown} does not answer ({lookup.why(s)}); step {planned.name} does not"
+                f" need it: uv takes each build requirement from the first index that has it, and"
+                f" {order[first].shown} answers before it",
+                source=s.shown,
+                steps=planned.name,
+            )
+    return [s for s in named if s.kind != "index"] + order[: first + 1]
+
+
+def _extra_urls(args: Sequence[str]) -> set[str]:
+    return {value for flag, value in pairwise(args) if flag == "--extra-index-url"}
 
 
 def _to_fetch(lock: Lock, steps: set[str]) -> dict[str, list[LockedPackage]]:

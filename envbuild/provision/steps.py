@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.utils import canonicalize_name
-
 from envbuild import events, guard, layout
 from envbuild._io import atomic_write_text
 from envbuild.errors import ABIViolation, EnvbuildError, InstallError, PreflightError
@@ -90,6 +88,7 @@ def run_steps(run: ProvisionRun) -> None:
             logs=run.paths.logs,
             env=run.env or {},
             baseline_pins=_baseline_pins(run, todo),
+            unconstrained_builds=bool(opts.lock_source),
         )
     import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
     warm = warmup.wanted(
@@ -157,22 +156,13 @@ def run_steps(run: ProvisionRun) -> None:
 
 def _baseline_pins(run: ProvisionRun, todo: Sequence[PlannedStep]) -> Path | None:
     """The build constraints the guarded steps will have, for their prefetched builds: the frozen
-    baseline's file, else, for a lock whose torch stage is still to run, that stage's exact pins
-    (the baseline ``provision --lock`` freezes: torch and the rest of its stage, ``abi.protect``);
-    None when neither is known."""
+    baseline's file; None when it is not frozen yet, and for a lock (its builds are unconstrained,
+    prefetched as they are: ``Prefetcher(unconstrained_builds=True)``)."""
+    if run.opts.lock_source:
+        return None  # a lock's isolated builds are not held to the baseline (``run_one``)
     if run.manifest.baseline is not None:
         return run.paths.constraints if run.paths.constraints.is_file() else None
-    base = next((s for s in todo if s.role == "baseline"), None)
-    if not run.opts.lock_source or base is None or base.locked_file is None:
-        return None
-    pins = prefetch.pinned_versions(base.requirements)
-    if canonicalize_name(run.spec.abi.package) not in pins:
-        return None
-    path = run.paths.cache / "prefetch" / "baseline-pins.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
-    atomic_write_text(path, f"# envbuild: the baseline step's pins, for prefetched builds\n{text}")
-    return path
+    return None
 
 
 def _stale_builds(
@@ -219,7 +209,7 @@ def import_listing(run: ProvisionRun) -> Path:
 def freeze_baseline(run: ProvisionRun, adopted: bool = False) -> dict[str, object]:
     spec, site = run.spec, run.site
     try:
-        base = guard.take_baseline(spec.abi, site, run.manifest.marker_env or {}, stamp=not adopted)
+        base = guard.take_baseline(spec.abi, site, run.manifest.marker_env or {})
     except LookupError as exc:
         where = "the environment" if adopted else "the venv after the baseline step"
         raise ABIViolation(f"{spec.abi.package} is not installed in {where} ({site})") from exc
@@ -283,8 +273,12 @@ def run_one(
         if manifest.baseline is None:
             manifest.baseline = freeze_baseline(run)
         constraints = paths.constraints
-        step_env["PIP_CONSTRAINT"] = str(constraints)  # reaches pip's isolated build envs too
-        step_env["UV_BUILD_CONSTRAINT"] = str(constraints)
+        if not run.opts.lock_source:
+            step_env["PIP_CONSTRAINT"] = str(constraints)  # reaches pip's isolated build envs too
+            step_env["UV_BUILD_CONSTRAINT"] = str(constraints)
+        # a lock's stages install exact files (--no-deps): the pins would only reach their isolated
+        # builds, which uv sync builds with what their build requirements resolve to, never with
+        # the environment's pins (a build that needs the installed torch is the builds stage's)
     before = guard.scan(site)
     t = time.monotonic()
     try:

@@ -8,7 +8,9 @@ that name the dotted key path of a bad value (``step[3].no_deps``), reject unkno
 ``difflib`` suggestion (``did_you_mean``), expand ``${VAR}``, ``${VAR:-default}`` and
 ``${VAR-default}`` from the environment, and refuse a string that holds a control character or
 line break after expansion (``quoting.unsafe_character``): every string of a spec can reach a
-rendered file or a command line.
+rendered file or a command line. The torch index has one name, ``ENVBUILD_TORCH_INDEX``;
+``TORCH_INDEX`` is its alias (``ALIASES``): a spec that names either reads the other when only
+that one is set.
 """
 
 from __future__ import annotations
@@ -25,11 +27,28 @@ from envbuild._io import TOMLDecodeError, parse_toml
 from envbuild.errors import ConfigError
 from envbuild.quoting import shown, unsafe_character
 
-__all__ = ["MAX_BYTES", "TomlReader", "did_you_mean", "read_bounded", "read_toml"]
+__all__ = [
+    "ALIASES",
+    "MAX_BYTES",
+    "TomlReader",
+    "did_you_mean",
+    "read_bounded",
+    "read_toml",
+    "variables",
+]
 
 MAX_BYTES = 1 << 20  # a stack spec is a page; 1 MiB leaves room and bounds what a bad path can cost
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-)(?P<default>[^}]*))?\}")
+# one variable under two names: a spec naming either reads the other when only that one is set
+ALIASES = {"ENVBUILD_TORCH_INDEX": "TORCH_INDEX", "TORCH_INDEX": "ENVBUILD_TORCH_INDEX"}
+
+
+def variables(value: object) -> tuple[str, ...]:
+    """The environment variables a raw (unexpanded) spec string names, in order."""
+    if not isinstance(value, str):
+        return ()
+    return tuple(dict.fromkeys(m.group("name") for m in _VAR.finditer(value)))
 
 
 def did_you_mean(word: str, choices: list[str]) -> str:
@@ -63,6 +82,8 @@ class TomlReader:
         def sub(m: re.Match[str]) -> str:
             name, op, default = m.group("name"), m.group("op"), m.group("default")
             current = self.environ.get(name)
+            if current is None and name in ALIASES:
+                current = self.environ.get(ALIASES[name])
             if op == ":-" and not current:
                 return default or ""
             if op == "-" and current is None:

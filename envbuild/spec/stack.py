@@ -40,7 +40,7 @@ from packaging.version import InvalidVersion, Version
 from envbuild import events
 from envbuild.errors import ConfigError
 from envbuild.quoting import ENV_NAME
-from envbuild.spec._toml import TomlReader, did_you_mean, read_toml
+from envbuild.spec._toml import TomlReader, did_you_mean, read_toml, variables
 
 if sys.version_info >= (3, 11):
     pass
@@ -150,6 +150,9 @@ class Step:
     # packages an earlier step pinned that this step may pin at another version (canonical names);
     # without it a step must agree with every earlier step's pins (the lock and the guard hold it)
     replaces: tuple[str, ...] = ()
+    # the environment variables its index_url, extra_index_urls and find_links were expanded from
+    # (``${ENVBUILD_TORCH_INDEX-...}``): what an error about those sources names
+    source_vars: tuple[str, ...] = ()
 
     @property
     def requirements(self) -> tuple[Requirement, ...]:
@@ -728,6 +731,7 @@ def _parse_step(r: TomlReader, s: Any, i: int, warnings: list[str] | None = None
         env=env,
         env_from=env_from,
         replaces=tuple(dict.fromkeys(replaces)),
+        source_vars=tuple(dict.fromkeys(v for _, u in raw_sources for v in variables(u))),
     )
 
 

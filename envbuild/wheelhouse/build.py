@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envbuild import __version__, events
+from envbuild import __version__, events, nvidia
 from envbuild._io import atomic_write_json, sha256_file
 from envbuild.abitag import (
     format_label as local_tag,  # the one writer of the labels (the face re-exports it)
@@ -40,6 +40,9 @@ from envbuild.index.net import redact
 from envbuild.run import RunResult, run
 from envbuild.wheelhouse.repack import repack_wheel
 from envbuild.wheelhouse.spec import BuildSource, WheelSpec, parse_location
+
+if TYPE_CHECKING:
+    from envbuild.wheelhouse.requires import BuildRequires
 
 REPACK_FORMAT = 1  # bump when the repacked output changes for the same inputs
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -426,20 +429,11 @@ def _archs(spec: WheelSpec, info: Mapping[str, Any]) -> str | None:
     env = {**os.environ, **build_env(spec)}
     if env.get("TORCH_CUDA_ARCH_LIST"):
         return env["TORCH_CUDA_ARCH_LIST"]
-    if not info.get("torch_cuda") or shutil.which("nvidia-smi") is None:
+    if not info.get("torch_cuda"):
         return None
-    try:
-        out = run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture=True,
-            separate_stderr=True,
-            timeout=30,
-        )
-    except OSError:
-        return None
-    caps = (
-        sorted({c.strip() for c in (out.output or "").splitlines() if c.strip()}) if out.ok else []
-    )
+    answer = nvidia.query(("compute_cap",))
+    rows = nvidia.parse_query(answer.output, ("compute_cap",)) if answer.output else []
+    caps = sorted({r["compute_cap"] for r in rows if r["compute_cap"]})
     return "visible GPUs: " + ";".join(caps) if caps else None
 
 
@@ -514,13 +508,6 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
     why = cache_miss(opts.cache, parts, key) if opts.use_cache else None
     if why:
         events.emit("info", f"{spec.label}: not reusing the cache: {why}", spec=spec.name)
-    if target.info.get("missing"):
-        missing = target.info["missing"]
-        raise WheelhouseError(
-            f"{spec.label}: the target environment lacks build requirements: {', '.join(missing)} "
-            "(the build runs without isolation, so they must be installed there)",
-            hint=f"{target.python} -m pip install {' '.join(missing)}",
-        )
     if spec.arch_list and not target.info.get("torch_cuda"):
         raise WheelhouseError(
             f"{spec.label} builds CUDA code (arch_list {', '.join(spec.arch_list)}), but torch "
@@ -531,6 +518,13 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
         raise WheelhouseError(
             f"{spec.label} builds CUDA code, but nvcc was not found",
             hint="Install the CUDA toolkit matching torch's CUDA, or set CUDA_HOME.",
+        )
+    provided = None
+    if target.info.get("missing"):  # installed for the build, beside the target environment
+        from envbuild.wheelhouse.requires import provide
+
+        provided = provide(
+            spec.label, target.python, target.info["missing"], opts.cache, opts.environ
         )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     log = opts.out / "logs" / f"{spec.name}-{spec.version}-{stamp}.log"
@@ -544,7 +538,7 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
     )
     src = _prepare_source(spec, source, opts, work, log)
     dist = work / "dist"
-    result = _run_build(spec, target, src, dist, log)
+    result = _run_build(spec, target, src, dist, log, provided)
     built = sorted(dist.glob("*.whl"))
     if len(built) != 1:
         raise WheelhouseError(
@@ -632,7 +626,14 @@ def _prepare_source(
     return src
 
 
-def _run_build(spec: WheelSpec, target: BuildTarget, src: Path, dist: Path, log: Path) -> RunResult:
+def _run_build(
+    spec: WheelSpec,
+    target: BuildTarget,
+    src: Path,
+    dist: Path,
+    log: Path,
+    requires: BuildRequires | None = None,
+) -> RunResult:
     py = str(target.python)
     if spec.backend == "pip":
         argv = [
@@ -672,6 +673,8 @@ def _run_build(spec: WheelSpec, target: BuildTarget, src: Path, dist: Path, log:
         argv = [py, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(build_env(spec), PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    if requires is not None:
+        env = requires.env(env)
     events.emit("debug", f"build env: {redact(json.dumps(build_env(spec)))}")
 
     def on_line(line: str) -> None:

@@ -351,6 +351,55 @@ def uv_pip_list(venv: Path, env: Mapping[str, str] | None = None) -> dict[str, s
     return {str(canonicalize_name(d["name"])): d["version"] for d in json.loads(out.stdout)}
 
 
+# what an installer writes into a dist-info that names where it was installed from (the rest of
+# RECORD differs between two venvs only by their paths: a console script's shebang)
+_SAID = ("METADATA", "INSTALLER", "direct_url.json", "uv_build.json", "uv_cache.json")
+
+
+def dist_infos(venv: Path) -> dict[str, dict[str, object]]:
+    """{dist-info folder: {"files": its files (relative, sorted), and the text of each of
+    ``_SAID`` it holds}} of every distribution in ``venv``: what the differential tests compare with
+    the locker's own venv, file for file (not only names and versions)."""
+    site = next(venv.glob("lib/python3*/site-packages"))
+    out: dict[str, dict[str, object]] = {}
+    for info in sorted(site.glob("*.dist-info")):
+        got: dict[str, object] = {
+            "files": sorted(str(f.relative_to(info)) for f in info.rglob("*") if f.is_file())
+        }
+        for name in _SAID:
+            if (info / name).is_file():
+                got[name] = (info / name).read_text(encoding="utf-8", errors="replace")
+        out[info.name] = got
+    return out
+
+
+def uv_sync_dry_run(
+    folder: Path, venv: Path, argv: Sequence[str] = (), home: Path | None = None
+) -> str:
+    """What ``uv sync --frozen --dry-run ARGV`` of the project in ``folder`` says it would do to
+    ``venv`` (``UV_PROJECT_ENVIRONMENT``): "Would make no changes" when it is uv's own venv."""
+    env = installer_env(home, {"UV_PROJECT_ENVIRONMENT": str(venv)})
+    env.pop("UV_NO_CONFIG")
+    out = subprocess.run(
+        [
+            uv_bin(),
+            "sync",
+            "--frozen",
+            "--dry-run",
+            "--python",
+            str(venv / "bin" / "python"),
+            *argv,
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stderr + out.stdout
+
+
 def poetry_bin() -> Path:
     """Poetry in a cached venv (installed from PyPI once); the calling test is skipped where it does
     not install."""

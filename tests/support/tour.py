@@ -10,10 +10,21 @@ PATH as ``. .venv/bin/activate`` puts it, and HOME in a scratch folder.
 A page that has the reader write a file shows it as a fenced block with a title (``````toml
 title="trainer/stack.toml"``, which the docs site shows as the file's name): the file is written
 when the run reaches the block, and such a page's commands run in a fresh folder of the scratch
-(where the reader made theirs), not in the checkout.
+(where the reader made theirs), not in the checkout. A title with a space in it names where a
+block's commands run instead (``````sh title="on a GPU host"``): those are not run, and every
+shell block of a walked page is one or the other (``not_run``). ``. DIR/bin/activate`` (or
+``source``) is sourced as a shell would, and the commands after it run in what it set.
+
+The ``/tmp/NAME`` folders a page names are the reader's: every run (the tests and ``make
+docs-snippets`` alike) works in private folders beside them with names of the same length
+(``private_roots``), so column widths read back as the page's and no run touches another's.
+What only the machine that ran it prints (a ``notice:`` about a source that does not answer
+there, pip's word on its own configuration, a nested make's directory lines) is neither compared
+nor written into a page.
 
 - ``python -m support.tour --write README.md``: run the tour and write each block's output back
-  (``make docs-snippets``); only the checkout's path is replaced (by ``.``).
+  (``make docs-snippets``); only the checkout's path is replaced (by ``.``), and what only this
+  machine prints is left out.
 - ``check(path)`` (tests/test_tour.py): run it and compare with the file, both sides normalised
   (numbers, durations, dates, hashes, interpreter paths, the host's name in receipts): a command
   that fails or output edited by hand fails the test, a second that moved does not.
@@ -29,6 +40,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +48,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 _FENCE = re.compile(r"^```[a-z]*\n(?P<body>\$ .*?)^```\n", re.S | re.M)
-_FILE = re.compile(r'^```[a-z]*\s+title="(?P<path>[^"]+)"\n(?P<body>.*?)^```\n', re.S | re.M)
+_FILE = re.compile(r'^```[a-z]*\s+title="(?P<path>[^" ]+)"\n(?P<body>.*?)^```\n', re.S | re.M)
+_SHELL = re.compile(
+    r'^```(?:sh|bash|shell|console)(?:\s+title="(?P<title>[^"]*)")?\n(?P<body>.*?)^```\n',
+    re.S | re.M,
+)
+_SOURCE = re.compile(r"^(?:\.|source)\s+(?P<file>\S+/bin/activate)\s*$")
+_ROOT = re.compile(r"(?<![\w./-])/tmp/[A-Za-z][A-Za-z0-9_-]*")
 _EXPORT = re.compile(r"^export\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
@@ -74,8 +92,35 @@ def blocks(text: str) -> list[Block]:
     return sorted(out, key=lambda b: b.start)
 
 
-def environment(scratch: Path) -> dict[str, str]:
-    """What a reader's shell has after ``. .venv/bin/activate``, HOME in ``scratch``."""
+def commands(text: str) -> list[str]:
+    """Every ``$ `` command of the page, in order."""
+    return [st.command for b in blocks(text) for st in b.steps]
+
+
+def roots(text: str) -> list[Path]:
+    """The ``/tmp/NAME`` folders a page's commands name (the reader's: runs use private ones)."""
+    found = [m.group(0) for c in commands(text) for m in _ROOT.finditer(c)]
+    return [Path(r) for r in dict.fromkeys(found)]
+
+
+def not_run(text: str) -> list[str]:
+    """The titles of the page's shell blocks that are not run (they say where they run)."""
+    return [m.group("title") for m in _SHELL.finditer(text) if m.group("title")]
+
+
+def unmarked(text: str) -> list[str]:
+    """Shell blocks that are neither run (``$ `` commands) nor say where they run (a title): a
+    page's commands are one or the other. Each is named by its first line."""
+    return [
+        m.group("body").splitlines()[0] if m.group("body").strip() else "(empty)"
+        for m in _SHELL.finditer(text)
+        if not m.group("title") and not m.group("body").startswith("$ ")
+    ]
+
+
+def environment(scratch: Path, venv: Path | None = None) -> dict[str, str]:
+    """What a reader's shell has after ``. .venv/bin/activate`` (or another ``venv`` with
+    envbuild), HOME in ``scratch``."""
     # PIP_*/UV_* go as the tests' own set-up drops them, so that make docs-snippets and make test
     # run alike; the reader's pip.conf comes along below
     env = {
@@ -83,7 +128,7 @@ def environment(scratch: Path) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("ENVBUILD_", "PYTEST_", "PIP_", "UV_"))
     }
-    venv = REPO / ".venv"
+    venv = venv or REPO / ".venv"
     env.update(
         {
             "VIRTUAL_ENV": str(venv),
@@ -139,13 +184,14 @@ def run(
     timeout: float = 900,
     overrides: dict[str, dict[str, str]] | None = None,
     paths: Mapping[str, str] | None = None,
+    venv: Path | None = None,
 ) -> list[Block]:
     """Every command of every tour block, in order, in one environment; ``overrides`` adds variables
     to the commands that match a pattern (what a page says to set on a machine like this one);
     ``paths`` ({page's folder: private folder}, ``private_roots``) runs the commands in private
     folders and reads their output back with the page's."""
     paths = dict(paths or {})
-    env = environment(scratch)
+    env = environment(scratch, venv)
     found = blocks(text)
     cwd = REPO
     if any(b.file for b in found):
@@ -163,6 +209,9 @@ def run(
             m = _EXPORT.match(command)
             if m:
                 env[m.group("name")] = shlex.split(m.group("value"))[0] if m.group("value") else ""
+                continue
+            if _SOURCE.match(command):  # the shell's environment after sourcing it
+                env = _sourced(command, cwd, env)
                 continue
             extra = {
                 k: v
@@ -186,17 +235,28 @@ def run(
     return found
 
 
+def _sourced(command: str, cwd: Path, env: dict[str, str]) -> dict[str, str]:
+    proc = subprocess.run(
+        ["bash", "-c", f"{command} && env -0"], cwd=cwd, env=env, capture_output=True, timeout=60
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"$ {command}: exit {proc.returncode}\n{proc.stderr.decode()}")
+    pairs = (item.split("=", 1) for item in proc.stdout.decode().split("\0") if "=" in item)
+    return {k: v for k, v in pairs if k not in ("_", "SHLVL", "PWD", "OLDPWD")}
+
+
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def overrides(path: Path) -> dict[str, dict[str, str]]:
     """What a page tells a reader on a machine like this one to set, by command. your-stack.md:
-    where the PyTorch CPU index does not answer, ``TORCH_INDEX=`` (empty) for ``envbuild lock``,
-    which resolves torch by name from pip's configured sources (the mirror); the other commands
-    need nothing, since a locked file comes by sha256 from whichever configured source serves it."""
+    where the PyTorch CPU index does not answer, ``ENVBUILD_TORCH_INDEX=`` (empty) for ``envbuild
+    lock``, which resolves torch by name from pip's configured sources (the mirror), as its error
+    says; the other commands need nothing, since a locked file comes by sha256 from whichever
+    configured source serves it."""
     if path.name != "your-stack.md" or _answers(TORCH_CPU_INDEX + "/torch/"):
         return {}
-    return {r"^envbuild lock\b": {"TORCH_INDEX": ""}}
+    return {r"^envbuild lock\b": {"ENVBUILD_TORCH_INDEX": ""}}
 
 
 def _answers(url: str) -> bool:
@@ -257,18 +317,23 @@ _EXIT = re.compile(r"#\s*exit\s+(\d+)\s*$")
 
 
 def _compared(line: str) -> bool:
-    """Lines a comparison reads: not blank, not the elision mark, not a ``notice:`` (which source
-    answered depends on the machine's network: a mirror here, the named index elsewhere), not
-    pip's word on an index location of the machine's own pip configuration that has no page for
-    a name (``WARNING: Location 'file:///...' is ignored``), not a nested make's directory line
-    (there only when the page runs under ``make``)."""
+    """Lines a comparison reads: not blank, not the elision mark, not what only this machine
+    prints (``machine_only``)."""
+    text = line.strip()
+    return bool(text) and text != "..." and not machine_only(text)
+
+
+def machine_only(line: str) -> bool:
+    """What only the machine that ran a command prints, which a page never shows: a ``notice:``
+    (which source answered depends on the machine's network: a mirror here, the named index
+    elsewhere), pip's word on an index location of the machine's own pip configuration that has
+    no page for a name (``WARNING: Location 'file:///...' is ignored``), a nested make's directory
+    line (there only when the page runs under ``make``)."""
     text = line.strip()
     return (
-        bool(text)
-        and text != "..."
-        and not text.startswith("notice:")
-        and not (text.startswith("WARNING: Location '") and "is ignored" in text)
-        and not re.match(r"make\[\d+\]: (Entering|Leaving) directory ", text)  # under make or not
+        text.startswith("notice:")
+        or (text.startswith("WARNING: Location '") and "is ignored" in text)
+        or bool(re.match(r"make\[\d+\]: (Entering|Leaving) directory ", text))
     )
 
 
@@ -304,23 +369,27 @@ def write(path: Path, found: list[Block], text: str) -> str:
 def _kept(step: Step) -> list[str]:
     """This run's output as the file shows it: where the file elides (a ``...`` line), the same
     number of lines before and after it."""
+    got = [x for x in step.got if not machine_only(x)]
     marks = [i for i, x in enumerate(step.shown) if x.strip() == "..."]
     if not marks:
-        return step.got
+        return got
     head, tail = marks[0], len(step.shown) - marks[0] - 1
-    return step.got[:head] + ["..."] + (step.got[-tail:] if tail else [])
+    return got[:head] + ["..."] + (got[-tail:] if tail else [])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--write", action="store_true", help="write this run's output into the files")
-    ap.add_argument("--scratch", type=Path, default=Path("/tmp/envbuild-tour"))
+    ap.add_argument("--scratch", type=Path, help="HOME and the work folder (default: a new one)")
     args = ap.parse_args()
     bad = 0
     for path in args.files:
         text = path.read_text()
-        found = run(text, args.scratch, overrides=overrides(path))
+        with contextlib.ExitStack() as stack:
+            scratch = args.scratch or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            paths = stack.enter_context(private_roots(roots(text)))
+            found = run(text, scratch, overrides=overrides(path), paths=paths)
         problems = [
             f"$ {s.command}: exit {s.rc}\n" + "\n".join(s.got[-30:])
             for b in found

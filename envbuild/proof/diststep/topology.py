@@ -18,9 +18,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envbuild import nvidia
 from envbuild.host.preflight import parse_topo
-from envbuild.proof.smoke.gpus import parse_query
-from envbuild.run import run
 
 NVLINK_GBPS_PER_LINK = 25.0
 NCCL_EFFICIENCY = 0.75
@@ -28,14 +27,6 @@ PCIE_BUSBW_GBPS = 12.0
 FAR_BELOW = 0.5  # flagged under this fraction of the expected bus bandwidth
 
 __all__ = ["expected_busbw", "judge"]
-
-
-def _capture(argv: list[str]) -> str | None:
-    try:
-        res = run(argv, capture=True, timeout=30)
-    except (FileNotFoundError, PermissionError):
-        return None
-    return res.output if res.returncode == 0 and not res.timed_out else None
 
 
 def expected_busbw(links: Sequence[str]) -> tuple[float, str] | None:
@@ -70,21 +61,11 @@ def judge(
     here = host or os.uname().nodename
     if any(r.get("host") != here for r in ranks) or any(not r.get("gpu_uuid") for r in ranks):
         return None
-    query = (
-        query
-        if query is not None
-        else _capture(
-            [
-                "nvidia-smi",
-                "--query-gpu=index,uuid,pci.bus_id,name",
-                "--format=csv,noheader,nounits",
-            ]
-        )
-    )
-    topo = topo if topo is not None else _capture(["nvidia-smi", "topo", "-m"])
+    query = query if query is not None else nvidia.query(nvidia.LIST_FIELDS).output
+    topo = topo if topo is not None else nvidia.smi(["topo", "-m"]).output
     if not query or not topo:
         return None
-    by_uuid = {g.uuid: g.index for g in parse_query(query)}
+    by_uuid = {g.uuid: g.index for g in nvidia.gpus_of(query)}
     indices = sorted({by_uuid[r["gpu_uuid"]] for r in ranks if r["gpu_uuid"] in by_uuid})
     if len(indices) < 2:
         return None

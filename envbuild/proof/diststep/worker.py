@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -544,8 +545,26 @@ def choose_layout(world: int, dp: int, tp: int, ep: int) -> tuple[int, int, int]
     return dp, tp, ep
 
 
-def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
-    args = parse_args(argv)
+@dataclass
+class Rank:
+    """Who and where this process is: its rank, its device, its process group's backend."""
+
+    rank: int
+    world: int
+    local_rank: int
+    dev: torch.device
+    use_cuda: bool
+    beat: Heartbeat
+    t_start: float
+    t_init: float = 0.0
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.use_cuda else "gloo"
+
+
+def start(args: argparse.Namespace) -> Rank:
+    """This rank's device and process group (NCCL on its GPU, else gloo on the CPU)."""
     # DTensor logs a warning per multi-dim redistribute (grad norms over two meshes): harmless here
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     t_start = time.perf_counter()
@@ -562,19 +581,34 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         torch.backends.cudnn.allow_tf32 = False
     else:
         dev = torch.device("cpu")
-    backend = "nccl" if use_cuda else "gloo"
+    me = Rank(rank, world, local_rank, dev, use_cuda, beat, t_start)
     dist.init_process_group(
-        backend, timeout=timedelta(minutes=5), **({"device_id": dev} if use_cuda else {})
+        me.backend, timeout=timedelta(minutes=5), **({"device_id": dev} if use_cuda else {})
     )
-    t_init = time.perf_counter() - t_start
-    beat.phase("reference (single process)")
+    me.t_init = time.perf_counter() - t_start
+    return me
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The mesh and the model's sizes for this world, and the tolerances of the comparison."""
+
+    dp: int
+    tp: int
+    ep: int
+    n_experts: int
+    heads: int
+    dim: int
+    dtype_tol: dict[str, float]
+    route_tol: float
+
+
+def shape_of(args: argparse.Namespace, world: int) -> Shape:
+    """The layout (``choose_layout``) and the model that fits it."""
     dp, tp, ep = choose_layout(world, args.dp, args.tp, args.ep)
-    n_experts = 8 if 8 % ep == 0 else 2 * ep
     heads = 8 if 8 % tp == 0 else tp
-    dim = max(args.dim, heads * 8)
     if args.seq % tp:
         raise SystemExit(f"--seq {args.seq} must divide by tp = {tp}")
-    gloo = backend == "gloo"
     # bf16 params: the sharded run rounds at other points than the fp32 reference (reduction
     # order over TP/EP ranks); after 5 Adam steps weights drift by ~0.07 on 2x H200 (measured).
     dtype_tol = (
@@ -582,41 +616,104 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         if args.bf16
         else {"loss": 1e-4, "grad_norm": 1e-4, "weights": 2e-3}
     )
-    # A flipped top-k choice is a near tie when the router preferred its own experts by less than
-    # this (summed probabilities): the rounding noise of the router's logits, ~1e-6 in fp32 here.
-    route_tol = 1e-2 if args.bf16 else 1e-4
+    return Shape(
+        dp=dp,
+        tp=tp,
+        ep=ep,
+        n_experts=8 if 8 % ep == 0 else 2 * ep,
+        heads=heads,
+        dim=max(args.dim, heads * 8),
+        dtype_tol=dtype_tol,
+        # A flipped top-k choice is a near tie when the router preferred its own experts by less
+        # than this (summed probabilities): the rounding noise of the router's logits, ~1e-6 in
+        # fp32 here.
+        route_tol=1e-2 if args.bf16 else 1e-4,
+    )
 
-    torch.manual_seed(args.seed)
-    base = Transformer(256, dim, heads, 4 * dim, n_experts, 2).to(dev)
-    ref = copy.deepcopy(base)
-    model = base
-    g = torch.Generator().manual_seed(args.seed + 1)
-    data = torch.randint(0, 256, (dp * args.batch, args.seq + 1), generator=g).to(dev)
-    x_all, y_all = data[:, :-1], data[:, 1:]
 
-    # -- the unsharded reference on the global batch
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    ref_losses, ref_norms = [], []
-    ref_moes = [b.feed_forward for b in ref.layers if b.is_moe]
-    ref_routes: list[list[torch.Tensor]] = []  # [step][moe layer] -> (global batch, seq, top_k)
+@dataclass
+class Reference:
+    """The unsharded model trained on the global batch: losses, grad norms, expert choices."""
+
+    model: Transformer
+    losses: list[float] = field(default_factory=list)
+    norms: list[float] = field(default_factory=list)
+    routes: list[list[torch.Tensor]] = field(default_factory=list)  # [step][moe] -> (B, S, k)
+
+
+def reference_run(
+    args: argparse.Namespace, ref: Transformer, x_all: torch.Tensor, y_all: torch.Tensor
+) -> Reference:
+    """``args.steps`` AdamW steps of the unsharded copy on the global batch."""
+    out = Reference(ref)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    moes = [b.feed_forward for b in ref.layers if b.is_moe]
     for _ in range(args.steps):
-        ref_opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)
         loss = ce_loss(ref(x_all), y_all)
-        ref_routes.append(
-            [m.last_expert.view(x_all.shape[0], x_all.shape[1], -1) for m in ref_moes]
-        )
+        out.routes.append([m.last_expert.view(x_all.shape[0], x_all.shape[1], -1) for m in moes])
         loss.backward()
         norm = grad_norm(list(ref.parameters()))
         clip_(list(ref.parameters()), norm, 1.0)
-        ref_opt.step()
-        ref_losses.append(float(loss.detach()))
-        ref_norms.append(float(norm))
+        opt.step()
+        out.losses.append(float(loss.detach()))
+        out.norms.append(float(norm))
+    return out
 
-    # -- the sharded model: TP/SP -> EP -> FSDP2 bottom-up
-    beat.phase("device mesh and sharding")
-    mdev = dev.type
-    dense = init_device_mesh(mdev, (dp, tp), mesh_dim_names=("dp", "tp"))
-    sparse = init_device_mesh(mdev, (world // ep, ep), mesh_dim_names=("efsdp", "ep"))
+
+@dataclass
+class Sharded:
+    """The model sharded TP/SP -> EP -> FSDP2, its optimizer, and this rank's part of the batch."""
+
+    model: Transformer
+    params: list[nn.Parameter]
+    opt: torch.optim.Optimizer
+    moes: list[MoE]
+    dp: int
+    dp_rank: int
+    tp_rank: int
+    batch: int
+    s_local: int
+    dp_group: Any
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def use_reference_routing(self, routes: list[torch.Tensor] | None) -> None:
+        """This rank's tokens (its dp batch, its sequence shard) routed as the reference did
+        (None: the model routes by itself)."""
+        b, s = self.dp_rank * self.batch, self.tp_rank * self.s_local
+        for m, route in zip(self.moes, routes or [None] * len(self.moes), strict=True):
+            m.route = (
+                None
+                if route is None
+                else route[b : b + self.batch, s : s + self.s_local].reshape(-1, route.shape[-1])
+            )
+
+    def global_loss(self, loss: torch.Tensor) -> float:
+        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        value = value.detach().float().reshape(1).clone()
+        dist.all_reduce(value, group=self.dp_group)
+        return float(value.item()) / self.dp
+
+    def eval_loss(self) -> float:
+        with torch.no_grad(), loss_parallel():
+            return self.global_loss(ce_loss(self.model(self.x), self.y))
+
+
+def shard(
+    args: argparse.Namespace,
+    me: Rank,
+    shape: Shape,
+    model: Transformer,
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+) -> Sharded:
+    """TP/SP on the dense mesh, EP on the sparse one, then FSDP2 bottom-up."""
+    mdev = me.dev.type
+    dense = init_device_mesh(mdev, (shape.dp, shape.tp), mesh_dim_names=("dp", "tp"))
+    sparse = init_device_mesh(
+        mdev, (me.world // shape.ep, shape.ep), mesh_dim_names=("efsdp", "ep")
+    )
     apply_tp_sp(model, dense["tp"])
     moe_blocks = [b for b in model.layers if b.is_moe]
     for blk in moe_blocks:
@@ -627,7 +724,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     for blk in model.layers:
         if blk.is_moe:
             fully_shard(blk.feed_forward.experts, mesh=sparse["efsdp"], mp_policy=mp)
-            set_divide_factor(blk.feed_forward.experts, dp, sparse["efsdp"].size(), gloo)
+            set_divide_factor(
+                blk.feed_forward.experts, shape.dp, sparse["efsdp"].size(), me.backend == "gloo"
+            )
         fully_shard(blk, mesh=dense["dp"], mp_policy=mp)
     fully_shard(model, mesh=dense["dp"], mp_policy=mp)
     expert_ids = {id(p) for b in moe_blocks for p in b.feed_forward.experts.parameters()}
@@ -635,88 +734,98 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
     dense_params = [p for p in params if id(p) not in expert_ids]
     expert_params = [p for p in params if id(p) in expert_ids]
     groups = [{"params": dense_params}] + ([{"params": expert_params}] if expert_params else [])
-    opt = torch.optim.AdamW(groups, lr=1e-2)
-
     dp_rank = dense["dp"].get_local_rank()
-    x = x_all[dp_rank * args.batch : (dp_rank + 1) * args.batch]
-    y = y_all[dp_rank * args.batch : (dp_rank + 1) * args.batch]
-    dp_group = dense["dp"].get_group()
-    tp_rank, s_local = dense["tp"].get_local_rank(), args.seq // tp
-    moes = [b.feed_forward for b in moe_blocks]
+    rows = slice(dp_rank * args.batch, (dp_rank + 1) * args.batch)
+    return Sharded(
+        model=model,
+        params=params,
+        opt=torch.optim.AdamW(groups, lr=1e-2),
+        moes=[b.feed_forward for b in moe_blocks],
+        dp=shape.dp,
+        dp_rank=dp_rank,
+        tp_rank=dense["tp"].get_local_rank(),
+        batch=args.batch,
+        s_local=args.seq // shape.tp,
+        dp_group=dense["dp"].get_group(),
+        x=x_all[rows],
+        y=y_all[rows],
+    )
 
-    def use_reference_routing(step: int | None) -> None:
-        """This rank's tokens (its dp batch, its sequence shard) routed as the reference did."""
-        for m, route in zip(
-            moes, ref_routes[step] if step is not None else [None] * len(moes), strict=True
-        ):
-            m.route = (
-                None
-                if route is None
-                else route[
-                    dp_rank * args.batch : (dp_rank + 1) * args.batch,
-                    tp_rank * s_local : (tp_rank + 1) * s_local,
-                ].reshape(-1, route.shape[-1])
-            )
 
-    def global_loss(loss: torch.Tensor) -> float:
-        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
-        value = value.detach().float().reshape(1).clone()
-        dist.all_reduce(value, group=dp_group)
-        return float(value.item()) / dp
+@dataclass
+class Trained:
+    """What the sharded steps gave: global losses, grad norms, step times, peak memory."""
 
-    def eval_loss() -> float:
-        with torch.no_grad(), loss_parallel():
-            return global_loss(ce_loss(model(x), y))
+    losses: list[float]
+    norms: list[float]
+    step_times: list[float]
+    peak: dict[str, float]
 
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
+
+def train(args: argparse.Namespace, me: Rank, s: Sharded, ref: Reference) -> Trained:
+    """The sharded steps, each routed as the reference's same step."""
+    if me.dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(me.dev)
     losses, norms, step_times = [], [], []
     for step in range(args.steps):
-        beat.phase(f"step {step + 1}/{args.steps}")
-        use_reference_routing(step)
-        sync(dev)
+        me.beat.phase(f"step {step + 1}/{args.steps}")
+        s.use_reference_routing(ref.routes[step])
+        sync(me.dev)
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
+        s.opt.zero_grad(set_to_none=True)
         with loss_parallel():
-            loss = ce_loss(model(x), y)
+            loss = ce_loss(s.model(s.x), s.y)
             loss.backward()
-        norm = grad_norm(params)
-        clip_(params, norm, 1.0)
-        opt.step()
-        sync(dev)
+        norm = grad_norm(s.params)
+        clip_(s.params, norm, 1.0)
+        s.opt.step()
+        sync(me.dev)
         step_times.append(time.perf_counter() - t0)
-        losses.append(global_loss(loss))
+        losses.append(s.global_loss(loss))
         norms.append(float(norm))
-    peak = peak_memory_mb(dev)
-    use_reference_routing(None)  # from here on the model routes by itself
-    beat.phase("parity and routing")
-    flips = torch.tensor([float(sum(m.flips for m in moes)), 0.0], device=dev)
+    peak = peak_memory_mb(me.dev)
+    s.use_reference_routing(None)  # from here on the model routes by itself
+    return Trained(losses, norms, step_times, peak)
+
+
+def routing_report(args: argparse.Namespace, me: Rank, s: Sharded, shape: Shape) -> dict[str, Any]:
+    """Where the sharded routers' own top-k differed from the reference's, over every rank."""
+    flips = torch.tensor([float(sum(m.flips for m in s.moes)), 0.0], device=me.dev)
     dist.all_reduce(flips)
-    flip_gap = torch.tensor([max([m.flip_gap for m in moes] or [0.0])], device=dev)
+    flip_gap = torch.tensor([max([m.flip_gap for m in s.moes] or [0.0])], device=me.dev)
     dist.all_reduce(flip_gap, op=dist.ReduceOp.MAX)
-    routing = {
-        "tokens_routed": args.steps * len(moes) * dp * args.batch * args.seq,
+    return {
+        "tokens_routed": args.steps * len(s.moes) * shape.dp * args.batch * args.seq,
         "flips": int(flips[0].item()),
         "max_flip_gap": float(flip_gap.item()),
-        "tolerance": route_tol,
+        "tolerance": shape.route_tol,
         "note": (
             "the sharded run used the reference's expert choices; flips are where its own top-k "
             "differed, and by how much its router preferred its own choice"
         ),
     }
 
-    # -- parity with the reference: losses, grad norms, final weights
+
+def parity(s: Sharded, ref: Reference, run: Trained, tol: dict[str, float]) -> dict[str, Any]:
+    """The sharded run against the reference: losses, grad norms, final weights."""
     full = {}
-    for name, p in model.named_parameters():
+    for name, p in s.model.named_parameters():
         full[name] = (p.full_tensor() if isinstance(p, DTensor) else p).detach()
-    ref_params = dict(ref.named_parameters())
+    ref_params = dict(ref.model.named_parameters())
     weight_diff = max(
         float((full[n].float() - ref_params[n].detach().float()).abs().max()) for n in full
     )
-    loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses, strict=True))
-    norm_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(norms, ref_norms, strict=True))
+    pairs = zip(run.norms, ref.norms, strict=True)
+    return {
+        "max_loss_diff": max(abs(a - b) for a, b in zip(run.losses, ref.losses, strict=True)),
+        "max_grad_norm_rel_diff": max(abs(a - b) / max(abs(b), 1e-12) for a, b in pairs),
+        "max_weight_abs_diff": weight_diff,
+        "tolerance": tol,
+    }
 
-    # -- DCP round trip: save, perturb (one more step), load, compare eval loss bit for bit
+
+def checkpoint_roundtrip(args: argparse.Namespace, s: Sharded) -> dict[str, float]:
+    """DCP save, perturb (one more step), load: the eval loss must come back bit for bit."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
@@ -725,126 +834,96 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         set_optimizer_state_dict,
     )
 
-    beat.phase("checkpoint (DCP save, perturb, load)")
-    before = eval_loss()
+    before = s.eval_loss()
     t0 = time.perf_counter()
     dcp.save(
-        {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
+        {"model": get_model_state_dict(s.model), "optim": get_optimizer_state_dict(s.model, s.opt)},
         checkpoint_id=args.ckpt_dir,
     )
     t_save = time.perf_counter() - t0
-    opt.zero_grad(set_to_none=True)
+    s.opt.zero_grad(set_to_none=True)
     with loss_parallel():
-        ce_loss(model(x), y).backward()
-    opt.step()
-    perturbed = eval_loss()
+        ce_loss(s.model(s.x), s.y).backward()
+    s.opt.step()
+    perturbed = s.eval_loss()
     t0 = time.perf_counter()
-    sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
+    sd = {"model": get_model_state_dict(s.model), "optim": get_optimizer_state_dict(s.model, s.opt)}
     dcp.load(sd, checkpoint_id=args.ckpt_dir)
-    set_model_state_dict(model, sd["model"])
-    set_optimizer_state_dict(model, opt, sd["optim"])
+    set_model_state_dict(s.model, sd["model"])
+    set_optimizer_state_dict(s.model, s.opt, sd["optim"])
     t_load = time.perf_counter() - t0
-    after = eval_loss()
-
-    bw_mb = args.bw_mb if args.bw_mb >= 0 else (1024.0 if use_cuda else 8.0)
-    beat.phase("all-reduce bandwidth probe")
-    bw = bus_bandwidth(dev, world, bw_mb, args.bw_iters)
-    beat.phase("gather results")
-
-    me = {
-        "rank": rank,
-        "local_rank": local_rank,
-        "host": os.uname().nodename,
-        "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
-        "gpu_uuid": f"GPU-{torch.cuda.get_device_properties(dev).uuid}" if use_cuda else None,
-        "step_seconds": step_times,
-        "peak_memory": peak,
-        "timeline": beat.timeline,
+    return {
+        "eval_loss_saved": before,
+        "eval_loss_perturbed": perturbed,
+        "eval_loss_loaded": s.eval_loss(),
+        "save_seconds": t_save,
+        "load_seconds": t_load,
     }
-    everyone: list[Any] = [None] * world  # all_gather_object fills it with each rank's `me`
-    dist.all_gather_object(everyone, me)
 
-    checks = {
+
+def gather_ranks(me: Rank, run: Trained) -> list[Any]:
+    """Every rank's own facts (host, device, step times, memory, timeline), on every rank."""
+    mine = {
+        "rank": me.rank,
+        "local_rank": me.local_rank,
+        "host": os.uname().nodename,
+        "device": torch.cuda.get_device_name(me.dev) if me.use_cuda else "cpu",
+        "gpu_uuid": (
+            f"GPU-{torch.cuda.get_device_properties(me.dev).uuid}" if me.use_cuda else None
+        ),
+        "step_seconds": run.step_times,
+        "peak_memory": run.peak,
+        "timeline": me.beat.timeline,
+    }
+    everyone: list[Any] = [None] * me.world  # all_gather_object fills it with each rank's facts
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def verdicts(
+    run: Trained, par: dict[str, Any], routing: dict[str, Any], ckpt: dict[str, float]
+) -> dict[str, bool]:
+    """The run's checks, each true or false."""
+    tol = par["tolerance"]
+    losses = run.losses
+    return {
         "loss_finite": all(math.isfinite(v) for v in losses),
         "loss_decreasing": losses[-1] < losses[0] if len(losses) > 1 else True,
         "matches_reference": (
-            loss_diff <= dtype_tol["loss"]
-            and norm_rel <= dtype_tol["grad_norm"]
-            and weight_diff <= dtype_tol["weights"]
+            par["max_loss_diff"] <= tol["loss"]
+            and par["max_grad_norm_rel_diff"] <= tol["grad_norm"]
+            and par["max_weight_abs_diff"] <= tol["weights"]
         ),
-        "routing_matches_reference": routing["max_flip_gap"] <= route_tol,
-        "checkpoint_roundtrip_exact": after == before and perturbed != before,
+        "routing_matches_reference": routing["max_flip_gap"] <= routing["tolerance"],
+        "checkpoint_roundtrip_exact": (
+            ckpt["eval_loss_loaded"] == ckpt["eval_loss_saved"]
+            and ckpt["eval_loss_perturbed"] != ckpt["eval_loss_saved"]
+        ),
     }
-    steady = step_times[1:] or step_times
-    result = {
-        "ok": all(checks.values()),
-        "checks": checks,
-        "backend": backend,
-        "world_size": world,
-        "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
-        "mesh": {"dp": dp, "tp": tp, "ep": ep, "efsdp": world // ep, "experts": n_experts},
-        "model": {
-            "vocab": 256,
-            "dim": dim,
-            "heads": heads,
-            "layers": 2,
-            "seq": args.seq,
-            "batch_per_dp_rank": args.batch,
-            "dtype": "bf16" if args.bf16 else "fp32",
-        },
-        "losses": losses,
-        "reference_losses": ref_losses,
-        "grad_norms": norms,
-        "reference_grad_norms": ref_norms,
-        "parity": {
-            "max_loss_diff": loss_diff,
-            "max_grad_norm_rel_diff": norm_rel,
-            "max_weight_abs_diff": weight_diff,
-            "tolerance": dtype_tol,
-        },
-        "routing": routing,
-        "checkpoint": {
-            "eval_loss_saved": before,
-            "eval_loss_perturbed": perturbed,
-            "eval_loss_loaded": after,
-            "save_seconds": t_save,
-            "load_seconds": t_load,
-        },
-        "allreduce": bw,
-        "timing": {
-            "init_seconds": t_init,
-            "first_step_seconds": step_times[0],
-            "steady_step_seconds": sum(steady) / len(steady),
-            "steady_step_max_seconds": max(steady),
-        },
-        "ranks": everyone,
-        "versions": {
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
-            "python": sys.version.split()[0],
-        },
-        "env": {k: os.environ.get(k) for k in BASELINE_KEYS},
-        "wall_seconds": time.perf_counter() - t_start,
-    }
-    if local_rank == 0:
+
+
+def write_result(args: argparse.Namespace, me: Rank, result: dict[str, Any]) -> None:
+    """The JSON result (each node's local rank 0) and rank 0's one ``ENVBUILD_DIST_RESULT``
+    line on stdout."""
+    if me.local_rank == 0:
         tmp = f"{args.out}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
         os.replace(tmp, args.out)
-    if rank == 0:
-        print(
-            "ENVBUILD_DIST_RESULT "
-            + json.dumps({"ok": result["ok"], "checks": checks, "losses": losses}),
-            flush=True,
-        )
-    beat.phase("final barrier")
+    if me.rank == 0:
+        said = {"ok": result["ok"], "checks": result["checks"], "losses": result["losses"]}
+        print("ENVBUILD_DIST_RESULT " + json.dumps(said), flush=True)
+
+
+def finish(args: argparse.Namespace, me: Rank, ok: bool) -> int:
+    """The last barrier and the teardown; the exit status."""
+    me.beat.phase("final barrier")
     dist.barrier()
-    beat.phase("done")
-    if rank == 0:
+    me.beat.phase("done")
+    if me.rank == 0:
         shutil.rmtree(args.ckpt_dir, ignore_errors=True)
-    code = 0 if result["ok"] else 1
-    if gloo:
+    code = 0 if ok else 1
+    if me.backend == "gloo":
         # gloo's teardown with several sub-groups can abort ("terminate called without an active
         # exception") after all the work is done: leave without it, the result is written.
         sys.stdout.flush()
@@ -852,6 +931,100 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear story
         os._exit(code)
     dist.destroy_process_group()
     return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One rank's run: the reference, the sharded steps, the comparison, the checkpoint round trip
+    and the bandwidth probe; the result written, then the exit status (0: every check passed)."""
+    args = parse_args(argv)
+    me = start(args)
+    me.beat.phase("reference (single process)")
+    shape = shape_of(args, me.world)
+    torch.manual_seed(args.seed)
+    model = Transformer(256, shape.dim, shape.heads, 4 * shape.dim, shape.n_experts, 2).to(me.dev)
+    ref_model = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    data = torch.randint(0, 256, (shape.dp * args.batch, args.seq + 1), generator=g).to(me.dev)
+    x_all, y_all = data[:, :-1], data[:, 1:]
+    ref = reference_run(args, ref_model, x_all, y_all)
+
+    me.beat.phase("device mesh and sharding")
+    sharded = shard(args, me, shape, model, x_all, y_all)
+    run = train(args, me, sharded, ref)
+    me.beat.phase("parity and routing")
+    routing = routing_report(args, me, sharded, shape)
+    par = parity(sharded, ref, run, shape.dtype_tol)
+    me.beat.phase("checkpoint (DCP save, perturb, load)")
+    ckpt = checkpoint_roundtrip(args, sharded)
+    bw_mb = args.bw_mb if args.bw_mb >= 0 else (1024.0 if me.use_cuda else 8.0)
+    me.beat.phase("all-reduce bandwidth probe")
+    bw = bus_bandwidth(me.dev, me.world, bw_mb, args.bw_iters)
+    me.beat.phase("gather results")
+    everyone = gather_ranks(me, run)
+    checks = verdicts(run, par, routing, ckpt)
+    measured = {"parity": par, "routing": routing, "checkpoint": ckpt, "allreduce": bw}
+    result = result_document(args, me, shape, ref, run, checks, measured, everyone)
+    write_result(args, me, result)
+    return finish(args, me, result["ok"])
+
+
+def result_document(
+    args: argparse.Namespace,
+    me: Rank,
+    shape: Shape,
+    ref: Reference,
+    run: Trained,
+    checks: dict[str, bool],
+    measured: dict[str, Any],
+    ranks: list[Any],
+) -> dict[str, Any]:
+    """The one JSON result: the verdict and its checks, the layout, the losses against the
+    reference's, ``measured`` (parity, routing, checkpoint, all-reduce), timings, every rank's
+    facts, versions and the NCCL/allocator environment."""
+    steady = run.step_times[1:] or run.step_times
+    return {
+        "ok": all(checks.values()),
+        "checks": checks,
+        "backend": me.backend,
+        "world_size": me.world,
+        "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)),
+        "mesh": {
+            "dp": shape.dp,
+            "tp": shape.tp,
+            "ep": shape.ep,
+            "efsdp": me.world // shape.ep,
+            "experts": shape.n_experts,
+        },
+        "model": {
+            "vocab": 256,
+            "dim": shape.dim,
+            "heads": shape.heads,
+            "layers": 2,
+            "seq": args.seq,
+            "batch_per_dp_rank": args.batch,
+            "dtype": "bf16" if args.bf16 else "fp32",
+        },
+        "losses": run.losses,
+        "reference_losses": ref.losses,
+        "grad_norms": run.norms,
+        "reference_grad_norms": ref.norms,
+        **measured,
+        "timing": {
+            "init_seconds": me.t_init,
+            "first_step_seconds": run.step_times[0],
+            "steady_step_seconds": sum(steady) / len(steady),
+            "steady_step_max_seconds": max(steady),
+        },
+        "ranks": ranks,
+        "versions": {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if me.use_cuda else None,
+            "python": sys.version.split()[0],
+        },
+        "env": {k: os.environ.get(k) for k in BASELINE_KEYS},
+        "wall_seconds": time.perf_counter() - me.t_start,
+    }
 
 
 if __name__ == "__main__":

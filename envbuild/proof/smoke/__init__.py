@@ -24,7 +24,8 @@ from typing import Any
 
 from envbuild import events
 from envbuild.errors import PreflightError, VerifyError
-from envbuild.proof.smoke.gpus import SmokeGPU, load_gpus, slow_findings, worker_env
+from envbuild.nvidia import GPU
+from envbuild.proof.smoke.gpus import load_gpus, slow_findings, worker_env
 from envbuild.run import run
 
 CHECKS_SCRIPT = Path(__file__).resolve().parent / "checks.py"
@@ -131,7 +132,7 @@ def run_smoke(
     log_file: Path | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 900.0,
-    gpus: Sequence[SmokeGPU] = (),
+    gpus: Sequence[GPU] = (),
     slow_margin: float | None = None,
 ) -> SmokeResult:
     """Run the checks with ``python`` (``only``: these checks; ``imports``: also import each of
@@ -157,7 +158,7 @@ def run_smoke(
             argv += ["--import", dist]
         if quick:
             argv.append("--quick")
-        jobs: list[SmokeGPU | None] = [*gpus] if gpus else [None]
+        jobs: list[GPU | None] = [*gpus] if gpus else [None]
         parent: list[list[Any]] = []
         loads = _start_loads(python, base, load_gpus(base, list(gpus)))
         outcomes: dict[int, _Outcome] = {}
@@ -235,7 +236,7 @@ def run_smoke(
     )
 
 
-_THIS_HOST = SmokeGPU(0, "", "", "the SmokeGPU CUDA sees first")
+_THIS_HOST = GPU(0, "", "", "the GPU CUDA sees first")
 _emit_lock = threading.Lock()
 
 
@@ -282,7 +283,7 @@ class _Outcome:
 class _Job:
     python: Path
     argv: list[str]
-    gpu: SmokeGPU | None
+    gpu: GPU | None
     env: dict[str, str]
     log_file: Path | None
     timeout: float
@@ -339,7 +340,7 @@ class _Job:
         return _Outcome(doc, res.returncode, res.tail, None, seconds, self.log_file)
 
 
-def _gpu_result(gpu: SmokeGPU, o: _Outcome) -> dict[str, Any]:
+def _gpu_result(gpu: GPU, o: _Outcome) -> dict[str, Any]:
     return {
         **gpu.to_json(),
         "ok": o.ok,
@@ -353,7 +354,7 @@ def _gpu_result(gpu: SmokeGPU, o: _Outcome) -> dict[str, Any]:
     }
 
 
-def merge_checks(results: Sequence[_Outcome], gpus: Sequence[SmokeGPU]) -> list[dict[str, Any]]:
+def merge_checks(results: Sequence[_Outcome], gpus: Sequence[GPU]) -> list[dict[str, Any]]:
     """One result per check for every GPU: where it failed on any, the first failure (with
     ``failed_gpus``), else the first GPU's; each names its GPU (``gpu``). One worker: its own."""
     if not gpus:
@@ -375,7 +376,7 @@ def merge_checks(results: Sequence[_Outcome], gpus: Sequence[SmokeGPU]) -> list[
 
 
 def _start_loads(
-    python: Path, base: dict[str, str], targets: Sequence[SmokeGPU]
+    python: Path, base: dict[str, str], targets: Sequence[GPU]
 ) -> list[subprocess.Popen[str]]:
     """The planted competing loads (``ENVBUILD_SMOKE_LOAD_GPUS``), running before this returns."""
     procs = []

@@ -1,10 +1,10 @@
 """The GPUs smoke runs on, one worker process each, and the comparison that names a slow one.
 
-``visible_gpus`` lists them (index, UUID, PCI bus id, name: from the driver's
-``/proc/driver/nvidia/gpus``, read in microseconds, else ``nvidia-smi``; ``CUDA_VISIBLE_DEVICES``
-narrows the list as it narrows CUDA's); ``select`` applies ``--gpus``. Each worker sees its GPU
-alone (``CUDA_VISIBLE_DEVICES=<UUID>``: no ordering between CUDA's and nvidia-smi's to get
-wrong) and runs every check there; the Triton and inductor caches are the data root's, shared.
+``visible_gpus`` lists them (``envbuild.nvidia.visible_gpus``: index, UUID, PCI bus id, name;
+``CUDA_VISIBLE_DEVICES`` narrows the list as it narrows CUDA's); ``select`` applies ``--gpus``.
+Each worker sees its GPU alone (``CUDA_VISIBLE_DEVICES=<UUID>``: no ordering between CUDA's and
+nvidia-smi's to get wrong) and runs every check there; the Triton and inductor caches are the data
+root's, shared.
 
 ``slow_findings`` compares each timed check (a measured TFLOP/s: matmul, the attention kernels)
 across the GPUs: one more than the margin below the median of its peers is slow. With one GPU,
@@ -26,12 +26,11 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from envbuild import nvidia
 from envbuild.errors import PreflightError
-from envbuild.run import run
+from envbuild.nvidia import GPU
 
 PERTURB_GPUS_ENV = "ENVBUILD_SMOKE_PERTURB_GPUS"
 LOAD_GPUS_ENV = "ENVBUILD_SMOKE_LOAD_GPUS"
@@ -41,14 +40,10 @@ DEFAULT_SLOW_MARGIN = 0.10
 # An 8192^3 bf16 matmul reaches 78-81% of the datasheet rate on healthy H100 and H200 here
 # (device KINDS.md, bench/results-gpu-*): a lone GPU is compared with 75% of its datasheet.
 EXPECTED_MATMUL_FRACTION = 0.75
-_QUERY = "index,uuid,pci.bus_id,name"
-PROC_GPUS = "/proc/driver/nvidia/gpus"
-PROC_GPUS_ENV = "ENVBUILD_SMOKE_PROC_GPUS"  # another folder in its place: the tests' ("-": none)
 PEERS = "median of its peers"
 
 __all__ = [
     "DEFAULT_SLOW_MARGIN",
-    "SmokeGPU",
     "parse_gpu_list",
     "select",
     "slow_findings",
@@ -57,127 +52,17 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class SmokeGPU:
-    """One GPU a worker runs on (``fake``: the CPU standing in for it)."""
-
-    index: int  # nvidia-smi's index
-    uuid: str
-    bus_id: str  # PCI bus id
-    name: str
-    fake: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"GPU {self.index}"
-
-    def describe(self) -> str:
-        return f"GPU {self.index} ({self.name}, {self.uuid}, PCI {self.bus_id})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "bus_id": self.bus_id,
-            "name": self.name,
-            **({"fake": True} if self.fake else {}),
-        }
-
-
-def parse_query(text: str) -> list[SmokeGPU]:
-    """``nvidia-smi --query-gpu=index,uuid,pci.bus_id,name --format=csv,noheader,nounits``."""
-    gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",", 3)]
-        if len(parts) == 4 and parts[0].isdigit():
-            gpus.append(SmokeGPU(int(parts[0]), parts[1], parts[2], parts[3]))
-    return gpus
-
-
-def visible_gpus(env: Mapping[str, str] | None = None) -> list[SmokeGPU]:
-    """The GPUs this process may use (``proc_gpus``, else nvidia-smi's), narrowed by
-    ``CUDA_VISIBLE_DEVICES`` (indices or UUID prefixes); [] without a GPU.
-    ``ENVBUILD_SMOKE_FAKE_GPUS=N`` gives N stand-ins."""
+def visible_gpus(env: Mapping[str, str] | None = None) -> list[GPU]:
+    """The GPUs this process may use (``nvidia.visible_gpus``); ``ENVBUILD_SMOKE_FAKE_GPUS=N``
+    gives N stand-ins."""
     env = os.environ if env is None else env
     fake = env.get(FAKE_GPUS_ENV, "").strip()
     if fake.isdigit() and int(fake) > 0:
         return [
-            SmokeGPU(i, f"FAKE-GPU-{i}", f"fake:{i:02x}", "CPU standing in for a GPU", fake=True)
+            GPU(i, f"FAKE-GPU-{i}", f"fake:{i:02x}", "CPU standing in for a GPU", fake=True)
             for i in range(int(fake))
         ]
-    listed = proc_gpus(Path(env.get(PROC_GPUS_ENV) or PROC_GPUS))
-    if listed is not None:
-        return narrow(listed, env.get("CUDA_VISIBLE_DEVICES"))
-    try:
-        res = run(
-            ["nvidia-smi", f"--query-gpu={_QUERY}", "--format=csv,noheader,nounits"],
-            capture=True,
-            timeout=30,
-            env=env,
-        )
-    except (FileNotFoundError, PermissionError):
-        return []
-    if res.returncode != 0 or res.timed_out:
-        return []
-    return narrow(parse_query(res.output or ""), env.get("CUDA_VISIBLE_DEVICES"))
-
-
-def proc_gpus(folder: Path, dev: Path = Path("/dev")) -> list[SmokeGPU] | None:
-    """The GPUs the NVIDIA driver lists under ``/proc/driver/nvidia/gpus`` (one folder per GPU,
-    its ``information``: model, UUID, bus location, device minor), in PCI bus order as nvidia-smi
-    numbers them, those whose ``/dev/nvidia<minor>`` this process may open (a container's own);
-    None where the folder is not there or a GPU's file lacks one of these (nvidia-smi then). Read
-    in microseconds, where ``nvidia-smi`` takes 0.1-1 s and opens every GPU."""
-    try:
-        entries = sorted(p for p in folder.iterdir() if (p / "information").is_file())
-    except OSError:
-        return None
-    found: list[tuple[str, str, str]] = []
-    for entry in entries:
-        try:
-            text = (entry / "information").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-        info = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines())}
-        uuid, bus, model = info.get("GPU UUID", ""), info.get("Bus Location", ""), info.get("Model")
-        minor = info.get("Device Minor", "")
-        if not uuid.startswith("GPU-") or not bus or not model or not minor.isdigit():
-            return None
-        if info.get("GPU Excluded", "No").lower().startswith("yes"):
-            continue
-        if os.access(dev / f"nvidia{minor}", os.R_OK | os.W_OK):
-            found.append((_bus_key(bus), uuid, model))
-    if not entries:
-        return None
-    found.sort()
-    return [SmokeGPU(i, uuid, bus, model) for i, (bus, uuid, model) in enumerate(found)]
-
-
-def _bus_key(bus: str) -> str:
-    """A PCI bus id as nvidia-smi writes it: an 8-digit domain (``0000:00:06.0`` ->
-    ``00000000:00:06.0``), upper-case hex."""
-    domain, _, rest = bus.partition(":")
-    return f"{domain.zfill(8)}:{rest}".upper() if rest else bus.upper()
-
-
-def narrow(gpus: Sequence[SmokeGPU], wanted: str | None) -> list[SmokeGPU]:
-    """The GPUs ``CUDA_VISIBLE_DEVICES`` leaves CUDA (None: all), in its order."""
-    if wanted is None:
-        return list(gpus)
-    out: list[SmokeGPU] = []
-    for item in (w.strip() for w in wanted.split(",")):
-        if not item or item == "-1":
-            break  # CUDA stops at the first entry it cannot use
-        match = [
-            g
-            for g in gpus
-            if (item.isdigit() and g.index == int(item))
-            or (not item.isdigit() and g.uuid.startswith(item))
-        ]
-        if not match:
-            break
-        out += [g for g in match if g not in out]
-    return out
+    return nvidia.visible_gpus(env)
 
 
 def parse_gpu_list(text: str) -> tuple[int, ...] | None:
@@ -191,7 +76,7 @@ def parse_gpu_list(text: str) -> tuple[int, ...] | None:
     return tuple(dict.fromkeys(int(t) for t in items))
 
 
-def select(gpus: Sequence[SmokeGPU], wanted: tuple[int, ...] | None) -> list[SmokeGPU]:
+def select(gpus: Sequence[GPU], wanted: tuple[int, ...] | None) -> list[GPU]:
     """The GPUs ``--gpus`` names (all when None); a usage error naming those not visible."""
     if wanted is None:
         return list(gpus)
@@ -211,7 +96,7 @@ def _index_set(env: Mapping[str, str], name: str) -> set[int]:
     return {int(w) for w in env.get(name, "").split(",") if w.strip().isdigit()}
 
 
-def worker_env(base: Mapping[str, str], gpu: SmokeGPU | None) -> dict[str, str]:
+def worker_env(base: Mapping[str, str], gpu: GPU | None) -> dict[str, str]:
     """One worker's environment: its GPU alone, and a planted wrong answer only where asked."""
     env = dict(base)
     if gpu is None:
@@ -227,7 +112,7 @@ def worker_env(base: Mapping[str, str], gpu: SmokeGPU | None) -> dict[str, str]:
     return env
 
 
-def load_gpus(env: Mapping[str, str], gpus: Sequence[SmokeGPU]) -> list[SmokeGPU]:
+def load_gpus(env: Mapping[str, str], gpus: Sequence[GPU]) -> list[GPU]:
     """The GPUs a planted competing load is pinned to (``ENVBUILD_SMOKE_LOAD_GPUS``)."""
     wanted = _index_set(env, LOAD_GPUS_ENV)
     return [g for g in gpus if g.index in wanted]
@@ -247,7 +132,7 @@ def _rates(checks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def slow_findings(
-    per_gpu: Sequence[tuple[SmokeGPU, Sequence[Mapping[str, Any]]]], margin: float | None
+    per_gpu: Sequence[tuple[GPU, Sequence[Mapping[str, Any]]]], margin: float | None
 ) -> list[dict[str, Any]]:
     """Each (GPU, timed check) more than ``margin`` below the median of the other GPUs' figures;
     with one GPU, its matmul against ``EXPECTED_MATMUL_FRACTION`` of the datasheet rate.
@@ -282,7 +167,7 @@ def slow_findings(
 
 
 def _finding(
-    gpu: SmokeGPU, check: str, rate: float, against: float, what: str, result: Mapping[str, Any]
+    gpu: GPU, check: str, rate: float, against: float, what: str, result: Mapping[str, Any]
 ) -> dict[str, Any]:
     below = 1 - rate / against
     # slower than its peers fails smoke; below the model's expected figure (an estimate) warns
