@@ -255,6 +255,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.installer import installer_for
     from envbuild.installer.pip import refuse_without_pip
     from envbuild.provision.core import began, pending_steps, provision
+    from envbuild.wheelhouse.sharedcache import open_shared
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
     python = target_python(req, opts.python, opts.venv)
@@ -369,8 +370,13 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             check_files(plan, folder, todo)
             check_builds(plan, folder, todo, build)  # and what their isolated builds need
         builds = BuildCache(
-            plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp)
+            plan.chosen.path,
+            caches(paths.root, folder),
+            paths.state / "builds",
+            Path(tmp),
+            open_shared(opts.build_cache),
         )
+        source["builds"] = builds.provenance  # filled as the builds stage runs: the receipt's
         try:
             result = provision(
                 spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds})
@@ -406,6 +412,7 @@ def provision_slice(
     from envbuild.fromlock.image import read_slice
     from envbuild.installer import installer_for
     from envbuild.provision.core import provision
+    from envbuild.wheelhouse.sharedcache import open_shared
 
     backend = installer_for(opts.backend).name
     spec, texts, source = read_slice(
@@ -417,7 +424,13 @@ def provision_slice(
             locked[step.name] = Path(tmp) / f"{n:02d}-{step.name}.txt"
             locked[step.name].write_text(texts[step.name], encoding="utf-8")
         paths = layout.paths_for(spec, opts.root)
-        builds = BuildCache(path, caches(paths.root, None), paths.state / "builds", Path(tmp))
+        builds = BuildCache(
+            path,
+            caches(paths.root, None),
+            paths.state / "builds",
+            Path(tmp),
+            open_shared(opts.build_cache),
+        )
         result = provision(
             spec,
             replace(
@@ -425,7 +438,7 @@ def provision_slice(
                 backend=backend,
                 locked=locked,
                 seed=backend == "pip",
-                lock_source=source,
+                lock_source={**source, "builds": builds.provenance},
                 prepare_steps={"builds": builds},
             ),
         )

@@ -70,6 +70,7 @@ from envbuild.provision.verify import (
     remember_software,
 )
 from envbuild.spec import StackSpec
+from envbuild.wheelhouse.sharedcache import open_shared
 
 if TYPE_CHECKING:
     from envbuild.proof.receipt import (
@@ -238,7 +239,8 @@ def _refusals(
     # the interpreter is a check too: find it before anything is created, while the package
     # sources are probed (an HTTP round trip and a subprocess, side by side)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="envbuild-sources") as probes:
-        routed = probes.submit(route_sources, plan, todo, root=paths.root)
+        shared = open_shared(opts.build_cache) if opts.locked else None
+        routed = probes.submit(route_sources, plan, todo, root=paths.root, build_cache=shared)
         base_python = None
         if opts.venv is None and not paths.python.exists():
             base_python = find_interpreter(spec.python, opts.python, spec.abi.package)

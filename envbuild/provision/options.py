@@ -33,6 +33,8 @@ class ProvisionOptions:
     strict: bool = False
     only_step: str | None = None
     wheelhouse: str | None = None  # --offline --wheelhouse: the only package source
+    # --build-cache DIR|URL: the fleet's shared build cache (None: $ENVBUILD_BUILD_CACHE, if set)
+    build_cache: str | None = None
     locked: Mapping[str, Path] = field(default_factory=dict)
     no_lock: bool = False  # --no-lock: a lock beside the spec was bypassed (named in the receipt)
     # uv backend: yes compiles every package at install; auto/no leave it to the import
