@@ -353,3 +353,40 @@ def test_provision_with_prefetch(
         # begun on the first step's own output (its resolution over), not after the longest wait
         assert text.startswith("[envbuild] begins: the running step resolved ("), text
     assert not any((tmp_path / "data" / "cache" / "prefetch").glob("*/*"))  # scratch copies removed
+
+
+def test_a_stage_of_index_files_and_a_git_pin_is_prepared_in_two_runs(tmp_path: Path) -> None:
+    """A lock stage whose index files go through a pylock.toml and whose git pin cannot: the
+    prefetch runs the pylock, then the git line (``NAME.rest.txt``) into the same target, as the
+    real step's two runs install them; a stage of index files alone has one run."""
+    from envbuild.provision.prefetch import _rest_runs
+
+    steps = _lock_stage(
+        tmp_path,
+        [
+            f"a @ {_WHL.format(n='a')}  # index: https://files.example.org/simple",
+            "d @ git+https://github.com/x/d@0123abc",
+        ],
+    )
+    scratch = tmp_path / "prefetch" / "02-rest"
+    argv = prefetch_argv(
+        steps[1],
+        installer=UvInstaller("/bin/uv"),
+        python=Path("/v/bin/python"),
+        scratch=scratch,
+        builds=True,
+    )
+    assert argv is not None
+    listed = Path(argv[argv.index("-r") + 1])
+    assert listed.name == "pylock.02-rest.toml" and "files.example.org" in listed.read_text()
+    (then,) = _rest_runs(argv)
+    rest = Path(then[then.index("-r") + 1])
+    assert rest.name == "02-rest.rest.txt"
+    assert rest.read_text() == "d @ git+https://github.com/x/d@0123abc\n"
+    assert [a for a in then if a != str(rest)] == [a for a in argv if a != str(listed)]
+    # index files alone: the pylock is the one run, and no rest file is left from before
+    only = _lock_stage(tmp_path, [f"a @ {_WHL.format(n='a')}  # index: https://x.org/simple"])
+    argv = prefetch_argv(
+        only[1], installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"), scratch=scratch
+    )
+    assert argv is not None and _rest_runs(argv) == () and not rest.exists()

@@ -193,24 +193,39 @@ def check_file(
     if base:
         _history(ctx, path, kind, base, narrow, names, space, installable)
     nofile = [v for v in views if installable[v.env.name] is False]
-    for v in nofile:
-        if narrow.environment:  # asked for by name: a finding, not a note
-            ctx.add(
-                policy.torch,
-                "no-file",
-                f"the lock has no file of {policy.torch} that installs on {where_words([v.env])}",
-                v.env,
-                next(iter(v.by_name.get(policy.torch) or ()), None),
-            )
+    # asked for by name: a platform (--environment) that has no torch file for any Python, or a
+    # Python named too (--python); a Python the lock allows beside others that have one is a note
+    with_file = {v.env.platform for v in views if installable[v.env.name] is not False}
+    named = [
+        v
+        for v in nofile
+        if narrow.environment and (narrow.python or v.env.platform not in with_file)
+    ]
+    for v in named:
+        ctx.add(
+            policy.torch,
+            "no-file",
+            f"the lock has no file of {policy.torch} that installs on {where_words([v.env])}",
+            v.env,
+            next(iter(v.by_name.get(policy.torch) or ()), None),
+        )
     unknown = {v.env.name: _unknown_words(ctx, v) for v in views if installable[v.env.name] is None}
     findings = accepting.apply([*report.findings, *ctx.findings.values()], exceptions)
     report.environments = _rows(views, findings, installable, unknown)
     in_rows = {r.result for r in report.environments}  # a note quotes only what a row says
-    if nofile and not narrow.environment:
+    noted = [v for v in nofile if v not in named]
+    if noted:
         quote = f'rows "{NO_FILE}"; ' if NO_FILE in in_rows else ""
+        whole = {v.env.platform for v in noted} - with_file  # platforms no Python installs on
+        how = (
+            "--environment makes it a finding"
+            if whole == {v.env.platform for v in noted}
+            else "--environment with --python makes it a finding"
+            if not whole
+            else "--environment makes it a finding where no Python has one, with --python elsewhere"
+        )
         ctx.note(
-            f"no {policy.torch} file installs on {where_words(v.env for v in nofile)}"
-            f" ({quote}--environment makes it a finding)"
+            f"no {policy.torch} file installs on {where_words(v.env for v in noted)} ({quote}{how})"
         )
     for said in dict.fromkeys(unknown.values()):
         at = where_words(v.env for v in views if unknown.get(v.env.name) == said)

@@ -162,4 +162,16 @@ def _as_pylock(requirements: Sequence[str]) -> list[str]:
         return list(requirements)
     out = path.with_name(f"pylock.{path.stem}.toml")
     out.write_text(split.pylock, encoding="utf-8")
+    rest = rest_file(out)  # what a pylock cannot hold: the prefetch's second run (``rest_file``)
+    if split.rest:
+        rest.write_text(split.rest, encoding="utf-8")
+    else:
+        rest.unlink(missing_ok=True)
     return ["-r", str(out)]
+
+
+def rest_file(pylock: Path) -> Path:
+    """The lines of a lock stage a ``pylock.NAME.toml`` cannot hold (editables, folders, git),
+    written beside it as ``NAME.rest.txt``: the run after it, as the real step's
+    (``plan._uv_pylock_runs``)."""
+    return pylock.with_name(f"{pylock.name[len('pylock.') : -len('.toml')]}.rest.txt")

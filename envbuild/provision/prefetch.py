@@ -68,7 +68,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild.installer import Installer
 from envbuild.installer.progress import InstallProgress
-from envbuild.installer.uv import UvInstaller
+from envbuild.installer.uv import UvInstaller, rest_file
 from envbuild.plan import PlannedStep, is_pylock
 from envbuild.run import RunResult, open_private, run
 
@@ -260,6 +260,19 @@ def _covers(planned: PlannedStep, argv: Sequence[str]) -> bool:
     return bool(wanted_lines) and set(wanted_lines) <= set(listed)
 
 
+def _rest_runs(argv: Sequence[str]) -> tuple[list[str], ...]:
+    """The run after a prefetch of a lock stage's index files (``-r pylock.NAME.toml``): the same
+    command on the stage's other lines (``NAME.rest.txt``: editables, folders, git pins), so that
+    what the real step's second run fetches and builds is prepared too; () when there are none."""
+    if "-r" not in argv or argv.index("-r") + 1 >= len(argv):
+        return ()
+    at = argv.index("-r") + 1
+    listed = Path(argv[at])
+    if not is_pylock(listed) or not (rest := rest_file(listed)).is_file():
+        return ()
+    return ([*argv[:at], str(rest), *argv[at + 1 :]],)
+
+
 def _requirement_lines(path: Path) -> list[str]:
     lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
     return [ln for ln in lines if ln and not ln.startswith("#")]
@@ -334,6 +347,8 @@ class PrefetchJob:
     builds: tuple[str, ...] = ()
     baseline_pins: dict[str, str] | None = None
     covers: bool = False  # it fetches (and builds) every line of the step's locked file
+    # the runs after ``argv``, into the same target: a lock stage's lines a pylock cannot hold
+    then: tuple[list[str], ...] = ()
     started: float = field(default_factory=time.monotonic)
     seconds: float | None = None
     returncode: int | None = None
@@ -398,6 +413,7 @@ class Prefetcher:
         job = PrefetchJob(
             step=planned.name,
             argv=argv,
+            then=_rest_runs(argv),
             scratch=scratch,
             log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log",
             builds=built,
@@ -442,11 +458,14 @@ class Prefetcher:
                         else f"[envbuild] begins after {GATE_SECONDS:g} s: the running step has"
                         " not said it resolved\n"
                     )
-                job.result = run(
-                    [*_BACKGROUND, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel
-                )
-                job.returncode = job.result.returncode
-                if job.records is not None and job.result.ok:
+                for argv in (job.argv, *job.then):
+                    result = run(
+                        [*_BACKGROUND, *argv], log_file=job.log_file, env=env, cancel=self._cancel
+                    )
+                    job.result, job.returncode = result, result.returncode
+                    if not result.ok:
+                        break
+                if job.records is not None and job.result is not None and job.result.ok:
                     job.records.update(_installed_records(job.scratch))
         except OSError:
             job.returncode = -1

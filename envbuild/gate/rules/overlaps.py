@@ -12,8 +12,8 @@ requests (kilobytes, not the wheel). Per environment, the paths two of its wheel
   uv's winner is a race).
 
 Offline, only the cache is read (``provision --lock`` fills it with what it prepared), and the
-wheels it could not read are said in a note; an sdist, a git or folder source has no RECORD before
-it is built and is not judged.
+wheels it could not read are counted in a note (the first ten named); an sdist, a git or folder
+source has no RECORD before it is built and is not judged.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = ["RULE", "check"]
 
 RULE = "file-overlap"
 WORKERS = 8  # remote RECORD reads in flight
+SHOWN = 10  # the unread wheels a note names (offline with nothing cached: every wheel)
 
 
 def _wheel(entry: Entry, view: View) -> tuple[str, str | None] | None:
@@ -108,12 +109,13 @@ def check(ctx: Context) -> None:
         _judge(ctx, view, owned)
     if unread:
         how = "in the cache" if ctx.offline else "in the cache or by range requests"
-        ctx.note(
-            f"file overlaps: {len(unread)} wheel(s) not compared, their files could not be read"
-            f" {how} (--explain names them)"
+        shown = ", ".join(unread[:SHOWN]) + (
+            f" and {len(unread) - SHOWN} more" if len(unread) > SHOWN else ""
         )
-        for label in unread:
-            ctx.explained(f"{label}: its files (RECORD) could not be read {how}")
+        ctx.note(
+            f"file overlaps: {len(unread)} wheel(s) not compared, their files (RECORD) could not"
+            f" be read {how}: {shown}"
+        )
 
 
 def _judge(ctx: Context, view: View, owned: dict[str, dict[str, str]]) -> None:
