@@ -190,7 +190,7 @@ def test_a_dead_index_is_a_notice_when_the_mirror_serves_the_files(
 
 def _no_connection_waiting(hole: BlackHole) -> bool:
     """Whether the black hole's backlog is empty: the kernel completes every handshake into it."""
-    sock: socket.socket = hole._sock  # noqa: SLF001 - the listening socket is the evidence
+    sock: socket.socket = hole._sock  # the listening socket is the evidence
     sock.setblocking(False)
     try:
         conn, _ = sock.accept()

@@ -92,7 +92,7 @@ def check_import(dist: str) -> Callable[[bool], Result]:
         for module in modules:
             try:
                 __import__(module)
-            except Exception as exc:  # noqa: BLE001 - the import error is the finding
+            except Exception as exc:  # the import error is the finding
                 raise ImportError(
                     f"{dist} {version}: `import {module}` fails ({type(exc).__name__}): {exc}"
                 ) from exc
