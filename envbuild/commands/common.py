@@ -201,6 +201,20 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 
+def add_build_cache_arg(parser: argparse.ArgumentParser) -> None:
+    """``--build-cache DIR|URL``: the fleet's shared build cache (``wheelhouse.sharedcache``)."""
+    parser.add_argument(
+        "--build-cache",
+        metavar="DIR|URL",
+        type=nonempty_arg,
+        help=(
+            "the fleet's shared build cache: a folder on a filesystem the hosts share (read and"
+            " written: each build compiled by one host, the others wait for it) or an http(s) URL"
+            " (read only); default $ENVBUILD_BUILD_CACHE"
+        ),
+    )
+
+
 def load_stack(args: StackArgs) -> StackSpec:
     return resolve_spec(args.profile, args.stack)
 

@@ -17,6 +17,7 @@ from envbuild.commands.common import (
     add_json_arg,
     add_stack_args,
     load_stack,
+    nonempty_arg,
     path_arg,
 )
 from envbuild.commands.selection import (
@@ -115,6 +116,16 @@ def register(sub: Subparsers) -> None:
             "rest, source builds): a change to a later stage keeps the earlier layers cached"
         ),
     )
+    lock.add_argument(
+        "--build-cache",
+        metavar="DIR|URL",
+        type=nonempty_arg,
+        help=(
+            "the builds stage's layer takes its wheels from the fleet's build cache: an http(s)"
+            " URL, or a folder given to `docker build --build-context envbuild-build-cache=DIR`"
+            " (mounted read only: image builds install from it and do not publish)"
+        ),
+    )
     add_selection_args(lock)
     p.set_defaults(func=Handler(run, DockerArgs))
 
@@ -125,6 +136,11 @@ def run(args: DockerArgs) -> int:
 
         return docker_from_lock(args, args.lock)
     refuse_lock_options(args)
+    if args.build_cache:
+        raise ConfigError(
+            "--build-cache is for `docker --lock`, whose builds stage compiles in the image; a"
+            " stack's image installs its built wheels from the wheelhouse (--offline)",
+        )
     spec = load_stack(args)
     given = args.output
     if given is None:

@@ -83,6 +83,7 @@ def docker_from_lock(args: DockerArgs, lock: Path) -> int:
             *(["--rebuild-mismatched"] if req.rebuild_mismatched else []),
         ]
         + (["--base", args.base] if args.base else [])
+        + (["--build-cache", args.build_cache] if args.build_cache else [])
         + (["-o", str(args.output)] if args.output else [])
     )
     opts = DockerOptions(
@@ -91,6 +92,7 @@ def docker_from_lock(args: DockerArgs, lock: Path) -> int:
         steps_dir=steps_dir,
         command=command,
         tool_src=tool_src.relative_to(context).as_posix() + "/" if tool_src != context else "",
+        build_cache=_image_build_cache(args.build_cache),
     )
     rendered = render_lock(prepared.plan, opts, command)
     for warning in rendered.warnings:
@@ -133,3 +135,15 @@ def docker_from_lock(args: DockerArgs, lock: Path) -> int:
         f" {context}"
     )
     return 0
+
+
+def _image_build_cache(value: str | None) -> str | None:
+    """What the builds stage's layer reads as its build cache: the URL, or ``context`` for a
+    folder (``docker build --build-context envbuild-build-cache=DIR``, mounted read only)."""
+    from envbuild.wheelhouse.sharedcache import open_shared
+
+    if not value:
+        return None
+    shared = open_shared(value)
+    assert shared is not None
+    return shared.location if shared.url else "context"

@@ -402,6 +402,9 @@ class WheelhouseBuildItem(TypedDict):
     cache_key: str  # the build cache's key (source, torch, CUDA, Python, flags)
     log: str | None  # the build log
     removed_requires: list[str]  # requirements taken out of the wheel's metadata
+    # where the wheel came from: how (built here, local cache, build cache), built_on, built_at,
+    # cache (the shared build cache it was taken from)
+    origin: dict[str, str | None]
 
 
 class TargetJSON(TypedDict):

@@ -10,6 +10,7 @@ from envbuild.commands import ui
 from envbuild.commands.common import (
     Handler,
     Subparsers,
+    add_build_cache_arg,
     add_json_arg,
     add_stack_args,
     load_stack,
@@ -95,6 +96,7 @@ def register(sub: Subparsers) -> None:
         type=wheelhouse_arg,
         help="mirrored wheelhouse (with --offline): its folder or address (or its simple/ index)",
     )
+    add_build_cache_arg(p)
     p.add_argument(
         "--no-lock", action="store_true", help="ignore the profile's lock and resolve from the spec"
     )
@@ -170,6 +172,7 @@ def run(args: ProvisionArgs) -> int:
         strict=args.strict,
         only_step=args.step,
         wheelhouse=args.wheelhouse,
+        build_cache=args.build_cache,
         locked=locked,
         compile_bytecode=args.compile_bytecode,
         prefetch=args.prefetch,

@@ -45,6 +45,7 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
         prefetch=args.prefetch,
         step_timeout=args.step_timeout,
         import_timeout=args.import_timeout,
+        build_cache=args.build_cache,
     )
     from envbuild.fromlock.image import is_slice
 

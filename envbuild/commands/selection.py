@@ -446,6 +446,7 @@ class DockerArgs(LockArgs, StackArgs, JsonArgs):
     check: bool
     dockerignore: bool
     no_lock: bool
+    build_cache: str | None
 
 
 @dataclass(frozen=True)
@@ -462,6 +463,7 @@ class ProvisionArgs(InstallArgs):
     import_timeout: float
     replace_torch: bool
     inexact: bool
+    build_cache: str | None
     warm_kernels: bool  # after it: the kernel caches compiled (commands.smoke.warm_after_provision)
 
 

@@ -14,6 +14,7 @@ from envbuild.commands.common import (
     JsonArgs,
     StackArgs,
     Subparsers,
+    add_build_cache_arg,
     count_arg,
     path_arg,
     seconds_arg,
@@ -44,6 +45,7 @@ class WheelhouseBuildArgs(StackArgs, JsonArgs):
     source: list[str]
     no_cache: bool
     keep_work: bool
+    build_cache: str | None
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ def register(sub: Subparsers) -> None:
     b.add_argument(
         "--keep-work", action="store_true", help="keep the unpacked, patched source tree"
     )
+    add_build_cache_arg(b)
     b.add_argument("--json", action="store_true", help="print JSON on stdout")
     lock = b.add_mutually_exclusive_group()
     lock.add_argument(
@@ -238,6 +241,7 @@ def _target_python(args: WheelhouseBuildArgs) -> Path:
 
 def run_build(args: WheelhouseBuildArgs) -> int:
     from envbuild.wheelhouse.build import BuildOptions, build, default_cache
+    from envbuild.wheelhouse.sharedcache import open_shared
     from envbuild.wheelhouse.spec import find_spec_file, load_wheel_spec
 
     specs = [load_wheel_spec(find_spec_file(s)) for s in args.specs]
@@ -260,6 +264,7 @@ def run_build(args: WheelhouseBuildArgs) -> int:
         overrides=overrides,
         use_cache=not args.no_cache,
         keep_work=args.keep_work,
+        shared=open_shared(args.build_cache),
     )
     results = []
     # progress (ninja's counter, the last log line) is drawn by ui's live display from the events
@@ -276,6 +281,7 @@ def run_build(args: WheelhouseBuildArgs) -> int:
                 "cache_key": r.key,
                 "log": str(r.log_file) if r.log_file else None,
                 "removed_requires": list(r.removed_requires),
+                "origin": r.origin.to_json(),
             }
             for r in results
         ]
@@ -284,10 +290,7 @@ def run_build(args: WheelhouseBuildArgs) -> int:
         ui.print_table(
             None,
             ["package", "wheel", "status", "time"],
-            [
-                [r.name, r.wheel.name, "cached" if r.cached else "built", f"{r.seconds:.1f} s"]
-                for r in results
-            ],
+            [[r.name, r.wheel.name, r.origin.shown, f"{r.seconds:.1f} s"] for r in results],
         )
     return 0
 

@@ -20,12 +20,16 @@ then the data root's ``<root>/wheelhouse/builds``, then the user's (``~/.cache/e
 ``ENVBUILD_CACHE_DIR``: the next data root on this host). A wheel found in a later one is copied
 into the first, and every wheel installed is copied into the user's, so the carried wheelhouse
 holds every wheel its provisions installed and a second root on the host compiles nothing.
+
+Beyond them, the fleet's shared build cache (``--build-cache DIR|URL``,
+``wheelhouse.sharedcache``): a build none of them holds is taken from there (checked), else built
+here by the one host that holds its lease, the others waiting, and published there.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -35,6 +39,7 @@ from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
 from envbuild.spec import spec_digest
 from envbuild.spec.stepfile import index_note, logical_lines, noted_index
+from envbuild.wheelhouse.sharedcache import SharedCache
 from envbuild.wheelhouse.spec import Backend, BuildSource, WheelSpec
 
 __all__ = ["BuildCache", "caches", "lock_spec", "plan_notes"]
@@ -159,6 +164,9 @@ class BuildCache:
     caches: tuple[Path, ...]
     out: Path  # the built wheels' copies and the build logs of this data root
     folder: Path  # where the stage's rewritten requirements file goes
+    shared: SharedCache | None = None  # the fleet's build cache (--build-cache DIR|URL)
+    # {name: where its wheel came from}: the receipt's lock record keeps it (``builds``)
+    provenance: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def __call__(self, planned: PlannedStep, python: Path) -> PlannedStep:
         """The step installing the built wheels (from a cache, else built now) by path and
@@ -176,7 +184,11 @@ class BuildCache:
                 (c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
                 self.caches[0],
             )
-            res = build(spec, BuildOptions(python=python, out=self.out, cache=cache), target)
+            res = build(
+                spec,
+                BuildOptions(python=python, out=self.out, cache=cache, shared=self.shared),
+                target,
+            )
             slot = cache / "wheels" / key[:32]
             # the first cache (the carried wheelhouse, else the data root's) and the user's (the
             # next root on this host) hold every wheel this provision installed
@@ -184,10 +196,18 @@ class BuildCache:
                 if other != cache and slot.is_dir():
                     _copy_slot(slot, other / "wheels" / slot.name)
             how = (
-                "from the build cache (no compile)"
-                if res.cached
-                else f"built in {res.seconds:.1f} s"
+                f"built in {res.seconds:.1f} s"
+                if not res.cached
+                else f"{res.origin.shown} (no compile)"
+                if res.origin.how == "build cache"
+                else "from the build cache (no compile)"
             )
+            self.provenance[spec.name] = {
+                "wheel": res.wheel.name,
+                "sha256": sha256_file(res.wheel),
+                "key": res.key,
+                **res.origin.to_json(),
+            }
             events.emit(
                 "info",
                 f"builds: {spec.label}: {res.wheel.name} {how}",

@@ -225,6 +225,29 @@ def read_slice(path: Path, root: str) -> tuple[StackSpec, dict[str, str], SliceS
 # ----------------------------------------------------------------------------- the Dockerfile
 
 
+BUILD_CACHE_MOUNT = "/mnt/envbuild-build-cache"
+
+
+def _run_stage(stage: str, mounts: str, provision: list[str], build_cache: str | None) -> list[str]:
+    """A stage's ``RUN``; the builds stage with the fleet's build cache (``--build-cache``): a URL
+    as it is, a folder as the build context ``envbuild-build-cache`` mounted read only."""
+    if stage != "builds" or build_cache is None:
+        return [f"RUN {mounts} \\", f"    {docker_run(provision, 'the provision command')}"]
+    if build_cache == "context":
+        mounts += f" --mount=type=bind,from=envbuild-build-cache,target={BUILD_CACHE_MOUNT}"
+        where = BUILD_CACHE_MOUNT
+    else:
+        where = build_cache
+    argv = [*provision, "--build-cache", where]
+    return [
+        "# the fleet's build cache: a wheel another host published for this key is installed,"
+        " checked;",
+        "# what is built here is not published (in an image build the cache is read only)",
+        f"RUN {mounts} \\",
+        f"    {docker_run(argv, 'the provision command')}",
+    ]
+
+
 def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     """The Dockerfile and its slices (context-relative path -> text) for ``plan``."""
     root = image_path(opts.root, "--root")
@@ -368,8 +391,7 @@ def _stage_layers(
             ),
             *_build_comment(text),
             f"COPY {rel} {IMAGE_SLICE}",
-            f"RUN {mounts} \\",
-            f"    {docker_run(provision, 'the provision command')}",
+            *_run_stage(stage, mounts, provision, opts.build_cache),
             "",
         ]
         if stage == "torch":

@@ -52,7 +52,10 @@ from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from envbuild.fromlock.image import SliceSourceJSON
+    from envbuild.index.records import FileOverlap
 
 
 __all__ = [
@@ -255,6 +258,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.installer import installer_for
     from envbuild.installer.pip import refuse_without_pip
     from envbuild.provision.core import began, pending_steps, provision
+    from envbuild.wheelhouse.sharedcache import open_shared
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
     python = target_python(req, opts.python, opts.venv)
@@ -346,6 +350,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         lock_source=source,
         selection=selected_names(prepared),
         exact=not req.inexact,
+        accept_overlap=overlap_acceptor(req, prepared),
     )
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
@@ -369,8 +374,13 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             check_files(plan, folder, todo)
             check_builds(plan, folder, todo, build)  # and what their isolated builds need
         builds = BuildCache(
-            plan.chosen.path, caches(paths.root, folder), paths.state / "builds", Path(tmp)
+            plan.chosen.path,
+            caches(paths.root, folder),
+            paths.state / "builds",
+            Path(tmp),
+            open_shared(opts.build_cache),
         )
+        source["builds"] = builds.provenance  # filled as the builds stage runs: the receipt's
         try:
             result = provision(
                 spec, replace(run_opts, locked=locked, prepare_steps={"builds": builds})
@@ -387,6 +397,27 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     if opts.venv is not None:
         record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if unfinished
     return prepared, result
+
+
+def overlap_acceptor(req: LockRequest, prepared: Prepared) -> Callable[[FileOverlap], str | None]:
+    """Whether the lock's reviewed exceptions (``--accept``, else beside the lock) accept an
+    overlap over the protected baseline (``provision.overlaps``): the reason, or None."""
+    from envbuild.gate.accept import load_for
+    from envbuild.gate.findings import Finding
+    from envbuild.provision.overlaps import RULE
+
+    exceptions = [x for x in load_for(req.lock, req.accept) if x.rule == RULE]
+    where = prepared.chosen.env.name
+
+    def accept(overlap: FileOverlap) -> str | None:
+        for name in overlap.packages:
+            finding = Finding(file=str(req.lock), package=name, rule=RULE, reason="")
+            hit = next((x for x in exceptions if x.matches(finding, where)), None)
+            if hit is not None:
+                return hit.reason
+        return None
+
+    return accept
 
 
 def selected_names(prepared: Prepared) -> tuple[str, ...]:
@@ -406,6 +437,7 @@ def provision_slice(
     from envbuild.fromlock.image import read_slice
     from envbuild.installer import installer_for
     from envbuild.provision.core import provision
+    from envbuild.wheelhouse.sharedcache import open_shared
 
     backend = installer_for(opts.backend).name
     spec, texts, source = read_slice(
@@ -417,7 +449,13 @@ def provision_slice(
             locked[step.name] = Path(tmp) / f"{n:02d}-{step.name}.txt"
             locked[step.name].write_text(texts[step.name], encoding="utf-8")
         paths = layout.paths_for(spec, opts.root)
-        builds = BuildCache(path, caches(paths.root, None), paths.state / "builds", Path(tmp))
+        builds = BuildCache(
+            path,
+            caches(paths.root, None),
+            paths.state / "builds",
+            Path(tmp),
+            open_shared(opts.build_cache),
+        )
         result = provision(
             spec,
             replace(
@@ -425,7 +463,7 @@ def provision_slice(
                 backend=backend,
                 locked=locked,
                 seed=backend == "pip",
-                lock_source=source,
+                lock_source={**source, "builds": builds.provenance},
                 prepare_steps={"builds": builds},
             ),
         )

@@ -127,6 +127,9 @@ class DockerOptions:
     command: str = "envbuild docker"  # the command line that renders this file, for its header
     # context-relative folder holding envbuild's pyproject.toml and envbuild/ ("": the root)
     tool_src: str = ""
+    # docker --lock --build-cache: an http(s) URL, or "context" (the build context
+    # envbuild-build-cache, mounted read only); None: none
+    build_cache: str | None = None
 
 
 @dataclass(frozen=True)

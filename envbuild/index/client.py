@@ -90,6 +90,7 @@ __all__ = [
     "parse_filename",
     "project_of",
     "read_bytes",
+    "read_optional",
     "requires_of",
     "same_version",
     "session",
@@ -219,6 +220,13 @@ def _fetch(
     if dst.hostname == src.hostname and "@" in src.netloc and "@" not in dst.netloc:
         final = urljoin(url, dst.path)  # keep the credentials for links on the same host
     return resp.content, final, "json" in resp.headers.get("Content-Type", "")
+
+
+def read_optional(url: str, *, http: requests.Session | None = None) -> bytes | None:
+    """The body at ``url``; None when it answers 404 (or a local file is missing). SourceError
+    when it cannot be read (the one retry rule first)."""
+    got = _fetch(url, http=http)
+    return None if got is None else got[0]
 
 
 def read_bytes(url: str, *, http: requests.Session | None = None) -> bytes:

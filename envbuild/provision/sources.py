@@ -13,8 +13,10 @@ made, for the locked steps still to run:
    pages, find-links folders and pages), local ones first, stopping at the first that serves it;
 3. a file the step's own sources do not serve is looked up on the *fallback* sources: the index
    pip is configured with (pip's default, PyPI, where none is), pip's extra indexes and
-   find-links (pip.conf, ``PIP_*``), and envbuild's wheelhouse (``$ENVBUILD_WHEELHOUSE``,
-   ``<root>/wheelhouse``);
+   find-links (pip.conf, ``PIP_*``), envbuild's wheelhouse (``$ENVBUILD_WHEELHOUSE``,
+   ``<root>/wheelhouse``), and the fleet's build cache (``--build-cache``,
+   ``$ENVBUILD_BUILD_CACHE``: the wheels ``wheelhouse build --build-cache`` published there, found
+   by sha256);
 4. a step all of whose files its own sources serve runs as planned. One whose source does not
    answer, or that needs a fallback, runs with its sources that answer plus the fallbacks that
    serve its files, and a one-line notice names the host; a file no source serves is an error
@@ -52,6 +54,7 @@ from envbuild.index.wheeltags import fits_target
 from envbuild.installer import pip_config_sources
 from envbuild.lock.model import Lock, LockedPackage, read_lock
 from envbuild.plan import INDEX_STRATEGY, Backend, InstallerSources, Plan, PlannedStep
+from envbuild.wheelhouse.sharedcache import SharedCache
 
 __all__ = ["Source", "route_sources", "step_identity"]
 
@@ -70,7 +73,8 @@ Kind = Literal["index", "find-links"]
 class Source:
     location: str  # as the installer takes it (may carry credentials: shown only through ``shown``)
     kind: Kind
-    # "step" (its own), "pip" (pip's configuration), "default" (the default index), "wheelhouse"
+    # "step" (its own), "pip" (pip's configuration), "default" (the default index), "wheelhouse",
+    # "build cache" (the fleet's, --build-cache)
     via: str
 
     @property
@@ -306,7 +310,9 @@ class _StepRoute:
         return _unique([*live, *(f.source for f in self.via_fallback.values())])
 
 
-def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Plan:
+def route_sources(
+    plan: Plan, todo: Sequence[PlannedStep], *, root: Path, build_cache: SharedCache | None = None
+) -> Plan:
     """``plan`` with the sources of its locked steps to run as they can be read here (see the
     module's docstring); raises ``PreflightError`` (exit 3) when a step cannot get its files."""
     if not todo:
@@ -348,7 +354,7 @@ def route_sources(plan: Plan, todo: Sequence[PlannedStep], *, root: Path) -> Pla
     assert lock is not None
     packages = _to_fetch(lock, {r.planned.name for r in routes})
     fallbacks = setting.fallbacks()
-    _look_up(lookup, routes, packages, fallbacks)
+    _look_up(lookup, routes, packages, fallbacks, build_cache)
     unserved = [(r, p) for r in routes for p in r.unserved]
     if unserved:
         raise _no_source(unserved, fallbacks, lookup, spec.python, spec.target.platform)
@@ -436,9 +442,11 @@ def _look_up(
     routes: list[_StepRoute],
     packages: Mapping[str, list[LockedPackage]],
     fallbacks: list[Source],
+    build_cache: SharedCache | None = None,
 ) -> None:
     """Each route's files on its own sources, then what is left on the fallbacks (probed only
-    then)."""
+    then), the fleet's build cache among them (``--build-cache``: the published wheels of the
+    sha256s still missing)."""
     jobs = [(r, p) for r in routes for p in packages[r.planned.name]]
     # threads that wait on pages (16, as many as a run's pages are worth asking for at once); the
     # hashing of local files lets go of the GIL
@@ -447,6 +455,10 @@ def _look_up(
         missing = [job for job, found in zip(jobs, own, strict=True) if found is None]
         if not missing:
             return
+        if build_cache is not None:
+            held = build_cache.holding(sorted({h for _, p in missing for h in p.hashes}))
+            cached = [Source(where, "find-links", "build cache") for where in held.values()]
+            fallbacks = _unique([*fallbacks, *cached])
         lookup.probe(
             fallbacks, {s.location: missing[0][1].name for s in fallbacks if s.kind == "index"}
         )
@@ -549,6 +561,7 @@ _VIA = {
     "pip": "pip's configuration",
     "default": "the default index",
     "wheelhouse": "envbuild's wheelhouse",
+    "build cache": "the fleet's build cache (--build-cache)",
 }
 
 

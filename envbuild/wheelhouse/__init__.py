@@ -12,6 +12,9 @@ What lives where:
                  mirrored, its git pins built (``wheelhouse mirror``).
 - ``vcsbuild.py``  git/URL pins built into wheels at their commit.
 - ``pages.py``   PEP 503 pages over a folder.
+- ``sharedcache.py``  the fleet's shared build cache (``--build-cache DIR|URL``): each key built
+                 by one host under a lease, checked before it is installed anywhere.
+- ``lease.py``   the lease on a shared filesystem (NFS-safe create, heartbeat, takeover).
 
 This module is kept light: the provenance record's file name, reader and check live in
 ``envbuild.guard.buildrecord`` (below the ABI guard, which reads them without importing the
@@ -32,6 +35,7 @@ OWNS: tuple[str, ...] = (
     "``wheelhouse_specs/*.toml`` (read)",
     "``<out>/{*.whl,wheelhouse.json,simple/,index.html}``",
     "``$ENVBUILD_CACHE_DIR/wheelhouse/``",
+    "``--build-cache DIR``: ``{wheels/<key>/,leases/,by-sha256/,tmp/}``",
 )
 
 __all__ = [

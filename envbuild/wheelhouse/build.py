@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tarfile
 import time
 import zipfile
@@ -39,6 +40,7 @@ from envbuild.guard.buildrecord import PROVENANCE_SCHEMA
 from envbuild.index.net import redact
 from envbuild.run import RunResult, run
 from envbuild.wheelhouse.repack import repack_wheel
+from envbuild.wheelhouse.sharedcache import Origin, SharedCache, key_differences
 from envbuild.wheelhouse.spec import BuildSource, WheelSpec, parse_location
 
 if TYPE_CHECKING:
@@ -109,6 +111,7 @@ class BuildOptions:
     use_cache: bool = True
     keep_work: bool = False
     environ: Mapping[str, str] | None = None
+    shared: SharedCache | None = None  # the fleet's shared build cache (``sharedcache``)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class BuildResult:
     log_file: Path | None
     removed_requires: tuple[str, ...] = ()
     not_reused: str | None = None  # cache_miss: why a cached wheel of the same source did not fit
+    origin: Origin = field(default_factory=lambda: Origin("built here"))
 
 
 def default_cache() -> Path:
@@ -455,31 +459,11 @@ def cache_miss(cache: Path, parts: Mapping[str, Any], key: str) -> str | None:
             or theirs.get("spec") != parts["spec"]
         ):
             continue
-        differ = [
-            f"{name} {_shown(theirs_v)}, now {_shown(ours_v)}"
-            for name, theirs_v, ours_v in _diff(theirs, parts)
-        ]
+        differ = key_differences(theirs, parts)
         out.append(
             f"{meta.get('wheel')} was built for another key ({'; '.join(differ) or 'format'})"
         )
     return "; ".join(out) or None
-
-
-def _diff(
-    theirs: Mapping[str, Any], ours: Mapping[str, Any], prefix: str = ""
-) -> list[tuple[str, Any, Any]]:
-    out: list[tuple[str, Any, Any]] = []
-    for name in sorted(set(theirs) | set(ours)):
-        a, b = theirs.get(name), ours.get(name)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _diff(a, b, f"{prefix}{name}.")
-        elif a != b:
-            out.append((f"{prefix}{name}", a, b))
-    return out
-
-
-def _shown(value: Any) -> str:
-    return "none" if value is None else str(value)
 
 
 def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None) -> BuildResult:
@@ -495,16 +479,64 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
     parts = key_parts(spec, source, target)
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     slot = opts.cache / "wheels" / key[:32]
+    if opts.use_cache and (hit := _cached(spec, slot, opts.out, start, key)) is not None:
+        if opts.shared is not None:
+            opts.shared.offer(key, slot, spec.label)
+        return hit
+    if opts.shared is None or not opts.use_cache:
+        return _compile(spec, opts, source, target, parts, key, start)
+    with opts.shared.turn(key, parts, spec.label, slot) as turn:
+        if turn.taken is not None and (hit := _cached(spec, slot, opts.out, start, key)):
+            return hit
+        result = _compile(spec, opts, source, target, parts, key, start)
+        turn.publish(slot)
+        return result
+
+
+def _cached(spec: WheelSpec, slot: Path, out: Path, start: float, key: str) -> BuildResult | None:
+    """The wheel in this host's cache ``slot``, when its bytes are its record's."""
     meta_file = slot / "result.json"
-    if opts.use_cache and meta_file.is_file():
+    try:
         meta = json.loads(meta_file.read_text())
         cached_wheel = slot / meta["wheel"]
-        if cached_wheel.is_file() and sha256_file(cached_wheel) == meta["sha256"]:
-            wheel = _publish(cached_wheel, opts.out)
-            events.emit("ok", f"{spec.label}: cached {wheel.name}", spec=spec.name, cached=True)
-            return BuildResult(
-                spec.name, meta["version"], wheel, True, time.monotonic() - start, key, None
-            )
+        fits = cached_wheel.is_file() and sha256_file(cached_wheel) == meta["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not fits:
+        return None
+    wheel = _publish(cached_wheel, out)
+    origin = meta.get("origin") or {}
+    how = Origin(
+        "build cache" if origin.get("how") == "build cache" else "local cache",
+        meta.get("built_on"),
+        meta.get("built_at"),
+        origin.get("cache"),
+    )
+    events.emit("ok", f"{spec.label}: cached {wheel.name}", spec=spec.name, cached=True)
+    return BuildResult(
+        spec.name,
+        meta["version"],
+        wheel,
+        True,
+        time.monotonic() - start,
+        key,
+        None,
+        origin=how,
+    )
+
+
+def _compile(
+    spec: WheelSpec,
+    opts: BuildOptions,
+    source: BuildSource,
+    target: BuildTarget,
+    parts: Mapping[str, Any],
+    key: str,
+    start: float,
+) -> BuildResult:
+    """Build the wheel here, into this host's cache slot and ``opts.out``."""
+    slot = opts.cache / "wheels" / key[:32]
+    meta_file = slot / "result.json"
     why = cache_miss(opts.cache, parts, key) if opts.use_cache else None
     if why:
         events.emit("info", f"{spec.label}: not reusing the cache: {why}", spec=spec.name)
@@ -568,6 +600,8 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
             "sha256": sha256_file(repacked.path),
             "seconds": round(result.seconds, 1),
             "parts": parts,
+            "built_on": socket.gethostname(),
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         },
     )
     wheel = _publish(repacked.path, opts.out)
@@ -589,6 +623,11 @@ def build(spec: WheelSpec, opts: BuildOptions, target: BuildTarget | None = None
         log,
         repacked.removed_requires,
         why,
+        origin=Origin(
+            "built here",
+            socket.gethostname(),
+            datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        ),
     )
 
 
