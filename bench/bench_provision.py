@@ -206,7 +206,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             if ahead > 0:
                 time.sleep(ahead)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib name
         pass
 
     def end_headers(self) -> None:
@@ -281,7 +281,7 @@ def locked_for(spec: StackSpec) -> tuple[dict[str, Path], list[str]]:
         return {}, []
     try:
         return dict(locked_requirements(spec)), []
-    except Exception as exc:  # a stale or absent lock: resolve from the spec, in both variants
+    except Exception as exc:  # noqa: BLE001 - a stale or absent lock: resolve from the spec, in both variants
         log(f"lock not usable ({exc}); all variants resolve from the spec (--no-lock)")
         return {}, ["--no-lock"]
 

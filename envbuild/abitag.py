@@ -473,87 +473,98 @@ def mismatches(claim: AbiClaim, torch: TorchBuild, platform: str = "linux") -> l
     (PyPI's default build) is compared by the CUDA major of its locked runtime (``torch.runtime``)
     where ``torch_build`` was given one, and otherwise gives no CUDA, CPU or ROCm finding.
     """
-    found: list[Mismatch] = []
     locked = f"torch {torch.version}"
+    if claim.cuda is not None:
+        device = _cuda_claim_mismatch(claim.cuda, torch, locked)
+    elif claim.cpu:
+        device = _cpu_claim_mismatch(torch, locked)
+    elif claim.rocm is not None:
+        device = _rocm_claim_mismatch(claim.rocm, torch, locked)
+    else:
+        device = None
+    found = [
+        _torch_version_mismatch(claim, torch, locked),
+        device,
+        _cxx11abi_mismatch(claim, torch, locked, platform),
+    ]
+    return [m for m in found if m is not None]
+
+
+def _torch_version_mismatch(claim: AbiClaim, torch: TorchBuild, locked: str) -> Mismatch | None:
+    """The torch the claim was built for: its minor, else (a full version) its public version."""
     if claim.torch is not None and torch.minor is not None and claim.torch != torch.minor:
-        found.append(
-            Mismatch(
-                "torch-minor",
-                f"built for torch {claim.torch[0]}.{claim.torch[1]}, locked with {locked}",
-            )
+        return Mismatch(
+            "torch-minor",
+            f"built for torch {claim.torch[0]}.{claim.torch[1]}, locked with {locked}",
         )
-    elif claim.torch_version is not None and torch.minor is not None:
+    if claim.torch_version is not None and torch.minor is not None:
         public = torch.version.split("+", 1)[0]
         if not _same_version(claim.torch_version, public):
-            found.append(
-                Mismatch(
-                    "torch-version", f"built for torch {claim.torch_version}, locked with {locked}"
-                )
+            return Mismatch(
+                "torch-version", f"built for torch {claim.torch_version}, locked with {locked}"
             )
-    if claim.cuda is not None:
-        if torch.cpu:
-            found.append(
-                Mismatch(
-                    "cuda-vs-cpu",
-                    f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a CPU-only build",
-                )
-            )
-        elif torch.rocm is not None:
-            found.append(
-                Mismatch(
-                    "rocm",
-                    f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a ROCm build",
-                )
-            )
-        elif torch.cuda is not None and claim.cuda[0] != torch.cuda[0]:
-            found.append(
-                Mismatch(
-                    "cuda-major",
-                    f"built for {_cuda_text(claim.cuda)}, locked with {locked} "
-                    f"({_cuda_text(torch.cuda)})",
-                )
-            )
-        elif torch.cuda is None and torch.runtime is not None and claim.cuda[0] != torch.runtime:
-            found.append(
-                Mismatch(
-                    "cuda-major",
-                    f"built for {_cuda_text(claim.cuda)}, locked with {locked}, a CUDA"
-                    f" {torch.runtime} build (its runtime: {torch.runtime_from})",
-                )
-            )
-    elif claim.cpu:
-        if torch.cuda is not None:
-            found.append(
-                Mismatch(
-                    "cuda-vs-cpu",
-                    f"built for CPU only, locked with {locked} ({_cuda_text(torch.cuda)})",
-                )
-            )
-        elif torch.rocm is not None:
-            found.append(
-                Mismatch("rocm", f"built for CPU only, locked with {locked}, a ROCm build")
-            )
-    elif claim.rocm is not None:
-        if torch.cuda is not None or torch.cpu:
-            found.append(Mismatch("rocm", f"built for ROCm {claim.rocm}, locked with {locked}"))
-        elif torch.rocm is not None and claim.rocm.split(".")[0] != torch.rocm.split(".")[0]:
-            found.append(
-                Mismatch(
-                    "rocm", f"built for ROCm {claim.rocm}, locked with {locked} (ROCm {torch.rocm})"
-                )
-            )
-    if claim.cxx11abi is not None:
-        theirs = torch_cxx11abi(torch, platform)
-        if theirs is not None and theirs != claim.cxx11abi:
-            found.append(
-                Mismatch(
-                    "cxx11abi",
-                    f"built with cxx11abi{str(claim.cxx11abi).upper()}, locked with {locked}, "
-                    f"whose wheels use {'the C++11 ABI' if theirs else 'the pre-C++11 ABI'} "
-                    f"(cxx11abi{str(theirs).upper()})",
-                )
-            )
-    return found
+    return None
+
+
+def _cuda_claim_mismatch(
+    cuda: tuple[int, int | None], torch: TorchBuild, locked: str
+) -> Mismatch | None:
+    """A claim built for CUDA against a CPU, ROCm or other-major CUDA torch."""
+    if torch.cpu:
+        return Mismatch(
+            "cuda-vs-cpu", f"built for {_cuda_text(cuda)}, locked with {locked}, a CPU-only build"
+        )
+    if torch.rocm is not None:
+        return Mismatch("rocm", f"built for {_cuda_text(cuda)}, locked with {locked}, a ROCm build")
+    if torch.cuda is not None and cuda[0] != torch.cuda[0]:
+        return Mismatch(
+            "cuda-major",
+            f"built for {_cuda_text(cuda)}, locked with {locked} ({_cuda_text(torch.cuda)})",
+        )
+    if torch.cuda is None and torch.runtime is not None and cuda[0] != torch.runtime:
+        return Mismatch(
+            "cuda-major",
+            f"built for {_cuda_text(cuda)}, locked with {locked}, a CUDA"
+            f" {torch.runtime} build (its runtime: {torch.runtime_from})",
+        )
+    return None
+
+
+def _cpu_claim_mismatch(torch: TorchBuild, locked: str) -> Mismatch | None:
+    """A claim built for CPU only against a CUDA or ROCm torch."""
+    if torch.cuda is not None:
+        return Mismatch(
+            "cuda-vs-cpu", f"built for CPU only, locked with {locked} ({_cuda_text(torch.cuda)})"
+        )
+    if torch.rocm is not None:
+        return Mismatch("rocm", f"built for CPU only, locked with {locked}, a ROCm build")
+    return None
+
+
+def _rocm_claim_mismatch(rocm: str, torch: TorchBuild, locked: str) -> Mismatch | None:
+    """A claim built for ROCm against a CUDA or CPU torch, or another ROCm major."""
+    if torch.cuda is not None or torch.cpu:
+        return Mismatch("rocm", f"built for ROCm {rocm}, locked with {locked}")
+    if torch.rocm is not None and rocm.split(".")[0] != torch.rocm.split(".")[0]:
+        return Mismatch("rocm", f"built for ROCm {rocm}, locked with {locked} (ROCm {torch.rocm})")
+    return None
+
+
+def _cxx11abi_mismatch(
+    claim: AbiClaim, torch: TorchBuild, locked: str, platform: str
+) -> Mismatch | None:
+    """A claim's C++ ABI against the one torch's wheels use, where that is known."""
+    if claim.cxx11abi is None:
+        return None
+    theirs = torch_cxx11abi(torch, platform)
+    if theirs is None or theirs == claim.cxx11abi:
+        return None
+    return Mismatch(
+        "cxx11abi",
+        f"built with cxx11abi{str(claim.cxx11abi).upper()}, locked with {locked}, "
+        f"whose wheels use {'the C++11 ABI' if theirs else 'the pre-C++11 ABI'} "
+        f"(cxx11abi{str(theirs).upper()})",
+    )
 
 
 def unverifiable_reason(

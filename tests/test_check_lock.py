@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
-import time
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -306,16 +307,25 @@ def test_text_output_is_one_line_per_finding(
     ]
 
 
-def test_shipped_profiles_pass_offline_fast(
-    run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
-) -> None:
+def test_shipped_profiles_pass_offline(tmp_path: Path) -> None:
+    """``check-lock --offline`` passes the shipped profiles with no network at all: run in a
+    network namespace without an interface where ``unshare -rn`` works (how fast the check is,
+    bench/bench_check_lock.py measures)."""
     from support.fixtures import REPO_ROOT
 
-    t0 = time.monotonic()
-    r = run_envbuild("check-lock", "--offline", cwd=REPO_ROOT, env=lock_env(tmp_path))
-    assert r.rc == 0, r.output
-    assert "cpu: lock ok" in r.output
-    assert time.monotonic() - t0 < 10  # the process; the check itself is benchmarked in bench/
+    netns = ["unshare", "-rn"]
+    if not shutil.which("unshare") or subprocess.run([*netns, "true"], check=False).returncode:
+        netns = []
+    out = subprocess.run(
+        [*netns, sys.executable, "-m", "envbuild", "check-lock", "--offline"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=installer_env(tmp_path / "home", lock_env(tmp_path)),
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "cpu: lock ok" in out.stdout + out.stderr
 
 
 def test_own_lock_findings_go_through_the_gate_writers(

@@ -16,9 +16,12 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from importlib.metadata import distributions
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from support.dockerfiles import is_the_one_snippet, tool_installs
 from support.fixtures import EnvbuildResult
 from support.gatelocks import GateIndex, _uv_lock, uv_platform_lock
@@ -137,22 +140,44 @@ def test_docker_lock_renders_one_layer_per_stage_and_a_rest_change_keeps_the_ear
 def test_the_slices_provision_layer_by_layer(
     gate_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
 ) -> None:
-    """What each layer's RUN does, on the host: slice 1 installs torch, slice 2 verifies it and adds
-    the extensions."""
+    """What each layer's RUN does, on the host: slice 1 installs torch and its runtime, slice 2
+    (torch verified, not installed again) the extension, slice 3 the rest: after each, the venv
+    holds exactly what the slices so far name (its stage's packages)."""
     out = tmp_path / "render"
     out.mkdir()
     lock = uv_platform_lock(tmp_path, gate_index, extension=HEALTHY)
     _render(run_envbuild, lock, out)
     slices = sorted((out / "Dockerfile.stages").glob("*.json"))
     assert [s.name for s in slices] == ["01-torch.json", "02-extensions.json", "03-rest.json"]
+    # each slice's own stage (the last of its stages): the names its lines install
+    stages = [json.loads(s.read_text())["stages"][-1] for s in slices]
+    assert [s["name"] for s in stages] == ["torch", "extensions", "rest"]
+    named = [{_name(line) for line in s["lines"]} for s in stages]
+    assert "torch" in named[0] and "flash-attn" in named[1] and "trainer-utils" in named[2]
     root = tmp_path / "data"
-    ran = []
+    ran, added, before = [], [], set[str]()
     for s in slices:
         res = run_envbuild("provision", "--lock", s, "--root", root, "--python", sys.executable)
         assert res.rc == 0, res.output
         ran.append(res.output.count("==> step "))
+        now = _installed(root / "venv")
+        added.append(now - before)
+        before = now
     assert ran == [1, 1, 1]  # each layer installs its own stage only
+    assert added == named, (added, named)
     res = run_envbuild(
         "provision", "--lock", slices[-1], "--root", root, "--python", sys.executable
     )
     assert res.rc == 0 and "0 stages run, 3 already done" in res.output, res.output
+    assert _installed(root / "venv") == before  # the re-run installs nothing
+
+
+def _name(line: str) -> str:
+    """The canonical name of a slice's requirement line (``name @ url --hash=...``)."""
+    return canonicalize_name(Requirement(line.split(" --hash=")[0]).name)
+
+
+def _installed(venv: Path) -> set[str]:
+    """The canonical names of the distributions in ``venv``'s site-packages."""
+    (site,) = venv.glob("lib/python3*/site-packages")
+    return {canonicalize_name(d.metadata["Name"]) for d in distributions(path=[str(site)])}

@@ -39,11 +39,10 @@ def test_unreadable_files_are_usage_errors(run_envbuild: Run, tmp_path: Path) ->
     latin.write_bytes("torch==2.10.0  # café\n".encode("latin-1"))
     r = run_envbuild("check-lock", str(latin))
     assert r.rc == ExitCode.CONFIG and "not UTF-8 text" in r.stderr and "Traceback" not in r.output
+    # refused for what it is, before a byte is read (/dev/zero read would never end)
     for target in ("/dev/zero", str(tmp_path)):
-        t0 = time.monotonic()
         r = run_envbuild("check-lock", "--format", "uv.lock", target)
         assert r.rc == ExitCode.CONFIG and "not a regular file" in r.stderr, r.output
-        assert time.monotonic() - t0 < 30  # /dev/zero is never read
     r = run_envbuild("check-lock", str(latin), "--environment", "linux and", "--offline")
     assert r.rc == ExitCode.CONFIG and "neither a platform" in r.stderr, r.output
     r = run_envbuild("check-lock", str(latin), "--python", "three")

@@ -157,10 +157,24 @@ def test_verify_smoke_and_receipts_inside_the_image(image: BuiltImage) -> None:
     c = Container(TAG)
     try:
         args = ("--stack", "/etc/envbuild/stack.toml", "--root", "/opt/envbuild")
+        built = _records(c)  # what the build left: its provision's receipts
+        assert any(n.startswith("provision-") for n in built[0]), built
         v = c.run("envbuild", "verify", *args)
         assert v.returncode == 0, v.stdout + v.stderr  # exit 6 before the guard keyed on content
+        verified = _records(c)
         s = c.run("envbuild", "smoke", *args, "--venv", VENV)
         assert s.returncode == 0, s.stdout + s.stderr
+        smoked = _records(c)
+        # the verify's record: a receipt, or (it found nothing new) a line confirming one there
+        new_files = [n for n in verified[0] if n not in built[0]]
+        new_lines = verified[1][len(built[1]) :]
+        kinds = [n.split("-")[0] for n in new_files] + ["line"] * len(new_lines)
+        assert kinds in (["verify"], ["line"]), (new_files, new_lines)
+        assert all(json.loads(line)["confirms"] in verified[0] for line in new_lines), new_lines
+        # the smoke's: one receipt, of a passing smoke
+        (smoke,) = [n for n in smoked[0] if n not in verified[0]]
+        receipt = json.loads(c.run("cat", f"/opt/envbuild/receipts/{smoke}").stdout)
+        assert receipt["kind"] == "smoke" and receipt["payload"]["ok"] is True, receipt
         assert c.run("g++", "--version").returncode == 0
         env = c.run(
             "bash",
@@ -173,10 +187,6 @@ def test_verify_smoke_and_receipts_inside_the_image(image: BuiltImage) -> None:
             "/opt/envbuild/.envbuild/constraints.txt",
             f"{VENV}/bin/python",
         ]
-        receipts = c.run("bash", "-c", "ls /opt/envbuild/receipts")
-        assert receipts.returncode == 0 and receipts.stdout.split(), (
-            receipts.stdout + receipts.stderr
-        )
         # the build's pip.conf and uv.toml were secrets: not in the image
         left = c.run(
             "bash", "-c", "ls /etc/pip.conf /etc/uv/uv.toml /run/secrets 2>/dev/null; true"
@@ -184,6 +194,17 @@ def test_verify_smoke_and_receipts_inside_the_image(image: BuiltImage) -> None:
         assert left.stdout.strip() == ""
     finally:
         c.remove()
+
+
+def _records(c: Container) -> tuple[list[str], list[str]]:
+    """The image root's receipt files, and the lines of its verified.jsonl."""
+    out = c.run(
+        "bash",
+        "-c",
+        "cd /opt/envbuild/receipts && ls *.json; echo ---; cat verified.jsonl 2>/dev/null; true",
+    ).stdout
+    files, _, lines = out.partition("---\n")
+    return sorted(files.split()), [line for line in lines.splitlines() if line.strip()]
 
 
 @pytest.mark.slow

@@ -124,19 +124,60 @@ def _site(tmp_path: Path) -> Path:
 
 
 PLAIN_TORCH = "from .version import __version__\n"
+# A stand-in torch whose import, where IMPORT_SEEN names a file, waits (up to a minute) for the
+# later step's helper-a to be installed beside it, and writes down its process, whether helper-a
+# was there when the import began, and whether it was when the import ended: a warm-up that the
+# later steps waited for would find it missing at the end.
+WATCHING_TORCH = (
+    "import os as _os\n"
+    "if _os.environ.get('IMPORT_SEEN'):\n"
+    "    import pathlib as _p, time as _t\n"
+    "    _site = _p.Path(__file__).resolve().parents[1]\n"
+    "    def _there(): return any(_site.glob('helper_a-*.dist-info/RECORD'))\n"
+    "    _began, _until = _there(), _t.monotonic() + 60\n"
+    "    while not _there() and _t.monotonic() < _until:\n"
+    "        _t.sleep(0.02)\n"
+    "    with open(_os.environ['IMPORT_SEEN'], 'a') as _f:\n"
+    "        _f.write(f'{_os.getpid()} {_began} {_there()}\\n')\n"
+) + PLAIN_TORCH
 
 
 def test_warmup_writes_torch_bytecode_while_later_steps_install(
     tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
 ) -> None:
+    """The warm-up overlaps the later step: provision starts it before that step begins (its own
+    output says so, in order), and the warm-up's process is still running once the step has
+    installed helper-a (the stand-in torch sees it arrive); the final check's import comes after."""
     stack = _stack(
-        tmp_path, PLAIN_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})]
+        tmp_path, WATCHING_TORCH, [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})]
     )
-    result = _provision(run_envbuild, tmp_path, stack)
+    seen = tmp_path / "imports-seen.txt"
+    result = run_envbuild(
+        "-v",
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        tmp_path / "data",
+        "--home",
+        tmp_path / "home",
+        *ARGS,
+        env={**BYTECODE_ON, **FORCE_IMPORT, "IMPORT_SEEN": str(seen)},
+    )
     assert result.rc == ExitCode.OK, result.output
     doc = json.loads(result.stdout)
     assert doc["import_warmup"]["module"] == "torch"
     assert doc["import_warmup"]["seconds"] is not None
+    # started after the torch step, before the later one
+    said = result.stderr.splitlines()
+    started = next(i for i, line in enumerate(said) if "import warm-up after step torch" in line)
+    later = next(i for i, line in enumerate(said) if "==> step" in line and "later-0" in line)
+    assert started < later, result.stderr
+    # ... and still running when the later step had installed helper-a; the final check's import
+    # (another process) came after it, and found helper-a there from the start
+    warm, check = (line.split() for line in seen.read_text().splitlines())
+    assert warm[2] == "True" and check[1:] == ["True", "True"], (warm, check)
+    assert warm[0] != check[0]
     assert isinstance(doc["import_warmup"]["finished_before_check"], bool)
     # the bytecode a first import writes is there, and uv was not asked to compile anything:
     # helper_a (never imported) has none

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -207,10 +206,10 @@ def test_lock_fails_fast_on_an_unreachable_index(
                 }
             ]
         )
-        t0 = time.monotonic()
         r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
     assert r.rc == 3, r.output
-    assert time.monotonic() - t0 < 30
+    # fast: the index's own refusal is the verdict, before anything is resolved (no deadline)
+    assert f"{dead.url}/simple (connection refused)" in r.stderr, r.stderr
     assert "do not answer" in r.stderr and "Traceback" not in r.output
     # the way out is in the error: the variable the index came from, a wheelhouse, --skip-step
     assert "`ENVBUILD_TORCH_INDEX= envbuild lock ...`" in r.stderr, r.stderr

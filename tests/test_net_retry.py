@@ -23,7 +23,9 @@ from envbuild import events
 from envbuild.index import net
 from envbuild.index.client import SourceError, index_files
 
-SLACK = 5.0  # seconds of scheduling on a loaded 2-core machine, on top of a deadline
+# seconds of scheduling on a loaded 2-core machine, on top of a deadline: each bound below is the
+# product's own contract (a dead or failing source costs at most its deadline), never a speed
+SLACK = 5.0
 
 
 @pytest.fixture

@@ -200,9 +200,9 @@ class _Proxy(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802  (an absolute URI: a forward proxy's request)
+    def do_GET(self) -> None:  # an absolute URI: a forward proxy's request
         _Proxy.seen.append(self.path)
-        with urlopen(self.path, timeout=30) as upstream:  # noqa: S310 (loopback only)
+        with urlopen(self.path, timeout=30) as upstream:  # loopback only
             body = upstream.read()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))

@@ -24,10 +24,10 @@ from envbuild.commands.ui import live_wanted
 from envbuild.installer.progress import InstallProgress
 
 pytest.importorskip("pyte")
-from ptyscreen import Screen, run_on_terminal  # noqa: E402 - needs pyte
-from test_wheelhouse_build import (  # noqa: E402 - needs pyte first
+from ptyscreen import Screen, run_on_terminal  # needs pyte
+from test_wheelhouse_build import (  # needs pyte first
     PACKAGES,
-    build_python,  # noqa: F401, F811 - the fixture (real torch venv)
+    build_python,  # noqa: F401 - the fixture (real torch venv)
 )
 
 BIG = 3 * 1024 * 1024  # uv announces downloads above 1 MiB

@@ -29,7 +29,9 @@ def test_a_silent_child_is_stopped_at_its_deadline() -> None:
     res = run(["sh", "-c", "sleep 30; echo done"], timeout=1, capture=True)
     assert res.timed_out and not res.ok
     assert res.output == ""  # it never got to print
-    assert res.seconds < 30  # stopped, not waited for (the bound on speed is in bench/, not here)
+    # stopped at the 1 s deadline the caller set, not waited for: the run's contract, and 30 s is
+    # far above any noise of a loaded machine (the bound on speed is in bench/, not here)
+    assert res.seconds < 30
     message = res.hung_message("the sleeper")
     assert "the sleeper did not finish within 1 s" in message and "printed nothing" in message
     assert "exit -15" not in message and "crashed" not in message

@@ -61,7 +61,7 @@ def pypi_absent(url: str = PYPI_PAGE, attempts: int = 3) -> str | None:
     for n in range(attempts):
         try:
             req = urllib.request.Request(url, method="HEAD")
-            with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a fixed https URL
+            with urllib.request.urlopen(req, timeout=10) as resp:  # a fixed https URL
                 if resp.status < 500:
                     return None
                 why = f"HTTP {resp.status}"

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from envbuild import events
 from envbuild.cli import main
-from envbuild.nvidia import GPU, gpus_of, narrow, proc_gpus
+from envbuild.nvidia import GPU, gpus_of, proc_gpus
 from envbuild.proof.diststep import topology
 from envbuild.proof.smoke.gpus import (
     describe_finding,
@@ -107,30 +108,74 @@ def test_healthy_gpus_pass_and_gpus_picks_them(
     monkeypatch.delenv("ENVBUILD_SMOKE_PERTURB", raising=False)
     # a competing load pinned to GPU 3 (the CPU's here): started before, stopped after
     monkeypatch.setenv("ENVBUILD_SMOKE_LOAD_GPUS", "3")
-    code, doc = _smoke(
-        [
-            "--venv",
-            str(torch_venv),
-            "--root",
-            str(tmp_path),
-            "--only",
-            "sdpa",
-            "--gpus",
-            "3,1",
-            "--no-receipt",
-        ],
-        capsys,
-    )
+    args = ["--venv", str(torch_venv), "--root", str(tmp_path), "--only", "sdpa"]
+    with _Watcher() as seen:
+        code = main(["smoke", *args, "--gpus", "3,1", "--no-receipt", "--json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
     assert code == 0 and doc["ok"] is True and doc["slow"] == []
     assert [g["index"] for g in doc["gpus"]] == [3, 1]  # in --gpus's order, GPU 0 and 2 left out
     assert all(g["ok"] and g["checks"][0]["verdict"] == "pass" for g in doc["gpus"])
-    # (no process of load.py outlives the run)
-    loads = [
-        p
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and _cmdline(p).endswith("smoke/load.py")
-    ]
-    assert loads == []
+    # the load ran: one load.py child, named in the warning, alive while the workers were
+    (load,) = {pid for snap in seen for pid, argv in snap.items() if argv.endswith("smoke/load.py")}
+    assert "planted: a competing matmul load on GPU 3 (" in err and f"(pid {load})" in err, err
+    together = [s for s in seen if load in s and any("smoke/checks.py" in a for a in s.values())]
+    assert together, seen
+    workers = {pid for s in together for pid, argv in s.items() if "smoke/checks.py" in argv}
+    assert len(workers) == 2  # GPU 3's worker and GPU 1's, both beside the load
+    # ... and gone after: killed and reaped (no zombie left), no load.py child of this process
+    assert _parent_of(load) != os.getpid()
+    assert not [a for a in _children().values() if a.endswith("smoke/load.py")]
+
+
+class _Watcher:
+    """This process's live children, every 20 ms, while the block runs: a list of snapshots
+    (pid -> command line)."""
+
+    def __enter__(self) -> list[dict[int, str]]:
+        self.seen: list[dict[int, str]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self.seen
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.02):
+            snap = _children()
+            if snap:
+                self.seen.append(snap)
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def _children() -> dict[int, str]:
+    """This process's children that run (not zombies): pid -> command line (the kernel lists
+    each thread's children: the workers are started from threads of their own)."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in map(int, pids):
+            proc = Path("/proc") / str(pid)
+            try:
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                out[pid] = _cmdline(proc)
+    return out
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent of ``pid``, zombie or not; None when there is no such process."""
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return None
 
 
 def _cmdline(proc: Path) -> str:
@@ -155,16 +200,40 @@ def test_gpus_and_slow_margin_are_checked(
     assert parse_gpu_list("all") is None and parse_gpu_list("0, 3,3") == (0, 3)
 
 
-def test_visible_gpus_follow_cuda_visible_devices() -> None:
-    gpus = gpus_of(QUERY_2XH200)
-    assert [(g.index, g.bus_id, g.name) for g in gpus] == [
-        (0, "00000000:00:06.0", "NVIDIA H200"),
-        (1, "00000000:00:07.0", "NVIDIA H200"),
+def test_visible_gpus_follow_cuda_visible_devices(tmp_path: Path) -> None:
+    """``nvidia.visible_gpus`` on a host whose driver lists no /proc folder: nvidia-smi's list (a
+    stand-in on PATH that answers only the list query, with the 2x H200's recorded answer),
+    narrowed as CUDA narrows it by CUDA_VISIBLE_DEVICES: indices or UUID prefixes, in its order,
+    up to the first entry it cannot use."""
+    from envbuild.nvidia import visible_gpus
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\n"
+        '[ "$*" = "--query-gpu=index,uuid,pci.bus_id,name --format=csv,noheader,nounits" ]'
+        " || exit 9\n"
+        f"printf '%s' '{QUERY_2XH200}'\n"
+    )
+    smi.chmod(0o755)
+    env = {"PATH": str(smi.parent), "ENVBUILD_SMOKE_PROC_GPUS": str(tmp_path / "no-driver")}
+
+    def visible(wanted: str | None) -> list[tuple[int, str]]:
+        cuda = {} if wanted is None else {"CUDA_VISIBLE_DEVICES": wanted}
+        return [(g.index, g.bus_id) for g in visible_gpus({**env, **cuda})]
+
+    gpu0, gpu1 = (0, "00000000:00:06.0"), (1, "00000000:00:07.0")
+    assert [(g.index, g.bus_id, g.name) for g in gpus_of(QUERY_2XH200)] == [
+        (*gpu0, "NVIDIA H200"),
+        (*gpu1, "NVIDIA H200"),
     ]
-    assert narrow(gpus, None) == gpus
-    assert narrow(gpus, "1") == [gpus[1]]
-    assert narrow(gpus, "GPU-d5235e89,0") == [gpus[1], gpus[0]]
-    assert narrow(gpus, "") == [] and narrow(gpus, "0,7,1") == [gpus[0]]  # CUDA stops at 7
+    assert visible(None) == [gpu0, gpu1]
+    assert visible("1") == [gpu1]
+    assert visible("GPU-d5235e89,0") == [gpu1, gpu0]
+    assert visible("") == [] and visible("0,7,1") == [gpu0]  # CUDA stops at 7
+    assert visible("-1,0") == []
+    # the list is nvidia-smi's: without it on PATH there is none
+    assert visible_gpus({**env, "PATH": str(tmp_path)}) == []
 
 
 def test_a_planted_wrong_answer_goes_to_the_chosen_gpu_only() -> None:

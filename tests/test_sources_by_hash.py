@@ -18,7 +18,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -167,9 +166,9 @@ def test_a_dead_index_is_a_notice_when_the_mirror_serves_the_files(
         r = _provision(tmp_path, locked, backend, env, netns=True)
         assert r.rc == 0 and "nothing to do" in r.output and "notice:" not in r.output, r.output
     # ... and with every source a black hole that would swallow a connection: none is attempted
+    # (nor probed: a probe would wait out its 30 s deadline there and say so in a notice)
     with BlackHole() as hole:
         server.clear_requests()
-        start = time.monotonic()
         r = _provision(
             tmp_path,
             locked,
@@ -181,16 +180,14 @@ def test_a_dead_index_is_a_notice_when_the_mirror_serves_the_files(
                 "PIP_FIND_LINKS": hole.url,
             },
         )
-        seconds = time.monotonic() - start
-        assert r.rc == 0 and "nothing to do" in r.output, r.output
+        assert r.rc == 0 and "nothing to do" in r.output and "notice:" not in r.output, r.output
         assert _no_connection_waiting(hole), "a connection to a package source was attempted"
-    assert seconds < 10, seconds  # a probe of a black hole alone takes its 30 s deadline
     assert server.requested() == []
 
 
 def _no_connection_waiting(hole: BlackHole) -> bool:
     """Whether the black hole's backlog is empty: the kernel completes every handshake into it."""
-    sock: socket.socket = hole._sock  # noqa: SLF001 - the listening socket is the evidence
+    sock: socket.socket = hole._sock  # the listening socket is the evidence
     sock.setblocking(False)
     try:
         conn, _ = sock.accept()
@@ -223,12 +220,11 @@ def test_a_file_with_another_sha256_is_never_taken(
         "PIP_INDEX_URL": server.simple_url("mirror"),
         "PIP_FIND_LINKS": str(links),
     }
-    start = time.monotonic()
     r = _provision(tmp_path, locked, "uv", env)
     assert r.rc == ExitCode.PREFLIGHT, r.output
-    assert time.monotonic() - start < 20
     assert "no package source serves 1 locked file(s)" in r.stderr, r.stderr
     assert f"torch: torch=={NIGHTLY_TORCH}: {filename} (sha256 {sha256})" in r.stderr
+    # each source's verdict: the dead ones failed to resolve (no deadline waited out)
     for source in (
         f"{DEAD} [the step's]: host name does not resolve",
         "http://pypi.invalid/simple [the step's]: host name does not resolve",

@@ -281,16 +281,16 @@ def test_fault_stall_is_released_on_stop(tmp_path: Path) -> None:
         urllib.request.urlopen(srv.simple_url("pypi") + "/", timeout=0.5)
     started = time.monotonic()
     srv.stop()
+    # the stall's 60 s are not waited out: the server's contract, 5 s far above a loaded machine's
+    # noise
     assert time.monotonic() - started < 5
 
 
 def test_unreachable_port_and_black_hole(make_venv: Callable[..., Venv]) -> None:
     with UnreachablePort() as dead:
-        started = time.monotonic()
         with pytest.raises(urllib.error.URLError) as info:
             urllib.request.urlopen(dead.url, timeout=5)
-        assert isinstance(info.value.reason, ConnectionRefusedError)
-        assert time.monotonic() - started < 2
+        assert isinstance(info.value.reason, ConnectionRefusedError)  # refused, not timed out
     with BlackHole() as hole, pytest.raises((TimeoutError, urllib.error.URLError, socket.timeout)):
         urllib.request.urlopen(hole.url, timeout=0.5)
 

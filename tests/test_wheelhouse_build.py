@@ -13,7 +13,6 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from support.cachedir import TEST_CACHE
 from support.fixtures import cache_lock
 
+from envbuild import events
 from envbuild.cli import main
 from envbuild.errors import ConfigError, WheelhouseError
 from envbuild.wheelhouse import local_tag, provenance_mismatch, read_provenance
@@ -208,11 +208,21 @@ def test_build_strips_retags_records_and_installs(
     )
     assert "another build" in (provenance_mismatch(installed, TORCH, "0" * 40) or "")
 
-    # same spec, same torch: served from the cache, no rebuild
-    start = time.monotonic()
-    second = build(spec, opts)
-    assert second.cached and time.monotonic() - start < 1.0
+    # same spec, same torch: served from the cache, no rebuild: no build log, the wheel's file
+    # left as it was (not written again), and the build says so
+    logs = sorted((opts.out / "logs").iterdir())
+    before = first.wheel.stat()
+    said: list[events.Event] = []
+    with events.sink(said.append):
+        second = build(spec, opts)
+    assert second.cached and second.log_file is None
     assert second.wheel == first.wheel
+    after = second.wheel.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted((opts.out / "logs").iterdir()) == logs == [first.log_file]
+    assert [(e.level, e.message) for e in said if e.level != "debug"] == [
+        ("ok", f"{spec.label}: cached {first.wheel.name}")
+    ]
 
 
 def test_local_tag() -> None:

@@ -3,6 +3,7 @@ failure."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,15 @@ def register(sub: Subparsers) -> None:
         ),
     )
     add_target_args(p)
+    _add_launch_args(p)
+    _add_mesh_args(p)
+    _add_step_args(p)
+    _add_limit_args(p)
+    p.set_defaults(func=Handler(run, DistStepArgs))
+
+
+def _add_launch_args(p: argparse.ArgumentParser) -> None:
+    """How torchrun starts: processes per node, nodes, the rendezvous."""
     p.add_argument(
         "--nproc",
         type=count_arg(1, MAX_NPROC),
@@ -87,6 +97,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--rdzv-id", default="envbuild-dist-step", help="rendezvous id, the same on every node"
     )
+
+
+def _add_mesh_args(p: argparse.ArgumentParser) -> None:
+    """The device mesh: data, tensor and expert parallel sizes."""
     p.add_argument(
         "--dp",
         type=count_arg(1, MAX_WORLD, special=(0,)),
@@ -105,6 +119,10 @@ def register(sub: Subparsers) -> None:
         default=0,
         help="expert-parallel size (default: the world size)",
     )
+
+
+def _add_step_args(p: argparse.ArgumentParser) -> None:
+    """What the step does: its length, device, precision, probe size and checkpoint folder."""
     p.add_argument(
         "--steps", type=count_arg(2, 10_000), default=5, help="optimizer steps (default 5)"
     )
@@ -127,6 +145,10 @@ def register(sub: Subparsers) -> None:
             " nodes)"
         ),
     )
+
+
+def _add_limit_args(p: argparse.ArgumentParser) -> None:
+    """When the run gives up: the whole run's deadline, a silent rank's."""
     p.add_argument(
         "--timeout",
         type=seconds_arg(),
@@ -144,7 +166,6 @@ def register(sub: Subparsers) -> None:
             " default 60)"
         ),
     )
-    p.set_defaults(func=Handler(run, DistStepArgs))
 
 
 def _options(args: DistStepArgs, gpus: int, ckpt_dir: Path | None) -> DistOptions:

@@ -3,6 +3,7 @@ what moved; ``--check`` says whether there is anything to do, without resolving.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +59,16 @@ def register(sub: Subparsers) -> None:
     )
     add_stack_args(p)
     add_json_arg(p)
+    _add_resolve_args(p)
+    _add_output_args(p)
+    _add_upgrade_args(p)
+    _add_report_args(p)
+    p.set_defaults(func=Handler(run, LockCommandArgs))
+
+
+def _add_resolve_args(p: argparse.ArgumentParser) -> None:
+    """How each step resolves: the interpreter, the resolver, the only source, the steps left
+    out."""
     p.add_argument(
         "--python",
         metavar="PATH",
@@ -85,6 +96,10 @@ def register(sub: Subparsers) -> None:
         default=[],
         help="leave this step out of the lock (it resolves from the spec); repeatable",
     )
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    """Where the lock is written, and whether the PEP 751 export is."""
     p.add_argument(
         "--output",
         type=path_arg,
@@ -94,6 +109,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--no-pylock", action="store_true", help="do not write the PEP 751 pylock.toml export"
     )
+
+
+def _add_upgrade_args(p: argparse.ArgumentParser) -> None:
+    """What may move: one package, every package, or every step resolved again."""
     p.add_argument(
         "--upgrade-package",
         "-P",
@@ -119,6 +138,10 @@ def register(sub: Subparsers) -> None:
         action="store_true",
         help="resolve every step again, even the current ones (pins still kept unless --upgrade)",
     )
+
+
+def _add_report_args(p: argparse.ArgumentParser) -> None:
+    """What is said about the lock: current or not, what moved, the wheels to rebuild."""
     p.add_argument(
         "--check",
         action="store_true",
@@ -141,7 +164,6 @@ def register(sub: Subparsers) -> None:
             " (default: ./wheelhouse); repeatable"
         ),
     )
-    p.set_defaults(func=Handler(run, LockCommandArgs))
 
 
 def run(args: LockCommandArgs) -> int:

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
         WheelhouseMirrorLockDocument,
     )
     from envbuild.commands.selection import WheelhouseMirrorArgs
+    from envbuild.fromlock.offline import LockMirror
+    from envbuild.fromlock.request import LockRequest
+    from envbuild.fromlock.select import Chosen
 
 
 def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
@@ -33,24 +36,7 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
     from envbuild.fromlock.offline import mirror_lock, read_installed, without_installed
     from envbuild.wheelhouse.pages import write_index
 
-    # options of ``wheelhouse mirror`` that choose files of a stack's lock; a lock file's
-    # environment chooses them
-    used = given_flags(
-        {
-            "--python-tag": args.python_tag,
-            "--platform": args.platform,
-            "--all-platforms": args.all_platforms,
-            "--index-url": args.index_url,
-            "--requirements": args.requirements,
-        }
-    )
-    if used:
-        raise ConfigError(
-            f"--lock {lock}: {', '.join(used)} cannot be used with a lock file: the environment"
-            " chosen of it (this host, or --environment, --extra, --group) decides which files are"
-            " mirrored",
-            hint="Drop them; `envbuild plan --lock FILE` lists the files.",
-        )
+    _refuse_stack_options(args, lock)
     req = lock_selection(args, lock)
     prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
     chosen = prepared.chosen
@@ -88,6 +74,33 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
         }
         ui.print_json(doc)
         return 0
+    _print_mirrored(req, chosen, done)
+    return 0
+
+
+def _refuse_stack_options(args: WheelhouseMirrorArgs, lock: Path) -> None:
+    """ConfigError for the options of ``wheelhouse mirror`` that choose files of a stack's lock:
+    a lock file's environment chooses them."""
+    used = given_flags(
+        {
+            "--python-tag": args.python_tag,
+            "--platform": args.platform,
+            "--all-platforms": args.all_platforms,
+            "--index-url": args.index_url,
+            "--requirements": args.requirements,
+        }
+    )
+    if used:
+        raise ConfigError(
+            f"--lock {lock}: {', '.join(used)} cannot be used with a lock file: the environment"
+            " chosen of it (this host, or --environment, --extra, --group) decides which files are"
+            " mirrored",
+            hint="Drop them; `envbuild plan --lock FILE` lists the files.",
+        )
+
+
+def _print_mirrored(req: LockRequest, chosen: Chosen, done: LockMirror) -> None:
+    """What was mirrored, and the command that provisions from it offline."""
     ui.print_text(
         f"{len(done.downloaded)} downloaded, {len(done.present)} already present"
         f" ({done.bytes / 1e6:.1f} MB) for {chosen.env.name}; index: {done.index}"
@@ -109,4 +122,3 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
             ]
         )
     )
-    return 0

@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(--root, --out, --output); then run the same command again."
         )
         return int(ExitCode.PREFLIGHT)
-    except Exception:  # a bug: show everything
+    except Exception:  # noqa: BLE001 - a bug: show everything
         traceback.print_exc()
         ui.error_text("internal error in envbuild (this is a bug; the traceback is above)")
         return int(ExitCode.INTERNAL)

@@ -32,6 +32,7 @@ from envbuild.plan import BACKENDS, Plan, plan_to_json, step_commands
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import PlanDocument
+    from envbuild.spec import StackSpec
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,7 @@ def run(args: PlanArgs) -> int:
     if args.venv is not None:
         paths = layout.Paths(root=paths.root, venv_name=str(args.venv.expanduser().absolute()))
     commands = commands_of(plan, paths)
-    refused = None  # the interpreter provision would refuse (exit 3) before making anything
-    if not paths.python.exists():
-        try:
-            find_interpreter(spec.python, args.python, spec.abi.package)
-        except UnfitInterpreter as exc:
-            refused = f"{exc.message} {exc.hint or ''}".strip()
-        except PreflightError:
-            pass  # none found: said by preflight and provision; the plan stays host-independent
+    refused = _refused_python(spec, args, paths)
     if args.json:
         base = plan_to_json(plan)
         data: PlanDocument = {
@@ -150,6 +144,33 @@ def run(args: PlanArgs) -> int:
         }
         ui.print_json(data)
         return 0
+    _print_plan(spec, plan, paths, commands, refused)
+    return 0
+
+
+def _refused_python(spec: StackSpec, args: PlanArgs, paths: layout.Paths) -> str | None:
+    """Why provision would refuse the interpreter (exit 3) before making anything; None when it
+    would not, or when the venv is there already."""
+    if paths.python.exists():
+        return None
+    try:
+        find_interpreter(spec.python, args.python, spec.abi.package)
+    except UnfitInterpreter as exc:
+        return f"{exc.message} {exc.hint or ''}".strip()
+    except PreflightError:
+        pass  # none found: said by preflight and provision; the plan stays host-independent
+    return None
+
+
+def _print_plan(
+    spec: StackSpec,
+    plan: Plan,
+    paths: layout.Paths,
+    commands: dict[str, list[list[str]]],
+    refused: str | None,
+) -> None:
+    """The plan as text: the stack, its ABI baseline, the lock, one row per step with its
+    commands, and the interpreter provision would refuse."""
     abi = spec.abi
     ui.print_text(
         f"stack {spec.name} ({spec.path}), Python {spec.python}, backend {plan.options.backend}, "
@@ -182,4 +203,3 @@ def run(args: PlanArgs) -> int:
     )
     if refused:
         ui.print_text(f"python: provision refuses it (exit 3): {refused}")
-    return 0

@@ -230,6 +230,14 @@ def refuse_lock_options(
 
 def add_selection_args(g: argparse._ActionsContainer) -> None:
     """The options that choose one environment of a lock file (``--lock FILE``)."""
+    _add_environment_args(g)
+    _add_review_args(g)
+    _add_uv_selection_args(g)
+    _add_install_args(g)
+
+
+def _add_environment_args(g: argparse._ActionsContainer) -> None:
+    """The lock's format, and the environment of it: extras, groups, the platform."""
     g.add_argument(
         "--format",
         dest="lock_format",
@@ -257,6 +265,11 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
         default=[],
         help="--lock: the platform (linux-x86_64, ...) or a PEP 508 marker (default: this host)",
     )
+
+
+def _add_review_args(g: argparse._ActionsContainer) -> None:
+    """What the gate accepts, what is rebuilt against the lock's torch, whether the project is
+    installed."""
     g.add_argument(
         "--accept",
         metavar="FILE",
@@ -282,8 +295,11 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
         action="store_true",
         help="--lock: do not install the project itself (as --no-install-project)",
     )
-    # uv sync's own selection flags, flag for flag: uv export says what each selects
-    # (``fromlock.uvsync``)
+
+
+def _add_uv_selection_args(g: argparse._ActionsContainer) -> None:
+    """uv sync's own selection flags, flag for flag: uv export says what each selects
+    (``fromlock.uvsync``)."""
     g.add_argument(
         "--all-extras", action="store_true", help="--lock: every extra (as uv sync --all-extras)"
     )
@@ -335,6 +351,11 @@ def add_selection_args(g: argparse._ActionsContainer) -> None:
     g.add_argument(
         "--all-packages", action="store_true", help="--lock: every workspace member (as uv sync)"
     )
+
+
+def _add_install_args(g: argparse._ActionsContainer) -> None:
+    """How the selection installs: editable or not, the project and workspace, hashes, build
+    constraints."""
     g.add_argument(
         "--no-editable",
         action="store_true",

@@ -41,6 +41,8 @@ from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import SmokeDocument
+    from envbuild.fromlock.record import SmokeSelection
+    from envbuild.nvidia import GPU
     from envbuild.proof.receipt import (
         HostSnapshot,
         ReceiptKind,
@@ -340,39 +342,18 @@ def _margin_arg(text: str) -> float | None:
 
 def run(args: SmokeArgs) -> int:
     from envbuild.proof.smoke import run_smoke
-    from envbuild.proof.smoke.gpus import select, visible_gpus
     from envbuild.proof.smoke.smoke_early import process_started
 
     # this process's moments ([name, time.time()]): where a run's seconds went on this side
     parent: list[list[Any]] = [["process", process_started()], ["command", time.time()]]
     spec, paths, python = resolve_target(args)
     env = target_env(spec, paths)
-    gpus = select(visible_gpus(env), args.gpus)
-    parent.append(["gpus listed", time.time()])
-    if args.gpus is None and len(gpus) == 1 and not gpus[0].fake:
-        gpus = []  # one GPU (or none): one worker, as CUDA sees the host
+    gpus = _chosen_gpus(args, env, parent)
     regime = f"per-gpu {len(gpus)} workers" if gpus else "single-process"
     facts = ReceiptFacts.start(args, spec, python, regime)
     log = log_path(paths, "smoke.log")
-    only: tuple[str, ...] = tuple(args.only)
-    imports: tuple[str, ...] = ()
-    chosen = None
-    # provisioned from a lock: the checks of what it installed (envbuild.fromlock, a tenth of a
-    # second of imports, only for a venv whose record has a lock section)
-    if not only and lock_recorded(python.parent.parent):
-        from envbuild.fromlock.record import read_record, smoke_selection
-
-        lock = read_record(python.parent.parent)
-    else:
-        lock = None
-    if lock is not None:
-        chosen = smoke_selection(lock)
-        only, imports = chosen.only, chosen.imports
-        events.emit(
-            "info",
-            f"checks for what {chosen.lock_file} installed: {', '.join(only)}"
-            + (f"; imports of {', '.join(imports)}" if imports else ""),
-        )
+    chosen = _lock_checks(args, python)
+    only, imports = (chosen.only, chosen.imports) if chosen else (tuple(args.only), ())
     if gpus:
         events.emit("info", f"one worker per GPU, at once: {', '.join(g.describe() for g in gpus)}")
     res = run_smoke(
@@ -386,6 +367,64 @@ def run(args: SmokeArgs) -> int:
         gpus=gpus,
         slow_margin=args.slow_margin,
     )
+    payload = _payload(res, parent, regime, args.slow_margin, chosen)
+    receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
+    payload["timing"]["parent"].append(["output", time.time()])  # in the document, not the receipt
+    if args.json:
+        doc: SmokeDocument = {
+            "schema": "envbuild.smoke/1",
+            **payload,
+            "checks": res.checks,
+            "receipt": receipt,
+        }
+        if res.gpus:
+            doc["gpus"] = res.gpus  # type: ignore[typeddict-item]
+        ui.print_json(doc)
+    else:
+        _print_result(res, python, log, receipt)
+    return 0 if res.ok else int(ExitCode.VERIFY)
+
+
+def _chosen_gpus(args: SmokeArgs, env: dict[str, str], parent: list[list[Any]]) -> list[GPU]:
+    """The GPUs to run one worker each on (``--gpus``); none for one real GPU or none at all:
+    one worker, as CUDA sees the host."""
+    from envbuild.proof.smoke.gpus import select, visible_gpus
+
+    gpus = select(visible_gpus(env), args.gpus)
+    parent.append(["gpus listed", time.time()])
+    if args.gpus is None and len(gpus) == 1 and not gpus[0].fake:
+        return []
+    return gpus
+
+
+def _lock_checks(args: SmokeArgs, python: Path) -> SmokeSelection | None:
+    """Provisioned from a lock (and no ``--only``): the checks of what it installed, said in a
+    line (``envbuild.fromlock``: a tenth of a second of imports, only for a venv whose record has a
+    lock section)."""
+    if args.only or not lock_recorded(python.parent.parent):
+        return None
+    from envbuild.fromlock.record import read_record, smoke_selection
+
+    lock = read_record(python.parent.parent)
+    if lock is None:
+        return None
+    chosen = smoke_selection(lock)
+    events.emit(
+        "info",
+        f"checks for what {chosen.lock_file} installed: {', '.join(chosen.only)}"
+        + (f"; imports of {', '.join(chosen.imports)}" if chosen.imports else ""),
+    )
+    return chosen
+
+
+def _payload(
+    res: SmokeResult,
+    parent: list[list[Any]],
+    regime: str,
+    slow_margin: float | None,
+    chosen: SmokeSelection | None,
+) -> SmokePayload:
+    """The ``smoke`` receipt's payload (its tracebacks left out), with where the seconds went."""
     timing: SmokeTimingJSON = {
         "launched_at": res.started,
         "timeline": res.timeline,
@@ -402,7 +441,7 @@ def run(args: SmokeArgs) -> int:
         "launch_regime": regime,
         "timing": timing,
         "slow": res.slow,
-        "slow_margin": args.slow_margin,
+        "slow_margin": slow_margin,
     }
     if res.gpus:
         payload["gpus"] = [
@@ -414,27 +453,18 @@ def run(args: SmokeArgs) -> int:
         ]
     if chosen:
         payload["selection"] = chosen.to_json()
-    receipt = save_receipt(paths, "smoke", payload, spec=spec, python=python, facts=facts)
-    timing["parent"].append(["output", time.time()])
-    if args.json:
-        doc: SmokeDocument = {
-            "schema": "envbuild.smoke/1",
-            **payload,
-            "checks": res.checks,
-            "receipt": receipt,
-        }
-        if res.gpus:
-            doc["gpus"] = res.gpus  # type: ignore[typeddict-item]
-        ui.print_json(doc)
-    else:
-        for line in gpu_lines(res):
-            ui.print_text(line)
-        ui.print_text(_summary(res.ok, res.checks, res.seconds, res.environment, python, res.slow))
-        logs = log.with_name(f"{log.stem}-gpu*.log") if log and res.gpus else log
-        for what, where in (("receipt", receipt), ("log", logs)):
-            if where:
-                ui.print_text(f"  {what:<8}{where}")
-    return 0 if res.ok else int(ExitCode.VERIFY)
+    return payload
+
+
+def _print_result(res: SmokeResult, python: Path, log: Path | None, receipt: str | None) -> None:
+    """The lines per GPU, the verdict, and where the receipt and the logs are."""
+    for line in gpu_lines(res):
+        ui.print_text(line)
+    ui.print_text(_summary(res.ok, res.checks, res.seconds, res.environment, python, res.slow))
+    logs = log.with_name(f"{log.stem}-gpu*.log") if log and res.gpus else log
+    for what, where in (("receipt", receipt), ("log", logs)):
+        if where:
+            ui.print_text(f"  {what:<8}{where}")
 
 
 def gpu_lines(res: SmokeResult) -> list[str]:

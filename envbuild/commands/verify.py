@@ -32,11 +32,12 @@ from envbuild.commands.common import (
 from envbuild.errors import ABIViolation, ConfigError, VerifyError
 from envbuild.proof import receipt as receipts
 from envbuild.provision.state import Manifest
-from envbuild.provision.verify import IMPORT_TIMEOUT, ImportHang, final_check
+from envbuild.provision.verify import IMPORT_TIMEOUT, FinalCheck, ImportHang, final_check
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import VerifyDocument
     from envbuild.proof.receipt import SoftwareJSON
+    from envbuild.spec import StackSpec
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,77 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(func=Handler(run, VerifyArgs))
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The environment verify checks, with its stack, its root and what the root says of it
+    (``unfinished``: the last provision stopped short, in one paragraph)."""
+
+    spec: StackSpec
+    paths: layout.Paths
+    venv: Path
+    python: Path
+    site: Path
+    manifest: Manifest
+    unfinished: str | None
+
+
+@dataclass(frozen=True)
+class _Findings:
+    """What verify found: the guard's and the import's check, the files changed on disk, the
+    packages extraneous to or missing from the root's selection."""
+
+    check: FinalCheck
+    changed: list[str]
+    extra: list[str]
+    gone: list[str]
+
+    @property
+    def messages(self) -> list[str]:
+        return [f.message for f in self.check.findings] + self.changed + self.extra + self.gone
+
+
 def run(args: VerifyArgs) -> int:
+    target = _target(args)
+    baseline, source = _baseline(target)
+    record = not args.no_receipt and target.paths.manifest.is_file()
+    with ThreadPoolExecutor(2) as pool:
+        # what the receipt says about the host and the files, while torch imports
+        host = pool.submit(receipts.snapshot_host, target.spec) if record else None
+        software = pool.submit(receipts.inventory, target.python)
+        check = _final_check(target, baseline, args.timeout)
+        inventory = software.result()
+    found = _Findings(
+        check,
+        changed_on_disk(inventory, baseline),
+        extraneous_of(target.manifest, target.venv, target.site),
+        # a provision that stopped short left its later stages out: that is `unfinished`, not drift
+        [] if target.unfinished else missing_of(target.manifest, target.venv, target.site),
+    )
+    receipt = None
+    if record:
+        receipt = receipts.write_receipt(
+            target.paths,
+            "verify",
+            _payload(target, found, source),
+            spec=target.spec,
+            python=target.python,
+            host=host.result() if host else None,
+            software=inventory,
+        )
+    if args.json:
+        ui.print_json(_document(target, found, source, receipt))
+    _raise_on_findings(target, found, baseline)
+    if not args.json:
+        events.emit(
+            "ok",
+            f"{target.venv}: {target.spec.abi.package} {baseline.version} intact "
+            f"(guard {1000 * check.report.seconds:.0f} ms; baseline from {source})",
+        )
+    return 0
+
+
+def _target(args: VerifyArgs) -> _Target:
+    """The environment ``args`` point at; ConfigError when there is no interpreter there."""
     found = find_environment(args)
     spec, paths = found.spec, found.paths
     venv = args.venv.expanduser().absolute() if args.venv else found.venv
@@ -88,106 +159,99 @@ def run(args: VerifyArgs) -> int:
     manifest = Manifest.load(paths.manifest)
     last = receipts.last_provision(paths.receipts) if Path(manifest.venv) == venv else None
     unfinished = receipts.stopped_short(last) if last is not None else None
+    return _Target(spec, paths, venv, python, site, manifest, unfinished)
+
+
+def _baseline(target: _Target) -> tuple[guard.Baseline, str]:
+    """The ABI baseline to check against, and where it came from: the root's manifest, else the
+    environment itself (ABIViolation when its torch is missing or not the spec's)."""
+    spec, manifest, venv = target.spec, target.manifest, target.venv
     if manifest.baseline is not None and Path(manifest.venv) == venv:
-        baseline = guard.Baseline.from_json(manifest.baseline)
-        source = f"manifest {paths.manifest}"
-    else:
-        try:
-            baseline = guard.take_baseline(spec.abi, site, manifest.marker_env or {})
-        except LookupError as exc:
-            raise ABIViolation(
-                f"{spec.abi.package} is not installed in {venv}"
-                + (f": {unfinished}" if unfinished else "")
-            ) from exc
-        source = "the environment itself (no manifest)"
-        if baseline.version != spec.abi.version:
-            raise ABIViolation(
-                f"{spec.abi.package} {baseline.version} is installed; the spec says"
-                f" {spec.abi.version}"
-            )
-    record = not args.no_receipt and paths.manifest.is_file()
-    with ThreadPoolExecutor(2) as pool:
-        # what the receipt says about the host and the files, while torch imports
-        host = pool.submit(receipts.snapshot_host, spec) if record else None
-        software = pool.submit(receipts.inventory, python)
-        # the same check provision ends with; verify always imports (no cached verdict)
-        try:
-            check = final_check(
-                spec,
-                baseline=baseline,
-                site=site,
-                python=python,
-                marker_env=manifest.marker_env,
-                overlay=layout.overlay_env(spec, paths),
-                timeout=args.timeout,
-                import_after_violation=True,
-            )
-        except ImportHang as exc:
-            raise VerifyError(
-                f"{venv}: {exc}",
-                hint=(
-                    "A hang in `import torch` is usually a driver or a network file "
-                    "system: check `nvidia-smi` and the mounts, or raise --timeout."
-                ),
-            ) from exc
-        inventory = software.result()
-    changed = changed_on_disk(inventory, baseline)
-    extra = extraneous_of(manifest, venv, site)
-    # a provision that stopped short left its later stages out: that is `unfinished`, not drift
-    gone = [] if unfinished else missing_of(manifest, venv, site)
-    messages = [f.message for f in check.findings] + changed + extra + gone
-    receipt = None
-    if record:
-        payload: receipts.VerifyPayload = {
-            "ok": not messages and not unfinished,
-            "venv": str(venv),
-            "baseline_from": source,
-            "violations": [*messages, *filter(None, [unfinished])],
-            "torch": check.data,
-            "guard_seconds": round(check.report.seconds, 4),
-        }
-        receipt = receipts.write_receipt(
-            paths,
-            "verify",
-            payload,
-            spec=spec,
-            python=python,
-            host=host.result() if host else None,
-            software=inventory,
+        return guard.Baseline.from_json(manifest.baseline), f"manifest {target.paths.manifest}"
+    try:
+        baseline = guard.take_baseline(spec.abi, target.site, manifest.marker_env or {})
+    except LookupError as exc:
+        raise ABIViolation(
+            f"{spec.abi.package} is not installed in {venv}"
+            + (f": {target.unfinished}" if target.unfinished else "")
+        ) from exc
+    if baseline.version != spec.abi.version:
+        raise ABIViolation(
+            f"{spec.abi.package} {baseline.version} is installed; the spec says {spec.abi.version}"
         )
-    if args.json:
-        doc: VerifyDocument = {
-            "schema": "envbuild.verify/1",
-            "venv": str(venv),
-            "baseline_from": source,
-            "ok": not messages and not unfinished,
-            "unfinished": unfinished,
-            "violations": [
-                {"rule": f.rule, "package": f.package, "message": f.message} for f in check.findings
-            ],
-            "changed_on_disk": changed,
-            "extraneous": extra,
-            "missing": gone,
-            "torch": check.data,
-            "guard_seconds": round(check.report.seconds, 4),
-            "receipt": str(receipt) if receipt else None,
-        }
-        ui.print_json(doc)
-    if messages:
+    return baseline, "the environment itself (no manifest)"
+
+
+def _final_check(target: _Target, baseline: guard.Baseline, timeout: float) -> FinalCheck:
+    """The same check provision ends with; verify always imports (no cached verdict)."""
+    try:
+        return final_check(
+            target.spec,
+            baseline=baseline,
+            site=target.site,
+            python=target.python,
+            marker_env=target.manifest.marker_env,
+            overlay=layout.overlay_env(target.spec, target.paths),
+            timeout=timeout,
+            import_after_violation=True,
+        )
+    except ImportHang as exc:
+        raise VerifyError(
+            f"{target.venv}: {exc}",
+            hint=(
+                "A hang in `import torch` is usually a driver or a network file "
+                "system: check `nvidia-smi` and the mounts, or raise --timeout."
+            ),
+        ) from exc
+
+
+def _payload(target: _Target, found: _Findings, source: str) -> receipts.VerifyPayload:
+    """The ``verify`` receipt's payload."""
+    return {
+        "ok": not found.messages and not target.unfinished,
+        "venv": str(target.venv),
+        "baseline_from": source,
+        "violations": [*found.messages, *filter(None, [target.unfinished])],
+        "torch": found.check.data,
+        "guard_seconds": round(found.check.report.seconds, 4),
+    }
+
+
+def _document(
+    target: _Target, found: _Findings, source: str, receipt: Path | None
+) -> VerifyDocument:
+    """``verify --json``'s document."""
+    check = found.check
+    return {
+        "schema": "envbuild.verify/1",
+        "venv": str(target.venv),
+        "baseline_from": source,
+        "ok": not found.messages and not target.unfinished,
+        "unfinished": target.unfinished,
+        "violations": [
+            {"rule": f.rule, "package": f.package, "message": f.message} for f in check.findings
+        ],
+        "changed_on_disk": found.changed,
+        "extraneous": found.extra,
+        "missing": found.gone,
+        "torch": check.data,
+        "guard_seconds": round(check.report.seconds, 4),
+        "receipt": str(receipt) if receipt else None,
+    }
+
+
+def _raise_on_findings(target: _Target, found: _Findings, baseline: guard.Baseline) -> None:
+    """ABIViolation (exit 6) for any finding, else VerifyError (exit 7) for a provision that
+    stopped short."""
+    venv, unfinished = target.venv, target.unfinished
+    if found.messages:
         also = f". Also: {unfinished}" if unfinished else ""
-        raise ABIViolation(f"{venv}: " + "; ".join(messages) + also)
+        raise ABIViolation(f"{venv}: " + "; ".join(found.messages) + also)
     if unfinished:
         raise VerifyError(
-            f"{venv}: {spec.abi.package} {baseline.version} intact, but {unfinished}",
+            f"{venv}: {target.spec.abi.package} {baseline.version} intact, but {unfinished}",
             hint="Run the same provision command again: it resumes at the step that stopped.",
         )
-    if not args.json:
-        events.emit(
-            "ok",
-            f"{venv}: {spec.abi.package} {baseline.version} intact "
-            f"(guard {1000 * check.report.seconds:.0f} ms; baseline from {source})",
-        )
-    return 0
 
 
 def extraneous_of(manifest: Manifest, venv: Path, site: Path) -> list[str]:

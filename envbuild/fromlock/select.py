@@ -203,6 +203,33 @@ def _holds(env: Environment, want: tuple[str, str]) -> bool:
 
 def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
     """The one environment of ``lock`` to install for ``request`` (see the module docstring)."""
+    envs = _environments(lock, request)
+    path = lock.path
+    exported = export(path, request.sync) if lock.format == "uv.lock" else None
+    if exported is not None:
+        return _as_uv_selects(lock, sha256, envs, exported, request.sync)
+    if lock.format == "uv.lock":
+        _warn_uv_cannot_select(path)
+    if request.sync.beyond_conflicts:
+        where = (
+            "uv cannot say what they select here (see the warning above)"
+            if lock.format == "uv.lock"
+            else f"a {lock.format} file records no such selection"
+        )
+        raise ConfigError(
+            f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
+            hint=(
+                "Keep the lock beside its pyproject.toml (and its workspace members'), or choose"
+                " between the lock's conflicting extras/groups with --extra / --group alone."
+            ),
+        )
+    env = _one_selection(lock, envs, request)
+    return Chosen(path, sha256, lock, env, lock.members(env))
+
+
+def _environments(lock: ParsedLock, request: Request) -> list[Environment]:
+    """The lock's environments for the request's Python and platform (this host's unless
+    ``--environment``); ConfigError for none, or for several platforms."""
     env_filter = request.environment or (host_platform_key(),)
     narrow = Narrow(environment=env_filter, python=(request.python,), default_python=request.python)
     narrow.validate()
@@ -222,39 +249,31 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
             " installs one",
             hint="Name one platform, e.g. --environment linux-x86_64.",
         )
-    exported = export(path, request.sync) if lock.format == "uv.lock" else None
-    if exported is not None:
-        return _as_uv_selects(lock, sha256, envs, exported, request.sync)
-    if lock.format == "uv.lock":
-        from envbuild import events
+    return envs
 
-        why = (
-            "the project's pyproject.toml is not beside the lock"
-            if not (path.parent / "pyproject.toml").is_file()
-            else (
-                "uv reads a lock named uv.lock" if path.name != "uv.lock" else "uv is not installed"
-            )
-        )
-        events.emit(
-            "warn",
-            f"{path}: {why}, so uv cannot say what a selection installs: envbuild chooses between"
-            " the lock's conflicting extras/groups alone (--extra/--group), and installs every"
-            " extra that conflicts with nothing; keep the lock beside its pyproject.toml for uv"
-            " sync's own selection",
-        )
-    if request.sync.beyond_conflicts:
-        where = (
-            "uv cannot say what they select here (see the warning above)"
-            if lock.format == "uv.lock"
-            else f"a {lock.format} file records no such selection"
-        )
-        raise ConfigError(
-            f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
-            hint=(
-                "Keep the lock beside its pyproject.toml (and its workspace members'), or choose"
-                " between the lock's conflicting extras/groups with --extra / --group alone."
-            ),
-        )
+
+def _warn_uv_cannot_select(path: Path) -> None:
+    """A uv.lock uv cannot export here: said in a warning, with why."""
+    from envbuild import events
+
+    why = (
+        "the project's pyproject.toml is not beside the lock"
+        if not (path.parent / "pyproject.toml").is_file()
+        else ("uv reads a lock named uv.lock" if path.name != "uv.lock" else "uv is not installed")
+    )
+    events.emit(
+        "warn",
+        f"{path}: {why}, so uv cannot say what a selection installs: envbuild chooses between"
+        " the lock's conflicting extras/groups alone (--extra/--group), and installs every"
+        " extra that conflicts with nothing; keep the lock beside its pyproject.toml for uv"
+        " sync's own selection",
+    )
+
+
+def _one_selection(lock: ParsedLock, envs: list[Environment], request: Request) -> Environment:
+    """The one environment whose selection holds the request's extras and groups (the default
+    selection when it names none); ConfigError for none or several."""
+    path = lock.path
     wanted = [("extra", str(canonicalize_name(x))) for x in request.extras] + [
         ("any", str(canonicalize_name(g))) for g in request.groups
     ]
@@ -280,8 +299,7 @@ def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
             f" one environment of this lock ({shown}); a provision installs one",
             hint=_choices_hint(envs),
         )
-    env = best[0]
-    return Chosen(path, sha256, lock, env, lock.members(env))
+    return best[0]
 
 
 def _as_uv_selects(

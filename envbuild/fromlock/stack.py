@@ -55,10 +55,48 @@ def stack_for(
     triton = next(
         (n for n in runtime if n in ("triton", "pytorch-triton", "pytorch-triton-rocm")), None
     )
-    build = build or build_sources(chosen.path)
+    steps = _stage_steps(plan, adopt, pip_backend, build or build_sources(chosen.path))
+    name = _NAME.sub("-", f"lock-{chosen.path.parent.name or 'project'}").strip("-.")[:60] or "lock"
+    return StackSpec(
+        path=chosen.path,
+        name=name,
+        description=f"{chosen.path} ({chosen.env.name})",
+        python=chosen.env.python,
+        abi=ABI(
+            package="torch",
+            version=version,
+            local=local,
+            protect=tuple(sorted(runtime)),
+            triton_provider=triton,
+            adopt=adopt,
+        ),
+        layout=Layout(root=root, links=dict(links or {}), min_free_gb=1.0),
+        host=Host(),
+        env={},
+        steps=steps,
+        digest=spec_digest(
+            {
+                "lock_sha256": chosen.sha256,
+                "environment": chosen.env.name,
+                "adopt": adopt,
+                "stages": (
+                    _digest_stages(digest_plan, adopt, pip_backend)
+                    if digest_plan
+                    else {s.name: s.packages for s in steps}
+                ),
+            }
+        ),
+    )
+
+
+def _stage_steps(
+    plan: StagePlan, adopt: bool, pip_backend: bool, build: BuildSources
+) -> tuple[Step, ...]:
+    """One step per stage that installs anything: no deps, from its hash-pinned lines; a stage
+    with isolated builds resolves their requirements from ``build``'s indexes, as uv's would."""
     steps = []
     for stage in plan.stages:
-        placed = [p for p in plan.stage(stage) if not (adopt and p.entry is torch)]
+        placed = [p for p in plan.stage(stage) if not (adopt and p.entry is plan.torch)]
         if not placed:
             continue
         packages = tuple(_shown(p, pip_backend) for p in placed)
@@ -85,37 +123,7 @@ def stack_for(
                     no_build_isolation=stage == "builds",
                 )
             )
-    name = _NAME.sub("-", f"lock-{chosen.path.parent.name or 'project'}").strip("-.")[:60] or "lock"
-    return StackSpec(
-        path=chosen.path,
-        name=name,
-        description=f"{chosen.path} ({chosen.env.name})",
-        python=chosen.env.python,
-        abi=ABI(
-            package="torch",
-            version=version,
-            local=local,
-            protect=tuple(sorted(runtime)),
-            triton_provider=triton,
-            adopt=adopt,
-        ),
-        layout=Layout(root=root, links=dict(links or {}), min_free_gb=1.0),
-        host=Host(),
-        env={},
-        steps=tuple(steps),
-        digest=spec_digest(
-            {
-                "lock_sha256": chosen.sha256,
-                "environment": chosen.env.name,
-                "adopt": adopt,
-                "stages": (
-                    _digest_stages(digest_plan, adopt, pip_backend)
-                    if digest_plan
-                    else {s.name: s.packages for s in steps}
-                ),
-            }
-        ),
-    )
+    return tuple(steps)
 
 
 def _digest_stages(plan: StagePlan, adopt: bool, pip_backend: bool) -> dict[str, tuple[str, ...]]:

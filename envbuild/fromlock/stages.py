@@ -396,24 +396,9 @@ def plan_stages(
     torches, an entry with no file for this target. ``base_torch``: the version of the torch the
     target environment (``--venv``) already has; a lock that installs no torch (it leaves torch to
     a base image) is planned onto it, that torch the baseline."""
-    entries = chosen.members.entries
-    torches = [e for e in entries if e.name == "torch"]
-    if not torches and base_torch is not None:
-        torches = [
-            Entry(key=BASE_TORCH_KEY, name="torch", version=base_torch, raw=f"torch=={base_torch}")
-        ]
-        entries = [*entries, torches[0]]
-    if len(torches) != 1:
-        what = "installs no torch" if not torches else f"installs {len(torches)} torch entries"
-        raise ConfigError(
-            f"{chosen.path}: {chosen.env.name} {what}; provision --lock installs a torch stack "
-            "with torch as its ABI baseline",
-            hint=_torch_choices(chosen),
-        )
-    torch = torches[0]
+    entries, torch = _the_torch(chosen, base_torch)
     by_name = {e.name: e for e in entries}
-    order = {t: i for i, t in enumerate(target_tag_order(chosen.env.python, chosen.env.platform))}
-    newer_order: dict[str, int] | None = None
+    tags = _TagOrder(chosen.env.python, chosen.env.platform)
     folder = chosen.path.parent
     settings = build_settings(chosen.path)
     sources = _raw_sources(chosen)
@@ -435,63 +420,118 @@ def plan_stages(
             plan.placed.append(_git(e, source, runtime, settings))
             continue
         path_source = str(source["path"]) if isinstance(source.get("path"), str) else None
-        art = pick_artifact(e, folder, order, path_source)
-        needs = None
-        if art is None and chosen.env.platform.startswith("linux"):
-            # a wheel for a newer glibc than this host's: the target host may have it (plan, an
-            # image)
-            newer_order = newer_order or {
-                t: i
-                for i, t in enumerate(
-                    target_tag_order(chosen.env.python, chosen.env.platform, glibc=NEWEST_GLIBC)
-                )
-            }
-            art = pick_artifact(e, folder, newer_order, path_source)
-            needs = _glibc_of(art.filename) if art is not None else None
-        if art is None:
-            files = (
-                ", ".join(a.filename for a in _artifacts(e, folder, path_source)[:3]) or "no files"
-            )
-            raise ConfigError(
-                f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
-                f"{chosen.env.python} {chosen.env.platform} ({files})",
-                hint="Re-lock for this platform, or provision on a host the lock is made for.",
-            )
-        unhashed = not art.sha256
-        if unhashed:
-            art = _hash_local(art)
-        stage, why = _classify(e, art, torch, runtime, settings)
-        if needs is not None:
-            why += f"; its wheel needs glibc 2.{needs} (this host has {_host_glibc_text()})"
-        if unhashed:
-            why += (
-                "; the lock records no sha256: "
-                + (
-                    "that of the file as found here is pinned"
-                    if art.sha256
-                    else "the file's is taken when it is downloaded"
-                )
-                + ", and required from then on"
-            )
-        line = (
-            f"{e.name} @ {art.url} --hash=sha256:{art.sha256}"
-            if art.sha256
-            else f"{e.name} @ {art.url}"
-        )
-        plan.placed.append(
-            Placed(
-                e,
-                stage,
-                why,
-                art,
-                line,
-                needs_glibc=needs,
-                unhashed=unhashed,
-                index=_index_of(e, folder) if e.url is None and path_source is None else None,
-            )
-        )
+        plan.placed.append(_placed_file(chosen, e, path_source, tags, runtime, settings, torch))
     _with_extension_deps(plan, by_name)
     return plan
+
+
+def _the_torch(chosen: Chosen, base_torch: str | None) -> tuple[list[Entry], Entry]:
+    """The entries to plan and the one torch among them (the base environment's, standing in for
+    none); ConfigError for none or several."""
+    entries = chosen.members.entries
+    torches = [e for e in entries if e.name == "torch"]
+    if not torches and base_torch is not None:
+        torches = [
+            Entry(key=BASE_TORCH_KEY, name="torch", version=base_torch, raw=f"torch=={base_torch}")
+        ]
+        entries = [*entries, torches[0]]
+    if len(torches) != 1:
+        what = "installs no torch" if not torches else f"installs {len(torches)} torch entries"
+        raise ConfigError(
+            f"{chosen.path}: {chosen.env.name} {what}; provision --lock installs a torch stack "
+            "with torch as its ABI baseline",
+            hint=_torch_choices(chosen),
+        )
+    return entries, torches[0]
+
+
+@dataclass
+class _TagOrder:
+    """The target's wheel tags in preference order (tag -> rank), and, taken once when first
+    asked, those of the newest glibc (a wheel for a newer glibc than this host's: the target host
+    may have it)."""
+
+    python: str
+    platform: str
+    order: dict[str, int] = field(init=False)
+    newer: dict[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        self.order = {t: i for i, t in enumerate(target_tag_order(self.python, self.platform))}
+
+    def newest_glibc(self) -> dict[str, int]:
+        if not self.newer:
+            tags = target_tag_order(self.python, self.platform, glibc=NEWEST_GLIBC)
+            self.newer = {t: i for i, t in enumerate(tags)}
+        return self.newer
+
+
+def _placed_file(
+    chosen: Chosen,
+    e: Entry,
+    path_source: str | None,
+    tags: _TagOrder,
+    runtime: dict[str, str],
+    settings: BuildSettings,
+    torch: Entry,
+) -> Placed:
+    """An entry installed from one of its locked files: the file for this target (hashed here
+    when the lock records no sha256), its stage and why."""
+    folder = chosen.path.parent
+    art, needs = _pick_file(chosen, e, path_source, tags)
+    unhashed = not art.sha256
+    if unhashed:
+        art = _hash_local(art)
+    stage, why = _classify(e, art, torch, runtime, settings)
+    if needs is not None:
+        why += f"; its wheel needs glibc 2.{needs} (this host has {_host_glibc_text()})"
+    if unhashed:
+        why += (
+            "; the lock records no sha256: "
+            + (
+                "that of the file as found here is pinned"
+                if art.sha256
+                else "the file's is taken when it is downloaded"
+            )
+            + ", and required from then on"
+        )
+    line = (
+        f"{e.name} @ {art.url} --hash=sha256:{art.sha256}"
+        if art.sha256
+        else f"{e.name} @ {art.url}"
+    )
+    return Placed(
+        e,
+        stage,
+        why,
+        art,
+        line,
+        needs_glibc=needs,
+        unhashed=unhashed,
+        index=_index_of(e, folder) if e.url is None and path_source is None else None,
+    )
+
+
+def _pick_file(
+    chosen: Chosen, e: Entry, path_source: str | None, tags: _TagOrder
+) -> tuple[LockedFile, int | None]:
+    """The entry's file for this target, else (Linux) one for a newer glibc, with the glibc minor
+    it needs; ConfigError when the lock has none."""
+    folder = chosen.path.parent
+    art = pick_artifact(e, folder, tags.order, path_source)
+    needs = None
+    if art is None and chosen.env.platform.startswith("linux"):
+        # a wheel for a newer glibc than this host's: the target host may have it (plan, an image)
+        art = pick_artifact(e, folder, tags.newest_glibc(), path_source)
+        needs = _glibc_of(art.filename) if art is not None else None
+    if art is None:
+        files = ", ".join(a.filename for a in _artifacts(e, folder, path_source)[:3]) or "no files"
+        raise ConfigError(
+            f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
+            f"{chosen.env.python} {chosen.env.platform} ({files})",
+            hint="Re-lock for this platform, or provision on a host the lock is made for.",
+        )
+    return art, needs
 
 
 def _index_of(e: Entry, folder: Path) -> str:

@@ -76,50 +76,69 @@ def check(
             Violation("version", abi.package, f"{abi.package} {baseline.version} was uninstalled")
         )
     else:
-        module = abi.package.replace("-", "_")
-        runtime = read_runtime_version(site, module) or torch.version
-        if (
-            torch.version != (baseline.dist_version or baseline.version)
-            or runtime != baseline.version
-        ):
-            v.append(
-                Violation(
-                    "version",
-                    abi.package,
-                    f"{abi.package} changed: {baseline.version} -> {runtime}",
-                )
+        _check_torch(spec, baseline, site, torch, v)
+    _check_protected(baseline, dists, site, v)
+    _check_files(spec, dists, site, v)
+    runtime_version = (
+        (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version)
+        if torch
+        else None
+    )
+    _check_provenance(dists, runtime_version, v)
+    if no_deps_names:
+        for f in unmet_requirements(dists, no_deps_names, marker_env or {}):
+            w.append(f)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_torch(
+    spec: StackSpec, baseline: Baseline, site: Path, torch: Dist, v: list[Violation]
+) -> None:
+    """The installed torch against the baseline: its version (metadata and at run time), its
+    files' identity, its local tag and its CUDA."""
+    abi = spec.abi
+    module = abi.package.replace("-", "_")
+    runtime = read_runtime_version(site, module) or torch.version
+    if torch.version != (baseline.dist_version or baseline.version) or runtime != baseline.version:
+        v.append(
+            Violation(
+                "version", abi.package, f"{abi.package} changed: {baseline.version} -> {runtime}"
             )
-        else:
-            pin = {
-                "record_sha256": baseline.record_sha256,
-                "payload_sha256": baseline.payload_sha256,
-                "stamped": baseline.stamped,
-                "record_key": list(baseline.record_key),
-            }
-            problem = _identity_problem(torch, pin, site)
-            if problem:
-                v.append(
-                    Violation(
-                        problem[0], abi.package, f"{abi.package} {torch.version} {problem[1]}"
-                    )
-                )
-        if abi.local and abi.local not in runtime:
+        )
+    else:
+        pin = {
+            "record_sha256": baseline.record_sha256,
+            "payload_sha256": baseline.payload_sha256,
+            "stamped": baseline.stamped,
+            "record_key": list(baseline.record_key),
+        }
+        problem = _identity_problem(torch, pin, site)
+        if problem:
             v.append(
-                Violation(
-                    "local",
-                    abi.package,
-                    f"{abi.package} {runtime} lacks the local tag {abi.local!r}",
-                )
+                Violation(problem[0], abi.package, f"{abi.package} {torch.version} {problem[1]}")
             )
-        cuda = read_cuda(site, module)
-        if abi.cuda and cuda != abi.cuda:
-            v.append(
-                Violation(
-                    "cuda",
-                    abi.package,
-                    f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}",
-                )
+    if abi.local and abi.local not in runtime:
+        v.append(
+            Violation(
+                "local", abi.package, f"{abi.package} {runtime} lacks the local tag {abi.local!r}"
             )
+        )
+    cuda = read_cuda(site, module)
+    if abi.cuda and cuda != abi.cuda:
+        v.append(
+            Violation(
+                "cuda",
+                abi.package,
+                f"{abi.package}.version.cuda is {cuda!r}, expected {abi.cuda!r}",
+            )
+        )
+
+
+def _check_protected(
+    baseline: Baseline, dists: Mapping[str, Dist], site: Path, v: list[Violation]
+) -> None:
+    """Each protected package of the baseline: still there, at its version, with its files."""
     for name, pin in baseline.protected.items():
         d = dists.get(name)
         if d is None:
@@ -136,18 +155,6 @@ def check(
             problem = _identity_problem(d, pin, site)
             if problem:
                 v.append(Violation("protected", name, f"protected {name} {d.version} {problem[1]}"))
-    _check_files(spec, dists, site, v)
-    runtime_version = (
-        (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version)
-        if torch
-        else None
-    )
-    _check_provenance(dists, runtime_version, v)
-    if no_deps_names:
-        for f in unmet_requirements(dists, no_deps_names, marker_env or {}):
-            w.append(f)
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def _identity_problem(d: Dist, pin: Mapping[str, Any], site: Path) -> tuple[str, str] | None:

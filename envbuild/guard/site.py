@@ -221,7 +221,7 @@ def active(requires: Iterable[str], env: Mapping[str, str]) -> Iterator[Requirem
 def _marker_true(marker: Marker, env: Mapping[str, str]) -> bool:
     try:
         return marker.evaluate({**env, "extra": ""})
-    except Exception:  # an unknown variable: be conservative, count it
+    except Exception:  # noqa: BLE001 - an unknown variable: be conservative, count it
         return True
 
 

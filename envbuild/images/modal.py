@@ -133,73 +133,8 @@ def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
     rendered = render(spec, docker)
     layers = step_layers(spec, rendered, docker)
     if opts.mode == "dockerfile":
-        needs = [s.name for s in layers if s.wheelhouse]
-        if needs:
-            raise ConfigError(
-                f"{spec.name}: step(s) {', '.join(needs)} install from the wheelhouse, which the"
-                " Dockerfile mounts as a named build context (--build-context wheelhouse=DIR);"
-                " Modal's from_dockerfile has none",
-                hint=(
-                    "Use --mode steps: it copies the wheelhouse into the image before those steps."
-                ),
-            )
-    base = choose_base(spec, docker)
-    paths = layout.Paths(root=Path(docker.root), venv_name=docker.venv or spec.layout.venv)
-    venv = docker.venv or f"{docker.root}/{spec.layout.venv}"
-    overlay = layout.overlay_env(spec, paths)
-    overlay.pop("PIP_CACHE_DIR", None)
-    overlay.pop("UV_CACHE_DIR", None)
-    path = f"{venv}/bin:" + (f"{CUDA_PATH}:" if base.cuda or spec.abi.cuda else "") + BASE_PATH
-    env = {"VIRTUAL_ENV": venv, "PATH": path, **overlay}
-    plan = make_plan(spec)
-    pin_after = None if spec.abi.adopt else next(s.name for s in plan.steps if s.role == "baseline")
-    provision = [
-        "envbuild",
-        "provision",
-        "--stack",
-        IMAGE_SPEC,
-        "--root",
-        docker.root,
-        "--home",
-        "/root",
-    ]
-    if spec.abi.adopt:
-        provision += ["--venv", venv]
-    runtime_caches = [
-        str(paths.cache / sub)
-        for var, sub in layout.CACHE_DIRS.items()
-        if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")
-    ]
-    target = ["--stack", IMAGE_SPEC, "--root", docker.root, "--venv", venv]
-    values = {
-        "STACK": spec.name,
-        "SPEC_DIGEST": spec.digest,
-        "MODE": opts.mode,
-        "PYTHON": spec.python,
-        "BASE": None if (base.image == CPU_BASE and not docker.base) else base.image,
-        "CONTEXT_REL": opts.context,
-        "DOCKERFILE_NAME": opts.dockerfile if opts.mode == "dockerfile" else None,
-        "TOOL_SRC": docker.tool_src,
-        "APT": RUNTIME_APT.split(),
-        "ENV": env,
-        "CONSTRAINTS": str(paths.constraints),
-        "PIN_AFTER": pin_after,
-        "STEPS": [(s.name, s.spec, s.lock, list(s.files), s.wheelhouse) for s in layers],
-        "SECRETS": {
-            s.name: [check_env_name(k, f"step {s.name} env") for k in s.secrets]
-            for s in layers
-            if s.secrets
-        },
-        "PROVISION": sh_join(provision, "--root"),
-        "SPEC_VARS": [v for v in spec_vars(spec) if v != "ENVBUILD_WHEELHOUSE"],
-        "TOOL_INSTALL": _tool_install(spec.python if not spec.abi.adopt else None, venv),
-        "VERIFY": [
-            sh_join(["envbuild", "verify", *target], "--root"),
-            sh_join(["envbuild", "smoke", *target], "--root")
-            + " && "
-            + sh_join(["chmod", "1777", *runtime_caches], "--root"),
-        ],
-    }
+        _refuse_wheelhouse_steps(spec, layers)
+    values = _values(spec, opts, layers)
     source = _SOURCE.format(
         command=py_docstring(docker.command, "the command line that renders this file"),
         summary=py_docstring(
@@ -222,6 +157,93 @@ def render_modal(spec: StackSpec, opts: ModalOptions) -> RenderedModal:
         files=dict(rendered.files),
         layers=layers,
     )
+
+
+def _refuse_wheelhouse_steps(spec: StackSpec, layers: tuple[StepLayer, ...]) -> None:
+    """Dockerfile mode: ConfigError for steps that install from the wheelhouse, which Modal's
+    from_dockerfile cannot mount."""
+    needs = [s.name for s in layers if s.wheelhouse]
+    if needs:
+        raise ConfigError(
+            f"{spec.name}: step(s) {', '.join(needs)} install from the wheelhouse, which the"
+            " Dockerfile mounts as a named build context (--build-context wheelhouse=DIR);"
+            " Modal's from_dockerfile has none",
+            hint=("Use --mode steps: it copies the wheelhouse into the image before those steps."),
+        )
+
+
+def _values(
+    spec: StackSpec, opts: ModalOptions, layers: tuple[StepLayer, ...]
+) -> dict[str, object]:
+    """The plan as the file's data: each name, the Python literal written for it."""
+    docker = opts.docker
+    base = choose_base(spec, docker)
+    paths = layout.Paths(root=Path(docker.root), venv_name=docker.venv or spec.layout.venv)
+    venv = docker.venv or f"{docker.root}/{spec.layout.venv}"
+    overlay = layout.overlay_env(spec, paths)
+    overlay.pop("PIP_CACHE_DIR", None)
+    overlay.pop("UV_CACHE_DIR", None)
+    path = f"{venv}/bin:" + (f"{CUDA_PATH}:" if base.cuda or spec.abi.cuda else "") + BASE_PATH
+    env = {"VIRTUAL_ENV": venv, "PATH": path, **overlay}
+    plan = make_plan(spec)
+    pin_after = None if spec.abi.adopt else next(s.name for s in plan.steps if s.role == "baseline")
+    return {
+        "STACK": spec.name,
+        "SPEC_DIGEST": spec.digest,
+        "MODE": opts.mode,
+        "PYTHON": spec.python,
+        "BASE": None if (base.image == CPU_BASE and not docker.base) else base.image,
+        "CONTEXT_REL": opts.context,
+        "DOCKERFILE_NAME": opts.dockerfile if opts.mode == "dockerfile" else None,
+        "TOOL_SRC": docker.tool_src,
+        "APT": RUNTIME_APT.split(),
+        "ENV": env,
+        "CONSTRAINTS": str(paths.constraints),
+        "PIN_AFTER": pin_after,
+        "STEPS": [(s.name, s.spec, s.lock, list(s.files), s.wheelhouse) for s in layers],
+        "SECRETS": {
+            s.name: [check_env_name(k, f"step {s.name} env") for k in s.secrets]
+            for s in layers
+            if s.secrets
+        },
+        "PROVISION": _provision_line(spec, docker, venv),
+        "SPEC_VARS": [v for v in spec_vars(spec) if v != "ENVBUILD_WHEELHOUSE"],
+        "TOOL_INSTALL": _tool_install(spec.python if not spec.abi.adopt else None, venv),
+        "VERIFY": _verify_lines(docker, paths, venv),
+    }
+
+
+def _provision_line(spec: StackSpec, docker: DockerOptions, venv: str) -> str:
+    """The provision command each step's layer runs (``--step NAME`` is added per layer)."""
+    provision = [
+        "envbuild",
+        "provision",
+        "--stack",
+        IMAGE_SPEC,
+        "--root",
+        docker.root,
+        "--home",
+        "/root",
+    ]
+    if spec.abi.adopt:
+        provision += ["--venv", venv]
+    return sh_join(provision, "--root")
+
+
+def _verify_lines(docker: DockerOptions, paths: layout.Paths, venv: str) -> list[str]:
+    """The last layer's commands: verify, then smoke and the run-time caches opened to all."""
+    runtime_caches = [
+        str(paths.cache / sub)
+        for var, sub in layout.CACHE_DIRS.items()
+        if var not in ("PIP_CACHE_DIR", "UV_CACHE_DIR")
+    ]
+    target = ["--stack", IMAGE_SPEC, "--root", docker.root, "--venv", venv]
+    return [
+        sh_join(["envbuild", "verify", *target], "--root"),
+        sh_join(["envbuild", "smoke", *target], "--root")
+        + " && "
+        + sh_join(["chmod", "1777", *runtime_caches], "--root"),
+    ]
 
 
 _ANNOTATIONS = {

@@ -170,6 +170,21 @@ _CONFLICT_UV = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class _Failure:
+    """A failed installer run as each reader below sees it: the step (``step``: how a message
+    names it), the whole log of this attempt (``text``), its redacted tail and where the log
+    is."""
+
+    planned: PlannedStep
+    spec: StackSpec
+    result: RunResult
+    step: str
+    text: str
+    tail: str
+    where: str
+
+
 def classify_failure(planned: PlannedStep, spec: StackSpec, result: RunResult) -> EnvbuildError:
     """Turn an installer failure into one paragraph: what broke, what to change, where the log
     is."""
@@ -184,105 +199,166 @@ def classify_failure(planned: PlannedStep, spec: StackSpec, result: RunResult) -
                 "read: check the step's index, or raise --step-timeout for a slow one."
             ),
         )
-    abi = spec.abi
-    text = _log_text(result)
-    culprits = []
-    for rx in (_CONFLICT_PIP, _CONFLICT_UV):
-        for m in rx.finditer(text):
-            req = m.group("req").strip().rstrip(".")
-            name = re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]
-            if abi.is_protected(name) and not abi.is_protected(m.group("who")):
-                culprits.append(f"{m.group('who')} {m.group('ver')} requires {req}")
-    if culprits:
-        return ABIViolation(
-            f"{step} would replace {abi.package}: {'; '.join(dict.fromkeys(culprits))}, which the"
-            f" installed baseline {abi.package} {abi.version} does not satisfy. The constraint"
-            " pinning the baseline stopped the installer; nothing was changed.",
-            hint=(
-                "Fix the spec: install that package with no_deps = true in its own step, or pin a"
-                f" version whose {abi.package} requirement the baseline satisfies. {where}"
-            ),
-        )
-    if "do not match the hashes" in text.lower() or "hash mismatch" in text.lower():
-        if planned.locked_file is not None:
-            return InstallError(
-                f"{step}: an artifact's hash does not match the lock (a download cut short, or a "
-                f"tampered or re-uploaded file).\n{tail}",
-                hint=(
-                    "Run provision again to retry the download; re-lock with `envbuild lock` if "
-                    f"the change is expected. {where}"
-                ),
-            )
-        return InstallError(
-            f"{step}: a downloaded file does not match the sha256 its index lists for it (a"
-            f" download cut short, or a file changed on the index).\n{tail}",
-            hint=f"Run provision again to retry the download. {where}",
-        )
-    if "No space left on device" in text or "Errno 28" in text:
-        return InstallError(
-            f"{step}: the disk is full while installing.\n{tail}",
-            hint=f"Free space on the data root or choose a larger one with --root. {where}",
-        )
-    if re.search(
-        r"(IncompleteRead|Connection broken|incomplete (body|read|message)|unexpected end of file|"
-        r"connection closed before message completed|Failed to read from the distribution cache)",
-        text,
-        re.I,
-    ):
-        return InstallError(
-            f"{step}: a download was cut short (the index closed the connection mid-file).\n{tail}",
-            hint=(
-                "Run provision again: the step is retried from the start. If it keeps happening, "
-                f"check the index or a proxy between. {where}"
-            ),
-        )
-    if re.search(
-        r"(requirements from `build-system\.requires`|" r"install build dependencies did not run)",
-        text,
-    ):
-        return InstallError(
-            f"{step}: a package built from source could not get its build requirements (its "
-            f"build-system.requires: the build backend).\n{tail}",
-            hint=(
-                "An isolated build resolves them from the project's indexes ([[tool.uv.index]] in"
-                " the pyproject.toml beside the lock), else from uv's and pip's configured ones"
-                " (uv.toml, pip.conf, UV_*/PIP_*), as uv sync does: make the backend available"
-                " there, or pin it to one that is with --build-constraints FILE or [tool.uv]"
-                " build-constraint-dependencies. Offline, `envbuild wheelhouse mirror --lock LOCK`"
-                f" carries them. {where}"
-            ),
-        )
-    if re.search(
-        r"(No matching distribution|not found in the package registry|No solution found|"
-        r"ResolutionImpossible|Could not find a version)",
-        text,
-    ):
-        return InstallError(
-            f"{step}: the installer could not find or resolve a package.\n{tail}",
-            hint=(
-                f"Check the package names and versions and the step's index_url/find_links. {where}"
-            ),
-        )
-    if re.search(
-        r"(Failed to establish a new connection|NewConnectionError|Temporary failure in name"
-        r" resolution|"
-        r"Connection refused|timed out|dns error|error sending request)",
-        text,
-        re.I,
-    ):
-        return InstallError(
-            f"{step}: a package index could not be reached.\n{tail}",
-            hint=f"Check the network or use --offline --wheelhouse DIR. {where}",
-        )
-    if result.returncode < 0:
-        return InstallError(
-            f"{step}: {result.describe('the installer')}.\n{tail}",
-            hint=f"Run provision again to resume; the step is run again. {where}",
-        )
+    failure = _Failure(planned, spec, result, step, _log_text(result), tail, where)
+    for read in _READERS:
+        found = read(failure)
+        if found is not None:
+            return found
     return InstallError(
         f"{step} failed (exit {result.returncode}):\n{tail}",
         hint=f"The venv is kept as it is for inspection. {where}",
     )
+
+
+def _protected_conflict(f: _Failure) -> EnvbuildError | None:
+    """The resolver would replace torch or a protected package (the baseline's constraint
+    stopped it)."""
+    abi = f.spec.abi
+    culprits = []
+    for rx in (_CONFLICT_PIP, _CONFLICT_UV):
+        for m in rx.finditer(f.text):
+            req = m.group("req").strip().rstrip(".")
+            name = re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]
+            if abi.is_protected(name) and not abi.is_protected(m.group("who")):
+                culprits.append(f"{m.group('who')} {m.group('ver')} requires {req}")
+    if not culprits:
+        return None
+    return ABIViolation(
+        f"{f.step} would replace {abi.package}: {'; '.join(dict.fromkeys(culprits))}, which the"
+        f" installed baseline {abi.package} {abi.version} does not satisfy. The constraint"
+        " pinning the baseline stopped the installer; nothing was changed.",
+        hint=(
+            "Fix the spec: install that package with no_deps = true in its own step, or pin a"
+            f" version whose {abi.package} requirement the baseline satisfies. {f.where}"
+        ),
+    )
+
+
+def _hash_mismatch(f: _Failure) -> EnvbuildError | None:
+    """A downloaded file's hash is not the lock's, or not the one its index lists."""
+    if "do not match the hashes" not in f.text.lower() and "hash mismatch" not in f.text.lower():
+        return None
+    if f.planned.locked_file is not None:
+        return InstallError(
+            f"{f.step}: an artifact's hash does not match the lock (a download cut short, or a "
+            f"tampered or re-uploaded file).\n{f.tail}",
+            hint=(
+                "Run provision again to retry the download; re-lock with `envbuild lock` if "
+                f"the change is expected. {f.where}"
+            ),
+        )
+    return InstallError(
+        f"{f.step}: a downloaded file does not match the sha256 its index lists for it (a"
+        f" download cut short, or a file changed on the index).\n{f.tail}",
+        hint=f"Run provision again to retry the download. {f.where}",
+    )
+
+
+def _disk_full(f: _Failure) -> EnvbuildError | None:
+    if "No space left on device" not in f.text and "Errno 28" not in f.text:
+        return None
+    return InstallError(
+        f"{f.step}: the disk is full while installing.\n{f.tail}",
+        hint=f"Free space on the data root or choose a larger one with --root. {f.where}",
+    )
+
+
+_CUT_SHORT = re.compile(
+    r"(IncompleteRead|Connection broken|incomplete (body|read|message)|unexpected end of file|"
+    r"connection closed before message completed|Failed to read from the distribution cache)",
+    re.I,
+)
+
+
+def _cut_short(f: _Failure) -> EnvbuildError | None:
+    if not _CUT_SHORT.search(f.text):
+        return None
+    return InstallError(
+        f"{f.step}: a download was cut short (the index closed the connection mid-file).\n{f.tail}",
+        hint=(
+            "Run provision again: the step is retried from the start. If it keeps happening, "
+            f"check the index or a proxy between. {f.where}"
+        ),
+    )
+
+
+_BUILD_REQUIREMENTS = re.compile(
+    r"(requirements from `build-system\.requires`|install build dependencies did not run)"
+)
+
+
+def _build_requirements(f: _Failure) -> EnvbuildError | None:
+    """A package built from source could not get its build backend."""
+    if not _BUILD_REQUIREMENTS.search(f.text):
+        return None
+    return InstallError(
+        f"{f.step}: a package built from source could not get its build requirements (its "
+        f"build-system.requires: the build backend).\n{f.tail}",
+        hint=(
+            "An isolated build resolves them from the project's indexes ([[tool.uv.index]] in"
+            " the pyproject.toml beside the lock), else from uv's and pip's configured ones"
+            " (uv.toml, pip.conf, UV_*/PIP_*), as uv sync does: make the backend available"
+            " there, or pin it to one that is with --build-constraints FILE or [tool.uv]"
+            " build-constraint-dependencies. Offline, `envbuild wheelhouse mirror --lock LOCK`"
+            f" carries them. {f.where}"
+        ),
+    )
+
+
+_UNRESOLVABLE = re.compile(
+    r"(No matching distribution|not found in the package registry|No solution found|"
+    r"ResolutionImpossible|Could not find a version)"
+)
+
+
+def _unresolvable(f: _Failure) -> EnvbuildError | None:
+    if not _UNRESOLVABLE.search(f.text):
+        return None
+    return InstallError(
+        f"{f.step}: the installer could not find or resolve a package.\n{f.tail}",
+        hint=(
+            f"Check the package names and versions and the step's index_url/find_links. {f.where}"
+        ),
+    )
+
+
+_UNREACHABLE = re.compile(
+    r"(Failed to establish a new connection|NewConnectionError|Temporary failure in name"
+    r" resolution|Connection refused|timed out|dns error|error sending request)",
+    re.I,
+)
+
+
+def _unreachable(f: _Failure) -> EnvbuildError | None:
+    if not _UNREACHABLE.search(f.text):
+        return None
+    return InstallError(
+        f"{f.step}: a package index could not be reached.\n{f.tail}",
+        hint=f"Check the network or use --offline --wheelhouse DIR. {f.where}",
+    )
+
+
+def _killed(f: _Failure) -> EnvbuildError | None:
+    """The installer ended by a signal."""
+    if f.result.returncode >= 0:
+        return None
+    return InstallError(
+        f"{f.step}: {f.result.describe('the installer')}.\n{f.tail}",
+        hint=f"Run provision again to resume; the step is run again. {f.where}",
+    )
+
+
+# in this order: the first that recognises the log says what broke
+_READERS: tuple[Callable[[_Failure], EnvbuildError | None], ...] = (
+    _protected_conflict,
+    _hash_mismatch,
+    _disk_full,
+    _cut_short,
+    _build_requirements,
+    _unresolvable,
+    _unreachable,
+    _killed,
+)
 
 
 def _log_text(result: RunResult) -> str:

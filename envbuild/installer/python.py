@@ -198,67 +198,15 @@ def find_interpreter(
     (resolving only, which never runs torch) takes an unfit one where no fit one is found.
     """
     if override is not None:
-        if not override.strip():
-            raise PreflightError(
-                "--python is empty (an unset shell variable?); give the path of an interpreter"
-            )
-        found = shutil.which(override) or (override if Path(override).exists() else None)
-        if found is None:
-            raise PreflightError(f"--python {override}: no such interpreter")
-        info = probe_python(found)
-        if info is None:
-            raise PreflightError(f"--python {override}: the interpreter does not run")
-        if info.version != version:
-            events.emit(
-                "warn",
-                f"--python {override} is Python {info.version}; the stack asks for {version}",
-            )
-        if require_fit and (reason := unfit_reason(info, package)) is not None:
-            raise _refuse(
-                info,
-                f"--python {override}"
-                + (f" ({info.executable})" if str(info.executable) != override else ""),
-                reason,
-                info.version,
-            )
-        return info
-    seen: set[str] = set()
-    # the first one found that cannot run the stack
-    unfit: tuple[Interpreter, str, str] | None = None
-
-    def fit(info: Interpreter | None, where: str) -> bool:
-        nonlocal unfit
-        if info is None or info.version != version:
-            return False
-        reason = unfit_reason(info, package)
-        if reason is not None:
-            events.emit("debug", f"skipping {info.executable} ({where}): {reason}")
-            unfit = unfit or (info, where, reason)
-            return False
-        return True
-
-    for c in _candidates(version):
-        real = os.path.realpath(c)
-        if real in seen or not os.path.exists(real):
-            continue
-        seen.add(real)
-        info = probe_python(c)
-        if fit(info, f"found as {c}"):
-            assert info is not None
-            return info
-    uv = find_uv()
-    if uv:
-        out = run([uv, "python", "find", version], capture=True, separate_stderr=True, timeout=30)
-        found = (out.output or "").strip()
-        if out.ok and found:
-            info = probe_python(found)
-            if fit(info, "uv's"):
-                assert info is not None
-                return info
-    if unfit is not None and not require_fit:
-        return unfit[0]
-    if unfit is not None:
-        info, where, reason = unfit
+        return _given_interpreter(version, override, package, require_fit)
+    search = _Search(version, package)
+    found = search.look()
+    if found is not None:
+        return found
+    if search.unfit is not None and not require_fit:
+        return search.unfit[0]
+    if search.unfit is not None:
+        info, where, reason = search.unfit
         raise _refuse(
             info, f"{info.executable} ({where}), the only Python {version} here,", reason, version
         )
@@ -270,6 +218,84 @@ def find_interpreter(
             f" python{version}-venv`; or `uv python install {version}`), or pass --python PATH."
         ),
     )
+
+
+def _given_interpreter(version: str, override: str, package: str, require_fit: bool) -> Interpreter:
+    """``--python``: it must run (PreflightError), a version other than the stack's is a warning,
+    and one ``package`` cannot run on is refused unless ``require_fit`` is False."""
+    if not override.strip():
+        raise PreflightError(
+            "--python is empty (an unset shell variable?); give the path of an interpreter"
+        )
+    found = shutil.which(override) or (override if Path(override).exists() else None)
+    if found is None:
+        raise PreflightError(f"--python {override}: no such interpreter")
+    info = probe_python(found)
+    if info is None:
+        raise PreflightError(f"--python {override}: the interpreter does not run")
+    if info.version != version:
+        events.emit(
+            "warn",
+            f"--python {override} is Python {info.version}; the stack asks for {version}",
+        )
+    if require_fit and (reason := unfit_reason(info, package)) is not None:
+        raise _refuse(
+            info,
+            f"--python {override}"
+            + (f" ({info.executable})" if str(info.executable) != override else ""),
+            reason,
+            info.version,
+        )
+    return info
+
+
+@dataclass
+class _Search:
+    """Looking for a Python ``version`` that ``package`` runs on: the candidates in order, then
+    uv's; the first one found that cannot run it is kept (``unfit``: it, where it was found, and
+    why)."""
+
+    version: str
+    package: str
+    unfit: tuple[Interpreter, str, str] | None = None
+
+    def look(self) -> Interpreter | None:
+        """The first fit interpreter found, or None."""
+        seen: set[str] = set()
+        for c in _candidates(self.version):
+            real = os.path.realpath(c)
+            if real in seen or not os.path.exists(real):
+                continue
+            seen.add(real)
+            info = probe_python(c)
+            if info is not None and self.fit(info, f"found as {c}"):
+                return info
+        uv = find_uv()
+        if uv:
+            out = run(
+                [uv, "python", "find", self.version],
+                capture=True,
+                separate_stderr=True,
+                timeout=30,
+            )
+            found = (out.output or "").strip()
+            if out.ok and found:
+                info = probe_python(found)
+                if info is not None and self.fit(info, "uv's"):
+                    return info
+        return None
+
+    def fit(self, info: Interpreter, where: str) -> bool:
+        """Whether ``info`` is the version asked for and can run ``package`` (an unfit one is
+        kept, said at debug level)."""
+        if info.version != self.version:
+            return False
+        reason = unfit_reason(info, self.package)
+        if reason is not None:
+            events.emit("debug", f"skipping {info.executable} ({where}): {reason}")
+            self.unfit = self.unfit or (info, where, reason)
+            return False
+        return True
 
 
 def find_uv() -> str | None:

@@ -401,6 +401,17 @@ def _check_writable(folder: Path) -> None:
         ) from exc
 
 
+@dataclass
+class _Locked:
+    """What locking the steps made: each step's entry of lock.json in order, the files written,
+    the steps resolved and the steps kept as the last lock had them."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    resolved: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+
 def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
     opts = opts or LockOptions()
     t0 = time.monotonic()
@@ -443,74 +454,24 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
             written=False,
             kept=tuple(s.name for s in spec.steps),
         )
-    plan = make_plan(spec)
-    entries: list[dict[str, Any]] = []
-    files: list[Path] = []
-    resolved: list[str] = []
-    kept: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
-        run = _Run(spec, opts, old, Path(tmp))
-        for i, (step, planned) in enumerate(zip(spec.steps, plan.steps, strict=True)):
-            fname = step_filename(planned.number, step.name)
-            entry: dict[str, Any] = {
-                "name": step.name,
-                "role": planned.role,
-                "step_digest": digests[i],
-                "flags": step_flags(step),
-                "requirements": [redact(p) for p in step.packages],
-                "replaces": list(step.replaces),
-            }
-            if step.name in opts.skip:
-                entry.update(
-                    locked=False, reason="left out with --skip-step when this lock was made"
-                )
-                entries.append(entry)
-                events.emit(
-                    "warn",
-                    f"step {step.name!r}: not locked (--skip-step); it resolves from the spec",
-                )
-                continue
-            status, last = statuses[i], old.step(step.name) if old is not None else None
-            if (
-                last is not None
-                and last.locked
-                and (status.current or (status.soft and not run.moved))
-            ):
-                entry.update(_kept(last))
-                packages: list[dict[str, Any]] = entry["packages"]
-                kept.append(step.name)
-            else:
-                packages, source_args, sources = run.resolve(i, step, planned)
-                text = file_header(spec, step, planned.role, fname, source_args) + "".join(
-                    format_requirement(
-                        p["name"], p["version"], p["hashes"], p["vcs"]["url"] if p["vcs"] else None
-                    )
-                    for p in packages
-                )
-                path = folder / fname
-                atomic_write_text(path, text)
-                files.append(path)
-                entry.update(
-                    locked=True,
-                    file=fname,
-                    file_sha256=sha256_file(path),
-                    sources=recorded_sources(sources, source_args),
-                    packages=packages,
-                )
-                resolved.append(step.name)
-                if (
-                    last is None
-                    or not last.locked
-                    or _pins_of(packages) != _pins_of(_kept(last)["packages"])
-                ):
-                    run.moved = True
-            if i == run.baseline:
-                run.protected |= baseline_protected(spec, packages)
-            for p in packages:
-                if p["version"]:
-                    run.pins[canonicalize_name(p["name"])] = (p["version"], step.name)
-            entries.append(entry)
-    lock = _write(spec, opts, folder, old, run, entries)
+    run, done = _lock_steps(spec, opts, old, folder, digests, statuses)
+    lock = _write(spec, opts, folder, old, run, done.entries)
+    return _written(spec, opts, folder, old, lock, done, skipped, t0)
+
+
+def _written(
+    spec: StackSpec,
+    opts: LockOptions,
+    folder: Path,
+    old: Lock | None,
+    lock: Lock,
+    done: _Locked,
+    skipped: list[str],
+    t0: float,
+) -> LockResult:
+    """After lock.json is written: the files of steps that no longer exist removed, the PEP 751
+    export written, and what moved (torch too, with the wheels built against the old one)."""
+    files = done.files
     if old is not None:  # files of steps that no longer exist
         keep = {s.file for s in lock.steps}
         for s in old.steps:
@@ -528,12 +489,98 @@ def lock_stack(spec: StackSpec, opts: LockOptions | None = None) -> LockResult:
         files,
         skipped,
         time.monotonic() - t0,
-        resolved=tuple(resolved),
-        kept=tuple(kept),
+        resolved=tuple(done.resolved),
+        kept=tuple(done.kept),
         changes=tuple(lock_changes(old, lock, spec, opts.upgrade)),
         torch_moved=moved,
         rebuild=rebuild,
     )
+
+
+def _lock_steps(
+    spec: StackSpec,
+    opts: LockOptions,
+    old: Lock | None,
+    folder: Path,
+    digests: list[str],
+    statuses: tuple[StepStatus, ...],
+) -> tuple[_Run, _Locked]:
+    """Each step in order: left out (``--skip-step``), kept as the last lock had it, or resolved
+    with every earlier step's pins as constraints and its file written into ``folder``."""
+    plan = make_plan(spec)
+    done = _Locked()
+    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
+        run = _Run(spec, opts, old, Path(tmp))
+        for i, (step, planned) in enumerate(zip(spec.steps, plan.steps, strict=True)):
+            entry: dict[str, Any] = {
+                "name": step.name,
+                "role": planned.role,
+                "step_digest": digests[i],
+                "flags": step_flags(step),
+                "requirements": [redact(p) for p in step.packages],
+                "replaces": list(step.replaces),
+            }
+            if step.name in opts.skip:
+                entry.update(
+                    locked=False, reason="left out with --skip-step when this lock was made"
+                )
+                done.entries.append(entry)
+                events.emit(
+                    "warn",
+                    f"step {step.name!r}: not locked (--skip-step); it resolves from the spec",
+                )
+                continue
+            last = old.step(step.name) if old is not None else None
+            packages = _lock_step(run, i, step, planned, statuses[i], last, entry, folder, done)
+            if i == run.baseline:
+                run.protected |= baseline_protected(spec, packages)
+            for p in packages:
+                if p["version"]:
+                    run.pins[canonicalize_name(p["name"])] = (p["version"], step.name)
+            done.entries.append(entry)
+    return run, done
+
+
+def _lock_step(
+    run: _Run,
+    i: int,
+    step: Step,
+    planned: PlannedStep,
+    status: StepStatus,
+    last: LockedStep | None,
+    entry: dict[str, Any],
+    folder: Path,
+    done: _Locked,
+) -> list[dict[str, Any]]:
+    """One step kept (current, or only softly stale while nothing before it moved) or resolved
+    and written; ``entry`` filled in, and the step's packages returned."""
+    if last is not None and last.locked and (status.current or (status.soft and not run.moved)):
+        entry.update(_kept(last))
+        done.kept.append(step.name)
+        packages: list[dict[str, Any]] = entry["packages"]
+        return packages
+    packages, source_args, sources = run.resolve(i, step, planned)
+    fname = step_filename(planned.number, step.name)
+    text = file_header(run.spec, step, planned.role, fname, source_args) + "".join(
+        format_requirement(
+            p["name"], p["version"], p["hashes"], p["vcs"]["url"] if p["vcs"] else None
+        )
+        for p in packages
+    )
+    path = folder / fname
+    atomic_write_text(path, text)
+    done.files.append(path)
+    entry.update(
+        locked=True,
+        file=fname,
+        file_sha256=sha256_file(path),
+        sources=recorded_sources(sources, source_args),
+        packages=packages,
+    )
+    done.resolved.append(step.name)
+    if last is None or not last.locked or _pins_of(packages) != _pins_of(_kept(last)["packages"]):
+        run.moved = True
+    return packages
 
 
 def _write(

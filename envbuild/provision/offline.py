@@ -33,7 +33,7 @@ from envbuild.errors import InstallError, LockError
 from envbuild.index.client import parse_filename
 from envbuild.index.net import redact
 from envbuild.index.wheeltags import fits_target, wheelhouse_files
-from envbuild.lock.model import read_lock
+from envbuild.lock.model import LockedPackage, read_lock
 from envbuild.plan import PlannedStep
 from envbuild.spec import StackSpec
 
@@ -73,57 +73,14 @@ def check_wheelhouse(
     # file name -> the sha256 the lock pins for it: its bytes are checked
     pinned: dict[str, str] = {}
     if seed:
-        have = {
-            parsed[0]
-            for f in files.values()
-            if (parsed := parse_filename(f)) is not None
-            and (fits_target(f, python, platform) or not f.endswith(".whl"))
-        }
-        missing += [
-            f"the new venv: {name} (the uv backend seeds it with {', '.join(seed_packages(python))}"
-            " from the wheelhouse: lock them in a bootstrap step, or copy their wheels in)"
-            for name in seed_packages(python)
-            if name not in have
-        ]
+        missing += _missing_seeds(files, python, platform)
     for planned in locked:
         entry = lock.step(planned.name) if lock is not None else None
         for p in entry.packages if entry is not None else ():
             if p.vcs is not None:
-                wheel = p.vcs.wheel
-                if wheel is None:
-                    missing.append(
-                        f"{planned.name}: {p.name} @ {redact(p.vcs.url)}: no wheel built from it is"
-                        " recorded in lock.json (installing it would clone the repository)"
-                    )
-                elif wheel.sha256 not in files and wheel.filename not in files.values():
-                    missing.append(
-                        f"{planned.name}: {p.name}: {wheel.filename} (sha256"
-                        f" {wheel.sha256[:16]}..., built from {redact(p.vcs.url)})"
-                    )
-                else:
-                    pinned[wheel.filename] = wheel.sha256
-                continue
-            pinned.update({files[h]: h for h in p.hashes if h in files})
-            present = [files[h] for h in p.hashes if h in files]
-            by_name = [
-                a for a in p.artifacts if a.sha256 is not None and a.filename in files.values()
-            ]
-            # the locked file's name, other bytes: named below with both hashes
-            if not present and by_name:
-                pinned.update({a.filename: a.sha256 for a in by_name if a.sha256 is not None})
-                continue
-            if not present:
-                missing.append(
-                    f"{planned.name}: {p.name}=={p.version}: none of its {len(p.hashes)} locked"
-                    " files"
-                )
-            elif not any(
-                fits_target(f, python, platform) or not f.endswith(".whl") for f in present
-            ):
-                missing.append(
-                    f"{planned.name}: {p.name}=={p.version}: no file for Python {python} on"
-                    f" {platform} (only {', '.join(sorted(present)[:3])})"
-                )
+                missing += _missing_vcs_wheel(planned.name, p, files, pinned)
+            else:
+                missing += _missing_files(planned.name, p, files, python, platform, pinned)
     if missing:
         raise InstallError(
             f"--offline: the wheelhouse {redact(wheelhouse)} lacks {len(missing)} file(s) that the"
@@ -147,6 +104,71 @@ def check_wheelhouse(
                 " restore the wheelhouse from a good copy."
             ),
         )
+
+
+def _missing_seeds(files: Mapping[str, str], python: str, platform: str) -> list[str]:
+    """The seed packages of a new venv (``uv venv --seed``) the wheelhouse lacks."""
+    have = {
+        parsed[0]
+        for f in files.values()
+        if (parsed := parse_filename(f)) is not None
+        and (fits_target(f, python, platform) or not f.endswith(".whl"))
+    }
+    return [
+        f"the new venv: {name} (the uv backend seeds it with {', '.join(seed_packages(python))}"
+        " from the wheelhouse: lock them in a bootstrap step, or copy their wheels in)"
+        for name in seed_packages(python)
+        if name not in have
+    ]
+
+
+def _missing_vcs_wheel(
+    step: str, p: LockedPackage, files: Mapping[str, str], pinned: dict[str, str]
+) -> list[str]:
+    """A git requirement: the wheel lock.json records as built from it, if the wheelhouse lacks
+    it (else its sha256 is pinned)."""
+    assert p.vcs is not None
+    wheel = p.vcs.wheel
+    if wheel is None:
+        return [
+            f"{step}: {p.name} @ {redact(p.vcs.url)}: no wheel built from it is"
+            " recorded in lock.json (installing it would clone the repository)"
+        ]
+    if wheel.sha256 not in files and wheel.filename not in files.values():
+        return [
+            f"{step}: {p.name}: {wheel.filename} (sha256"
+            f" {wheel.sha256[:16]}..., built from {redact(p.vcs.url)})"
+        ]
+    pinned[wheel.filename] = wheel.sha256
+    return []
+
+
+def _missing_files(
+    step: str,
+    p: LockedPackage,
+    files: Mapping[str, str],
+    python: str,
+    platform: str,
+    pinned: dict[str, str],
+) -> list[str]:
+    """A locked package whose files the wheelhouse lacks (none of them, or none for this target);
+    the sha256 of each it has is pinned (a locked file's name with other bytes is pinned by the
+    lock's hash, and named later with both)."""
+    pinned.update({files[h]: h for h in p.hashes if h in files})
+    present = [files[h] for h in p.hashes if h in files]
+    by_name = [a for a in p.artifacts if a.sha256 is not None and a.filename in files.values()]
+    # the locked file's name, other bytes: named below with both hashes
+    if not present and by_name:
+        pinned.update({a.filename: a.sha256 for a in by_name if a.sha256 is not None})
+        return []
+    if not present:
+        return [f"{step}: {p.name}=={p.version}: none of its {len(p.hashes)} locked files"]
+    if not any(fits_target(f, python, platform) or not f.endswith(".whl") for f in present):
+        return [
+            f"{step}: {p.name}=={p.version}: no file for Python {python} on"
+            f" {platform} (only {', '.join(sorted(present)[:3])})"
+        ]
+    return []
 
 
 def _changed_bytes(wheelhouse: str, pinned: Mapping[str, str]) -> list[str]:

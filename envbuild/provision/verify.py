@@ -121,20 +121,57 @@ def final_check(
         verdict_file = None  # never cache a verdict on an environment the guard rejects
     key = fingerprint(site, python, overlay) if verdict_file is not None else None
     out.fingerprint = key
-    if verdict_file is not None and key is not None:
-        doc = _load_verdict(verdict_file, key)
-        if doc is not None:
-            out.data, out.cached = doc["data"], True
-            found = doc.get("software")
-            out.software = cast("SoftwareJSON", found) if isinstance(found, dict) else None
-            out.findings += guard.full_check_result(spec, out.data)
-            return out
+    if verdict_file is not None and key is not None and _reused(out, spec, verdict_file, key):
+        return out
     if on_fresh_import is not None:
         on_fresh_import()
+    data = _imported(out, spec, site, python, overlay, timeout)
+    if data is None:
+        return out
+    out.findings += guard.full_check_result(spec, data)
+    if verdict_file is not None and key is not None and out.ok:
+        atomic_write_json(
+            verdict_file,
+            {
+                "schema": VERDICT_SCHEMA,
+                "fingerprint": key,
+                "data": out.data,
+                "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+            private=True,
+        )
+    elif verdict_file is not None:
+        verdict_file.unlink(missing_ok=True)
+    return out
+
+
+def _reused(out: FinalCheck, spec: StackSpec, verdict_file: Path, key: str) -> bool:
+    """A verdict recorded under the fingerprint ``key``, taken into ``out`` (with the inventory
+    recorded beside it); False when there is none."""
+    doc = _load_verdict(verdict_file, key)
+    if doc is None:
+        return False
+    out.data, out.cached = doc["data"], True
+    found = doc.get("software")
+    out.software = cast("SoftwareJSON", found) if isinstance(found, dict) else None
+    out.findings += guard.full_check_result(spec, out.data)
+    return True
+
+
+def _imported(
+    out: FinalCheck,
+    spec: StackSpec,
+    site: Path,
+    python: Path,
+    overlay: Mapping[str, str],
+    timeout: float,
+) -> dict[str, Any] | None:
+    """``import torch`` in ``python``: its answer (also taken into ``out``, with the modules it
+    loaded); None when it failed (the failure is the finding), ``ImportHang`` when it hangs."""
     env = import_env(overlay)
     t = time.monotonic()
     try:
-        out.data = run_python_json(
+        out.data = data = run_python_json(
             python,
             guard.FULL_CHECK_MODULES,
             timeout=timeout,
@@ -150,24 +187,10 @@ def final_check(
         out.findings.append(
             guard.Violation("import", spec.abi.package, f"import {spec.abi.package} fails: {exc}")
         )
-        return out
+        return None
     finally:
         out.import_seconds = round(time.monotonic() - t, 3)
-    out.findings += guard.full_check_result(spec, out.data)
-    if verdict_file is not None and key is not None and out.ok:
-        atomic_write_json(
-            verdict_file,
-            {
-                "schema": VERDICT_SCHEMA,
-                "fingerprint": key,
-                "data": out.data,
-                "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            },
-            private=True,
-        )
-    elif verdict_file is not None:
-        verdict_file.unlink(missing_ok=True)
-    return out
+    return data
 
 
 def _under(site: Path, files: list[Any]) -> list[str]:

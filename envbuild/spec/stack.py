@@ -394,82 +394,13 @@ def load_spec(path: Path, environ: Mapping[str, str] | None = None) -> StackSpec
 def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) -> StackSpec:
     r = TomlReader(path, environ)
     r.check_keys(data, _TOP_KEYS, "")
-    schema = data.get("schema")
-    if schema != SCHEMA_VERSION:
-        raise r.fail(
-            "schema",
-            f"must be {SCHEMA_VERSION} (this envbuild reads schema {SCHEMA_VERSION}), got"
-            f" {schema!r}",
-        )
-    name = r.str_(data, "name", "")
-    if not _STACK_NAME.match(name):
-        raise r.fail(
-            "name",
-            "must be letters, digits, '.', '_' or '-' (it names files, folders and image "
-            f"tags), starting with a letter or digit; got {name!r}",
-        )
-    python = r.str_(data, "python", "")
-    if not _PY.match(python):
-        raise r.fail("python", f'must be a major.minor version such as "3.13", got {python!r}')
-
-    lay = r.table(data, "layout")
-    r.check_keys(lay, _LAYOUT_KEYS, "layout")
-    links = r.str_map(lay, "links", "layout")
-    for key, target in links.items():
-        if not key or "/" in key or key in (".", ".."):
-            raise r.fail(f"layout.links.{key}", "link names are single names under $HOME (no '/')")
-        if Path(target).is_absolute() or ".." in Path(target).parts:
-            raise r.fail(
-                f"layout.links.{key}", f"must be a path relative to the data root, got {target!r}"
-            )
-    venv = r.str_(lay, "venv", "layout", "venv")
-    parts = venv.split("/")
-    if not all(_VENV_PART.match(p) and p not in (".", "..") for p in parts):
-        raise r.fail(
-            "layout.venv",
-            "must be a folder under the data root: a relative path of letters, digits "
-            f"and _ . + @ - (no '..', not absolute), such as \"venv\"; got {venv!r}",
-        )
-    layout = Layout(
-        root=r.str_(lay, "root", "layout", "/mnt/data"),
-        links=links,
-        venv=venv,
-        separate_root_fs=r.bool_(lay, "separate_root_fs", "layout"),
-        min_free_gb=r.num(lay, "min_free_gb", "layout", 1.0) or 0.0,
-    )
-
+    name, python = _parse_header(r, data)
+    layout = _parse_layout(r, r.table(data, "layout"))
     abi = _parse_abi(r, r.table(data, "abi"))
-    host_data = r.table(data, "host")
-    r.check_keys(host_data, _HOST_KEYS, "host")
-    gpu_count = host_data.get("gpu_count")
-    if gpu_count is not None and (
-        isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0
-    ):
-        raise r.fail("host.gpu_count", f"must be a non-negative integer, got {gpu_count!r}")
-    host = Host(
-        driver_min=r.opt_str(host_data, "driver_min", "host"),
-        gpu_count=gpu_count,
-        gpu_name=r.opt_str(host_data, "gpu_name", "host"),
-        cuda_toolkit=r.opt_str(host_data, "cuda_toolkit", "host"),
-        gcc=r.opt_str(host_data, "gcc", "host"),
-        root_min_free_gb=r.num(host_data, "root_min_free_gb", "host", None),
-        data_min_free_gb=r.num(host_data, "data_min_free_gb", "host", None),
-    )
-
+    host = _parse_host(r, r.table(data, "host"))
     warnings: list[str] = []
     env, env_from = _parse_env(r, data, "", warnings)
-    raw_steps = data.get("step")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise r.fail("step", "at least one [[step]] table is required")
-    steps = tuple(_parse_step(r, s, i, warnings) for i, s in enumerate(raw_steps, 1))
-    seen: dict[str, int] = {}
-    for i, s in enumerate(steps, 1):
-        if s.name in seen:
-            raise r.fail(
-                f"step[{i}].name", f"duplicate step name {s.name!r} (also step[{seen[s.name]}])"
-            )
-        seen[s.name] = i
-
+    steps = _parse_steps(r, data.get("step"), warnings)
     spec = StackSpec(
         path=path,
         name=name,
@@ -487,6 +418,90 @@ def parse_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, str]) 
     )
     _check_baseline(r, spec)
     return spec
+
+
+def _parse_header(r: TomlReader, data: Mapping[str, Any]) -> tuple[str, str]:
+    """The schema (this envbuild's), the stack's name and its Python (major.minor)."""
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise r.fail(
+            "schema",
+            f"must be {SCHEMA_VERSION} (this envbuild reads schema {SCHEMA_VERSION}), got"
+            f" {schema!r}",
+        )
+    name = r.str_(data, "name", "")
+    if not _STACK_NAME.match(name):
+        raise r.fail(
+            "name",
+            "must be letters, digits, '.', '_' or '-' (it names files, folders and image "
+            f"tags), starting with a letter or digit; got {name!r}",
+        )
+    python = r.str_(data, "python", "")
+    if not _PY.match(python):
+        raise r.fail("python", f'must be a major.minor version such as "3.13", got {python!r}')
+    return name, python
+
+
+def _parse_layout(r: TomlReader, lay: Mapping[str, Any]) -> Layout:
+    """``[layout]``: the data root, its links under $HOME, the venv folder under the root."""
+    r.check_keys(lay, _LAYOUT_KEYS, "layout")
+    links = r.str_map(lay, "links", "layout")
+    for key, target in links.items():
+        if not key or "/" in key or key in (".", ".."):
+            raise r.fail(f"layout.links.{key}", "link names are single names under $HOME (no '/')")
+        if Path(target).is_absolute() or ".." in Path(target).parts:
+            raise r.fail(
+                f"layout.links.{key}", f"must be a path relative to the data root, got {target!r}"
+            )
+    venv = r.str_(lay, "venv", "layout", "venv")
+    parts = venv.split("/")
+    if not all(_VENV_PART.match(p) and p not in (".", "..") for p in parts):
+        raise r.fail(
+            "layout.venv",
+            "must be a folder under the data root: a relative path of letters, digits "
+            f"and _ . + @ - (no '..', not absolute), such as \"venv\"; got {venv!r}",
+        )
+    return Layout(
+        root=r.str_(lay, "root", "layout", "/mnt/data"),
+        links=links,
+        venv=venv,
+        separate_root_fs=r.bool_(lay, "separate_root_fs", "layout"),
+        min_free_gb=r.num(lay, "min_free_gb", "layout", 1.0) or 0.0,
+    )
+
+
+def _parse_host(r: TomlReader, host_data: Mapping[str, Any]) -> Host:
+    """``[host]``: what preflight requires of the machine."""
+    r.check_keys(host_data, _HOST_KEYS, "host")
+    gpu_count = host_data.get("gpu_count")
+    if gpu_count is not None and (
+        isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0
+    ):
+        raise r.fail("host.gpu_count", f"must be a non-negative integer, got {gpu_count!r}")
+    return Host(
+        driver_min=r.opt_str(host_data, "driver_min", "host"),
+        gpu_count=gpu_count,
+        gpu_name=r.opt_str(host_data, "gpu_name", "host"),
+        cuda_toolkit=r.opt_str(host_data, "cuda_toolkit", "host"),
+        gcc=r.opt_str(host_data, "gcc", "host"),
+        root_min_free_gb=r.num(host_data, "root_min_free_gb", "host", None),
+        data_min_free_gb=r.num(host_data, "data_min_free_gb", "host", None),
+    )
+
+
+def _parse_steps(r: TomlReader, raw_steps: Any, warnings: list[str]) -> tuple[Step, ...]:
+    """The ``[[step]]`` tables, at least one, each name once."""
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise r.fail("step", "at least one [[step]] table is required")
+    steps = tuple(_parse_step(r, s, i, warnings) for i, s in enumerate(raw_steps, 1))
+    seen: dict[str, int] = {}
+    for i, s in enumerate(steps, 1):
+        if s.name in seen:
+            raise r.fail(
+                f"step[{i}].name", f"duplicate step name {s.name!r} (also step[{seen[s.name]}])"
+            )
+        seen[s.name] = i
+    return steps
 
 
 def _parse_target(r: TomlReader, t: Mapping[str, Any]) -> Target:

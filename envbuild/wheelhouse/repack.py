@@ -129,57 +129,10 @@ def repack_wheel(
         zf = zipfile.ZipFile(src)
     except (zipfile.BadZipFile, OSError) as exc:
         raise WheelhouseError(f"{shown}: not a readable wheel: {exc}") from exc
+    stem = f"{name.replace('-', '_')}-{new_version}"
+    new_di = f"{stem}.dist-info"
     with zf:
-        check_archive(zf, shown)
-        infos = zf.infolist()
-        dist_infos = {
-            i.filename.split("/", 1)[0]
-            for i in infos
-            if i.filename.split("/", 1)[0].endswith(".dist-info")
-        }
-        old_di = next(
-            (
-                d
-                for d in dist_infos
-                if canonicalize_name(d[: -len(".dist-info")].rsplit("-", 1)[0]) == name
-            ),
-            None,
-        )
-        if old_di is None or len(dist_infos) != 1:
-            raise WheelhouseError(
-                f"{shown}: expected exactly one {name}-*.dist-info folder, found"
-                f" {sorted(dist_infos) or 'none'}"
-            )
-        _verify_record(zf, f"{old_di}/RECORD", shown)
-        old_data = old_di[: -len(".dist-info")] + ".data"
-        stem = f"{name.replace('-', '_')}-{new_version}"
-        new_di, new_data = f"{stem}.dist-info", f"{stem}.data"
-
-        def rename(path: str) -> str:
-            top, sep, rest = path.partition("/")
-            if top == old_di:
-                return new_di + sep + rest
-            if top == old_data:
-                return new_data + sep + rest
-            return path
-
-        entries: list[tuple[zipfile.ZipInfo, bytes]] = []
-        removed: list[str] = []
-        for info in infos:
-            if info.is_dir() or info.filename in (
-                f"{old_di}/RECORD",
-                f"{old_di}/{PROVENANCE_FILE}",
-            ):
-                continue
-            data = zf.read(info)
-            if info.filename == f"{old_di}/METADATA" and local is not None:
-                text, removed = _edit_metadata(data.decode("utf-8"), str(new_version))
-                data = text.encode("utf-8")
-            new_info = zipfile.ZipInfo(rename(info.filename), date_time=info.date_time)
-            new_info.external_attr = info.external_attr
-            new_info.compress_type = zipfile.ZIP_DEFLATED
-            entries.append((new_info, data))
-
+        entries, removed = _renamed_entries(zf, shown, str(name), stem, local, new_version)
     prov = dict(
         provenance,
         name=str(name),
@@ -187,22 +140,11 @@ def repack_wheel(
         upstream_version=str(version),
         removed_requires=removed,
     )
-    prov_info = zipfile.ZipInfo(f"{new_di}/{PROVENANCE_FILE}", date_time=_NEW_ENTRY_DATE)
-    prov_info.external_attr = (stat.S_IFREG | 0o644) << 16
-    prov_info.compress_type = zipfile.ZIP_DEFLATED
-    entries.append((prov_info, (json.dumps(prov, indent=2, sort_keys=True) + "\n").encode()))
+    prov_text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
+    entries.append(_new_entry(f"{new_di}/{PROVENANCE_FILE}", prov_text.encode()))
     # dist-info last, RECORD at the very end (the order tools expect)
     entries.sort(key=lambda e: e[0].filename.startswith(new_di))
-
-    record = io.StringIO()
-    writer = csv.writer(record, lineterminator="\n")
-    for info, data in entries:
-        writer.writerow([info.filename, _record_hash(data), str(len(data))])
-    writer.writerow([f"{new_di}/RECORD", "", ""])
-    rec_info = zipfile.ZipInfo(f"{new_di}/RECORD", date_time=_NEW_ENTRY_DATE)
-    rec_info.external_attr = (stat.S_IFREG | 0o644) << 16
-    rec_info.compress_type = zipfile.ZIP_DEFLATED
-    entries.append((rec_info, record.getvalue().encode()))
+    entries.append(_new_entry(f"{new_di}/RECORD", _record_text(entries, new_di).encode()))
 
     tag_str = wheel_tag_string(src.name)
     build = f"-{build_tag[0]}{build_tag[1]}" if build_tag else ""
@@ -216,6 +158,74 @@ def repack_wheel(
     return Repacked(
         path=out, name=str(name), version=str(new_version), removed_requires=tuple(removed)
     )
+
+
+def _renamed_entries(
+    zf: zipfile.ZipFile, shown: str, name: str, stem: str, local: str | None, new_version: Version
+) -> tuple[list[tuple[zipfile.ZipInfo, bytes]], list[str]]:
+    """Every file of the checked wheel ``zf`` under its new name (its dist-info and ``.data``
+    folders renamed to ``stem``), without its RECORD and an old provenance file; with ``local``,
+    METADATA edited (the requirements removed from it are returned too)."""
+    check_archive(zf, shown)
+    infos = zf.infolist()
+    dist_infos = {
+        i.filename.split("/", 1)[0]
+        for i in infos
+        if i.filename.split("/", 1)[0].endswith(".dist-info")
+    }
+    old_di = next(
+        (
+            d
+            for d in dist_infos
+            if canonicalize_name(d[: -len(".dist-info")].rsplit("-", 1)[0]) == name
+        ),
+        None,
+    )
+    if old_di is None or len(dist_infos) != 1:
+        raise WheelhouseError(
+            f"{shown}: expected exactly one {name}-*.dist-info folder, found"
+            f" {sorted(dist_infos) or 'none'}"
+        )
+    _verify_record(zf, f"{old_di}/RECORD", shown)
+    old_data = old_di[: -len(".dist-info")] + ".data"
+    renamed = {old_di: f"{stem}.dist-info", old_data: f"{stem}.data"}
+
+    def rename(path: str) -> str:
+        top, sep, rest = path.partition("/")
+        return renamed[top] + sep + rest if top in renamed else path
+
+    entries: list[tuple[zipfile.ZipInfo, bytes]] = []
+    removed: list[str] = []
+    for info in infos:
+        if info.is_dir() or info.filename in (f"{old_di}/RECORD", f"{old_di}/{PROVENANCE_FILE}"):
+            continue
+        data = zf.read(info)
+        if info.filename == f"{old_di}/METADATA" and local is not None:
+            text, removed = _edit_metadata(data.decode("utf-8"), str(new_version))
+            data = text.encode("utf-8")
+        new_info = zipfile.ZipInfo(rename(info.filename), date_time=info.date_time)
+        new_info.external_attr = info.external_attr
+        new_info.compress_type = zipfile.ZIP_DEFLATED
+        entries.append((new_info, data))
+    return entries, removed
+
+
+def _new_entry(path: str, data: bytes) -> tuple[zipfile.ZipInfo, bytes]:
+    """A file envbuild adds to the wheel (a regular file, mode 644, a fixed date)."""
+    info = zipfile.ZipInfo(path, date_time=_NEW_ENTRY_DATE)
+    info.external_attr = (stat.S_IFREG | 0o644) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info, data
+
+
+def _record_text(entries: list[tuple[zipfile.ZipInfo, bytes]], new_di: str) -> str:
+    """RECORD for ``entries``: each file's sha256 and size, RECORD itself last without them."""
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for info, data in entries:
+        writer.writerow([info.filename, _record_hash(data), str(len(data))])
+    writer.writerow([f"{new_di}/RECORD", "", ""])
+    return record.getvalue()
 
 
 def wheel_tag_string(filename: str) -> str:

@@ -112,37 +112,7 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
         Version(version)
     except InvalidVersion as exc:
         raise r.fail("version", f"not a valid version: {version!r}") from exc
-
-    src = r.table(data, "source")
-    r.check_keys(src, _SOURCE_KEYS, "source")
-    kinds = [k for k in ("sdist", "git", "path", "from_env") if k in src]
-    if len(kinds) != 1:
-        raise r.fail(
-            "source",
-            "needs exactly one of sdist (with sha256), git (with commit), path, "
-            f"from_env; got {', '.join(kinds) or 'none'}",
-        )
-    source: BuildSource | None = None
-    from_env: str | None = None
-    subdir = r.opt_str(src, "subdirectory", "source")
-    if kinds[0] == "from_env":
-        from_env = r.str_(src, "from_env", "source")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", from_env):
-            raise r.fail(
-                "source.from_env", f"must be an environment variable name, got {from_env!r}"
-            )
-    else:
-        kind = kinds[0]
-        location = r.str_(src, kind, "source")
-        sha = r.opt_str(src, "sha256", "source")
-        commit = r.opt_str(src, "commit", "source")
-        try:
-            source = make_source(
-                kind, location, sha256=sha, commit=commit, subdirectory=subdir, base=path.parent
-            )
-        except ValueError as exc:
-            raise r.fail(f"source.{kind}", str(exc)) from exc
-
+    source, from_env = _parse_source(r, r.table(data, "source"), path)
     b = r.table(data, "build")
     r.check_keys(b, _BUILD_KEYS, "build")
     backend = r.str_(b, "backend", "build", "pip")
@@ -156,12 +126,7 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
     for i, a in enumerate(archs):
         if not _ARCH.match(a):
             raise r.fail(f"build.arch_list[{i}]", f'must look like "9.0" or "9.0a", got {a!r}')
-    patches = []
-    for i, p in enumerate(r.str_list(b, "patches", "build")):
-        full = (path.parent / p).resolve()
-        if not full.is_file():
-            raise r.fail(f"build.patches[{i}]", f"patch file not found: {full}")
-        patches.append(full)
+    patches = _parse_patches(r, b, path)
     timeout = r.num(b, "timeout_minutes", "build", None)
     digest_input = {
         "spec": spec_digest(data),
@@ -182,6 +147,51 @@ def parse_wheel_spec(data: Mapping[str, Any], path: Path, environ: Mapping[str, 
         timeout_s=timeout * 60 if timeout else None,
         digest=spec_digest(digest_input),
     )
+
+
+def _parse_source(
+    r: TomlReader, src: Mapping[str, Any], path: Path
+) -> tuple[BuildSource | None, str | None]:
+    """``[source]``: exactly one of an sdist, a git commit, a path (a ``BuildSource``), or the
+    environment variable that names one at build time (``from_env``)."""
+    r.check_keys(src, _SOURCE_KEYS, "source")
+    kinds = [k for k in ("sdist", "git", "path", "from_env") if k in src]
+    if len(kinds) != 1:
+        raise r.fail(
+            "source",
+            "needs exactly one of sdist (with sha256), git (with commit), path, "
+            f"from_env; got {', '.join(kinds) or 'none'}",
+        )
+    subdir = r.opt_str(src, "subdirectory", "source")
+    if kinds[0] == "from_env":
+        from_env = r.str_(src, "from_env", "source")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", from_env):
+            raise r.fail(
+                "source.from_env", f"must be an environment variable name, got {from_env!r}"
+            )
+        return None, from_env
+    kind = kinds[0]
+    location = r.str_(src, kind, "source")
+    sha = r.opt_str(src, "sha256", "source")
+    commit = r.opt_str(src, "commit", "source")
+    try:
+        source = make_source(
+            kind, location, sha256=sha, commit=commit, subdirectory=subdir, base=path.parent
+        )
+    except ValueError as exc:
+        raise r.fail(f"source.{kind}", str(exc)) from exc
+    return source, None
+
+
+def _parse_patches(r: TomlReader, b: Mapping[str, Any], path: Path) -> list[Path]:
+    """``build.patches``: each a file beside the spec (resolved)."""
+    patches = []
+    for i, p in enumerate(r.str_list(b, "patches", "build")):
+        full = (path.parent / p).resolve()
+        if not full.is_file():
+            raise r.fail(f"build.patches[{i}]", f"patch file not found: {full}")
+        patches.append(full)
+    return patches
 
 
 def make_source(

@@ -23,7 +23,7 @@ class RangeServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 name = self.path.lstrip("/").split("?")[0]
                 server.requests.append((name, self.headers.get("Range", "")))
                 path = server.folder / name

@@ -28,7 +28,7 @@ from envbuild import events
 from envbuild.errors import ConfigError, PreflightError, VerifyError
 from envbuild.layout import RUNTIME_BASELINE, UNSET_IN_BASELINE
 from envbuild.proof.diststep.watch import Watchdog, describe_hang, end_workers, read_beats
-from envbuild.run import run
+from envbuild.run import RunResult, run
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 # torchrun's main, without the interpreter's teardown
@@ -235,6 +235,34 @@ def torchrun_argv(
     return argv
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """One torchrun launch: the interpreter, the options (``cpu`` decided), the processes on this
+    node, the run's temporary folder (the result, the heartbeats) and the log."""
+
+    python: Path
+    opts: DistOptions
+    nproc: int
+    tmp: Path
+    log_file: Path | None
+
+    @property
+    def out(self) -> Path:
+        return self.tmp / "result.json"
+
+    @property
+    def beats(self) -> Path:
+        return self.tmp / "heartbeats"
+
+    @property
+    def stall(self) -> float:
+        return min(self.opts.stall_timeout, self.opts.timeout)
+
+    @property
+    def where(self) -> str:
+        return f" Full log: {self.log_file}." if self.log_file else ""
+
+
 def run_dist_step(
     python: Path,
     opts: DistOptions,
@@ -253,90 +281,30 @@ def run_dist_step(
             f"no Python interpreter at {python}: the venv is missing or incomplete",
             hint="Provision it first (envbuild provision), or point --venv at an existing venv.",
         )
-    cpu = opts.cpu or gpu_count == 0
-    nproc = opts.nproc or (gpu_count if not cpu else 2)
-    if not cpu and nproc > gpu_count:
-        raise ConfigError(
-            f"--nproc {nproc} is more than the {gpu_count} GPU(s) on this host",
-            hint="Use at most one process per GPU, or --cpu for gloo processes.",
-        )
-    plan_mesh(nproc * opts.nnodes, opts.dp, opts.tp, opts.ep)  # refuse a bad mesh before launching
-    opts = DistOptions(**{**opts.__dict__, "cpu": cpu})
-    tmp = Path(tempfile.mkdtemp(prefix="envbuild-dist-", dir=workdir))
-    out = tmp / "result.json"
-    ckpt = opts.ckpt_dir or tmp / "ckpt"
-    beats = tmp / "heartbeats"
-    argv = torchrun_argv(python, opts, nproc, out, ckpt, beats)
+    opts, nproc = _shape(opts, gpu_count)
+    launch = _Launch(
+        python, opts, nproc, Path(tempfile.mkdtemp(prefix="envbuild-dist-", dir=workdir)), log_file
+    )
+    ckpt = opts.ckpt_dir or launch.tmp / "ckpt"
+    argv = torchrun_argv(python, opts, nproc, launch.out, ckpt, launch.beats)
     env = launch_env(
-        base_env if base_env is not None else os.environ, cpu=cpu, extra=opts.extra_env
+        base_env if base_env is not None else os.environ, cpu=opts.cpu, extra=opts.extra_env
     )
     events.emit(
         "step",
         f"dist-step: torchrun {nproc} process(es) x {opts.nnodes} node(s), "
-        f"{'gloo on CPU' if cpu else 'NCCL on GPU'}",
+        f"{'gloo on CPU' if opts.cpu else 'NCCL on GPU'}",
     )
-
-    def on_line(line: str) -> None:
-        if line.startswith(RESULT_MARK):
-            events.emit("debug", "dist-step: " + line[len(RESULT_MARK) :])
-        else:
-            events.emit("debug", line)
-
     start, started = time.monotonic(), time.time()
-    cancel = threading.Event()
-    stall = min(opts.stall_timeout, opts.timeout)
-    watchdog = Watchdog(
-        beats, marker=str(out), stall_after=stall, deadline=start + opts.timeout, cancel=cancel
-    )
-    watchdog.start()
-    try:
-        res = run(
-            argv, log_file=log_file, env=env, timeout=opts.timeout, on_line=on_line, cancel=cancel
-        )
-    except FileNotFoundError as exc:
-        raise PreflightError(f"cannot run {python}") from exc
-    finally:
-        watchdog.stop()
-        end_workers(read_beats(beats), str(out))  # torchrun, stopped, may leave its children behind
+    res, watchdog = _run_watched(launch, argv, env, start)
     result: WorkerResult | None = None  # none when it never got that far
-    if out.is_file():
-        result = json.loads(out.read_text(encoding="utf-8"))
-    _clean(tmp)
-    where = f" Full log: {log_file}." if log_file else ""
+    if launch.out.is_file():
+        result = json.loads(launch.out.read_text(encoding="utf-8"))
+    _clean(launch.tmp)
     if res.timed_out or res.cancelled:
-        why = (
-            f"did not finish within --timeout {opts.timeout:g} s and was stopped"
-            if res.timed_out
-            else f"was stopped: a rank sent no heartbeat for --stall-timeout {stall:g} s"
-        )
-        raise VerifyError(
-            describe_hang(
-                watchdog.picture,
-                seconds=res.seconds,
-                why=why,
-                expected_ranks=nproc if opts.nnodes == 1 else None,
-            )
-            + where,
-            hint=(
-                "A rank that stops answering is a dead or wedged process (killed, stopped, a GPU"
-                " fault); the others wait for it in the named collective. Re-run with"
-                " NCCL_DEBUG=INFO, or TORCH_NCCL_TRACE_BUFFER_SIZE=2000 for NCCL's flight recorder,"
-                " to see more."
-            ),
-        )
+        raise _hang_error(launch, res, watchdog)
     if not result:
-        if "No module named 'torch'" in res.tail or "No module named torch" in res.tail:
-            raise PreflightError(
-                f"torch is not installed in {python}; dist-step needs the venv's torch"
-            )
-        raise VerifyError(
-            f"the distributed step failed (torchrun exit {res.returncode}) before writing a"
-            f" result.{where} Last lines:\n{res.tail}",
-            hint=(
-                "A failure at start-up is usually the rendezvous (check --rdzv-endpoint and that"
-                " every node runs the command) or NCCL (re-run with NCCL_DEBUG=INFO)."
-            ),
-        )
+        raise _no_result_error(launch, res)
     return DistResult(
         ok=bool(result.get("ok")) and res.returncode == 0,
         returncode=res.returncode,
@@ -346,6 +314,103 @@ def run_dist_step(
         result=result,
         tail=res.tail,
         started=started,
+    )
+
+
+def _shape(opts: DistOptions, gpu_count: int) -> tuple[DistOptions, int]:
+    """``opts`` with ``cpu`` decided (no GPU: gloo on CPU), and the processes on this node;
+    ConfigError for more processes than GPUs or a mesh the world cannot hold, before launching."""
+    cpu = opts.cpu or gpu_count == 0
+    nproc = opts.nproc or (gpu_count if not cpu else 2)
+    if not cpu and nproc > gpu_count:
+        raise ConfigError(
+            f"--nproc {nproc} is more than the {gpu_count} GPU(s) on this host",
+            hint="Use at most one process per GPU, or --cpu for gloo processes.",
+        )
+    plan_mesh(nproc * opts.nnodes, opts.dp, opts.tp, opts.ep)  # refuse a bad mesh before launching
+    return DistOptions(**{**opts.__dict__, "cpu": cpu}), nproc
+
+
+def _on_line(line: str) -> None:
+    """torchrun's output, line by line, as debug events (the result line without its mark)."""
+    if line.startswith(RESULT_MARK):
+        events.emit("debug", "dist-step: " + line[len(RESULT_MARK) :])
+    else:
+        events.emit("debug", line)
+
+
+def _run_watched(
+    launch: _Launch, argv: list[str], env: dict[str, str], start: float
+) -> tuple[RunResult, Watchdog]:
+    """torchrun under the watchdog, which stops it when a rank's heartbeat stalls or the deadline
+    passes; every worker it leaves behind is ended after."""
+    opts = launch.opts
+    cancel = threading.Event()
+    watchdog = Watchdog(
+        launch.beats,
+        marker=str(launch.out),
+        stall_after=launch.stall,
+        deadline=start + opts.timeout,
+        cancel=cancel,
+    )
+    watchdog.start()
+    try:
+        res = run(
+            argv,
+            log_file=launch.log_file,
+            env=env,
+            timeout=opts.timeout,
+            on_line=_on_line,
+            cancel=cancel,
+        )
+    except FileNotFoundError as exc:
+        raise PreflightError(f"cannot run {launch.python}") from exc
+    finally:
+        watchdog.stop()
+        # torchrun, stopped, may leave its children behind
+        end_workers(read_beats(launch.beats), str(launch.out))
+    return res, watchdog
+
+
+def _hang_error(launch: _Launch, res: RunResult, watchdog: Watchdog) -> VerifyError:
+    """The run was stopped (its deadline, or a silent rank): where each rank was, and why."""
+    opts = launch.opts
+    why = (
+        f"did not finish within --timeout {opts.timeout:g} s and was stopped"
+        if res.timed_out
+        else f"was stopped: a rank sent no heartbeat for --stall-timeout {launch.stall:g} s"
+    )
+    return VerifyError(
+        describe_hang(
+            watchdog.picture,
+            seconds=res.seconds,
+            why=why,
+            expected_ranks=launch.nproc if opts.nnodes == 1 else None,
+        )
+        + launch.where,
+        hint=(
+            "A rank that stops answering is a dead or wedged process (killed, stopped, a GPU"
+            " fault); the others wait for it in the named collective. Re-run with"
+            " NCCL_DEBUG=INFO, or TORCH_NCCL_TRACE_BUFFER_SIZE=2000 for NCCL's flight recorder,"
+            " to see more."
+        ),
+    )
+
+
+def _no_result_error(launch: _Launch, res: RunResult) -> PreflightError | VerifyError:
+    """The workers died before writing a result: torch missing (PreflightError), else the tail of
+    torchrun's output (VerifyError)."""
+    if "No module named 'torch'" in res.tail or "No module named torch" in res.tail:
+        return PreflightError(
+            f"torch is not installed in {launch.python}; dist-step needs the venv's torch"
+        )
+    return VerifyError(
+        f"the distributed step failed (torchrun exit {res.returncode}) before writing a"
+        f" result.{launch.where} Last lines:\n{res.tail}",
+        hint=(
+            "A failure at start-up is usually the rendezvous (check --rdzv-endpoint and that"
+            " every node runs the command) or NCCL (re-run with NCCL_DEBUG=INFO)."
+        ),
     )
 
 

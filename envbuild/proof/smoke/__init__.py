@@ -151,72 +151,23 @@ def run_smoke(
         # inductor's cache in this run's temporary folder when the overlay names none (no /tmp
         # leftovers); the workers share it either way: N GPUs compile once
         base.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor"))
-        argv: list[str] = [str(python), str(CHECKS_SCRIPT)]
-        for name in only:
-            argv += ["--only", name]
-        for dist in imports:
-            argv += ["--import", dist]
-        if quick:
-            argv.append("--quick")
-        jobs: list[GPU | None] = [*gpus] if gpus else [None]
-        parent: list[list[Any]] = []
+        argv = _checks_argv(python, only, imports, quick)
+        jobs = _jobs(python, argv, Path(tmp), base, gpus, log_file, timeout)
         loads = _start_loads(python, base, load_gpus(base, list(gpus)))
-        outcomes: dict[int, _Outcome] = {}
         try:
-            threads = []
-            for n, gpu in enumerate(jobs):
-                log = log_file
-                if gpu is not None and len(jobs) > 1 and log_file is not None:
-                    log = log_file.with_name(f"{log_file.stem}-gpu{gpu.index}.log")
-                job = _Job(
-                    python,
-                    argv + ["--out", str(Path(tmp) / f"smoke-{n}.json")],
-                    gpu,
-                    worker_env(base, gpu),
-                    log,
-                    timeout,
-                    len(jobs) > 1,
-                )
-                threads.append(
-                    threading.Thread(
-                        target=lambda n=n, job=job: outcomes.__setitem__(n, job.run()),
-                        name=f"envbuild-smoke-{n}",
-                        daemon=True,
-                    )
-                )
-            for t in threads:
-                t.start()
-            parent.append(["launched", time.time()])
-            for t in threads:
-                t.join()
-            parent.append(["collected", time.time()])
+            results, parent = _run_jobs(jobs)
         finally:
-            for proc in loads:
-                proc.kill()
-                proc.wait()
-                if proc.stdout is not None:
-                    proc.stdout.close()
-    results = [outcomes[n] for n in range(len(jobs))]
-    if all(o.doc is None for o in results):
-        first = results[0]
-        if "No module named 'torch'" in first.tail:
-            raise PreflightError(
-                f"torch is not installed in {python}; smoke needs the venv's torch"
-            )
-        raise VerifyError(first.error or "the smoke checks crashed")
+            _end_loads(loads)
+    _raise_when_none_answered(results, python)
     if gpus:
         per_gpu = [_gpu_result(g, o) for g, o in zip(gpus, results, strict=True)]
-        pairs = [(g, o.checks) for g, o in zip(gpus, results, strict=True)]
-        slow = slow_findings(pairs, slow_margin)
-    else:
-        per_gpu, slow = (
-            [],
-            (
-                slow_findings([(_THIS_HOST, results[0].checks)], slow_margin)
-                if results[0].environment.get("device")
-                else []
-            ),
+        slow = slow_findings(
+            [(g, o.checks) for g, o in zip(gpus, results, strict=True)], slow_margin
         )
+    else:
+        on_device = results[0].environment.get("device")
+        per_gpu = []
+        slow = slow_findings([(_THIS_HOST, results[0].checks)], slow_margin) if on_device else []
     lead = next(o for o in results if o.doc is not None)
     slow_failed = any(f.get("verdict") == "fail" for f in slow)
     return SmokeResult(
@@ -234,6 +185,85 @@ def run_smoke(
         early_cuda=lead.early_cuda,
         compile_part=lead.compile_part,
     )
+
+
+def _checks_argv(
+    python: Path, only: tuple[str, ...], imports: tuple[str, ...], quick: bool
+) -> list[str]:
+    """``checks.py``'s command line, without its ``--out``."""
+    argv: list[str] = [str(python), str(CHECKS_SCRIPT)]
+    for name in only:
+        argv += ["--only", name]
+    for dist in imports:
+        argv += ["--import", dist]
+    if quick:
+        argv.append("--quick")
+    return argv
+
+
+def _jobs(
+    python: Path,
+    argv: list[str],
+    tmp: Path,
+    base: dict[str, str],
+    gpus: Sequence[GPU],
+    log_file: Path | None,
+    timeout: float,
+) -> list[_Job]:
+    """One worker per GPU of ``gpus`` (none: one worker, as CUDA sees the host), each writing its
+    result into ``tmp``; with several, each its own log beside ``log_file``."""
+    targets: list[GPU | None] = [*gpus] if gpus else [None]
+    jobs = []
+    for n, gpu in enumerate(targets):
+        log = log_file
+        if gpu is not None and len(targets) > 1 and log_file is not None:
+            log = log_file.with_name(f"{log_file.stem}-gpu{gpu.index}.log")
+        jobs.append(
+            _Job(
+                python,
+                argv + ["--out", str(tmp / f"smoke-{n}.json")],
+                gpu,
+                worker_env(base, gpu),
+                log,
+                timeout,
+                len(targets) > 1,
+            )
+        )
+    return jobs
+
+
+def _run_jobs(jobs: Sequence[_Job]) -> tuple[list[_Outcome], list[list[Any]]]:
+    """Run every worker at once, each on a thread of its own; their outcomes in ``jobs``' order,
+    and this side's moments (launched, collected: ``[name, time.time()]``)."""
+    outcomes: dict[int, _Outcome] = {}
+    parent: list[list[Any]] = []
+    threads = [
+        threading.Thread(
+            target=lambda n=n, job=job: outcomes.__setitem__(n, job.run()),
+            name=f"envbuild-smoke-{n}",
+            daemon=True,
+        )
+        for n, job in enumerate(jobs)
+    ]
+    for t in threads:
+        t.start()
+    parent.append(["launched", time.time()])
+    for t in threads:
+        t.join()
+    parent.append(["collected", time.time()])
+    return [outcomes[n] for n in range(len(jobs))], parent
+
+
+def _raise_when_none_answered(results: Sequence[_Outcome], python: Path) -> None:
+    """PreflightError when no worker wrote a result because torch is missing, VerifyError when
+    none did for another reason."""
+    if all(o.doc is None for o in results):
+        first = results[0]
+        if "No module named 'torch'" in first.tail:
+            raise PreflightError(
+                f"torch is not installed in {python}; smoke needs the venv's torch"
+            )
+        raise VerifyError(first.error or "the smoke checks crashed")
 
 
 _THIS_HOST = GPU(0, "", "", "the GPU CUDA sees first")
@@ -397,3 +427,12 @@ def _start_loads(
         if proc.stdout is not None:
             proc.stdout.readline()  # "ENVBUILD_LOAD ready" (or the end of a load that failed)
     return procs
+
+
+def _end_loads(loads: Sequence[subprocess.Popen[str]]) -> None:
+    """Kill the planted competing loads and reap them."""
+    for proc in loads:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -139,7 +139,7 @@ def need(dist: str, module: str) -> str:
         raise Skip(f"{dist} is not installed") from exc
     try:
         __import__(module)
-    except Exception as exc:  # noqa: BLE001 - an installed package that cannot import is a failure
+    except Exception as exc:  # an installed package that cannot import is a failure
         raise RuntimeError(
             f"{dist} {version} is installed but `import {module}` fails: {exc}"
         ) from exc

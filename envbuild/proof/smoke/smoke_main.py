@@ -17,6 +17,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import smoke_early
@@ -92,7 +93,7 @@ def check_import(dist: str) -> Callable[[bool], Result]:
         for module in modules:
             try:
                 __import__(module)
-            except Exception as exc:  # noqa: BLE001 - the import error is the finding
+            except Exception as exc:  # the import error is the finding
                 raise ImportError(
                     f"{dist} {version}: `import {module}` fails ({type(exc).__name__}): {exc}"
                 ) from exc
@@ -180,6 +181,30 @@ def start_cuda() -> None:
     sync()
 
 
+@dataclass
+class _Run:
+    """One run's state as its phases fill it in: the timeline (each phase, the time.time() it
+    began and this process's CPU seconds by then), the results in order, the GPU's environment,
+    and the torch.compile process's timeline once it is collected."""
+
+    timeline: list[tuple[str, float, float]]
+    results: list[Result] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    compiled: dict[str, Any] | None = None
+
+    def phase(self, name: str) -> None:
+        """A phase begins now."""
+        self.timeline.append((name, time.time(), time.process_time()))
+
+    def record(self, res: Result) -> None:
+        """A check's result: kept, and its line printed as it finishes."""
+        self.results.append(res)
+        print(
+            "ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}),
+            flush=True,
+        )
+
+
 def main(
     argv: list[str] | None = None,
     entered: tuple[float, float] | None = None,
@@ -187,13 +212,54 @@ def main(
 ) -> int:
     """The run (``entered``: when ``checks.py`` began, time.time() and CPU seconds; ``part``: the
     process running the torch.compile check, whose result joins this one's)."""
-    # each phase, the time.time() it began and this process's CPU seconds by then: where the run's
-    # seconds went (bench/bench_rerun.py, bench/gpu_smoke_all.sh): the interpreter's start, the
-    # imports (torch's, while smoke_early opens the CUDA context), then CUDA and each check
-    timeline: list[tuple[str, float, float]] = [("python", smoke_early.process_started(), 0.0)]
+    # where the run's seconds went (bench/bench_rerun.py, bench/gpu_smoke_all.sh): the
+    # interpreter's start, the imports (torch's, while smoke_early opens the CUDA context), then
+    # CUDA and each check
+    run = _Run([("python", smoke_early.process_started(), 0.0)])
     if entered is not None:
-        timeline.append(("imports", entered[0], entered[1]))
-    timeline.append(("start", time.time(), time.process_time()))
+        run.timeline.append(("imports", entered[0], entered[1]))
+    run.phase("start")
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.fla_part:
+        return fla_part(*args.fla_part)
+    if not args.out:
+        p.error("--out is required")
+    unknown = [n for n in args.only if n not in CHECKS]
+    if unknown:
+        print(
+            f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}", file=sys.stderr
+        )
+        return 2
+    own_cache = _own_inductor_cache()
+    t0 = time.perf_counter()
+    if not args.only or "fla" in args.only:
+        start_fla_precompile()
+    start_preimport(args.only, compile_here=part is None)
+    try:
+        _run_checks(run, args, part)
+        run.phase("environment")
+        # the torch.compile process's result carries no environment: the worker's is the GPU's
+        run.environment = {} if os.environ.get(smoke_part.PART_ENV) else environment()
+        if part is not None:
+            other = _wait_for_part(run, part)
+            part = None
+            run.results = merge_part(run.results, other)
+            run.compiled = {k: other.get(k) for k in ("timeline", "early_cuda", "seconds", "lost")}
+    finally:
+        # the fla check did not run (or not to its end): no compile outlives the run
+        for proc in _FLA_PARTS:
+            proc.kill()
+        if part is not None:
+            part.stop()
+        if own_cache is not None:
+            shutil.rmtree(own_cache, ignore_errors=True)
+    run.phase("result")  # then its exit
+    return _write_result(run, args.out, time.perf_counter() - t0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The worker's command line."""
     p = argparse.ArgumentParser(description="envbuild kernel smoke tests")
     p.add_argument("--out")
     p.add_argument("--fla-part", nargs=2, type=int, metavar=("I", "N"), help=argparse.SUPPRESS)
@@ -207,88 +273,64 @@ def main(
         metavar="DIST",
         help="also import every top-level module of this distribution (repeatable)",
     )
-    args = p.parse_args(argv)
-    if args.fla_part:
-        return fla_part(*args.fla_part)
-    if not args.out:
-        p.error("--out is required")
-    unknown = [n for n in args.only if n not in CHECKS]
-    if unknown:
-        print(
-            f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}", file=sys.stderr
-        )
-        return 2
+    return p
+
+
+def _own_inductor_cache() -> str | None:
+    """inductor's cache in a temporary folder of the run's own where the environment names none
+    (returned, to be removed at the end), compiled by one thread."""
     own_cache = None
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         own_cache = tempfile.mkdtemp(prefix="envbuild-inductor-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = own_cache
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # one small graph: no worker pool
-    t0 = time.perf_counter()
-    results = []
-    compiled: dict[str, Any] | None = None  # the torch.compile process's timeline
-    if not args.only or "fla" in args.only:
-        start_fla_precompile()
-    start_preimport(args.only, compile_here=part is None)
-    try:
-        if torch.cuda.is_available() and [n for n in CHECKS if not args.only or n in args.only]:
-            timeline.append(("cuda", time.time(), time.process_time()))
-            # a failure here is each check's to report, in its own result
-            with contextlib.suppress(Exception):
-                start_cuda()
-        for name, fn in CHECKS.items():
-            if args.only and name not in args.only or part is not None and name == smoke_part.CHECK:
-                continue
-            if name != "matmul":
-                settle_imports()  # only the matmul's start overlaps them: one importer at once
-                settle_keys()  # and the timed products overlap Triton's cache key
-            timeline.append((name, time.time(), time.process_time()))
-            res = run_one(name, fn, args.quick)
-            results.append(res)
-            print(
-                "ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}),
-                flush=True,
-            )
-        for dist in args.imports:
-            timeline.append((f"import {dist}", time.time(), time.process_time()))
-            res = run_one(f"import {dist}", check_import(dist), args.quick)
-            results.append(res)
-            print(
-                "ENVBUILD_SMOKE " + json.dumps({k: v for k, v in res.items() if k != "traceback"}),
-                flush=True,
-            )
-        timeline.append(("environment", time.time(), time.process_time()))
-        # the torch.compile process's result carries no environment: the worker's is the GPU's
-        env = {} if os.environ.get(smoke_part.PART_ENV) else environment()
-        if part is not None:
-            timeline.append((f"wait {smoke_part.CHECK}", time.time(), time.process_time()))
-            # done with the GPU: the CUDA context's teardown, which the process's exit would
-            # wait for, now, while the other process works
-            smoke_early.release_context()
-            other = part.collect()
-            part = None
-            results = merge_part(results, other)
-            compiled = {k: other.get(k) for k in ("timeline", "early_cuda", "seconds", "lost")}
-    finally:
-        # the fla check did not run (or not to its end): no compile outlives the run
-        for proc in _FLA_PARTS:
-            proc.kill()
-        if part is not None:
-            part.stop()
-        if own_cache is not None:
-            shutil.rmtree(own_cache, ignore_errors=True)
-    timeline.append(("result", time.time(), time.process_time()))  # then its exit
+    return own_cache
+
+
+def _run_checks(run: _Run, args: argparse.Namespace, part: smoke_part.Part | None) -> None:
+    """CUDA's start, then each check this process runs in turn (not the one ``part`` runs), then
+    each ``--import``."""
+    if torch.cuda.is_available() and [n for n in CHECKS if not args.only or n in args.only]:
+        run.phase("cuda")
+        # a failure here is each check's to report, in its own result
+        with contextlib.suppress(Exception):
+            start_cuda()
+    for name, fn in CHECKS.items():
+        if args.only and name not in args.only or part is not None and name == smoke_part.CHECK:
+            continue
+        if name != "matmul":
+            settle_imports()  # only the matmul's start overlaps them: one importer at once
+            settle_keys()  # and the timed products overlap Triton's cache key
+        run.phase(name)
+        run.record(run_one(name, fn, args.quick))
+    for dist in args.imports:
+        run.phase(f"import {dist}")
+        run.record(run_one(f"import {dist}", check_import(dist), args.quick))
+
+
+def _wait_for_part(run: _Run, part: smoke_part.Part) -> dict[str, Any]:
+    """Done with the GPU: the CUDA context's teardown, which the process's exit would wait for,
+    now, while the torch.compile process works; then that process's result."""
+    run.phase(f"wait {smoke_part.CHECK}")
+    smoke_early.release_context()
+    return part.collect()
+
+
+def _write_result(run: _Run, out: str, seconds: float) -> int:
+    """The result file, written whole (a temporary file, then a rename); 0 when no check failed,
+    else 1."""
     doc = {
-        "environment": env,
-        "checks": results,
-        "seconds": time.perf_counter() - t0,
-        "ok": not any(r["verdict"] == "fail" for r in results),
-        "timeline": timeline,
+        "environment": run.environment,
+        "checks": run.results,
+        "seconds": seconds,
+        "ok": not any(r["verdict"] == "fail" for r in run.results),
+        "timeline": run.timeline,
         "early_cuda": smoke_early.summary(),
     }
-    if compiled is not None:
-        doc["compile_part"] = compiled
-    tmp = f"{args.out}.tmp-{os.getpid()}"
+    if run.compiled is not None:
+        doc["compile_part"] = run.compiled
+    tmp = f"{out}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
-    os.replace(tmp, args.out)
+    os.replace(tmp, out)
     return 0 if doc["ok"] else 1

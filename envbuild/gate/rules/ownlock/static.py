@@ -100,7 +100,7 @@ def _applies(req: Requirement, env: dict[str, str], extras: set[str]) -> bool:
         return True
     try:
         return any(req.marker.evaluate({**env, "extra": e}) for e in {""} | extras)
-    except Exception:  # an unknown marker variable: count it (conservative)
+    except Exception:  # noqa: BLE001 - an unknown marker variable: count it (conservative)
         return True
 
 
