@@ -38,7 +38,8 @@ from envbuild._io import sha256_file
 from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
 from envbuild.spec import spec_digest
-from envbuild.spec.stepfile import index_note, logical_lines, noted_index
+from envbuild.spec.stagefile import index_note, noted_index
+from envbuild.spec.stepfile import logical_lines
 from envbuild.wheelhouse.sharedcache import SharedCache
 from envbuild.wheelhouse.spec import Backend, BuildSource, WheelSpec
 

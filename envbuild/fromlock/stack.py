@@ -173,7 +173,7 @@ def stage_files(
 def stage_line(p: Placed) -> str:
     """The line of ``p`` in its stage's file: the exact URL and sha256, and for a file from a
     package index the note that has uv record it as uv sync does (``spec.stepfile.index_note``)."""
-    from envbuild.spec.stepfile import index_note
+    from envbuild.spec.stagefile import index_note
 
     return p.line + index_note(p.index) if p.index is not None and p.artifact else p.line
 

@@ -117,6 +117,7 @@ def run_step_commands(
     pass_fds: Sequence[int] = (),
     timeout: float | None = None,
     on_line: Callable[[str], None] | None = None,
+    pylock_pip: Sequence[str] | None = None,
 ) -> StepRun:
     """Run a step's commands (``plan.step_commands``: what ``plan --json`` shows) in order.
     ``on_line``: called with each line of their output too (provision's prefetch waits for the
@@ -137,6 +138,7 @@ def run_step_commands(
         uv=uv,
         steps_dir=steps_dir,
         constraints=constraints,
+        pylock_pip=pylock_pip,
     ):
         command.write()
         argv = list(command.argv)
