@@ -38,7 +38,7 @@ from envbuild._io import sha256_file
 from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
 from envbuild.spec import spec_digest
-from envbuild.spec.stagefile import index_note, noted_index
+from envbuild.spec.stagefile import git_note, index_note, noted_git, noted_index
 from envbuild.spec.stepfile import logical_lines
 from envbuild.wheelhouse.sharedcache import SharedCache
 from envbuild.wheelhouse.spec import Backend, BuildSource, WheelSpec
@@ -134,17 +134,22 @@ def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
     return out
 
 
-def _index_notes(planned: PlannedStep) -> dict[str, str]:
-    """{name: its line's index note} of a builds step's sdists from a package index: the wheel built
-    from one is installed as uv sync installs it, an index file (``spec.stepfile.index_note``)."""
+def _notes(planned: PlannedStep) -> dict[str, str]:
+    """{name: its line's note} of a builds step's sources: the wheel built from one is recorded as
+    uv sync records that source: an sdist from a package index as an index file
+    (``spec.stagefile.index_note``), a git pin as that git install (``git_note``)."""
     from envbuild.fromlock.stack import canonical_name
 
     assert planned.locked_file is not None
     out = {}
     for _, line, comments in logical_lines(planned.locked_file.read_text(encoding="utf-8")):
-        index = noted_index(comments)
-        if index is not None and "@" in line:
-            out[canonical_name(line.split("@", 1)[0].strip())] = index_note(index)
+        if "@" not in line:
+            continue
+        name = canonical_name(line.split("@", 1)[0].strip())
+        if (index := noted_index(comments)) is not None:
+            out[name] = index_note(index)
+        elif (git := noted_git(comments)) is not None:
+            out[name] = git_note(git.source)
     return out
 
 
@@ -176,7 +181,7 @@ class BuildCache:
 
         lines = []
         target = None
-        notes = _index_notes(planned)
+        notes = _notes(planned)
         for spec in _step_specs(planned, self.lock):
             assert spec.source is not None
             target = target or probe_target(python)

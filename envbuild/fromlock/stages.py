@@ -92,9 +92,12 @@ class Placed:
     # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
     unhashed: bool = False
     # its file comes from a package index (the index's URL; "" where the lock names none), as
-    # uv sync records it: no direct_url.json (``spec.stepfile.index_note``); None: a direct URL, a
+    # uv sync records it: no direct_url.json (``spec.stagefile.index_note``); None: a direct URL, a
     # path, a git pin or a folder
     index: str | None = None
+    # a git pin: the lock's git source (``URL?rev=REF#COMMIT``), which names the ref uv sync records
+    # (``spec.stagefile.git_note``); None otherwise
+    git: str | None = None
 
     @property
     def label(self) -> str:
@@ -705,7 +708,7 @@ def _git(
     line = f"{e.name} @ git+{base}@{commit}" + (f"#subdirectory={sub}" if sub else "")
     pinned = f"git pin at {commit[:12]} (no file hash: pinned by its commit)"
     if e.name in runtime:
-        return Placed(e, "torch", pinned, None, line)
+        return Placed(e, "torch", pinned, None, line, git=raw)
     needs_torch = _builds_against_torch(e, settings)
     return Placed(
         e,
@@ -713,4 +716,5 @@ def _git(
         f"{pinned}; {needs_torch}" if needs_torch else pinned,
         None,
         line,
+        git=raw,
     )

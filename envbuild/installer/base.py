@@ -155,6 +155,11 @@ def run_step_commands(
             raise classify_failure(planned, spec, result)
         step_run = StepRun(result, argv)
     assert step_run is not None
+    if planned.locked_file is not None:  # a wheel built from a git pin: that git install's record
+        from envbuild.installer.records import record_git_builds
+
+        for name in record_git_builds(planned.locked_file, python, installer.name):
+            events.emit("debug", f"{name}: recorded as the git install of the lock's pin")
     return step_run
 
 

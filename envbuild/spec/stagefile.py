@@ -75,6 +75,7 @@ class GitSource:
     """A git pin as uv.lock records it: ``URL?rev=REF&subdirectory=DIR#COMMIT`` (``rev``, ``tag``
     or ``branch``: the ref asked for, absent where none was)."""
 
+    source: str  # as the lock has it
     url: str  # the repository, without the query and the commit
     commit: str
     requested_revision: str | None
@@ -89,13 +90,15 @@ def noted_git(comments: Iterable[str]) -> GitSource | None:
         head, _, rest = c.partition(":")
         if head.strip() != GIT_NOTE:
             continue
-        parts = urlsplit(rest.strip())
+        source = rest.strip()
+        parts = urlsplit(source)
         if not is_commit(parts.fragment):
             return None
         query = parse_qs(parts.query)
         ref = next((query[k][0] for k in ("rev", "tag", "branch") if query.get(k)), None)
         sub = query["subdirectory"][0] if query.get("subdirectory") else None
-        return GitSource(parts._replace(query="", fragment="").geturl(), parts.fragment, ref, sub)
+        url = parts._replace(query="", fragment="").geturl()
+        return GitSource(source, url, parts.fragment, ref, sub)
     return None
 
 
