@@ -180,11 +180,13 @@ class BuildCache:
         from envbuild.wheelhouse.build import BuildOptions, build, cache_key, probe_target
 
         lines = []
-        target = None
+        base = None
         notes = _notes(planned)
-        for spec in _step_specs(planned, self.lock):
+        for spec in map(_with_build_requires, _step_specs(planned, self.lock)):
             assert spec.source is not None
-            target = target or probe_target(python)
+            base = base or probe_target(python)
+            # its own build requirements: which of them the venv lacks (``wheelhouse.requires``)
+            target = probe_target(python, spec.requires) if spec.requires else base
             key = cache_key(spec, spec.source, target)
             cache = next(
                 (c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
@@ -233,6 +235,31 @@ class BuildCache:
             encoding="utf-8",
         )
         return replace(planned, locked_file=path)
+
+
+def _with_build_requires(spec: WheelSpec) -> WheelSpec:
+    """An sdist whose own build requirements name torch (``fromlock.torchbuilds``, which read them
+    into the cache): its other build requirements are the build's (found in the venv, else
+    installed beside it for the build, ``wheelhouse.requires``), by their import names."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from envbuild.fromlock.torchbuilds import names_torch
+    from envbuild.index.sdistreqs import cached_build_requires
+
+    assert spec.source is not None
+    requires = cached_build_requires(spec.source.sha256) if spec.source.kind == "sdist" else None
+    if not requires or not names_torch(requires):
+        return spec
+    names = []
+    for text in requires:
+        try:
+            name = canonicalize_name(Requirement(text).name)
+        except InvalidRequirement:
+            continue
+        if name != "torch":
+            names.append(name.replace("-", "_"))
+    return replace(spec, requires=tuple(dict.fromkeys((*spec.requires, *names))))
 
 
 def _copy_slot(slot: Path, to: Path) -> None:
