@@ -44,6 +44,10 @@ each with one real published example:
   ``+cpu.torch.2.10`` (its CPU index), and the ``cu128.torch.2.8.0`` variant its collector accepts:
   CUDA major.minor (or CPU, or ROCm), torch major.minor.
 
+- ``conda``: a conda package's build string (``parse_conda_build``), the xformers channel's
+  ``xformers-0.0.26.post1-py312_cu12.1.0_pyt2.3.0.tar.bz2``: CUDA major.minor (or CPU), torch
+  major.minor.
+
 Any ``cu…`` may instead be ``rocm6.2`` (a ROCm claim, not CUDA). CUDA digits: two digits starting
 with 1 are a major only (``cu12`` -> (12, None)); otherwise the last digit is the minor
 (``cu92`` -> (9, 2), ``cu128`` -> (12, 8)), four digits split two and two (``cu1210`` -> (12, 10)).
@@ -74,6 +78,7 @@ from packaging.utils import canonicalize_name
 
 __all__ = [
     "AbiClaim",
+    "parse_conda_build",
     "Mismatch",
     "TorchBuild",
     "format_label",
@@ -319,6 +324,27 @@ def _pt_claim(label: str, raw: str) -> AbiClaim | None:
     else:
         torch = (int(m.group("maj")), int(m.group("min")))
     return AbiClaim(torch, None, cuda, cpu, rocm, None, "pt", raw)
+
+
+_CONDA_BUILD = re.compile(
+    r"(?:^|_)(?:cu(?:da)?(?P<cmaj>\d{2})\.(?P<cmin>\d+)(?:\.\d+)*|(?P<cpu>cpu))"
+    r"_pyt(?:orch)?(?P<maj>\d+)\.(?P<min>\d+)(?:\.\d+)*(?:_|$)"
+)
+
+
+def parse_conda_build(build: str) -> AbiClaim | None:
+    """The ABI claim in a conda package's build string, where it names the torch it was built
+    against: the xformers channel's ``py312_cu12.1.0_pyt2.3.0`` (CUDA 12.1, torch 2.3),
+    ``py311_cpu_pyt2.1.0``. None for any other build (conda-forge's ``cuda126_py312h…`` names no
+    torch: its ``depends`` do, ``gate.rules.conda``)."""
+    if not isinstance(build, str) or len(build) > _MAX_LABEL:
+        return None
+    m = _CONDA_BUILD.search(build.lower())
+    if m is None:
+        return None
+    cuda = None if m.group("cpu") else (int(m.group("cmaj")), int(m.group("cmin")))
+    torch = (int(m.group("maj")), int(m.group("min")))
+    return AbiClaim(torch, None, cuda, m.group("cpu") is not None, None, None, "conda", build)
 
 
 def torch_build(version: str, runtime: tuple[int, str] | None = None) -> TorchBuild:

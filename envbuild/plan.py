@@ -140,14 +140,15 @@ def make_plan(spec: StackSpec, options: PlanOptions | None = None) -> Plan:
                 locked_file=locked,
                 args=tuple(_installer_args(step, opts, locked is not None)),
                 env=dict(step.env),
-                install_last=_overlap_winners(spec, step),
+                install_last=overlap_winners(spec, step),
                 offline_pins=offline.get(step.name, {}) if locked is not None else {},
             )
         )
     return Plan(spec=spec, options=opts, steps=tuple(steps))
 
 
-def _overlap_winners(spec: StackSpec, step: Step) -> tuple[str, ...]:
+def overlap_winners(spec: StackSpec, step: Step) -> tuple[str, ...]:
+    """The winners of the spec's ``[[abi.overlap]]`` whose packages ``step`` installs together."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 

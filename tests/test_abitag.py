@@ -327,15 +327,49 @@ def test_catalogue_has_a_parsing_example_for_every_style() -> None:
         "pt",
         "cosmos",
         "astral",
+        "conda",
     }
     for style, body in bullets:
         tokens = re.findall(r"``([^`]+)``", body)
-        read = [
-            t
-            for t in tokens
-            if (c := parse_claim(t.replace("==", "-"))) is not None and c.style == style
-        ]
+        read = [t for t in tokens if (c := _either(t)) is not None and c.style == style]
         assert read, (style, tokens)
+
+
+def _either(token: str) -> AbiClaim | None:
+    """A catalogue token as a wheel's label or file name, else as a conda file's build string."""
+    from envbuild.abitag import parse_conda_build
+
+    claim = parse_claim(token.replace("==", "-"))
+    if claim is None and token.endswith((".conda", ".tar.bz2")):
+        claim = parse_conda_build(token.rsplit("-", 1)[-1].split(".tar")[0].split(".conda")[0])
+    return claim
+
+
+@pytest.mark.parametrize(
+    ("build", "cuda", "torch", "cpu"),
+    [
+        ("py312_cu12.1.0_pyt2.3.0", (12, 1), (2, 3), False),  # the xformers channel
+        ("py310_cu11.8.0_pyt2.1.0", (11, 8), (2, 1), False),
+        ("py311_cpu_pyt2.1.0", None, (2, 1), True),
+    ],
+)
+def test_conda_build_strings(
+    build: str, cuda: tuple[int, int] | None, torch: tuple[int, int], cpu: bool
+) -> None:
+    from envbuild.abitag import parse_conda_build
+
+    claim = parse_conda_build(build)
+    assert claim is not None
+    assert (claim.cuda, claim.torch, claim.cpu, claim.style) == (cuda, torch, cpu, "conda")
+
+
+@pytest.mark.parametrize(
+    "build", ["cuda126_py312h1234567_300", "py3.12_cuda11.8_cudnn8.7.0_0", "pyhd8ed1ab_0", ""]
+)
+def test_conda_builds_that_name_no_torch(build: str) -> None:
+    from envbuild.abitag import parse_conda_build
+
+    assert parse_conda_build(build) is None
 
 
 @pytest.mark.parametrize("label", ["pt2100cu128", "pt2cu128", "pt210", "cu128pt", "pt210cu128x"])

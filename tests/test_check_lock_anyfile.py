@@ -467,12 +467,13 @@ def test_twice_pinned_and_loose_torch_in_a_requirements_file(tmp_path: Path) -> 
     assert [p.version for p in lock.entries] == ["2.12.0", "2.13.0", None]
     report = check_file(path, Policy(python="3.11"), offline=True)
     rules = sorted(f.rule for f in report.findings)
-    # the 3.8-only line does not count; the loose one does
+    # the 3.8-only line does not count (the file states no range: its markers' 3.9 up to the
+    # policy's 3.11 are judged); the loose one does
     assert rules == ["torch-pins"], report.findings
     assert "`torch>=2.0 ; sys_platform == 'linux'` is not pinned" in report.findings[0].reason
     assert report.findings[0].line == 3 and report.findings[0].environments == [
-        "linux x86_64",
-        "linux aarch64",
+        "linux x86_64, python 3.9–3.11",
+        "linux aarch64, python 3.9–3.11",
     ]
 
 

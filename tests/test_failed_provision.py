@@ -67,35 +67,38 @@ def test_a_failed_lock_provision_leaves_the_truth(
     [failed] = _provision_receipts(data)
     assert failed["schema"] == "envbuild.receipt/1" and failed["kind"] == "provision"
     failure = failed["payload"]["failure"]
-    assert (failure["stage"], failure["exit_code"], failure["error"]) == ("rest", 5, "InstallError")
-    assert failure["completed"] == ["torch"] and failure["interrupted"] is False
+    # found while preparing, before the venv was made: nothing installed, no venv (uv sync leaves
+    # an empty one)
+    assert (failure["stage"], failure["exit_code"], failure["error"]) == (
+        "prepare",
+        5,
+        "InstallError",
+    )
+    assert failure["completed"] == [] and failure["interrupted"] is False
+    assert failure["venv"]["state"] == "not-made" and not (data / "venv").exists()
     assert "hash does not match the lock" in failure["reason"] and failure["hint"]
-    assert "torch" in _names(failed) and "trainer-utils" not in _names(failed)  # what is there now
+    assert "Nothing was installed" in failure["hint"] and "No venv was made" in res.stderr
+    assert not failed["software"].get("distributions")  # what is there now: nothing
     assert failed["payload"]["lock"]["lock_file"] == str(lock)
 
-    # verify: torch intact, but the environment is not finished: exit 7, naming the lock and stage
+    # verify: there is no environment to verify; it says so, naming no lock that is not there
     res = run_envbuild("verify", "--root", data, "--json")
-    assert res.rc == ExitCode.VERIFY, res.output
-    assert "not there any more" not in res.output
-    doc = json.loads(res.stdout)
-    assert doc["ok"] is False and doc["violations"] == [] and doc["changed_on_disk"] == []
-    assert f"from {lock} failed in rest (exit 5)" in doc["unfinished"]
-    assert "steps done: torch" in doc["unfinished"] and "Run provision again" in res.stderr
+    assert res.rc == ExitCode.CONFIG and "no environment at" in res.stderr, res.output
+    assert "not there any more" not in res.output and "Traceback" not in res.output
 
     res = run_envbuild("receipt", "list", "--root", data, "--json")
     assert res.rc == 0, res.output
     rows = {r["kind"]: r for r in json.loads(res.stdout)["receipts"]}
     assert rows["provision"]["ok"] is False
-    assert rows["provision"]["stopped"] == "failed in rest (exit 5)"
-    assert rows["verify"]["ok"] is False and rows["verify"]["stopped"] is None
+    assert rows["provision"]["stopped"] == "failed in prepare (exit 5)"
     res = run_envbuild("receipt", "list", "--root", data)
     assert res.rc == 0, res.output
-    assert "FAILED" in res.stdout and "(failed in rest (exit 5))" in res.stdout
+    assert "FAILED" in res.stdout and "(failed in prepare (exit 5))" in res.stdout
 
     failed_file = receipt_files(data / "receipts", ("provision",))[0]
     res = run_envbuild("receipt", "show", failed_file)
     assert res.rc == 0, res.output
-    assert "failed in rest (exit 5)" in res.stdout and "steps done" in res.stdout
+    assert "failed in prepare (exit 5)" in res.stdout and "steps done" in res.stdout
     assert "result: FAILED" in res.stdout
 
     # the lock fixed, the same command finishes the root: a healthy receipt, the commands pass
@@ -122,7 +125,7 @@ def test_a_failed_lock_provision_leaves_the_truth(
     [compared] = json.loads(res.stdout)["receipts"]
     diffs = {(d["section"], d["key"]): d for d in compared["differences"]}
     outcome = diffs[("outcome", "provision")]
-    assert (outcome["a"], outcome["b"]) == ("failed in rest (exit 5)", "finished")
+    assert (outcome["a"], outcome["b"]) == ("failed in prepare (exit 5)", "finished")
     assert outcome["drift"] is True
     assert diffs[("packages", "trainer-utils")]["a"] is None
     res = run_envbuild("receipt", "diff", finished_file, finished_file)
@@ -164,7 +167,8 @@ def test_a_failed_plain_provision_names_its_stack_file(
 def test_an_interrupted_lock_provision_leaves_a_receipt_saying_so(
     gate_index: GateIndex, tmp_path: Path
 ) -> None:
-    """SIGTERM while the rest stage downloads: exit 130 and a receipt: interrupted in rest."""
+    """SIGTERM while the rest stage downloads: exit 130 and a receipt: interrupted while preparing,
+    no venv made."""
     lock = uv_platform_lock(tmp_path, gate_index)
     gate_index.server.clear_requests()  # uv lock read trainer-utils' wheel too
     gate_index.server.fail("*trainer_utils-*", "stall", times=1, seconds=60)
@@ -201,7 +205,9 @@ def test_an_interrupted_lock_provision_leaves_a_receipt_saying_so(
     [stopped] = _provision_receipts(data)
     failure = stopped["payload"]["failure"]
     assert failure["interrupted"] is True and failure["exit_code"] == 130
-    assert failure["stage"] == "rest" and failure["completed"] == ["torch"]
+    # stopped while preparing (the downloads of every stage run before anything installs)
+    assert failure["stage"] == "prepare" and failure["completed"] == []
+    assert failure["venv"]["state"] == "not-made" and not (data / "venv").exists()
     assert "Traceback" not in stderr
 
 

@@ -34,6 +34,7 @@ from support.wheels import build_wheel
 
 from envbuild.errors import ExitCode
 from envbuild.gate import Policy, check_file
+from envbuild.gate.findings import NO_FILE
 
 Run = Callable[..., EnvbuildResult]
 FLASH = "https://example.org/flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE-cp312-cp312-{plat}.whl"
@@ -132,7 +133,7 @@ def test_an_extension_finding_names_where_its_file_installs(
     assert found == [("extension-abi", "flash-attn", where)]
     rows = {r.name: r.result for r in report.environments}
     assert rows["macos arm64"] == "ok" and rows["windows amd64"] == "ok"
-    assert rows["macos x86_64"] == "no file for this platform"  # torch has no wheel there
+    assert rows["macos x86_64"] == NO_FILE  # torch has no wheel there
     note = next(n for n in report.notices if n.startswith("flash-attn 2.8.3"))
     elsewhere = [p for p in ("linux aarch64", "macos arm64", "windows amd64") if p not in where]
     assert all(p in note for p in elsewhere) and not any(p in note for p in where), note
@@ -271,7 +272,7 @@ def test_requirements_rows_say_what_the_hashes_show(
     assert online["linux x86_64"] == "ok", online
     assert {
         online[p] for p in ("linux aarch64", "macos arm64", "macos x86_64", "windows amd64")
-    } == {"no file for this platform"}, online
+    } == {"no file for this platform and Python"}, online
     offline = {
         r.name: r.result for r in check_file(lock, Policy(python="3.12"), offline=True).environments
     }

@@ -267,3 +267,71 @@ def test_provision_lock_refuses_a_pixi_lock_with_what_to_do(
     other.write_text('lock-version = "1.0"\ncreated-by = "test"\npackages = []\n')
     bare = run_envbuild("plan", "--lock", other)
     assert "pixi" not in bare.stderr, bare.output
+
+
+# ----------------------------------------------------------------------------- two installs
+
+
+PYPI_TORCH = (
+    "https://files.pythonhosted.org/packages/aa/torch-2.8.0-cp313-cp313-manylinux_2_28_x86_64.whl"
+)
+PYPI_VISION = (
+    "https://files.pythonhosted.org/packages/bb/"
+    "torchvision-0.23.0-cp313-cp313-manylinux_2_28_x86_64.whl"
+)
+CONDA_VISION = f"{CF}/linux-64/torchvision-0.23.0-cuda129_py313_h1234567_0.conda"
+
+
+def _pypi(url: str, name: str, version: str) -> str:
+    return f"- pypi: {url}\n  name: {name}\n  version: {version}\n  sha256: {SHA}\n"
+
+
+def _conda(url: str, depends: list[str]) -> str:
+    deps = "".join(f"  - {d}\n" for d in depends)
+    return f"- conda: {url}\n  sha256: {SHA}\n  md5: {'0' * 32}\n  depends:\n{deps}"
+
+
+def test_conda_and_pypi_torch_in_one_environment(tmp_path: Path) -> None:
+    """conda-forge pytorch 2.8.0 (cuda129) and PyPI torch 2.8.0 in one environment, and the same for
+    torchvision: one ``conda-and-pypi`` finding each, on linux x86_64 alone (the other platforms
+    list neither wheel); without the PyPI wheels the lock passes (the public lock above)."""
+    path = _plant(
+        tmp_path,
+        listed=[f"conda: {CONDA_VISION}", f"pypi: {PYPI_TORCH}", f"pypi: {PYPI_VISION}"],
+        described=_conda(CONDA_VISION, ["pytorch 2.8.0 cuda*", "python >=3.13,<3.14.0a0"])
+        + _pypi(PYPI_TORCH, "torch", "2.8.0")
+        + _pypi(PYPI_VISION, "torchvision", "0.23.0"),
+    )
+    report = check_file(path, Policy(), offline=True)
+    twice = {f.package: f for f in report.findings if f.rule == "conda-and-pypi"}
+    assert set(twice) == {"torch", "torchvision"}, report.findings
+    assert "pytorch 2.8.0 (cuda129_mkl_py313_h7947483_302) and PyPI torch" in twice["torch"].reason
+    assert "PyPI torch 2.8.0" in twice["torch"].reason
+    assert twice["torch"].environments == ["linux x86_64, python 3.13"]
+    # said once: not again as two torch builds
+    assert not [f for f in report.findings if f.rule == "torch-pins"], report.findings
+    assert check_file(GPU, Policy(), offline=True).ok
+
+
+def test_pytorch_channel_builds_and_conda_extension_builds(tmp_path: Path) -> None:
+    """The pytorch channel's ``py3.12_cuda11.8_cudnn8.7.0_0`` is a CUDA 11.8 torch; the xformers
+    channel's ``py313_cu12.1.0_pyt2.3.0`` claims torch 2.3 and CUDA 12.1: beside conda-forge
+    pytorch 2.8.0+cu129 it is ``extension-abi`` (built for torch 2.3); the build for 2.8 passes."""
+    channel = CondaPackage("pytorch", "2.3.0", "py3.12_cuda11.8_cudnn8.7.0_0", "u")
+    assert torch_version(channel) == "2.3.0+cu118"
+    assert torch_version(CondaPackage("pytorch", "2.3.0", "py3.12_cpu_0", "u")) == "2.3.0+cpu"
+    for build, rules in (
+        ("py313_cu12.1.0_pyt2.3.0", {"extension-abi"}),
+        ("py313_cu12.9.0_pyt2.8.0", set()),
+    ):
+        url = f"https://conda.anaconda.org/xformers/linux-64/xformers-0.0.31-{build}.tar.bz2"
+        folder = tmp_path / build
+        folder.mkdir()
+        path = _plant(folder, listed=[f"conda: {url}"], described=_conda(url, ["python"]))
+        report = check_file(path, Policy(), offline=True, accept_file=None)
+        got = {f.rule for f in report.findings}
+        assert got == rules, report.findings
+        if rules:
+            (finding,) = report.findings
+            assert "torch 2.3" in finding.reason and finding.package == "xformers"
+        assert not any("xformers" in u and "no ABI tag" in u for u in report.unverified)

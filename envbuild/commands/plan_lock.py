@@ -62,6 +62,8 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
         _print_plan(prepared)
         for name, note in builds.items():
             ui.print_text(f"build {name}: {note}")
+        if builds:
+            ui.print_text(f"builds against torch: {_when_built(args, prepared)}")
     # exit 8 after the stages, as provision would
     refuse(prepared.chosen, list(prepared.failing), req.accept, rebuild=req.rebuild_mismatched)
     return 0
@@ -79,6 +81,23 @@ def _build_notes(args: InstallArgs, prepared: Prepared, req: LockRequest) -> dic
     venv = Path(args.venv).expanduser() if args.venv else root / "venv"
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
     return plan_notes(prepared.plan, caches(root, folder), venv / "bin" / "python")
+
+
+def _when_built(args: InstallArgs, prepared: Prepared) -> str:
+    """When provision makes the builds against torch (``provision.prepare``)."""
+    from envbuild.installer import installer_for
+
+    if prepared.adopted is not None:
+        return (
+            "made in its own step, against the environment's torch (the exception: the torch"
+            " is the adopted environment's, not in uv's cache)"
+        )
+    if installer_for(args.backend).name != "uv":
+        return "made in its own step, against the installed torch (the exception: the pip backend)"
+    return (
+        "made before anything is installed, against the lock's torch in a scratch venv (the"
+        " earlier stages linked from uv's cache); in its own step where they are already installed"
+    )
 
 
 def _print_plan(prepared: Prepared) -> None:

@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild._io import atomic_write_json
 from envbuild.errors import ConfigError
-from envbuild.spec import ABI, Host, Layout, StackSpec, Step
+from envbuild.spec import ABI, Host, Layout, Overlap, StackSpec, Step
 
 if TYPE_CHECKING:
     from envbuild.proof.receipt import SmokeSelectionJSON
@@ -71,6 +71,10 @@ def lock_record(spec: StackSpec, lock: Mapping[str, object]) -> dict[str, Any]:
                 "protect": list(abi.protect),
                 "triton_provider": abi.triton_provider,
                 "adopt": abi.adopt,
+                # the overlaps provision found and gave a winner (``provision.overlaps``)
+                "overlaps": [
+                    {"packages": list(o.packages), "winner": o.winner} for o in abi.overlaps
+                ],
             },
             "steps": [
                 {
@@ -141,6 +145,10 @@ def spec_from_record(lock: dict[str, Any]) -> StackSpec:
                 protect=tuple(str(p) for p in a.get("protect") or ()),
                 triton_provider=a.get("triton_provider"),
                 adopt=bool(a.get("adopt")),
+                overlaps=tuple(
+                    Overlap(packages=tuple(str(p) for p in o["packages"]), winner=str(o["winner"]))
+                    for o in a.get("overlaps") or ()
+                ),
             ),
             layout=Layout(root=str(s["root"]), links={}, min_free_gb=1.0),
             host=Host(),

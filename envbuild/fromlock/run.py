@@ -53,7 +53,10 @@ from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from envbuild.fromlock.image import SliceSourceJSON
+    from envbuild.index.records import FileOverlap
 
 
 __all__ = [
@@ -353,6 +356,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         lock_source=source,
         selection=selected_names(prepared),
         exact=not req.inexact,
+        accept_overlap=overlap_acceptor(req, prepared),
     )
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
@@ -399,6 +403,27 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     if opts.venv is not None:
         record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if unfinished
     return prepared, result
+
+
+def overlap_acceptor(req: LockRequest, prepared: Prepared) -> Callable[[FileOverlap], str | None]:
+    """Whether the lock's reviewed exceptions (``--accept``, else beside the lock) accept an
+    overlap over the protected baseline (``provision.overlaps``): the reason, or None."""
+    from envbuild.gate.accept import load_for
+    from envbuild.gate.findings import Finding
+    from envbuild.provision.overlaps import RULE
+
+    exceptions = [x for x in load_for(req.lock, req.accept) if x.rule == RULE]
+    where = prepared.chosen.env.name
+
+    def accept(overlap: FileOverlap) -> str | None:
+        for name in overlap.packages:
+            finding = Finding(file=str(req.lock), package=name, rule=RULE, reason="")
+            hit = next((x for x in exceptions if x.matches(finding, where)), None)
+            if hit is not None:
+                return hit.reason
+        return None
+
+    return accept
 
 
 def selected_names(prepared: Prepared) -> tuple[str, ...]:

@@ -7,7 +7,10 @@ Where things live (one room per concern):
 
 - ``formats/``      one reader per lock format -> ``model.Lock`` (entries + what an environment
   installs)
-- ``environments``  the concrete environments a lock covers (platform x Python x extras/groups)
+- ``environments``  the concrete environments a lock covers (platform x Python x extras/groups, or
+  a pixi.lock's environments)
+- ``pythons``       every Python a lock allows, each judged on its own
+- ``groups``        environments that install the same judged things are judged once
 - ``markers``       PEP 508 markers evaluated with a set of active extras
 - ``rules/``        one module per rule family (pins, requirements, extensions, runtime, history),
   and

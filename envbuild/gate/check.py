@@ -14,11 +14,18 @@ import envbuild.gate.accept as accepting
 from envbuild.errors import ConfigError
 from envbuild.gate.context import Context, View
 from envbuild.gate.environments import PLATFORMS, Narrow, Space, choices, make_space
-from envbuild.gate.findings import EnvRow, FileReport, Finding, Policy
+from envbuild.gate.findings import NO_FILE, EnvRow, FileReport, Finding, Policy
 from envbuild.gate.formats import detect, parse
-from envbuild.gate.groups import Group, group, judged_names
+from envbuild.gate.groups import Group, by_pythons, group, judged_names
 from envbuild.gate.metadata import MetadataSources
-from envbuild.gate.model import Environment, Format, LockParseError, ParsedLock, Reach
+from envbuild.gate.model import (
+    Environment,
+    Format,
+    LockParseError,
+    ParsedLock,
+    Reach,
+    where_words,
+)
 from envbuild.gate.rules import FAMILIES, history
 
 __all__ = ["MAX_BYTES", "MAX_PACKAGES", "FileReport", "check_file", "read_lockfile"]
@@ -127,6 +134,16 @@ def check_file(
         )
         report.seconds = time.monotonic() - t0
         return report
+    for bad in lock.unread:
+        report.findings.append(
+            Finding(
+                report.file,
+                "-",
+                "broken-line",
+                f"`{bad.text}` is not a line pip reads ({bad.why}); the rest of the file is judged",
+                line=bad.line,
+            )
+        )
     names = judged_names(lock, policy)
     space = make_space(lock, narrow, names)
     if not space.active:  # a typo in --group must not turn the gate green by judging nothing
@@ -137,11 +154,11 @@ def check_file(
             f"{report.file}: no environment of this lock matches"
             " --environment/--python/--extra/--group, so nothing would be judged",
             hint=(
-                f"Its conflicting extras/groups: {', '.join(words)}. "
+                f"Its {_choices_named(lock)}: {', '.join(words)}. "
                 if words
-                else "It has no conflicting extras or groups. "
+                else f"It has no {_choices_named(lock)}. "
             )
-            + f"Platforms: {', '.join(platforms)}.",
+            + f"Platforms: {', '.join(platforms)}. Pythons: {', '.join(everything.pythons)}.",
         )
     lock.notes += space.notes
     reach = lock.walk(space)
@@ -156,53 +173,51 @@ def check_file(
         lock.notes.append(
             f"{sum(v.environments for v in bare)} environment(s) install no {policy.torch}: {shown}"
         )
-    ctx = Context(
-        report.file,
-        lock,
-        policy,
-        views,
-        offline=offline,
-        index_urls=tuple(index_urls),
-        sources=MetadataSources(offline=offline, use_cache=use_cache),
+    sources = MetadataSources(offline=offline, use_cache=use_cache)
+    ctx, installable = _judge(
+        Context(
+            report.file,
+            lock,
+            policy,
+            views,
+            offline=offline,
+            index_urls=tuple(index_urls),
+            sources=sources,
+        ),
+        space,
+        reach,
     )
-    for family in FAMILIES:
-        family.check(ctx)
+    views = ctx.views
     for text in ctx.no_file_notes():
         ctx.note(text)
     if base:
-        _history(ctx, path, kind, base, narrow, names, space)
-    installable = {v.env.name: _installable(ctx, v) for v in views}
-    nofile = {name for name, ok in installable.items() if ok is False}
-    for v in views:
-        if v.env.name in nofile and narrow.environment:  # asked for by name: a finding, not a note
+        _history(ctx, path, kind, base, narrow, names, space, installable)
+    nofile = [v for v in views if installable[v.env.name] is False]
+    for v in nofile:
+        if narrow.environment:  # asked for by name: a finding, not a note
             ctx.add(
                 policy.torch,
                 "no-file",
-                f"the lock has no file of {policy.torch} that installs on "
-                f"{v.env.platform}, python {v.env.python}",
+                f"the lock has no file of {policy.torch} that installs on {where_words([v.env])}",
                 v.env,
                 next(iter(v.by_name.get(policy.torch) or ()), None),
             )
+    unknown = {v.env.name: _unknown_words(ctx, v) for v in views if installable[v.env.name] is None}
+    findings = accepting.apply([*report.findings, *ctx.findings.values()], exceptions)
+    report.environments = _rows(views, findings, installable, unknown)
+    in_rows = {r.result for r in report.environments}  # a note quotes only what a row says
     if nofile and not narrow.environment:
-        where = sorted({v.env.platform for v in views if v.env.name in nofile})
+        quote = f'rows "{NO_FILE}"; ' if NO_FILE in in_rows else ""
         ctx.note(
-            f'no {policy.torch} file installs on {", ".join(where)} (rows "no file for this'
-            ' platform"; --environment makes it a finding)'
+            f"no {policy.torch} file installs on {where_words(v.env for v in nofile)}"
+            f" ({quote}--environment makes it a finding)"
         )
-    unknown = sorted({v.env.platform for v in views if installable[v.env.name] is None})
-    unknown_words = _unknown_words(offline, bool(ctx.sources.dead))
-    if unknown:
-        how = (
-            "--offline: its pins name no file, so which platforms they install on is not known "
-            "(online, their hashes are looked up on the index)"
-            if offline
-            else "its pins name no file and the index did not say which files they are"
-        )
-        ctx.note(f'{policy.torch} on {", ".join(unknown)}: {how} (rows "{unknown_words}")')
+    for said in dict.fromkeys(unknown.values()):
+        at = where_words(v.env for v in views if unknown.get(v.env.name) == said)
+        quote = f' (rows "{said}")' if said in in_rows else ""
+        ctx.note(f"{policy.torch} on {at}: {_UNKNOWN_HOW[said]}{quote}")
     for text in ctx.sources.notes():  # after every lookup, the torch files' included
         ctx.note(text)
-    findings = accepting.apply(list(ctx.findings.values()), exceptions)
-    report.environments = _rows(views, findings, installable, unknown_words)
     report.findings = findings
     report.notices = [*lock.notes, *ctx.notices]
     report.unverified = ctx.explanations()
@@ -211,17 +226,80 @@ def check_file(
     return report
 
 
-def _unknown_words(offline: bool, unanswered: bool) -> str:
-    if offline:
+def _choices_named(lock: ParsedLock) -> str:
+    return "pixi environments" if lock.format == "pixi.lock" else "conflicting extras/groups"
+
+
+def _judge(ctx: Context, space: Space, reach: Reach) -> tuple[Context, dict[str, bool | None]]:
+    """Every rule family on ``ctx.views``, and whether each view's torch has a file there; a view
+    whose Pythons answered a question apart is split by them and everything judged again (what was
+    read from indexes is kept), until every view's Pythons answer alike."""
+    views = ctx.views
+    for _ in range(len(space.pythons)):
+        for family in FAMILIES:
+            family.check(ctx)
+        installable = {v.env.name: _installable(ctx, v) for v in views}
+        if not ctx.splits:
+            break
+        views = _split(space, reach, views, ctx.splits, ctx.policy.torch)
+        ctx = replace(
+            ctx,
+            views=views,
+            findings={},
+            notices=[],
+            explain={},
+            unchecked=[],
+            splits={},
+            _no_file={},
+            _some_file={},
+        )
+    return ctx, installable
+
+
+def _split(
+    space: Space, reach: Reach, views: list[View], splits: dict[int, list[set[str]]], torch: str
+) -> list[View]:
+    out: list[View] = []
+    for v in views:
+        sides = splits.get(v.mask)
+        if not sides:
+            out.append(v)
+            continue
+        j = (v.mask & -v.mask).bit_length() - 1
+        whole = Group(v.env, j, v.mask, v.selections, v.environments)
+        out += _views(space.lock, by_pythons(space, whole, sides), reach, torch)
+    return out
+
+
+_UNKNOWN_HOW = {
+    "not known offline": (
+        "--offline: its pins name no file, so where they install is not known (online, their"
+        " hashes are looked up on the index)"
+    ),
+    "not known: the index did not answer": (
+        "its pins name no file, and the index that serves them did not answer"
+    ),
+    "not known: no file found": (
+        "its pins name no file, and its index lists none of theirs (by hash, else by version)"
+    ),
+}
+
+
+def _unknown_words(ctx: Context, view: View) -> str:
+    """What a row whose torch files are not known says, and why for this one."""
+    if ctx.offline:
         return "not known offline"
-    return "not known: the index did not answer" if unanswered else "not known: no file found"
+    torches = view.by_name.get(ctx.policy.torch) or []
+    if any(ctx.sources.not_answered(e.label()) for e in torches):
+        return "not known: the index did not answer"
+    return "not known: no file found"
 
 
 def _installable(ctx: Context, view: View) -> bool | None:
     """Whether the view's torch has a file that installs there: a wheel whose tags fit its platform
-    and Python, or an sdist (True where the lock names no files of a git pin or a folder). A
-    requirements pin names no file: online its files are looked up on its index by hash (by
-    version when unhashed); offline, or when nothing is found there, None: not known."""
+    and each of its Pythons, or an sdist (True where the lock names no files of a git pin or a
+    folder). A requirements pin names no file: online its files are looked up on its index by hash
+    (by version when unhashed); offline, or when nothing is found there, None: not known."""
     from envbuild.gate.metadata import files_on_index
     from envbuild.index.wheeltags import installs_on
 
@@ -242,14 +320,17 @@ def _installable(ctx: Context, view: View) -> bool | None:
             files += got
     if not files:
         return True
-    return any(installs_on(f, view.env.python, view.env.platform) for f in files)
+    return ctx.ask(
+        view,
+        {py: any(installs_on(f, py, view.env.platform) for f in files) for py in view.pythons},
+    )
 
 
 def _rows(
     views: list[View],
     findings: list[Finding],
     installable: dict[str, bool | None],
-    unknown: str = "not known offline",
+    unknown: dict[str, str],
 ) -> list[EnvRow]:
     """A table row per view, except that views of one platform and selection, with the same torch
     and the same findings, on consecutive Pythons, read as one row ("python 3.10–3.12"): they were
@@ -270,12 +351,13 @@ def _rows(
                 view.torch.version if view.torch else None,
                 said,
                 installable.get(view.env.name, True),
+                unknown.get(view.env.name),
             ),
             [],
         ).append(view)
     rename: dict[str, str] = {}
     rows: list[tuple[int, EnvRow]] = []
-    for (_, _, torch, _, can), views_alike in keyed.items():
+    for (_, _, torch, _, can, why), views_alike in keyed.items():
         views_alike.sort(key=lambda v: order.index((v.env.pythons or (v.env.python,))[0]))
         runs: list[list[View]] = []
         for v in views_alike:
@@ -307,7 +389,7 @@ def _rows(
                         selections=max(v.selections for v in run),
                         count=sum(v.environments for v in run),
                         installable=can,
-                        unknown=unknown,
+                        unknown=why or "",
                     ),
                 )
             )
@@ -327,6 +409,7 @@ def _history(
     narrow: Narrow,
     names: set[str] | None,
     space: Space,
+    installable: dict[str, bool | None],
 ) -> None:
     given = Path(ref).expanduser()
     text: str | None
@@ -344,4 +427,4 @@ def _history(
     except LockParseError as exc:
         ctx.note(f"--base {ref}: {rel} there is not readable ({exc}); nothing to compare")
         return
-    history.check(ctx, old, ref, narrow, names, head=space)
+    history.check(ctx, old, ref, narrow, names, head=space, installable=installable)

@@ -1,11 +1,11 @@
-"""The concrete environments a lock can install: platform x Python x a selection of extras/groups
-that the lock's conflicts allow, as the locker itself reads them.
+"""The concrete environments a lock can install: platform x Python x a selection (of extras/groups
+that the lock's conflicts allow, as the locker itself reads them; of a pixi.lock, one of its
+environments).
 
 - Platforms: Linux x86_64/aarch64, macOS arm64/x86_64, Windows AMD64. A lock whose markers never
   mention a platform (``pip-compile`` and ``pip lock`` output: one machine's resolution) is judged
   for Linux x86_64 only, and the report says so.
-- Pythons: the lowest the lock allows (``requires-python``), plus each minor at which a
-  ``python_version`` / ``python_full_version`` marker in the file changes its answer.
+- Pythons: every minor the lock allows, each its own (``gate.pythons``).
 - Selections: the lock's conflict sets name *items* (uv: an extra, a group, or a package's own
   dependencies, each one of uv's pseudo-extras ``extra-7-trainer-cu128`` / ``group-…`` /
   ``project-…``). A selection is a set of items with at most one member of every conflict set
@@ -31,13 +31,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError
-from envbuild.gate.markers import InvalidMarker, MarkerCache, _compare, _decide
+from envbuild.gate.markers import InvalidMarker, MarkerCache, _decide
 from envbuild.gate.model import Environment, Item, ParsedLock
+from envbuild.gate.pythons import pythons_of
 
 __all__ = [
     "NO_CHOICE",
@@ -104,18 +104,6 @@ PLATFORMS: dict[str, tuple[str, dict[str, str]]] = {
 _PLATFORM_KEYS = re.compile(
     r"\b(sys_platform|platform_system|platform_machine|os_name|platform_release)\b"
 )
-_PY_LITERAL = re.compile(
-    r"python_(?:full_)?version\s*(?P<op>[<>=!~]=?=?|not"
-    r" in|in)\s*['\"](?P<maj>\d+)(?:\.(?P<min>\d+))?(?P<more>[^'\"]*)"
-    r"|['\"](?P<maj2>\d+)(?:\.(?P<min2>\d+))?(?P<more2>[^'\"]*)['\"]\s*(?P<op2>[<>=!~]=?=?|not"
-    r" in|in)\s*python_(?:full_)?version"
-)
-# a clause `>= 3.11` / `< 3.11` splits at 3.11 (3.10 and 3.11 tell it apart); `<= 3.11`, `> 3.11`,
-# `== 3.11`, a patch (`>= 3.11.2`) split after it (3.11 and 3.12); the reversed form flips its side
-_SPLIT_AFTER = {"<=", ">", "==", "!=", "~=", "===", "in", "not in"}
-_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_LOWEST_MINOR = 6  # no lock of a torch stack installs on an older Python 3
-_HIGHEST_MINOR = 14
 
 
 @dataclass(frozen=True)
@@ -154,83 +142,6 @@ def _shorthand(text: str) -> list[str] | None:
     key = key.replace("x86-64", "x86_64")
     hits = [k for k in PLATFORMS if k == key or k.split("-")[0] == key]
     return hits or None
-
-
-def _minor_of(spec: str) -> int | None:
-    m = re.search(r"3\.(\d+)", spec)
-    return int(m.group(1)) if m else None
-
-
-_PLAIN_CLAUSE = re.compile(r"\s*(<=|>=|<|>|==|!=)\s*(\d+(?:\.\d+)*)\s*")
-
-
-class _PlainSpecifier:
-    """``>=3.10, <3.14``: plain release clauses, compared as the marker evaluator compares
-    versions (packaging's SpecifierSet, a tenth of the gate's start, for anything else)."""
-
-    def __init__(self, clauses: list[tuple[str, str]]) -> None:
-        self.clauses = clauses
-
-    def contains(self, version: str, prereleases: bool = True) -> bool:
-        return all(
-            _compare("python_full_version", op, version, bound) for op, bound in self.clauses
-        )
-
-
-def _specifier(text: str) -> Any:
-    parts = text.split(",")
-    clauses = [(m.group(1), m.group(2)) for p in parts if (m := _PLAIN_CLAUSE.fullmatch(p))]
-    if len(clauses) == len(parts):
-        return _PlainSpecifier(clauses)
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    try:
-        return SpecifierSet(text)
-    except InvalidSpecifier:
-        return None
-
-
-def _pythons(lock: ParsedLock, narrow: Narrow) -> list[str]:
-    if narrow.python:
-        return list(dict.fromkeys(narrow.python))
-    allowed: Any = _specifier(lock.requires_python) if lock.requires_python else None
-    minors: set[int] = set()
-    for text in dict.fromkeys(lock.marker_texts):
-        if "python" not in text:
-            continue
-        for m in _PY_LITERAL.finditer(text):
-            if m.group("maj") is not None:
-                major, minor, more, op = (
-                    m.group("maj"),
-                    m.group("min"),
-                    m.group("more"),
-                    m.group("op"),
-                )
-            else:
-                major, minor, more = m.group("maj2"), m.group("min2"), m.group("more2")
-                op = _FLIPPED.get(m.group("op2"), m.group("op2"))
-            if major != "3" or minor is None:  # `>= '3'`: every Python 3 answers alike
-                continue
-            minors.add(int(minor))
-            if op in _SPLIT_AFTER or more.strip("."):
-                minors.add(int(minor) + 1)
-    minors = {n for n in minors if _LOWEST_MINOR <= n <= _HIGHEST_MINOR}
-    low = None
-    if allowed is not None:
-        low = next(
-            (n for n in range(_LOWEST_MINOR, _HIGHEST_MINOR + 1) if _allows(allowed, n)), None
-        )
-    if low is None:
-        base = _minor_of(narrow.default_python) or 12
-        low = min([base, *minors]) if minors else base
-    candidates = sorted({low, *(n for n in minors if low <= n)})
-    if allowed is not None:
-        candidates = [n for n in candidates if _allows(allowed, n)] or [low]
-    return [f"3.{n}" for n in candidates]
-
-
-def _allows(spec: Any, minor: int) -> bool:
-    return any(spec.contains(f"3.{minor}.{patch}", prereleases=True) for patch in (0, 1, 5, 20))
 
 
 def _values(platform: dict[str, str], python: str) -> dict[str, str]:
@@ -350,6 +261,16 @@ class Space:
     @property
     def n_sel(self) -> int:
         return len(self.selections)
+
+    @property
+    def pythons(self) -> list[str]:
+        """The Pythons of every platform, in order (blocks run platform by platform)."""
+        return list(dict.fromkeys(py for _, py in self.blocks))
+
+    @property
+    def choice_words(self) -> str:
+        """What a selection is called in this lock's words."""
+        return choice_words(self.lock)
 
     def __len__(self) -> int:
         return len(self.blocks) * len(self.selections)
@@ -482,7 +403,7 @@ def make_space(
     marker_filters = [t for t in narrow.environment if _shorthand(t) is None]
     if shorthand:
         platforms = [p for p in PLATFORMS if p in shorthand]
-    pythons = _pythons(lock, narrow)
+    pythons = pythons_of(lock, narrow.python, narrow.default_python)
     items, sets = _items(lock)
     everything = (1 << len(items)) - 1
     notes: list[str] = []
@@ -501,7 +422,7 @@ def make_space(
         if selections is None:
             selections = _first_selections(len(items), sets, everything & ~inert, MAX_SELECTIONS)
             notes.append(
-                f"the conflicts allow more than {MAX_SELECTIONS} selections of extras/groups; the"
+                f"the conflicts allow more than {MAX_SELECTIONS} {choice_words(lock)}; the"
                 f" first {MAX_SELECTIONS} (fewest items first) were judged; --extra/--group narrow"
                 " them"
             )
@@ -640,6 +561,11 @@ def enumerate_environments(lock: ParsedLock, narrow: Narrow = Narrow()) -> list[
     want a list (a provision choosing one environment). The gate itself works on the ``Space``."""
     space = make_space(lock, narrow)
     return [space.env(j) for j in space.bits(space.active)]
+
+
+def choice_words(lock: ParsedLock) -> str:
+    """What one selection of a lock is, in its own words: pixi's are environments."""
+    return "pixi environments" if lock.format == "pixi.lock" else "selections of extras/groups"
 
 
 def choices(lock: ParsedLock) -> list[str]:

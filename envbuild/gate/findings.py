@@ -9,11 +9,18 @@ from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 
-__all__ = ["OWN_RULES", "RULES", "EnvRow", "FileReport", "Finding", "Policy"]
+__all__ = ["NO_FILE", "OWN_RULES", "RULES", "EnvRow", "FileReport", "Finding", "Policy"]
+
+# what a row says where no file of its torch installs on its platform and Pythons
+NO_FILE = "no file for this platform and Python"
 
 # Every rule the gate applies, with one line on what it means (the docs and --json list these).
 RULES: dict[str, str] = {
     "broken-lock": "the file is not a readable lock of its format",
+    "broken-line": (
+        "a line of a requirements file that pip cannot read (not a requirement, URL, path or"
+        " option); the rest of the file is judged"
+    ),
     "broken-marker": (
         "a marker in the lock does not parse (PEP 508), so where the entry applies is unknown"
     ),
@@ -35,6 +42,10 @@ RULES: dict[str, str] = {
         "a conda package (pixi.lock) depends on another pytorch or libtorch "
         "build than the one the environment installs"
     ),
+    "conda-and-pypi": (
+        "a pixi environment installs a module from conda and again from PyPI (conda pytorch,"
+        " pytorch-gpu or libtorch beside PyPI torch; torchvision, xformers, triton)"
+    ),
     "torch-runtime": (
         "torch declares runtime requirements (nvidia-*, cuda-toolkit, triton) the lock does not "
         "install, or installs at another version"
@@ -45,10 +56,17 @@ RULES: dict[str, str] = {
     ),
     "torch-gone": (
         "with --base: an environment that installed torch at the base revision no longer does"
+        " (paired by platform and selection: across a Python bump, torch had a file at the old"
+        " Python and has none at the new)"
+    ),
+    "file-overlap": (
+        "two packages an environment installs own the same file and one of them is torch or its"
+        " protected runtime: the other overwrites torch's copy (an overlap between other packages"
+        " is a note: one copy wins)"
     ),
     "no-file": (
         "with --environment naming it: the lock has no wheel or sdist of torch that installs there "
-        '(otherwise a note: the row says "no file for this platform")'
+        f'(otherwise a note: the row says "{NO_FILE}")'
     ),
 }
 
@@ -286,7 +304,7 @@ class EnvRow:
             return f"{self.findings} finding(s)"
         if self.installable is None:
             return self.unknown
-        return "ok" if self.installable else "no file for this platform"
+        return "ok" if self.installable else NO_FILE
 
 
 @dataclass

@@ -36,6 +36,8 @@ class MetadataSources:
     skipped: dict[str, list[str]] = field(default_factory=dict)
     # entries whose requirements came from the cache
     cached: list[str] = field(default_factory=list)
+    # what was read this run, by entry key and ``supplied`` (a check judges again what it splits)
+    read: dict[tuple[int, bool], tuple[str, ...] | None] = field(default_factory=dict)
     _spent: float = 0.0
 
     def reachable(self, url: str) -> bool:
@@ -122,6 +124,22 @@ def declared_requirements(
     since a hand-written torch metadata that drops its CUDA runtime is the fault it looks for."""
     if entry.requires is not None:
         return entry.requires
+    if sources is not None and (entry.key, supplied) in sources.read:
+        return sources.read[(entry.key, supplied)]
+    got = _declared(entry, lock, offline, index_urls, supplied, sources)
+    if sources is not None:
+        sources.read[(entry.key, supplied)] = got
+    return got
+
+
+def _declared(
+    entry: Entry,
+    lock: ParsedLock,
+    offline: bool,
+    index_urls: tuple[str, ...],
+    supplied: bool,
+    sources: MetadataSources | None,
+) -> tuple[str, ...] | None:
     if supplied:
         by_hand = lock.extra.get("supplied_requires", {})
         got = by_hand.get((entry.name, entry.version)) or by_hand.get((entry.name, None))
@@ -181,6 +199,7 @@ def _from_index(
             else finder.matching_all(entry.name, entry.version or "")
         )
         if not arts:
+            _maybe_on_dead(indexes, live, entry, sources)
             return None
         return tuple(requires_of(next((a for a in arts if a.is_wheel), arts[0])))
     except (EnvbuildError, OSError, ValueError):
@@ -217,4 +236,16 @@ def files_on_index(
             for a in found
             if entry.version and a.version and same_version(a.version, entry.version)
         ]
+    if not names:
+        _maybe_on_dead(indexes, live, entry, sources)
     return names or None
+
+
+def _maybe_on_dead(
+    indexes: tuple[str, ...], live: tuple[str, ...], entry: Entry, sources: MetadataSources
+) -> None:
+    """Nothing of ``entry`` on the indexes that answered: where one did not, it may serve it (a
+    PyTorch index's ``+cu128`` builds), so the entry is that index's to answer for, not a fault."""
+    dead = [u for u in indexes if u not in live]
+    if dead:
+        sources.skip(dead[0], entry)

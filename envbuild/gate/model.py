@@ -11,6 +11,7 @@ which also says which entry of a name another entry's edge points at).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
@@ -33,11 +34,23 @@ __all__ = [
     "LockParseError",
     "Members",
     "Reach",
+    "UnreadLine",
+    "where_words",
 ]
 
 
 class LockParseError(Exception):
     """The file is not a readable lock of its format (a finding, not a crash)."""
+
+
+@dataclass(frozen=True)
+class UnreadLine:
+    """A line of a lock its reader could not take (a requirements line pip would refuse): a finding
+    that names it, while the rest of the file is judged."""
+
+    line: int  # 1-based
+    text: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -106,9 +119,32 @@ class Environment:
 
 
 def _python_words(pys: tuple[str, ...]) -> str:
-    if len(pys) == 1:
-        return f"python {pys[0]}"
-    return f"python {pys[0]}–{pys[-1]}"
+    """``python 3.9–3.12, 3.14``: runs of consecutive minors as ranges."""
+    minors = sorted({int(p.split(".")[1]) for p in pys})
+    runs: list[list[int]] = []
+    for n in minors:
+        if runs and runs[-1][-1] + 1 == n:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return "python " + ", ".join(
+        f"3.{r[0]}" if len(r) == 1 else f"3.{r[0]}–3.{r[-1]}" for r in runs
+    )
+
+
+def where_words(envs: Iterable[Environment]) -> str:
+    """Environments in words, one part per platform and selection with every Python of them
+    (``linux x86_64, python 3.8, 3.13; macos arm64, python 3.8``)."""
+    merged: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    shown = False
+    for env in envs:
+        shown = shown or bool(env.pythons)
+        merged.setdefault((env.platform, env.selection), []).extend(env.pythons or (env.python,))
+    parts = []
+    for (platform, selection), pythons in merged.items():
+        words = [platform, *([_python_words(tuple(pythons))] if shown else []), *selection]
+        parts.append(", ".join(words))
+    return "; ".join(parts)
 
 
 @dataclass
@@ -239,6 +275,7 @@ class ParsedLock:
     notes: list[str] = field(default_factory=list)
     markers: MarkerCache = field(default_factory=MarkerCache)
     extra: dict[str, Any] = field(default_factory=dict)
+    unread: list[UnreadLine] = field(default_factory=list)  # lines the reader could not take
 
     def named(self, name: str) -> list[Entry]:
         return [e for e in self.entries if e.name == name]

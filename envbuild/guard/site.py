@@ -175,11 +175,9 @@ def clear_cache() -> None:
 def _read_record(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
-    out: dict[str, str] = {}
-    for row in csv.reader(io.StringIO(path.read_text(encoding="utf-8", errors="replace"))):
-        if row:
-            out[row[0]] = row[1] if len(row) > 1 else ""
-    return out
+    from envbuild.index.records import parse_record
+
+    return parse_record(path.read_text(encoding="utf-8", errors="replace"))
 
 
 def read_runtime_version(site: Path, package: str = "torch") -> str | None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     pass
 
-__all__ = ["RangeFile", "Read", "remote_metadata"]
+__all__ = ["NoRanges", "RangeFile", "Read", "remote_metadata"]
 
 BLOCK = 64 * 1024  # a range request reads at least this much (the zip's end records fit in one)
 CHUNK = 1 << 20
@@ -44,8 +44,11 @@ class Read:
     requests: int = 0
 
 
-class _NoRanges(Exception):
+class NoRanges(Exception):
     """The server answered a Range request with the whole file (or not at all)."""
+
+
+_NoRanges = NoRanges
 
 
 class RangeFile(io.RawIOBase):

@@ -24,7 +24,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -44,6 +44,7 @@ __all__ = [
     "fits_target",
     "host_tags",
     "installs_on",
+    "installs_where",
     "platform_tags",
     "select_target",
     "tag_rank",
@@ -84,7 +85,7 @@ def _plats(platform: str, glibc: int | None) -> list[str]:
     raise ValueError(f"not a platform envbuild knows: {platform!r}")
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def platform_tags(python: str, platform: str, *, glibc: int | None = None) -> tuple[Tag, ...]:
     """Every wheel tag CPython ``python`` (``3.12``) installs on ``platform``, best first (pip's
     order). ``glibc``: the newest manylinux minor a Linux host takes (default: the platform tag's,
@@ -105,11 +106,12 @@ def host_python() -> str:
     return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _ranks(python: str, platform: str, glibc: int | None) -> dict[Tag, int]:
     return {t: i for i, t in enumerate(platform_tags(python, platform, glibc=glibc))}
 
 
+@functools.lru_cache(maxsize=8192)
 def wheel_tags(filename: str) -> frozenset[Tag]:
     """The tags of a wheel file name (empty for anything else)."""
     if not filename.endswith(".whl"):
@@ -140,6 +142,24 @@ def tag_rank(
     return min((ranks[t] for t in wheel_tags(_name_of(filename)) if t in ranks), default=None)
 
 
+@functools.lru_cache(maxsize=512)
+def _tag_set(python: str, platform: str) -> frozenset[Tag]:
+    return frozenset(platform_tags(python, platform))
+
+
+def installs_where(file: str, targets: Sequence[tuple[str, str]]) -> list[bool]:
+    """``installs_on`` for each (python, platform) of ``targets``, the file's name and tags read
+    once (the gate asks every file of a lock on every platform and Python it judges)."""
+    name = _name_of(file)
+    if name.lower().endswith(SDIST_SUFFIXES) or not name.endswith(".whl"):
+        return [True] * len(targets)
+    tags = wheel_tags(name)
+    if not tags:
+        return [True] * len(targets)
+    return [not tags.isdisjoint(_tag_set(py, platform)) for py, platform in targets]
+
+
+@functools.lru_cache(maxsize=65536)
 def installs_on(file: str, python: str, platform: str, *, glibc: int | None = None) -> bool:
     """Whether a distribution file (a name, path or URL) installs in the environment: an sdist
     always may (it is built there), a wheel when one of its tags is the platform's; a name that

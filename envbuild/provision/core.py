@@ -52,7 +52,7 @@ from envbuild.installer import (
 )
 from envbuild.installer.pip import refuse_without_pip
 from envbuild.plan import Plan
-from envbuild.provision import warmup
+from envbuild.provision import restore, warmup
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.provision.sources import route_sources, step_identity
 from envbuild.provision.state import Manifest, now
@@ -78,6 +78,7 @@ if TYPE_CHECKING:
         ProvisionFailureJSON,
         ProvisionPayload,
         SoftwareJSON,
+        VenvAfterFailureJSON,
     )
 
 T = TypeVar("T")
@@ -308,12 +309,42 @@ def _provision(
         result=result,
         lock_fd=lock_fd,
     )
+    restore.remember_state(run)  # before anything saves the manifest
     laps.lap("prepare")
     try:
         return _venv_steps_check(run, base_python, laps, pool, host_facts)
     except (EnvbuildError, KeyboardInterrupt) as exc:  # the run stopped short: a receipt says so
-        result.receipt = _failure_receipt(run, exc, laps, host_facts)
+        venv = restore.after_failure(run)
+        if isinstance(exc, EnvbuildError):
+            said = (exc.hint or "").rstrip()
+            end = "" if not said or said.endswith(".") else "."
+            exc.hint = f"{said}{end} {_capital(venv['detail'])}.".lstrip()
+        result.receipt = _failure_receipt(run, exc, laps, host_facts, venv)
         raise
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _prepare_files(run: ProvisionRun, base_python: Interpreter | None) -> None:
+    """``provision.prepare`` of the steps still to run, then ``provision.overlaps`` of what they
+    install, where the run prepares (a lock's, with uv); nothing here touches the venv."""
+    from envbuild.provision import overlaps, prepare
+
+    fresh = run.opts.venv is None and not run.paths.python.exists()
+    todo = [s for s in run.plan.steps if fresh or run.manifest.state(s.name).status != "ok"]
+    prepared = None
+    if prepare.wanted(run, todo):
+        python = run.paths.python
+        if fresh:
+            base = base_python or find_interpreter(
+                run.spec.python, run.opts.python, run.spec.abi.package
+            )
+            python = base.executable
+        prepared = prepare.prepare(run, todo, python)
+        run.prepared = prepared.jobs
+    overlaps.check(run, prepared)
 
 
 def _venv_steps_check(
@@ -328,10 +359,20 @@ def _venv_steps_check(
     spec, opts, paths, manifest, result = run.spec, run.opts, run.paths, run.manifest, run.result
     # layout first: the venv, caches and logs all live on the data root
     layout.create_folders(paths)
+    run.env = run.installer.install_env(
+        _install_env(paths),
+        paths.python,
+        compile_option=opts.compile_bytecode,
+        adopted=opts.venv is not None,
+    )
+    _prepare_files(run, base_python)  # before the venv is made or touched
+    laps.lap("files")
+    spec = run.spec  # with the overlaps the prepare found
     home = (opts.home or Path.home()).expanduser()
     for line in layout.link_home(spec, paths, home, force=opts.force_links):
         events.emit("warn" if line.startswith("moved ") else "info", line)
     layout.write_overlay(spec, paths)
+    run.venv_made = opts.venv is None and not paths.python.exists()
     run.python = _ensure_venv(run, base_python)
     layout.hook_activate(paths)
     layout.write_launcher(paths)
@@ -344,12 +385,6 @@ def _venv_steps_check(
             )
         manifest.marker_env = probed.marker_env
     run.site = guard.site_packages(paths.venv)
-    run.env = run.installer.install_env(
-        _install_env(paths),
-        run.python,
-        compile_option=opts.compile_bytecode,
-        adopted=opts.venv is not None,
-    )
     if opts.selection is not None:
         from envbuild.provision.exact import sync_record
 
@@ -370,6 +405,7 @@ def _venv_steps_check(
 
     try:
         check = _steps_and_check(run, laps, pool)
+        restore.drop(run)
     finally:
         if run.warmup is not None:
             run.warmup.stop()
@@ -392,6 +428,8 @@ def _venv_steps_check(
 def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -> FinalCheck | None:
     from envbuild.proof import receipt as receipts
 
+    if any(run.manifest.state(s.name).status != "ok" for s in run.plan.steps):
+        restore.before_install(run)  # the venv as it is, for a failure from here on
     run_steps(run)
     laps.lap("steps")
     last = run.opts.only_step is None or run.opts.only_step == run.plan.steps[-1].name
@@ -427,6 +465,8 @@ def _sync_exact(run: ProvisionRun) -> None:
     if not extra:
         run.manifest.sync.pop("removed", None)
         return
+    if not run.installing:
+        restore.before_install(run)
     protected = [run.spec.abi.package]
     if run.manifest.baseline is not None:
         protected += list(guard.Baseline.from_json(run.manifest.baseline).protected)
@@ -707,12 +747,16 @@ def _failure_receipt(
     exc: EnvbuildError | KeyboardInterrupt,
     laps: _Laps,
     host_facts: Future[HostSnapshot],
+    venv: VenvAfterFailureJSON | None = None,
 ) -> Path | None:
     """The receipt of a run that stopped short: the stage (the step that failed or was running, or
-    the phase: venv, import_check), the exit code, the paragraph envbuild prints and the steps done;
-    its software is what is installed now. None where it cannot be written (the error stands)."""
+    the phase: prepare, venv, import_check), the exit code, the paragraph envbuild prints, the
+    steps done and what it left of the venv; its software is what is installed now. None where it
+    cannot be written (the error stands)."""
     steps = run.manifest.steps
-    if "venv" not in laps.seconds:
+    if "files" not in laps.seconds:
+        stage = "prepare"
+    elif "venv" not in laps.seconds:
         stage = "venv"
     elif "steps" not in laps.seconds:
         stage = next(
@@ -731,6 +775,8 @@ def _failure_receipt(
         "interrupted": interrupted,
         "completed": [s.name for s in steps if s.status == "ok"],
     }
+    if venv is not None:
+        failure["venv"] = venv
     run.result.seconds = time.monotonic() - laps.t0
     try:
         return _write_receipt(run, host=_or_none(host_facts), failure=failure)

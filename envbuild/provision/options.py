@@ -17,6 +17,7 @@ from envbuild.plan import Plan, PlannedStep
 from envbuild.provision.verify import IMPORT_TIMEOUT
 
 if TYPE_CHECKING:
+    from envbuild.index.records import FileOverlap
     from envbuild.proof.receipt import WarmupJSON
 
 Choice = Literal["auto", "yes", "no"]
@@ -55,6 +56,10 @@ class ProvisionOptions:
     # provision --lock: the names the selection installs (``provision.exact``); None: no selection
     selection: tuple[str, ...] | None = None
     exact: bool = True  # with a selection: remove what it does not install (False: --inexact)
+    # provision --lock: files two selected distributions both install are found before anything is
+    # installed (``provision.overlaps``); this says why one over the protected baseline is accepted
+    # (the reason of the lock's reviewed exception), or None: refused. None here: not looked for
+    accept_overlap: Callable[[FileOverlap], str | None] | None = None
 
 
 @dataclass

@@ -41,6 +41,10 @@ manifest) are untouched, the scratch target is deleted, and a failed or cancelle
 means the real step downloads the file itself (and reports any error). Because the caches live
 on the data root, nothing is downloaded twice across steps or across re-runs either way.
 
+``provision --lock`` with uv uses the same scratch installs differently: every step is prepared
+at once before the first one installs (``provision.prepare``), so a download or build that fails
+stops the run before the venv is touched.
+
 Whether prefetching pays depends on where the time goes: with a remote index it hides a later
 step's download behind the current install; from a local wheelhouse it only moves unpacking
 earlier, onto the same cores (measured in bench/README.md: no gain there). So ``provision
@@ -66,7 +70,7 @@ from envbuild.installer import Installer
 from envbuild.installer.progress import InstallProgress
 from envbuild.installer.uv import UvInstaller
 from envbuild.plan import PlannedStep, is_pylock
-from envbuild.run import open_private, run
+from envbuild.run import RunResult, open_private, run
 
 __all__ = [
     "PrefetchJob",
@@ -77,6 +81,7 @@ __all__ = [
     "prefetch_argv",
     "remote_sources",
     "requirement_names",
+    "source_args",
     "stale_builds",
     "wanted",
 ]
@@ -108,7 +113,7 @@ def remote_sources(planned: PlannedStep) -> list[str]:
     """The step's package sources that are on another host (http(s), not localhost): its index
     options, and the direct wheel URLs of a locked file (``provision --lock``'s stages name each
     file by URL under ``--no-index``)."""
-    candidates = [*_source_args(planned.args), *(url for url, _ in _locked_wheels(planned))]
+    candidates = [*source_args(planned.args), *(url for url, _ in _locked_wheels(planned))]
     return [
         v
         for v in candidates
@@ -260,7 +265,8 @@ def _requirement_lines(path: Path) -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
-def _source_args(args: Sequence[str]) -> list[str]:
+def source_args(args: Sequence[str]) -> list[str]:
+    """The options of ``args`` that say where packages come from (``_SOURCE_FLAGS*``)."""
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -285,7 +291,7 @@ def prefetch_argv(
 ) -> list[str] | None:
     """The command that warms the cache for ``planned``, or None when it names nothing exact.
     ``builds``: a lock stage's isolated builds (``build_lines``) are made too (uv only)."""
-    sources = _source_args(planned.args)
+    sources = source_args(planned.args)
     wheels = _locked_wheels(planned)
     if wheels or _names_by_reference(planned):
         # a lock's stage: its wheel URLs, hashes and all, and with ``builds`` its isolated builds
@@ -310,6 +316,13 @@ def prefetch_argv(
     )
 
 
+def _installed_records(target: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """{canonical name: (version, RECORD rows)} of the distributions installed in ``target``."""
+    from envbuild.guard import scan
+
+    return {name: (d.version, dict(d.files())) for name, d in scan(target).items()}
+
+
 @dataclass
 class PrefetchJob:
     step: str
@@ -324,6 +337,10 @@ class PrefetchJob:
     started: float = field(default_factory=time.monotonic)
     seconds: float | None = None
     returncode: int | None = None
+    result: RunResult | None = None  # the installer's run (None: it never ran)
+    # with ``records``: {canonical name: (version, its RECORD rows)} of each distribution the
+    # scratch install put in the target, read before the target is deleted
+    records: dict[str, tuple[str, dict[str, str]]] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -362,8 +379,10 @@ class Prefetcher:
         self._opened_by = ""  # what let the prefetches begin, for their logs
         self._progress = InstallProgress()  # the running step's phase, read from its lines
 
-    def start(self, planned: PlannedStep) -> PrefetchJob | None:
-        """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact)."""
+    def start(self, planned: PlannedStep, *, records: bool = False) -> PrefetchJob | None:
+        """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact).
+        ``records``: keep what each installed distribution's RECORD says (``PrefetchJob.records``).
+        """
         if planned.name in self.jobs or self._cancel.is_set():
             return self.jobs.get(planned.name)
         scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
@@ -383,6 +402,7 @@ class Prefetcher:
             log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log",
             builds=built,
             covers=uv and _covers(planned, argv),
+            records={} if records else None,
         )
         env = dict(self.env)
         if built and pins is not None:
@@ -422,9 +442,12 @@ class Prefetcher:
                         else f"[envbuild] begins after {GATE_SECONDS:g} s: the running step has"
                         " not said it resolved\n"
                     )
-                job.returncode = run(
+                job.result = run(
                     [*_BACKGROUND, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel
-                ).returncode
+                )
+                job.returncode = job.result.returncode
+                if job.records is not None and job.result.ok:
+                    job.records.update(_installed_records(job.scratch))
         except OSError:
             job.returncode = -1
         finally:
@@ -432,6 +455,10 @@ class Prefetcher:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             job.done.set()
+
+    def failed(self) -> PrefetchJob | None:
+        """A finished job that did not succeed (the first started), or None."""
+        return next((j for j in self.jobs.values() if j.done.is_set() and j.returncode != 0), None)
 
     def covered(self, step: str) -> bool:
         """Whether the finished prefetch of ``step`` put every file it installs in uv's cache."""

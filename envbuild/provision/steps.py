@@ -49,6 +49,13 @@ class ProvisionRun:
     inventory: list[Future[SoftwareJSON]] = field(default_factory=list)
     # the --no-deps steps' packages: unmet requirements said once, at the end
     unmet_names: list[str] = field(default_factory=list)
+    # the steps whose files and builds are all in uv's cache (``provision.prepare``)
+    prepared: dict[str, prefetch.PrefetchJob] = field(default_factory=dict)
+    venv_made: bool = False  # this run made the venv
+    installing: bool = False  # a step began installing (``provision.restore``)
+    before: Path | None = None  # the copy of the venv taken before the first install
+    # the manifest's and the constraints' bytes as the run found them (None: not there)
+    state_before: dict[Path, bytes | None] = field(default_factory=dict)
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -79,7 +86,8 @@ def run_steps(run: ProvisionRun) -> None:
     refuse_out_of_order(plan, manifest, opts.only_step)
     todo = [s for s in plan.steps if manifest.state(s.name).status != "ok"]
     prefetcher = None
-    if opts.only_step is None and prefetch.wanted(opts.prefetch, todo):
+    unprepared = [s for s in todo if s.name not in run.prepared]
+    if opts.only_step is None and unprepared and prefetch.wanted(opts.prefetch, todo):
         # the next step's exact pins download into the same cache while this step installs
         prefetcher = prefetch.Prefetcher(
             installer=run.installer,
@@ -87,7 +95,7 @@ def run_steps(run: ProvisionRun) -> None:
             scratch_root=run.paths.cache / "prefetch",
             logs=run.paths.logs,
             env=run.env or {},
-            baseline_pins=_baseline_pins(run, todo),
+            baseline_pins=baseline_pins(run, todo),
             unconstrained_builds=bool(opts.lock_source),
         )
     import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
@@ -99,9 +107,9 @@ def run_steps(run: ProvisionRun) -> None:
     )
     try:
         done = None
-        refresh: tuple[str, ...] = ()
-        cached = False
         for planned in plan.steps:
+            refresh: tuple[str, ...] = ()
+            cached = False
             if opts.only_step and planned.name != opts.only_step:
                 continue
             if manifest.state(planned.name).status == "ok":
@@ -121,9 +129,12 @@ def run_steps(run: ProvisionRun) -> None:
                 )
                 if not run.warmup.start(after_step=done):
                     warm, run.warmup = False, None
-            if prefetcher is not None:
+            if (job := run.prepared.get(planned.name)) is not None:
+                refresh = _stale_builds(run, job, planned)
+                cached = not refresh
+            elif prefetcher is not None:
                 prefetcher.wait(planned.name)  # never race the real install of the same step
-                refresh = _stale_builds(run, prefetcher, planned)
+                refresh = _stale_builds(run, prefetcher.jobs.get(planned.name), planned)
                 cached = prefetcher.covered(planned.name) and not refresh
                 later = todo[todo.index(planned) + 1 :] if planned in todo else []
                 # every later step's files, not only the next one's: a lock's rest stage comes after
@@ -132,6 +143,7 @@ def run_steps(run: ProvisionRun) -> None:
                 for ahead in later:
                     if (
                         ahead.name not in opts.prepare_steps
+                        and ahead.name not in run.prepared
                         and ahead.name not in prefetcher.jobs
                         and prefetcher.start(ahead) is not None
                     ):
@@ -154,7 +166,7 @@ def run_steps(run: ProvisionRun) -> None:
             prefetcher.close()
 
 
-def _baseline_pins(run: ProvisionRun, todo: Sequence[PlannedStep]) -> Path | None:
+def baseline_pins(run: ProvisionRun, todo: Sequence[PlannedStep]) -> Path | None:
     """The build constraints the guarded steps will have, for their prefetched builds: the frozen
     baseline's file; None when it is not frozen yet, and for a lock (its builds are unconstrained,
     prefetched as they are: ``Prefetcher(unconstrained_builds=True)``)."""
@@ -166,10 +178,9 @@ def _baseline_pins(run: ProvisionRun, todo: Sequence[PlannedStep]) -> Path | Non
 
 
 def _stale_builds(
-    run: ProvisionRun, prefetcher: prefetch.Prefetcher, planned: PlannedStep
+    run: ProvisionRun, job: prefetch.PrefetchJob | None, planned: PlannedStep
 ) -> tuple[str, ...]:
     """``prefetch.stale_builds`` of the step's prefetch against the baseline frozen now."""
-    job = prefetcher.jobs.get(planned.name)
     if job is None or run.manifest.baseline is None:
         return ()
     stale = prefetch.stale_builds(

@@ -13,9 +13,10 @@ the ``default`` environment is the selection of none, each other one an item of 
 (``--group NAME`` narrows to it). Format 7's named platforms (``{ name = "cuda-linux-64", platform
 = "linux-64", cuda = "12" }``) are a second such set over the same subdir.
 
-conda-forge ``pytorch`` is the lock's torch: ``pytorch 2.8.0`` built ``cuda129_mkl_…`` reads as
-torch ``2.8.0+cu129``, ``cpu_…`` as ``2.8.0+cpu`` (a CUDA build that names no version in its
-build string takes it from its ``cuda-version`` dependency), so the torch rules, the extension
+conda ``pytorch`` is the lock's torch: conda-forge's ``pytorch 2.8.0`` built ``cuda129_mkl_…``
+reads as torch ``2.8.0+cu129``, ``cpu_…`` as ``2.8.0+cpu`` (a CUDA build that names no version in
+its build string takes it from its ``cuda-version`` dependency), the pytorch channel's
+``py3.12_cuda11.8_cudnn8.7.0_0`` as ``+cu118``, so the torch rules, the extension
 ABI of PyPI wheels beside it and ``--base`` judge it as any torch. What each conda package
 ``depends`` on of ``pytorch``/``libtorch`` is kept (``CondaPackage``) for ``rules.conda``, and
 its ``depends`` names are its entry's ``dependencies`` (so environments that differ in one are
@@ -102,7 +103,11 @@ def torch_version(pkg: CondaPackage) -> str:
     m = re.match(r"cuda(\d{2,3})(?:_|$)", pkg.build)
     if m:
         return f"{pkg.version}+cu{m.group(1)}"
-    if pkg.build.startswith("cpu"):
+    # the pytorch channel's ``py3.12_cuda11.8_cudnn8.7.0_0``, ``py3.12_cpu_0``
+    m = re.search(r"(?:^|_)cuda(\d{2})\.(\d+)(?:_|$)", pkg.build)
+    if m:
+        return f"{pkg.version}+cu{m.group(1)}{m.group(2)}"
+    if pkg.build.startswith("cpu") or re.search(r"(?:^|_)cpu(?:_|$)", pkg.build):
         return f"{pkg.version}+cpu"
     if (pkg.build.startswith("cuda") or "__cuda" in pkg.torch_depends) and pkg.cuda_version:
         major, _, minor = pkg.cuda_version.partition(".")

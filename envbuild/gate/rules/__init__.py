@@ -7,6 +7,7 @@
   (``envbuild.abitag``)
 - ``runtime``       torch's own runtime requirements are locked
 - ``conda``         conda packages (pixi.lock) whose ``depends`` pin another pytorch build
+- ``overlaps``      files two installed packages both own: a finding over torch's, else a note
 - ``history``       ``--base REF``: downgrades, re-tags and lost torches, per environment
 - ``ownlock``       envbuild's own locks (a stack's lock.json and step files): a family of its own,
                     on the steps in order, run by ``ownlock.check_stack``; it shares ``history``'s
@@ -18,9 +19,9 @@ plus a line in ``envbuild.gate.findings.RULES`` (``OWN_RULES`` for envbuild's ow
 
 from __future__ import annotations
 
-from envbuild.gate.rules import conda, extensions, pins, requirements, runtime
+from envbuild.gate.rules import conda, extensions, overlaps, pins, requirements, runtime
 
 # history runs apart: it needs the base lock
-FAMILIES = (pins, requirements, extensions, runtime, conda)
+FAMILIES = (pins, requirements, extensions, runtime, conda, overlaps)
 
 __all__ = ["FAMILIES"]

@@ -8,6 +8,12 @@ wrote the lock; a lock edited by hand, merged, or with a package from another ch
 such a package beside another pytorch build is a ``conda-torch-build`` finding in the
 environments that install both. Conda match specs are read here (``name version build``; ``|``
 is or, ``,`` is and; ``*`` globs); a version this does not read is not judged.
+
+A pixi environment may install the same module twice, from conda and from PyPI: conda ``pytorch`` /
+``pytorch-gpu`` / ``pytorch-cpu`` / ``libtorch`` beside a PyPI ``torch`` wheel, and the same for
+``torchvision``, ``xformers`` and ``triton`` (the pytorch channel's ``torchtriton``). Both own the
+module, the one installed last wins and the other's libraries are left beside it: a
+``conda-and-pypi`` finding in each environment that installs both, whatever their versions.
 """
 
 from __future__ import annotations
@@ -83,10 +89,20 @@ def spec_matches(spec: str, pkg: CondaPackage) -> bool | None:
     return len(parts) < 3 or fnmatch.fnmatchcase(pkg.build, parts[2])
 
 
+# module -> the conda packages that install it (the PyPI distribution has the module's name)
+TWICE = {
+    "torch": (CONDA_TORCH, "pytorch-gpu", "pytorch-cpu", "libtorch"),
+    "torchvision": ("torchvision",),
+    "xformers": ("xformers",),
+    "triton": ("triton", "torchtriton"),
+}
+
+
 def check(ctx: Context) -> None:
     conda = conda_packages(ctx.lock)
     if not conda:
         return
+    _twice(ctx, conda)
     for view in ctx.views:
         parts: dict[str, CondaPackage] = {}
         for entry in view.members.entries:
@@ -113,3 +129,27 @@ def check(ctx: Context) -> None:
                     view.env,
                     entry,
                 )
+
+
+def _twice(ctx: Context, conda: dict[int, CondaPackage]) -> None:
+    """A module installed from conda and from PyPI in one environment."""
+    for view in ctx.views:
+        for module, conda_names in TWICE.items():
+            from_conda = [
+                conda[e.key]
+                for e in view.members.entries
+                if e.key in conda and conda[e.key].name in conda_names
+            ]
+            wheels = [e for e in view.by_name.get(module, []) if e.key not in conda]
+            if not from_conda or not wheels:
+                continue
+            pypi = wheels[0]
+            ctx.add(
+                module,
+                "conda-and-pypi",
+                f"conda {', '.join(p.words() for p in from_conda)} and PyPI {pypi.label()} are both"
+                f" installed: both own the `{module}` module, the one installed last wins; keep"
+                " one (pixi: drop it from [pypi-dependencies] or [dependencies])",
+                view.env,
+                pypi,
+            )

@@ -1,13 +1,14 @@
 """Prebuilt CUDA extensions against the torch they are installed with.
 
-An extension wheel binds to the C++ symbols of one torch minor, the runtime of one CUDA major
-and one C++ ABI; paired with another torch it fails at import with ``undefined symbol``
+An extension wheel binds to the C++ symbols of one torch minor, the runtime of one CUDA major and
+one C++ ABI; paired with another torch it fails at import with ``undefined symbol``
 (Dao-AILab/flash-attention#709, #836, #919, #931, #1717, #1832). The claim is read by
 ``envbuild.abitag`` (the one parser, shared with the wheelhouse that writes such labels) from the
-entry's local version, else from its artifact file names. The torch it is checked against is the
-one the lock's own edge names (uv.lock), else the environment's one torch; a torch whose version
-names no CUDA build (PyPI's ``2.8.0``) is a build of the CUDA major its locked ``nvidia-*-cuXX``
-runtime names.
+entry's local version, else from its artifact file names; a conda package's (pixi.lock) from its
+build string (the xformers channel's ``py312_cu12.1.0_pyt2.3.0``). The torch it is checked against
+is the one the lock's own edge names (uv.lock), else the environment's one torch; a torch whose
+version names no CUDA build (PyPI's ``2.8.0``) is a build of the CUDA major its locked
+``nvidia-*-cuXX`` runtime names.
 
 A prebuilt extension wheel whose tag this reader does not know is said in a notice (its ABI was
 not compared), never left to ``--explain`` alone: a green gate must not look like a checked pair.
@@ -23,6 +24,7 @@ from envbuild.abitag import (
     AbiClaim,
     mismatches,
     parse_claim,
+    parse_conda_build,
     runtime_cuda,
     torch_build,
     unverifiable_reason,
@@ -189,13 +191,18 @@ def check(ctx: Context) -> None:
     for v, view in enumerate(ctx.views):
         platform = "linux" if view.env.system == "linux" else view.env.system or "linux"
         for entry in view.members.entries:
-            if entry.name in protected or entry.key in view.members.roots or entry.key in conda:
+            if entry.name in protected or entry.key in view.members.roots:
                 continue
             if entry.key not in claims:
-                claims[entry.key] = claim_of(entry)
-                if claims[entry.key] is None and unread_tag(entry, ctx.lock.format):
-                    unread[entry.key] = entry.label()
+                if entry.key in conda:  # its build string, where it names a torch; else its depends
+                    claims[entry.key] = parse_conda_build(conda[entry.key].build)
+                else:
+                    claims[entry.key] = claim_of(entry)
+                    if claims[entry.key] is None and unread_tag(entry, ctx.lock.format):
+                        unread[entry.key] = entry.label()
             claim = claims[entry.key]
+            if claim is None and entry.key in conda:
+                continue
             if (
                 claim is None
                 and entry.key not in unread

@@ -10,12 +10,13 @@ reader of a lock at the base revision: envbuild's own locks (``rules.ownlock.his
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from envbuild.gate.context import Context
+from envbuild.gate.context import Context, View
 from envbuild.gate.environments import Narrow, Space, _covered, make_space
 from envbuild.gate.groups import group
-from envbuild.gate.model import Entry, Environment, Members, ParsedLock
+from envbuild.gate.model import Entry, Environment, Members, ParsedLock, where_words
 from envbuild.gate.rules.pins import local_of, public_of
 
 __all__ = ["check", "file_at_ref", "moved"]
@@ -97,6 +98,33 @@ def _key(env: Environment) -> tuple[str, str, frozenset[str], frozenset[str]]:
     return env.platform, env.python, env.extras, env.groups
 
 
+def _pair(env: Environment) -> tuple[str, frozenset[str], frozenset[str]]:
+    """What pairs a base environment with the head's across a change of Python: its platform and
+    selection."""
+    return env.platform, env.extras, env.groups
+
+
+@dataclass
+class _Head:
+    """The head's environments as ``--base`` pairs them: by platform, Python and selection, and by
+    platform and selection alone (whose Pythons moved)."""
+
+    at: dict[tuple[str, str, frozenset[str], frozenset[str]], int] = field(default_factory=dict)
+    pythons: dict[tuple[str, frozenset[str], frozenset[str]], set[str]] = field(
+        default_factory=dict
+    )
+
+    @classmethod
+    def of(cls, head: Space | None) -> _Head:
+        out = cls()
+        if head is not None:
+            for j in head.bits(head.active):
+                env = head.env(j)
+                out.at[_key(env)] = j
+                out.pythons.setdefault(_pair(env), set()).add(env.python)
+        return out
+
+
 def check(
     ctx: Context,
     old: ParsedLock,
@@ -104,29 +132,52 @@ def check(
     narrow: Narrow,
     names: set[str] | None = None,
     head: Space | None = None,
+    installable: dict[str, bool | None] | None = None,
 ) -> None:
     """Both locks walked over the base's environments (uv's pseudo-extras name the same items in
     both), grouped by what either installs of the protected packages, each group compared once.
     A finding is filed under the head's environments that are the same platform, Python and
-    selection (the rows of the table); an environment only the base has is said to be gone."""
+    selection (the rows of the table). Where the base's Python is not the head's but the platform
+    and selection are there (a Python bump), the base's torch is compared with the head's at the
+    head's new Pythons, a note says the Pythons moved, and it is a finding only where no torch
+    file installs at the new Python; an environment whose platform or selection the head has not
+    is said to be gone."""
     space = make_space(old, narrow, names)
     before, after = old.walk(space), ctx.lock.walk(space)
     covered = _covered(ctx.lock, space)
     protected = sorted(ctx.policy.protected)
-    at_head: dict[tuple[str, str, frozenset[str], frozenset[str]], int] = {}
-    if head is not None:
-        at_head = {_key(head.env(j)): j for j in head.bits(head.active)}
+    at_head = _Head.of(head)
+    base_pys: dict[tuple[str, frozenset[str], frozenset[str]], set[str]] = {}
+    for jb in space.bits(space.active):
+        base_pys.setdefault(_pair(space.env(jb)), set()).add(space.env(jb).python)
+    moved_notes: dict[tuple[str, str], list[Environment]] = {}
 
-    def where(mask: int) -> tuple[list[Environment], list[Environment]]:
-        """The head's views of the base environments in ``mask``, and those the head has not."""
-        views, gone = [], []
+    def where(mask: int) -> tuple[list[View], list[Environment], list[View]]:
+        """The head's views of the base environments in ``mask``, those the head has not, and the
+        head's views at the new Pythons of those whose Python moved."""
+        views: list[View] = []
+        gone: list[Environment] = []
+        moved: list[View] = []
         for jb in space.bits(mask):
-            j = at_head.get(_key(space.env(jb)))
-            hit = [v for v in ctx.views if j is not None and v.mask >> j & 1]
-            if not hit:
-                gone.append(space.env(jb))
-            views += [v.env for v in hit if v.env not in views]
-        return views, gone
+            env = space.env(jb)
+            j = at_head.at.get(_key(env))
+            if j is not None:
+                views += [v for v in ctx.views if v.mask >> j & 1 and v not in views]
+                continue
+            pair = _pair(env)
+            new = at_head.pythons.get(pair, set()) - base_pys.get(pair, set())
+            if pair not in at_head.pythons:
+                gone.append(env)
+                continue
+            words = (
+                ", ".join(sorted(base_pys[pair], key=_minor)),
+                ", ".join(sorted(at_head.pythons[pair], key=_minor)),
+            )
+            moved_notes.setdefault(words, []).append(env)
+            for py in new:
+                hj = at_head.at[(env.platform, py, env.extras, env.groups)]
+                moved += [v for v in ctx.views if v.mask >> hj & 1 and v not in moved]
+        return views, gone, moved
 
     def add(
         name: str,
@@ -139,9 +190,9 @@ def check(
         if head is None:
             ctx.add(name, rule, reason, base_env, entry)
             return
-        views, gone = where(mask)
-        for env in views:
-            ctx.add(name, rule, reason, env, entry)
+        views, gone, _ = where(mask)
+        for v in views:
+            ctx.add(name, rule, reason, v.env, entry)
         if gone:
             ctx.add(name, rule, reason, base_env, entry)
             ctx.note(
@@ -156,6 +207,8 @@ def check(
             b_entry = _one(was, name)
             if b_entry is None or b_entry.version is None:
                 continue
+            if head is not None:
+                _across(ctx, name, (b_entry, env), ref, where(g.mask)[2], installable or {})
             if not covered >> g.j & 1:
                 add(
                     name,
@@ -180,3 +233,49 @@ def check(
             change = moved(name, b_entry.version, a_entry.version, ref)
             if change is not None:
                 add(name, change[0], change[1], g.mask, env, a_entry)
+    for (was_py, now_py), envs in moved_notes.items():
+        ctx.note(
+            f"--base {ref}: the Python moved on {where_words(dict.fromkeys(envs))}: python"
+            f" {was_py} at {ref}, {now_py} here; its torch is compared at the new Python"
+        )
+
+
+def _minor(python: str) -> int:
+    return int(python.split(".")[1])
+
+
+def _across(
+    ctx: Context,
+    name: str,
+    base: tuple[Entry, Environment],
+    ref: str,
+    views: list[View],
+    installable: dict[str, bool | None],
+) -> None:
+    """The base's ``name`` (its entry, in a base environment) against the head's at the new Pythons
+    of a Python bump; a torch that had a file at the base's Python and has none at the new one is
+    gone."""
+    from envbuild.index.wheeltags import installs_on
+
+    b_entry, b_env = base
+    assert b_entry.version is not None
+    files = [f for f, _ in b_entry.files] or ([b_entry.url] if b_entry.url else [])
+    had = not files or any(installs_on(f, b_env.python, b_env.platform) for f in files)
+    for v in views:
+        got = v.by_name.get(name) or []
+        now = got[0] if len({e.version for e in got}) == 1 else None
+        if now is None or now.version is None:
+            continue
+        if name == ctx.policy.torch and installable.get(v.env.name) is False and had:
+            ctx.add(
+                name,
+                "torch-gone",
+                f"{name} {b_entry.version} at {ref} (python {b_env.python}); the Python moved to"
+                f" {', '.join(v.pythons)} here, where no file of {name} {now.version} installs",
+                v.env,
+                now,
+            )
+            continue
+        change = moved(name, b_entry.version, now.version, ref)
+        if change is not None:
+            ctx.add(name, change[0], change[1], v.env, now)

@@ -64,6 +64,9 @@ def local_of(v: str) -> str | None:
 def check(ctx: Context) -> None:
     _markers(ctx)
     torch_name = ctx.policy.torch
+    from envbuild.gate.formats.pixi import conda_packages
+
+    conda = conda_packages(ctx.lock)
     no_torch = []
     for view in ctx.views:
         env = view.env
@@ -81,7 +84,9 @@ def check(ctx: Context) -> None:
                     p,
                 )
         versions = sorted({p.version for p in pins if p.version})
-        if len(versions) > 1:
+        # conda's and PyPI's: ``rules.conda`` says it (``conda-and-pypi``)
+        mixed = 0 < len({p.key for p in pins} & conda.keys()) < len(pins)
+        if len(versions) > 1 and not mixed:
             ctx.add(
                 torch_name,
                 "torch-pins",

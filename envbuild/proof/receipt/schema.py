@@ -90,7 +90,18 @@ class WarmupJSON(TypedDict):
     exit: int | None  # its exit status (null: not stopped yet; negative: killed by that signal)
 
 
-class ProvisionFailureJSON(TypedDict):
+class VenvAfterFailureJSON(TypedDict):
+    """What a failed provision left of the venv (``provision.restore``)."""
+
+    # untouched: it failed before anything was installed (not-made: there was no venv, and none
+    # was made); restored: it had begun installing, and the venv is back as it was before the
+    # run; left: it had begun installing into a venv this run made (or one it could not copy),
+    # and what is there is said, with how provision resumes
+    state: Literal["untouched", "not-made", "restored", "left"]
+    detail: str  # one sentence: what is there, and how provision resumes
+
+
+class _ProvisionFailure(TypedDict):
     """Why a provision stopped before it finished: the stage, the exit code and the paragraph it
     printed. The receipt's ``software`` is what was installed at that point."""
 
@@ -102,6 +113,10 @@ class ProvisionFailureJSON(TypedDict):
     interrupted: bool  # true: stopped by Ctrl-C (SIGINT) or SIGTERM, not by a failure
     # the steps done (ok) when it stopped, in order, this run's and earlier ones'
     completed: list[str]
+
+
+class ProvisionFailureJSON(_ProvisionFailure, total=False):
+    venv: VenvAfterFailureJSON  # what it left of the venv (receipts before it do not say)
 
 
 class _ProvisionPayload(TypedDict):

@@ -222,12 +222,24 @@ def load_receipt(path: Path) -> LoadedReceipt:
     return validate(doc, path)
 
 
+# what a failed provision left of the venv when it left it as it was (``provision.restore``)
+AS_IT_WAS = ("untouched", "not-made", "restored")
+
+
 def last_provision(folder: Path) -> LoadedReceipt | None:
-    """The newest readable ``provision`` receipt in ``folder`` (None: none there): how the last
-    provision of the data root ended (``diff.failure``)."""
+    """The newest readable ``provision`` receipt in ``folder`` that left the venv as it is now
+    (None: none there): how the last provision that changed the data root's venv ended
+    (``diff.failure``). A failed run that left the venv as it was (``failure.venv.state``: nothing
+    installed, or restored) is passed over: the venv is the one before it."""
     for path in receipt_files(folder, kinds=("provision",)):
         try:
-            return load_receipt(path)
+            doc = load_receipt(path)
         except ConfigError:
             continue
+        payload = doc.get("payload")
+        failed = payload.get("failure") if isinstance(payload, dict) else None
+        venv = failed.get("venv") if isinstance(failed, dict) else None
+        if isinstance(venv, dict) and venv.get("state") in AS_IT_WAS:
+            continue
+        return doc
     return None

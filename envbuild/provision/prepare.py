@@ -1,0 +1,239 @@
+"""Prepare, then install: a lock's steps have every file downloaded and hash-checked and every build
+made before the first step touches the venv, in ``uv sync``'s order.
+
+``uv sync --frozen`` prepares the whole environment (downloads, hash checks, builds) and only then
+installs; a download or build that fails stops it with the venv untouched. ``provision --lock``
+does the same with uv: every step still to run is prepared at once, side by side, by
+``provision.prefetch``'s scratch installs (``uv pip install --no-deps --target <scratch>`` with
+the step's own sources, hashes and build constraints: uv fetches, checks and unpacks each wheel and
+builds each sdist, git pin and project into its cache), before the venv is made or changed. The
+steps then install ``--offline`` from the cache (links). The first job that fails stops the others
+and the run, with uv's own words and the venv as it was; where the venv did not exist, it still
+does not (``provision.core`` makes it after this).
+
+The builds against torch (``ProvisionOptions.prepare_steps``: sdists that need the installed torch
+to build) are made here too, against the lock's torch in a scratch venv: the earlier steps
+installed into it offline from the cache just prepared (links: seconds), the build run by the
+step's hook, whose build cache the real step then takes the wheel from. A step whose earlier
+steps are not all prepared here (an adopted venv's torch, a resumed run), or whose hook is not
+for builds, is the exception: it builds in the real step, as before.
+
+What each prepared wheel installs (its RECORD, ``index.records``) is kept for
+``provision.overlaps``: the files two selected distributions would both own are known before
+anything is installed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from envbuild import events
+from envbuild.errors import EnvbuildError, InstallError
+from envbuild.index import records
+from envbuild.installer.uv import UvInstaller
+from envbuild.plan import PlannedStep
+from envbuild.provision import prefetch
+from envbuild.provision.steps import ProvisionRun, baseline_pins
+from envbuild.run import run as run_command
+
+__all__ = ["PreparedSteps", "prepare", "wanted"]
+
+POLL_SECONDS = 0.05
+
+
+@dataclass
+class PreparedSteps:
+    """What the prepare made: the steps all in uv's cache, and what their wheels install."""
+
+    # the steps whose scratch install covered every line: {step: its job}
+    jobs: dict[str, prefetch.PrefetchJob] = field(default_factory=dict)
+    seconds: float = 0.0
+    # {canonical name: (version, RECORD rows)} of each distribution the prepared steps install
+    records: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    built: tuple[str, ...] = ()  # the steps of builds against torch made in the scratch venv
+
+
+def wanted(run: ProvisionRun, todo: Sequence[PlannedStep]) -> bool:
+    """Whether the run prepares before it installs: a lock's run (every step an exact, hash-pinned
+    file) with uv, all its steps at once (not ``--step``)."""
+    return (
+        bool(todo)
+        and bool(run.opts.lock_source)
+        and run.opts.only_step is None
+        and isinstance(run.installer, UvInstaller)
+        and all(s.locked_file is not None for s in todo)
+    )
+
+
+def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> PreparedSteps:
+    """Prepare every step of ``todo`` (see the module docstring); ``python``: the interpreter the
+    venv has or will be made with. Raises the first failure (InstallError: its step, uv's words,
+    and that nothing was installed)."""
+    t0 = time.monotonic()
+    hooked = [s for s in todo if s.name in run.opts.prepare_steps]
+    prefetcher = prefetch.Prefetcher(
+        installer=run.installer,
+        python=python,
+        scratch_root=run.paths.cache / "prepare",
+        logs=run.paths.logs,
+        env=run.env or {},
+        baseline_pins=baseline_pins(run, todo),
+        unconstrained_builds=True,  # a lock's isolated builds, as uv sync makes them
+    )
+    with prefetcher:
+        prefetcher.release("prepare: nothing installs before every step is prepared")
+        jobs = [
+            job
+            for s in todo
+            if s not in hooked and (job := prefetcher.start(s, records=True)) is not None
+        ]
+        events.emit("info", f"preparing {len(jobs)} step(s): downloads, hash checks, builds")
+        _wait(run, prefetcher, jobs, todo)
+    out = PreparedSteps(jobs={j.step: j for j in jobs if j.covers})
+    for job in jobs:
+        out.records.update(job.records or {})
+        _remember(job, next(s for s in todo if s.name == job.step))
+    if hooked:
+        out.built = _build_against_torch(run, todo, hooked, python, set(out.jobs))
+    out.seconds = round(time.monotonic() - t0, 3)
+    events.emit(
+        "info",
+        f"prepared in {out.seconds:.1f} s: {len(out.records)} distribution(s) in the cache;"
+        " installing",
+    )
+    return out
+
+
+_HASHED = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*@\s*\S+\.whl\S*\s.*--hash=sha256:(?P<sha>[0-9a-f]{64})"
+)
+
+
+def _remember(job: prefetch.PrefetchJob, planned: PlannedStep) -> None:
+    """Each prepared wheel's files into the RECORD cache by its sha256 (``index.records``), where
+    ``check-lock`` reads them offline."""
+    if not job.records or planned.locked_file is None:
+        return
+    for line in planned.locked_file.read_text(encoding="utf-8").splitlines():
+        m = _HASHED.match(line.strip())
+        if m is not None and (got := job.records.get(canonicalize_name(m["name"]))) is not None:
+            records.put(m["sha"], got[1])
+
+
+def _wait(
+    run: ProvisionRun,
+    prefetcher: prefetch.Prefetcher,
+    jobs: Sequence[prefetch.PrefetchJob],
+    todo: Sequence[PlannedStep],
+) -> None:
+    """Until every job has finished; the first one that failed stops the rest and the run."""
+    while not all(j.done.is_set() for j in jobs) and prefetcher.failed() is None:
+        time.sleep(POLL_SECONDS)
+    bad = prefetcher.failed()
+    if bad is None:
+        return
+    planned = next(s for s in todo if s.name == bad.step)
+    raise _failure(run, planned, bad)
+
+
+def _failure(run: ProvisionRun, planned: PlannedStep, job: prefetch.PrefetchJob) -> EnvbuildError:
+    """The paragraph of a failed preparation: uv's own words (``classify_failure``), and what
+    state the venv is in: as it was."""
+    from envbuild.installer.base import classify_failure
+
+    where = f"Full log: {job.log_file}"
+    if job.result is None:
+        err: EnvbuildError = InstallError(
+            f"step {planned.number} ({planned.name!r}) could not be prepared (its scratch install"
+            " did not start)"
+        )
+    else:
+        err = classify_failure(planned, run.spec, job.result)
+    fix = (err.hint or where).replace("The venv is kept as it is for inspection. ", "")
+    err.message = f"preparing {err.message[0].lower()}{err.message[1:]}"
+    err.hint = (
+        "Nothing was installed: every step's downloads and builds are prepared before the first"
+        f" one installs. {fix}"
+    )
+    return err
+
+
+def _build_against_torch(
+    run: ProvisionRun,
+    todo: Sequence[PlannedStep],
+    hooked: Sequence[PlannedStep],
+    python: Path,
+    prepared: set[str],
+) -> tuple[str, ...]:
+    """The builds against torch, made in a scratch venv that holds the steps before each (linked
+    offline from uv's cache): returns the steps built. A step whose earlier steps are not all
+    prepared here is left to the real run (said once)."""
+    assert isinstance(run.installer, UvInstaller)
+    built: list[str] = []
+    for planned in hooked:
+        earlier = [s for s in todo if s.number < planned.number]
+        done_before = [s for s in run.plan.steps if s.number < planned.number and s not in todo]
+        if done_before or not all(s.name in prepared for s in earlier):
+            events.emit(
+                "info",
+                f"step {planned.name}: its builds need the installed torch and are made when the"
+                " step runs (the steps before it are not all prepared here)",
+            )
+            continue
+        scratch = run.paths.cache / "prepare" / f"venv-{planned.number:02d}-{planned.name}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            scratch_python = _scratch_venv(run, python, scratch, earlier)
+            run.opts.prepare_steps[planned.name](planned, scratch_python)
+        except EnvbuildError as exc:
+            exc.hint = (
+                f"Nothing was installed: the builds are made against the lock's torch in a scratch"
+                f" venv before the first step installs. {exc.hint or ''}"
+            ).strip()
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        built.append(planned.name)
+    return tuple(built)
+
+
+def _scratch_venv(
+    run: ProvisionRun, python: Path, scratch: Path, steps: Sequence[PlannedStep]
+) -> Path:
+    """A venv at ``scratch`` holding ``steps`` (from uv's cache, no deps)."""
+    assert isinstance(run.installer, UvInstaller)
+    log = run.paths.logs / f"{scratch.name}.prepare.log"
+    run.installer.create_venv(python, scratch, log_file=log, seed=False)
+    scratch_python = scratch / "bin" / "python"
+    for planned in steps:
+        assert planned.locked_file is not None
+        argv = [
+            run.installer.uv,
+            "pip",
+            "install",
+            "--no-deps",
+            "--python",
+            str(scratch_python),
+            *prefetch.source_args(planned.args),
+            "-r",
+            str(planned.locked_file),
+        ]
+        # from the cache alone where the index lets uv keep its answers, else as the real step
+        # installs it (an index that answers ``no-store`` is asked again; its files are cached)
+        result = run_command([*argv, "--offline"], log_file=log, env=run.env or {})
+        if not result.ok:
+            result = run_command(argv, log_file=log, env=run.env or {})
+        if not result.ok:
+            raise InstallError(
+                f"the scratch venv for the builds against torch could not take step"
+                f" {planned.name!r}: {result.describe('uv')}:\n{result.tail}",
+                hint=f"Full log: {log}",
+            )
+    return scratch_python
