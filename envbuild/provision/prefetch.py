@@ -165,8 +165,8 @@ def build_lines(planned: PlannedStep) -> list[str]:
             continue
         if " @ " not in line or line.startswith(("#", "-")) or _WHEEL_LINE.match(line):
             continue
-        try:
-            req = Requirement(line.split(" --hash", 1)[0])
+        try:  # the line, its note (``spec.stagefile``) kept: a git pin's names the ref uv records
+            req = Requirement(re.split(r"\s+#", line, maxsplit=1)[0].split(" --hash", 1)[0])
         except InvalidRequirement:
             continue
         if req.url and not req.url.split("#", 1)[0].endswith(".whl"):
