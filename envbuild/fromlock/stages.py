@@ -15,7 +15,9 @@ with the ABI guard after each.
 3. ``rest``: everything else, exact files, ``--no-deps``, every file hash-checked.
 4. ``builds``: packages with no wheel for this target whose build needs the installed torch: an
    sdist (or git pin) of a known CUDA extension, or one the project lists in ``[tool.uv]
-   no-build-isolation(-package)`` / ``extra-build-dependencies``. Every other sdist is built
+   no-build-isolation(-package)`` / ``extra-build-dependencies`` (and, read from the sdist itself
+   after this plan, ``fromlock.torchbuilds``: one whose ``pyproject.toml`` names torch in its
+   build requirements). Every other sdist is built
    isolated in its stage, as uv sync builds it, a pure-Python one that merely depends on torch
    (julius) too: its build does not compile against torch. Built without build
    isolation against the torch of stage 1, by the wheelhouse builder into a build cache keyed by

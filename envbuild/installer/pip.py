@@ -1,4 +1,5 @@
-"""The pip backend: ``<venv>/bin/python -m pip``, configured by pip.conf and ``PIP_*``."""
+"""The pip backend: ``<venv>/bin/python -m pip``, configured by pip.conf and ``PIP_*``; a lock
+stage's ``pylock.toml`` is installed by envbuild's own pip run against the venv (``pylock_pip``)."""
 
 from __future__ import annotations
 
