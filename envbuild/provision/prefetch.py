@@ -361,10 +361,14 @@ class Prefetcher:
         env: Mapping[str, str],
         baseline_pins: Path | None = None,
         unconstrained_builds: bool = False,
+        background: bool = True,
     ) -> None:
         """``baseline_pins``: the constraints a guarded step's builds will have (the frozen
         baseline's file); None: guarded steps' builds are left to the real step, unless
-        ``unconstrained_builds`` (a lock's: its builds are never held to the baseline)."""
+        ``unconstrained_builds`` (a lock's: its builds are never held to the baseline).
+        ``background``: the jobs run at ``nice`` 10, beside a running step; False where nothing
+        else runs (``provision.prepare``: the run waits for them, as uv sync's own downloads)."""
+        self.nice = _BACKGROUND if background else ()
         self.installer = installer
         self.baseline_pins = baseline_pins
         self.unconstrained_builds = unconstrained_builds
@@ -443,7 +447,7 @@ class Prefetcher:
                         " not said it resolved\n"
                     )
                 job.result = run(
-                    [*_BACKGROUND, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel
+                    [*self.nice, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel
                 )
                 job.returncode = job.result.returncode
                 if job.records is not None and job.result.ok:
