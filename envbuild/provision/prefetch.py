@@ -367,8 +367,12 @@ class Prefetcher:
         baseline's file); None: guarded steps' builds are left to the real step, unless
         ``unconstrained_builds`` (a lock's: its builds are never held to the baseline).
         ``background``: the jobs run at ``nice`` 10, beside a running step; False where nothing
-        else runs (``provision.prepare``: the run waits for them, as uv sync's own downloads)."""
+        else runs (``provision.prepare``: the run waits for them, as for uv sync's downloads), and
+        then a uv job first tries ``--offline``: what uv's cache already holds is taken as it is, as
+        ``uv sync`` takes the files of its lock, not revalidated file by file with their host (from
+        a host that sends no cache validators, that is a second download of every file)."""
         self.nice = _BACKGROUND if background else ()
+        self.offline_first = not background and isinstance(installer, UvInstaller)
         self.installer = installer
         self.baseline_pins = baseline_pins
         self.unconstrained_builds = unconstrained_builds
@@ -446,9 +450,7 @@ class Prefetcher:
                         else f"[envbuild] begins after {GATE_SECONDS:g} s: the running step has"
                         " not said it resolved\n"
                     )
-                job.result = run(
-                    [*self.nice, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel
-                )
+                job.result = self._attempt(job, env)
                 job.returncode = job.result.returncode
                 if job.records is not None and job.result.ok:
                     job.records.update(_installed_records(job.scratch))
@@ -459,6 +461,20 @@ class Prefetcher:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             job.done.set()
+
+    def _attempt(self, job: PrefetchJob, env: dict[str, str]) -> RunResult:
+        """Run ``job``: with ``offline_first``, from uv's cache alone first, then as planned where
+        the cache lacks something."""
+        if self.offline_first:
+            cached = run(
+                [*self.nice, *job.argv, "--offline"],
+                log_file=job.log_file,
+                env=env,
+                cancel=self._cancel,
+            )
+            if cached.ok or self._cancel.is_set():
+                return cached
+        return run([*self.nice, *job.argv], log_file=job.log_file, env=env, cancel=self._cancel)
 
     def failed(self) -> PrefetchJob | None:
         """A finished job that did not succeed (the first started), or None."""
