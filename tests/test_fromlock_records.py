@@ -237,3 +237,26 @@ def test_the_git_record_written_is_pips_own(tmp_path: Path) -> None:
     git = noted_git([f"git: {repo.as_uri()}?branch=main#{commit}"])
     assert git is not None and git.requested_revision == "main"
     assert direct_url(git, "pip") == (info / "direct_url.json").read_bytes()
+
+
+def test_the_pip_that_reads_pylock_is_envbuilds_own_where_it_runs_on_the_venv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """envbuild's own pip installs a stage's pylock.toml where it is 26.1 or newer and runs on the
+    venv's Python; a Python it does not support (3.9 for pip 26) and ``ENVBUILD_PIP_PYLOCK=0`` get
+    the lines from the index instead."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    from envbuild.installer.pip import PIP_READS_PYLOCK, pylock_pip
+
+    python = tmp_path / "venv" / "bin" / "python"
+    new_enough = Version(version("pip")).release[:2] >= PIP_READS_PYLOCK
+    got = pylock_pip(python, f"{sys.version_info[0]}.{sys.version_info[1]}")
+    assert (got is not None) == new_enough
+    if got is not None:
+        assert got == (sys.executable, "-m", "pip", "--python", str(python))
+    assert pylock_pip(python, "3.9") is None
+    monkeypatch.setenv("ENVBUILD_PIP_PYLOCK", "0")
+    assert pylock_pip(python, f"{sys.version_info[0]}.{sys.version_info[1]}") is None
