@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypedDict, get_args
+from urllib.parse import unquote, urlsplit
 
 from envbuild.errors import ConfigError
 from envbuild.spec import StackSpec, Step
@@ -268,11 +269,16 @@ def step_commands(
     uv: str | None,
     steps_dir: Path,
     constraints: Path | None,
+    pylock_pip: Sequence[str] | None = None,
 ) -> list[StepCommand]:
     """The exact commands one step runs (``provision`` runs these; ``plan --json`` shows them).
 
     Unlocked: the step's packages, written to ``NN-name.in``. Locked: the lock file; with pip, a
-    file mixing VCS and hashed lines is cut into runs of one kind (``pip_run_parts``).
+    file mixing VCS and hashed lines is cut into runs of one kind (``pip_run_parts``). A lock
+    stage's index files (``spec.stepfile.stage_pylock``) install as the locker records them: with
+    uv from a ``pylock.toml``; with pip from one too, read by ``pylock_pip`` (the argv of a pip that
+    reads pylock files, run against the venv: ``installer.pip.pylock_pip``), else as
+    ``name==version`` lines from their index (``_pip_index_runs``).
     """
     files: list[tuple[Path, str | None, bool]]
     if planned.locked_file is None:
@@ -286,8 +292,11 @@ def step_commands(
             files = _winners_last(planned, files, steps_dir)
     if planned.locked_file is not None and planned.offline_pins and planned.install_last:
         files = _winners_last(planned, files, steps_dir)
-    if backend == "uv" and planned.locked_file is not None:
-        files = _uv_pylock_runs(files, steps_dir)
+    indexes: dict[Path, str] = {}
+    if planned.locked_file is not None and (backend == "uv" or pylock_pip):
+        files = _pylock_runs(files, steps_dir, vcs=backend == "uv")
+    elif planned.locked_file is not None:
+        files, indexes = _pip_index_runs(files, steps_dir)
     out = []
     for path, content, vcs in files:
         argv = installer_argv(
@@ -297,8 +306,12 @@ def step_commands(
             uv=uv,
             requirements_file=path,
             # uv takes no constraints beside a pylock.toml: its packages are exact files already
-            constraints_file=None if is_pylock(path) else constraints,
+            constraints_file=None if backend == "uv" and is_pylock(path) else constraints,
         )
+        if pylock_pip and is_pylock(path):
+            argv = [*pylock_pip, *argv[argv.index("install") :]]
+        if path in indexes:
+            argv = _from_index(argv, indexes[path])
         # pinned to a commit, not hashable: no hash mode; its dependencies are the lock's other
         # lines
         if vcs:
@@ -345,26 +358,69 @@ def is_pylock(path: Path) -> bool:
     return path.name.startswith("pylock.") and path.name.endswith(".toml")
 
 
-def _uv_pylock_runs(
-    files: list[tuple[Path, str | None, bool]], steps_dir: Path
+def _pylock_runs(
+    files: list[tuple[Path, str | None, bool]], steps_dir: Path, *, vcs: bool
 ) -> list[tuple[Path, str | None, bool]]:
-    """A lock stage's runs as uv installs them as uv sync does: the files of a run that come from a
-    package index in a ``pylock.toml`` (``spec.stepfile.stage_pylock``), so uv records them as index
-    installs, not URL installs; what a pylock cannot hold (editables, folders, git) in a run after
-    it."""
-    from envbuild.spec.stepfile import stage_pylock
+    """A lock stage's runs as the locker records them: the files of a run that come from a package
+    index (and, with ``vcs``, its git pins) in a ``pylock.toml`` (``spec.stepfile.stage_pylock``),
+    so the installer records them as index installs, not URL installs; what the pylock does not hold
+    (editables, folders, direct URLs pip hashes) in a run after it."""
+    from envbuild.spec.stagefile import stage_pylock
 
     out: list[tuple[Path, str | None, bool]] = []
-    for path, content, vcs in files:
+    for path, content, is_vcs in files:
         text = content if content is not None else path.read_text(encoding="utf-8")
-        split = stage_pylock(text, str(path))
+        split = stage_pylock(text, str(path), vcs=vcs)
         if split.pylock is None:
-            out.append((path, content, vcs))
+            out.append((path, content, is_vcs))
             continue
-        out.append((steps_dir / f"pylock.{path.stem}.toml", split.pylock, False))
+        # pylock.NAME.toml: a NAME without dots, or pip does not read it as a lock
+        out.append((steps_dir / f"pylock.{path.stem.replace('.', '-')}.toml", split.pylock, False))
         if split.rest:
-            out.append((steps_dir / f"{path.stem}.rest.txt", split.rest, vcs))
+            out.append((steps_dir / f"{path.stem}.rest.txt", split.rest, is_vcs))
     return out
+
+
+def _pip_index_runs(
+    files: list[tuple[Path, str | None, bool]], steps_dir: Path
+) -> tuple[list[tuple[Path, str | None, bool]], dict[Path, str]]:
+    """A lock stage's runs for a pip that reads no pylock file: the index files of each run as
+    ``name==version --hash`` lines, one run per index (``spec.stepfile.index_runs``), which pip
+    records as it records an install from that index; the other lines in a run after them. The
+    runs, and {run: its index URL}."""
+    from envbuild.spec.stagefile import index_runs
+
+    out: list[tuple[Path, str | None, bool]] = []
+    indexes: dict[Path, str] = {}
+    for path, content, is_vcs in files:
+        text = content if content is not None else path.read_text(encoding="utf-8")
+        split = index_runs(text, str(path))
+        if not split.runs:
+            out.append((path, content, is_vcs))
+            continue
+        for k, (index, lines) in enumerate(split.runs.items(), 1):
+            run = steps_dir / f"{path.stem}.index{k}.txt"
+            out.append((run, f"# envbuild: the files of {path.name} from {index}\n{lines}", False))
+            indexes[run] = index
+        if split.rest:
+            out.append((steps_dir / f"{path.stem}.rest.txt", split.rest, is_vcs))
+    return out, indexes
+
+
+def _from_index(argv: list[str], index: str) -> list[str]:
+    """``argv`` reading its exact pins from ``index``: a local folder of files as find-links, else
+    a PEP 503 index (``--no-index`` dropped; an index the step already reads stays, for builds)."""
+    local = urlsplit(index)
+    folder = Path(unquote(local.path)) if local.scheme == "file" else None
+    flat = folder is not None and folder.is_dir() and not any(p.is_dir() for p in folder.iterdir())
+    source = ["--find-links", index] if flat else ["--index-url", index]
+    if "--no-index" in argv:
+        i = argv.index("--no-index")
+        return [*argv[:i], *source, *argv[i + 1 :]]
+    if not flat and "--index-url" in argv:
+        source = ["--extra-index-url", index]
+    i = argv.index("-r")
+    return [*argv[:i], *source, *argv[i:]]
 
 
 def _name_of(line: str) -> str | None:
@@ -413,10 +469,8 @@ def _winners_last(
         reqs = parse_requirements_text(text, str(path))
         keep = [r for r in reqs if r.name not in planned.install_last]
         moved = [r for r in reqs if r.name in planned.install_last]
-        render = [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in keep]
-        last_lines += [
-            r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in moved
-        ]
+        render = [r.rendered() for r in keep]
+        last_lines += [r.rendered() for r in moved]
         if not moved:
             first.append((path, content, vcs))
         elif keep:
@@ -481,7 +535,7 @@ def pip_run_parts(
     out: list[tuple[Path, str | None, bool]] = []
     for k, group in enumerate(runs, 1):
         path = steps_dir / f"{planned.number:02d}-{planned.name}.part{k}.txt"
-        lines = [r.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in r.hashes) for r in group]
+        lines = [r.rendered() for r in group]
         text = (
             f"# envbuild: part {k} of {planned.locked_file.name} (pip cannot mix VCS and hashed"
             " lines)\n" + "\n".join(lines) + "\n"

@@ -382,3 +382,151 @@ def test_an_index_nothing_needs_is_a_note(
     bad = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data2")
     assert bad.rc == 3, bad.output
     assert "do not answer" in bad.stderr and dead in bad.stderr and "Traceback" not in bad.output
+
+
+_TORCHY_SETUP = """\
+import pathlib
+from setuptools import setup
+try:
+    import torch
+    seen = torch.__version__
+except ImportError:
+    seen = None
+pathlib.Path("torchy_ext", "_built_with.py").write_text(f"TORCH = {seen!r}\\n")
+setup()
+"""
+
+
+def _torchy_sdist(tmp: Path) -> Path:
+    """A real sdist made by ``build`` (setuptools): ``torchy-ext`` 0.3, whose pyproject.toml names
+    torch in ``[build-system] requires`` and whose build records the torch it saw."""
+    src = tmp / "torchy-src"
+    (src / "torchy_ext").mkdir(parents=True)
+    (src / "torchy_ext" / "__init__.py").write_text("")
+    (src / "setup.py").write_text(_TORCHY_SETUP)
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61", "torch"]\n'
+        'build-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "torchy-ext"\nversion = "0.3"\nrequires-python = ">=3.10"\n\n'
+        '[tool.setuptools]\npackages = ["torchy_ext"]\n'
+    )
+    out = tmp / "torchy"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--sdist",
+            "--no-isolation",
+            "--skip-dependency-check",
+            "--outdir",
+            str(out),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        env=installer_env(tmp / "home"),
+    )
+    return next(out.glob("torchy[-_]ext-0.3.tar.gz"))
+
+
+@pytest.mark.slow
+def test_an_sdist_whose_build_requires_torch_builds_against_the_installed_torch(
+    build_index: GateIndex, tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """An sdist from an index whose own pyproject.toml names torch in ``[build-system] requires``
+    (uv sync builds it isolated, with a torch of its own from the index): read from the sdist, it
+    goes to the builds stage, the plan saying why, and is built against the torch of stage 1, its
+    other build requirement (setuptools) installed beside the venv for the build."""
+    from envbuild.fromlock.torchbuilds import WHY
+
+    sdist = _torchy_sdist(tmp_path)
+    build_index.server.add_repo("torchy", sdist.parent)
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "pyproject.toml").write_text(
+        '[project]\nname = "trainer"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n'
+        'dependencies = ["torch==2.10.0", "filelock-like==3.0", "torchy-ext==0.3"]\n\n'
+        "[tool.uv]\npackage = false\n\n"
+        '[tool.uv.sources]\ntorchy-ext = { index = "torchy" }\n\n'
+        f'[[tool.uv.index]]\nname = "torchy"\nurl = "{build_index.url("torchy")}"\n'
+        "explicit = true\n\n"
+        f'[[tool.uv.index]]\nname = "pypi"\nurl = "{build_index.pypi_url}"\ndefault = true\n'
+    )
+    _run([uv_bin(), "lock", "--no-cache"], folder, tmp_path, project_config=True)
+    lock = folder / "uv.lock"
+    plan = run_envbuild("plan", "--lock", lock, "--json")
+    assert plan.rc == 0, plan.output
+    stages = {
+        s["name"]: {p["name"]: p for p in s["packages"]} for s in json.loads(plan.stdout)["stages"]
+    }
+    assert stages["builds"]["torchy-ext"]["why"] == WHY
+    assert stages["builds"]["torchy-ext"]["build"] == "against torch"
+    # setuptools for the build comes from pip's sources, as a wheelhouse build's requirements do
+    res = run_envbuild(
+        "provision",
+        "--lock",
+        lock,
+        "--root",
+        tmp_path / "data",
+        env={"PIP_INDEX_URL": build_index.pypi_url},
+    )
+    assert res.rc == 0, res.output
+    venv = tmp_path / "data" / "venv" / "bin" / "python"
+    seen = subprocess.run(
+        [
+            str(venv),
+            "-c",
+            "import torch, torchy_ext._built_with as b; print(b.TORCH, torch.__version__)",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert seen[0] == seen[1] != "None", seen
+
+
+def test_an_sdists_build_requirements_are_read_from_the_sdist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``index.sdistreqs``: ``[build-system] requires`` of the sdist's own pyproject.toml (tar.gz
+    and zip), PEP 517's default without one, cached by sha256 once read; a damaged file or one whose
+    bytes are not the lock's is an error, not a guess."""
+    import hashlib
+    import io
+    import tarfile
+    import zipfile
+
+    from envbuild.index.net import SourceError
+    from envbuild.index.sdistreqs import DEFAULT_REQUIRES, build_requires, cached_build_requires
+
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    pyproject = b'[build-system]\nrequires = ["scikit-build-core>=0.9", "torch>=2.4"]\n'
+
+    def tar(name: str, files: dict[str, bytes]) -> Path:
+        out = tmp_path / name
+        with tarfile.open(out, "w:gz") as tf:
+            for rel, data in files.items():
+                info = tarfile.TarInfo(rel)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+        return out
+
+    def sha(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    modern = tar("m-1.0.tar.gz", {"m-1.0/PKG-INFO": b"", "m-1.0/pyproject.toml": pyproject})
+    want = ("scikit-build-core>=0.9", "torch>=2.4")
+    assert build_requires(modern.as_uri(), sha(modern), modern.name) == want
+    assert cached_build_requires(sha(modern)) == want
+    legacy = tar("l-1.0.tar.gz", {"l-1.0/setup.py": b"", "l-1.0/sub/pyproject.toml": pyproject})
+    assert build_requires(str(legacy), None, legacy.name) == DEFAULT_REQUIRES
+    with zipfile.ZipFile(tmp_path / "z-1.0.zip", "w") as zf:
+        zf.writestr("z-1.0/pyproject.toml", pyproject)
+    assert build_requires(str(tmp_path / "z-1.0.zip"), None, "z-1.0.zip") == want
+    broken = tmp_path / "b-1.0.tar.gz"
+    broken.write_bytes(b"not a tar")
+    with pytest.raises(ValueError, match="not a readable sdist"):
+        build_requires(str(broken), None, broken.name)
+    with pytest.raises(SourceError, match="sha256"):
+        build_requires(legacy.as_uri(), "0" * 64, legacy.name)

@@ -27,6 +27,7 @@ from envbuild.commands.selection import InstallArgs, add_lock_args, refuse_lock_
 from envbuild.errors import ConfigError, PreflightError
 from envbuild.index.net import redact
 from envbuild.installer import find_uv, resolve_plan
+from envbuild.installer.pip import pylock_pip
 from envbuild.installer.python import UnfitInterpreter, find_interpreter
 from envbuild.plan import BACKENDS, Plan, plan_to_json, step_commands
 
@@ -86,6 +87,7 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
     """{step name: [argv, ...]} exactly as provision runs them into ``paths``."""
     backend = plan.options.backend
     uv = find_uv() if backend == "uv" else None
+    reads_pylock = pylock_pip(paths.python, plan.spec.python) if backend == "pip" else None
     return {
         s.name: [
             list(c.argv)
@@ -96,6 +98,7 @@ def commands_of(plan: Plan, paths: layout.Paths) -> dict[str, list[list[str]]]:
                 uv=uv,
                 steps_dir=paths.state / "steps",
                 constraints=paths.constraints if s.constrained else None,
+                pylock_pip=reads_pylock,
             )
         ]
         for s in plan.steps

@@ -38,7 +38,8 @@ from envbuild._io import sha256_file
 from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
 from envbuild.spec import spec_digest
-from envbuild.spec.stepfile import index_note, logical_lines, noted_index
+from envbuild.spec.stagefile import git_note, index_note, noted_git, noted_index
+from envbuild.spec.stepfile import logical_lines
 from envbuild.wheelhouse.sharedcache import SharedCache
 from envbuild.wheelhouse.spec import Backend, BuildSource, WheelSpec
 
@@ -133,17 +134,22 @@ def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
     return out
 
 
-def _index_notes(planned: PlannedStep) -> dict[str, str]:
-    """{name: its line's index note} of a builds step's sdists from a package index: the wheel built
-    from one is installed as uv sync installs it, an index file (``spec.stepfile.index_note``)."""
+def _notes(planned: PlannedStep) -> dict[str, str]:
+    """{name: its line's note} of a builds step's sources: the wheel built from one is recorded as
+    uv sync records that source: an sdist from a package index as an index file
+    (``spec.stagefile.index_note``), a git pin as that git install (``git_note``)."""
     from envbuild.fromlock.stack import canonical_name
 
     assert planned.locked_file is not None
     out = {}
     for _, line, comments in logical_lines(planned.locked_file.read_text(encoding="utf-8")):
-        index = noted_index(comments)
-        if index is not None and "@" in line:
-            out[canonical_name(line.split("@", 1)[0].strip())] = index_note(index)
+        if "@" not in line:
+            continue
+        name = canonical_name(line.split("@", 1)[0].strip())
+        if (index := noted_index(comments)) is not None:
+            out[name] = index_note(index)
+        elif (git := noted_git(comments)) is not None:
+            out[name] = git_note(git.source)
     return out
 
 
@@ -174,11 +180,13 @@ class BuildCache:
         from envbuild.wheelhouse.build import BuildOptions, build, cache_key, probe_target
 
         lines = []
-        target = None
-        notes = _index_notes(planned)
-        for spec in _step_specs(planned, self.lock):
+        base = None
+        notes = _notes(planned)
+        for spec in map(_with_build_requires, _step_specs(planned, self.lock)):
             assert spec.source is not None
-            target = target or probe_target(python)
+            base = base or probe_target(python)
+            # its own build requirements: which of them the venv lacks (``wheelhouse.requires``)
+            target = probe_target(python, spec.requires) if spec.requires else base
             key = cache_key(spec, spec.source, target)
             cache = next(
                 (c for c in self.caches if (c / "wheels" / key[:32] / "result.json").is_file()),
@@ -227,6 +235,31 @@ class BuildCache:
             encoding="utf-8",
         )
         return replace(planned, locked_file=path)
+
+
+def _with_build_requires(spec: WheelSpec) -> WheelSpec:
+    """An sdist whose own build requirements name torch (``fromlock.torchbuilds``, which read them
+    into the cache): its other build requirements are the build's (found in the venv, else
+    installed beside it for the build, ``wheelhouse.requires``), by their import names."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from envbuild.fromlock.torchbuilds import names_torch
+    from envbuild.index.sdistreqs import cached_build_requires
+
+    assert spec.source is not None
+    requires = cached_build_requires(spec.source.sha256) if spec.source.kind == "sdist" else None
+    if not requires or not names_torch(requires):
+        return spec
+    names = []
+    for text in requires:
+        try:
+            name = canonicalize_name(Requirement(text).name)
+        except InvalidRequirement:
+            continue
+        if name != "torch":
+            names.append(name.replace("-", "_"))
+    return replace(spec, requires=tuple(dict.fromkeys((*spec.requires, *names))))
 
 
 def _copy_slot(slot: Path, to: Path) -> None:

@@ -38,6 +38,7 @@ from envbuild.fromlock.adopt import (
 from envbuild.fromlock.record import write_record
 from envbuild.fromlock.request import LockRequest, Prepared
 from envbuild.fromlock.select import (
+    Chosen,
     Request,
     choose,
     gate,
@@ -140,12 +141,7 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     if not req.rebuild_mismatched:
         if refusing:
             refuse(chosen, failing, req.accept)
-        prepared = Prepared(
-            chosen,
-            report,
-            plan_stages(chosen, project=req.project, base_torch=req.base_torch),
-            failing=tuple(failing),
-        )
+        prepared = Prepared(chosen, report, _stages(chosen, req), failing=tuple(failing))
         say_unhashed(prepared, req)
         _check_base_torch(prepared)
         return prepared
@@ -156,17 +152,27 @@ def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared
     if refusing and any(f.rule != RULE for f in failing):
         refuse(chosen, failing, req.accept, rebuild=True)
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
-    plan, failing = rebuild_mismatched(
-        plan_stages(chosen, project=req.project, base_torch=req.base_torch),
-        failing,
-        wheelhouse=folder,
-    )
+    plan, failing = rebuild_mismatched(_stages(chosen, req), failing, wheelhouse=folder)
     if refusing:
         refuse(chosen, failing, req.accept, rebuild=True)
     prepared = Prepared(chosen, report, plan, failing=tuple(failing))
     say_unhashed(prepared, req)
     _check_base_torch(prepared)
     return prepared
+
+
+def _stages(chosen: Chosen, req: LockRequest) -> StagePlan:
+    """The stages of ``chosen``, an sdist whose own build requirements name torch among the builds
+    (``fromlock.torchbuilds``: read from the sdist, offline from the wheelhouse)."""
+    from envbuild.fromlock.offline import wheelhouse_folder
+    from envbuild.fromlock.torchbuilds import route_torch_builds
+
+    plan = plan_stages(chosen, project=req.project, base_torch=req.base_torch)
+    try:
+        folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
+    except ConfigError:  # a wheelhouse served over HTTP: the sdists are read from their sources
+        folder = None
+    return route_torch_builds(plan, folder)
 
 
 def _check_base_torch(prepared: Prepared) -> None:

@@ -179,10 +179,13 @@ def stage_files(
 
 
 def stage_line(p: Placed) -> str:
-    """The line of ``p`` in its stage's file: the exact URL and sha256, and for a file from a
-    package index the note that has uv record it as uv sync does (``spec.stepfile.index_note``)."""
-    from envbuild.spec.stepfile import index_note
+    """The line of ``p`` in its stage's file: the exact URL and sha256, and the note that has the
+    installer record it as uv sync does: for a file from a package index, that index
+    (``spec.stagefile.index_note``); for a git pin, the lock's git source (``git_note``)."""
+    from envbuild.spec.stagefile import git_note, index_note
 
+    if p.git is not None:
+        return p.line + git_note(p.git)
     return p.line + index_note(p.index) if p.index is not None and p.artifact else p.line
 
 

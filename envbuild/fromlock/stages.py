@@ -15,7 +15,9 @@ with the ABI guard after each.
 3. ``rest``: everything else, exact files, ``--no-deps``, every file hash-checked.
 4. ``builds``: packages with no wheel for this target whose build needs the installed torch: an
    sdist (or git pin) of a known CUDA extension, or one the project lists in ``[tool.uv]
-   no-build-isolation(-package)`` / ``extra-build-dependencies``. Every other sdist is built
+   no-build-isolation(-package)`` / ``extra-build-dependencies`` (and, read from the sdist itself
+   after this plan, ``fromlock.torchbuilds``: one whose ``pyproject.toml`` names torch in its
+   build requirements). Every other sdist is built
    isolated in its stage, as uv sync builds it, a pure-Python one that merely depends on torch
    (julius) too: its build does not compile against torch. Built without build
    isolation against the torch of stage 1, by the wheelhouse builder into a build cache keyed by
@@ -92,9 +94,12 @@ class Placed:
     # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
     unhashed: bool = False
     # its file comes from a package index (the index's URL; "" where the lock names none), as
-    # uv sync records it: no direct_url.json (``spec.stepfile.index_note``); None: a direct URL, a
+    # uv sync records it: no direct_url.json (``spec.stagefile.index_note``); None: a direct URL, a
     # path, a git pin or a folder
     index: str | None = None
+    # a git pin: the lock's git source (``URL?rev=REF#COMMIT``), which names the ref uv sync records
+    # (``spec.stagefile.git_note``); None otherwise
+    git: str | None = None
 
     @property
     def label(self) -> str:
@@ -745,7 +750,7 @@ def _git(
     line = f"{e.name} @ git+{base}@{commit}" + (f"#subdirectory={sub}" if sub else "")
     pinned = f"git pin at {commit[:12]} (no file hash: pinned by its commit)"
     if e.name in runtime:
-        return Placed(e, "torch", pinned, None, line)
+        return Placed(e, "torch", pinned, None, line, git=raw)
     needs_torch = _builds_against_torch(e, settings)
     return Placed(
         e,
@@ -753,4 +758,5 @@ def _git(
         f"{pinned}; {needs_torch}" if needs_torch else pinned,
         None,
         line,
+        git=raw,
     )

@@ -6,6 +6,7 @@
   sha256-checked
 - ``index/metacache.py``  the metadata cache by sha256 (light: check-lock reads it without the
   client)
+- ``index/sdistreqs.py``  an sdist's build requirements (its pyproject.toml), by sha256
 - ``index/wheeltags.py``  which wheels install on a lock's target; what a wheelhouse holds
 
 Nothing is re-exported here: importing ``envbuild.index.metacache`` must not import the client.
@@ -15,6 +16,7 @@ Nothing is re-exported here: importing ``envbuild.index.metacache`` must not imp
 OWNS: tuple[str, ...] = (
     "``$ENVBUILD_CACHE_DIR/metadata/<sha256>.json``",
     "``$ENVBUILD_CACHE_DIR/file-hashes/``",
+    "``$ENVBUILD_CACHE_DIR/build-requires/<sha256>.json``",
 )
 
 # the package index where nothing else is configured (pip's, uv's default)

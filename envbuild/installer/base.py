@@ -117,6 +117,7 @@ def run_step_commands(
     pass_fds: Sequence[int] = (),
     timeout: float | None = None,
     on_line: Callable[[str], None] | None = None,
+    pylock_pip: Sequence[str] | None = None,
 ) -> StepRun:
     """Run a step's commands (``plan.step_commands``: what ``plan --json`` shows) in order.
     ``on_line``: called with each line of their output too (provision's prefetch waits for the
@@ -137,6 +138,7 @@ def run_step_commands(
         uv=uv,
         steps_dir=steps_dir,
         constraints=constraints,
+        pylock_pip=pylock_pip,
     ):
         command.write()
         argv = list(command.argv)
@@ -153,6 +155,11 @@ def run_step_commands(
             raise classify_failure(planned, spec, result)
         step_run = StepRun(result, argv)
     assert step_run is not None
+    if planned.locked_file is not None:  # a wheel built from a git pin: that git install's record
+        from envbuild.installer.records import record_git_builds
+
+        for name in record_git_builds(planned.locked_file, python, installer.name):
+            events.emit("debug", f"{name}: recorded as the git install of the lock's pin")
     return step_run
 
 

@@ -1,4 +1,5 @@
-"""The pip backend: ``<venv>/bin/python -m pip``, configured by pip.conf and ``PIP_*``."""
+"""The pip backend: ``<venv>/bin/python -m pip``, configured by pip.conf and ``PIP_*``; a lock
+stage's ``pylock.toml`` is installed by envbuild's own pip run against the venv (``pylock_pip``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,35 @@ from envbuild.installer.base import StepRun, create_venv_with, run_step_commands
 from envbuild.plan import Backend, InstallerSources, PlannedStep
 from envbuild.spec import StackSpec
 
-__all__ = ["PipInstaller", "pip_config_sources", "refuse_without_pip"]
+__all__ = ["PipInstaller", "pip_config_sources", "pylock_pip", "refuse_without_pip"]
+
+# the first pip that installs from a pylock.toml (``pip install -r pylock.toml``)
+PIP_READS_PYLOCK = (26, 1)
+
+
+def pylock_pip(python: Path, version: str) -> tuple[str, ...] | None:
+    """The argv of a pip that installs a lock stage's ``pylock.toml`` into the venv of ``python``
+    (its Python ``version``, ``X.Y``): envbuild's own pip, run against the venv (``pip --python``),
+    when it reads pylock files and runs on that Python; None otherwise (the stage's index files then
+    install as ``name==version`` lines from their index, ``plan.step_commands``), or where
+    ``ENVBUILD_PIP_PYLOCK=0`` asks for those lines. The venv's own pip (from ensurepip, 23.2 on
+    Python 3.11) reads none."""
+    import os
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        meta = metadata("pip")
+        own = Version(meta["Version"])
+        fits = SpecifierSet(meta["Requires-Python"] or "").contains(f"{version}.0")
+    except (PackageNotFoundError, InvalidVersion, InvalidSpecifier):
+        return None
+    off = os.environ.get("ENVBUILD_PIP_PYLOCK", "1").strip() in ("0", "no", "false", "off")
+    if own.release[:2] < PIP_READS_PYLOCK or not fits or off:
+        return None
+    return (sys.executable, "-m", "pip", "--python", str(python))
 
 
 def refuse_without_pip(python: Path, backend: str) -> None:
@@ -109,6 +138,7 @@ class PipInstaller:
             spec=spec,
             python=python,
             uv=None,
+            pylock_pip=pylock_pip(python, spec.python),
             steps_dir=steps_dir,
             constraints=constraints,
             log_file=log_file,
@@ -128,11 +158,12 @@ class PipInstaller:
         requirements: Sequence[str],
     ) -> list[str] | None:
         # the wheel responses land in pip's HTTP cache, where the real install of the same URL finds
-        # them
+        # them: the pip that installs the stage's pylock.toml, where one does (a pip before 23.3
+        # keeps another cache format in another folder)
+        venv_lib = sorted(python.parent.parent.glob("lib/python3.*"))
+        pip = pylock_pip(python, venv_lib[-1].name[6:]) if venv_lib else None
         return [
-            str(python),
-            "-m",
-            "pip",
+            *(pip or (str(python), "-m", "pip")),
             "download",
             "--no-deps",
             "--quiet",

@@ -149,7 +149,7 @@ class UvInstaller:
 def _as_pylock(requirements: Sequence[str]) -> list[str]:
     """``-r FILE`` of a lock stage's lines as the real step reads them: its index files in a
     ``pylock.toml`` beside it (``spec.stepfile.stage_pylock``); anything else as it is."""
-    from envbuild.spec.stepfile import stage_pylock
+    from envbuild.spec.stagefile import stage_pylock
 
     if len(requirements) != 2 or requirements[0] != "-r":
         return list(requirements)

@@ -165,8 +165,8 @@ def build_lines(planned: PlannedStep) -> list[str]:
             continue
         if " @ " not in line or line.startswith(("#", "-")) or _WHEEL_LINE.match(line):
             continue
-        try:
-            req = Requirement(line.split(" --hash", 1)[0])
+        try:  # the line, its note (``spec.stagefile``) kept: a git pin's names the ref uv records
+            req = Requirement(re.split(r"\s+#", line, maxsplit=1)[0].split(" --hash", 1)[0])
         except InvalidRequirement:
             continue
         if req.url and not req.url.split("#", 1)[0].endswith(".whl"):
@@ -376,10 +376,18 @@ class Prefetcher:
         env: Mapping[str, str],
         baseline_pins: Path | None = None,
         unconstrained_builds: bool = False,
+        background: bool = True,
     ) -> None:
         """``baseline_pins``: the constraints a guarded step's builds will have (the frozen
         baseline's file); None: guarded steps' builds are left to the real step, unless
-        ``unconstrained_builds`` (a lock's: its builds are never held to the baseline)."""
+        ``unconstrained_builds`` (a lock's: its builds are never held to the baseline).
+        ``background``: the jobs run at ``nice`` 10, beside a running step; False where nothing
+        else runs (``provision.prepare``: the run waits for them, as for uv sync's downloads), and
+        then a uv job first tries ``--offline``: what uv's cache already holds is taken as it is, as
+        ``uv sync`` takes the files of its lock, not revalidated file by file with their host (from
+        a host that sends no cache validators, that is a second download of every file)."""
+        self.nice = _BACKGROUND if background else ()
+        self.offline_first = not background and isinstance(installer, UvInstaller)
         self.installer = installer
         self.baseline_pins = baseline_pins
         self.unconstrained_builds = unconstrained_builds
@@ -459,11 +467,9 @@ class Prefetcher:
                         " not said it resolved\n"
                     )
                 for argv in (job.argv, *job.then):
-                    result = run(
-                        [*_BACKGROUND, *argv], log_file=job.log_file, env=env, cancel=self._cancel
-                    )
-                    job.result, job.returncode = result, result.returncode
-                    if not result.ok:
+                    job.result = self._attempt(argv, job, env)
+                    job.returncode = job.result.returncode
+                    if not job.result.ok:
                         break
                 if job.records is not None and job.result is not None and job.result.ok:
                     job.records.update(_installed_records(job.scratch))
@@ -474,6 +480,20 @@ class Prefetcher:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             job.done.set()
+
+    def _attempt(self, argv: list[str], job: PrefetchJob, env: dict[str, str]) -> RunResult:
+        """Run one of ``job``'s runs (``argv``): with ``offline_first``, from uv's cache alone
+        first, then as planned where the cache lacks something."""
+        if self.offline_first:
+            cached = run(
+                [*self.nice, *argv, "--offline"],
+                log_file=job.log_file,
+                env=env,
+                cancel=self._cancel,
+            )
+            if cached.ok or self._cancel.is_set():
+                return cached
+        return run([*self.nice, *argv], log_file=job.log_file, env=env, cancel=self._cancel)
 
     def failed(self) -> PrefetchJob | None:
         """A finished job that did not succeed (the first started), or None."""

@@ -86,6 +86,7 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         env=run.env or {},
         baseline_pins=baseline_pins(run, todo),
         unconstrained_builds=True,  # a lock's isolated builds, as uv sync makes them
+        background=False,  # nothing else runs: the run waits for them, as for uv sync's downloads
     )
     with prefetcher:
         prefetcher.release("prepare: nothing installs before every step is prepared")

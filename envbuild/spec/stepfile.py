@@ -20,7 +20,6 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -40,12 +39,17 @@ _INDEX_OPTS = {
     "--find-links": "links",
 }
 REGENERATE = "Re-run `envbuild lock` to regenerate the file."
+# the notes a line of a lock stage's file carries (``spec.stagefile``): ``# index: URL``,
+# ``# git: SOURCE``
+STAGE_NOTES = ("index", "git")
 
 __all__ = [
+    "STAGE_NOTES",
     "LineProblem",
     "LockedReq",
     "RequirementsFile",
     "format_requirement",
+    "is_commit",
     "line_problems",
     "logical_lines",
     "parse_requirements_text",
@@ -64,6 +68,13 @@ class LockedReq:
     hashes: tuple[str, ...]  # sha256 hex values
     url: str | None = None  # direct reference (``name @ URL``)
     bad_hashes: tuple[str, ...] = ()  # --hash values that are not valid sha256
+    notes: tuple[str, ...] = ()  # the comments after the line (a lock stage's ``# index: URL``)
+
+    def rendered(self) -> str:
+        """The line as a step file holds it: the requirement, its hashes, then its notes."""
+        text = self.raw + "".join(f" \\\n    --hash=sha256:{h}" for h in self.hashes)
+        note = next((n for n in self.notes if n.partition(":")[0].strip() in STAGE_NOTES), None)
+        return text + (f"  # {note}" if note else "")
 
     @property
     def vcs_commit(self) -> str | None:
@@ -84,6 +95,11 @@ class RequirementsFile:
     reqs: list[LockedReq] = field(default_factory=list)
     index_urls: list[str] = field(default_factory=list)
     find_links: list[str] = field(default_factory=list)
+
+
+def is_commit(ref: str) -> bool:
+    """Whether ``ref`` is a full git commit id (40 hex digits)."""
+    return bool(_SHA40.match(ref))
 
 
 def logical_lines(text: str) -> Iterator[tuple[int, str, list[str]]]:
@@ -124,7 +140,7 @@ def parse_requirements(text: str, where: str, *, options: bool = False) -> Requi
     """Parse requirement lines; ``options`` accepts index/find-links option lines and records
     them."""
     out = RequirementsFile()
-    for lineno, line, _ in logical_lines(text):
+    for lineno, line, comments in logical_lines(text):
         tokens = line.split()
         if options and tokens[0].split("=", 1)[0] in _INDEX_OPTS:
             opt, _, value = tokens[0].partition("=")
@@ -187,6 +203,7 @@ def parse_requirements(text: str, where: str, *, options: bool = False) -> Requi
                 tuple(hashes),
                 req.url,
                 tuple(bad),
+                tuple(comments),
             )
         )
     return out
@@ -266,121 +283,3 @@ def format_requirement(
     if not hs:
         return head + "\n"
     return head + " \\\n" + " \\\n".join(f"    --hash=sha256:{h}" for h in hs) + "\n"
-
-
-# ----------------------------------------------------------------------------- a lock stage's file
-# A stage of ``provision --lock`` names each file by its exact URL (``name @ URL --hash=...``); a
-# file that comes from a package index carries the note ``# index: URL`` (``# index`` where the lock
-# names no index URL). uv installs such a file as uv sync does only when it is told it is an index
-# file: from a ``pylock.toml`` (``wheels``/``sdist`` of a package), never from a direct reference,
-# which it records as a URL install (``direct_url.json``: ``uv pip freeze`` says ``name @ URL`` and
-# ``uv sync`` reinstalls it).
-
-INDEX_NOTE = "index"
-_ARCHIVES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar")
-
-
-def index_note(index: str | None) -> str:
-    """The comment a stage's line of an index file ends with."""
-    return f"  # {INDEX_NOTE}: {index}" if index else f"  # {INDEX_NOTE}"
-
-
-def noted_index(comments: Iterable[str]) -> str | None:
-    """The index a line's comments name: the URL, "" (an index file, its URL not recorded), or None
-    (not an index file)."""
-    for c in comments:
-        head, _, rest = c.partition(":")
-        if head.strip() == INDEX_NOTE:
-            return rest.strip()
-    return None
-
-
-@dataclass(frozen=True)
-class StagePylock:
-    """A lock stage's file as uv installs it: a ``pylock.toml`` of its index files and archives,
-    and the lines a pylock cannot hold (editables, folders, git), installed after it."""
-
-    pylock: str | None  # the pylock.toml text; None: nothing in the stage is an index file
-    rest: str  # the other lines, as a requirements file ("" when none)
-
-
-def stage_pylock(text: str, where: str) -> StagePylock:
-    """Split a lock stage's file (see above) into the pylock uv installs its files from and the
-    rest. None for ``pylock`` when no line carries the index note: the file installs as it is."""
-    from packaging.pylock import Package, PackageArchive, PackageSdist, PackageWheel, Pylock
-    from packaging.version import Version
-
-    from envbuild import __version__
-    from envbuild._io import dumps_toml
-
-    lines = list(logical_lines(text))
-    if not any(noted_index(c) is not None for _, _, c in lines):
-        return StagePylock(None, text)
-    packages: list[Package] = []
-    rest: list[str] = []
-    for lineno, line, comments in lines:
-        req = _archive_req(line, f"{where}:{lineno}")
-        if req is None:
-            rest.append(line)
-            continue
-        assert req.url is not None
-        hashes = {"sha256": req.hashes[0]} if req.hashes else {}
-        url, path = _url_or_path(req.url)
-        filename = unquote(urlsplit(req.url).path).rsplit("/", 1)[-1]
-        index = noted_index(comments)
-        if index is None:
-            archive = PackageArchive(url=url, path=path, hashes=hashes)
-            packages.append(Package(name=canonicalize_name(req.name), archive=archive))
-            continue
-        try:
-            version, wheel = _file_version(filename)
-        except ValueError:  # a file name no installer parses: named by URL, as before
-            rest.append(line)
-            continue
-        packages.append(
-            Package(
-                name=canonicalize_name(req.name),
-                version=Version(version),
-                index=index or None,
-                wheels=[PackageWheel(url=url, path=path, hashes=hashes)] if wheel else None,
-                sdist=None if wheel else PackageSdist(url=url, path=path, hashes=hashes),
-            )
-        )
-    lock = Pylock(
-        lock_version=Version("1.0"), created_by=f"envbuild {__version__}", packages=packages
-    )
-    return StagePylock(dumps_toml(lock.to_dict()), "".join(f"{line}\n" for line in rest))
-
-
-def _archive_req(line: str, where: str) -> LockedReq | None:
-    """The line as a file named by URL (``name @ URL --hash=sha256:...`` of a wheel or an sdist), or
-    None (an editable, a folder, a git pin, anything else)."""
-    if line.startswith("-"):
-        return None
-    try:
-        reqs = parse_requirements_text(line, where)
-    except LockError:
-        return None
-    req = reqs[0] if len(reqs) == 1 else None
-    if req is None or req.url is None or req.is_vcs:
-        return None
-    parts = urlsplit(req.url)
-    if parts.scheme not in ("http", "https", "file") or parts.fragment:
-        return None
-    if not unquote(parts.path).lower().endswith(_ARCHIVES):
-        return None
-    return req
-
-
-def _url_or_path(url: str) -> tuple[str | None, str | None]:
-    parts = urlsplit(url)
-    return (None, unquote(parts.path)) if parts.scheme == "file" else (url, None)
-
-
-def _file_version(filename: str) -> tuple[str, bool]:
-    """(version, is a wheel) of a distribution file's name."""
-    from packaging.utils import parse_sdist_filename, parse_wheel_filename
-
-    if filename.endswith(".whl"):
-        return str(parse_wheel_filename(filename)[1]), True
-    return str(parse_sdist_filename(filename)[1]), False
