@@ -14,6 +14,7 @@ from envbuild.commands.selection import (
 )
 from envbuild.errors import ConfigError
 from envbuild.fromlock.run import (
+    open_lock,
     prepare,
     target_python,
 )
@@ -53,7 +54,8 @@ def docker_from_lock(args: DockerArgs, lock: Path) -> int:
             hint="Drop them, or render a stack spec without --lock.",
         )
     req = lock_selection(args, lock)
-    prepared = prepare(req, target_python(req, None, None))
+    read = open_lock(req)
+    prepared = prepare(req, target_python(read, None, None), lock=read)
     name = prepared.chosen.path.parent.name or "project"
     output = args.output or Path("docker") / f"lock-{name}.Dockerfile"
     output = output if output.is_absolute() else Path.cwd() / output

@@ -14,6 +14,7 @@ from envbuild.commands.selection import (
 )
 from envbuild.errors import ConfigError
 from envbuild.fromlock.run import (
+    open_lock,
     prepare,
     target_python,
 )
@@ -52,7 +53,9 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
             hint="Drop them; `envbuild plan --lock FILE` lists the files.",
         )
     req = lock_selection(args, lock)
-    prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
+    read = open_lock(req)
+    python = target_python(read, str(args.python) if args.python else None, None)
+    prepared = prepare(req, python, lock=read)
     chosen = prepared.chosen
     plan = prepared.plan
     if args.have is not None:
@@ -67,7 +70,7 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
         "step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}"
     )
     done = mirror_lock(plan, args.out, jobs=args.jobs, deadline=args.deadline)
-    sources = build_sources(lock, req.build_constraints)
+    sources = build_sources(read.project, req.build_constraints)
     built = mirror_builds(plan, args.out, sources, jobs=args.jobs, deadline=args.deadline)
     if built:
         write_index(args.out)  # the build requirements in the pages too

@@ -16,6 +16,7 @@ from envbuild.fromlock.run import (
     Prepared,
     adopt,
     base_torch_of,
+    open_lock,
     prepare,
     target_python,
 )
@@ -32,12 +33,14 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
     """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network,
     no venv)."""
     req = lock_request(args, lock)
-    python = target_python(req, args.python, args.venv)
+    read = open_lock(req)
+    python = target_python(read, args.python, args.venv)
     if args.venv is not None:
         from dataclasses import replace as _replace
 
         req = _replace(req, base_torch=base_torch_of(Path(args.venv)))
-    prepared = prepare(req, python, refusing=False)  # the stages first, then the refusal (exit 8)
+    # the stages first, then the refusal (exit 8)
+    prepared = prepare(req, python, refusing=False, lock=read)
     # what provision --venv would keep there is not installed (nor checked offline)
     if args.venv is not None:
         prepared = adopt(prepared, Path(args.venv), req.replace_torch)

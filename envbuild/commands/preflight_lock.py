@@ -10,6 +10,7 @@ from envbuild.commands.selection import (
 )
 from envbuild.errors import ConfigError
 from envbuild.fromlock.run import (
+    open_lock,
     prepare,
     target_python,
 )
@@ -36,7 +37,8 @@ def preflight_from_lock(
             " used with it"
         )
     req = lock_selection(args, lock)
-    prepared = prepare(req, target_python(req, args.python, None))
+    read = open_lock(req)
+    prepared = prepare(req, target_python(read, args.python, None), lock=read)
     spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
     paths = paths_for(spec, args.root)
     builds = bool(prepared.plan.stage("builds"))

@@ -79,7 +79,7 @@ def stage_slices(
     docstring). ``build``: where a stage's isolated builds get their requirements (by default the
     project's indexes beside the lock, ``fromlock.buildreqs.build_sources``)."""
     abi = spec.abi
-    build = build or build_sources(plan.chosen.path)
+    build = build or build_sources(plan.chosen.source.project)
     stages: list[dict[str, Any]] = []
     out = []
     for step in spec.steps:
@@ -252,7 +252,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     """The Dockerfile and its slices (context-relative path -> text) for ``plan``."""
     root = image_path(opts.root, "--root")
     docker_path(opts.steps_dir, "the stage slices' folder (from -o)")
-    build = build_sources(plan.chosen.path)
+    build = build_sources(plan.chosen.source.project)
     spec = stack_for(plan, root=root, build=build)
     cuda = cuda_of(spec.abi.version)
     if cuda is not None and cuda not in CUDA_BASE_TAGS and not opts.base:

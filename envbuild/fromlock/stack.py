@@ -55,7 +55,7 @@ def stack_for(
     triton = next(
         (n for n in runtime if n in ("triton", "pytorch-triton", "pytorch-triton-rocm")), None
     )
-    build = build or build_sources(chosen.path)
+    build = build or build_sources(chosen.source.project)
     steps = []
     for stage in plan.stages:
         placed = [p for p in plan.stage(stage) if not (adopt and p.entry is torch)]

@@ -47,6 +47,7 @@ from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.select import Chosen, ChosenJSON
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.model import Entry
+from envbuild.gate.project import Project, project_of
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 from envbuild.index.wheeltags import NEWEST_GLIBC, is_sdist, wheel_tags
 
@@ -312,10 +313,9 @@ class BuildSettings:
     extra_build: frozenset[str] = frozenset()
 
 
-def build_settings(lock_path: Path) -> BuildSettings:
-    from envbuild.gate.project import read_pyproject, table
-
-    uv = table(read_pyproject(lock_path.parent), "tool", "uv")
+def build_settings(project: Project | Path) -> BuildSettings:
+    """``[tool.uv]``'s build settings of the project (or of the one beside the lock at a path)."""
+    uv = project_of(project).tool_uv
     names = uv.get("no-build-isolation-package") or []
     extra = uv.get("extra-build-dependencies") or {}
     return BuildSettings(
@@ -415,13 +415,13 @@ def plan_stages(
     order = {t: i for i, t in enumerate(target_tag_order(chosen.env.python, chosen.env.platform))}
     newer_order: dict[str, int] | None = None
     folder = chosen.path.parent
-    settings = build_settings(chosen.path)
+    settings = build_settings(chosen.source.project)
     sources = _raw_sources(chosen)
     runtime = _torch_reach(torch, by_name)
     plan = StagePlan(
         chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build
     )
-    root_name = _project_name(chosen.path)
+    root_name = chosen.source.project.name
     for e in sorted(entries, key=lambda x: (x.name, x.key)):
         if e.key == BASE_TORCH_KEY:  # the base environment's: adopted, never installed
             continue
@@ -618,14 +618,6 @@ def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
     if e.name in KNOWN_EXTENSIONS:
         return "a known CUDA extension: its build compiles against the installed torch"
     return None
-
-
-def _project_name(lock_path: Path) -> str | None:
-    """The canonical name of the project beside the lock (its pyproject's ``[project] name``)."""
-    from envbuild.gate.project import read_pyproject, table
-
-    name = table(read_pyproject(lock_path.parent), "project").get("name")
-    return str(canonicalize_name(name)) if isinstance(name, str) else None
 
 
 def _project(

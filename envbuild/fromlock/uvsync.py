@@ -30,7 +30,9 @@ from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError
 from envbuild.gate.formats._common import toml_loads
+from envbuild.gate.lockfile import ProjectLock
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
+from envbuild.gate.project import Project
 from envbuild.installer.python import find_uv
 from envbuild.run import run
 
@@ -136,8 +138,8 @@ class Exported:
     hashes: frozenset[str] = frozenset()  # the requirements export: its files' sha256 (no source)
 
 
-def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
-    """uv's export of ``flags``' selection of the lock at ``lock_path`` (``uv export --frozen
+def export(lock: ProjectLock, flags: SyncFlags) -> list[Exported] | None:
+    """uv's export of ``flags``' selection of ``lock`` (``uv export --frozen
     --format pylock.toml``); None where uv cannot say (no pyproject.toml beside the lock, a lock not
     named uv.lock, or no uv). ConfigError (exit 2): uv refuses the selection.
 
@@ -145,8 +147,8 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     offline, and where it cannot (a file from a find-links page that serves no hashes, not in uv's
     cache) the requirements export answers instead, which names no source: an entry is then told
     apart from another of its name and version by its files' hashes (``_same_place``)."""
-    folder = lock_path.parent
-    if not (folder / "pyproject.toml").is_file() or lock_path.name != "uv.lock":
+    lock_path = lock.path
+    if not lock.project.exists() or lock_path.name != "uv.lock":
         return None
     uv = find_uv()
     if uv is None:
@@ -165,7 +167,7 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
         raise ConfigError(
             f"{lock_path}: uv refuses this selection ({flags.sync_command()}): "
             f"{_uv_reason(plain.stderr)}",
-            hint=_flag_hint(folder),
+            hint=_flag_hint(lock.project),
         )
     return parse_requirements(plain.stdout)
 
@@ -327,13 +329,11 @@ def _uv_reason(stderr: str) -> str:
     return " ".join(" ".join(kept).split()) or "uv failed with no message"
 
 
-def _flag_hint(folder: Path) -> str:
+def _flag_hint(project_file: Project) -> str:
     """The extras and groups the project beside the lock defines (what --extra / --group can
     name)."""
-    from envbuild.gate.project import read_pyproject, table
-
-    data = read_pyproject(folder)
-    project = table(data, "project")
+    data = project_file.data
+    project = project_file.table("project")
     extras = (
         sorted(project.get("optional-dependencies") or {})
         if isinstance(project.get("optional-dependencies"), dict)

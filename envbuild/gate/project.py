@@ -1,19 +1,24 @@
-"""The project's ``pyproject.toml`` beside a lock: one reader, one error rule.
+"""The project's ``pyproject.toml`` beside a lock: one reader, one error rule, read once.
 
 Every reader of the project's settings (the gate's exceptions table, uv's default groups, the
 extras and groups a selection may name, the build settings and indexes of ``provision --lock``)
-goes through ``read_pyproject``: no file is an empty table; a file that cannot be read or is not
-valid TOML is the user's error to fix (``ConfigError``, exit 2), never silently an empty table.
+reads them from one ``Project``: the file is read and parsed the first time a setting is asked
+(``read_pyproject``) and kept in that value, which travels with the lock (``gate.lockfile``), so a
+command reads it once. No file is an empty table; a file that cannot be read or is not valid TOML
+is the user's error to fix (``ConfigError``, exit 2), never silently an empty table.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuild.errors import ConfigError
 
-__all__ = ["read_pyproject", "table"]
+__all__ = ["Project", "project_of", "read_pyproject", "table"]
 
 _MAX_BYTES = 4 << 20  # a pyproject.toml is kilobytes; a bigger one is not a project's
 
@@ -53,3 +58,45 @@ def table(data: dict[str, Any], *keys: str) -> dict[str, Any]:
             return {}
         data = got
     return data
+
+
+class Project:
+    """The project in ``folder``: its ``pyproject.toml`` parsed the first time a setting is asked,
+    then kept (a file that is not there is an empty project)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __repr__(self) -> str:
+        return f"Project({str(self.folder)!r})"
+
+    @cached_property
+    def data(self) -> dict[str, Any]:
+        """The parsed file ({} where there is none); ConfigError as ``read_pyproject`` says."""
+        return read_pyproject(self.folder)
+
+    @property
+    def path(self) -> Path:
+        return self.folder / "pyproject.toml"
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def table(self, *keys: str) -> dict[str, Any]:
+        """``[k1.k2...]`` of the file ({} where one is missing or not a table)."""
+        return table(self.data, *keys)
+
+    @property
+    def name(self) -> str | None:
+        """``[project] name``, canonical (None: not named)."""
+        name = self.table("project").get("name")
+        return str(canonicalize_name(name)) if isinstance(name, str) else None
+
+    @property
+    def tool_uv(self) -> dict[str, Any]:
+        return self.table("tool", "uv")
+
+
+def project_of(where: Project | Path) -> Project:
+    """``where`` itself, or the project beside the lock at the path ``where``."""
+    return where if isinstance(where, Project) else Project(where.parent)
