@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.support.fixtures import installer_env
+from support.fixtures import installer_env
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "lockfiles" / "examples" / "vision" / "uv.lock"

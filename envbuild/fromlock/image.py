@@ -34,8 +34,8 @@ from typing import Any, TypedDict
 from envbuild import layout
 from envbuild.errors import ConfigError
 from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
-from envbuild.fromlock.stack import stack_for, stage_line
-from envbuild.fromlock.stages import ORDER, STAGE_WORDS, StagePlan
+from envbuild.fromlock.stack import stack_for, stage_line, stage_pins, step_stage
+from envbuild.fromlock.stages import STAGE_WORDS, StagePlan
 from envbuild.images.docker import (
     CUDA_BASE_TAGS,
     SECRETS,
@@ -85,10 +85,8 @@ def stage_slices(
     for step in spec.steps:
         if step.name == "project":
             continue
-        stage = step.name
-        assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
-        wanted = {p.split("==")[0] for p in step.packages}
-        placed = [p for p in plan.stage(stage) if p.entry.name in wanted]
+        stage = step_stage(step.name)
+        placed = stage_pins(plan, stage, adopt=abi.adopt)
         entry: dict[str, Any] = {
             "name": step.name,
             "what": STAGE_WORDS[stage],
@@ -336,7 +334,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     for n, (stage, text) in enumerate(slices, 1):
         rel = docker_path(f"{opts.steps_dir}/{n:02d}-{stage}.json", "a stage slice")
         files[rel] = text
-        names = [p.split("==")[0] for p in spec.step(stage).packages]
+        names = [p.entry.name for p in stage_pins(plan, step_stage(stage), adopt=spec.abi.adopt)]
         out += [
             docker_comment(
                 f"stage {n}/{len(slices)} {stage}: {', '.join(names)}", "the stage's packages"

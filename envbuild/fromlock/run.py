@@ -384,6 +384,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             paths.state / "builds",
             Path(tmp),
             open_shared(opts.build_cache),
+            pins=plan.stage("builds"),  # the typed pins, as stage_files wrote them
         )
         source["builds"] = builds.provenance  # filled as the builds stage runs: the receipt's
         try:

@@ -51,7 +51,16 @@ from envbuild.gate.project import Project, project_of
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 from envbuild.index.wheeltags import NEWEST_GLIBC, is_sdist, wheel_tags
 
-__all__ = ["ORDER", "LockedFile", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
+__all__ = [
+    "ORDER",
+    "GitPin",
+    "LockedFile",
+    "Placed",
+    "StagePlan",
+    "Stage",
+    "plan_stages",
+    "target_tag_order",
+]
 
 Stage = Literal["torch", "extensions", "rest", "builds", "project"]
 ORDER: tuple[Stage, ...] = ("torch", "extensions", "rest", "builds", "project")
@@ -79,6 +88,21 @@ class LockedFile:
 
 
 @dataclass(frozen=True)
+class GitPin:
+    """A git pin as installed: the repository's URL (no ``git+``), the commit, the subdirectory."""
+
+    url: str
+    commit: str
+    subdirectory: str = ""
+
+    @property
+    def line(self) -> str:
+        """The PEP 508 direct reference, after ``name @ ``."""
+        sub = f"#subdirectory={self.subdirectory}" if self.subdirectory else ""
+        return f"git+{self.url}@{self.commit}{sub}"
+
+
+@dataclass(frozen=True)
 class Placed:
     """One package of the environment in its stage: why it is there and what is installed."""
 
@@ -96,6 +120,7 @@ class Placed:
     # uv sync records it: no direct_url.json (``spec.stepfile.index_note``); None: a direct URL, a
     # path, a git pin or a folder
     index: str | None = None
+    git: GitPin | None = None  # a git pin: where and which commit
 
     @property
     def label(self) -> str:
@@ -365,16 +390,20 @@ def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
 
 
 def _depends_on_torch(entry: Entry) -> bool:
+    """Whether the entry depends on torch: an edge to it, else a declared requirement on it
+    (``torch``, ``torch>=2``, ``torch[opt]``, ``torch (>=2)``, ``torch @ URL``; any marker)."""
     if entry.dependencies is not None and "torch" in entry.dependencies:
         return True
-    return any(
-        r.split(";")[0]
-        .replace(" ", "")
-        .lower()
-        .startswith(("torch=", "torch>", "torch<", "torch~", "torch!"))
-        or r.split(";")[0].strip().lower() == "torch"
-        for r in entry.requires or ()
-    )
+    return any(_names_torch(r) for r in entry.requires or ())
+
+
+def _names_torch(requirement: str) -> bool:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return canonicalize_name(Requirement(requirement).name) == "torch"
+    except InvalidRequirement:
+        return False
 
 
 def _claim(entry: Entry, art: LockedFile | None) -> str | None:
@@ -693,11 +722,11 @@ def _git(
             f"{e.label()}: the git source {raw} is not pinned to a commit", hint="Re-lock it."
         )
     base = parts._replace(query="", fragment="").geturl()
-    sub = (parse_qs(parts.query).get("subdirectory") or [""])[0]
-    line = f"{e.name} @ git+{base}@{commit}" + (f"#subdirectory={sub}" if sub else "")
+    git = GitPin(base, commit, (parse_qs(parts.query).get("subdirectory") or [""])[0])
+    line = f"{e.name} @ {git.line}"
     pinned = f"git pin at {commit[:12]} (no file hash: pinned by its commit)"
     if e.name in runtime:
-        return Placed(e, "torch", pinned, None, line)
+        return Placed(e, "torch", pinned, None, line, git=git)
     needs_torch = _builds_against_torch(e, settings)
     return Placed(
         e,
@@ -705,4 +734,5 @@ def _git(
         f"{pinned}; {needs_torch}" if needs_torch else pinned,
         None,
         line,
+        git=git,
     )
