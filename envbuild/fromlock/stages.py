@@ -49,7 +49,7 @@ from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.model import Entry
 from envbuild.gate.project import Project, project_of
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
-from envbuild.index.wheeltags import NEWEST_GLIBC, is_sdist, wheel_tags
+from envbuild.index.wheeltags import NEWEST_GLIBC, is_pure, is_sdist, rank_among
 
 __all__ = [
     "ORDER",
@@ -317,7 +317,7 @@ def pick_artifact(
     for a in arts:
         if not a.wheel:
             continue
-        got = min((order[t] for t in map(str, wheel_tags(a.filename)) if t in order), default=None)
+        got = rank_among(a.filename, order)
         if got is not None and got < rank:
             best, rank = a, got
     if best is not None:
@@ -617,7 +617,7 @@ def _classify(
                 "extensions",
                 f"prebuilt extension: its version claims the ABI it was built for (+{claim})",
             )
-        binary = not all(t.endswith("-any") for t in map(str, wheel_tags(art.filename)))
+        binary = not is_pure(art.filename)
         if binary and _depends_on_torch(e):
             return "extensions", "prebuilt binary wheel of a package that depends on torch"
         return "rest", (

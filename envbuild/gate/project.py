@@ -18,15 +18,22 @@ from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError
 
-__all__ = ["Project", "project_of", "read_pyproject", "table"]
+__all__ = ["Project", "parse_pyproject", "project_of", "read_pyproject", "table"]
 
 _MAX_BYTES = 4 << 20  # a pyproject.toml is kilobytes; a bigger one is not a project's
+
+
+def parse_pyproject(text: str) -> dict[str, Any]:
+    """A ``pyproject.toml``'s text parsed (one read elsewhere: an sdist's); ``LockParseError``
+    where it is not valid TOML."""
+    from envbuild.gate.formats._common import toml_loads
+
+    return toml_loads(text)
 
 
 def read_pyproject(folder: Path) -> dict[str, Any]:
     """The parsed ``folder/pyproject.toml``; {} when there is none. ConfigError (exit 2) naming
     the file and what is wrong when it cannot be read or is not valid TOML."""
-    from envbuild.gate.formats._common import toml_loads
     from envbuild.gate.model import LockParseError
 
     path = folder / "pyproject.toml"
@@ -41,7 +48,7 @@ def read_pyproject(folder: Path) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: {size} bytes; a project's pyproject.toml is at most 4 MiB", hint=hint
             )
-        return toml_loads(path.read_text(encoding="utf-8"))
+        return parse_pyproject(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"{path}: the project's pyproject.toml cannot be read ({exc})", hint=hint
