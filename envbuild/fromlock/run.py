@@ -65,6 +65,7 @@ __all__ = [
     "base_torch_of",
     "open_lock",
     "prepare",
+    "prepare_lock",
     "provision_lock",
     "provision_slice",
     "unreachable_hosts",
@@ -172,6 +173,24 @@ def prepare(
     return prepared
 
 
+def prepare_lock(
+    req: LockRequest,
+    *,
+    python: str | None = None,
+    venv: Path | None = None,
+    refusing: bool = True,
+) -> Prepared:
+    """The one path of every ``--lock`` front end (``plan``, ``provision``, ``docker``,
+    ``wheelhouse mirror``, ``preflight``): the lock read once (``open_lock``), the interpreter
+    chosen for it (``target_python``: ``python``, ``venv``), a ``venv``'s torch as the baseline of a
+    lock that leaves torch to it, then ``prepare``."""
+    lock = open_lock(req)
+    target = target_python(lock, python, venv)
+    if venv is not None and req.base_torch is None:
+        req = replace(req, base_torch=base_torch_of(venv))
+    return prepare(req, target, refusing=refusing, lock=lock)
+
+
 def _check_base_torch(prepared: Prepared) -> None:
     """A lock that leaves torch to the base environment: every locked package that depends on torch
     has its declared requirement on torch checked against the torch that is there (its metadata:
@@ -264,11 +283,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.wheelhouse.sharedcache import open_shared
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
-    lock = open_lock(req)
-    python = target_python(lock, opts.python, opts.venv)
-    if opts.venv is not None and req.base_torch is None:
-        req = replace(req, base_torch=base_torch_of(opts.venv))
-    prepared = prepare(req, python, lock=lock)
+    prepared = prepare_lock(req, python=opts.python, venv=opts.venv)
     here = host_platform_key().replace("-", " ")
     if prepared.chosen.env.platform != here:
         raise ConfigError(
@@ -302,7 +317,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     # --home: $HOME/venv and $HOME/data, as the stacks make them
     links = HOME_LINKS if opts.home is not None else None
     # where isolated builds get theirs
-    build = build_sources(lock.project, req.build_constraints)
+    build = build_sources(prepared.chosen.source.project, req.build_constraints)
     if folder is not None:  # offline: from the wheelhouse alone (``--no-index --find-links DIR``)
         build = replace(
             build, index_url=None, extra_index_urls=(), find_links=(str(folder),), no_index=True
