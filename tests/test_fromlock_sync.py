@@ -255,8 +255,6 @@ def planned(lock: Path, argv: list[str]) -> dict[str, str] | EnvbuildError:
     flags = flags_of(argv)
     req = LockRequest(
         lock=lock,
-        extras=flags.extras,
-        groups=flags.groups,
         sync=flags,
         project=not flags.no_install_project,
     )

@@ -447,3 +447,284 @@ def test_the_nvidia_check_finds_the_old_callers() -> None:
     )
     assert nvidia_smi_calls(planted) == [1, 2, 3]
     assert not nvidia_smi_calls(ast.parse('answer = nvidia.smi(["topo", "-m"])  # nvidia-smi\n'))
+
+
+# ----------------------------------------------------------------------------- the lock path
+
+
+REQUIREMENT_SEPARATORS = ("==", "@", " @ ", "[", ">=", "<=", "~=", "!=")
+
+
+def requirement_name_parsers(tree: ast.Module) -> list[int]:
+    """Lines that take a requirement's name apart by hand: ``text.split("==")[0]`` (or ``@``,
+    ``;``, ``[``, ``>=`` ...), ``.partition(" @ ")[0]``, a ``re.split`` on requirement operators, a
+    ``startswith(("torch=", "torch>", ...))`` of a requirement, a regex of a name followed by ``@``
+    or ``==``. The owner is ``packaging.requirements.Requirement``."""
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Subscript)
+            and _literal(node.slice) == 0
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr in ("split", "partition", "rsplit")
+            and node.value.args
+            and _literal(node.value.args[0]) in REQUIREMENT_SEPARATORS
+            and node.value.func.attr != "rsplit"
+        ):
+            lines.append(node.lineno)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if "[A-Za-z0-9._-]" in text and ("@" in text or "==" in text):
+                lines.append(node.lineno)  # a requirement line's name by regex
+            if "=<>!~@" in text.replace("\\", "") or "[\\s=<>!~@" in text:
+                lines.append(node.lineno)  # split at the first requirement operator
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "startswith"
+            and node.args
+            and isinstance(node.args[0], ast.Tuple)
+            and any(
+                isinstance(e, ast.Constant)
+                and isinstance(e.value, str)
+                and len(e.value) > 1
+                and e.value[-1] in "=<>~!"
+                and e.value[:-1].replace("-", "").isalnum()
+                for e in node.args[0].elts
+            )
+        ):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+# path -> why it splits requirement-shaped text itself
+OWN_REQUIREMENT_SPLIT: dict[str, str] = {}
+LOCK_PATH = ("envbuild/fromlock/", "envbuild/commands/")
+
+
+def test_requirement_names_are_read_by_packaging() -> None:
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel.startswith(LOCK_PATH) and rel not in OWN_REQUIREMENT_SPLIT
+        for line in requirement_name_parsers(tree)
+    ]
+    assert not found, (
+        "a requirement's name taken apart by hand; use packaging.requirements.Requirement: "
+        + ", ".join(found)
+    )
+
+
+def test_the_requirement_check_finds_the_old_parsers() -> None:
+    """The copies the lock path had: the stack's, the image's, the record's, the builds' and
+    ``_depends_on_torch``'s."""
+    planted = [
+        'canonicalize_name(re.split(r"[\\s=<>!~@\\[;]", package, maxsplit=1)[0])',
+        'wanted = {p.split("==")[0] for p in step.packages}',
+        'n = str(p).split("==")[0].split(" @ ")[0].strip()',
+        '_LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\\s*@\\s*(?P<url>\\S+)")',
+        'r.split(";")[0].replace(" ", "").lower().startswith(("torch=", "torch>", "torch<"))',
+        'name = line.split("@", 1)[0].strip()',
+    ]
+    for source in planted:
+        assert requirement_name_parsers(ast.parse(source)), source
+    clean = [
+        "name = Requirement(text).name",
+        'head, _, rest = c.partition(":")',
+        'base = url.rsplit("@", 1)[0]',
+        "parts = line.split()",
+    ]
+    for source in clean:
+        assert not requirement_name_parsers(ast.parse(source)), source
+
+
+TAGS_OWNER = "envbuild/index/wheeltags.py"
+
+
+def tag_rankers(tree: ast.Module) -> list[int]:
+    """Lines that judge a wheel's tags by hand: a loop over ``wheel_tags(...)`` (or
+    ``map(str, wheel_tags(...))``), a wheel file name's tags taken from
+    ``parse_wheel_filename(...)[3]``, a tag's ``.interpreter`` read."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.comprehension):
+            it = node.iter
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "map":
+                it = it.args[-1] if it.args else it
+            if isinstance(it, ast.Call) and "wheel_tags" in _names(it.func):
+                lines.append(it.lineno)
+        if (
+            isinstance(node, ast.Subscript)
+            and _literal(node.slice) == 3
+            and isinstance(node.value, ast.Call)
+            and "parse_wheel_filename" in _names(node.value.func)
+        ):
+            lines.append(node.lineno)
+        if isinstance(node, ast.Attribute) and node.attr == "interpreter":
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_one_owner_of_wheel_tags() -> None:
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel.startswith("envbuild/") and rel != TAGS_OWNER
+        for line in tag_rankers(tree)
+    ]
+    assert not found, (
+        "a wheel's tags judged outside envbuild/index/wheeltags.py (tag_rank, rank_among, is_pure,"
+        " fits_tag_filter): " + ", ".join(found)
+    )
+    assert tag_rankers(ast.parse((ROOT / TAGS_OWNER).read_text(encoding="utf-8")))
+
+
+def test_the_tag_check_finds_the_old_rankers() -> None:
+    """The copies of ``fromlock/stages.py``, ``fromlock/buildmirror.py`` and
+    ``wheelhouse/mirror.py``."""
+    planted = ast.parse(
+        "got = min((order[t] for t in map(str, wheel_tags(a.filename)) if t in order), default=0)\n"
+        "tags = [str(t) for t in parse_wheel_filename(filename)[3]]\n"
+        "ok = any(_fits_python(t.interpreter, t.abi, python) for t in tags)\n"
+        'pure = all(t.endswith("-any") for t in map(str, wheel_tags(art.filename)))\n'
+    )
+    assert tag_rankers(planted) == [1, 2, 3, 4]
+    assert not tag_rankers(ast.parse("rank = rank_among(name, order)\nok = is_pure(name)\n"))
+
+
+PYLOCK_OWNER = "envbuild/gate/formats/pylock.py"
+_PEP751_TABLES = ("wheels", "sdist")
+
+
+def pylock_readers(tree: ast.Module) -> list[int]:
+    """Lines that read a PEP 751 file themselves: ``Pylock.from_dict``, or a package's ``wheels``
+    or ``sdist`` taken from a dict by hand."""
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "from_dict"
+            and "Pylock" in _names(node.func.value)
+        ):
+            lines.append(node.lineno)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and _literal(node.args[0]) in _PEP751_TABLES
+        ) or (isinstance(node, ast.Subscript) and _literal(node.slice) in _PEP751_TABLES):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_one_pep751_reader() -> None:
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel.startswith("envbuild/") and rel != PYLOCK_OWNER
+        for line in pylock_readers(tree)
+    ]
+    assert not found, (
+        "a PEP 751 file read outside envbuild/gate/formats/pylock.py; use its read_pylock: "
+        + ", ".join(found)
+    )
+    assert pylock_readers(ast.parse((ROOT / PYLOCK_OWNER).read_text(encoding="utf-8")))
+
+
+def test_the_pylock_check_finds_the_old_readers() -> None:
+    """uv's export read by hand (``fromlock/uvsync.py``), ``uv pip compile``'s
+    (``fromlock/buildmirror.py``)."""
+    planted = ast.parse(
+        'for f in [*(p.get("wheels") or []), p.get("sdist") or {}]:\n    pass\n'
+        'archive, folder, vcs = (_table(p, k) for k in ("archive", "directory", "vcs"))\n'
+        "lock = Pylock.from_dict(data)\n"
+        'url = w["sdist"]\n'
+    )
+    assert pylock_readers(planted) == [1, 4, 5]
+    assert not pylock_readers(ast.parse("lock = read_pylock(text)\nw = lock.packages[0].wheels\n"))
+
+
+_TOML_PARSERS = {"toml_loads", "parse_toml", "parse_pyproject", "parse"}
+
+
+def _reads_named(tree: ast.Module, filename: str, parsers: set[str]) -> list[int]:
+    """Lines of functions that name ``filename`` and parse text themselves (a call of one of
+    ``parsers``)."""
+    lines = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        named = any(
+            isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value == filename
+            for n in ast.walk(fn)
+        )
+        parses = any(
+            isinstance(n, ast.Call)
+            and (
+                isinstance(n.func, ast.Name)
+                and n.func.id in parsers
+                or isinstance(n.func, ast.Attribute)
+                and n.func.attr in parsers
+                and n.func.attr != "parse"
+            )
+            for n in ast.walk(fn)
+        )
+        if named and parses:
+            lines.append(fn.lineno)
+    return lines
+
+
+PYPROJECT_OWNER = "envbuild/gate/project.py"
+UVLOCK_OWNER = "envbuild/gate/formats/uvlock.py"
+
+
+def test_one_pyproject_reader_and_one_uvlock_reader() -> None:
+    """Only ``gate/project.py`` reads a project's ``pyproject.toml`` (``Project``, read once per
+    command and handed down); only the format reader parses a ``uv.lock``."""
+    package = [(rel, tree) for rel, tree in _sources() if rel.startswith("envbuild/")]
+    pyprojects = [
+        f"{rel}:{line}"
+        for rel, tree in package
+        if rel != PYPROJECT_OWNER
+        for line in _reads_named(tree, "pyproject.toml", _TOML_PARSERS)
+    ]
+    assert not pyprojects, (
+        "a pyproject.toml read outside envbuild/gate/project.py; use its Project: "
+        + ", ".join(pyprojects)
+    )
+    uvlocks = [
+        f"{rel}:{line}"
+        for rel, tree in package
+        if rel != UVLOCK_OWNER
+        for line in _reads_named(tree, "uv.lock", _TOML_PARSERS)
+    ]
+    assert not uvlocks, (
+        "a uv.lock parsed outside envbuild/gate/formats/uvlock.py; read it with"
+        " gate.lockfile (fromlock.select.read_lock): " + ", ".join(uvlocks)
+    )
+    owner = ast.parse((ROOT / PYPROJECT_OWNER).read_text(encoding="utf-8"))
+    assert _reads_named(owner, "pyproject.toml", _TOML_PARSERS)
+    uvlock = ast.parse((ROOT / UVLOCK_OWNER).read_text(encoding="utf-8"))
+    assert _reads_named(uvlock, "uv.lock", _TOML_PARSERS)
+
+
+def test_the_reader_checks_find_a_planted_copy() -> None:
+    planted = ast.parse(
+        "def settings(folder):\n"
+        '    return toml_loads((folder / "pyproject.toml").read_text())\n'
+        "def requires_python(path):\n"
+        '    if path.name == "uv.lock":\n'
+        "        return parse_toml(path.read_text())['requires-python']\n"
+    )
+    assert _reads_named(planted, "pyproject.toml", _TOML_PARSERS) == [1]
+    assert _reads_named(planted, "uv.lock", _TOML_PARSERS) == [3]
+    clean = ast.parse(
+        "def settings(project):\n"
+        '    return project.table("tool", "uv")\n'
+        "def hint(lock):\n"
+        '    return "keep the lock beside its pyproject.toml" if lock.project.exists() else ""\n'
+    )
+    assert not _reads_named(clean, "pyproject.toml", _TOML_PARSERS)

@@ -142,9 +142,7 @@ def test_public_lock_selections_equal_uv_sync(name: str, tmp_path: Path) -> None
         what = f"{name} {argv}"
         uv = uv_would_install(folder, argv, exe, tmp_path)
         flags = flags_of(argv)
-        req = LockRequest(
-            lock=folder / "uv.lock", extras=flags.extras, groups=flags.groups, sync=flags
-        )
+        req = LockRequest(lock=folder / "uv.lock", sync=flags)
         try:
             ours: dict[str, str] | EnvbuildError = {
                 p.entry.name: _ours(p) for p in prepare(req, python, refusing=False).plan.placed
@@ -251,7 +249,7 @@ def test_torchs_runtime_through_an_edge_with_extras_is_in_the_torch_stage() -> N
     as they were, torch did not import after its own stage (``libcufile.so.0``: no such file) and a
     later stage could change them unguarded."""
     flags = flags_of(["--no-default-groups", "--all-packages"])
-    req = LockRequest(lock=LOCKS / "docling" / "uv.lock", groups=flags.groups, sync=flags)
+    req = LockRequest(lock=LOCKS / "docling" / "uv.lock", sync=flags)
     placed = prepare(req, "3.12", refusing=False).plan.placed
     stage = {p.entry.name: p.stage for p in placed}
     through_extras = {

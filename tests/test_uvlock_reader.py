@@ -728,9 +728,9 @@ def test_the_gate_gets_a_parsed_lock(tmp_path: Path) -> None:
 
 
 def test_a_lock_read_again_is_the_same_tables_and_a_copy_of_its_own() -> None:
-    """``toml_loads`` keeps the last texts' tables (a command parses its lock several times): a
-    second read of the same text equals a fresh parse, and a caller changing what it got changes
-    nothing another caller gets; a broken text is refused every time, never remembered."""
+    """``toml_loads`` of one text twice: the second read equals a fresh parse, and a caller
+    changing what it got changes nothing another caller gets; a broken text is refused every
+    time, never remembered (a command reads its lock once, ``gate.lockfile``)."""
     from envbuild._io import parse_toml
     from envbuild.gate.model import LockParseError
 

@@ -13,10 +13,7 @@ from envbuild.commands.selection import (
     lock_selection,
 )
 from envbuild.errors import ConfigError
-from envbuild.fromlock.run import (
-    prepare,
-    target_python,
-)
+from envbuild.fromlock.run import prepare_lock
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import (
@@ -53,7 +50,7 @@ def docker_from_lock(args: DockerArgs, lock: Path) -> int:
             hint="Drop them, or render a stack spec without --lock.",
         )
     req = lock_selection(args, lock)
-    prepared = prepare(req, target_python(req, None, None))
+    prepared = prepare_lock(req)
     name = prepared.chosen.path.parent.name or "project"
     output = args.output or Path("docker") / f"lock-{name}.Dockerfile"
     output = output if output.is_absolute() else Path.cwd() / output

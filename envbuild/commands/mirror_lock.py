@@ -13,10 +13,7 @@ from envbuild.commands.selection import (
     lock_selection,
 )
 from envbuild.errors import ConfigError
-from envbuild.fromlock.run import (
-    prepare,
-    target_python,
-)
+from envbuild.fromlock.run import prepare_lock
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import (
@@ -38,7 +35,7 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
 
     _refuse_stack_options(args, lock)
     req = lock_selection(args, lock)
-    prepared = prepare(req, target_python(req, str(args.python) if args.python else None, None))
+    prepared = prepare_lock(req, python=str(args.python) if args.python else None)
     chosen = prepared.chosen
     plan = prepared.plan
     if args.have is not None:
@@ -53,7 +50,7 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
         "step", f"mirroring what {chosen.path} installs in {chosen.env.name} into {args.out}"
     )
     done = mirror_lock(plan, args.out, jobs=args.jobs, deadline=args.deadline)
-    sources = build_sources(lock, req.build_constraints)
+    sources = build_sources(chosen.source.project, req.build_constraints)
     built = mirror_builds(plan, args.out, sources, jobs=args.jobs, deadline=args.deadline)
     if built:
         write_index(args.out)  # the build requirements in the pages too

@@ -15,9 +15,7 @@ from envbuild.fromlock.run import (
     LockRequest,
     Prepared,
     adopt,
-    base_torch_of,
-    prepare,
-    target_python,
+    prepare_lock,
 )
 from envbuild.fromlock.select import refuse
 from envbuild.fromlock.stages import STAGE_WORDS
@@ -32,12 +30,9 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
     """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network,
     no venv)."""
     req = lock_request(args, lock)
-    python = target_python(req, args.python, args.venv)
-    if args.venv is not None:
-        from dataclasses import replace as _replace
-
-        req = _replace(req, base_torch=base_torch_of(Path(args.venv)))
-    prepared = prepare(req, python, refusing=False)  # the stages first, then the refusal (exit 8)
+    venv = Path(args.venv) if args.venv is not None else None
+    # the stages first, then the refusal (exit 8)
+    prepared = prepare_lock(req, python=args.python, venv=venv, refusing=False)
     # what provision --venv would keep there is not installed (nor checked offline)
     if args.venv is not None:
         prepared = adopt(prepared, Path(args.venv), req.replace_torch)

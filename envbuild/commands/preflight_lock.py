@@ -9,10 +9,7 @@ from envbuild.commands.selection import (
     lock_selection,
 )
 from envbuild.errors import ConfigError
-from envbuild.fromlock.run import (
-    prepare,
-    target_python,
-)
+from envbuild.fromlock.run import prepare_lock
 
 if TYPE_CHECKING:
     from envbuild.commands.selection import PreflightArgs
@@ -36,7 +33,7 @@ def preflight_from_lock(
             " used with it"
         )
     req = lock_selection(args, lock)
-    prepared = prepare(req, target_python(req, args.python, None))
+    prepared = prepare_lock(req, python=args.python)
     spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
     paths = paths_for(spec, args.root)
     builds = bool(prepared.plan.stage("builds"))

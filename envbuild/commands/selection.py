@@ -172,8 +172,6 @@ def lock_selection(
     return LockRequest(
         lock=lock,
         fmt=args.lock_format,
-        extras=tuple(args.extra),
-        groups=tuple(args.group),
         environment=tuple(args.environment),
         accept=args.accept,
         project=not (args.no_project or args.no_install_project),

@@ -34,6 +34,7 @@ from envbuild import events
 from envbuild.errors import InstallError
 from envbuild.fromlock.buildreqs import BuildSources, builds_isolated
 from envbuild.fromlock.stages import Placed, StagePlan
+from envbuild.gate.project import read_pyproject
 
 __all__ = ["Build", "check_builds", "isolated_builds", "mirror_builds"]
 
@@ -88,7 +89,10 @@ def isolated_builds(
                 if editable
                 else Path(unquote(urlsplit(p.line.split(" @ ", 1)[1]).path))
             )
-            out.append(_build(p, folder, editable, _folder_pyproject(folder)))
+            project = plan.chosen.source.project  # the lock's own project: read once
+            same = folder.resolve() == project.folder.resolve()
+            data = project.data if same else read_pyproject(folder)
+            out.append(_build(p, folder, editable, data))
             continue
         path = (wheelhouse / p.artifact.filename) if wheelhouse is not None else _local_file(p)
         if path is None or not path.is_file():
@@ -103,16 +107,10 @@ def _local_file(p: Placed) -> Path | None:
     return Path(unquote(parts.path)) if parts.scheme == "file" else None
 
 
-def _folder_pyproject(folder: Path) -> dict[str, Any]:
-    from envbuild.gate.project import read_pyproject
-
-    return read_pyproject(folder)
-
-
 def _sdist_pyproject(path: Path) -> dict[str, Any]:
     """The ``pyproject.toml`` at the top of an sdist ({} without one); a damaged archive: exit 5"""
-    from envbuild.gate.formats._common import toml_loads
     from envbuild.gate.model import LockParseError
+    from envbuild.gate.project import parse_pyproject
 
     try:
         if path.name.endswith(".zip"):
@@ -135,7 +133,7 @@ def _sdist_pyproject(path: Path) -> dict[str, Any]:
                 )
                 got = tf.extractfile(member) if member is not None else None
                 text = got.read().decode() if got is not None else ""
-        return toml_loads(text) if text else {}
+        return parse_pyproject(text) if text else {}
     except (
         OSError,
         tarfile.TarError,
@@ -259,7 +257,6 @@ def _compile(
 ) -> dict[str, tuple[str, str]]:
     """``uv pip compile --format pylock.toml``: {wheel filename: (url, sha256)} for the target."""
     from envbuild.errors import ConfigError
-    from envbuild.gate.formats._common import toml_loads
     from envbuild.installer.python import find_uv
     from envbuild.run import run
 
@@ -302,39 +299,38 @@ def _compile(
                     "FILE / [tool.uv] build-constraint-dependencies."
                 ),
             )
-        doc = toml_loads((Path(tmp) / "pylock.toml").read_text(encoding="utf-8"))
-    return _wheels(doc, env.python, env.platform)
+        text = (Path(tmp) / "pylock.toml").read_text(encoding="utf-8")
+    return _wheels(text, env.python, env.platform)
 
 
-def _wheels(doc: dict[str, Any], python: str, platform: str) -> dict[str, tuple[str, str]]:
+def _wheels(text: str, python: str, platform: str) -> dict[str, tuple[str, str]]:
+    """{wheel filename: (url, sha256)} of the best wheel of each package of ``uv pip compile``'s
+    pylock.toml for the target (the one PEP 751 reader; the tags ranked by their owner)."""
+    from envbuild.errors import ConfigError
     from envbuild.fromlock.stages import target_tag_order
+    from envbuild.gate.formats.pylock import read_pylock
+    from envbuild.gate.model import LockParseError
+    from envbuild.index.wheeltags import rank_among
 
+    try:
+        lock = read_pylock(text)
+    except LockParseError as exc:
+        raise ConfigError(
+            f"uv pip compile wrote a pylock.toml envbuild cannot read ({exc})"
+        ) from exc
     order = {t: i for i, t in enumerate(target_tag_order(python, platform))}
     out: dict[str, tuple[str, str]] = {}
-    for pkg in doc.get("packages") or ():
+    for pkg in lock.packages:
         best: tuple[int, str, str, str] | None = None
-        for w in pkg.get("wheels") or ():
-            url, sha = w.get("url") or w.get("path"), (w.get("hashes") or {}).get("sha256")
-            name = w.get("name") or (
-                unquote(urlsplit(url).path.rsplit("/", 1)[-1]) if url else None
-            )
-            rank = (
-                min((order[t] for t in _tags(name) if t in order), default=None) if name else None
-            )
+        for w in pkg.wheels or ():
+            url, sha = w.url or w.path, w.hashes.get("sha256")
+            name = w.name or (unquote(urlsplit(url).path.rsplit("/", 1)[-1]) if url else None)
+            rank = rank_among(name, order) if name else None
             if rank is not None and name and url and sha and (best is None or rank < best[0]):
                 best = (rank, str(name), str(url), str(sha))
         if best is not None:
             out[best[1]] = (best[2], best[3])
     return out
-
-
-def _tags(filename: str) -> list[str]:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-    try:
-        return [str(t) for t in parse_wheel_filename(filename)[3]]
-    except InvalidWheelFilename:
-        return []
 
 
 _HOOK = """import json, os, sys

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from envbuild.errors import ConfigError
 from envbuild.fromlock.stages import Placed
+from envbuild.gate.project import Project, project_of
 from envbuild.index.wheeltags import is_sdist
 
 __all__ = ["BuildSources", "build_sources", "builds_isolated", "constraints_file", "step_env"]
@@ -60,13 +61,13 @@ def builds_isolated(p: Placed) -> bool:
     return p.artifact is None or (not p.artifact.wheel and is_sdist(p.artifact.filename))
 
 
-def build_sources(lock_path: Path, constraint_files: Sequence[Path] = ()) -> BuildSources:
-    """The sources and constraints of the lock's isolated builds (see the module docstring).
-    ConfigError (exit 2): a ``--build-constraints`` file that cannot be read."""
-    from envbuild.gate.project import read_pyproject, table
-
-    folder = lock_path.parent
-    uv = table(read_pyproject(folder), "tool", "uv")
+def build_sources(project: Project | Path, constraint_files: Sequence[Path] = ()) -> BuildSources:
+    """The sources and constraints of the lock's isolated builds (see the module docstring), from
+    the project (or the one beside the lock at a path). ConfigError (exit 2): a
+    ``--build-constraints`` file that cannot be read."""
+    project = project_of(project)
+    folder = project.folder
+    uv = project.tool_uv
     lines = [
         str(x).strip() for x in uv.get("build-constraint-dependencies") or () if isinstance(x, str)
     ]

@@ -28,10 +28,12 @@ here by the one host that holds its lease, the others waiting, and published the
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from packaging.utils import canonicalize_name
 
 from envbuild import events
 from envbuild._io import sha256_file
@@ -39,7 +41,7 @@ from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
 from envbuild.spec import spec_digest
 from envbuild.spec.stagefile import git_note, index_note, noted_git, noted_index
-from envbuild.spec.stepfile import logical_lines
+from envbuild.spec.stepfile import logical_lines, parse_requirements_text
 from envbuild.wheelhouse.sharedcache import SharedCache
 from envbuild.wheelhouse.spec import Backend, BuildSource, WheelSpec
 
@@ -100,66 +102,61 @@ def _spec(
     )
 
 
-def _line_spec(line: str, version: str, lock: Path) -> WheelSpec | None:
-    """The spec of one requirement line of the builds stage (``name @ URL --hash=sha256:HEX`` or
-    ``name @ git+URL@COMMIT[#subdirectory=DIR]``); None for anything else."""
-    from envbuild.fromlock.stack import canonical_name
-
-    if (g := _GIT_LINE.match(line.strip())) is not None:
-        return git_spec(canonical_name(g["name"]), version, g["url"], g["commit"], g["sub"], lock)
-    if (m := _LINE.match(line.strip())) is not None:
-        return lock_spec(canonical_name(m["name"]), version, m["url"], m["sha256"], lock)
-    return None
-
-
 def _placed_spec(p: Placed, lock: Path) -> WheelSpec:
-    spec = _line_spec(p.line, p.entry.version or "", lock)
-    assert spec is not None, p.line  # stages.py writes every builds line in one of the two forms
-    return spec
+    """The spec of one typed pin of the builds stage: its git pin, else its file and sha256."""
+    version = p.entry.version or ""
+    if p.git is not None:
+        git = p.git
+        return git_spec(p.entry.name, version, git.url, git.commit, git.subdirectory, lock)
+    assert p.artifact is not None and p.artifact.sha256, p.line  # stages.py pins every builds file
+    return lock_spec(p.entry.name, version, p.artifact.url, p.artifact.sha256, lock)
 
 
-def _step_specs(planned: PlannedStep, lock: Path) -> list[WheelSpec]:
-    """The specs of a builds step, from its pinned lines and its ``name==version`` packages: the
-    same for a lock's plan and an image's stage slice."""
-    from envbuild.fromlock.stack import canonical_name
-
-    assert planned.locked_file is not None
-    versions = {canonical_name(p): p.split("==", 1)[1] for p in planned.step.packages if "==" in p}
-    out = []
-    for _, line, _ in logical_lines(planned.locked_file.read_text(encoding="utf-8")):
-        name = line.split("@", 1)[0].strip()
-        spec = _line_spec(line, versions.get(canonical_name(name), "") if name else "", lock)
-        if spec is not None:
-            out.append(spec)
-    return out
-
-
-def _notes(planned: PlannedStep) -> dict[str, str]:
-    """{name: its line's note} of a builds step's sources: the wheel built from one is recorded as
-    uv sync records that source: an sdist from a package index as an index file
+def _pinned_specs(pins: Sequence[Placed], lock: Path) -> list[tuple[WheelSpec, str]]:
+    """(spec, its line's note) of the builds stage's typed pins: the wheel built from one is
+    recorded as uv sync records its source, an sdist from a package index as an index file
     (``spec.stagefile.index_note``), a git pin as that git install (``git_note``)."""
-    from envbuild.fromlock.stack import canonical_name
+    return [(_placed_spec(p, lock), _note(p)) for p in pins]
 
+
+def _note(p: Placed) -> str:
+    if p.index is not None and p.artifact is not None:
+        return index_note(p.index)
+    return git_note(p.git.source) if p.git is not None and p.git.source else ""
+
+
+def _noted(comments: list[str]) -> str:
+    """The note a step file's line carries on (an index file's, a git pin's), written again."""
+    if (index := noted_index(comments)) is not None:
+        return index_note(index)
+    git = noted_git(comments)
+    return git_note(git.source) if git is not None else ""
+
+
+def _step_specs(planned: PlannedStep, lock: Path) -> list[tuple[WheelSpec, str]]:
+    """(spec, its line's index note) of a builds step read from its hash-pinned file (an image
+    layer's stage slice, which carries no typed pins): each line read by the step files' one
+    parser (``spec.stepfile``), its version from the step's ``name==version`` requirement."""
     assert planned.locked_file is not None
-    out = {}
-    for _, line, comments in logical_lines(planned.locked_file.read_text(encoding="utf-8")):
-        if "@" not in line:
-            continue
-        name = canonical_name(line.split("@", 1)[0].strip())
-        if (index := noted_index(comments)) is not None:
-            out[name] = index_note(index)
-        elif (git := noted_git(comments)) is not None:
-            out[name] = git_note(git.source)
+    text = planned.locked_file.read_text(encoding="utf-8")
+    versions = {
+        str(canonicalize_name(r.name)): next((s.version for s in r.specifier), "")
+        for r in planned.step.requirements
+    }
+    # the comments after each line, by the line it starts on (what parse_requirements_text says)
+    notes = {n: _noted(comments) for n, _, comments in logical_lines(text)}
+    out = []
+    for req in parse_requirements_text(text, str(planned.locked_file)):
+        version = versions.get(req.name, "")
+        note = notes.get(req.line, "")
+        if req.vcs_commit is not None and req.url is not None:
+            where, _, fragment = req.url.removeprefix("git+").partition("#")
+            sub = fragment.removeprefix("subdirectory=") if fragment else ""
+            url = where.rsplit("@", 1)[0]
+            out.append((git_spec(req.name, version, url, req.vcs_commit, sub, lock), note))
+        elif req.url is not None and len(req.hashes) == 1:
+            out.append((lock_spec(req.name, version, req.url, req.hashes[0], lock), note))
     return out
-
-
-_LINE = re.compile(
-    r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+)\s+--hash=sha256:(?P<sha256>[0-9a-f]{64})$"
-)
-_GIT_LINE = re.compile(
-    r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*git\+(?P<url>\S+?)@(?P<commit>[0-9a-f]{40})"
-    r"(?:#subdirectory=(?P<sub>\S+))?$"
-)
 
 
 @dataclass
@@ -171,6 +168,8 @@ class BuildCache:
     out: Path  # the built wheels' copies and the build logs of this data root
     folder: Path  # where the stage's rewritten requirements file goes
     shared: SharedCache | None = None  # the fleet's build cache (--build-cache DIR|URL)
+    # the builds stage's typed pins (a lock's plan); None: read from the step's file (a slice)
+    pins: Sequence[Placed] | None = None
     # {name: where its wheel came from}: the receipt's lock record keeps it (``builds``)
     provenance: dict[str, dict[str, object]] = field(default_factory=dict)
 
@@ -181,8 +180,13 @@ class BuildCache:
 
         lines = []
         base = None
-        notes = _notes(planned)
-        for spec in map(_with_build_requires, _step_specs(planned, self.lock)):
+        specs = (
+            _pinned_specs(self.pins, self.lock)
+            if self.pins is not None
+            else _step_specs(planned, self.lock)
+        )
+        for spec, note in specs:
+            spec = _with_build_requires(spec)
             assert spec.source is not None
             base = base or probe_target(python)
             # its own build requirements: which of them the venv lacks (``wheelhouse.requires``)
@@ -223,8 +227,7 @@ class BuildCache:
                 cached=res.cached,
             )
             lines.append(
-                f"{spec.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}"
-                + notes.get(spec.name, "")
+                f"{spec.name} @ {res.wheel.as_uri()} --hash=sha256:{sha256_file(res.wheel)}" + note
             )
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{planned.number:02d}-{planned.name}-wheels.txt"

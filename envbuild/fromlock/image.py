@@ -34,8 +34,8 @@ from typing import Any, TypedDict
 from envbuild import layout
 from envbuild.errors import ConfigError
 from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
-from envbuild.fromlock.stack import stack_for, stage_line
-from envbuild.fromlock.stages import ORDER, STAGE_WORDS, StagePlan
+from envbuild.fromlock.stack import stack_for, stage_line, stage_pins, step_stage
+from envbuild.fromlock.stages import STAGE_WORDS, StagePlan
 from envbuild.images.docker import (
     CUDA_BASE_TAGS,
     SECRETS,
@@ -79,16 +79,14 @@ def stage_slices(
     docstring). ``build``: where a stage's isolated builds get their requirements (by default the
     project's indexes beside the lock, ``fromlock.buildreqs.build_sources``)."""
     abi = spec.abi
-    build = build or build_sources(plan.chosen.path)
+    build = build or build_sources(plan.chosen.source.project)
     stages: list[dict[str, Any]] = []
     out = []
     for step in spec.steps:
         if step.name == "project":
             continue
-        stage = step.name
-        assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
-        wanted = {p.split("==")[0] for p in step.packages}
-        placed = [p for p in plan.stage(stage) if p.entry.name in wanted]
+        stage = step_stage(step.name)
+        placed = stage_pins(plan, stage, adopt=abi.adopt)
         entry: dict[str, Any] = {
             "name": step.name,
             "what": STAGE_WORDS[stage],
@@ -252,7 +250,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     """The Dockerfile and its slices (context-relative path -> text) for ``plan``."""
     root = image_path(opts.root, "--root")
     docker_path(opts.steps_dir, "the stage slices' folder (from -o)")
-    build = build_sources(plan.chosen.path)
+    build = build_sources(plan.chosen.source.project)
     spec = stack_for(plan, root=root, build=build)
     cuda = cuda_of(spec.abi.version)
     if cuda is not None and cuda not in CUDA_BASE_TAGS and not opts.base:
@@ -271,7 +269,7 @@ def render_lock(plan: StagePlan, opts: DockerOptions, command: str) -> Rendered:
     out = [
         *_header(plan, spec, opts, command, base.image, base.ubuntu, py, slices),
         *_env_layer(spec, paths, venv),
-        *_stage_layers(slices, spec, paths, opts, root, files),
+        *_stage_layers(plan, slices, spec, paths, opts, root, files),
         *_smoke_layer(paths, root),
     ]
     warnings = (
@@ -365,6 +363,7 @@ def _env_layer(spec: StackSpec, paths: layout.Paths, venv: str) -> list[str]:
 
 
 def _stage_layers(
+    plan: StagePlan,
     slices: list[tuple[str, str]],
     spec: StackSpec,
     paths: layout.Paths,
@@ -384,7 +383,7 @@ def _stage_layers(
     for n, (stage, text) in enumerate(slices, 1):
         rel = docker_path(f"{opts.steps_dir}/{n:02d}-{stage}.json", "a stage slice")
         files[rel] = text
-        names = [p.split("==")[0] for p in spec.step(stage).packages]
+        names = [p.entry.name for p in stage_pins(plan, step_stage(stage), adopt=spec.abi.adopt)]
         out += [
             docker_comment(
                 f"stage {n}/{len(slices)} {stage}: {', '.join(names)}", "the stage's packages"

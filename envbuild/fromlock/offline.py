@@ -95,6 +95,7 @@ def read_installed(path: Path) -> dict[str, str]:
     --format json`` document; ConfigError (exit 2) for anything else."""
     import json
 
+    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
     try:
@@ -115,8 +116,12 @@ def read_installed(path: Path) -> dict[str, str]:
         line = raw.split("#", 1)[0].strip()
         if not line or line.startswith("-e ") or " @ " in line:
             continue  # an editable or a direct URL: no version to compare
-        name, sep, version = line.partition("==")
-        if not sep or not name.strip() or not version.strip():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            req = None
+        pins = [x.version for x in req.specifier if x.operator == "=="] if req else []
+        if req is None or len(pins) != 1:
             raise ConfigError(
                 f"--have {path}:{n}: {raw.strip()!r} is not a `name==version` line",
                 hint=(
@@ -124,9 +129,7 @@ def read_installed(path: Path) -> dict[str, str]:
                     "target environment."
                 ),
             )
-        have[canonicalize_name(name.strip().split("[", 1)[0])] = (
-            version.strip().split(";", 1)[0].strip()
-        )
+        have[canonicalize_name(req.name)] = pins[0]
     return have
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild._io import atomic_write_json
@@ -186,9 +187,11 @@ def smoke_selection(lock: dict[str, Any]) -> SmokeSelection:
     installed: dict[str, str] = {}
     for step in steps:
         for p in step["packages"]:
-            installed[str(canonicalize_name(str(p).split("==")[0].split(" @ ")[0].strip()))] = str(
-                step["name"]
-            )
+            try:  # name==version, name, or name @ URL (the pip backend's project)
+                name = Requirement(str(p)).name
+            except InvalidRequirement:
+                continue
+            installed[str(canonicalize_name(name))] = str(step["name"])
     kept = lock.get("kept")  # in an adopted venv: what it already held, as the lock pins it
     if isinstance(kept, dict):
         for name, stage in kept.items():

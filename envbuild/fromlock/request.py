@@ -23,8 +23,7 @@ class LockRequest:
 
     lock: Path
     fmt: Format | None = None
-    extras: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
+    # --environment: platforms or PEP 508 markers (default: this host)
     environment: tuple[str, ...] = ()
     accept: Path | None = None
     project: bool = True
@@ -37,7 +36,7 @@ class LockRequest:
     wheelhouse: str | None = None
     # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
     rebuild_mismatched: bool = False
-    # uv sync's selection and install flags (``--extra`` and ``--group`` included)
+    # uv sync's selection and install flags: the one owner of the extras and groups asked for
     sync: SyncFlags = SyncFlags()
     # keep what the selection does not install (``provision.exact``; uv sync --inexact)
     inexact: bool = False

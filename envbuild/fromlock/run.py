@@ -39,7 +39,6 @@ from envbuild.fromlock.record import write_record
 from envbuild.fromlock.request import LockRequest, Prepared
 from envbuild.fromlock.select import (
     Chosen,
-    Request,
     choose,
     gate,
     host_platform_key,
@@ -56,6 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from envbuild.fromlock.image import SliceSourceJSON
+    from envbuild.gate.lockfile import ProjectLock
     from envbuild.index.records import FileOverlap
 
 
@@ -64,7 +64,9 @@ __all__ = [
     "Prepared",
     "adopt",
     "base_torch_of",
+    "open_lock",
     "prepare",
+    "prepare_lock",
     "provision_lock",
     "provision_slice",
     "unreachable_hosts",
@@ -75,9 +77,16 @@ __all__ = [
 DEFAULT_ROOT = "/mnt/data"
 
 
-def target_python(req: LockRequest, python: str | None, venv: Path | None) -> str:
+def open_lock(req: LockRequest) -> ProjectLock:
+    """The lock ``req`` names, read and parsed once (``fromlock.select.read_lock``): the value every
+    later step of the command is handed."""
+    return read_lock(req.lock, req.fmt)
+
+
+def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> str:
     """The Python minor the environment is for: the --venv's, the --python's, the lock folder's
-    ``.python-version`` (uv's rule), else this interpreter's."""
+    ``.python-version`` (uv's rule), else the one uv chooses for the lock's ``requires-python``
+    (``python_for_lock``)."""
     from envbuild.installer import probe_python
 
     exe: str | Path | None = None
@@ -96,48 +105,43 @@ def target_python(req: LockRequest, python: str | None, venv: Path | None) -> st
         if probed is None:
             raise PreflightError(f"{exe}: the interpreter does not run")
         return ".".join(probed.version.split(".")[:2])
-    pinned = req.lock.parent / ".python-version"
+    pinned = lock.path.parent / ".python-version"
     try:
         text = pinned.read_text(encoding="utf-8").split()[0] if pinned.is_file() else ""
     except (OSError, IndexError):
         text = ""
     if text and text[:1].isdigit():
         return ".".join(text.split(".")[:2])
-    return python_for_lock(req.lock)
+    return python_for_lock(lock)
 
 
-def _requires_python(lock: Path) -> str | None:
-    """The lock's ``requires-python`` (uv.lock, pylock.toml), from the typed reader (None: a lock
-    that says none, or one ``prepare`` then refuses with the reason)."""
-    try:
-        return read_lock(lock)[0].requires_python
-    except ConfigError:
-        return None
-
-
-def python_for_lock(lock: Path) -> str:
+def python_for_lock(lock: ProjectLock | Path) -> str:
     """The Python minor a lock is installed with, as uv chooses (``installer.python.python_for``
-    of the lock's ``requires-python``)."""
+    of the lock's ``requires-python``; a lock at a path is read for it, and one that cannot be read
+    says none)."""
     from envbuild.installer.python import python_for
 
-    return python_for(_requires_python(lock), str(lock))
+    if isinstance(lock, Path):
+        path = lock
+        try:
+            requires = read_lock(lock).parsed.requires_python
+        except ConfigError:
+            requires = None
+    else:
+        path, requires = lock.path, lock.parsed.requires_python
+    return python_for(requires, str(path))
 
 
-def prepare(req: LockRequest, python: str, *, refusing: bool = True) -> Prepared:
-    """Read, choose, gate and stage (no network, no venv): what ``plan --lock`` prints. A lock the
+def prepare(
+    req: LockRequest, python: str, *, refusing: bool = True, lock: ProjectLock | None = None
+) -> Prepared:
+    """Choose, gate and stage the lock (no network, no venv): what ``plan --lock`` prints.
+    ``lock``: the lock as the command read it (``open_lock``; read here when not given). A lock the
     gate fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its
     stages first, then refuses it."""
-    lock, sha = read_lock(req.lock, req.fmt)
-    request = Request(
-        python=python,
-        extras=req.extras,
-        groups=req.groups,
-        environment=req.environment,
-        fmt=req.fmt,
-        sync=req.sync,
-    )
-    chosen = choose(lock, sha, request)
-    report, failing = gate(chosen, request, req.accept)
+    lock = lock or open_lock(req)
+    chosen = choose(lock, python, req.sync, req.environment)
+    report, failing = gate(chosen, req.accept)
     if not req.rebuild_mismatched:
         if refusing:
             refuse(chosen, failing, req.accept)
@@ -173,6 +177,24 @@ def _stages(chosen: Chosen, req: LockRequest) -> StagePlan:
     except ConfigError:  # a wheelhouse served over HTTP: the sdists are read from their sources
         folder = None
     return route_torch_builds(plan, folder)
+
+
+def prepare_lock(
+    req: LockRequest,
+    *,
+    python: str | None = None,
+    venv: Path | None = None,
+    refusing: bool = True,
+) -> Prepared:
+    """The one path of every ``--lock`` front end (``plan``, ``provision``, ``docker``,
+    ``wheelhouse mirror``, ``preflight``): the lock read once (``open_lock``), the interpreter
+    chosen for it (``target_python``: ``python``, ``venv``), a ``venv``'s torch as the baseline of a
+    lock that leaves torch to it, then ``prepare``."""
+    lock = open_lock(req)
+    target = target_python(lock, python, venv)
+    if venv is not None and req.base_torch is None:
+        req = replace(req, base_torch=base_torch_of(venv))
+    return prepare(req, target, refusing=refusing, lock=lock)
 
 
 def _check_base_torch(prepared: Prepared) -> None:
@@ -267,10 +289,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.wheelhouse.sharedcache import open_shared
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
-    python = target_python(req, opts.python, opts.venv)
-    if opts.venv is not None and req.base_torch is None:
-        req = replace(req, base_torch=base_torch_of(opts.venv))
-    prepared = prepare(req, python)
+    prepared = prepare_lock(req, python=opts.python, venv=opts.venv)
     here = host_platform_key().replace("-", " ")
     if prepared.chosen.env.platform != here:
         raise ConfigError(
@@ -303,7 +322,8 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     root = str(opts.root) if opts.root is not None else DEFAULT_ROOT
     # --home: $HOME/venv and $HOME/data, as the stacks make them
     links = HOME_LINKS if opts.home is not None else None
-    build = build_sources(req.lock, req.build_constraints)  # where isolated builds get theirs
+    # where isolated builds get theirs
+    build = build_sources(prepared.chosen.source.project, req.build_constraints)
     if folder is not None:  # offline: from the wheelhouse alone (``--no-index --find-links DIR``)
         build = replace(
             build, index_url=None, extra_index_urls=(), find_links=(str(folder),), no_index=True
@@ -385,6 +405,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             paths.state / "builds",
             Path(tmp),
             open_shared(opts.build_cache),
+            pins=plan.stage("builds"),  # the typed pins, as stage_files wrote them
         )
         source["builds"] = builds.provenance  # filled as the builds stage runs: the receipt's
         try:
@@ -412,7 +433,8 @@ def overlap_acceptor(req: LockRequest, prepared: Prepared) -> Callable[[FileOver
     from envbuild.gate.findings import Finding
     from envbuild.provision.overlaps import RULE
 
-    exceptions = [x for x in load_for(req.lock, req.accept) if x.rule == RULE]
+    project = prepared.chosen.source.project
+    exceptions = [x for x in load_for(req.lock, req.accept, project) if x.rule == RULE]
     where = prepared.chosen.env.name
 
     def accept(overlap: FileOverlap) -> str | None:

@@ -1,26 +1,29 @@
 """Read a committed lock and choose the one environment to install: this host's platform and
 Python, and the selection of extras/groups the locker's own sync would take.
 
-The environments come from the gate (``envbuild.gate.environments``): every valid selection of
-the lock's conflicting extras/groups on each platform and Python. A provision installs exactly
-one of them:
+The lock is read once (``read_lock``: ``gate.lockfile``'s typed ``ProjectLock``) and handed down.
+The platforms, Pythons and selections are the gate's (``envbuild.gate.environments``): every valid
+selection of the lock's conflicting extras/groups on each platform and Python. A provision
+installs exactly one:
 
-- no ``--extra``/``--group``: the locker's default selection (uv: the project and its default
-  groups; labelled "default", or "no conflicting extra" where nothing is on by default);
+- a uv.lock beside its project: what ``uv export`` of uv sync's flags lists is what the
+  environment installs (``fromlock.uvsync``), and the environment is the selection of the lock's
+  conflicting items those flags switch on (``_flag_selection``: each item by its typed name, kind
+  and whether the locker's default takes it);
+- otherwise, no ``--extra``/``--group``: the locker's default selection (labelled "default", or
+  "no conflicting extra" where nothing is on by default);
 - ``--extra``/``--group``: the selections that hold every requested item; among them the one
   that adds nothing beyond the requested items and the default ones, as ``uv sync --extra X``;
 - more than one candidate left: a usage error (exit 2) that lists the choices.
 
-The gate's rules then run on that environment alone (``gate``): the check is narrowed with a
-PEP 508 marker that holds in the chosen selection only, so a broken extra the host does not
-install does not refuse the one it does.
+The gate's rules then judge that environment, exactly what it installs (``gate``:
+``gate.check.judge_environment``), so a broken extra the host does not install does not refuse the
+one it does.
 """
 
 from __future__ import annotations
 
-import hashlib
 import platform as host_platform
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,31 +33,25 @@ from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
-from envbuild.gate.check import FileReport, check_file, read_lockfile
-from envbuild.gate.environments import NO_CHOICE, Narrow, enumerate_environments
+from envbuild.gate.check import FileReport, judge_environment
+from envbuild.gate.environments import NO_CHOICE, Narrow, Space, make_space
 from envbuild.gate.findings import Finding, Policy
-from envbuild.gate.formats import detect, parse
-from envbuild.gate.model import Entry, Environment, Format, LockParseError, Members, ParsedLock
+from envbuild.gate.formats import detect
+from envbuild.gate.lockfile import LockText, ProjectLock, parse_lock_text, read_lockfile
+from envbuild.gate.model import (
+    Entry,
+    Environment,
+    Format,
+    Item,
+    LockParseError,
+    Members,
+    ParsedLock,
+)
+from envbuild.gate.project import Project
 
-__all__ = ["Chosen", "Request", "choose", "gate", "host_platform_key", "read_lock"]
+__all__ = ["Chosen", "choose", "gate", "host_platform_key", "read_lock"]
 
 SUPPORTED: tuple[Format, ...] = ("uv.lock", "pylock")
-_DEFAULT_WORDS = "default"
-
-
-@dataclass(frozen=True)
-class Request:
-    """What the command line asks: the extras/groups, platform or marker filters, the target
-    Python."""
-
-    python: str  # "3.11": the interpreter the environment is made with
-    extras: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
-    # --environment: platforms or PEP 508 markers (default: this host)
-    environment: tuple[str, ...] = ()
-    fmt: Format | None = None
-    # uv sync's flags (extras and groups included): what uv export selects
-    sync: SyncFlags = SyncFlags()
 
 
 class _ChosenJSON(TypedDict):
@@ -75,16 +72,27 @@ class ChosenJSON(_ChosenJSON, total=False):
 
 @dataclass
 class Chosen:
-    """The lock and the one environment of it a provision installs."""
+    """The lock (read once) and the one environment of it a provision installs: what it installs
+    (``members``: uv's export where uv was asked)."""
 
-    path: Path
-    sha256: str
-    lock: ParsedLock
+    source: ProjectLock
     env: Environment
     members: Members
     # the ``uv sync --frozen ...`` command that installs the same (None: uv was not asked)
     sync: str | None = None
     flags: SyncFlags = SyncFlags()
+
+    @property
+    def path(self) -> Path:
+        return self.source.path
+
+    @property
+    def sha256(self) -> str:
+        return self.source.sha256
+
+    @property
+    def lock(self) -> ParsedLock:
+        return self.source.parsed
 
     @property
     def selection(self) -> str:
@@ -117,9 +125,9 @@ def host_platform_key() -> str:
     return "windows-amd64"
 
 
-def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
-    """The lock at ``path`` and its sha256 (ConfigError, exit 2: missing, unreadable, a format
-    provision does not install from, or not a readable lock of its format)."""
+def read_lock(path: Path, fmt: Format | None = None) -> ProjectLock:
+    """The lock at ``path``, read and parsed once (ConfigError, exit 2: missing, unreadable, a
+    format provision does not install from, or not a readable lock of its format)."""
     text = read_lockfile(path)
     try:
         kind = fmt or detect(path, text)
@@ -145,7 +153,7 @@ def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
             ),
         )
     try:
-        lock = parse(path, text, kind)
+        return parse_lock_text(LockText(path, text, kind, Project(path.parent)))
     except LockParseError as exc:
         raise ConfigError(f"{path}: not a readable {kind} file: {exc}") from exc
     except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
@@ -153,7 +161,6 @@ def read_lock(path: Path, fmt: Format | None = None) -> tuple[ParsedLock, str]:
             f"{path}: not a readable {kind} file: a table or value is not shaped as {kind} "
             f"writes it ({type(exc).__name__}: {exc})"
         ) from exc
-    return lock, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _pixi_refusal(path: Path) -> str:
@@ -172,93 +179,62 @@ def _pixi_refusal(path: Path) -> str:
     )
 
 
-def _items(env: Environment) -> set[str]:
-    """The conflicting items an environment chose, in the gate's words (``extra cu128``)."""
-    label = env.selection[0] if env.selection else ""
-    if label in (NO_CHOICE, _DEFAULT_WORDS, ""):
-        return set()
-    if label.startswith(_DEFAULT_WORDS + " ("):
-        label = label[len(_DEFAULT_WORDS) + 2 : -1]
-    return {w.strip() for w in label.split(" + ") if w.strip()}
-
-
-def _is_default(env: Environment) -> bool:
-    label = env.selection[0] if env.selection else ""
-    return label == _DEFAULT_WORDS or label.startswith(_DEFAULT_WORDS + " (")
-
-
-def _names(words: str) -> tuple[str, str]:
-    """``extra cu128`` -> ("extra", "cu128"); ``extra trainer[cu128]`` -> ("extra", "cu128")."""
-    kind, _, name = words.partition(" ")
-    m = re.fullmatch(r".*\[(.+)\]", name)
-    return kind, str(canonicalize_name(m.group(1) if m else name))
-
-
-def _holds(env: Environment, want: tuple[str, str]) -> bool:
-    kind, name = want
-    return any(
-        _names(w)[1] == name and (kind == "any" or _names(w)[0] == kind) for w in _items(env)
-    )
-
-
-def choose(lock: ParsedLock, sha256: str, request: Request) -> Chosen:
-    """The one environment of ``lock`` to install for ``request`` (see the module docstring)."""
-    envs = _environments(lock, request)
-    path = lock.path
-    exported = export(path, request.sync) if lock.format == "uv.lock" else None
+def choose(
+    lock: ProjectLock, python: str, flags: SyncFlags, environment: tuple[str, ...] = ()
+) -> Chosen:
+    """The one environment of ``lock`` to install for uv sync's ``flags`` on ``python`` and
+    ``environment`` (default: this host; see the module docstring)."""
+    parsed = lock.parsed
+    env_filter = environment or (host_platform_key(),)
+    narrow = Narrow(environment=env_filter, python=(python,), default_python=python)
+    narrow.validate()
+    space = make_space(parsed, narrow)
+    found = list(space.bits(space.active))
+    if not found:
+        raise ConfigError(
+            f"{lock.path}: the lock covers no environment for Python {python} on "
+            f"{', '.join(env_filter)} (its requires-python: {parsed.requires_python or 'any'}; "
+            f"its environments: {'; '.join(parsed.environments) or 'any'})",
+            hint="Give the interpreter the lock is made for with --python, or --environment.",
+        )
+    platforms = sorted({space.env(j).platform for j in found})
+    if len(platforms) > 1:
+        raise ConfigError(
+            f"{lock.path}: --environment matches several platforms ({', '.join(platforms)}); a"
+            " provision installs one",
+            hint="Name one platform, e.g. --environment linux-x86_64.",
+        )
+    exported = export(lock, flags) if parsed.format == "uv.lock" else None
     if exported is not None:
-        return _as_uv_selects(lock, sha256, envs, exported, request.sync)
-    if lock.format == "uv.lock":
-        _warn_uv_cannot_select(path)
-    if request.sync.beyond_conflicts:
+        return _as_uv_exports(lock, space, found, exported, flags)
+    if parsed.format == "uv.lock":
+        _say_without_uv(lock)
+    if flags.beyond_conflicts:
         where = (
             "uv cannot say what they select here (see the warning above)"
-            if lock.format == "uv.lock"
-            else f"a {lock.format} file records no such selection"
+            if parsed.format == "uv.lock"
+            else f"a {parsed.format} file records no such selection"
         )
         raise ConfigError(
-            f"{path}: {', '.join(request.sync.beyond_conflicts)}: {where}",
+            f"{lock.path}: {', '.join(flags.beyond_conflicts)}: {where}",
             hint=(
                 "Keep the lock beside its pyproject.toml (and its workspace members'), or choose"
                 " between the lock's conflicting extras/groups with --extra / --group alone."
             ),
         )
-    env = _one_selection(lock, envs, request)
-    return Chosen(path, sha256, lock, env, lock.members(env))
+    j = _by_request(lock, space, found, flags)
+    env = space.env(j)
+    return Chosen(lock, env, parsed.members(env))
 
 
-def _environments(lock: ParsedLock, request: Request) -> list[Environment]:
-    """The lock's environments for the request's Python and platform (this host's unless
-    ``--environment``); ConfigError for none, or for several platforms."""
-    env_filter = request.environment or (host_platform_key(),)
-    narrow = Narrow(environment=env_filter, python=(request.python,), default_python=request.python)
-    narrow.validate()
-    envs = enumerate_environments(lock, narrow)
-    path = lock.path
-    if not envs:
-        raise ConfigError(
-            f"{path}: the lock covers no environment for Python {request.python} on "
-            f"{', '.join(env_filter)} (its requires-python: {lock.requires_python or 'any'}; "
-            f"its environments: {'; '.join(lock.environments) or 'any'})",
-            hint="Give the interpreter the lock is made for with --python, or --environment.",
-        )
-    platforms = sorted({e.platform for e in envs})
-    if len(platforms) > 1:
-        raise ConfigError(
-            f"{path}: --environment matches several platforms ({', '.join(platforms)}); a provision"
-            " installs one",
-            hint="Name one platform, e.g. --environment linux-x86_64.",
-        )
-    return envs
-
-
-def _warn_uv_cannot_select(path: Path) -> None:
-    """A uv.lock uv cannot export here: said in a warning, with why."""
+def _say_without_uv(lock: ProjectLock) -> None:
+    """The warning of a uv.lock that uv cannot be asked about: why, and what is chosen instead."""
     from envbuild import events
 
+    path = lock.path
     why = (
         "the project's pyproject.toml is not beside the lock"
-        if not (path.parent / "pyproject.toml").is_file()
+        if not lock.project.exists()
         else ("uv reads a lock named uv.lock" if path.name != "uv.lock" else "uv is not installed")
     )
     events.emit(
@@ -270,76 +246,134 @@ def _warn_uv_cannot_select(path: Path) -> None:
     )
 
 
-def _one_selection(lock: ParsedLock, envs: list[Environment], request: Request) -> Environment:
-    """The one environment whose selection holds the request's extras and groups (the default
-    selection when it names none); ConfigError for none or several."""
-    path = lock.path
-    wanted = [("extra", str(canonicalize_name(x))) for x in request.extras] + [
-        ("any", str(canonicalize_name(g))) for g in request.groups
+Want = tuple[str, str]  # ("extra" | "any", canonical name): an item --extra / --group asks for
+
+
+def _asks(item: Item, want: Want) -> bool:
+    return item.name == want[1] and (want[0] == "any" or item.kind == want[0])
+
+
+def _holds(space: Space, chosen: int, want: Want) -> bool:
+    return any(chosen >> i & 1 and _asks(it, want) for i, it in enumerate(space.items))
+
+
+def _by_request(lock: ProjectLock, space: Space, found: list[int], flags: SyncFlags) -> int:
+    """The environment of ``found`` that ``--extra``/``--group`` choose (the lock's typed items:
+    their names and kinds), as the module docstring says; ConfigError (exit 2) where none or
+    several."""
+    wanted: list[Want] = [("extra", str(canonicalize_name(x))) for x in flags.extras] + [
+        ("any", str(canonicalize_name(g))) for g in flags.groups
     ]
-    candidates = [e for e in envs if all(_holds(e, w) for w in wanted)]
+    sel = {j: space.located(j)[1] for j in found}
+    candidates = [j for j in found if all(_holds(space, sel[j], w) for w in wanted)]
     if not candidates:
         raise ConfigError(
-            f"{path}: no selection of this lock holds {_asked(request)}", hint=_choices_hint(envs)
+            f"{lock.path}: no selection of this lock holds {_asked(flags)}",
+            hint=_choices_hint(space, found),
         )
-    defaults = next((_items(e) for e in envs if _is_default(e)), set())
+    default = space.default
+    defaults = default if default is not None and default in sel.values() else 0
     if not wanted:
-        best = [e for e in candidates if _is_default(e)] or [e for e in candidates if not _items(e)]
+        best = [j for j in candidates if sel[j] == default] or [j for j in candidates if not sel[j]]
         if len(candidates) == 1:
             best = candidates
     else:
-        asked = {w for e in candidates for w in _items(e) if any(_holds_word(w, x) for x in wanted)}
-        fits = [e for e in candidates if _items(e) <= asked | defaults]
-        most = max((len(_items(e) & defaults) for e in fits), default=0)
-        best = [e for e in fits if len(_items(e) & defaults) == most]
+        asked = 0
+        for j in candidates:
+            for i, it in enumerate(space.items):
+                if sel[j] >> i & 1 and any(_asks(it, w) for w in wanted):
+                    asked |= 1 << i
+        fits = [j for j in candidates if not sel[j] & ~(asked | defaults)]
+        most = max(((sel[j] & defaults).bit_count() for j in fits), default=0)
+        best = [j for j in fits if (sel[j] & defaults).bit_count() == most]
     if len(best) != 1:
-        shown = "; ".join(e.selection[0] if e.selection else NO_CHOICE for e in best or candidates)
+        shown = "; ".join(
+            space.env(j).selection[0] if space.env(j).selection else NO_CHOICE
+            for j in best or candidates
+        )
         raise ConfigError(
-            f"{path}: {_asked(request) if wanted else 'the default selection'} matches more than"
-            f" one environment of this lock ({shown}); a provision installs one",
-            hint=_choices_hint(envs),
+            f"{lock.path}: {_asked(flags) if wanted else 'the default selection'} matches more"
+            f" than one environment of this lock ({shown}); a provision installs one",
+            hint=_choices_hint(space, found),
         )
     return best[0]
 
 
-def _as_uv_selects(
-    lock: ParsedLock,
-    sha256: str,
-    envs: list[Environment],
-    exported: list[Exported],
-    flags: SyncFlags,
+def _flag_selection(space: Space, flags: SyncFlags) -> int:
+    """The lock's conflicting items uv sync's ``flags`` switch on (a mask over ``space.items``),
+    each by its typed name, kind and whether the locker's default takes it (``Item.default``: the
+    project's own dependencies, its ``default-groups``): an extra by ``--extra`` or
+    ``--all-extras`` (less ``--no-extra``); a group by ``--group``, ``--all-groups`` or the default
+    (less ``--no-default-groups``, ``--no-group``, ``--no-dev``), or by ``--only-group`` /
+    ``--only-dev`` alone."""
+
+    def names(values: tuple[str, ...]) -> set[str]:
+        return {str(canonicalize_name(v)) for v in values}
+
+    extras, no_extras = names(flags.extras), names(flags.no_extras)
+    groups, no_groups, only = names(flags.groups), names(flags.no_groups), names(flags.only_groups)
+    if flags.only_dev:
+        only.add("dev")
+    if flags.no_dev:
+        no_groups.add("dev")
+    chosen = 0
+    for i, it in enumerate(space.items):
+        if it.kind == "extra":
+            on = it.name in extras or (flags.all_extras and it.name not in no_extras)
+        elif it.kind == "group":
+            on = (
+                it.name in only
+                if only
+                else it.name not in no_groups
+                and (
+                    it.name in groups
+                    or flags.all_groups
+                    or (it.default and not flags.no_default_groups)
+                )
+            )
+        else:  # a package's own dependencies: on wherever it is installed
+            on = it.default
+        if on:
+            chosen |= 1 << i
+    return chosen
+
+
+def _as_uv_exports(
+    lock: ProjectLock, space: Space, found: list[int], exported: list[Exported], flags: SyncFlags
 ) -> Chosen:
     """The environment uv's export of ``flags`` installs here: its packages are the lock's entries
-    whose exported marker holds on this platform and Python. The gate's environment is the
-    selection of the lock's conflicting items that installs the same torch and most of the same
-    packages: the gate's rules run on it, and it names the choice in the receipt."""
-    entries = match_entries(lock, exported, envs[0].values)
+    whose exported marker holds on this platform and Python (``uvsync.match_entries``), and the
+    selection is the lock's conflicting items the flags switch on (``_flag_selection``). What the
+    walk of that selection adds: which entry each edge of it names (the rules' ``torch_for``), and
+    the project's virtual entries uv leaves out."""
+    parsed = lock.parsed
+    block = space.located(found[0])[0]
+    python = space.blocks[block][1]
+    values = space.env(found[0]).values
+    entries = match_entries(parsed, exported, values)
     names = [e.name for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     # the export holds two forks at once: extras that conflict, switched on through others
     if twice:
-        reason = sync_refusal(lock.path, flags, envs[0].python)
+        reason = sync_refusal(lock.path, flags, python)
         if reason is not None:
             raise ConfigError(
                 f"{lock.path}: uv refuses this selection ({flags.sync_command()}): {reason}",
                 hint="Choose one of the conflicting extras/groups.",
             )
+    wanted = _flag_selection(space, flags)
+    chosen = space.closed(wanted)
+    env = space.env_of(block, wanted if chosen is None else chosen)
+    walked = parsed.members(env)
     keys = {e.key for e in entries}
-    torch = {e.key for e in entries if e.name == "torch"}
-    best: tuple[tuple[int, int, int], Environment, Members] | None = None
-    for env in envs:
-        members = lock.members(env)
-        have = {e.key for e in members.entries}
-        score = (len(torch & have), len(keys & have), -len(have - keys))
-        if best is None or score > best[0]:
-            best = (score, env, members)
-    assert best is not None  # envs is not empty
-    _, env, members = best
-    virtual = _virtual_roots(lock, members, keys)
-    chosen_members = Members(entries=[*entries, *virtual], roots=members.roots)
-    return Chosen(
-        lock.path, sha256, lock, env, chosen_members, sync=flags.sync_command(), flags=flags
+    virtual = _virtual_roots(parsed, walked, keys)
+    members = Members(
+        entries=[*entries, *virtual],
+        roots=walked.roots,
+        edge_masks=walked.edge_masks,
+        bit=walked.bit,
     )
+    return Chosen(lock, env, members, sync=flags.sync_command(), flags=flags)
 
 
 def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[Entry]:
@@ -355,23 +389,18 @@ def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[E
     ]
 
 
-def _holds_word(words: str, want: tuple[str, str]) -> bool:
-    kind, name = _names(words)
-    return name == want[1] and (want[0] == "any" or kind == want[0])
-
-
-def _asked(request: Request) -> str:
-    parts = [f"--extra {x}" for x in request.extras] + [f"--group {g}" for g in request.groups]
+def _asked(flags: SyncFlags) -> str:
+    parts = [f"--extra {x}" for x in flags.extras] + [f"--group {g}" for g in flags.groups]
     return " ".join(parts)
 
 
-def _choices_hint(envs: list[Environment]) -> str:
-    words = sorted({w for e in envs for w in _items(e)})
-    flags = [
-        f"--{_names(w)[0] if _names(w)[0] in ('extra', 'group') else 'group'} {_names(w)[1]}"
-        for w in words
-    ]
-    labels = sorted({e.selection[0] for e in envs if e.selection})
+def _choices_hint(space: Space, found: list[int]) -> str:
+    on = 0
+    for j in found:
+        on |= space.located(j)[1]
+    items = sorted((it for i, it in enumerate(space.items) if on >> i & 1), key=lambda it: it.words)
+    flags = [f"--{it.kind if it.kind in ('extra', 'group') else 'group'} {it.name}" for it in items]
+    labels = sorted({space.env(j).selection[0] for j in found if space.env(j).selection})
     if not flags:
         return "This lock has no conflicting extras or groups to choose between."
     return (
@@ -379,73 +408,16 @@ def _choices_hint(envs: list[Environment]) -> str:
     )
 
 
-def selection_marker(lock: ParsedLock, env: Environment) -> str | None:
-    """A PEP 508 marker that holds in ``env``'s selection and in no other (None: nothing to
-    choose)."""
-    atoms: list[str] = []
-    for conflict in lock.conflicts:
-        for item in conflict:
-            for tag in sorted(item.extras):
-                atoms.append(f"extra {'==' if tag in env.extras else '!='} '{tag}'")
-            for g in sorted(item.groups - item.extras):
-                atoms.append(f"'{g}' {'in' if g in env.groups else 'not in'} dependency_groups")
-    return " and ".join(dict.fromkeys(atoms)) or None
+def gate(chosen: Chosen, accept: Path | None) -> tuple[FileReport, list[Finding]]:
+    """The gate's rules on the chosen environment, exactly what it installs
+    (``gate.check.judge_environment``, offline): (the report, the findings that refuse it)."""
+    from envbuild.gate.accept import load_for
 
-
-def gate(chosen: Chosen, request: Request, accept: Path | None) -> tuple[FileReport, list[Finding]]:
-    """The gate's rules on the chosen environment alone: (the report, the findings that refuse it).
-    A finding about a package this selection does not install (a mismatched wheel in an extra
-    that is not asked for) refuses only the selections that install it (``installed_by``)."""
-    env = chosen.env
-    where = [request.environment[0] if request.environment else host_platform_key()]
-    marker = selection_marker(chosen.lock, env)
-    if marker:
-        where.append(marker)
-    narrow = Narrow(environment=tuple(where), python=(env.python,), default_python=env.python)
-    try:
-        report = check_file(
-            chosen.path,
-            Policy(python=env.python),
-            fmt=chosen.lock.format,
-            offline=True,
-            narrow=narrow,
-            accept_file=accept,
-        )
-    # the narrowing matched nothing: judge every environment of the platform
-    except ConfigError as exc:
-        if "nothing would be judged" not in exc.message:
-            raise
-        report = check_file(
-            chosen.path,
-            Policy(python=env.python),
-            fmt=chosen.lock.format,
-            offline=True,
-            narrow=Narrow(
-                environment=tuple(where[:1]), python=(env.python,), default_python=env.python
-            ),
-            accept_file=accept,
-        )
-    return report, installed_by(chosen, report.failing)
-
-
-def installed_by(chosen: Chosen, findings: list[Finding]) -> list[Finding]:
-    """The findings about what ``chosen`` installs: a finding on a locked entry (by its line in
-    the lock, else by its name) counts where the selection installs that entry; one about no
-    entry (the lock as a whole) always counts."""
-    keys = {e.key for e in chosen.members.entries}
-    names = {e.name for e in chosen.members.entries}
-    at_line = {e.line: e for e in chosen.lock.entries if e.line is not None}
-    locked = {e.name for e in chosen.lock.entries}
-    out = []
-    for f in findings:
-        entry = at_line.get(f.line) if f.line is not None else None
-        name = str(canonicalize_name(f.package.split()[0])) if f.package.strip() else ""
-        if entry is not None and entry.name == name:
-            if entry.key in keys:
-                out.append(f)
-        elif name not in locked or name in names:
-            out.append(f)
-    return out
+    report = FileReport(str(chosen.path), chosen.lock.format)
+    exceptions = load_for(chosen.path, accept, chosen.source.project)
+    policy = Policy(python=chosen.env.python)
+    judge_environment(chosen.source, chosen.env, chosen.members, report, policy, exceptions)
+    return report, report.failing
 
 
 def refuse(

@@ -16,10 +16,10 @@ import re
 from pathlib import Path
 
 from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
-from envbuild.fromlock.stages import ORDER, STAGE_WORDS, Placed, StagePlan
+from envbuild.fromlock.stages import ORDER, STAGE_WORDS, Placed, Stage, StagePlan
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
 
-__all__ = ["stage_files", "stage_line", "stack_for"]
+__all__ = ["stage_files", "stage_line", "stage_pins", "stack_for", "step_stage"]
 
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -55,7 +55,7 @@ def stack_for(
     triton = next(
         (n for n in runtime if n in ("triton", "pytorch-triton", "pytorch-triton-rocm")), None
     )
-    steps = _stage_steps(plan, adopt, pip_backend, build or build_sources(chosen.path))
+    steps = _stage_steps(plan, adopt, pip_backend, build or build_sources(chosen.source.project))
     name = _NAME.sub("-", f"lock-{chosen.path.parent.name or 'project'}").strip("-.")[:60] or "lock"
     return StackSpec(
         path=chosen.path,
@@ -96,7 +96,7 @@ def _stage_steps(
     with isolated builds resolves their requirements from ``build``'s indexes, as uv's would."""
     steps = []
     for stage in plan.stages:
-        placed = [p for p in plan.stage(stage) if not (adopt and p.entry is plan.torch)]
+        placed = stage_pins(plan, stage, adopt=adopt)
         if not placed:
             continue
         packages = tuple(_shown(p, pip_backend) for p in placed)
@@ -126,13 +126,16 @@ def _stage_steps(
     return tuple(steps)
 
 
+def stage_pins(plan: StagePlan, stage: Stage, *, adopt: bool = False) -> list[Placed]:
+    """The typed pins of ``stage``'s step: its packages of ``plan``, less an adopted torch (the
+    venv's, kept). Every writer of a step's files takes them from here, never from the step's
+    ``name==version`` names."""
+    return [p for p in plan.stage(stage) if not (adopt and p.entry is plan.torch)]
+
+
 def _digest_stages(plan: StagePlan, adopt: bool, pip_backend: bool) -> dict[str, tuple[str, ...]]:
     return {
-        stage: tuple(
-            _shown(p, pip_backend)
-            for p in plan.stage(stage)
-            if not (adopt and p.entry is plan.torch)
-        )
+        stage: tuple(_shown(p, pip_backend) for p in stage_pins(plan, stage, adopt=adopt))
         for stage in plan.stages
     }
 
@@ -162,10 +165,8 @@ def stage_files(
     for n, step in enumerate(spec.steps, 1):
         if step.name == "project" and pip_backend:
             continue
-        stage = step.name
-        assert stage in ORDER, stage  # a stack made from a lock names each step by its stage
-        wanted = {canonical_name(p) for p in step.packages}
-        lines = [stage_line(p) for p in plan.stage(stage) if p.entry.name in wanted]
+        stage = step_stage(step.name)
+        lines = [stage_line(p) for p in stage_pins(plan, stage, adopt=spec.abi.adopt)]
         path = folder / f"{n:02d}-{step.name}.txt"
         text = (
             f"# envbuild provision --lock {plan.chosen.path} ({plan.chosen.env.name}), lock sha256 "
@@ -185,11 +186,12 @@ def stage_line(p: Placed) -> str:
     from envbuild.spec.stagefile import git_note, index_note
 
     if p.git is not None:
-        return p.line + git_note(p.git)
+        return p.line + git_note(p.git.source) if p.git.source else p.line
     return p.line + index_note(p.index) if p.index is not None and p.artifact else p.line
 
 
-def canonical_name(package: str) -> str:
-    from packaging.utils import canonicalize_name
-
-    return canonicalize_name(re.split(r"[\s=<>!~@\[;]", package, maxsplit=1)[0])
+def step_stage(name: str) -> Stage:
+    """A step's stage: a stack made from a lock names each step by its stage."""
+    stage = next((s for s in ORDER if s == name), None)
+    assert stage is not None, name
+    return stage

@@ -49,10 +49,20 @@ from envbuild.errors import ConfigError, LockError
 from envbuild.fromlock.select import Chosen, ChosenJSON
 from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.model import Entry
+from envbuild.gate.project import Project, project_of
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
-from envbuild.index.wheeltags import NEWEST_GLIBC, is_sdist, wheel_tags
+from envbuild.index.wheeltags import NEWEST_GLIBC, is_pure, is_sdist, rank_among
 
-__all__ = ["ORDER", "LockedFile", "Placed", "StagePlan", "Stage", "plan_stages", "target_tag_order"]
+__all__ = [
+    "ORDER",
+    "GitPin",
+    "LockedFile",
+    "Placed",
+    "StagePlan",
+    "Stage",
+    "plan_stages",
+    "target_tag_order",
+]
 
 Stage = Literal["torch", "extensions", "rest", "builds", "project"]
 ORDER: tuple[Stage, ...] = ("torch", "extensions", "rest", "builds", "project")
@@ -80,6 +90,24 @@ class LockedFile:
 
 
 @dataclass(frozen=True)
+class GitPin:
+    """A git pin as installed: the repository's URL (no ``git+``), the commit, the subdirectory."""
+
+    url: str
+    commit: str
+    subdirectory: str = ""
+    # the lock's git source (``URL?rev=REF#COMMIT``), which names the ref uv sync records
+    # (``spec.stagefile.git_note``)
+    source: str = ""
+
+    @property
+    def line(self) -> str:
+        """The PEP 508 direct reference, after ``name @ ``."""
+        sub = f"#subdirectory={self.subdirectory}" if self.subdirectory else ""
+        return f"git+{self.url}@{self.commit}{sub}"
+
+
+@dataclass(frozen=True)
 class Placed:
     """One package of the environment in its stage: why it is there and what is installed."""
 
@@ -97,9 +125,7 @@ class Placed:
     # uv sync records it: no direct_url.json (``spec.stagefile.index_note``); None: a direct URL, a
     # path, a git pin or a folder
     index: str | None = None
-    # a git pin: the lock's git source (``URL?rev=REF#COMMIT``), which names the ref uv sync records
-    # (``spec.stagefile.git_note``); None otherwise
-    git: str | None = None
+    git: GitPin | None = None  # a git pin: where and which commit, and the lock's git source
 
     @property
     def label(self) -> str:
@@ -296,7 +322,7 @@ def pick_artifact(
     for a in arts:
         if not a.wheel:
             continue
-        got = min((order[t] for t in map(str, wheel_tags(a.filename)) if t in order), default=None)
+        got = rank_among(a.filename, order)
         if got is not None and got < rank:
             best, rank = a, got
     if best is not None:
@@ -317,10 +343,9 @@ class BuildSettings:
     extra_build: frozenset[str] = frozenset()
 
 
-def build_settings(lock_path: Path) -> BuildSettings:
-    from envbuild.gate.project import read_pyproject, table
-
-    uv = table(read_pyproject(lock_path.parent), "tool", "uv")
+def build_settings(project: Project | Path) -> BuildSettings:
+    """``[tool.uv]``'s build settings of the project (or of the one beside the lock at a path)."""
+    uv = project_of(project).tool_uv
     names = uv.get("no-build-isolation-package") or []
     extra = uv.get("extra-build-dependencies") or {}
     return BuildSettings(
@@ -370,16 +395,20 @@ def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
 
 
 def _depends_on_torch(entry: Entry) -> bool:
+    """Whether the entry depends on torch: an edge to it, else a declared requirement on it
+    (``torch``, ``torch>=2``, ``torch[opt]``, ``torch (>=2)``, ``torch @ URL``; any marker)."""
     if entry.dependencies is not None and "torch" in entry.dependencies:
         return True
-    return any(
-        r.split(";")[0]
-        .replace(" ", "")
-        .lower()
-        .startswith(("torch=", "torch>", "torch<", "torch~", "torch!"))
-        or r.split(";")[0].strip().lower() == "torch"
-        for r in entry.requires or ()
-    )
+    return any(_names_torch(r) for r in entry.requires or ())
+
+
+def _names_torch(requirement: str) -> bool:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return canonicalize_name(Requirement(requirement).name) == "torch"
+    except InvalidRequirement:
+        return False
 
 
 def _claim(entry: Entry, art: LockedFile | None) -> str | None:
@@ -405,13 +434,13 @@ def plan_stages(
     by_name = {e.name: e for e in entries}
     tags = _TagOrder(chosen.env.python, chosen.env.platform)
     folder = chosen.path.parent
-    settings = build_settings(chosen.path)
+    settings = build_settings(chosen.source.project)
     sources = _raw_sources(chosen)
     runtime = _torch_reach(torch, by_name)
     plan = StagePlan(
         chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build
     )
-    root_name = _project_name(chosen.path)
+    root_name = chosen.source.project.name
     for e in sorted(entries, key=lambda x: (x.name, x.key)):
         if e.key == BASE_TORCH_KEY:  # the base environment's: adopted, never installed
             continue
@@ -633,7 +662,7 @@ def _classify(
                 "extensions",
                 f"prebuilt extension: its version claims the ABI it was built for (+{claim})",
             )
-        binary = not all(t.endswith("-any") for t in map(str, wheel_tags(art.filename)))
+        binary = not is_pure(art.filename)
         if binary and _depends_on_torch(e):
             return "extensions", "prebuilt binary wheel of a package that depends on torch"
         return "rest", (
@@ -663,14 +692,6 @@ def _builds_against_torch(e: Entry, settings: BuildSettings) -> str | None:
     if e.name in KNOWN_EXTENSIONS:
         return "a known CUDA extension: its build compiles against the installed torch"
     return None
-
-
-def _project_name(lock_path: Path) -> str | None:
-    """The canonical name of the project beside the lock (its pyproject's ``[project] name``)."""
-    from envbuild.gate.project import read_pyproject, table
-
-    name = table(read_pyproject(lock_path.parent), "project").get("name")
-    return str(canonicalize_name(name)) if isinstance(name, str) else None
 
 
 def _project(
@@ -746,11 +767,11 @@ def _git(
             f"{e.label()}: the git source {raw} is not pinned to a commit", hint="Re-lock it."
         )
     base = parts._replace(query="", fragment="").geturl()
-    sub = (parse_qs(parts.query).get("subdirectory") or [""])[0]
-    line = f"{e.name} @ git+{base}@{commit}" + (f"#subdirectory={sub}" if sub else "")
+    git = GitPin(base, commit, (parse_qs(parts.query).get("subdirectory") or [""])[0], raw)
+    line = f"{e.name} @ {git.line}"
     pinned = f"git pin at {commit[:12]} (no file hash: pinned by its commit)"
     if e.name in runtime:
-        return Placed(e, "torch", pinned, None, line, git=raw)
+        return Placed(e, "torch", pinned, None, line, git=git)
     needs_torch = _builds_against_torch(e, settings)
     return Placed(
         e,
@@ -758,5 +779,5 @@ def _git(
         f"{pinned}; {needs_torch}" if needs_torch else pinned,
         None,
         line,
-        git=raw,
+        git=git,
     )

@@ -24,13 +24,13 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError
-from envbuild.gate.formats._common import toml_loads
+from envbuild.gate.lockfile import ProjectLock
 from envbuild.gate.model import Entry, LockParseError, ParsedLock
+from envbuild.gate.project import Project
 from envbuild.installer.python import find_uv
 from envbuild.run import run
 
@@ -136,8 +136,8 @@ class Exported:
     hashes: frozenset[str] = frozenset()  # the requirements export: its files' sha256 (no source)
 
 
-def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
-    """uv's export of ``flags``' selection of the lock at ``lock_path`` (``uv export --frozen
+def export(lock: ProjectLock, flags: SyncFlags) -> list[Exported] | None:
+    """uv's export of ``flags``' selection of ``lock`` (``uv export --frozen
     --format pylock.toml``); None where uv cannot say (no pyproject.toml beside the lock, a lock not
     named uv.lock, or no uv). ConfigError (exit 2): uv refuses the selection.
 
@@ -145,8 +145,8 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
     offline, and where it cannot (a file from a find-links page that serves no hashes, not in uv's
     cache) the requirements export answers instead, which names no source: an entry is then told
     apart from another of its name and version by its files' hashes (``_same_place``)."""
-    folder = lock_path.parent
-    if not (folder / "pyproject.toml").is_file() or lock_path.name != "uv.lock":
+    lock_path = lock.path
+    if not lock.project.exists() or lock_path.name != "uv.lock":
         return None
     uv = find_uv()
     if uv is None:
@@ -165,7 +165,7 @@ def export(lock_path: Path, flags: SyncFlags) -> list[Exported] | None:
         raise ConfigError(
             f"{lock_path}: uv refuses this selection ({flags.sync_command()}): "
             f"{_uv_reason(plain.stderr)}",
-            hint=_flag_hint(folder),
+            hint=_flag_hint(lock.project),
         )
     return parse_requirements(plain.stdout)
 
@@ -215,43 +215,31 @@ def _norm(path: str) -> str:
     return posixpath.normpath(path.removeprefix("file://"))
 
 
-def _text(table: dict[str, Any], key: str) -> str | None:
-    value = table.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _table(table: dict[str, Any], key: str) -> dict[str, Any]:
-    value = table.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def parse_pylock(text: str) -> list[Exported]:
-    """uv's pylock.toml export: each ``[[packages]]`` with where uv takes it from."""
+    """uv's pylock.toml export (read by the one PEP 751 reader, ``gate.formats.pylock``): each
+    package with where uv takes it from."""
+    from envbuild.gate.formats.pylock import read_pylock
+
     try:
-        data = toml_loads(text)
+        lock = read_pylock(text)
     except LockParseError as exc:
         raise ConfigError(f"uv export wrote a pylock.toml envbuild cannot read ({exc})") from exc
     out: list[Exported] = []
-    for p in data.get("packages") or []:
-        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
-            raise ConfigError(f"uv export wrote a package envbuild cannot read: {p!r}")
-        files: set[str] = set()
-        for f in [*(p.get("wheels") or []), p.get("sdist") or {}]:
-            where = (_text(f, "url") or _text(f, "path")) if isinstance(f, dict) else None
-            if where:
-                files.add(where)
-        archive, folder, vcs = (_table(p, k) for k in ("archive", "directory", "vcs"))
-        path = _text(folder, "path")
+    for p in lock.packages:
+        files = {w.url or w.path for w in p.wheels or ()}
+        if p.sdist is not None:
+            files.add(p.sdist.url or p.sdist.path)
+        archive = p.archive.url or p.archive.path if p.archive is not None else None
         out.append(
             Exported(
-                name=str(canonicalize_name(p["name"])),
-                version=_text(p, "version"),
-                marker=_text(p, "marker"),
-                index=_text(p, "index"),
-                archive=_text(archive, "url") or _text(archive, "path"),
-                directory=_norm(path) if path is not None else None,
-                vcs=_text(vcs, "url"),
-                files=frozenset(files),
+                name=str(canonicalize_name(p.name)),
+                version=str(p.version) if p.version is not None else None,
+                marker=str(p.marker) if p.marker is not None else None,
+                index=p.index,
+                archive=archive,
+                directory=_norm(p.directory.path) if p.directory is not None else None,
+                vcs=p.vcs.url if p.vcs is not None else None,
+                files=frozenset(f for f in files if f),
             )
         )
     return out
@@ -327,13 +315,11 @@ def _uv_reason(stderr: str) -> str:
     return " ".join(" ".join(kept).split()) or "uv failed with no message"
 
 
-def _flag_hint(folder: Path) -> str:
+def _flag_hint(project_file: Project) -> str:
     """The extras and groups the project beside the lock defines (what --extra / --group can
     name)."""
-    from envbuild.gate.project import read_pyproject, table
-
-    data = read_pyproject(folder)
-    project = table(data, "project")
+    data = project_file.data
+    project = project_file.table("project")
     extras = (
         sorted(project.get("optional-dependencies") or {})
         if isinstance(project.get("optional-dependencies"), dict)

@@ -29,6 +29,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError
 from envbuild.gate.findings import RULES, Finding
+from envbuild.gate.project import Project
 
 __all__ = ["Exception_", "apply", "load_for"]
 
@@ -108,8 +109,11 @@ def _parse(items: Any, source: str, where: str) -> list[Exception_]:
     return out
 
 
-def load_for(lockfile: Path, explicit: Path | None = None) -> list[Exception_]:
-    """The exceptions that apply to ``lockfile`` (see the module's docstring for where from)."""
+def load_for(
+    lockfile: Path, explicit: Path | None = None, project: Project | None = None
+) -> list[Exception_]:
+    """The exceptions that apply to ``lockfile`` (see the module's docstring for where from).
+    ``project``: the project beside the lock, as the caller read it (its pyproject is read once)."""
     if explicit is not None:
         if not explicit.is_file():
             raise ConfigError(f"--accept {explicit}: no such file")
@@ -119,9 +123,9 @@ def load_for(lockfile: Path, explicit: Path | None = None) -> list[Exception_]:
     beside = folder / BESIDE
     if beside.is_file():
         return _parse(_read_toml(beside).get("accept", []), str(beside), "accept")
-    from envbuild.gate.project import read_pyproject, table
-
-    settings = table(read_pyproject(folder), "tool", "envbuild", "check-lock")
+    if project is None or project.folder.resolve() != folder:
+        project = Project(folder)
+    settings = project.table("tool", "envbuild", "check-lock")
     if "accept" in settings:
         where = str(folder / "pyproject.toml")
         return _parse(settings["accept"], where, "tool.envbuild.check-lock.accept")

@@ -3,7 +3,6 @@ family on each, apply the reviewed exceptions, and report (``envbuild.gate.outpu
 
 from __future__ import annotations
 
-import stat
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -17,68 +16,70 @@ from envbuild.gate.environments import PLATFORMS, Narrow, Space, choices, make_s
 from envbuild.gate.findings import NO_FILE, EnvRow, FileReport, Finding, Policy
 from envbuild.gate.formats import detect, parse
 from envbuild.gate.groups import Group, by_pythons, group, judged_names
+from envbuild.gate.lockfile import (
+    MAX_BYTES,
+    MAX_PACKAGES,
+    ProjectLock,
+    gate_read,
+    read_lock_text,
+    read_lockfile,
+)
 from envbuild.gate.metadata import MetadataSources
 from envbuild.gate.model import (
+    Entry,
     Environment,
     Format,
     LockParseError,
+    Members,
     ParsedLock,
     Reach,
     where_words,
 )
 from envbuild.gate.rules import FAMILIES, history
 
-__all__ = ["MAX_BYTES", "MAX_PACKAGES", "FileReport", "check_file", "read_lockfile"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_PACKAGES",
+    "FileReport",
+    "check_file",
+    "judge_environment",
+    "judge_lock",
+    "read_lockfile",
+]
 
-MAX_BYTES = 64 << 20  # the largest real uv.lock files are a few MB
-MAX_PACKAGES = 20_000  # the largest real locks hold a few thousand
+
+def view_of(
+    env: Environment,
+    members: Members,
+    torch_name: str,
+    *,
+    selections: int = 1,
+    environments: int = 1,
+    mask: int = 1,
+) -> View:
+    """The rules' view of one environment and what it installs (its torch: the one it installs,
+    None where it installs none or several)."""
+    by_name: dict[str, list[Entry]] = {}
+    for e in members.entries:
+        by_name.setdefault(e.name, []).append(e)
+    torches = by_name.get(torch_name, [])
+    torch = torches[0] if len({t.version for t in torches}) == 1 and torches[0].version else None
+    bare = Environment(env.platform, env.python, env.values)
+    return View(env, members, torch, by_name, bare, selections, environments, mask)
 
 
-def read_lockfile(path: Path) -> str:
-    """The text of a lockfile: a regular file, at most ``MAX_BYTES``, UTF-8 (else ConfigError, exit
-    2)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: no such lockfile") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{path}: not a regular file; a lockfile is read from a file")
-    if st.st_size > MAX_BYTES:
-        raise ConfigError(
-            f"{path}: {st.st_size / (1 << 20):.0f} MiB; a lockfile is read up to "
-            f"{MAX_BYTES >> 20} MiB (the largest real locks are a few MB)"
+def _views(groups: list[Group], reach: Reach, torch_name: str) -> list[View]:
+    return [
+        view_of(
+            g.env,
+            reach.members(g.j),
+            torch_name,
+            selections=g.selections,
+            environments=g.environments,
+            mask=g.mask,
         )
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from exc
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); lockfiles are UTF-8"
-        ) from exc
-
-
-def _views(lock: ParsedLock, groups: list[Group], reach: Reach, torch_name: str) -> list[View]:
-    views = []
-    for g in groups:
-        members = reach.members(g.j)
-        by_name: dict[str, list[Any]] = {}
-        for e in members.entries:
-            by_name.setdefault(e.name, []).append(e)
-        torches = by_name.get(torch_name, [])
-        torch = (
-            torches[0] if len({t.version for t in torches}) == 1 and torches[0].version else None
-        )
-        bare = Environment(g.env.platform, g.env.python, g.env.values)
-        views.append(
-            View(g.env, members, torch, by_name, bare, g.selections, g.environments, g.mask)
-        )
-    return views
+        for g in groups
+    ]
 
 
 def check_file(
@@ -94,56 +95,43 @@ def check_file(
     accept_file: Path | None = None,
     use_cache: bool = True,
 ) -> FileReport:
+    """``check-lock FILE``: read the lock (``gate.lockfile``), enumerate its environments and judge
+    them (``judge_lock``)."""
     t0 = time.monotonic()
-    narrow = narrow or Narrow(default_python=policy.python)
-    text = read_lockfile(path)
-    kind = fmt or detect(path, text)
-    report = FileReport(shown or str(path), kind)
-    exceptions = accepting.load_for(path, accept_file)
-    # [[package]] / [[packages]], counted unread
-    tables = text.count("\n[[package") + text.startswith("[[package")
-    if tables > MAX_PACKAGES:
-        report.findings.append(
-            Finding(
-                report.file,
-                "-",
-                "broken-lock",
-                f"{tables} packages: more than any real "
-                f"lock holds (the gate reads up to {MAX_PACKAGES})",
-            )
+    text = read_lock_text(path, fmt)
+    report = FileReport(shown or str(path), text.format)
+    exceptions = accepting.load_for(path, accept_file, text.project)
+    lock, report.findings = gate_read(text, report.file)
+    if lock is not None:
+        judge_lock(
+            lock,
+            report,
+            policy,
+            exceptions,
+            base=base,
+            offline=offline,
+            index_urls=index_urls,
+            narrow=narrow or Narrow(default_python=policy.python),
+            use_cache=use_cache,
         )
-        report.seconds = time.monotonic() - t0
-        return report
-    try:
-        lock = parse(path, text, kind)
-    except LockParseError as exc:
-        report.findings.append(
-            Finding(report.file, "-", "broken-lock", f"not a readable {kind} file: {exc}")
-        )
-        report.seconds = time.monotonic() - t0
-        return report
-    if len(lock.entries) > MAX_PACKAGES:
-        report.findings.append(
-            Finding(
-                report.file,
-                "-",
-                "broken-lock",
-                f"{len(lock.entries)} packages: more than "
-                f"any real lock holds (the gate reads up to {MAX_PACKAGES})",
-            )
-        )
-        report.seconds = time.monotonic() - t0
-        return report
-    for bad in lock.unread:
-        report.findings.append(
-            Finding(
-                report.file,
-                "-",
-                "broken-line",
-                f"`{bad.text}` is not a line pip reads ({bad.why}); the rest of the file is judged",
-                line=bad.line,
-            )
-        )
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def judge_lock(
+    read: ProjectLock,
+    report: FileReport,
+    policy: Policy,
+    exceptions: list[accepting.Exception_],
+    *,
+    base: str | None = None,
+    offline: bool = False,
+    index_urls: Iterable[str] = (),
+    narrow: Narrow,
+    use_cache: bool = True,
+) -> None:
+    """Every environment of a parsed lock (narrowed) judged under ``policy``, into ``report``."""
+    lock = read.parsed
     names = judged_names(lock, policy)
     space = make_space(lock, narrow, names)
     if not space.active:  # a typo in --group must not turn the gate green by judging nothing
@@ -162,7 +150,7 @@ def check_file(
         )
     lock.notes += space.notes
     reach = lock.walk(space)
-    views = _views(lock, group(space, reach, names), reach, policy.torch)
+    views = _views(group(space, reach, names), reach, policy.torch)
     with_torch = {v.env.platform for v in views if v.by_name.get(policy.torch)}
     bare = [v for v in views if not v.by_name.get(policy.torch) and v.env.platform in with_torch]
     if bare:  # a selection that installs no torch where others do: no verdict to give there
@@ -173,34 +161,83 @@ def check_file(
         lock.notes.append(
             f"{sum(v.environments for v in bare)} environment(s) install no {policy.torch}: {shown}"
         )
-    sources = MetadataSources(offline=offline, use_cache=use_cache)
-    ctx, installable = _judge(
-        Context(
-            report.file,
-            lock,
-            policy,
-            views,
-            offline=offline,
-            index_urls=tuple(index_urls),
-            sources=sources,
-        ),
-        space,
-        reach,
-    )
-    views = ctx.views
+    ctx = _context(report, lock, policy, views, offline, index_urls, use_cache)
+    ctx, installable = _judge(ctx, space, reach)
     for text in ctx.no_file_notes():
         ctx.note(text)
     if base:
-        _history(ctx, path, kind, base, narrow, names, space, installable)
+        _history(ctx, read, base, narrow, names, space, installable)
+    _verdict(
+        ctx,
+        report,
+        exceptions,
+        installable,
+        asked=bool(narrow.environment),
+        python_named=bool(narrow.python),
+    )
+
+
+def judge_environment(
+    read: ProjectLock,
+    env: Environment,
+    members: Members,
+    report: FileReport,
+    policy: Policy,
+    exceptions: list[accepting.Exception_],
+) -> None:
+    """One environment of a parsed lock, exactly what it installs (``members``: what a provision
+    selected), judged under ``policy`` offline, into ``report``: the rules a ``check-lock`` of that
+    environment runs, with no other environment enumerated."""
+    t0 = time.monotonic()
+    view = view_of(env, members, policy.torch)
+    ctx = _context(report, read.parsed, policy, [view], True, (), True)
+    for family in FAMILIES:
+        family.check(ctx)
+    installable = {env.name: _installable(ctx, view)}
+    for text in ctx.no_file_notes():
+        ctx.note(text)
+    _verdict(ctx, report, exceptions, installable, asked=True, python_named=True)
+    report.seconds = time.monotonic() - t0
+
+
+def _context(
+    report: FileReport,
+    lock: ParsedLock,
+    policy: Policy,
+    views: list[View],
+    offline: bool,
+    index_urls: Iterable[str],
+    use_cache: bool,
+) -> Context:
+    return Context(
+        report.file,
+        lock,
+        policy,
+        views,
+        offline=offline,
+        index_urls=tuple(index_urls),
+        sources=MetadataSources(offline=offline, use_cache=use_cache),
+    )
+
+
+def _verdict(
+    ctx: Context,
+    report: FileReport,
+    exceptions: list[accepting.Exception_],
+    installable: dict[str, bool | None],
+    *,
+    asked: bool,
+    python_named: bool,
+) -> None:
+    """The judged views into ``report``: a torch with no file that installs (a finding where the
+    environment was ``asked`` for by name, else a note), the reviewed exceptions applied, the rows
+    and the notes."""
+    policy, views = ctx.policy, ctx.views
     nofile = [v for v in views if installable[v.env.name] is False]
     # asked for by name: a platform (--environment) that has no torch file for any Python, or a
     # Python named too (--python); a Python the lock allows beside others that have one is a note
     with_file = {v.env.platform for v in views if installable[v.env.name] is not False}
-    named = [
-        v
-        for v in nofile
-        if narrow.environment and (narrow.python or v.env.platform not in with_file)
-    ]
+    named = [v for v in nofile if asked and (python_named or v.env.platform not in with_file)]
     for v in named:
         ctx.add(
             policy.torch,
@@ -234,11 +271,9 @@ def check_file(
     for text in ctx.sources.notes():  # after every lookup, the torch files' included
         ctx.note(text)
     report.findings = findings
-    report.notices = [*lock.notes, *ctx.notices]
+    report.notices = [*ctx.lock.notes, *ctx.notices]
     report.unverified = ctx.explanations()
     report.unchecked = ctx.unchecked
-    report.seconds = time.monotonic() - t0
-    return report
 
 
 def _choices_named(lock: ParsedLock) -> str:
@@ -282,7 +317,7 @@ def _split(
             continue
         j = (v.mask & -v.mask).bit_length() - 1
         whole = Group(v.env, j, v.mask, v.selections, v.environments)
-        out += _views(space.lock, by_pythons(space, whole, sides), reach, torch)
+        out += _views(by_pythons(space, whole, sides), reach, torch)
     return out
 
 
@@ -418,8 +453,7 @@ def _rows(
 
 def _history(
     ctx: Context,
-    path: Path,
-    kind: Format,
+    read: ProjectLock,
     ref: str,
     narrow: Narrow,
     names: set[str] | None,
@@ -432,8 +466,8 @@ def _history(
         rel, text = str(given), read_lockfile(given)
         where, base_kind = given, detect(given, text)
     else:
-        rel, text = history.file_at_ref(path, ref)
-        where, base_kind = Path(f"{ref}:{rel}"), kind
+        rel, text = history.file_at_ref(read.path, ref)
+        where, base_kind = Path(f"{ref}:{rel}"), read.format
     if text is None:
         ctx.note(f"--base {ref}: {rel} does not exist there; nothing to compare")
         return

@@ -254,6 +254,9 @@ class Space:
     inert: int = 0  # items left out of the enumeration (bit mask over items)
     notes: list[str] = field(default_factory=list)
     active: int = 0
+    # per item, the items it switches on through others (``_implied``); the conflict sets as masks
+    implied: list[int] = field(default_factory=list)
+    sets: list[int] = field(default_factory=list)
     _sel_masks: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     _atoms: dict[tuple[str, str, str, bool], int] = field(default_factory=dict, repr=False)
     _envs: dict[int, Environment] = field(default_factory=dict, repr=False)
@@ -351,24 +354,38 @@ class Space:
         got = self._envs.get(j)
         if got is None:
             b, s = divmod(j, self.n_sel)
-            platform, python = self.blocks[b]
-            chosen = self.selections[s]
-            extras = set(self.lock.always_extras)
-            groups = set(self.lock.always_groups)
-            for i, it in enumerate(self.items):
-                if chosen >> i & 1:
-                    extras |= it.extras
-                    groups |= it.groups
-            words = selection_words(self.items, chosen, self.default) if self.items else None
-            got = self._envs[j] = Environment(
-                PLATFORMS[platform][0],
-                python,
-                _values(PLATFORMS[platform][1], python),
-                frozenset(extras),
-                frozenset(groups),
-                (words,) if words else (),
-            )
+            got = self._envs[j] = self.env_of(b, self.selections[s])
         return got
+
+    def env_of(self, block: int, chosen: int) -> Environment:
+        """The environment of one (platform, Python) block with the items of ``chosen`` (a mask
+        over ``items``) on, and every item that conflicts with nothing."""
+        platform, python = self.blocks[block]
+        extras = set(self.lock.always_extras)
+        groups = set(self.lock.always_groups)
+        for i, it in enumerate(self.items):
+            if chosen >> i & 1:
+                extras |= it.extras
+                groups |= it.groups
+        words = selection_words(self.items, chosen, self.default) if self.items else None
+        return Environment(
+            PLATFORMS[platform][0],
+            python,
+            _values(PLATFORMS[platform][1], python),
+            frozenset(extras),
+            frozenset(groups),
+            (words,) if words else (),
+        )
+
+    def located(self, j: int) -> tuple[int, int]:
+        """(block, selection mask) of environment ``j``."""
+        b, s = divmod(j, self.n_sel)
+        return b, self.selections[s]
+
+    def closed(self, chosen: int) -> int | None:
+        """``chosen`` with what its items switch on through others, and the items left out of the
+        enumeration dropped; None where that holds two items of one conflict set."""
+        return _close(chosen & ~self.inert, self.implied, self.sets)
 
     def bits(self, mask: int) -> Iterator[int]:
         while mask:
@@ -449,6 +466,8 @@ def make_space(
         default,
         inert,
         notes,
+        implied=implied,
+        sets=sets,
     )
     active = space.everything
     for marker in marker_filters:
@@ -484,22 +503,23 @@ def _closed(
     """Each selection with what it switches on; one that then holds two items of a conflict set is
     refused by uv ("conflicting extras enabled simultaneously") and left out; equal ones merge."""
 
-    def close(chosen: int) -> int | None:
-        got = chosen
-        for i, bits in enumerate(implied):
-            if chosen >> i & 1:
-                got |= bits
-        return got if all((got & s).bit_count() <= 1 for s in sets) else None
-
     out: list[int] = []
     seen: set[int] = set()
     for chosen in selections:
-        got = close(chosen)
+        got = _close(chosen, implied, sets)
         if got is not None and got not in seen:
             seen.add(got)
             out.append(got)
-    closed_default = close(default) if default is not None else None
+    closed_default = _close(default, implied, sets) if default is not None else None
     return out, closed_default
+
+
+def _close(chosen: int, implied: list[int], sets: list[int]) -> int | None:
+    got = chosen
+    for i, bits in enumerate(implied):
+        if chosen >> i & 1:
+            got |= bits
+    return got if all((got & s).bit_count() <= 1 for s in sets) else None
 
 
 def _first_selections(n: int, sets: list[int], allowed: int, limit: int) -> list[int]:

@@ -24,7 +24,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -42,7 +42,10 @@ __all__ = [
     "NEWEST_GLIBC",
     "SDIST_SUFFIXES",
     "fits_target",
+    "fits_tag_filter",
     "host_tags",
+    "is_pure",
+    "rank_among",
     "installs_on",
     "installs_where",
     "platform_tags",
@@ -140,6 +143,48 @@ def tag_rank(
     ``order``: another ranking to use (``host_tags``')."""
     ranks = order if order is not None else _ranks(python, platform, glibc)
     return min((ranks[t] for t in wheel_tags(_name_of(filename)) if t in ranks), default=None)
+
+
+def rank_among(filename: str, order: Mapping[str, int]) -> int | None:
+    """``tag_rank`` against a target's own order of tags as ``py-abi-plat`` strings (best first,
+    ``fromlock.stages.target_tag_order``): the position of the wheel's best tag, None where none of
+    its tags is there."""
+    return min(
+        (order[t] for t in map(str, wheel_tags(_name_of(filename))) if t in order), default=None
+    )
+
+
+def is_pure(filename: str) -> bool:
+    """Whether a wheel installs anywhere (every tag's platform ``any``)."""
+    return all(t.platform == "any" for t in wheel_tags(_name_of(filename)))
+
+
+def _fits_python(interpreter: str, abi: str, python: str) -> bool:
+    """Whether a wheel's interpreter/abi tag installs on ``python`` (``cp311``): its own tag,
+    ``py3``/``py311``, or a stable-ABI ``cp37-abi3`` wheel of an older 3.x (numbers, not strings:
+    ``cp37`` is older than ``cp311``)."""
+    if interpreter in (python, "py3", f"py{python[2:]}", f"py{python[2:3]}"):
+        return True
+    if abi == "abi3" and interpreter.startswith("cp3") and python.startswith("cp3"):
+        try:
+            return int(interpreter[3:] or 0) <= int(python[3:])
+        except ValueError:
+            return False
+    return False
+
+
+def fits_tag_filter(filename: str, python: str | None, platform: str | None) -> bool:
+    """Whether a wheel is kept by ``wheelhouse mirror``'s filter: an interpreter tag (``cp313``) and
+    a platform glob (``manylinux*_x86_64``), each where given. InvalidWheelFilename for a ``.whl``
+    name that does not parse."""
+    import fnmatch
+
+    tags = parse_wheel_filename(filename)[3]
+    if python and not any(_fits_python(t.interpreter, t.abi, python) for t in tags):
+        return False
+    return not platform or any(
+        t.platform == "any" or fnmatch.fnmatch(t.platform, platform) for t in tags
+    )
 
 
 @functools.lru_cache(maxsize=512)

@@ -15,7 +15,6 @@ only ``redact``-ed forms are shown or written.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import threading
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 
 from envbuild import events
 from envbuild._io import atomic_write_json, sha256_file
@@ -34,7 +33,7 @@ from envbuild.errors import LockError, WheelhouseError
 from envbuild.index.client import TIMEOUT, Artifact, ArtifactFinder, Sources, session
 from envbuild.index.download import download
 from envbuild.index.net import SourceError, redact
-from envbuild.index.wheeltags import fits_target, select_target
+from envbuild.index.wheeltags import fits_tag_filter, fits_target, select_target
 from envbuild.lock.model import MANIFEST, read_lock
 from envbuild.spec.stepfile import parse_requirements, read_text
 
@@ -235,20 +234,6 @@ def resolve(
     return artifacts
 
 
-def _fits_python(interpreter: str, abi: str, python: str) -> bool:
-    """Whether a wheel's interpreter/abi tag installs on ``python`` (``cp311``): its own tag,
-    ``py3``/``py311``, or a stable-ABI ``cp37-abi3`` wheel of an older 3.x (numbers, not strings:
-    ``cp37`` is older than ``cp311``)."""
-    if interpreter in (python, "py3", f"py{python[2:]}", f"py{python[2:3]}"):
-        return True
-    if abi == "abi3" and interpreter.startswith("cp3") and python.startswith("cp3"):
-        try:
-            return int(interpreter[3:] or 0) <= int(python[3:])
-        except ValueError:
-            return False
-    return False
-
-
 # ----------------------------------------------------------------------------- download
 
 
@@ -283,14 +268,8 @@ def select(
     kept = []
     for a in artifacts:
         name = a.filename or ""
-        if name.endswith(".whl"):
-            tags = parse_wheel_filename(name)[3]
-            if python and not any(_fits_python(t.interpreter, t.abi, python) for t in tags):
-                continue
-            if platform and not any(
-                t.platform == "any" or fnmatch.fnmatch(t.platform, platform) for t in tags
-            ):
-                continue
+        if name.endswith(".whl") and not fits_tag_filter(name, python, platform):
+            continue
         kept.append(a)
     return kept
 

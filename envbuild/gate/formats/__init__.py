@@ -17,6 +17,7 @@ from pathlib import Path
 
 from envbuild.errors import ConfigError
 from envbuild.gate.model import FORMATS, Format, ParsedLock
+from envbuild.gate.project import Project
 
 __all__ = ["detect", "parse"]
 
@@ -54,8 +55,9 @@ def detect(path: Path, text: str) -> Format:
     )
 
 
-def parse(path: Path, text: str, fmt: Format) -> ParsedLock:
-    """Read a lock of ``fmt``; raises ``LockParseError`` with the reason when it is not one."""
+def parse(path: Path, text: str, fmt: Format, project: Project | None = None) -> ParsedLock:
+    """Read a lock of ``fmt``; raises ``LockParseError`` with the reason when it is not one.
+    ``project``: the project beside it, as the caller read it (uv.lock: its default groups)."""
     if fmt == "requirements":
         from envbuild.gate.formats import requirements
 
@@ -63,7 +65,7 @@ def parse(path: Path, text: str, fmt: Format) -> ParsedLock:
     if fmt == "uv.lock":
         from envbuild.gate.formats import uvlock
 
-        return uvlock.parse(path, text)
+        return uvlock.parse(path, text, project)
     if fmt == "poetry.lock":
         from envbuild.gate.formats import poetry
 

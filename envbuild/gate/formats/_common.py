@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 from envbuild._io import TOMLDecodeError, parse_toml
@@ -11,28 +10,10 @@ from envbuild.gate.model import LockParseError
 __all__ = ["entry_lines", "exact", "sha", "toml_loads"]
 
 
-# The same lock is read by several passes of one command (the gate's parse, the selection's roots,
-# the stages' sources, the export's local names): parsing a 2 MB uv.lock costs about six times
-# what unpickling its tables does, so the last few texts' tables are kept, pickled, and each caller
-# gets a fresh copy it may change (a provision --lock no-op: five parses of the lock became one;
-# the pickles never leave this process).
-_PARSED: dict[str, bytes] = {}
-_PARSED_KEEP = 4
-_PARSED_MIN_CHARS = 20_000  # a small file parses faster than its copy is made
-
-
 def toml_loads(text: str) -> dict[str, Any]:
-    blob = _PARSED.get(text) if len(text) >= _PARSED_MIN_CHARS else None
-    if blob is not None:
-        kept: dict[str, Any] = pickle.loads(blob)
-        return kept
+    """``text`` parsed (``envbuild._io.parse_toml``); ``LockParseError`` where it is not TOML."""
     try:
-        data: dict[str, Any] = parse_toml(text)
-        if len(text) >= _PARSED_MIN_CHARS:
-            while len(_PARSED) >= _PARSED_KEEP:
-                _PARSED.pop(next(iter(_PARSED)))
-            _PARSED[text] = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
-        return data
+        return parse_toml(text)
     except TOMLDecodeError as exc:
         raise LockParseError(f"not valid TOML: {exc}") from exc
     except RecursionError as exc:

@@ -14,26 +14,37 @@ of them, or none), the default groups are always on and every other group is one
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
 from envbuild.gate.formats._common import entry_lines, toml_loads
 from envbuild.gate.model import Entry, Item, LockParseError, ParsedLock
 
-__all__ = ["parse"]
+if TYPE_CHECKING:
+    from packaging.pylock import Pylock
+
+__all__ = ["parse", "read_pylock"]
 
 
-def parse(path: Path, text: str) -> ParsedLock:
+def read_pylock(text: str) -> Pylock:
+    """The one reader of a PEP 751 file's text (a committed pylock.toml, uv's export, ``uv pip
+    compile --format pylock.toml``): ``packaging.pylock``'s typed ``Pylock``, validated;
+    ``LockParseError`` with the reason where it is not one."""
     from packaging.pylock import Pylock, PylockValidationError
 
     data = toml_loads(text)
     try:
-        lock = Pylock.from_dict(data)
+        return Pylock.from_dict(data)
     except PylockValidationError as exc:
         raise LockParseError(f"not a valid PEP 751 lock: {exc}") from exc
     # a malformed field packaging did not anticipate
     except (TypeError, ValueError, AttributeError) as exc:
         raise LockParseError(f"not a valid PEP 751 lock: {exc}") from exc
+
+
+def parse(path: Path, text: str) -> ParsedLock:
+    lock = read_pylock(text)
     lines = text.splitlines()
     headers = entry_lines(lines, "[[packages]]")
     entries: list[Entry] = []

@@ -31,6 +31,7 @@ from packaging.utils import canonicalize_name
 from envbuild.gate.formats._common import entry_lines, sha, toml_loads
 from envbuild.gate.markers import InvalidMarker, MarkerCache
 from envbuild.gate.model import Entry, Grid, Item, LockParseError, ParsedLock, Reach
+from envbuild.gate.project import Project, project_of
 
 __all__ = [
     "UvConflict",
@@ -736,9 +737,10 @@ def _any(masks: Iterable[int]) -> int:
 # ----------------------------------------------------------------------------- the gate's view
 
 
-def parse(path: Path, text: str) -> ParsedLock:
+def parse(path: Path, text: str, project: Project | None = None) -> ParsedLock:
     """The lock at ``path`` (``text``) as the gate reads it; ``LockParseError`` names the first bad
-    field."""
+    field. ``project``: the project beside it (its default groups; by default the one in the lock's
+    folder)."""
     lock = _shape(toml_loads(text))
     headers = entry_lines(text.splitlines(), "[[package]]")
     entries = [
@@ -761,7 +763,7 @@ def parse(path: Path, text: str) -> ParsedLock:
         (canonicalize_name(s.name), s.version): s.requires_dist
         for s in lock.manifest.dependency_metadata
     }
-    sets, always = conflict_items(lock, graph, _default_groups(path))
+    sets, always = conflict_items(lock, graph, _default_groups(project or Project(path.parent)))
     return ParsedLock(
         path,
         "uv.lock",
@@ -863,12 +865,10 @@ def conflict_items(
     return sets, frozenset(always)
 
 
-def _default_groups(path: Path) -> bool | tuple[str, ...]:
-    """``[tool.uv] default-groups`` of the project beside the lock (True: "all"); uv's ``dev``
-    without one."""
-    from envbuild.gate.project import read_pyproject, table
-
-    got = table(read_pyproject(path.parent), "tool", "uv").get("default-groups")
+def _default_groups(project: Project | Path) -> bool | tuple[str, ...]:
+    """``[tool.uv] default-groups`` of the project (or of the one beside the lock at a path; True:
+    "all"); uv's ``dev`` without one."""
+    got = project_of(project).tool_uv.get("default-groups")
     if got == "all":
         return True
     if isinstance(got, list):
