@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.cachedir import TEST_CACHE
+from support.thorough import THOROUGH
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = TEST_CACHE
@@ -46,6 +47,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     network for every pip_sources test; and the longer timeouts above. Then the slowest files first.
     """
     for item in items:
+        if _thorough(item.nodeid) and not item.get_closest_marker("thorough"):
+            item.add_marker(pytest.mark.thorough)  # support/thorough.py: left to test-thorough
         used = frozenset(getattr(item, "fixturenames", ()))
         if used & SLOW_FIXTURES and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
@@ -68,6 +71,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             4 if item.get_closest_marker("network") else 1 if item.get_closest_marker("slow") else 0
         )
     items.sort(key=lambda item: -weight[item.path])
+
+
+def _thorough(nodeid: str) -> bool:
+    return nodeid in THOROUGH or nodeid.split("[", 1)[0] in THOROUGH
 
 
 @pytest.fixture(scope="session", autouse=True)

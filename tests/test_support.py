@@ -336,3 +336,21 @@ def test_write_stack_is_a_valid_spec(
     }
     assert spec.abi.version == NIGHTLY_TORCH and spec.abi.triton_provider == "pytorch-triton"
     assert spec.abi.overlaps[0].winner == "overlap-b"
+
+
+def test_every_test_left_to_thorough_exists_and_says_what_keeps_its_ground() -> None:
+    """``support.thorough`` names tests by node id: each names a test function of its file (a
+    renamed test would silently come back into ``make test``) and the test that keeps its ground."""
+    import ast
+
+    from support.fixtures import REPO_ROOT
+    from support.thorough import THOROUGH
+
+    missing = []
+    for nodeid, ground in THOROUGH.items():
+        file, _, name = nodeid.partition("::")
+        tree = ast.parse((REPO_ROOT / file).read_text(encoding="utf-8"))
+        functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        if name.split("[", 1)[0] not in functions or not ground.strip():
+            missing.append(nodeid)
+    assert not missing, missing
