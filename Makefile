@@ -37,8 +37,8 @@ check: $(BIN)/.installed
 ## test: what CI runs (no GPU): ruff (lint at 100 columns, and the format) and mypy strict over the code and the tests (mypy's cache in
 ## .mypy_cache: a few seconds warm), the test suite and the lock gate. Of the tests that need PyPI
 ## it runs those that install real packages from pip's sources (pip_sources: the torch CPU venv,
-## Poetry, a build backend) and the h200-cu132 stack on its twin (seed_twin, a few minutes; it skips
-## itself when PyPI does not answer).
+## Poetry, a build backend). The long end-to-end runs whose ground it covers (the h200-cu132 stack on
+## its twin among them) are make test-thorough's: tests/support/thorough.py lists them.
 test: $(BIN)/.installed
 	$(BIN)/ruff check envbuild tests bench
 	$(BIN)/ruff format --check envbuild tests bench docs/hooks

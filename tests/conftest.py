@@ -74,7 +74,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _thorough(nodeid: str) -> bool:
-    return nodeid in THOROUGH or nodeid.split("[", 1)[0] in THOROUGH
+    """Whether ``support.thorough`` names ``nodeid``: itself, its test (every parameter), its
+    file, or the start of its parameters (``test_x[pure`` for one value of several)."""
+    test = nodeid.split("[", 1)[0]
+    return (
+        nodeid in THOROUGH
+        or test in THOROUGH
+        or nodeid.split("::", 1)[0] in THOROUGH
+        or any("[" in key and nodeid.startswith(key) for key in THOROUGH)
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

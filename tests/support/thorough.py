@@ -116,4 +116,48 @@ THOROUGH: dict[str, str] = {
     ),
     # -- the fuzzing: make fuzz runs it with many more examples; the render round trips stay
     "tests/test_fuzz.py::test_fuzz_plan_check_lock_and_docker": "make fuzz; test_render_roundtrip.py",
+    # -- second batch (2026-11-28: make test was 17 min after the first)
+    "tests/test_tour.py::test_an_output_edited_by_hand_is_caught": (
+        "make docs-snippets (the README walk, as the test above); test_tour.py's page checks"
+    ),
+    "tests/test_seed_twin.py": (
+        "the twin's pieces one by one: test_lock.py (a stack lock, hash-pinned, installed),"
+        " test_swap_scenarios.py (the guard on the nightly), test_provision_cpu.py (a profile end"
+        " to end), test_check_lock.py (the gate on an own lock)"
+    ),
+    "tests/test_ci_integrations.py::test_pre_commit_runs_the_hook_on_changed_lockfiles": (
+        "test_ci_integrations.py's hook file checks; check-lock itself in test_check_lock.py"
+    ),
+    "tests/test_dist_step.py::test_one_node_does_not_depend_on_the_hostname_resolving": (
+        "test_two_process_gloo (one node, the same rendezvous)"
+    ),
+    "tests/test_dist_step.py::test_every_default_mesh_1_to_8[1]": "test_every_default_mesh_1_to_8[2]",
+    "tests/test_dist_step.py::test_layouts[2-2-1-1]": "test_every_default_mesh_1_to_8[2]",
+    "tests/test_fromlock_records.py::test_the_pip_backend_records_index_files_as_pip_installs_them[pip-26]": (
+        "test_fromlock_records.py::test_git_pins_are_recorded_as_uv_sync_records_them (the records,"
+        " uv); test_fromlock_sync.py's uv sync differential"
+    ),
+    "tests/test_day2_offline.py::test_git_requirement_reaches_an_offline_host[uv]": (
+        "test_locked_git_step.py::test_locked_git_step_installs[uv],"
+        " test_fromlock_offline.py::test_provision_offline_from_a_mirrored_wheelhouse_equals_uv_sync"
+    ),
+    "tests/test_faults.py::test_download_that_stalls_is_stopped_by_the_step_timeout": (
+        "test_net_retry.py::test_a_black_hole_fails_within_the_deadline,"
+        " test_faults.py::test_hung_import_check_is_stopped_and_named (the step's timeout)"
+    ),
+    "tests/test_adopt.py::test_adopt_step_by_step_like_the_image": (
+        "test_fromlock_docker.py::test_the_slices_provision_layer_by_layer"
+    ),
+    "tests/test_fromlock_selection.py::test_a_missing_package_is_drift_and_a_rerun_puts_it_back": (
+        "test_fromlock_selection.py::test_a_narrower_selection_removes_what_it_no_longer_installs"
+    ),
+    "tests/test_provision_messages.py::test_force_links_says_once_where_it_moved_things": (
+        "test_layout.py (the links and --force-links)"
+    ),
+    "tests/test_wheelhouse_build.py::test_build_strips_retags_records_and_installs[pure_pkg": (
+        "its c_ext variant"
+    ),
+    "tests/test_smoke.py::test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode": (
+        "test_import_warmup.py (the bytecode a provision writes)"
+    ),
 }
