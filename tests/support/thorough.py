@@ -160,4 +160,49 @@ THOROUGH: dict[str, str] = {
     "tests/test_smoke.py::test_the_proofs_leave_bytecode_even_under_pythondontwritebytecode": (
         "test_import_warmup.py (the bytecode a provision writes)"
     ),
+    # -- third batch (make test was 13 min 36 s after the second)
+    "tests/test_public_locks.py::test_public_lock_selections_equal_uv_sync[cosmos-transfer2.5]": (
+        "the same test on the other public locks (cosmos-reason2, docling, nanochat, ...)"
+    ),
+    "tests/test_public_locks.py::test_public_lock_selections_equal_uv_sync[lerobot]": (
+        "the same test on the other public locks"
+    ),
+    "tests/test_gatelocks_tools.py::test_poetry_lock": (
+        "test_gate.py::test_poetry_torch_per_marker (a lock Poetry wrote, judged)"
+    ),
+    "tests/test_gatelocks_tools.py::test_pip_compile_requirements": (
+        "test_check_lock_anyfile.py's pip-compile locks"
+    ),
+    "tests/test_build_cache.py::test_a_damaged_cache_entry_is_rebuilt_and_republished": (
+        "test_sources_by_hash.py::test_a_file_with_another_sha256_is_never_taken"
+    ),
+    "tests/test_swap_scenarios.py::test_envbuild_accepts_acknowledged_overlap": (
+        "test_envbuild_stops_unacknowledged_overlap; test_gate's reviewed exceptions"
+    ),
+    "tests/test_swap_scenarios.py::test_envbuild_stops_force_reinstall": (
+        "test_envbuild_stops_torch_ge_212 (the guard's identity of torch)"
+    ),
+    "tests/test_day2_lock.py::test_needed_by_another_pin_and_spec_changed": (
+        "test_day2_lock.py::test_pins_move_only_when_asked[uv]"
+    ),
+    "tests/test_dist_step.py::test_every_default_mesh_1_to_8[2]": (
+        "test_two_process_gloo (2 processes), test_every_default_mesh_1_to_8[4]"
+    ),
+    "tests/test_faults.py::test_hung_import_check_is_stopped_and_named": (
+        "test_dist_step.py::test_hung_rank_is_named (a hung child named and stopped)"
+    ),
+    "tests/test_lock.py::test_git_ref_that_does_not_resolve[None": "its [no-such-branch] variant",
+    "tests/test_lock.py::test_provision_refuses_a_broken_lock[option": "its other variants",
+    "tests/test_check_lock.py::test_static_rules_on_torch_requirements[vision-pin": (
+        "its other variants"
+    ),
+    "tests/test_gate.py::test_uv_conflicting_accelerator_extras": (
+        "test_gate_conflicts.py::test_selections_equal_what_uv_export_accepts_and_installs"
+    ),
+    "tests/test_lock_target.py::test_check_lock_fails_a_pull_request_that_changes_the_spec_without_its_lock": (
+        "test_check_lock.py::test_stale_lock_missing_hash_and_missing_file"
+    ),
+    "tests/test_lock_target.py::test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package": (
+        "test_lock_target.py::test_target_platform_changes_the_resolution"
+    ),
 }
