@@ -15,7 +15,7 @@ __all__ = ["THOROUGH"]
 
 # node id (or the prefix of a parametrized test's ids) -> the test in `make test` with its ground
 THOROUGH: dict[str, str] = {
-    # -- the distributed step: 1, 2 and 4 processes and the hung rank stay
+    # -- the distributed step: the two-process step and the hung rank stay
     "tests/test_dist_step.py::test_every_default_mesh_1_to_8[3]": "test_every_default_mesh_1_to_8[4]",
     "tests/test_dist_step.py::test_every_default_mesh_1_to_8[8]": "test_every_default_mesh_1_to_8[4]",
     "tests/test_dist_step.py::test_layouts[4-2-2-2]": "test_every_default_mesh_1_to_8[4] (dp, tp, ep)",
@@ -204,5 +204,26 @@ THOROUGH: dict[str, str] = {
     ),
     "tests/test_lock_target.py::test_an_aarch64_target_locks_and_checks_its_aarch64_only_protected_package": (
         "test_lock_target.py::test_target_platform_changes_the_resolution"
+    ),
+    # -- fourth batch (make test was 12 min 25 s after the third)
+    "tests/test_fromlock_buildreqs.py::test_build_constraints_bind_the_build_requirements": (
+        "test_fromlock_buildreqs.py::test_packaged_root_member_and_sdist_install_as_uv_sync_installs_them"
+    ),
+    "tests/test_fromlock_buildreqs.py::test_an_image_layer_builds_its_sdist_from_the_projects_index": (
+        "test_fromlock_docker.py::test_the_slices_provision_layer_by_layer"
+    ),
+    "tests/test_fromlock_selection.py::test_the_entry_of_the_index_uv_installs": (
+        "test_fromlock_sync.py::test_provision_installs_what_uv_sync_installs"
+    ),
+    "tests/test_day2_wheelhouse.py::test_torch_move_lists_the_wheels_to_rebuild": (
+        "test_day2_wheelhouse.py::test_check_lock_online_names_what_left_the_index"
+    ),
+    "tests/test_swap_scenarios.py::test_envbuild_warns_on_unmet_requirement": (
+        "test_naive_no_deps_leaves_an_unmet_requirement (the planted case);"
+        " test_gate.py::test_torch_without_its_runtime (a missing requirement found)"
+    ),
+    "tests/test_dist_step.py::test_every_default_mesh_1_to_8[4]": (
+        "test_two_process_gloo (a healthy step), test_hung_rank_is_named (a planted hang),"
+        " test_mesh_checked_before_launch_agrees_with_the_worker (the dp/tp/ep mesh)"
     ),
 }
