@@ -28,6 +28,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from envbuild.index.remotezip import dist_info_member
+
 __all__ = [
     "FileOverlap",
     "find_overlaps",
@@ -103,19 +105,11 @@ def remember(sha: str | None, dist_info: Path) -> dict[str, str]:
     return put(sha, parse_record(text))
 
 
-def _record_member(zf: zipfile.ZipFile) -> str:
-    for name in zf.namelist():
-        parts = name.split("/")
-        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "RECORD":
-            return zf.read(name).decode("utf-8", "replace")
-    raise ValueError("no .dist-info/RECORD in the wheel")
-
-
 def local_record(path: Path, sha: str | None = None) -> dict[str, str] | None:
     """The files of a wheel on disk (cached by ``sha``); None where it is not a readable wheel."""
     try:
         with zipfile.ZipFile(path) as zf:
-            return put(sha, parse_record(_record_member(zf)))
+            return put(sha, parse_record(dist_info_member(zf, "RECORD")))
     except (OSError, ValueError, zipfile.BadZipFile):
         return None
 
@@ -128,7 +122,7 @@ def remote_record(url: str, sha: str | None, *, http: Any, timeout: Any) -> dict
 
     try:
         with RangeFile(url, http, timeout, Read()) as remote, zipfile.ZipFile(remote) as zf:
-            text = _record_member(zf)
+            text = dist_info_member(zf, "RECORD")
     except NoRanges:
         return None
     except (zipfile.BadZipFile, ValueError) as exc:

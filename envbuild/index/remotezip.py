@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     pass
 
-__all__ = ["NoRanges", "RangeFile", "Read", "remote_metadata"]
+__all__ = ["NoRanges", "RangeFile", "Read", "dist_info_member", "remote_metadata"]
 
 BLOCK = 64 * 1024  # a range request reads at least this much (the zip's end records fit in one)
 CHUNK = 1 << 20
@@ -155,12 +155,14 @@ def _total_size(content_range: str) -> int | None:
     return int(total) if total.strip().isdigit() else None
 
 
-def metadata_member(zf: zipfile.ZipFile) -> str:
+def dist_info_member(zf: zipfile.ZipFile, member: str = "METADATA") -> str:
+    """The text of a wheel's ``NAME.dist-info/<member>`` (METADATA, RECORD); ValueError when the
+    wheel has none."""
     for name in zf.namelist():
         parts = name.split("/")
-        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "METADATA":
+        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == member:
             return zf.read(name).decode("utf-8", "replace")
-    raise ValueError("no .dist-info/METADATA in the wheel")
+    raise ValueError(f"no .dist-info/{member} in the wheel")
 
 
 def remote_metadata(
@@ -190,7 +192,7 @@ def remote_metadata(
                 return resp.content.decode("utf-8", "replace"), None
         try:
             with RangeFile(url, http, timeout, read) as remote, zipfile.ZipFile(remote) as zf:
-                text = metadata_member(zf)
+                text = dist_info_member(zf)
             read.how = "range"
             return text, None
         except _NoRanges:
@@ -215,7 +217,7 @@ def remote_metadata(
         return None, path
     try:
         with zipfile.ZipFile(path) as zf:
-            return metadata_member(zf), None
+            return dist_info_member(zf), None
     except zipfile.BadZipFile as exc:
         raise SourceError(f"{redact(url)}: not a readable wheel ({exc})") from exc
     finally:
