@@ -40,13 +40,18 @@ def atomic_write_text(path: Path, text: str, *, private: bool = False) -> None:
     ``private``: mode 0600 from the start (a file that may hold secrets: credentials in URLs,
     ``[env]`` values), never readable by others even for a moment.
     """
+    atomic_write_bytes(path, text.encode("utf-8"), private=private)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, private: bool = False) -> None:
+    """``atomic_write_text`` for bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
     if private:
         os.fchmod(fd, 0o600)  # an old temp file of the same name keeps its mode otherwise
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -197,6 +197,26 @@ def prepare_lock(
     return prepare(req, target, refusing=refusing, lock=lock)
 
 
+def _prepare_or_reuse(
+    req: LockRequest, opts: ProvisionOptions
+) -> tuple[Prepared, Callable[[], None]]:
+    """``prepare_lock`` for a provision, or the last run's answer where nothing it read has changed
+    (``fromlock.reuse``); and what to call once the provision has finished (keeps a fresh
+    answer)."""
+    from envbuild.fromlock.reuse import reuse_for
+
+    root = Path(opts.root) if opts.root is not None else Path(DEFAULT_ROOT)
+    kept = reuse_for(root, req, python=opts.python, venv=opts.venv)
+    if kept is None:
+        return prepare_lock(req, python=opts.python, venv=opts.venv), lambda: None
+    prepared = kept.load()
+    if prepared is not None:
+        return prepared, lambda: None
+    with kept.recording() as reads:
+        fresh = prepare_lock(req, python=opts.python, venv=opts.venv)
+    return fresh, lambda: kept.keep(fresh, reads)
+
+
 def _check_base_torch(prepared: Prepared) -> None:
     """A lock that leaves torch to the base environment: every locked package that depends on torch
     has its declared requirement on torch checked against the torch that is there (its metadata:
@@ -289,7 +309,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.wheelhouse.sharedcache import open_shared
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
-    prepared = prepare_lock(req, python=opts.python, venv=opts.venv)
+    prepared, keep = _prepare_or_reuse(req, opts)
     here = host_platform_key().replace("-", " ")
     if prepared.chosen.env.platform != here:
         raise ConfigError(
@@ -423,6 +443,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
             raise
     if opts.venv is not None:
         record_adoption(prepared, spec.digest, paths, opts.venv)  # provision raised if unfinished
+    keep()
     return prepared, result
 
 
