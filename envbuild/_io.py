@@ -4,11 +4,15 @@ writer (``dumps_toml``, for pylock.toml files)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import shutil
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -119,3 +123,27 @@ def dumps_toml(data: Mapping[str, Any]) -> str:
                 lines.append(f"[[{_key(k)}]]")
                 lines += [f"{_key(ik)} = {_inline(iv)}" for ik, iv in item.items()]
     return "\n".join(lines) + "\n"
+
+
+def discard(folder: Path) -> None:
+    """Delete ``folder`` off the caller's path: renamed aside at once (the name is free again), its
+    tens of thousands of links removed by a thread of their own (not a daemon: the process waits
+    for it before it exits). Never raises."""
+    if not folder.exists():
+        return
+    aside = folder.with_name(f".discard-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        folder.rename(aside)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    threading.Thread(
+        target=shutil.rmtree, args=(aside,), kwargs={"ignore_errors": True}, name="discard"
+    ).start()
+
+
+def discard_leftovers(folder: Path) -> None:
+    """What ``discard`` left in ``folder`` when a process was killed before its thread ended."""
+    with contextlib.suppress(OSError):
+        for left in folder.glob(".discard-*"):
+            shutil.rmtree(left, ignore_errors=True)

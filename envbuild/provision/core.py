@@ -445,7 +445,7 @@ def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -
     check = None
     if run.opts.only_step is None or run.opts.only_step == run.plan.steps[-1].name:
         if run.warmup is not None:
-            run.warmup.at_check()
+            run.warmup.at_check(run.site)
         check = _final_check(run, on_fresh_import=start_inventory)
         if check.modules:
             warmup.remember(import_listing(run), _frozen_files(run, check.modules))

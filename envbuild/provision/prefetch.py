@@ -58,7 +58,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -66,6 +66,7 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from envbuild._io import discard, discard_leftovers
 from envbuild.installer import Installer
 from envbuild.installer.progress import InstallProgress
 from envbuild.installer.uv import UvInstaller, rest_file
@@ -393,6 +394,7 @@ class Prefetcher:
         self.unconstrained_builds = unconstrained_builds
         self.python = python
         self.scratch_root = scratch_root
+        discard_leftovers(scratch_root)  # of a process killed before it had deleted them
         self.logs = logs
         # the scratch copy is thrown away
         self.env = {k: v for k, v in env.items() if k != "UV_COMPILE_BYTECODE"}
@@ -402,9 +404,17 @@ class Prefetcher:
         self._opened_by = ""  # what let the prefetches begin, for their logs
         self._progress = InstallProgress()  # the running step's phase, read from its lines
 
-    def start(self, planned: PlannedStep, *, records: bool = False) -> PrefetchJob | None:
+    def start(
+        self,
+        planned: PlannedStep,
+        *,
+        records: bool = False,
+        after: Callable[[PrefetchJob], None] | None = None,
+    ) -> PrefetchJob | None:
         """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact).
         ``records``: keep what each installed distribution's RECORD says (``PrefetchJob.records``).
+        ``after``: called with the job on its thread when its scratch install succeeded, before the
+        scratch folder is deleted (it may move the folder away to keep it).
         """
         if planned.name in self.jobs or self._cancel.is_set():
             return self.jobs.get(planned.name)
@@ -438,7 +448,7 @@ class Prefetcher:
             env[key] = f"{env[key]} {value}" if joined else value
         self.jobs[planned.name] = job
         threading.Thread(
-            target=self._run, args=(job, env), name=f"prefetch-{planned.name}", daemon=True
+            target=self._run, args=(job, env, after), name=f"prefetch-{planned.name}", daemon=True
         ).start()
         return job
 
@@ -453,7 +463,12 @@ class Prefetcher:
             self._opened_by = why
             self._gate.set()
 
-    def _run(self, job: PrefetchJob, env: dict[str, str]) -> None:
+    def _run(
+        self,
+        job: PrefetchJob,
+        env: dict[str, str],
+        after: Callable[[PrefetchJob], None] | None = None,
+    ) -> None:
         try:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.mkdir(parents=True, exist_ok=True)
@@ -473,11 +488,13 @@ class Prefetcher:
                         break
                 if job.records is not None and job.result is not None and job.result.ok:
                     job.records.update(_installed_records(job.scratch))
+                if after is not None and job.result is not None and job.result.ok:
+                    after(job)
         except OSError:
             job.returncode = -1
         finally:
             job.seconds = time.monotonic() - job.started
-            shutil.rmtree(job.scratch, ignore_errors=True)
+            discard(job.scratch)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             job.done.set()
 

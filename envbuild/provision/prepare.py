@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,12 +35,12 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from envbuild import events
+from envbuild import events, layout
 from envbuild.errors import EnvbuildError, InstallError
 from envbuild.index import records
 from envbuild.installer.uv import UvInstaller
 from envbuild.plan import PlannedStep
-from envbuild.provision import prefetch
+from envbuild.provision import prefetch, verify, warmup
 from envbuild.provision.steps import ProvisionRun, baseline_pins
 from envbuild.run import run as run_command
 
@@ -88,15 +89,37 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         unconstrained_builds=True,  # a lock's isolated builds, as uv sync makes them
         background=False,  # nothing else runs: the run waits for them, as for uv sync's downloads
     )
+    early = _early_warmup(run, todo, python)
     with prefetcher:
         prefetcher.release("prepare: nothing installs before every step is prepared")
+        steps = [s for s in todo if s not in hooked]
+        # with the warm-up: the baseline's downloads first, at the whole link's speed, and the
+        # steps that only download once it is in, beside its import (those that build start now)
+        later = [s for s in steps[1:] if not prefetch.build_lines(s)] if early else []
         jobs = [
             job
-            for s in todo
-            if s not in hooked and (job := prefetcher.start(s, records=True)) is not None
+            for s in steps
+            if s not in later
+            and (
+                job := prefetcher.start(
+                    s, records=True, after=early.take if early and s is todo[0] else None
+                )
+            )
+            is not None
         ]
-        events.emit("info", f"preparing {len(jobs)} step(s): downloads, hash checks, builds")
-        _wait(run, prefetcher, jobs, todo)
+        n = len(jobs) + len(later)
+        events.emit("info", f"preparing {n} step(s): downloads, hash checks, builds")
+        try:
+            if later:
+                _wait(run, prefetcher, jobs[:1], todo)
+                jobs += [j for s in later if (j := prefetcher.start(s, records=True)) is not None]
+            _wait(run, prefetcher, jobs, todo)
+        except BaseException:
+            if early is not None:
+                early.close()
+            raise
+    if early is not None and early.warmup.proc is not None:
+        run.warmup = early.warmup  # linked into the venv before the final check
     out = PreparedSteps(jobs={j.step: j for j in jobs if j.covers})
     for job in jobs:
         out.records.update(job.records or {})
@@ -110,6 +133,59 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         " installing",
     )
     return out
+
+
+@dataclass
+class _Early:
+    """The prepare-mode import warm-up (``provision.warmup``) of the baseline step's scratch."""
+
+    warmup: warmup.Warmup
+    folder: Path  # where the scratch target is moved to be kept
+    closed: bool = False  # the prepare failed: nothing starts any more
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, job: prefetch.PrefetchJob) -> None:
+        """The baseline job's ``after`` (its thread): keep its scratch, start the import."""
+        with self.lock:
+            if self.closed or not job.covers:
+                return
+            try:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                job.scratch.rename(self.folder)
+            except OSError:
+                return
+            prefix = self.folder.with_name(f"{self.folder.name}.pyc")
+            if not self.warmup.start_in(self.folder, prefix, job.step):
+                shutil.rmtree(self.folder, ignore_errors=True)
+                shutil.rmtree(prefix, ignore_errors=True)
+
+    def close(self) -> None:
+        """The prepare failed: stop the warm-up (if it started) and delete its folders."""
+        with self.lock:
+            self.closed = True
+            self.warmup.stop()
+
+
+def _early_warmup(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> _Early | None:
+    """The prepare-mode warm-up of a run whose first step to prepare is the baseline, where a
+    warm-up can help (``warmup.wanted``), else None."""
+    if not todo or todo[0].role != "baseline" or todo[0].name in run.opts.prepare_steps:
+        return None
+    import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
+    if not warmup.wanted(
+        install_env=run.env or {},
+        import_env=import_env,
+        compiles_at_install=False,  # uv (``wanted``)
+        single_step=run.opts.only_step is not None,
+    ):
+        return None
+    logs = run.paths.logs
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / "import-warmup.log"
+    log.unlink(missing_ok=True)
+    module = run.spec.abi.package.replace("-", "_")
+    folder = run.paths.cache / "prepare" / f"warm-{todo[0].number:02d}-{todo[0].name}"
+    return _Early(warmup.Warmup(python, module, import_env, log), folder)
 
 
 _HASHED = re.compile(

@@ -9,7 +9,15 @@ baseline step is in, envbuild starts one background process beside the remaining
   recorded which source files ``import torch`` loaded (``<root>/cache/envbuild/import-*.json``,
   written after every fresh import check), those files are compiled on every core at once;
 - **import**: otherwise (a first or cold provision), ``python -c "import torch"``, on hosts with
-  ``IMPORT_MODE_MIN_CPUS`` cores or more (``ENVBUILD_IMPORT_WARMUP=import`` forces it).
+  ``IMPORT_MODE_MIN_CPUS`` cores or more (``ENVBUILD_IMPORT_WARMUP=import`` forces it);
+- **prepare**: a lock's run that prepares before it installs (``provision.prepare``) starts the
+  warm-up earlier, while the later steps still download: once the baseline step's scratch install
+  is complete, ``python -S`` imports torch from that scratch folder (``site.addsitedir``) with its
+  bytecode written under a prefix of its own (``PYTHONPYCACHEPREFIX``), nice 10 beside the
+  downloads. When the final check is about to import, the warm-up is stopped where it has not
+  finished (never waited for), and each ``.pyc`` it wrote whose header matches the venv's copy of
+  its source (same mtime and size: uv links both from its cache) is linked into the venv's
+  ``__pycache__``, where the import would have written it; the check compiles the rest.
 
 Either way, the ``.pyc`` files it writes are what the import itself would write, and the final
 import check finds them in place. The warm-up is never a verdict: its exit status is ignored,
@@ -26,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -33,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from envbuild import events
-from envbuild._io import atomic_write_json
+from envbuild._io import atomic_write_json, discard
 
 if TYPE_CHECKING:
     from envbuild.proof.receipt import WarmupJSON
@@ -41,6 +50,10 @@ if TYPE_CHECKING:
 __all__ = ["Warmup", "listing_path", "remember", "wanted"]
 
 _IMPORT = "import {module}\n"
+# the prepare mode: the scratch target as a site folder (its .pth files read), nothing else of
+# the interpreter's site-packages
+_IMPORT_FROM = "import site, sys\nsite.addsitedir(sys.argv[1])\nimport {module}\n"
+NICE = ("nice", "-n", "10")
 # Compile the listed files (relative to site-packages) on every core, as an import would write
 # them (timestamp-checked .pyc, optimization 0). The fork context: `-c` code has no importable
 # __main__ for a spawn or forkserver child.
@@ -125,6 +138,54 @@ def _usable(listing: Path | None) -> int:
     return len(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else 0
 
 
+_NOT_PASSED = ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "PYTHONSTARTUP")
+
+
+def _header_fits(pyc: Path, source: Path) -> bool:
+    """Whether ``pyc`` (timestamp-checked) was compiled from a file of ``source``'s mtime and size:
+    the check the import itself makes before it trusts it."""
+    try:
+        with pyc.open("rb") as f:
+            head = f.read(16)
+        st = source.stat()
+    except OSError:
+        return False
+    if len(head) < 16 or int.from_bytes(head[4:8], "little") != 0:  # 0: timestamp-checked
+        return False
+    mtime = int.from_bytes(head[8:12], "little")
+    size = int.from_bytes(head[12:16], "little")
+    return mtime == int(st.st_mtime) & 0xFFFFFFFF and size == st.st_size & 0xFFFFFFFF
+
+
+def harvest(prefix: Path, scratch: Path, site: Path) -> int:
+    """Link each ``.pyc`` the prepare-mode import wrote (``prefix`` mirrors ``scratch``'s absolute
+    path) into ``site``'s ``__pycache__`` beside the same source, where none is there yet and its
+    header fits the venv's copy of the source; returns how many. Never raises."""
+    tree = prefix / scratch.resolve().relative_to(scratch.resolve().anchor)
+    linked = 0
+    for folder, _dirs, names in os.walk(tree):
+        rel = Path(folder).relative_to(tree)
+        for name in names:
+            parts = name.split(".")
+            if len(parts) != 3 or parts[2] != "pyc":  # module.cpython-312.pyc
+                continue
+            pyc = Path(folder) / name
+            source = site / rel / f"{parts[0]}.py"
+            target = site / rel / "__pycache__" / name
+            if target.exists() or not _header_fits(pyc, source):
+                continue
+            try:
+                target.parent.mkdir(exist_ok=True)
+                try:
+                    os.link(pyc, target)
+                except OSError:
+                    shutil.copyfile(pyc, target)
+            except OSError:
+                continue
+            linked += 1
+    return linked
+
+
 class Warmup:
     """One background process; ``stop`` ends it (it has usually finished by then).
 
@@ -144,7 +205,9 @@ class Warmup:
     ) -> None:
         self.python, self.module, self.env, self.log_file = python, module, dict(env), log_file
         self.site, self.listing = site, listing
-        self.mode: Literal["compile", "import"] = "import"
+        self.mode: Literal["compile", "import", "prepare"] = "import"
+        self.scratch: Path | None = None  # prepare mode: the scratch target and the bytecode prefix
+        self.prefix: Path | None = None
         self.files = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
@@ -188,10 +251,59 @@ class Warmup:
         )
         return True
 
-    def at_check(self) -> None:
-        """The final check starts now: note whether the warm-up is already done."""
+    def start_in(self, scratch: Path, prefix: Path, step: str) -> bool:
+        """The prepare mode (module docstring): import from ``scratch``, the bytecode under
+        ``prefix``; both are this warm-up's from now on (``stop`` deletes them)."""
+        self.mode, self.scratch, self.prefix = "prepare", scratch, prefix
+        shutil.rmtree(prefix, ignore_errors=True)
+        env = {k: v for k, v in self.env.items() if k not in _NOT_PASSED}
+        env["PYTHONPYCACHEPREFIX"] = str(prefix)
+        argv = [str(self.python), "-S", "-c", _IMPORT_FROM.format(module=self.module)]
+        nice = list(NICE) if shutil.which("nice") else []
+        try:
+            prefix.mkdir(parents=True)
+            log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child, closed below
+        except OSError:
+            return False
+        try:
+            self.proc = subprocess.Popen(
+                [*nice, *argv, str(scratch)],
+                env=env,
+                cwd=prefix,  # not the caller's folder: nothing of it is imported
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                close_fds=True,
+            )
+        except OSError:
+            self.proc = None
+            return False
+        finally:
+            log.close()
+        self.started = time.monotonic()
+        events.emit(
+            "debug",
+            f"import warm-up from the prepared step {step}: `import {self.module}` while the later"
+            " steps download",
+        )
+        return True
+
+    def at_check(self, site: Path | None = None) -> None:
+        """The final check starts now: note whether the warm-up is already done; in the prepare
+        mode, wait for it and link its bytecode into the venv's ``site``."""
         if self.proc is not None and self.finished is None:
             self.finished = self.proc.poll() is not None
+        self.site = site or self.site
+        if self.mode != "prepare" or self.proc is None or self.site is None:
+            return
+        if self.proc.poll() is None:
+            # what it compiled so far is kept (each .pyc is written whole, then renamed into
+            # place); the check's own import compiles the rest, as it would have without it
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        if self.scratch is not None and self.prefix is not None:
+            self.files = harvest(self.prefix, self.scratch, self.site)
 
     def stop(self) -> None:
         """End it (kill if still running) and reap it; never raises."""
@@ -203,6 +315,9 @@ class Warmup:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
         self.seconds = round(time.monotonic() - self.started, 3)
+        for folder in (self.scratch, self.prefix):
+            if folder is not None:
+                discard(folder)
 
     def to_json(self) -> WarmupJSON:
         code = self.proc.returncode if self.proc is not None else None

@@ -82,8 +82,9 @@ class WarmupJSON(TypedDict):
     """The import warm-up: torch's bytecode written in the background (``provision/warmup.py``)."""
 
     module: str  # the module it warms (torch)
-    mode: Literal["compile", "import"]  # compile the files the last import loaded, or import it
-    files: int  # the files compiled (mode compile)
+    # compile the files the last import loaded, import it, or import it from the prepared step
+    mode: Literal["compile", "import", "prepare"]
+    files: int  # the files compiled (mode compile), or the .pyc linked into the venv (prepare)
     seconds: float | None  # how long it ran, once stopped
     # whether it ended by itself before the final check needed it
     finished_before_check: bool | None
