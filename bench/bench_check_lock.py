@@ -12,8 +12,8 @@ import statistics
 import time
 
 from envbuild.gate.rules.ownlock import Options, check_stack
-from envbuild.lock.model import MANIFEST
 from envbuild.spec import available_profiles, load_spec, profile_path
+from envbuild.stacklock.model import MANIFEST
 
 
 def main() -> int:

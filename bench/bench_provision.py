@@ -276,7 +276,7 @@ def serve_forever(www: Path, port: int, rate_mb: float = 0.0) -> None:
 def locked_for(spec: StackSpec) -> tuple[dict[str, Path], list[str]]:
     """The lock provision would use, and the CLI flag that makes it use exactly that."""
     try:
-        from envbuild.lock.serve import locked_requirements
+        from envbuild.stacklock.serve import locked_requirements
     except ImportError:
         return {}, []
     try:

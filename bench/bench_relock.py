@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from envbuild.lock.stack import LockOptions, lock_stack, lock_status  # noqa: E402
 from envbuild.spec import resolve_spec  # noqa: E402
+from envbuild.stacklock.make import LockOptions, lock_stack, lock_status  # noqa: E402
 
 BUDGET = 1.0
 

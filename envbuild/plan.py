@@ -48,7 +48,8 @@ class PlanOptions:
     # step name -> hash-pinned requirement file
     locked: Mapping[str, Path] = field(default_factory=dict)
     # --offline: the lock's git/URL pins the wheelhouse built into wheels, {step: {name: line}}
-    # (``lock.serve.built_wheels``; the caller reads the lock, the plan only uses what it is given)
+    # (``stacklock.serve.built_wheels``; the caller reads the lock, the plan only uses what it is
+    # given)
     built_wheels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 

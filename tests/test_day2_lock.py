@@ -16,7 +16,7 @@ from lockhelpers import lock_env, manifest, resync, step_file
 from support.fixtures import EnvbuildResult, Venv
 from support.index import IndexServer
 
-from envbuild.lock.model import parse_requirements_text
+from envbuild.stacklock.model import parse_requirements_text
 
 
 def _pins(folder: Path, step: str) -> dict[str, str | None]:

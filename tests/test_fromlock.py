@@ -873,7 +873,7 @@ def test_a_wheel_for_a_newer_glibc_is_planned_and_refused_before_anything_is_mad
     manylinux_2_39 wheels): plan --lock plans it for the target host and says so; provision here
     refuses it, exit 2.
     """
-    from envbuild.fromlock.stages import host_glibc
+    from envbuild.projectlock.stages import host_glibc
 
     have = host_glibc()
     if have is None or have >= 40:

@@ -245,7 +245,7 @@ def test_build_sources_are_the_projects_indexes(tmp_path: Path) -> None:
     """The default index, the others in order, flat ones as find-links (a relative path the
     project's), explicit ones left out (they serve only what is pinned to them), and the build
     constraints of the project and of ``--build-constraints``; without any: the user's config."""
-    from envbuild.fromlock.buildreqs import build_sources, step_env
+    from envbuild.projectlock.buildreqs import build_sources, step_env
 
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "p"\nversion = "1"\n[tool.uv]\n'
@@ -277,11 +277,11 @@ def test_one_pyproject_reader_one_error_rule(
     """Every reader of the project's pyproject.toml refuses a malformed one (exit 2, naming the
     file), where four readers had three rules (one raised, three read it as empty)."""
     from envbuild.errors import ConfigError
-    from envbuild.fromlock.buildreqs import build_sources
-    from envbuild.fromlock.stages import build_settings
     from envbuild.gate.accept import load_for
     from envbuild.gate.formats.uvlock import _default_groups
     from envbuild.gate.project import read_pyproject
+    from envbuild.projectlock.buildreqs import build_sources
+    from envbuild.projectlock.stages import build_settings
 
     lock = tmp_path / "requirements.txt"
     lock.write_text("filelock==3.0.0\n")
@@ -438,7 +438,7 @@ def test_an_sdist_whose_build_requires_torch_builds_against_the_installed_torch(
     (uv sync builds it isolated, with a torch of its own from the index): read from the sdist, it
     goes to the builds stage, the plan saying why, and is built against the torch of stage 1, its
     other build requirement (setuptools) installed beside the venv for the build."""
-    from envbuild.fromlock.torchbuilds import WHY
+    from envbuild.projectlock.torchbuilds import WHY
 
     sdist = _torchy_sdist(tmp_path)
     build_index.server.add_repo("torchy", sdist.parent)

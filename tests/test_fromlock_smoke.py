@@ -165,7 +165,7 @@ def test_smoke_after_a_lock_provision_checks_what_the_lock_installed(
 def test_an_adopted_venv_is_checked_for_what_it_already_held() -> None:
     """provision --lock into a base image keeps what the image has at the locked version (``kept``
     in the venv's record): smoke checks those extensions as if the lock had installed them."""
-    from envbuild.fromlock.record import smoke_selection
+    from envbuild.projectlock.record import smoke_selection
 
     lock = {
         "lock_file": "uv.lock",

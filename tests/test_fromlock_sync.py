@@ -46,7 +46,7 @@ from support.gatelocks import (
 from support.syncflags import flags_of
 
 from envbuild.errors import EnvbuildError
-from envbuild.fromlock.run import LockRequest, prepare
+from envbuild.projectlock.run import LockRequest, prepare
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 # generated projects per run, beside the two fixed examples (make fuzz sets

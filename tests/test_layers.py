@@ -1,8 +1,8 @@
 """Imports run downhill: no module of an earlier stage imports a later one.
 
 The stages, in order (``STAGES_DOC`` below, shown in docs/architecture.md): the foundation
-everything may use, then spec -> plan -> installer -> guard -> lock -> gate -> wheelhouse ->
-proof, then the orchestrators (provision, fromlock, images), then the front ends (commands, cli)
+everything may use, then spec -> plan -> installer -> guard -> stacklock -> gate -> wheelhouse ->
+proof, then the orchestrators (provision, projectlock, images), then the front ends (commands, cli)
 that may import anything.
 A module may import its own stage and every stage before it. Every import counts, the ones
 inside functions too: a lazy import is fine for start-up time, never to hide a dependency that
@@ -275,7 +275,7 @@ def test_at_most_12_modules_at_the_top() -> None:
 
 def test_no_two_public_classes_share_a_name() -> None:
     """A class name says which thing it is: ``ParsedLock`` (any lockfile, read by the gate) is not
-    ``lock.model.Lock`` (envbuild's lock.json)."""
+    ``stacklock.model.Lock`` (envbuild's lock.json)."""
     where: dict[str, list[str]] = {}
     for path in _modules():
         for node in ast.parse(path.read_text(encoding="utf-8")).body:

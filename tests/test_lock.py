@@ -21,9 +21,9 @@ from support.fixtures import (
 )
 from support.index import UnreachablePort
 
-from envbuild.lock.model import parse_requirements_text
-from envbuild.lock.serve import step_digests
 from envbuild.spec import load_spec
+from envbuild.stacklock.model import parse_requirements_text
+from envbuild.stacklock.serve import step_digests
 
 STEPS = [
     {"name": "helpers", "packages": ["fla-core-like==0.4.2"]},
@@ -287,8 +287,8 @@ def test_git_ref_that_does_not_resolve(
 
 
 def test_committed_cpu_lock_matches_its_spec() -> None:
-    from envbuild.lock.serve import locked_requirements
     from envbuild.spec import resolve_spec
+    from envbuild.stacklock.serve import locked_requirements
 
     files = locked_requirements(resolve_spec("cpu", None, {}))
     assert list(files) == ["bootstrap", "torch", "fla", "torch-users", "rest"]

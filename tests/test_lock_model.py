@@ -20,9 +20,9 @@ from support.fixtures import NIGHTLY_TORCH, EnvbuildResult, Venv
 
 from envbuild.cli import main
 from envbuild.errors import LockError
-from envbuild.lock.model import LOCK_VERSION, Lock, lock_from_text, read_lock
-from envbuild.lock.pylock import build_pylock
 from envbuild.spec import profile_path
+from envbuild.stacklock.model import LOCK_VERSION, Lock, lock_from_text, read_stack_lock
+from envbuild.stacklock.pylock import build_pylock
 
 STEPS = [{"name": "helpers", "packages": ["fla-core-like==0.4.2"]}]
 
@@ -120,7 +120,7 @@ def test_a_damaged_lock_json_names_the_key(
     _edit(data, path, value)
     save_manifest(cpu_lock, data)
     with pytest.raises(LockError) as exc:
-        read_lock(cpu_lock)
+        read_stack_lock(cpu_lock)
     assert message in exc.value.message
     assert exc.value.message.startswith(f"{cpu_lock / 'lock.json'}: ")
 
@@ -204,8 +204,8 @@ def test_a_bypassed_lock_is_refused_and_no_lock_is_recorded(
 def test_a_partial_lock_is_said_and_a_skipped_step_resolves(
     cpu_lock: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from envbuild.lock.serve import locked_requirements
     from envbuild.spec import load_spec
+    from envbuild.stacklock.serve import locked_requirements
 
     data = manifest(cpu_lock)
     rest = data["steps"][4]
@@ -218,15 +218,15 @@ def test_a_partial_lock_is_said_and_a_skipped_step_resolves(
         "reason": "left out with --skip-step",
     }
     save_manifest(cpu_lock, data)
-    lock = read_lock(cpu_lock)
+    lock = read_stack_lock(cpu_lock)
     assert isinstance(lock, Lock) and not lock.steps[4].locked and lock.steps[4].file is None
     files = locked_requirements(load_spec(cpu_lock / "stack.toml", {}))
     assert list(files) == ["bootstrap", "torch", "fla", "torch-users"]
 
 
 def test_lock_json_and_step_file_must_agree(cpu_lock: Path) -> None:
-    from envbuild.lock.serve import locked_requirements
     from envbuild.spec import load_spec
+    from envbuild.stacklock.serve import locked_requirements
 
     data = manifest(cpu_lock)
     # lock.json no longer lists one pin

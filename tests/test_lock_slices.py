@@ -20,9 +20,14 @@ from support.fixtures import run_cli
 
 from envbuild.errors import LockError
 from envbuild.images.docker import DockerOptions, render, slice_spec
-from envbuild.lock.model import read_lock
-from envbuild.lock.serve import locked_requirements, prefix_manifest, stale_reason, step_digests
 from envbuild.spec import load_spec, profile_path
+from envbuild.stacklock.model import read_stack_lock
+from envbuild.stacklock.serve import (
+    locked_requirements,
+    prefix_manifest,
+    stale_reason,
+    step_digests,
+)
 
 CPU_STEPS = ["bootstrap", "torch", "fla", "torch-users", "rest"]
 
@@ -86,7 +91,7 @@ def test_step_digests_cover_python_abi_and_earlier_steps(tmp_path: Path) -> None
 
 def test_committed_cpu_lock_records_the_step_digests() -> None:
     spec = load_spec(profile_path("cpu"), {})
-    manifest = read_lock(profile_path("cpu").parent)
+    manifest = read_stack_lock(profile_path("cpu").parent)
     assert manifest is not None and manifest.has_step_digests and not manifest.is_prefix
     assert [s.digest for s in manifest.steps] == step_digests(spec)
 
@@ -216,7 +221,7 @@ def test_docker_layers_copy_their_part_of_the_lock(tmp_path: Path) -> None:
         for j, other in enumerate(CPU_STEPS[: max(i, 2)], 1):
             shutil.copy(steps / f"{j:02d}-{other}.txt", etc)
         spec = load_spec(etc / "stack.toml", {})
-        manifest = read_lock(etc)
+        manifest = read_stack_lock(etc)
         assert manifest is not None and manifest.is_prefix and stale_reason(spec, manifest) is None
         assert manifest.created is None and manifest.spec_digest is None
         assert list(locked_requirements(spec)) == CPU_STEPS[: max(i, 2)]
@@ -246,7 +251,7 @@ def test_prefix_manifest_bytes_depend_only_on_its_steps(cpu_lock: Path) -> None:
     data["steps"][4]["step_digest"] = "sha256:" + "0" * 64  # ...and its digest (the spec "changed")
     data["spec_digest"] = "sha256:" + "1" * 64
     (cpu_lock / "lock.json").write_text(json.dumps(data, indent=2) + "\n")
-    manifest = read_lock(cpu_lock)
+    manifest = read_stack_lock(cpu_lock)
     assert manifest is not None
     for i, name in enumerate(CPU_STEPS[:4], 1):
         assert (

@@ -28,8 +28,8 @@ from support.fixtures import (
 from support.wheels import build_wheel
 
 from envbuild.errors import ConfigError
-from envbuild.lock.model import parse_requirements_text
 from envbuild.spec import load_spec
+from envbuild.stacklock.model import parse_requirements_text
 
 OTHER_PY = "3.13" if PY_MAJOR_MINOR != "3.13" else "3.12"
 OTHER_TAG = "cp" + OTHER_PY.replace(".", "")

@@ -500,7 +500,7 @@ def requirement_name_parsers(tree: ast.Module) -> list[int]:
 
 # path -> why it splits requirement-shaped text itself
 OWN_REQUIREMENT_SPLIT: dict[str, str] = {}
-LOCK_PATH = ("envbuild/fromlock/", "envbuild/commands/")
+LOCK_PATH = ("envbuild/projectlock/", "envbuild/commands/")
 
 
 def test_requirement_names_are_read_by_packaging() -> None:
@@ -581,7 +581,7 @@ def test_one_owner_of_wheel_tags() -> None:
 
 
 def test_the_tag_check_finds_the_old_rankers() -> None:
-    """The copies of ``fromlock/stages.py``, ``fromlock/buildmirror.py`` and
+    """The copies of ``projectlock/stages.py``, ``projectlock/offlinebuilds.py`` and
     ``wheelhouse/mirror.py``."""
     planted = ast.parse(
         "got = min((order[t] for t in map(str, wheel_tags(a.filename)) if t in order), default=0)\n"
@@ -635,8 +635,8 @@ def test_one_pep751_reader() -> None:
 
 
 def test_the_pylock_check_finds_the_old_readers() -> None:
-    """uv's export read by hand (``fromlock/uvsync.py``), ``uv pip compile``'s
-    (``fromlock/buildmirror.py``)."""
+    """uv's export read by hand (``projectlock/uvsync.py``), ``uv pip compile``'s
+    (``projectlock/offlinebuilds.py``)."""
     planted = ast.parse(
         'for f in [*(p.get("wheels") or []), p.get("sdist") or {}]:\n    pass\n'
         'archive, folder, vcs = (_table(p, k) for k in ("archive", "directory", "vcs"))\n'
@@ -703,7 +703,7 @@ def test_one_pyproject_reader_and_one_uvlock_reader() -> None:
     ]
     assert not uvlocks, (
         "a uv.lock parsed outside envbuild/gate/formats/uvlock.py; read it with"
-        " gate.lockfile (fromlock.select.read_lock): " + ", ".join(uvlocks)
+        " gate.lockfile (projectlock.select.read_project_lock): " + ", ".join(uvlocks)
     )
     owner = ast.parse((ROOT / PYPROJECT_OWNER).read_text(encoding="utf-8"))
     assert _reads_named(owner, "pyproject.toml", _TOML_PARSERS)

@@ -1,5 +1,5 @@
 """A re-run of ``provision --lock`` reuses the last run's stages only while nothing they were made
-from has changed (``envbuild.fromlock.reuse``).
+from has changed (``envbuild.projectlock.reuse``).
 
 The project is a real packaged uv project locked by ``uv lock`` against the gate's local index;
 each run is a real ``provision --lock`` (uv installs, the guard, the import check). What changes

@@ -27,8 +27,8 @@ from support.gatelocks import uv_bin
 from support.syncflags import flags_of
 
 from envbuild.errors import EnvbuildError
-from envbuild.fromlock.run import LockRequest, prepare, python_for_lock
-from envbuild.fromlock.stages import Placed
+from envbuild.projectlock.run import LockRequest, prepare, python_for_lock
+from envbuild.projectlock.stages import Placed
 
 LOCKS = Path(__file__).resolve().parent / "data" / "publocks"
 

@@ -42,8 +42,8 @@ from support.twin import CACHE, FLA_URL, LOCAL, SeedTwin
 from test_lock_target import dry_run_on_target
 
 from envbuild.errors import ExitCode
-from envbuild.lock.model import parse_requirements_text
 from envbuild.spec import load_spec, profile_path
+from envbuild.stacklock.model import parse_requirements_text
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.seed_twin]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.fromlock.stages import pick_artifact, target_tag_order
 from envbuild.gate.model import Entry
 from envbuild.index.wheeltags import fits_target, installs_on, platform_tags, tag_rank
+from envbuild.projectlock.stages import pick_artifact, target_tag_order
 
 PACKAGE = Path(__file__).resolve().parents[1] / "envbuild"
 OWNER = PACKAGE / "index" / "wheeltags.py"

@@ -34,14 +34,15 @@ STAGES_DOC = (
     ("plan", "spec (+ options, + lock) to ordered steps with their installer argv"),
     ("installer", "pip and uv behind one protocol; the data root and `$HOME` links"),
     ("guard", "the ABI guard: reading site-packages, the baseline, the rules"),
-    ("lock", "envbuild's own locks: made, relocked, exported"),
+    ("stacklock", "envbuild's own locks of a stack spec: made, relocked, exported"),
     ("gate", "`check-lock`: any lockfile judged (envbuild's own too)"),
     ("wheelhouse", "extension wheels built, every locked file mirrored"),
     ("proof", "preflight, smoke, the distributed step, receipts"),
     (
         "orchestrators",
         (
-            "provision, provision --lock (`fromlock/`), images: libraries that return results; "
+            "provision, provision --lock (`projectlock/`: a project's lock), images: libraries"
+            " that return results; "
             "they import no front end"
         ),
     ),
@@ -75,13 +76,15 @@ STAGE_OF = {
     "envbuild.installer": "installer",
     "envbuild.layout": "installer",  # the data root and $HOME links the venv goes into
     "envbuild.guard": "guard",  # site, buildrecord (the wheelhouse writes it), baseline, rules
-    "envbuild.lock": "lock",
-    "envbuild.gate": "gate",  # judges envbuild's own locks too (rules.ownlock reads lock.model)
+    "envbuild.stacklock": "stacklock",
+    # any lockfile; envbuild's own locks too (rules.ownlock reads stacklock.model)
+    "envbuild.gate": "gate",
     "envbuild.wheelhouse": "wheelhouse",
     "envbuild.host": "proof",  # preflight: the host's part of the proof (receipts record it)
     "envbuild.proof": "proof",
     "envbuild.provision": "orchestrators",
-    "envbuild.fromlock": "orchestrators",  # provision --lock: the gate chooses, provision installs
+    # provision --lock FILE (a project's lock): the gate chooses, provision installs
+    "envbuild.projectlock": "orchestrators",
     "envbuild.images": "orchestrators",
     "envbuild.commands": "top",
     "envbuild.cli": "top",

@@ -236,8 +236,8 @@ def register(sub: Subparsers) -> None:
 
 
 def _specs(args: CheckLockArgs) -> list[StackSpec]:
-    from envbuild.lock.model import MANIFEST
     from envbuild.spec import available_profiles, load_spec, profile_path, resolve_spec
+    from envbuild.stacklock.model import MANIFEST
 
     specs = [resolve_spec(name, None) for name in args.profile]
     specs += [load_spec(path) for path in args.stack]

@@ -299,7 +299,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def lock_recorded(venv: Path) -> bool:
     """Whether ``venv``'s record has a ``lock`` section (``provision --lock`` made it): a look at
-    the file, without importing ``envbuild.fromlock`` (which ``fromlock.record`` reads it with)."""
+    the file, without importing ``envbuild.projectlock`` (which ``projectlock.record`` reads it
+    with)."""
     doc = _read_json(venv / ENVIRONMENT_RECORD)
     return doc is not None and isinstance(doc.get("lock"), dict)
 
@@ -328,7 +329,7 @@ def _root_record(root: Path) -> dict[str, Any] | None:
 
 def _recorded_spec(record: dict[str, Any], root: Path | None) -> StackSpec:
     if isinstance(record.get("lock"), dict):  # provision --lock: the record keeps the stack it ran
-        from envbuild.fromlock.record import spec_from_record
+        from envbuild.projectlock.record import spec_from_record
 
         return spec_from_record(record["lock"])
     stack = record.get("stack")

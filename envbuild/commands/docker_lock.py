@@ -13,7 +13,7 @@ from envbuild.commands.selection import (
     lock_selection,
 )
 from envbuild.errors import ConfigError
-from envbuild.fromlock.run import prepare_lock
+from envbuild.projectlock.run import prepare_lock
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import (
@@ -29,9 +29,9 @@ def docker_from_lock(args: DockerArgs, lock: Path) -> int:
 
     from envbuild._io import atomic_write_text
     from envbuild.errors import LockError
-    from envbuild.fromlock.image import render_lock
     from envbuild.images.docker import DockerOptions, stale_files, write_build_files
     from envbuild.images.tool import tool_source
+    from envbuild.projectlock.image import render_lock
 
     # options of ``docker`` that have no meaning with --lock
     used = given_flags(

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple, TypedDict, final
 
-from envbuild.fromlock.select import ChosenJSON
-from envbuild.fromlock.stages import StagePlanJSON
 from envbuild.gate.findings import FileReportJSON
 from envbuild.gate.output import CheckLockDocument, CheckLockOwnDocument
 from envbuild.host.preflight import PreflightReportJSON
 from envbuild.images.modal import Mode
-from envbuild.lock.changes import ChangeJSON
 from envbuild.plan import Backend, PlanABIJSON, PlanStepJSON
+from envbuild.projectlock.select import ChosenJSON
+from envbuild.projectlock.stages import StagePlanJSON
 from envbuild.proof.receipt import (
     DifferenceJSON,
     DistStepPayload,
@@ -36,6 +35,7 @@ from envbuild.proof.receipt import (
     SmokePayload,
     WarmupJSON,
 )
+from envbuild.stacklock.changes import ChangeJSON
 
 # ----------------------------------------------------------------------------- plan, provision,
 # verify

@@ -22,11 +22,11 @@ from envbuild.commands.common import (
     wheelhouse_arg,
 )
 from envbuild.errors import ConfigError, ExitCode
-from envbuild.lock.changes import Change
-from envbuild.lock.relock import parse_upgrades
-from envbuild.lock.resolver import RESOLVERS, ResolverChoice
-from envbuild.lock.stack import LockOptions, LockResult, lock_stack, lock_status
 from envbuild.spec import StackSpec
+from envbuild.stacklock.changes import Change
+from envbuild.stacklock.make import LockOptions, LockResult, lock_stack, lock_status
+from envbuild.stacklock.relock import parse_upgrades
+from envbuild.stacklock.resolver import RESOLVERS, ResolverChoice
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import LockCheckDocument, LockDocument

@@ -13,24 +13,24 @@ from envbuild.commands.selection import (
     lock_selection,
 )
 from envbuild.errors import ConfigError
-from envbuild.fromlock.run import prepare_lock
+from envbuild.projectlock.run import prepare_lock
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import (
         WheelhouseMirrorLockDocument,
     )
     from envbuild.commands.selection import WheelhouseMirrorArgs
-    from envbuild.fromlock.offline import LockMirror
-    from envbuild.fromlock.request import LockRequest
-    from envbuild.fromlock.select import Chosen
+    from envbuild.projectlock.offlinefiles import LockMirror
+    from envbuild.projectlock.request import LockRequest
+    from envbuild.projectlock.select import Chosen
 
 
 def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
     """``wheelhouse mirror --lock FILE``: every file the chosen environment installs, into
     ``--out``."""
-    from envbuild.fromlock.buildmirror import mirror_builds
-    from envbuild.fromlock.buildreqs import build_sources
-    from envbuild.fromlock.offline import mirror_lock, read_installed, without_installed
+    from envbuild.projectlock.buildreqs import build_sources
+    from envbuild.projectlock.offlinebuilds import mirror_builds
+    from envbuild.projectlock.offlinefiles import mirror_lock, read_installed, without_installed
     from envbuild.wheelhouse.pages import write_index
 
     _refuse_stack_options(args, lock)

@@ -120,7 +120,7 @@ def run(args: PlanArgs) -> int:
         raise ConfigError(
             "--offline needs --wheelhouse DIR|URL: the only place packages may come from"
         )
-    from envbuild.lock.serve import built_wheels, locked_requirements
+    from envbuild.stacklock.serve import built_wheels, locked_requirements
 
     locked = {} if args.no_lock else locked_requirements(spec)
     plan = resolve_plan(

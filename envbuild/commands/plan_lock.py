@@ -10,15 +10,15 @@ from envbuild.commands.selection import (
     InstallArgs,
     lock_request,
 )
-from envbuild.fromlock.run import (
+from envbuild.projectlock.run import (
     DEFAULT_ROOT,
     LockRequest,
     Prepared,
     adopt,
     prepare_lock,
 )
-from envbuild.fromlock.select import refuse
-from envbuild.fromlock.stages import STAGE_WORDS
+from envbuild.projectlock.select import refuse
+from envbuild.projectlock.stages import STAGE_WORDS
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import (
@@ -39,7 +39,7 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
     if req.wheelhouse:  # every file from the wheelhouse, each checked as provision checks it
         from dataclasses import replace
 
-        from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
+        from envbuild.projectlock.offlinefiles import check_files, in_wheelhouse, wheelhouse_folder
 
         folder = wheelhouse_folder(req.wheelhouse)
         check_files(prepared.plan, folder, prepared.plan.stages)
@@ -66,9 +66,9 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
 
 def _build_notes(args: InstallArgs, prepared: Prepared, req: LockRequest) -> dict[str, str]:
     """{name: a cached built wheel, or that it compiles} of the builds stage
-    (``fromlock.builds``)."""
-    from envbuild.fromlock.builds import caches, plan_notes
-    from envbuild.fromlock.offline import wheelhouse_folder
+    (``projectlock.builds``)."""
+    from envbuild.projectlock.builds import caches, plan_notes
+    from envbuild.projectlock.offlinefiles import wheelhouse_folder
 
     if not prepared.plan.stage("builds"):
         return {}

@@ -9,7 +9,7 @@ from envbuild.commands.selection import (
     lock_selection,
 )
 from envbuild.errors import ConfigError
-from envbuild.fromlock.run import prepare_lock
+from envbuild.projectlock.run import prepare_lock
 
 if TYPE_CHECKING:
     from envbuild.commands.selection import PreflightArgs
@@ -22,10 +22,10 @@ def preflight_from_lock(
     args: PreflightArgs, lock: Path, groups: list[str]
 ) -> tuple[StackSpec, Paths, PreflightReport]:
     """``preflight --lock FILE``: the lock's stack and the host's report on it
-    (``fromlock.preflight``)."""
-    from envbuild.fromlock.preflight import lock_preflight
-    from envbuild.fromlock.stack import stack_for
+    (``projectlock.hostfit``)."""
     from envbuild.layout import paths_for
+    from envbuild.projectlock.hostfit import lock_preflight
+    from envbuild.projectlock.stagestack import stack_for
 
     if args.profile or args.stack:
         raise ConfigError(
@@ -53,8 +53,8 @@ def preflight_from_lock(
     if "index" in groups:
         from dataclasses import replace
 
-        from envbuild.fromlock.run import unreachable_hosts
         from envbuild.host.preflight import Check
+        from envbuild.projectlock.run import unreachable_hosts
 
         bad = unreachable_hosts(prepared, set(prepared.plan.stages))
         hosts = "the lock's file hosts"

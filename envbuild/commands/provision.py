@@ -27,12 +27,12 @@ from envbuild.commands.selection import (
 )
 from envbuild.errors import ConfigError, EnvbuildError, Interrupted
 from envbuild.layout import paths_for
-from envbuild.lock.serve import locked_requirements
 from envbuild.plan import BACKENDS
 from envbuild.provision.core import began, pending_steps, provision
 from envbuild.provision.options import ProvisionOptions
 from envbuild.provision.verify import IMPORT_TIMEOUT
 from envbuild.spec import StackSpec
+from envbuild.stacklock.serve import locked_requirements
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import ProvisionDocument

@@ -12,8 +12,8 @@ from envbuild.commands.selection import (
     lock_request,
 )
 from envbuild.errors import Interrupted
-from envbuild.fromlock.record import write_record
-from envbuild.fromlock.run import (
+from envbuild.projectlock.record import write_record
+from envbuild.projectlock.run import (
     provision_lock,
     provision_slice,
 )
@@ -47,7 +47,7 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
         import_timeout=args.import_timeout,
         build_cache=args.build_cache,
     )
-    from envbuild.fromlock.image import is_slice
+    from envbuild.projectlock.image import is_slice
 
     try:
         if is_slice(lock):  # one layer of `envbuild docker --lock`
@@ -92,7 +92,7 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
     warmed = None
     if args.warm_kernels:  # the checks smoke will run for what the lock installed
         from envbuild.commands.smoke import warm_after_provision
-        from envbuild.fromlock.record import read_record, smoke_selection
+        from envbuild.projectlock.record import read_record, smoke_selection
 
         lock_record = read_record(result.paths.venv)
         only = smoke_selection(lock_record).only if lock_record is not None else None

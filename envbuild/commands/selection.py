@@ -19,9 +19,9 @@ from envbuild.gate.model import FORMATS, Format
 from envbuild.plan import Backend
 from envbuild.provision.options import Choice
 
-if TYPE_CHECKING:  # imported where used: `provision` without --lock never loads fromlock
-    from envbuild.fromlock.run import LockRequest
-    from envbuild.fromlock.uvsync import SyncFlags
+if TYPE_CHECKING:  # imported where used: `provision` without --lock never loads projectlock
+    from envbuild.projectlock.run import LockRequest
+    from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = [
     "DockerArgs",
@@ -166,7 +166,7 @@ def lock_selection(
 ) -> LockRequest:
     """The lock request of the selection options every ``--lock`` front end shares
     (``add_selection_args``)."""
-    from envbuild.fromlock.run import LockRequest
+    from envbuild.projectlock.run import LockRequest
 
     sync = sync_flags(args)
     return LockRequest(
@@ -187,7 +187,7 @@ def lock_selection(
 def sync_flags(args: SelectionArgs) -> SyncFlags:
     """uv sync's flags as ``add_selection_args`` parsed them (``--no-project`` is
     ``--no-install-project``)."""
-    from envbuild.fromlock.uvsync import SyncFlags
+    from envbuild.projectlock.uvsync import SyncFlags
 
     return SyncFlags(
         extras=tuple(args.extra),
@@ -297,7 +297,7 @@ def _add_review_args(g: argparse._ActionsContainer) -> None:
 
 def _add_uv_selection_args(g: argparse._ActionsContainer) -> None:
     """uv sync's own selection flags, flag for flag: uv export says what each selects
-    (``fromlock.uvsync``)."""
+    (``projectlock.uvsync``)."""
     g.add_argument(
         "--all-extras", action="store_true", help="--lock: every extra (as uv sync --all-extras)"
     )

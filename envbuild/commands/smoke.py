@@ -41,8 +41,8 @@ from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from envbuild.commands.documents import SmokeDocument
-    from envbuild.fromlock.record import SmokeSelection
     from envbuild.nvidia import GPU
+    from envbuild.projectlock.record import SmokeSelection
     from envbuild.proof.receipt import (
         HostSnapshot,
         ReceiptKind,
@@ -399,11 +399,11 @@ def _chosen_gpus(args: SmokeArgs, env: dict[str, str], parent: list[list[Any]]) 
 
 def _lock_checks(args: SmokeArgs, python: Path) -> SmokeSelection | None:
     """Provisioned from a lock (and no ``--only``): the checks of what it installed, said in a
-    line (``envbuild.fromlock``: a tenth of a second of imports, only for a venv whose record has a
-    lock section)."""
+    line (``envbuild.projectlock``: a tenth of a second of imports, only for a venv whose record has
+    a lock section)."""
     if args.only or not lock_recorded(python.parent.parent):
         return None
-    from envbuild.fromlock.record import read_record, smoke_selection
+    from envbuild.projectlock.record import read_record, smoke_selection
 
     lock = read_record(python.parent.parent)
     if lock is None:

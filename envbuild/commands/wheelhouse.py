@@ -299,12 +299,12 @@ def _refuse_another_torch(args: WheelhouseBuildArgs, python: Path) -> None:
     """The wheels must be built against the torch the stack's lock pins: a target venv still on the
     torch the lock moved away from would make (or take from the cache) wheels for the old one."""
     from envbuild.errors import WheelhouseError
-    from envbuild.lock.model import read_lock
     from envbuild.spec import resolve_spec
+    from envbuild.stacklock.model import read_stack_lock
     from envbuild.wheelhouse.build import probe_target
 
     spec = resolve_spec(args.profile, args.stack)
-    lock = read_lock(spec.path.parent)
+    lock = read_stack_lock(spec.path.parent)
     want = (
         lock.abi.version
         if lock is not None and lock.abi is not None and lock.abi.version

@@ -2,9 +2,9 @@
 wheel's dist-info, how to read it, and whether it fits the installed torch.
 
 The wheelhouse writes the record (``wheelhouse/build.py``, ``wheelhouse/repack.py``); the ABI guard
-(``guard/``) and the lock's wheelhouse check (``lock/changes.py``) read it. It lives here, below all
-three, so the guard reads it without importing the wheelhouse (imports run downhill:
-spec -> plan -> installer -> guard -> lock -> wheelhouse -> proof). ``envbuild.wheelhouse``
+(``guard/``) and the lock's wheelhouse check (``stacklock/changes.py``) read it. It lives here,
+below all three, so the guard reads it without importing the wheelhouse (imports run downhill:
+spec -> plan -> installer -> guard -> stacklock -> wheelhouse -> proof). ``envbuild.wheelhouse``
 re-exports these names. Not to be confused with ``proof/provenance.py``, a receipt's record of
 who ran what where.
 

@@ -692,9 +692,9 @@ def _unreachable(spec: StackSpec, loc: str) -> str:
 
 def _read_by_locked_steps_only(spec: StackSpec) -> set[str]:
     """The sources that only steps with a lock entry read (their files are pinned by sha256)."""
-    from envbuild.lock.model import lock_dir, read_lock
+    from envbuild.stacklock.model import lock_dir, read_stack_lock
 
-    lock = read_lock(lock_dir(spec))
+    lock = read_stack_lock(lock_dir(spec))
     locked: set[str] = set()
     unlocked: set[str] = set()
     for step in spec.steps:

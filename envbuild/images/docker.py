@@ -17,12 +17,12 @@ to a late step rebuilds only that step and the ones after it:
   later ``pip install`` by a user of the image keep torch pinned;
 - when the stack has a lock (``lock.json`` beside the spec), each layer also copies a *prefix
   manifest* (``NN-<step>.lock.json``: the lock cut to the slice's steps,
-  ``lock.serve.prefix_manifest``) to ``/etc/envbuild/lock.json`` and the hash-pinned step files the
-  slice adds, so ``provision --step`` installs from the lock with ``--require-hashes`` (the prefix
-  rule of ``lock.serve.locked_requirements`` checks the slice against the lock's per-step digests).
-  The prefix manifest changes only when a step up to its own is locked anew, so relocking after an
-  edit of a late step keeps the earlier layers cached. Without a lock (or with ``--no-lock``)
-  the layers resolve from the spec, as on a host;
+  ``stacklock.serve.prefix_manifest``) to ``/etc/envbuild/lock.json`` and the hash-pinned step files
+  the slice adds, so ``provision --step`` installs from the lock with ``--require-hashes`` (the
+  prefix rule of ``stacklock.serve.locked_requirements`` checks the slice against the lock's
+  per-step digests). The prefix manifest changes only when a step up to its own is locked anew, so
+  relocking after an edit of a late step keeps the earlier layers cached. Without a lock (or with
+  ``--no-lock``) the layers resolve from the spec, as on a host;
 - the last layer runs ``envbuild smoke`` (its CPU-capable checks; the GPU ones need
   ``docker run --gpus all``);
 - a step ``env`` value the spec takes from the environment (``{ from_env = "NAME" }``) reaches
@@ -50,11 +50,9 @@ from pathlib import Path, PurePosixPath
 from envbuild import layout
 from envbuild._io import atomic_write_text, parse_toml
 from envbuild.errors import ConfigError
-from envbuild.images.tool import SECRETS as SECRETS  # re-exported: fromlock.image's RUN lines
+from envbuild.images.tool import SECRETS as SECRETS  # re-exported: projectlock.image's RUN lines
 from envbuild.images.tool import TOOL_VENV as TOOL_VENV
 from envbuild.images.tool import copy_tool_source, tool_dockerfile
-from envbuild.lock.model import Lock, lock_dir, read_lock
-from envbuild.lock.serve import locked_requirements, prefix_manifest
 from envbuild.plan import make_plan
 from envbuild.quoting import (
     check_env_name,
@@ -66,6 +64,8 @@ from envbuild.quoting import (
 )
 from envbuild.spec import SECRET_NAME, StackSpec, parse_spec
 from envbuild.spec._toml import read_bounded
+from envbuild.stacklock.model import Lock, lock_dir, read_stack_lock
+from envbuild.stacklock.serve import locked_requirements, prefix_manifest
 
 DEFAULT_ROOT = "/opt/envbuild"
 IMAGE_SPEC = "/etc/envbuild/stack.toml"
@@ -333,7 +333,7 @@ def spec_vars(spec: StackSpec) -> list[str]:
 def stack_lock(spec: StackSpec) -> Lock | None:
     """The stack's lock, checked against the spec (``LockError`` when stale or broken); None
     without."""
-    manifest = read_lock(lock_dir(spec))
+    manifest = read_stack_lock(lock_dir(spec))
     if manifest is None:
         return None
     locked_requirements(spec)  # stale, missing or edited files fail here, not in a layer

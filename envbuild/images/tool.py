@@ -1,5 +1,5 @@
 """envbuild installed in an image: the one snippet every image uses (``images.docker``'s stack
-Dockerfile, ``fromlock.image``'s lock Dockerfile, ``images.modal``'s ``run_commands``).
+Dockerfile, ``projectlock.image``'s lock Dockerfile, ``images.modal``'s ``run_commands``).
 
 envbuild goes into its own venv (``TOOL_VENV``, never the training venv) from its package code
 copied to ``/src/envbuild``: the stack specs come per layer later, so a spec edit does not

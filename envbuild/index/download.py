@@ -11,7 +11,7 @@ sends it whole, which is taken as such); a resumed file whose sha256 is wrong is
 from zero before it counts as a mismatch.
 
 The mirror (``wheelhouse.mirror``), the metadata reader's last resort (``index.remotezip``) and
-``provision --lock``'s unhashed files (``fromlock``) all download here; the credentials a URL
+``provision --lock``'s unhashed files (``projectlock``) all download here; the credentials a URL
 carries are used and only ``net.redact``-ed forms are shown.
 """
 

@@ -147,8 +147,8 @@ def tag_rank(
 
 def rank_among(filename: str, order: Mapping[str, int]) -> int | None:
     """``tag_rank`` against a target's own order of tags as ``py-abi-plat`` strings (best first,
-    ``fromlock.stages.target_tag_order``): the position of the wheel's best tag, None where none of
-    its tags is there."""
+    ``projectlock.stages.target_tag_order``): the position of the wheel's best tag, None where none
+    of its tags is there."""
     return min(
         (order[t] for t in map(str, wheel_tags(_name_of(filename))) if t in order), default=None
     )

@@ -85,9 +85,9 @@ def resolve_plan(
 
     ``backend`` None: uv when it is available, else pip; for uv, the sources pip is configured
     with are passed explicitly. ``locked`` (the lock beside the spec:
-    ``lock.serve.locked_requirements``) and ``built_wheels`` (``lock.serve.built_wheels``, for an
-    offline install) come from the caller, which reads the lock: the installer sits below the lock
-    stage and never imports it.
+    ``stacklock.serve.locked_requirements``) and ``built_wheels`` (``stacklock.serve.built_wheels``,
+    for an offline install) come from the caller, which reads the lock: the installer sits below the
+    lock stage and never imports it.
     """
     installer = installer_for(backend)
     return make_plan(

@@ -85,7 +85,7 @@ T = TypeVar("T")
 
 
 def build_plan(spec: StackSpec, opts: ProvisionOptions) -> Plan:
-    from envbuild.lock.serve import built_wheels
+    from envbuild.stacklock.serve import built_wheels
 
     built = built_wheels(opts.locked) if opts.wheelhouse and opts.locked else {}
     return resolve_plan(
@@ -233,7 +233,7 @@ def _refusals(
         raise PreflightError(f"--venv {opts.venv}: no environment there (no {paths.python})")
     todo = [s for s in plan.steps if s.name in pending]
     if opts.wheelhouse:  # offline: every locked artifact in the wheelhouse, or nothing is made
-        from envbuild.provision.offline import check_wheelhouse
+        from envbuild.provision.offlinecheck import check_wheelhouse
 
         seed = plan.options.backend == "uv" and opts.venv is None and not paths.python.exists()
         check_wheelhouse(spec, todo, opts.wheelhouse, seed=seed)

@@ -52,8 +52,8 @@ from envbuild.index.client import Artifact, ArtifactFinder, SourceError, Sources
 from envbuild.index.net import Probe, probe_all, redact
 from envbuild.index.wheeltags import fits_target
 from envbuild.installer import pip_config_sources
-from envbuild.lock.model import Lock, LockedPackage, read_lock
 from envbuild.plan import INDEX_STRATEGY, Backend, InstallerSources, Plan, PlannedStep
+from envbuild.stacklock.model import Lock, LockedPackage, read_stack_lock
 from envbuild.wheelhouse.sharedcache import SharedCache
 
 __all__ = ["Source", "route_sources", "step_identity"]
@@ -421,7 +421,7 @@ def _lock_of(todo: Sequence[PlannedStep]) -> Lock | None:
     if not files:
         return None
     try:
-        return read_lock(files[0].parent)
+        return read_stack_lock(files[0].parent)
     except LockError:
         return None  # the lock itself was checked when it was loaded
 

@@ -34,8 +34,8 @@ from envbuild.index.client import TIMEOUT, Artifact, ArtifactFinder, Sources, se
 from envbuild.index.download import download
 from envbuild.index.net import SourceError, redact
 from envbuild.index.wheeltags import fits_tag_filter, fits_target, select_target
-from envbuild.lock.model import MANIFEST, read_lock
 from envbuild.spec.stepfile import parse_requirements, read_text
+from envbuild.stacklock.model import MANIFEST, read_stack_lock
 
 if TYPE_CHECKING:
     import requests
@@ -133,7 +133,7 @@ def manifest_artifacts(lock_dir: Path) -> tuple[list[Artifact], LockSources]:
     goes to ``resolve`` with its step's sources; pass the credentialed ``--index-url`` then.
     A broken ``lock.json`` is a ``LockError`` (exit 8) naming the bad key.
     """
-    lock = read_lock(lock_dir)
+    lock = read_stack_lock(lock_dir)
     if lock is None:
         raise WheelhouseError(
             f"{lock_dir / MANIFEST}: no lock manifest there", hint="Run `envbuild lock` first."

@@ -88,7 +88,7 @@ class WheelSpec:
     timeout_s: float | None = None
     digest: str  # over the unexpanded spec data and the patch contents
     # keep the upstream version and Requires-Dist (no +cu...torch... label): a lock's build, whose
-    # version the lock pins (provision --lock's builds stage, ``fromlock.builds``)
+    # version the lock pins (provision --lock's builds stage, ``projectlock.builds``)
     keep_version: bool = False
 
     @property

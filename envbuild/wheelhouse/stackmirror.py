@@ -18,9 +18,9 @@ from envbuild import events
 from envbuild.errors import PreflightError
 from envbuild.index.net import redact
 from envbuild.installer import find_python
-from envbuild.lock.model import Lock, read_lock
 from envbuild.run import run
 from envbuild.spec import DEFAULT_PLATFORM, profile_path
+from envbuild.stacklock.model import Lock, read_stack_lock
 from envbuild.wheelhouse import mirror as m
 from envbuild.wheelhouse.pages import write_index
 from envbuild.wheelhouse.vcsbuild import Built, build_vcs_wheels, vcs_packages
@@ -72,7 +72,7 @@ def mirror_stack(req: StackMirrorRequest) -> StackMirror:
         lock_dir = req.lock_dir or profile_path(req.profile or "cpu").parent
         if (lock_dir / "lock.json").is_file():
             known, sources = m.manifest_artifacts(lock_dir)  # URLs recorded by `envbuild lock`
-            lock = read_lock(lock_dir)
+            lock = read_stack_lock(lock_dir)
         else:
             sources = m.lock_sources(lock_dir)
     resolved: list[m.Artifact] = []

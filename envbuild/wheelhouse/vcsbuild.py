@@ -38,9 +38,9 @@ from envbuild.errors import WheelhouseError
 from envbuild.index.client import parse_filename, read_bytes
 from envbuild.index.net import redact
 from envbuild.index.wheeltags import fits_target
-from envbuild.lock.git import GitRef
-from envbuild.lock.model import BuiltWheel, Lock, LockedPackage, LockedStep, write_lock
 from envbuild.run import run
+from envbuild.stacklock.git import GitRef
+from envbuild.stacklock.model import BuiltWheel, Lock, LockedPackage, LockedStep, write_lock
 
 __all__ = ["Built", "build_vcs_wheels", "vcs_packages"]
 

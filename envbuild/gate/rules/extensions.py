@@ -37,7 +37,7 @@ __all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "torch_runtime", "unread_tag
 # Projects that ship compiled torch extensions, the one list of them: one of these without a
 # readable claim is listed by --explain (a wheel from PyPI or a source build carries none), and in
 # a notice when it is a prebuilt wheel (``unread_tag``); ``provision --lock`` builds their sdists
-# against the installed torch (``fromlock.stages``); a conda package of one of these names is
+# against the installed torch (``projectlock.stages``); a conda package of one of these names is
 # checked against the pytorch build it pins (``gate.formats.pixi``).
 KNOWN_EXTENSIONS = frozenset(
     {

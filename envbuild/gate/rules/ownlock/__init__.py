@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from envbuild.gate.findings import EnvRow, FileReport
 from envbuild.gate.rules.ownlock import history, static, steps
-from envbuild.lock.model import MANIFEST, lock_dir
 from envbuild.spec import StackSpec
+from envbuild.stacklock.model import MANIFEST, lock_dir
 
 __all__ = ["Options", "check_stack"]
 

@@ -10,8 +10,8 @@ from packaging.utils import canonicalize_name
 from envbuild.errors import LockError
 from envbuild.gate.rules.history import file_at_ref, moved
 from envbuild.gate.rules.ownlock.steps import StackContext, protected_of, shown
-from envbuild.lock.model import MANIFEST, Lock, lock_from_text
 from envbuild.spec import StackSpec
+from envbuild.stacklock.model import MANIFEST, Lock, lock_from_text
 
 __all__ = ["check"]
 

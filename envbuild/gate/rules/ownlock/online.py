@@ -23,8 +23,8 @@ from envbuild.gate.rules.ownlock.steps import StackContext, shown
 from envbuild.index.client import Artifact, ArtifactFinder, SourceError, Sources
 from envbuild.index.net import redact
 from envbuild.installer import pip_config_sources
-from envbuild.lock.model import LockedPackage, LockedStep
 from envbuild.spec import DEFAULT_PLATFORM
+from envbuild.stacklock.model import LockedPackage, LockedStep
 
 __all__ = ["check"]
 

@@ -16,8 +16,8 @@ from packaging.utils import canonicalize_name
 from envbuild.gate.rules.ownlock.steps import StackContext, StepView
 from envbuild.gate.rules.pins import TRITON, pypi_triton_beside, pypi_triton_required
 from envbuild.index.client import cached_requires
-from envbuild.lock.compile import marker_env
-from envbuild.lock.model import LockedPackage, LockedReq
+from envbuild.stacklock.compile import marker_env
+from envbuild.stacklock.model import LockedPackage, LockedReq
 
 __all__ = ["check"]
 
@@ -222,7 +222,7 @@ def _requires_for(ctx: StackContext, r: LockedReq, view: StepView, fetch: bool) 
     if got is not None or not fetch:
         return got
     from envbuild.index.client import ArtifactFinder, requires_of
-    from envbuild.lock.compile import step_sources
+    from envbuild.stacklock.compile import step_sources
 
     if view.index >= len(ctx.spec.steps):
         return None

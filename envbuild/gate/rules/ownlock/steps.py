@@ -12,18 +12,18 @@ from packaging.utils import canonicalize_name
 from envbuild._io import sha256_file
 from envbuild.errors import LockError
 from envbuild.gate.findings import OWN_RULES, Finding
-from envbuild.lock.model import (
+from envbuild.spec import StackSpec
+from envbuild.spec.stepfile import line_problems
+from envbuild.stacklock.model import (
     MANIFEST,
     Lock,
     LockedPackage,
     LockedReq,
     lock_dir,
-    read_lock,
+    read_stack_lock,
     read_step_file,
 )
-from envbuild.lock.serve import stale_reason
-from envbuild.spec import StackSpec
-from envbuild.spec.stepfile import line_problems
+from envbuild.stacklock.serve import stale_reason
 
 __all__ = ["StackContext", "StepView", "protected_of", "read", "shown"]
 
@@ -90,7 +90,7 @@ def read(ctx: StackContext) -> None:
     folder = lock_dir(spec)
     lock_json = shown(folder / MANIFEST)
     try:
-        lock = read_lock(folder)
+        lock = read_stack_lock(folder)
     except LockError as exc:
         ctx.add(lock_json, "-", "broken-lock", exc.message)
         return

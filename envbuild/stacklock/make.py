@@ -1,20 +1,20 @@
 """``envbuild lock``: every step of a stack into a hash-pinned requirement file, and what moved.
 
-Steps run in order; each step is resolved (``lock.compile``) with **every earlier step's pins
+Steps run in order; each step is resolved (``stacklock.compile``) with **every earlier step's pins
 as constraints**, so the environment after step *i* is the one every later step was resolved
 against: a step that needs another version of an earlier step's package is a ``LockError``
 naming both steps and both versions, unless the spec says so for that step (``replaces =
 ["numpy"]``). Pins an earlier step made are left out of a later step's file (it installs on top
 of them), as are torch and the protected set: no file after the baseline can carry another torch.
 
-Day 2 (``lock.relock``): a step the last lock already holds for the same spec is kept as it is,
+Day 2 (``stacklock.relock``): a step the last lock already holds for the same spec is kept as it is,
 not resolved; a step that must be resolved again prefers its last pins; ``upgrade`` moves only
 what it names. A relock of an unchanged spec writes nothing. The run reports every change per
-step with its reason (``lock.changes``), and, when torch moved, the wheelhouse wheels built
+step with its reason (``stacklock.changes``), and, when torch moved, the wheelhouse wheels built
 against the old one.
 
-Every step entry of ``lock.json`` records its ``step_digest`` (``lock.step_digests``), so a spec
-cut after a step (a Docker layer's slice) can be checked against the lock step by step.
+Every step entry of ``lock.json`` records its ``step_digest`` (``stacklock.serve.step_digests``), so
+a spec cut after a step (a Docker layer's slice) can be checked against the lock step by step.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from envbuild._io import atomic_write_text, sha256_file
 from envbuild.errors import ConfigError, LockError, PreflightError
 from envbuild.index.client import ArtifactFinder, Sources, cache_dir, requires_of
 from envbuild.index.net import redact
-from envbuild.lock.changes import Change, StaleWheel, lock_changes, stale_wheels, torch_moved
-from envbuild.lock.compile import (
+from envbuild.plan import PlannedStep, make_plan
+from envbuild.spec import StackSpec, Step
+from envbuild.stacklock.changes import Change, StaleWheel, lock_changes, stale_wheels, torch_moved
+from envbuild.stacklock.compile import (
     baseline_protected,
     check_reachable,
     compile_step,
@@ -52,8 +54,8 @@ from envbuild.lock.compile import (
     tool_versions,
     uv_tools,
 )
-from envbuild.lock.git import pin_git
-from envbuild.lock.model import (
+from envbuild.stacklock.git import pin_git
+from envbuild.stacklock.model import (
     LOCK_VERSION,
     MANIFEST,
     PYLOCK,
@@ -63,11 +65,11 @@ from envbuild.lock.model import (
     VcsPin,
     format_requirement,
     lock_dir,
-    read_lock,
+    read_stack_lock,
     step_filename,
     write_lock,
 )
-from envbuild.lock.relock import (
+from envbuild.stacklock.relock import (
     StepStatus,
     Upgrade,
     check_upgrade_names,
@@ -75,23 +77,23 @@ from envbuild.lock.relock import (
     preferences,
     stale_steps,
 )
-from envbuild.lock.resolver import (
+from envbuild.stacklock.resolver import (
     Resolver,
     ResolverChoice,
     choose_resolver,
     uv_compile_step,
     uv_source_args,
 )
-from envbuild.lock.serve import step_digests
-from envbuild.plan import PlannedStep, make_plan
-from envbuild.spec import StackSpec, Step
+from envbuild.stacklock.serve import step_digests
 
 __all__ = ["LockOptions", "LockResult", "LockStatus", "lock_stack", "lock_status"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class LockOptions:
-    python: str | None = None  # pip-compile under this interpreter (default: see lock.resolver)
+    python: str | None = (
+        None  # pip-compile under this interpreter (default: see stacklock.resolver)
+    )
     # auto: pip-compile when this interpreter is the target, else uv
     resolver: ResolverChoice = "auto"
     wheelhouse: str | None = None  # resolve only from this find-links folder/page (offline)
@@ -132,7 +134,7 @@ class LockStatus:
 
 def _old_lock(folder: Path) -> Lock | None:
     try:
-        return read_lock(folder)
+        return read_stack_lock(folder)
     except LockError as exc:  # a broken lock is replaced; its step files are left alone
         events.emit(
             "warn", f"the lock in {folder} is broken ({exc.message}); every step is resolved again"
@@ -478,7 +480,7 @@ def _written(
             if s.file and s.file not in keep and (folder / s.file).is_file():
                 (folder / s.file).unlink()
     if opts.export_pylock:
-        from envbuild.lock.pylock import write_pylock
+        from envbuild.stacklock.pylock import write_pylock
 
         files.append(write_pylock(lock))
     files.append(folder / MANIFEST)

@@ -6,7 +6,7 @@ Layout (``lockfiles/<profile>/`` beside ``stack.toml``; written by ``envbuild lo
     02-torch.txt          lines (pip-compile's format, no index options), installable by hand
     ...                   with ``pip install --require-hashes [--no-deps] -r FILE`` (``stepfile``)
     lock.json             the lock's index of steps (below): ``Lock``
-    pylock.toml           PEP 751 export of the whole environment (``lock.pylock``)
+    pylock.toml           PEP 751 export of the whole environment (``stacklock.pylock``)
 
 ``lock.json`` (``lock_version`` 1), read and written only through the frozen dataclasses below,
 in the manner of ``packaging.pylock``: ``Lock.from_dict`` checks every type and names the bad
@@ -33,7 +33,7 @@ key by its dotted path (``lock.json: steps[2].file: missing``) in a ``LockError`
                                           # what `lock` compares to say "spec changed"; absent in
                                           older locks
          "replaces": ["numpy"],           # only when the spec says so: earlier steps' packages this
-                                          # step may pin at another version (``lock.stack``)
+                                          # step may pin at another version (``stacklock.make``)
          "locked": true,
          "file": "02-torch.txt", "file_sha256": "<hex of the file>",
          "sources": {"index_url": ..., "extra_index_urls": [...], "find_links": [...],
@@ -57,7 +57,7 @@ key by its dotted path (``lock.json: steps[2].file: missing``) in a ``LockError`
 
 A locked step must name its file (a plain name in the lock's folder) and that file's sha256:
 a step entry without them is a broken lock, never a step that quietly resolves from the spec.
-Which specs a lock serves, and the prefix manifests of Docker layers, are in ``lock.serve``.
+Which specs a lock serves, and the prefix manifests of Docker layers, are in ``stacklock.serve``.
 
 A git requirement is locked to a commit (``name @ git+URL@<sha>``); pip cannot hash a VCS
 checkout, so that line carries no ``--hash``. pip's hash-checking mode refuses a file that mixes
@@ -115,7 +115,7 @@ __all__ = [
     "lock_dir",
     "lock_from_text",
     "parse_requirements_text",
-    "read_lock",
+    "read_stack_lock",
     "read_step_file",
     "step_filename",
     "write_lock",
@@ -596,7 +596,7 @@ def lock_from_text(path: Path, text: str) -> Lock:
     return Lock.from_dict(data, path)
 
 
-def read_lock(folder: Path) -> Lock | None:
+def read_stack_lock(folder: Path) -> Lock | None:
     """The lock in ``folder``, or None when there is none. A broken ``lock.json`` raises
     ``LockError``."""
     path = folder / MANIFEST

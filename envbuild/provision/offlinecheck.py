@@ -1,5 +1,5 @@
-"""``provision --offline --wheelhouse WH``: before step 1, prove the wheelhouse holds what the lock
-installs.
+"""``provision --offline --wheelhouse WH`` of a stack: before step 1, prove the wheelhouse holds
+what the stack lock installs (a project lock's files: ``projectlock.offlinefiles``).
 
 For every locked step still to run, each pinned package needs a file in the wheelhouse whose
 sha256 the lock pins and that installs on the stack's target (a wheel of its Python and
@@ -33,9 +33,9 @@ from envbuild.errors import InstallError, LockError
 from envbuild.index.client import parse_filename
 from envbuild.index.net import redact
 from envbuild.index.wheeltags import fits_target, wheelhouse_files
-from envbuild.lock.model import LockedPackage, read_lock
 from envbuild.plan import PlannedStep
 from envbuild.spec import StackSpec
+from envbuild.stacklock.model import LockedPackage, read_stack_lock
 
 __all__ = ["check_wheelhouse", "seed_packages"]
 
@@ -64,7 +64,7 @@ def check_wheelhouse(
     if locked:
         assert locked[0].locked_file is not None
         try:
-            lock = read_lock(locked[0].locked_file.parent)
+            lock = read_stack_lock(locked[0].locked_file.parent)
         except LockError:
             lock = None  # the lock itself was checked when it was loaded
     files = wheelhouse_files(wheelhouse)

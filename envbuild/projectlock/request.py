@@ -1,18 +1,18 @@
 """What ``provision --lock`` / ``plan --lock`` are asked (``LockRequest``), and the environment
-prepared for it (``Prepared``: chosen, gated, staged, adopted): what the other ``fromlock`` modules
-pass between them."""
+prepared for it (``Prepared``: chosen, gated, staged, adopted): what the other ``projectlock``
+modules pass between them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild.fromlock.select import Chosen
-from envbuild.fromlock.stages import StagePlan
-from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.check import FileReport
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
+from envbuild.projectlock.select import Chosen
+from envbuild.projectlock.stages import StagePlan
+from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = ["LockRequest", "Prepared"]
 
@@ -34,7 +34,7 @@ class LockRequest:
     base_torch: str | None = None
     # --offline --wheelhouse DIR: every file from there, none from the network
     wheelhouse: str | None = None
-    # build a mismatched prebuilt extension from its sdist (``fromlock.rebuild``)
+    # build a mismatched prebuilt extension from its sdist (``projectlock.rebuild``)
     rebuild_mismatched: bool = False
     # uv sync's selection and install flags: the one owner of the extras and groups asked for
     sync: SyncFlags = SyncFlags()

@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_text, dumps_toml
-from envbuild.lock.model import PYLOCK, Lock, LockedPackage
+from envbuild.stacklock.model import PYLOCK, Lock, LockedPackage
 
 
 def build_pylock(lock: Lock) -> Pylock:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from envbuild import events, guard, layout
 from envbuild.errors import ABIViolation
-from envbuild.fromlock.request import Prepared
+from envbuild.projectlock.request import Prepared
 
 __all__ = [
     "adopt",

@@ -1,13 +1,13 @@
 """Read a committed lock and choose the one environment to install: this host's platform and
 Python, and the selection of extras/groups the locker's own sync would take.
 
-The lock is read once (``read_lock``: ``gate.lockfile``'s typed ``ProjectLock``) and handed down.
-The platforms, Pythons and selections are the gate's (``envbuild.gate.environments``): every valid
-selection of the lock's conflicting extras/groups on each platform and Python. A provision
+The lock is read once (``read_project_lock``: ``gate.lockfile``'s typed ``ProjectLock``) and handed
+down. The platforms, Pythons and selections are the gate's (``envbuild.gate.environments``): every
+valid selection of the lock's conflicting extras/groups on each platform and Python. A provision
 installs exactly one:
 
 - a uv.lock beside its project: what ``uv export`` of uv sync's flags lists is what the
-  environment installs (``fromlock.uvsync``), and the environment is the selection of the lock's
+  environment installs (``projectlock.uvsync``), and the environment is the selection of the lock's
   conflicting items those flags switch on (``_flag_selection``: each item by its typed name, kind
   and whether the locker's default takes it);
 - otherwise, no ``--extra``/``--group``: the locker's default selection (labelled "default", or
@@ -32,7 +32,6 @@ from typing import TypedDict
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError, LockError
-from envbuild.fromlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 from envbuild.gate.check import FileReport, judge_environment
 from envbuild.gate.environments import NO_CHOICE, Narrow, Space, make_space
 from envbuild.gate.findings import Finding, Policy
@@ -48,8 +47,9 @@ from envbuild.gate.model import (
     ParsedLock,
 )
 from envbuild.gate.project import Project
+from envbuild.projectlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 
-__all__ = ["Chosen", "choose", "gate", "host_platform_key", "read_lock"]
+__all__ = ["Chosen", "choose", "gate", "host_platform_key", "read_project_lock"]
 
 SUPPORTED: tuple[Format, ...] = ("uv.lock", "pylock")
 
@@ -125,7 +125,7 @@ def host_platform_key() -> str:
     return "windows-amd64"
 
 
-def read_lock(path: Path, fmt: Format | None = None) -> ProjectLock:
+def read_project_lock(path: Path, fmt: Format | None = None) -> ProjectLock:
     """The lock at ``path``, read and parsed once (ConfigError, exit 2: missing, unreadable, a
     format provision does not install from, or not a readable lock of its format)."""
     text = read_lockfile(path)

@@ -30,9 +30,9 @@ from packaging.utils import canonicalize_name
 
 from envbuild.guard.buildrecord import PROVENANCE_FILE
 from envbuild.index.net import redact
-from envbuild.lock.model import Lock, LockedPackage, LockedStep
-from envbuild.lock.relock import Upgrade
 from envbuild.spec import StackSpec
+from envbuild.stacklock.model import Lock, LockedPackage, LockedStep
+from envbuild.stacklock.relock import Upgrade
 
 FIRST = "first lock"
 SPEC = "spec changed"

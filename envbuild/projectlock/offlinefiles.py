@@ -1,5 +1,6 @@
-"""Offline from a wheelhouse: ``wheelhouse mirror --lock FILE`` and ``provision --lock FILE
---offline --wheelhouse DIR``.
+"""A project lock's files offline: ``wheelhouse mirror --lock FILE`` puts them in a wheelhouse,
+``provision --lock FILE --offline --wheelhouse DIR`` installs them from it (the build
+requirements: ``offlinebuilds``; a stack lock's wheelhouse check: ``provision.offlinecheck``).
 
 The mirror downloads every file the chosen environment installs (the files ``plan --lock``
 names, from the URLs the lock records, each checked against the lock's sha256) into a wheelhouse
@@ -33,7 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild._io import sha256_file
 from envbuild.errors import ConfigError, InstallError
-from envbuild.fromlock.stages import LockedFile, Placed, StagePlan
+from envbuild.projectlock.stages import LockedFile, Placed, StagePlan
 
 __all__ = [
     "LockMirror",

@@ -17,7 +17,7 @@ Build constraints, as uv applies them to every build: ``[tool.uv] build-constrai
 and ``--build-constraints FILE``, written to one content-addressed file in envbuild's cache
 (``$ENVBUILD_CACHE_DIR/build-constraints/<sha256>.txt``) that the step names through
 ``UV_BUILD_CONSTRAINT`` / ``PIP_BUILD_CONSTRAINT``. ``no-build-isolation-package`` and
-``extra-build-dependencies`` move a package to the ``builds`` stage (``fromlock.stages``), built
+``extra-build-dependencies`` move a package to the ``builds`` stage (``projectlock.stages``), built
 without isolation against the installed torch.
 """
 
@@ -31,9 +31,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from envbuild.errors import ConfigError
-from envbuild.fromlock.stages import Placed
 from envbuild.gate.project import Project, project_of
 from envbuild.index.wheeltags import is_sdist
+from envbuild.projectlock.stages import Placed
 
 __all__ = ["BuildSources", "build_sources", "builds_isolated", "constraints_file", "step_env"]
 

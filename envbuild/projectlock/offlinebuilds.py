@@ -1,13 +1,14 @@
-"""Isolated builds offline: ``wheelhouse mirror --lock`` carries the build requirements of every
-project, workspace member and sdist the chosen environment builds in isolation, and ``provision
---lock --offline --wheelhouse DIR`` builds from them (``--no-index --find-links DIR``), as uv would.
+"""A project lock's isolated builds offline: ``wheelhouse mirror --lock`` carries the build
+requirements of every project, workspace member and sdist the chosen environment builds in
+isolation, and ``provision --lock --offline --wheelhouse DIR`` builds from them (``--no-index
+--find-links DIR``), as uv would.
 
 Per build (``Build``): its ``build-system.requires`` (read from the project's ``pyproject.toml``,
 or from the sdist itself; setuptools' legacy backend when it has none, as uv and pip do) and what
 the backend asks for beyond them (PEP 517's ``get_requires_for_build_editable`` / ``_wheel``: the
 mirror runs that hook in a throwaway venv of the target's Python, as a build front end does;
 hatchling's editable build wants ``editables``), resolved for the target by ``uv pip compile
---format pylock.toml`` from the build's sources and constraints (``fromlock.buildreqs``). Every
+--format pylock.toml`` from the build's sources and constraints (``projectlock.buildreqs``). Every
 file is downloaded by the wheelhouse mirror (sha256-checked) and recorded in ``wheelhouse.json``,
 the build's pins under ``builds`` by its key (the package, its requirements, its backend and the
 constraints): a build whose settings changed since the mirror is not found, not guessed.
@@ -32,9 +33,9 @@ from urllib.parse import unquote, urlsplit
 
 from envbuild import events
 from envbuild.errors import InstallError
-from envbuild.fromlock.buildreqs import BuildSources, builds_isolated
-from envbuild.fromlock.stages import Placed, StagePlan
 from envbuild.gate.project import read_pyproject
+from envbuild.projectlock.buildreqs import BuildSources, builds_isolated
+from envbuild.projectlock.stages import Placed, StagePlan
 
 __all__ = ["Build", "check_builds", "isolated_builds", "mirror_builds"]
 
@@ -183,7 +184,7 @@ def mirror_builds(
     """Mirror the build requirements of every isolated build of ``plan`` into ``out`` (the lock's
     files already there) and record them in ``wheelhouse.json``; returns what was recorded, in
     words."""
-    from envbuild.fromlock.buildreqs import constraints_file
+    from envbuild.projectlock.buildreqs import constraints_file
 
     constraints = list(sources.constraints)
     cfile = constraints_file(constraints) if constraints else None
@@ -307,10 +308,10 @@ def _wheels(text: str, python: str, platform: str) -> dict[str, tuple[str, str]]
     """{wheel filename: (url, sha256)} of the best wheel of each package of ``uv pip compile``'s
     pylock.toml for the target (the one PEP 751 reader; the tags ranked by their owner)."""
     from envbuild.errors import ConfigError
-    from envbuild.fromlock.stages import target_tag_order
     from envbuild.gate.formats.pylock import read_pylock
     from envbuild.gate.model import LockParseError
     from envbuild.index.wheeltags import rank_among
+    from envbuild.projectlock.stages import target_tag_order
 
     try:
         lock = read_pylock(text)

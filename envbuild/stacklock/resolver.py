@@ -34,9 +34,9 @@ from envbuild.errors import LockError, PreflightError
 from envbuild.index.client import Sources, cache_dir
 from envbuild.index.net import redact
 from envbuild.installer import find_uv
-from envbuild.lock.model import LockedReq, parse_requirements_text
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
+from envbuild.stacklock.model import LockedReq, parse_requirements_text
 
 ResolverChoice = Literal["auto", "pip-compile", "uv"]
 RESOLVERS: tuple[str, ...] = get_args(ResolverChoice)

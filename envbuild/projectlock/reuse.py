@@ -1,7 +1,7 @@
 """The last preparation of the same lock, reused: a re-run of ``provision --lock`` on a finished
 root skips ``uv export`` and the gate when nothing they read has changed.
 
-Choosing, gating and staging a lock (``fromlock.run.prepare_lock``) is most of a no-op
+Choosing, gating and staging a lock (``projectlock.run.prepare_lock``) is most of a no-op
 provision's time: ``uv export`` and the gate's reading of every entry (0.5-1.5 s on the public
 locks), where the rest of a no-op is a scan of the venv and a cached import verdict. Its answer
 depends only on what it read, so it is kept, after each run that prepared it, in
@@ -42,7 +42,7 @@ from typing import Any
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_bytes
-from envbuild.fromlock.request import LockRequest, Prepared
+from envbuild.projectlock.request import LockRequest, Prepared
 from envbuild.gate.formats.uvlock import sources_of
 
 __all__ = ["Reuse", "reuse_for"]

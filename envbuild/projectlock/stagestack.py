@@ -1,7 +1,7 @@
 """The stages as a stack that ``envbuild.provision`` runs: one step per stage, each from a
 hash-pinned file of the lock's exact URLs, ``--no-deps``; ``--no-index`` unless the stage builds
 something in isolation, whose build requirements then come from the project's indexes
-(``fromlock.buildreqs``).
+(``projectlock.buildreqs``).
 
 Nothing new runs the install: the data root, the venv, the manifest (resume, and the no-op
 re-run of a finished environment), the baseline frozen after the torch stage, the ABI guard after
@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
-from envbuild.fromlock.stages import ORDER, STAGE_WORDS, Placed, Stage, StagePlan
+from envbuild.projectlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
+from envbuild.projectlock.stages import ORDER, STAGE_WORDS, Placed, Stage, StagePlan
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
 
 __all__ = ["stage_files", "stage_line", "stage_pins", "stack_for", "step_stage"]
@@ -46,7 +46,7 @@ def stack_for(
     ``digest_plan``: the plan before adoption left anything out. The spec's digest is taken of it,
     so a re-run, which finds what the first run installed already there, is the same stack (and a
     finished one is a no-op). ``build``: where isolated builds get their requirements
-    (``fromlock.buildreqs``; by default the project's indexes beside the lock)."""
+    (``projectlock.buildreqs``; by default the project's indexes beside the lock)."""
     chosen = plan.chosen
     torch = plan.torch
     version = torch_version or torch.version or ""

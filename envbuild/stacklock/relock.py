@@ -32,9 +32,9 @@ from packaging.utils import canonicalize_name
 
 from envbuild._io import sha256_file
 from envbuild.errors import ConfigError
-from envbuild.lock.model import Lock, LockedStep
 from envbuild.spec import StackSpec
 from envbuild.spec._toml import did_you_mean
+from envbuild.stacklock.model import Lock, LockedStep
 
 __all__ = ["StepStatus", "Upgrade", "parse_upgrades", "preferences", "stale_steps"]
 

@@ -1,4 +1,6 @@
-"""Provision from the lock a project already commits (``provision --lock``, ``plan --lock``).
+"""Project locks: provision from the lock a project already commits (uv.lock, pylock.toml, ...:
+``provision --lock``, ``plan --lock``, and the other ``--lock`` front ends). envbuild's own
+per-step locks of a stack spec are stack locks (``envbuild.stacklock``).
 
 The data flow, one module each:
 
@@ -11,15 +13,20 @@ The data flow, one module each:
               installed torch, the project;
 - ``rebuild`` ``--rebuild-mismatched``: a prebuilt extension the gate fails for its ABI moves to the
               source builds, from its sdist (the lock's, else its index's, pinned by sha256);
-- ``stack``   the stages as a stack of hash-pinned steps for ``envbuild.provision``;
+- ``stagestack`` the stages as a stack of hash-pinned steps for ``envbuild.provision``;
 - ``run``     prepare (``request``), adopt the torch a venv already has (``adopt``), pin the
               files the lock has no hash for (``unhashed``), then provision (guard after every
               stage; exact sync after the last: ``envbuild.provision.exact``).
+
+Beside that path: ``offlinefiles`` (the environment's files mirrored into a wheelhouse and
+installed from it), ``offlinebuilds`` (the build requirements of its isolated builds, likewise),
+``hostfit`` (``preflight --lock``: the host against the lock's torch), ``image`` (``docker
+--lock``), ``record`` (what a lock provision leaves in its venv).
 """
 
 from __future__ import annotations
 
-from envbuild.fromlock.run import LockRequest, Prepared, prepare, provision_lock
+from envbuild.projectlock.run import LockRequest, Prepared, prepare, provision_lock
 
 # What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
 OWNS: tuple[str, ...] = (

@@ -37,8 +37,8 @@ from packaging.utils import canonicalize_name
 
 from envbuild import events
 from envbuild._io import sha256_file
-from envbuild.fromlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.plan import PlannedStep
+from envbuild.projectlock.stages import STAGE_WORDS, Placed, StagePlan
 from envbuild.spec import spec_digest
 from envbuild.spec.stagefile import git_note, index_note, noted_git, noted_index
 from envbuild.spec.stepfile import logical_lines, parse_requirements_text
@@ -241,14 +241,14 @@ class BuildCache:
 
 
 def _with_build_requires(spec: WheelSpec) -> WheelSpec:
-    """An sdist whose own build requirements name torch (``fromlock.torchbuilds``, which read them
-    into the cache): its other build requirements are the build's (found in the venv, else
+    """An sdist whose own build requirements name torch (``projectlock.torchbuilds``, which read
+    them into the cache): its other build requirements are the build's (found in the venv, else
     installed beside it for the build, ``wheelhouse.requires``), by their import names."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from envbuild.fromlock.torchbuilds import names_torch
     from envbuild.index.sdistreqs import cached_build_requires
+    from envbuild.projectlock.torchbuilds import names_torch
 
     assert spec.source is not None
     requires = cached_build_requires(spec.source.sha256) if spec.source.kind == "sdist" else None

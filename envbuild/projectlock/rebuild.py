@@ -1,7 +1,7 @@
 """``--rebuild-mismatched``: a prebuilt extension wheel the gate fails for its ABI (rule
 ``extension-abi``: built for another torch minor, CUDA major or C++ ABI than the lock's torch) is
-built from its sdist against the lock's torch instead, in the ``builds`` stage (``fromlock.builds``:
-without build isolation, through the build cache).
+built from its sdist against the lock's torch instead, in the ``builds`` stage
+(``projectlock.builds``: without build isolation, through the build cache).
 
 The sdist, for the entry's public version (``2.8.1+cu13torch2.10cxx11abitrue`` -> ``2.8.1``):
 
@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from envbuild.fromlock.stages import LockedFile, Placed, StagePlan, _artifacts
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Entry
 from envbuild.index import PYPI
 from envbuild.index.wheeltags import is_sdist
+from envbuild.projectlock.stages import LockedFile, Placed, StagePlan, _artifacts
 
 __all__ = ["RULE", "Rebuilt", "rebuild_mismatched", "rebuildable"]
 

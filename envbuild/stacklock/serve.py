@@ -27,17 +27,17 @@ from typing import Any
 from envbuild import events
 from envbuild._io import TOMLDecodeError, parse_toml, sha256_file
 from envbuild.errors import LockError
-from envbuild.lock.model import (
+from envbuild.spec import StackSpec, spec_digest
+from envbuild.spec.stepfile import line_problems
+from envbuild.stacklock.model import (
     MANIFEST,
     Lock,
     LockedStep,
     format_requirement,
     lock_dir,
-    read_lock,
+    read_stack_lock,
     read_step_file,
 )
-from envbuild.spec import StackSpec, spec_digest
-from envbuild.spec.stepfile import line_problems
 
 __all__ = ["built_wheels", "locked_requirements", "prefix_manifest", "stale_reason", "step_digests"]
 
@@ -150,7 +150,7 @@ def locked_requirements(spec: StackSpec) -> dict[str, Path]:
     differs from what ``lock.json`` recorded. A step left out of the lock on purpose
     (``envbuild lock --skip-step``) resolves from the spec, with a warning.
     """
-    lock = read_lock(lock_dir(spec))
+    lock = read_stack_lock(lock_dir(spec))
     if lock is None:
         return {}
     hint = (
@@ -223,7 +223,7 @@ def built_wheels(locked: Mapping[str, Path]) -> dict[str, dict[str, str]]:
     """{step: {name: "name==version --hash=sha256:..."}}: the lock's git/URL pins that ``wheelhouse
     mirror`` built into wheels (``lock.json``'s ``vcs.wheel``), as an offline install takes them."""
     try:
-        lock = read_lock(next(iter(locked.values())).parent)
+        lock = read_stack_lock(next(iter(locked.values())).parent)
     except LockError:
         return {}
     out: dict[str, dict[str, str]] = {}

@@ -3,9 +3,9 @@
 Every refusal comes before anything is made: an unreadable or unsupported lock and an ambiguous
 selection (exit 2), a lock the gate fails (exit 8), a venv whose torch is not the lock's (exit 6),
 file hosts that do not answer (exit 3), an offline wheelhouse that lacks a file or holds other
-bytes than the lock pins (exit 5, ``fromlock.offline``). Then ``envbuild.provision.provision``
-runs the stages as steps (``fromlock.stack``), and removes what the selection does not install
-(``provision.exact``, unless ``--inexact``).
+bytes than the lock pins (exit 5, ``projectlock.offlinefiles``). Then
+``envbuild.provision.provision`` runs the stages as steps (``projectlock.stagestack``), and removes
+what the selection does not install (``provision.exact``, unless ``--inexact``).
 
 Beside it: ``request`` (what is asked, what is prepared), ``adopt`` (the torch a ``--venv``
 already has, kept as the baseline), ``unhashed`` (files the lock records no sha256 for); the
@@ -27,7 +27,7 @@ from envbuild.errors import (
     LockError,
     PreflightError,
 )
-from envbuild.fromlock.adopt import (
+from envbuild.projectlock.adopt import (
     adopt,
     base_torch_of,
     first_adoption,
@@ -35,28 +35,28 @@ from envbuild.fromlock.adopt import (
     say_python_has_torch,
     verify_adoption,
 )
-from envbuild.fromlock.record import write_record
-from envbuild.fromlock.request import LockRequest, Prepared
-from envbuild.fromlock.select import (
+from envbuild.projectlock.record import write_record
+from envbuild.projectlock.request import LockRequest, Prepared
+from envbuild.projectlock.select import (
     Chosen,
     choose,
     gate,
     host_platform_key,
-    read_lock,
+    read_project_lock,
     refuse,
 )
-from envbuild.fromlock.stack import HOME_LINKS, stack_for, stage_files
-from envbuild.fromlock.stages import StagePlan, host_glibc, plan_stages
-from envbuild.fromlock.unhashed import pin_unhashed, say_unhashed
+from envbuild.projectlock.stages import StagePlan, host_glibc, plan_stages
+from envbuild.projectlock.stagestack import HOME_LINKS, stack_for, stage_files
+from envbuild.projectlock.unhashed import pin_unhashed, say_unhashed
 from envbuild.provision.options import ProvisionOptions, ProvisionResult
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from envbuild.fromlock.image import SliceSourceJSON
     from envbuild.gate.lockfile import ProjectLock
     from envbuild.index.records import FileOverlap
+    from envbuild.projectlock.image import SliceSourceJSON
 
 
 __all__ = [
@@ -78,9 +78,9 @@ DEFAULT_ROOT = "/mnt/data"
 
 
 def open_lock(req: LockRequest) -> ProjectLock:
-    """The lock ``req`` names, read and parsed once (``fromlock.select.read_lock``): the value every
-    later step of the command is handed."""
-    return read_lock(req.lock, req.fmt)
+    """The lock ``req`` names, read and parsed once (``projectlock.select.read_project_lock``): the
+    value every later step of the command is handed."""
+    return read_project_lock(req.lock, req.fmt)
 
 
 def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> str:
@@ -124,7 +124,7 @@ def python_for_lock(lock: ProjectLock | Path) -> str:
     if isinstance(lock, Path):
         path = lock
         try:
-            requires = read_lock(lock).parsed.requires_python
+            requires = read_project_lock(lock).parsed.requires_python
         except ConfigError:
             requires = None
     else:
@@ -149,8 +149,8 @@ def prepare(
         say_unhashed(prepared, req)
         _check_base_torch(prepared)
         return prepared
-    from envbuild.fromlock.offline import wheelhouse_folder
-    from envbuild.fromlock.rebuild import RULE, rebuild_mismatched
+    from envbuild.projectlock.offlinefiles import wheelhouse_folder
+    from envbuild.projectlock.rebuild import RULE, rebuild_mismatched
 
     # refused before any index is asked for an sdist
     if refusing and any(f.rule != RULE for f in failing):
@@ -167,9 +167,9 @@ def prepare(
 
 def _stages(chosen: Chosen, req: LockRequest) -> StagePlan:
     """The stages of ``chosen``, an sdist whose own build requirements name torch among the builds
-    (``fromlock.torchbuilds``: read from the sdist, offline from the wheelhouse)."""
-    from envbuild.fromlock.offline import wheelhouse_folder
-    from envbuild.fromlock.torchbuilds import route_torch_builds
+    (``projectlock.torchbuilds``: read from the sdist, offline from the wheelhouse)."""
+    from envbuild.projectlock.offlinefiles import wheelhouse_folder
+    from envbuild.projectlock.torchbuilds import route_torch_builds
 
     plan = plan_stages(chosen, project=req.project, base_torch=req.base_torch)
     try:
@@ -201,9 +201,9 @@ def _prepare_or_reuse(
     req: LockRequest, opts: ProvisionOptions
 ) -> tuple[Prepared, Callable[[], None]]:
     """``prepare_lock`` for a provision, or the last run's answer where nothing it read has changed
-    (``fromlock.reuse``); and what to call once the provision has finished (keeps a fresh
+    (``projectlock.reuse``); and what to call once the provision has finished (keeps a fresh
     answer)."""
-    from envbuild.fromlock.reuse import reuse_for
+    from envbuild.projectlock.reuse import reuse_for
 
     root = Path(opts.root) if opts.root is not None else Path(DEFAULT_ROOT)
     kept = reuse_for(root, req, python=opts.python, venv=opts.venv)
@@ -225,8 +225,8 @@ def _check_base_torch(prepared: Prepared) -> None:
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.version import InvalidVersion, Version
 
-    from envbuild.fromlock.stages import BASE_TORCH_KEY
     from envbuild.gate.metadata import declared_requirements
+    from envbuild.projectlock.stages import BASE_TORCH_KEY
 
     plan = prepared.plan
     if plan.torch.key != BASE_TORCH_KEY or not plan.torch.version:
@@ -299,12 +299,12 @@ def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
 
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
     """Provision the lock's chosen environment (see the module docstring)."""
-    from envbuild.fromlock.buildmirror import check_builds
-    from envbuild.fromlock.buildreqs import build_sources
-    from envbuild.fromlock.builds import BuildCache, caches
-    from envbuild.fromlock.offline import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.installer import installer_for
     from envbuild.installer.pip import refuse_without_pip
+    from envbuild.projectlock.buildreqs import build_sources
+    from envbuild.projectlock.builds import BuildCache, caches
+    from envbuild.projectlock.offlinebuilds import check_builds
+    from envbuild.projectlock.offlinefiles import check_files, in_wheelhouse, wheelhouse_folder
     from envbuild.provision.core import began, pending_steps, provision
     from envbuild.wheelhouse.sharedcache import open_shared
 
@@ -400,7 +400,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     )
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         if folder is None:
-            plan, pinned = pin_unhashed(prepared.plan, paths.state)  # fromlock.unhashed
+            plan, pinned = pin_unhashed(prepared.plan, paths.state)  # projectlock.unhashed
             if pinned:
                 source["unhashed"] = pinned
                 run_opts = replace(run_opts, lock_source=source)
@@ -479,12 +479,12 @@ def selected_names(prepared: Prepared) -> tuple[str, ...]:
 def provision_slice(
     path: Path, opts: ProvisionOptions
 ) -> tuple[StackSpec, SliceSourceJSON, ProvisionResult]:
-    """``provision --lock SLICE``: the stages of one image layer's slice (``fromlock.image``). The
-    gate ran when the Dockerfile was rendered; the slice's stages are installed as
+    """``provision --lock SLICE``: the stages of one image layer's slice (``projectlock.image``).
+    The gate ran when the Dockerfile was rendered; the slice's stages are installed as
     ``provision_lock`` installs them, each from its hash-pinned lines, the guard after each."""
-    from envbuild.fromlock.builds import BuildCache, caches
-    from envbuild.fromlock.image import read_slice
     from envbuild.installer import installer_for
+    from envbuild.projectlock.builds import BuildCache, caches
+    from envbuild.projectlock.image import read_slice
     from envbuild.provision.core import provision
     from envbuild.wheelhouse.sharedcache import open_shared
 

@@ -17,8 +17,8 @@ from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError, PreflightError
 from envbuild.index.net import redact
-from envbuild.lock.model import VcsPin
 from envbuild.run import run
+from envbuild.stacklock.model import VcsPin
 
 _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 

@@ -16,12 +16,12 @@ with the ABI guard after each.
 4. ``builds``: packages with no wheel for this target whose build needs the installed torch: an
    sdist (or git pin) of a known CUDA extension, or one the project lists in ``[tool.uv]
    no-build-isolation(-package)`` / ``extra-build-dependencies`` (and, read from the sdist itself
-   after this plan, ``fromlock.torchbuilds``: one whose ``pyproject.toml`` names torch in its
+   after this plan, ``projectlock.torchbuilds``: one whose ``pyproject.toml`` names torch in its
    build requirements). Every other sdist is built
    isolated in its stage, as uv sync builds it, a pure-Python one that merely depends on torch
    (julius) too: its build does not compile against torch. Built without build
    isolation against the torch of stage 1, by the wheelhouse builder into a build cache keyed by
-   that torch, Python, CUDA, GPU archs and C++ ABI (``fromlock.builds``): the next venv, host or
+   that torch, Python, CUDA, GPU archs and C++ ABI (``projectlock.builds``): the next venv, host or
    image with the same key installs the cached wheel. They come after ``rest`` because a build
    without isolation finds its build requirements (setuptools, ninja, packaging, psutil) in the
    environment, and the lock installs them there in ``rest`` (uv's own two-phase recipe).
@@ -46,12 +46,12 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError, LockError
-from envbuild.fromlock.select import Chosen, ChosenJSON
-from envbuild.fromlock.uvsync import SyncFlags
 from envbuild.gate.model import Entry
 from envbuild.gate.project import Project, project_of
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 from envbuild.index.wheeltags import NEWEST_GLIBC, is_pure, is_sdist, rank_among
+from envbuild.projectlock.select import Chosen, ChosenJSON
+from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = [
     "ORDER",
@@ -117,7 +117,7 @@ class Placed:
     artifact: LockedFile | None = None  # None: a git pin or the project (``line`` says what)
     line: str = ""  # the requirement line the installer reads
     needs_glibc: int | None = None  # its wheel is manylinux_2_N, newer than this host's glibc
-    # --rebuild-mismatched: the sdist it is built from (``fromlock.rebuild``)
+    # --rebuild-mismatched: the sdist it is built from (``projectlock.rebuild``)
     rebuilt: dict[str, object] | None = None
     # the lock records no sha256 for its file: taken from the bytes (here, or when downloaded)
     unhashed: bool = False
@@ -262,7 +262,7 @@ def _host_glibc_text() -> str:
 
 
 def _host_words() -> str:
-    from envbuild.fromlock.select import host_platform_key
+    from envbuild.projectlock.select import host_platform_key
 
     return host_platform_key().replace("-", " ")
 
@@ -580,7 +580,7 @@ def _index_of(e: Entry, folder: Path) -> str:
 def _hash_local(art: LockedFile) -> LockedFile:
     """A file the lock records no hash for: a local one is hashed now (the bytes the installer
     reads); a remote one keeps ``sha256=None`` until provision downloads it
-    (``fromlock.unhashed.pin_unhashed``)."""
+    (``projectlock.unhashed.pin_unhashed``)."""
     from dataclasses import replace as _replace
 
     from envbuild.index.client import local_sha256

@@ -28,9 +28,9 @@ from packaging.version import InvalidVersion, Version
 
 from envbuild import nvidia
 from envbuild.abitag import runtime_cuda
-from envbuild.fromlock.image import cuda_of
 from envbuild.host.preflight import Check, HostFacts, PreflightReport, run_preflight
 from envbuild.layout import Paths
+from envbuild.projectlock.image import cuda_of
 from envbuild.spec import Host, StackSpec
 
 __all__ = ["DRIVER_MIN", "lock_preflight"]

@@ -1,20 +1,20 @@
-"""One step of ``envbuild lock``: resolve it into hash-pinned requirements (``lock.stack`` runs the
-steps).
+"""One step of ``envbuild lock``: resolve it into hash-pinned requirements (``stacklock.make`` runs
+the steps).
 
 Steps with dependencies are resolved for the stack's Python and ``[target]`` platform, by
 pip-tools (``pip-compile --generate-hashes``) where this interpreter is the target, else by
-``uv pip compile --python-version X --python-platform P`` (``lock.resolver`` says which and
+``uv pip compile --python-version X --python-platform P`` (``stacklock.resolver`` says which and
 why). pip-compile runs under the current interpreter, or ``--python PATH`` (a helper venv of
 that version under the envbuild cache gets the same pip-tools when it has none). A step is
-compiled with every earlier step's pins as constraints (``lock.stack``), and its last pins as
+compiled with every earlier step's pins as constraints (``stacklock.make``), and its last pins as
 the resolver's existing output file, which both resolvers keep where they still satisfy the
-input (``lock.relock``). ``no_deps`` steps pin exactly the named packages: their artifacts and
+input (``stacklock.relock``). ``no_deps`` steps pin exactly the named packages: their artifacts and
 hashes come straight from the step's sources (``envbuild.index.client``), nothing transitive.
 
 Sources are the step's own (index URL, extra indexes, find-links, ``no_index``); a step without
 an index uses what pip is configured with. ``wheelhouse`` replaces every source with one
 find-links folder (offline). Every HTTP source is probed first with a short timeout, so an
-unreachable index fails in seconds. git requirements resolve to a commit (``lock.git``).
+unreachable index fails in seconds. git requirements resolve to a commit (``stacklock.git``).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from envbuild.index.client import (
 )
 from envbuild.index.net import redact, unreachable
 from envbuild.installer import find_python, pip_config_sources, python_version_of
-from envbuild.lock.git import git_ref
-from envbuild.lock.model import LockedReq, VcsPin, parse_requirements_text
-from envbuild.lock.resolver import uv_version
 from envbuild.run import format_argv, run
 from envbuild.spec import StackSpec, Step
+from envbuild.stacklock.git import git_ref
+from envbuild.stacklock.model import LockedReq, VcsPin, parse_requirements_text
+from envbuild.stacklock.resolver import uv_version
 
 
 def marker_env(spec: StackSpec) -> dict[str, str]:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from envbuild import events
 from envbuild.errors import InstallError, LockError
-from envbuild.fromlock.request import LockRequest, Prepared
-from envbuild.fromlock.stages import StagePlan
 from envbuild.index.download import download
 from envbuild.index.net import redact
+from envbuild.projectlock.request import LockRequest, Prepared
+from envbuild.projectlock.stages import StagePlan
 
 __all__ = ["pin_unhashed", "say_unhashed"]
 
@@ -20,7 +20,7 @@ __all__ = ["pin_unhashed", "say_unhashed"]
 def say_unhashed(prepared: Prepared, req: LockRequest) -> None:
     """One notice naming the files the lock records no sha256 for (uv installs them as they are);
     with ``--require-hashes`` a refusal before anything is made (exit 8)."""
-    from envbuild.fromlock.stages import unhashed
+    from envbuild.projectlock.stages import unhashed
 
     found = unhashed(prepared.plan)
     if not found:
@@ -56,7 +56,7 @@ def pin_unhashed(plan: StagePlan, state: Path) -> tuple[StagePlan, dict[str, dic
     import json
 
     from envbuild._io import atomic_write_json, sha256_file
-    from envbuild.fromlock.stages import LockedFile, Placed
+    from envbuild.projectlock.stages import LockedFile, Placed
 
     found = [p for p in plan.placed if p.unhashed and p.artifact is not None]
     if not found:

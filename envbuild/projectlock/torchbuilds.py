@@ -1,6 +1,6 @@
 """sdists whose own build needs torch: the builds stage, against the installed torch.
 
-``fromlock.stages`` builds an sdist isolated, as uv sync builds it, unless the project's
+``projectlock.stages`` builds an sdist isolated, as uv sync builds it, unless the project's
 ``[tool.uv]`` says otherwise or it is a known CUDA extension. One more thing says otherwise: the
 sdist's own ``pyproject.toml`` naming torch in ``[build-system] requires``. Built isolated, its
 build environment would get a torch of its own, resolved from the index (uv sync does exactly
@@ -25,7 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild import events
-from envbuild.fromlock.stages import Placed, StagePlan
+from envbuild.projectlock.stages import Placed, StagePlan
 
 __all__ = ["WHY", "names_torch", "route_torch_builds"]
 

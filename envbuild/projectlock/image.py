@@ -17,7 +17,7 @@ image: its source is the build context's business (``COPY`` it and install it in
 your own); the Dockerfile says so.
 
 A stage that builds something in isolation (a plain sdist, a git pin) carries in its slice where
-the builds get their ``build-system.requires`` (``fromlock.buildreqs.BuildSources``: the
+the builds get their ``build-system.requires`` (``projectlock.buildreqs.BuildSources``: the
 project's indexes, find-links and build constraints), so its layer builds as the host does, not
 with ``--no-index``; the Dockerfile names those sources in a comment.
 
@@ -33,9 +33,6 @@ from typing import Any, TypedDict
 
 from envbuild import layout
 from envbuild.errors import ConfigError
-from envbuild.fromlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
-from envbuild.fromlock.stack import stack_for, stage_line, stage_pins, step_stage
-from envbuild.fromlock.stages import STAGE_WORDS, StagePlan
 from envbuild.images.docker import (
     CUDA_BASE_TAGS,
     SECRETS,
@@ -48,6 +45,9 @@ from envbuild.images.docker import (
     image_path,
 )
 from envbuild.images.tool import tool_dockerfile
+from envbuild.projectlock.buildreqs import BuildSources, build_sources, builds_isolated, step_env
+from envbuild.projectlock.stages import STAGE_WORDS, StagePlan
+from envbuild.projectlock.stagestack import stack_for, stage_line, stage_pins, step_stage
 from envbuild.quoting import docker_comment, docker_env, docker_path, docker_run, sh_word
 from envbuild.spec import ABI, Host, Layout, StackSpec, Step, spec_digest
 
@@ -77,7 +77,7 @@ def stage_slices(
 ) -> list[tuple[str, str]]:
     """``(stage, text)`` per stage the image installs: the stages up to it (see the module
     docstring). ``build``: where a stage's isolated builds get their requirements (by default the
-    project's indexes beside the lock, ``fromlock.buildreqs.build_sources``)."""
+    project's indexes beside the lock, ``projectlock.buildreqs.build_sources``)."""
     abi = spec.abi
     build = build or build_sources(plan.chosen.source.project)
     stages: list[dict[str, Any]] = []
