@@ -42,8 +42,8 @@ from typing import Any
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_bytes
-from envbuild.projectlock.request import LockRequest, Prepared
 from envbuild.gate.formats.uvlock import sources_of
+from envbuild.projectlock.request import LockRequest, Prepared
 
 __all__ = ["Reuse", "reuse_for"]
 
