@@ -31,6 +31,7 @@ from envbuild.projectlock.run import LockRequest, Prepared, prepare, provision_l
 # What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
 OWNS: tuple[str, ...] = (
     "``<root>/.envbuild/{adopted.json,unhashed.json,unhashed/,builds/}``",
+    "``<root>/cache/envbuild/prepared-lock.pickle``",
     "the ``lock`` section of ``<venv>/envbuild-environment.json`` (``record.py``)",
 )
 
