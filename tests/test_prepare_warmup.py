@@ -2,7 +2,7 @@
 baseline step's prepared scratch folder while the later steps download, its bytecode linked into the
 venv before the final check.
 
-Real parts: a real interpreter writes the bytecode (``PYTHONPYCACHEPREFIX``), the venv's files are
+Real parts: a real interpreter writes the bytecode (in the scratch folder), the venv's files are
 hard links of the scratch's as uv makes them, and the import that follows is a real one whose own
 bytecode writes show which ``.pyc`` it trusted; the end-to-end case is a real ``provision --lock``
 of a lock made by ``uv lock``.
@@ -49,7 +49,7 @@ def _import(folder: Path, module: str, **env: str) -> None:
 
 
 def test_harvest_links_only_the_bytecode_the_import_would_trust(tmp_path: Path) -> None:
-    scratch, site, prefix = tmp_path / "scratch", tmp_path / "site", tmp_path / "prefix"
+    scratch, site = tmp_path / "scratch", tmp_path / "site"
     (scratch / "pkg").mkdir(parents=True)
     (scratch / "pkg" / "__init__.py").write_text("from . import a, b\n")
     (scratch / "pkg" / "a.py").write_text("A = 1\n")
@@ -58,18 +58,18 @@ def test_harvest_links_only_the_bytecode_the_import_would_trust(tmp_path: Path) 
     (site / "pkg").mkdir(parents=True)
     for name in ("__init__.py", "a.py", "b.py", "never.py"):  # as uv links both from its cache
         os.link(scratch / "pkg" / name, site / "pkg" / name)
-    _import(scratch, "pkg", PYTHONPYCACHEPREFIX=str(prefix))
-    assert not (scratch / "pkg" / "__pycache__").exists()  # written under the prefix only
+    _import(scratch, "pkg")
+    assert len(list((scratch / "pkg" / "__pycache__").iterdir())) == 3
 
     # planted: the venv's b.py is another file by the time the check imports
     (site / "pkg" / "b.py").unlink()
     (site / "pkg" / "b.py").write_text("B = 'changed'\n")
 
-    assert warmup.harvest(prefix, scratch, site) == 2
+    assert warmup.harvest(scratch, site) == 2
     cache = site / "pkg" / "__pycache__"
     linked = {p.name: p.stat().st_ino for p in cache.iterdir()}
     assert set(linked) == {f"__init__.{TAG}.pyc", f"a.{TAG}.pyc"}
-    assert warmup.harvest(prefix, scratch, site) == 0  # never over a .pyc already there
+    assert warmup.harvest(scratch, site) == 0  # never over a .pyc already there
 
     # the real import trusts the two it was given (left as they are) and compiles b itself
     _import(site, "pkg")

@@ -154,10 +154,10 @@ class _Early:
                 job.scratch.rename(self.folder)
             except OSError:
                 return
-            prefix = self.folder.with_name(f"{self.folder.name}.pyc")
-            if not self.warmup.start_in(self.folder, prefix, job.step):
+            workdir = self.folder.with_name(f"{self.folder.name}.cwd")
+            if not self.warmup.start_in(self.folder, workdir, job.step):
                 shutil.rmtree(self.folder, ignore_errors=True)
-                shutil.rmtree(prefix, ignore_errors=True)
+                shutil.rmtree(workdir, ignore_errors=True)
 
     def close(self) -> None:
         """The prepare failed: stop the warm-up (if it started) and delete its folders."""

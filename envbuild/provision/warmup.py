@@ -12,12 +12,13 @@ baseline step is in, envbuild starts one background process beside the remaining
   ``IMPORT_MODE_MIN_CPUS`` cores or more (``ENVBUILD_IMPORT_WARMUP=import`` forces it);
 - **prepare**: a lock's run that prepares before it installs (``provision.prepare``) starts the
   warm-up earlier, while the later steps still download: once the baseline step's scratch install
-  is complete, ``python -S`` imports torch from that scratch folder (``site.addsitedir``) with its
-  bytecode written under a prefix of its own (``PYTHONPYCACHEPREFIX``), nice 10 beside the
-  downloads. When the final check is about to import, the warm-up is stopped where it has not
-  finished (never waited for), and each ``.pyc`` it wrote whose header matches the venv's copy of
-  its source (same mtime and size: uv links both from its cache) is linked into the venv's
-  ``__pycache__``, where the import would have written it; the check compiles the rest.
+  is complete, ``python -S`` imports torch from that scratch folder (``site.addsitedir``), nice 10
+  beside the downloads; its bytecode lands in the scratch folder's own ``__pycache__`` folders
+  (uv links the files from its cache but makes the folders: its cache is not written to). When
+  the final check is about to import, the warm-up is stopped where it has not finished (never
+  waited for), and each ``.pyc`` it wrote whose header matches the venv's copy of its source
+  (same mtime and size: uv links both from its cache) is linked into the venv's ``__pycache__``,
+  where the import would have written it; the check compiles the rest.
 
 Either way, the ``.pyc`` files it writes are what the import itself would write, and the final
 import check finds them in place. The warm-up is never a verdict: its exit status is ignored,
@@ -157,14 +158,16 @@ def _header_fits(pyc: Path, source: Path) -> bool:
     return mtime == int(st.st_mtime) & 0xFFFFFFFF and size == st.st_size & 0xFFFFFFFF
 
 
-def harvest(prefix: Path, scratch: Path, site: Path) -> int:
-    """Link each ``.pyc`` the prepare-mode import wrote (``prefix`` mirrors ``scratch``'s absolute
-    path) into ``site``'s ``__pycache__`` beside the same source, where none is there yet and its
+def harvest(scratch: Path, site: Path) -> int:
+    """Link each ``.pyc`` the prepare-mode import wrote in ``scratch`` into the same place in
+    ``site`` (``<folder>/__pycache__``), beside the same source, where none is there yet and its
     header fits the venv's copy of the source; returns how many. Never raises."""
-    tree = prefix / scratch.resolve().relative_to(scratch.resolve().anchor)
     linked = 0
-    for folder, _dirs, names in os.walk(tree):
-        rel = Path(folder).relative_to(tree)
+    for folder, dirs, names in os.walk(scratch):
+        if Path(folder).name != "__pycache__":
+            continue
+        dirs.clear()
+        rel = Path(folder).parent.relative_to(scratch)
         for name in names:
             parts = name.split(".")
             if len(parts) != 3 or parts[2] != "pyc":  # module.cpython-312.pyc
@@ -206,8 +209,10 @@ class Warmup:
         self.python, self.module, self.env, self.log_file = python, module, dict(env), log_file
         self.site, self.listing = site, listing
         self.mode: Literal["compile", "import", "prepare"] = "import"
-        self.scratch: Path | None = None  # prepare mode: the scratch target and the bytecode prefix
-        self.prefix: Path | None = None
+        self.scratch: Path | None = (
+            None  # prepare mode: the scratch target, an empty folder to run in
+        )
+        self.workdir: Path | None = None
         self.files = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
@@ -251,17 +256,19 @@ class Warmup:
         )
         return True
 
-    def start_in(self, scratch: Path, prefix: Path, step: str) -> bool:
-        """The prepare mode (module docstring): import from ``scratch``, the bytecode under
-        ``prefix``; both are this warm-up's from now on (``stop`` deletes them)."""
-        self.mode, self.scratch, self.prefix = "prepare", scratch, prefix
-        shutil.rmtree(prefix, ignore_errors=True)
+    def start_in(self, scratch: Path, workdir: Path, step: str) -> bool:
+        """The prepare mode (module docstring): import from ``scratch``, in the empty ``workdir``;
+        both are this warm-up's from now on (``stop`` deletes them). False where it cannot help:
+        ``PYTHONPYCACHEPREFIX`` is set (the check's import reads the bytecode from there)."""
+        self.mode, self.scratch, self.workdir = "prepare", scratch, workdir
+        if self.env.get("PYTHONPYCACHEPREFIX"):
+            return False
+        shutil.rmtree(workdir, ignore_errors=True)
         env = {k: v for k, v in self.env.items() if k not in _NOT_PASSED}
-        env["PYTHONPYCACHEPREFIX"] = str(prefix)
         argv = [str(self.python), "-S", "-c", _IMPORT_FROM.format(module=self.module)]
         nice = list(NICE) if shutil.which("nice") else []
         try:
-            prefix.mkdir(parents=True)
+            workdir.mkdir(parents=True)
             log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child, closed below
         except OSError:
             return False
@@ -269,7 +276,7 @@ class Warmup:
             self.proc = subprocess.Popen(
                 [*nice, *argv, str(scratch)],
                 env=env,
-                cwd=prefix,  # not the caller's folder: nothing of it is imported
+                cwd=workdir,  # not the caller's folder: nothing of it is imported
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -302,8 +309,8 @@ class Warmup:
             self.proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
-        if self.scratch is not None and self.prefix is not None:
-            self.files = harvest(self.prefix, self.scratch, self.site)
+        if self.scratch is not None:
+            self.files = harvest(self.scratch, self.site)
 
     def stop(self) -> None:
         """End it (kill if still running) and reap it; never raises."""
@@ -315,7 +322,7 @@ class Warmup:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
         self.seconds = round(time.monotonic() - self.started, 3)
-        for folder in (self.scratch, self.prefix):
+        for folder in (self.scratch, self.workdir):
             if folder is not None:
                 discard(folder)
 
