@@ -137,9 +137,15 @@ def discard(folder: Path) -> None:
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
         return
-    threading.Thread(
-        target=shutil.rmtree, args=(aside,), kwargs={"ignore_errors": True}, name="discard"
-    ).start()
+    threading.Thread(target=_remove, args=(aside,), name="discard").start()
+
+
+def _remove(folder: Path) -> None:
+    """``discard``'s thread: at the lowest priority (Linux: a thread's own nice value), so the run's
+    work beside it keeps the cores."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def discard_leftovers(folder: Path) -> None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from support.fixtures import EnvbuildResult
 from support.gatelocks import REPOS, GateIndex
@@ -101,21 +103,40 @@ def test_a_lock_provision_links_the_prepared_import_bytecode(
     # entries the prepare made), and whose rest-stage file is slow to come (its first request
     # stalls, uv asks again): the warm-up has that long, as it has the later steps' downloads
     repos = {repo: gate_index.root / repo for repo in REPOS}
+    py = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     with IndexServer(repos, immutable_files=True) as server:
         lock = uv_project_lock(tmp_path, GateIndex(server=server, root=gate_index.root))
-        slow = server.fail("*/trainer_utils-*.whl", "stall", times=1, seconds=3)
+
+        def provision(root: Path) -> dict[str, Any]:
+            slow = server.fail("*/trainer_utils-*.whl", "stall", times=1, seconds=3)
+            res = run_envbuild(
+                "provision", "--lock", lock, "--root", root, "--json", env=BYTECODE_ON
+            )
+            assert res.rc == 0, res.output
+            assert slow.hits == 1
+            receipt = json.loads(Path(json.loads(res.stdout)["receipt"]).read_text())
+            warm: dict[str, Any] = receipt["payload"]["import_warmup"]
+            assert warm["mode"] == "prepare" and warm["files"] >= 1, warm
+            site = root / "venv" / "lib" / py / "site-packages"
+            assert list((site / "torch" / "__pycache__").glob(f"*.{TAG}.pyc"))
+            # nothing of the scratch folders is left (deleted beside the run, before it exits)
+            prepare = root / "cache" / "prepare"
+            assert not [p.name for p in prepare.iterdir() if p.is_dir()], list(prepare.iterdir())
+            return warm
+
         root = tmp_path / "data"
-        res = run_envbuild("provision", "--lock", lock, "--root", root, "--json", env=BYTECODE_ON)
-        assert slow.hits == 1
-    assert res.rc == 0, res.output
-    receipt = json.loads(Path(json.loads(res.stdout)["receipt"]).read_text())
-    warm = receipt["payload"]["import_warmup"]
-    assert warm["mode"] == "prepare" and warm["files"] >= 1, warm
-    site = next((root / "venv" / "lib").glob("python3.*/site-packages"))
-    assert list((site / "torch" / "__pycache__").glob(f"*.{TAG}.pyc"))
-    # nothing of the scratch folders is left (they are deleted beside the run, before it exits)
-    prepare = root / "cache" / "prepare"
-    assert not [p.name for p in prepare.iterdir() if p.is_dir()], list(prepare.iterdir())
+        assert provision(root)["files"] >= 1
+        # a root where torch was imported before (the listing the check leaves in the root's
+        # cache, copied into a new root): the files it names are compiled in the scratch instead
+        listing = next((root / "cache" / "envbuild").glob("import-torch-*.json"))
+        listed = json.loads(listing.read_text())["files"]
+        again = tmp_path / "data-again"
+        (again / "cache" / "envbuild").mkdir(parents=True)
+        shutil.copy(listing, again / "cache" / "envbuild" / listing.name)
+        warm = provision(again)
+        assert warm["files"] == len(listed) >= 1
+        # the compile script's own last word: how many of the listed files it compiled
+        assert (again / "logs" / "import-warmup.log").read_text().split()[-1] == str(len(listed))
 
     # switched off: no warm-up, and the run still passes
     lock = uv_project_lock(tmp_path / "off", gate_index)

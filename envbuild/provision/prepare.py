@@ -185,7 +185,9 @@ def _early_warmup(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) 
     log.unlink(missing_ok=True)
     module = run.spec.abi.package.replace("-", "_")
     folder = run.paths.cache / "prepare" / f"warm-{todo[0].number:02d}-{todo[0].name}"
-    return _Early(warmup.Warmup(python, module, import_env, log), folder)
+    python_version = (run.manifest.marker_env or {}).get("python_version") or run.spec.python
+    listing = warmup.listing_path(run.paths.cache, module, run.spec.abi.version, python_version)
+    return _Early(warmup.Warmup(python, module, import_env, log, listing=listing), folder)
 
 
 _HASHED = re.compile(

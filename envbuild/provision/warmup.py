@@ -12,13 +12,14 @@ baseline step is in, envbuild starts one background process beside the remaining
   ``IMPORT_MODE_MIN_CPUS`` cores or more (``ENVBUILD_IMPORT_WARMUP=import`` forces it);
 - **prepare**: a lock's run that prepares before it installs (``provision.prepare``) starts the
   warm-up earlier, while the later steps still download: once the baseline step's scratch install
-  is complete, ``python -S`` imports torch from that scratch folder (``site.addsitedir``), nice 10
-  beside the downloads; its bytecode lands in the scratch folder's own ``__pycache__`` folders
-  (uv links the files from its cache but makes the folders: its cache is not written to). When
-  the final check is about to import, the warm-up is stopped where it has not finished (never
-  waited for), and each ``.pyc`` it wrote whose header matches the venv's copy of its source
-  (same mtime and size: uv links both from its cache) is linked into the venv's ``__pycache__``,
-  where the import would have written it; the check compiles the rest.
+  is complete, ``python -S`` imports torch from that scratch folder (``site.addsitedir``; or, with
+  a listing, compiles the files it names there, on every core), nice 10 beside the downloads. Its
+  bytecode lands in the scratch folder's own ``__pycache__`` folders (uv links the files from its
+  cache but makes the folders: its cache is not written to). When the final check is about to
+  import, the warm-up is stopped where it has not finished (never waited for), and each ``.pyc``
+  it wrote whose header matches the venv's copy of its source (same mtime and size: uv links both
+  from its cache) is linked into the venv's ``__pycache__``, where the import would have written
+  it; the check compiles the rest.
 
 Either way, the ``.pyc`` files it writes are what the import itself would write, and the final
 import check finds them in place. The warm-up is never a verdict: its exit status is ignored,
@@ -265,7 +266,20 @@ class Warmup:
             return False
         shutil.rmtree(workdir, ignore_errors=True)
         env = {k: v for k, v in self.env.items() if k not in _NOT_PASSED}
-        argv = [str(self.python), "-S", "-c", _IMPORT_FROM.format(module=self.module)]
+        listed = _usable(self.listing)
+        if listed:  # the files the last import loaded, compiled in the scratch on every core
+            self.files = listed
+            argv = [str(self.python), "-S", "-c", _COMPILE, str(scratch), str(self.listing)]
+            what = f"compiling the {listed} files `import {self.module}` loaded last time"
+        else:
+            argv = [
+                str(self.python),
+                "-S",
+                "-c",
+                _IMPORT_FROM.format(module=self.module),
+                str(scratch),
+            ]
+            what = f"`import {self.module}`"
         nice = list(NICE) if shutil.which("nice") else []
         try:
             workdir.mkdir(parents=True)
@@ -274,7 +288,7 @@ class Warmup:
             return False
         try:
             self.proc = subprocess.Popen(
-                [*nice, *argv, str(scratch)],
+                [*nice, *argv],
                 env=env,
                 cwd=workdir,  # not the caller's folder: nothing of it is imported
                 stdin=subprocess.DEVNULL,
@@ -290,8 +304,7 @@ class Warmup:
         self.started = time.monotonic()
         events.emit(
             "debug",
-            f"import warm-up from the prepared step {step}: `import {self.module}` while the later"
-            " steps download",
+            f"import warm-up from the prepared step {step}: {what}, while the later steps download",
         )
         return True
 
