@@ -18,6 +18,8 @@ Where things live (one room per concern):
 - ``accept``        reviewed exceptions a team commits
 - ``findings``      the one Finding, the report of a file (or a stack), every rule and what it means
 - ``check``         the driver: read, enumerate, run the rules, apply the exceptions
+- ``selection``     the one environment of a project lock an install takes (uv sync's selection,
+  as uv says it: ``uvsync``), and the verdict on exactly it
 - ``output``        console table, markdown, JSON (schema 1), GitHub annotations, for both kinds of
   lock
 """

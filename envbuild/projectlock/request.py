@@ -10,9 +10,9 @@ from pathlib import Path
 from envbuild.gate.check import FileReport
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
-from envbuild.projectlock.select import Chosen
+from envbuild.gate.selection import Chosen
+from envbuild.gate.uvsync import SyncFlags
 from envbuild.projectlock.stages import StagePlan
-from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = ["LockRequest", "Prepared"]
 
@@ -23,6 +23,9 @@ class LockRequest:
 
     lock: Path
     fmt: Format | None = None
+    # the interpreter the environment is for (--python) and the environment it goes into (--venv)
+    python: str | None = None
+    venv: Path | None = None
     # --environment: platforms or PEP 508 markers (default: this host)
     environment: tuple[str, ...] = ()
     accept: Path | None = None

@@ -27,6 +27,8 @@ from envbuild.errors import (
     LockError,
     PreflightError,
 )
+from envbuild.gate.selection import Chosen, host_platform_key, judge_selection
+from envbuild.projectlock.admit import read_project_lock, refuse
 from envbuild.projectlock.adopt import (
     adopt,
     base_torch_of,
@@ -37,14 +39,6 @@ from envbuild.projectlock.adopt import (
 )
 from envbuild.projectlock.record import write_record
 from envbuild.projectlock.request import LockRequest, Prepared
-from envbuild.projectlock.select import (
-    Chosen,
-    choose,
-    gate,
-    host_platform_key,
-    read_project_lock,
-    refuse,
-)
 from envbuild.projectlock.stages import StagePlan, host_glibc, plan_stages
 from envbuild.projectlock.stagestack import HOME_LINKS, stack_for, stage_files
 from envbuild.projectlock.unhashed import pin_unhashed, say_unhashed
@@ -78,7 +72,7 @@ DEFAULT_ROOT = "/mnt/data"
 
 
 def open_lock(req: LockRequest) -> ProjectLock:
-    """The lock ``req`` names, read and parsed once (``projectlock.select.read_project_lock``): the
+    """The lock ``req`` names, read and parsed once (``projectlock.admit.read_project_lock``): the
     value every later step of the command is handed."""
     return read_project_lock(req.lock, req.fmt)
 
@@ -140,8 +134,8 @@ def prepare(
     gate fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its
     stages first, then refuses it."""
     lock = lock or open_lock(req)
-    chosen = choose(lock, python, req.sync, req.environment)
-    report, failing = gate(chosen, req.accept)
+    judged = judge_selection(lock, python, req.sync, req.environment, req.accept)
+    chosen, report, failing = judged.chosen, judged.report, judged.failing
     if not req.rebuild_mismatched:
         if refusing:
             refuse(chosen, failing, req.accept)
@@ -179,21 +173,15 @@ def _stages(chosen: Chosen, req: LockRequest) -> StagePlan:
     return route_torch_builds(plan, folder)
 
 
-def prepare_lock(
-    req: LockRequest,
-    *,
-    python: str | None = None,
-    venv: Path | None = None,
-    refusing: bool = True,
-) -> Prepared:
+def prepare_lock(req: LockRequest, *, refusing: bool = True) -> Prepared:
     """The one path of every ``--lock`` front end (``plan``, ``provision``, ``docker``,
     ``wheelhouse mirror``, ``preflight``): the lock read once (``open_lock``), the interpreter
-    chosen for it (``target_python``: ``python``, ``venv``), a ``venv``'s torch as the baseline of a
-    lock that leaves torch to it, then ``prepare``."""
+    chosen for it (``target_python``: ``req.python``, ``req.venv``), a ``req.venv``'s torch as the
+    baseline of a lock that leaves torch to it, then ``prepare``."""
     lock = open_lock(req)
-    target = target_python(lock, python, venv)
-    if venv is not None and req.base_torch is None:
-        req = replace(req, base_torch=base_torch_of(venv))
+    target = target_python(lock, req.python, req.venv)
+    if req.venv is not None and req.base_torch is None:
+        req = replace(req, base_torch=base_torch_of(req.venv))
     return prepare(req, target, refusing=refusing, lock=lock)
 
 
@@ -206,14 +194,14 @@ def _prepare_or_reuse(
     from envbuild.projectlock.reuse import reuse_for
 
     root = Path(opts.root) if opts.root is not None else Path(DEFAULT_ROOT)
-    kept = reuse_for(root, req, python=opts.python, venv=opts.venv)
+    kept = reuse_for(root, req)
     if kept is None:
-        return prepare_lock(req, python=opts.python, venv=opts.venv), lambda: None
+        return prepare_lock(req), lambda: None
     prepared = kept.load()
     if prepared is not None:
         return prepared, lambda: None
     with kept.recording() as reads:
-        fresh = prepare_lock(req, python=opts.python, venv=opts.venv)
+        fresh = prepare_lock(req)
     return fresh, lambda: kept.keep(fresh, reads)
 
 

@@ -49,9 +49,9 @@ from envbuild.errors import ConfigError, LockError
 from envbuild.gate.model import Entry
 from envbuild.gate.project import Project, project_of
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
+from envbuild.gate.selection import Chosen, ChosenJSON
+from envbuild.gate.uvsync import SyncFlags
 from envbuild.index.wheeltags import NEWEST_GLIBC, is_pure, is_sdist, rank_among
-from envbuild.projectlock.select import Chosen, ChosenJSON
-from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = [
     "ORDER",
@@ -262,7 +262,7 @@ def _host_glibc_text() -> str:
 
 
 def _host_words() -> str:
-    from envbuild.projectlock.select import host_platform_key
+    from envbuild.gate.selection import host_platform_key
 
     return host_platform_key().replace("-", " ")
 

@@ -1,13 +1,12 @@
-"""Read a committed lock and choose the one environment to install: this host's platform and
-Python, and the selection of extras/groups the locker's own sync would take.
+"""The one environment of a project lock an install takes, and the gate's verdict on exactly what
+it installs: one question, one answer (``judge_selection``), for ``provision --lock`` and the other
+``--lock`` front ends.
 
-The lock is read once (``read_project_lock``: ``gate.lockfile``'s typed ``ProjectLock``) and handed
-down. The platforms, Pythons and selections are the gate's (``envbuild.gate.environments``): every
-valid selection of the lock's conflicting extras/groups on each platform and Python. A provision
-installs exactly one:
+The platforms, Pythons and selections are the gate's (``environments``): every valid selection of
+the lock's conflicting extras/groups on each platform and Python. An install takes exactly one:
 
 - a uv.lock beside its project: what ``uv export`` of uv sync's flags lists is what the
-  environment installs (``projectlock.uvsync``), and the environment is the selection of the lock's
+  environment installs (``uvsync``), and the environment is the selection of the lock's
   conflicting items those flags switch on (``_flag_selection``: each item by its typed name, kind
   and whether the locker's default takes it);
 - otherwise, no ``--extra``/``--group``: the locker's default selection (labelled "default", or
@@ -16,9 +15,9 @@ installs exactly one:
   that adds nothing beyond the requested items and the default ones, as ``uv sync --extra X``;
 - more than one candidate left: a usage error (exit 2) that lists the choices.
 
-The gate's rules then judge that environment, exactly what it installs (``gate``:
-``gate.check.judge_environment``), so a broken extra the host does not install does not refuse the
-one it does.
+The gate's rules then judge that environment, exactly what it installs (``judge``:
+``check.judge_environment``), so a broken extra the host does not install does not refuse the one
+it does.
 """
 
 from __future__ import annotations
@@ -31,27 +30,22 @@ from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 
-from envbuild.errors import ConfigError, LockError
+from envbuild.errors import ConfigError
 from envbuild.gate.check import FileReport, judge_environment
 from envbuild.gate.environments import NO_CHOICE, Narrow, Space, make_space
 from envbuild.gate.findings import Finding, Policy
-from envbuild.gate.formats import detect
-from envbuild.gate.lockfile import LockText, ProjectLock, parse_lock_text, read_lockfile
+from envbuild.gate.lockfile import ProjectLock
 from envbuild.gate.model import (
     Entry,
     Environment,
     Format,
     Item,
-    LockParseError,
     Members,
     ParsedLock,
 )
-from envbuild.gate.project import Project
-from envbuild.projectlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
+from envbuild.gate.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 
-__all__ = ["Chosen", "choose", "gate", "host_platform_key", "read_project_lock"]
-
-SUPPORTED: tuple[Format, ...] = ("uv.lock", "pylock")
+__all__ = ["Chosen", "Judged", "choose", "host_platform_key", "judge", "judge_selection"]
 
 
 class _ChosenJSON(TypedDict):
@@ -123,60 +117,6 @@ def host_platform_key() -> str:
     if sys.platform == "darwin":
         return f"macos-{'arm64' if machine in ('arm64', 'aarch64') else 'x86_64'}"
     return "windows-amd64"
-
-
-def read_project_lock(path: Path, fmt: Format | None = None) -> ProjectLock:
-    """The lock at ``path``, read and parsed once (ConfigError, exit 2: missing, unreadable, a
-    format provision does not install from, or not a readable lock of its format)."""
-    text = read_lockfile(path)
-    try:
-        kind = fmt or detect(path, text)
-    except ConfigError as exc:  # name only the formats provision installs from
-        raise ConfigError(
-            f"{path}: cannot tell which kind of lock this is; provision --lock installs from a"
-            " uv.lock or a pylock.toml",
-            hint=(
-                "Name it with --format uv.lock or --format pylock, or check any "
-                "lockfile with `envbuild check-lock`."
-            ),
-        ) from exc
-    if kind == "pixi.lock":
-        raise ConfigError(_pixi_refusal(path))
-    if kind not in SUPPORTED:
-        raise ConfigError(
-            f"{path}: provision --lock installs from uv.lock and pylock.toml; a {kind} file is not"
-            " supported yet (its entries name no file URL to install and hash-check, or it records"
-            " no dependency graph)",
-            hint=(
-                "Check it with `envbuild check-lock`, or export the environment to a pylock.toml "
-                "(`uv export --format pylock.toml`, `pip lock`) and provision from that."
-            ),
-        )
-    try:
-        return parse_lock_text(LockText(path, text, kind, Project(path.parent)))
-    except LockParseError as exc:
-        raise ConfigError(f"{path}: not a readable {kind} file: {exc}") from exc
-    except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
-        raise ConfigError(
-            f"{path}: not a readable {kind} file: a table or value is not shaped as {kind} "
-            f"writes it ({type(exc).__name__}: {exc})"
-        ) from exc
-
-
-def _pixi_refusal(path: Path) -> str:
-    """Why a pixi.lock is not installed here, and what to do instead: one paragraph."""
-    from envbuild.quoting import sh_word
-
-    folder = sh_word(str(path.parent), "the lock's folder")
-    return (
-        f"{path}: a pixi.lock pins conda packages (and PyPI ones) for pixi's environments. "
-        "envbuild's gate reads it: `envbuild check-lock "
-        f"{sh_word(str(path), 'the lock')}` checks every environment and platform in it. "
-        "But envbuild installs locks into a venv with uv or pip, PyPI files only, from a uv.lock "
-        "or a pylock.toml, and it does not install conda packages: pixi installs a pixi.lock. "
-        "Run the gate, then `pixi install --frozen` in "
-        f"{folder} (add `-e ENV` for another environment than the default)."
-    )
 
 
 def choose(
@@ -408,9 +348,9 @@ def _choices_hint(space: Space, found: list[int]) -> str:
     )
 
 
-def gate(chosen: Chosen, accept: Path | None) -> tuple[FileReport, list[Finding]]:
+def judge(chosen: Chosen, accept: Path | None) -> tuple[FileReport, list[Finding]]:
     """The gate's rules on the chosen environment, exactly what it installs
-    (``gate.check.judge_environment``, offline): (the report, the findings that refuse it)."""
+    (``check.judge_environment``, offline): (the report, the findings that refuse it)."""
     from envbuild.gate.accept import load_for
 
     report = FileReport(str(chosen.path), chosen.lock.format)
@@ -420,34 +360,26 @@ def gate(chosen: Chosen, accept: Path | None) -> tuple[FileReport, list[Finding]
     return report, report.failing
 
 
-def refuse(
-    chosen: Chosen, failing: list[Finding], accept: Path | None, *, rebuild: bool = False
-) -> None:
-    """Exit 8 before anything is made when the gate fails the chosen environment. ``rebuild``:
-    ``--rebuild-mismatched`` was given (the extension-abi findings left have no sdist to build)."""
-    if not failing:
-        return
-    lines = "; ".join(f"{f.package}: {f.reason} [{f.rule}]" for f in failing[:3])
-    more = f" (and {len(failing) - 3} more)" if len(failing) > 3 else ""
-    # a mismatched prebuilt extension alone: building it from its sdist against this torch answers
-    # it
-    mismatched = not rebuild and all(f.rule == "extension-abi" for f in failing)
-    raise LockError(
-        f"{chosen.path}: the lock fails envbuild's gate in {chosen.env.name}, so nothing was"
-        f" installed: {lines}{more}",
-        hint=(
-            "`envbuild check-lock "
-            + str(chosen.path)
-            + "` shows every finding. Fix the lock"
-            + (
-                ", build the mismatched extension from its sdist against the lock's torch with "
-                "--rebuild-mismatched"
-                if mismatched
-                else ""
-            )
-            + ", or name a reviewed exception file with --accept FILE ([[accept]] tables: rule,"
-            " package, reason)"
-            + (f" (the one given, {accept}, accepts none of these)" if accept else "")
-            + "."
-        ),
-    )
+@dataclass(frozen=True)
+class Judged:
+    """The environment an install takes (``chosen``), the gate's report on it and the findings
+    that refuse it."""
+
+    chosen: Chosen
+    report: FileReport
+    failing: list[Finding]
+
+
+def judge_selection(
+    lock: ProjectLock,
+    python: str,
+    flags: SyncFlags,
+    environment: tuple[str, ...] = (),
+    accept: Path | None = None,
+) -> Judged:
+    """The one environment of ``lock`` an install of uv sync's ``flags`` takes on ``python`` and
+    ``environment`` (``choose``), judged by the gate's rules with the reviewed exceptions of
+    ``accept`` (``judge``)."""
+    chosen = choose(lock, python, flags, environment)
+    report, failing = judge(chosen, accept)
+    return Judged(chosen, report, failing)
