@@ -703,7 +703,7 @@ def test_one_pyproject_reader_and_one_uvlock_reader() -> None:
     ]
     assert not uvlocks, (
         "a uv.lock parsed outside envbuild/gate/formats/uvlock.py; read it with"
-        " gate.lockfile (projectlock.admit.read_project_lock): " + ", ".join(uvlocks)
+        " gate.lockfile (gate.selection.read_project_lock): " + ", ".join(uvlocks)
     )
     owner = ast.parse((ROOT / PYPROJECT_OWNER).read_text(encoding="utf-8"))
     assert _reads_named(owner, "pyproject.toml", _TOML_PARSERS)

@@ -10,7 +10,7 @@ from envbuild.commands.selection import (
     InstallArgs,
     lock_request,
 )
-from envbuild.projectlock.admit import refuse
+from envbuild.gate.selection import refuse
 from envbuild.projectlock.run import (
     DEFAULT_ROOT,
     LockRequest,

@@ -4,10 +4,9 @@ per-step locks of a stack spec are stack locks (``envbuild.stacklock``).
 
 The data flow, one module each:
 
-- ``admit``   read the lock (uv.lock, pylock.toml: the formats provision installs from); the
-              gate chooses one environment of it (this host's platform and Python, the selection
-              uv's export names: ``gate.selection``) and judges what it installs; ``admit``
-              refuses a lock the gate fails;
+- the gate reads the lock (uv.lock, pylock.toml: the formats provision installs from),
+              chooses one environment of it (this host's platform and Python, the selection uv's
+              export names) and judges what it installs, in one call (``gate.selection``);
 - ``stages``  the install stages of that environment, each package with the reason it is there:
               torch and its runtime, prebuilt extensions, the rest, source builds against the
               installed torch, the project;

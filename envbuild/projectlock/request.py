@@ -10,7 +10,7 @@ from pathlib import Path
 from envbuild.gate.check import FileReport
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
-from envbuild.gate.selection import Chosen
+from envbuild.gate.selection import Chosen, Selection
 from envbuild.gate.uvsync import SyncFlags
 from envbuild.projectlock.stages import StagePlan
 
@@ -45,6 +45,20 @@ class LockRequest:
     inexact: bool = False
     # --build-constraints: files constraining the requirements of isolated builds
     build_constraints: tuple[Path, ...] = ()
+
+    @property
+    def selection(self) -> Selection:
+        """What of the request chooses the environment: the gate's question
+        (``gate.selection.judge_selection``)."""
+        return Selection(
+            lock=self.lock,
+            fmt=self.fmt,
+            python=self.python,
+            venv=self.venv,
+            environment=self.environment,
+            flags=self.sync,
+            accept=self.accept,
+        )
 
 
 @dataclass

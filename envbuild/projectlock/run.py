@@ -27,8 +27,13 @@ from envbuild.errors import (
     LockError,
     PreflightError,
 )
-from envbuild.gate.selection import Chosen, host_platform_key, judge_selection
-from envbuild.projectlock.admit import read_project_lock, refuse
+from envbuild.gate.selection import (
+    Chosen,
+    host_platform_key,
+    judge_selection,
+    python_for_lock,
+    refuse,
+)
 from envbuild.projectlock.adopt import (
     adopt,
     base_torch_of,
@@ -48,7 +53,6 @@ from envbuild.spec import StackSpec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from envbuild.gate.lockfile import ProjectLock
     from envbuild.index.records import FileOverlap
     from envbuild.projectlock.image import SliceSourceJSON
 
@@ -58,11 +62,11 @@ __all__ = [
     "Prepared",
     "adopt",
     "base_torch_of",
-    "open_lock",
     "prepare",
     "prepare_lock",
     "provision_lock",
     "provision_slice",
+    "python_for_lock",
     "unreachable_hosts",
     "verify_adoption",
 ]
@@ -71,70 +75,13 @@ __all__ = [
 DEFAULT_ROOT = "/mnt/data"
 
 
-def open_lock(req: LockRequest) -> ProjectLock:
-    """The lock ``req`` names, read and parsed once (``projectlock.admit.read_project_lock``): the
-    value every later step of the command is handed."""
-    return read_project_lock(req.lock, req.fmt)
-
-
-def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> str:
-    """The Python minor the environment is for: the --venv's, the --python's, the lock folder's
-    ``.python-version`` (uv's rule), else the one uv chooses for the lock's ``requires-python``
-    (``python_for_lock``)."""
-    from envbuild.installer import probe_python
-
-    exe: str | Path | None = None
-    if venv is not None:
-        exe = venv.expanduser() / "bin" / "python"
-        if not Path(exe).exists():
-            raise PreflightError(f"--venv {venv}: no environment there (no {exe})")
-    elif python is not None:
-        import shutil
-
-        exe = shutil.which(python) or (python if Path(python).exists() else None)
-        if exe is None:
-            raise PreflightError(f"--python {python}: no such interpreter")
-    if exe is not None:
-        probed = probe_python(exe)
-        if probed is None:
-            raise PreflightError(f"{exe}: the interpreter does not run")
-        return ".".join(probed.version.split(".")[:2])
-    pinned = lock.path.parent / ".python-version"
-    try:
-        text = pinned.read_text(encoding="utf-8").split()[0] if pinned.is_file() else ""
-    except (OSError, IndexError):
-        text = ""
-    if text and text[:1].isdigit():
-        return ".".join(text.split(".")[:2])
-    return python_for_lock(lock)
-
-
-def python_for_lock(lock: ProjectLock | Path) -> str:
-    """The Python minor a lock is installed with, as uv chooses (``installer.python.python_for``
-    of the lock's ``requires-python``; a lock at a path is read for it, and one that cannot be read
-    says none)."""
-    from envbuild.installer.python import python_for
-
-    if isinstance(lock, Path):
-        path = lock
-        try:
-            requires = read_project_lock(lock).parsed.requires_python
-        except ConfigError:
-            requires = None
-    else:
-        path, requires = lock.path, lock.parsed.requires_python
-    return python_for(requires, str(path))
-
-
-def prepare(
-    req: LockRequest, python: str, *, refusing: bool = True, lock: ProjectLock | None = None
-) -> Prepared:
-    """Choose, gate and stage the lock (no network, no venv): what ``plan --lock`` prints.
-    ``lock``: the lock as the command read it (``open_lock``; read here when not given). A lock the
-    gate fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its
-    stages first, then refuses it."""
-    lock = lock or open_lock(req)
-    judged = judge_selection(lock, python, req.sync, req.environment, req.accept)
+def prepare(req: LockRequest, python: str | None = None, *, refusing: bool = True) -> Prepared:
+    """Choose, gate and stage the lock (no network, no venv): what ``plan --lock`` prints. The
+    gate answers which environment, on ``python`` (a minor; None: the request's interpreter, else
+    the lock's), and its verdict in one call (``gate.selection.judge_selection``). A lock the gate
+    fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its stages
+    first, then refuses it."""
+    judged = judge_selection(req.selection, python)
     chosen, report, failing = judged.chosen, judged.report, judged.failing
     if not req.rebuild_mismatched:
         if refusing:
@@ -175,14 +122,12 @@ def _stages(chosen: Chosen, req: LockRequest) -> StagePlan:
 
 def prepare_lock(req: LockRequest, *, refusing: bool = True) -> Prepared:
     """The one path of every ``--lock`` front end (``plan``, ``provision``, ``docker``,
-    ``wheelhouse mirror``, ``preflight``): the lock read once (``open_lock``), the interpreter
-    chosen for it (``target_python``: ``req.python``, ``req.venv``), a ``req.venv``'s torch as the
-    baseline of a lock that leaves torch to it, then ``prepare``."""
-    lock = open_lock(req)
-    target = target_python(lock, req.python, req.venv)
+    ``wheelhouse mirror``, ``preflight``): a ``req.venv``'s torch as the baseline of a lock that
+    leaves torch to it, then ``prepare`` (the lock read once, its interpreter chosen from
+    ``req.python`` / ``req.venv``, chosen and judged by the gate, staged)."""
     if req.venv is not None and req.base_torch is None:
         req = replace(req, base_torch=base_torch_of(req.venv))
-    return prepare(req, target, refusing=refusing, lock=lock)
+    return prepare(req, refusing=refusing)
 
 
 def _prepare_or_reuse(
