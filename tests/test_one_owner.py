@@ -635,7 +635,7 @@ def test_one_pep751_reader() -> None:
 
 
 def test_the_pylock_check_finds_the_old_readers() -> None:
-    """uv's export read by hand (``projectlock/uvsync.py``), ``uv pip compile``'s
+    """uv's export read by hand (``gate/uvsync.py``), ``uv pip compile``'s
     (``projectlock/offlinebuilds.py``)."""
     planted = ast.parse(
         'for f in [*(p.get("wheels") or []), p.get("sdist") or {}]:\n    pass\n'
@@ -703,7 +703,7 @@ def test_one_pyproject_reader_and_one_uvlock_reader() -> None:
     ]
     assert not uvlocks, (
         "a uv.lock parsed outside envbuild/gate/formats/uvlock.py; read it with"
-        " gate.lockfile (projectlock.select.read_project_lock): " + ", ".join(uvlocks)
+        " gate.lockfile (gate.selection.read_project_lock): " + ", ".join(uvlocks)
     )
     owner = ast.parse((ROOT / PYPROJECT_OWNER).read_text(encoding="utf-8"))
     assert _reads_named(owner, "pyproject.toml", _TOML_PARSERS)

@@ -22,10 +22,10 @@ from typing import Any, Literal, NamedTuple, TypedDict, final
 
 from envbuild.gate.findings import FileReportJSON
 from envbuild.gate.output import CheckLockDocument, CheckLockOwnDocument
+from envbuild.gate.selection import ChosenJSON
 from envbuild.host.preflight import PreflightReportJSON
 from envbuild.images.modal import Mode
 from envbuild.plan import Backend, PlanABIJSON, PlanStepJSON
-from envbuild.projectlock.select import ChosenJSON
 from envbuild.projectlock.stages import StagePlanJSON
 from envbuild.proof.receipt import (
     DifferenceJSON,

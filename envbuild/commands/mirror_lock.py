@@ -20,9 +20,9 @@ if TYPE_CHECKING:
         WheelhouseMirrorLockDocument,
     )
     from envbuild.commands.selection import WheelhouseMirrorArgs
+    from envbuild.gate.selection import Chosen
     from envbuild.projectlock.offlinefiles import LockMirror
     from envbuild.projectlock.request import LockRequest
-    from envbuild.projectlock.select import Chosen
 
 
 def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
@@ -34,8 +34,8 @@ def mirror_from_lock(args: WheelhouseMirrorArgs, lock: Path) -> int:
     from envbuild.wheelhouse.pages import write_index
 
     _refuse_stack_options(args, lock)
-    req = lock_selection(args, lock)
-    prepared = prepare_lock(req, python=str(args.python) if args.python else None)
+    req = lock_selection(args, lock, python=str(args.python) if args.python else None)
+    prepared = prepare_lock(req)
     chosen = prepared.chosen
     plan = prepared.plan
     if args.have is not None:

@@ -10,6 +10,7 @@ from envbuild.commands.selection import (
     InstallArgs,
     lock_request,
 )
+from envbuild.gate.selection import refuse
 from envbuild.projectlock.run import (
     DEFAULT_ROOT,
     LockRequest,
@@ -17,7 +18,6 @@ from envbuild.projectlock.run import (
     adopt,
     prepare_lock,
 )
-from envbuild.projectlock.select import refuse
 from envbuild.projectlock.stages import STAGE_WORDS
 
 if TYPE_CHECKING:
@@ -30,12 +30,11 @@ def plan_from_lock(args: InstallArgs, lock: Path) -> int:
     """``plan --lock FILE``: the chosen environment, the gate's verdict and the stages (no network,
     no venv)."""
     req = lock_request(args, lock)
-    venv = Path(args.venv) if args.venv is not None else None
     # the stages first, then the refusal (exit 8)
-    prepared = prepare_lock(req, python=args.python, venv=venv, refusing=False)
+    prepared = prepare_lock(req, refusing=False)
     # what provision --venv would keep there is not installed (nor checked offline)
-    if args.venv is not None:
-        prepared = adopt(prepared, Path(args.venv), req.replace_torch)
+    if req.venv is not None:
+        prepared = adopt(prepared, req.venv, req.replace_torch)
     if req.wheelhouse:  # every file from the wheelhouse, each checked as provision checks it
         from dataclasses import replace
 

@@ -32,8 +32,8 @@ def preflight_from_lock(
             "preflight --lock checks the host against the lock: --profile and --stack cannot be"
             " used with it"
         )
-    req = lock_selection(args, lock)
-    prepared = prepare_lock(req, python=args.python)
+    req = lock_selection(args, lock, python=args.python)
+    prepared = prepare_lock(req)
     spec = stack_for(prepared.plan, root=str(args.root) if args.root else "/mnt/data")
     paths = paths_for(spec, args.root)
     builds = bool(prepared.plan.stage("builds"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,9 +71,8 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
                     f"({result.seconds:.1f} s)",
                 )
             return 0
-        req = replace(
-            lock_request(args, lock, step=args.step, replace_torch=args.replace_torch),
-            inexact=args.inexact,
+        req = lock_request(
+            args, lock, step=args.step, replace_torch=args.replace_torch, inexact=args.inexact
         )
         prepared, result = provision_lock(req, options)
     except (KeyboardInterrupt, Interrupted) as exc:

@@ -20,8 +20,8 @@ from envbuild.plan import Backend
 from envbuild.provision.options import Choice
 
 if TYPE_CHECKING:  # imported where used: `provision` without --lock never loads projectlock
+    from envbuild.gate.uvsync import SyncFlags
     from envbuild.projectlock.run import LockRequest
-    from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = [
     "DockerArgs",
@@ -162,16 +162,26 @@ def _lock_only(
 
 
 def lock_selection(
-    args: SelectionArgs, lock: Path, *, wheelhouse: str | None = None, replace_torch: bool = False
+    args: SelectionArgs,
+    lock: Path,
+    *,
+    python: str | None = None,
+    venv: Path | None = None,
+    wheelhouse: str | None = None,
+    replace_torch: bool = False,
+    inexact: bool = False,
 ) -> LockRequest:
     """The lock request of the selection options every ``--lock`` front end shares
-    (``add_selection_args``)."""
+    (``add_selection_args``), with the command's own: the interpreter, the venv, the wheelhouse,
+    provision's ``--replace-torch`` and ``--inexact``."""
     from envbuild.projectlock.run import LockRequest
 
     sync = sync_flags(args)
     return LockRequest(
         lock=lock,
         fmt=args.lock_format,
+        python=python,
+        venv=venv,
         environment=tuple(args.environment),
         accept=args.accept,
         project=not (args.no_project or args.no_install_project),
@@ -181,13 +191,14 @@ def lock_selection(
         sync=sync,
         require_hashes=args.require_hashes,
         build_constraints=tuple(args.build_constraints),
+        inexact=inexact,
     )
 
 
 def sync_flags(args: SelectionArgs) -> SyncFlags:
     """uv sync's flags as ``add_selection_args`` parsed them (``--no-project`` is
     ``--no-install-project``)."""
-    from envbuild.projectlock.uvsync import SyncFlags
+    from envbuild.gate.uvsync import SyncFlags
 
     return SyncFlags(
         extras=tuple(args.extra),
@@ -297,7 +308,7 @@ def _add_review_args(g: argparse._ActionsContainer) -> None:
 
 def _add_uv_selection_args(g: argparse._ActionsContainer) -> None:
     """uv sync's own selection flags, flag for flag: uv export says what each selects
-    (``projectlock.uvsync``)."""
+    (``gate.uvsync``)."""
     g.add_argument(
         "--all-extras", action="store_true", help="--lock: every extra (as uv sync --all-extras)"
     )
@@ -394,10 +405,15 @@ def _add_install_args(g: argparse._ActionsContainer) -> None:
 
 
 def lock_request(
-    args: InstallArgs, lock: Path, *, step: str | None = None, replace_torch: bool = False
+    args: InstallArgs,
+    lock: Path,
+    *,
+    step: str | None = None,
+    replace_torch: bool = False,
+    inexact: bool = False,
 ) -> LockRequest:
-    """``plan``'s and ``provision``'s ``--lock FILE`` request (``step``, ``replace_torch``:
-    provision's options)."""
+    """``plan``'s and ``provision``'s ``--lock FILE`` request (``step``, ``replace_torch``,
+    ``inexact``: provision's options)."""
     # options of the stack commands that have no meaning for a lock (each named in the refusal)
     used = given_flags(
         {
@@ -425,7 +441,15 @@ def lock_request(
         raise ConfigError(
             "--wheelhouse is used with --offline (an install only from the wheelhouse)"
         )
-    return lock_selection(args, lock, wheelhouse=wheelhouse, replace_torch=replace_torch)
+    return lock_selection(
+        args,
+        lock,
+        python=args.python,
+        venv=args.venv,
+        wheelhouse=wheelhouse,
+        replace_torch=replace_torch,
+        inexact=inexact,
+    )
 
 
 # The arguments of the commands with a --lock branch (the branch modules read them too).

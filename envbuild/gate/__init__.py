@@ -18,6 +18,9 @@ Where things live (one room per concern):
 - ``accept``        reviewed exceptions a team commits
 - ``findings``      the one Finding, the report of a file (or a stack), every rule and what it means
 - ``check``         the driver: read, enumerate, run the rules, apply the exceptions
+- ``selection``     ``--lock FILE``'s one question: the project lock read, its Python, the one
+  environment of it an install takes (uv sync's selection, as uv says it: ``uvsync``), and the
+  verdict on exactly what that installs
 - ``output``        console table, markdown, JSON (schema 1), GitHub annotations, for both kinds of
   lock
 """

@@ -2,7 +2,7 @@
 it, and the parse, into one typed value (``ProjectLock``) that every later step is handed.
 
 ``check-lock FILE`` reads it here and judges it (``gate.check``); ``provision --lock`` and the
-other ``--lock`` front ends read it here too (``projectlock.select.read_project_lock``, with their
+other ``--lock`` front ends read it here too (``selection.read_project_lock``, with their
 own refusals of the formats they do not install) and pass the value down, so the lock and its
 ``pyproject.toml`` are each opened once by the envbuild process.
 """

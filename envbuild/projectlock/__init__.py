@@ -2,21 +2,22 @@
 ``provision --lock``, ``plan --lock``, and the other ``--lock`` front ends). envbuild's own
 per-step locks of a stack spec are stack locks (``envbuild.stacklock``).
 
-The data flow, one module each:
+The data flow, one way: the front end's one typed request (``request.LockRequest``) goes down,
+and each step hands its typed result to the next.
 
-- ``select``  read the lock (uv.lock, pylock.toml), choose one environment of it (this host's
-              platform and Python, the selection uv's export names, entry by entry: ``uvsync``),
-              run the gate's rules on it (``envbuild.gate``), keeping the findings about what it
-              installs;
-- ``stages``  the install stages of that environment, each package with the reason it is there:
-              torch and its runtime, prebuilt extensions, the rest, source builds against the
-              installed torch, the project;
-- ``rebuild`` ``--rebuild-mismatched``: a prebuilt extension the gate fails for its ABI moves to the
-              source builds, from its sdist (the lock's, else its index's, pinned by sha256);
-- ``stagestack`` the stages as a stack of hash-pinned steps for ``envbuild.provision``;
-- ``run``     prepare (``request``), adopt the torch a venv already has (``adopt``), pin the
-              files the lock has no hash for (``unhashed``), then provision (guard after every
-              stage; exact sync after the last: ``envbuild.provision.exact``).
+- the gate, in one call (``gate.selection.judge_selection``): the lock read once (uv.lock,
+  pylock.toml: the formats provision installs from), its Python, the one environment of it to
+  install (this host's platform, the selection uv's export names) and the verdict on what it
+  installs;
+- ``stages``: the install stages of that environment, each package a typed pin with the reason it
+  is there: torch and its runtime, prebuilt extensions, the rest, source builds against the
+  installed torch, the project;
+- ``rebuild``: ``--rebuild-mismatched``, a prebuilt extension the gate fails for its ABI moves to
+  the source builds, from its sdist (the lock's, else its index's, pinned by sha256);
+- ``stagestack``: the stages as a stack of hash-pinned steps for ``envbuild.provision``;
+- ``run``: prepare (``request``), adopt the torch a venv already has (``adopt``), pin the files the
+  lock has no hash for (``unhashed``), then provision (guard after every stage; exact sync after
+  the last: ``envbuild.provision.exact``).
 
 Beside that path: ``offlinefiles`` (the environment's files mirrored into a wheelhouse and
 installed from it), ``offlinebuilds`` (the build requirements of its isolated builds, likewise),

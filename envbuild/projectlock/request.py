@@ -10,9 +10,9 @@ from pathlib import Path
 from envbuild.gate.check import FileReport
 from envbuild.gate.findings import Finding
 from envbuild.gate.model import Format
-from envbuild.projectlock.select import Chosen
+from envbuild.gate.selection import Chosen, Selection
+from envbuild.gate.uvsync import SyncFlags
 from envbuild.projectlock.stages import StagePlan
-from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = ["LockRequest", "Prepared"]
 
@@ -23,6 +23,9 @@ class LockRequest:
 
     lock: Path
     fmt: Format | None = None
+    # the interpreter the environment is for (--python) and the environment it goes into (--venv)
+    python: str | None = None
+    venv: Path | None = None
     # --environment: platforms or PEP 508 markers (default: this host)
     environment: tuple[str, ...] = ()
     accept: Path | None = None
@@ -42,6 +45,20 @@ class LockRequest:
     inexact: bool = False
     # --build-constraints: files constraining the requirements of isolated builds
     build_constraints: tuple[Path, ...] = ()
+
+    @property
+    def selection(self) -> Selection:
+        """What of the request chooses the environment: the gate's question
+        (``gate.selection.judge_selection``)."""
+        return Selection(
+            lock=self.lock,
+            fmt=self.fmt,
+            python=self.python,
+            venv=self.venv,
+            environment=self.environment,
+            flags=self.sync,
+            accept=self.accept,
+        )
 
 
 @dataclass

@@ -101,7 +101,7 @@ def _stable(value: object) -> object:
     return str(value)
 
 
-def _question(req: LockRequest, python: str | None) -> str:
+def _question(req: LockRequest) -> str:
     env = sorted(
         (k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES) or k in ENV_NAMES
     )
@@ -109,8 +109,7 @@ def _question(req: LockRequest, python: str | None) -> str:
         f"format {FORMAT}",
         f"envbuild {__version__} {_code_times()}",
         f"python {sys.version}",
-        f"request {json.dumps(_stable(req), sort_keys=True)}",
-        f"--python {python!r}",
+        f"request {json.dumps(_stable(req), sort_keys=True)}",  # --python and --venv too
         f"cwd {os.getcwd()}",
         f"env {env!r}",
     ]
@@ -246,13 +245,11 @@ class Reuse:
                 self.path.unlink()
 
 
-def reuse_for(
-    root: Path, req: LockRequest, *, python: str | None, venv: Path | None
-) -> Reuse | None:
+def reuse_for(root: Path, req: LockRequest) -> Reuse | None:
     """The kept preparation of ``root`` for this request, or None where it is not used (see the
     module docstring)."""
-    if venv is not None or req.rebuild_mismatched:
+    if req.venv is not None or req.rebuild_mismatched:
         return None
     if os.environ.get("ENVBUILD_REUSE_PREPARED", "1") == "0":
         return None
-    return Reuse(root / "cache" / "envbuild" / FILE_NAME, _question(req, python))
+    return Reuse(root / "cache" / "envbuild" / FILE_NAME, _question(req))

@@ -27,6 +27,13 @@ from envbuild.errors import (
     LockError,
     PreflightError,
 )
+from envbuild.gate.selection import (
+    Chosen,
+    host_platform_key,
+    judge_selection,
+    python_for_lock,
+    refuse,
+)
 from envbuild.projectlock.adopt import (
     adopt,
     base_torch_of,
@@ -37,14 +44,6 @@ from envbuild.projectlock.adopt import (
 )
 from envbuild.projectlock.record import write_record
 from envbuild.projectlock.request import LockRequest, Prepared
-from envbuild.projectlock.select import (
-    Chosen,
-    choose,
-    gate,
-    host_platform_key,
-    read_project_lock,
-    refuse,
-)
 from envbuild.projectlock.stages import StagePlan, host_glibc, plan_stages
 from envbuild.projectlock.stagestack import HOME_LINKS, stack_for, stage_files
 from envbuild.projectlock.unhashed import pin_unhashed, say_unhashed
@@ -54,7 +53,6 @@ from envbuild.spec import StackSpec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from envbuild.gate.lockfile import ProjectLock
     from envbuild.index.records import FileOverlap
     from envbuild.projectlock.image import SliceSourceJSON
 
@@ -64,11 +62,11 @@ __all__ = [
     "Prepared",
     "adopt",
     "base_torch_of",
-    "open_lock",
     "prepare",
     "prepare_lock",
     "provision_lock",
     "provision_slice",
+    "python_for_lock",
     "unreachable_hosts",
     "verify_adoption",
 ]
@@ -77,71 +75,14 @@ __all__ = [
 DEFAULT_ROOT = "/mnt/data"
 
 
-def open_lock(req: LockRequest) -> ProjectLock:
-    """The lock ``req`` names, read and parsed once (``projectlock.select.read_project_lock``): the
-    value every later step of the command is handed."""
-    return read_project_lock(req.lock, req.fmt)
-
-
-def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> str:
-    """The Python minor the environment is for: the --venv's, the --python's, the lock folder's
-    ``.python-version`` (uv's rule), else the one uv chooses for the lock's ``requires-python``
-    (``python_for_lock``)."""
-    from envbuild.installer import probe_python
-
-    exe: str | Path | None = None
-    if venv is not None:
-        exe = venv.expanduser() / "bin" / "python"
-        if not Path(exe).exists():
-            raise PreflightError(f"--venv {venv}: no environment there (no {exe})")
-    elif python is not None:
-        import shutil
-
-        exe = shutil.which(python) or (python if Path(python).exists() else None)
-        if exe is None:
-            raise PreflightError(f"--python {python}: no such interpreter")
-    if exe is not None:
-        probed = probe_python(exe)
-        if probed is None:
-            raise PreflightError(f"{exe}: the interpreter does not run")
-        return ".".join(probed.version.split(".")[:2])
-    pinned = lock.path.parent / ".python-version"
-    try:
-        text = pinned.read_text(encoding="utf-8").split()[0] if pinned.is_file() else ""
-    except (OSError, IndexError):
-        text = ""
-    if text and text[:1].isdigit():
-        return ".".join(text.split(".")[:2])
-    return python_for_lock(lock)
-
-
-def python_for_lock(lock: ProjectLock | Path) -> str:
-    """The Python minor a lock is installed with, as uv chooses (``installer.python.python_for``
-    of the lock's ``requires-python``; a lock at a path is read for it, and one that cannot be read
-    says none)."""
-    from envbuild.installer.python import python_for
-
-    if isinstance(lock, Path):
-        path = lock
-        try:
-            requires = read_project_lock(lock).parsed.requires_python
-        except ConfigError:
-            requires = None
-    else:
-        path, requires = lock.path, lock.parsed.requires_python
-    return python_for(requires, str(path))
-
-
-def prepare(
-    req: LockRequest, python: str, *, refusing: bool = True, lock: ProjectLock | None = None
-) -> Prepared:
-    """Choose, gate and stage the lock (no network, no venv): what ``plan --lock`` prints.
-    ``lock``: the lock as the command read it (``open_lock``; read here when not given). A lock the
-    gate fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its
-    stages first, then refuses it."""
-    lock = lock or open_lock(req)
-    chosen = choose(lock, python, req.sync, req.environment)
-    report, failing = gate(chosen, req.accept)
+def prepare(req: LockRequest, python: str | None = None, *, refusing: bool = True) -> Prepared:
+    """Choose, gate and stage the lock (no network, no venv): what ``plan --lock`` prints. The
+    gate answers which environment, on ``python`` (a minor; None: the request's interpreter, else
+    the lock's), and its verdict in one call (``gate.selection.judge_selection``). A lock the gate
+    fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its stages
+    first, then refuses it."""
+    judged = judge_selection(req.selection, python)
+    chosen, report, failing = judged.chosen, judged.report, judged.failing
     if not req.rebuild_mismatched:
         if refusing:
             refuse(chosen, failing, req.accept)
@@ -179,22 +120,14 @@ def _stages(chosen: Chosen, req: LockRequest) -> StagePlan:
     return route_torch_builds(plan, folder)
 
 
-def prepare_lock(
-    req: LockRequest,
-    *,
-    python: str | None = None,
-    venv: Path | None = None,
-    refusing: bool = True,
-) -> Prepared:
+def prepare_lock(req: LockRequest, *, refusing: bool = True) -> Prepared:
     """The one path of every ``--lock`` front end (``plan``, ``provision``, ``docker``,
-    ``wheelhouse mirror``, ``preflight``): the lock read once (``open_lock``), the interpreter
-    chosen for it (``target_python``: ``python``, ``venv``), a ``venv``'s torch as the baseline of a
-    lock that leaves torch to it, then ``prepare``."""
-    lock = open_lock(req)
-    target = target_python(lock, python, venv)
-    if venv is not None and req.base_torch is None:
-        req = replace(req, base_torch=base_torch_of(venv))
-    return prepare(req, target, refusing=refusing, lock=lock)
+    ``wheelhouse mirror``, ``preflight``): a ``req.venv``'s torch as the baseline of a lock that
+    leaves torch to it, then ``prepare`` (the lock read once, its interpreter chosen from
+    ``req.python`` / ``req.venv``, chosen and judged by the gate, staged)."""
+    if req.venv is not None and req.base_torch is None:
+        req = replace(req, base_torch=base_torch_of(req.venv))
+    return prepare(req, refusing=refusing)
 
 
 def _prepare_or_reuse(
@@ -206,14 +139,14 @@ def _prepare_or_reuse(
     from envbuild.projectlock.reuse import reuse_for
 
     root = Path(opts.root) if opts.root is not None else Path(DEFAULT_ROOT)
-    kept = reuse_for(root, req, python=opts.python, venv=opts.venv)
+    kept = reuse_for(root, req)
     if kept is None:
-        return prepare_lock(req, python=opts.python, venv=opts.venv), lambda: None
+        return prepare_lock(req), lambda: None
     prepared = kept.load()
     if prepared is not None:
         return prepared, lambda: None
     with kept.recording() as reads:
-        fresh = prepare_lock(req, python=opts.python, venv=opts.venv)
+        fresh = prepare_lock(req)
     return fresh, lambda: kept.keep(fresh, reads)
 
 

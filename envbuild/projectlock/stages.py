@@ -49,9 +49,9 @@ from envbuild.errors import ConfigError, LockError
 from envbuild.gate.model import Entry
 from envbuild.gate.project import Project, project_of
 from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
+from envbuild.gate.selection import Chosen, ChosenJSON
+from envbuild.gate.uvsync import SyncFlags
 from envbuild.index.wheeltags import NEWEST_GLIBC, is_pure, is_sdist, rank_among
-from envbuild.projectlock.select import Chosen, ChosenJSON
-from envbuild.projectlock.uvsync import SyncFlags
 
 __all__ = [
     "ORDER",
@@ -262,7 +262,7 @@ def _host_glibc_text() -> str:
 
 
 def _host_words() -> str:
-    from envbuild.projectlock.select import host_platform_key
+    from envbuild.gate.selection import host_platform_key
 
     return host_platform_key().replace("-", " ")
 
@@ -362,14 +362,6 @@ def build_settings(project: Project | Path) -> BuildSettings:
 # ----------------------------------------------------------------------------- classification
 
 
-def _raw_sources(chosen: Chosen) -> Mapping[int, Mapping[str, str]]:
-    """uv.lock: each entry's ``source`` table (editable / virtual / git), by entry key (the typed
-    reader's)."""
-    from envbuild.gate.formats.uvlock import sources_of
-
-    return sources_of(chosen.lock)
-
-
 def _torch_reach(torch: Entry, by_name: dict[str, Entry]) -> dict[str, str]:
     """{name: why} of what torch's edges reach in this environment (by name, marker already applied:
     only members are followed). A format that records no edges: torch's runtime by name."""
@@ -435,7 +427,7 @@ def plan_stages(
     tags = _TagOrder(chosen.env.python, chosen.env.platform)
     folder = chosen.path.parent
     settings = build_settings(chosen.source.project)
-    sources = _raw_sources(chosen)
+    sources = chosen.sources
     runtime = _torch_reach(torch, by_name)
     plan = StagePlan(
         chosen, torch, [], no_build_isolation=settings.no_isolation | settings.extra_build

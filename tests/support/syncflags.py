@@ -6,7 +6,7 @@ import argparse
 
 from envbuild.commands.common import typed
 from envbuild.commands.selection import SelectionArgs, add_selection_args, sync_flags
-from envbuild.projectlock.uvsync import SyncFlags
+from envbuild.gate.uvsync import SyncFlags
 
 __all__ = ["flags_of"]
 

@@ -350,6 +350,7 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
     from envbuild.errors import EnvbuildError
     from envbuild.installer.python import find_interpreter
 
+    selection = flags.selection_argv()
     uv = find_uv()
     try:
         exe = find_interpreter(python, require_fit=False).executable
@@ -357,6 +358,7 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
         return None
     if uv is None:
         return None
+    argv = [uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *selection]
     with tempfile.TemporaryDirectory(prefix="envbuild-uv-dry-") as tmp:
         env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "VIRTUAL_ENV")}
         env.update(
@@ -364,15 +366,7 @@ def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
         )
         try:
             out = run(
-                [
-                    uv,
-                    "sync",
-                    "--frozen",
-                    "--dry-run",
-                    "--python",
-                    str(exe),
-                    *flags.selection_argv(),
-                ],
+                argv,
                 cwd=lock_path.parent,
                 env=env,
                 capture=True,
@@ -428,14 +422,15 @@ def _same_place(p: Exported, e: Entry, source: Mapping[str, str]) -> bool:
 
 
 def match_entries(
-    lock: ParsedLock, exported: list[Exported], values: dict[str, str]
+    lock: ParsedLock,
+    exported: list[Exported],
+    values: dict[str, str],
+    sources: Mapping[int, Mapping[str, str]],
 ) -> list[Entry]:
     """The lock's entries of the exported packages whose marker holds for ``values`` (a target
-    platform and Python): the entry of that name, version and source uv names. ConfigError: an
-    exported package the lock has no entry for, or several it cannot tell apart."""
-    from envbuild.gate.formats.uvlock import sources_of
-
-    sources = sources_of(lock)
+    platform and Python): the entry of that name, version and source uv names (``sources``: the
+    uv.lock's ``source`` tables, ``formats.uvlock.sources_of``). ConfigError: an exported package
+    the lock has no entry for, or several it cannot tell apart."""
     by_name: dict[str, list[Entry]] = {}
     for e in lock.entries:
         by_name.setdefault(e.name, []).append(e)

@@ -1,13 +1,12 @@
-"""Read a committed lock and choose the one environment to install: this host's platform and
-Python, and the selection of extras/groups the locker's own sync would take.
+"""The one environment of a project lock an install takes, and the gate's verdict on exactly what
+it installs: one question, one answer (``judge_selection``), for ``provision --lock`` and the other
+``--lock`` front ends.
 
-The lock is read once (``read_project_lock``: ``gate.lockfile``'s typed ``ProjectLock``) and handed
-down. The platforms, Pythons and selections are the gate's (``envbuild.gate.environments``): every
-valid selection of the lock's conflicting extras/groups on each platform and Python. A provision
-installs exactly one:
+The platforms, Pythons and selections are the gate's (``environments``): every valid selection of
+the lock's conflicting extras/groups on each platform and Python. An install takes exactly one:
 
 - a uv.lock beside its project: what ``uv export`` of uv sync's flags lists is what the
-  environment installs (``projectlock.uvsync``), and the environment is the selection of the lock's
+  environment installs (``uvsync``), and the environment is the selection of the lock's
   conflicting items those flags switch on (``_flag_selection``: each item by its typed name, kind
   and whether the locker's default takes it);
 - otherwise, no ``--extra``/``--group``: the locker's default selection (labelled "default", or
@@ -16,26 +15,28 @@ installs exactly one:
   that adds nothing beyond the requested items and the default ones, as ``uv sync --extra X``;
 - more than one candidate left: a usage error (exit 2) that lists the choices.
 
-The gate's rules then judge that environment, exactly what it installs (``gate``:
-``gate.check.judge_environment``), so a broken extra the host does not install does not refuse the
-one it does.
+The gate's rules then judge that environment, exactly what it installs (``judge``:
+``check.judge_environment``), so a broken extra the host does not install does not refuse the one
+it does.
 """
 
 from __future__ import annotations
 
 import platform as host_platform
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 
-from envbuild.errors import ConfigError, LockError
+from envbuild.errors import ConfigError, LockError, PreflightError
 from envbuild.gate.check import FileReport, judge_environment
 from envbuild.gate.environments import NO_CHOICE, Narrow, Space, make_space
 from envbuild.gate.findings import Finding, Policy
 from envbuild.gate.formats import detect
+from envbuild.gate.formats.uvlock import sources_of
 from envbuild.gate.lockfile import LockText, ProjectLock, parse_lock_text, read_lockfile
 from envbuild.gate.model import (
     Entry,
@@ -47,11 +48,22 @@ from envbuild.gate.model import (
     ParsedLock,
 )
 from envbuild.gate.project import Project
-from envbuild.projectlock.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
+from envbuild.gate.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 
-__all__ = ["Chosen", "choose", "gate", "host_platform_key", "read_project_lock"]
-
-SUPPORTED: tuple[Format, ...] = ("uv.lock", "pylock")
+__all__ = [
+    "INSTALLS",
+    "Chosen",
+    "Judged",
+    "Selection",
+    "choose",
+    "host_platform_key",
+    "judge",
+    "judge_selection",
+    "python_for_lock",
+    "read_project_lock",
+    "refuse",
+    "target_python",
+]
 
 
 class _ChosenJSON(TypedDict):
@@ -81,6 +93,9 @@ class Chosen:
     # the ``uv sync --frozen ...`` command that installs the same (None: uv was not asked)
     sync: str | None = None
     flags: SyncFlags = SyncFlags()
+    # uv.lock: each entry's ``source`` table (editable / virtual / git / path ...) by entry key, as
+    # the typed reader read it (``formats.uvlock.sources_of``); {} for another format
+    sources: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -125,6 +140,47 @@ def host_platform_key() -> str:
     return "windows-amd64"
 
 
+INSTALLS: tuple[Format, ...] = ("uv.lock", "pylock")  # the formats an install takes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """What chooses the one environment of a project lock an install takes: the lock (``fmt``: its
+    format, where given), the Python (``python``: an interpreter, ``venv``: an environment, else
+    the lock's own), the platforms (``environment``: default this host), uv sync's ``flags``, and
+    the reviewed exceptions the gate applies (``accept``)."""
+
+    lock: Path
+    fmt: Format | None = None
+    python: str | None = None
+    venv: Path | None = None
+    environment: tuple[str, ...] = ()
+    flags: SyncFlags = SyncFlags()
+    accept: Path | None = None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The environment an install takes (``chosen``), the gate's report on it and the findings
+    that refuse it."""
+
+    chosen: Chosen
+    report: FileReport
+    failing: list[Finding]
+
+
+def judge_selection(sel: Selection, python: str | None = None) -> Judged:
+    """The one question of every ``--lock`` front end, answered here: the lock read once
+    (``read_project_lock``), its Python (``python``, a minor the caller chose, else
+    ``target_python``), the one environment of it ``sel`` chooses (``choose``) and the gate's
+    verdict on what that environment installs (``judge``)."""
+    lock = read_project_lock(sel.lock, sel.fmt)
+    minor = python or target_python(lock, sel.python, sel.venv)
+    chosen = choose(lock, minor, sel.flags, sel.environment)
+    report, failing = judge(chosen, sel.accept)
+    return Judged(chosen, report, failing)
+
+
 def read_project_lock(path: Path, fmt: Format | None = None) -> ProjectLock:
     """The lock at ``path``, read and parsed once (ConfigError, exit 2: missing, unreadable, a
     format provision does not install from, or not a readable lock of its format)."""
@@ -142,7 +198,7 @@ def read_project_lock(path: Path, fmt: Format | None = None) -> ProjectLock:
         ) from exc
     if kind == "pixi.lock":
         raise ConfigError(_pixi_refusal(path))
-    if kind not in SUPPORTED:
+    if kind not in INSTALLS:
         raise ConfigError(
             f"{path}: provision --lock installs from uv.lock and pylock.toml; a {kind} file is not"
             " supported yet (its entries name no file URL to install and hash-check, or it records"
@@ -179,6 +235,55 @@ def _pixi_refusal(path: Path) -> str:
     )
 
 
+def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> str:
+    """The Python minor the environment is for: the --venv's, the --python's, the lock folder's
+    ``.python-version`` (uv's rule), else the one uv chooses for the lock's ``requires-python``
+    (``python_for_lock``)."""
+    from envbuild.installer import probe_python
+
+    exe: str | Path | None = None
+    if venv is not None:
+        exe = venv.expanduser() / "bin" / "python"
+        if not Path(exe).exists():
+            raise PreflightError(f"--venv {venv}: no environment there (no {exe})")
+    elif python is not None:
+        import shutil
+
+        exe = shutil.which(python) or (python if Path(python).exists() else None)
+        if exe is None:
+            raise PreflightError(f"--python {python}: no such interpreter")
+    if exe is not None:
+        probed = probe_python(exe)
+        if probed is None:
+            raise PreflightError(f"{exe}: the interpreter does not run")
+        return ".".join(probed.version.split(".")[:2])
+    pinned = lock.path.parent / ".python-version"
+    try:
+        text = pinned.read_text(encoding="utf-8").split()[0] if pinned.is_file() else ""
+    except (OSError, IndexError):
+        text = ""
+    if text and text[:1].isdigit():
+        return ".".join(text.split(".")[:2])
+    return python_for_lock(lock)
+
+
+def python_for_lock(lock: ProjectLock | Path) -> str:
+    """The Python minor a lock is installed with, as uv chooses (``installer.python.python_for``
+    of the lock's ``requires-python``; a lock at a path is read for it, and one that cannot be read
+    says none)."""
+    from envbuild.installer.python import python_for
+
+    if isinstance(lock, Path):
+        path = lock
+        try:
+            requires = read_project_lock(lock).parsed.requires_python
+        except ConfigError:
+            requires = None
+    else:
+        path, requires = lock.path, lock.parsed.requires_python
+    return python_for(requires, str(path))
+
+
 def choose(
     lock: ProjectLock, python: str, flags: SyncFlags, environment: tuple[str, ...] = ()
 ) -> Chosen:
@@ -206,7 +311,7 @@ def choose(
         )
     exported = export(lock, flags) if parsed.format == "uv.lock" else None
     if exported is not None:
-        return _as_uv_exports(lock, space, found, exported, flags)
+        return _as_uv_exports(lock, space, found, exported, flags, sources_of(parsed))
     if parsed.format == "uv.lock":
         _say_without_uv(lock)
     if flags.beyond_conflicts:
@@ -224,7 +329,7 @@ def choose(
         )
     j = _by_request(lock, space, found, flags)
     env = space.env(j)
-    return Chosen(lock, env, parsed.members(env))
+    return Chosen(lock, env, parsed.members(env), sources=sources_of(parsed))
 
 
 def _say_without_uv(lock: ProjectLock) -> None:
@@ -339,7 +444,12 @@ def _flag_selection(space: Space, flags: SyncFlags) -> int:
 
 
 def _as_uv_exports(
-    lock: ProjectLock, space: Space, found: list[int], exported: list[Exported], flags: SyncFlags
+    lock: ProjectLock,
+    space: Space,
+    found: list[int],
+    exported: list[Exported],
+    flags: SyncFlags,
+    sources: Mapping[int, Mapping[str, str]],
 ) -> Chosen:
     """The environment uv's export of ``flags`` installs here: its packages are the lock's entries
     whose exported marker holds on this platform and Python (``uvsync.match_entries``), and the
@@ -350,7 +460,7 @@ def _as_uv_exports(
     block = space.located(found[0])[0]
     python = space.blocks[block][1]
     values = space.env(found[0]).values
-    entries = match_entries(parsed, exported, values)
+    entries = match_entries(parsed, exported, values, sources)
     names = [e.name for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     # the export holds two forks at once: extras that conflict, switched on through others
@@ -366,22 +476,21 @@ def _as_uv_exports(
     env = space.env_of(block, wanted if chosen is None else chosen)
     walked = parsed.members(env)
     keys = {e.key for e in entries}
-    virtual = _virtual_roots(parsed, walked, keys)
+    virtual = _virtual_roots(walked, keys, sources)
     members = Members(
         entries=[*entries, *virtual],
         roots=walked.roots,
         edge_masks=walked.edge_masks,
         bit=walked.bit,
     )
-    return Chosen(lock, env, members, sync=flags.sync_command(), flags=flags)
+    return Chosen(lock, env, members, sync=flags.sync_command(), flags=flags, sources=sources)
 
 
-def _virtual_roots(lock: ParsedLock, members: Members, keys: set[int]) -> list[Entry]:
+def _virtual_roots(
+    members: Members, keys: set[int], sources: Mapping[int, Mapping[str, str]]
+) -> list[Entry]:
     """The project's own entries uv's export leaves out because they are virtual (``package =
     false``): kept, so the plan says why the project is not installed."""
-    from envbuild.gate.formats.uvlock import sources_of
-
-    sources = sources_of(lock)
     return [
         e
         for e in members.entries
@@ -408,9 +517,9 @@ def _choices_hint(space: Space, found: list[int]) -> str:
     )
 
 
-def gate(chosen: Chosen, accept: Path | None) -> tuple[FileReport, list[Finding]]:
+def judge(chosen: Chosen, accept: Path | None) -> tuple[FileReport, list[Finding]]:
     """The gate's rules on the chosen environment, exactly what it installs
-    (``gate.check.judge_environment``, offline): (the report, the findings that refuse it)."""
+    (``check.judge_environment``, offline): (the report, the findings that refuse it)."""
     from envbuild.gate.accept import load_for
 
     report = FileReport(str(chosen.path), chosen.lock.format)
