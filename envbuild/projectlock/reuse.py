@@ -11,8 +11,9 @@ depends only on what it read, so it is kept, after each run that prepared it, in
   ``pyproject.toml`` and ``.python-version``, the accept file, the RECORD and hash caches: Python's
   ``open`` audit event), the files ``uv export`` reads as uv's own cache keys do (each local
   source's ``pyproject.toml``, ``setup.py`` and ``setup.cfg``, present or absent; the project's and
-  the user's ``uv.toml``), and each program it ran (``uv``): each by sha256 (by size and mtime above
-  ``HASH_LIMIT``), an absent one as absent;
+  the user's ``uv.toml``), each local file the lock installs (a path wheel, whose sha256 may have
+  come from a cache keyed by its size and time), and each program it ran (``uv``): each by sha256
+  (by size and mtime above ``HASH_LIMIT``), an absent one as absent;
 - **the question**: the request, ``--python``, the working folder, the ``UV_``/``PIP_``/
   ``ENVBUILD_`` variables and ``PATH``, envbuild's version and its source files' times;
 - **what it said**: the events it emitted (the unhashed-files warning, ...), said again on reuse.
@@ -39,6 +40,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_bytes
@@ -153,9 +156,10 @@ def _wanted(path: str) -> bool:
     return not any(path.startswith(p + os.sep) for p in {sys.prefix, sys.base_prefix})
 
 
-def _uv_inputs(prepared: Prepared) -> set[str]:
-    """The files ``uv export`` reads that the envbuild process may not: each local source's
-    cache keys, the project's and the user's ``uv.toml``."""
+def _lock_inputs(prepared: Prepared) -> set[str]:
+    """The files the answer depends on that the envbuild process may not have opened: what ``uv
+    export`` reads (each local source's cache keys, the project's and the user's ``uv.toml``), and
+    each local file the lock installs (a path wheel: its sha256 may have come from a cache)."""
     lock_dir = prepared.chosen.path.parent.resolve()
     folders = {lock_dir}
     for source in sources_of(prepared.chosen.lock).values():
@@ -166,6 +170,10 @@ def _uv_inputs(prepared: Prepared) -> set[str]:
     config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     out |= {str(lock_dir / "uv.toml"), str(config / "uv" / "uv.toml"), "/etc/uv/uv.toml"}
     out.add(str(lock_dir / ".python-version"))
+    for placed in prepared.plan.placed:
+        url = placed.artifact.url if placed.artifact is not None else ""
+        if url.startswith("file:"):
+            out.add(url2pathname(urlsplit(url).path))
     return out
 
 
@@ -228,7 +236,7 @@ class Reuse:
     def keep(self, prepared: Prepared, reads: _Reads) -> None:
         """Keep ``prepared`` with the identities of what it read, taken now: after the run it served
         finished (the caches it read, filled by that run, as the next run finds them)."""
-        files = {p for p in reads.files if _wanted(p)} | _uv_inputs(prepared) | reads.programs
+        files = {p for p in reads.files if _wanted(p)} | _lock_inputs(prepared) | reads.programs
         if str(self.path) in files:
             files.discard(str(self.path))
         data = {
