@@ -168,7 +168,8 @@ class _Early:
 
 def _early_warmup(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> _Early | None:
     """The prepare-mode warm-up of a run whose first step to prepare is the baseline, where a
-    warm-up can help (``warmup.wanted``), else None."""
+    warm-up can help (``warmup.wanted``) and the import is the one it would run
+    (``warmup.early_wanted``), else None."""
     if not todo or todo[0].role != "baseline" or todo[0].name in run.opts.prepare_steps:
         return None
     import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
@@ -179,15 +180,17 @@ def _early_warmup(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) 
         single_step=run.opts.only_step is not None,
     ):
         return None
+    module = run.spec.abi.package.replace("-", "_")
+    python_version = (run.manifest.marker_env or {}).get("python_version") or run.spec.python
+    listing = warmup.listing_path(run.paths.cache, module, run.spec.abi.version, python_version)
+    if not warmup.early_wanted(import_env, listing):
+        return None
     logs = run.paths.logs
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / "import-warmup.log"
     log.unlink(missing_ok=True)
-    module = run.spec.abi.package.replace("-", "_")
     folder = run.paths.cache / "prepare" / f"warm-{todo[0].number:02d}-{todo[0].name}"
-    python_version = (run.manifest.marker_env or {}).get("python_version") or run.spec.python
-    listing = warmup.listing_path(run.paths.cache, module, run.spec.abi.version, python_version)
-    return _Early(warmup.Warmup(python, module, import_env, log, listing=listing), folder)
+    return _Early(warmup.Warmup(python, module, import_env, log), folder)
 
 
 _HASHED = re.compile(

@@ -10,10 +10,10 @@ baseline step is in, envbuild starts one background process beside the remaining
   written after every fresh import check), those files are compiled on every core at once;
 - **import**: otherwise (a first or cold provision), ``python -c "import torch"``, on hosts with
   ``IMPORT_MODE_MIN_CPUS`` cores or more (``ENVBUILD_IMPORT_WARMUP=import`` forces it);
-- **prepare**: a lock's run that prepares before it installs (``provision.prepare``) starts the
-  warm-up earlier, while the later steps still download: once the baseline step's scratch install
-  is complete, ``python -S`` imports torch from that scratch folder (``site.addsitedir``; or, with
-  a listing, compiles the files it names there, on every core), nice 10 beside the downloads. Its
+- **prepare**: where the import mode would run (``early_wanted``), a lock's run that prepares
+  before it installs (``provision.prepare``) starts it earlier, while the later steps still
+  download: once the baseline step's scratch install is complete, ``python -S`` imports torch from
+  that scratch folder (``site.addsitedir``), nice 10 beside the downloads. Its
   bytecode lands in the scratch folder's own ``__pycache__`` folders (uv links the files from its
   cache but makes the folders: its cache is not written to). When the final check is about to
   import, the warm-up is stopped where it has not finished (never waited for), and each ``.pyc``
@@ -92,6 +92,18 @@ def usable_cpus() -> int:
     return (
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     )
+
+
+def early_wanted(import_env: Mapping[str, str], listing: Path) -> bool:
+    """Whether a lock's run starts the prepare mode: where the import mode would run (no listing
+    from an earlier import on this root, and ``IMPORT_MODE_MIN_CPUS`` cores or more, or
+    ``ENVBUILD_IMPORT_WARMUP=import``). With a listing the compile mode, in the venv beside the
+    steps, measured faster (bench/README.md); on two cores the import beside the downloads took
+    their CPU for as long as it gave the check."""
+    if _usable(listing):
+        return False
+    forced = import_env.get("ENVBUILD_IMPORT_WARMUP", "").strip() == "import"
+    return forced or usable_cpus() >= IMPORT_MODE_MIN_CPUS
 
 
 def wanted(
@@ -266,20 +278,9 @@ class Warmup:
             return False
         shutil.rmtree(workdir, ignore_errors=True)
         env = {k: v for k, v in self.env.items() if k not in _NOT_PASSED}
-        listed = _usable(self.listing)
-        if listed:  # the files the last import loaded, compiled in the scratch on every core
-            self.files = listed
-            argv = [str(self.python), "-S", "-c", _COMPILE, str(scratch), str(self.listing)]
-            what = f"compiling the {listed} files `import {self.module}` loaded last time"
-        else:
-            argv = [
-                str(self.python),
-                "-S",
-                "-c",
-                _IMPORT_FROM.format(module=self.module),
-                str(scratch),
-            ]
-            what = f"`import {self.module}`"
+        argv = [str(self.python), "-S", "-c", _IMPORT_FROM.format(module=self.module)]
+        argv.append(str(scratch))
+        what = f"`import {self.module}`"
         nice = list(NICE) if shutil.which("nice") else []
         try:
             workdir.mkdir(parents=True)
