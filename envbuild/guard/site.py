@@ -10,6 +10,7 @@ import csv
 import hashlib
 import io
 import re
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.message import Message
@@ -114,19 +115,16 @@ def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
     for info in infos:
         meta = info / "METADATA"
         record = info / "RECORD"
-        if not meta.is_file():
+        try:
+            st = meta.stat()
+        except OSError:
             continue
-        name = version = None
-        with meta.open(encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("Name:"):
-                    name = line[5:].strip()
-                elif line.startswith("Version:"):
-                    version = line[8:].strip()
-                if (name and version) or not line.strip():
-                    break
-        if not name or not version:
+        if not stat.S_ISREG(st.st_mode):
             continue
+        named = _name_version(meta, (st.st_ino, st.st_mtime_ns, st.st_size))
+        if named is None:
+            continue
+        name, version = named
         if record.is_file():
             st = record.stat()
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -138,6 +136,29 @@ def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
         else:
             sha, key = "", (0, 0, 0)
         yield Dist(canonicalize_name(name), version, info, sha, key, (info / STAMP).is_file())
+
+
+def _name_version(meta: Path, key: tuple[int, int, int]) -> tuple[str, str] | None:
+    """``Name`` and ``Version`` of a METADATA file (its headers only), kept per process by the
+    file's (inode, mtime_ns, size) as the RECORDs are: a run scans the venv several times."""
+    hit = _META_CACHE.get(str(meta))
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    name = version = None
+    with meta.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("Name:"):
+                name = line[5:].strip()
+            elif line.startswith("Version:"):
+                version = line[8:].strip()
+            if (name and version) or not line.strip():
+                break
+    named = (name, version) if name and version else None
+    _META_CACHE[str(meta)] = (key, named)
+    return named
+
+
+_META_CACHE: dict[str, tuple[tuple[int, int, int], tuple[str, str] | None]] = {}
 
 
 # The guard runs after every step and reads every RECORD in the environment; with hundreds of
@@ -168,8 +189,10 @@ def _remember(path: Path, kind: str, key: tuple[int, int, int], value: _T) -> _T
 
 
 def clear_cache() -> None:
-    """Forget every parsed RECORD (benchmarks time the uncached guard with it)."""
+    """Forget every parsed RECORD and METADATA header (benchmarks time the uncached guard with
+    it)."""
     _RECORD_CACHE.clear()
+    _META_CACHE.clear()
 
 
 def _read_record(path: Path) -> dict[str, str]:

@@ -19,10 +19,14 @@ replaces. Two owners of one path (other bytes) overwrite each other:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import json
 from typing import TYPE_CHECKING
 
 from envbuild import events, guard
+from envbuild._io import atomic_write_json
 from envbuild.errors import LockError
 from envbuild.index.records import FileOverlap, find_overlaps
 from envbuild.plan import overlap_winners
@@ -50,11 +54,15 @@ def check(run: ProvisionRun, prepared: PreparedSteps | None) -> None:
     accept = run.opts.accept_overlap
     if accept is None:
         return
-    files = {name: rows for name, (_, rows) in (prepared.records if prepared else {}).items()}
-    if run.paths.python.exists():
-        for name, dist in guard.scan(guard.site_packages(run.paths.venv)).items():
-            files.setdefault(name, dist.files())
-    found = find_overlaps(files)
+    if prepared is None or not prepared.records:
+        # nothing to install: the venv's own overlaps, kept by what its RECORDs are
+        found = _venv_overlaps(run)
+    else:
+        files = {name: rows for name, (_, rows) in prepared.records.items()}
+        if run.paths.python.exists():
+            for name, dist in guard.scan(guard.site_packages(run.paths.venv)).items():
+                files.setdefault(name, dist.files())
+        found = find_overlaps(files)
     if not found:
         return
     abi = run.spec.abi
@@ -73,6 +81,36 @@ def check(run: ProvisionRun, prepared: PreparedSteps | None) -> None:
     if refused:
         raise _refusal(refused, protected)
     _acknowledge(run, found, kept)
+
+
+OVERLAPS_FILE = "overlaps.json"
+
+
+def _venv_overlaps(run: ProvisionRun) -> list[FileOverlap]:
+    """The overlaps among what the venv holds, from ``<root>/.envbuild/overlaps.json`` when every
+    RECORD is the one they were found in (by inode, mtime and size, as the guard keeps its parsed
+    RECORDs), else found from the RECORDs and kept there: a no-op re-run reads no RECORD for it."""
+    if not run.paths.python.exists():
+        return []
+    dists = guard.scan(guard.site_packages(run.paths.venv))
+    key = hashlib.sha256(
+        json.dumps(sorted((n, d.version, list(d.record_key)) for n, d in dists.items())).encode()
+    ).hexdigest()
+    kept = run.paths.state / OVERLAPS_FILE
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        doc = json.loads(kept.read_text(encoding="utf-8"))
+        if doc["key"] == key:
+            return [FileOverlap(tuple(o["packages"]), tuple(o["paths"])) for o in doc["found"]]
+    found = find_overlaps({name: dist.files() for name, dist in dists.items()})
+    with contextlib.suppress(OSError):
+        atomic_write_json(
+            kept,
+            {
+                "key": key,
+                "found": [{"packages": list(o.packages), "paths": list(o.paths)} for o in found],
+            },
+        )
+    return found
 
 
 def _acknowledge(run: ProvisionRun, found: list[FileOverlap], kept: list[Overlap]) -> None:
