@@ -248,13 +248,29 @@ class Warmup:
                 return False
             argv = [str(self.python), "-c", _IMPORT.format(module=self.module)]
             what = f"`import {self.module}`"
+        return self._spawn(
+            argv,
+            self.env,
+            None,
+            f"import warm-up after step {after_step}: {what} "
+            "(its bytecode is written while the later steps install)",
+        )
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path | None, said: str) -> bool:
+        """Start the process, its output to the log; False where it could not start."""
         try:
             log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child, closed below
         except OSError:
             return False
         try:
             self.proc = subprocess.Popen(
-                argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                close_fds=True,
             )
         except OSError:
             self.proc = None
@@ -262,11 +278,7 @@ class Warmup:
         finally:
             log.close()
         self.started = time.monotonic()
-        events.emit(
-            "debug",
-            f"import warm-up after step {after_step}: {what} "
-            "(its bytecode is written while the later steps install)",
-        )
+        events.emit("debug", said)
         return True
 
     def start_in(self, scratch: Path, workdir: Path, step: str) -> bool:
@@ -283,31 +295,15 @@ class Warmup:
         what = f"`import {self.module}`"
         nice = list(NICE) if shutil.which("nice") else []
         try:
-            workdir.mkdir(parents=True)
-            log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child, closed below
+            workdir.mkdir(parents=True)  # run in, not the caller's folder: nothing of it imported
         except OSError:
             return False
-        try:
-            self.proc = subprocess.Popen(
-                [*nice, *argv],
-                env=env,
-                cwd=workdir,  # not the caller's folder: nothing of it is imported
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                close_fds=True,
-            )
-        except OSError:
-            self.proc = None
-            return False
-        finally:
-            log.close()
-        self.started = time.monotonic()
-        events.emit(
-            "debug",
+        return self._spawn(
+            [*nice, *argv],
+            env,
+            workdir,
             f"import warm-up from the prepared step {step}: {what}, while the later steps download",
         )
-        return True
 
     def at_check(self, site: Path | None = None) -> None:
         """The final check starts now: note whether the warm-up is already done; in the prepare
