@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import TYPE_CHECKING
 
@@ -131,9 +132,7 @@ def register(sub: Subparsers) -> None:
         metavar="S",
         help=f"stop the final `import torch` after S seconds (default {IMPORT_TIMEOUT:g}; exit 5)",
     )
-    from envbuild.commands.smoke import add_warm_arg
-
-    add_warm_arg(p)
+    _add_warm_arg(p)
     add_lock_args(p, provision=True)
     p.set_defaults(func=Handler(run, ProvisionArgs))
 
@@ -237,3 +236,16 @@ def run(args: ProvisionArgs) -> int:
     if result.receipt:
         ui.print_text(f"receipt: {result.receipt}")
     return 0
+
+
+def _add_warm_arg(p: argparse.ArgumentParser) -> None:
+    """``provision --warm-kernels`` (``provision`` and ``provision --lock``)."""
+    p.add_argument(
+        "--warm-kernels",
+        action="store_true",
+        help=(
+            "after the provision, on a host with a GPU: compile the stack's kernels (Triton, "
+            "torch.compile, fla, flash-attn 4) into the data root's caches on one GPU, so the "
+            "first smoke on every GPU finds them (the compile moves here; without a GPU: nothing)"
+        ),
+    )

@@ -46,10 +46,8 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
         import_timeout=args.import_timeout,
         build_cache=args.build_cache,
     )
-    from envbuild.projectlock.image import is_slice
-
     try:
-        if is_slice(lock):  # one layer of `envbuild docker --lock`
+        if lock.suffix == ".json" and _is_slice(lock):  # one layer of `envbuild docker --lock`
             spec, source, result = provision_slice(lock, options)
             write_record(result.paths.venv, result.paths.root, spec, source)
             if args.json:
@@ -142,3 +140,11 @@ def provision_from_lock(args: ProvisionArgs, lock: Path) -> int:
     if result.receipt:
         ui.print_text(f"receipt: {result.receipt}")
     return 0
+
+
+def _is_slice(lock: Path) -> bool:
+    """``projectlock.image.is_slice``, imported only for a ``.json`` file (a lock is not one: the
+    image module's imports are not a no-op provision's)."""
+    from envbuild.projectlock.image import is_slice
+
+    return is_slice(lock)

@@ -214,19 +214,6 @@ def target_env(spec: StackSpec, paths: Paths) -> dict[str, str]:
     return env
 
 
-def add_warm_arg(p: argparse.ArgumentParser) -> None:
-    """``provision --warm-kernels`` (``provision`` and ``provision --lock``)."""
-    p.add_argument(
-        "--warm-kernels",
-        action="store_true",
-        help=(
-            "after the provision, on a host with a GPU: compile the stack's kernels (Triton, "
-            "torch.compile, fla, flash-attn 4) into the data root's caches on one GPU, so the "
-            "first smoke on every GPU finds them (the compile moves here; without a GPU: nothing)"
-        ),
-    )
-
-
 def warm_after_provision(
     spec: StackSpec, paths: Paths, venv: Path, selection: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
