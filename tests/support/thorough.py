@@ -226,4 +226,16 @@ THOROUGH: dict[str, str] = {
         "test_two_process_gloo (a healthy step), test_hung_rank_is_named (a planted hang),"
         " test_mesh_checked_before_launch_agrees_with_the_worker (the dp/tp/ep mesh)"
     ),
+    # -- a fifth batch (the session that added test_prepared_reuse and test_prepare_warmup)
+    "tests/test_prepare_warmup.py::test_a_lock_provision_links_the_prepared_import_bytecode": (
+        "test_harvest_links_only_the_bytecode_the_import_would_trust (the harvest, a real import"
+        " trusting what was linked); test_import_warmup.py (the warm-up in real provisions)"
+    ),
+    "tests/test_lock.py::test_provision_refuses_a_broken_lock[missing": (
+        "its [hash-malformed] variant (the same refusal, before step 1)"
+    ),
+    "tests/test_fromlock.py::test_a_kept_package_is_looked_at_by_size": (
+        "test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted (adoption, and"
+        " torch's own files hashed)"
+    ),
 }
