@@ -130,6 +130,21 @@ def test_a_failed_download_or_build_leaves_the_venv_as_uv_sync_leaves_it(
     assert not (fresh / "venv").exists() and f"No venv was made at {fresh / 'venv'}" in res.stderr
     assert failure(fresh)["venv"]["state"] == "not-made"  # type: ignore[index]
 
+    # the same with the early import warm-up (forced: it runs by itself on 4 cores or more): it is
+    # stopped with the prepare, and nothing of it is left on the root
+    early = tmp_path / "early"
+    res = run_envbuild(
+        "provision",
+        "--lock",
+        bad.lock,
+        "--root",
+        early,
+        env={"ENVBUILD_IMPORT_WARMUP": "import", "PYTHONDONTWRITEBYTECODE": ""},
+    )
+    assert res.rc == ExitCode.INSTALL and "envbuild/" not in res.stderr, res.output
+    assert not (early / "venv").exists()
+    assert not [p.name for p in (early / "cache" / "prepare").iterdir() if p.is_dir()]
+
 
 @pytest.mark.slow
 def test_a_failure_after_the_install_began_puts_the_venv_back(

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import pickle
@@ -44,7 +43,7 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from envbuild import __version__, events
-from envbuild._io import atomic_write_bytes
+from envbuild._io import atomic_write_bytes, sha256_bytes, sha256_file
 from envbuild.gate.formats.uvlock import sources_of
 from envbuild.projectlock.request import LockRequest, Prepared
 
@@ -69,7 +68,7 @@ def _identity(path: Path) -> str:
             return f"not-a-file:{st.st_mode:o}"
         if st.st_size > HASH_LIMIT:
             return f"stat:{st.st_size}:{st.st_mtime_ns}"
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_file(path)
     except FileNotFoundError:
         return "absent"
     except OSError as exc:
@@ -116,7 +115,7 @@ def _question(req: LockRequest) -> str:
         f"cwd {os.getcwd()}",
         f"env {env!r}",
     ]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return sha256_bytes("\n".join(parts).encode())
 
 
 class _Reads:

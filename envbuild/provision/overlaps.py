@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 from typing import TYPE_CHECKING
 
 from envbuild import events, guard
-from envbuild._io import atomic_write_json
+from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import LockError
 from envbuild.index.records import FileOverlap, find_overlaps
 from envbuild.plan import overlap_winners
@@ -93,9 +92,9 @@ def _venv_overlaps(run: ProvisionRun) -> list[FileOverlap]:
     if not run.paths.python.exists():
         return []
     dists = guard.scan(guard.site_packages(run.paths.venv))
-    key = hashlib.sha256(
+    key = sha256_bytes(
         json.dumps(sorted((n, d.version, list(d.record_key)) for n, d in dists.items())).encode()
-    ).hexdigest()
+    )
     kept = run.paths.state / OVERLAPS_FILE
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         doc = json.loads(kept.read_text(encoding="utf-8"))

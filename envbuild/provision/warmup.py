@@ -100,9 +100,12 @@ def early_wanted(import_env: Mapping[str, str], listing: Path) -> bool:
     ``ENVBUILD_IMPORT_WARMUP=import``). With a listing the compile mode, in the venv beside the
     steps, measured faster (bench/README.md); on two cores the import beside the downloads took
     their CPU for as long as it gave the check."""
-    if _usable(listing):
-        return False
-    forced = import_env.get("ENVBUILD_IMPORT_WARMUP", "").strip() == "import"
+    return not _usable(listing) and _import_mode_allowed(import_env)
+
+
+def _import_mode_allowed(env: Mapping[str, str]) -> bool:
+    """The import mode's rule: ``IMPORT_MODE_MIN_CPUS`` cores or more, or forced."""
+    forced = env.get("ENVBUILD_IMPORT_WARMUP", "").strip() == "import"
     return forced or usable_cpus() >= IMPORT_MODE_MIN_CPUS
 
 
@@ -243,8 +246,7 @@ class Warmup:
                 " every core"
             )
         else:
-            forced = self.env.get("ENVBUILD_IMPORT_WARMUP", "").strip() == "import"
-            if not forced and usable_cpus() < IMPORT_MODE_MIN_CPUS:
+            if not _import_mode_allowed(self.env):
                 return False
             argv = [str(self.python), "-c", _IMPORT.format(module=self.module)]
             what = f"`import {self.module}`"
