@@ -110,6 +110,12 @@ class Paths:
         return self.state / "import-verdict.json"
 
     @property
+    def shared_files(self) -> Path:
+        """The files the venv's distributions share, kept under their RECORDs' identities
+        (``guard.shared_files``: the guard's overlap rules and the lock's overlaps read it)."""
+        return self.state / "shared-files.json"
+
+    @property
     def constraints(self) -> Path:
         """The file that pins the protected set; every later install reads it (PIP_CONSTRAINT
         too)."""

@@ -77,6 +77,7 @@ from envbuild.guard.site import (
     record_hash,
     scan,
     scan_one,
+    shared_files,
     site_packages,
 )
 
@@ -108,6 +109,7 @@ __all__ = [
     "requirers",
     "scan",
     "scan_one",
+    "shared_files",
     "site_packages",
     "take_baseline",
     "unmet_requirements",

@@ -25,6 +25,7 @@ from envbuild.guard.site import (
     read_runtime_version,
     record_hash,
     scan,
+    shared_files,
 )
 from envbuild.spec import StackSpec
 
@@ -60,9 +61,11 @@ def check(
     before: Mapping[str, Dist] | None = None,
     no_deps_names: Iterable[str] = (),
     marker_env: Mapping[str, str] | None = None,
+    keep: Path | None = None,
 ) -> GuardReport:
     """Compare the environment in ``site`` with ``baseline``. ``before``: the scan before the
-    step."""
+    step. ``keep``: a JSON file of the caller's where the files the distributions share are kept
+    under their RECORDs' identities (``site.shared_files``)."""
     import time
 
     t0 = time.perf_counter()
@@ -78,7 +81,7 @@ def check(
     else:
         _check_torch(spec, baseline, site, torch, v)
     _check_protected(baseline, dists, site, v)
-    _check_files(spec, dists, site, v)
+    _check_files(spec, dists, site, v, keep)
     runtime_version = (
         (read_runtime_version(site, abi.package.replace("-", "_")) or torch.version)
         if torch
@@ -193,20 +196,15 @@ def _identity_problem(d: Dist, pin: Mapping[str, Any], site: Path) -> tuple[str,
 
 
 def _check_files(
-    spec: StackSpec, dists: Mapping[str, Dist], site: Path, v: list[Violation]
+    spec: StackSpec,
+    dists: Mapping[str, Dist],
+    site: Path,
+    v: list[Violation],
+    keep: Path | None = None,
 ) -> None:
     abi = spec.abi
-    owners: dict[str, list[str]] = {}
-    hashes: dict[tuple[str, str], str] = {}
-    triton_owners: set[str] = set()
-    for name, d in dists.items():
-        for path, digest in d.files().items():
-            if path.startswith("triton/"):
-                triton_owners.add(name)
-            if ".dist-info/" in path or "__pycache__" in path or path.startswith(".."):
-                continue
-            owners.setdefault(path, []).append(name)
-            hashes[(path, name)] = digest
+    shared = shared_files(dists, keep)
+    triton_owners = set(shared.triton)
     if abi.triton_provider:
         extra = sorted(triton_owners - {abi.triton_provider})
         if extra:
@@ -226,13 +224,13 @@ def _check_files(
         )
     acknowledged = {frozenset(o.packages): o.winner for o in abi.overlaps}
     reported: set[frozenset[str]] = set()
-    for path, names in owners.items():
-        if len(names) < 2:
-            continue
+    for path, rows in shared.owners.items():
+        names = [n for n, _ in rows]
+        hashes = {n: h for n, h in rows}
         group = frozenset(names)
         if group & triton_owners and path.startswith("triton/"):
             continue  # reported by the triton rule
-        same = {hashes.get((path, n), "") for n in names}
+        same = set(hashes.values())
         if len(same) == 1 and next(iter(same)).startswith("sha256="):
             # the same bytes from each (a namespace package's nvidia/__init__.py): nothing is
             # overwritten
@@ -250,7 +248,7 @@ def _check_files(
                     )
                 )
             continue
-        expected = hashes.get((path, winner), "")
+        expected = hashes.get(winner, "")
         if expected.startswith("sha256=") and (site / path).is_file():
             actual = record_hash(site / path)
             if actual != expected and group not in reported:

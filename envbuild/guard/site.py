@@ -6,6 +6,7 @@ from ``torch/version.py``, the files that differ from RECORD, the Requires-Dist 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import hashlib
 import io
@@ -136,6 +137,66 @@ def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
         else:
             sha, key = "", (0, 0, 0)
         yield Dist(canonicalize_name(name), version, info, sha, key, (info / STAMP).is_file())
+
+
+@dataclass(frozen=True)
+class SharedFiles:
+    """What the distributions' RECORDs say about the files more than one of them installs:
+    ``owners`` {path: ((name, RECORD hash), ...)} for each path of site-packages two or more
+    distributions list (their dist-info, ``__pycache__`` and ``../`` rows left out), in scan order;
+    ``triton``: the distributions that install a file under ``triton/``."""
+
+    owners: dict[str, tuple[tuple[str, str], ...]]
+    triton: frozenset[str]
+
+
+def shared_files(dists: Mapping[str, Dist], keep: Path | None = None) -> SharedFiles:
+    """The ``SharedFiles`` of ``dists``, from their RECORDs. With ``keep`` (a JSON file of the
+    caller's), the answer is kept there under the RECORDs' identities (name, version, sha256,
+    inode, mtime and size) and read back while they are all the same: a no-op re-run reads no
+    RECORD for it. A torn or foreign file is ignored and written again."""
+    import json
+
+    from envbuild._io import atomic_write_json
+
+    key = hashlib.sha256(
+        json.dumps(
+            [(n, d.version, d.record_sha256, list(d.record_key)) for n, d in dists.items()]
+        ).encode()
+    ).hexdigest()
+    if keep is not None:
+        try:
+            doc = json.loads(keep.read_text(encoding="utf-8"))
+            if doc["key"] == key:
+                return SharedFiles(
+                    {p: tuple((n, h) for n, h in o) for p, o in doc["owners"]},
+                    frozenset(doc["triton"]),
+                )
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+    owners: dict[str, list[tuple[str, str]]] = {}
+    triton: set[str] = set()
+    for name, d in dists.items():
+        for path, digest in d.files().items():
+            if path.startswith("triton/"):
+                triton.add(name)
+            if ".dist-info/" in path or "__pycache__" in path or path.startswith(".."):
+                continue
+            owners.setdefault(path, []).append((name, digest))
+    found = SharedFiles(
+        {p: tuple(o) for p, o in owners.items() if len(o) > 1}, frozenset(triton)
+    )
+    if keep is not None:
+        with contextlib.suppress(OSError):
+            atomic_write_json(
+                keep,
+                {
+                    "key": key,
+                    "owners": [[p, [list(x) for x in o]] for p, o in found.owners.items()],
+                    "triton": sorted(found.triton),
+                },
+            )
+    return found
 
 
 def _name_version(meta: Path, key: tuple[int, int, int]) -> tuple[str, str] | None:

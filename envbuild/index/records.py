@@ -33,6 +33,7 @@ from envbuild.index.remotezip import dist_info_member
 __all__ = [
     "FileOverlap",
     "find_overlaps",
+    "overlap_groups",
     "get",
     "installed_files",
     "local_record",
@@ -151,19 +152,24 @@ def find_overlaps(files: Mapping[str, Mapping[str, str]]) -> list[FileOverlap]:
     """The overlaps among ``files`` ({distribution: {path: RECORD hash}}): each group of owners
     once, with every path they share. A path every owner installs with the same sha256 (a namespace
     package's ``__init__.py``) overwrites nothing and is left out."""
-    canon: dict[str, Mapping[str, str]] = {
-        canonicalize_name(name): rows for name, rows in files.items()
-    }
-    owners: dict[str, list[str]] = {}
-    for name, rows in canon.items():
-        for path in installed_files(rows):
-            owners.setdefault(path, []).append(name)
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for name, rows in files.items():
+        canon = canonicalize_name(name)
+        for path, digest in installed_files(rows).items():
+            owners.setdefault(path, []).append((canon, digest))
+    return overlap_groups(owners)
+
+
+def overlap_groups(owners: Mapping[str, Sequence[tuple[str, str]]]) -> list[FileOverlap]:
+    """``find_overlaps`` from {path: ((owner, RECORD hash), ...)} (``guard.shared_files`` keeps
+    this for an installed environment)."""
     groups: dict[tuple[str, ...], list[str]] = {}
-    for path, names in owners.items():
-        if len(set(names)) < 2:
+    for path, rows in owners.items():
+        names = {n for n, _ in rows}
+        if len(names) < 2:
             continue
-        digests = {canon[n].get(path, "") for n in names}
+        digests = {h for _, h in rows}
         if len(digests) == 1 and next(iter(digests)).startswith("sha256="):
             continue
-        groups.setdefault(tuple(sorted(set(names))), []).append(path)
+        groups.setdefault(tuple(sorted(names)), []).append(path)
     return [FileOverlap(g, tuple(sorted(paths))) for g, paths in sorted(groups.items())]

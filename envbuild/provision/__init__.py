@@ -3,7 +3,7 @@ prefetcher."""
 
 # What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
 OWNS: tuple[str, ...] = (
-    "``<root>/.envbuild/{manifest.json,lock,constraints.txt,import-verdict.json,python-probe.json,overlaps.json}``",
+    "``<root>/.envbuild/{manifest.json,lock,constraints.txt,import-verdict.json,python-probe.json,shared-files.json}``",
     "``<root>/cache/envbuild/import-*.json``",
     "``<root>/cache/prefetch/``",
     "``<root>/logs/{import-warmup.log,exact-sync.log}``",

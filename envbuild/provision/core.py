@@ -703,6 +703,7 @@ def _final_check(
             verdict_file=run.paths.import_verdict,
             timeout=run.opts.import_timeout,
             on_fresh_import=on_fresh_import,
+            guard_keep=run.paths.shared_files,
         )
     except ImportHang as exc:
         raise InstallError(

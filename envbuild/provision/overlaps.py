@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from envbuild import events, guard
 from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import LockError
-from envbuild.index.records import FileOverlap, find_overlaps
+from envbuild.index.records import FileOverlap, find_overlaps, overlap_groups
 from envbuild.plan import overlap_winners
 from envbuild.spec import Overlap
 
@@ -82,34 +82,14 @@ def check(run: ProvisionRun, prepared: PreparedSteps | None) -> None:
     _acknowledge(run, found, kept)
 
 
-OVERLAPS_FILE = "overlaps.json"
-
-
 def _venv_overlaps(run: ProvisionRun) -> list[FileOverlap]:
-    """The overlaps among what the venv holds, from ``<root>/.envbuild/overlaps.json`` when every
-    RECORD is the one they were found in (by inode, mtime and size, as the guard keeps its parsed
-    RECORDs), else found from the RECORDs and kept there: a no-op re-run reads no RECORD for it."""
+    """The overlaps among what the venv holds, from the files its distributions share as the guard
+    keeps them (``guard.shared_files``, under every RECORD's identity): a no-op re-run reads no
+    RECORD for it."""
     if not run.paths.python.exists():
         return []
     dists = guard.scan(guard.site_packages(run.paths.venv))
-    key = sha256_bytes(
-        json.dumps(sorted((n, d.version, list(d.record_key)) for n, d in dists.items())).encode()
-    )
-    kept = run.paths.state / OVERLAPS_FILE
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        doc = json.loads(kept.read_text(encoding="utf-8"))
-        if doc["key"] == key:
-            return [FileOverlap(tuple(o["packages"]), tuple(o["paths"])) for o in doc["found"]]
-    found = find_overlaps({name: dist.files() for name, dist in dists.items()})
-    with contextlib.suppress(OSError):
-        atomic_write_json(
-            kept,
-            {
-                "key": key,
-                "found": [{"packages": list(o.packages), "paths": list(o.paths)} for o in found],
-            },
-        )
-    return found
+    return overlap_groups(guard.shared_files(dists, run.paths.shared_files).owners)
 
 
 def _acknowledge(run: ProvisionRun, found: list[FileOverlap], kept: list[Overlap]) -> None:

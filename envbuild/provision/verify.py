@@ -100,6 +100,7 @@ def final_check(
     timeout: float = IMPORT_TIMEOUT,
     import_after_violation: bool = False,
     on_fresh_import: Callable[[], None] | None = None,
+    guard_keep: Path | None = None,
 ) -> FinalCheck:
     """The guard (unless ``run_guard`` is False: it has just run on this very state), then the
     import.
@@ -107,10 +108,11 @@ def final_check(
     With ``verdict_file``, a verdict recorded under the same fingerprint is reused, and a fresh
     passing one is recorded. Guard violations stop the check unless ``import_after_violation``
     (``verify`` reports everything). ``on_fresh_import`` is called just before a real import
-    (provision starts the receipt's inventory beside it). Raises ``ImportHang`` when it hangs.
+    (provision starts the receipt's inventory beside it). ``guard_keep``: the guard's file of the
+    files the distributions share (``guard.check``'s ``keep``). Raises ``ImportHang`` when it hangs.
     """
     report = (
-        guard.check(spec, baseline, site, marker_env=marker_env)
+        guard.check(spec, baseline, site, marker_env=marker_env, keep=guard_keep)
         if run_guard
         else guard.GuardReport()
     )
