@@ -275,7 +275,13 @@ def overlay_text(spec: StackSpec, paths: Paths) -> str:
 def write_overlay(spec: StackSpec, paths: Paths) -> Path:
     """Write the env overlay file (sourced by the venv's activate script)."""
     text = overlay_text(spec, paths)
-    atomic_write_text(paths.overlay, text, private=True)  # [env] values may be secrets
+    try:  # a re-run: the same text, still private, is left as it is (no write, no fsync)
+        st = paths.overlay.stat()
+        same = st.st_mode & 0o077 == 0 and paths.overlay.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        same = False
+    if not same:
+        atomic_write_text(paths.overlay, text, private=True)  # [env] values may be secrets
     return paths.overlay
 
 

@@ -728,3 +728,34 @@ def test_the_reader_checks_find_a_planted_copy() -> None:
         '    return "keep the lock beside its pyproject.toml" if lock.project.exists() else ""\n'
     )
     assert not _reads_named(clean, "pyproject.toml", _TOML_PARSERS)
+
+
+def test_the_uv_floor_is_pyprojects_and_an_older_uv_is_refused(tmp_path: Path) -> None:
+    """``installer.python.UV_FLOOR`` is the floor of pyproject.toml's ``uv`` requirement (read
+    there without importlib.metadata), and a uv that answers an older version is refused naming
+    both."""
+    import stat
+
+    import pytest
+    from packaging.requirements import Requirement
+
+    from envbuild._io import parse_toml
+    from envbuild.errors import ConfigError
+    from envbuild.installer.python import UV_FLOOR, _check_uv
+
+    requires = parse_toml((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    uv = next(Requirement(r) for r in requires if Requirement(r).name == "uv")
+    assert [s.version for s in uv.specifier if s.operator == ">="] == [UV_FLOOR]
+
+    old = tmp_path / "uv"
+    old.write_text("#!/bin/sh\necho 'uv 0.5.1'\n")
+    old.chmod(old.stat().st_mode | stat.S_IXUSR)
+    with pytest.raises(ConfigError) as caught:
+        _check_uv.__wrapped__(str(old))
+    assert f"uv 0.5.1 ({old}) is older than envbuild needs: uv {UV_FLOOR} or newer" in str(
+        caught.value.message
+    )
+    new = tmp_path / "uv-new"
+    new.write_text(f"#!/bin/sh\necho 'uv {UV_FLOOR}'\n")
+    new.chmod(old.stat().st_mode)
+    _check_uv.__wrapped__(str(new))  # the floor itself passes

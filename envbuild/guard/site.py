@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import csv
+import functools
 import hashlib
 import io
 import re
@@ -55,7 +56,19 @@ class Dist:
         return HeaderParser().parsestr(text)
 
     def requires(self) -> list[str]:
-        return [str(r) for r in self.metadata().get_all("Requires-Dist") or []]
+        """The Requires-Dist lines (kept per process by the METADATA file's inode, mtime and size,
+        as the RECORDs are: the guard after a step and the unmet check after the last both ask)."""
+        meta = self.dist_info / "METADATA"
+        try:
+            st = meta.stat()
+        except OSError:
+            return []
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        hit: list[str] | None = _cached(meta, "requires", key)
+        if hit is None:
+            lines = [str(r) for r in self.metadata().get_all("Requires-Dist") or []]
+            hit = _remember(meta, "requires", key, lines)
+        return list(hit)
 
     def files(self) -> dict[str, str]:
         """RECORD as {relative path: "sha256=..." or ""} (parsed once per RECORD file; see
@@ -183,9 +196,7 @@ def shared_files(dists: Mapping[str, Dist], keep: Path | None = None) -> SharedF
             if ".dist-info/" in path or "__pycache__" in path or path.startswith(".."):
                 continue
             owners.setdefault(path, []).append((name, digest))
-    found = SharedFiles(
-        {p: tuple(o) for p, o in owners.items() if len(o) > 1}, frozenset(triton)
-    )
+    found = SharedFiles({p: tuple(o) for p, o in owners.items() if len(o) > 1}, frozenset(triton))
     if keep is not None:
         with contextlib.suppress(OSError):
             atomic_write_json(
@@ -294,12 +305,18 @@ def active(requires: Iterable[str], env: Mapping[str, str]) -> Iterator[Requirem
     """The Requires-Dist lines whose markers hold (extras off) in ``env``; unparsable lines are
     skipped."""
     for raw in requires:
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement:
-            continue
-        if req.marker is None or _marker_true(req.marker, env):
+        req = _requirement(raw)
+        if req is not None and (req.marker is None or _marker_true(req.marker, env)):
             yield req
+
+
+@functools.lru_cache(maxsize=8192)
+def _requirement(raw: str) -> Requirement | None:
+    """``raw`` parsed (None where it does not parse): the same lines are read after every step."""
+    try:
+        return Requirement(raw)
+    except InvalidRequirement:
+        return None
 
 
 def _marker_true(marker: Marker, env: Mapping[str, str]) -> bool:

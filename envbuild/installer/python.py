@@ -315,23 +315,14 @@ def find_uv() -> str | None:
     return uv
 
 
-def uv_floor() -> str | None:
-    """The oldest uv envbuild works with: the floor of its ``uv`` requirement (pyproject.toml, as
-    installed), None when envbuild's metadata is not there."""
-    from importlib import metadata
+# The oldest uv envbuild works with: the floor of its ``uv`` requirement in pyproject.toml (a test
+# holds the two equal; read here without importlib.metadata, which every run would pay for).
+UV_FLOOR = "0.6.15"
 
-    from packaging.requirements import Requirement
 
-    try:
-        requires = metadata.requires("envbuild") or []
-    except metadata.PackageNotFoundError:
-        return None
-    for raw in requires:
-        req = Requirement(raw)
-        if req.name == "uv" and req.marker is None:
-            floors = [s.version for s in req.specifier if s.operator == ">="]
-            return floors[0] if floors else None
-    return None
+def uv_floor() -> str:
+    """The oldest uv envbuild works with (``UV_FLOOR``)."""
+    return UV_FLOOR
 
 
 @functools.cache
@@ -339,8 +330,6 @@ def _check_uv(uv: str) -> None:
     from packaging.version import InvalidVersion, Version
 
     floor = uv_floor()
-    if floor is None:
-        return
     out = run([uv, "--version"], capture=True, separate_stderr=True, timeout=60)
     words = (out.output or "").split()
     try:

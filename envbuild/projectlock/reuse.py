@@ -39,8 +39,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
+from urllib.parse import unquote, urlsplit
 
 from envbuild import __version__, events
 from envbuild._io import atomic_write_bytes, sha256_bytes, sha256_file
@@ -172,7 +171,7 @@ def _lock_inputs(prepared: Prepared) -> set[str]:
     for placed in prepared.plan.placed:
         url = placed.artifact.url if placed.artifact is not None else ""
         if url.startswith("file:"):
-            out.add(url2pathname(urlsplit(url).path))
+            out.add(unquote(urlsplit(url).path))  # url2pathname on POSIX, without urllib.request
     return out
 
 

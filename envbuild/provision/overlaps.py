@@ -19,13 +19,10 @@ replaces. Two owners of one path (other bytes) overwrite each other:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 from typing import TYPE_CHECKING
 
 from envbuild import events, guard
-from envbuild._io import atomic_write_json, sha256_bytes
 from envbuild.errors import LockError
 from envbuild.index.records import FileOverlap, find_overlaps, overlap_groups
 from envbuild.plan import overlap_winners
