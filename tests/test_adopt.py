@@ -191,7 +191,8 @@ def test_adopt_spec_may_not_install_torch(tmp_path: Path) -> None:
 def test_adopt_without_torch_in_the_environment_exits_6(tmp_path: Path) -> None:
     env = tmp_path / "empty-env"
     subprocess.run(
-        [shutil.which("python3.11") or sys.executable, "-m", "venv", str(env)], check=True
+        [shutil.which("python3.11") or sys.executable, "-m", "venv", "--without-pip", str(env)],
+        check=True,
     )
     stack = tmp_path / "stack.toml"
     stack.write_text(STACK.format(culprit=""))

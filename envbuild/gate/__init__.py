@@ -27,12 +27,33 @@ Where things live (one room per concern):
 
 from __future__ import annotations
 
-from envbuild.gate.check import check_file
-from envbuild.gate.environments import Narrow
-from envbuild.gate.findings import RULES, FileReport, Finding, Policy
-from envbuild.gate.model import FORMATS, Format
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
-OWNS: tuple[str, ...] = ()
+if TYPE_CHECKING:
+    from envbuild.gate.check import check_file
+    from envbuild.gate.environments import Narrow
+    from envbuild.gate.findings import RULES, FileReport, Finding, Policy
+    from envbuild.gate.model import FORMATS, Format
+
+# The names each room hands on, imported when first asked for: a command that needs one room
+# (``provision --lock`` re-run, the model's formats) does not import the judging machinery.
+_FROM = {
+    "check_file": "check",
+    "Narrow": "environments",
+    "RULES": "findings",
+    "FileReport": "findings",
+    "Finding": "findings",
+    "Policy": "findings",
+    "FORMATS": "model",
+    "Format": "model",
+}
 
 __all__ = ["FORMATS", "RULES", "FileReport", "Finding", "Format", "Narrow", "Policy", "check_file"]
+
+
+def __getattr__(name: str) -> Any:
+    room = _FROM.get(name)
+    if room is None:
+        raise AttributeError(f"module 'envbuild.gate' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"envbuild.gate.{room}"), name)

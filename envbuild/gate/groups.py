@@ -35,7 +35,7 @@ _ALWAYS = frozenset({"triton", "pytorch-triton"})
 def judged_names(lock: ParsedLock, policy: Policy) -> set[str] | None:
     """The names the rules read; None when the format records no dependency graph (every entry
     then)."""
-    from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
+    from envbuild.gate.model import KNOWN_EXTENSIONS
 
     protected = policy.protected
     names = set(protected) | _ALWAYS | KNOWN_EXTENSIONS

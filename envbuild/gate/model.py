@@ -23,6 +23,7 @@ FORMATS: tuple[str, ...] = get_args(Format)
 
 __all__ = [
     "FORMATS",
+    "KNOWN_EXTENSIONS",
     "Entry",
     "EnvList",
     "Environment",
@@ -37,6 +38,47 @@ __all__ = [
     "UnreadLine",
     "where_words",
 ]
+
+# Projects that ship compiled torch extensions, the one list of them: one of these without a
+# readable claim is listed by --explain (a wheel from PyPI or a source build carries none), and in
+# a notice when it is a prebuilt wheel (``unread_tag``); ``provision --lock`` builds their sdists
+# against the installed torch (``projectlock.stages``); a conda package of one of these names is
+# checked against the pytorch build it pins (``gate.formats.pixi``).
+KNOWN_EXTENSIONS = frozenset(
+    {
+        "flash-attn",
+        "flash-attn-3",
+        "flash-attn-4",
+        "flash-attn-cute",
+        "flash-attn-3-nv",
+        "mamba-ssm",
+        "causal-conv1d",
+        "flashinfer-python",
+        "xformers",
+        "apex",
+        "transformer-engine",
+        "transformer-engine-torch",
+        "deepspeed",
+        "vllm-flash-attn",
+        "sageattention",
+        "sageattn3",
+        "torch-scatter",
+        "torch-sparse",
+        "torch-cluster",
+        "torch-spline-conv",
+        "pyg-lib",
+        "grouped-gemm",
+        "deep-gemm",
+        "natten",
+        "fused-dense-lib",
+        "dropout-layer-norm",
+        "rotary-emb",
+        "qoptim-cuda",
+        "bitsandbytes",
+        "gptqmodel",
+        "auto-gptq",
+    }
+)
 
 
 class LockParseError(Exception):

@@ -32,9 +32,8 @@ from typing import TypedDict
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError, LockError, PreflightError
-from envbuild.gate.check import FileReport, judge_environment
 from envbuild.gate.environments import NO_CHOICE, Narrow, Space, make_space
-from envbuild.gate.findings import Finding, Policy
+from envbuild.gate.findings import FileReport, Finding, Policy
 from envbuild.gate.formats import detect
 from envbuild.gate.formats.uvlock import sources_of
 from envbuild.gate.lockfile import LockText, ProjectLock, parse_lock_text, read_lockfile
@@ -521,6 +520,7 @@ def judge(chosen: Chosen, accept: Path | None) -> tuple[FileReport, list[Finding
     """The gate's rules on the chosen environment, exactly what it installs
     (``check.judge_environment``, offline): (the report, the findings that refuse it)."""
     from envbuild.gate.accept import load_for
+    from envbuild.gate.check import judge_environment  # the rules: not a re-run's imports
 
     report = FileReport(str(chosen.path), chosen.lock.format)
     exceptions = load_for(chosen.path, accept, chosen.source.project)

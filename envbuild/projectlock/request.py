@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild.gate.check import FileReport
-from envbuild.gate.findings import Finding
+from envbuild.gate.findings import FileReport, Finding
 from envbuild.gate.model import Format
 from envbuild.gate.selection import Chosen, Selection
 from envbuild.gate.uvsync import SyncFlags

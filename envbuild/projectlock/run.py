@@ -383,15 +383,18 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
 def overlap_acceptor(req: LockRequest, prepared: Prepared) -> Callable[[FileOverlap], str | None]:
     """Whether the lock's reviewed exceptions (``--accept``, else beside the lock) accept an
     overlap over the protected baseline (``provision.overlaps``): the reason, or None."""
-    from envbuild.gate.accept import load_for
     from envbuild.gate.findings import Finding
     from envbuild.provision.overlaps import RULE
 
-    project = prepared.chosen.source.project
-    exceptions = [x for x in load_for(req.lock, req.accept, project) if x.rule == RULE]
     where = prepared.chosen.env.name
 
     def accept(overlap: FileOverlap) -> str | None:
+        # read when an overlap asks (the gate read the same file while preparing: a broken one
+        # was refused there)
+        from envbuild.gate.accept import load_for
+
+        project = prepared.chosen.source.project
+        exceptions = [x for x in load_for(req.lock, req.accept, project) if x.rule == RULE]
         for name in overlap.packages:
             finding = Finding(file=str(req.lock), package=name, rule=RULE, reason="")
             hit = next((x for x in exceptions if x.matches(finding, where)), None)

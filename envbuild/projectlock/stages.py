@@ -46,9 +46,8 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import canonicalize_name
 
 from envbuild.errors import ConfigError, LockError
-from envbuild.gate.model import Entry
+from envbuild.gate.model import KNOWN_EXTENSIONS, Entry
 from envbuild.gate.project import Project, project_of
-from envbuild.gate.rules.extensions import KNOWN_EXTENSIONS
 from envbuild.gate.selection import Chosen, ChosenJSON
 from envbuild.gate.uvsync import SyncFlags
 from envbuild.index.wheeltags import NEWEST_GLIBC, is_pure, is_sdist, rank_among

@@ -30,50 +30,9 @@ from envbuild.abitag import (
     unverifiable_reason,
 )
 from envbuild.gate.context import Context, View
-from envbuild.gate.model import Entry, ParsedLock
+from envbuild.gate.model import KNOWN_EXTENSIONS, Entry, ParsedLock
 
 __all__ = ["KNOWN_EXTENSIONS", "check", "claim_of", "torch_runtime", "unread_tag"]
-
-# Projects that ship compiled torch extensions, the one list of them: one of these without a
-# readable claim is listed by --explain (a wheel from PyPI or a source build carries none), and in
-# a notice when it is a prebuilt wheel (``unread_tag``); ``provision --lock`` builds their sdists
-# against the installed torch (``projectlock.stages``); a conda package of one of these names is
-# checked against the pytorch build it pins (``gate.formats.pixi``).
-KNOWN_EXTENSIONS = frozenset(
-    {
-        "flash-attn",
-        "flash-attn-3",
-        "flash-attn-4",
-        "flash-attn-cute",
-        "flash-attn-3-nv",
-        "mamba-ssm",
-        "causal-conv1d",
-        "flashinfer-python",
-        "xformers",
-        "apex",
-        "transformer-engine",
-        "transformer-engine-torch",
-        "deepspeed",
-        "vllm-flash-attn",
-        "sageattention",
-        "sageattn3",
-        "torch-scatter",
-        "torch-sparse",
-        "torch-cluster",
-        "torch-spline-conv",
-        "pyg-lib",
-        "grouped-gemm",
-        "deep-gemm",
-        "natten",
-        "fused-dense-lib",
-        "dropout-layer-norm",
-        "rotary-emb",
-        "qoptim-cuda",
-        "bitsandbytes",
-        "gptqmodel",
-        "auto-gptq",
-    }
-)
 
 # a notice names this many wheels, then counts the rest (--explain and JSON list each)
 NOTICE_NAMES = 5
