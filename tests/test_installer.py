@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.index.pipconf import _cache_file
+from envbuild.index.pipconf import _cache_folder
 from envbuild.installer import (
     Installer,
     PipInstaller,
@@ -57,12 +57,14 @@ def test_pip_config_sources_are_cached_until_anything_pip_reads_changes(
     home.mkdir()
     first = pip_config_sources(_env(home, PIP_INDEX_URL="http://a.example/simple"))
     assert first.index_url == "http://a.example/simple"
-    assert _cache_file().is_file()
-    # another variable: asked again
+    assert len(list(_cache_folder().glob("*.json"))) == 1
+    # another variable: asked again, and both answers kept (a run under other variables does not
+    # put the next one back to asking pip)
     assert (
         pip_config_sources(_env(home, PIP_INDEX_URL="http://b.example/simple")).index_url
         == "http://b.example/simple"
     )
+    assert len(list(_cache_folder().glob("*.json"))) == 2
     # a config file pip reads appears: asked again
     (home / "pip.conf").write_text("[global]\nextra-index-url = http://c.example/simple\n")
     got = pip_config_sources(_env(home, PIP_INDEX_URL="http://b.example/simple"))
@@ -79,4 +81,4 @@ def test_pip_config_sources_with_credentials_are_never_written(
     home.mkdir()
     got = pip_config_sources(_env(home, PIP_INDEX_URL="https://bob:t0ken@private.example/simple"))
     assert got.index_url == "https://bob:t0ken@private.example/simple"
-    assert not _cache_file().exists()
+    assert not list(_cache_folder().glob("*.json"))

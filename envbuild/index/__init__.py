@@ -17,6 +17,7 @@ OWNS: tuple[str, ...] = (
     "``$ENVBUILD_CACHE_DIR/metadata/<sha256>.json``",
     "``$ENVBUILD_CACHE_DIR/file-hashes/``",
     "``$ENVBUILD_CACHE_DIR/build-requires/<sha256>.json``",
+    "``$ENVBUILD_CACHE_DIR/pip-config/<key>.json``",
 )
 
 # the package index where nothing else is configured (pip's, uv's default)

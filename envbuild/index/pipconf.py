@@ -76,18 +76,35 @@ def _config_key(env: Mapping[str, str]) -> str:
     ).hexdigest()
 
 
-def _cache_file() -> Path:
+KEPT_ANSWERS = 32  # pip's answers kept, one file per key: the newest ones
+
+
+def _cache_folder() -> Path:
     from envbuild.index.metacache import (
         cache_dir,  # the one cache folder ($ENVBUILD_CACHE_DIR, else XDG)
     )
 
-    return cache_dir() / "pip-config.json"
+    return cache_dir() / "pip-config"
+
+
+def _cache_file(key: str) -> Path:
+    """The answer for one key: a run under other variables (a test, cron, another shell) keeps its
+    own file rather than putting the next run back to asking pip."""
+    return _cache_folder() / f"{key[:32]}.json"
+
+
+def _prune(folder: Path) -> None:
+    """Keep the ``KEPT_ANSWERS`` newest answers."""
+    with contextlib.suppress(OSError):
+        kept = sorted(folder.glob("*.json"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+        for old in kept[KEPT_ANSWERS:]:
+            old.unlink(missing_ok=True)
 
 
 def pip_config_values(env: Mapping[str, str] | None = None) -> dict[str, list[str]]:
     """{key: its words} of ``KEYS`` as pip resolves them (PIP_* over [install] over [global])."""
     key = _config_key(os.environ if env is None else env)
-    cache = _cache_file()
+    cache = _cache_file(key)
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
         doc = json.loads(cache.read_text(encoding="utf-8"))
         if doc.get("key") == key and isinstance(doc.get("values"), dict):
@@ -97,6 +114,7 @@ def pip_config_values(env: Mapping[str, str] | None = None) -> dict[str, list[st
         return values  # a value with credentials is never written down: ask pip every time
     with contextlib.suppress(OSError):
         atomic_write_json(cache, {"key": key, "values": values}, private=True)
+    _prune(cache.parent)
     return values
 
 
