@@ -95,6 +95,9 @@ class Chosen:
     # uv.lock: each entry's ``source`` table (editable / virtual / git / path ...) by entry key, as
     # the typed reader read it (``formats.uvlock.sources_of``); {} for another format
     sources: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    # the lock's conflicting extras/groups in words (``extra cu128``), as the gate's space holds
+    # them (``environments.choices``): what a usage error offers to choose between
+    choices: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -328,7 +331,13 @@ def choose(
         )
     j = _by_request(lock, space, found, flags)
     env = space.env(j)
-    return Chosen(lock, env, parsed.members(env), sources=sources_of(parsed))
+    return Chosen(
+        lock,
+        env,
+        parsed.members(env),
+        sources=sources_of(parsed),
+        choices=tuple(it.words for it in space.items),
+    )
 
 
 def _say_without_uv(lock: ProjectLock) -> None:
@@ -482,7 +491,15 @@ def _as_uv_exports(
         edge_masks=walked.edge_masks,
         bit=walked.bit,
     )
-    return Chosen(lock, env, members, sync=flags.sync_command(), flags=flags, sources=sources)
+    return Chosen(
+        lock,
+        env,
+        members,
+        sync=flags.sync_command(),
+        flags=flags,
+        sources=sources,
+        choices=tuple(it.words for it in space.items),
+    )
 
 
 def _virtual_roots(

@@ -344,7 +344,11 @@ class BuildSettings:
 
 def build_settings(project: Project | Path) -> BuildSettings:
     """``[tool.uv]``'s build settings of the project (or of the one beside the lock at a path)."""
-    uv = project_of(project).tool_uv
+    return _settings_of(project_of(project))
+
+
+def _settings_of(project: Project) -> BuildSettings:
+    uv = project.tool_uv
     names = uv.get("no-build-isolation-package") or []
     extra = uv.get("extra-build-dependencies") or {}
     return BuildSettings(
@@ -425,7 +429,7 @@ def plan_stages(
     by_name = {e.name: e for e in entries}
     tags = _TagOrder(chosen.env.python, chosen.env.platform)
     folder = chosen.path.parent
-    settings = build_settings(chosen.source.project)
+    settings = _settings_of(chosen.source.project)
     sources = chosen.sources
     runtime = _torch_reach(torch, by_name)
     plan = StagePlan(
@@ -616,9 +620,7 @@ def _with_extension_deps(plan: StagePlan, by_name: dict[str, Entry]) -> None:
 
 
 def _torch_choices(chosen: Chosen) -> str:
-    from envbuild.gate.environments import choices
-
-    words = choices(chosen.lock)
+    words = chosen.choices
     flags = ", ".join(
         dict.fromkeys(
             f"--{w.split(' ', 1)[0]} {w.split(' ', 1)[1]}"
@@ -646,23 +648,29 @@ def _classify(
         return "torch", "the ABI baseline"
     if e.name in runtime:
         return "torch", runtime[e.name]
-    claim = _claim(e, art)
     if art.wheel:
-        if claim:
-            return (
-                "extensions",
-                f"prebuilt extension: its version claims the ABI it was built for (+{claim})",
-            )
-        binary = not is_pure(art.filename)
-        if binary and _depends_on_torch(e):
-            return "extensions", "prebuilt binary wheel of a package that depends on torch"
-        return "rest", (
-            "no torch in it" if not _depends_on_torch(e) else "pure-Python package that uses torch"
-        )
+        return _wheel_stage(e, art)
     needs_torch = _builds_against_torch(e, settings)
     if needs_torch:
         return "builds", f"sdist; {needs_torch}"
     return "rest", _ISOLATED_USES if _depends_on_torch(e) else _ISOLATED
+
+
+def _wheel_stage(e: Entry, art: LockedFile) -> tuple[Stage, str]:
+    """A wheel's stage: an extension where it is binary and depends on torch, or where its version
+    claims a torch ABI (``+cu128torch2.10...``, read by ``envbuild.abitag``); else ``rest``."""
+    binary = not is_pure(art.filename)
+    claim = _claim(e, art)
+    if claim:
+        return (
+            "extensions",
+            f"prebuilt extension: its version claims the ABI it was built for (+{claim})",
+        )
+    if binary and _depends_on_torch(e):
+        return "extensions", "prebuilt binary wheel of a package that depends on torch"
+    return "rest", (
+        "no torch in it" if not _depends_on_torch(e) else "pure-Python package that uses torch"
+    )
 
 
 _ISOLATED = "sdist: built isolated, as uv sync builds it (no torch in its build)"
