@@ -238,4 +238,10 @@ THOROUGH: dict[str, str] = {
         "test_a_venv_with_another_torch_is_refused_and_the_locks_torch_is_adopted (adoption, and"
         " torch's own files hashed)"
     ),
+    # -- sixth batch (make test at 12 minutes on a clean clone): three real provisions of a stack
+    "tests/test_launcher.py::test_after_activate_envbuild_is_the_one_that_made_the_venv": (
+        "test_the_launcher_is_one_shell_word_per_path_and_runs_envbuild (the launcher's text, read"
+        " back by a real sh, runs this envbuild); test_provision_cpu.py (activate sources the"
+        " overlay in a provisioned venv)"
+    ),
 }
