@@ -49,6 +49,9 @@ _FROM = {
     "Format": "model",
 }
 
+# What this package owns on disk (docs/architecture.md's file table; ``()``: nothing).
+OWNS: tuple[str, ...] = ()
+
 __all__ = ["FORMATS", "RULES", "FileReport", "Finding", "Format", "Narrow", "Policy", "check_file"]
 
 
