@@ -244,4 +244,14 @@ THOROUGH: dict[str, str] = {
         " back by a real sh, runs this envbuild); test_provision_cpu.py (activate sources the"
         " overlay in a provisioned venv)"
     ),
+    "tests/test_check_lock.py::test_dry_run_finds_what_the_resolver_would_install[needs-torch-212": (
+        "its [mamba-like] variant (the same dry-run resolution, another finding)"
+    ),
+    "tests/test_gate_pythons.py::test_every_row_holds_for_each_python_it_names[docling/uv.lock]": (
+        "the other ten locks' variants (cosmos-predict2.5 and lerobot: uv.lock workspaces as large)"
+    ),
+    "tests/test_gate_conflicts.py::test_overlapping_conflicts_judge_only_what_uv_allows": (
+        "test_selections_equal_what_uv_export_accepts_and_installs (every conflict graph generated,"
+        " overlapping sets among them, judged against what uv export accepts)"
+    ),
 }
