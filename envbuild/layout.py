@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 from envbuild._io import atomic_write_text
 from envbuild.errors import ConfigError, LayoutError
@@ -275,9 +276,14 @@ def overlay_text(spec: StackSpec, paths: Paths) -> str:
 def write_overlay(spec: StackSpec, paths: Paths) -> Path:
     """Write the env overlay file (sourced by the venv's activate script)."""
     text = overlay_text(spec, paths)
-    try:  # a re-run: the same text, still private, is left as it is (no write, no fsync)
-        st = paths.overlay.stat()
-        same = st.st_mode & 0o077 == 0 and paths.overlay.read_text(encoding="utf-8") == text
+    try:  # a re-run: the same text, in our own private file, is left as it is (no write, no fsync)
+        st = paths.overlay.lstat()
+        same = (
+            S_ISREG(st.st_mode)
+            and st.st_mode & 0o077 == 0
+            and st.st_uid == os.getuid()
+            and paths.overlay.read_text(encoding="utf-8") == text
+        )
     except (OSError, UnicodeDecodeError):
         same = False
     if not same:

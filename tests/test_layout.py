@@ -54,6 +54,31 @@ def test_folders_links_and_overlay(setup: tuple[StackSpec, layout.Paths, Path]) 
     assert layout.link_home(spec, paths, home) == []
 
 
+def test_the_overlay_is_written_again_only_when_it_differs(
+    setup: tuple[StackSpec, layout.Paths, Path],
+) -> None:
+    """A re-run leaves the same private overlay as it is (no write); another text, a mode others
+    can read, or a link in its place is written again, as a private file of its own."""
+    spec, paths, _ = setup
+    layout.create_folders(paths)
+    written = layout.write_overlay(spec, paths)
+    first = written.stat()
+    assert first.st_mode & 0o777 == 0o600
+    layout.write_overlay(spec, paths)
+    assert written.stat().st_ino == first.st_ino  # left as it was
+    written.chmod(0o644)
+    layout.write_overlay(spec, paths)
+    again = written.stat()
+    assert again.st_ino != first.st_ino and again.st_mode & 0o777 == 0o600
+    elsewhere = paths.root / "elsewhere.sh"
+    elsewhere.write_text(written.read_text())
+    elsewhere.chmod(0o600)
+    written.unlink()
+    written.symlink_to(elsewhere)
+    layout.write_overlay(spec, paths)
+    assert not written.is_symlink() and written.read_text() == elsewhere.read_text()
+
+
 def test_a_real_file_in_the_way_is_never_replaced(
     setup: tuple[StackSpec, layout.Paths, Path],
 ) -> None:
