@@ -156,7 +156,8 @@ def _scan(site: Path, infos: Iterable[Path]) -> Iterator[Dist]:
 class SharedFiles:
     """What the distributions' RECORDs say about the files more than one of them installs:
     ``owners`` {path: ((name, RECORD hash), ...)} for each path of site-packages two or more
-    distributions list (their dist-info, ``__pycache__`` and ``../`` rows left out), in scan order;
+    distributions list (``index.records.installed_files``: no dist-info, bytecode or scripts), in
+    scan order;
     ``triton``: the distributions that install a file under ``triton/``."""
 
     owners: dict[str, tuple[tuple[str, str], ...]]
@@ -187,14 +188,15 @@ def shared_files(dists: Mapping[str, Dist], keep: Path | None = None) -> SharedF
                 )
         except (OSError, ValueError, TypeError, KeyError):
             pass
+    from envbuild.index.records import installed_files  # the one rule of which rows can overlap
+
     owners: dict[str, list[tuple[str, str]]] = {}
     triton: set[str] = set()
     for name, d in dists.items():
-        for path, digest in d.files().items():
-            if path.startswith("triton/"):
-                triton.add(name)
-            if ".dist-info/" in path or "__pycache__" in path or path.startswith(".."):
-                continue
+        rows = d.files()
+        if any(path.startswith("triton/") for path in rows):
+            triton.add(name)
+        for path, digest in installed_files(rows).items():
             owners.setdefault(path, []).append((name, digest))
     found = SharedFiles({p: tuple(o) for p, o in owners.items() if len(o) > 1}, frozenset(triton))
     if keep is not None:

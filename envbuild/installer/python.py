@@ -300,7 +300,7 @@ class _Search:
 
 def find_uv() -> str | None:
     """The uv envbuild runs: the ``uv`` package's binary, else ``uv`` on PATH; None when there is
-    none. A uv older than envbuild's floor (``uv_floor``) is refused here, naming the version
+    none. A uv older than envbuild's floor (``UV_FLOOR``) is refused here, naming the version
     needed (an old uv fails later with a usage error about a flag, which reads as the input's
     fault)."""
     uv: str | None
@@ -320,16 +320,11 @@ def find_uv() -> str | None:
 UV_FLOOR = "0.6.15"
 
 
-def uv_floor() -> str:
-    """The oldest uv envbuild works with (``UV_FLOOR``)."""
-    return UV_FLOOR
-
-
 @functools.cache
 def _check_uv(uv: str) -> None:
     from packaging.version import InvalidVersion, Version
 
-    floor = uv_floor()
+    floor = UV_FLOOR
     out = run([uv, "--version"], capture=True, separate_stderr=True, timeout=60)
     words = (out.output or "").split()
     try:
