@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+VERSIONS = "import sys, torch; print(sys.version.split()[0], torch.__version__)"
 WALK = Path(__file__).resolve().parents[1] / "envbuild" / "provision" / "pycwalk.py"
 
 
@@ -115,7 +116,7 @@ def main() -> int:
                     "site": str(site),
                     "cpus": sorted(cpus),
                     "python": subprocess.run(
-                        [python, "-c", "import sys, torch; print(sys.version.split()[0], torch.__version__)"],
+                        [python, "-c", VERSIONS],
                         capture_output=True,
                         text=True,
                         env=env,

@@ -36,14 +36,15 @@ def _stack(
     torch_init: str,
     later: list[tuple[str, str, dict[str, str]]],
     submodules: int = 0,
+    prelude: str = "",
 ) -> Path:
     """A stack whose baseline is a stand-in torch with ``torch_init`` as its __init__ (importing
-    ``submodules`` more modules of its own), then one step per ``later`` wheel (name, version,
-    files), all from a local find-links folder."""
+    ``submodules`` more modules of its own, after ``prelude``), then one step per ``later`` wheel
+    (name, version, files), all from a local find-links folder."""
     wheels = tmp_path / "wheels"
     files = {f"torch/_m{i}.py": f"X = {i}\n" for i in range(submodules)}
     files["torch/__init__.py"] = (
-        "".join(f"from . import _m{i}\n" for i in range(submodules)) + torch_init
+        prelude + "".join(f"from . import _m{i}\n" for i in range(submodules)) + torch_init
     )
     files["torch/version.py"] = f"__version__ = {TORCH!r}\ncuda = None\n"
     files["torch/_never_imported.py"] = "Y = 1\n"
@@ -232,6 +233,53 @@ def test_a_later_provision_compiles_what_the_import_loaded_on_every_core(tmp_pat
         [str(venv_python), "-c", "import torch"], check=True, env={**os.environ, **BYTECODE_ON}
     )
     assert pyc.stat().st_mtime_ns == before
+
+
+@pytest.mark.skipif(
+    not 2 <= warmup.usable_cpus() < warmup.IMPORT_MODE_MIN_CPUS,
+    reason="the walk beside the check runs alone on 2 or 3 cores (on 4 or more the import mode"
+    " has written the bytecode before the check; on one core it would only slow the import)",
+)
+def test_the_walk_beside_the_check_writes_what_its_import_meets_last(
+    tmp_path: Path, run_envbuild: Callable[..., EnvbuildResult]
+) -> None:
+    """A first provision on two cores: no warm-up before the check (no listing yet, and the
+    import mode needs 4 cores), so the walk from the other end runs beside the check's import.
+    Here that import naps first (as torch's first import spends seconds in its shared libraries),
+    so the walk compiles the 80 modules it will meet; the import trusts what it wrote."""
+    nap = "import os as _os, time as _t\n_t.sleep(float(_os.environ.get('TORCH_NAP', '0')))\n"
+    stack = _stack(
+        tmp_path,
+        PLAIN_TORCH,
+        [("helper-a", "1.0", {"helper_a/__init__.py": "A = 1\n"})],
+        submodules=80,
+        prelude=nap,
+    )
+    result = run_envbuild(
+        "provision",
+        "--stack",
+        stack,
+        "--root",
+        tmp_path / "data",
+        "--home",
+        tmp_path / "home",
+        *ARGS,
+        env={**BYTECODE_ON, "TORCH_NAP": "3"},
+    )
+    assert result.rc == ExitCode.OK, result.output
+    warm = json.loads(result.stdout)["import_warmup"]
+    assert warm["mode"] == "check" and warm["files"] == 0, warm
+    cache = _site(tmp_path) / "torch" / "__pycache__"
+    pycs = {p.name: p.stat().st_ino for p in cache.glob("*.pyc")}
+    # _m79 is the last module the import meets: the walk from the other end wrote it first
+    assert warm["beside_check"] >= 1 and any(n.startswith("_m79.") for n in pycs), (warm, pycs)
+    assert len(pycs) == 82  # __init__, version and the 80, each written once by one of the two
+    assert not list(cache.glob("_never_imported.*"))
+    venv_python = tmp_path / "data" / "venv" / "bin" / "python"
+    subprocess.run(
+        [str(venv_python), "-c", "import torch"], check=True, env={**os.environ, **BYTECODE_ON}
+    )
+    assert {p.name: p.stat().st_ino for p in cache.glob("*.pyc")} == pycs  # trusted as they are
 
 
 @pytest.mark.parametrize("how", ["variable", "pip", "compile", "no-bytecode"])

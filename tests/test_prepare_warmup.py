@@ -136,16 +136,30 @@ def test_a_lock_provision_links_the_prepared_import_bytecode(
         shutil.copy(listing, again / "cache" / "envbuild" / listing.name)
         assert provision(again, "compile")["files"] == len(listed) >= 1
 
-    # two cores, not forced: the import mode does not run, nor does the prepare mode (measured: on
-    # two cores it took the downloads' CPU for as long as it gave the check)
+        # two cores, not forced: not the import (measured: on two cores it took the downloads' CPU
+        # for as long as it gave the check) but the walk, from torch's own scratch install beside
+        # the rest of its stage's, on idle cores; and from the other end beside the check's import
+        if warmup.usable_cpus() < warmup.IMPORT_MODE_MIN_CPUS:
+            two = tmp_path / "data-2"
+            res = run_envbuild(
+                "provision", "--lock", lock, "--root", two, "--json", env=BYTECODE_ON
+            )
+            assert res.rc == 0, res.output
+            doc = json.loads(Path(json.loads(res.stdout)["receipt"]).read_text())
+            warm = doc["payload"]["import_warmup"]
+            assert warm["mode"] == "walk" and warm["exit"] is not None, warm
+            assert isinstance(warm["beside_check"], int), warm
+            # the head's own scratch install held torch alone
+            head = (two / "logs" / "01-torch-head.prefetch.log").read_text()
+            assert "pylock.01-torch-head.toml" in head and "exit status 0" in head, head
+            site = two / "venv" / "lib" / py / "site-packages"
+            pycs = list((site / "torch" / "__pycache__").glob(f"*.{TAG}.pyc"))
+            # the walk had the time to write torch's two files: what it linked is all there is
+            if warm["finished_before_check"]:
+                assert warm["files"] == len(pycs) == 2, (warm, pycs)
+
     lock = uv_project_lock(tmp_path / "off", gate_index)
-    if warmup.usable_cpus() < warmup.IMPORT_MODE_MIN_CPUS:
-        two = run_envbuild(
-            "provision", "--lock", lock, "--root", tmp_path / "data-2", "--json", env=BYTECODE_ON
-        )
-        assert two.rc == 0, two.output
-        doc = json.loads(Path(json.loads(two.stdout)["receipt"]).read_text())
-        assert doc["payload"]["import_warmup"] is None
+
     # switched off: no warm-up, and the run still passes
     off = run_envbuild(
         "provision",

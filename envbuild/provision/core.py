@@ -58,6 +58,7 @@ from envbuild.provision.sources import route_sources, step_identity
 from envbuild.provision.state import Manifest, now
 from envbuild.provision.steps import (
     ProvisionRun,
+    check_warmup,
     freeze_baseline,
     import_listing,
     refuse_out_of_order,
@@ -438,15 +439,24 @@ def _steps_and_check(run: ProvisionRun, laps: _Laps, pool: ThreadPoolExecutor) -
         laps.lap("exact_sync")
 
     # the environment is final: its inventory for the receipt runs beside the import check, or is
-    # the one recorded with a cached verdict (same fingerprint: the same distributions)
+    # the one recorded with a cached verdict (same fingerprint: the same distributions); so does
+    # the walk that compiles from the other end of what the import meets (``warmup``)
+    warm = check_warmup(run) if last else None
+
     def start_inventory() -> None:
         run.inventory.append(pool.submit(receipts.inventory, run.python, trust_record=True))
+        if warm is not None:
+            warm.beside_import(run.site)
 
     check = None
-    if run.opts.only_step is None or run.opts.only_step == run.plan.steps[-1].name:
-        if run.warmup is not None:
-            run.warmup.at_check(run.site)
-        check = _final_check(run, on_fresh_import=start_inventory)
+    if last:
+        if warm is not None:
+            warm.at_check(run.site)
+        try:
+            check = _final_check(run, on_fresh_import=start_inventory)
+        finally:
+            if warm is not None:
+                warm.end_beside()
         if check.modules:
             warmup.remember(import_listing(run), _frozen_files(run, check.modules))
         run.manifest.finished = now()

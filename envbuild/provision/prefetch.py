@@ -245,18 +245,26 @@ def exact_pins(planned: PlannedStep) -> list[str]:
     return out
 
 
-def _covers(planned: PlannedStep, argv: Sequence[str]) -> bool:
-    """Whether ``argv`` (a prefetch of ``planned``) lists every requirement line of its locked
-    file (``-r FILE`` with those lines; nothing else named, no option line)."""
-    if planned.locked_file is None or "-r" not in argv:
+def _covers(planned: PlannedStep, *argvs: Sequence[str]) -> bool:
+    """Whether ``argvs`` (the prefetch of ``planned``: one command, or its head's and the rest's)
+    list every requirement line of its locked file (``-r FILE`` with those lines; nothing else
+    named, no option line)."""
+    if planned.locked_file is None:
         return False
-    listed_file = Path(argv[argv.index("-r") + 1]) if argv.index("-r") + 1 < len(argv) else None
-    if listed_file is not None and is_pylock(listed_file):  # uv's index files: the lines it holds
-        listed_file = listed_file.with_name(f"{listed_file.name[7:-5]}.txt")
+    listed: list[str] = []
+    for argv in argvs:
+        if "-r" not in argv or argv.index("-r") + 1 >= len(argv):
+            return False
+        listed_file = Path(argv[argv.index("-r") + 1])
+        if is_pylock(listed_file):  # uv's index files: the lines it holds
+            listed_file = listed_file.with_name(f"{listed_file.name[7:-5]}.txt")
+        try:
+            listed += _requirement_lines(listed_file)
+        except OSError:
+            return False
     try:
         wanted_lines = _requirement_lines(planned.locked_file)
-        listed = _requirement_lines(listed_file) if listed_file is not None else []
-    except (OSError, IndexError):
+    except OSError:
         return False
     return bool(wanted_lines) and set(wanted_lines) <= set(listed)
 
@@ -302,9 +310,11 @@ def prefetch_argv(
     python: Path,
     scratch: Path,
     builds: bool = False,
+    keep: Callable[[str], bool] | None = None,
 ) -> list[str] | None:
     """The command that warms the cache for ``planned``, or None when it names nothing exact.
-    ``builds``: a lock stage's isolated builds (``build_lines``) are made too (uv only)."""
+    ``builds``: a lock stage's isolated builds (``build_lines``) are made too (uv only). ``keep``:
+    only a lock stage's lines it keeps (``Prefetcher.start``'s ``head``)."""
     sources = source_args(planned.args)
     wheels = _locked_wheels(planned)
     if wheels or _names_by_reference(planned):
@@ -312,6 +322,8 @@ def prefetch_argv(
         # (an editable and a build against torch are the real step's)
         built = build_lines(planned) if builds and isinstance(installer, UvInstaller) else []
         lines = [line for _, line in wheels] + built
+        if keep is not None:
+            lines = [line for line in lines if keep(line)]
         if not lines:
             return None
         listed = scratch.parent / f"{scratch.name}.txt"
@@ -358,6 +370,9 @@ class PrefetchJob:
     # scratch install put in the target, read before the target is deleted
     records: dict[str, tuple[str, dict[str, str]]] | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    # the stage's head (``Prefetcher.start``): its own lines in a scratch install of their own,
+    # beside this one's; the job has failed if either did
+    head: PrefetchJob | None = None
 
 
 class Prefetcher:
@@ -410,34 +425,39 @@ class Prefetcher:
         *,
         records: bool = False,
         after: Callable[[PrefetchJob], None] | None = None,
+        head: Callable[[str], bool] | None = None,
     ) -> PrefetchJob | None:
         """Begin warming the cache for ``planned`` in the background (no-op if nothing is exact).
         ``records``: keep what each installed distribution's RECORD says (``PrefetchJob.records``).
         ``after``: called with the job on its thread when its scratch install succeeded, before the
-        scratch folder is deleted (it may move the folder away to keep it).
+        scratch folder is deleted (it may move the folder away to keep it). ``head``: the lines of a
+        lock stage that go first, into a scratch install of their own beside the rest's (uv), and
+        ``after`` is called for that one (``PrefetchJob.head``) as soon as it is done: torch's own
+        files, long before its runtime's gigabytes are in (``provision.prepare``'s walk).
         """
         if planned.name in self.jobs or self._cancel.is_set():
             return self.jobs.get(planned.name)
-        scratch = self.scratch_root / f"{planned.number:02d}-{planned.name}"
+        stem = f"{planned.number:02d}-{planned.name}"
         pins = self.baseline_pins if planned.constrained else None
         builds = not planned.constrained or pins is not None or self.unconstrained_builds
-        argv = prefetch_argv(
-            planned, installer=self.installer, python=self.python, scratch=scratch, builds=builds
-        )
-        if argv is None:
+        first = rest = None
+        if head is not None and isinstance(self.installer, UvInstaller):
+            first = self._job(planned, f"{stem}-head", builds=False, keep=head, records=records)
+            rest = self._job(
+                planned, stem, builds=builds, keep=lambda line: not head(line), records=records
+            )
+        job: PrefetchJob | None = None
+        if first is not None and rest is not None:
+            job = rest
+            job.head = first
+            job.covers = _covers(planned, job.argv, first.argv)
+        else:
+            if first is not None:  # nothing beside the head: one job after all
+                first.scratch.with_name(f"{first.scratch.name}.txt").unlink(missing_ok=True)
+            job = self._job(planned, stem, builds=builds, records=records)
+        if job is None:
             return None
-        uv = isinstance(self.installer, UvInstaller)
-        built = tuple(build_lines(planned)) if builds and uv else ()
-        job = PrefetchJob(
-            step=planned.name,
-            argv=argv,
-            then=_rest_runs(argv),
-            scratch=scratch,
-            log_file=self.logs / f"{planned.number:02d}-{planned.name}.prefetch.log",
-            builds=built,
-            covers=uv and _covers(planned, argv),
-            records={} if records else None,
-        )
+        built = job.builds
         env = dict(self.env)
         if built and pins is not None:
             # as the real step: the baseline's pins, then the step's own build constraints
@@ -451,6 +471,42 @@ class Prefetcher:
             target=self._run, args=(job, env, after), name=f"prefetch-{planned.name}", daemon=True
         ).start()
         return job
+
+    def _job(
+        self,
+        planned: PlannedStep,
+        stem: str,
+        *,
+        builds: bool,
+        records: bool,
+        keep: Callable[[str], bool] | None = None,
+    ) -> PrefetchJob | None:
+        """The job of ``planned``'s lines that ``keep`` keeps (all: None), in the scratch folder
+        ``stem``; None when it names nothing exact."""
+        scratch = self.scratch_root / stem
+        argv = prefetch_argv(
+            planned,
+            installer=self.installer,
+            python=self.python,
+            scratch=scratch,
+            builds=builds,
+            keep=keep,
+        )
+        if argv is None:
+            return None
+        uv = isinstance(self.installer, UvInstaller)
+        return PrefetchJob(
+            step=planned.name,
+            argv=argv,
+            then=_rest_runs(argv),
+            scratch=scratch,
+            log_file=self.logs / f"{stem}.prefetch.log",
+            builds=tuple(line for line in build_lines(planned) if keep is None or keep(line))
+            if builds and uv
+            else (),
+            covers=uv and _covers(planned, argv),
+            records={} if records else None,
+        )
 
     def heard(self, line: str) -> None:
         """A line of the running step's output: its ``Resolved`` line lets the prefetches begin."""
@@ -469,6 +525,16 @@ class Prefetcher:
         env: dict[str, str],
         after: Callable[[PrefetchJob], None] | None = None,
     ) -> None:
+        """Run ``job`` (and its head beside it, on a thread of its own: ``after`` is then the
+        head's); the job is done when both are, and failed if either did."""
+        if job.head is not None:
+            threading.Thread(
+                target=self._run,
+                args=(job.head, env, after),
+                name=f"prefetch-{job.step}-head",
+                daemon=True,
+            ).start()
+            after = None
         try:
             shutil.rmtree(job.scratch, ignore_errors=True)
             job.scratch.parent.mkdir(parents=True, exist_ok=True)
@@ -493,9 +559,15 @@ class Prefetcher:
         except OSError:
             job.returncode = -1
         finally:
-            job.seconds = time.monotonic() - job.started
             discard(job.scratch)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
+            if (head := job.head) is not None:
+                head.done.wait()
+                if head.returncode != 0 and job.returncode == 0:
+                    job.result, job.returncode = head.result, head.returncode
+                if job.records is not None:
+                    job.records.update(head.records or {})
+            job.seconds = time.monotonic() - job.started
             job.done.set()
 
     def _attempt(self, argv: list[str], job: PrefetchJob, env: dict[str, str]) -> RunResult:
@@ -513,8 +585,13 @@ class Prefetcher:
         return run([*self.nice, *argv], log_file=job.log_file, env=env, cancel=self._cancel)
 
     def failed(self) -> PrefetchJob | None:
-        """A finished job that did not succeed (the first started), or None."""
-        return next((j for j in self.jobs.values() if j.done.is_set() and j.returncode != 0), None)
+        """A finished job that did not succeed (the first started), or its head that did not, as
+        soon as it has not; or None."""
+        for j in self.jobs.values():
+            for one in (j.head, j):
+                if one is not None and one.done.is_set() and one.returncode != 0:
+                    return one
+        return None
 
     def covered(self, step: str) -> bool:
         """Whether the finished prefetch of ``step`` put every file it installs in uv's cache."""

@@ -29,7 +29,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,19 +90,25 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         background=False,  # nothing else runs: the run waits for them, as for uv sync's downloads
     )
     early = _early_warmup(run, todo, python)
+    walk = early is not None and early.walk
     with prefetcher:
         prefetcher.release("prepare: nothing installs before every step is prepared")
         steps = [s for s in todo if s not in hooked]
-        # with the warm-up: the baseline's downloads first, at the whole link's speed, and the
-        # steps that only download once it is in, beside its import (those that build start now)
-        later = [s for s in steps[1:] if not prefetch.build_lines(s)] if early else []
+        # with the import warm-up: the baseline's downloads first, at the whole link's speed, and
+        # the steps that only download once it is in, beside its import (those that build start
+        # now); the walk needs none of that: torch's own line goes first, in a scratch install of
+        # its own beside the rest, and the walk takes only idle cores
+        later = [s for s in steps[1:] if not prefetch.build_lines(s)] if early and not walk else []
         jobs = [
             job
             for s in steps
             if s not in later
             and (
                 job := prefetcher.start(
-                    s, records=True, after=early.take if early and s is todo[0] else None
+                    s,
+                    records=True,
+                    after=early.take if early and s is todo[0] else None,
+                    head=_names(run.spec.abi.package) if walk and s is todo[0] else None,
                 )
             )
             is not None
@@ -141,13 +147,15 @@ class _Early:
 
     warmup: warmup.Warmup
     folder: Path  # where the scratch target is moved to be kept
+    walk: bool = False  # the walk mode (``warmup.early_mode``), else the import from the scratch
     closed: bool = False  # the prepare failed: nothing starts any more
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self, job: prefetch.PrefetchJob) -> None:
         """The baseline job's ``after`` (its thread): keep its scratch, start the import."""
         with self.lock:
-            if self.closed or not job.covers:
+            # the import needs the whole stage in the scratch; the walk, torch's own files
+            if self.closed or not (job.covers or self.walk):
                 return
             try:
                 shutil.rmtree(self.folder, ignore_errors=True)
@@ -155,7 +163,7 @@ class _Early:
             except OSError:
                 return
             workdir = self.folder.with_name(f"{self.folder.name}.cwd")
-            if not self.warmup.start_in(self.folder, workdir, job.step):
+            if not self.warmup.start_in(self.folder, workdir, job.step, walk=self.walk):
                 shutil.rmtree(self.folder, ignore_errors=True)
                 shutil.rmtree(workdir, ignore_errors=True)
 
@@ -167,9 +175,9 @@ class _Early:
 
 
 def _early_warmup(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> _Early | None:
-    """The prepare-mode warm-up of a run whose first step to prepare is the baseline, where a
-    warm-up can help (``warmup.wanted``) and the import is the one it would run
-    (``warmup.early_wanted``), else None."""
+    """The prepare-time warm-up of a run whose first step to prepare is the baseline, where a
+    warm-up can help (``warmup.wanted``): the import from the scratch or the walk
+    (``warmup.early_mode``); None where neither is the one to run."""
     if not todo or todo[0].role != "baseline" or todo[0].name in run.opts.prepare_steps:
         return None
     import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
@@ -183,14 +191,29 @@ def _early_warmup(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) 
     module = run.spec.abi.package.replace("-", "_")
     python_version = (run.manifest.marker_env or {}).get("python_version") or run.spec.python
     listing = warmup.listing_path(run.paths.cache, module, run.spec.abi.version, python_version)
-    if not warmup.early_wanted(import_env, listing):
+    mode = warmup.early_mode(import_env, listing)
+    if mode is None:
         return None
     logs = run.paths.logs
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / "import-warmup.log"
     log.unlink(missing_ok=True)
     folder = run.paths.cache / "prepare" / f"warm-{todo[0].number:02d}-{todo[0].name}"
-    return _Early(warmup.Warmup(python, module, import_env, log), folder)
+    return _Early(warmup.Warmup(python, module, import_env, log), folder, walk=mode == "walk")
+
+
+_LINE_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _names(package: str) -> Callable[[str], bool]:
+    """Whether a line of a locked file installs ``package`` (its requirement's name)."""
+    wanted = canonicalize_name(package)
+
+    def named(line: str) -> bool:
+        m = _LINE_NAME.match(line)
+        return m is not None and canonicalize_name(m.group(1)) == wanted
+
+    return named
 
 
 _HASHED = re.compile(

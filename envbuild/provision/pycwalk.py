@@ -27,6 +27,7 @@ is never a verdict. ``provision.warmup`` runs it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import py_compile
@@ -37,7 +38,7 @@ from importlib.util import cache_from_source
 
 _TYPE_CHECKING = re.compile(r"if\s+(?:typing\.|t\.)?TYPE_CHECKING\s*:")
 _ALIAS = re.compile(r"\s+as\s+\w+\s*$")
-_STOP = []  # SIGTERM seen: stop after the file being written
+_STOP: list[bool] = []  # SIGTERM seen: stop after the file being written
 
 
 def _file_of(site: str, module: str) -> str | None:
@@ -140,15 +141,13 @@ def order(site: str, module: str) -> list[str]:
 def _lower(idle: bool, nice: int) -> None:
     if idle:
         try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             return
         except (AttributeError, OSError):
             nice = 19
     if nice:
-        try:
+        with contextlib.suppress(OSError):
             os.nice(nice)
-        except OSError:
-            pass
 
 
 def main(argv: list[str]) -> int:

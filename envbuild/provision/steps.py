@@ -99,12 +99,7 @@ def run_steps(run: ProvisionRun) -> None:
             unconstrained_builds=bool(opts.lock_source),
         )
     import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
-    warm = warmup.wanted(
-        install_env=run.env or {},
-        import_env=import_env,
-        compiles_at_install=run.installer.name == "pip",
-        single_step=opts.only_step is not None,
-    )
+    warm = warm_wanted(run, import_env)
     try:
         done = None
         for planned in plan.steps:
@@ -164,6 +159,32 @@ def run_steps(run: ProvisionRun) -> None:
     finally:
         if prefetcher is not None:
             prefetcher.close()
+
+
+def warm_wanted(run: ProvisionRun, import_env: Mapping[str, str]) -> bool:
+    """Whether a warm-up can shorten this run's final import check (``warmup.wanted``)."""
+    return warmup.wanted(
+        install_env=run.env or {},
+        import_env=import_env,
+        compiles_at_install=run.installer.name == "pip",
+        single_step=run.opts.only_step is not None,
+    )
+
+
+def check_warmup(run: ProvisionRun) -> warmup.Warmup | None:
+    """The warm-up the final check goes with: the one that ran, else (where one is wanted, and a
+    second core can run it) one of mode ``check``, for the walk beside the check's import alone."""
+    if run.warmup is not None:
+        return run.warmup
+    import_env = verify.import_env(layout.overlay_env(run.spec, run.paths))
+    if not warm_wanted(run, import_env) or warmup.usable_cpus() < 2:
+        return None
+    log = run.paths.logs / "import-warmup.log"
+    run.warmup = warmup.Warmup(
+        run.python, run.spec.abi.package.replace("-", "_"), import_env, log, site=run.site
+    )
+    run.warmup.mode = "check"
+    return run.warmup
 
 
 def baseline_pins(run: ProvisionRun, todo: Sequence[PlannedStep]) -> Path | None:

@@ -10,7 +10,7 @@ baseline step is in, envbuild starts one background process beside the remaining
   written after every fresh import check), those files are compiled on every core at once;
 - **import**: otherwise (a first or cold provision), ``python -c "import torch"``, on hosts with
   ``IMPORT_MODE_MIN_CPUS`` cores or more (``ENVBUILD_IMPORT_WARMUP=import`` forces it);
-- **prepare**: where the import mode would run (``early_wanted``), a lock's run that prepares
+- **prepare**: where the import mode would run (``early_mode``), a lock's run that prepares
   before it installs (``provision.prepare``) starts it earlier, while the later steps still
   download: once the baseline step's scratch install is complete, ``python -S`` imports torch from
   that scratch folder (``site.addsitedir``), nice 10 beside the downloads. Its
@@ -20,6 +20,19 @@ baseline step is in, envbuild starts one background process beside the remaining
   it wrote whose header matches the venv's copy of its source (same mtime and size: uv links both
   from its cache) is linked into the venv's ``__pycache__``, where the import would have written
   it; the check compiles the rest.
+
+- **walk**: where the import mode would not run (fewer than ``IMPORT_MODE_MIN_CPUS`` cores, no
+  listing), that prepare runs ``pycwalk.py`` instead, as soon as torch's own files are in their
+  scratch folder (``provision.prepare`` gives torch's line a scratch install of its own): it reads
+  the import statements from ``torch/__init__.py`` on (no import, none of torch's dependencies
+  needed) and compiles the files an import meets, in its order, on cores nothing else wants
+  (``SCHED_IDLE``): the downloads and unpacking never wait for it. Its ``.pyc`` are linked into
+  the venv as the prepare mode's are.
+
+Beside the final check's own ``import torch`` (a fresh import, not a reused verdict), wherever a
+warm-up is wanted, ``pycwalk.py --reverse`` compiles from the other end, at nice 10 (``beside``):
+the import runs on one core, and the two meet in the middle (0.68x of the import alone on two
+cores of the GPU host; bench/README.md).
 
 Either way, the ``.pyc`` files it writes are what the import itself would write, and the final
 import check finds them in place. The warm-up is never a verdict: its exit status is ignored,
@@ -49,7 +62,12 @@ from envbuild._io import atomic_write_json, discard
 if TYPE_CHECKING:
     from envbuild.proof.receipt import WarmupJSON
 
-__all__ = ["Warmup", "listing_path", "remember", "wanted"]
+__all__ = ["WALK_SCRIPT", "Warmup", "listing_path", "remember", "wanted"]
+
+# standalone: run by the stack's interpreter (``python -S``), never imported by envbuild
+WALK_SCRIPT = Path(__file__).resolve().with_name("pycwalk.py")
+# beside the final check's import, below it: the import is the run's critical path
+BESIDE_NICE = 10
 
 _IMPORT = "import {module}\n"
 # the prepare mode: the scratch target as a site folder (its .pth files read), nothing else of
@@ -94,13 +112,19 @@ def usable_cpus() -> int:
     )
 
 
-def early_wanted(import_env: Mapping[str, str], listing: Path) -> bool:
-    """Whether a lock's run starts the prepare mode: where the import mode would run (no listing
-    from an earlier import on this root, and ``IMPORT_MODE_MIN_CPUS`` cores or more, or
-    ``ENVBUILD_IMPORT_WARMUP=import``). With a listing the compile mode, in the venv beside the
-    steps, measured faster (bench/README.md); on two cores the import beside the downloads took
-    their CPU for as long as it gave the check."""
-    return not _usable(listing) and _import_mode_allowed(import_env)
+def early_mode(import_env: Mapping[str, str], listing: Path) -> Literal["prepare", "walk"] | None:
+    """The warm-up a lock's run starts while it prepares: None where a listing from an earlier
+    import on this root exists (the compile mode, in the venv beside the steps, measured faster;
+    bench/README.md); the import from the prepared scratch (``prepare``) where the import mode would
+    run (``IMPORT_MODE_MIN_CPUS`` cores or more, or ``ENVBUILD_IMPORT_WARMUP=import``); else the
+    walk (``ENVBUILD_IMPORT_WARMUP=walk`` forces it): on two cores the import beside the downloads
+    took their CPU for as long as it gave the check, and the walk takes only idle cores."""
+    forced = import_env.get("ENVBUILD_IMPORT_WARMUP", "").strip()
+    if forced == "walk":
+        return "walk"
+    if _usable(listing):
+        return None
+    return "prepare" if _import_mode_allowed(import_env) else "walk"
 
 
 def _import_mode_allowed(env: Mapping[str, str]) -> bool:
@@ -224,7 +248,7 @@ class Warmup:
     ) -> None:
         self.python, self.module, self.env, self.log_file = python, module, dict(env), log_file
         self.site, self.listing = site, listing
-        self.mode: Literal["compile", "import", "prepare"] = "import"
+        self.mode: Literal["compile", "import", "prepare", "walk", "check"] = "import"
         self.scratch: Path | None = (
             None  # prepare mode: the scratch target, an empty folder to run in
         )
@@ -234,6 +258,8 @@ class Warmup:
         self.started = 0.0
         self.seconds: float | None = None  # how long it ran, once stopped
         self.finished: bool | None = None  # whether it ended by itself before the check needed it
+        self.side: subprocess.Popen[bytes] | None = None  # ``pycwalk --reverse`` beside the check
+        self.beside: int | None = None  # the .pyc it wrote (None: it did not run)
 
     def start(self, after_step: str) -> bool:
         """Start it; False where it would not help (see ``IMPORT_MODE_MIN_CPUS``)."""
@@ -283,29 +309,74 @@ class Warmup:
         events.emit("debug", said)
         return True
 
-    def start_in(self, scratch: Path, workdir: Path, step: str) -> bool:
-        """The prepare mode (module docstring): import from ``scratch``, in the empty ``workdir``;
-        both are this warm-up's from now on (``stop`` deletes them). False where it cannot help:
+    def start_in(self, scratch: Path, workdir: Path, step: str, *, walk: bool = False) -> bool:
+        """The prepare mode (module docstring): import from ``scratch``, in the empty ``workdir``,
+        or with ``walk`` the walk mode (``pycwalk.py`` over ``scratch``, on idle cores); both
+        folders are this warm-up's from now on (``stop`` deletes them). False where it cannot help:
         ``PYTHONPYCACHEPREFIX`` is set (the check's import reads the bytecode from there)."""
-        self.mode, self.scratch, self.workdir = "prepare", scratch, workdir
+        self.mode, self.scratch, self.workdir = ("walk" if walk else "prepare"), scratch, workdir
         if self.env.get("PYTHONPYCACHEPREFIX"):
             return False
         shutil.rmtree(workdir, ignore_errors=True)
         env = {k: v for k, v in self.env.items() if k not in _NOT_PASSED}
-        argv = [str(self.python), "-S", "-c", _IMPORT_FROM.format(module=self.module)]
-        argv.append(str(scratch))
-        what = f"`import {self.module}`"
-        nice = list(NICE) if shutil.which("nice") else []
+        if walk:
+            argv = [str(self.python), "-S", str(WALK_SCRIPT), str(scratch), self.module, "--idle"]
+            what = f"compiling what `import {self.module}` meets, on idle cores"
+        else:
+            argv = [str(self.python), "-S", "-c", _IMPORT_FROM.format(module=self.module)]
+            argv.append(str(scratch))
+            what = f"`import {self.module}`"
+            argv = [*NICE, *argv] if shutil.which("nice") else argv
         try:
             workdir.mkdir(parents=True)  # run in, not the caller's folder: nothing of it imported
         except OSError:
             return False
         return self._spawn(
-            [*nice, *argv],
+            argv,
             env,
             workdir,
             f"import warm-up from the prepared step {step}: {what}, while the later steps download",
         )
+
+    def beside_import(self, site: Path) -> None:
+        """The final check's fresh import starts now: ``pycwalk.py --reverse`` over ``site``
+        beside it, at nice ``BESIDE_NICE`` (``end_beside`` stops it). Never raises."""
+        if self.side is not None or usable_cpus() < 2:  # one core: it would only slow the import
+            return
+        env = {k: v for k, v in self.env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        argv = [str(self.python), "-S", str(WALK_SCRIPT), str(site), self.module, "--reverse"]
+        try:
+            self.side = subprocess.Popen(
+                [*argv, "--nice", str(BESIDE_NICE)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError:
+            self.side = None
+            return
+        events.emit("debug", f"compiling what `import {self.module}` meets last, beside it")
+
+    def end_beside(self) -> None:
+        """Stop the walk beside the check (after the file it is writing: SIGTERM) and note how
+        many files it compiled. Never raises."""
+        side, self.side = self.side, None
+        if side is None:
+            return
+        if side.poll() is None:
+            side.terminate()
+        try:
+            out, _ = side.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            side.kill()
+            out, _ = side.communicate()
+        try:
+            doc = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
+            self.beside = int(doc["compiled"])
+        except (IndexError, ValueError, KeyError, TypeError):
+            self.beside = 0
 
     def at_check(self, site: Path | None = None) -> None:
         """The final check starts now: note whether the warm-up is already done; in the prepare
@@ -313,7 +384,7 @@ class Warmup:
         if self.proc is not None and self.finished is None:
             self.finished = self.proc.poll() is not None
         self.site = site or self.site
-        if self.mode != "prepare" or self.proc is None or self.site is None:
+        if self.mode not in ("prepare", "walk") or self.proc is None or self.site is None:
             return
         if self.proc.poll() is None:
             # what it compiled so far is kept (each .pyc is written whole, then renamed into
@@ -326,6 +397,7 @@ class Warmup:
 
     def stop(self) -> None:
         """End it (kill if still running) and reap it; never raises."""
+        self.end_beside()
         proc = self.proc
         if proc is None or self.seconds is not None:
             return
@@ -348,4 +420,5 @@ class Warmup:
             "finished_before_check": self.finished,
             # None: not stopped yet; negative: killed by that signal (still running at the end)
             "exit": code,
+            "beside_check": self.beside,
         }

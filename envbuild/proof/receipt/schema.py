@@ -82,13 +82,17 @@ class WarmupJSON(TypedDict):
     """The import warm-up: torch's bytecode written in the background (``provision/warmup.py``)."""
 
     module: str  # the module it warms (torch)
-    # compile the files the last import loaded, import it, or import it from the prepared step
-    mode: Literal["compile", "import", "prepare"]
-    files: int  # the files compiled (mode compile), or the .pyc linked into the venv (prepare)
+    # compile the files the last import loaded, import it, import it from the prepared step,
+    # compile what its import statements name in the prepared step (walk), or nothing before the
+    # final check (check: only the walk beside the check's import ran)
+    mode: Literal["compile", "import", "prepare", "walk", "check"]
+    files: int  # the files compiled (mode compile), or the .pyc linked into the venv (prepare/walk)
     seconds: float | None  # how long it ran, once stopped
     # whether it ended by itself before the final check needed it
     finished_before_check: bool | None
     exit: int | None  # its exit status (null: not stopped yet; negative: killed by that signal)
+    # the .pyc the walk beside the final check's import wrote (null: there was no fresh import)
+    beside_check: int | None
 
 
 class VenvAfterFailureJSON(TypedDict):
