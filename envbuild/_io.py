@@ -137,7 +137,9 @@ def discard(folder: Path) -> None:
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
         return
-    threading.Thread(target=_remove, args=(aside,), name="discard").start()
+    # never a daemon, also when called from one (a thread inherits its creator's flag): the
+    # interpreter waits for it at exit, and nothing is left on disk
+    threading.Thread(target=_remove, args=(aside,), name="discard", daemon=False).start()
 
 
 def _remove(folder: Path) -> None:
