@@ -855,6 +855,20 @@ def test_hash_mismatch_and_unreachable_hosts(
     res = run_envbuild("provision", "--lock", lock, "--root", tmp_path / "data")
     assert res.rc == 5, res.output
     assert "hash does not match the lock" in res.stderr and "Traceback" not in res.output
+    # the same with the walk warm-up (bytecode on, two cores: torch's line is prepared in a scratch
+    # install of its own beside its runtime's): that one fails, and stops the run as soon as it does
+    res = run_envbuild(
+        "provision",
+        "--lock",
+        lock,
+        "--root",
+        tmp_path / "walk",
+        env={"PYTHONDONTWRITEBYTECODE": "", "ENVBUILD_IMPORT_WARMUP": "walk"},
+    )
+    assert res.rc == 5, res.output
+    said = res.stderr.split("error: ", 1)[1]
+    assert said.startswith("preparing step 1 ('torch')") and "hash does not match" in said, said
+    assert "01-torch-head.prefetch.log" in said and not (tmp_path / "walk" / "venv").exists()
 
     with UnreachablePort() as dead:
         port = re.search(r"127\.0\.0\.1:(\d+)", text)
