@@ -288,6 +288,7 @@ def _judge(ctx: Context, space: Space, reach: Reach) -> tuple[Context, dict[str,
     for _ in range(len(space.pythons)):
         for family in FAMILIES:
             family.check(ctx)
+        _look_up_files(ctx)
         installable = {v.env.name: _installable(ctx, v) for v in views}
         if not ctx.splits:
             break
@@ -345,29 +346,48 @@ def _unknown_words(ctx: Context, view: View) -> str:
     return "not known: no file found"
 
 
+def _unnamed(ctx: Context, view: View) -> list[Entry]:
+    """The view's torch pins where none names a file (requirements lines: their files are looked
+    up on their index), else none."""
+    entries = view.by_name.get(ctx.policy.torch) or []
+    if ctx.lock.format != "requirements" or any(e.files or e.url for e in entries):
+        return []
+    return entries
+
+
+def _look_up_files(ctx: Context) -> None:
+    """Online, the files of each view's torch pins that name none, as their index lists them (by
+    hash, else by version: ``metadata.files_on_index``), into ``ctx.index_files`` (kept across
+    splits); a view's look-ups stop at the first pin nothing is found for."""
+    from envbuild.gate.metadata import files_on_index
+
+    if ctx.offline:
+        return
+    cache = ctx.index_files
+    for view in ctx.views:
+        for e in _unnamed(ctx, view):
+            if e.key not in cache:
+                cache[e.key] = files_on_index(e, ctx.lock, ctx.index_urls, ctx.sources)
+            if cache[e.key] is None:
+                break
+
+
 def _installable(ctx: Context, view: View) -> bool | None:
     """Whether the view's torch has a file that installs there: a wheel whose tags fit its platform
     and each of its Pythons, or an sdist (True where the lock names no files of a git pin or a
-    folder). A requirements pin names no file: online its files are looked up on its index by hash
-    (by version when unhashed); offline, or when nothing is found there, None: not known."""
-    from envbuild.gate.metadata import files_on_index
+    folder). A requirements pin names no file: its files are those its index lists
+    (``_look_up_files``, online); offline, or when nothing is found there, None: not known."""
     from envbuild.index.wheeltags import installs_on
 
     entries = view.by_name.get(ctx.policy.torch) or []
     if not entries:
         return True
     files = [f for e in entries for f, _ in e.files]
-    if not files and ctx.lock.format == "requirements" and not any(e.url for e in entries):
-        if ctx.offline:
+    for e in _unnamed(ctx, view):
+        got = None if ctx.offline else ctx.index_files.get(e.key)
+        if got is None:
             return None
-        cache = ctx.index_files
-        for e in entries:
-            if e.key not in cache:
-                cache[e.key] = files_on_index(e, ctx.lock, ctx.index_urls, ctx.sources)
-            got = cache[e.key]
-            if got is None:
-                return None
-            files += got
+        files += got
     if not files:
         return True
     return ctx.ask(

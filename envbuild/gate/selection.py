@@ -27,7 +27,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from packaging.utils import canonicalize_name
 
@@ -48,6 +48,9 @@ from envbuild.gate.model import (
 )
 from envbuild.gate.project import Project
 from envbuild.gate.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
+
+if TYPE_CHECKING:
+    from envbuild.installer.python import TargetPython
 
 __all__ = [
     "INSTALLS",
@@ -173,12 +176,14 @@ class Judged:
 
 def judge_selection(sel: Selection, python: str | None = None) -> Judged:
     """The one question of every ``--lock`` front end, answered here: the lock read once
-    (``read_project_lock``), its Python (``python``, a minor the caller chose, else
-    ``target_python``), the one environment of it ``sel`` chooses (``choose``) and the gate's
-    verdict on what that environment installs (``judge``)."""
+    (``read_project_lock``), its Python and the interpreter of it (``python``, a minor the caller
+    chose, else ``target_python``), the one environment of it ``sel`` chooses (``choose``) and the
+    gate's verdict on what that environment installs (``judge``)."""
+    from envbuild.installer.python import interpreter_of
+
     lock = read_project_lock(sel.lock, sel.fmt)
-    minor = python or target_python(lock, sel.python, sel.venv)
-    chosen = choose(lock, minor, sel.flags, sel.environment)
+    target = interpreter_of(python) if python else target_python(lock, sel.python, sel.venv)
+    chosen = choose(lock, target, sel.flags, sel.environment)
     report, failing = judge(chosen, sel.accept)
     return Judged(chosen, report, failing)
 
@@ -237,11 +242,11 @@ def _pixi_refusal(path: Path) -> str:
     )
 
 
-def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> str:
-    """The Python minor the environment is for: the --venv's, the --python's, the lock folder's
-    ``.python-version`` (uv's rule), else the one uv chooses for the lock's ``requires-python``
-    (``python_for_lock``)."""
-    from envbuild.installer import probe_python
+def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> TargetPython:
+    """The Python the environment is for, with its interpreter: the --venv's, the --python's, else
+    as uv chooses for the lock (``installer.python.python_for``: the lock folder's
+    ``.python-version``, else its ``requires-python``)."""
+    from envbuild.installer.python import TargetPython, probe_python, python_for
 
     exe: str | Path | None = None
     if venv is not None:
@@ -258,15 +263,9 @@ def target_python(lock: ProjectLock, python: str | None, venv: Path | None) -> s
         probed = probe_python(exe)
         if probed is None:
             raise PreflightError(f"{exe}: the interpreter does not run")
-        return ".".join(probed.version.split(".")[:2])
+        return TargetPython(".".join(probed.version.split(".")[:2]), probed.executable)
     pinned = lock.path.parent / ".python-version"
-    try:
-        text = pinned.read_text(encoding="utf-8").split()[0] if pinned.is_file() else ""
-    except (OSError, IndexError):
-        text = ""
-    if text and text[:1].isdigit():
-        return ".".join(text.split(".")[:2])
-    return python_for_lock(lock)
+    return python_for(lock.parsed.requires_python, str(lock.path), pinned)
 
 
 def python_for_lock(lock: ProjectLock | Path) -> str:
@@ -283,15 +282,17 @@ def python_for_lock(lock: ProjectLock | Path) -> str:
             requires = None
     else:
         path, requires = lock.path, lock.parsed.requires_python
-    return python_for(requires, str(path))
+    return python_for(requires, str(path)).minor
 
 
 def choose(
-    lock: ProjectLock, python: str, flags: SyncFlags, environment: tuple[str, ...] = ()
+    lock: ProjectLock, target: TargetPython, flags: SyncFlags, environment: tuple[str, ...] = ()
 ) -> Chosen:
-    """The one environment of ``lock`` to install for uv sync's ``flags`` on ``python`` and
-    ``environment`` (default: this host; see the module docstring)."""
+    """The one environment of ``lock`` to install for uv sync's ``flags`` on ``target`` (its minor;
+    its interpreter is the one uv sync is asked with) and ``environment`` (default: this host; see
+    the module docstring)."""
     parsed = lock.parsed
+    python = target.minor
     env_filter = environment or (host_platform_key(),)
     narrow = Narrow(environment=env_filter, python=(python,), default_python=python)
     narrow.validate()
@@ -313,7 +314,9 @@ def choose(
         )
     exported = export(lock, flags) if parsed.format == "uv.lock" else None
     if exported is not None:
-        return _as_uv_exports(lock, space, found, exported, flags, sources_of(parsed))
+        return _as_uv_exports(
+            lock, space, found, exported, flags, sources_of(parsed), target.executable
+        )
     if parsed.format == "uv.lock":
         _say_without_uv(lock)
     if flags.beyond_conflicts:
@@ -458,22 +461,23 @@ def _as_uv_exports(
     exported: list[Exported],
     flags: SyncFlags,
     sources: Mapping[int, Mapping[str, str]],
+    interpreter: Path | None,
 ) -> Chosen:
     """The environment uv's export of ``flags`` installs here: its packages are the lock's entries
     whose exported marker holds on this platform and Python (``uvsync.match_entries``), and the
     selection is the lock's conflicting items the flags switch on (``_flag_selection``). What the
     walk of that selection adds: which entry each edge of it names (the rules' ``torch_for``), and
-    the project's virtual entries uv leaves out."""
+    the project's virtual entries uv leaves out. ``interpreter``: the target's, which uv sync is
+    asked with where the export holds two forks at once (None: none here)."""
     parsed = lock.parsed
     block = space.located(found[0])[0]
-    python = space.blocks[block][1]
     values = space.env(found[0]).values
     entries = match_entries(parsed, exported, values, sources)
     names = [e.name for e in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
     # the export holds two forks at once: extras that conflict, switched on through others
     if twice:
-        reason = sync_refusal(lock.path, flags, python)
+        reason = sync_refusal(lock.path, flags, interpreter)
         if reason is not None:
             raise ConfigError(
                 f"{lock.path}: uv refuses this selection ({flags.sync_command()}): {reason}",

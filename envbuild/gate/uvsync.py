@@ -340,25 +340,19 @@ def _flag_hint(project_file: Project) -> str:
     )
 
 
-def sync_refusal(lock_path: Path, flags: SyncFlags, python: str) -> str | None:
-    """uv sync's own reason for refusing ``flags`` (``uv sync --frozen --dry-run`` into a venv that
-    is never made, offline), or None when it accepts them or cannot be asked (no interpreter of
-    ``python`` here). uv export does not check conflicts that extras switch on through other extras
-    (a root extra enabling two conflicting extras of a workspace member); uv sync does."""
+def sync_refusal(lock_path: Path, flags: SyncFlags, python: Path | None) -> str | None:
+    """uv sync's own reason for refusing ``flags`` (``uv sync --frozen --dry-run`` with ``python``,
+    the target's interpreter, into a venv that is never made, offline), or None when it accepts
+    them or cannot be asked (no uv, or ``python`` None: no interpreter of the target's Python here).
+    uv export does not check conflicts that extras switch on through other extras (a root extra
+    enabling two conflicting extras of a workspace member); uv sync does."""
     import tempfile
-
-    from envbuild.errors import EnvbuildError
-    from envbuild.installer.python import find_interpreter
 
     selection = flags.selection_argv()
     uv = find_uv()
-    try:
-        exe = find_interpreter(python, require_fit=False).executable
-    except EnvbuildError:
+    if uv is None or python is None:
         return None
-    if uv is None:
-        return None
-    argv = [uv, "sync", "--frozen", "--dry-run", "--python", str(exe), *selection]
+    argv = [uv, "sync", "--frozen", "--dry-run", "--python", str(python), *selection]
     with tempfile.TemporaryDirectory(prefix="envbuild-uv-dry-") as tmp:
         env = {k: v for k, v in os.environ.items() if k not in ("UV_NO_CONFIG", "VIRTUAL_ENV")}
         env.update(

@@ -25,6 +25,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = [
     "NEWEST_GLIBC",
     "SDIST_SUFFIXES",
+    "WheelPick",
+    "best_wheel",
     "fits_target",
     "fits_tag_filter",
     "host_tags",
@@ -157,6 +160,29 @@ def rank_among(filename: str, order: Mapping[str, int]) -> int | None:
 def is_pure(filename: str) -> bool:
     """Whether a wheel installs anywhere (every tag's platform ``any``)."""
     return all(t.platform == "any" for t in wheel_tags(_name_of(filename)))
+
+
+@dataclass(frozen=True)
+class WheelPick:
+    """The wheel a target takes of a package's files (``best_wheel``)."""
+
+    at: int  # its position among the names given
+    rank: int  # the position of its best tag in the target's order (0 is best)
+    pure: bool  # it installs anywhere (``is_pure``)
+
+
+def best_wheel(names: Sequence[str], order: Mapping[str, int]) -> WheelPick | None:
+    """The wheel of ``names`` (file names, paths or URLs) the target takes: the one whose best tag
+    comes first in ``order`` (``rank_among``), the first given among equals, and whether it is pure;
+    None where none of them installs there."""
+    best: tuple[int, int] | None = None
+    for i, name in enumerate(names):
+        rank = rank_among(name, order)
+        if rank is not None and (best is None or rank < best[1]):
+            best = (i, rank)
+    if best is None:
+        return None
+    return WheelPick(best[0], best[1], is_pure(names[best[0]]))
 
 
 def _fits_python(interpreter: str, abi: str, python: str) -> bool:

@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import events
-from envbuild.errors import ConfigError, PreflightError
+from envbuild.errors import ConfigError, EnvbuildError, PreflightError
 from envbuild.run import run
 
 __all__ = [
     "Interpreter",
+    "TargetPython",
     "find_interpreter",
     "find_python",
     "find_uv",
+    "interpreter_of",
     "probe_python",
     "python_for",
     "python_version_of",
@@ -364,20 +366,55 @@ def run_python_json(
     return data
 
 
-def python_for(requires: str | None, what: str) -> str:
-    """The Python minor to install for ``requires`` (a ``requires-python``), as uv chooses: this
-    interpreter's when it fits; else the newest that does among the interpreters found
-    (``_candidates``), then ``uv python find``. PreflightError (exit 3) naming ``requires`` and what
-    was looked at when none fits; ``what``: whose requirement it is (a lock file)."""
+@dataclass(frozen=True)
+class TargetPython:
+    """The Python an install is for: its minor, and the interpreter of it found here (None where
+    the minor was named, by a ``.python-version`` or a caller, and no interpreter of it is here)."""
+
+    minor: str  # major.minor
+    executable: Path | None
+
+
+def interpreter_of(minor: str) -> TargetPython:
+    """``minor``, with the interpreter of it found here (``find_interpreter``; a pre-release is
+    taken where it is the only one, since nothing is run on it but a resolver); None where none
+    is."""
+    try:
+        exe: Path | None = find_interpreter(minor, require_fit=False).executable
+    except EnvbuildError:
+        exe = None
+    return TargetPython(minor, exe)
+
+
+def _pinned_minor(pinned: Path) -> str | None:
+    """The minor a ``.python-version`` names (its first word, as uv reads it), None where it names
+    none (no file, an empty one, an implementation's name)."""
+    try:
+        text = pinned.read_text(encoding="utf-8").split()[0] if pinned.is_file() else ""
+    except (OSError, IndexError):
+        text = ""
+    return ".".join(text.split(".")[:2]) if text and text[:1].isdigit() else None
+
+
+def python_for(requires: str | None, what: str, pinned: Path | None = None) -> TargetPython:
+    """The Python to install for, as uv chooses, with its interpreter: the minor ``pinned`` (a
+    project's ``.python-version``) names, where given; else for ``requires`` (a
+    ``requires-python``) this interpreter's when it fits, else the newest that does among the
+    interpreters found (``_candidates``), then ``uv python find``. PreflightError (exit 3) naming
+    ``requires`` and what was looked at when none fits; ``what``: whose requirement it is (a lock
+    file)."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+    named = _pinned_minor(pinned) if pinned is not None else None
+    if named is not None:
+        return interpreter_of(named)
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     try:
         spec = SpecifierSet(requires) if requires else None
     except InvalidSpecifier:
         spec = None
     if spec is None or spec.contains(f"{here}.{sys.version_info[2]}", prereleases=True):
-        return here
+        return TargetPython(here, Path(sys.executable))
     looked: list[str] = [f"{sys.executable} ({here})"]
     for minor in range(20, 7, -1):
         version = f"3.{minor}"
@@ -397,16 +434,16 @@ def python_for(requires: str | None, what: str) -> str:
                     f"is {here}: installing for Python {version} ({info.executable}); "
                     "--python chooses another",
                 )
-                return version
+                return TargetPython(version, info.executable)
             looked.append(f"{exe} ({got})")
     found = _uv_python_find(requires or "")
     if found is not None:
         events.emit(
             "info",
             f"the lock requires Python {requires}: installing for Python "
-            f"{found[0]} ({found[1]}, found by uv python find)",
+            f"{found.minor} ({found.executable}, found by uv python find)",
         )
-        return found[0]
+        return found
     raise PreflightError(
         f"{what}: the lock requires Python {requires}, and no interpreter here "
         f"fits it (looked at: {', '.join(dict.fromkeys(looked))}, and uv python "
@@ -418,8 +455,8 @@ def python_for(requires: str | None, what: str) -> str:
     )
 
 
-def _uv_python_find(requires: str) -> tuple[str, str] | None:
-    """``uv python find REQUIRES``: (minor, executable) of an interpreter uv knows, else None."""
+def _uv_python_find(requires: str) -> TargetPython | None:
+    """``uv python find REQUIRES``: an interpreter uv knows, else None."""
     uv = find_uv()
     if uv is None or not requires:
         return None
@@ -436,4 +473,4 @@ def _uv_python_find(requires: str) -> tuple[str, str] | None:
     info = probe_python(exe) if exe else None
     if info is None:
         return None
-    return ".".join(info.version.split(".")[:2]), str(info.executable)
+    return TargetPython(".".join(info.version.split(".")[:2]), info.executable)

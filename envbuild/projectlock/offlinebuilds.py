@@ -310,7 +310,7 @@ def _wheels(text: str, python: str, platform: str) -> dict[str, tuple[str, str]]
     from envbuild.errors import ConfigError
     from envbuild.gate.formats.pylock import read_pylock
     from envbuild.gate.model import LockParseError
-    from envbuild.index.wheeltags import rank_among
+    from envbuild.index.wheeltags import best_wheel
     from envbuild.projectlock.stages import target_tag_order
 
     try:
@@ -322,15 +322,16 @@ def _wheels(text: str, python: str, platform: str) -> dict[str, tuple[str, str]]
     order = {t: i for i, t in enumerate(target_tag_order(python, platform))}
     out: dict[str, tuple[str, str]] = {}
     for pkg in lock.packages:
-        best: tuple[int, str, str, str] | None = None
+        wheels: list[tuple[str, str, str]] = []
         for w in pkg.wheels or ():
             url, sha = w.url or w.path, w.hashes.get("sha256")
             name = w.name or (unquote(urlsplit(url).path.rsplit("/", 1)[-1]) if url else None)
-            rank = rank_among(name, order) if name else None
-            if rank is not None and name and url and sha and (best is None or rank < best[0]):
-                best = (rank, str(name), str(url), str(sha))
-        if best is not None:
-            out[best[1]] = (best[2], best[3])
+            if name and url and sha:
+                wheels.append((str(name), str(url), str(sha)))
+        pick = best_wheel([name for name, _, _ in wheels], order)
+        if pick is not None:
+            name, url, sha = wheels[pick.at]
+            out[name] = (url, sha)
     return out
 
 

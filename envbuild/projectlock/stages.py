@@ -50,7 +50,7 @@ from envbuild.gate.model import KNOWN_EXTENSIONS, Entry
 from envbuild.gate.project import Project, project_of
 from envbuild.gate.selection import Chosen, ChosenJSON
 from envbuild.gate.uvsync import SyncFlags
-from envbuild.index.wheeltags import NEWEST_GLIBC, is_pure, is_sdist, rank_among
+from envbuild.index.wheeltags import NEWEST_GLIBC, best_wheel, is_sdist
 
 __all__ = [
     "ORDER",
@@ -82,6 +82,8 @@ class LockedFile:
     url: str
     sha256: str | None
     filename: str
+    # a wheel that installs anywhere (every tag's platform ``any``), as ``pick_artifact`` read it
+    pure: bool = False
 
     @property
     def wheel(self) -> bool:
@@ -315,17 +317,13 @@ def _local_index(index: str | None, folder: Path) -> Path | None:
 def pick_artifact(
     entry: Entry, folder: Path, order: dict[str, int], path_source: str | None = None
 ) -> LockedFile | None:
-    """The entry's wheel that installs on the target (the best tag), else its sdist, else None."""
+    """The entry's wheel that installs on the target (the best tag, and whether it is pure:
+    ``wheeltags.best_wheel``), else its sdist, else None."""
     arts = _artifacts(entry, folder, path_source)
-    best, rank = None, len(order) + 1
-    for a in arts:
-        if not a.wheel:
-            continue
-        got = rank_among(a.filename, order)
-        if got is not None and got < rank:
-            best, rank = a, got
-    if best is not None:
-        return best
+    wheels = [a for a in arts if a.wheel]
+    pick = best_wheel([a.filename for a in wheels], order)
+    if pick is not None:
+        return replace(wheels[pick.at], pure=pick.pure)
     return next((a for a in arts if is_sdist(a.filename)), None)
 
 
@@ -659,7 +657,7 @@ def _classify(
 def _wheel_stage(e: Entry, art: LockedFile) -> tuple[Stage, str]:
     """A wheel's stage: an extension where it is binary and depends on torch, or where its version
     claims a torch ABI (``+cu128torch2.10...``, read by ``envbuild.abitag``); else ``rest``."""
-    binary = not is_pure(art.filename)
+    binary = not art.pure
     claim = _claim(e, art)
     if claim:
         return (
