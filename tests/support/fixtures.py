@@ -596,6 +596,40 @@ def write_stack(tmp_path: Path, scenario_index: ScenarioIndex) -> Callable[..., 
     return write
 
 
+@pytest.fixture(scope="session")
+def stack_locks(
+    scenario_index: ScenarioIndex, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[Sequence[Mapping[str, Any]], Path], Path]:
+    """``stack_locks(steps, tmp_path) -> stack``: ``write_stack(steps)`` locked by the real
+    ``envbuild lock`` (``ENVBUILD_CACHE_DIR`` ``tmp_path/envbuild-cache``), as a test that ran
+    both itself leaves ``tmp_path``: the stack, its lock files, that cache and ``home/``.
+
+    The lock is made once per worker for each stack text (three pip-compile runs, 5 s) and copied
+    into each test's folder, which the test then changes as its own.
+    """
+    from lockhelpers import lock_env
+
+    made: dict[str, Path] = {}
+
+    def lock(steps: Sequence[Mapping[str, Any]], tmp_path: Path) -> Path:
+        text = stack_toml(steps, index=scenario_index)
+        if text not in made:
+            folder = tmp_path_factory.mktemp("stack-lock")
+            (folder / "stack.toml").write_text(text, encoding="utf-8")
+            r = run_cli(
+                ("lock", "--stack", folder / "stack.toml"),
+                home=folder / "home",
+                cwd=folder,
+                env=lock_env(folder),
+            )
+            assert r.rc == 0, r.output
+            made[text] = folder
+        shutil.copytree(made[text], tmp_path, symlinks=True, dirs_exist_ok=True)
+        return tmp_path / "stack.toml"
+
+    return lock
+
+
 # ----------------------------------------------------------------------------- the CLI
 
 
