@@ -142,13 +142,14 @@ def _python311() -> str:
 
 
 @pytest.fixture(scope="session")
-def torch_venv() -> Path:
-    """A venv holding the real torch 2.13.0 CPU build, made once and reused across runs.
+def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv holding the real torch 2.13.0 CPU build, made once and reused across runs; checked
+    (torch imports, at its version) once per run, by the first worker that asks.
 
     Returns the venv folder; its interpreter is ``<venv>/bin/python``.
     """
     # imported here, not at the top: support.fixtures is a plugin (pytest_plugins), rewritten first
-    from support.fixtures import cache_lock
+    from support.fixtures import cache_lock, run_folder
 
     venv = CACHE / f"torch-{TORCH_VERSION}-venv"
     python = venv / "bin" / "python"
@@ -157,8 +158,12 @@ def torch_venv() -> Path:
         "-c",
         f"import torch; assert torch.__version__.startswith('{TORCH_VERSION}')",
     ]
+    checked = run_folder(tmp_path_factory) / f"{venv.name}.checked"
     with cache_lock(venv):
+        if checked.exists():
+            return venv
         if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+            checked.touch()
             return venv
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
         subprocess.run([_python311(), "-m", "venv", "--clear", str(venv)], check=True)
@@ -168,6 +173,7 @@ def torch_venv() -> Path:
             env=env,
         )
         subprocess.run(check, check=True)
+        checked.touch()
     return venv
 
 
