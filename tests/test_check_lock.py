@@ -29,11 +29,10 @@ def _lock(run_envbuild: Callable[..., EnvbuildResult], stack: Path, tmp_path: Pa
 
 
 @pytest.fixture
-def good(
-    write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
-) -> tuple[Path, Path]:
-    stack = write_stack(GOOD)
-    return stack, _lock(run_envbuild, stack, tmp_path)
+def good(stack_locks: Callable[..., Path], tmp_path: Path) -> tuple[Path, Path]:
+    """``write_stack(GOOD)`` and its lock (made once per worker, copied: ``stack_locks``)."""
+    stack = stack_locks(GOOD, tmp_path)
+    return stack, stack.parent
 
 
 def check(

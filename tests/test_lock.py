@@ -32,13 +32,9 @@ STEPS = [
 
 
 @pytest.fixture
-def locked(
-    write_stack: Callable[..., Path], run_envbuild: Callable[..., EnvbuildResult], tmp_path: Path
-) -> Path:
-    stack = write_stack(STEPS)
-    r = run_envbuild("lock", "--stack", stack, env=lock_env(tmp_path))
-    assert r.rc == 0, r.output
-    return stack
+def locked(stack_locks: Callable[..., Path], tmp_path: Path) -> Path:
+    """``write_stack(STEPS)``, locked (made once per worker, copied: ``stack_locks``)."""
+    return stack_locks(STEPS, tmp_path)
 
 
 def test_lock_writes_hash_pinned_files_and_manifest(

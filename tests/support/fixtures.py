@@ -9,6 +9,7 @@ Session scope (built once per test run):
   ``pypi_url``, ``nightly_flat``, ``pypi_flat``, ``server``).
 - ``base_venv_template`` / ``nightly_venv_template``: a bare venv, and one with the nightly
   torch installed by real pip from the nightly index; tests get copies (0.2 s instead of 5 s).
+  Made once per run for every worker (``once_per_run`` in ``run_folder``).
 
 Function scope:
 
@@ -28,7 +29,9 @@ Function scope:
   tmp_path/data --home tmp_path/home --python sys.executable --backend pip``.
 
 ``installer_env(home)`` is the environment every pip/uv/envbuild subprocess here gets.
-``cache_lock(folder)`` guards a cache under ``.cache/tests`` that pytest-xdist workers share.
+``cache_lock(folder)`` guards a cache under ``.cache/tests`` that pytest-xdist workers share;
+``once_per_run(folder, build)`` makes a folder of ``run_folder`` (the run's, shared by its
+workers) once.
 """
 
 from __future__ import annotations
@@ -447,10 +450,32 @@ def copy_venv(template: Path, dest: Path) -> Path:
     return dest
 
 
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder the pytest-xdist workers of this run share: the run's base temporary folder
+    (``pytest-<n>``, under which each worker has its own ``popen-gw<k>``); without xdist, this
+    process's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
+def once_per_run(folder: Path, build: Callable[[Path], object]) -> Path:
+    """``folder``, made by ``build(folder)`` for the whole run by the first worker that asks (the
+    others wait for it under ``cache_lock``, then find it made); one left half made is made
+    again."""
+    made = folder.with_name(f"{folder.name}.made")
+    with cache_lock(folder):
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            made.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def base_venv_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bare venv of this interpreter with its bundled pip. Copy it; never install into it."""
-    return _make_bare_venv(tmp_path_factory.mktemp("venv-templates") / "base")
+    """A bare venv of this interpreter with its bundled pip, made once per run (ensurepip: 7
+    CPU-seconds) and shared by the workers. Copy it; never install into it."""
+    return once_per_run(run_folder(tmp_path_factory) / "venv-templates" / "base", _make_bare_venv)
 
 
 @pytest.fixture(scope="session")
@@ -459,21 +484,26 @@ def nightly_venv_template(
     scenario_index: ScenarioIndex,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
-    """A venv with the stand-in nightly torch installed by real pip, as a torch step would."""
-    path = copy_venv(base_venv_template, tmp_path_factory.mktemp("venv-templates") / "nightly")
-    venv = Venv(path, home=tmp_path_factory.mktemp("template-home"))
-    venv.pip(
-        "install",
-        "--index-url",
-        scenario_index.nightly_url,
-        "--extra-index-url",
-        scenario_index.pypi_url,
-        "--pre",
-        f"torch=={NIGHTLY_TORCH}",
-        check=True,
-    )
-    assert venv.version("torch") == NIGHTLY_TORCH
-    return path
+    """A venv with the stand-in nightly torch installed by real pip, as a torch step would; made
+    once per run (from the first asking worker's index: pip records no index in what it installs)
+    and shared by the workers."""
+
+    def build(path: Path) -> None:
+        copy_venv(base_venv_template, path)
+        venv = Venv(path, home=tmp_path_factory.mktemp("template-home"))
+        venv.pip(
+            "install",
+            "--index-url",
+            scenario_index.nightly_url,
+            "--extra-index-url",
+            scenario_index.pypi_url,
+            "--pre",
+            f"torch=={NIGHTLY_TORCH}",
+            check=True,
+        )
+        assert venv.version("torch") == NIGHTLY_TORCH
+
+    return once_per_run(run_folder(tmp_path_factory) / "venv-templates" / "nightly", build)
 
 
 @pytest.fixture
@@ -594,6 +624,40 @@ def write_stack(tmp_path: Path, scenario_index: ScenarioIndex) -> Callable[..., 
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def stack_locks(
+    scenario_index: ScenarioIndex, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[Sequence[Mapping[str, Any]], Path], Path]:
+    """``stack_locks(steps, tmp_path) -> stack``: ``write_stack(steps)`` locked by the real
+    ``envbuild lock`` (``ENVBUILD_CACHE_DIR`` ``tmp_path/envbuild-cache``), as a test that ran
+    both itself leaves ``tmp_path``: the stack, its lock files, that cache and ``home/``.
+
+    The lock is made once per worker for each stack text (three pip-compile runs, 5 s) and copied
+    into each test's folder, which the test then changes as its own.
+    """
+    from lockhelpers import lock_env
+
+    made: dict[str, Path] = {}
+
+    def lock(steps: Sequence[Mapping[str, Any]], tmp_path: Path) -> Path:
+        text = stack_toml(steps, index=scenario_index)
+        if text not in made:
+            folder = tmp_path_factory.mktemp("stack-lock")
+            (folder / "stack.toml").write_text(text, encoding="utf-8")
+            r = run_cli(
+                ("lock", "--stack", folder / "stack.toml"),
+                home=folder / "home",
+                cwd=folder,
+                env=lock_env(folder),
+            )
+            assert r.rc == 0, r.output
+            made[text] = folder
+        shutil.copytree(made[text], tmp_path, symlinks=True, dirs_exist_ok=True)
+        return tmp_path / "stack.toml"
+
+    return lock
 
 
 # ----------------------------------------------------------------------------- the CLI
