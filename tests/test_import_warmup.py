@@ -255,17 +255,9 @@ def test_the_walk_beside_the_check_writes_what_its_import_meets_last(
         submodules=80,
         prelude=nap,
     )
-    result = run_envbuild(
-        "provision",
-        "--stack",
-        stack,
-        "--root",
-        tmp_path / "data",
-        "--home",
-        tmp_path / "home",
-        *ARGS,
-        env={**BYTECODE_ON, "TORCH_NAP": "3"},
-    )
+    # the warm-up left to choose by itself ("1": on, not forced to import)
+    auto = {"ENVBUILD_IMPORT_WARMUP": "1", "TORCH_NAP": "3"}
+    result = _provision(run_envbuild, tmp_path, stack, env=auto)
     assert result.rc == ExitCode.OK, result.output
     warm = json.loads(result.stdout)["import_warmup"]
     assert warm["mode"] == "check" and warm["files"] == 0, warm
