@@ -60,6 +60,11 @@ PRINT_EXCEPTIONS = {
         " stdout as an ``ENVBUILD_DIST_RESULT`` line, which ``proof.diststep.launch`` reads; both"
         " streams are flushed before a gloo run leaves with ``os._exit``"
     ),
+    "envbuild.provision.pycwalk": (
+        "the bytecode walk, run by the target venv's python as a child process (no envbuild"
+        " import): one JSON line on stdout (what it found and compiled), which"
+        " ``provision.warmup`` reads, and its usage on stderr for a bad command line"
+    ),
     "envbuild.proof.inventory": (
         "a script the venv's own interpreter runs (no envbuild, no torch import): it hands the"
         " inventory back to ``proof.receipt.inventory`` as one JSON document on stdout"
