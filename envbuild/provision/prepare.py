@@ -25,7 +25,6 @@ anything is installed.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import threading
@@ -130,10 +129,7 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
     out = PreparedSteps(jobs={j.step: j for j in jobs if j.covers})
     for job in jobs:
         out.records.update(job.records or {})
-    # the RECORD cache is for a later check-lock, not for this run: written beside the installs
-    # (not a daemon: the process waits for it before it exits)
-    pairs = [(j, next(s for s in todo if s.name == j.step)) for j in jobs]
-    threading.Thread(target=_remember_all, args=(pairs,), name="records", daemon=False).start()
+        _remember(job, next(s for s in todo if s.name == job.step))
     if hooked:
         out.built = _build_against_torch(run, todo, hooked, python, set(out.jobs))
     out.seconds = round(time.monotonic() - t0, 3)
@@ -223,14 +219,6 @@ def _names(package: str) -> Callable[[str], bool]:
 _HASHED = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*@\s*\S+\.whl\S*\s.*--hash=sha256:(?P<sha>[0-9a-f]{64})"
 )
-
-
-def _remember_all(pairs: Sequence[tuple[prefetch.PrefetchJob, PlannedStep]]) -> None:
-    """``_remember`` of each prepared job; never raises (a cache it could not write costs a read
-    later)."""
-    with contextlib.suppress(OSError, ValueError):
-        for job, planned in pairs:
-            _remember(job, planned)
 
 
 def _remember(job: prefetch.PrefetchJob, planned: PlannedStep) -> None:
