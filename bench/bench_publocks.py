@@ -180,7 +180,9 @@ def bench_lock(
 
     def provision(root: Path, variant: str, check: bool = True) -> tuple[float, Path]:
         tree = before if variant == "envbuild-before" and before is not None else REPO
-        e = {**env, "PYTHONPATH": str(tree)}
+        # envbuild's own caches (metadata, RECORDs, interpreter probes) start empty with the root,
+        # as uv's cache does with its cold run; the warm and no-op runs of the root keep them
+        e = {**env, "PYTHONPATH": str(tree), "ENVBUILD_CACHE_DIR": str(root / "envbuild-cache")}
         seconds, output = _run(
             [
                 sys.executable,

@@ -38,16 +38,23 @@ def parse_toml(text: str) -> dict[str, Any]:
     return data
 
 
-def atomic_write_text(path: Path, text: str, *, private: bool = False) -> None:
+def atomic_write_text(
+    path: Path, text: str, *, private: bool = False, durable: bool = True
+) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same folder, then ``os.replace``).
 
     ``private``: mode 0600 from the start (a file that may hold secrets: credentials in URLs,
     ``[env]`` values), never readable by others even for a moment.
+    ``durable``: synced to disk before it takes the name (a record of state). A cache entry that a
+    reader checks and can rebuild (``index.records``, ``index.metacache``) passes False: a crash
+    may lose it, never tear a state file, and a run does not wait on a hundred fsyncs for it.
     """
-    atomic_write_bytes(path, text.encode("utf-8"), private=private)
+    atomic_write_bytes(path, text.encode("utf-8"), private=private, durable=durable)
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, private: bool = False) -> None:
+def atomic_write_bytes(
+    path: Path, data: bytes, *, private: bool = False, durable: bool = True
+) -> None:
     """``atomic_write_text`` for bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -56,8 +63,9 @@ def atomic_write_bytes(path: Path, data: bytes, *, private: bool = False) -> Non
         os.fchmod(fd, 0o600)  # an old temp file of the same name keeps its mode otherwise
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -66,8 +74,10 @@ def json_text(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
 
-def atomic_write_json(path: Path, data: Any, *, private: bool = False) -> None:
-    atomic_write_text(path, json_text(data), private=private)
+def atomic_write_json(
+    path: Path, data: Any, *, private: bool = False, durable: bool = True
+) -> None:
+    atomic_write_text(path, json_text(data), private=private, durable=durable)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

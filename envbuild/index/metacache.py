@@ -39,7 +39,9 @@ def put(sha: str | None, reqs: Sequence[str]) -> None:
     from envbuild._io import atomic_write_json
 
     with contextlib.suppress(OSError):  # a read-only cache only costs speed
-        atomic_write_json(cache_dir() / "metadata" / f"{sha}.json", {"requires_dist": list(reqs)})
+        atomic_write_json(
+            cache_dir() / "metadata" / f"{sha}.json", {"requires_dist": list(reqs)}, durable=False
+        )
 
 
 def cached_requires(hashes: Iterable[str]) -> list[str] | None:

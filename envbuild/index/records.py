@@ -91,7 +91,7 @@ def put(sha: str | None, record: Mapping[str, str]) -> dict[str, str]:
         from envbuild._io import atomic_write_json
 
         with contextlib.suppress(OSError):  # a read-only cache only costs a read later
-            atomic_write_json(_path(sha), {"files": files})
+            atomic_write_json(_path(sha), {"files": files}, durable=False)
     return files
 
 

@@ -57,7 +57,7 @@ def build_requires(url: str, sha256: str | None, filename: str) -> tuple[str, ..
 
         with contextlib.suppress(OSError):  # a read-only cache only costs a download
             path = cache_dir() / "build-requires" / f"{sha256}.json"
-            atomic_write_json(path, {"requires": list(got)})
+            atomic_write_json(path, {"requires": list(got)}, durable=False)
     return got
 
 

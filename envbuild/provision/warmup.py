@@ -394,6 +394,14 @@ class Warmup:
                 self.proc.wait(timeout=10)
         if self.scratch is not None:
             self.files = harvest(self.scratch, self.site)
+            # its tens of thousands of links go now, beside the check's import, not at the exit
+            self._discard_folders()
+
+    def _discard_folders(self) -> None:
+        for folder in (self.scratch, self.workdir):
+            if folder is not None:
+                discard(folder)
+        self.scratch = self.workdir = None
 
     def stop(self) -> None:
         """End it (kill if still running) and reap it; never raises."""
@@ -406,9 +414,7 @@ class Warmup:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
         self.seconds = round(time.monotonic() - self.started, 3)
-        for folder in (self.scratch, self.workdir):
-            if folder is not None:
-                discard(folder)
+        self._discard_folders()
 
     def to_json(self) -> WarmupJSON:
         code = self.proc.returncode if self.proc is not None else None
