@@ -47,18 +47,9 @@ from envbuild.gate.model import (
     ParsedLock,
 )
 from envbuild.gate.project import Project
-from envbuild.gate.uvsync import (
-    EarlyExport,
-    Exported,
-    SyncFlags,
-    export,
-    match_entries,
-    sync_refusal,
-)
+from envbuild.gate.uvsync import Exported, SyncFlags, export, match_entries, sync_refusal
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from envbuild.installer.python import TargetPython
 
 __all__ = [
@@ -183,26 +174,16 @@ class Judged:
     failing: list[Finding]
 
 
-def judge_selection(
-    sel: Selection,
-    python: str | None = None,
-    *,
-    on_chosen: Callable[[Chosen], None] | None = None,
-) -> Judged:
+def judge_selection(sel: Selection, python: str | None = None) -> Judged:
     """The one question of every ``--lock`` front end, answered here: the lock read once
     (``read_project_lock``), its Python and the interpreter of it (``python``, a minor the caller
     chose, else ``target_python``), the one environment of it ``sel`` chooses (``choose``) and the
-    gate's verdict on what that environment installs (``judge``). ``on_chosen`` is told the
-    environment before the verdict (what a provision starts beside it)."""
+    gate's verdict on what that environment installs (``judge``)."""
     from envbuild.installer.python import interpreter_of
 
-    # uv's export runs (its own process) while the lock is parsed here
-    early = EarlyExport(sel.lock, sel.flags)
     lock = read_project_lock(sel.lock, sel.fmt)
     target = interpreter_of(python) if python else target_python(lock, sel.python, sel.venv)
-    chosen = choose(lock, target, sel.flags, sel.environment, early=early)
-    if on_chosen is not None:
-        on_chosen(chosen)
+    chosen = choose(lock, target, sel.flags, sel.environment)
     report, failing = judge(chosen, sel.accept)
     return Judged(chosen, report, failing)
 
@@ -305,12 +286,7 @@ def python_for_lock(lock: ProjectLock | Path) -> str:
 
 
 def choose(
-    lock: ProjectLock,
-    target: TargetPython,
-    flags: SyncFlags,
-    environment: tuple[str, ...] = (),
-    *,
-    early: EarlyExport | None = None,
+    lock: ProjectLock, target: TargetPython, flags: SyncFlags, environment: tuple[str, ...] = ()
 ) -> Chosen:
     """The one environment of ``lock`` to install for uv sync's ``flags`` on ``target`` (its minor;
     its interpreter is the one uv sync is asked with) and ``environment`` (default: this host; see
@@ -336,7 +312,7 @@ def choose(
             " provision installs one",
             hint="Name one platform, e.g. --environment linux-x86_64.",
         )
-    exported = export(lock, flags, early) if parsed.format == "uv.lock" else None
+    exported = export(lock, flags) if parsed.format == "uv.lock" else None
     if exported is not None:
         return _as_uv_exports(
             lock, space, found, exported, flags, sources_of(parsed), target.executable

@@ -19,10 +19,8 @@ not there, ``export`` returns None and the caller says what can be selected with
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,49 +136,7 @@ class Exported:
     hashes: frozenset[str] = frozenset()  # the requirements export: its files' sha256 (no source)
 
 
-class EarlyExport:
-    """``uv export``'s pylock.toml of a selection, started before the lock is parsed (a thread that
-    waits for the subprocess): the export (uv's own process) and envbuild's parse of the lock then
-    run side by side. ``export`` takes its answer where it asks the same question."""
-
-    def __init__(self, lock_path: Path, flags: SyncFlags) -> None:
-        self.lock_path, self.flags = lock_path, flags
-        self._out: _Exported | None = None
-        self._thread: threading.Thread | None = None
-        wanted = lock_path.name == "uv.lock" and Project(lock_path.parent).exists()
-        uv = find_uv() if wanted else None
-        if uv is not None:
-            self._thread = threading.Thread(
-                target=self._run, args=(uv,), name="uv-export", daemon=True
-            )
-            self._thread.start()
-
-    def _run(self, uv: str) -> None:
-        # any failure (uv did not start, timed out) leaves the answer to ``export``'s own call
-        with contextlib.suppress(ConfigError, OSError):
-            self._out = _uv_export(self.lock_path, uv, "pylock.toml", self.flags, _export_env())
-
-    def result(self, lock_path: Path, flags: SyncFlags) -> _Exported | None:
-        """Its answer where it was asked about ``lock_path`` and ``flags``, else None."""
-        if self._thread is None or lock_path != self.lock_path or flags != self.flags:
-            return None
-        self._thread.join()
-        return self._out
-
-
-def _export_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")
-    }
-    env.update({"NO_COLOR": "1", "UV_OFFLINE": "1"})
-    return env
-
-
-def export(
-    lock: ProjectLock, flags: SyncFlags, early: EarlyExport | None = None
-) -> list[Exported] | None:
+def export(lock: ProjectLock, flags: SyncFlags) -> list[Exported] | None:
     """uv's export of ``flags``' selection of ``lock`` (``uv export --frozen
     --format pylock.toml``); None where uv cannot say (no pyproject.toml beside the lock, a lock not
     named uv.lock, or no uv). ConfigError (exit 2): uv refuses the selection.
@@ -188,18 +144,20 @@ def export(
     uv's pylock export downloads every file the lock records no hash for, to write one: it runs
     offline, and where it cannot (a file from a find-links page that serves no hashes, not in uv's
     cache) the requirements export answers instead, which names no source: an entry is then told
-    apart from another of its name and version by its files' hashes (``_same_place``). ``early``:
-    the same export started before (``EarlyExport``)."""
+    apart from another of its name and version by its files' hashes (``_same_place``)."""
     lock_path = lock.path
     if not lock.project.exists() or lock_path.name != "uv.lock":
         return None
     uv = find_uv()
     if uv is None:
         return None
-    env = _export_env()
-    out = (early.result(lock_path, flags) if early is not None else None) or _uv_export(
-        lock_path, uv, "pylock.toml", flags, env
-    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("UV_NO_CONFIG", "UV_LOCKED", "UV_FROZEN", "VIRTUAL_ENV")
+    }
+    env.update({"NO_COLOR": "1", "UV_OFFLINE": "1"})
+    out = _uv_export(lock_path, uv, "pylock.toml", flags, env)
     if out.returncode == 0:
         return parse_pylock(out.stdout)
     plain = _uv_export(lock_path, uv, "requirements.txt", flags, env)

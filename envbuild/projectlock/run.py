@@ -14,9 +14,7 @@ interpreter for a lock's ``requires-python`` is ``installer.python.python_for``'
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,13 +53,11 @@ from envbuild.spec import StackSpec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from envbuild.index.net import Probe
     from envbuild.index.records import FileOverlap
     from envbuild.projectlock.image import SliceSourceJSON
 
 
 __all__ = [
-    "EarlyHosts",
     "LockRequest",
     "Prepared",
     "adopt",
@@ -79,19 +75,13 @@ __all__ = [
 DEFAULT_ROOT = "/mnt/data"
 
 
-def prepare(
-    req: LockRequest,
-    python: str | None = None,
-    *,
-    refusing: bool = True,
-    on_chosen: Callable[[Chosen], None] | None = None,
-) -> Prepared:
+def prepare(req: LockRequest, python: str | None = None, *, refusing: bool = True) -> Prepared:
     """Choose, gate and stage the lock (no network, no venv): what ``plan --lock`` prints. The
     gate answers which environment, on ``python`` (a minor; None: the request's interpreter, else
     the lock's), and its verdict in one call (``gate.selection.judge_selection``). A lock the gate
     fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its stages
-    first, then refuses it. ``on_chosen``: as for ``judge_selection``."""
-    judged = judge_selection(req.selection, python, on_chosen=on_chosen)
+    first, then refuses it."""
+    judged = judge_selection(req.selection, python)
     chosen, report, failing = judged.chosen, judged.report, judged.failing
     if not req.rebuild_mismatched:
         if refusing:
@@ -130,23 +120,18 @@ def _stages(chosen: Chosen, req: LockRequest) -> StagePlan:
     return route_torch_builds(plan, folder)
 
 
-def prepare_lock(
-    req: LockRequest,
-    *,
-    refusing: bool = True,
-    on_chosen: Callable[[Chosen], None] | None = None,
-) -> Prepared:
+def prepare_lock(req: LockRequest, *, refusing: bool = True) -> Prepared:
     """The one path of every ``--lock`` front end (``plan``, ``provision``, ``docker``,
     ``wheelhouse mirror``, ``preflight``): a ``req.venv``'s torch as the baseline of a lock that
     leaves torch to it, then ``prepare`` (the lock read once, its interpreter chosen from
     ``req.python`` / ``req.venv``, chosen and judged by the gate, staged)."""
     if req.venv is not None and req.base_torch is None:
         req = replace(req, base_torch=base_torch_of(req.venv))
-    return prepare(req, refusing=refusing, on_chosen=on_chosen)
+    return prepare(req, refusing=refusing)
 
 
 def _prepare_or_reuse(
-    req: LockRequest, opts: ProvisionOptions, on_chosen: Callable[[Chosen], None] | None = None
+    req: LockRequest, opts: ProvisionOptions
 ) -> tuple[Prepared, Callable[[], None]]:
     """``prepare_lock`` for a provision, or the last run's answer where nothing it read has changed
     (``projectlock.reuse``); and what to call once the provision has finished (keeps a fresh
@@ -156,12 +141,12 @@ def _prepare_or_reuse(
     root = Path(opts.root) if opts.root is not None else Path(DEFAULT_ROOT)
     kept = reuse_for(root, req)
     if kept is None:
-        return prepare_lock(req, on_chosen=on_chosen), lambda: None
+        return prepare_lock(req), lambda: None
     prepared = kept.load()
     if prepared is not None:
         return prepared, lambda: None
     with kept.recording() as reads:
-        fresh = prepare_lock(req, on_chosen=on_chosen)
+        fresh = prepare_lock(req)
     return fresh, lambda: kept.keep(fresh, reads)
 
 
@@ -230,67 +215,19 @@ def rebuilt_record(plan: StagePlan) -> dict[str, object]:
     return {"rebuilt": rebuilt} if rebuilt else {}
 
 
-def unreachable_hosts(
-    prepared: Prepared, spec_steps: set[str], early: EarlyHosts | None = None
-) -> list[str]:
+def unreachable_hosts(prepared: Prepared, spec_steps: set[str]) -> list[str]:
     """HEAD of one file per host the stages still to run download from (file:// is the
-    installer's); a host ``early`` probed already is not asked again."""
+    installer's)."""
     from envbuild.index.net import unreachable
 
     first: dict[str, str] = {}
     for p in prepared.plan.placed:
         if p.stage not in spec_steps or p.artifact is None:
             continue
-        if (host := _host(p.artifact.url)) is not None:
-            first.setdefault(host, p.artifact.url)
-    bad: list[str] = []
-    if early is not None:
-        for host, probe in early.probes().items():
-            if first.pop(host, None) is not None and not probe.ok:
-                bad.append(f"{probe.location} ({probe.detail})")
-    return bad + unreachable(first.values())
-
-
-def _host(url: str) -> str | None:
-    """``scheme://host`` of an http(s) URL; None for another."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") else None
-
-
-class EarlyHosts:
-    """The file hosts of the environment the gate chose, probed on a thread of its own from the
-    moment it is chosen (``judge_selection``'s ``on_chosen``): beside the gate's verdict and the
-    staging instead of after them. A host the stages to run do not download from is probed but
-    never refuses anything (``unreachable_hosts`` reads only the ones they need)."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._probes: dict[str, Probe] = {}
-
-    def start(self, chosen: Chosen) -> None:
-        from envbuild.index.net import probe_all
-
-        first: dict[str, str] = {}
-        for entry in chosen.members.entries:
-            for url, _sha in entry.files:
-                if (host := _host(url)) is not None:
-                    first.setdefault(host, url)
-        if not first:
-            return
-
-        def run() -> None:
-            with contextlib.suppress(Exception):  # a failed probe leaves the host to be asked
-                found = probe_all(first.values())
-                self._probes = {h: found[u] for h, u in first.items() if u in found}
-
-        self._thread = threading.Thread(target=run, name="hosts-probe", daemon=True)
-        self._thread.start()
-
-    def probes(self) -> dict[str, Probe]:
-        """{``scheme://host``: its probe} (waits for the thread)."""
-        if self._thread is not None:
-            self._thread.join()
-        return self._probes
+        parts = urlsplit(p.artifact.url)
+        if parts.scheme in ("http", "https"):
+            first.setdefault(f"{parts.scheme}://{parts.netloc}", p.artifact.url)
+    return unreachable(first.values())
 
 
 def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, ProvisionResult]:
@@ -305,8 +242,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
     from envbuild.wheelhouse.sharedcache import open_shared
 
     folder = wheelhouse_folder(req.wheelhouse) if req.wheelhouse else None
-    early = EarlyHosts() if folder is None else None
-    prepared, keep = _prepare_or_reuse(req, opts, early.start if early is not None else None)
+    prepared, keep = _prepare_or_reuse(req, opts)
     here = host_platform_key().replace("-", " ")
     if prepared.chosen.env.platform != here:
         raise ConfigError(
@@ -407,7 +343,7 @@ def provision_lock(req: LockRequest, opts: ProvisionOptions) -> tuple[Prepared, 
         # what provision will run
         todo = set(pending_steps(spec, replace(run_opts, locked=locked), paths))
         if folder is None:
-            if todo and (bad := unreachable_hosts(prepared, todo, early)):
+            if todo and (bad := unreachable_hosts(prepared, todo)):
                 raise PreflightError(
                     "the lock's file hosts do not answer: " + "; ".join(bad),
                     hint="Check the network (or a proxy), or provision where they can be reached.",
