@@ -25,6 +25,7 @@ anything is installed.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import threading
@@ -202,16 +203,15 @@ def _early_warmup(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) 
     return _Early(warmup.Warmup(python, module, import_env, log), folder, walk=mode == "walk")
 
 
-_LINE_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
 def _names(package: str) -> Callable[[str], bool]:
-    """Whether a line of a locked file installs ``package`` (its requirement's name)."""
-    wanted = canonicalize_name(package)
+    """Whether a line of a locked file installs ``package``: its requirement (the line without its
+    ``--hash`` options and its comment) read by ``packaging`` (``prefetch.requirement_names``)."""
+    wanted = [canonicalize_name(package)]
 
     def named(line: str) -> bool:
-        m = _LINE_NAME.match(line)
-        return m is not None and canonicalize_name(m.group(1)) == wanted
+        words = itertools.takewhile(lambda w: not w.startswith("#"), line.split())
+        requirement = " ".join(w for w in words if not w.startswith("--"))
+        return prefetch.requirement_names([requirement]) == wanted
 
     return named
 
