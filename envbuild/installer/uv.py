@@ -107,10 +107,13 @@ class UvInstaller:
         sources: Sequence[str],
         requirements: Sequence[str],
     ) -> list[str] | None:
-        # uv has no download-only mode (astral-sh/uv#3163): installing into a throw-away target
+        # uv has no download-only mode (astral-sh/uv#3163): installing into a throw-away prefix
         # downloads and unpacks each wheel into uv's cache, which the real step then links from;
-        # index files go through a pylock.toml as in the real step (uv caches them by index, not
-        # by URL), what a pylock cannot hold is left to the real step
+        # a prefix, not a target, lays the files out as in a venv (``lib/python3.X/site-packages``,
+        # ``bin``, data and headers beside them, RECORD rows as a venv's), so that a lock's
+        # prepared tree can be moved into the venv as it is (``provision.movein``); index files go
+        # through a pylock.toml as in the real step (uv caches them by index, not by URL), what a
+        # pylock cannot hold is left to the real step
         requirements = _as_pylock(requirements)
         return [
             self.uv,
@@ -120,7 +123,7 @@ class UvInstaller:
             "--quiet",
             "--python",
             str(python),
-            "--target",
+            "--prefix",
             str(scratch),
             *sources,
             *requirements,

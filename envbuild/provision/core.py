@@ -59,6 +59,7 @@ from envbuild.provision.state import Manifest, now
 from envbuild.provision.steps import (
     ProvisionRun,
     check_warmup,
+    drop_trees,
     freeze_baseline,
     import_listing,
     refuse_out_of_order,
@@ -315,6 +316,7 @@ def _provision(
     try:
         return _venv_steps_check(run, base_python, laps, pool, host_facts)
     except (EnvbuildError, KeyboardInterrupt) as exc:  # the run stopped short: a receipt says so
+        drop_trees(run)
         venv = restore.after_failure(run)
         if isinstance(exc, EnvbuildError):
             said = (exc.hint or "").rstrip()
@@ -345,6 +347,7 @@ def _prepare_files(run: ProvisionRun, base_python: Interpreter | None) -> None:
             python = base.executable
         prepared = prepare.prepare(run, todo, python)
         run.prepared = prepared.jobs
+        run.trees, run.tree_python = prepared.trees, python
     overlaps.check(run, prepared)
 
 

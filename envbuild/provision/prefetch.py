@@ -6,12 +6,12 @@ locked step (hash-pinned, every dependency listed) or the ``name==version`` pins
 Those can be fetched while the current step installs, into the same cache the real install
 reads, so the real install finds them there:
 
-- uv: ``uv pip install --no-deps --target <scratch> <pins>`` with the step's own sources. uv has
+- uv: ``uv pip install --no-deps --prefix <scratch> <pins>`` with the step's own sources. uv has
   no download-only mode (``--dry-run`` resolves but fetches no wheels; ``uv pip download`` does
   not exist, astral-sh/uv#3163), and its cache is keyed by the artifact's URL: installing the
-  pins into a throw-away target downloads *and unpacks* each wheel into the cache, which is the
+  pins into a throw-away prefix downloads *and unpacks* each wheel into the cache, which is the
   expensive part of the real install; the real step then only hard-links from the cache. The
-  scratch target is on the data root (same filesystem), so it costs links, not copies.
+  scratch prefix is on the data root (same filesystem), so it costs links, not copies.
 - pip: ``pip download --no-deps -d <scratch> <pins>`` through the same ``PIP_CACHE_DIR``: the
   wheel responses land in pip's HTTP cache, where the real ``pip install`` of the same URL finds
   them (for indexes that send cacheable responses, as PyPI and the PyTorch index do).
@@ -43,7 +43,8 @@ on the data root, nothing is downloaded twice across steps or across re-runs eit
 
 ``provision --lock`` with uv uses the same scratch installs differently: every step is prepared
 at once before the first one installs (``provision.prepare``), so a download or build that fails
-stops the run before the venv is touched.
+stops the run before the venv is touched, and each prepared prefix is kept (``Prefetcher(keep=
+True)``): laid out as a venv is, it is what the step moves into the venv (``provision.movein``).
 
 Whether prefetching pays depends on where the time goes: with a remote index it hides a later
 step's download behind the current install; from a local wheelhouse it only moves unpacking
@@ -80,6 +81,7 @@ __all__ = [
     "exact_pins",
     "pinned_versions",
     "prefetch_argv",
+    "prefix_sites",
     "remote_sources",
     "requirement_names",
     "source_args",
@@ -342,11 +344,24 @@ def prefetch_argv(
     )
 
 
-def _installed_records(target: Path) -> dict[str, tuple[str, dict[str, str]]]:
-    """{canonical name: (version, RECORD rows)} of the distributions installed in ``target``."""
+def prefix_sites(prefix: Path) -> list[Path]:
+    """The folders of a scratch prefix that hold its distributions (``*.dist-info``): one, its
+    ``lib/python3.X/site-packages``, for an interpreter whose prefix scheme is a venv's; a Debian
+    system Python's is ``local/lib/python3.X/dist-packages``."""
+    patterns = ("lib*/python*/*-packages/*.dist-info", "local/lib*/python*/*-packages/*.dist-info")
+    found = {info.parent for pattern in patterns for info in prefix.glob(pattern)}
+    return sorted(found)
+
+
+def _installed_records(prefix: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """{canonical name: (version, RECORD rows)} of the distributions installed in ``prefix``."""
     from envbuild.guard import scan
 
-    return {name: (d.version, dict(d.files())) for name, d in scan(target).items()}
+    return {
+        name: (d.version, dict(d.files()))
+        for site in prefix_sites(prefix)
+        for name, d in scan(site).items()
+    }
 
 
 @dataclass
@@ -373,6 +388,9 @@ class PrefetchJob:
     # the stage's head (``Prefetcher.start``): its own lines in a scratch install of their own,
     # beside this one's; the job has failed if either did
     head: PrefetchJob | None = None
+    # with ``Prefetcher(keep=True)``: the scratch prefix of a job that succeeded, kept whole (or
+    # where ``after`` moved it); None: deleted, or the job failed
+    kept: Path | None = None
 
 
 class Prefetcher:
@@ -393,6 +411,7 @@ class Prefetcher:
         baseline_pins: Path | None = None,
         unconstrained_builds: bool = False,
         background: bool = True,
+        keep: bool = False,
     ) -> None:
         """``baseline_pins``: the constraints a guarded step's builds will have (the frozen
         baseline's file); None: guarded steps' builds are left to the real step, unless
@@ -401,7 +420,10 @@ class Prefetcher:
         else runs (``provision.prepare``: the run waits for them, as for uv sync's downloads), and
         then a uv job first tries ``--offline``: what uv's cache already holds is taken as it is, as
         ``uv sync`` takes the files of its lock, not revalidated file by file with their host (from
-        a host that sends no cache validators, that is a second download of every file)."""
+        a host that sends no cache validators, that is a second download of every file).
+        ``keep``: the scratch prefix of a job that succeeded is kept (``PrefetchJob.kept``), not
+        deleted: the caller moves it into the venv or discards it."""
+        self.keep = keep
         self.nice = _BACKGROUND if background else ()
         self.offline_first = not background and isinstance(installer, UvInstaller)
         self.installer = installer
@@ -559,7 +581,11 @@ class Prefetcher:
         except OSError:
             job.returncode = -1
         finally:
-            discard(job.scratch)
+            ok = job.result is not None and job.result.ok and not self._cancel.is_set()
+            if self.keep and ok and job.kept is None and job.scratch.is_dir():
+                job.kept = job.scratch
+            elif job.kept is None:
+                discard(job.scratch)
             job.scratch.parent.joinpath(f"{job.scratch.name}.txt").unlink(missing_ok=True)
             if (head := job.head) is not None:
                 head.done.wait()

@@ -4,12 +4,14 @@ made before the first step touches the venv, in ``uv sync``'s order.
 ``uv sync --frozen`` prepares the whole environment (downloads, hash checks, builds) and only then
 installs; a download or build that fails stops it with the venv untouched. ``provision --lock``
 does the same with uv: every step still to run is prepared at once, side by side, by
-``provision.prefetch``'s scratch installs (``uv pip install --no-deps --target <scratch>`` with
+``provision.prefetch``'s scratch installs (``uv pip install --no-deps --prefix <scratch>`` with
 the step's own sources, hashes and build constraints: uv fetches, checks and unpacks each wheel and
-builds each sdist, git pin and project into its cache), before the venv is made or changed. The
-steps then install ``--offline`` from the cache (links). The first job that fails stops the others
-and the run, with uv's own words and the venv as it was; where the venv did not exist, it still
-does not (``provision.core`` makes it after this).
+builds each sdist, git pin and project into its cache, and links them into the scratch prefix, laid
+out as a venv), before the venv is made or changed. Each step then moves its prepared prefix into
+the venv (``provision.movein``: renames, where nothing is in the way), else installs ``--offline``
+from the cache (links). The first job that fails stops the others and the run, with uv's own words
+and the venv as it was; where the venv did not exist, it still does not (``provision.core`` makes
+it after this).
 
 The builds against torch (``ProvisionOptions.prepare_steps``: sdists that need the installed torch
 to build) are made here too, against the lock's torch in a scratch venv: the earlier steps
@@ -37,6 +39,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from envbuild import events, layout
+from envbuild._io import discard
 from envbuild.errors import EnvbuildError, InstallError
 from envbuild.index import records
 from envbuild.installer.uv import UvInstaller
@@ -60,6 +63,16 @@ class PreparedSteps:
     # {canonical name: (version, RECORD rows)} of each distribution the prepared steps install
     records: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     built: tuple[str, ...] = ()  # the steps of builds against torch made in the scratch venv
+    # {step: its scratch prefixes, kept whole (the stage's head's first)}: what ``provision.movein``
+    # moves into the venv; only for a step whose every line they hold
+    trees: dict[str, list[Path]] = field(default_factory=dict)
+
+    def discard(self) -> None:
+        """Delete the prefixes no step took (off the caller's path)."""
+        for trees in self.trees.values():
+            for tree in trees:
+                discard(tree)
+        self.trees.clear()
 
 
 def wanted(run: ProvisionRun, todo: Sequence[PlannedStep]) -> bool:
@@ -89,6 +102,7 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         baseline_pins=baseline_pins(run, todo),
         unconstrained_builds=True,  # a lock's isolated builds, as uv sync makes them
         background=False,  # nothing else runs: the run waits for them, as for uv sync's downloads
+        keep=True,  # each prefix is what its step moves into the venv (``provision.movein``)
     )
     early = _early_warmup(run, todo, python)
     walk = early is not None and early.walk
@@ -124,10 +138,23 @@ def prepare(run: ProvisionRun, todo: Sequence[PlannedStep], python: Path) -> Pre
         except BaseException:
             if early is not None:
                 early.close()
+            prefetcher.close()
+            for job in jobs:
+                for one in (job.head, job):
+                    if one is not None and one.kept is not None:
+                        discard(one.kept)
             raise
     if early is not None and early.warmup.proc is not None:
         run.warmup = early.warmup  # linked into the venv before the final check
     out = PreparedSteps(jobs={j.step: j for j in jobs if j.covers})
+    for job in jobs:
+        trees = [one.kept for one in (job.head, job) if one is not None]
+        if job.covers and all(trees):
+            out.trees[job.step] = [t for t in trees if t is not None]
+        else:
+            for tree in trees:
+                if tree is not None and (early is None or tree != early.folder):
+                    discard(tree)
     for job in jobs:
         out.records.update(job.records or {})
         _remember(job, next(s for s in todo if s.name == job.step))
@@ -163,8 +190,13 @@ class _Early:
                 job.scratch.rename(self.folder)
             except OSError:
                 return
+            sites = prefetch.prefix_sites(self.folder)
             workdir = self.folder.with_name(f"{self.folder.name}.cwd")
-            if not self.warmup.start_in(self.folder, workdir, job.step, walk=self.walk):
+            if len(sites) == 1 and self.warmup.start_in(
+                sites[0], workdir, job.step, walk=self.walk, tree=self.folder
+            ):
+                job.kept = self.folder  # the step moves it into the venv once the warm-up ended
+            else:
                 shutil.rmtree(self.folder, ignore_errors=True)
                 shutil.rmtree(workdir, ignore_errors=True)
 

@@ -8,6 +8,7 @@ built, the state lock's fd) so the functions below take one argument instead of 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -16,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild import events, guard, layout
-from envbuild._io import atomic_write_text
+from envbuild._io import atomic_write_text, discard
 from envbuild.errors import ABIViolation, EnvbuildError, InstallError, PreflightError
 from envbuild.installer import Installer
-from envbuild.plan import Plan, PlannedStep
+from envbuild.plan import Plan, PlannedStep, step_commands
 from envbuild.provision import prefetch, verify, warmup
 from envbuild.provision.state import Manifest, now
+from envbuild.run import open_private
 from envbuild.spec import StackSpec
 
 if TYPE_CHECKING:
@@ -51,6 +53,9 @@ class ProvisionRun:
     unmet_names: list[str] = field(default_factory=list)
     # the steps whose files and builds are all in uv's cache (``provision.prepare``)
     prepared: dict[str, prefetch.PrefetchJob] = field(default_factory=dict)
+    # {step: its prepared prefixes}: moved into the venv by the step (``provision.movein``)
+    trees: dict[str, list[Path]] = field(default_factory=dict)
+    tree_python: Path | None = None  # the interpreter uv installed them with
     venv_made: bool = False  # this run made the venv
     installing: bool = False  # a step began installing (``provision.restore``)
     before: Path | None = None  # the copy of the venv taken before the first install
@@ -159,6 +164,84 @@ def run_steps(run: ProvisionRun) -> None:
     finally:
         if prefetcher is not None:
             prefetcher.close()
+        drop_trees(run)
+
+
+def drop_trees(run: ProvisionRun) -> None:
+    """Delete the prepared prefixes no step took (the run ended, or stopped short)."""
+    for name in list(run.trees):
+        _drop_trees(run, name)
+
+
+def _drop_trees(run: ProvisionRun, step: str) -> None:
+    """Delete what is left of ``step``'s prepared prefixes (off the run's path); the warm-up's own
+    is its to delete (``Warmup.stop``): its walk may still be writing there."""
+    own = run.warmup.tree if run.warmup is not None else None
+    for tree in run.trees.pop(step, []):
+        if tree != own:
+            discard(tree)
+
+
+def _move_in(
+    run: ProvisionRun, planned: PlannedStep, before: Mapping[str, object], log_file: Path
+) -> bool:
+    """Install ``planned`` by moving its prepared prefixes into the venv (``provision.movein``),
+    where they hold all of it and the move is what uv's install would make; False: the step
+    installs with uv."""
+    from envbuild.provision import movein
+
+    trees = run.trees.get(planned.name)
+    env = run.env or {}
+    if (
+        not trees
+        or planned.install_last
+        or planned.name in run.opts.prepare_steps
+        or env.get("UV_COMPILE_BYTECODE", "").lower() not in ("", "0", "false", "no", "off")
+    ):
+        return False
+    warm = run.warmup
+    if warm is not None and warm.tree in trees and warm.running():
+        return False  # its walk still writes there: the step links from uv's cache
+    if run.tree_python is None:
+        return False
+    moved = movein.move_in(
+        trees,
+        run.paths.venv,
+        run.site,
+        scratch_python=run.tree_python,
+        venv_python=os.path.abspath(run.python),
+        installed=before,
+    )
+    if isinstance(moved, str):
+        events.emit(
+            "debug", f"step {planned.name}: installed from uv's cache, not moved in: {moved}"
+        )
+        return False
+    if warm is not None and warm.tree in trees:
+        warm.moved()
+    # what the uv run would have left besides the venv: the step's requirement files (``plan
+    # --json``'s commands), its log, and a git pin's wheel recorded as that git install
+    for command in step_commands(
+        planned,
+        backend=run.installer.name,
+        python=run.python,
+        uv=getattr(run.installer, "uv", None),
+        steps_dir=run.paths.state / "steps",
+        constraints=None,
+    ):
+        command.write()
+    with open_private(log_file) as log:
+        log.write(
+            f"[envbuild] moved the prepared files of {len(moved.names)} distribution(s) into the"
+            f" venv ({moved.renames} rename(s), {moved.scripts} script(s) written for its python):"
+            f" uv installed them into the prepare's prefix ({', '.join(map(str, trees))})\n"
+        )
+    if planned.locked_file is not None:
+        from envbuild.installer.records import record_git_builds
+
+        record_git_builds(planned.locked_file, run.python, run.installer.name)
+    events.emit("debug", f"step {planned.name}: moved in ({len(moved.names)} distribution(s))")
+    return True
 
 
 def warm_wanted(run: ProvisionRun, import_env: Mapping[str, str]) -> bool:
@@ -334,7 +417,9 @@ def run_one(
                 on_line=on_line,
             )
 
-        if cached:
+        if not refresh and _move_in(run, planned, before, log_file):
+            pass
+        elif cached:
             try:
                 install(dataclasses.replace(planned, args=(*planned.args, "--offline")))
             except InstallError as exc:
@@ -347,6 +432,7 @@ def run_one(
                 install(planned)
         else:
             install(planned)
+        _drop_trees(run, planned.name)
         if planned.role == "baseline":
             manifest.baseline = freeze_baseline(run)
     except EnvbuildError as exc:

@@ -253,6 +253,7 @@ class Warmup:
             None  # prepare mode: the scratch target, an empty folder to run in
         )
         self.workdir: Path | None = None
+        self.tree: Path | None = None  # the prefix ``scratch`` is the site folder of (deleted too)
         self.files = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
@@ -309,12 +310,23 @@ class Warmup:
         events.emit("debug", said)
         return True
 
-    def start_in(self, scratch: Path, workdir: Path, step: str, *, walk: bool = False) -> bool:
+    def start_in(
+        self,
+        scratch: Path,
+        workdir: Path,
+        step: str,
+        *,
+        walk: bool = False,
+        tree: Path | None = None,
+    ) -> bool:
         """The prepare mode (module docstring): import from ``scratch``, in the empty ``workdir``,
         or with ``walk`` the walk mode (``pycwalk.py`` over ``scratch``, on idle cores); both
-        folders are this warm-up's from now on (``stop`` deletes them). False where it cannot help:
-        ``PYTHONPYCACHEPREFIX`` is set (the check's import reads the bytecode from there)."""
+        folders (and ``tree``, the scratch prefix ``scratch`` is the site folder of) are this
+        warm-up's from now on (``stop`` deletes them, unless ``moved`` took the prefix into the
+        venv). False where it cannot help: ``PYTHONPYCACHEPREFIX`` is set (the check's import
+        reads the bytecode from there)."""
         self.mode, self.scratch, self.workdir = ("walk" if walk else "prepare"), scratch, workdir
+        self.tree = tree
         if self.env.get("PYTHONPYCACHEPREFIX"):
             return False
         shutil.rmtree(workdir, ignore_errors=True)
@@ -408,9 +420,22 @@ class Warmup:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
         self.seconds = round(time.monotonic() - self.started, 3)
-        for folder in (self.scratch, self.workdir):
+        for folder in (self.tree or self.scratch, self.workdir):
             if folder is not None:
                 discard(folder)
+
+    def running(self) -> bool:
+        """Whether its process is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def moved(self) -> None:
+        """The prepare-mode scratch (with the bytecode it wrote) was moved into the venv
+        (``provision.movein``): nothing is left to link at the check. ``files``: the ``.pyc`` the
+        walk said it wrote (its last line), where it said so."""
+        self.scratch = None
+        with contextlib.suppress(OSError, ValueError, IndexError, KeyError, TypeError):
+            last = self.log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-1]
+            self.files = int(json.loads(last)["compiled"])
 
     def to_json(self) -> WarmupJSON:
         code = self.proc.returncode if self.proc is not None else None
