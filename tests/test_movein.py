@@ -77,6 +77,8 @@ def _tree(venv: Path) -> dict[str, tuple[str, bytes | str]]:
     what making the venv wrote (its interpreter links and activation scripts, which name its path:
     envbuild's was moved aside)."""
     out: dict[str, tuple[str, bytes | str]] = {}
+    if (venv / ".lock").is_file():  # uv's lock file, which its installs leave in the venv
+        out[".lock"] = ("file", (venv / ".lock").read_bytes())
     for top in ("bin", "include", "share", "lib"):
         for folder, dirs, files in os.walk(venv / top):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
@@ -142,6 +144,7 @@ def test_a_moved_in_venv_is_uv_syncs_venv_byte_for_byte(tmp_path: Path) -> None:
         assert sync.returncode == 0, sync.stderr
     got, want = _tree(ours), _tree(venv)
     assert "share/cli-like/notes.txt" in want and "bin/torchrun" in want, sorted(want)
+    assert ".lock" in want, sorted(want)
     assert any(p.startswith("include/site/python3") for p in want), sorted(want)
     differ = {
         p: (got.get(p, ("-", b""))[0], want.get(p, ("-", b""))[0])

@@ -73,7 +73,7 @@ def test_prefetch_argv_pip_and_uv(tmp_path: Path) -> None:
         su, installer=UvInstaller("/bin/uv"), python=Path("/v/bin/python"), scratch=tmp_path / "s"
     )
     assert uv is not None and uv[:3] == ["/bin/uv", "pip", "install"]
-    assert "--target" in uv and "--no-deps" in uv
+    assert "--prefix" in uv and "--no-deps" in uv
     # nothing exact: nothing to prefetch
     assert (
         prefetch_argv(

@@ -206,9 +206,13 @@ def _plan(src: Path, dst: Path, moves: list[tuple[str, str]], *, top: bool = Fal
     with os.scandir(src) as entries:
         listed = list(entries)
     for entry in listed:
-        if top and entry.name == ".lock":
-            continue  # uv's lock of the prefix, not installed
         there = dst / entry.name
+        if top and entry.name == ".lock":
+            # uv's lock file, which its install leaves in a venv too: the venv's own, where it has
+            # one, else this one
+            if not there.exists() and not any(m[1] == str(there) for m in moves):
+                moves.append((entry.path, str(there)))
+            continue
         try:
             st = os.lstat(there)
         except FileNotFoundError:
