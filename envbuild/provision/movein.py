@@ -42,6 +42,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from envbuild.errors import InstallError
 from envbuild.provision.prefetch import prefix_sites
 
 __all__ = ["Moved", "move_in", "shebang_ok"]
@@ -124,10 +125,21 @@ def move_in(
             return f"{tree}: {exc.strerror}"
     # decided: the scripts and RECORDs are written again in the prefix (new files: a link into
     # uv's cache is never written through), then everything is renamed into place
-    for path, data in rewrites:
-        _replace(path, data)
-    for src, dst in moves:
-        os.rename(src, dst)
+    done = 0
+    try:
+        for path, data in rewrites:
+            _replace(path, data)
+        for src, dst in moves:
+            os.rename(src, dst)
+            done += 1
+    except OSError as exc:
+        where = exc.filename or (moves[done][0] if done < len(moves) else trees[0])
+        raise InstallError(
+            f"moving the prepared files into the venv stopped at {where}: {exc.strerror}"
+            f" ({done} of {len(moves)} entries moved)",
+            hint="The venv holds part of this step; `provision` run again installs the step from"
+            " uv's cache over it.",
+        ) from exc
     written = sum(1 for path, _ in rewrites if path.name != "RECORD")
     return Moved(names=names, renames=len(moves), scripts=written)
 

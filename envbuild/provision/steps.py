@@ -21,7 +21,7 @@ from envbuild._io import atomic_write_text, discard
 from envbuild.errors import ABIViolation, EnvbuildError, InstallError, PreflightError
 from envbuild.installer import Installer
 from envbuild.plan import Plan, PlannedStep, step_commands
-from envbuild.provision import prefetch, verify, warmup
+from envbuild.provision import movein, prefetch, verify, warmup
 from envbuild.provision.state import Manifest, now
 from envbuild.run import open_private
 from envbuild.spec import StackSpec
@@ -183,39 +183,43 @@ def _drop_trees(run: ProvisionRun, step: str) -> None:
 
 
 def _move_in(
-    run: ProvisionRun, planned: PlannedStep, before: Mapping[str, object], log_file: Path
+    run: ProvisionRun,
+    planned: PlannedStep,
+    before: Mapping[str, object],
+    log_file: Path,
+    constraints: Path | None,
 ) -> bool:
     """Install ``planned`` by moving its prepared prefixes into the venv (``provision.movein``),
     where they hold all of it and the move is what uv's install would make; False: the step
     installs with uv."""
-    from envbuild.provision import movein
-
     trees = run.trees.get(planned.name)
     env = run.env or {}
-    if (
-        not trees
-        or planned.install_last
-        or planned.name in run.opts.prepare_steps
-        or env.get("UV_COMPILE_BYTECODE", "").lower() not in ("", "0", "false", "no", "off")
-    ):
+    if not trees or run.tree_python is None:
         return False
     warm = run.warmup
-    if warm is not None and warm.tree in trees and warm.running():
-        return False  # its walk still writes there: the step links from uv's cache
-    if run.tree_python is None:
-        return False
-    moved = movein.move_in(
-        trees,
-        run.paths.venv,
-        run.site,
-        scratch_python=run.tree_python,
-        venv_python=os.path.abspath(run.python),
-        installed=before,
-    )
-    if isinstance(moved, str):
-        events.emit(
-            "debug", f"step {planned.name}: installed from uv's cache, not moved in: {moved}"
+    moved: movein.Moved | str
+    if planned.install_last:
+        moved = f"{', '.join(planned.install_last)} install(s) after the rest, in a run of its own"
+    elif planned.name in run.opts.prepare_steps:
+        moved = "its builds need the installed torch"
+    elif env.get("UV_COMPILE_BYTECODE", "").lower() not in ("", "0", "false", "no", "off"):
+        moved = "UV_COMPILE_BYTECODE is set: uv compiles as it installs"
+    elif warm is not None and warm.tree in trees and warm.running():
+        moved = "the walk still writes torch's bytecode there"
+    else:
+        moved = movein.move_in(
+            trees,
+            run.paths.venv,
+            run.site,
+            scratch_python=run.tree_python,
+            venv_python=os.path.abspath(run.python),
+            installed=before,
         )
+    if isinstance(moved, str):
+        said = f"installed from uv's cache, not moved in from the prepare: {moved}"
+        events.emit("debug", f"step {planned.name}: {said}")
+        with open_private(log_file) as log:
+            log.write(f"[envbuild] {said}\n")
         return False
     if warm is not None and warm.tree in trees:
         warm.moved()
@@ -227,7 +231,7 @@ def _move_in(
         python=run.python,
         uv=getattr(run.installer, "uv", None),
         steps_dir=run.paths.state / "steps",
-        constraints=None,
+        constraints=constraints,
     ):
         command.write()
     with open_private(log_file) as log:
@@ -417,7 +421,7 @@ def run_one(
                 on_line=on_line,
             )
 
-        if not refresh and _move_in(run, planned, before, log_file):
+        if not refresh and _move_in(run, planned, before, log_file, constraints):
             pass
         elif cached:
             try:
