@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from packaging.utils import canonicalize_name
 
 from envbuild import events, guard, layout
-from envbuild._io import atomic_write_json
+from envbuild._io import atomic_write_json, synced_at_end
 from envbuild.errors import (
     ABIViolation,
     ConfigError,
@@ -314,7 +314,8 @@ def _provision(
     restore.remember_state(run)  # before anything saves the manifest
     laps.lap("prepare")
     try:
-        return _venv_steps_check(run, base_python, laps, pool, host_facts)
+        with synced_at_end():  # the run's state written at once, synced when it ends
+            return _venv_steps_check(run, base_python, laps, pool, host_facts)
     except (EnvbuildError, KeyboardInterrupt) as exc:  # the run stopped short: a receipt says so
         drop_trees(run)
         venv = restore.after_failure(run)
