@@ -26,3 +26,44 @@ def test_an_unchanged_manifest_is_not_written_again_and_a_changed_one_is(tmp_pat
     again = os.stat(path).st_ino
     loaded.save()  # saved text remembered: no second write
     assert os.stat(path).st_ino == again
+
+
+def test_state_written_inside_synced_at_end_is_there_at_once_and_synced_when_it_ends(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    """``provision`` writes its state inside ``_io.synced_at_end``: each write takes its name at
+    once (a reader, or a process killed then, sees it), and each file is synced once, when the
+    block ends (the same file saved three times: one fsync, of its last bytes), also when the block
+    ends by an exception."""
+    import pytest
+
+    from envbuild import _io
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    synced: list[bytes] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:  # records what is synced, then syncs it
+        synced.append(Path(f"/proc/self/fd/{fd}").read_bytes())
+        real(fd)
+
+    monkeypatch.setattr(_io.os, "fsync", fsync)
+    manifest = Manifest(path=tmp_path / "manifest.json", stack="s", python="3.11")
+    other = tmp_path / "overlay.env"
+    with _io.synced_at_end():
+        for status in ("running", "ok", "failed"):
+            manifest.state("torch").status = status
+            manifest.save()
+            assert Manifest.load(manifest.path).state("torch").status == status
+        _io.atomic_write_text(other, "A=1\n")
+        _io.atomic_write_text(tmp_path / "cache.json", "{}", durable=False)
+        assert synced == []
+    assert sorted(synced) == sorted([manifest.path.read_bytes(), b"A=1\n"])
+
+    synced.clear()
+    with pytest.raises(RuntimeError), _io.synced_at_end():
+        _io.atomic_write_text(other, "A=2\n")
+        raise RuntimeError("a step failed")
+    assert synced == [b"A=2\n"]
+    _io.atomic_write_text(other, "A=3\n")  # outside: synced on its own, before it takes its name
+    assert synced == [b"A=2\n", b"A=3\n"]
