@@ -129,6 +129,10 @@ def test_a_moved_in_venv_is_uv_syncs_venv_byte_for_byte(tmp_path: Path) -> None:
         for log in ("01-torch.log", "02-rest.log"):
             said = (root / "logs" / log).read_text()
             assert "moved the prepared files of" in said and "uv pip install" not in said, said
+        # a new root's uv cache is empty: the prepare does not try it offline first
+        for log in ("01-torch.prefetch.log", "02-rest.prefetch.log"):
+            said = (root / "logs" / log).read_text()
+            assert "--prefix" in said and "--offline" not in said, said
         assert (venv / "bin" / "cli-like").read_text().startswith(f"#!{venv}/bin/python\n")
 
         ours = venv.with_name("venv-envbuild")

@@ -55,6 +55,7 @@ remote index (an http(s) source that is not this host); ``yes`` and ``no`` force
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import threading
@@ -353,6 +354,18 @@ def prefix_sites(prefix: Path) -> list[Path]:
     return sorted(found)
 
 
+def _uv_cache_holds_files(env: Mapping[str, str]) -> bool:
+    """Whether uv's cache (``UV_CACHE_DIR``; unset: uv's own, assumed to) holds unpacked files."""
+    folder = env.get("UV_CACHE_DIR")
+    if not folder:
+        return True
+    try:
+        with os.scandir(Path(folder) / "archive-v0") as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False
+
+
 def _installed_records(prefix: Path) -> dict[str, tuple[str, dict[str, str]]]:
     """{canonical name: (version, RECORD rows)} of the distributions installed in ``prefix``."""
     from envbuild.guard import scan
@@ -425,7 +438,11 @@ class Prefetcher:
         deleted: the caller moves it into the venv or discards it."""
         self.keep = keep
         self.nice = _BACKGROUND if background else ()
-        self.offline_first = not background and isinstance(installer, UvInstaller)
+        # an empty cache has nothing to take offline: each job's offline attempt would only fail
+        # (0.14 s of a process per job on a cold root's critical path)
+        self.offline_first = (
+            not background and isinstance(installer, UvInstaller) and _uv_cache_holds_files(env)
+        )
         self.installer = installer
         self.baseline_pins = baseline_pins
         self.unconstrained_builds = unconstrained_builds

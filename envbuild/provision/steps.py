@@ -204,9 +204,14 @@ def _move_in(
         moved = "its builds need the installed torch"
     elif env.get("UV_COMPILE_BYTECODE", "").lower() not in ("", "0", "false", "no", "off"):
         moved = "UV_COMPILE_BYTECODE is set: uv compiles as it installs"
-    elif warm is not None and warm.tree in trees and warm.running():
-        moved = "the walk still writes torch's bytecode there"
+    elif warm is not None and warm.tree in trees and warm.running() and warm.mode != "walk":
+        moved = "the import warm-up still runs from there"
     else:
+        if warm is not None and warm.tree in trees:
+            # the walk still compiling torch: stopped here, not at the check, and what it wrote
+            # comes along with torch's files (the check's import and the walk beside it compile
+            # the rest); else the stage would be linked again and its prefix removed at exit
+            warm.halt()
         moved = movein.move_in(
             trees,
             run.paths.venv,

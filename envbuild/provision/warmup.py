@@ -428,6 +428,21 @@ class Warmup:
         """Whether its process is still running."""
         return self.proc is not None and self.proc.poll() is None
 
+    def halt(self) -> None:
+        """Stop it now, before the check needs it (the walk ends after the file it is writing:
+        SIGTERM; each ``.pyc`` is written whole, then renamed into place). Never raises."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        self.finished = False
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
     def moved(self) -> None:
         """The prepare-mode scratch (with the bytecode it wrote) was moved into the venv
         (``provision.movein``): nothing is left to link at the check. ``files``: the ``.pyc`` the
