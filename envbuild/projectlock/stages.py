@@ -59,6 +59,7 @@ __all__ = [
     "Placed",
     "StagePlan",
     "Stage",
+    "lock_files",
     "plan_stages",
     "target_tag_order",
 ]
@@ -299,6 +300,12 @@ def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> li
             url, name = path.as_uri(), path.name
         out.append(LockedFile(url, sha, name))
     return out
+
+
+def lock_files(entry: Entry, folder: Path) -> list[LockedFile]:
+    """The files the lock names for ``entry`` (a lock in ``folder``), as ``pick_artifact`` reads
+    them."""
+    return _artifacts(entry, folder)
 
 
 def _local_index(index: str | None, folder: Path) -> Path | None:
