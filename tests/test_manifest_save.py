@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from envbuild.provision.state import Manifest
 
 
@@ -29,17 +31,14 @@ def test_an_unchanged_manifest_is_not_written_again_and_a_changed_one_is(tmp_pat
 
 
 def test_state_written_inside_synced_at_end_is_there_at_once_and_synced_when_it_ends(
-    tmp_path: Path, monkeypatch: object
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``provision`` writes its state inside ``_io.synced_at_end``: each write takes its name at
     once (a reader, or a process killed then, sees it), and each file is synced once, when the
     block ends (the same file saved three times: one fsync, of its last bytes), also when the block
     ends by an exception."""
-    import pytest
-
     from envbuild import _io
 
-    assert isinstance(monkeypatch, pytest.MonkeyPatch)
     synced: list[bytes] = []
     real = os.fsync
 
@@ -47,7 +46,7 @@ def test_state_written_inside_synced_at_end_is_there_at_once_and_synced_when_it_
         synced.append(Path(f"/proc/self/fd/{fd}").read_bytes())
         real(fd)
 
-    monkeypatch.setattr(_io.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     manifest = Manifest(path=tmp_path / "manifest.json", stack="s", python="3.11")
     other = tmp_path / "overlay.env"
     with _io.synced_at_end():
