@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from support.fixtures import installer_env, run_cli
-from support.gatelocks import uv_bin
+from support.gatelocks import _run, uv_bin
 from support.index import IndexServer
 from support.wheels import build_wheel
 
@@ -111,16 +111,9 @@ def test_a_moved_in_venv_is_uv_syncs_venv_byte_for_byte(tmp_path: Path) -> None:
             f'[[tool.uv.index]]\nname = "pypi"\nurl = "{server.simple_url("pypi")}"\n'
             "default = true\n"
         )
+        _run([uv_bin(), "lock", "--no-cache"], project, tmp_path, project_config=True)
         env = installer_env(home)
         env.pop("UV_NO_CONFIG", None)
-        subprocess.run(
-            [uv_bin(), "lock", "--no-cache"],
-            cwd=project,
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
         root = tmp_path / "data"
         res = run_cli(("provision", "--lock", project / "uv.lock", "--root", root), home=home)
         assert res.rc == 0, res.output
