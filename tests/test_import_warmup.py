@@ -128,17 +128,23 @@ PLAIN_TORCH = "from .version import __version__\n"
 # A stand-in torch whose import, where IMPORT_SEEN names a file, waits (up to a minute) for the
 # later step's helper-a to be installed beside it, and writes down its process, whether helper-a
 # was there when the import began, and whether it was when the import ended: a warm-up that the
-# later steps waited for would find it missing at the end.
+# later steps waited for would find it missing at the end. An import that found helper-a there from
+# the start (the final check's) first waits (up to a minute) for an earlier import's line: the run
+# stops a warm-up still running once the check is done, and a check quicker than the warm-up's
+# own start on a loaded machine would otherwise leave one line.
 WATCHING_TORCH = (
     "import os as _os\n"
     "if _os.environ.get('IMPORT_SEEN'):\n"
     "    import pathlib as _p, time as _t\n"
     "    _site = _p.Path(__file__).resolve().parents[1]\n"
+    "    _seen = _p.Path(_os.environ['IMPORT_SEEN'])\n"
     "    def _there(): return any(_site.glob('helper_a-*.dist-info/RECORD'))\n"
     "    _began, _until = _there(), _t.monotonic() + 60\n"
     "    while not _there() and _t.monotonic() < _until:\n"
     "        _t.sleep(0.02)\n"
-    "    with open(_os.environ['IMPORT_SEEN'], 'a') as _f:\n"
+    "    while _began and not (_seen.exists() and _seen.read_text()) and _t.monotonic() < _until:\n"
+    "        _t.sleep(0.02)\n"
+    "    with open(_seen, 'a') as _f:\n"
     "        _f.write(f'{_os.getpid()} {_began} {_there()}\\n')\n"
 ) + PLAIN_TORCH
 
