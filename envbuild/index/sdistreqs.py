@@ -52,7 +52,11 @@ def build_requires(url: str, sha256: str | None, filename: str) -> tuple[str, ..
     with _AHEAD_LOCK:
         ahead = _AHEAD.get(sha256) if sha256 else None
     if ahead is not None:
-        return ahead.result()
+        try:
+            return ahead.result()
+        finally:  # taken once: an answer is in the cache now; after an error, the next asks again
+            with _AHEAD_LOCK:
+                _AHEAD.pop(str(sha256), None)
     return _fetch(url, sha256, filename)
 
 

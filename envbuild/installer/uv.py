@@ -12,7 +12,7 @@ from envbuild.installer.pip import pip_config_sources
 from envbuild.plan import Backend, InstallerSources, PlannedStep
 from envbuild.spec import StackSpec
 
-__all__ = ["UvInstaller"]
+__all__ = ["UvInstaller", "compiles_at_install"]
 
 # uv writes no .pyc files unless asked; then the first `import torch` of every process compiles
 # what it loads (2-4 s for torch). `uv pip install --compile-bytecode` compiles every file of every
@@ -147,6 +147,13 @@ class UvInstaller:
             "-r",
             str(requirements_file),
         ]
+
+
+def compiles_at_install(env: Mapping[str, str]) -> bool:
+    """Whether uv, run with ``env``, writes bytecode as it installs: ``UV_COMPILE_BYTECODE`` set
+    (``install_env`` with ``--compile-bytecode yes``, or the user's own), read as uv reads a
+    boolean (``0``, ``false``, ``no``, ``off``: not set)."""
+    return env.get("UV_COMPILE_BYTECODE", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _as_pylock(requirements: Sequence[str]) -> list[str]:

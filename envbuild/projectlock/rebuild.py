@@ -31,7 +31,7 @@ from envbuild.gate.findings import Finding
 from envbuild.gate.model import Entry
 from envbuild.index import PYPI
 from envbuild.index.wheeltags import is_sdist
-from envbuild.projectlock.stages import LockedFile, Placed, StagePlan, _artifacts
+from envbuild.projectlock.stages import LockedFile, Placed, StagePlan, lock_files
 
 __all__ = ["RULE", "Rebuilt", "rebuild_mismatched", "rebuildable"]
 
@@ -149,7 +149,7 @@ def _find_sdist(
     own = next(
         (
             a
-            for a in _artifacts(entry, plan.chosen.path.parent)
+            for a in lock_files(entry, plan.chosen.path.parent)
             if is_sdist(a.filename) and a.sha256
         ),
         None,

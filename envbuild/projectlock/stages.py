@@ -269,9 +269,10 @@ def _host_words() -> str:
     return host_platform_key().replace("-", " ")
 
 
-def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> list[LockedFile]:
-    """The entry's files. uv.lock writes a direct-URL sdist's hash alone (``sdist = { hash }``):
-    its URL is the entry's source URL. ``path_source``: uv.lock's ``source = { path = ... }`` of a
+def lock_files(entry: Entry, folder: Path, path_source: str | None = None) -> list[LockedFile]:
+    """The files the lock names for ``entry`` (a lock in ``folder``): the one reader of them.
+    uv.lock writes a direct-URL sdist's hash alone (``sdist = { hash }``): its URL is the entry's
+    source URL. ``path_source``: uv.lock's ``source = { path = ... }`` of a
     wheel or sdist locked from a file (relative to the lock's folder, or absolute); its files are
     named by file name only, and lie there."""
     if not entry.files and entry.url and len(entry.hashes) == 1:
@@ -302,12 +303,6 @@ def _artifacts(entry: Entry, folder: Path, path_source: str | None = None) -> li
     return out
 
 
-def lock_files(entry: Entry, folder: Path) -> list[LockedFile]:
-    """The files the lock names for ``entry`` (a lock in ``folder``), as ``pick_artifact`` reads
-    them."""
-    return _artifacts(entry, folder)
-
-
 def _local_index(index: str | None, folder: Path) -> Path | None:
     """The folder of a local flat index (uv.lock's ``source = { registry = "wheels" }``, relative to
     the lock's folder, or a ``file://`` URL): its wheels are named by path within it."""
@@ -326,7 +321,7 @@ def pick_artifact(
 ) -> LockedFile | None:
     """The entry's wheel that installs on the target (the best tag, and whether it is pure:
     ``wheeltags.best_wheel``), else its sdist, else None."""
-    arts = _artifacts(entry, folder, path_source)
+    arts = lock_files(entry, folder, path_source)
     wheels = [a for a in arts if a.wheel]
     pick = best_wheel([a.filename for a in wheels], order)
     if pick is not None:
@@ -559,7 +554,7 @@ def _pick_file(
         art = pick_artifact(e, folder, tags.newest_glibc(), path_source)
         needs = _glibc_of(art.filename) if art is not None else None
     if art is None:
-        files = ", ".join(a.filename for a in _artifacts(e, folder, path_source)[:3]) or "no files"
+        files = ", ".join(a.filename for a in lock_files(e, folder, path_source)[:3]) or "no files"
         raise ConfigError(
             f"{chosen.path}: {e.label()}: the lock has no file that installs on Python "
             f"{chosen.env.python} {chosen.env.platform} ({files})",

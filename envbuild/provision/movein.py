@@ -26,7 +26,8 @@ installs from uv's cache as before), decided before the first rename:
 - a script's first line is not the simple ``#!<python>`` (uv writes a ``/bin/sh`` wrapper for an
   interpreter path over 127 bytes or with a space), or the venv's would not be;
 - the step compiles bytecode (``UV_COMPILE_BYTECODE``), or installs a package after the rest
-  (``install_last``), or builds against torch: those are uv's runs.
+  (``install_last``): those are uv's runs. (A step whose builds need the installed torch is never
+  prepared into a prefix, so it has none to move.)
 """
 
 from __future__ import annotations

@@ -67,13 +67,6 @@ class PreparedSteps:
     # moves into the venv; only for a step whose every line they hold
     trees: dict[str, list[Path]] = field(default_factory=dict)
 
-    def discard(self) -> None:
-        """Delete the prefixes no step took (off the caller's path)."""
-        for trees in self.trees.values():
-            for tree in trees:
-                discard(tree)
-        self.trees.clear()
-
 
 def wanted(run: ProvisionRun, todo: Sequence[PlannedStep]) -> bool:
     """Whether the run prepares before it installs: a lock's run (every step an exact, hash-pinned

@@ -20,6 +20,7 @@ from envbuild import events, guard, layout
 from envbuild._io import atomic_write_text, discard
 from envbuild.errors import ABIViolation, EnvbuildError, InstallError, PreflightError
 from envbuild.installer import Installer
+from envbuild.installer.uv import compiles_at_install
 from envbuild.plan import Plan, PlannedStep, step_commands
 from envbuild.provision import movein, prefetch, verify, warmup
 from envbuild.provision.state import Manifest, now
@@ -193,25 +194,24 @@ def _move_in(
     where they hold all of it and the move is what uv's install would make; False: the step
     installs with uv."""
     trees = run.trees.get(planned.name)
-    env = run.env or {}
     if not trees or run.tree_python is None:
         return False
     warm = run.warmup
+    ours, written = False, 0  # the warm-up's prefix among them, and the .pyc it holds
     moved: movein.Moved | str
     if planned.install_last:
         moved = f"{', '.join(planned.install_last)} install(s) after the rest, in a run of its own"
-    elif planned.name in run.opts.prepare_steps:
-        moved = "its builds need the installed torch"
-    elif env.get("UV_COMPILE_BYTECODE", "").lower() not in ("", "0", "false", "no", "off"):
+    elif compiles_at_install(run.env or {}):
         moved = "UV_COMPILE_BYTECODE is set: uv compiles as it installs"
     elif warm is not None and warm.tree in trees and warm.running() and warm.mode != "walk":
         moved = "the import warm-up still runs from there"
     else:
-        if warm is not None and warm.tree in trees:
+        if ours := (warm is not None and warm.tree in trees):
             # the walk still compiling torch: stopped here, not at the check, and what it wrote
             # comes along with torch's files (the check's import and the walk beside it compile
             # the rest); else the stage would be linked again and its prefix removed at exit
             warm.halt()
+            written = warm.bytecode()
         moved = movein.move_in(
             trees,
             run.paths.venv,
@@ -226,8 +226,8 @@ def _move_in(
         with open_private(log_file) as log:
             log.write(f"[envbuild] {said}\n")
         return False
-    if warm is not None and warm.tree in trees:
-        warm.moved()
+    if ours and warm is not None:
+        warm.moved(written)
     # what the uv run would have left besides the venv: the step's requirement files (``plan
     # --json``'s commands), its log, and a git pin's wheel recorded as that git install
     for command in step_commands(

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Literal
 
 from envbuild import events
 from envbuild._io import atomic_write_json, discard
+from envbuild.installer.uv import compiles_at_install as uv_compiles
 
 if TYPE_CHECKING:
     from envbuild.proof.receipt import WarmupJSON
@@ -143,7 +144,7 @@ def wanted(
     """Whether a warm-up can shorten this run's final import check."""
     if import_env.get("ENVBUILD_IMPORT_WARMUP", "1").strip() in ("0", "no", "false", "off"):
         return False
-    if compiles_at_install or install_env.get("UV_COMPILE_BYTECODE") or single_step:
+    if compiles_at_install or uv_compiles(install_env) or single_step:
         return False
     return not import_env.get("PYTHONDONTWRITEBYTECODE")  # nothing would be written
 
@@ -443,14 +444,20 @@ class Warmup:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
 
-    def moved(self) -> None:
-        """The prepare-mode scratch (with the bytecode it wrote) was moved into the venv
-        (``provision.movein``): nothing is left to link at the check. ``files``: the ``.pyc`` the
-        walk said it wrote (its last line), where it said so."""
-        self.scratch = None
-        with contextlib.suppress(OSError, ValueError, IndexError, KeyError, TypeError):
-            last = self.log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-1]
-            self.files = int(json.loads(last)["compiled"])
+    def bytecode(self) -> int:
+        """How many ``.pyc`` files the prepare-mode scratch holds (what ``harvest`` would link)."""
+        if self.scratch is None:
+            return 0
+        return sum(
+            sum(1 for name in names if name.endswith(".pyc"))
+            for folder, _, names in os.walk(self.scratch)
+            if Path(folder).name == "__pycache__"
+        )
+
+    def moved(self, files: int) -> None:
+        """The prepare-mode scratch, with the ``files`` ``.pyc`` it wrote (``bytecode``), was moved
+        into the venv (``provision.movein``): nothing is left to link at the check."""
+        self.scratch, self.files = None, files
 
     def to_json(self) -> WarmupJSON:
         code = self.proc.returncode if self.proc is not None else None
