@@ -310,11 +310,14 @@ def _build_against_torch(
     for planned in hooked:
         earlier = [s for s in todo if s.number < planned.number]
         done_before = [s for s in run.plan.steps if s.number < planned.number and s not in todo]
-        if done_before or not all(s.name in prepared for s in earlier):
+        # the scratch venv holds the lock's torch only through the baseline step: where the torch
+        # is the adopted venv's own (``--venv``), the build is the real step's, against it
+        has_torch = any(s.role == "baseline" for s in earlier)
+        if done_before or not has_torch or not all(s.name in prepared for s in earlier):
             events.emit(
                 "info",
                 f"step {planned.name}: its builds need the installed torch and are made when the"
-                " step runs (the steps before it are not all prepared here)",
+                " step runs (the steps before it, torch's among them, are not all prepared here)",
             )
             continue
         scratch = run.paths.cache / "prepare" / f"venv-{planned.number:02d}-{planned.name}"
