@@ -458,7 +458,7 @@ def test_an_sdist_whose_build_requires_torch_builds_against_the_installed_torch(
     build_index.server.clear_requests()
     plan = run_envbuild("plan", "--lock", lock, "--json")
     assert plan.rc == 0, plan.output
-    # read ahead, beside the gate (an sdist-only entry), and taken from there: fetched once
+    # the sdist is fetched once for its build requirements
     assert len(build_index.server.requested(f"*/{sdist.name}")) == 1, build_index.server.requests
     stages = {
         s["name"]: {p["name"]: p for p in s["packages"]} for s in json.loads(plan.stdout)["stages"]
@@ -487,41 +487,6 @@ def test_an_sdist_whose_build_requires_torch_builds_against_the_installed_torch(
         text=True,
     ).stdout.split()
     assert seen[0] == seen[1] != "None", seen
-
-
-def test_a_read_ahead_answers_once_and_its_failure_is_the_readers(
-    build_index: GateIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``sdistreqs.read_ahead`` reads beside the caller; ``build_requires`` then takes its answer
-    (one request for two reads) or raises its error (a file host that fails: the same SourceError,
-    no second request, no wait)."""
-    from envbuild.index.net import SourceError
-    from envbuild.index.sdistreqs import build_requires, read_ahead
-
-    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
-    sdist = _torchy_sdist(tmp_path)
-    build_index.server.add_repo("ahead", sdist.parent)
-    url = build_index.server.file_url("ahead", sdist.name)
-    sha = build_index.server.sha256(sdist)
-    build_index.server.clear_requests()
-    assert read_ahead([(url, sha, sdist.name)]) == 1
-    assert read_ahead([(url, sha, sdist.name)]) == 0  # begun already
-    assert "torch" in " ".join(build_requires(url, sha, sdist.name))
-    assert len(build_index.server.requested(f"*/{sdist.name}")) == 1
-
-    broken = tmp_path / "broken" / "broken_ext-0.1.tar.gz"
-    broken.parent.mkdir()
-    broken.write_bytes(b"never served")
-    build_index.server.add_repo("broken", broken.parent)
-    bad = build_index.server.file_url("broken", broken.name)
-    build_index.server.fail(f"*/{broken.name}", 404)
-    try:
-        assert read_ahead([(bad, build_index.server.sha256(broken), broken.name)]) == 1
-        with pytest.raises(SourceError):
-            build_requires(bad, build_index.server.sha256(broken), broken.name)
-        assert len(build_index.server.requested(f"*/{broken.name}")) == 1
-    finally:
-        build_index.server.clear_faults()
 
 
 def test_an_sdists_build_requirements_are_read_from_the_sdist(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import platform as host_platform
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -174,22 +174,14 @@ class Judged:
     failing: list[Finding]
 
 
-def judge_selection(
-    sel: Selection,
-    python: str | None = None,
-    *,
-    on_read: Callable[[ProjectLock], None] | None = None,
-) -> Judged:
+def judge_selection(sel: Selection, python: str | None = None) -> Judged:
     """The one question of every ``--lock`` front end, answered here: the lock read once
     (``read_project_lock``), its Python and the interpreter of it (``python``, a minor the caller
     chose, else ``target_python``), the one environment of it ``sel`` chooses (``choose``) and the
-    gate's verdict on what that environment installs (``judge``). ``on_read``: called with the
-    lock as soon as it is read (work that can begin beside the rest)."""
+    gate's verdict on what that environment installs (``judge``)."""
     from envbuild.installer.python import interpreter_of
 
     lock = read_project_lock(sel.lock, sel.fmt)
-    if on_read is not None:
-        on_read(lock)
     target = interpreter_of(python) if python else target_python(lock, sel.python, sel.venv)
     chosen = choose(lock, target, sel.flags, sel.environment)
     report, failing = judge(chosen, sel.accept)

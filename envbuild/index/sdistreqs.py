@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
 import tarfile
 import tempfile
-import threading
 import zipfile
-from collections.abc import Iterable
-from concurrent.futures import Future
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from envbuild.index.metacache import cache_dir
 
-__all__ = ["DEFAULT_REQUIRES", "build_requires", "cached_build_requires", "read_ahead"]
+__all__ = ["DEFAULT_REQUIRES", "build_requires", "cached_build_requires"]
 
 DEFAULT_REQUIRES = ("setuptools>=40.8.0", "wheel")  # PEP 517's, for a project that names none
 _MAX_PYPROJECT = 1 << 20  # a pyproject.toml larger than this is no pyproject an sdist ships
@@ -44,64 +40,10 @@ def cached_build_requires(sha256: str | None) -> tuple[str, ...] | None:
 def build_requires(url: str, sha256: str | None, filename: str) -> tuple[str, ...]:
     """The build requirements of the sdist at ``url`` (``filename`` says tar or zip), its bytes
     checked against ``sha256``; cached by it. ``SourceError`` when it cannot be fetched,
-    ``ValueError`` when it is no readable sdist. One ``read_ahead`` began is waited for, its answer
-    (or its error) taken, not fetched twice."""
+    ``ValueError`` when it is no readable sdist."""
     cached = cached_build_requires(sha256)
     if cached is not None:
         return cached
-    with _AHEAD_LOCK:
-        ahead = _AHEAD.get(sha256) if sha256 else None
-    if ahead is not None:
-        try:
-            return ahead.result()
-        finally:  # taken once: an answer is in the cache now; after an error, the next asks again
-            with _AHEAD_LOCK:
-                _AHEAD.pop(str(sha256), None)
-    return _fetch(url, sha256, filename)
-
-
-# the sdists whose requirements ``read_ahead`` is reading, by sha256
-_AHEAD: dict[str, Future[tuple[str, ...]]] = {}
-_AHEAD_LOCK = threading.Lock()
-_AHEAD_THREADS = 8
-
-
-def read_ahead(sdists: Iterable[tuple[str, str, str]]) -> int:
-    """Begin reading the build requirements of ``sdists`` ((url, sha256, filename): remote,
-    hash-pinned) beside the caller, on daemon threads (at most ``_AHEAD_THREADS``; a process that
-    ends first does not wait for them); ``build_requires`` takes their answers. Returns how many
-    began (not those cached or begun before)."""
-    todo: queue.SimpleQueue[tuple[Future[tuple[str, ...]], str, str, str]] = queue.SimpleQueue()
-    began = 0
-    for url, sha, filename in sdists:
-        if cached_build_requires(sha) is not None:
-            continue
-        with _AHEAD_LOCK:
-            if sha in _AHEAD:
-                continue
-            future: Future[tuple[str, ...]] = Future()
-            _AHEAD[sha] = future
-        todo.put((future, url, sha, filename))
-        began += 1
-    for _ in range(min(began, _AHEAD_THREADS)):
-        threading.Thread(target=_read_queue, args=(todo,), name="sdist-reqs", daemon=True).start()
-    return began
-
-
-def _read_queue(todo: queue.SimpleQueue[tuple[Future[tuple[str, ...]], str, str, str]]) -> None:
-    while True:
-        try:
-            future, url, sha, filename = todo.get_nowait()
-        except queue.Empty:
-            return
-        try:
-            future.set_result(_fetch(url, sha, filename))
-        except Exception as exc:  # noqa: BLE001 - any: raised where it is asked for, never lost
-            future.set_exception(exc)
-
-
-def _fetch(url: str, sha256: str | None, filename: str) -> tuple[str, ...]:
-    """``build_requires`` read from the file itself (and cached)."""
     parts = urlsplit(url)
     if parts.scheme == "" or (parts.scheme == "file" and sha256 is None):
         got = _read(Path(unquote(parts.path)), filename)

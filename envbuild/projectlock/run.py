@@ -81,10 +81,7 @@ def prepare(req: LockRequest, python: str | None = None, *, refusing: bool = Tru
     the lock's), and its verdict in one call (``gate.selection.judge_selection``). A lock the gate
     fails is refused here (exit 8), unless ``refusing`` is off: ``plan --lock`` shows its stages
     first, then refuses it."""
-    from envbuild.projectlock.torchbuilds import read_ahead
-
-    # offline (a wheelhouse), the sdists are read from it, where they are: nothing to read ahead
-    judged = judge_selection(req.selection, python, on_read=None if req.wheelhouse else read_ahead)
+    judged = judge_selection(req.selection, python)
     chosen, report, failing = judged.chosen, judged.report, judged.failing
     if not req.rebuild_mismatched:
         if refusing:

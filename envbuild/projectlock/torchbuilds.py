@@ -20,8 +20,6 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -29,10 +27,7 @@ from packaging.utils import canonicalize_name
 from envbuild import events
 from envbuild.projectlock.stages import Placed, StagePlan
 
-if TYPE_CHECKING:
-    from envbuild.gate.lockfile import ProjectLock
-
-__all__ = ["WHY", "names_torch", "read_ahead", "route_torch_builds"]
+__all__ = ["WHY", "names_torch", "route_torch_builds"]
 
 WHY = (
     "sdist; its pyproject.toml names torch in [build-system] requires: built against the installed"
@@ -70,29 +65,6 @@ def route_torch_builds(plan: StagePlan, wheelhouse: Path | None = None) -> Stage
         if requires is not None and names_torch(requires):
             placed[i] = replace(placed[i], stage="builds", why=WHY)
     return replace(plan, placed=placed)
-
-
-def read_ahead(lock: ProjectLock) -> None:
-    """Begin reading the build requirements of the lock's sdist-only entries (those with no wheel
-    at all: whatever the target, their sdist is what installs) beside the gate
-    (``index.sdistreqs.read_ahead``), so that ``route_torch_builds`` finds them read: one new
-    connection to a file host is most of a cold plan's wait (0.75 s of docling's). Remote,
-    hash-pinned files only; an entry the selection does not take costs a small download."""
-    from envbuild.index.sdistreqs import read_ahead as begin
-    from envbuild.projectlock.stages import lock_files
-
-    folder = lock.path.parent
-    sdists = []
-    for entry in lock.parsed.entries:
-        files = lock_files(entry, folder)
-        if files and not any(f.wheel for f in files):
-            sdists += [
-                (f.url, f.sha256, f.filename)
-                for f in files
-                if f.sha256 and urlsplit(f.url).scheme in ("http", "https")
-            ]
-    if sdists:
-        begin(sdists)
 
 
 def _requires(p: Placed, wheelhouse: Path | None) -> tuple[str, ...] | None:
